@@ -1,0 +1,52 @@
+"""The ``localllm`` command: builds the argument parser from one module per command.
+
+Each module in ``COMMANDS`` exposes ``register(subparsers)``, which adds its
+sub-command and sets ``func`` (``(args) -> int``) as its handler.  Command
+modules import heavy dependencies (httpx, textual, uvicorn) inside their
+handlers, so ``localllm list`` starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from localllm import __version__
+from localllm.errors import LocalLLMError, exit_code
+
+# Module names under localllm.cli, in the order `--help` lists them.
+COMMANDS = ["serve", "pull", "list", "show", "rm", "cp", "doctor"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="localllm",
+        description="Run large language models locally (Ollama-compatible).",
+    )
+    parser.add_argument("-v", "--version", action="version", version=f"localllm {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        module = importlib.import_module(f"localllm.cli.{name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 0
+    try:
+        return int(func(args) or 0)
+    except LocalLLMError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return exit_code(exc)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

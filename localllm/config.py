@@ -1,0 +1,198 @@
+"""Every ``LOCALLLM_*`` setting: typed, defaulted and described in one place.
+
+Settings are read from the environment lazily, each time an accessor is called,
+so tests (and a daemon started with a different environment) see current values
+and nothing is read at import time.  A malformed value logs a warning and falls
+back to the default instead of stopping the daemon.
+
+``REGISTRY`` feeds ``localllm serve --help`` and docs/configuration.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_PORT = 11434
+
+
+@dataclass(frozen=True)
+class Setting(Generic[T]):
+    """One environment variable: its parser, default and a one-line description."""
+
+    name: str
+    parse: Callable[[str], T]
+    default: T
+    description: str
+
+    def get(self) -> T:
+        raw = os.environ.get(self.name)
+        if raw is None or raw.strip() == "":
+            return self.default
+        try:
+            return self.parse(raw.strip())
+        except ValueError as exc:
+            log.warning("ignoring %s=%r (%s); using %r", self.name, raw, exc, self.default)
+            return self.default
+
+
+def _bool(raw: str) -> bool:
+    low = raw.lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected a boolean (1/0, true/false)")
+
+
+def _int(raw: str) -> int:
+    return int(raw, 10)
+
+
+def _nonneg_int(raw: str) -> int:
+    value = int(raw, 10)
+    if value < 0:
+        raise ValueError("must be >= 0")
+    return value
+
+
+def _str(raw: str) -> str:
+    return raw
+
+
+def _list(raw: str) -> list[str]:
+    return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+_DURATION_RE = re.compile(r"(-?\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+
+
+def parse_duration(raw: str | int | float) -> float:
+    """Parse a keep-alive style duration into seconds.
+
+    Accepts a number (seconds) or a Go duration string such as ``"5m"``,
+    ``"1h30m"`` or ``"-1s"``.  A negative value means "forever" and is returned
+    as ``math.inf``.
+    """
+    if isinstance(raw, bool):
+        raise ValueError("duration must be a number or a duration string")
+    if isinstance(raw, (int, float)):
+        seconds = float(raw)
+    else:
+        text = raw.strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            sign = -1.0 if text.startswith("-") else 1.0
+            body = text.lstrip("+-")
+            pos = 0
+            total = 0.0
+            for match in _DURATION_RE.finditer(body):
+                if match.start() != pos:
+                    break
+                total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+                pos = match.end()
+            if pos != len(body) or not body:
+                raise ValueError(f"invalid duration {raw!r}") from None
+            seconds = sign * total
+    if math.isnan(seconds):
+        raise ValueError("duration is NaN")
+    if seconds < 0:
+        return math.inf
+    return seconds
+
+
+def parse_host(raw: str) -> tuple[str, int]:
+    """Split ``LOCALLLM_HOST`` (``host[:port]``, optional scheme) into host and port."""
+    text = raw.strip()
+    scheme = "http"
+    if "://" in text:
+        scheme, text = text.split("://", 1)
+    text = text.rstrip("/")
+    default_port = {"http": 80, "https": 443}.get(scheme, DEFAULT_PORT) if "://" in raw else DEFAULT_PORT
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = int(rest[1:]) if rest.startswith(":") else default_port
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+        port = int(port_text) if port_text else default_port
+    else:
+        host, port = text, default_port
+    if not host:
+        host = "127.0.0.1"
+    if not 0 < port < 65536:
+        raise ValueError(f"port out of range: {port}")
+    return host, port
+
+
+HOST = Setting("LOCALLLM_HOST", parse_host, ("127.0.0.1", DEFAULT_PORT),
+               "Address the daemon binds to and clients connect to (host[:port]).")
+HOME = Setting("LOCALLLM_HOME", _str, "",
+               "Root folder for everything localllm writes (models, logs, chats); "
+               "default: the platform's data directory.")
+MODELS = Setting("LOCALLLM_MODELS", _str, "",
+                 "Model store folder (blobs/ and manifests/); default: <home>/models.")
+ORIGINS = Setting("LOCALLLM_ORIGINS", _list, [],
+                  "Extra CORS origins allowed to call the API (comma-separated).")
+KEEP_ALIVE = Setting("LOCALLLM_KEEP_ALIVE", parse_duration, 300.0,
+                     "How long an idle model stays loaded (duration; negative = forever).")
+NUM_PARALLEL = Setting("LOCALLLM_NUM_PARALLEL", _nonneg_int, 4,
+                       "Concurrent sequences (slots) per loaded model.")
+MAX_LOADED_MODELS = Setting("LOCALLLM_MAX_LOADED_MODELS", _nonneg_int, 0,
+                            "Most models loaded at once (0 = 3 per GPU, 3 on CPU).")
+MAX_QUEUE = Setting("LOCALLLM_MAX_QUEUE", _nonneg_int, 512,
+                    "Pending requests allowed before the daemon answers 503.")
+CONTEXT_LENGTH = Setting("LOCALLLM_CONTEXT_LENGTH", _nonneg_int, 0,
+                         "Default context length (0 = chosen from available memory).")
+FLASH_ATTENTION = Setting("LOCALLLM_FLASH_ATTENTION", _str, "auto",
+                          "Flash attention: on, off or auto.")
+KV_CACHE_TYPE = Setting("LOCALLLM_KV_CACHE_TYPE", _str, "f16",
+                        "KV cache type: f16, q8_0 or q4_0 (quantized needs flash attention).")
+LOAD_TIMEOUT = Setting("LOCALLLM_LOAD_TIMEOUT", parse_duration, 300.0,
+                       "How long a model load may take before it is abandoned.")
+GPU_OVERHEAD = Setting("LOCALLLM_GPU_OVERHEAD", _nonneg_int, 0,
+                       "Bytes of each GPU kept free for other programs.")
+NOPRUNE = Setting("LOCALLLM_NOPRUNE", _bool, False,
+                  "Keep unreferenced blobs instead of removing them.")
+DEBUG = Setting("LOCALLLM_DEBUG", _bool, False,
+                "Verbose logs, including prompts.")
+API_KEY = Setting("LOCALLLM_API_KEY", _str, "",
+                  "When set, every endpoint but / and /health needs 'Authorization: Bearer <key>'.")
+SHUTDOWN_GRACE = Setting("LOCALLLM_SHUTDOWN_GRACE", parse_duration, 30.0,
+                         "Seconds in-flight generations get to finish on shutdown.")
+NUM_THREAD = Setting("LOCALLLM_NUM_THREAD", _nonneg_int, 0,
+                     "CPU threads for inference (0 = physical cores).")
+
+REGISTRY: tuple[Setting[object], ...] = (
+    HOST, HOME, MODELS, ORIGINS, KEEP_ALIVE, NUM_PARALLEL, MAX_LOADED_MODELS, MAX_QUEUE,
+    CONTEXT_LENGTH, FLASH_ATTENTION, KV_CACHE_TYPE, LOAD_TIMEOUT, GPU_OVERHEAD, NOPRUNE,
+    DEBUG, API_KEY, SHUTDOWN_GRACE, NUM_THREAD,
+)  # type: ignore[assignment]
+
+
+def client_base_url() -> str:
+    """The URL clients use to reach the daemon (0.0.0.0 binds are reached on loopback)."""
+    host, port = HOST.get()
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"

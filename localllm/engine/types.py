@@ -1,0 +1,112 @@
+"""Plain data that crosses the engine's boundary: load options, requests and events.
+
+These types are shared by the engine (inside the runner child), the runner's
+wire protocol and the daemon.  They are deliberately plain dataclasses of
+JSON-able values, so the protocol can send them as dicts (``asdict``) and
+rebuild them with ``from_dict`` without any native import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal, TypeVar
+
+T = TypeVar("T")
+
+
+def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+    """Build a dataclass from a dict, ignoring unknown keys."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    return asdict(obj)
+
+
+@dataclass
+class LoadOptions:
+    """What a model is loaded with; a change of any of these means a reload."""
+
+    n_ctx: int = 4096  # per slot
+    n_parallel: int = 1  # slots; the llama context gets n_ctx * n_parallel cells
+    n_batch: int = 512
+    n_ubatch: int = 512
+    n_gpu_layers: int = 0
+    main_gpu: int = 0
+    n_threads: int = 0  # 0 = physical cores
+    flash_attn: Literal["auto", "on", "off"] = "auto"
+    kv_type: Literal["f16", "q8_0", "q4_0", "f32"] = "f16"
+    use_mmap: bool = True
+    embedding: bool = False  # load for embeddings (pooled outputs)
+    seed: int = -1
+
+
+@dataclass
+class SamplingParams:
+    """Ollama's sampling options with Ollama's defaults."""
+
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.9
+    min_p: float = 0.0
+    typical_p: float = 1.0
+    repeat_last_n: int = 64  # 0 = off, -1 = whole context
+    repeat_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int = -1  # -1 = random
+    grammar: str | None = None  # GBNF, root rule "root"
+
+
+@dataclass
+class CompletionRequest:
+    """One generation: a prompt (text or token ids) and how to continue it."""
+
+    id: str
+    prompt: str | list[int]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    num_predict: int = -1  # -1 = until EOG or context full
+    stop: list[str] = field(default_factory=list)
+    add_special: bool = True  # add BOS when tokenizing a text prompt
+    parse_special: bool = True  # let special-token text in the prompt become special tokens
+    logprobs: int = 0  # top-N logprobs per generated token (0 = none)
+    truncate: bool = True  # on overflow keep the prompt's tail instead of failing
+    num_keep: int = 4  # tokens kept from the start when truncating
+
+
+@dataclass
+class Piece:
+    """A piece of generated text (complete UTF-8, with stop strings already held back)."""
+
+    id: str
+    text: str
+    token: int = -1
+    logprob: float | None = None
+    top_logprobs: list[tuple[str, float]] | None = None
+
+
+@dataclass
+class Done:
+    """A request finished; timings in nanoseconds."""
+
+    id: str
+    reason: Literal["stop", "length", "cancel"]
+    prompt_tokens: int = 0  # whole prompt, cached part included (like llama-server / Ollama)
+    cached_tokens: int = 0  # prompt tokens reused from the KV cache
+    prompt_eval_ns: int = 0
+    eval_count: int = 0
+    eval_ns: int = 0
+    context: list[int] = field(default_factory=list)  # prompt + generated tokens
+
+
+@dataclass
+class Failed:
+    """A request failed without taking the engine down."""
+
+    id: str
+    message: str
+    status: int = 500
+
+
+Event = Piece | Done | Failed

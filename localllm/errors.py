@@ -1,0 +1,111 @@
+"""The one exception tree of localllm, mapped to HTTP, OpenAI and exit codes at each edge.
+
+::
+
+    LocalLLMError (500)
+    ├── InvalidRequest (400)
+    │   ├── InvalidName (400)
+    │   ├── InvalidDigest (400)
+    │   ├── DigestMismatch (400)
+    │   └── InvalidModelFile (400)     malformed / truncated / hostile GGUF
+    ├── Forbidden (403)
+    ├── NotFound (404)
+    │   ├── ModelNotFound (404)
+    │   └── BlobNotFound (404)
+    ├── PullError (500, or the status the Hub answered)
+    ├── ServerBusy (503)
+    ├── ShuttingDown (503)
+    ├── NativeUnavailable (500)
+    ├── ModelLoadError (500)
+    └── RunnerCrashed (500)
+
+Routes never map errors by matching message text: they read ``status``.
+"""
+
+from __future__ import annotations
+
+
+class LocalLLMError(Exception):
+    """Base of every error localllm raises on purpose."""
+
+    status: int = 500
+    openai_type: str = "api_error"
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if status is not None:
+            self.status = status
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidRequest(LocalLLMError):
+    status = 400
+    openai_type = "invalid_request_error"
+
+
+class InvalidName(InvalidRequest):
+    pass
+
+
+class InvalidDigest(InvalidRequest):
+    pass
+
+
+class DigestMismatch(InvalidRequest):
+    pass
+
+
+class InvalidModelFile(InvalidRequest):
+    pass
+
+
+class Forbidden(LocalLLMError):
+    status = 403
+    openai_type = "permission_error"
+
+
+class NotFound(LocalLLMError):
+    status = 404
+    openai_type = "not_found_error"
+
+
+class ModelNotFound(NotFound):
+    pass
+
+
+class BlobNotFound(NotFound):
+    pass
+
+
+class PullError(LocalLLMError):
+    pass
+
+
+class ServerBusy(LocalLLMError):
+    status = 503
+
+
+class ShuttingDown(LocalLLMError):
+    status = 503
+
+
+class NativeUnavailable(LocalLLMError):
+    pass
+
+
+class ModelLoadError(LocalLLMError):
+    pass
+
+
+class RunnerCrashed(LocalLLMError):
+    pass
+
+
+def exit_code(exc: BaseException) -> int:
+    """CLI exit status for an error: 1 for ours, 2 for usage, 130 for Ctrl-C."""
+    if isinstance(exc, KeyboardInterrupt):
+        return 130
+    return 1

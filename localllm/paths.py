@@ -1,0 +1,52 @@
+"""Where localllm keeps its files.
+
+Everything derives from one root: ``LOCALLLM_HOME`` when set, else the platform's
+user data directory (platformdirs).  ``LOCALLLM_MODELS`` moves only the model
+store.  Functions compute paths on each call and never create anything, so
+importing this module touches no disk.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from localllm import config
+
+
+def home() -> Path:
+    """The root folder for all of localllm's data."""
+    override = config.HOME.get()
+    if override:
+        return Path(override).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("localllm", appauthor=False))
+
+
+def models() -> Path:
+    """The model store: ``blobs/`` and ``manifests/`` live here."""
+    override = config.MODELS.get()
+    if override:
+        return Path(override).expanduser()
+    return home() / "models"
+
+
+def blobs() -> Path:
+    return models() / "blobs"
+
+
+def manifests() -> Path:
+    return models() / "manifests"
+
+
+def logs() -> Path:
+    return home() / "logs"
+
+
+def run_dir() -> Path:
+    """Pid files and sockets of the running daemon."""
+    return home() / "run"
+
+
+def chats_db() -> Path:
+    return home() / "chats.sqlite3"

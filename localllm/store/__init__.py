@@ -1,0 +1,1 @@
+"""The model store: names, blobs, manifests and pulls."""

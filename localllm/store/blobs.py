@@ -1,0 +1,199 @@
+"""Content-addressed blobs: ``blobs/sha256-<hex>``.
+
+A blob is only ever visible under its final name once its bytes hash to that
+name: writers stream into a temporary file in the same folder, hash as they go,
+fsync, and rename.  Partial downloads live beside it as
+``sha256-<hex>-partial`` so a pull can resume; they are never read as blobs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from localllm.errors import BlobNotFound, DigestMismatch
+from localllm.store.names import digest_filename, parse_digest
+
+CHUNK = 1 << 20
+_TMP_PREFIX = ".tmp-"
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename in ``path`` durable (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file, fsync and rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{secrets.token_hex(6)}")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(path.parent)
+
+
+def sha256_file(path: Path, *, already: hashlib._Hash | None = None, start: int = 0) -> str:
+    """Hash a file (optionally continuing a hash that already covers ``start`` bytes)."""
+    h = already if already is not None else hashlib.sha256()
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        while chunk := fh.read(CHUNK):
+            h.update(chunk)
+    return f"sha256:{h.hexdigest()}"
+
+
+class BlobStore:
+    """The ``blobs/`` folder of a model store."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, digest: str) -> Path:
+        return self.root / digest_filename(digest)
+
+    def partial_path(self, digest: str) -> Path:
+        return self.root / (digest_filename(digest) + "-partial")
+
+    def exists(self, digest: str) -> bool:
+        return self.path(digest).is_file()
+
+    def size(self, digest: str) -> int:
+        try:
+            return self.path(digest).stat().st_size
+        except FileNotFoundError:
+            raise BlobNotFound(f'blob "{parse_digest(digest)}" not found') from None
+
+    def open(self, digest: str) -> BinaryIO:
+        try:
+            return open(self.path(digest), "rb")
+        except FileNotFoundError:
+            raise BlobNotFound(f'blob "{parse_digest(digest)}" not found') from None
+
+    def read_bytes(self, digest: str, limit: int = 16 << 20) -> bytes:
+        """Read a small blob (params, template, ...) whole; refuses anything over ``limit``."""
+        with self.open(digest) as fh:
+            data = fh.read(limit + 1)
+        if len(data) > limit:
+            raise DigestMismatch(f"blob {digest} is larger than expected for a text layer")
+        return data
+
+    def _tmp(self) -> Path:
+        self.root.mkdir(parents=True, exist_ok=True)
+        return self.root / f"{_TMP_PREFIX}{secrets.token_hex(8)}"
+
+    def write_stream(
+        self, chunks: Iterable[bytes], expected: str | None = None
+    ) -> tuple[str, int]:
+        """Store a byte stream as a blob, verifying ``expected`` when given.
+
+        Returns ``(digest, size)``.  On a mismatch nothing is left behind.
+        """
+        want = parse_digest(expected) if expected else None
+        tmp = self._tmp()
+        h = hashlib.sha256()
+        size = 0
+        try:
+            with open(tmp, "wb") as fh:
+                for chunk in chunks:
+                    h.update(chunk)
+                    fh.write(chunk)
+                    size += len(chunk)
+                fh.flush()
+                os.fsync(fh.fileno())
+            got = f"sha256:{h.hexdigest()}"
+            if want is not None and got != want:
+                raise DigestMismatch(f'digest mismatch, expected "{want}", got "{got}"')
+            self._commit(tmp, got)
+            return got, size
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def write_bytes(self, data: bytes) -> str:
+        digest, _ = self.write_stream([data])
+        return digest
+
+    def import_file(self, source: Path, expected: str | None = None) -> tuple[str, int]:
+        """Copy a local file into the store, hashing while copying."""
+        with open(source, "rb") as fh:
+            return self.write_stream(iter(lambda: fh.read(CHUNK), b""), expected)
+
+    def commit_partial(self, digest: str) -> None:
+        """Promote a fully downloaded and verified ``-partial`` file to the blob name."""
+        self._commit(self.partial_path(digest), parse_digest(digest))
+
+    def _commit(self, tmp: Path, digest: str) -> None:
+        final = self.path(digest)
+        if final.exists():
+            # Same content already stored (content-addressed): keep the old file.
+            os.utime(final)
+            return
+        os.replace(tmp, final)
+        fsync_dir(self.root)
+
+    def remove(self, digest: str) -> None:
+        self.path(digest).unlink(missing_ok=True)
+
+    def digests(self) -> Iterator[str]:
+        """Digests of the complete blobs present."""
+        if not self.root.is_dir():
+            return
+        for entry in self.root.iterdir():
+            name = entry.name
+            if name.startswith("sha256-") and len(name) == 71 and entry.is_file():
+                try:
+                    yield parse_digest(name)
+                except Exception:
+                    continue
+
+    def prune(self, referenced: set[str], *, grace_seconds: float = 0.0) -> list[str]:
+        """Remove blobs nobody references (older than ``grace_seconds``) and stale temp files."""
+        removed: list[str] = []
+        if not self.root.is_dir():
+            return removed
+        now = time.time()
+        for entry in self.root.iterdir():
+            name = entry.name
+            try:
+                age = now - entry.stat().st_mtime
+            except FileNotFoundError:
+                continue
+            if name.startswith(_TMP_PREFIX):
+                # Temp files of a live writer are young; only old ones are debris.
+                if age > 3600:
+                    entry.unlink(missing_ok=True)
+                continue
+            if name.endswith("-partial") or "-partial" in name:
+                continue
+            try:
+                digest = parse_digest(name)
+            except Exception:
+                continue
+            if digest not in referenced and age >= grace_seconds:
+                entry.unlink(missing_ok=True)
+                removed.append(digest)
+        return removed
+
+    def disk_free(self) -> int:
+        self.root.mkdir(parents=True, exist_ok=True)
+        return shutil.disk_usage(self.root).free

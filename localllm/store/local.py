@@ -1,0 +1,143 @@
+"""The model store as one object: blobs + manifests, and the operations that touch both.
+
+``Store`` is what services use: list, read, copy and delete models, store text
+layers, and collect garbage.  Pulls (``store/pull.py``) and creates write
+through it too.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from localllm import config, paths
+from localllm.store.blobs import BlobStore
+from localllm.store.manifests import (
+    CONFIG_MEDIA_TYPE,
+    MEDIA_MODEL,
+    MEDIA_PARAMS,
+    MEDIA_SYSTEM,
+    MEDIA_TEMPLATE,
+    Entry,
+    Layer,
+    Manifest,
+    ManifestStore,
+)
+from localllm.store.names import ModelName
+
+
+class Store:
+    """A model store rooted at ``root`` (default: ``paths.models()``)."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root if root is not None else paths.models()
+        self.blobs = BlobStore(self.root / "blobs")
+        self.manifests = ManifestStore(self.root / "manifests")
+        # Serialises manifest replacement + GC so a prune never races a commit.
+        self.lock = threading.RLock()
+
+    # -- reading -------------------------------------------------------------
+    def get(self, name: ModelName) -> Entry:
+        return self.manifests.read(name)
+
+    def list(self) -> list[Entry]:
+        return sorted(self.manifests.entries(), key=lambda e: e.modified, reverse=True)
+
+    def model_path(self, entry: Entry) -> Path:
+        """Path of the (first) GGUF model blob of a manifest."""
+        layer = entry.manifest.first(MEDIA_MODEL)
+        if layer is None:
+            from localllm.errors import InvalidRequest
+
+            raise InvalidRequest(f"{entry.name.display} has no model layer")
+        return self.blobs.path(layer.digest)
+
+    def read_json_layer(self, entry: Entry, media_type: str) -> Any:
+        layer = entry.manifest.first(media_type)
+        if layer is None:
+            return None
+        return json.loads(self.blobs.read_bytes(layer.digest))
+
+    def read_text_layer(self, entry: Entry, media_type: str) -> str | None:
+        layer = entry.manifest.first(media_type)
+        if layer is None:
+            return None
+        return self.blobs.read_bytes(layer.digest).decode("utf-8", "replace")
+
+    def params(self, entry: Entry) -> dict[str, Any]:
+        value = self.read_json_layer(entry, MEDIA_PARAMS)
+        return value if isinstance(value, dict) else {}
+
+    def template(self, entry: Entry) -> str | None:
+        return self.read_text_layer(entry, MEDIA_TEMPLATE)
+
+    def system(self, entry: Entry) -> str | None:
+        return self.read_text_layer(entry, MEDIA_SYSTEM)
+
+    def config_json(self, entry: Entry) -> dict[str, Any]:
+        try:
+            value = json.loads(self.blobs.read_bytes(entry.manifest.config.digest))
+        except Exception:
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    # -- writing -------------------------------------------------------------
+    def put_bytes(self, media_type: str, data: bytes, name: str | None = None) -> Layer:
+        digest = self.blobs.write_bytes(data)
+        return Layer(media_type, digest, len(data), name)
+
+    def put_json(self, media_type: str, value: Any) -> Layer:
+        return self.put_bytes(media_type, json.dumps(value, sort_keys=True).encode())
+
+    def put_config(self, value: dict[str, Any]) -> Layer:
+        return self.put_json(CONFIG_MEDIA_TYPE, value)
+
+    def commit(self, name: ModelName, manifest: Manifest) -> str:
+        """Write the manifest for ``name`` (all blobs must be present), then prune."""
+        with self.lock:
+            missing = [d for d in manifest.digests() if not self.blobs.exists(d)]
+            if missing:
+                from localllm.errors import BlobNotFound
+
+                raise BlobNotFound(f'blob "{missing[0]}" not found')
+            previous: set[str] = set()
+            if self.manifests.exists(name):
+                previous = self.manifests.read(name).manifest.digests()
+            digest = self.manifests.write(name, manifest)
+            self._drop_unreferenced(previous - manifest.digests())
+            return digest
+
+    def copy(self, source: ModelName, destination: ModelName) -> None:
+        with self.lock:
+            entry = self.manifests.read(source)
+            self.manifests.write(destination, entry.manifest)
+
+    def delete(self, name: ModelName) -> None:
+        with self.lock:
+            removed = self.manifests.delete(name)
+            self._drop_unreferenced(removed.digests())
+
+    def _drop_unreferenced(self, candidates: set[str]) -> None:
+        """Remove those of ``candidates`` no manifest uses any more.
+
+        Only blobs of a replaced or deleted manifest are candidates, so blobs
+        written by a pull or create that has not committed yet are never touched.
+        """
+        if not candidates or config.NOPRUNE.get():
+            return
+        in_use = self.manifests.referenced()
+        for digest in candidates - in_use:
+            self.blobs.remove(digest)
+
+    def prune(self, grace_seconds: float = 3600.0) -> list[str]:
+        """Remove blobs no manifest references and older than the grace period.
+
+        Run at daemon start (unless LOCALLLM_NOPRUNE); the grace period spares
+        blobs of operations still in flight.
+        """
+        if config.NOPRUNE.get():
+            return []
+        with self.lock:
+            return self.blobs.prune(self.manifests.referenced(), grace_seconds=grace_seconds)
