@@ -1,0 +1,20 @@
+"""Test-wide fixtures: every test gets its own LOCALLLM_HOME and no stray settings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    home = tmp_path / "localllm-home"
+    monkeypatch.setenv("LOCALLLM_HOME", str(home))
+    for var in ("LOCALLLM_MODELS", "LOCALLLM_HOST", "LOCALLLM_API_KEY", "LOCALLLM_ORIGINS",
+                "LOCALLLM_NOPRUNE", "HF_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    # Nothing in the tests may reach the real Hub.
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    yield home
