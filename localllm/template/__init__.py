@@ -1,0 +1,1 @@
+"""Prompt rendering: GGUF Jinja chat templates (sandboxed) and the fallback format."""
