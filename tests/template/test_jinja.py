@@ -55,14 +55,18 @@ def test_tools_and_tool_calls_render_with_unescaped_json() -> None:
 
 def test_fallback_is_chatml() -> None:
     out = render_chat(None, [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}])
-    assert out == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n"
+    assert out == (
+        "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
 
 
 def test_raise_exception_and_helpers() -> None:
     with pytest.raises(TemplateError, match="roles must alternate"):
         render_jinja("{{ raise_exception('roles must alternate') }}", {})
     assert len(render_jinja("{{ strftime_now('%Y') }}", {})) == 4
-    assert render_jinja("{% for i in range(5) %}{% if i == 2 %}{% break %}{% endif %}{{ i }}{% endfor %}", {}) == "01"
+    loop = "{% for i in range(5) %}{% if i == 2 %}{% break %}{% endif %}{{ i }}{% endfor %}"
+    assert render_jinja(loop, {}) == "01"
 
 
 @pytest.mark.parametrize(
