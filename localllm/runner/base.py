@@ -1,0 +1,57 @@
+"""The ``Runner`` protocol: what the scheduler needs from one loaded model.
+
+``RunnerProcess`` satisfies it; a fake in-process runner can too, so the
+scheduler is unit-testable without spawning children.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, Protocol, runtime_checkable
+
+from localllm.engine.types import CompletionRequest, Done, LoadOptions, Piece
+
+
+@runtime_checkable
+class Runner(Protocol):
+    """One loaded model.  All methods raise ``RunnerCrashed`` once it has died."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def info(self) -> dict[str, Any]: ...
+
+    @property
+    def memory(self) -> dict[str, dict[str, int]]: ...
+
+    @property
+    def load_duration(self) -> int:
+        """Nanoseconds from spawn to loaded."""
+        ...
+
+    @property
+    def alive(self) -> bool: ...
+
+    def complete(self, req: CompletionRequest) -> AsyncIterator[Piece | Done]:
+        """Stream a generation; ``Failed`` arrives as a raised ``LocalLLMError``."""
+        ...
+
+    async def cancel(self, req_id: str) -> None: ...
+
+    async def embed(self, inputs: list[str], truncate: bool = True
+                    ) -> tuple[list[list[float]], int]: ...
+
+    async def tokenize(self, text: str, add_special: bool = True,
+                       parse_special: bool = True) -> list[int]: ...
+
+    async def detokenize(self, tokens: list[int]) -> str: ...
+
+    async def close(self) -> None: ...
+
+
+class StartRunner(Protocol):
+    """How the scheduler gets a runner, e.g. ``RunnerProcess.start``."""
+
+    def __call__(self, model_paths: list[str], opts: LoadOptions, *,
+                 load_timeout: float | None = None) -> Awaitable[Runner]: ...

@@ -1,0 +1,400 @@
+"""Daemon side of a runner: spawn ``python -m localllm.runner`` and talk to it (asyncio).
+
+One ``RunnerProcess`` is one child holding one loaded model.  A reader task
+routes the child's events to per-request queues (streams) or futures (calls).
+When the child dies for any reason other than ``close()`` (segfault, OOM kill,
+``kill -9``), every request in flight gets ``RunnerCrashed`` and ``alive``
+turns False; the scheduler then drops this runner and loads afresh.  The
+child's stderr (llama.cpp's log) is drained continuously into the
+``localllm.runner`` logger at DEBUG and its last lines are kept for errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import localllm
+from localllm import config
+from localllm.engine.types import CompletionRequest, Done, Failed, LoadOptions, Piece
+from localllm.errors import (
+    InvalidRequest,
+    LocalLLMError,
+    ModelLoadError,
+    NotFound,
+    RunnerCrashed,
+    ShuttingDown,
+)
+from localllm.runner import protocol as P
+
+log = logging.getLogger("localllm.runner")
+
+_TAIL_LINES = 40
+
+
+def describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "unknown signal"
+        return f"signal {-returncode}, {name}"
+    return f"exit status {returncode}"
+
+
+def error_for(failed: Failed) -> LocalLLMError:
+    """A ``failed`` event as the matching error class (routes read ``status``)."""
+    if failed.status == 400:
+        return InvalidRequest(failed.message)
+    if failed.status == 404:
+        return NotFound(failed.message)
+    return LocalLLMError(failed.message, status=failed.status)
+
+
+def _child_env(extra: dict[str, str] | None) -> dict[str, str]:
+    env = dict(os.environ)
+    # The child must import this very package, also from a source checkout.
+    root = str(Path(localllm.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+class RunnerProcess:
+    """A live runner child.  Build with ``await RunnerProcess.start(...)``."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, model_paths: list[str],
+                 opts: LoadOptions) -> None:
+        self._proc = proc
+        self.model_paths = list(model_paths)
+        self.options = opts
+        self.info: dict[str, Any] = {}
+        self.memory: dict[str, dict[str, int]] = {}
+        self.load_duration = 0  # ns, spawn to loaded, as the parent saw it
+        self._streams: dict[str, asyncio.Queue[Piece | Done | Failed | BaseException]] = {}
+        self._calls: dict[str, asyncio.Future[P.Message]] = {}
+        self._ids = itertools.count(1)
+        self._tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+        self._drain_lock = asyncio.Lock()
+        self._alive = True
+        self._closing = False
+        self._death: str | None = None
+        self._stderr_task = asyncio.ensure_future(self._read_stderr())
+        self._pump_task: asyncio.Future[None] | None = None
+
+    # -- start ---------------------------------------------------------------
+
+    @classmethod
+    async def start(cls, model_paths: list[str], opts: LoadOptions, *,
+                    load_timeout: float | None = None,
+                    env: dict[str, str] | None = None) -> RunnerProcess:
+        """Spawn a child, load the model, return once it answered ``loaded``.
+
+        Raises ``ModelLoadError`` (with the child's last log lines) when the load
+        fails, the child dies, or ``load_timeout`` (default LOCALLLM_LOAD_TIMEOUT)
+        passes; the child is gone by then.
+        """
+        timeout = config.LOAD_TIMEOUT.get() if load_timeout is None else load_timeout
+        t0 = time.monotonic_ns()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "localllm.runner",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=_child_env(env),
+            # Own session: a Ctrl-C meant for the daemon must not kill runners
+            # behind its back; the daemon ends them itself.
+            start_new_session=True)
+        runner = cls(proc, model_paths, opts)
+        name = Path(model_paths[0]).name if model_paths else "<no model>"
+        try:
+            await runner._send(P.load_msg(model_paths, opts))
+            msg = await asyncio.wait_for(runner._read(), timeout)
+        except asyncio.TimeoutError:
+            await runner._abandon(wait=0)
+            raise ModelLoadError(f"loading {name} timed out after {timeout:g}s"
+                                 f"{runner._tail_text()}") from None
+        except (P.ProtocolError, ConnectionError) as exc:
+            await runner._abandon(wait=1.0)
+            raise ModelLoadError(f"loading {name} failed: {exc}{runner._tail_text()}") from None
+        except BaseException:
+            await runner._abandon(wait=0)  # cancelled by the scheduler: leave nothing behind
+            raise
+        if msg is None or msg["type"] != "loaded":
+            # Let the child finish on its own first, so its exit status is its own.
+            await runner._abandon(wait=5.0)
+            if msg is not None and msg["type"] == "failed":
+                reason = P.parse_failed(msg).message
+            else:
+                reason = (f"model runner exited during load "
+                          f"({describe_exit(runner._proc.returncode)})")
+            raise ModelLoadError(f"failed to load {name}: {reason}{runner._tail_text()}")
+        runner.info = dict(msg["info"])
+        runner.memory = dict(msg["memory"])
+        runner.load_duration = time.monotonic_ns() - t0
+        runner._pump_task = asyncio.ensure_future(runner._pump())
+        log.info("runner %d loaded %s in %.2fs", runner.pid, name, runner.load_duration / 1e9)
+        return runner
+
+    # -- state ---------------------------------------------------------------
+
+    @property
+    def pid(self) -> int:
+        return int(self._proc.pid)
+
+    @property
+    def alive(self) -> bool:
+        return self._alive and self._proc.returncode is None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode
+
+    def stderr_tail(self) -> list[str]:
+        """The child's last log lines (llama.cpp's included)."""
+        return list(self._tail)
+
+    # -- requests ------------------------------------------------------------
+
+    async def complete(self, req: CompletionRequest) -> AsyncIterator[Piece | Done]:
+        """Stream one generation: pieces, then one ``Done``.
+
+        A ``failed`` event raises ``LocalLLMError`` with its status; the child
+        dying raises ``RunnerCrashed``.  Leaving the loop early cancels the request.
+        """
+        self._check_alive()
+        if req.id in self._streams:
+            raise InvalidRequest(f"request id {req.id!r} is already running")
+        q: asyncio.Queue[Piece | Done | Failed | BaseException] = asyncio.Queue()
+        self._streams[req.id] = q
+        finished = False
+        try:
+            await self._send(P.complete_msg(req))
+            while True:
+                event = await q.get()
+                if isinstance(event, BaseException):
+                    finished = True
+                    raise event
+                if isinstance(event, Failed):
+                    finished = True
+                    raise error_for(event)
+                if isinstance(event, Done):
+                    finished = True
+                    yield event
+                    return
+                yield event
+        finally:
+            self._streams.pop(req.id, None)
+            if not finished and self.alive:
+                with contextlib.suppress(ConnectionError):
+                    self._write_nowait({"type": "cancel", "id": req.id})
+
+    async def cancel(self, req_id: str) -> None:
+        """Ask the engine to stop ``req_id``; its stream ends with ``Done(reason="cancel")``."""
+        if self.alive:
+            await self._send({"type": "cancel", "id": req_id})
+
+    async def embed(self, inputs: list[str], truncate: bool = True
+                    ) -> tuple[list[list[float]], int]:
+        reply = await self._call({"type": "embed", "inputs": list(inputs),
+                                  "truncate": truncate})
+        return reply["vectors"], int(reply["n_tokens"])
+
+    async def tokenize(self, text: str, add_special: bool = True,
+                       parse_special: bool = True) -> list[int]:
+        reply = await self._call({"type": "tokenize", "text": text,
+                                  "add_special": add_special, "parse_special": parse_special})
+        return [int(t) for t in reply["tokens"]]
+
+    async def detokenize(self, tokens: list[int]) -> str:
+        reply = await self._call({"type": "detokenize", "tokens": [int(t) for t in tokens]})
+        return str(reply["text"])
+
+    async def ping(self) -> float:
+        """Round-trip seconds; the child answers between engine steps."""
+        t0 = time.monotonic()
+        await self._call({"type": "ping"})
+        return time.monotonic() - t0
+
+    # -- shutdown ------------------------------------------------------------
+
+    async def close(self, grace: float = 5.0) -> None:
+        """Ask the child to exit, then SIGTERM, then SIGKILL.  Idempotent."""
+        self._closing = True
+        if self._proc.returncode is None:
+            with contextlib.suppress(Exception):
+                self._write_nowait({"type": "shutdown"})
+                if self._proc.stdin is not None:
+                    self._proc.stdin.close()
+            for sig, wait in ((None, grace), (signal.SIGTERM, 2.0), (signal.SIGKILL, None)):
+                if sig is not None:
+                    with contextlib.suppress(ProcessLookupError):
+                        self._proc.send_signal(sig)
+                try:
+                    await asyncio.wait_for(self._proc.wait(), wait)
+                    break
+                except asyncio.TimeoutError:
+                    continue
+        if self._pump_task is not None:
+            await self._pump_task
+        else:
+            self._on_death()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._stderr_task), 2.0)
+
+    def kill(self) -> None:
+        """SIGKILL the child now (the reader task then fails what is in flight)."""
+        with contextlib.suppress(ProcessLookupError):
+            self._proc.kill()
+
+    # -- internals -----------------------------------------------------------
+
+    def _check_alive(self) -> None:
+        if not self.alive:
+            raise self._death_error()
+
+    def _death_error(self) -> LocalLLMError:
+        if self._closing:
+            return ShuttingDown("the model was unloaded while the request was running")
+        return RunnerCrashed(self._death or "model runner exited unexpectedly")
+
+    async def _call(self, msg: P.Message) -> P.Message:
+        self._check_alive()
+        req_id = f"{msg['type']}-{next(self._ids)}"
+        fut: asyncio.Future[P.Message] = asyncio.get_running_loop().create_future()
+        self._calls[req_id] = fut
+        try:
+            await self._send({**msg, "id": req_id})
+            return await fut
+        finally:
+            self._calls.pop(req_id, None)
+
+    def _write_nowait(self, msg: P.Message) -> None:
+        stdin = self._proc.stdin
+        if stdin is None or stdin.is_closing():
+            raise ConnectionResetError("runner stdin is closed")
+        stdin.write(P.encode(msg))
+
+    async def _send(self, msg: P.Message) -> None:
+        try:
+            self._write_nowait(msg)
+            async with self._drain_lock:
+                assert self._proc.stdin is not None
+                await self._proc.stdin.drain()
+        except ConnectionError:
+            if self._pump_task is None:
+                raise
+            await asyncio.shield(self._pump_task)  # learn how it died
+            raise self._death_error() from None
+
+    async def _read(self) -> P.Message | None:
+        assert self._proc.stdout is not None
+        return await P.read_frame_async(self._proc.stdout)
+
+    async def _pump(self) -> None:
+        try:
+            while (msg := await self._read()) is not None:
+                self._dispatch(msg)
+        except P.ProtocolError as exc:
+            log.error("runner %d sent a bad frame (%s); killing it", self.pid, exc)
+            self.kill()
+        except Exception:
+            log.exception("runner %d reader failed; killing it", self.pid)
+            self.kill()
+        self._alive = False
+        await self._proc.wait()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._stderr_task), 1.0)
+        self._on_death()
+
+    def _on_death(self) -> None:
+        self._alive = False
+        if self._death is None:
+            self._death = (f"model runner exited unexpectedly "
+                           f"({describe_exit(self._proc.returncode)}){self._tail_text()}")
+            if not self._closing:
+                log.error("runner %d: %s", self.pid, self._death)
+        for q in self._streams.values():
+            q.put_nowait(self._death_error())
+        for fut in self._calls.values():
+            if not fut.done():
+                fut.set_exception(self._death_error())
+
+    def _dispatch(self, msg: P.Message) -> None:
+        kind = msg["type"]
+        if kind in ("piece", "done", "failed"):
+            event: Piece | Done | Failed = (
+                P.parse_piece(msg) if kind == "piece"
+                else P.parse_done(msg) if kind == "done" else P.parse_failed(msg))
+            fut = self._calls.get(event.id)
+            if isinstance(event, Failed) and fut is not None:
+                if not fut.done():
+                    fut.set_exception(error_for(event))
+                return
+            q = self._streams.get(event.id)
+            if q is not None:  # else the consumer already left: drop it
+                q.put_nowait(event)
+        elif kind in ("embeddings", "tokens", "text", "pong"):
+            fut = self._calls.get(str(msg["id"]))
+            if fut is not None and not fut.done():
+                fut.set_result(msg)
+        else:
+            log.warning("runner %d sent an unexpected %s message", self.pid, kind)
+
+    async def _read_stderr(self) -> None:
+        stream = self._proc.stderr
+        assert stream is not None
+        pending = b""
+        while chunk := await stream.read(65536):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for raw in lines:
+                self._log_line(raw)
+        if pending:
+            self._log_line(pending)
+
+    def _log_line(self, raw: bytes) -> None:
+        line = raw.decode("utf-8", "replace").rstrip()
+        if line:
+            self._tail.append(line)
+            log.debug("runner %d: %s", self.pid, line)
+
+    def _tail_text(self, n: int = 6) -> str:
+        lines = list(self._tail)[-n:]
+        return "; last log lines:\n" + "\n".join(lines) if lines else ""
+
+    async def _abandon(self, wait: float) -> None:
+        """End a child that did not load (after ``wait`` seconds) and collect its last words."""
+        self._closing = True
+        self._alive = False
+        with contextlib.suppress(Exception):
+            if self._proc.stdin is not None:
+                self._proc.stdin.close()
+        if wait > 0:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._proc.wait(), wait)
+        if self._proc.returncode is None:
+            self.kill()
+            await self._proc.wait()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._stderr_task), 2.0)
+
+
+def _satisfies_protocol() -> None:
+    # mypy checks that RunnerProcess is a Runner and its start a StartRunner.
+    from localllm.runner.base import Runner, StartRunner
+
+    start: StartRunner = RunnerProcess.start
+    runner: type[Runner] = RunnerProcess
+    del start, runner

@@ -1,0 +1,240 @@
+"""The framed message protocol between the daemon and a runner child.
+
+Transport: the child's own stdin (daemon -> runner) and stdout (runner -> daemon).
+Pipes rather than a Unix socket pair because the kernel closes the daemon's end
+of the stdin pipe whenever the daemon dies, SIGKILL included, so the child reads
+EOF and exits on its own: no orphan runners, no socket path to create, secure
+or clean up, and asyncio's subprocess support gives us both ends for free.  The
+child moves fd 1 out of the way first (see ``worker``) so that native code which
+prints cannot corrupt the stream.
+
+Framing: a 4-byte big-endian unsigned length, then that many bytes of UTF-8 JSON
+holding one object with a ``"type"`` key.  A frame over ``MAX_FRAME`` bytes, a
+body that is not a JSON object, an unknown type or a missing field raises
+``ProtocolError``; the stream is then unusable and the peer is treated as broken.
+
+Messages (parent -> child): ``load``, ``complete``, ``cancel``, ``embed``,
+``tokenize``, ``detokenize``, ``ping``, ``shutdown``.  (child -> parent):
+``loaded``, ``piece``, ``done``, ``failed``, ``embeddings``, ``tokens``,
+``text``, ``pong``.  ``failed`` with an empty ``id`` is about the load itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+from typing import IO, Any
+
+from localllm.engine.types import (
+    CompletionRequest,
+    Done,
+    Failed,
+    LoadOptions,
+    Piece,
+    SamplingParams,
+    from_dict,
+    to_dict,
+)
+from localllm.errors import LocalLLMError
+
+_HEADER = struct.Struct(">I")
+HEADER_SIZE = _HEADER.size
+# Embedding batches are the biggest messages (JSON floats cost ~20 bytes each);
+# 128 MiB holds ~1500 vectors of 4096 dims, while a corrupted header (which
+# decodes to an arbitrary 32-bit length) still cannot make us allocate 4 GiB.
+MAX_FRAME = 128 * 1024 * 1024
+
+# type -> fields that must be present
+SCHEMA: dict[str, tuple[str, ...]] = {
+    "load": ("model_paths", "options"),
+    "complete": ("request",),
+    "cancel": ("id",),
+    "embed": ("id", "inputs", "truncate"),
+    "tokenize": ("id", "text", "add_special", "parse_special"),
+    "detokenize": ("id", "tokens"),
+    "ping": ("id",),
+    "shutdown": (),
+    "loaded": ("info", "memory", "load_ns"),
+    "piece": ("piece",),
+    "done": ("done",),
+    "failed": ("failed",),
+    "embeddings": ("id", "vectors", "n_tokens"),
+    "tokens": ("id", "tokens"),
+    "text": ("id", "text"),
+    "pong": ("id",),
+}
+
+Message = dict[str, Any]
+
+
+class ProtocolError(LocalLLMError):
+    """The byte stream between daemon and runner is malformed."""
+
+
+def encode(msg: Message, *, max_frame: int = MAX_FRAME) -> bytes:
+    """One frame: header + JSON body.  Refuses invalid or oversize messages."""
+    validate(msg)
+    body = json.dumps(msg, ensure_ascii=False, separators=(",", ":"),
+                      allow_nan=False).encode("utf-8")
+    if len(body) > max_frame:
+        raise ProtocolError(f"{msg['type']} message of {len(body)} bytes exceeds the "
+                            f"{max_frame}-byte frame limit")
+    return _HEADER.pack(len(body)) + body
+
+
+def frame_length(header: bytes, *, max_frame: int = MAX_FRAME) -> int:
+    """The body length a header announces, checked against the cap."""
+    if len(header) != HEADER_SIZE:
+        raise ProtocolError("truncated frame header")
+    (length,) = _HEADER.unpack(header)
+    if length > max_frame:
+        raise ProtocolError(f"frame of {length} bytes exceeds the {max_frame}-byte limit")
+    return int(length)
+
+
+def decode(body: bytes) -> Message:
+    """Parse and validate one frame body."""
+    try:
+        msg = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProtocolError(f"frame is not UTF-8 JSON: {exc}") from None
+    if not isinstance(msg, dict):
+        raise ProtocolError("frame is not a JSON object")
+    validate(msg)
+    return msg
+
+
+def validate(msg: Message) -> None:
+    kind = msg.get("type")
+    if not isinstance(kind, str) or kind not in SCHEMA:
+        raise ProtocolError(f"unknown message type {kind!r}")
+    missing = [name for name in SCHEMA[kind] if name not in msg]
+    if missing:
+        raise ProtocolError(f"{kind} message lacks {', '.join(missing)}")
+
+
+# -- blocking I/O (the child) -------------------------------------------------
+
+def _read_exact(stream: IO[bytes], n: int) -> bytes | None:
+    chunks: list[bytes] = []
+    got = 0
+    while got < n:
+        chunk = stream.read(n - got)
+        if not chunk:
+            if got == 0:
+                return None
+            raise ProtocolError(f"stream ended inside a frame ({got} of {n} bytes)")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(stream: IO[bytes], *, max_frame: int = MAX_FRAME) -> Message | None:
+    """Read one message; ``None`` on a clean EOF between frames."""
+    header = _read_exact(stream, HEADER_SIZE)
+    if header is None:
+        return None
+    length = frame_length(header, max_frame=max_frame)
+    body = _read_exact(stream, length) if length else b""
+    if body is None:
+        raise ProtocolError("stream ended after a frame header")
+    return decode(body)
+
+
+def write_frame(stream: IO[bytes], msg: Message) -> None:
+    stream.write(encode(msg))
+    stream.flush()
+
+
+# -- asyncio I/O (the daemon) -------------------------------------------------
+
+async def read_frame_async(reader: asyncio.StreamReader, *,
+                           max_frame: int = MAX_FRAME) -> Message | None:
+    """Read one message; ``None`` on a clean EOF between frames."""
+    try:
+        header = await reader.readexactly(HEADER_SIZE)
+    except asyncio.IncompleteReadError as exc:
+        if not exc.partial:
+            return None
+        raise ProtocolError("stream ended inside a frame header") from None
+    length = frame_length(header, max_frame=max_frame)
+    try:
+        body = await reader.readexactly(length)
+    except asyncio.IncompleteReadError:
+        raise ProtocolError(f"stream ended inside a frame of {length} bytes") from None
+    return decode(body)
+
+
+# -- message builders and parsers ----------------------------------------------
+
+def load_msg(model_paths: list[str], opts: LoadOptions) -> Message:
+    return {"type": "load", "model_paths": list(model_paths), "options": to_dict(opts)}
+
+
+def complete_msg(req: CompletionRequest) -> Message:
+    return {"type": "complete", "request": to_dict(req)}
+
+
+def piece_msg(piece: Piece) -> Message:
+    return {"type": "piece", "piece": to_dict(piece)}
+
+
+def done_msg(done: Done) -> Message:
+    return {"type": "done", "done": to_dict(done)}
+
+
+def failed_msg(failed: Failed) -> Message:
+    return {"type": "failed", "failed": to_dict(failed)}
+
+
+def event_msg(event: Piece | Done | Failed) -> Message:
+    if isinstance(event, Piece):
+        return piece_msg(event)
+    if isinstance(event, Done):
+        return done_msg(event)
+    return failed_msg(event)
+
+
+def parse_options(msg: Message) -> LoadOptions:
+    return _build(LoadOptions, msg["options"])
+
+
+def parse_request(msg: Message) -> CompletionRequest:
+    data = _object(msg["request"], "request")
+    req = _build(CompletionRequest, data)
+    req.sampling = _build(SamplingParams, data.get("sampling") or {})
+    if isinstance(req.prompt, list):
+        req.prompt = [int(t) for t in req.prompt]
+    elif not isinstance(req.prompt, str):
+        raise ProtocolError("request prompt must be text or a list of token ids")
+    return req
+
+
+def parse_piece(msg: Message) -> Piece:
+    piece = _build(Piece, msg["piece"])
+    if piece.top_logprobs is not None:
+        # JSON has no tuples; restore the (text, logprob) pairs the type promises.
+        piece.top_logprobs = [(str(t), float(p)) for t, p in piece.top_logprobs]
+    return piece
+
+
+def parse_done(msg: Message) -> Done:
+    return _build(Done, msg["done"])
+
+
+def parse_failed(msg: Message) -> Failed:
+    return _build(Failed, msg["failed"])
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{what} must be a JSON object")
+    return value
+
+
+def _build(cls: type[Any], value: Any) -> Any:
+    try:
+        return from_dict(cls, _object(value, cls.__name__))
+    except TypeError as exc:  # a required field is missing
+        raise ProtocolError(f"malformed {cls.__name__}: {exc}") from None

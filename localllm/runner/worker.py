@@ -1,0 +1,207 @@
+"""The runner child: owns one loaded model and serves the daemon over stdin/stdout.
+
+Lifecycle: read ``load``, build the engine, answer ``loaded`` (or ``failed`` with
+an empty id, then exit 1), then loop: while the engine has work, take whatever
+messages have arrived without blocking, run one ``engine.step()`` and forward its
+events; when idle, block on the next message.  Embeddings and tokenization run
+between steps.  The child exits on ``shutdown``, when stdin closes (the daemon
+died, even by SIGKILL), or when it can no longer write to stdout.
+
+The engine class is ``localllm.engine.engine:Engine`` unless
+``LOCALLLM_RUNNER_ENGINE=module:Class`` names another (tests use a fake one to
+provoke crashes and slow loads).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import queue
+import sys
+import threading
+import time
+import traceback
+from typing import IO, Any
+
+from localllm.engine.types import Done, Failed, Piece
+from localllm.errors import LocalLLMError
+from localllm.runner import protocol as P
+
+log = logging.getLogger("localllm.runner.worker")
+
+ENGINE_ENV = "LOCALLLM_RUNNER_ENGINE"
+DEFAULT_ENGINE = "localllm.engine.engine:Engine"
+# After stdin closes the main thread may be inside a long native call (a load or
+# a big prefill) and unable to look at its inbox; past this grace period the
+# reader thread ends the process itself so a dead daemon never leaves a runner.
+EXIT_GRACE_S = 2.0
+
+class ParentGone(Exception):
+    """stdout is closed: nobody is listening any more."""
+
+
+def engine_class() -> Any:
+    spec = os.environ.get(ENGINE_ENV) or DEFAULT_ENGINE
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise LocalLLMError(f"{ENGINE_ENV} must look like module:Class, not {spec!r}")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def claim_stdout() -> IO[bytes]:
+    """Keep fd 1 for frames only: protocol output gets a private dup, fd 1 becomes stderr.
+
+    llama.cpp and ggml print from C to fd 1 on some paths; pointing fd 1 at the
+    log means such output can never corrupt a frame.
+    """
+    sys.stdout.flush()
+    proto_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return os.fdopen(proto_fd, "wb")
+
+
+def read_stdin(stream: IO[bytes], inbox: queue.Queue[Any], grace: float = EXIT_GRACE_S) -> None:
+    """Reader thread: frames -> inbox; EOF -> ``None``, then a deadline for the whole process."""
+    try:
+        while True:
+            msg = P.read_frame(stream)
+            if msg is None:
+                break
+            inbox.put(msg)
+    except P.ProtocolError as exc:
+        inbox.put(exc)
+    except (OSError, ValueError) as exc:
+        log.warning("reading stdin failed: %s", exc)
+    inbox.put(None)
+    time.sleep(grace)
+    log.warning("stdin closed and the main loop did not stop within %.1fs; exiting", grace)
+    os._exit(0)
+
+
+class Worker:
+    """The message loop around one engine."""
+
+    def __init__(self, out: IO[bytes], inbox: queue.Queue[Any]) -> None:
+        self.out = out
+        self.inbox = inbox
+        self.active: set[str] = set()  # completion ids the engine still owes an end to
+
+    def send(self, msg: P.Message) -> None:
+        try:
+            P.write_frame(self.out, msg)
+        except (BrokenPipeError, ConnectionResetError, ValueError) as exc:
+            # ValueError: write to a closed file; either way the daemon is gone.
+            raise ParentGone(str(exc)) from None
+
+    def fail(self, req_id: str, exc: BaseException) -> None:
+        status = exc.status if isinstance(exc, LocalLLMError) else 500
+        message = str(exc) or type(exc).__name__
+        self.send(P.failed_msg(Failed(id=req_id, message=message, status=status)))
+
+    def run(self) -> int:
+        first = self.inbox.get()
+        if first is None:
+            return 0
+        if isinstance(first, P.ProtocolError) or first.get("type") != "load":
+            self.fail("", P.ProtocolError(f"expected a load message, got {first!r:.200}"))
+            return 2
+        paths = [str(p) for p in first["model_paths"]]
+        t0 = time.monotonic_ns()
+        try:
+            engine = engine_class()(paths, P.parse_options(first))
+        except Exception as exc:
+            traceback.print_exc()
+            self.fail("", exc)
+            return 1
+        try:
+            self.send({"type": "loaded", "info": engine.info(),
+                       "memory": engine.memory_report(),
+                       "load_ns": time.monotonic_ns() - t0})
+            return self.serve(engine)
+        finally:
+            engine.close()
+
+    def serve(self, engine: Any) -> int:
+        while True:
+            for msg in self._drain(block=not engine.has_work()):
+                if msg is None or msg.get("type") == "shutdown":
+                    return 0
+                self.handle(engine, msg)
+            if engine.has_work():
+                try:
+                    events: list[Piece | Done | Failed] = engine.step()
+                except Exception as exc:
+                    # The engine's state is unknown now: fail what is in flight and
+                    # exit, so the daemon loads the model afresh.
+                    traceback.print_exc()
+                    for req_id in sorted(self.active):
+                        self.fail(req_id, LocalLLMError(f"engine error: {exc}"))
+                    return 70
+                for event in events:
+                    if not isinstance(event, Piece):
+                        self.active.discard(event.id)
+                    self.send(P.event_msg(event))
+
+    def _drain(self, *, block: bool) -> list[Any]:
+        msgs: list[Any] = []
+        if block:
+            msgs.append(self.inbox.get())
+        while True:
+            try:
+                msgs.append(self.inbox.get_nowait())
+            except queue.Empty:
+                return msgs
+
+    def handle(self, engine: Any, msg: P.Message | P.ProtocolError) -> None:
+        if isinstance(msg, P.ProtocolError):
+            # The stream is out of sync; nothing after this can be trusted.
+            log.error("bad frame from the daemon: %s", msg)
+            raise ParentGone(str(msg))
+        kind = msg["type"]
+        req_id = str(msg.get("id", ""))
+        try:
+            if kind == "complete":
+                req = P.parse_request(msg)
+                req_id = req.id
+                engine.submit(req)
+                self.active.add(req.id)
+            elif kind == "cancel":
+                engine.cancel(req_id)
+            elif kind == "embed":
+                vectors, n_tokens = engine.embed([str(s) for s in msg["inputs"]],
+                                                 truncate=bool(msg["truncate"]))
+                self.send({"type": "embeddings", "id": req_id, "n_tokens": int(n_tokens),
+                           "vectors": [[float(x) for x in vec] for vec in vectors]})
+            elif kind == "tokenize":
+                tokens = engine.tokenize(msg["text"], add_special=bool(msg["add_special"]),
+                                         parse_special=bool(msg["parse_special"]))
+                self.send({"type": "tokens", "id": req_id, "tokens": [int(t) for t in tokens]})
+            elif kind == "detokenize":
+                text = engine.detokenize([int(t) for t in msg["tokens"]])
+                self.send({"type": "text", "id": req_id, "text": text})
+            elif kind == "ping":
+                self.send({"type": "pong", "id": req_id})
+            else:
+                raise P.ProtocolError(f"a runner does not accept {kind!r} messages")
+        except ParentGone:
+            raise
+        except Exception as exc:
+            # One bad request (too long, bad grammar, NaN embedding) fails alone.
+            log.warning("%s %s failed: %s", kind, req_id, exc)
+            self.fail(req_id, exc)
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"runner[{os.getpid()}] %(levelname)s %(name)s: %(message)s")
+    out = claim_stdout()
+    inbox: queue.Queue[Any] = queue.Queue()
+    threading.Thread(target=read_stdin, args=(sys.stdin.buffer, inbox),
+                     name="runner-stdin", daemon=True).start()
+    try:
+        return Worker(out, inbox).run()
+    except ParentGone as exc:
+        log.info("daemon went away (%s); exiting", exc)
+        return 0
