@@ -1,0 +1,142 @@
+"""The daemon's FastAPI app: ``create_app`` wires routers, services, errors and security.
+
+Route modules are listed in ``ROUTER_MODULES``; each exposes ``router`` (an
+``APIRouter``) and is imported when the app is built.  Inference routes
+(``/api/generate``, ``/api/chat``, ``/v1/*``) join by adding their module
+there, or by passing ``routers=`` to ``create_app``.
+
+Errors: any ``LocalLLMError`` becomes its ``status`` with Ollama's
+``{"error": "..."}`` body, or OpenAI's ``{"error": {"message", "type",
+"param", "code"}}`` under ``/v1/``.  Validation problems are 400, never
+FastAPI's 422 shape.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from localllm import __version__, config
+from localllm.errors import LocalLLMError
+from localllm.server.security import SecurityMiddleware, is_loopback_bind
+from localllm.services import ModelService
+from localllm.store.local import Store
+
+log = logging.getLogger(__name__)
+
+ROUTER_MODULES: list[str] = ["localllm.server.routes_models"]
+_OPENAI_PREFIX = "/v1/"
+
+
+def error_response(request: Request, status: int, message: str, kind: str = "api_error") -> JSONResponse:
+    """The error body clients of this path expect (Ollama's, or OpenAI's under /v1/)."""
+    if request.url.path.startswith(_OPENAI_PREFIX):
+        body: dict[str, Any] = {
+            "error": {"message": message, "type": kind, "param": None, "code": None}
+        }
+    else:
+        body = {"error": message}
+    return JSONResponse(body, status_code=status)
+
+
+async def _local_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, LocalLLMError)
+    if exc.status >= 500:
+        log.error("%s %s failed: %s", request.method, request.url.path, exc)
+    return error_response(request, exc.status, exc.message, exc.openai_type)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    if not errors:
+        return error_response(request, 400, "invalid request", "invalid_request_error")
+    first = errors[0]
+    loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path")]
+    if first.get("type") == "missing" and not loc:
+        message = "missing request body"
+    elif first.get("type") == "json_invalid":
+        message = "invalid JSON in request body"
+    elif loc:
+        message = f'invalid value for "{".".join(loc)}": {first.get("msg", "invalid")}'
+    else:
+        message = f"invalid request: {first.get('msg', 'invalid')}"
+    return error_response(request, 400, message, "invalid_request_error")
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    message = str(exc.detail) if exc.detail else "error"
+    if exc.status_code == 404:
+        message = f"404 page not found: {request.url.path}"
+    elif exc.status_code == 405:
+        message = f"method {request.method} not allowed for {request.url.path}"
+    kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+    return error_response(request, exc.status_code, message, kind)
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("%s %s crashed", request.method, request.url.path)
+    return error_response(request, 500, f"internal error: {exc}")
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    yield
+    # Run in reverse so later components (scheduler) stop before earlier ones.
+    for hook in reversed(app.state.on_shutdown):
+        try:
+            await hook()
+        except Exception:
+            log.exception("shutdown hook failed")
+
+
+def create_app(
+    store: Store | None = None,
+    *,
+    bind_host: str | None = None,
+    routers: Iterable[APIRouter] = (),
+) -> FastAPI:
+    """Build the daemon's ASGI app.
+
+    ``store`` defaults to the store under ``paths.models()``; ``bind_host``
+    (default: ``LOCALLLM_HOST``'s host) decides whether the Host-header guard
+    is on — it is whenever the daemon listens on loopback only.
+    """
+    app = FastAPI(
+        title="localllm", version=__version__, lifespan=_lifespan,
+        docs_url=None, redoc_url=None, openapi_url=None,
+    )
+    store = store if store is not None else Store()
+    app.state.store = store
+    app.state.models = ModelService(store)
+    # Components with background work (the scheduler) append async stop hooks here.
+    shutdown_hooks: list[Callable[[], Awaitable[None]]] = []
+    app.state.on_shutdown = shutdown_hooks
+
+    app.add_exception_handler(LocalLLMError, _local_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected_error)
+
+    for module_name in ROUTER_MODULES:
+        app.include_router(importlib.import_module(module_name).router)
+    for extra in routers:
+        app.include_router(extra)
+
+    host = bind_host if bind_host is not None else config.HOST.get()[0]
+    app.add_middleware(
+        SecurityMiddleware,
+        guard_host=is_loopback_bind(host),
+        origins=config.ORIGINS.get(),
+        api_key=config.API_KEY.get(),
+    )
+    return app

@@ -1,0 +1,113 @@
+"""Model-management routes: liveness, version, tags, show, pull, delete, copy and blobs.
+
+Routes stay thin: parse the body, call ``ModelService``, shape the answer.
+Blocking store work runs in worker threads (sync route functions, or a
+dedicated thread for pulls), so the event loop keeps serving other clients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from localllm import __version__
+from localllm.api.schemas import CopyRequest, DeleteRequest, PullRequest, ShowRequest
+from localllm.errors import BlobNotFound
+from localllm.server.deps import json_body, model_service
+from localllm.server.streaming import Emit, events_from_thread, ndjson_response
+from localllm.services import ModelService
+from localllm.store.names import parse_digest, parse_name
+
+router = APIRouter()
+Service = Annotated[ModelService, Depends(model_service)]
+
+
+@router.api_route("/", methods=["GET", "HEAD"], response_class=PlainTextResponse)
+def root() -> str:
+    return "localllm is running"
+
+
+@router.api_route("/api/version", methods=["GET", "HEAD"])
+def version() -> dict[str, str]:
+    return {"version": __version__}
+
+
+@router.api_route("/api/tags", methods=["GET", "HEAD"])
+def tags(svc: Service) -> dict[str, Any]:
+    return {"models": svc.list_models()}
+
+
+@router.post("/api/show")
+def show(req: Annotated[ShowRequest, Depends(json_body(ShowRequest))], svc: Service) -> Any:
+    return svc.show(req.model, verbose=req.verbose)
+
+
+@router.post("/api/pull", response_model=None)
+async def pull(
+    request: Request, req: Annotated[PullRequest, Depends(json_body(PullRequest))], svc: Service
+) -> Response:
+    # Validate before any thread starts so a bad name is a plain 400.
+    model = parse_name(req.model).display
+
+    def work(emit: Emit, cancel: Any) -> None:
+        svc.pull(model, emit, cancel=cancel)
+
+    events = events_from_thread(work, request=request)
+    if req.stream:
+        return await ndjson_response(events)
+    last: dict[str, Any] = {"status": "success"}
+    async for event in events:
+        last = event
+    return JSONResponse(last)
+
+
+@router.delete("/api/delete")
+def delete(req: Annotated[DeleteRequest, Depends(json_body(DeleteRequest))], svc: Service) -> Response:
+    svc.delete(req.model)
+    return Response(status_code=200)
+
+
+@router.post("/api/copy")
+def copy(req: Annotated[CopyRequest, Depends(json_body(CopyRequest))], svc: Service) -> Response:
+    svc.copy(req.source, req.destination)
+    return Response(status_code=200)
+
+
+# ``:path`` so that digests with slashes reach the validator (400), not the router (404).
+@router.head("/api/blobs/{digest:path}")
+def blob_exists(digest: str, svc: Service) -> Response:
+    want = parse_digest(digest)
+    if not svc.blob_exists(want):
+        raise BlobNotFound(f'blob "{want}" not found')
+    return Response(status_code=200)
+
+
+@router.post("/api/blobs/{digest:path}")
+async def blob_upload(digest: str, request: Request, svc: Service) -> Response:
+    want = parse_digest(digest)
+    if await anyio.to_thread.run_sync(svc.blob_exists, want):
+        return Response(status_code=200)
+    created = await anyio.to_thread.run_sync(svc.upload_blob, want, _body_chunks(request))
+    return Response(status_code=201 if created else 200)
+
+
+def _body_chunks(request: Request) -> Iterator[bytes]:
+    """The request body as a blocking iterator, for the writer thread.
+
+    Each chunk is fetched on the event loop, so the upload streams straight
+    to disk without ever being held in memory whole.
+    """
+    stream = request.stream()
+    while True:
+        try:
+            chunk = anyio.from_thread.run(stream.__anext__)
+        except StopAsyncIteration:
+            return
+        if chunk:
+            yield chunk

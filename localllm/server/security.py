@@ -1,0 +1,178 @@
+"""Who may talk to the daemon: Host-header guard, CORS allow-list and the optional API key.
+
+* DNS rebinding: a web page on ``evil.com`` whose name resolves to 127.0.0.1
+  can reach a loopback daemon from the victim's browser, but its requests
+  carry ``Host: evil.com``.  While bound to loopback, only loopback/private IP
+  hosts, ``localhost``, this machine's name and ``*.localhost``, ``*.local``,
+  ``*.internal`` pass; anything else gets 403.
+* CORS: browsers may call the API from ``LOCALLLM_ORIGINS`` plus local origins
+  (localhost, 127.0.0.1, 0.0.0.0 on any port) and desktop/editor app schemes.
+  A request from any other origin is refused with 403, so a foreign page
+  cannot even fire "simple" requests that skip the preflight.
+* ``LOCALLLM_API_KEY``: when set, everything but ``/`` and ``/health`` needs
+  ``Authorization: Bearer <key>``.
+
+One pure ASGI middleware does all three, so streaming responses pass untouched.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import re
+import socket
+from collections.abc import Iterable
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+DEFAULT_ORIGINS = (
+    "http://localhost", "https://localhost", "http://localhost:*", "https://localhost:*",
+    "http://127.0.0.1", "https://127.0.0.1", "http://127.0.0.1:*", "https://127.0.0.1:*",
+    "http://0.0.0.0", "https://0.0.0.0", "http://0.0.0.0:*", "https://0.0.0.0:*",
+    "app://*", "file://*", "tauri://*", "vscode-webview://*", "vscode-file://*",
+)
+ALLOWED_HEADERS = frozenset({
+    "authorization", "content-type", "user-agent", "accept", "x-requested-with",
+    "accept-language", "content-language", "cache-control",
+})
+# OpenAI's SDKs send a family of x-stainless-* headers (lang, os, arch, retry-count, ...).
+_ALLOWED_HEADER_PREFIX = "x-stainless-"
+ALLOWED_METHODS = "GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS"
+_LOCAL_SUFFIXES = (".localhost", ".local", ".internal")
+_OPEN_PATHS = frozenset({"/", "/health"})
+
+
+def origin_pattern(origins: Iterable[str]) -> re.Pattern[str]:
+    """One regex for an origin list where ``*`` matches any run of characters."""
+    parts = [re.escape(o.strip().rstrip("/")).replace(r"\*", ".*") for o in origins if o.strip()]
+    return re.compile("^(?:" + "|".join(parts) + ")$", re.IGNORECASE)
+
+
+def is_loopback_bind(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def split_host_header(value: str) -> str:
+    """The host part of a Host header: ``[::1]:80`` -> ``::1``, ``a.b:1`` -> ``a.b``."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[1:].partition("]")[0]
+    if value.count(":") == 1:
+        return value.partition(":")[0]
+    return value
+
+
+def host_allowed(header: str) -> bool:
+    host = split_host_header(header).rstrip(".")
+    if host in ("", "localhost"):
+        return True  # HTTP/1.0 clients may send no Host at all
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return addr.is_loopback or addr.is_private or addr.is_unspecified or addr.is_link_local
+    if host == socket.gethostname().lower():
+        return True
+    return host.endswith(_LOCAL_SUFFIXES)
+
+
+def headers_allowed(requested: str) -> bool:
+    for raw in requested.split(","):
+        name = raw.strip().lower()
+        if name and name not in ALLOWED_HEADERS and not name.startswith(_ALLOWED_HEADER_PREFIX):
+            return False
+    return True
+
+
+class SecurityMiddleware:
+    """Host guard, CORS and API key in front of the whole app."""
+
+    def __init__(
+        self, app: ASGIApp, *, guard_host: bool, origins: Iterable[str], api_key: str = ""
+    ) -> None:
+        self.app = app
+        self.guard_host = guard_host
+        self.origins = origin_pattern([*origins, *DEFAULT_ORIGINS])
+        self.api_key = api_key
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        if self.guard_host and not host_allowed(headers.get("host", "")):
+            await _error(send, 403, "forbidden: host not allowed")
+            return
+        origin = headers.get("origin")
+        method = scope["method"]
+        if origin is not None:
+            if not self.origins.match(origin):
+                await _error(send, 403, "forbidden: origin not allowed")
+                return
+            if method == "OPTIONS" and "access-control-request-method" in headers:
+                await self._preflight(send, origin, headers)
+                return
+        if self.api_key and scope["path"] not in _OPEN_PATHS and not self._authorized(headers):
+            await _error(send, 401, "unauthorized: missing or wrong API key", origin)
+            return
+        if origin is None:
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_cors(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                raw = list(message.get("headers", []))
+                raw.extend(_cors_headers(origin))
+                message = {**message, "headers": raw}
+            await send(message)
+
+        await self.app(scope, receive, send_with_cors)
+
+    def _authorized(self, headers: Headers) -> bool:
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            token.strip().encode(), self.api_key.encode()
+        )
+
+    async def _preflight(self, send: Send, origin: str, headers: Headers) -> None:
+        requested = headers.get("access-control-request-headers", "")
+        if not headers_allowed(requested):
+            await _error(send, 403, "forbidden: header not allowed", origin)
+            return
+        extra = [
+            (b"access-control-allow-methods", ALLOWED_METHODS.encode()),
+            (b"access-control-max-age", b"43200"),
+        ]
+        if requested:
+            extra.append((b"access-control-allow-headers", requested.encode("latin-1")))
+        await send({
+            "type": "http.response.start",
+            "status": 204,
+            "headers": [*_cors_headers(origin), *extra],
+        })
+        await send({"type": "http.response.body", "body": b""})
+
+
+def _cors_headers(origin: str) -> list[tuple[bytes, bytes]]:
+    return [
+        (b"access-control-allow-origin", origin.encode("latin-1")),
+        (b"vary", b"Origin"),
+    ]
+
+
+async def _error(send: Send, status: int, message: str, origin: str | None = None) -> None:
+    body = json.dumps({"error": message}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if origin is not None:
+        # Let an allowed page read why it was refused.
+        headers.extend(_cors_headers(origin))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,232 @@
+"""Model-management use cases: list, show, copy, delete, pull and blob upload.
+
+Routes (and anything else in the daemon) call these; they validate names and
+digests, talk to the ``Store`` and return plain JSON-ready values, raising
+``localllm.errors`` types.  Everything here is synchronous: routes run it in a
+worker thread, pulls in their own thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+from localllm.errors import LocalLLMError
+from localllm.store.local import Store
+from localllm.store.manifests import (
+    MEDIA_ADAPTER,
+    MEDIA_LICENSE,
+    MEDIA_MESSAGES,
+    MEDIA_PROJECTOR,
+    Entry,
+)
+from localllm.store.names import ModelName, parse_digest, parse_name
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[dict[str, Any]], None]
+
+
+def rfc3339(timestamp: float) -> str:
+    """Local time with offset, as Ollama writes ``modified_at``."""
+    return datetime.fromtimestamp(timestamp).astimezone().isoformat()
+
+
+def format_parameters(params: dict[str, Any]) -> str:
+    """The ``parameters`` text of ``/api/show``: one ``name value`` line per value."""
+    lines = []
+    for key, value in params.items():
+        for item in value if isinstance(value, list) else [value]:
+            lines.append(f"{key:<30} {_param_value(item)}")
+    return "\n".join(lines)
+
+
+def _param_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def _jsonable(value: Any) -> Any:
+    """GGUF metadata may hold numpy scalars or bytes; keep JSON output well-formed."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    item = getattr(value, "item", None)
+    if callable(item):
+        return _jsonable(item())
+    return str(value)
+
+
+def capabilities(*, template: str, embedding: bool, vision: bool) -> list[str]:
+    """What a model can do, judged from its template and layers (as Ollama does)."""
+    caps = ["embedding"] if embedding else ["completion"]
+    if not embedding:
+        # Go templates name the fields; GGUF Jinja templates name the variables.
+        if ".Tools" in template or "tools" in template:
+            caps.append("tools")
+        if ".Suffix" in template:
+            caps.append("insert")
+        if ".Thinking" in template or "<think>" in template or "enable_thinking" in template:
+            caps.append("thinking")
+    if vision:
+        caps.append("vision")
+    return caps
+
+
+class ModelService:
+    """Model-management operations over one ``Store``."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        # Hooks run before a model is deleted (the scheduler unloads it there).
+        self.before_delete: list[Callable[[ModelName], None]] = []
+
+    # -- reading -------------------------------------------------------------
+    def details(self, entry: Entry) -> dict[str, Any]:
+        cfg = self.store.config_json(entry)
+        families = cfg.get("model_families")
+        return {
+            "parent_model": "",
+            "format": str(cfg.get("model_format") or "gguf"),
+            "family": str(cfg.get("model_family") or ""),
+            "families": [str(f) for f in families] if isinstance(families, list) else None,
+            "parameter_size": str(cfg.get("model_type") or ""),
+            "quantization_level": str(cfg.get("file_type") or ""),
+        }
+
+    def list_models(self) -> list[dict[str, Any]]:
+        out = []
+        for entry in self.store.list():
+            display = entry.name.display
+            out.append({
+                "name": display,
+                "model": display,
+                "modified_at": rfc3339(entry.modified),
+                "size": entry.manifest.total_size,
+                "digest": entry.digest.removeprefix("sha256:"),
+                "details": self.details(entry),
+            })
+        return out
+
+    def show(self, model: str, *, verbose: bool = False) -> dict[str, Any]:
+        name = parse_name(model)
+        entry = self.store.get(name)
+        info = self._model_info(entry)
+        details = self.details(entry)
+        model_info: dict[str, Any] = {}
+        chat_template = ""
+        embedding = False
+        if info is not None:
+            model_info = {str(k): _jsonable(v) for k, v in info.kv.items()}
+            model_info.setdefault("general.architecture", info.architecture)
+            model_info.setdefault("general.parameter_count", info.parameter_count)
+            chat_template = info.chat_template or ""
+            embedding = info.pooling_type is not None
+            # Manifests written without a rich config still get useful details.
+            details["family"] = details["family"] or info.architecture
+            details["families"] = details["families"] or [info.architecture]
+            details["parameter_size"] = details["parameter_size"] or info.parameter_size
+            details["quantization_level"] = details["quantization_level"] or info.file_type
+        template = self.store.template(entry) or chat_template
+        system = self.store.system(entry) or ""
+        params = self.store.params(entry)
+        licenses = [
+            self.store.blobs.read_bytes(layer.digest).decode("utf-8", "replace")
+            for layer in entry.manifest.by_type(MEDIA_LICENSE)
+        ]
+        vision = entry.manifest.first(MEDIA_PROJECTOR) is not None
+        return {
+            "modelfile": self._modelfile(entry, template, system, params, licenses),
+            "parameters": format_parameters(params),
+            "template": template,
+            "system": system,
+            "license": "\n".join(licenses),
+            "details": details,
+            "model_info": model_info,
+            "capabilities": capabilities(template=template, embedding=embedding, vision=vision),
+            "modified_at": rfc3339(entry.modified),
+        }
+
+    def _model_info(self, entry: Entry) -> Any:
+        from localllm import gguf_info
+
+        reader = getattr(gguf_info, "read_model_info", None)
+        if reader is None:  # the GGUF reader has not landed yet
+            return None
+        return reader(self.store.model_path(entry))
+
+    def _modelfile(
+        self, entry: Entry, template: str, system: str, params: dict[str, Any],
+        licenses: list[str],
+    ) -> str:
+        display = entry.name.display
+        lines = [
+            '# Modelfile generated by "localllm show"',
+            "# To build a new Modelfile based on this, replace FROM with:",
+            f"# FROM {display}",
+            "",
+            f"FROM {self.store.model_path(entry)}",
+        ]
+        for layer in entry.manifest.by_type(MEDIA_ADAPTER):
+            lines.append(f"ADAPTER {self.store.blobs.path(layer.digest)}")
+        if template:
+            lines.append(f'TEMPLATE """{template}"""')
+        if system:
+            lines.append(f'SYSTEM """{system}"""')
+        for key, value in params.items():
+            for item in value if isinstance(value, list) else [value]:
+                lines.append(f"PARAMETER {key} {_param_value(item)}")
+        for text in licenses:
+            lines.append(f'LICENSE """{text}"""')
+        messages = self.store.read_json_layer(entry, MEDIA_MESSAGES)
+        if isinstance(messages, list):
+            for msg in messages:
+                if isinstance(msg, dict):
+                    lines.append(f"MESSAGE {msg.get('role', '')} {msg.get('content', '')}")
+        return "\n".join(lines) + "\n"
+
+    # -- changing ------------------------------------------------------------
+    def copy(self, source: str, destination: str) -> None:
+        src = parse_name(source)
+        dst = parse_name(destination)
+        self.store.copy(src, dst)
+
+    def delete(self, model: str) -> None:
+        name = parse_name(model)
+        self.store.get(name)  # 404 before any hook runs
+        for hook in self.before_delete:
+            hook(name)
+        self.store.delete(name)
+
+    def pull(
+        self, model: str, progress: Progress, *, cancel: threading.Event | None = None
+    ) -> None:
+        name = parse_name(model)
+        try:
+            from localllm.store.pull import pull_model
+        except ImportError:  # pragma: no cover - only before store/pull.py lands
+            raise LocalLLMError("pulling models is not available in this build") from None
+        pull_model(self.store, name, progress, cancel=cancel)
+
+    def blob_exists(self, digest: str) -> bool:
+        return self.store.blobs.exists(parse_digest(digest))
+
+    def upload_blob(self, digest: str, chunks: Iterable[bytes]) -> bool:
+        """Store an uploaded blob; False when it was already present (nothing read)."""
+        want = parse_digest(digest)
+        if self.store.blobs.exists(want):
+            return False
+        self.store.blobs.write_stream(chunks, expected=want)
+        return True
