@@ -185,9 +185,11 @@ def _read_value(r: _Reader, key: str, vtype: int, budget: list[int], h: _Header)
     if count > MAX_ARRAY:
         raise r.fail(f"array {key!r} has {count} elements, over the limit of {MAX_ARRAY}")
     h.array_lengths[key] = count
+    # The vocabulary, scores, types and merges are never kept, however short.
+    keep = not key.startswith("tokenizer.ggml.")
     if etype in _SCALARS:
         st = _SCALARS[etype]
-        if count > KEEP_NUMERIC_ARRAY:
+        if count > KEEP_NUMERIC_ARRAY or not keep:
             r.skip(count * st.size, f"array {key}")
             return None
         data = r.take(count * st.size, f"array {key}")
@@ -196,7 +198,7 @@ def _read_value(r: _Reader, key: str, vtype: int, budget: list[int], h: _Header)
         raise r.fail(f"array {key!r} has unsupported element type {etype}")
     if count * 8 > r.left:
         raise r.fail(f"file is truncated: array {key!r} declares {count} strings")
-    if count > KEEP_STRING_ARRAY:
+    if count > KEEP_STRING_ARRAY or not keep:
         h.array_offsets[key] = r.pos
         for _ in range(count):
             r.skip_string(f"element of {key}")
