@@ -177,7 +177,7 @@ def _finish(w: GGUFWriter, data: str, seed: int) -> list[Path]:
     paths = w.format_shard_names(w.path)
     rng = np.random.default_rng(seed)
     align = w.data_alignment
-    for fout, tensors in zip(w.fout, w.tensors):
+    for fout, tensors in zip(w.fout, w.tensors, strict=True):
         start = -(-fout.tell() // align) * align
         total = sum(-(-ti.nbytes // align) * align for ti in tensors.values())
         if data == "random":

@@ -145,8 +145,10 @@ class BlobStore:
     def _commit(self, tmp: Path, digest: str) -> None:
         final = self.path(digest)
         if final.exists():
-            # Same content already stored (content-addressed): keep the old file.
+            # Same content already stored (content-addressed): keep the old file
+            # and drop the new copy (a promoted ``-partial`` must not linger).
             os.utime(final)
+            tmp.unlink(missing_ok=True)
             return
         os.replace(tmp, final)
         fsync_dir(self.root)

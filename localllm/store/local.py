@@ -7,6 +7,7 @@ through it too.
 
 from __future__ import annotations
 
+import builtins
 import json
 import threading
 from pathlib import Path
@@ -53,6 +54,15 @@ class Store:
 
             raise InvalidRequest(f"{entry.name.display} has no model layer")
         return self.blobs.path(layer.digest)
+
+    def model_paths(self, entry: Entry) -> builtins.list[Path]:
+        """Paths of every GGUF model layer, in order (split GGUFs have one per shard)."""
+        layers = entry.manifest.by_type(MEDIA_MODEL)
+        if not layers:
+            from localllm.errors import InvalidRequest
+
+            raise InvalidRequest(f"{entry.name.display} has no model layer")
+        return [self.blobs.path(layer.digest) for layer in layers]
 
     def read_json_layer(self, entry: Entry, media_type: str) -> Any:
         layer = entry.manifest.first(media_type)
@@ -131,7 +141,7 @@ class Store:
         for digest in candidates - in_use:
             self.blobs.remove(digest)
 
-    def prune(self, grace_seconds: float = 3600.0) -> list[str]:
+    def prune(self, grace_seconds: float = 3600.0) -> builtins.list[str]:
         """Remove blobs no manifest references and older than the grace period.
 
         Run at daemon start (unless LOCALLLM_NOPRUNE); the grace period spares

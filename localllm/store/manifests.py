@@ -42,7 +42,9 @@ class Layer:
     name: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"mediaType": self.media_type, "digest": self.digest, "size": self.size}
+        out: dict[str, Any] = {
+            "mediaType": self.media_type, "digest": self.digest, "size": self.size,
+        }
         if self.name:
             out["name"] = self.name
         return out
