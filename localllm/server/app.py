@@ -36,7 +36,9 @@ ROUTER_MODULES: list[str] = ["localllm.server.routes_models"]
 _OPENAI_PREFIX = "/v1/"
 
 
-def error_response(request: Request, status: int, message: str, kind: str = "api_error") -> JSONResponse:
+def error_response(
+    request: Request, status: int, message: str, kind: str = "api_error"
+) -> JSONResponse:
     """The error body clients of this path expect (Ollama's, or OpenAI's under /v1/)."""
     if request.url.path.startswith(_OPENAI_PREFIX):
         body: dict[str, Any] = {

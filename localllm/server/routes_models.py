@@ -68,7 +68,9 @@ async def pull(
 
 
 @router.delete("/api/delete")
-def delete(req: Annotated[DeleteRequest, Depends(json_body(DeleteRequest))], svc: Service) -> Response:
+def delete(
+    req: Annotated[DeleteRequest, Depends(json_body(DeleteRequest))], svc: Service
+) -> Response:
     svc.delete(req.model)
     return Response(status_code=200)
 
