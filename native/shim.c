@@ -1,0 +1,469 @@
+/* localllm native shim: fills llama.cpp's by-value structs in C and hands
+ * Python opaque handles, so no Python code mirrors a C struct layout.
+ * Declarations and contracts are in shim.h (which is also the cffi cdef). */
+
+#include <ctype.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ggml-backend.h"
+#include "llama.h"
+#include "shim.h"
+
+#ifndef LL_BUILD_SOURCE
+#define LL_BUILD_SOURCE "unknown"
+#endif
+#ifndef LL_BUILD_LCP_VERSION
+#define LL_BUILD_LCP_VERSION ""
+#endif
+#ifndef LL_BUILD_HEADER_SHA256
+#define LL_BUILD_HEADER_SHA256 ""
+#endif
+
+struct ll_model {
+    struct llama_model *model;
+    const struct llama_vocab *vocab;
+};
+
+struct ll_context {
+    struct llama_context *ctx;
+    ll_model *m;
+    int32_t n_vocab;
+};
+
+struct ll_batch {
+    struct llama_batch b;
+    int cap;
+};
+
+struct ll_sampler {
+    struct llama_sampler *chain;
+    struct llama_sampler *penalties; /* owned by chain; NULL when off */
+};
+
+struct ll_lora {
+    struct llama_adapter_lora *adapter;
+};
+
+/* ---- build and system ---------------------------------------------------- */
+
+void ll_backend_init(void) { llama_backend_init(); }
+const char *ll_system_info(void) { return llama_print_system_info(); }
+const char *ll_llama_version(void) { return llama_version(); }
+const char *ll_build_source(void) { return LL_BUILD_SOURCE; }
+const char *ll_build_lcp_version(void) { return LL_BUILD_LCP_VERSION; }
+const char *ll_build_header_sha256(void) { return LL_BUILD_HEADER_SHA256; }
+int ll_supports_gpu_offload(void) { return llama_supports_gpu_offload(); }
+int ll_supports_mmap(void) { return llama_supports_mmap(); }
+
+/* ---- logging ------------------------------------------------------------- */
+
+/* A bounded buffer: llama.cpp logs from its own threads, so a mutex guards it,
+ * and when full the oldest half is dropped (recent lines matter most). */
+#define LL_LOG_CAP (256 * 1024)
+static char g_log[LL_LOG_CAP];
+static size_t g_log_len = 0;
+static int g_log_min = 2;
+static int g_log_echo = 0;
+static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_last_level = 2;
+
+static void ll_log_cb(enum ggml_log_level level, const char *text, void *ud) {
+    (void)ud;
+    /* GGML_LOG_LEVEL_CONT continues the previous line at its level. */
+    int lvl = level == GGML_LOG_LEVEL_CONT ? g_last_level : (int)level;
+    g_last_level = lvl;
+    if (lvl < g_log_min || text == NULL) return;
+    if (g_log_echo) fputs(text, stderr);
+    size_t n = strlen(text);
+    pthread_mutex_lock(&g_log_mu);
+    if (n >= LL_LOG_CAP / 2) n = LL_LOG_CAP / 2 - 1;
+    if (g_log_len + n >= LL_LOG_CAP) {
+        size_t drop = g_log_len / 2;
+        memmove(g_log, g_log + drop, g_log_len - drop);
+        g_log_len -= drop;
+    }
+    memcpy(g_log + g_log_len, text, n);
+    g_log_len += n;
+    pthread_mutex_unlock(&g_log_mu);
+}
+
+void ll_log_capture(int min_level, int echo) {
+    g_log_min = min_level;
+    g_log_echo = echo;
+    llama_log_set(ll_log_cb, NULL);
+}
+
+int ll_log_take(char *buf, int len) {
+    if (len <= 0) return 0;
+    pthread_mutex_lock(&g_log_mu);
+    size_t n = g_log_len < (size_t)(len - 1) ? g_log_len : (size_t)(len - 1);
+    memcpy(buf, g_log, n);
+    buf[n] = '\0';
+    memmove(g_log, g_log + n, g_log_len - n);
+    g_log_len -= n;
+    pthread_mutex_unlock(&g_log_mu);
+    return (int)n;
+}
+
+/* ---- devices ------------------------------------------------------------- */
+
+int ll_dev_count(void) { return (int)ggml_backend_dev_count(); }
+
+static void ll_copy(char *dst, int len, const char *src) {
+    if (dst == NULL || len <= 0) return;
+    snprintf(dst, (size_t)len, "%s", src ? src : "");
+}
+
+int ll_dev_info(int i, char *name, int name_len, char *desc, int desc_len, int *type,
+                size_t *mem_free, size_t *mem_total) {
+    if (i < 0 || (size_t)i >= ggml_backend_dev_count()) return -1;
+    ggml_backend_dev_t dev = ggml_backend_dev_get((size_t)i);
+    ll_copy(name, name_len, ggml_backend_dev_name(dev));
+    ll_copy(desc, desc_len, ggml_backend_dev_description(dev));
+    size_t f = 0, t = 0;
+    ggml_backend_dev_memory(dev, &f, &t);
+    if (type) *type = (int)ggml_backend_dev_type(dev);
+    if (mem_free) *mem_free = f;
+    if (mem_total) *mem_total = t;
+    return 0;
+}
+
+/* ---- model --------------------------------------------------------------- */
+
+ll_model *ll_model_load(const char **paths, int n_paths, int n_gpu_layers, int main_gpu,
+                        int use_mmap, int vocab_only) {
+    if (paths == NULL || n_paths <= 0) return NULL;
+    struct llama_model_params p = llama_model_default_params();
+    p.n_gpu_layers = n_gpu_layers;
+    p.main_gpu = main_gpu;
+    p.load_mode = (use_mmap && llama_supports_mmap()) ? LLAMA_LOAD_MODE_MMAP : LLAMA_LOAD_MODE_NONE;
+    p.vocab_only = vocab_only != 0;
+    struct llama_model *model = n_paths == 1
+        ? llama_model_load_from_file(paths[0], p)
+        : llama_model_load_from_splits(paths, (size_t)n_paths, p);
+    if (model == NULL) return NULL;
+    ll_model *m = calloc(1, sizeof *m);
+    if (m == NULL) { llama_model_free(model); return NULL; }
+    m->model = model;
+    m->vocab = llama_model_get_vocab(model);
+    return m;
+}
+
+void ll_model_free(ll_model *m) {
+    if (m == NULL) return;
+    llama_model_free(m->model);
+    free(m);
+}
+
+int ll_model_meta(const ll_model *m, const char *key, char *buf, int len) {
+    return llama_model_meta_val_str(m->model, key, buf, (size_t)len);
+}
+int ll_model_meta_count(const ll_model *m) { return llama_model_meta_count(m->model); }
+int ll_model_meta_key_at(const ll_model *m, int i, char *buf, int len) {
+    return llama_model_meta_key_by_index(m->model, i, buf, (size_t)len);
+}
+int ll_model_meta_val_at(const ll_model *m, int i, char *buf, int len) {
+    return llama_model_meta_val_str_by_index(m->model, i, buf, (size_t)len);
+}
+const char *ll_model_chat_template(const ll_model *m) {
+    return llama_model_chat_template(m->model, NULL);
+}
+int ll_model_desc(const ll_model *m, char *buf, int len) {
+    return llama_model_desc(m->model, buf, (size_t)len);
+}
+int ll_model_n_ctx_train(const ll_model *m) { return llama_model_n_ctx_train(m->model); }
+int ll_model_n_layer(const ll_model *m) { return llama_model_n_layer(m->model); }
+int ll_model_n_embd(const ll_model *m) { return llama_model_n_embd(m->model); }
+int ll_model_n_vocab(const ll_model *m) { return llama_vocab_n_tokens(m->vocab); }
+int ll_model_has_encoder(const ll_model *m) { return llama_model_has_encoder(m->model); }
+uint64_t ll_model_size(const ll_model *m) { return llama_model_size(m->model); }
+uint64_t ll_model_n_params(const ll_model *m) { return llama_model_n_params(m->model); }
+
+/* ---- vocab --------------------------------------------------------------- */
+
+int32_t ll_token_bos(const ll_model *m) { return llama_vocab_bos(m->vocab); }
+int32_t ll_token_eos(const ll_model *m) { return llama_vocab_eos(m->vocab); }
+int ll_token_is_eog(const ll_model *m, int32_t t) { return llama_vocab_is_eog(m->vocab, t); }
+int ll_vocab_add_bos(const ll_model *m) { return llama_vocab_get_add_bos(m->vocab); }
+
+int ll_tokenize(const ll_model *m, const char *text, int text_len, int32_t *tokens, int n_max,
+                int add_special, int parse_special) {
+    return llama_tokenize(m->vocab, text, text_len, tokens, n_max, add_special != 0,
+                          parse_special != 0);
+}
+
+int ll_token_to_piece(const ll_model *m, int32_t token, char *buf, int len, int special) {
+    return llama_token_to_piece(m->vocab, token, buf, len, 0, special != 0);
+}
+
+int ll_detokenize(const ll_model *m, const int32_t *tokens, int n, char *buf, int len,
+                  int remove_special, int unparse_special) {
+    return llama_detokenize(m->vocab, tokens, n, buf, len, remove_special != 0,
+                            unparse_special != 0);
+}
+
+/* ---- context ------------------------------------------------------------- */
+
+static enum ggml_type ll_kv_type(const char *s) {
+    if (s == NULL || strcmp(s, "f16") == 0) return GGML_TYPE_F16;
+    if (strcmp(s, "f32") == 0) return GGML_TYPE_F32;
+    if (strcmp(s, "bf16") == 0) return GGML_TYPE_BF16;
+    if (strcmp(s, "q8_0") == 0) return GGML_TYPE_Q8_0;
+    if (strcmp(s, "q4_0") == 0) return GGML_TYPE_Q4_0;
+    if (strcmp(s, "q4_1") == 0) return GGML_TYPE_Q4_1;
+    if (strcmp(s, "q5_0") == 0) return GGML_TYPE_Q5_0;
+    if (strcmp(s, "q5_1") == 0) return GGML_TYPE_Q5_1;
+    return GGML_TYPE_COUNT;
+}
+
+/* The model's own pooling type, or -1 when its GGUF does not name one. */
+static int ll_model_pooling(const ll_model *m) {
+    char arch[64], key[128], val[32];
+    if (llama_model_meta_val_str(m->model, "general.architecture", arch, sizeof arch) < 0) return -1;
+    snprintf(key, sizeof key, "%s.pooling_type", arch);
+    if (llama_model_meta_val_str(m->model, key, val, sizeof val) < 0) return -1;
+    return atoi(val);
+}
+
+ll_context *ll_context_new(ll_model *m, uint32_t n_ctx, uint32_t n_seq_max, uint32_t n_batch,
+                           uint32_t n_ubatch, int n_threads, int n_threads_batch, int flash_attn,
+                           const char *kv_type, int embeddings, int pooling) {
+    struct llama_context_params p = llama_context_default_params();
+    enum ggml_type kv = ll_kv_type(kv_type);
+    if (kv == GGML_TYPE_COUNT) return NULL;
+    p.n_ctx = n_ctx;
+    p.n_seq_max = n_seq_max ? n_seq_max : 1;
+    p.n_batch = n_batch;
+    p.n_ubatch = n_ubatch;
+    if (n_threads > 0) p.n_threads = n_threads;
+    if (n_threads_batch > 0) p.n_threads_batch = n_threads_batch;
+    p.flash_attn_type = (enum llama_flash_attn_type)flash_attn;
+    p.type_k = kv;
+    p.type_v = kv;
+    p.embeddings = embeddings != 0;
+    p.no_perf = true;
+    if (pooling == LL_POOLING_DEFAULT) {
+        /* A generative GGUF usually names no pooling; embedding it means mean pooling. */
+        if (embeddings && ll_model_pooling(m) < 0) p.pooling_type = LLAMA_POOLING_TYPE_MEAN;
+        else p.pooling_type = LLAMA_POOLING_TYPE_UNSPECIFIED;
+    } else {
+        p.pooling_type = (enum llama_pooling_type)pooling;
+    }
+    struct llama_context *ctx = llama_init_from_model(m->model, p);
+    if (ctx == NULL) return NULL;
+    ll_context *c = calloc(1, sizeof *c);
+    if (c == NULL) { llama_free(ctx); return NULL; }
+    c->ctx = ctx;
+    c->m = m;
+    c->n_vocab = llama_vocab_n_tokens(m->vocab);
+    return c;
+}
+
+void ll_context_free(ll_context *c) {
+    if (c == NULL) return;
+    llama_free(c->ctx);
+    free(c);
+}
+
+uint32_t ll_n_ctx(const ll_context *c) { return llama_n_ctx(c->ctx); }
+uint32_t ll_n_ctx_seq(const ll_context *c) { return llama_n_ctx_seq(c->ctx); }
+uint32_t ll_n_batch(const ll_context *c) { return llama_n_batch(c->ctx); }
+int ll_pooling_type(const ll_context *c) { return (int)llama_pooling_type(c->ctx); }
+void ll_set_embeddings(ll_context *c, int on) { llama_set_embeddings(c->ctx, on != 0); }
+int ll_decode(ll_context *c, ll_batch *b) { return llama_decode(c->ctx, b->b); }
+
+void ll_mem_clear(ll_context *c) { llama_memory_clear(llama_get_memory(c->ctx), true); }
+int ll_mem_seq_rm(ll_context *c, int32_t seq, int32_t p0, int32_t p1) {
+    return llama_memory_seq_rm(llama_get_memory(c->ctx), seq, p0, p1);
+}
+void ll_mem_seq_cp(ll_context *c, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
+    llama_memory_seq_cp(llama_get_memory(c->ctx), src, dst, p0, p1);
+}
+int32_t ll_mem_seq_pos_max(ll_context *c, int32_t seq) {
+    return llama_memory_seq_pos_max(llama_get_memory(c->ctx), seq);
+}
+
+float *ll_logits(ll_context *c, int32_t i) { return llama_get_logits_ith(c->ctx, i); }
+float *ll_embeddings_seq(ll_context *c, int32_t seq) { return llama_get_embeddings_seq(c->ctx, seq); }
+float *ll_embeddings_ith(ll_context *c, int32_t i) { return llama_get_embeddings_ith(c->ctx, i); }
+
+int ll_top_logprobs(ll_context *c, int32_t i, int32_t token, int n, int32_t *ids, float *lps,
+                    float *token_lp) {
+    const float *lg = llama_get_logits_ith(c->ctx, i);
+    if (lg == NULL) return -1;
+    const int32_t nv = c->n_vocab;
+    float mx = -INFINITY;
+    for (int32_t t = 0; t < nv; t++) if (lg[t] > mx) mx = lg[t];
+    double sum = 0.0;
+    for (int32_t t = 0; t < nv; t++) sum += exp((double)(lg[t] - mx));
+    const float lse = mx + (float)log(sum);
+    if (token_lp && token >= 0 && token < nv) *token_lp = lg[token] - lse;
+    if (n > nv) n = nv;
+    int k = 0; /* insertion into a short best-first list: n is small (<= 20) */
+    for (int32_t t = 0; t < nv && n > 0; t++) {
+        float v = lg[t];
+        if (k == n && v <= lps[k - 1]) continue;
+        int j = k < n ? k++ : n - 1;
+        while (j > 0 && lps[j - 1] < v) { lps[j] = lps[j - 1]; ids[j] = ids[j - 1]; j--; }
+        lps[j] = v;
+        ids[j] = t;
+    }
+    for (int j = 0; j < k; j++) lps[j] -= lse;
+    return k;
+}
+
+/* ---- batch --------------------------------------------------------------- */
+
+ll_batch *ll_batch_new(int n_tokens_max) {
+    if (n_tokens_max <= 0) return NULL;
+    ll_batch *b = calloc(1, sizeof *b);
+    if (b == NULL) return NULL;
+    b->b = llama_batch_init(n_tokens_max, 0, 1);
+    b->cap = n_tokens_max;
+    return b;
+}
+
+void ll_batch_free(ll_batch *b) {
+    if (b == NULL) return;
+    llama_batch_free(b->b);
+    free(b);
+}
+
+void ll_batch_clear(ll_batch *b) { b->b.n_tokens = 0; }
+int ll_batch_size(const ll_batch *b) { return b->b.n_tokens; }
+
+int ll_batch_add(ll_batch *b, int32_t token, int32_t pos, int32_t seq, int logits) {
+    int i = b->b.n_tokens;
+    if (i >= b->cap) return -1;
+    b->b.token[i] = token;
+    b->b.pos[i] = pos;
+    b->b.n_seq_id[i] = 1;
+    b->b.seq_id[i][0] = seq;
+    b->b.logits[i] = (int8_t)(logits != 0);
+    b->b.n_tokens = i + 1;
+    return i;
+}
+
+int ll_batch_add_seq(ll_batch *b, const int32_t *tokens, int n, int32_t pos0, int32_t seq,
+                     int logits_last) {
+    if (n <= 0 || b->b.n_tokens + n > b->cap) return -1;
+    int last = -1;
+    for (int k = 0; k < n; k++) {
+        last = ll_batch_add(b, tokens[k], pos0 + k, seq, logits_last && k == n - 1);
+    }
+    return last;
+}
+
+/* ---- sampler chain -------------------------------------------------------- */
+
+ll_sampler *ll_sampler_new(const ll_model *m, const ll_context *c, float temp, int top_k,
+                           float top_p, float min_p, float typical_p, int penalty_last_n,
+                           float penalty_repeat, float penalty_freq, float penalty_present,
+                           uint32_t seed, const char *grammar) {
+    ll_sampler *s = calloc(1, sizeof *s);
+    if (s == NULL) return NULL;
+    struct llama_sampler_chain_params cp = llama_sampler_chain_default_params();
+    cp.no_perf = true;
+    s->chain = llama_sampler_chain_init(cp);
+    if (grammar != NULL && grammar[0] != '\0') {
+        struct llama_sampler *g = llama_sampler_init_grammar(m->vocab, grammar, "root");
+        if (g == NULL) { ll_sampler_free(s); return NULL; }
+        llama_sampler_chain_add(s->chain, g);
+    }
+    int pen_on = penalty_last_n != 0 &&
+                 (penalty_repeat != 1.0f || penalty_freq != 0.0f || penalty_present != 0.0f);
+    if (pen_on) {
+        int last_n = penalty_last_n < 0 && c ? (int)llama_n_ctx_seq(c->ctx) : penalty_last_n;
+        s->penalties = llama_sampler_init_penalties(llama_vocab_n_tokens(m->vocab), last_n,
+                                                    penalty_repeat, penalty_freq, penalty_present);
+        llama_sampler_chain_add(s->chain, s->penalties);
+    }
+    if (temp <= 0.0f) {
+        llama_sampler_chain_add(s->chain, llama_sampler_init_greedy());
+        return s;
+    }
+    if (top_k > 0) llama_sampler_chain_add(s->chain, llama_sampler_init_top_k(top_k));
+    if (typical_p > 0.0f && typical_p < 1.0f)
+        llama_sampler_chain_add(s->chain, llama_sampler_init_typical(typical_p, 1));
+    if (top_p > 0.0f && top_p < 1.0f)
+        llama_sampler_chain_add(s->chain, llama_sampler_init_top_p(top_p, 1));
+    if (min_p > 0.0f) llama_sampler_chain_add(s->chain, llama_sampler_init_min_p(min_p, 1));
+    llama_sampler_chain_add(s->chain, llama_sampler_init_temp(temp));
+    llama_sampler_chain_add(s->chain, llama_sampler_init_dist(seed));
+    return s;
+}
+
+void ll_sampler_free(ll_sampler *s) {
+    if (s == NULL) return;
+    if (s->chain) llama_sampler_free(s->chain);
+    free(s);
+}
+
+void ll_sampler_accept_prompt(ll_sampler *s, const int32_t *tokens, int n) {
+    if (s->penalties == NULL) return;
+    for (int k = 0; k < n; k++) llama_sampler_accept(s->penalties, tokens[k]);
+}
+
+int32_t ll_sampler_sample(ll_sampler *s, ll_context *c, int32_t i) {
+    return llama_sampler_sample(s->chain, c->ctx, i);
+}
+
+/* ---- LoRA ------------------------------------------------------------------ */
+
+ll_lora *ll_lora_load(ll_model *m, const char *path) {
+    struct llama_adapter_lora *a = llama_adapter_lora_init(m->model, path);
+    if (a == NULL) return NULL;
+    ll_lora *l = calloc(1, sizeof *l);
+    if (l == NULL) { llama_adapter_lora_free(a); return NULL; }
+    l->adapter = a;
+    return l;
+}
+
+void ll_lora_free(ll_lora *a) {
+    if (a == NULL) return;
+    llama_adapter_lora_free(a->adapter);
+    free(a);
+}
+
+int ll_lora_apply(ll_context *c, ll_lora **adapters, float *scales, int n) {
+    struct llama_adapter_lora *raw[64];
+    if (n < 0 || n > 64) return -1;
+    for (int k = 0; k < n; k++) raw[k] = adapters[k]->adapter;
+    return llama_set_adapters_lora(c->ctx, n ? raw : NULL, (size_t)n, n ? scales : NULL);
+}
+
+/* ---- quantize -------------------------------------------------------------- */
+
+static const struct { const char *name; enum llama_ftype ftype; } LL_FTYPES[] = {
+    {"F32", LLAMA_FTYPE_ALL_F32},         {"F16", LLAMA_FTYPE_MOSTLY_F16},
+    {"BF16", LLAMA_FTYPE_MOSTLY_BF16},    {"Q8_0", LLAMA_FTYPE_MOSTLY_Q8_0},
+    {"Q4_0", LLAMA_FTYPE_MOSTLY_Q4_0},    {"Q4_1", LLAMA_FTYPE_MOSTLY_Q4_1},
+    {"Q5_0", LLAMA_FTYPE_MOSTLY_Q5_0},    {"Q5_1", LLAMA_FTYPE_MOSTLY_Q5_1},
+    {"Q2_K", LLAMA_FTYPE_MOSTLY_Q2_K},    {"Q2_K_S", LLAMA_FTYPE_MOSTLY_Q2_K_S},
+    {"Q3_K_S", LLAMA_FTYPE_MOSTLY_Q3_K_S}, {"Q3_K_M", LLAMA_FTYPE_MOSTLY_Q3_K_M},
+    {"Q3_K_L", LLAMA_FTYPE_MOSTLY_Q3_K_L}, {"Q4_K_S", LLAMA_FTYPE_MOSTLY_Q4_K_S},
+    {"Q4_K_M", LLAMA_FTYPE_MOSTLY_Q4_K_M}, {"Q5_K_S", LLAMA_FTYPE_MOSTLY_Q5_K_S},
+    {"Q5_K_M", LLAMA_FTYPE_MOSTLY_Q5_K_M}, {"Q6_K", LLAMA_FTYPE_MOSTLY_Q6_K},
+    {"IQ4_NL", LLAMA_FTYPE_MOSTLY_IQ4_NL}, {"IQ4_XS", LLAMA_FTYPE_MOSTLY_IQ4_XS},
+};
+
+int ll_ftype_from_name(const char *name) {
+    if (name == NULL) return -1;
+    for (size_t k = 0; k < sizeof LL_FTYPES / sizeof LL_FTYPES[0]; k++) {
+        const char *a = LL_FTYPES[k].name, *b = name;
+        while (*a && *b && toupper((unsigned char)*a) == toupper((unsigned char)*b)) { a++; b++; }
+        if (*a == '\0' && *b == '\0') return (int)LL_FTYPES[k].ftype;
+    }
+    return -1;
+}
+
+int ll_quantize(const char *in_path, const char *out_path, int ftype, int nthread) {
+    llama_model_quantize_params p = llama_model_quantize_default_params();
+    p.ftype = (enum llama_ftype)ftype;
+    p.nthread = nthread;
+    return (int)llama_model_quantize(in_path, out_path, &p);
+}

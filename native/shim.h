@@ -1,0 +1,149 @@
+/* localllm native shim: the narrow C API that Python sees over llama.h.
+ *
+ * Why a shim: llama.h passes llama_model_params, llama_context_params and
+ * llama_batch by value and changes their layouts between releases.  Here
+ * those structs are filled in C (compiled against the real header), and
+ * Python only ever sees opaque handles, scalars and pointers.
+ *
+ * This file is also the cffi cdef (native/build_ffi.py reads it), so it must
+ * stay plain declarations that cffi can parse: no #include, no macros other
+ * than integer #defines, no struct bodies.
+ */
+
+#define LL_FLASH_AUTO -1
+#define LL_FLASH_OFF 0
+#define LL_FLASH_ON 1
+
+#define LL_POOLING_DEFAULT -1
+#define LL_POOLING_NONE 0
+#define LL_POOLING_MEAN 1
+#define LL_POOLING_CLS 2
+#define LL_POOLING_LAST 3
+
+typedef struct ll_model ll_model;
+typedef struct ll_context ll_context;
+typedef struct ll_batch ll_batch;
+typedef struct ll_sampler ll_sampler;
+typedef struct ll_lora ll_lora;
+
+/* ---- build and system ---------------------------------------------------- */
+void ll_backend_init(void);
+const char *ll_system_info(void);
+const char *ll_llama_version(void);          /* the loaded libllama's own version */
+const char *ll_build_source(void);           /* where the headers/libs came from */
+const char *ll_build_lcp_version(void);      /* llama-cpp-python version compiled against */
+const char *ll_build_header_sha256(void);    /* sha256 of the llama.h compiled against */
+int ll_supports_gpu_offload(void);
+int ll_supports_mmap(void);
+
+/* ---- logging: llama.cpp's log lines go to a bounded buffer in C ---------- */
+/* min_level: ggml_log_level (1 debug, 2 info, 3 warn, 4 error); echo != 0 also
+ * writes them to stderr.  Installing is idempotent. */
+void ll_log_capture(int min_level, int echo);
+/* Copy up to len-1 bytes of captured text into buf (NUL-terminated), drop them
+ * from the buffer, return the number of bytes copied. */
+int ll_log_take(char *buf, int len);
+
+/* ---- ggml backend devices ------------------------------------------------ */
+int ll_dev_count(void);
+/* type is a ggml_backend_dev_type value (0 cpu, 1 gpu, 2 igpu, 3 accel). */
+int ll_dev_info(int i, char *name, int name_len, char *desc, int desc_len,
+                int *type, size_t *mem_free, size_t *mem_total);
+
+/* ---- model --------------------------------------------------------------- */
+/* paths: one file, or every split of a split GGUF in order.  NULL on failure
+ * (the reason is in the captured log). */
+ll_model *ll_model_load(const char **paths, int n_paths, int n_gpu_layers,
+                        int main_gpu, int use_mmap, int vocab_only);
+void ll_model_free(ll_model *m);
+/* Metadata value by key into buf; returns its length, -1 if absent. */
+int ll_model_meta(const ll_model *m, const char *key, char *buf, int len);
+int ll_model_meta_count(const ll_model *m);
+int ll_model_meta_key_at(const ll_model *m, int i, char *buf, int len);
+int ll_model_meta_val_at(const ll_model *m, int i, char *buf, int len);
+const char *ll_model_chat_template(const ll_model *m); /* NULL if none */
+int ll_model_desc(const ll_model *m, char *buf, int len);
+int ll_model_n_ctx_train(const ll_model *m);
+int ll_model_n_layer(const ll_model *m);
+int ll_model_n_embd(const ll_model *m);
+int ll_model_n_vocab(const ll_model *m);
+int ll_model_has_encoder(const ll_model *m);
+uint64_t ll_model_size(const ll_model *m);
+uint64_t ll_model_n_params(const ll_model *m);
+
+/* ---- vocab --------------------------------------------------------------- */
+int32_t ll_token_bos(const ll_model *m);
+int32_t ll_token_eos(const ll_model *m);
+int ll_token_is_eog(const ll_model *m, int32_t token);
+int ll_vocab_add_bos(const ll_model *m);
+/* Returns the number of tokens, or -(needed) when n_max is too small. */
+int ll_tokenize(const ll_model *m, const char *text, int text_len, int32_t *tokens,
+                int n_max, int add_special, int parse_special);
+/* Returns the piece's length in bytes, or -(needed) when len is too small. */
+int ll_token_to_piece(const ll_model *m, int32_t token, char *buf, int len, int special);
+int ll_detokenize(const ll_model *m, const int32_t *tokens, int n, char *buf, int len,
+                  int remove_special, int unparse_special);
+
+/* ---- context ------------------------------------------------------------- */
+/* kv_type: "f32", "f16", "q8_0", "q4_0" (NULL = f16).  pooling: LL_POOLING_*;
+ * LL_POOLING_DEFAULT takes the model's and, for embeddings, falls back to mean. */
+ll_context *ll_context_new(ll_model *m, uint32_t n_ctx, uint32_t n_seq_max,
+                           uint32_t n_batch, uint32_t n_ubatch, int n_threads,
+                           int n_threads_batch, int flash_attn, const char *kv_type,
+                           int embeddings, int pooling);
+void ll_context_free(ll_context *c);
+uint32_t ll_n_ctx(const ll_context *c);
+uint32_t ll_n_ctx_seq(const ll_context *c);
+uint32_t ll_n_batch(const ll_context *c);
+int ll_pooling_type(const ll_context *c);
+void ll_set_embeddings(ll_context *c, int on);
+/* llama_decode's result: 0 ok, 1 no KV slot, 2 aborted, <0 error. */
+int ll_decode(ll_context *c, ll_batch *b);
+void ll_mem_clear(ll_context *c);
+int ll_mem_seq_rm(ll_context *c, int32_t seq, int32_t p0, int32_t p1);
+void ll_mem_seq_cp(ll_context *c, int32_t src, int32_t dst, int32_t p0, int32_t p1);
+int32_t ll_mem_seq_pos_max(ll_context *c, int32_t seq);
+float *ll_logits(ll_context *c, int32_t i);
+float *ll_embeddings_seq(ll_context *c, int32_t seq);
+float *ll_embeddings_ith(ll_context *c, int32_t i);
+/* Log-softmax of output i's logits: the sampled token's logprob into *token_lp
+ * and the n most likely tokens into ids/lps (best first).  Returns n written. */
+int ll_top_logprobs(ll_context *c, int32_t i, int32_t token, int n, int32_t *ids,
+                    float *lps, float *token_lp);
+
+/* ---- batch --------------------------------------------------------------- */
+ll_batch *ll_batch_new(int n_tokens_max);
+void ll_batch_free(ll_batch *b);
+void ll_batch_clear(ll_batch *b);
+int ll_batch_size(const ll_batch *b);
+/* Add one token for one sequence; returns its index in the batch, -1 if full. */
+int ll_batch_add(ll_batch *b, int32_t token, int32_t pos, int32_t seq, int logits);
+/* Add n tokens at positions pos0.. for one sequence, logits only for the last
+ * when logits_last; returns the last token's index, -1 if they do not fit. */
+int ll_batch_add_seq(ll_batch *b, const int32_t *tokens, int n, int32_t pos0,
+                     int32_t seq, int logits_last);
+
+/* ---- sampler chain -------------------------------------------------------- */
+/* temp <= 0 means greedy.  penalty_last_n: 0 off, -1 whole context.  grammar:
+ * GBNF text with a "root" rule or NULL.  NULL return: the grammar did not parse. */
+ll_sampler *ll_sampler_new(const ll_model *m, const ll_context *c, float temp, int top_k,
+                           float top_p, float min_p, float typical_p, int penalty_last_n,
+                           float penalty_repeat, float penalty_freq, float penalty_present,
+                           uint32_t seed, const char *grammar);
+void ll_sampler_free(ll_sampler *s);
+/* Feed prompt tokens to the penalties only (a grammar constrains output, not input). */
+void ll_sampler_accept_prompt(ll_sampler *s, const int32_t *tokens, int n);
+/* Sample from output i and accept the token into the whole chain. */
+int32_t ll_sampler_sample(ll_sampler *s, ll_context *c, int32_t i);
+
+/* ---- LoRA adapters -------------------------------------------------------- */
+ll_lora *ll_lora_load(ll_model *m, const char *path);
+void ll_lora_free(ll_lora *a);
+/* Replace the context's adapters with these (n = 0 clears); 0 on success. */
+int ll_lora_apply(ll_context *c, ll_lora **adapters, float *scales, int n);
+
+/* ---- quantize ------------------------------------------------------------- */
+/* ftype by name ("Q4_K_M", "Q8_0", "F16", ...; case-insensitive), -1 if unknown. */
+int ll_ftype_from_name(const char *name);
+/* 0 on success. */
+int ll_quantize(const char *in_path, const char *out_path, int ftype, int nthread);

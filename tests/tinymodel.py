@@ -1,0 +1,186 @@
+"""A tiny llama-architecture GGUF, generated at test time, whose greedy output is known.
+
+Owned by the engine; used by engine, runner and server tests for exact-text checks.
+
+How it works: the vocabulary is SentencePiece-style (``tokenizer.ggml.model =
+"llama"``) with ``<unk>``, ``<s>`` (BOS), ``</s>`` (EOS), the 256 byte-fallback
+tokens ``<0x00>``..``<0xFF>`` and single-character tokens (``▁`` for space,
+a-z, A-Z, 0-9, ``.,!?'-:;``).  No multi-character tokens exist, so text
+tokenizes one character per token; characters outside the vocabulary (``é``,
+``€``) fall back to their UTF-8 bytes.  No space prefix is added.
+
+Token embeddings are one-hot and every block's ``attn_output`` and ``ffn_down``
+are zero, so the residual stream is the current token's one-hot vector and the
+output matrix alone decides the next token: a fixed successor of the last
+token, with logit ``SHARPNESS`` (10) against 0 for every other token.
+
+Successors (greedy, ``temperature=0``)::
+
+    <s> -> a,  a -> b -> ... -> y -> z -> </s>
+    ▁ (space) -> a,   . -> ▁
+    0 -> <0xC3> -> <0xA9> -> 1 -> 2 -> ... -> 9 -> <0xE2> -> <0x82> -> <0xAC> -> </s>
+         (so "é" and "€" arrive split over 2 and 3 tokens)
+    A..Z -> itself (loops forever: fills num_predict or the context)
+    anything else -> </s>
+
+So, with BOS added, ``GREEDY[prompt]`` is the exact generated text; see
+``GREEDY``.  The generation stops on EOS (``</s>``, an end-of-generation token).
+
+Variants (keyword arguments of ``make_tiny_model``):
+
+* ``attention=True``: random, non-zero attention weights (seeded).  Greedy text
+  is unchanged (the successor's margin is large), but logprobs now depend on
+  the whole context, so a test comparing logprobs catches KV-cache mix-ups
+  between sequences.
+* ``pooling="mean"``: writes ``llama.pooling_type`` for embedding use.  With
+  ``attention=False`` the pooled embedding of a text is the normalised sum of
+  one-hot vectors of its tokens (BOS included), so the cosine of two texts of
+  distinct characters is ``shared / sqrt(len1 * len2)`` counted in tokens.
+* ``n_ctx_train``: the context length written into the GGUF (default 2048).
+* ``chat_template``: a Jinja chat template string (default ``CHAT_TEMPLATE``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+
+BOS, EOS, UNK = 1, 2, 0
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+BYTE0 = 3  # token id of <0x00>
+CHARS = "▁" + LETTERS + LETTERS.upper() + "0123456789" + ".,!?'-:;"
+N_VOCAB = BYTE0 + 256 + len(CHARS)
+N_EMBD = 384  # >= N_VOCAB so embeddings can be one-hot
+N_HEAD = 6
+N_FF = 64
+N_LAYER = 1
+SHARPNESS = 10.0
+
+GREEDY: dict[str, str] = {
+    "": LETTERS,  # just BOS
+    "a": LETTERS[1:],
+    "x": "yz",
+    "hello": LETTERS[LETTERS.index("o") + 1 :],
+    "0": "é123456789€",
+    "5": "6789€",
+    ".": " " + LETTERS,
+    "!": "",  # immediately EOS
+}
+"""Prompt (BOS added) -> exact greedy completion (ends with EOS)."""
+
+LOOP_PROMPT = "A"
+"""A prompt whose continuation never ends: "AAAA..." until num_predict or the context is full."""
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}:{{ m['content'] }}.{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+
+def token_id(piece: str) -> int:
+    """Id of a single-character token ("a", " " for ▁) or a byte token ("<0xC3>")."""
+    if piece.startswith("<0x") and piece.endswith(">"):
+        return BYTE0 + int(piece[3:-1], 16)
+    return BYTE0 + 256 + CHARS.index("▁" if piece == " " else piece)
+
+
+def successors() -> dict[int, int]:
+    """The token -> next-token map the output matrix encodes."""
+    nxt = {t: EOS for t in range(N_VOCAB)}
+    nxt[BOS] = token_id("a")
+    for a, b in itertools.pairwise(LETTERS):
+        nxt[token_id(a)] = token_id(b)
+    nxt[token_id(" ")] = token_id("a")
+    nxt[token_id(".")] = token_id(" ")
+    digits_chain = ["0", "<0xC3>", "<0xA9>", *"123456789", "<0xE2>", "<0x82>", "<0xAC>"]
+    for a, b in itertools.pairwise(digits_chain):
+        nxt[token_id(a)] = token_id(b)
+    for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ":
+        nxt[token_id(c)] = token_id(c)
+    return nxt
+
+
+def _vocab() -> tuple[list[str], list[float], list[int]]:
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + list(CHARS)
+    # SentencePiece token types: 1 normal, 2 unknown, 3 control, 6 byte.
+    types = [2, 3, 3] + [6] * 256 + [1] * len(CHARS)
+    scores = [0.0] * len(tokens)
+    return tokens, scores, types
+
+
+def make_tiny_model(
+    dir: Path,
+    *,
+    attention: bool = False,
+    pooling: str | None = None,
+    n_ctx_train: int = 2048,
+    chat_template: str | None = CHAT_TEMPLATE,
+    name: str = "tiny.gguf",
+    seed: int = 0,
+) -> Path:
+    """Write the tiny model into ``dir`` and return its path (see the module docstring)."""
+    import gguf  # heavy import kept out of module import
+
+    dir.mkdir(parents=True, exist_ok=True)
+    path = dir / name
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name("tiny")
+    w.add_context_length(n_ctx_train)
+    w.add_embedding_length(N_EMBD)
+    w.add_block_count(N_LAYER)
+    w.add_feed_forward_length(N_FF)
+    w.add_head_count(N_HEAD)
+    w.add_head_count_kv(N_HEAD)
+    w.add_rope_dimension_count(N_EMBD // N_HEAD)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_file_type(0)  # all f32
+    if pooling is not None:
+        w.add_pooling_type({"none": 0, "mean": 1, "cls": 2, "last": 3}[pooling])
+    tokens, scores, types = _vocab()
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(BOS)
+    w.add_eos_token_id(EOS)
+    w.add_unk_token_id(UNK)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_add_space_prefix(False)
+    if chat_template:
+        w.add_chat_template(chat_template)
+
+    f32 = np.float32
+    emb = np.zeros((N_VOCAB, N_EMBD), dtype=f32)
+    emb[np.arange(N_VOCAB), np.arange(N_VOCAB)] = 1.0
+    out = np.zeros((N_VOCAB, N_EMBD), dtype=f32)
+    # After the final RMS norm a one-hot row has value sqrt(N_EMBD) in its slot.
+    for t, nxt in successors().items():
+        out[nxt, t] = SHARPNESS / np.sqrt(N_EMBD)
+    w.add_tensor("token_embd.weight", emb)
+    w.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=f32))
+    w.add_tensor("output.weight", out)
+    rng = np.random.default_rng(seed)
+    for i in range(N_LAYER):
+        def attn() -> np.ndarray:
+            if not attention:
+                return np.zeros((N_EMBD, N_EMBD), dtype=f32)
+            return rng.normal(0.0, 0.05, (N_EMBD, N_EMBD)).astype(f32)
+
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", np.ones(N_EMBD, dtype=f32))
+        w.add_tensor(p + "attn_q.weight", attn())
+        w.add_tensor(p + "attn_k.weight", attn())
+        w.add_tensor(p + "attn_v.weight", attn())
+        w.add_tensor(p + "attn_output.weight", attn())
+        w.add_tensor(p + "ffn_norm.weight", np.ones(N_EMBD, dtype=f32))
+        w.add_tensor(p + "ffn_gate.weight", np.zeros((N_FF, N_EMBD), dtype=f32))
+        w.add_tensor(p + "ffn_up.weight", np.zeros((N_FF, N_EMBD), dtype=f32))
+        w.add_tensor(p + "ffn_down.weight", np.zeros((N_EMBD, N_FF), dtype=f32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
