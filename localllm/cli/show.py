@@ -1,0 +1,81 @@
+"""``localllm show MODEL``: architecture, size, context, quantization, template, license.
+
+With one of ``--modelfile``, ``--template``, ``--parameters``, ``--license``
+or ``--system`` only that text is printed, ready to be piped.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+_ONLY = ("modelfile", "template", "parameters", "license", "system")
+_PREVIEW_LINES = 3
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("show", help="Show information for a model")
+    parser.add_argument("model")
+    only = parser.add_mutually_exclusive_group()
+    for field in _ONLY:
+        only.add_argument(f"--{field}", action="store_true", help=f"show the model's {field}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show all metadata")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from localllm.api.client import Client
+
+    with Client(autostart=True) as client:
+        info = client.show(args.model, verbose=args.verbose)
+    for field in _ONLY:
+        if getattr(args, field):
+            text = str(info.get(field) or "")
+            print(text if text.endswith("\n") or not text else text + "\n", end="")
+            return 0
+    print(render(info, verbose=args.verbose))
+    return 0
+
+
+def _section(title: str, rows: list[tuple[str, str]]) -> list[str]:
+    if not rows:
+        return []
+    width = max(len(k) for k, _ in rows) + 4
+    return [f"  {title}", *(f"    {k.ljust(width)}{v}".rstrip() for k, v in rows), ""]
+
+
+def _preview(text: str) -> list[tuple[str, str]]:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    rows = [(ln.strip(), "") for ln in lines[:_PREVIEW_LINES]]
+    if len(lines) > _PREVIEW_LINES:
+        rows.append(("...", ""))
+    return rows
+
+
+def render(info: dict[str, Any], *, verbose: bool = False) -> str:
+    details = info.get("details") or {}
+    model_info = info.get("model_info") or {}
+    arch = str(model_info.get("general.architecture") or details.get("family") or "")
+    model_rows = [
+        ("architecture", arch),
+        ("parameters", str(details.get("parameter_size") or "")),
+        ("context length", str(model_info.get(f"{arch}.context_length", ""))),
+        ("embedding length", str(model_info.get(f"{arch}.embedding_length", ""))),
+        ("quantization", str(details.get("quantization_level") or "")),
+    ]
+    out = _section("Model", [(k, v) for k, v in model_rows if v])
+    out += _section("Capabilities", [(c, "") for c in info.get("capabilities") or []])
+    params = [ln.split(None, 1) for ln in str(info.get("parameters") or "").splitlines()]
+    out += _section("Parameters", [(p[0], p[1] if len(p) > 1 else "") for p in params if p])
+    out += _section("System", _preview(str(info.get("system") or "")))
+    out += _section("Template", _preview(str(info.get("template") or "")))
+    out += _section("License", _preview(str(info.get("license") or "")))
+    if verbose and model_info:
+        rows = [(k, _short(v)) for k, v in sorted(model_info.items())]
+        out += _section("Metadata", rows)
+    return "\n".join(out).rstrip("\n")
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
