@@ -1,0 +1,171 @@
+"""Pull a model into the store: resolve, download every layer, describe it, commit the manifest.
+
+``pull_model`` is synchronous (the server runs it in a thread) and reports
+progress with the same dicts as Ollama's ``/api/pull`` stream:
+``pulling manifest`` → ``pulling <12 hex>`` (digest, total, completed) →
+``verifying sha256 digest`` → ``writing manifest`` → ``success``.  The
+manifest is written last, so a failed or cancelled pull leaves no model
+behind (completed blobs stay for the next try; partials stay for resume).
+
+Only ``hf.co/{user}/{repo}[:{quant}]`` names can be pulled: the Hub is listed
+with ``huggingface_hub`` (``store/hub.py``) and files are downloaded by our own
+verifying, resuming downloader (``store/download.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from localllm.errors import InvalidModelFile, InvalidRequest, PullError
+from localllm.gguf_info import ModelInfo, read_model_info, read_model_info_split
+from localllm.store import download, hub
+from localllm.store.local import Store
+from localllm.store.manifests import (
+    MEDIA_MODEL,
+    MEDIA_PARAMS,
+    MEDIA_SYSTEM,
+    MEDIA_TEMPLATE,
+    Entry,
+    Layer,
+    Manifest,
+)
+from localllm.store.names import ModelName, parse_digest
+
+ProgressFn = Callable[[dict[str, Any]], None]
+MAX_EXTRA_BYTES = 1 << 20  # template / system / params files from the repo
+
+
+def pull_model(store: Store, name: ModelName, progress: ProgressFn, *,
+               cancel: threading.Event | None = None) -> Entry:
+    """Pull ``name`` into ``store`` and return its entry; see the module docstring."""
+    if not name.is_hf:
+        raise InvalidRequest(
+            f"cannot pull '{name.display}': only Hugging Face models can be pulled, "
+            f"named hf.co/{{user}}/{{repo}}[:{{quant}}]")
+    progress({"status": "pulling manifest"})
+    repo_id = f"{name.namespace}/{name.model}"
+    choice = hub.choose(repo_id, hub.list_repo(repo_id), name.tag)
+    files = ", ".join(f.path for f in choice.files)
+    progress({"status": f"using {choice.label} ({choice.how}): {files}"})
+
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.utils import build_hf_headers
+
+    headers = build_hf_headers(token=hub.token() or False)
+    layers: list[Layer] = []
+    split = len(choice.files) > 1
+    for f in choice.files:
+        if not f.sha256:
+            raise PullError(f"{f.path} in hf.co/{repo_id} has no LFS sha256 to verify against")
+        digest = parse_digest("sha256:" + f.sha256)
+        _check_cancel(cancel)
+        status = f"pulling {digest[7:19]}"
+
+        def report(done: int, status: str = status, digest: str = digest,
+                   total: int = f.size) -> None:
+            progress({"status": status, "digest": digest, "total": total, "completed": done})
+
+        url = hf_hub_url(repo_id, f.path, revision=hub.REVISION, endpoint=hub.endpoint())
+        download.fetch(store.blobs, digest, f.size, url, headers, report, cancel)
+        layers.append(Layer(MEDIA_MODEL, digest, f.size, f.filename if split else None))
+
+    progress({"status": "verifying sha256 digest"})
+    info = _model_info(store, layers)
+    layers += _extra_layers(store, repo_id, choice, headers, info)
+    config = store.put_config({
+        "model_format": "gguf",
+        "model_family": info.architecture,
+        "model_families": [info.architecture],
+        "model_type": info.parameter_size,
+        "file_type": info.file_type,
+    })
+    _check_cancel(cancel)
+    progress({"status": "writing manifest"})
+    store.commit(name, Manifest(config, layers))
+    progress({"status": "success"})
+    return store.get(name)
+
+
+def _check_cancel(cancel: threading.Event | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise download.cancelled()
+
+
+def _model_info(store: Store, layers: list[Layer]) -> ModelInfo:
+    """Read the downloaded GGUF(s); a malformed file is dropped unless another model uses it."""
+    paths = [store.blobs.path(layer.digest) for layer in layers]
+    try:
+        return read_model_info(paths[0]) if len(paths) == 1 else read_model_info_split(paths)
+    except InvalidModelFile as exc:
+        with store.lock:
+            in_use = store.manifests.referenced()
+            for layer in layers:
+                if layer.digest not in in_use:
+                    store.blobs.remove(layer.digest)
+        raise InvalidModelFile(f"the pulled file is not a usable GGUF: {exc}") from None
+
+
+def _stop_tokens(info: ModelInfo) -> list[str]:
+    stops: list[str] = []
+    for tok in (info.eos_token, info.eot_token):
+        # Only special-looking tokens: a plain word as a stop string would cut replies.
+        if tok and tok not in stops and tok.startswith("<") and tok.endswith(">"):
+            stops.append(tok)
+    return stops
+
+
+def _extra_layers(store: Store, repo_id: str, choice: hub.Choice, headers: dict[str, str],
+                  info: ModelInfo) -> list[Layer]:
+    """Template / system / params layers: the repo's own files, else stop tokens from the GGUF.
+
+    The GGUF's ``tokenizer.chat_template`` stays inside the GGUF: a template
+    layer is only written when the repo ships a ``template`` file (Go syntax).
+    """
+    out: list[Layer] = []
+    params: dict[str, Any] | None = None
+    for fname, media in (("template", MEDIA_TEMPLATE), ("system", MEDIA_SYSTEM),
+                         ("params", MEDIA_PARAMS)):
+        f = choice.extras.get(fname)
+        if f is None or f.size > MAX_EXTRA_BYTES:
+            continue
+        data = _small_file(repo_id, fname, headers)
+        if data is None:
+            continue
+        if media == MEDIA_PARAMS:
+            try:
+                value = json.loads(data)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                params = value
+            continue
+        out.append(store.put_bytes(media, data))
+    if params is None:
+        stops = _stop_tokens(info)
+        params = {"stop": stops} if stops else None
+    if params:
+        out.append(store.put_json(MEDIA_PARAMS, params))
+    return out
+
+
+def _small_file(repo_id: str, fname: str, headers: dict[str, str]) -> bytes | None:
+    import httpx
+    from huggingface_hub import hf_hub_url
+
+    url = hf_hub_url(repo_id, fname, revision=hub.REVISION, endpoint=hub.endpoint())
+    try:
+        with httpx.Client(follow_redirects=True, timeout=download.TIMEOUT) as client, \
+                client.stream("GET", url, headers=headers) as r:
+            if r.status_code != 200:
+                return None
+            data = b""
+            for chunk in r.iter_bytes():
+                data += chunk
+                if len(data) > MAX_EXTRA_BYTES:
+                    return None
+            return data
+    except httpx.HTTPError:
+        return None  # optional extras never fail a pull
