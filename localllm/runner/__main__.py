@@ -4,4 +4,4 @@ from __future__ import annotations
 
 from localllm.runner.worker import main
 
-raise SystemExit(main())
+main()

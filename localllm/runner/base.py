@@ -6,7 +6,7 @@ scheduler is unit-testable without spawning children.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable
 from typing import Any, Protocol, runtime_checkable
 
 from localllm.engine.types import CompletionRequest, Done, LoadOptions, Piece
@@ -33,7 +33,7 @@ class Runner(Protocol):
     @property
     def alive(self) -> bool: ...
 
-    def complete(self, req: CompletionRequest) -> AsyncIterator[Piece | Done]:
+    def complete(self, req: CompletionRequest) -> AsyncGenerator[Piece | Done, None]:
         """Stream a generation; ``Failed`` arrives as a raised ``LocalLLMError``."""
         ...
 
@@ -48,6 +48,10 @@ class Runner(Protocol):
     async def detokenize(self, tokens: list[int]) -> str: ...
 
     async def close(self) -> None: ...
+
+    async def wait(self) -> int:
+        """Until the runner has died (or was closed); its exit status."""
+        ...
 
 
 class StartRunner(Protocol):

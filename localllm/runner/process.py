@@ -14,13 +14,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import itertools
 import logging
 import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,7 @@ class RunnerProcess:
         self.load_duration = 0  # ns, spawn to loaded, as the parent saw it
         self._streams: dict[str, asyncio.Queue[Piece | Done | Failed | BaseException]] = {}
         self._calls: dict[str, asyncio.Future[P.Message]] = {}
+        self._wire: dict[str, str] = {}  # request id -> wire id of its running stream
         self._ids = itertools.count(1)
         self._tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
         self._drain_lock = asyncio.Lock()
@@ -167,25 +169,30 @@ class RunnerProcess:
 
     # -- requests ------------------------------------------------------------
 
-    async def complete(self, req: CompletionRequest) -> AsyncIterator[Piece | Done]:
+    async def complete(self, req: CompletionRequest) -> AsyncGenerator[Piece | Done, None]:
         """Stream one generation: pieces, then one ``Done``.
 
         A ``failed`` event raises ``LocalLLMError`` with its status; the child
         dying raises ``RunnerCrashed``.  Leaving the loop early cancels the request.
         """
         self._check_alive()
-        if req.id in self._streams:
+        if req.id in self._wire:
             raise InvalidRequest(f"request id {req.id!r} is already running")
+        # A private wire id per stream: late events of an earlier request that
+        # reused this id (e.g. the Done of an abandoned stream) cannot leak in.
+        wire = f"{req.id}@{next(self._ids)}"
         q: asyncio.Queue[Piece | Done | Failed | BaseException] = asyncio.Queue()
-        self._streams[req.id] = q
+        self._streams[wire] = q
+        self._wire[req.id] = wire
         finished = False
         try:
-            await self._send(P.complete_msg(req))
+            await self._send(P.complete_msg(dataclasses.replace(req, id=wire)))
             while True:
                 event = await q.get()
                 if isinstance(event, BaseException):
                     finished = True
                     raise event
+                event.id = req.id
                 if isinstance(event, Failed):
                     finished = True
                     raise error_for(event)
@@ -195,15 +202,17 @@ class RunnerProcess:
                     return
                 yield event
         finally:
-            self._streams.pop(req.id, None)
+            self._streams.pop(wire, None)
+            self._wire.pop(req.id, None)
             if not finished and self.alive:
                 with contextlib.suppress(ConnectionError):
-                    self._write_nowait({"type": "cancel", "id": req.id})
+                    self._write_nowait({"type": "cancel", "id": wire})
 
     async def cancel(self, req_id: str) -> None:
         """Ask the engine to stop ``req_id``; its stream ends with ``Done(reason="cancel")``."""
-        if self.alive:
-            await self._send({"type": "cancel", "id": req_id})
+        wire = self._wire.get(req_id)
+        if wire is not None and self.alive:
+            await self._send({"type": "cancel", "id": wire})
 
     async def embed(self, inputs: list[str], truncate: bool = True
                     ) -> tuple[list[list[float]], int]:
@@ -252,6 +261,12 @@ class RunnerProcess:
             self._on_death()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._stderr_task), 2.0)
+
+    async def wait(self) -> int:
+        """Until the child has exited and every request in flight was failed; its exit status."""
+        if self._pump_task is not None:
+            await asyncio.shield(self._pump_task)
+        return await self._proc.wait()
 
     def kill(self) -> None:
         """SIGKILL the child now (the reader task then fails what is in flight)."""

@@ -14,6 +14,7 @@ provoke crashes and slow loads).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
@@ -22,7 +23,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 from localllm.engine.types import Done, Failed, Piece
 from localllm.errors import LocalLLMError
@@ -126,8 +127,12 @@ class Worker:
     def serve(self, engine: Any) -> int:
         while True:
             for msg in self._drain(block=not engine.has_work()):
-                if msg is None or msg.get("type") == "shutdown":
+                if msg is None or (isinstance(msg, dict) and msg["type"] == "shutdown"):
                     return 0
+                if isinstance(msg, P.ProtocolError):
+                    # The stream is out of sync; nothing after this can be trusted.
+                    log.error("bad frame from the daemon: %s", msg)
+                    return 2
                 self.handle(engine, msg)
             if engine.has_work():
                 try:
@@ -154,11 +159,7 @@ class Worker:
             except queue.Empty:
                 return msgs
 
-    def handle(self, engine: Any, msg: P.Message | P.ProtocolError) -> None:
-        if isinstance(msg, P.ProtocolError):
-            # The stream is out of sync; nothing after this can be trusted.
-            log.error("bad frame from the daemon: %s", msg)
-            raise ParentGone(str(msg))
+    def handle(self, engine: Any, msg: P.Message) -> None:
         kind = msg["type"]
         req_id = str(msg.get("id", ""))
         try:
@@ -193,7 +194,7 @@ class Worker:
             self.fail(req_id, exc)
 
 
-def main() -> int:
+def run() -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"runner[{os.getpid()}] %(levelname)s %(name)s: %(message)s")
     out = claim_stdout()
@@ -205,3 +206,19 @@ def main() -> int:
     except ParentGone as exc:
         log.info("daemon went away (%s); exiting", exc)
         return 0
+
+
+def main() -> NoReturn:
+    try:
+        code = run()
+    except BaseException:  # whatever it was: report it, then exit below
+        traceback.print_exc()
+        code = 1
+    # os._exit, not SystemExit: the stdin reader thread may sit in a blocking
+    # read, and interpreter finalization aborts on a daemon thread holding the
+    # stdin buffer lock.  Everything worth keeping is flushed first.
+    for stream in (sys.stderr, sys.__stdout__):
+        with contextlib.suppress(Exception):
+            if stream is not None:
+                stream.flush()
+    os._exit(code)

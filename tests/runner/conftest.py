@@ -1,0 +1,56 @@
+"""Helpers for runner tests: run coroutines with a deadline, spawn fake-engine runners."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from localllm.engine.types import CompletionRequest, Done, LoadOptions, Piece, SamplingParams
+from localllm.runner.process import RunnerProcess
+
+T = TypeVar("T")
+
+FAKE_ENV = {"LOCALLLM_RUNNER_ENGINE": "tests.runner.fake_engine:FakeEngine"}
+
+
+def arun(coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
+    """Run a coroutine on a fresh loop; a hang becomes a failure, not a stuck suite."""
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+async def start_fake(path: str = "/models/fake.gguf", *, n_parallel: int = 4,
+                     load_timeout: float = 30.0) -> RunnerProcess:
+    return await RunnerProcess.start([path], LoadOptions(n_ctx=128, n_parallel=n_parallel,
+                                                         n_threads=1),
+                                     load_timeout=load_timeout, env=FAKE_ENV)
+
+
+def greedy(req_id: str, prompt: str | list[int], num_predict: int) -> CompletionRequest:
+    return CompletionRequest(id=req_id, prompt=prompt, num_predict=num_predict,
+                             sampling=SamplingParams(temperature=0.0, seed=1))
+
+
+async def collect(runner: RunnerProcess, req: CompletionRequest) -> tuple[str, Done]:
+    text: list[str] = []
+    async for event in runner.complete(req):
+        if isinstance(event, Piece):
+            text.append(event.text)
+        else:
+            return "".join(text), event
+    raise AssertionError("stream ended without Done")
+
+
+def pid_alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie nobody has reaped yet."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

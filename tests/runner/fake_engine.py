@@ -1,0 +1,102 @@
+"""A pure-Python stand-in for ``localllm.engine.engine.Engine`` (runner tests only).
+
+It lets the process tests provoke what the real engine should never do on
+purpose: slow loads, crashes during load or mid-step, a step that raises.  The
+behaviour is chosen by words in the model path (``slowload``, ``crashload``,
+``failload``) and in the prompt (``boom`` raises in ``step``, ``segv`` kills
+the process).  Each step emits one piece ``"<n> "`` per active request after a
+short sleep, so streams last long enough to be killed in the middle.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+from localllm.engine.types import CompletionRequest, Done, Failed, LoadOptions, Piece
+from localllm.errors import InvalidRequest, ModelLoadError
+
+STEP_S = 0.02
+
+
+class FakeEngine:
+    def __init__(self, model_paths: list[str], opts: LoadOptions) -> None:
+        path = model_paths[0]
+        print(f"fake engine loading {path}", file=sys.stderr)
+        # Something that prints to fd 1 the way native code might: must not break frames.
+        os.write(1, b"native noise on fd 1\n")
+        if "slowload" in path:
+            time.sleep(60)
+        if "crashload" in path:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if "failload" in path:
+            raise ModelLoadError(f"{path}: not a GGUF file")
+        self.opts = opts
+        self.active: dict[str, tuple[CompletionRequest, int]] = {}
+        self.cancelled: set[str] = set()
+
+    def submit(self, req: CompletionRequest) -> None:
+        if req.prompt == "":
+            raise InvalidRequest("empty prompt")
+        if len(self.active) >= self.opts.n_parallel:
+            raise InvalidRequest("no free slot")
+        self.active[req.id] = (req, 0)
+
+    def cancel(self, req_id: str) -> None:
+        if req_id in self.active:
+            self.cancelled.add(req_id)
+
+    def has_work(self) -> bool:
+        return bool(self.active)
+
+    def step(self) -> list[Piece | Done | Failed]:
+        time.sleep(STEP_S)
+        events: list[Piece | Done | Failed] = []
+        for req_id, (req, n) in list(self.active.items()):
+            if req_id in self.cancelled:
+                self.cancelled.discard(req_id)
+                del self.active[req_id]
+                events.append(Done(id=req_id, reason="cancel", eval_count=n))
+                continue
+            if req.prompt == "boom" and n == 2:
+                raise RuntimeError("boom")
+            if req.prompt == "segv" and n == 2:
+                os.kill(os.getpid(), signal.SIGSEGV)
+            if req.prompt == "bad":
+                del self.active[req_id]
+                events.append(Failed(id=req_id, message="bad prompt", status=400))
+                continue
+            events.append(Piece(id=req_id, text=f"{n} ", token=n, logprob=-0.5,
+                                top_logprobs=[(f"{n} ", -0.5)]))
+            n += 1
+            if req.num_predict >= 0 and n >= req.num_predict:
+                del self.active[req_id]
+                events.append(Done(id=req_id, reason="length", prompt_tokens=3,
+                                   eval_count=n, eval_ns=n * 1000, prompt_eval_ns=5))
+            else:
+                self.active[req_id] = (req, n)
+        return events
+
+    def embed(self, inputs: list[str], *, truncate: bool = True
+              ) -> tuple[list[list[float]], int]:
+        if any(not s for s in inputs):
+            raise InvalidRequest("empty input")
+        return [[float(len(s)), 1.0] for s in inputs], sum(len(s) for s in inputs)
+
+    def tokenize(self, text: str, add_special: bool = True,
+                 parse_special: bool = True) -> list[int]:
+        return ([1] if add_special else []) + [ord(c) for c in text]
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return "".join(chr(t) for t in tokens if t != 1)
+
+    def info(self) -> dict[str, object]:
+        return {"engine": "fake", "n_ctx": self.opts.n_ctx}
+
+    def memory_report(self) -> dict[str, dict[str, int]]:
+        return {"CPU": {"weights": 10, "kv": 20, "compute": 30}}
+
+    def close(self) -> None:
+        print("fake engine closed", file=sys.stderr)

@@ -1,0 +1,185 @@
+"""RunnerProcess against a fake engine: streaming, calls, cancel, crashes, timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from localllm.engine.types import Done, Piece
+from localllm.errors import InvalidRequest, LocalLLMError, ModelLoadError, RunnerCrashed
+from tests.runner.conftest import arun, collect, greedy, pid_alive, start_fake
+
+
+def test_stream_calls_and_close() -> None:
+    async def go() -> None:
+        runner = await start_fake()
+        try:
+            assert runner.alive and runner.pid > 0
+            assert runner.info == {"engine": "fake", "n_ctx": 128}
+            assert runner.memory["CPU"]["kv"] == 20
+            assert runner.load_duration > 0
+            pieces: list[Piece] = []
+            done: Done | None = None
+            async for ev in runner.complete(greedy("a", "hi", 4)):
+                if isinstance(ev, Piece):
+                    pieces.append(ev)
+                else:
+                    done = ev
+            assert "".join(p.text for p in pieces) == "0 1 2 3 "
+            assert pieces[0].top_logprobs == [("0 ", -0.5)]
+            assert done is not None and done.reason == "length" and done.eval_count == 4
+            assert await runner.embed(["ab", "cde"]) == ([[2.0, 1.0], [3.0, 1.0]], 5)
+            assert await runner.tokenize("hi") == [1, 104, 105]
+            assert await runner.tokenize("hi", add_special=False) == [104, 105]
+            assert await runner.detokenize([1, 104, 105]) == "hi"
+            assert await runner.ping() < 5
+            # The fake printed to fd 1 while loading: the stream survived, the text is logged.
+            assert any("native noise" in line for line in runner.stderr_tail())
+        finally:
+            await runner.close()
+        assert not runner.alive and runner.returncode == 0
+        assert any("fake engine closed" in line for line in runner.stderr_tail())
+        await runner.close()  # idempotent
+
+    arun(go())
+
+
+def test_concurrent_requests_and_errors() -> None:
+    async def go() -> None:
+        runner = await start_fake(n_parallel=3)
+        try:
+            results = await asyncio.gather(*(collect(runner, greedy(f"r{i}", "x", 3 + i))
+                                             for i in range(3)))
+            assert [text for text, _ in results] == ["0 1 2 ", "0 1 2 3 ", "0 1 2 3 4 "]
+            with pytest.raises(InvalidRequest, match="bad prompt"):
+                await collect(runner, greedy("b", "bad", 3))
+            with pytest.raises(InvalidRequest, match="empty prompt"):  # submit raised
+                await collect(runner, greedy("e", "", 3))
+            with pytest.raises(InvalidRequest, match="empty input"):
+                await runner.embed(["", "x"])
+            # Errors failed only their own request: the runner still serves.
+            assert (await collect(runner, greedy("ok", "x", 2)))[0] == "0 1 "
+        finally:
+            await runner.close()
+
+    arun(go())
+
+
+def test_cancel_and_early_exit() -> None:
+    async def go() -> None:
+        runner = await start_fake()
+        try:
+            stream = runner.complete(greedy("c", "x", -1))
+            seen = 0
+            async for ev in stream:
+                if isinstance(ev, Piece):
+                    seen += 1
+                    if seen == 3:
+                        await runner.cancel("c")
+                else:
+                    assert ev.reason == "cancel" and ev.eval_count >= 3
+            # Breaking out of a stream cancels it in the engine.
+            gen = runner.complete(greedy("d", "x", -1))
+            async for _ in gen:
+                break
+            await gen.aclose()
+            # The id can be used again at once: the old stream's late Done(cancel)
+            # does not leak into the new one.
+            assert (await collect(runner, greedy("d", "x", 2)))[0] == "0 1 "
+        finally:
+            await runner.close()
+
+    arun(go())
+
+
+def test_duplicate_request_id_refused() -> None:
+    async def go() -> None:
+        runner = await start_fake()
+        try:
+            gen = runner.complete(greedy("same", "x", -1))
+            await gen.__anext__()
+            with pytest.raises(InvalidRequest, match="already running"):
+                await collect(runner, greedy("same", "x", 2))
+            await gen.aclose()
+        finally:
+            await runner.close()
+
+    arun(go())
+
+
+def test_kill_9_mid_stream_then_fresh_runner() -> None:
+    async def go() -> None:
+        runner = await start_fake()
+        other = asyncio.ensure_future(collect(runner, greedy("other", "x", -1)))
+        n = 0
+        with pytest.raises(RunnerCrashed, match=r"signal 9, SIGKILL"):
+            async for _ in runner.complete(greedy("k", "x", -1)):
+                n += 1
+                if n == 2:
+                    os.kill(runner.pid, signal.SIGKILL)
+        with pytest.raises(RunnerCrashed):
+            await other  # every request in flight gets it
+        assert not runner.alive
+        with pytest.raises(RunnerCrashed):
+            await runner.tokenize("x")
+        await runner.close()
+        fresh = await start_fake()
+        try:
+            assert (await collect(fresh, greedy("k", "x", 2)))[0] == "0 1 "
+        finally:
+            await fresh.close()
+
+    arun(go())
+
+
+def test_segfault_and_engine_exception_fail_in_flight() -> None:
+    async def go() -> None:
+        runner = await start_fake()
+        with pytest.raises(RunnerCrashed, match="SIGSEGV"):
+            await collect(runner, greedy("s", "segv", -1))
+        runner = await start_fake()
+        with pytest.raises(LocalLLMError, match="engine error: boom"):
+            await collect(runner, greedy("b", "boom", -1))
+        assert await runner.wait() == 70 and not runner.alive
+        await runner.close()
+
+    arun(go())
+
+
+def test_load_failures() -> None:
+    async def go() -> None:
+        with pytest.raises(ModelLoadError, match=r"failed to load x-failload\.gguf: .*not a GGUF"):
+            await start_fake("/m/x-failload.gguf")
+        with pytest.raises(ModelLoadError, match=r"exited during load \(signal 11, SIGSEGV\)"):
+            await start_fake("/m/crashload.gguf")
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        with pytest.raises(ModelLoadError, match=r"timed out after 1\.5s") as info:
+            await start_fake("/m/slowload.gguf", load_timeout=1.5)
+        assert loop.time() - t0 < 10
+        assert "fake engine loading" in str(info.value)  # the log tail explains it
+
+    arun(go())
+
+
+def test_cancelled_load_leaves_no_child(tmp_path: object) -> None:
+    async def go() -> None:
+        task = asyncio.ensure_future(start_fake("/m/slowload.gguf"))
+        await asyncio.sleep(1.0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    before = set(os.listdir("/proc"))
+    arun(go())
+    # No runner of ours survives (children of this process that are runners).
+    for pid in set(os.listdir("/proc")) - before:
+        if pid.isdigit():
+            try:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+            except OSError:
+                continue
+            assert b"localllm.runner" not in cmd or not pid_alive(int(pid))
