@@ -1,0 +1,269 @@
+"""Ollama ``options`` and ``keep_alive``: merge the layers, validate, split into engine types.
+
+Ollama merges options as defaults <- the model's ``params`` layer (Modelfile
+PARAMETERs) <- the request's ``options``.  Types are checked the way Ollama's
+``api.Options.FromMap`` does (a JSON number for integers and floats, a bool for
+booleans, an array of strings for ``stop``) with Ollama's error text; unknown
+and removed keys are logged and ignored.  On top of Ollama we refuse values
+that can only hurt (negative context, NaN temperature, ...) with a 400 instead
+of letting them reach libllama.
+
+The result is split into the engine's :class:`SamplingParams`, the per-request
+fields of :class:`CompletionRequest` and :class:`LoadFields`, the load-time
+options the scheduler compares to decide on a reload.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from localllm.config import parse_duration
+from localllm.engine.types import LoadOptions, SamplingParams
+from localllm.errors import InvalidRequest
+
+log = logging.getLogger(__name__)
+
+MAX_NUM_CTX = 10_000_000
+MAX_NUM_BATCH = 1_000_000
+
+# Ollama's option names and their wire types (api.Options, current main).
+OPTION_TYPES: dict[str, str] = {
+    "num_ctx": "integer",
+    "num_batch": "integer",
+    "num_gpu": "integer",
+    "main_gpu": "integer",
+    "use_mmap": "boolean",
+    "num_thread": "integer",
+    "draft_num_predict": "integer",
+    "num_keep": "integer",
+    "seed": "integer",
+    "num_predict": "integer",
+    "top_k": "integer",
+    "top_p": "float32",
+    "min_p": "float32",
+    "typical_p": "float32",
+    "repeat_last_n": "integer",
+    "temperature": "float32",
+    "repeat_penalty": "float32",
+    "presence_penalty": "float32",
+    "frequency_penalty": "float32",
+    "stop": "array",
+}
+
+# Options Ollama removed (2025-05); requests still send them, so they are ignored quietly-ish.
+REMOVED_OPTIONS = frozenset({
+    "mirostat", "mirostat_tau", "mirostat_eta", "tfs_z", "penalize_newline", "numa",
+    "low_vram", "f16_kv", "logits_all", "vocab_only", "use_mlock",
+})
+
+# Ollama's defaults; load-time ones left as None mean "automatic" (decided by the planner).
+OLLAMA_DEFAULTS: dict[str, Any] = {
+    "num_ctx": None,
+    "num_batch": 512,
+    "num_gpu": -1,
+    "main_gpu": None,
+    "use_mmap": None,
+    "num_thread": 0,
+    "draft_num_predict": 0,
+    "num_keep": 4,
+    "seed": -1,
+    "num_predict": -1,
+    "top_k": 40,
+    "top_p": 0.9,
+    "min_p": 0.0,
+    "typical_p": 1.0,
+    "repeat_last_n": 64,
+    "temperature": 0.8,
+    "repeat_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "stop": [],
+}
+
+
+@dataclass(frozen=True)
+class LoadFields:
+    """Load-time options; a runner loaded with different values must be reloaded.
+
+    ``None`` (and ``num_gpu == -1``) mean "automatic", which compares equal to
+    itself, so two automatic requests never force a reload.
+    """
+
+    num_ctx: int | None = None
+    num_batch: int = 512
+    num_gpu: int = -1
+    main_gpu: int | None = None
+    use_mmap: bool | None = None
+    num_thread: int = 0
+
+    def apply(self, base: LoadOptions) -> LoadOptions:
+        """``base`` with every explicitly chosen field overridden."""
+        out = replace(base, n_batch=self.num_batch, n_ubatch=min(base.n_ubatch, self.num_batch))
+        if self.num_ctx is not None:
+            out.n_ctx = self.num_ctx
+        if self.num_gpu >= 0:
+            out.n_gpu_layers = self.num_gpu
+        if self.main_gpu is not None:
+            out.main_gpu = self.main_gpu
+        if self.use_mmap is not None:
+            out.use_mmap = self.use_mmap
+        if self.num_thread > 0:
+            out.n_threads = self.num_thread
+        return out
+
+
+@dataclass
+class ResolvedOptions:
+    """The merged, validated options of one request."""
+
+    sampling: SamplingParams
+    load: LoadFields
+    num_predict: int = -1
+    stop: list[str] = field(default_factory=list)
+    num_keep: int = 4
+    draft_num_predict: int = 0
+    values: dict[str, Any] = field(default_factory=dict)  # the merged map, for /api/show etc.
+
+
+def _type_error(key: str, kind: str) -> InvalidRequest:
+    return InvalidRequest(f'option "{key}" must be of type {kind}')
+
+
+def _coerce(key: str, value: Any, *, from_text: bool) -> Any:
+    """Check one value against its wire type; ``from_text`` also accepts numeric strings."""
+    kind = OPTION_TYPES[key]
+    if from_text and isinstance(value, str) and kind != "string":
+        value = _parse_text(key, kind, value)
+    if kind == "integer":
+        # JSON numbers arrive as int or float; Go truncates a float into an int field.
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _type_error(key, kind)
+        if not math.isfinite(value):
+            raise InvalidRequest(f'option "{key}" must be a finite number')
+        return int(value)
+    if kind == "float32":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _type_error(key, kind)
+        if not math.isfinite(value):
+            raise InvalidRequest(f'option "{key}" must be a finite number')
+        return float(value)
+    if kind == "boolean":
+        if not isinstance(value, bool):
+            raise _type_error(key, kind)
+        return value
+    # "array": stop sequences; a lone string is accepted as a one-element list.
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise _type_error(key, kind)
+    return [v for v in value if v]  # an empty stop string would end every generation at once
+
+
+def _parse_text(key: str, kind: str, text: str) -> Any:
+    """Modelfile PARAMETER values may be stored as text; parse them like Ollama's create."""
+    raw = text.strip()
+    try:
+        if kind == "integer":
+            return int(raw, 10)
+        if kind == "float32":
+            return float(raw)
+    except ValueError:
+        raise _type_error(key, kind) from None
+    if kind == "boolean":
+        low = raw.lower()
+        if low in ("true", "1"):
+            return True
+        if low in ("false", "0"):
+            return False
+        raise _type_error(key, kind)
+    return text
+
+
+def _merge_layer(out: dict[str, Any], layer: Mapping[str, Any] | None, *, from_text: bool,
+                 origin: str) -> None:
+    if layer is None:
+        return
+    if not isinstance(layer, Mapping):
+        raise InvalidRequest("options must be an object")
+    for key, value in layer.items():
+        if key in REMOVED_OPTIONS:
+            log.warning("ignoring removed option %r in %s", key, origin)
+            continue
+        if key not in OPTION_TYPES:
+            log.warning("ignoring unknown option %r in %s", key, origin)
+            continue
+        if value is None:  # JSON null: leave the lower layer's value
+            continue
+        out[key] = _coerce(key, value, from_text=from_text)
+
+
+def _check_ranges(v: dict[str, Any]) -> None:
+    def bad(key: str, why: str) -> InvalidRequest:
+        return InvalidRequest(f'option "{key}" {why}, got {v[key]!r}')
+
+    if v["num_ctx"] is not None and not 0 < v["num_ctx"] <= MAX_NUM_CTX:
+        raise bad("num_ctx", f"must be between 1 and {MAX_NUM_CTX}")
+    if not 0 < v["num_batch"] <= MAX_NUM_BATCH:
+        raise bad("num_batch", f"must be between 1 and {MAX_NUM_BATCH}")
+    for key, low in (("num_gpu", -1), ("num_thread", 0), ("num_predict", -2), ("top_k", 0),
+                     ("repeat_last_n", -1), ("num_keep", -1), ("draft_num_predict", 0)):
+        if v[key] < low:
+            raise bad(key, f"must be >= {low}")
+    if v["main_gpu"] is not None and v["main_gpu"] < 0:
+        raise bad("main_gpu", "must be >= 0")
+    for key in ("top_p", "min_p", "typical_p"):
+        if not 0.0 <= v[key] <= 1.0:
+            raise bad(key, "must be between 0 and 1")
+    for key in ("temperature", "repeat_penalty"):
+        if v[key] < 0:
+            raise bad(key, "must be >= 0")
+
+
+def resolve_options(model_params: Mapping[str, Any] | None,
+                    request_options: Mapping[str, Any] | None,
+                    *, defaults: Mapping[str, Any] | None = None) -> ResolvedOptions:
+    """Merge Ollama's defaults <- ``defaults`` (server settings) <- model params <- request.
+
+    ``model_params`` is the model's params layer (Modelfile PARAMETERs; numeric
+    strings are accepted there); ``request_options`` is the request's
+    ``options`` object, typed strictly.  Raises :class:`InvalidRequest`.
+    """
+    values: dict[str, Any] = {k: (list(v) if isinstance(v, list) else v)
+                              for k, v in OLLAMA_DEFAULTS.items()}
+    _merge_layer(values, defaults, from_text=True, origin="defaults")
+    _merge_layer(values, model_params, from_text=True, origin="model parameters")
+    _merge_layer(values, request_options, from_text=False, origin="request options")
+    _check_ranges(values)
+    sampling = SamplingParams(
+        temperature=values["temperature"], top_k=values["top_k"], top_p=values["top_p"],
+        min_p=values["min_p"], typical_p=values["typical_p"],
+        repeat_last_n=values["repeat_last_n"], repeat_penalty=values["repeat_penalty"],
+        presence_penalty=values["presence_penalty"],
+        frequency_penalty=values["frequency_penalty"], seed=values["seed"],
+    )
+    load = LoadFields(num_ctx=values["num_ctx"], num_batch=values["num_batch"],
+                      num_gpu=values["num_gpu"], main_gpu=values["main_gpu"],
+                      use_mmap=values["use_mmap"], num_thread=values["num_thread"])
+    return ResolvedOptions(sampling=sampling, load=load, num_predict=values["num_predict"],
+                           stop=list(values["stop"]), num_keep=values["num_keep"],
+                           draft_num_predict=values["draft_num_predict"], values=values)
+
+
+def parse_keep_alive(value: Any) -> float | None:
+    """A request's ``keep_alive`` in seconds: ``None`` (use the default), ``inf`` or ``>= 0``.
+
+    Numbers are seconds, strings are Go durations (``"5m"``, ``"1h30m"``) or
+    plain numbers; a negative value means forever.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise InvalidRequest(f"invalid keep_alive {value!r}: expected a duration or seconds")
+    try:
+        return parse_duration(value)
+    except (ValueError, OverflowError):
+        raise InvalidRequest(f"invalid keep_alive duration {value!r}") from None
