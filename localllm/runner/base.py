@@ -6,7 +6,7 @@ scheduler is unit-testable without spawning children.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any, Protocol, runtime_checkable
 
 from localllm.engine.types import CompletionRequest, Done, LoadOptions, Piece
@@ -33,8 +33,11 @@ class Runner(Protocol):
     @property
     def alive(self) -> bool: ...
 
-    def complete(self, req: CompletionRequest) -> AsyncGenerator[Piece | Done, None]:
-        """Stream a generation; ``Failed`` arrives as a raised ``LocalLLMError``."""
+    def complete(self, req: CompletionRequest) -> AsyncIterator[Piece | Done]:
+        """Stream a generation; ``Failed`` arrives as a raised ``LocalLLMError``.
+
+        Leaving the iteration early (``break``, ``aclose()``) cancels the request.
+        """
         ...
 
     async def cancel(self, req_id: str) -> None: ...
@@ -49,13 +52,9 @@ class Runner(Protocol):
 
     async def close(self) -> None: ...
 
-    async def wait(self) -> int:
-        """Until the runner has died (or was closed); its exit status."""
-        ...
-
 
 class StartRunner(Protocol):
     """How the scheduler gets a runner, e.g. ``RunnerProcess.start``."""
 
-    def __call__(self, model_paths: list[str], opts: LoadOptions, *,
+    def __call__(self, model_paths: list[str], opts: LoadOptions, /, *,
                  load_timeout: float | None = None) -> Awaitable[Runner]: ...
