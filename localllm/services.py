@@ -162,10 +162,10 @@ class ModelService:
     def _model_info(self, entry: Entry) -> Any:
         from localllm import gguf_info
 
-        reader = getattr(gguf_info, "read_model_info", None)
-        if reader is None:  # the GGUF reader has not landed yet
-            return None
-        return reader(self.store.model_path(entry))
+        files = self.store.model_paths(entry)
+        if len(files) > 1:  # split GGUF: metadata and tensors span the shards
+            return gguf_info.read_model_info_split(files)
+        return gguf_info.read_model_info(files[0])
 
     def _modelfile(
         self, entry: Entry, template: str, system: str, params: dict[str, Any],
