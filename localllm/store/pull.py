@@ -54,7 +54,7 @@ def pull_model(store: Store, name: ModelName, progress: ProgressFn, *,
     from huggingface_hub import hf_hub_url
     from huggingface_hub.utils import build_hf_headers
 
-    headers = build_hf_headers(token=hub.token() or False)
+    headers = build_hf_headers(token=hub.token())
     layers: list[Layer] = []
     split = len(choice.files) > 1
     for f in choice.files:
