@@ -1,0 +1,301 @@
+"""The engine: one loaded model, its slots, and the continuous-batching step loop.
+
+Runs inside the runner child (the daemon never imports it).  ``submit`` queues
+a request; every ``step`` admits queued requests into free slots (reusing the
+longest cached prefix), builds ONE batch holding the next token of every
+decoding slot plus a chunk of pending prompt tokens (bounded by n_batch),
+calls ``llama_decode`` once, samples each slot with its own chain and returns
+the events.  Finished requests leave their slot at once; the slot keeps its
+KV contents for the next request that shares the prefix.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections import deque
+from typing import Any
+
+from localllm.engine.model import Batch, Context, Model
+from localllm.engine.sampling import Sampler
+from localllm.engine.slots import Active, Slot, fit_prompt, pick_slot
+from localllm.engine.text import TextStream
+from localllm.engine.types import (
+    CompletionRequest,
+    Done,
+    Event,
+    Failed,
+    LoadOptions,
+    Piece,
+)
+from localllm.errors import InvalidRequest, LocalLLMError
+
+OVERFLOW = "the input length exceeds the context length"
+_BUF_RE = re.compile(r"(\S+)\s+(model|KV|RS|compute|output|LoRA) buffer size =\s*([\d.]+) MiB")
+_KIND = {"model": "model", "LoRA": "model", "KV": "kv", "RS": "kv", "compute": "compute",
+         "output": "compute"}
+
+
+def default_threads() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS has no sched_getaffinity
+        return max(1, os.cpu_count() or 1)
+
+
+class Engine:
+    """One model in one llama context with ``n_parallel`` slots (see module doc)."""
+
+    def __init__(self, model_paths: list[str], opts: LoadOptions) -> None:
+        self.opts = opts
+        self.model = Model(model_paths, n_gpu_layers=opts.n_gpu_layers, main_gpu=opts.main_gpu,
+                           use_mmap=opts.use_mmap)
+        n_par = max(1, opts.n_parallel)
+        # Every decoding slot adds one token per step, so a batch must hold them all.
+        n_batch = max(opts.n_batch, n_par, 1)
+        # Pooled embeddings need a whole input in one micro-batch.
+        n_ubatch = n_batch if opts.embedding else max(1, min(opts.n_ubatch, n_batch))
+        try:
+            self.ctx = Context(
+                self.model, n_ctx=max(opts.n_ctx, 8) * n_par, n_seq_max=n_par, n_batch=n_batch,
+                n_ubatch=n_ubatch, n_threads=opts.n_threads or default_threads(),
+                flash_attn=opts.flash_attn, kv_type=opts.kv_type, embeddings=opts.embedding)
+            self.batch = Batch(n_batch)
+        except BaseException:
+            self.model.close()
+            raise
+        if opts.embedding:
+            self.ctx.set_embeddings(False)  # switched on only while embedding
+        self.n_batch = n_batch
+        self.n_ctx_slot = self.ctx.n_ctx_seq
+        self.slots = [Slot(i) for i in range(n_par)]
+        self._queue: deque[tuple[CompletionRequest, list[int]]] = deque()
+        self._events: list[Event] = []
+        self._load_log = self.model.load_log + self.ctx.load_log
+
+    # ---- public API -----------------------------------------------------------------
+    def submit(self, req: CompletionRequest) -> None:
+        """Queue a request; it joins the batch at the next step (or fails there)."""
+        try:
+            tokens = self._prompt_tokens(req)
+        except LocalLLMError as exc:
+            self._events.append(Failed(req.id, exc.message, exc.status))
+            return
+        self._queue.append((req, tokens))
+
+    def cancel(self, req_id: str) -> None:
+        """End a request with ``Done(reason="cancel")`` at the next step."""
+        for i, (req, _) in enumerate(self._queue):
+            if req.id == req_id:
+                del self._queue[i]
+                self._events.append(Done(req_id, "cancel"))
+                return
+        for s in self.slots:
+            if s.active is not None and s.active.req.id == req_id:
+                s.active.cancelled = True
+
+    def has_work(self) -> bool:
+        return bool(self._queue or self._events or any(not s.free for s in self.slots))
+
+    def step(self) -> list[Event]:
+        """Admit, build one batch, decode once, sample every slot; return the events."""
+        events, self._events = self._events, []
+        for s in self.slots:
+            if s.active is not None and s.active.cancelled:
+                events.extend(self._finish(s, "cancel"))
+        while self._queue and any(s.free for s in self.slots):
+            req, tokens = self._queue.popleft()
+            try:
+                self._admit(req, tokens)
+            except LocalLLMError as exc:
+                events.append(Failed(req.id, exc.message, exc.status))
+        part = self._fill_batch()
+        if not part:
+            return events
+        t0 = time.perf_counter_ns()
+        rc = self.ctx.decode(self.batch)
+        dt = time.perf_counter_ns() - t0
+        if rc != 0:
+            for s, before, _ in part:
+                events.append(self._fail(s, before, rc))
+            return events
+        for s, _, prefill in part:
+            a = s.active
+            assert a is not None
+            t1 = time.perf_counter_ns()
+            if s.logits_index >= 0:
+                events.extend(self._sample(s))
+            spent = dt + time.perf_counter_ns() - t1
+            if prefill:
+                a.prompt_ns += spent
+            else:
+                a.eval_ns += spent
+        return events
+
+    def embed(self, inputs: list[str], *, truncate: bool = True) -> tuple[list[list[float]], int]:
+        """Pooled, L2-normalised embeddings of each input, and the prompt token count."""
+        from localllm.engine.embed import embed
+
+        return embed(self, inputs, truncate=truncate)
+
+    def tokenize(self, text: str, add_special: bool = True,
+                 parse_special: bool = True) -> list[int]:
+        return self.model.tokenize(text, add_special, parse_special)
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return self.model.detokenize(tokens)
+
+    def info(self) -> dict[str, Any]:
+        m = self.model
+        return {
+            "n_ctx": self.n_ctx_slot,
+            "n_ctx_train": m.n_ctx_train,
+            "n_vocab": m.n_vocab,
+            "n_layer": m.n_layer,
+            "n_embd": m.n_embd,
+            "n_parallel": len(self.slots),
+            "n_batch": self.n_batch,
+            "bos": m.token_text(m.bos) if m.bos >= 0 else "",
+            "eos": m.token_text(m.eos) if m.eos >= 0 else "",
+            "chat_template": m.chat_template,
+            "description": m.description,
+            "embedding": self.opts.embedding,
+        }
+
+    def memory_report(self) -> dict[str, dict[str, int]]:
+        """Bytes llama.cpp allocated per device, from its load-time log lines."""
+        out: dict[str, dict[str, int]] = {}
+        for name, kind, mib in _BUF_RE.findall(self._load_log):
+            dev = name.split("_")[0]
+            if name.endswith("_Host") or name.startswith("CPU"):
+                dev = "CPU"  # pinned host buffers and mapped files live in RAM
+            d = out.setdefault(dev, {"model": 0, "kv": 0, "compute": 0})
+            d[_KIND[kind]] += int(float(mib) * 1024 * 1024)
+        return out
+
+    def close(self) -> None:
+        for s in self.slots:
+            if s.active is not None:
+                s.active.sampler.close()
+                s.active = None
+        for h in ("batch", "ctx", "model"):
+            obj = getattr(self, h, None)
+            if obj is not None:
+                obj.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- internals ------------------------------------------------------------------
+    def _prompt_tokens(self, req: CompletionRequest) -> list[int]:
+        if isinstance(req.prompt, str):
+            tokens = self.model.tokenize(req.prompt, req.add_special, req.parse_special)
+        else:
+            tokens = [int(t) for t in req.prompt]
+            if any(t < 0 or t >= self.model.n_vocab for t in tokens):
+                raise InvalidRequest("prompt contains a token id outside the vocabulary")
+        if not tokens:
+            raise InvalidRequest("the prompt is empty")
+        if len(tokens) >= self.n_ctx_slot:
+            if not req.truncate:
+                raise InvalidRequest(OVERFLOW)
+            tokens = fit_prompt(tokens, self.n_ctx_slot, req.num_keep)
+        return tokens
+
+    def _admit(self, req: CompletionRequest, tokens: list[int]) -> None:
+        picked = pick_slot(self.slots, tokens)
+        assert picked is not None
+        slot, n = picked
+        n = min(n, len(tokens) - 1)  # re-evaluate the last prompt token for its logits
+        sampler = Sampler(self.model, self.ctx, req.sampling, self.opts.seed)
+        if n < len(slot.cache) and not self.ctx.seq_rm(slot.seq, n, -1):
+            n = 0  # this memory cannot cut a sequence in the middle: start afresh
+            self.ctx.seq_rm(slot.seq, -1, -1)
+        del slot.cache[n:]
+        sampler.accept_prompt(tokens)
+        slot.active = Active(req, tokens, sampler, TextStream(req.stop), n_past=n, cached=n)
+
+    def _fill_batch(self) -> list[tuple[Slot, int, bool]]:
+        """Decode tokens, then prompt chunks, into the batch: [(slot, len before, prefill)]."""
+        self.batch.clear()
+        part: list[tuple[Slot, int, bool]] = []
+        for s in self.slots:
+            s.logits_index = -1
+            a = s.active
+            if a is not None and not a.prefilling and a.pending >= 0:
+                part.append((s, len(s.cache), False))
+                s.logits_index = self.batch.add(a.pending, len(s.cache), s.seq, True)
+                s.cache.append(a.pending)
+                a.pending = -1
+        budget = self.n_batch - len(self.batch)
+        for s in self.slots:
+            a = s.active
+            if a is None or not a.prefilling or budget <= 0:
+                continue
+            chunk = a.prompt[a.n_past:a.n_past + budget]
+            last = a.n_past + len(chunk) == len(a.prompt)
+            part.append((s, len(s.cache), True))
+            idx = self.batch.add_seq(chunk, a.n_past, s.seq, last)
+            s.cache.extend(chunk)
+            a.n_past += len(chunk)
+            budget -= len(chunk)
+            if last:
+                s.logits_index = idx
+        return part
+
+    def _sample(self, s: Slot) -> list[Event]:
+        a = s.active
+        assert a is not None
+        req = a.req
+        if req.num_predict == 0:
+            return self._finish(s, "length")
+        t = a.sampler.sample(s.logits_index)
+        if self.model.is_eog(t):
+            return self._finish(s, "stop")
+        a.generated.append(t)
+        text = a.text.feed(self.model.piece(t))
+        out: list[Event] = []
+        if req.logprobs > 0:
+            lp, top = self.ctx.top_logprobs(s.logits_index, t, req.logprobs)
+            out.append(Piece(req.id, text, t, lp,
+                             [(self.model.token_text(i), v) for i, v in top]))
+        elif text:
+            out.append(Piece(req.id, text, t))
+        if a.text.stopped:
+            out.extend(self._finish(s, "stop"))
+        elif 0 < req.num_predict <= len(a.generated) or len(s.cache) >= self.n_ctx_slot:
+            out.extend(self._finish(s, "length"))
+        else:
+            a.pending = t
+        return out
+
+    def _finish(self, s: Slot, reason: str) -> list[Event]:
+        a = s.active
+        assert a is not None
+        s.active = None
+        a.sampler.close()
+        out: list[Event] = []
+        rest = a.text.flush()
+        if rest:
+            out.append(Piece(a.req.id, rest))
+        out.append(Done(
+            a.req.id, reason,  # type: ignore[arg-type]
+            prompt_tokens=len(a.prompt), cached_tokens=a.cached, prompt_eval_ns=a.prompt_ns,
+            eval_count=len(a.generated), eval_ns=a.eval_ns,
+            context=a.prompt + a.generated))
+        return out
+
+    def _fail(self, s: Slot, before: int, rc: int) -> Failed:
+        """A failed decode: forget what this step added to the slot, fail its request."""
+        a = s.active
+        assert a is not None
+        self.ctx.seq_rm(s.seq, before, -1)
+        del s.cache[before:]
+        s.active = None
+        a.sampler.close()
+        why = "no room left in the KV cache" if rc == 1 else f"llama_decode returned {rc}"
+        return Failed(a.req.id, f"decoding failed: {why}", 500)

@@ -1,0 +1,243 @@
+"""Typed owners of the native handles: Model, Context and Batch.
+
+Each class owns one shim handle, frees it in ``close()`` (also a context
+manager), and converts between Python values and C buffers.  Nothing here
+knows about requests or slots; that is engine.py's job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+from localllm.engine.binding import last_errors, native, take_log
+from localllm.errors import InvalidModelFile, ModelLoadError
+
+FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
+
+
+class _Owner:
+    """Base: a handle freed once by ``_free``; usable as a context manager."""
+
+    _h: Any = None
+
+    def _free(self, h: Any) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def close(self) -> None:
+        h, self._h = self._h, None
+        if h is not None:
+            self._free(h)
+
+    def __enter__(self) -> _Owner:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # at interpreter shutdown there is nothing left to report to
+            pass
+
+    @property
+    def handle(self) -> Any:
+        if self._h is None:
+            raise ValueError(f"{type(self).__name__} is closed")
+        return self._h
+
+
+class Model(_Owner):
+    """A loaded GGUF (one file or all its splits) and its vocabulary."""
+
+    def __init__(self, paths: Sequence[str], *, n_gpu_layers: int = 0, main_gpu: int = 0,
+                 use_mmap: bool = True, vocab_only: bool = False) -> None:
+        self.ffi, self.lib = native()
+        if not paths:
+            raise ModelLoadError("no model file given")
+        keep = [self.ffi.new("char[]", str(p).encode()) for p in paths]
+        arr = self.ffi.new("const char *[]", keep)
+        take_log()
+        h = self.lib.ll_model_load(arr, len(keep), n_gpu_layers, main_gpu, int(use_mmap),
+                                   int(vocab_only))
+        self.load_log = take_log()
+        if h == self.ffi.NULL:
+            raise InvalidModelFile(
+                f"llama.cpp could not load {paths[0]}: {last_errors(self.load_log)}")
+        self._h = h
+        self.n_vocab = int(self.lib.ll_model_n_vocab(h))
+        self.bos = int(self.lib.ll_token_bos(h))
+        self.eos = int(self.lib.ll_token_eos(h))
+        self._pieces: dict[int, bytes] = {}
+        self._eog: dict[int, bool] = {}
+        self._buf = self.ffi.new("char[]", 256)
+
+    def _free(self, h: Any) -> None:
+        self.lib.ll_model_free(h)
+
+    # ---- metadata -----------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        buf = self.ffi.new("char[]", 1 << 16)
+        n = self.lib.ll_model_meta(self.handle, key.encode(), buf, len(buf))
+        return None if n < 0 else self.ffi.string(buf).decode("utf-8", "replace")
+
+    @property
+    def chat_template(self) -> str | None:
+        p = self.lib.ll_model_chat_template(self.handle)
+        return None if p == self.ffi.NULL else self.ffi.string(p).decode("utf-8", "replace")
+
+    @property
+    def n_ctx_train(self) -> int:
+        return int(self.lib.ll_model_n_ctx_train(self.handle))
+
+    @property
+    def n_layer(self) -> int:
+        return int(self.lib.ll_model_n_layer(self.handle))
+
+    @property
+    def n_embd(self) -> int:
+        return int(self.lib.ll_model_n_embd(self.handle))
+
+    @property
+    def description(self) -> str:
+        n = self.lib.ll_model_desc(self.handle, self._buf, len(self._buf))
+        return "" if n < 0 else self.ffi.string(self._buf).decode("utf-8", "replace")
+
+    # ---- vocabulary ---------------------------------------------------------------
+    def is_eog(self, token: int) -> bool:
+        v = self._eog.get(token)
+        if v is None:
+            v = self._eog[token] = bool(self.lib.ll_token_is_eog(self.handle, token))
+        return v
+
+    def tokenize(self, text: str, add_special: bool = True,
+                 parse_special: bool = True) -> list[int]:
+        raw = text.encode("utf-8")
+        cap = len(raw) + 8
+        while True:
+            out = self.ffi.new("int32_t[]", cap)
+            n = self.lib.ll_tokenize(self.handle, raw, len(raw), out, cap, int(add_special),
+                                     int(parse_special))
+            if n >= 0:
+                return list(self.ffi.unpack(out, n))
+            cap = -n
+
+    def piece(self, token: int) -> bytes:
+        """The bytes one token renders to (special tokens as empty), cached."""
+        p = self._pieces.get(token)
+        if p is None:
+            n = self.lib.ll_token_to_piece(self.handle, token, self._buf, len(self._buf), 0)
+            if n < 0:
+                big = self.ffi.new("char[]", -n)
+                n = self.lib.ll_token_to_piece(self.handle, token, big, -n, 0)
+                p = bytes(self.ffi.buffer(big, n))
+            else:
+                p = bytes(self.ffi.buffer(self._buf, n))
+            self._pieces[token] = p
+        return p
+
+    def token_text(self, token: int, special: bool = True) -> str:
+        """One token as text, special tokens rendered (for logprobs and info)."""
+        buf = self.ffi.new("char[]", 256)
+        n = self.lib.ll_token_to_piece(self.handle, token, buf, 256, int(special))
+        return "" if n < 0 else bytes(self.ffi.buffer(buf, n)).decode("utf-8", "replace")
+
+    def detokenize(self, tokens: Sequence[int], remove_special: bool = False,
+                   unparse_special: bool = False) -> str:
+        arr = self.ffi.new("int32_t[]", list(tokens))
+        cap = max(16, 8 * len(tokens))
+        while True:
+            buf = self.ffi.new("char[]", cap)
+            n = self.lib.ll_detokenize(self.handle, arr, len(tokens), buf, cap,
+                                       int(remove_special), int(unparse_special))
+            if n >= 0:
+                return bytes(self.ffi.buffer(buf, n)).decode("utf-8", "replace")
+            cap = -n
+
+
+class Context(_Owner):
+    """A llama context: KV cache with ``n_seq_max`` sequences, decode, outputs."""
+
+    def __init__(self, model: Model, *, n_ctx: int, n_seq_max: int, n_batch: int, n_ubatch: int,
+                 n_threads: int, flash_attn: str = "auto", kv_type: str = "f16",
+                 embeddings: bool = False, pooling: int = -1) -> None:
+        self.ffi, self.lib = model.ffi, model.lib
+        self.model = model
+        take_log()
+        h = self.lib.ll_context_new(model.handle, n_ctx, n_seq_max, n_batch, n_ubatch, n_threads,
+                                    n_threads, FLASH_ATTN.get(flash_attn, -1), kv_type.encode(),
+                                    int(embeddings), pooling)
+        self.load_log = take_log()
+        if h == self.ffi.NULL:
+            raise ModelLoadError(f"llama.cpp could not create a context: "
+                                 f"{last_errors(self.load_log)}")
+        self._h = h
+        self.n_ctx = int(self.lib.ll_n_ctx(h))
+        self.n_ctx_seq = int(self.lib.ll_n_ctx_seq(h))
+        self.n_batch = int(self.lib.ll_n_batch(h))
+        self.pooling = int(self.lib.ll_pooling_type(h))
+        self._ids = self.ffi.new("int32_t[]", 64)
+        self._lps = self.ffi.new("float[]", 64)
+        self._tlp = self.ffi.new("float *")
+
+    def _free(self, h: Any) -> None:
+        self.lib.ll_context_free(h)
+
+    def decode(self, batch: Batch) -> int:
+        return int(self.lib.ll_decode(self.handle, batch.handle))
+
+    def seq_rm(self, seq: int, p0: int = -1, p1: int = -1) -> bool:
+        return bool(self.lib.ll_mem_seq_rm(self.handle, seq, p0, p1))
+
+    def clear(self) -> None:
+        self.lib.ll_mem_clear(self.handle)
+
+    def set_embeddings(self, on: bool) -> None:
+        self.lib.ll_set_embeddings(self.handle, int(on))
+
+    def embedding(self, *, seq: int = -1, index: int = -1) -> list[float] | None:
+        """A pooled embedding by sequence, or one output's embedding by batch index."""
+        p = (self.lib.ll_embeddings_seq(self.handle, seq) if seq >= 0
+             else self.lib.ll_embeddings_ith(self.handle, index))
+        if p == self.ffi.NULL:
+            return None
+        return list(self.ffi.unpack(p, self.model.n_embd))
+
+    def top_logprobs(self, index: int, token: int, n: int) -> tuple[float, list[tuple[int, float]]]:
+        """The sampled token's logprob and the n best (token, logprob), from raw logits."""
+        n = max(0, min(n, 64))
+        k = self.lib.ll_top_logprobs(self.handle, index, token, n, self._ids, self._lps, self._tlp)
+        if k < 0:
+            return 0.0, []
+        return float(self._tlp[0]), [(int(self._ids[i]), float(self._lps[i])) for i in range(k)]
+
+
+class Batch(_Owner):
+    """A reusable llama_batch of up to ``capacity`` tokens (one sequence id each)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.ffi, self.lib = native()
+        self.capacity = capacity
+        self._h = self.lib.ll_batch_new(capacity)
+        if self._h == self.ffi.NULL:
+            raise MemoryError("llama_batch_init failed")
+
+    def _free(self, h: Any) -> None:
+        self.lib.ll_batch_free(h)
+
+    def clear(self) -> None:
+        self.lib.ll_batch_clear(self.handle)
+
+    def __len__(self) -> int:
+        return int(self.lib.ll_batch_size(self.handle))
+
+    def add(self, token: int, pos: int, seq: int, logits: bool) -> int:
+        return int(self.lib.ll_batch_add(self.handle, token, pos, seq, int(logits)))
+
+    def add_seq(self, tokens: Sequence[int], pos0: int, seq: int, logits_last: bool) -> int:
+        arr = self.ffi.new("int32_t[]", list(tokens))
+        return int(self.lib.ll_batch_add_seq(self.handle, arr, len(tokens), pos0, seq,
+                                             int(logits_last)))

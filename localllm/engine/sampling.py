@@ -1,0 +1,48 @@
+"""One request's sampler chain: SamplingParams -> llama.cpp sampler, per slot.
+
+The chain itself (grammar, penalties, top_k, typical_p, top_p, min_p,
+temperature, dist with seed; greedy when temperature <= 0) is assembled in C
+by the shim; this module maps Ollama's parameters onto it and owns the handle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from localllm.engine.model import Context, Model, _Owner
+from localllm.engine.types import SamplingParams
+from localllm.errors import InvalidRequest
+
+DEFAULT_SEED = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: llama.cpp picks a random seed
+
+
+class Sampler(_Owner):
+    """A sampler chain; ``sample`` picks and accepts one token from a batch output."""
+
+    def __init__(self, model: Model, ctx: Context, p: SamplingParams,
+                 default_seed: int = -1) -> None:
+        self.ffi, self.lib = model.ffi, model.lib
+        seed = p.seed if p.seed >= 0 else default_seed
+        grammar = p.grammar.encode() if p.grammar else self.ffi.NULL
+        h = self.lib.ll_sampler_new(
+            model.handle, ctx.handle, float(p.temperature), int(p.top_k), float(p.top_p),
+            float(p.min_p), float(p.typical_p), int(p.repeat_last_n), float(p.repeat_penalty),
+            float(p.frequency_penalty), float(p.presence_penalty),
+            (seed & 0xFFFFFFFF) if seed >= 0 else DEFAULT_SEED, grammar)
+        if h == self.ffi.NULL:
+            raise InvalidRequest("invalid grammar: it does not parse as GBNF with a 'root' rule")
+        self._h = h
+        self._ctx = ctx.handle
+
+    def _free(self, h: Any) -> None:
+        self.lib.ll_sampler_free(h)
+
+    def accept_prompt(self, tokens: Sequence[int]) -> None:
+        """Let the repeat/presence/frequency penalties see the prompt."""
+        if tokens:
+            arr = self.ffi.new("int32_t[]", list(tokens))
+            self.lib.ll_sampler_accept_prompt(self.handle, arr, len(tokens))
+
+    def sample(self, index: int) -> int:
+        return int(self.lib.ll_sampler_sample(self._h, self._ctx, index))

@@ -1,0 +1,82 @@
+"""Slots (one KV sequence each) and the per-request state that occupies them.
+
+A slot remembers which tokens its sequence holds in the KV cache (``cache``);
+a new request goes to the free slot sharing the longest prefix with its
+prompt, so only the rest is evaluated.  Prompt truncation on overflow lives
+here too, so the rules for what fits in a slot sit in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from localllm.engine.sampling import Sampler
+from localllm.engine.text import TextStream
+from localllm.engine.types import CompletionRequest
+
+
+@dataclass
+class Active:
+    """A request being served: prompt progress, sampler, text state, timings."""
+
+    req: CompletionRequest
+    prompt: list[int]
+    sampler: Sampler
+    text: TextStream
+    n_past: int = 0  # prompt tokens in the KV cache (cached + evaluated)
+    cached: int = 0  # prompt tokens reused from the cache
+    pending: int = -1  # last sampled token, evaluated at the next step
+    generated: list[int] = field(default_factory=list)
+    prompt_ns: int = 0
+    eval_ns: int = 0
+    cancelled: bool = False
+
+    @property
+    def prefilling(self) -> bool:
+        return self.n_past < len(self.prompt)
+
+
+@dataclass
+class Slot:
+    """One sequence id of the llama context and the tokens it holds."""
+
+    seq: int
+    cache: list[int] = field(default_factory=list)
+    active: Active | None = None
+    logits_index: int = -1  # this step's output row, -1 if none
+
+    @property
+    def free(self) -> bool:
+        return self.active is None
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def pick_slot(slots: Sequence[Slot], prompt: Sequence[int]) -> tuple[Slot, int] | None:
+    """The free slot with the longest common prefix (ties: the least filled), and that prefix."""
+    best: tuple[Slot, int] | None = None
+    for s in slots:
+        if not s.free:
+            continue
+        n = common_prefix(s.cache, prompt)
+        if best is None or n > best[1] or (n == best[1] and len(s.cache) < len(best[0].cache)):
+            best = (s, n)
+    return best
+
+
+def fit_prompt(tokens: list[int], n_ctx: int, num_keep: int) -> list[int]:
+    """Shorten a prompt that does not fit a slot: keep ``num_keep`` head tokens and
+    the tail, dropping enough of the middle to leave half the rest for generation
+    (like llama.cpp's server, so a long chat does not hit the limit every turn)."""
+    if len(tokens) < n_ctx:
+        return tokens
+    keep = max(0, min(num_keep, n_ctx // 2))
+    tail = max(1, (n_ctx - keep) // 2)
+    return tokens[:keep] + tokens[-tail:]
