@@ -1,0 +1,199 @@
+"""What this machine offers the engine: ggml's devices, the CPU, and hints about the rest.
+
+``detect()`` runs ``python -m localllm.hardware.probe`` in a child process with
+a timeout (the daemon never imports the native module: a crash while ggml
+initialises a GPU backend must not take it down), merges the answer with the
+CPU facts and the driver probes, and caches the result for the process.  When
+the native module is missing or broken it says so, with the error text, and
+offers one CPU device so planning still works.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from localllm.hardware.cpu import CPUInfo, cpu_info
+from localllm.hardware.probes import GPUProbe, probe_all
+
+DeviceKind = Literal["cpu", "gpu", "igpu", "accel"]
+PROBE_TIMEOUT_S = 30.0
+_KINDS: dict[Any, DeviceKind] = {
+    "cpu": "cpu", "gpu": "gpu", "igpu": "igpu", "accel": "accel",
+    0: "cpu", 1: "gpu", 2: "igpu", 3: "accel",
+}
+# ggml device names are "<backend><index>"; a few backends use other spellings.
+_LIBRARY_ALIASES = {"MTL": "Metal", "HIP": "ROCm", "VULKAN": "Vulkan", "CANN": "CANN"}
+
+REBUILD = ('CMAKE_ARGS="{flag}" pip install --force-reinstall --no-binary llama-cpp-python '
+           '"llama-cpp-python==0.3.36", then reinstall localllm so its native module '
+           "links the new libraries")
+
+
+@dataclass(frozen=True)
+class Device:
+    """One ggml backend device; memory in bytes."""
+
+    name: str  # ggml's name: "CPU", "CUDA0", "Metal", "Vulkan1", "ROCm0"
+    description: str  # e.g. "NVIDIA GeForce RTX 4090"
+    kind: DeviceKind
+    free: int
+    total: int
+    library: str  # "CPU", "CUDA", "ROCm", "Vulkan", "Metal", ...
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind in ("gpu", "igpu")
+
+    @property
+    def unified_memory(self) -> bool:
+        """The GPU's memory is system RAM (Apple Silicon, integrated GPUs)."""
+        return self.library == "Metal" or self.kind == "igpu"
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Everything ``detect`` learned, ready for the planner and ``localllm doctor``."""
+
+    devices: tuple[Device, ...]
+    cpu: CPUInfo
+    native_ok: bool
+    native_error: str  # "" when the native module loaded
+    system_info: str  # llama_print_system_info()
+    build_info: dict[str, Any] = field(default_factory=dict, hash=False)
+    gpus_present: tuple[GPUProbe, ...] = ()  # what the drivers report, usable or not
+    hints: tuple[str, ...] = ()
+
+    @property
+    def gpus(self) -> tuple[Device, ...]:
+        return tuple(d for d in self.devices if d.is_gpu)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def library_of(name: str) -> str:
+    """``"CUDA0"`` -> ``"CUDA"``; ``"MTL0"`` -> ``"Metal"``."""
+    base = name.rstrip("0123456789") or name
+    return _LIBRARY_ALIASES.get(base.upper(), base)
+
+
+def device_from_probe(raw: dict[str, Any]) -> Device:
+    name = str(raw.get("name", "?"))
+    return Device(
+        name=name,
+        description=str(raw.get("description", "")),
+        kind=_KINDS.get(raw.get("type"), "accel"),
+        free=max(int(raw.get("free") or 0), 0),
+        total=max(int(raw.get("total") or 0), 0),
+        library=library_of(name),
+    )
+
+
+def cpu_device(cpu: CPUInfo) -> Device:
+    """The stand-in device when the native module cannot tell us its own."""
+    return Device("CPU", cpu.model, "cpu", cpu.available_ram, cpu.total_ram, "CPU")
+
+
+def run_probe(timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
+    """Run the probe child; its JSON answer, or ``{"ok": False, "error": ...}``."""
+    env = dict(os.environ)
+    # The child must import this same localllm even when it runs from a source tree.
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "localllm.hardware.probe"],
+            capture_output=True, text=True, timeout=timeout, env=env,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "error": f"native probe timed out after {timeout:g} s"}
+    except OSError as exc:
+        return {"ok": False, "error": f"could not start the native probe: {exc}"}
+    return parse_probe_output(out.returncode, out.stdout, out.stderr)
+
+
+def parse_probe_output(returncode: int, stdout: str, stderr: str) -> dict[str, Any]:
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(answer, dict) and "ok" in answer:
+            return answer
+    tail = " | ".join(stderr.strip().splitlines()[-3:])
+    if returncode < 0:
+        try:
+            what = f"crashed with {signal.Signals(-returncode).name}"
+        except ValueError:
+            what = f"crashed with signal {-returncode}"
+    else:
+        what = f"exited with status {returncode} without an answer"
+    return {"ok": False, "error": f"native probe {what}" + (f": {tail}" if tail else "")}
+
+
+def hints_for(devices: tuple[Device, ...], gpus: list[GPUProbe], native_ok: bool,
+              native_error: str) -> list[str]:
+    """Advice for a human: GPUs present but unusable by this build, a missing native module."""
+    hints = []
+    if not native_ok:
+        hints.append(f"The native module is not usable ({native_error}); "
+                     "reinstall localllm (pip install -e .) so native/ is compiled. "
+                     "Models cannot run until it loads.")
+    libraries = {d.library for d in devices if d.is_gpu}
+    nvidia = [g for g in gpus if g.vendor == "nvidia"]
+    amd = [g for g in gpus if g.vendor == "amd"]
+    if nvidia and native_ok and not libraries & {"CUDA", "Vulkan"}:
+        driver = f"driver {nvidia[0].driver}" if nvidia[0].driver else "driver loaded"
+        hints.append(f"NVIDIA GPU found ({nvidia[0].name}, {driver}) but this build has no "
+                     f"CUDA: rebuild with {REBUILD.format(flag='-DGGML_CUDA=on')}.")
+    if amd and native_ok and not libraries & {"ROCm", "Vulkan"}:
+        hints.append(f"AMD GPU found ({amd[0].name}) but this build has no ROCm or Vulkan: "
+                     f"rebuild with {REBUILD.format(flag='-DGGML_HIP=on')} "
+                     "(or -DGGML_VULKAN=on).")
+    if any(g.vendor == "apple" for g in gpus) and native_ok and "Metal" not in libraries:
+        hints.append("Apple Silicon GPU found but this build has no Metal: rebuild with "
+                     f"{REBUILD.format(flag='-DGGML_METAL=on')}.")
+    return hints
+
+
+def build_hardware(answer: dict[str, Any], cpu: CPUInfo, gpus: list[GPUProbe]) -> Hardware:
+    """Combine the probe's answer, the CPU facts and the driver probes (pure)."""
+    ok = bool(answer.get("ok"))
+    error = "" if ok else str(answer.get("error") or "unknown error")
+    devices = tuple(device_from_probe(d) for d in answer.get("devices") or []
+                    if isinstance(d, dict)) if ok else ()
+    if not any(d.kind == "cpu" for d in devices):
+        devices = (*devices, cpu_device(cpu))
+    build = answer.get("build_info")
+    return Hardware(
+        devices=devices,
+        cpu=cpu,
+        native_ok=ok,
+        native_error=error,
+        system_info=str(answer.get("system_info") or ""),
+        build_info=build if isinstance(build, dict) else ({"info": build} if build else {}),
+        gpus_present=tuple(gpus),
+        hints=tuple(hints_for(devices, gpus, ok, error)),
+    )
+
+
+_lock = threading.Lock()
+_cached: Hardware | None = None
+
+
+def detect(refresh: bool = False, timeout: float = PROBE_TIMEOUT_S) -> Hardware:
+    """This machine's hardware; cached for the process unless ``refresh`` (free memory moves)."""
+    global _cached
+    with _lock:
+        if _cached is None or refresh:
+            _cached = build_hardware(run_probe(timeout), cpu_info(), probe_all())
+        return _cached
