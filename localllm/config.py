@@ -150,7 +150,7 @@ HOME = Setting("LOCALLLM_HOME", _str, "",
                "default: the platform's data directory.")
 MODELS = Setting("LOCALLLM_MODELS", _str, "",
                  "Model store folder (blobs/ and manifests/); default: <home>/models.")
-ORIGINS = Setting("LOCALLLM_ORIGINS", _list, [],
+ORIGINS: Setting[list[str]] = Setting("LOCALLLM_ORIGINS", _list, [],
                   "Extra CORS origins allowed to call the API (comma-separated).")
 KEEP_ALIVE = Setting("LOCALLLM_KEEP_ALIVE", parse_duration, 300.0,
                      "How long an idle model stays loaded (duration; negative = forever).")

@@ -50,6 +50,7 @@ class Placement:
     size_vram: int = 0
     fits: bool = True  # fits next to the models passed in
     reason: str = ""
+    plan: Any = None  # the planner's LoadPlan, kept for the next placement decision
 
 
 # (spec, requested options, models that stay loaded) -> placement

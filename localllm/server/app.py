@@ -27,6 +27,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from localllm import __version__, config
 from localllm.errors import LocalLLMError
 from localllm.server.security import SecurityMiddleware, is_loopback_bind
+from localllm.inference import InferenceService
+from localllm.scheduler.scheduler import Scheduler
 from localllm.services import ModelService
 from localllm.store.local import Store
 
@@ -101,11 +103,22 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             log.exception("shutdown hook failed")
 
 
+def default_scheduler() -> Scheduler:
+    """The scheduler a daemon runs with: runner processes placed by the planner."""
+    from localllm.runner.process import RunnerProcess
+    from localllm.scheduler.placement import make_plan_fn
+
+    max_loaded = config.MAX_LOADED_MODELS.get() or 3
+    return Scheduler(RunnerProcess.start, make_plan_fn(), max_loaded=max_loaded,
+                     max_queue=config.MAX_QUEUE.get())
+
+
 def create_app(
     store: Store | None = None,
     *,
     bind_host: str | None = None,
     routers: Iterable[APIRouter] = (),
+    scheduler: Scheduler | None = None,
 ) -> FastAPI:
     """Build the daemon's ASGI app.
 
@@ -120,8 +133,12 @@ def create_app(
     store = store if store is not None else Store()
     app.state.store = store
     app.state.models = ModelService(store)
+    if scheduler is None:
+        scheduler = default_scheduler()
+    app.state.scheduler = scheduler
+    app.state.inference = InferenceService(store, scheduler)
     # Components with background work (the scheduler) append async stop hooks here.
-    shutdown_hooks: list[Callable[[], Awaitable[None]]] = []
+    shutdown_hooks: list[Callable[[], Awaitable[None]]] = [scheduler.shutdown]
     app.state.on_shutdown = shutdown_hooks
 
     app.add_exception_handler(LocalLLMError, _local_error)

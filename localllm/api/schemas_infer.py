@@ -1,0 +1,107 @@
+"""Pydantic wire models for the inference endpoints (``/api/generate``, ``/api/chat``, ``/api/embed``).
+
+Field names follow Ollama's API.  Unknown fields are ignored, as Ollama does;
+``options`` stays a plain dict so that its keys are checked (and unknown ones
+ignored) in one place, ``localllm.api.options``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = ""
+    options: dict[str, Any] | None = None
+    keep_alive: int | float | str | None = None
+
+
+class ToolFunction(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    type: str = "function"
+    function: ToolFunction
+
+
+class ToolCallFunction(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+    index: int | None = None
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str | None = None
+    type: str | None = None
+    function: ToolCallFunction
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    role: str
+    content: str | None = ""
+    thinking: str | None = None
+    images: list[str] | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+
+
+class GenerateRequest(_Request):
+    prompt: str = ""
+    suffix: str | None = None
+    system: str | None = None
+    template: str | None = None
+    context: list[int] | None = None
+    stream: StrictBool = True
+    raw: StrictBool = False
+    format: str | dict[str, Any] | None = None
+    images: list[str] | None = None
+    think: bool | str | None = None
+    truncate: bool | None = None
+    logprobs: StrictBool = False
+    top_logprobs: int = 0
+
+
+class ChatRequest(_Request):
+    messages: list[Message] = Field(default_factory=list)
+    tools: list[Tool] | None = None
+    stream: StrictBool = True
+    format: str | dict[str, Any] | None = None
+    think: bool | str | None = None
+    truncate: bool | None = None
+    logprobs: StrictBool = False
+    top_logprobs: int = 0
+
+
+class EmbedRequest(_Request):
+    input: str | list[str] = Field(default_factory=list)
+    truncate: StrictBool = True
+    dimensions: int | None = None
+
+
+class EmbeddingsRequest(_Request):
+    prompt: str = ""
+
+
+class ModelRefRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = ""
+    name: str = ""

@@ -1,0 +1,278 @@
+"""Inference use cases: generate, chat, embed, ps and unload, on top of the scheduler.
+
+Routes hand in validated requests; this module resolves the model in the
+store, merges options (defaults ← the model's params layer ← the request),
+renders the prompt, holds a scheduler slot for the duration of the stream, and
+yields Ollama-shaped response objects.  ``/v1`` routes convert to and from
+these same calls.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import lru_cache
+from typing import Any, Literal
+
+from localllm import config
+from localllm.api.options import ResolvedOptions, parse_keep_alive, resolve_options
+from localllm.engine.types import CompletionRequest, Done, LoadOptions, Piece
+from localllm.errors import InvalidRequest
+from localllm.gguf_info import ModelInfo, read_model_info_split
+from localllm.scheduler.scheduler import Loaded, ModelSpec, Scheduler
+from localllm.store.local import Store
+from localllm.store.manifests import Entry
+from localllm.store.names import parse_name
+from localllm.template.chat import render_chat, strip_leading_bos
+
+
+def now_rfc3339() -> str:
+    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+@lru_cache(maxsize=64)
+def _model_info(paths: tuple[str, ...], stamp: tuple[float, ...]) -> ModelInfo:
+    from pathlib import Path
+
+    return read_model_info_split([Path(p) for p in paths])
+
+
+@dataclass(frozen=True)
+class Target:
+    """A model resolved from the store, with what prompt rendering needs."""
+
+    entry: Entry
+    spec: ModelSpec
+    info: ModelInfo
+    params: dict[str, Any]
+    system: str | None
+
+
+@dataclass
+class Prepared:
+    """A request turned into what the runner takes, plus how to hold the model."""
+
+    target: Target
+    load: LoadOptions
+    completion: CompletionRequest
+    keep_alive: float
+    load_ns: int = 0  # filled by ``stream``: time to get the model ready
+    total_ns: int = 0  # filled by ``stream`` before it yields ``Done``
+
+
+class InferenceService:
+    """Everything ``/api/generate|chat|embed|ps`` do."""
+
+    def __init__(self, store: Store, scheduler: Scheduler) -> None:
+        self.store = store
+        self.scheduler = scheduler
+
+    # -- resolving ---------------------------------------------------------------
+    def target(self, model: str) -> Target:
+        name = parse_name(model)
+        entry = self.store.get(name)
+        paths = tuple(str(p) for p in self.store.model_paths(entry))
+        stamp = tuple(_stamp(p) for p in paths)
+        info = _model_info(paths, stamp)
+        details = {
+            "parent_model": "",
+            "format": "gguf",
+            "family": info.architecture,
+            "families": [info.architecture],
+            "parameter_size": info.parameter_size,
+            "quantization_level": info.file_type,
+        }
+        spec = ModelSpec(
+            name=name.display,
+            key="|".join(paths),
+            model_paths=paths,
+            digest=entry.digest,
+            info=info,
+            details=details,
+        )
+        return Target(entry, spec, info, self.store.params(entry), self.store.system(entry))
+
+    def keep_alive(self, value: Any) -> float:
+        parsed = parse_keep_alive(value)
+        return config.KEEP_ALIVE.get() if parsed is None else parsed
+
+    def prepare(
+        self,
+        target: Target,
+        prompt: str | list[int],
+        options: dict[str, Any] | None,
+        keep_alive: Any,
+        *,
+        raw_prompt: bool = False,
+        grammar: str | None = None,
+        logprobs: int = 0,
+        truncate: bool | None = None,
+    ) -> Prepared:
+        resolved = resolve_options(target.params, options)
+        sampling = resolved.sampling
+        if grammar is not None:
+            sampling.grammar = grammar
+        completion = CompletionRequest(
+            id=uuid.uuid4().hex,
+            prompt=prompt,
+            sampling=sampling,
+            num_predict=resolved.num_predict,
+            stop=resolved.stop,
+            add_special=not raw_prompt,
+            parse_special=True,
+            logprobs=logprobs,
+            truncate=True if truncate is None else truncate,
+            num_keep=resolved.num_keep,
+        )
+        return Prepared(target, base_load(resolved), completion, self.keep_alive(keep_alive))
+
+    def render(self, target: Target, messages: list[dict[str, Any]], *,
+               tools: list[dict[str, Any]] | None = None, think: bool | None = None) -> str:
+        info = target.info
+        prompt = render_chat(
+            info.chat_template, messages, tools=tools, think=think,
+            bos_token=info.bos_token or "", eos_token=info.eos_token or "",
+        )
+        return strip_leading_bos(prompt, info.bos_token or "")
+
+    # -- running -----------------------------------------------------------------
+    async def load_only(self, target: Target, options: dict[str, Any] | None,
+                        keep_alive: Any) -> str:
+        """Load (or, with keep_alive 0, unload) a model: Ollama's empty-prompt requests."""
+        resolved = resolve_options(target.params, options)
+        keep = self.keep_alive(keep_alive)
+        if keep == 0:
+            for model in self.scheduler.loaded():
+                if model.spec.key == target.spec.key:
+                    await self.scheduler.unload(model.spec.key)
+            return "unload"
+        async with self.scheduler.use(target.spec, base_load(resolved), keep):
+            pass
+        return "load"
+
+    async def stream(self, prep: Prepared) -> AsyncIterator[Piece | Done]:
+        """Hold a slot of the model and stream the runner's events."""
+        start = time.monotonic_ns()
+        async with self.scheduler.use(prep.target.spec, prep.load, prep.keep_alive) as model:
+            waited = time.monotonic_ns() - start
+            # Ollama's load_duration: time spent getting the model ready for this request.
+            load_ns = waited if waited > 1_000_000 else 0
+            prep.load_ns = load_ns
+            async for event in model.runner.complete(prep.completion):
+                if isinstance(event, Done):
+                    prep.total_ns = time.monotonic_ns() - start
+                yield event
+
+    async def tokenize(self, target: Target, text: str, load: LoadOptions,
+                       keep_alive: float, *, add_special: bool = False) -> list[int]:
+        async with self.scheduler.use(target.spec, load, keep_alive) as model:
+            return await model.runner.tokenize(text, add_special=add_special,
+                                               parse_special=True)
+
+    async def embed(self, target: Target, inputs: list[str], *, truncate: bool,
+                    options: dict[str, Any] | None, keep_alive: Any
+                    ) -> tuple[list[list[float]], int, int]:
+        """Pooled, L2-normalised embeddings; returns (vectors, prompt tokens, load ns)."""
+        resolved = resolve_options(target.params, options)
+        load = base_load(resolved)
+        load.embedding = True
+        load.n_parallel = 1
+        start = time.monotonic_ns()
+        async with self.scheduler.use(target.spec, load, self.keep_alive(keep_alive)) as model:
+            waited = time.monotonic_ns() - start
+            if not inputs:
+                return [], 0, waited
+            vectors, n_tokens = await model.runner.embed(inputs, truncate)
+        return vectors, n_tokens, waited
+
+    def ps(self) -> list[dict[str, Any]]:
+        out = []
+        models = sorted(self.scheduler.loaded(), key=lambda m: m.expires_at, reverse=True)
+        for model in models:
+            out.append(ps_entry(model))
+        return out
+
+    async def unload(self, target: Target) -> bool:
+        return await self.scheduler.unload(target.spec.key)
+
+
+def base_load(resolved: ResolvedOptions) -> LoadOptions:
+    """Requested load options: ``n_ctx`` 0 and ``n_gpu_layers`` -1 mean "let the planner choose"."""
+    base = LoadOptions(
+        n_ctx=0,
+        n_parallel=max(1, config.NUM_PARALLEL.get()),
+        n_gpu_layers=-1,
+        n_threads=config.NUM_THREAD.get(),
+        flash_attn=_flash_attn(config.FLASH_ATTENTION.get()),
+        kv_type=_kv_type(config.KV_CACHE_TYPE.get()),
+    )
+    return resolved.load.apply(base)
+
+
+def _flash_attn(value: str) -> Literal["auto", "on", "off"]:
+    low = value.lower()
+    if low in ("1", "true", "on"):
+        return "on"
+    if low in ("0", "false", "off"):
+        return "off"
+    return "auto"
+
+
+def _kv_type(value: str) -> Literal["f16", "q8_0", "q4_0", "f32"]:
+    low = value.lower()
+    if low == "q8_0":
+        return "q8_0"
+    if low == "q4_0":
+        return "q4_0"
+    if low == "f32":
+        return "f32"
+    return "f16"
+
+
+def _stamp(path: str) -> float:
+    import os
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InvalidRequest(f"model file {os.path.basename(path)} is missing") from None
+    return st.st_mtime + st.st_size
+
+
+def ps_entry(model: Loaded) -> dict[str, Any]:
+    placement = model.placement
+    expires = model.expires_at
+    if math.isinf(expires) and model.refcount == 0:
+        expires_text = "2318-01-01T00:00:00Z"  # kept forever (keep_alive < 0)
+    elif math.isinf(expires):
+        # In use: the timer starts when the last request ends.
+        expires_text = datetime.fromtimestamp(time.time() + model.keep_alive if
+                                              math.isfinite(model.keep_alive) else 1e10,
+                                              timezone.utc).isoformat().replace("+00:00", "Z")
+    else:
+        expires_text = datetime.fromtimestamp(expires, timezone.utc).isoformat().replace(
+            "+00:00", "Z")
+    memory = model.runner.memory or {}
+    measured = sum(sum(v.values()) for v in memory.values())
+    measured_vram = sum(sum(v.values()) for k, v in memory.items() if not _is_host(k))
+    size = measured or placement.size
+    size_vram = measured_vram if measured else placement.size_vram
+    return {
+        "name": model.spec.name,
+        "model": model.spec.name,
+        "size": size,
+        "size_vram": size_vram,
+        "digest": model.spec.digest.removeprefix("sha256:"),
+        "details": model.spec.details,
+        "expires_at": expires_text,
+        "context_length": model.opts.n_ctx,
+    }
+
+
+def _is_host(device: str) -> bool:
+    name = device.upper()
+    return name.startswith("CPU") or name.endswith("_HOST") or name == "BLAS"
