@@ -113,10 +113,10 @@ def parse_name(raw: object) -> ModelName:
     if tag == "":
         tag = DEFAULT_TAG
     if not (
-        _HOST_RE.match(host)
-        and ns_re.match(namespace)
-        and model_re.match(model)
-        and _TAG_RE.match(tag)
+        _HOST_RE.fullmatch(host)
+        and ns_re.fullmatch(namespace)
+        and model_re.fullmatch(model)
+        and _TAG_RE.fullmatch(tag)
     ):
         raise InvalidName(f'name "{raw}" is invalid')
     for part in (host, namespace, model, tag):
@@ -130,7 +130,7 @@ def parse_digest(raw: object) -> str:
     """Validate ``sha256:<hex>`` / ``sha256-<hex>`` and return the canonical ``sha256:<hex>``."""
     if not isinstance(raw, str):
         raise InvalidDigest("digest must be a string")
-    match = _DIGEST_RE.match(raw.strip())
+    match = _DIGEST_RE.fullmatch(raw.strip())
     if not match:
         raise InvalidDigest(f'invalid digest "{raw[:80]}": expected sha256:<64 hex>')
     return f"sha256:{match.group(1)}"
