@@ -1,0 +1,101 @@
+"""Blobs: content addressing, atomic writes, digest mismatch leaves nothing behind, prune."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from localllm.errors import BlobNotFound, DigestMismatch, InvalidDigest
+from localllm.store.blobs import BlobStore
+
+
+def _digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _names(root: Path) -> set[str]:
+    return {p.name for p in root.iterdir()} if root.exists() else set()
+
+
+def test_write_and_read(tmp_path: Path) -> None:
+    blobs = BlobStore(tmp_path / "blobs")
+    digest = blobs.write_bytes(b"hello")
+    assert digest == _digest(b"hello")
+    assert blobs.exists(digest) and blobs.size(digest) == 5
+    assert blobs.read_bytes(digest) == b"hello"
+    assert _names(blobs.root) == {"sha256-" + digest[7:]}
+    assert list(blobs.digests()) == [digest]
+
+
+def test_mismatch_leaves_nothing(tmp_path: Path) -> None:
+    blobs = BlobStore(tmp_path / "blobs")
+    with pytest.raises(DigestMismatch, match="digest mismatch"):
+        blobs.write_stream([b"abc"], expected=_digest(b"abd"))
+    assert _names(blobs.root) == set()
+
+
+def test_failed_stream_leaves_nothing(tmp_path: Path) -> None:
+    blobs = BlobStore(tmp_path / "blobs")
+
+    def broken() -> Iterator[bytes]:
+        yield b"x" * 100
+        raise OSError("disk went away")
+
+    with pytest.raises(OSError):
+        blobs.write_stream(broken())
+    assert _names(blobs.root) == set()
+
+
+def test_rewrite_same_content_keeps_one_file(tmp_path: Path) -> None:
+    blobs = BlobStore(tmp_path / "blobs")
+    d1 = blobs.write_bytes(b"same")
+    d2, size = blobs.import_file(_write(tmp_path / "f", b"same"), expected=d1)
+    assert d1 == d2 and size == 4
+    assert _names(blobs.root) == {"sha256-" + d1[7:]}
+
+
+def test_commit_partial_over_existing_blob_drops_partial(tmp_path: Path) -> None:
+    blobs = BlobStore(tmp_path / "blobs")
+    digest = blobs.write_bytes(b"data")
+    blobs.partial_path(digest).write_bytes(b"data")
+    blobs.commit_partial(digest)
+    assert _names(blobs.root) == {"sha256-" + digest[7:]}
+
+
+def test_missing_and_invalid(tmp_path: Path) -> None:
+    blobs = BlobStore(tmp_path / "blobs")
+    with pytest.raises(BlobNotFound):
+        blobs.open(_digest(b"nope"))
+    with pytest.raises(BlobNotFound):
+        blobs.size(_digest(b"nope"))
+    for bad in ["../../etc/passwd", "sha256:xyz", "sha256-" + "0" * 63 + "/"]:
+        with pytest.raises(InvalidDigest):
+            blobs.path(bad)
+
+
+def test_prune_spares_referenced_young_and_partials(tmp_path: Path) -> None:
+    blobs = BlobStore(tmp_path / "blobs")
+    keep = blobs.write_bytes(b"keep")
+    old = blobs.write_bytes(b"old")
+    young = blobs.write_bytes(b"young")
+    blobs.partial_path(_digest(b"p")).write_bytes(b"p")
+    stale_tmp = blobs.root / ".tmp-deadbeef"
+    stale_tmp.write_bytes(b"t")
+    past = time.time() - 7200
+    for d in (keep, old):
+        os.utime(blobs.path(d), (past, past))
+    os.utime(stale_tmp, (past, past))
+    removed = blobs.prune({keep}, grace_seconds=3600)
+    assert removed == [old]
+    assert blobs.exists(keep) and blobs.exists(young) and not blobs.exists(old)
+    assert blobs.partial_path(_digest(b"p")).exists() and not stale_tmp.exists()
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path

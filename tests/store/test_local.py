@@ -1,0 +1,109 @@
+"""Manifests and the Store: case-insensitive lookup, copy/delete, blob GC, consistency."""
+
+from __future__ import annotations
+
+import pytest
+
+from localllm.errors import BlobNotFound, InvalidRequest, ModelNotFound
+from localllm.store.local import Store
+from localllm.store.manifests import MEDIA_MODEL, MEDIA_PARAMS, Layer, Manifest
+from localllm.store.names import parse_name
+
+
+def _model(store: Store, name: str, payload: bytes, *, shards: int = 1) -> Manifest:
+    layers = [store.put_bytes(MEDIA_MODEL, payload + bytes([i]), name=f"m-{i}.gguf")
+              for i in range(shards)]
+    layers.append(store.put_json(MEDIA_PARAMS, {"stop": ["<|end|>"]}))
+    manifest = Manifest(store.put_config({"model_format": "gguf", "tag": name}), layers)
+    store.commit(parse_name(name), manifest)
+    return manifest
+
+
+def test_commit_list_and_case_insensitive_get(store: Store) -> None:
+    m = _model(store, "Qwen:Small", b"weights")
+    entry = store.get(parse_name("qwen:small"))
+    assert entry.manifest == m
+    assert entry.name.parts[2:] in (("Qwen", "Small"), ("qwen", "small"))
+    assert [e.manifest for e in store.list()] == [m]
+    assert store.params(entry) == {"stop": ["<|end|>"]}
+    assert store.config_json(entry)["model_format"] == "gguf"
+    with pytest.raises(ModelNotFound, match="not found"):
+        store.get(parse_name("other"))
+
+
+def test_model_paths_in_order(store: Store) -> None:
+    _model(store, "split", b"w", shards=3)
+    entry = store.get(parse_name("split"))
+    paths = store.model_paths(entry)
+    assert [p.read_bytes() for p in paths] == [b"w\x00", b"w\x01", b"w\x02"]
+    assert store.model_path(entry) == paths[0]
+    assert [layer.name for layer in entry.manifest.by_type(MEDIA_MODEL)] == \
+        ["m-0.gguf", "m-1.gguf", "m-2.gguf"]
+
+
+def test_model_paths_without_model_layer(store: Store) -> None:
+    store.commit(parse_name("empty"), Manifest(store.put_config({}), []))
+    with pytest.raises(InvalidRequest, match="no model layer"):
+        store.model_paths(store.get(parse_name("empty")))
+
+
+def test_commit_refuses_missing_blobs(store: Store) -> None:
+    config = store.put_config({})
+    ghost = Layer(MEDIA_MODEL, "sha256:" + "1" * 64, 10)
+    with pytest.raises(BlobNotFound):
+        store.commit(parse_name("ghost"), Manifest(config, [ghost]))
+    assert store.list() == []
+
+
+def test_copy_then_delete_keeps_shared_blobs(store: Store) -> None:
+    m = _model(store, "a", b"shared")
+    store.copy(parse_name("a"), parse_name("b:v2"))
+    assert store.get(parse_name("b:v2")).manifest == m
+    store.delete(parse_name("a"))
+    assert all(store.blobs.exists(d) for d in m.digests())
+    store.delete(parse_name("b:v2"))
+    assert not any(store.blobs.exists(d) for d in m.digests())
+    assert store.list() == []
+    # Empty manifest folders are pruned too.
+    assert not any(p.is_file() for p in store.manifests.root.rglob("*"))
+
+
+def test_replacing_a_manifest_drops_only_unused_blobs(store: Store) -> None:
+    old = _model(store, "m", b"v1")
+    other = _model(store, "keep", b"v1")  # shares blobs with old
+    new = _model(store, "m", b"v2")
+    assert all(store.blobs.exists(d) for d in other.digests() | new.digests())
+    stray = old.digests() - other.digests() - new.digests()
+    assert stray == {old.config.digest}  # its config named the tag; the weights are shared
+    assert not any(store.blobs.exists(d) for d in stray)
+
+
+def test_delete_missing_and_copy_missing(store: Store) -> None:
+    with pytest.raises(ModelNotFound):
+        store.delete(parse_name("nope"))
+    with pytest.raises(ModelNotFound):
+        store.copy(parse_name("nope"), parse_name("x"))
+
+
+def test_corrupt_manifests_are_skipped_in_list(store: Store) -> None:
+    _model(store, "good", b"g")
+    bad = store.manifests.root / "registry.ollama.ai" / "library" / "bad" / "latest"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"{not json")
+    assert [e.name.model for e in store.list()] == ["good"]
+    with pytest.raises(InvalidRequest, match="not valid JSON"):
+        store.get(parse_name("bad"))
+
+
+def test_prune_removes_unreferenced_after_grace(store: Store) -> None:
+    m = _model(store, "m", b"w")
+    orphan = store.blobs.write_bytes(b"orphan")
+    assert store.prune(grace_seconds=0) == [orphan]
+    assert all(store.blobs.exists(d) for d in m.digests())
+
+
+def test_noprune_setting(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCALLLM_NOPRUNE", "1")
+    orphan = store.blobs.write_bytes(b"orphan")
+    assert store.prune(grace_seconds=0) == []
+    assert store.blobs.exists(orphan)
