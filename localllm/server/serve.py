@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -77,6 +78,9 @@ def run() -> int:
         access_log=config.DEBUG.get(),
         timeout_graceful_shutdown=None if math.isinf(grace) else int(grace),
     ))
+    # uvicorn re-raises the SIGTERM it caught once it has shut down; make that a
+    # normal exit so the pid file below is removed.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     pid_path = _write_pid()
     log.info("localllm %s listening on %s:%d (models: %s)", _version(), host, port, store.root)
     try:
@@ -89,6 +93,10 @@ def run() -> int:
         except OSError:
             pass
     return 0
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def _version() -> str:

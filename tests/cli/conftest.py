@@ -1,0 +1,113 @@
+"""End-to-end fixtures: the real daemon (``python -m localllm serve``) on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cli_env(port: int, **extra: str) -> dict[str, str]:
+    """The test's environment (LOCALLLM_HOME from the autouse fixture) plus the daemon address."""
+    env = dict(os.environ)
+    env["LOCALLLM_HOST"] = f"127.0.0.1:{port}"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env.update(extra)
+    return env
+
+
+def wait_until_up(
+    url: str, proc: subprocess.Popen[bytes] | None = None, timeout: float = 30
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"daemon exited with {proc.returncode}")
+        try:
+            if httpx.get(url + "/", timeout=0.5, trust_env=False).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"daemon at {url} did not come up")
+
+
+def stop_pid(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+
+
+@dataclass
+class Daemon:
+    url: str
+    port: int
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return run_cli(*args, env=self.env, timeout=timeout)
+
+
+def run_cli(
+    *args: str, env: dict[str, str], timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "localllm", *args], cwd=REPO, env=env,
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )
+
+
+@pytest.fixture
+def daemon_env() -> dict[str, str]:
+    """Extra environment for the daemon (a test may fill it before ``daemon`` starts)."""
+    return {}
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, daemon_env: dict[str, str]) -> Iterator[Daemon]:
+    port = free_port()
+    env = cli_env(port, **daemon_env)
+    log = tmp_path / "daemon.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "localllm", "serve"], cwd=REPO, env=env,
+            stdout=out, stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_up(url, proc)
+        yield Daemon(url, port, env, proc, log)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
