@@ -14,7 +14,8 @@ def _model(store: Store, name: str, payload: bytes, *, shards: int = 1) -> Manif
     layers = [store.put_bytes(MEDIA_MODEL, payload + bytes([i]), name=f"m-{i}.gguf")
               for i in range(shards)]
     layers.append(store.put_json(MEDIA_PARAMS, {"stop": ["<|end|>"]}))
-    manifest = Manifest(store.put_config({"model_format": "gguf", "tag": name}), layers)
+    config = store.put_config({"model_format": "gguf", "tag": name, "w": payload.hex()})
+    manifest = Manifest(config, layers)
     store.commit(parse_name(name), manifest)
     return manifest
 
