@@ -256,8 +256,8 @@ class _Converter:
         items: list[tuple[str, bool, bool]] = []  # (key-value rule, required, repeats)
         for key, sub in props.items():
             value = self.visit(sub, f"{hint}-{key}", depth + 1)
-            kv = self.define(f"{hint}-{key}-kv", f'{literal(json.dumps(key, ensure_ascii=False))} {ws} ":" {ws} '
-                                                 f"{value} {ws}")
+            name = literal(json.dumps(key, ensure_ascii=False))
+            kv = self.define(f"{hint}-{key}-kv", f'{name} {ws} ":" {ws} {value} {ws}')
             items.append((kv, key in required, False))
         if extra is not False:
             value = self.visit(extra, f"{hint}-additional", depth + 1)

@@ -176,7 +176,7 @@ def _check_refs(node: Node, rules: dict[str, Node]) -> None:
 def accepts(grammar: str, text: str) -> bool:
     rules = parse_grammar(grammar)
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def rule_ends(name: str, pos: int) -> frozenset[int]:
         return frozenset(ends(rules[name], pos))
 
