@@ -75,8 +75,8 @@ class ProtocolError(LocalLLMError):
 def encode(msg: Message, *, max_frame: int = MAX_FRAME) -> bytes:
     """One frame: header + JSON body.  Refuses invalid or oversize messages."""
     validate(msg)
-    body = json.dumps(msg, ensure_ascii=False, separators=(",", ":"),
-                      allow_nan=False).encode("utf-8")
+    # NaN/Infinity stay allowed: both ends are Python, and a -inf logprob is legitimate.
+    body = json.dumps(msg, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     if len(body) > max_frame:
         raise ProtocolError(f"{msg['type']} message of {len(body)} bytes exceeds the "
                             f"{max_frame}-byte frame limit")

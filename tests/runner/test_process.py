@@ -9,7 +9,13 @@ import signal
 import pytest
 
 from localllm.engine.types import Done, Piece
-from localllm.errors import InvalidRequest, LocalLLMError, ModelLoadError, RunnerCrashed
+from localllm.errors import (
+    InvalidRequest,
+    LocalLLMError,
+    ModelLoadError,
+    RunnerCrashed,
+    ShuttingDown,
+)
 from tests.runner.conftest import arun, collect, greedy, pid_alive, start_fake
 
 
@@ -183,3 +189,19 @@ def test_cancelled_load_leaves_no_child(tmp_path: object) -> None:
             except OSError:
                 continue
             assert b"localllm.runner" not in cmd or not pid_alive(int(pid))
+
+
+def test_close_during_a_stream_ends_it_cleanly() -> None:
+    async def go() -> None:
+        runner = await start_fake()
+        stream = runner.complete(greedy("long", "x", -1))
+        await stream.__anext__()
+        await runner.close()
+        with pytest.raises(ShuttingDown, match="unloaded"):
+            async for _ in stream:
+                pass
+        assert runner.returncode == 0
+        with pytest.raises(ShuttingDown):
+            await runner.tokenize("x")
+
+    arun(go())

@@ -107,9 +107,10 @@ def test_truncated_streams() -> None:
         P.read_frame(io.BytesIO(whole[:-1]))
 
 
-def test_nan_is_refused_on_encode() -> None:
-    with pytest.raises(ValueError):
-        P.encode({"type": "embeddings", "id": "e", "vectors": [[float("nan")]], "n_tokens": 1})
+def test_non_finite_floats_survive() -> None:
+    piece = Piece(id="p", text="x", logprob=float("-inf"), top_logprobs=[("y", float("-inf"))])
+    got = P.parse_piece(one(io.BytesIO(P.encode(P.event_msg(piece)))))
+    assert got == piece
 
 
 def test_async_reader() -> None:
