@@ -267,10 +267,13 @@ def _layout(info: ModelInfo, gpus: Sequence[Device], ctx: int, opts: PlanOptions
     unified = sum(u.total for u in gpu_uses
                   if any(g.name == u.name and g.unified_memory for g in gpus))
     ram_short = avail > 0 and cpu.total + unified > avail
+    notes = [f"estimate exceeds free memory on {f.dev.name} by {fmt_bytes(f.used - f.cap)}"
+             for f in over]
+    if ram_short:
+        notes.append(f"needs {fmt_bytes(cpu.total + unified)} of RAM, "
+                     f"{fmt_bytes(avail)} available")
     return LoadPlan(placed, n_rep + 1, ctx, np_, opts.num_batch, kv_type, fa, gpu_uses, cpu,
-                    fits=not over and not ram_short, reason="", ctx_reduced=False,
-                    notes=tuple(f"{f.dev.name} short by {fmt_bytes(f.used - f.cap)}"
-                                for f in over))
+                    fits=not over and not ram_short, reason="", notes=tuple(notes))
 
 
 def _candidates(gpus: Sequence[Device]) -> list[list[Device]]:
@@ -297,15 +300,12 @@ def _best(info: ModelInfo, gpus: Sequence[Device], ctx: int, opts: PlanOptions, 
 
 def _reason(p: LoadPlan, gpus: Sequence[Device], opts: PlanOptions, avail: int) -> str:
     names = ", ".join(g.name for g in reversed(p.gpus))
-    ram_note = f"needs {fmt_bytes(p.ram)} of RAM, {fmt_bytes(avail)} available"
     if not p.gpus:
         why = ("num_gpu=0" if opts.num_gpu == 0 and gpus else
                "no GPU the engine can use" if not gpus else
                f"no GPU has room for a layer ({gpus[0].name}: {fmt_bytes(gpus[0].free)} free)")
         text = f"CPU only: {why}"
-        if not p.fits:
-            text += f"; does not fit: {ram_note}"
-        elif avail:
+        if p.fits and avail:
             text += f" ({fmt_bytes(p.ram)} of RAM)"
     elif p.fully_offloaded:
         free = sum(g.free for g in p.gpus)
@@ -318,9 +318,7 @@ def _reason(p: LoadPlan, gpus: Sequence[Device], opts: PlanOptions, avail: int) 
     if opts.num_gpu > 0 and p.gpus:
         text = f"num_gpu={opts.num_gpu}: {text}"
     if p.notes:
-        text += "; estimate exceeds free memory: " + ", ".join(p.notes)
-    if p.gpus and avail and p.ram > avail:
-        text += f"; {ram_note}"
+        text += "; does not fit: " + "; ".join(p.notes)
     if p.ctx_reduced:
         text += f"; context reduced to {p.n_ctx} to fit"
     return text
@@ -328,7 +326,8 @@ def _reason(p: LoadPlan, gpus: Sequence[Device], opts: PlanOptions, avail: int) 
 
 def plan(info: ModelInfo, devices: Sequence[Device], opts: PlanOptions) -> LoadPlan:
     """Decide GPU layers, context and KV type for ``info`` on ``devices``."""
-    gpus = usable_gpus(devices) if opts.num_gpu != 0 else []
+    all_gpus = usable_gpus(devices)
+    gpus = all_gpus if opts.num_gpu != 0 else []
     cpu_dev = next((d for d in devices if d.kind == "cpu"), None)
     avail = opts.available_ram or (cpu_dev.free if cpu_dev else 0)
     fa = opts.flash_attention.lower() not in ("off", "0", "false", "no")
@@ -338,7 +337,7 @@ def plan(info: ModelInfo, devices: Sequence[Device], opts: PlanOptions) -> LoadP
         train = info.context_length
         ladder = [min(opts.num_ctx, train) if train > 0 else opts.num_ctx]
     else:
-        start = default_context(info, usable_gpus(devices), opts)
+        start = default_context(info, all_gpus, opts)
         ladder = [start]
         if opts.default_ctx <= 0:  # an explicit LOCALLLM_CONTEXT_LENGTH is kept as set
             ladder += [c for c in CTX_LADDER if c < start and c >= min(MIN_AUTO_CTX, start)]
@@ -350,7 +349,7 @@ def plan(info: ModelInfo, devices: Sequence[Device], opts: PlanOptions) -> LoadP
             break
     assert result is not None
     result = replace(result, ctx_reduced=result.n_ctx != ladder[0])
-    return replace(result, reason=_reason(result, gpus, opts, avail))
+    return replace(result, reason=_reason(result, all_gpus, opts, avail))
 
 
 def subtract_loaded(devices: Sequence[Device], loaded: Iterable[LoadPlan]) -> list[Device]:
