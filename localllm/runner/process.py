@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import itertools
 import logging
+import math
 import os
 import signal
 import sys
@@ -110,6 +111,7 @@ class RunnerProcess:
         passes; the child is gone by then.
         """
         timeout = config.LOAD_TIMEOUT.get() if load_timeout is None else load_timeout
+        wait = None if math.isinf(timeout) else timeout  # a negative setting means forever
         t0 = time.monotonic_ns()
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "localllm.runner",
@@ -122,7 +124,7 @@ class RunnerProcess:
         name = Path(model_paths[0]).name if model_paths else "<no model>"
         try:
             await runner._send(P.load_msg(model_paths, opts))
-            msg = await asyncio.wait_for(runner._read(), timeout)
+            msg = await asyncio.wait_for(runner._read(), wait)
         except asyncio.TimeoutError:
             await runner._abandon(wait=0)
             raise ModelLoadError(f"loading {name} timed out after {timeout:g}s"
@@ -137,11 +139,12 @@ class RunnerProcess:
             # Let the child finish on its own first, so its exit status is its own.
             await runner._abandon(wait=5.0)
             if msg is not None and msg["type"] == "failed":
+                # The engine said why; the log would only repeat it.
                 reason = P.parse_failed(msg).message
             else:
                 reason = (f"model runner exited during load "
-                          f"({describe_exit(runner._proc.returncode)})")
-            raise ModelLoadError(f"failed to load {name}: {reason}{runner._tail_text()}")
+                          f"({describe_exit(runner._proc.returncode)}){runner._tail_text()}")
+            raise ModelLoadError(f"failed to load {name}: {reason}")
         runner.info = dict(msg["info"])
         runner.memory = dict(msg["memory"])
         runner.load_duration = time.monotonic_ns() - t0

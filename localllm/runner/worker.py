@@ -116,7 +116,10 @@ class Worker:
         try:
             engine = engine_class()(paths, P.parse_options(first))
         except Exception as exc:
-            traceback.print_exc()
+            if isinstance(exc, LocalLLMError):
+                log.error("load failed: %s", exc)  # an expected refusal: no traceback
+            else:
+                traceback.print_exc()
             self.fail("", exc)
             return 1
         try:

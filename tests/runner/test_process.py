@@ -163,9 +163,9 @@ def test_load_failures() -> None:
             await start_fake("/m/crashload.gguf")
         loop = asyncio.get_running_loop()
         t0 = loop.time()
-        with pytest.raises(ModelLoadError, match=r"timed out after 1\.5s") as info:
-            await start_fake("/m/slowload.gguf", load_timeout=1.5)
-        assert loop.time() - t0 < 10
+        with pytest.raises(ModelLoadError, match=r"timed out after 5s") as info:
+            await start_fake("/m/slowload.gguf", load_timeout=5)
+        assert loop.time() - t0 < 20
         assert "fake engine loading" in str(info.value)  # the log tail explains it
 
     arun(go())
