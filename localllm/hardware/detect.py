@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -102,15 +102,25 @@ def cpu_device(cpu: CPUInfo) -> Device:
     return Device("CPU", cpu.model, "cpu", cpu.available_ram, cpu.total_ram, "CPU")
 
 
-def run_probe(timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
-    """Run the probe child; its JSON answer, or ``{"ok": False, "error": ...}``."""
+def _with_ram(dev: Device, cpu: CPUInfo) -> Device:
+    """ggml's CPU device reports total RAM as free; /proc/meminfo knows better."""
+    if dev.kind == "cpu" and cpu.available_ram > 0:
+        return replace(dev, free=min(dev.free or cpu.available_ram, cpu.available_ram))
+    return dev
+
+
+def run_probe(timeout: float = PROBE_TIMEOUT_S, argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the probe child; its JSON answer, or ``{"ok": False, "error": ...}``.
+
+    ``argv`` replaces the child's command line (tests use it to simulate crashes).
+    """
     env = dict(os.environ)
     # The child must import this same localllm even when it runs from a source tree.
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     try:
         out = subprocess.run(
-            [sys.executable, "-m", "localllm.hardware.probe"],
+            argv or [sys.executable, "-m", "localllm.hardware.probe"],
             capture_output=True, text=True, timeout=timeout, env=env,
             stdin=subprocess.DEVNULL,
         )
@@ -169,7 +179,7 @@ def build_hardware(answer: dict[str, Any], cpu: CPUInfo, gpus: list[GPUProbe]) -
     """Combine the probe's answer, the CPU facts and the driver probes (pure)."""
     ok = bool(answer.get("ok"))
     error = "" if ok else str(answer.get("error") or "unknown error")
-    devices = tuple(device_from_probe(d) for d in answer.get("devices") or []
+    devices = tuple(_with_ram(device_from_probe(d), cpu) for d in answer.get("devices") or []
                     if isinstance(d, dict)) if ok else ()
     if not any(d.kind == "cpu" for d in devices):
         devices = (*devices, cpu_device(cpu))

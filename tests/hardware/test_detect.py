@@ -1,0 +1,132 @@
+"""detect(): the native probe child, its failure modes, device mapping and hints."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from localllm.hardware import detect as detect_mod
+from localllm.hardware import probe
+from localllm.hardware.cpu import CPUInfo
+from localllm.hardware.detect import (
+    build_hardware,
+    detect,
+    library_of,
+    parse_probe_output,
+    run_probe,
+)
+from localllm.hardware.probes import GPUProbe
+
+GiB = 1024**3
+CPU = CPUInfo("Test CPU", "x86_64", 8, 16, 64 * GiB, 40 * GiB, ("avx2", "fma"))
+CPU_DEV = {"name": "CPU", "description": "Test CPU", "type": "cpu", "free": 64 * GiB,
+           "total": 64 * GiB}
+CUDA_DEV = {"name": "CUDA0", "description": "NVIDIA GeForce RTX 4090", "type": "gpu",
+            "free": 23 * GiB, "total": 24 * GiB}
+NVIDIA = GPUProbe("nvidia", "NVIDIA GeForce RTX 4090", "550.54.14", 24 * GiB, 23 * GiB)
+
+
+def test_library_names() -> None:
+    assert [library_of(n) for n in ("CUDA0", "ROCm1", "Vulkan0", "Metal", "MTL0", "CPU",
+                                    "BLAS")] == ["CUDA", "ROCm", "Vulkan", "Metal", "Metal",
+                                                 "CPU", "BLAS"]
+
+
+def test_native_devices_map_to_device() -> None:
+    hw = build_hardware({"ok": True, "devices": [CPU_DEV, CUDA_DEV], "system_info": "AVX2 = 1",
+                         "build_info": {"llama_cpp_python": "0.3.36"}}, CPU, [NVIDIA])
+    assert hw.native_ok and hw.native_error == "" and hw.hints == ()
+    cuda = hw.gpus[0]
+    assert (cuda.name, cuda.kind, cuda.library, cuda.free) == ("CUDA0", "gpu", "CUDA", 23 * GiB)
+    # ggml reports total RAM as the CPU's free memory; MemAvailable is the truth.
+    assert hw.devices[0].free == CPU.available_ram
+    assert hw.build_info == {"llama_cpp_python": "0.3.36"}
+    assert hw.to_dict()["devices"][1]["name"] == "CUDA0"
+
+
+def test_gpu_present_but_build_without_cuda_gives_a_rebuild_hint() -> None:
+    hw = build_hardware({"ok": True, "devices": [CPU_DEV]}, CPU, [NVIDIA])
+    assert len(hw.hints) == 1
+    hint = hw.hints[0]
+    assert "NVIDIA GPU found (NVIDIA GeForce RTX 4090, driver 550.54.14)" in hint
+    assert "no CUDA" in hint and 'CMAKE_ARGS="-DGGML_CUDA=on"' in hint
+    amd = build_hardware({"ok": True, "devices": [CPU_DEV]}, CPU,
+                         [GPUProbe("amd", "AMD Radeon RX 7900 XTX")])
+    assert "-DGGML_HIP=on" in amd.hints[0]
+    apple = build_hardware({"ok": True, "devices": [CPU_DEV]}, CPU,
+                           [GPUProbe("apple", "Apple Silicon GPU")])
+    assert "-DGGML_METAL=on" in apple.hints[0]
+
+
+def test_broken_native_module_falls_back_to_a_cpu_device() -> None:
+    hw = build_hardware({"ok": False, "error": "ImportError: libllama.so: cannot open"}, CPU, [])
+    assert not hw.native_ok and "libllama.so" in hw.native_error
+    assert [d.name for d in hw.devices] == ["CPU"]
+    assert hw.devices[0].free == CPU.available_ram and hw.devices[0].total == CPU.total_ram
+    assert "native module is not usable" in hw.hints[0] and "libllama.so" in hw.hints[0]
+
+
+def test_probe_output_parsing() -> None:
+    assert parse_probe_output(0, 'noise\n{"ok": true, "devices": []}\n', "")["ok"] is True
+    crash = parse_probe_output(-11, "", "ggml_cuda_init: failed\n")
+    assert crash["ok"] is False and "SIGSEGV" in crash["error"]
+    assert "ggml_cuda_init: failed" in crash["error"]
+    assert "status 3" in parse_probe_output(3, "garbage", "")["error"]
+
+
+@pytest.mark.parametrize(("code", "expect"), [
+    ("import time; time.sleep(10)", "timed out"),
+    ("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", "SIGSEGV"),
+])
+def test_probe_child_failures_do_not_raise(code: str, expect: str) -> None:
+    answer = run_probe(timeout=2, argv=[sys.executable, "-c", code])
+    assert answer["ok"] is False and expect in answer["error"]
+
+
+def test_real_probe_child_answers() -> None:
+    answer = run_probe()
+    assert isinstance(answer["ok"], bool)
+    if answer["ok"]:
+        assert any(d["type"] == "cpu" for d in answer["devices"])
+        assert "llama_cpp_python" in answer["build_info"] or answer["build_info"]
+    else:
+        assert answer["error"]
+
+
+def test_collect_with_a_fake_binding(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = types.ModuleType("localllm.engine.binding")
+    fake.devices = lambda: [CPU_DEV]  # type: ignore[attr-defined]
+    fake.system_info = lambda: "CPU : AVX2 = 1"  # type: ignore[attr-defined]
+    fake.build_info = lambda: {"llama_version": "x"}  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "localllm.engine.binding", fake)
+    import localllm.engine
+
+    monkeypatch.setattr(localllm.engine, "binding", fake, raising=False)
+    out = probe.collect()
+    assert out == {"ok": True, "devices": [CPU_DEV], "system_info": "CPU : AVX2 = 1",
+                   "build_info": {"llama_version": "x"}}
+
+    def boom() -> list[dict[str, object]]:
+        raise RuntimeError("ggml_backend_dev_count failed")
+
+    fake.devices = boom  # type: ignore[attr-defined]
+    bad = probe.collect()
+    assert bad["ok"] is False and "ggml_backend_dev_count failed" in bad["error"]
+
+
+def test_detect_caches_until_refresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    calls: list[float] = []
+
+    def fake_probe(timeout: float = 30.0) -> dict[str, object]:
+        calls.append(timeout)
+        return {"ok": True, "devices": [CPU_DEV, CUDA_DEV]}
+
+    monkeypatch.setattr(detect_mod, "run_probe", fake_probe)
+    monkeypatch.setattr(detect_mod, "_cached", None)
+    first = detect()
+    assert detect() is first and len(calls) == 1
+    assert detect(refresh=True) is not first and len(calls) == 2
+    assert first.gpus[0].name == "CUDA0" and first.cpu.logical_cores >= 1
