@@ -11,19 +11,19 @@ vendor_id\t: GenuineIntel
 model name\t: Intel(R) Xeon(R) Platinum 8480+
 physical id\t: 0
 core id\t: 0
-flags\t\t: fpu sse sse2 pni ssse3 fma sse4_1 sse4_2 avx f16c avx2 avx512f avx512bw amx_tile amx_int8 ht
+flags\t\t: fpu sse sse2 pni ssse3 fma sse4_1 sse4_2 avx f16c avx2 avx512f avx512bw amx_tile amx_int8
 
 processor\t: 1
 model name\t: Intel(R) Xeon(R) Platinum 8480+
 physical id\t: 0
 core id\t: 0
-flags\t\t: fpu sse sse2 pni ssse3 fma sse4_1 sse4_2 avx f16c avx2 avx512f avx512bw amx_tile amx_int8 ht
+flags\t\t: fpu sse sse2 pni ssse3 fma sse4_1 sse4_2 avx f16c avx2 avx512f avx512bw amx_tile amx_int8
 
 processor\t: 2
 model name\t: Intel(R) Xeon(R) Platinum 8480+
 physical id\t: 0
 core id\t: 1
-flags\t\t: fpu sse sse2 pni ssse3 fma sse4_1 sse4_2 avx f16c avx2 avx512f avx512bw amx_tile amx_int8 ht
+flags\t\t: fpu sse sse2 pni ssse3 fma sse4_1 sse4_2 avx f16c avx2 avx512f avx512bw amx_tile amx_int8
 """
 
 ARM = """processor\t: 0
