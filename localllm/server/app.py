@@ -26,9 +26,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from localllm import __version__, config
 from localllm.errors import LocalLLMError
-from localllm.server.security import SecurityMiddleware, is_loopback_bind
 from localllm.inference import InferenceService
 from localllm.scheduler.scheduler import Scheduler
+from localllm.server.security import SecurityMiddleware, is_loopback_bind
 from localllm.services import ModelService
 from localllm.store.local import Store
 

@@ -9,11 +9,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.hubstub import HubStub
+from tests.server.conftest import hub  # noqa: F401  (fixture shared with the route tests)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -84,16 +88,11 @@ def run_cli(
     )
 
 
-@pytest.fixture
-def daemon_env() -> dict[str, str]:
-    """Extra environment for the daemon (a test may fill it before ``daemon`` starts)."""
-    return {}
-
-
-@pytest.fixture
-def daemon(tmp_path: Path, daemon_env: dict[str, str]) -> Iterator[Daemon]:
+@contextmanager
+def start_daemon(tmp_path: Path) -> Iterator[Daemon]:
+    """``localllm serve`` on a free port with the test's environment, stopped afterwards."""
     port = free_port()
-    env = cli_env(port, **daemon_env)
+    env = cli_env(port)
     log = tmp_path / "daemon.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
@@ -111,3 +110,18 @@ def daemon(tmp_path: Path, daemon_env: dict[str, str]) -> Iterator[Daemon]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
+    with start_daemon(tmp_path) as d:
+        yield d
+
+
+@pytest.fixture
+def hub_daemon(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Daemon]:
+    """A daemon that pulls from the Hub stand-in (HF_ENDPOINT is set before it starts)."""
+    stub: HubStub = request.getfixturevalue("hub")
+    assert stub.url
+    with start_daemon(tmp_path) as d:
+        yield d

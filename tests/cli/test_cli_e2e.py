@@ -94,3 +94,21 @@ def test_cli_autostarts_the_daemon() -> None:
     finally:
         if pid_file.is_file():
             stop_pid(int(pid_file.read_text()))
+
+
+def test_pull_then_list_and_show(hub_daemon: Daemon) -> None:
+    out = hub_daemon.cli("pull", "hf.co/someone/Tiny-GGUF")
+    assert out.returncode == 0, out.stderr
+    lines = out.stderr.splitlines()
+    assert lines[0] == "pulling manifest"
+    assert lines[-1] == "success"
+    bars = [ln for ln in lines if re.match(r"pulling [0-9a-f]{12}: 100% ", ln)]
+    assert len(bars) == 1 and "▕" in bars[0]
+    listed = hub_daemon.cli("list").stdout
+    assert "hf.co/someone/Tiny-GGUF:latest" in listed
+    show = hub_daemon.cli("show", "hf.co/someone/Tiny-GGUF")
+    assert re.search(r"quantization\s+Q4_K_M", show.stdout), show.stdout
+
+    missing = hub_daemon.cli("pull", "hf.co/someone/Missing-GGUF")
+    assert missing.returncode == 1
+    assert missing.stderr.splitlines()[-1].startswith("Error: ")

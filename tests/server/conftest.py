@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from localllm.store.manifests import (
 )
 from localllm.store.names import parse_name
 from tests.ggufmeta import Shape, write_gguf
+from tests.hubstub import HubStub
 
 BASE_URL = "http://localhost:11434"
 
@@ -85,3 +86,18 @@ def add_model(
 
 def ndjson(text: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@pytest.fixture
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubStub]:
+    """The local Hub stand-in with one repo, ``someone/Tiny-GGUF``, holding two quants."""
+    stub = HubStub(tmp_path / "hub").start()
+    monkeypatch.setenv("HF_ENDPOINT", stub.url)
+    for quant in ("Q4_K_M", "Q8_0"):
+        gguf = write_gguf(tmp_path / f"tiny-{quant}.gguf", Shape(name=f"tiny {quant}"), quant)
+        stub.add_file("someone/Tiny-GGUF", f"tiny-{quant}.gguf", gguf)
+    stub.add_file("someone/Tiny-GGUF", "README.md", b"# tiny\n")
+    try:
+        yield stub
+    finally:
+        stub.stop()

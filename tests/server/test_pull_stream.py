@@ -13,6 +13,7 @@ from fastapi import FastAPI
 
 from localllm.errors import ModelNotFound, PullError
 from localllm.server.streaming import events_from_thread
+from tests.hubstub import HubStub
 from tests.server.conftest import ndjson
 
 pytestmark = pytest.mark.anyio
@@ -115,3 +116,28 @@ async def test_work_errors_surface_after_earlier_events() -> None:
         async for event in events_from_thread(work):
             got.append(event)
     assert got == [{"n": 1}]
+
+
+async def test_real_pull_from_the_hub_stand_in(
+    client: httpx.AsyncClient, hub: HubStub
+) -> None:
+    r = await client.post("/api/pull", json={"model": "hf.co/someone/Tiny-GGUF:q8_0"})
+    assert r.status_code == 200
+    lines = ndjson(r.text)
+    assert "error" not in lines[-1], lines[-1]
+    statuses = [line["status"] for line in lines]
+    assert statuses[0] == "pulling manifest" and statuses[-1] == "success"
+    layer = [line for line in lines if line.get("digest") and line.get("total")]
+    assert layer and layer[-1]["completed"] == layer[-1]["total"]
+    tags = (await client.get("/api/tags")).json()["models"]
+    assert [m["name"] for m in tags] == ["hf.co/someone/Tiny-GGUF:q8_0"]
+    show = (await client.post("/api/show", json={"model": "hf.co/someone/Tiny-GGUF:q8_0"})).json()
+    assert show["details"]["quantization_level"] == "Q8_0"
+
+
+async def test_pull_of_a_missing_repo(client: httpx.AsyncClient, hub: HubStub) -> None:
+    r = await client.post("/api/pull", json={"model": "hf.co/someone/Nope", "stream": False})
+    assert r.status_code == 404 and r.json()["error"]
+    r = await client.post("/api/pull", json={"model": "hf.co/someone/Nope"})
+    assert r.status_code == 200  # progress had started: Ollama reports it in the stream
+    assert ndjson(r.text)[-1].keys() == {"error"}
