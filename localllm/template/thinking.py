@@ -1,0 +1,97 @@
+"""Split a stream of generated text into thinking and content at ``<think>``/``</think>``.
+
+Reasoning models open their reply with a thinking block.  Some templates
+pre-open it (the rendered prompt ends with ``<think>``), so the reply starts
+inside the block: :func:`prompt_opens_thinking` tells, and the splitter then
+starts in thinking.  The splitter never emits a prefix of a tag: text that might
+be the start of one is held until the next piece decides.  Whitespace right
+inside the block and right after it is formatting, and is dropped.
+"""
+
+from __future__ import annotations
+
+from localllm.template.tools import partial_tag_len
+
+# Tag pairs seen in chat templates, most common first.
+KNOWN_TAGS: tuple[tuple[str, str], ...] = (
+    ("<think>", "</think>"),
+    ("<seed:think>", "</seed:think>"),
+    ("[THINK]", "[/THINK]"),
+)
+
+
+def detect_thinking_tags(template: str) -> tuple[str, str] | None:
+    """The thinking tags a chat template uses, if it mentions a known pair."""
+    for open_tag, close_tag in KNOWN_TAGS:
+        if close_tag in template:
+            return open_tag, close_tag
+    return None
+
+
+def prompt_opens_thinking(prompt: str, open_tag: str = "<think>",
+                          close_tag: str = "</think>") -> bool:
+    """True when the rendered prompt ends inside an opened thinking block."""
+    at = prompt.rfind(open_tag)
+    return at >= 0 and not prompt[at + len(open_tag):].strip() and close_tag not in prompt[at:]
+
+
+class ThinkingSplitter:
+    """Incremental splitter: ``feed(piece) -> (thinking, content)``, then ``finish()``."""
+
+    def __init__(self, open_tag: str = "<think>", close_tag: str = "</think>", *,
+                 opened: bool = False) -> None:
+        self.open_tag = open_tag
+        self.close_tag = close_tag
+        self._state = "thinking" if opened else "start"
+        self._trim = opened  # drop whitespace right after the (pre-)opened tag
+        self._buf = ""
+
+    @property
+    def in_thinking(self) -> bool:
+        return self._state == "thinking"
+
+    def feed(self, text: str) -> tuple[str, str]:
+        self._buf += text
+        thinking, content = "", ""
+        if self._state == "start":
+            stripped = self._buf.lstrip()
+            if stripped.startswith(self.open_tag):
+                self._buf = stripped[len(self.open_tag):]
+                self._state, self._trim = "thinking", True
+            elif not stripped or self.open_tag.startswith(stripped):
+                return "", ""  # could still become the opening tag
+            else:
+                self._state = "content"
+        if self._state == "thinking":
+            if self._trim:
+                self._buf = self._buf.lstrip()
+                self._trim = not self._buf
+            at = self._buf.find(self.close_tag)
+            if at >= 0:
+                thinking = self._buf[:at].rstrip()
+                self._buf = self._buf[at + len(self.close_tag):]
+                self._state, self._trim = "content", True
+            else:
+                # Hold a possible partial close tag, and trailing whitespace that the
+                # close tag would make redundant.
+                cut = len(self._buf) - partial_tag_len(self._buf, self.close_tag)
+                cut = len(self._buf[:cut].rstrip())
+                thinking, self._buf = self._buf[:cut], self._buf[cut:]
+                return thinking, ""
+        if self._state == "content":
+            if self._trim:
+                self._buf = self._buf.lstrip()
+                self._trim = not self._buf
+            content, self._buf = self._buf, ""
+        return thinking, content
+
+    def finish(self) -> tuple[str, str]:
+        """End of generation: an unclosed block's text is thinking; a lone partial tag content."""
+        thinking, content = self.feed("")
+        if self._state == "thinking":
+            thinking += self._buf.rstrip()
+        elif self._state == "start":
+            content += self._buf
+        self._buf = ""
+        self._state = "done"
+        return thinking, content
