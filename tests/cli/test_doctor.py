@@ -1,0 +1,84 @@
+"""``localllm doctor``: runs without a daemon, reports the native build, devices, paths, hints."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from localllm.cli.main import main
+from localllm.hardware import detect as detect_mod
+from localllm.hardware.cpu import CPUInfo
+from localllm.hardware.probes import GPUProbe
+
+GiB = 1024**3
+REPO = Path(__file__).resolve().parents[2]
+CPU = CPUInfo("Test CPU 9000", "x86_64", 8, 16, 64 * GiB, 40 * GiB, ("avx2", "fma"))
+CPU_DEV = {"name": "CPU", "description": "Test CPU 9000", "type": "cpu", "free": 64 * GiB,
+           "total": 64 * GiB}
+
+
+def fake_hardware(monkeypatch: pytest.MonkeyPatch, answer: dict[str, object],
+                  gpus: list[GPUProbe]) -> None:
+    hw = detect_mod.build_hardware(answer, CPU, gpus)
+    monkeypatch.setattr(detect_mod, "detect", lambda refresh=False: hw)
+
+
+def test_json_report_on_this_machine(capsys: pytest.CaptureFixture[str],
+                                     _isolated_home: Path) -> None:
+    rc = main(["doctor", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == (0 if report["native"]["ok"] else 1)
+    assert report["version"] and report["python"]["version"].startswith("3.")
+    assert any(d["kind"] == "cpu" and d["total"] > 0 for d in report["devices"])
+    assert report["cpu"]["logical_cores"] >= 1 and report["cpu"]["total_ram"] > 0
+    assert report["paths"]["home"] == str(_isolated_home)
+    assert report["paths"]["models"] == str(_isolated_home / "models")
+    if report["native"]["ok"]:
+        assert report["native"]["build"] and report["native"]["system_info"]
+    else:
+        assert report["native"]["error"] and report["hints"]
+
+
+def test_text_report_with_an_unusable_nvidia_gpu(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    fake_hardware(monkeypatch, {
+        "ok": True, "devices": [CPU_DEV], "system_info": "CPU : AVX2 = 1 |",
+        "build_info": {"llama_version": "0.5.0-dev", "llama_cpp_python": "0.3.36",
+                       "source": "llama-cpp-python", "gpu_offload": False},
+    }, [GPUProbe("nvidia", "NVIDIA GeForce RTX 3060", "550.54.14", 12 * GiB, 11 * GiB)])
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "Native:     ok, llama.cpp 0.5.0-dev from llama-cpp-python 0.3.36" in out
+    assert "CPU only build" in out and "CPU : AVX2 = 1 |" in out
+    assert "  CPU   cpu   CPU      40.0 GiB  64.0 GiB  Test CPU 9000" in out
+    assert "nvidia: NVIDIA GeForce RTX 3060, driver 550.54.14, 12.0 GiB" in out
+    assert "8 physical / 16 logical cores" in out and "avx2 fma" in out
+    assert "Hints:" in out and "-DGGML_CUDA=on" in out
+
+
+def test_broken_native_module_exits_1(monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    fake_hardware(monkeypatch, {"ok": False, "error": "ImportError: no _native"}, [])
+    assert main(["doctor"]) == 1
+    out = capsys.readouterr().out
+    assert "Native:     NOT AVAILABLE: ImportError: no _native" in out
+    assert "native module is not usable" in out
+    assert main(["doctor", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["devices"][0]["name"] == "CPU" and report["native"]["ok"] is False
+
+
+def test_runs_as_a_command_without_a_daemon(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env["LOCALLLM_HOST"] = "127.0.0.1:9"  # nothing listens there; doctor must not care
+    out = subprocess.run([sys.executable, "-m", "localllm", "doctor"], capture_output=True,
+                         text=True, env=env, timeout=120, cwd=tmp_path)
+    assert out.returncode in (0, 1), out.stderr
+    assert "Devices the engine can use:" in out.stdout
+    assert not (tmp_path / "localllm-home").exists()
