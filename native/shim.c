@@ -231,7 +231,7 @@ static int ll_model_pooling(const ll_model *m) {
 
 ll_context *ll_context_new(ll_model *m, uint32_t n_ctx, uint32_t n_seq_max, uint32_t n_batch,
                            uint32_t n_ubatch, int n_threads, int n_threads_batch, int flash_attn,
-                           const char *kv_type, int embeddings, int pooling) {
+                           const char *kv_type, int embeddings, int pooling, int kv_unified) {
     struct llama_context_params p = llama_context_default_params();
     enum ggml_type kv = ll_kv_type(kv_type);
     if (kv == GGML_TYPE_COUNT) return NULL;
@@ -246,6 +246,7 @@ ll_context *ll_context_new(ll_model *m, uint32_t n_ctx, uint32_t n_seq_max, uint
     p.type_v = kv;
     p.embeddings = embeddings != 0;
     p.no_perf = true;
+    p.kv_unified = kv_unified != 0;
     if (pooling == LL_POOLING_DEFAULT) {
         /* A generative GGUF usually names no pooling; embedding it means mean pooling. */
         if (embeddings && ll_model_pooling(m) < 0) p.pooling_type = LLAMA_POOLING_TYPE_MEAN;

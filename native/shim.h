@@ -86,11 +86,13 @@ int ll_detokenize(const ll_model *m, const int32_t *tokens, int n, char *buf, in
 
 /* ---- context ------------------------------------------------------------- */
 /* kv_type: "f32", "f16", "q8_0", "q4_0" (NULL = f16).  pooling: LL_POOLING_*;
- * LL_POOLING_DEFAULT takes the model's and, for embeddings, falls back to mean. */
+ * LL_POOLING_DEFAULT takes the model's and, for embeddings, falls back to mean.
+ * kv_unified: one KV buffer shared by all sequences (mixed batches then decode
+ * in whole micro-batches; per-sequence limits are the caller's to keep). */
 ll_context *ll_context_new(ll_model *m, uint32_t n_ctx, uint32_t n_seq_max,
                            uint32_t n_batch, uint32_t n_ubatch, int n_threads,
                            int n_threads_batch, int flash_attn, const char *kv_type,
-                           int embeddings, int pooling);
+                           int embeddings, int pooling, int kv_unified);
 void ll_context_free(ll_context *c);
 uint32_t ll_n_ctx(const ll_context *c);
 uint32_t ll_n_ctx_seq(const ll_context *c);

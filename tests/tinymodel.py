@@ -23,8 +23,9 @@ Successors (greedy, ``temperature=0``)::
     A..Z -> itself (loops forever: fills num_predict or the context)
     anything else -> </s>
 
-So, with BOS added, ``GREEDY[prompt]`` is the exact generated text; see
-``GREEDY``.  The generation stops on EOS (``</s>``, an end-of-generation token).
+So, with BOS added, ``GREEDY[prompt]`` is the exact generated text, and
+``expected_greedy(prompt, num_predict)`` computes it for any prompt.  Generation
+stops on EOS (``</s>``, an end-of-generation token).
 
 Variants (keyword arguments of ``make_tiny_model``):
 
@@ -102,6 +103,38 @@ def successors() -> dict[int, int]:
     return nxt
 
 
+def tokenize(text: str, bos: bool = True) -> list[int]:
+    """What llama.cpp's tokenizer makes of ``text`` with this vocabulary."""
+    out = [BOS] if bos else []
+    for ch in text:
+        if ch == " " or ch in CHARS:
+            out.append(token_id(ch))
+        else:
+            out.extend(BYTE0 + b for b in ch.encode("utf-8"))
+    return out
+
+
+def expected_greedy(prompt: str, num_predict: int = -1) -> str:
+    """The exact greedy completion of ``prompt`` (BOS added), optionally cut at
+    ``num_predict`` tokens; an unfinished UTF-8 character at the cut is dropped."""
+    nxt, tok = successors(), tokenize(prompt)[-1]
+    data, n = b"", 0
+    while n != num_predict:
+        tok = nxt[tok]
+        if tok == EOS:
+            break
+        n += 1
+        data += _piece(tok)
+    return data.decode("utf-8", "ignore")
+
+
+def _piece(tok: int) -> bytes:
+    if BYTE0 <= tok < BYTE0 + 256:
+        return bytes([tok - BYTE0])
+    ch = CHARS[tok - BYTE0 - 256]
+    return b" " if ch == "▁" else ch.encode()
+
+
 def _vocab() -> tuple[list[str], list[float], list[int]]:
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + list(CHARS)
     # SentencePiece token types: 1 normal, 2 unknown, 3 control, 6 byte.
@@ -137,7 +170,7 @@ def make_tiny_model(
     w.add_layer_norm_rms_eps(1e-6)
     w.add_file_type(0)  # all f32
     if pooling is not None:
-        w.add_pooling_type({"none": 0, "mean": 1, "cls": 2, "last": 3}[pooling])
+        w.add_pooling_type(gguf.PoolingType[pooling.upper()])
     tokens, scores, types = _vocab()
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)
@@ -164,17 +197,19 @@ def make_tiny_model(
     w.add_tensor("output.weight", out)
     rng = np.random.default_rng(seed)
     for i in range(N_LAYER):
-        def attn() -> np.ndarray:
+        def attn(std: float) -> np.ndarray:
+            # Small enough that the successor keeps its margin, large enough that
+            # every logprob moves with the context.
             if not attention:
                 return np.zeros((N_EMBD, N_EMBD), dtype=f32)
-            return rng.normal(0.0, 0.05, (N_EMBD, N_EMBD)).astype(f32)
+            return rng.normal(0.0, std, (N_EMBD, N_EMBD)).astype(f32)
 
         p = f"blk.{i}."
         w.add_tensor(p + "attn_norm.weight", np.ones(N_EMBD, dtype=f32))
-        w.add_tensor(p + "attn_q.weight", attn())
-        w.add_tensor(p + "attn_k.weight", attn())
-        w.add_tensor(p + "attn_v.weight", attn())
-        w.add_tensor(p + "attn_output.weight", attn())
+        w.add_tensor(p + "attn_q.weight", attn(0.05))
+        w.add_tensor(p + "attn_k.weight", attn(0.05))
+        w.add_tensor(p + "attn_v.weight", attn(0.02))
+        w.add_tensor(p + "attn_output.weight", attn(0.002))
         w.add_tensor(p + "ffn_norm.weight", np.ones(N_EMBD, dtype=f32))
         w.add_tensor(p + "ffn_gate.weight", np.zeros((N_FF, N_EMBD), dtype=f32))
         w.add_tensor(p + "ffn_up.weight", np.zeros((N_FF, N_EMBD), dtype=f32))

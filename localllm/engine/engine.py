@@ -12,12 +12,11 @@ KV contents for the next request that shares the prefix.
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections import deque
 from typing import Any
 
-from localllm.engine.model import Batch, Context, Model
+from localllm.engine.model import Batch, Context, Model, buffer_sizes
 from localllm.engine.sampling import Sampler
 from localllm.engine.slots import Active, Slot, fit_prompt, pick_slot
 from localllm.engine.text import TextStream
@@ -32,9 +31,6 @@ from localllm.engine.types import (
 from localllm.errors import InvalidRequest, LocalLLMError
 
 OVERFLOW = "the input length exceeds the context length"
-_BUF_RE = re.compile(r"(\S+)\s+(model|KV|RS|compute|output|LoRA) buffer size =\s*([\d.]+) MiB")
-_KIND = {"model": "model", "LoRA": "model", "KV": "kv", "RS": "kv", "compute": "compute",
-         "output": "compute"}
 
 
 def default_threads() -> int:
@@ -68,7 +64,10 @@ class Engine:
         if opts.embedding:
             self.ctx.set_embeddings(False)  # switched on only while embedding
         self.n_batch = n_batch
-        self.n_ctx_slot = self.ctx.n_ctx_seq
+        # One unified KV buffer (as llama-server does): per-sequence streams would make
+        # llama.cpp split every mixed batch into equal per-sequence micro-batches.  The
+        # per-slot limit is then ours to keep, and keeping it means the buffer never fills.
+        self.n_ctx_slot = min(max(opts.n_ctx, 8), self.ctx.n_ctx // n_par)
         self.slots = [Slot(i) for i in range(n_par)]
         self._queue: deque[tuple[CompletionRequest, list[int]]] = deque()
         self._events: list[Event] = []
@@ -165,14 +164,7 @@ class Engine:
 
     def memory_report(self) -> dict[str, dict[str, int]]:
         """Bytes llama.cpp allocated per device, from its load-time log lines."""
-        out: dict[str, dict[str, int]] = {}
-        for name, kind, mib in _BUF_RE.findall(self._load_log):
-            dev = name.split("_")[0]
-            if name.endswith("_Host") or name.startswith("CPU"):
-                dev = "CPU"  # pinned host buffers and mapped files live in RAM
-            d = out.setdefault(dev, {"model": 0, "kv": 0, "compute": 0})
-            d[_KIND[kind]] += int(float(mib) * 1024 * 1024)
-        return out
+        return buffer_sizes(self._load_log)
 
     def close(self) -> None:
         for s in self.slots:

@@ -7,6 +7,7 @@ knows about requests or slots; that is engine.py's job.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
@@ -15,6 +16,21 @@ from localllm.engine.binding import last_errors, native, take_log
 from localllm.errors import InvalidModelFile, ModelLoadError
 
 FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
+_BUF_RE = re.compile(r"(\S+)\s+(model|KV|RS|compute|output|LoRA) buffer size =\s*([\d.]+) MiB")
+_KIND = {"model": "model", "LoRA": "model", "KV": "kv", "RS": "kv", "compute": "compute",
+         "output": "compute"}
+
+
+def buffer_sizes(log: str) -> dict[str, dict[str, int]]:
+    """Per device, the bytes of model / KV / compute buffers llama.cpp logged allocating."""
+    out: dict[str, dict[str, int]] = {}
+    for name, kind, mib in _BUF_RE.findall(log):
+        dev = name.split("_")[0]
+        if name.endswith("_Host") or name.startswith("CPU"):
+            dev = "CPU"  # pinned host buffers and mapped files live in RAM
+        d = out.setdefault(dev, {"model": 0, "kv": 0, "compute": 0})
+        d[_KIND[kind]] += int(float(mib) * 1024 * 1024)
+    return out
 
 
 class _Owner:
@@ -163,13 +179,13 @@ class Context(_Owner):
 
     def __init__(self, model: Model, *, n_ctx: int, n_seq_max: int, n_batch: int, n_ubatch: int,
                  n_threads: int, flash_attn: str = "auto", kv_type: str = "f16",
-                 embeddings: bool = False, pooling: int = -1) -> None:
+                 embeddings: bool = False, pooling: int = -1, kv_unified: bool = True) -> None:
         self.ffi, self.lib = model.ffi, model.lib
         self.model = model
         take_log()
         h = self.lib.ll_context_new(model.handle, n_ctx, n_seq_max, n_batch, n_ubatch, n_threads,
                                     n_threads, FLASH_ATTN.get(flash_attn, -1), kv_type.encode(),
-                                    int(embeddings), pooling)
+                                    int(embeddings), pooling, int(kv_unified))
         self.load_log = take_log()
         if h == self.ffi.NULL:
             raise ModelLoadError(f"llama.cpp could not create a context: "
