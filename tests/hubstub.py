@@ -18,7 +18,8 @@ Serves, on ``127.0.0.1:<free port>`` from a thread:
 Faults, per file path: ``cut_once[path] = n`` closes the connection after n
 body bytes the next time it is served; ``corrupt.add(path)`` flips a byte of
 every copy served; ``delay_s`` sleeps per 64 KiB chunk.  ``requests`` logs
-every request (method, path, Range and Authorization headers).
+every request (method, path, Range and Authorization headers); ``api_status``
+makes every ``/api`` call fail with that status.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class HubStub:
     cut_once: dict[str, int] = field(default_factory=dict)
     corrupt: set[str] = field(default_factory=set)
     delay_s: float = 0.0
+    api_status: int | None = None  # answer every /api call with this status
     requests: list[Request] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
 
@@ -111,7 +113,8 @@ class HubStub:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
         return self
 
     def stop(self) -> None:
@@ -164,7 +167,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.hub.requests.append(Request(self.command, path, self.headers.get("Range"),
                                          self.headers.get("Authorization")))
         segs = path.strip("/").split("/")
-        if segs[:2] == ["api", "models"] and len(segs) >= 4:
+        if segs[0] == "api" and self.hub.api_status is not None:
+            self._send(self.hub.api_status, b"Internal Error", head=head)
+        elif segs[:2] == ["api", "models"] and len(segs) >= 4:
             repo = "/".join(segs[2:4])
             files = self._repo(repo, head)
             if files is None:

@@ -48,7 +48,8 @@ class _Download:
                  headers: dict[str, str]) -> None:
         self.blobs, self.digest, self.size, self.url = blobs, digest, size, url
         self.headers = {**headers, "Accept-Encoding": "identity"}
-        self.completed = 0
+        self.completed = 0  # bytes written and hashed so far
+        self.h = hashlib.sha256()
         self.users = 0
         self.error: BaseException | None = None
         self.done = threading.Event()
@@ -87,21 +88,22 @@ class _Download:
     def _fetch(self) -> None:
         partial = self.blobs.partial_path(self.digest)
         partial.parent.mkdir(parents=True, exist_ok=True)
-        h = hashlib.sha256()
-        offset = self.completed = self._resume_point(h)
+        # Progress lives on self: an attempt cut mid-stream keeps what it wrote and hashed.
+        self.h = hashlib.sha256()
+        self.completed = self._resume_point(self.h)
         failures = 0
         if not partial.exists():
             partial.touch()
         with httpx.Client(follow_redirects=True, timeout=TIMEOUT) as client, \
                 open(partial, "r+b") as fh:
-            fh.seek(offset)
+            fh.seek(self.completed)
             fh.truncate()
-            while offset < self.size:
+            while self.completed < self.size:
                 if self.abort.is_set():
                     raise cancelled()
-                before = offset
+                before = self.completed
                 try:
-                    offset, h = self._attempt(client, fh, offset, h)
+                    self._attempt(client, fh)
                 except (httpx.TransportError, _Retry) as exc:
                     failures += 1
                     if failures > RETRIES:
@@ -112,7 +114,7 @@ class _Download:
                     if self.abort.wait(delay):
                         raise cancelled() from None
                     continue
-                if offset > before:
+                if self.completed > before:
                     failures = 0
                 else:  # the server ended a response without sending anything
                     failures += 1
@@ -120,31 +122,32 @@ class _Download:
                         raise PullError(f"downloading {self.digest}: no data", status=502)
             fh.flush()
             os.fsync(fh.fileno())
-        got = "sha256:" + h.hexdigest()
+        got = "sha256:" + self.h.hexdigest()
         if got != self.digest:
             partial.unlink(missing_ok=True)
             raise DigestMismatch(f'digest mismatch, expected "{self.digest}", got "{got}"')
         self.blobs.commit_partial(self.digest)
 
-    def _attempt(self, client: httpx.Client, fh: BinaryIO, offset: int,
-                 h: hashlib._Hash) -> tuple[int, hashlib._Hash]:
+    def _restart(self, fh: BinaryIO) -> None:
+        fh.seek(0)
+        fh.truncate()
+        self.completed, self.h = 0, hashlib.sha256()
+
+    def _attempt(self, client: httpx.Client, fh: BinaryIO) -> None:
         headers = dict(self.headers)
-        if offset:
-            headers["Range"] = f"bytes={offset}-"
+        if self.completed:
+            headers["Range"] = f"bytes={self.completed}-"
         with client.stream("GET", self.url, headers=headers) as r:
-            if r.status_code == 206 and offset:
-                if not r.headers.get("Content-Range", "").startswith(f"bytes {offset}-"):
+            if r.status_code == 206 and self.completed:
+                want = f"bytes {self.completed}-"
+                if not r.headers.get("Content-Range", "").startswith(want):
                     raise _Retry(f"unexpected Content-Range {r.headers.get('Content-Range')!r}")
             elif r.status_code == 200:
-                if offset:  # the server ignored Range: start over
-                    fh.seek(0)
-                    fh.truncate()
-                    offset, h = 0, hashlib.sha256()
+                if self.completed:  # the server ignored Range: start over
+                    self._restart(fh)
             elif r.status_code == 416:  # our partial does not fit the file: start over
-                fh.seek(0)
-                fh.truncate()
-                self.completed = 0
-                return 0, hashlib.sha256()
+                self._restart(fh)
+                return
             elif r.status_code == 429 or r.status_code >= 500:
                 raise _Retry(f"the server answered {r.status_code}")
             elif r.status_code == 404:
@@ -152,19 +155,18 @@ class _Download:
             else:
                 raise PullError(f"downloading {self.digest}: the server answered "
                                 f"{r.status_code}", status=r.status_code)
-            for chunk in r.iter_raw(CHUNK):
+            # Unchunked: bytes already received must reach the file before a cut.
+            for chunk in r.iter_raw():
                 if self.abort.is_set():
                     raise cancelled()
-                if offset + len(chunk) > self.size:
+                if self.completed + len(chunk) > self.size:
                     fh.flush()
                     self.blobs.partial_path(self.digest).unlink(missing_ok=True)
                     raise DigestMismatch(f"{self.digest}: the server sent more than the "
                                          f"{self.size} bytes the Hub listed")
                 fh.write(chunk)
-                h.update(chunk)
-                offset += len(chunk)
-                self.completed = offset
-        return offset, h
+                self.h.update(chunk)
+                self.completed += len(chunk)
 
 
 _lock = threading.Lock()
