@@ -39,6 +39,9 @@ Variants (keyword arguments of ``make_tiny_model``):
   distinct characters is ``shared / sqrt(len1 * len2)`` counted in tokens.
 * ``n_ctx_train``: the context length written into the GGUF (default 2048).
 * ``chat_template``: a Jinja chat template string (default ``CHAT_TEMPLATE``).
+* ``splits=N``: write a split GGUF (``tiny-0000k-of-0000N.gguf``, at most
+  ``ceil(tensors / N)`` tensors each) and return the first part's path;
+  ``split_paths(first)`` lists all parts in order.
 """
 
 from __future__ import annotations
@@ -152,13 +155,16 @@ def make_tiny_model(
     chat_template: str | None = CHAT_TEMPLATE,
     name: str = "tiny.gguf",
     seed: int = 0,
+    splits: int = 1,
 ) -> Path:
     """Write the tiny model into ``dir`` and return its path (see the module docstring)."""
     import gguf  # heavy import kept out of module import
 
     dir.mkdir(parents=True, exist_ok=True)
     path = dir / name
-    w = gguf.GGUFWriter(str(path), "llama")
+    n_tensors = 3 + 9 * N_LAYER
+    per_split = -(-n_tensors // splits) if splits > 1 else 0
+    w = gguf.GGUFWriter(str(path), "llama", split_max_tensors=per_split)
     w.add_name("tiny")
     w.add_context_length(n_ctx_train)
     w.add_embedding_length(N_EMBD)
@@ -218,4 +224,14 @@ def make_tiny_model(
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    if splits > 1:
+        return split_paths(path.with_name(f"{path.stem}-00001-of-{splits:05d}.gguf"))[0]
     return path
+
+
+def split_paths(first: Path) -> list[Path]:
+    """All parts of a split GGUF, in order, given its first part."""
+    stem, _, total = first.stem.rpartition("-of-")
+    base = stem.rsplit("-", 1)[0]
+    n = int(total)
+    return [first.with_name(f"{base}-{i:05d}-of-{n:05d}.gguf") for i in range(1, n + 1)]

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from localllm.engine import binding
+from localllm.errors import NativeUnavailable
 
 
 def test_build_info_matches_installed_llama_cpp_python() -> None:
@@ -29,3 +34,31 @@ def test_system_info_lists_cpu_features() -> None:
 
 def test_available() -> None:
     assert binding.available() == (True, "")
+
+
+def test_version_mismatch_raises_native_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    ffi, lib = binding.native()
+    monkeypatch.setattr(binding.importlib.metadata, "version", lambda name: "0.0.1")
+    with pytest.raises(NativeUnavailable) as err:
+        binding._check(ffi, lib)
+    assert "--force-reinstall" in err.value.message
+
+
+def test_header_mismatch_raises_native_unavailable(monkeypatch: pytest.MonkeyPatch,
+                                                   tmp_path: Path) -> None:
+    ffi, lib = binding.native()
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "llama.h").write_text("/* another llama.cpp */\n")
+    monkeypatch.setattr(binding, "_llama_cpp_dirs", lambda: (tmp_path / "llama_cpp", tmp_path))
+    with pytest.raises(NativeUnavailable, match=r"llama\.h"):
+        binding._check(ffi, lib)
+
+
+def test_log_lines_are_captured(tmp_path: Path) -> None:
+    from localllm.engine.model import Model
+    from tests.tinymodel import make_tiny_model
+
+    binding.take_log()
+    with Model([str(make_tiny_model(tmp_path))], vocab_only=True) as m:
+        assert "vocab" in m.load_log.lower() or "print_info" in m.load_log
+        assert m.n_vocab == 330

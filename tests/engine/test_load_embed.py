@@ -9,9 +9,10 @@ import pytest
 
 from localllm.engine import binding
 from localllm.engine.engine import Engine
+from localllm.engine.types import CompletionRequest, SamplingParams
 from localllm.errors import InvalidModelFile, InvalidRequest
-from tests.engine.conftest import opts
-from tests.tinymodel import BOS, make_tiny_model
+from tests.engine.conftest import opts, run_one
+from tests.tinymodel import BOS, GREEDY, make_tiny_model, split_paths
 
 
 def test_tokenize_detokenize_round_trip(engine: Engine) -> None:
@@ -97,6 +98,14 @@ def test_embedding_overflow(embedder: Engine) -> None:
 def test_generative_load_refuses_embed(engine: Engine) -> None:
     with pytest.raises(InvalidRequest):
         engine.embed(["x"])
+
+
+def test_split_gguf_loads_from_all_parts(tmp_path: Path) -> None:
+    parts = split_paths(make_tiny_model(tmp_path, splits=3))
+    assert len(parts) == 3 and all(p.exists() for p in parts)
+    with Engine([str(p) for p in parts], opts()) as e:
+        r = run_one(e, CompletionRequest("r", "hello", sampling=SamplingParams(temperature=0)))
+        assert r.text == GREEDY["hello"]
 
 
 def test_close_is_idempotent(tiny: Path) -> None:
