@@ -1,0 +1,77 @@
+"""The planner against real files: GGUF headers read back, and what llama.cpp allocates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from localllm.gguf_info import ModelInfo, read_model_info
+from localllm.hardware.detect import Device
+from localllm.scheduler.planner import PlanOptions, plan
+from tests.scheduler import shapes
+from tests.scheduler.randmodel import LlamaShape, write_llama
+from tests.scheduler.shapes import cpu, cuda
+
+MiB = 1024 * 1024
+FIELDS = ("architecture", "n_layers", "n_embd", "n_head", "n_head_kv", "head_dim_k",
+          "head_dim_v", "context_length", "n_vocab", "layer_bytes", "output_bytes",
+          "token_embd_bytes")
+
+
+def _written(s: shapes.Shape, quant: str, tmp_path: Path) -> ModelInfo:
+    ggufmeta = pytest.importorskip("tests.ggufmeta")
+    meta = ggufmeta.Shape(s.arch, s.name, s.n_layers, s.n_embd, s.n_head, s.n_head_kv, s.n_ff,
+                          s.n_vocab, s.n_ctx_train, tied_output=s.tied, attn_bias=s.qkv_bias)
+    return read_model_info(ggufmeta.write_gguf(tmp_path / "m.gguf", meta, quant))
+
+
+@pytest.mark.parametrize(("shape", "quant"), [
+    (shapes.QWEN2_05B, "Q8_0"), (shapes.LLAMA32_1B, "Q8_0"), (shapes.LLAMA2_7B, "Q4_K_M"),
+    (shapes.LLAMA31_8B, "Q4_K_M"), (shapes.LLAMA31_70B, "Q4_K_M"),
+])
+def test_headers_read_back_into_the_same_shapes(shape: shapes.Shape, quant: str,
+                                                tmp_path: Path) -> None:
+    expected = shapes.model_info(shape, quant)
+    got = _written(shape, quant, tmp_path)
+    for name in FIELDS:
+        assert getattr(got, name) == getattr(expected, name), name
+    devices = [cuda(0, 8), cpu()]
+    assert plan(got, devices, PlanOptions()) == plan(expected, devices, PlanOptions())
+
+
+def _allocated(path: Path, ctx: int, parallel: int, fa: str) -> dict[str, dict[str, int]]:
+    from localllm.engine.engine import Engine
+    from localllm.engine.types import LoadOptions
+
+    opts = LoadOptions(n_ctx=ctx, n_parallel=parallel, n_gpu_layers=0, flash_attn=fa,  # type: ignore[arg-type]
+                       n_threads=1)
+    with Engine([str(path)], opts) as engine:
+        return engine.memory_report()
+
+
+@pytest.fixture(scope="module")
+def llama_58m(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    binding = pytest.importorskip("localllm.engine.binding")
+    ok, why = binding.available()
+    if not ok:
+        pytest.skip(f"native module unavailable: {why}")
+    # A ~58M-parameter llama (8 layers, 512 wide, 32000 vocabulary) in F16.
+    return write_llama(tmp_path_factory.mktemp("m") / "llama58m.gguf",
+                       LlamaShape(n_ctx_train=16384))
+
+
+@pytest.mark.parametrize(("ctx", "parallel", "fa"), [(2048, 1, "on"), (8192, 1, "off"),
+                                                     (1024, 4, "on")])
+def test_cpu_estimate_within_15_percent_of_llama_cpp(llama_58m: Path, ctx: int, parallel: int,
+                                                     fa: str) -> None:
+    report = _allocated(llama_58m, ctx, parallel, fa)
+    actual = sum(sum(parts.values()) for parts in report.values())
+    info = read_model_info(llama_58m)
+    host = Device("CPU", "", "cpu", 16 << 30, 16 << 30, "CPU")
+    p = plan(info, [host], PlanOptions(num_ctx=ctx, num_parallel=parallel, flash_attention=fa,
+                                       num_gpu=0))
+    assert p.n_ctx == ctx and p.n_gpu_layers == 0
+    assert abs(p.ram - actual) / actual < 0.15, (p.cpu, report)
+    # The KV cache is exact (llama.cpp logs MiB with two decimals).
+    assert abs(p.cpu.kv - report["CPU"]["kv"]) <= MiB // 100
