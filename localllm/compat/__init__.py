@@ -1,0 +1,1 @@
+"""Compatibility layers: pure converters between other APIs (OpenAI) and our native shapes."""

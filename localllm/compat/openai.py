@@ -1,0 +1,400 @@
+"""OpenAI ``/v1`` requests -> our native (Ollama-shaped) requests; errors, models, embeddings.
+
+Pure converters: the ``/v1`` routes call these, run the native use case, and
+turn the result back with :mod:`localllm.compat.openai_responses`.  Behaviour
+follows Ollama's compatibility layer, with three additions:
+
+- ``options``: an extra object passed through to the native ``options`` (so an
+  OpenAI client can set ``num_ctx``); the OpenAI fields win over it.
+- ``n``: returned as :attr:`ChatConversion.n`; the route runs that many generations.
+- ``tool_choice``: ``"none"`` drops the tools; ``"required"`` keeps them and sets
+  :attr:`ChatConversion.tool_choice`; a named function keeps only that tool and
+  sets :attr:`ChatConversion.forced_tool`, so the route may force the call
+  (e.g. with a grammar).  ``"auto"`` is the default.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from localllm.errors import InvalidRequest, LocalLLMError
+
+MAX_N = 16
+_EFFORTS = ("low", "medium", "high", "max")
+
+
+@dataclass
+class ChatConversion:
+    native: dict[str, Any]  # an /api/chat request body
+    n: int = 1
+    stream: bool = False
+    include_usage: bool = False
+    tool_choice: str = "auto"  # "auto" | "none" | "required"
+    forced_tool: str | None = None
+
+
+@dataclass
+class CompletionConversion:
+    native: dict[str, Any]  # an /api/generate request body
+    n: int = 1
+    stream: bool = False
+    include_usage: bool = False
+    echo: bool = False
+
+
+def _bad(message: str) -> InvalidRequest:
+    return InvalidRequest(message)
+
+
+def _number(body: Mapping[str, Any], key: str) -> float | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _bad(f"{key} must be a number")
+    return float(value)
+
+
+def _integer(body: Mapping[str, Any], key: str, low: int | None = None) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(f"{key} must be an integer")
+    if low is not None and value < low:
+        raise _bad(f"{key} must be >= {low}")
+    return value
+
+
+def _stop(body: Mapping[str, Any]) -> list[str] | None:
+    stop = body.get("stop")
+    if stop is None:
+        return None
+    if isinstance(stop, str):
+        return [stop]
+    if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+        return list(stop)
+    raise _bad("stop must be a string or an array of strings")
+
+
+def _options(body: Mapping[str, Any]) -> dict[str, Any]:
+    """Sampling options: Ollama's OpenAI defaults <- the extra ``options`` <- OpenAI fields."""
+    options: dict[str, Any] = {"temperature": 1.0, "top_p": 1.0}
+    extra = body.get("options")
+    if extra is not None:
+        if not isinstance(extra, Mapping):
+            raise _bad("options must be an object")
+        options.update(extra)
+    max_tokens = _integer(body, "max_completion_tokens", 0)
+    if max_tokens is None:
+        max_tokens = _integer(body, "max_tokens", 0)
+    fields = {
+        "num_predict": max_tokens,
+        "temperature": _number(body, "temperature"),
+        "top_p": _number(body, "top_p"),
+        "seed": _integer(body, "seed"),
+        "frequency_penalty": _number(body, "frequency_penalty"),
+        "presence_penalty": _number(body, "presence_penalty"),
+        "stop": _stop(body),
+    }
+    options.update({k: v for k, v in fields.items() if v is not None})
+    return options
+
+
+def _common(body: Mapping[str, Any]) -> tuple[str, bool, bool, int]:
+    if not isinstance(body, Mapping):
+        raise _bad("request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise _bad("model is required")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise _bad("stream must be a boolean")
+    stream_options = body.get("stream_options") or {}
+    if not isinstance(stream_options, Mapping):
+        raise _bad("stream_options must be an object")
+    include_usage = bool(stream_options.get("include_usage", False)) and stream
+    n = _integer(body, "n", 1) or 1
+    if n > MAX_N:
+        raise _bad(f"n must be at most {MAX_N}")
+    return model, stream, include_usage, n
+
+
+def _content(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise _bad("message content must be a string or an array of content parts")
+    texts = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif kind in ("image_url", "input_image", "input_audio", "file"):
+            raise _bad(f"content part type {kind!r} is not supported yet")
+        else:
+            raise _bad(f"invalid content part type {kind!r}")
+    return "\n".join(texts)
+
+
+def _tool_calls(calls: Any) -> list[dict[str, Any]]:
+    if not isinstance(calls, list):
+        raise _bad("tool_calls must be an array")
+    out = []
+    for i, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+            raise _bad("each tool call needs a function with a name")
+        args = fn.get("arguments") or "{}"
+        if isinstance(args, str):
+            try:
+                args = json.loads(args, object_pairs_hook=dict)
+            except ValueError:
+                raise _bad(f"invalid tool call arguments for {fn['name']!r}") from None
+        if not isinstance(args, dict):
+            raise _bad(f"tool call arguments for {fn['name']!r} must be a JSON object")
+        native: dict[str, Any] = {"function": {"index": i, "name": fn["name"],
+                                               "arguments": args}}
+        if isinstance(call.get("id"), str):
+            native["id"] = call["id"]
+        out.append(native)
+    return out
+
+
+def messages_to_native(messages: Any) -> list[dict[str, Any]]:
+    """OpenAI chat messages -> Ollama messages (text only; images are refused for now)."""
+    if not isinstance(messages, list):
+        raise _bad("messages must be an array")
+    out: list[dict[str, Any]] = []
+    call_names: dict[str, str] = {}
+    for msg in messages:
+        if not isinstance(msg, Mapping):
+            raise _bad("each message must be an object")
+        role = str(msg.get("role", "")).lower()
+        if role == "developer":
+            role = "system"
+        if role not in ("system", "user", "assistant", "tool"):
+            raise _bad(f"invalid message role {msg.get('role')!r}")
+        native: dict[str, Any] = {"role": role, "content": _content(msg.get("content"))}
+        reasoning = msg.get("reasoning") or msg.get("reasoning_content")
+        if role == "assistant" and isinstance(reasoning, str):
+            native["thinking"] = reasoning
+        if role == "assistant" and msg.get("tool_calls"):
+            native["tool_calls"] = _tool_calls(msg["tool_calls"])
+            for call in native["tool_calls"]:
+                if "id" in call:
+                    call_names[call["id"]] = call["function"]["name"]
+        if role == "tool":
+            call_id = msg.get("tool_call_id")
+            if isinstance(call_id, str):
+                native["tool_call_id"] = call_id
+            name = msg.get("name") or call_names.get(call_id or "")
+            if isinstance(name, str) and name:
+                native["tool_name"] = name
+        out.append(native)
+    return out
+
+
+def _format(body: Mapping[str, Any]) -> Any:
+    rf = body.get("response_format")
+    if rf is None:
+        return None
+    kind = rf.get("type") if isinstance(rf, Mapping) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return "json"
+    if kind == "json_schema":
+        spec = rf.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, Mapping) else None
+        if not isinstance(schema, Mapping):
+            raise _bad("response_format.json_schema.schema must be an object")
+        return dict(schema)
+    raise _bad(f"invalid response_format type {kind!r}")
+
+
+def _tools(body: Mapping[str, Any]) -> tuple[list[Any] | None, str, str | None]:
+    tools = body.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise _bad("tools must be an array")
+    choice = body.get("tool_choice", "auto")
+    if choice is None or choice == "auto":
+        return tools or None, "auto", None
+    if choice == "none":
+        return None, "none", None
+    if choice == "required":
+        if not tools:
+            raise _bad('tool_choice "required" needs tools')
+        return tools, "required", None
+    fn = choice.get("function") if isinstance(choice, Mapping) else None
+    name = fn.get("name") if isinstance(fn, Mapping) else None
+    if not isinstance(name, str):
+        raise _bad("tool_choice must be none, auto, required or a named function")
+    chosen = [t for t in tools or [] if isinstance(t, Mapping)
+              and isinstance(t.get("function"), Mapping) and t["function"].get("name") == name]
+    if not chosen:
+        raise _bad(f"tool_choice names {name!r}, which is not in tools")
+    return chosen, "required", name
+
+
+def _think(body: Mapping[str, Any]) -> bool | str | None:
+    effort = body.get("reasoning_effort")
+    reasoning = body.get("reasoning")
+    if effort is None and isinstance(reasoning, Mapping):
+        effort = reasoning.get("effort")
+    if effort is None:
+        return None
+    if effort == "none":
+        return False
+    if effort in _EFFORTS:
+        return str(effort)
+    raise _bad(f"invalid reasoning effort {effort!r}, expected none, low, medium, high or max")
+
+
+def chat_request_to_native(body: Mapping[str, Any]) -> ChatConversion:
+    """``/v1/chat/completions`` body -> ``/api/chat`` body plus what the route must do."""
+    model, stream, include_usage, n = _common(body)
+    native: dict[str, Any] = {"model": model, "messages": messages_to_native(body.get("messages")),
+                              "stream": stream, "options": _options(body)}
+    fmt = _format(body)
+    if fmt is not None:
+        native["format"] = fmt
+    tools, choice, forced = _tools(body)
+    if tools:
+        native["tools"] = tools
+    think = _think(body)
+    if think is not None:
+        native["think"] = think
+    if body.get("logprobs"):
+        native["logprobs"] = True
+        top = _integer(body, "top_logprobs", 0)
+        if top is not None:
+            if top > 20:
+                raise _bad("top_logprobs must be between 0 and 20")
+            native["top_logprobs"] = top
+    for key in ("keep_alive",):
+        if key in body:
+            native[key] = body[key]
+    return ChatConversion(native, n=n, stream=stream, include_usage=include_usage,
+                          tool_choice=choice, forced_tool=forced)
+
+
+def completion_request_to_native(body: Mapping[str, Any]) -> CompletionConversion:
+    """``/v1/completions`` body -> ``/api/generate`` body."""
+    model, stream, include_usage, n = _common(body)
+    prompt = body.get("prompt", "")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise _bad("prompt must be a string")
+    native: dict[str, Any] = {"model": model, "prompt": prompt, "stream": stream,
+                              "options": _options(body)}
+    suffix = body.get("suffix")
+    if isinstance(suffix, str) and suffix:
+        native["suffix"] = suffix
+    logprobs = _integer(body, "logprobs", 0)
+    if logprobs is not None:
+        if logprobs > 20:
+            raise _bad("logprobs must be between 0 and 20")
+        native["logprobs"] = True
+        native["top_logprobs"] = logprobs
+    return CompletionConversion(native, n=n, stream=stream, include_usage=include_usage,
+                                echo=bool(body.get("echo")))
+
+
+def embedding_request_to_native(body: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """``/v1/embeddings`` body -> (``/api/embed`` body, encoding_format)."""
+    model, _, _, _ = _common({**body, "stream": False, "n": None})
+    inputs = body.get("input")
+    if isinstance(inputs, str):
+        inputs = [inputs]
+    if not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs):
+        raise _bad("input must be a string or an array of strings (token arrays are not "
+                   "supported)")
+    encoding = body.get("encoding_format") or "float"
+    if encoding not in ("float", "base64"):
+        raise _bad('encoding_format must be "float" or "base64"')
+    native: dict[str, Any] = {"model": model, "input": inputs}
+    dims = _integer(body, "dimensions", 1)
+    if dims is not None:
+        native["dimensions"] = dims
+    return native, str(encoding)
+
+
+def embeddings_response(native: Mapping[str, Any], model: str,
+                        encoding_format: str = "float") -> dict[str, Any]:
+    """``/api/embed`` response -> OpenAI's embeddings list with usage."""
+    data = []
+    for i, vector in enumerate(native.get("embeddings") or []):
+        value: Any = list(vector)
+        if encoding_format == "base64":
+            value = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+        data.append({"object": "embedding", "embedding": value, "index": i})
+    tokens = int(native.get("prompt_eval_count") or 0)
+    return {"object": "list", "data": data, "model": model,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+
+def _unix(timestamp: Any) -> int:
+    if not isinstance(timestamp, str) or not timestamp:
+        return 0
+    text = timestamp.replace("Z", "+00:00")
+    head, dot, rest = text.partition(".")
+    if dot:  # Go writes nanoseconds; Python's parser takes at most microseconds
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        text = f"{head}.{rest[:min(digits, 6)]}{rest[digits:]}"
+    try:
+        return int(datetime.fromisoformat(text).timestamp())
+    except ValueError:
+        return 0
+
+
+def model_object(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """One ``/api/tags`` entry -> an OpenAI model object (owner = namespace, else "library")."""
+    name = str(entry.get("name") or entry.get("model") or "")
+    base = name[:name.rfind(":")] if ":" in name.rsplit("/", 1)[-1] else name
+    path = base.split("/")
+    owner = path[-2] if len(path) >= 2 else "library"
+    return {"id": name, "object": "model", "created": _unix(entry.get("modified_at")),
+            "owned_by": owner}
+
+
+def models_list(entries: list[Mapping[str, Any]]) -> dict[str, Any]:
+    return {"object": "list", "data": [model_object(e) for e in entries]}
+
+
+def error_type(status: int) -> str:
+    if status == 400:
+        return "invalid_request_error"
+    if status == 404:
+        return "not_found_error"
+    return "api_error"
+
+
+def error_body(status: int, message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": error_type(status), "param": None,
+                      "code": None}}
+
+
+def error_from_exception(exc: BaseException) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, OpenAI error body) for any exception; ours keep their status."""
+    status = exc.status if isinstance(exc, LocalLLMError) else 500
+    message = exc.message if isinstance(exc, LocalLLMError) else "internal error"
+    return status, error_body(status, message)
+
+
+def sse(obj: Any) -> str:
+    """One server-sent event frame."""
+    return f"data: {json.dumps(obj, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+SSE_DONE = "data: [DONE]\n\n"
