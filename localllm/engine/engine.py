@@ -41,7 +41,10 @@ def default_threads() -> int:
 
 
 class Engine:
-    """One model in one llama context with ``n_parallel`` slots (see module doc)."""
+    """One model in one llama context with ``n_parallel`` slots (see module doc).
+
+    Not thread-safe: the runner calls every method from its one engine thread.
+    """
 
     def __init__(self, model_paths: list[str], opts: LoadOptions) -> None:
         self.opts = opts

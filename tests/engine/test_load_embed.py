@@ -112,3 +112,11 @@ def test_close_is_idempotent(tiny: Path) -> None:
     e = Engine([str(tiny)], opts())
     e.close()
     e.close()
+
+
+def test_embedding_load_still_generates(embedder: Engine) -> None:
+    with embedder:
+        embedder.embed(["ab"])
+        r = run_one(embedder, CompletionRequest("r", "x", sampling=SamplingParams(temperature=0)))
+        assert r.text == "yz"
+        assert embedder.embed(["ab"])[1] == 3
