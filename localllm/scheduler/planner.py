@@ -13,10 +13,8 @@ starts from a VRAM tier and steps down until the model is fully offloaded
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from dataclasses import dataclass, replace
 
-from localllm.engine.types import LoadOptions
 from localllm.gguf_info import ModelInfo
 from localllm.hardware.detect import Device
 from localllm.scheduler.estimate import (
@@ -30,6 +28,7 @@ from localllm.scheduler.estimate import (
     kv_cells,
     kv_layer_bytes,
 )
+from localllm.scheduler.plan_types import DeviceUse, LoadPlan, PlanOptions
 
 __all__ = [
     "DeviceUse",
@@ -46,106 +45,6 @@ MIN_RESERVE = 457 * MiB  # CUDA / ROCm / Vulkan context and driver allocations
 MIN_RESERVE_METAL = 512 * MiB
 CTX_LADDER = (262144, 131072, 65536, 32768, 16384, 8192, 4096)
 MIN_AUTO_CTX = 4096
-
-
-@dataclass(frozen=True)
-class PlanOptions:
-    """What the request and the settings ask for."""
-
-    num_ctx: int = 0  # per slot; 0 = automatic
-    num_parallel: int = 1
-    num_batch: int = 512
-    num_gpu: int = -1  # -1 automatic, 0 CPU only, N = that many layers (llama.cpp count)
-    kv_type: str = "f16"
-    flash_attention: str = "auto"  # "on" | "off" | "auto"
-    gpu_overhead: int = 0  # LOCALLLM_GPU_OVERHEAD, bytes kept free on each GPU
-    available_ram: int = 0  # 0 = take the CPU device's free memory
-    default_ctx: int = 0  # LOCALLLM_CONTEXT_LENGTH; 0 = VRAM tiers
-
-    @classmethod
-    def from_config(cls, **overrides: Any) -> PlanOptions:
-        """Options from the LOCALLLM_* settings, with ``overrides`` on top."""
-        from localllm import config
-
-        base = cls(num_parallel=max(config.NUM_PARALLEL.get(), 1),
-                   kv_type=config.KV_CACHE_TYPE.get().lower(),
-                   flash_attention=config.FLASH_ATTENTION.get().lower(),
-                   gpu_overhead=config.GPU_OVERHEAD.get(),
-                   default_ctx=config.CONTEXT_LENGTH.get())
-        return replace(base, **overrides)
-
-    @classmethod
-    def from_load(cls, load: LoadOptions, **overrides: Any) -> PlanOptions:
-        """From requested ``LoadOptions`` (``n_ctx`` 0 / ``n_gpu_layers`` -1 = automatic)."""
-        return cls.from_config(num_ctx=load.n_ctx, num_parallel=max(load.n_parallel, 1),
-                               num_batch=load.n_batch, num_gpu=load.n_gpu_layers,
-                               kv_type=load.kv_type, flash_attention=load.flash_attn,
-                               **overrides)
-
-
-@dataclass(frozen=True)
-class DeviceUse:
-    """Estimated bytes on one device (a GPU, or ``CPU`` for system RAM)."""
-
-    name: str
-    library: str
-    layers: int  # layers placed here; the output layer counts as one
-    weights: int
-    kv: int
-    graph: int
-    free: int = 0  # what the device offered after reserves (0 = not checked)
-
-    @property
-    def total(self) -> int:
-        return self.weights + self.kv + self.graph
-
-
-@dataclass(frozen=True)
-class LoadPlan:
-    """How to load one model, and what that will cost."""
-
-    n_gpu_layers: int  # llama.cpp's count: n_layers + 1 puts everything on GPUs
-    n_layers: int  # repeating layers + 1 (the output layer)
-    n_ctx: int  # per slot
-    n_parallel: int
-    n_batch: int
-    kv_type: str
-    flash_attention: bool
-    gpus: tuple[DeviceUse, ...]  # in llama.cpp device order: the last takes the top layers
-    cpu: DeviceUse
-    fits: bool
-    reason: str
-    ctx_reduced: bool = False
-    notes: tuple[str, ...] = field(default=())
-
-    @property
-    def vram(self) -> int:
-        return sum(g.total for g in self.gpus)
-
-    @property
-    def ram(self) -> int:
-        return self.cpu.total
-
-    @property
-    def total(self) -> int:
-        return self.vram + self.ram
-
-    @property
-    def kv_bytes(self) -> int:
-        return self.cpu.kv + sum(g.kv for g in self.gpus)
-
-    @property
-    def fully_offloaded(self) -> bool:
-        return self.n_gpu_layers >= self.n_layers
-
-    @property
-    def tensor_split(self) -> tuple[int, ...]:
-        return tuple(g.layers for g in self.gpus)
-
-    def apply(self, load: LoadOptions) -> LoadOptions:
-        """``load`` with this plan's context, GPU layers and KV type filled in."""
-        kv = cast(Any, self.kv_type)  # always one of LoadOptions' KV types
-        return replace(load, n_ctx=self.n_ctx, n_gpu_layers=self.n_gpu_layers, kv_type=kv)
 
 
 def _reserve(dev: Device) -> int:
