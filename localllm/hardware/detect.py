@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from localllm.hardware.cpu import CPUInfo, cpu_info
+from localllm.hardware.cpu import CPUInfo, available_ram, cpu_info
 from localllm.hardware.probes import GPUProbe, probe_all
 
 DeviceKind = Literal["cpu", "gpu", "igpu", "accel"]
@@ -206,4 +206,22 @@ def detect(refresh: bool = False, timeout: float = PROBE_TIMEOUT_S) -> Hardware:
     with _lock:
         if _cached is None or refresh:
             _cached = build_hardware(run_probe(timeout), cpu_info(), probe_all())
+        return _cached
+
+
+def refresh_memory(timeout: float = PROBE_TIMEOUT_S) -> Hardware:
+    """Fresh free-memory figures, for the scheduler right before a load.
+
+    System RAM is re-read every time (cheap).  GPU free memory is only known to
+    ggml, so the probe child runs again only when the cached answer has GPUs.
+    """
+    global _cached
+    hw = detect(timeout=timeout)
+    if hw.gpus and hw.native_ok:
+        return detect(refresh=True, timeout=timeout)
+    ram = available_ram()
+    with _lock:
+        cpu = replace(hw.cpu, available_ram=ram)
+        devices = tuple(replace(d, free=ram) if d.kind == "cpu" else d for d in hw.devices)
+        _cached = replace(hw, cpu=cpu, devices=devices)
         return _cached

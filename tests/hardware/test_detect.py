@@ -130,3 +130,25 @@ def test_detect_caches_until_refresh(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     assert detect() is first and len(calls) == 1
     assert detect(refresh=True) is not first and len(calls) == 2
     assert first.gpus[0].name == "CUDA0" and first.cpu.logical_cores >= 1
+
+
+def test_refresh_memory_rereads_ram_and_reprobes_only_with_gpus(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    answers = [{"ok": True, "devices": [CPU_DEV]}]
+    calls: list[float] = []
+
+    def fake_probe(timeout: float = 30.0) -> dict[str, object]:
+        calls.append(timeout)
+        return answers[-1]
+
+    monkeypatch.setattr(detect_mod, "run_probe", fake_probe)
+    monkeypatch.setattr(detect_mod, "_cached", None)
+    monkeypatch.setattr(detect_mod, "available_ram", lambda: 7 * GiB)
+    hw = detect_mod.refresh_memory()
+    assert len(calls) == 1  # the first detect(); no GPU, so no second probe
+    assert hw.devices[0].free == 7 * GiB == hw.cpu.available_ram
+    assert detect() is hw
+    answers.append({"ok": True, "devices": [CPU_DEV, CUDA_DEV]})
+    monkeypatch.setattr(detect_mod, "_cached", None)
+    detect_mod.refresh_memory()
+    assert len(calls) == 3  # GPUs: probe again for their free memory
