@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from localllm.gguf_info import ModelInfo
 from localllm.hardware.detect import Device
 from localllm.scheduler.estimate import (
+    KV_BLOCKS,
     QUANTIZED_KV,
     GiB,
     MiB,
@@ -230,8 +231,9 @@ def plan(info: ModelInfo, devices: Sequence[Device], opts: PlanOptions) -> LoadP
     cpu_dev = next((d for d in devices if d.kind == "cpu"), None)
     avail = opts.available_ram or (cpu_dev.free if cpu_dev else 0)
     fa = opts.flash_attention.lower() not in ("off", "0", "false", "no")
-    kv_type = opts.kv_type if opts.kv_type in QUANTIZED_KV and fa else (
-        "f16" if opts.kv_type in QUANTIZED_KV else opts.kv_type or "f16")
+    kv_type = opts.kv_type.lower() if opts.kv_type.lower() in KV_BLOCKS else "f16"
+    if kv_type in QUANTIZED_KV and not fa:
+        kv_type = "f16"  # llama.cpp needs flash attention for a quantized V cache
     if opts.num_ctx > 0:
         train = info.context_length
         ladder = [min(opts.num_ctx, train) if train > 0 else opts.num_ctx]

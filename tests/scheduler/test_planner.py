@@ -196,6 +196,10 @@ def test_quantized_kv_needs_flash_attention() -> None:
                                                flash_attention="off"))
     assert on.kv_type == "q8_0" and on.kv_bytes == GiB // 2 * 34 // 32
     assert off.kv_type == "f16" and off.kv_bytes == GiB
+    odd = plan(L8B, [cuda(0, 24), cpu()], opts(num_ctx=8192, kv_type="nonsense"))
+    assert odd.kv_type == "f16" and odd.kv_bytes == GiB
+    upper = plan(L8B, [cuda(0, 24), cpu()], opts(num_ctx=8192, kv_type="Q4_0"))
+    assert upper.kv_type == "q4_0"
 
 
 # -- Metal and CPU ---------------------------------------------------------------
