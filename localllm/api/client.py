@@ -190,10 +190,13 @@ def _tail(path: Path, lines: int = 10) -> str:
 class Client:
     """Blocking client: ``with Client() as c: c.list()``."""
 
-    def __init__(self, base_url: str | None = None, *, autostart: bool = False) -> None:
+    def __init__(
+        self, base_url: str | None = None, *, autostart: bool = False,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         self.base_url = base_url or config.client_base_url()
         self.autostart = autostart and is_local_url(self.base_url)
-        self.http = httpx.Client(**_http_kwargs(self.base_url))
+        self.http = httpx.Client(**_http_kwargs(self.base_url), transport=transport)
 
     def __enter__(self) -> Client:
         return self
@@ -278,9 +281,12 @@ class Client:
 class AsyncClient:
     """Non-blocking twin of ``Client``: ``async with AsyncClient() as c: await c.list()``."""
 
-    def __init__(self, base_url: str | None = None) -> None:
+    def __init__(
+        self, base_url: str | None = None, *, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
+        """``transport`` lets tests talk to an app in-process (``httpx.ASGITransport``)."""
         self.base_url = base_url or config.client_base_url()
-        self.http = httpx.AsyncClient(**_http_kwargs(self.base_url))
+        self.http = httpx.AsyncClient(**_http_kwargs(self.base_url), transport=transport)
 
     async def __aenter__(self) -> AsyncClient:
         return self
