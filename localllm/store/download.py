@@ -190,13 +190,19 @@ def fetch(blobs: BlobStore, digest: str, size: int, url: str, headers: dict[str,
     if blobs.exists(digest):
         progress(size)
         return False
-    with _lock:
-        dl = _inflight.get(str(blobs.partial_path(digest)))
-        if dl is None:
-            dl = _Download(blobs, digest, size, url, headers)
-            _inflight[dl.key] = dl
-            threading.Thread(target=dl.run, name=f"pull-{digest[7:19]}", daemon=True).start()
-        dl.users += 1
+    while True:
+        with _lock:
+            dl = _inflight.get(str(blobs.partial_path(digest)))
+            if dl is None:
+                dl = _Download(blobs, digest, size, url, headers)
+                _inflight[dl.key] = dl
+                threading.Thread(target=dl.run, name=f"pull-{digest[7:19]}",
+                                 daemon=True).start()
+            if not dl.abort.is_set():
+                dl.users += 1
+                break
+        # Everyone left that download and it is winding down: wait, then start afresh.
+        dl.done.wait()
     try:
         last = -1
         while not dl.done.wait(PROGRESS_INTERVAL_S):
