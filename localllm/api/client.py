@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-
 from localllm import config, paths
+from localllm.api._httpx import httpx
 from localllm.errors import (
     BlobNotFound,
     Forbidden,
