@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from localllm.runner import protocol as P
-from tests.runner.conftest import FAKE_ENV, pid_alive
+from tests.runner.conftest import FAKE_ENV, children_of, pid_alive
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -19,19 +19,6 @@ REPO = Path(__file__).resolve().parents[2]
 def spawn_parent(model: str, kind: str, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "tests.runner.parent_script", model, kind,
                              *extra], cwd=REPO, stdout=subprocess.PIPE, text=True)
-
-
-def children_of(ppid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == ppid:
-                found.append(int(entry.name))
-    return found
 
 
 def wait_gone(pid: int, within: float) -> bool:
