@@ -127,7 +127,9 @@ def parse_host(raw: str) -> tuple[str, int]:
     if "://" in text:
         scheme, text = text.split("://", 1)
     text = text.rstrip("/")
-    default_port = {"http": 80, "https": 443}.get(scheme, DEFAULT_PORT) if "://" in raw else DEFAULT_PORT
+    default_port = DEFAULT_PORT
+    if "://" in raw:
+        default_port = {"http": 80, "https": 443}.get(scheme, DEFAULT_PORT)
     if text.startswith("["):
         host, _, rest = text[1:].partition("]")
         port = int(rest[1:]) if rest.startswith(":") else default_port

@@ -60,6 +60,7 @@ class Prepared:
     load: LoadOptions
     completion: CompletionRequest
     keep_alive: float
+    raw: bool = False
     load_ns: int = 0  # filled by ``stream``: time to get the model ready
     total_ns: int = 0  # filled by ``stream`` before it yields ``Done``
 
@@ -122,13 +123,14 @@ class InferenceService:
             sampling=sampling,
             num_predict=resolved.num_predict,
             stop=resolved.stop,
-            add_special=not raw_prompt,
+            add_special=True,  # BOS as the tokenizer wants it, raw or not (as llama-server)
             parse_special=True,
             logprobs=logprobs,
             truncate=True if truncate is None else truncate,
             num_keep=resolved.num_keep,
         )
-        return Prepared(target, base_load(resolved), completion, self.keep_alive(keep_alive))
+        return Prepared(target, base_load(resolved), completion, self.keep_alive(keep_alive),
+                        raw=raw_prompt)
 
     def render(self, target: Target, messages: list[dict[str, Any]], *,
                tools: list[dict[str, Any]] | None = None, think: bool | None = None) -> str:

@@ -1,4 +1,4 @@
-"""Pydantic wire models for the inference endpoints (``/api/generate``, ``/api/chat``, ``/api/embed``).
+"""Pydantic wire models for the inference endpoints: generate, chat, embed.
 
 Field names follow Ollama's API.  Unknown fields are ignored, as Ollama does;
 ``options`` stays a plain dict so that its keys are checked (and unknown ones

@@ -34,7 +34,7 @@ from localllm.store.local import Store
 
 log = logging.getLogger(__name__)
 
-ROUTER_MODULES: list[str] = ["localllm.server.routes_models"]
+ROUTER_MODULES: list[str] = ["localllm.server.routes_models", "localllm.server.routes_generate"]
 _OPENAI_PREFIX = "/v1/"
 
 

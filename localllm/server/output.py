@@ -12,9 +12,13 @@ from typing import Any
 
 from localllm.engine.types import Piece
 from localllm.errors import InvalidRequest
-from localllm.grammar.json_schema import format_to_grammar
+from localllm.grammar.json_schema import grammar_for_format
 from localllm.inference import Target
-from localllm.template.thinking import ThinkingSplitter
+from localllm.template.thinking import (
+    ThinkingSplitter,
+    detect_thinking_tags,
+    prompt_opens_thinking,
+)
 from localllm.template.tools import ToolCallParser
 
 
@@ -22,7 +26,7 @@ def grammar_for(fmt: str | dict[str, Any] | None) -> str | None:
     """``"json"`` or a JSON Schema → GBNF; empty → none; anything else → 400."""
     if fmt is None or fmt == "":
         return None
-    return format_to_grammar(fmt)
+    return grammar_for_format(fmt)
 
 
 def think_flag(value: bool | str | None, target: Target) -> bool | None:
@@ -40,9 +44,16 @@ class OutputShaper:
     """Turns a stream of pieces into response parts (see the module docstring)."""
 
     def __init__(self, target: Target, *, think: bool | None,
-                 tools: list[dict[str, Any]] | None, logprobs: bool) -> None:
+                 tools: list[dict[str, Any]] | None, logprobs: bool, prompt: str = "") -> None:
         template = target.info.chat_template or ""
-        self._thinking = ThinkingSplitter(template) if think else None
+        self._thinking: ThinkingSplitter | None = None
+        tags = detect_thinking_tags(template) or ("<think>", "</think>")
+        opened = prompt_opens_thinking(prompt, *tags)
+        # Thinking is split when asked for, and also when the template itself opened a
+        # block in the prompt (the model will close it whatever the request said).
+        if think or opened:
+            self._thinking = ThinkingSplitter(*tags, opened=opened)
+        self._hide_thinking = think is False
         self._tools = ToolCallParser.for_template(template) if tools else None
         self._logprobs = logprobs
         self.tool_calls_seen = False
@@ -66,16 +77,18 @@ class OutputShaper:
         if self._thinking is not None:
             thinking, content = (self._thinking.finish() if final
                                  else self._thinking.feed(text))
-            if thinking:
+            if thinking and not self._hide_thinking:
                 parts["thinking"] = thinking
         if self._tools is not None:
-            content, calls = (self._tools.finish(content) if final
-                              else self._tools.feed(content))
-            if calls:
+            result = self._tools.feed(content)
+            if final:
+                tail = self._tools.finish()
+                result.content += tail.content
+                result.calls.extend(tail.calls)
+            content = result.content
+            if result.calls:
                 self.tool_calls_seen = True
-                parts["tool_calls"] = [{"function": {"index": c.index, "name": c.name,
-                                                     "arguments": c.arguments}}
-                                       for c in calls]
+                parts["tool_calls"] = [c.to_ollama() for c in result.calls]
         if content:
             parts["content"] = content
         return parts if (parts or final) else {}

@@ -128,9 +128,8 @@ async def _events(svc: InferenceService, prep: Prepared, shaper: OutputShaper,
             parts = shaper.finish()
             body = chunk(parts, True)
             body.update(final_metrics(event, prep))
-            if not chat and prep.completion.add_special:
-                # Ollama returns the conversation's tokens for the legacy context field,
-                # except in raw mode (add_special is False exactly then).
+            if not chat and not prep.raw:
+                # Ollama returns the conversation's tokens (legacy ``context``), except raw.
                 body["context"] = event.context
             yield body
 
@@ -171,7 +170,8 @@ async def generate(request: Request) -> Response:
     if req.context and isinstance(prompt, str):
         tokens = await svc.tokenize(target, prompt, prep.load, prep.keep_alive)
         prep.completion.prompt = list(req.context) + tokens
-    shaper = OutputShaper(target, think=think, tools=None, logprobs=req.logprobs)
+    shaper = OutputShaper(target, think=think, tools=None, logprobs=req.logprobs,
+                          prompt=prompt if isinstance(prompt, str) else "")
     return await _respond(_events(svc, prep, shaper, req.model, False), req.stream, "")
 
 
@@ -214,7 +214,8 @@ async def chat(request: Request) -> Response:
                        grammar=grammar_for(req.format),
                        logprobs=req.top_logprobs or (1 if req.logprobs else 0),
                        truncate=req.truncate)
-    shaper = OutputShaper(target, think=think, tools=tools, logprobs=req.logprobs)
+    shaper = OutputShaper(target, think=think, tools=tools, logprobs=req.logprobs,
+                          prompt=prompt)
     return await _respond(_events(svc, prep, shaper, req.model, True), req.stream, "message")
 
 

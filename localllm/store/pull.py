@@ -22,6 +22,7 @@ from typing import Any
 from localllm.errors import InvalidModelFile, InvalidRequest, PullError
 from localllm.gguf_info import ModelInfo, read_model_info, read_model_info_split
 from localllm.store import download, hub
+from localllm.store.importer import config_for
 from localllm.store.local import Store
 from localllm.store.manifests import (
     MEDIA_MODEL,
@@ -75,13 +76,7 @@ def pull_model(store: Store, name: ModelName, progress: ProgressFn, *,
     progress({"status": "verifying sha256 digest"})
     info = _model_info(store, layers)
     layers += _extra_layers(store, repo_id, choice, headers, info)
-    config = store.put_config({
-        "model_format": "gguf",
-        "model_family": info.architecture,
-        "model_families": [info.architecture],
-        "model_type": info.parameter_size,
-        "file_type": info.file_type,
-    })
+    config = store.put_config(config_for(info))
     _check_cancel(cancel)
     progress({"status": "writing manifest"})
     store.commit(name, Manifest(config, layers))
