@@ -145,15 +145,19 @@ def ensure_daemon(base_url: str | None = None, *, wait: float = 30.0) -> bool:
     print(f"Starting localllm daemon at {url} (log: {log_path})", file=sys.stderr)
     proc = _spawn_serve(url, log_path)
     deadline = time.monotonic() + wait
+    exited: int | None = None
     while time.monotonic() < deadline:
         if daemon_alive(url, timeout=0.5):
             return True
-        status = proc.poll()
-        if status is not None:
-            raise LocalLLMError(
-                f"the daemon exited during start-up (status {status}):\n{_tail(log_path)}"
-            )
+        if exited is None and (exited := proc.poll()) is not None:
+            # Another command may have started a daemon at the same moment (ours then
+            # finds the port taken): give that one a few seconds to answer.
+            deadline = min(deadline, time.monotonic() + 5.0)
         time.sleep(0.1)
+    if exited is not None:
+        raise LocalLLMError(
+            f"the daemon exited during start-up (status {exited}):\n{_tail(log_path)}"
+        )
     raise DaemonUnreachable(
         f"the daemon did not answer at {url} within {wait:.0f}s; see {log_path}"
     )

@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import httpx
 
 from localllm import paths
 from localllm.store.local import Store
-from tests.cli.conftest import Daemon, cli_env, free_port, run_cli, stop_pid
+from tests.cli.conftest import (
+    REPO,
+    Daemon,
+    cli_env,
+    free_port,
+    run_cli,
+    start_daemon,
+    stop_pid,
+)
 from tests.server.conftest import add_model
 
 
@@ -112,3 +124,35 @@ def test_pull_then_list_and_show(hub_daemon: Daemon) -> None:
     missing = hub_daemon.cli("pull", "hf.co/someone/Missing-GGUF")
     assert missing.returncode == 1
     assert missing.stderr.splitlines()[-1].startswith("Error: ")
+
+
+def test_two_commands_auto_starting_at_once_both_succeed() -> None:
+    env = cli_env(free_port())
+    pid_file = paths.run_dir() / "localllm.pid"
+    cmd = [sys.executable, "-m", "localllm", "list"]
+    try:
+        procs = [subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        results = [p.communicate(timeout=90) for p in procs]
+        for proc, (out, err) in zip(procs, results, strict=True):
+            assert proc.returncode == 0, err
+            assert out.split() == ["NAME", "ID", "SIZE", "MODIFIED"]
+    finally:
+        if pid_file.is_file():
+            stop_pid(int(pid_file.read_text()))
+
+
+def test_serve_prunes_old_unreferenced_blobs_at_start(tmp_path: Path) -> None:
+    store = Store(paths.models())
+    add_model(store, tmp_path, "kept")
+    old = store.blobs.write_bytes(b"orphan from a crashed pull")
+    young = store.blobs.write_bytes(b"orphan of a pull still running")
+    two_hours_ago = time.time() - 7200
+    os.utime(store.blobs.path(old), (two_hours_ago, two_hours_ago))
+    with start_daemon(tmp_path):
+        pass
+    assert not store.blobs.exists(old)
+    assert store.blobs.exists(young)
+    assert len(store.list()) == 1
+    for layer in store.list()[0].manifest.layers:
+        assert store.blobs.exists(layer.digest)

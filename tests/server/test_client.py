@@ -74,3 +74,10 @@ async def test_unreachable_daemon_is_a_clear_error() -> None:
     async with AsyncClient("http://127.0.0.1:9") as c:
         with pytest.raises(DaemonUnreachable, match="localllm serve"):
             await c.list()
+
+
+def test_ensure_daemon_never_starts_a_remote_one() -> None:
+    from localllm.api.client import ensure_daemon
+
+    with pytest.raises(DaemonUnreachable):
+        ensure_daemon("http://192.0.2.1:11434", wait=1)
