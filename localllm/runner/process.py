@@ -324,11 +324,9 @@ class RunnerProcess:
         try:
             while (msg := await self._read()) is not None:
                 self._dispatch(msg)
-        except P.ProtocolError as exc:
-            log.error("runner %d sent a bad frame (%s); killing it", self.pid, exc)
-            self.kill()
-        except Exception:
-            log.exception("runner %d reader failed; killing it", self.pid)
+        except Exception as exc:  # a malformed frame, or a bug in dispatching one
+            log.exception("runner %d: bad message from the runner; killing it", self.pid)
+            self._death = f"model runner sent a malformed message ({exc}); it was stopped"
             self.kill()
         self._alive = False
         await self._proc.wait()

@@ -202,3 +202,23 @@ def test_close_during_a_stream_ends_it_cleanly() -> None:
             await runner.tokenize("x")
 
     arun(go())
+
+
+def test_garbage_from_the_child_fails_requests_and_stops_it() -> None:
+    async def go() -> None:
+        runner = await start_fake()
+        stream = runner.complete(greedy("g", "x", -1))
+        await stream.__anext__()
+        # Freeze the child, let the reader consume every whole frame it wrote
+        # (each is one small atomic pipe write), then forge a malformed one.
+        os.kill(runner.pid, signal.SIGSTOP)
+        await asyncio.sleep(0.3)
+        assert runner._proc.stdout is not None
+        runner._proc.stdout.feed_data(b"\x00\x00\x00\x03}}}")
+        with pytest.raises(RunnerCrashed, match="malformed message"):
+            async for _ in stream:
+                pass
+        assert await runner.wait() == -signal.SIGKILL and not runner.alive
+        await runner.close()
+
+    arun(go())
