@@ -68,10 +68,16 @@ async def pull(
 
 
 @router.delete("/api/delete")
-def delete(
+async def delete(
+    request: Request,
     req: Annotated[DeleteRequest, Depends(json_body(DeleteRequest))], svc: Service
 ) -> Response:
-    svc.delete(req.model)
+    # Unload first, as Ollama's rm does: a deleted model must not keep serving.
+    svc.store.get(parse_name(req.model))  # 404 / 400 before anything changes
+    inference = getattr(request.app.state, "inference", None)
+    if inference is not None:
+        await inference.unload(inference.target(req.model))
+    await anyio.to_thread.run_sync(svc.delete, req.model)
     return Response(status_code=200)
 
 

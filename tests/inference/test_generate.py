@@ -154,3 +154,14 @@ def test_bad_requests_are_clear_4xx_and_daemon_keeps_serving(tiny_daemon: Daemon
     r = post(tiny_daemon, "/api/generate", {"model": "tiny", "prompt": "a", "raw": True,
                                             "stream": False, "options": GREEDY_OPTS})
     assert r.json()["response"] == GREEDY["a"]
+
+
+def test_delete_unloads_the_model_first(tiny_daemon: Daemon) -> None:
+    assert post(tiny_daemon, "/api/generate", {"model": "tiny"}).status_code == 200
+    assert httpx.get(tiny_daemon.url + "/api/ps", trust_env=False).json()["models"]
+    r = httpx.request("DELETE", tiny_daemon.url + "/api/delete", json={"model": "tiny"},
+                      trust_env=False)
+    assert r.status_code == 200
+    assert httpx.get(tiny_daemon.url + "/api/ps", trust_env=False).json()["models"] == []
+    r = post(tiny_daemon, "/api/generate", {"model": "tiny", "prompt": "a"})
+    assert r.status_code == 404
