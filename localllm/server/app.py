@@ -34,7 +34,11 @@ from localllm.store.local import Store
 
 log = logging.getLogger(__name__)
 
-ROUTER_MODULES: list[str] = ["localllm.server.routes_models", "localllm.server.routes_generate"]
+ROUTER_MODULES: list[str] = [
+    "localllm.server.routes_models",
+    "localllm.server.routes_generate",
+    "localllm.server.routes_openai",
+]
 _OPENAI_PREFIX = "/v1/"
 
 

@@ -19,7 +19,7 @@ from localllm.template.thinking import (
     detect_thinking_tags,
     prompt_opens_thinking,
 )
-from localllm.template.tools import ToolCallParser
+from localllm.template.tools import Family, ToolCallParser
 
 
 def grammar_for(fmt: str | dict[str, Any] | None) -> str | None:
@@ -44,7 +44,8 @@ class OutputShaper:
     """Turns a stream of pieces into response parts (see the module docstring)."""
 
     def __init__(self, target: Target, *, think: bool | None,
-                 tools: list[dict[str, Any]] | None, logprobs: bool, prompt: str = "") -> None:
+                 tools: list[dict[str, Any]] | None, logprobs: bool, prompt: str = "",
+                 tool_family: Family | None = None) -> None:
         template = target.info.chat_template or ""
         self._thinking: ThinkingSplitter | None = None
         tags = detect_thinking_tags(template) or ("<think>", "</think>")
@@ -54,7 +55,11 @@ class OutputShaper:
         if think or opened:
             self._thinking = ThinkingSplitter(*tags, opened=opened)
         self._hide_thinking = think is False
-        self._tools = ToolCallParser.for_template(template) if tools else None
+        self._tools: ToolCallParser | None = None
+        if tools:
+            # A forced tool call is written in ``tool_family``'s markup (see tool_grammar).
+            self._tools = (ToolCallParser(tool_family) if tool_family
+                           else ToolCallParser.for_template(template))
         self._logprobs = logprobs
         self.tool_calls_seen = False
 

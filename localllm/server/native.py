@@ -1,0 +1,245 @@
+"""One way to run a native generate/chat request: validate, render, prepare, stream chunks.
+
+``/api/generate`` and ``/api/chat`` and the OpenAI-compatible ``/v1`` routes
+all go through :class:`Plan`: the route builds one (validation, rendering and
+option checks happen here, eagerly, so they answer with a plain 4xx), then
+``plan.prepare(i)`` makes the runner request of choice ``i`` and
+``plan.events(prep)`` streams Ollama-shaped chunks (the last one with
+``done: true`` and the metrics).  ``fold`` turns such a stream into the single
+object that ``stream: false`` returns.  Embeddings share ``embed_native``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from localllm.api.schemas_infer import ChatRequest, EmbedRequest, GenerateRequest
+from localllm.engine.types import Done, Piece
+from localllm.errors import InvalidRequest
+from localllm.inference import InferenceService, Prepared, Target, now_rfc3339
+from localllm.server.output import OutputShaper, grammar_for, think_flag
+from localllm.server.tool_grammar import forced_tool_grammar
+from localllm.template.tools import Family
+
+
+def final_metrics(done: Done, prep: Prepared) -> dict[str, Any]:
+    return {
+        "done_reason": "stop" if done.reason == "cancel" else done.reason,
+        "total_duration": prep.total_ns,
+        "load_duration": prep.load_ns,
+        "prompt_eval_count": done.prompt_tokens,
+        "prompt_eval_duration": done.prompt_eval_ns,
+        "eval_count": done.eval_count,
+        "eval_duration": done.eval_ns,
+    }
+
+
+def check_top_logprobs(n: int) -> None:
+    if not 0 <= n <= 20:
+        raise InvalidRequest("top_logprobs must be between 0 and 20")
+
+
+@dataclass
+class Plan:
+    """A validated request, ready to run any number of times (``n`` choices)."""
+
+    svc: InferenceService
+    target: Target
+    model: str
+    chat: bool
+    prompt: str | list[int]
+    options: dict[str, Any] | None
+    keep_alive: Any
+    grammar: str | None = None
+    logprobs: bool = False
+    top_logprobs: int = 0
+    truncate: bool | None = None
+    think: bool | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_family: Family | None = None  # parse calls in this family whatever the template says
+    raw: bool = False
+    context: list[int] | None = None  # legacy /api/generate conversation tokens
+    _checked: bool = field(default=False, repr=False)
+
+    def prepare(self, index: int = 0) -> Prepared:
+        """The runner request for choice ``index``; a fixed seed moves by the index so
+        that ``n`` seeded choices differ from each other yet stay reproducible."""
+        prep = self.svc.prepare(
+            self.target, self.prompt, self.options, self.keep_alive, raw_prompt=self.raw,
+            grammar=self.grammar, logprobs=self.top_logprobs or (1 if self.logprobs else 0),
+            truncate=self.truncate)
+        sampling = prep.completion.sampling
+        if index and sampling.seed >= 0:
+            sampling.seed += index
+        return prep
+
+    def check(self) -> None:
+        """Resolve the options once so a bad value is a 400 before anything streams."""
+        if not self._checked:
+            self.prepare()
+            self._checked = True
+
+    async def events(self, prep: Prepared) -> AsyncGenerator[dict[str, Any], None]:
+        """Stream Ollama-shaped chunks for one run of this request."""
+        if self.context and isinstance(self.prompt, str):
+            tokens = await self.svc.tokenize(self.target, self.prompt, prep.load,
+                                             prep.keep_alive)
+            prep.completion.prompt = list(self.context) + tokens
+        shaper = OutputShaper(self.target, think=self.think, tools=self.tools,
+                              logprobs=self.logprobs, tool_family=self.tool_family,
+                              prompt=self.prompt if isinstance(self.prompt, str) else "")
+        async for event in self.svc.stream(prep):
+            if isinstance(event, Piece):
+                parts = shaper.feed(event)
+                if parts:
+                    yield self._chunk(parts, False)
+            elif isinstance(event, Done):
+                body = self._chunk(shaper.finish(), True)
+                body.update(final_metrics(event, prep))
+                if not self.chat and not prep.raw:
+                    # Ollama returns the conversation's tokens (legacy ``context``), except raw.
+                    body["context"] = event.context
+                yield body
+
+    def _chunk(self, parts: dict[str, Any], done: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "created_at": now_rfc3339()}
+        if self.chat:
+            message: dict[str, Any] = {"role": "assistant", "content": parts.get("content", "")}
+            for key in ("thinking", "tool_calls"):
+                if parts.get(key):
+                    message[key] = parts[key]
+            body["message"] = message
+        else:
+            body["response"] = parts.get("content", "")
+            if parts.get("thinking"):
+                body["thinking"] = parts["thinking"]
+        if parts.get("logprobs"):
+            body["logprobs"] = parts["logprobs"]
+        body["done"] = done
+        return body
+
+
+def chat_plan(svc: InferenceService, req: ChatRequest, *,
+              forced_tools: list[dict[str, Any]] | None = None) -> Plan:
+    """A ``/api/chat`` request (non-empty ``messages``) as a plan.
+
+    ``forced_tools``: the model must call one of these (OpenAI's ``tool_choice``);
+    its output is constrained by a grammar when the tools' schemas allow one.
+    """
+    check_top_logprobs(req.top_logprobs)
+    target = svc.target(req.model)
+    if any(m.images for m in req.messages):
+        raise InvalidRequest(f'"{req.model}" does not support vision')
+    think = think_flag(req.think, target)
+    messages = [m.model_dump(exclude_none=True) for m in req.messages]
+    if target.system and not any(m["role"] == "system" for m in messages):
+        messages.insert(0, {"role": "system", "content": target.system})
+    tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
+    prompt = svc.render(target, messages, tools=tools, think=think)
+    grammar = grammar_for(req.format)
+    family: Family | None = None
+    if forced_tools:
+        forced = forced_tool_grammar(forced_tools, target.info.chat_template or "")
+        if forced is not None:
+            grammar, family = forced
+    plan = Plan(svc, target, req.model, True, prompt, req.options, req.keep_alive,
+                grammar=grammar, logprobs=req.logprobs, top_logprobs=req.top_logprobs,
+                truncate=req.truncate, think=think, tools=tools, tool_family=family)
+    plan.check()
+    return plan
+
+
+async def generate_plan(svc: InferenceService, target: Target, req: GenerateRequest) -> Plan:
+    """A ``/api/generate`` request with a prompt or suffix as a plan."""
+    check_top_logprobs(req.top_logprobs)
+    think = think_flag(req.think, target)
+    if req.raw:
+        prompt: str | list[int] = req.prompt
+    elif req.suffix:
+        prompt = await _fill_in_middle(svc, target, req)
+    else:
+        messages: list[dict[str, Any]] = []
+        system = req.system if req.system is not None else target.system
+        if system:
+            messages.append({"role": "system", "content": system})
+        messages.append({"role": "user", "content": req.prompt})
+        prompt = svc.render(target, messages, think=think)
+    plan = Plan(svc, target, req.model, False, prompt, req.options, req.keep_alive,
+                grammar=grammar_for(req.format), logprobs=req.logprobs,
+                top_logprobs=req.top_logprobs, truncate=req.truncate, think=think,
+                raw=req.raw, context=list(req.context) if req.context else None)
+    plan.check()
+    return plan
+
+
+async def _fill_in_middle(svc: InferenceService, target: Target,
+                          req: GenerateRequest) -> list[int]:
+    kv = target.info.kv
+    ids = [kv.get(f"tokenizer.ggml.fim_{part}_token_id") for part in ("pre", "suf", "mid")]
+    if not all(isinstance(i, int) for i in ids):
+        raise InvalidRequest(f'"{req.model}" does not support insert')
+    resolved = svc.prepare(target, "", req.options, req.keep_alive)
+    pre = await svc.tokenize(target, req.prompt, resolved.load, resolved.keep_alive)
+    suf = await svc.tokenize(target, req.suffix or "", resolved.load, resolved.keep_alive)
+    return [int(ids[0]), *pre, int(ids[1]), *suf, int(ids[2])]  # type: ignore[arg-type]
+
+
+async def fold(events: AsyncIterator[dict[str, Any]], chat: bool) -> dict[str, Any]:
+    """A whole stream of chunks as the one object ``stream: false`` returns."""
+    folded: dict[str, Any] = {}
+    texts: dict[str, list[str]] = {"content": [], "thinking": []}
+    calls: list[Any] = []
+    logprobs: list[Any] = []
+    async for event in events:
+        body = event.get("message") if chat else event
+        assert isinstance(body, dict)
+        texts["content"].append(body.get("content" if chat else "response") or "")
+        texts["thinking"].append(body.get("thinking") or "")
+        calls.extend(body.get("tool_calls") or [])
+        logprobs.extend(event.get("logprobs") or [])
+        folded = event
+    if chat:
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(texts["content"])}
+        if any(texts["thinking"]):
+            message["thinking"] = "".join(texts["thinking"])
+        if calls:
+            message["tool_calls"] = calls
+        folded["message"] = message
+    else:
+        folded["response"] = "".join(texts["content"])
+        if any(texts["thinking"]):
+            folded["thinking"] = "".join(texts["thinking"])
+    if logprobs:
+        folded["logprobs"] = logprobs
+    return folded
+
+
+def _normalise(vector: list[float], dimensions: int | None) -> list[float]:
+    if dimensions:
+        vector = vector[:dimensions]
+    norm = math.sqrt(sum(x * x for x in vector))
+    return [x / norm for x in vector] if norm > 0 else vector
+
+
+async def embed_native(svc: InferenceService, req: EmbedRequest) -> dict[str, Any]:
+    """``/api/embed``'s answer (also what ``/v1/embeddings`` converts)."""
+    if not req.model:
+        raise InvalidRequest("model is required")
+    if req.dimensions is not None and req.dimensions <= 0:
+        raise InvalidRequest("dimensions must be a positive integer")
+    target = svc.target(req.model)
+    inputs = [req.input] if isinstance(req.input, str) else list(req.input)
+    start = time.monotonic_ns()
+    vectors, n_tokens, load_ns = await svc.embed(
+        target, inputs, truncate=req.truncate, options=req.options, keep_alive=req.keep_alive)
+    return {
+        "model": req.model,
+        "embeddings": [_normalise(v, req.dimensions) for v in vectors],
+        "total_duration": time.monotonic_ns() - start,
+        "load_duration": load_ns,
+        "prompt_eval_count": n_tokens,
+    }

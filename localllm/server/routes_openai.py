@@ -1,0 +1,183 @@
+"""OpenAI-compatible routes: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``,
+``/v1/models`` and ``/v1/models/{model}``.
+
+Thin converters: :mod:`localllm.compat.openai` turns the body into a native
+request, :mod:`localllm.server.native` runs it exactly as ``/api/chat`` or
+``/api/generate`` would (``n`` choices run concurrently, see
+:mod:`localllm.server.fanout`), and :mod:`localllm.compat.openai_responses`
+shapes the chunks back.  Streams are server-sent events ending with
+``data: [DONE]``; a failure after the first event is sent as an
+``{"error": {...}}`` event and the stream ends without ``[DONE]``.  Errors
+before it keep their HTTP status in OpenAI's shape (the app's handlers do that
+for every path under ``/v1/``).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, RootModel, ValidationError
+
+from localllm.api.schemas_infer import ChatRequest, EmbedRequest, GenerateRequest
+from localllm.compat.openai import (
+    SSE_DONE,
+    chat_request_to_native,
+    completion_request_to_native,
+    embedding_request_to_native,
+    embeddings_response,
+    error_from_exception,
+    model_object,
+    models_list,
+    sse,
+)
+from localllm.compat.openai_responses import (
+    ChatStream,
+    CompletionStream,
+    chat_completion,
+    text_completion,
+)
+from localllm.errors import InvalidRequest, ModelNotFound
+from localllm.inference import InferenceService
+from localllm.server.deps import describe_validation, model_service, parse_json
+from localllm.server.fanout import gather, merge
+from localllm.server.native import Plan, chat_plan, embed_native, fold, generate_plan
+from localllm.store.names import parse_name
+
+log = logging.getLogger(__name__)
+router = APIRouter()
+M = TypeVar("M", bound=BaseModel)
+Body = RootModel[dict[str, Any]]
+Streamer = ChatStream | CompletionStream
+
+
+def _service(request: Request) -> InferenceService:
+    service: InferenceService = request.app.state.inference
+    return service
+
+
+def _validate(model: type[M], data: dict[str, Any]) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidRequest(describe_validation(exc)) from None
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    return (await parse_json(request, Body)).root
+
+
+async def _replay(chunks: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    for chunk in chunks:
+        yield chunk
+
+
+async def _final(plan: Plan, n: int, chat: bool) -> list[dict[str, Any]]:
+    runs = await gather([plan.events(plan.prepare(i)) for i in range(n)])
+    return [await fold(_replay(chunks), chat) for chunks in runs]
+
+
+async def _sse(plan: Plan, n: int, include_usage: bool,
+               make: Callable[..., Streamer]) -> Response:
+    """Stream ``n`` runs of ``plan`` as SSE; the first chunk is awaited before answering,
+    so a full queue (503) or a failed load still gets its HTTP status."""
+    ident = secrets.token_hex(12)
+    created = int(time.time())
+    streams: Sequence[Streamer] = [make(id=ident, created=created, index=i) for i in range(n)]
+    merged = merge([plan.events(plan.prepare(i)) for i in range(n)])
+    try:
+        first = await merged.__anext__()
+    except StopAsyncIteration:
+        first = None
+    except BaseException:
+        await merged.aclose()
+        raise
+
+    async def body() -> AsyncIterator[str]:
+        prompt, completion = 0, 0
+        try:
+            pending = [first] if first is not None else []
+            while True:
+                for index, native in pending:
+                    for chunk in streams[index].feed(native):
+                        yield sse(chunk)
+                    if native.get("done"):
+                        prompt = prompt or int(native.get("prompt_eval_count") or 0)
+                        completion += int(native.get("eval_count") or 0)
+                try:
+                    pending = [await merged.__anext__()]
+                except StopAsyncIteration:
+                    break
+            if include_usage:
+                yield sse(streams[0].usage_chunk(prompt, completion))
+            yield SSE_DONE
+        except Exception as exc:
+            if not isinstance(exc, InvalidRequest):
+                log.warning("%s stream failed: %s", type(streams[0]).__name__, exc)
+            yield sse(error_from_exception(exc)[1])
+        finally:
+            await merged.aclose()
+
+    return StreamingResponse(body(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache"})
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request) -> Response:
+    conv = chat_request_to_native(await _body(request))
+    if not conv.native["messages"]:
+        raise InvalidRequest("messages must be a non-empty array")
+    req = _validate(ChatRequest, conv.native)
+    forced = req.tools and conv.tool_choice == "required"
+    plan = chat_plan(_service(request), req,
+                     forced_tools=conv.native["tools"] if forced else None)
+    model = req.model
+    if conv.stream:
+        return await _sse(plan, conv.n, conv.include_usage,
+                          lambda **kw: ChatStream(model, **kw))
+    return JSONResponse(chat_completion(await _final(plan, conv.n, True), model=model))
+
+
+@router.post("/v1/completions")
+async def completions(request: Request) -> Response:
+    conv = completion_request_to_native(await _body(request))
+    req = _validate(GenerateRequest, conv.native)
+    svc = _service(request)
+    plan = await generate_plan(svc, svc.target(req.model), req)
+    model = req.model
+    if conv.stream:
+        return await _sse(plan, conv.n, conv.include_usage,
+                          lambda **kw: CompletionStream(model, **kw))
+    natives = await _final(plan, conv.n, False)
+    if conv.echo:
+        for native in natives:
+            native["response"] = req.prompt + native.get("response", "")
+    return JSONResponse(text_completion(natives, model=model))
+
+
+@router.post("/v1/embeddings")
+async def embeddings(request: Request) -> Response:
+    native, encoding = embedding_request_to_native(await _body(request))
+    req = _validate(EmbedRequest, native)
+    result = await embed_native(_service(request), req)
+    return JSONResponse(embeddings_response(result, req.model, encoding))
+
+
+@router.get("/v1/models")
+def list_models(request: Request) -> dict[str, Any]:
+    entries: list[Mapping[str, Any]] = list(model_service(request).list_models())
+    return models_list(entries)
+
+
+@router.get("/v1/models/{model:path}")
+def get_model(model: str, request: Request) -> dict[str, Any]:
+    wanted = parse_name(model).display
+    for entry in model_service(request).list_models():
+        if entry["name"] == wanted:
+            return model_object(entry)
+    raise ModelNotFound(f"model '{model}' not found")
