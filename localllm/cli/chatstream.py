@@ -1,0 +1,213 @@
+"""Showing a streamed chat answer: thinking and content, word wrap, Ctrl-C, ``--verbose`` stats.
+
+Shared by ``localllm run``'s one-shot mode and its interactive session.
+``stream_chat`` sends one ``/api/chat`` request and prints its NDJSON chunks as
+they arrive; Ctrl-C closes the stream (the daemon then cancels the
+generation) and returns what had arrived, so a REPL can carry on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+_DIM = "\x1b[2m"
+_RESET = "\x1b[0m"
+
+
+class WordWrap:
+    """Breaks streamed text at spaces so that no line outgrows ``width`` columns.
+
+    A word is held back until the whitespace after it arrives (or ``flush``),
+    because only then is its length known; words longer than a line are cut.
+    """
+
+    def __init__(self, out: TextIO, width: int) -> None:
+        self.out = out
+        self.width = max(10, width)
+        self.col = 0
+        self.word = ""
+        self.spaces = ""  # written only once the next word is known to fit on the line
+
+    def write(self, text: str) -> None:
+        for ch in text:
+            if ch == "\n":
+                self._emit_word()
+                self.out.write("\n")
+                self.col, self.spaces = 0, ""
+            elif ch in " \t":
+                self._emit_word()
+                if self.col > 0:
+                    self.spaces += ch
+            else:
+                self.word += ch
+                if len(self.word) >= self.width:
+                    self._emit_word()
+        self.out.flush()
+
+    def _emit_word(self) -> None:
+        if not self.word:
+            return
+        if self.col > 0 and self.col + len(self.spaces) + len(self.word) > self.width:
+            self.out.write("\n")
+            self.col, self.spaces = 0, ""
+        self.out.write(self.spaces + self.word)
+        self.col += len(self.spaces) + len(self.word)
+        self.word, self.spaces = "", ""
+
+    def flush(self) -> None:
+        self._emit_word()
+        self.out.flush()
+
+
+class StreamPrinter:
+    """Writes thinking (dimmed on a terminal, between markers) and then the answer."""
+
+    def __init__(self, out: TextIO | None = None, *, hide_thinking: bool = False,
+                 wordwrap: bool = True, color: bool | None = None) -> None:
+        self.out = out if out is not None else sys.stdout
+        tty = self.out.isatty()
+        self.color = tty if color is None else color
+        self.hide_thinking = hide_thinking
+        # Wrapping only makes sense on a terminal; pipes get the text exactly.
+        width = shutil.get_terminal_size().columns - 5 if tty else 0
+        self.wrap = WordWrap(self.out, width) if wordwrap and width > 0 else None
+        self.thinking = False
+        self.last = "\n"
+
+    def _write(self, text: str) -> None:
+        if not text:
+            return
+        if self.wrap is not None:
+            self.wrap.write(text)
+        else:
+            self.out.write(text)
+            self.out.flush()
+        self.last = text[-1]
+
+    def feed(self, message: dict[str, Any]) -> None:
+        thinking = str(message.get("thinking") or "")
+        content = str(message.get("content") or "")
+        if thinking and not self.hide_thinking:
+            if not self.thinking:
+                self.thinking = True
+                self._write(self._dim("Thinking...") + "\n")
+            self._write(self._dim(thinking) if self.color else thinking)
+        if content:
+            self._end_thinking()
+            self._write(content)
+
+    def _dim(self, text: str) -> str:
+        return f"{_DIM}{text}{_RESET}" if self.color else text
+
+    def _end_thinking(self) -> None:
+        if self.thinking:
+            self.thinking = False
+            sep = "" if self.last == "\n" else "\n"
+            self._write(sep + self._dim("...done thinking.") + "\n\n")
+
+    def finish(self) -> None:
+        """End the answer on a fresh line."""
+        self._end_thinking()
+        if self.wrap is not None:
+            self.wrap.flush()
+        if self.last != "\n":
+            self.out.write("\n")
+            self.last = "\n"
+        self.out.flush()
+
+
+@dataclass
+class Turn:
+    """What one request produced: the text, the final chunk (None if cut) and timings."""
+
+    content: str = ""
+    thinking: str = ""
+    final: dict[str, Any] | None = None
+    interrupted: bool = False
+    ttft: float | None = None  # seconds from sending to the first text
+    tool_calls: list[Any] = field(default_factory=list)
+
+
+def stream_chat(client: Any, payload: dict[str, Any], printer: StreamPrinter) -> Turn:
+    """Send ``payload`` to ``/api/chat`` and print the answer as it streams."""
+    turn = Turn()
+    parts: dict[str, list[str]] = {"content": [], "thinking": []}
+    start = time.monotonic()
+    try:
+        with contextlib.closing(client.stream("POST", "/api/chat", payload)) as chunks:
+            for chunk in chunks:
+                message = chunk.get("message") or {}
+                for key in ("content", "thinking"):
+                    text = message.get(key)
+                    if text:
+                        if turn.ttft is None:
+                            turn.ttft = time.monotonic() - start
+                        parts[key].append(str(text))
+                turn.tool_calls.extend(message.get("tool_calls") or [])
+                printer.feed(message)
+                if chunk.get("done"):
+                    turn.final = chunk
+    except KeyboardInterrupt:
+        # Leaving the ``closing`` block closed the HTTP stream: the daemon cancels.
+        turn.interrupted = True
+    finally:
+        printer.finish()
+    turn.content = "".join(parts["content"])
+    turn.thinking = "".join(parts["thinking"])
+    return turn
+
+
+def go_duration(ns: int | float) -> str:
+    """A duration written the way Go's ``time.Duration`` prints it (``1.234s``, ``12.5ms``)."""
+    n = float(ns)
+    for limit, unit, digits in ((1e3, "ns", 0), (1e6, "µs", 3), (1e9, "ms", 6)):
+        if abs(n) < limit:
+            return f"{_trim(n / 10 ** digits, digits)}{unit}"
+    seconds = n / 1e9
+    if seconds < 60:
+        return f"{_trim(seconds, 9)}s"
+    minutes, rest = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{int(minutes)}m{_trim(rest, 9)}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{int(hours)}h{int(minutes)}m{_trim(rest, 9)}s"
+
+
+def _trim(value: float, digits: int) -> str:
+    """Go's style: exact to the nanosecond, without trailing zeros."""
+    return f"{value:.{digits}f}".rstrip("0").rstrip(".") if digits else f"{value:.0f}"
+
+
+def _rate(count: int, ns: int) -> str:
+    return f"{count / (ns / 1e9):.2f} tokens/s" if ns > 0 else "n/a"
+
+
+def stats_text(final: dict[str, Any], ttft: float | None) -> str:
+    """The ``--verbose`` block printed after an answer."""
+    def ns(key: str) -> int:
+        return int(final.get(key) or 0)
+
+    prompt_n, eval_n = ns("prompt_eval_count"), ns("eval_count")
+    rows = [
+        ("total duration", go_duration(ns("total_duration"))),
+        ("load duration", go_duration(ns("load_duration"))),
+        ("prompt eval count", f"{prompt_n} token(s)"),
+        ("prompt eval duration", go_duration(ns("prompt_eval_duration"))),
+        ("prompt eval rate", _rate(prompt_n, ns("prompt_eval_duration"))),
+        ("eval count", f"{eval_n} token(s)"),
+        ("eval duration", go_duration(ns("eval_duration"))),
+        ("eval rate", _rate(eval_n, ns("eval_duration"))),
+    ]
+    if ttft is not None:
+        rows.append(("time to first token", go_duration(ttft * 1e9)))
+    return "\n".join(f"{k + ':':<22}{v}" for k, v in rows)
+
+
+def print_stats(turn: Turn, err: TextIO | None = None) -> None:
+    if turn.final is not None:
+        print(stats_text(turn.final, turn.ttft), file=err or sys.stderr, flush=True)

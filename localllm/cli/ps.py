@@ -1,0 +1,70 @@
+"""``localllm ps``: the loaded models as a table NAME, ID, SIZE, PROCESSOR, CONTEXT, UNTIL."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+# expires_at beyond this many seconds means "kept forever" (keep_alive < 0).
+_FOREVER_AFTER = 100 * 365 * 86400
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("ps", help="List running models")
+    parser.set_defaults(func=run)
+
+
+def processor(size: int, size_vram: int) -> str:
+    """Where the model lives: ``100% CPU``, ``100% GPU`` or ``48%/52% CPU/GPU``."""
+    if size <= 0:
+        return "Unknown"
+    if size_vram <= 0:
+        return "100% CPU"
+    if size_vram >= size:
+        return "100% GPU"
+    cpu = round((size - size_vram) / size * 100)
+    return f"{cpu}%/{100 - cpu}% CPU/GPU"
+
+
+def until(expires_at: float, now: float | None = None) -> str:
+    """``4 minutes from now``, ``Forever`` (kept loaded), or ``Stopping...`` once expired."""
+    delta = expires_at - (time.time() if now is None else now)
+    if delta <= 0:
+        return "Stopping..."
+    if delta > _FOREVER_AFTER:
+        return "Forever"
+    if delta < 1:
+        return "less than a second from now"
+    steps = ((60, 1, "second"), (3600, 60, "minute"), (86400, 3600, "hour"),
+             (30 * 86400, 86400, "day"), (365 * 86400, 30 * 86400, "month"))
+    n, unit = int(delta // (365 * 86400)), "year"
+    for limit, size, name in steps:
+        if delta < limit:
+            n, unit = int(delta // size), name
+            break
+    if n == 1:
+        return f"about {'an' if unit == 'hour' else 'a'} {unit} from now"
+    return f"{n} {unit}s from now"
+
+
+def run(args: argparse.Namespace) -> int:
+    from localllm.api.client import Client
+    from localllm.cli.output import format_bytes, parse_timestamp, table
+
+    with Client(autostart=True) as client:
+        models = client.request("GET", "/api/ps")["models"]
+    rows = []
+    for m in models:
+        size, vram = int(m.get("size") or 0), int(m.get("size_vram") or 0)
+        expires = parse_timestamp(str(m.get("expires_at", "")))
+        rows.append((
+            str(m.get("name", "")),
+            str(m.get("digest", "")).removeprefix("sha256:")[:12],
+            format_bytes(size),
+            processor(size, vram),
+            str(m.get("context_length") or ""),
+            until(expires) if expires else "",
+        ))
+    print(table(["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL"], rows))
+    return 0

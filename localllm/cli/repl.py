@@ -1,0 +1,356 @@
+"""The interactive session of ``localllm run``: ``>>>`` prompt, slash commands, history.
+
+Works the same on a terminal (readline editing and a history file when the
+``readline`` module exists) and on a pipe, so scripts and tests can drive it.
+Each answer streams through ``/api/chat`` with the whole conversation; Ctrl-C
+stops the answer in progress, Ctrl-D or ``/bye`` leaves.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+from localllm.cli.chatstream import StreamPrinter, print_stats, stream_chat
+from localllm.cli.session import Session, parse_parameter, parse_think
+from localllm.errors import LocalLLMError
+
+if TYPE_CHECKING:
+    from localllm.api.client import Client
+
+HELP = """Available Commands:
+  /set            Set session variables
+  /show           Show model information
+  /load <model>   Load a session or model
+  /save <model>   Save your current session
+  /clear          Clear session context
+  /list           List models
+  /bye            Exit
+  /?, /help       Help for a command
+  /? shortcuts    Help for keyboard shortcuts
+
+Use \"\"\" to begin a multi-line message."""
+
+HELP_SET = """Available Commands:
+  /set parameter ...     Set a parameter
+  /set system <string>   Set system message
+  /set history           Enable history
+  /set nohistory         Disable history
+  /set wordwrap          Enable wordwrap
+  /set nowordwrap        Disable wordwrap
+  /set format json       Enable JSON mode
+  /set noformat          Disable formatting
+  /set verbose           Show LLM stats
+  /set quiet             Disable LLM stats
+  /set think [level]     Enable thinking (optionally low, medium or high)
+  /set nothink           Disable thinking"""
+
+HELP_SHOW = """Available Commands:
+  /show info         Show details for this model
+  /show license      Show model license
+  /show modelfile    Show Modelfile for this model
+  /show parameters   Show parameters for this model
+  /show system       Show system message
+  /show template     Show prompt template"""
+
+HELP_SHORTCUTS = """Available keyboard shortcuts:
+  Ctrl + a            Move to the beginning of the line (Home)
+  Ctrl + e            Move to the end of the line (End)
+  Ctrl + k            Delete the sentence after the cursor
+  Ctrl + u            Delete the sentence before the cursor
+  Ctrl + w            Delete the word before the cursor
+  Ctrl + l            Clear the screen
+  Ctrl + c            Stop the model from responding
+  Ctrl + d            Exit (/bye)"""
+
+QUOTES = '"""'
+
+
+class _Exit(Exception):
+    """Raised by /bye and end of input."""
+
+
+class Repl:
+    def __init__(self, client: Client, session: Session, *, tty: bool | None = None) -> None:
+        self.client = client
+        self.s = session
+        self.tty = sys.stdin.isatty() if tty is None else tty
+        self.history_file: str | None = None
+
+    # -- input ------------------------------------------------------------------------
+    def _line(self, prompt: str) -> str:
+        try:
+            return input(prompt)
+        except EOFError:
+            raise _Exit from None
+
+    def read_message(self) -> str:
+        """One message: a line, or a ``\"\"\"`` block spanning several lines."""
+        line = self._line(">>> ")
+        if line.count(QUOTES) % 2 == 0:
+            return line
+        # An opening \"\"\" without its closing one: read on until a line closes it.
+        lines = [line]
+        while True:
+            more = self._line("... ")
+            lines.append(more)
+            if QUOTES in more:
+                break
+        return "\n".join(lines)
+
+    def _setup_readline(self) -> None:
+        if not self.tty:
+            return
+        try:
+            import readline
+        except ImportError:  # not on every platform; input() still works without it
+            return
+        from localllm import paths
+
+        path = paths.home() / "history"
+        self.history_file = str(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            readline.read_history_file(self.history_file)
+        except OSError:
+            pass
+        readline.set_history_length(1000)
+
+    def _save_history(self) -> None:
+        if self.history_file is None:
+            return
+        import readline
+
+        try:
+            readline.write_history_file(self.history_file)
+        except OSError:
+            pass
+
+    # -- the loop ----------------------------------------------------------------------
+    def run(self) -> int:
+        self._setup_readline()
+        try:
+            while True:
+                try:
+                    text = self.read_message()
+                except KeyboardInterrupt:
+                    print("\nUse Ctrl + d or /bye to exit.")
+                    continue
+                try:
+                    self.handle(text)
+                except LocalLLMError as exc:
+                    print(f"Error: {exc}", file=sys.stderr)
+        except _Exit:
+            if not self.tty:
+                return 0
+            print()
+            return 0
+        finally:
+            self._save_history()
+
+    def handle(self, text: str) -> None:
+        stripped = text.strip()
+        if stripped.startswith(QUOTES):
+            self.ask(_unquote(stripped))
+        elif stripped.startswith("/"):
+            self.command(stripped)
+        elif stripped:
+            self.ask(text)
+
+    def ask(self, text: str) -> None:
+        self.s.messages.append({"role": "user", "content": text})
+        printer = StreamPrinter(hide_thinking=self.s.hide_thinking, wordwrap=self.s.wordwrap)
+        try:
+            turn = stream_chat(self.client, self.s.payload(), printer)
+        except LocalLLMError:
+            self.s.messages.pop()
+            raise
+        if turn.content or turn.thinking or turn.tool_calls:
+            reply: dict[str, Any] = {"role": "assistant", "content": turn.content}
+            if turn.thinking:
+                reply["thinking"] = turn.thinking
+            self.s.messages.append(reply)
+        else:
+            # Nothing came back (or Ctrl-C before the first word): forget the question
+            # so that the history keeps alternating user/assistant.
+            self.s.messages.pop()
+        print()
+        if self.s.verbose:
+            print_stats(turn)
+
+    # -- slash commands ------------------------------------------------------------------
+    def command(self, line: str) -> None:
+        words = line.split()
+        cmd, args = words[0], words[1:]
+        if cmd in ("/bye", "/exit"):
+            raise _Exit
+        if cmd in ("/?", "/help"):
+            print(_help(args))
+        elif cmd == "/set":
+            self.set(line, args)
+        elif cmd == "/show":
+            self.show(args)
+        elif cmd == "/clear":
+            self.s.messages.clear()
+            print("Cleared session context")
+        elif cmd == "/load":
+            self.load(args)
+        elif cmd == "/save":
+            self.save(args)
+        elif cmd == "/list":
+            import argparse
+
+            from localllm.cli import list as list_cmd
+
+            list_cmd.run(argparse.Namespace())
+        else:
+            print(f"Unknown command '{cmd}'. Type /? for help")
+
+    def set(self, line: str, args: list[str]) -> None:
+        if not args:
+            print(HELP_SET)
+            return
+        what, rest = args[0], args[1:]
+        flags: dict[str, tuple[str, Any, str]] = {
+            "verbose": ("verbose", True, "Set 'verbose' mode."),
+            "quiet": ("verbose", False, "Set 'quiet' mode."),
+            "nothink": ("think", False, "Set 'nothink' mode."),
+            "wordwrap": ("wordwrap", True, "Set 'wordwrap' mode."),
+            "nowordwrap": ("wordwrap", False, "Set 'nowordwrap' mode."),
+            "noformat": ("format", None, "Disabled format."),
+            "history": ("history", True, "Set 'history' mode."),
+            "nohistory": ("history", False, "Set 'nohistory' mode."),
+        }
+        if what in flags:
+            attr, value, message = flags[what]
+            if attr == "history":
+                self._history(bool(value))
+            else:
+                setattr(self.s, attr, value)
+            print(message)
+        elif what == "think":
+            self.s.think = parse_think(rest[0]) if rest else True
+            level = f" (level {self.s.think})" if isinstance(self.s.think, str) else ""
+            print(f"Set 'think' mode{level}.")
+        elif what == "format":
+            if rest != ["json"]:
+                print("Only '/set format json' is supported (and /set noformat).")
+                return
+            self.s.format = "json"
+            print("Set format to 'json' mode.")
+        elif what == "system":
+            text = line.split(None, 2)[2] if len(line.split(None, 2)) > 2 else ""
+            self.s.system = _unquote(text.strip())
+            print("Set system message.")
+        elif what == "parameter":
+            if not rest:
+                print("Usage: /set parameter <name> <value>")
+                return
+            name = rest[0]
+            try:
+                value = parse_parameter(name, rest[1:])
+            except LocalLLMError as exc:
+                print(f"Couldn't set parameter: {exc}")
+                return
+            self.s.options[name] = value
+            shown = ", ".join(value) if isinstance(value, list) else value
+            print(f"Set parameter '{name}' to '{shown}'")
+        else:
+            print(f"Unknown command '/set {what}'. Type /? for help")
+
+    def _history(self, on: bool) -> None:
+        if not on:
+            self._save_history()
+            self.history_file = None
+        else:
+            self._setup_readline()
+
+    def show(self, args: list[str]) -> None:
+        if not args:
+            print(HELP_SHOW)
+            return
+        what = args[0]
+        info = self.client.show(self.s.model)
+        if what == "info":
+            from localllm.cli.show import render
+
+            print(render(info))
+        elif what == "parameters":
+            print(_parameters(str(info.get("parameters") or ""), self.s.options))
+        elif what == "system":
+            system = self.s.system if self.s.system is not None else info.get("system")
+            print(system or "No system message was specified for this model.")
+        elif what in ("template", "license", "modelfile"):
+            print(str(info.get(what) or f"No {what} was specified for this model.").rstrip("\n"))
+        else:
+            print(f"Unknown command '/show {what}'. Type /? for help")
+
+    def load(self, args: list[str]) -> None:
+        if len(args) != 1:
+            print("Usage: /load <model>")
+            return
+        from localllm.cli.run import ensure_model, preload
+
+        ensure_model(self.client, args[0])
+        print(f"Loading model '{args[0]}'")
+        self.s.model = args[0]
+        self.s.messages.clear()
+        preload(self.client, self.s)
+
+    def save(self, args: list[str]) -> None:
+        if len(args) != 1:
+            print("Usage: /save <model>")
+            return
+        if not _has_create(self.client):
+            print("Couldn't save: /save needs a daemon with model creation (/api/create), "
+                  "which this daemon does not offer.")
+            return
+        body: dict[str, Any] = {"model": args[0], "from": self.s.model, "stream": False,
+                                "messages": list(self.s.messages)}
+        if self.s.system is not None:
+            body["system"] = self.s.system
+        if self.s.options:
+            body["parameters"] = dict(self.s.options)
+        self.client.request("POST", "/api/create", body)
+        print(f"Created new model '{args[0]}'")
+
+
+def _has_create(client: Client) -> bool:
+    """Ask the daemon: a route that exists refuses an empty body with 400, not 404/405."""
+    resp = client._send("POST", "/api/create", json={})
+    return resp.status_code not in (404, 405)
+
+
+def _parameters(model_params: str, user: dict[str, Any]) -> str:
+    lines = ["Model defined parameters:"]
+    rows = [ln for ln in model_params.splitlines() if ln.strip()]
+    lines += rows or ["No additional parameters were specified for this model."]
+    if user:
+        lines += ["", "User defined parameters:"]
+        for name, value in user.items():
+            values = value if isinstance(value, list) else [value]
+            for v in values:
+                lines.append(f"{name:<30} {_param_text(v)}")
+    return "\n".join(lines)
+
+
+def _param_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    return str(value)
+
+
+def _unquote(text: str) -> str:
+    if text.startswith(QUOTES):
+        text = text[len(QUOTES):]
+        end = text.rfind(QUOTES)
+        if end >= 0:
+            text = text[:end]
+    return text.strip("\n")
+
+
+def _help(args: list[str]) -> str:
+    topic = args[0] if args else ""
+    return {"shortcuts": HELP_SHORTCUTS, "set": HELP_SET, "show": HELP_SHOW}.get(topic, HELP)

@@ -1,0 +1,119 @@
+"""``localllm run MODEL [PROMPT...]``: pull when missing, then answer once or chat interactively.
+
+One-shot when a prompt is given or stdin is not a terminal (stdin's text and
+the prompt words are joined with a space, stdin first, as Ollama does);
+otherwise the interactive session of ``localllm.cli.repl``.  Both talk to
+``/api/chat``, so a one-shot answer and a first REPL answer to the same text
+are the same.
+
+Word wrap: on a terminal, answers are wrapped at spaces to the terminal's
+width (``--nowordwrap`` or ``/set nowordwrap`` turns it off); output to a
+pipe or file is never wrapped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from localllm.api.client import Client
+    from localllm.cli.session import Session
+
+
+class _PromptAfterFlags(argparse.ArgumentParser):
+    """Accepts prompt words after flags too (``run m --verbose why is the sky blue``).
+
+    argparse fills a ``*`` positional with the words before the first flag only;
+    the words after it come back as extras, and belong to the prompt.  A bare
+    ``--think`` takes no value (as in Ollama, a level needs ``--think=high``), so
+    ``run m --think why`` keeps "why" in the prompt.
+    """
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Any = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if args is not None:
+            args = ["--think=true" if a == "--think" else a for a in args]
+        ns, extras = super().parse_known_args(args, namespace)
+        words = [w for w in extras if not w.startswith("-") or w == "-"]
+        ns.prompt = [*(getattr(ns, "prompt", None) or []), *words]
+        return ns, [w for w in extras if w not in words]
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("run", help="Run a model (one answer, or an interactive chat)")
+    parser.__class__ = _PromptAfterFlags
+    parser.add_argument("model", help="model name; pulled first when missing")
+    parser.add_argument("prompt", nargs="*", help="prompt (omit for an interactive session)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="print timings and token rates after each answer (stderr)")
+    parser.add_argument("--format", choices=["json"], help="answer in JSON")
+    parser.add_argument("--keepalive", metavar="DURATION",
+                        help="how long the model stays loaded, e.g. 5m, 1h, 0, -1 (forever)")
+    parser.add_argument("--think", nargs="?", const="true", metavar="LEVEL",
+                        help="think before answering; --think=false, or a level: "
+                             "--think=low|medium|high")
+    parser.add_argument("--hidethinking", action="store_true",
+                        help="don't show the model's thinking")
+    parser.add_argument("--nowordwrap", action="store_true",
+                        help="don't wrap long lines at word boundaries")
+    parser.add_argument("--insecure", action="store_true", help="accepted for Ollama compatibility")
+    parser.add_argument("-i", "--interactive", action="store_true",
+                        help="interactive session even when stdin is not a terminal")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from localllm.api.client import Client
+    from localllm.cli.session import session_from_args
+
+    session = session_from_args(args)
+    prompt = " ".join(args.prompt)
+    interactive = args.interactive or (not prompt and sys.stdin.isatty())
+    if not interactive and not sys.stdin.isatty():
+        piped = sys.stdin.read()
+        prompt = " ".join(p for p in (piped, prompt) if p)
+    with Client(autostart=True) as client:
+        ensure_model(client, args.model)
+        if interactive:
+            from localllm.cli.repl import Repl
+
+            preload(client, session)
+            return Repl(client, session).run()
+        return one_shot(client, session, prompt)
+
+
+def one_shot(client: Client, session: Session, prompt: str) -> int:
+    from localllm.cli.chatstream import StreamPrinter, print_stats, stream_chat
+
+    printer = StreamPrinter(hide_thinking=session.hide_thinking, wordwrap=session.wordwrap)
+    turn = stream_chat(client, session.payload([{"role": "user", "content": prompt}]), printer)
+    if turn.interrupted:
+        return 130
+    if session.verbose:
+        print_stats(turn)
+    return 0
+
+
+def ensure_model(client: Client, model: str) -> None:
+    """Pull ``model`` through the daemon, with ``localllm pull``'s progress, when it is missing."""
+    from localllm.errors import ModelNotFound
+
+    try:
+        client.show(model)
+        return
+    except ModelNotFound:
+        pass
+    from localllm.cli import pull
+
+    pull.run(argparse.Namespace(model=model, insecure=False))
+
+
+def preload(client: Client, session: Session) -> None:
+    """Load the model now (a chat with no messages) so the first answer starts quickly."""
+    body: dict[str, Any] = {"model": session.model, "messages": [], "stream": False}
+    if session.keep_alive is not None:
+        body["keep_alive"] = session.keep_alive
+    client.request("POST", "/api/chat", body)

@@ -1,0 +1,116 @@
+"""The state of a ``localllm run`` conversation and the requests built from it.
+
+One ``Session`` serves both the one-shot mode and the interactive REPL: the
+model, the history, the user's ``/set`` options, and how answers are shown.
+Also here: parsing of the values ``run`` accepts (``--think``, ``--keepalive``,
+``/set parameter`` values typed as Ollama types its options).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from typing import Any
+
+from localllm.errors import InvalidRequest
+
+THINK_LEVELS = ("low", "medium", "high", "max")
+
+
+@dataclass
+class Session:
+    model: str
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)
+    system: str | None = None
+    format: str | None = None
+    keep_alive: str | None = None
+    think: bool | str | None = None
+    verbose: bool = False
+    hide_thinking: bool = False
+    wordwrap: bool = True
+
+    def payload(self, messages: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The ``/api/chat`` body for ``messages`` (the history by default)."""
+        history = self.messages if messages is None else messages
+        sent = list(history)
+        if self.system is not None:
+            # Kept out of the history so that /clear and /set system stay independent.
+            sent.insert(0, {"role": "system", "content": self.system})
+        body: dict[str, Any] = {"model": self.model, "messages": sent, "stream": True}
+        if self.options:
+            body["options"] = dict(self.options)
+        if self.format:
+            body["format"] = self.format
+        if self.keep_alive is not None:
+            body["keep_alive"] = self.keep_alive
+        if self.think is not None:
+            body["think"] = self.think
+        return body
+
+
+def session_from_args(args: argparse.Namespace) -> Session:
+    session = Session(model=args.model)
+    session.format = args.format or None
+    if args.keepalive is not None:
+        session.keep_alive = parse_keepalive(args.keepalive)
+    session.think = parse_think(args.think)
+    session.verbose = bool(args.verbose)
+    session.hide_thinking = bool(args.hidethinking)
+    session.wordwrap = not args.nowordwrap
+    return session
+
+
+def parse_keepalive(text: str) -> str:
+    """Check a ``--keepalive`` value here so a typo fails before any request."""
+    from localllm.config import parse_duration
+
+    try:
+        parse_duration(text)
+    except ValueError:
+        raise InvalidRequest(
+            f'invalid keepalive "{text}": use a duration such as 5m, 1h30m, 0 or -1') from None
+    return text
+
+
+def parse_think(value: str | None) -> bool | str | None:
+    """``--think`` (on), ``--think=false``, or a level: ``low|medium|high|max``."""
+    if value is None:
+        return None
+    low = value.strip().lower()
+    if low in ("", "true", "1", "on", "yes"):
+        return True
+    if low in ("false", "0", "off", "no"):
+        return False
+    if low in THINK_LEVELS:
+        return low
+    raise InvalidRequest(f'invalid think value "{value}": use true, false, low, medium or high')
+
+
+def parse_parameter(name: str, values: list[str]) -> Any:
+    """A ``/set parameter`` value with the type Ollama gives that option."""
+    from localllm.api.options import OPTION_TYPES
+
+    kind = OPTION_TYPES.get(name)
+    if kind is None:
+        raise InvalidRequest(f"unknown parameter '{name}'")
+    if not values:
+        raise InvalidRequest(f"missing value for parameter '{name}'")
+    if kind == "array":
+        return list(values)
+    text = " ".join(values)
+    try:
+        if kind == "integer":
+            return int(text)
+        if kind == "float32":
+            return float(text)
+    except ValueError:
+        raise InvalidRequest(f"parameter '{name}' needs a number, not '{text}'") from None
+    if kind == "boolean":
+        low = text.lower()
+        if low in ("true", "1", "yes", "on"):
+            return True
+        if low in ("false", "0", "no", "off"):
+            return False
+        raise InvalidRequest(f"parameter '{name}' needs true or false, not '{text}'")
+    return text

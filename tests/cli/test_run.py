@@ -1,0 +1,264 @@
+"""``localllm run`` as a subprocess against the real daemon and the tiny model, plus its pieces.
+
+The ``echo`` model is the tiny model with a chat template that renders
+``role:content`` for each message and nothing after, so the greedy answer is
+``expected_greedy`` of the rendered conversation (its last character decides).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localllm.cli.chatstream import StreamPrinter, WordWrap, go_duration, stats_text, stream_chat
+from localllm.cli.session import Session, parse_parameter, parse_think
+from localllm.errors import InvalidRequest
+from tests.cli.conftest import REPO, Daemon, start_daemon
+from tests.hubstub import HubStub
+from tests.inference.conftest import add_tiny, tiny_daemon  # noqa: F401  (fixture)
+from tests.tinymodel import expected_greedy, make_tiny_model
+
+ECHO_TEMPLATE = "{% for m in messages %}{{ m['role'] }}:{{ m['content'] }}{% endfor %}"
+
+
+def render(messages: list[tuple[str, str]]) -> str:
+    """What ECHO_TEMPLATE makes of a conversation (mirrors the Jinja above)."""
+    return "".join(f"{role}:{content}" for role, content in messages)
+
+
+def answer(messages: list[tuple[str, str]], num_predict: int = -1) -> str:
+    return expected_greedy(render(messages), num_predict)
+
+
+def prompt_tokens(messages: list[tuple[str, str]]) -> int:
+    return len(render(messages).encode()) + 1  # one token per ASCII character, plus BOS
+
+
+@pytest.fixture
+def echo_daemon(tiny_daemon: Daemon, tmp_path: Path) -> Daemon:  # noqa: F811
+    add_tiny(tmp_path, "echo", chat_template=ECHO_TEMPLATE)
+    return tiny_daemon
+
+
+def run_cli_input(d: Daemon, *args: str, stdin: str, timeout: float = 60
+                  ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "localllm", *args], cwd=REPO, env=d.env, input=stdin,
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )
+
+
+def stats(stderr: str) -> list[dict[str, str]]:
+    """The --verbose blocks of a run, one dict per answer."""
+    blocks: list[dict[str, str]] = []
+    for line in stderr.splitlines():
+        m = re.match(r"^([a-z ]+):\s+(.+)$", line)
+        if not m:
+            continue
+        if m.group(1) == "total duration":
+            blocks.append({})
+        blocks[-1][m.group(1)] = m.group(2)
+    return blocks
+
+
+# -- end to end --------------------------------------------------------------------------
+def test_one_shot_prints_the_exact_greedy_answer(echo_daemon: Daemon) -> None:
+    out = echo_daemon.cli("run", "echo", "hello")
+    assert out.returncode == 0, out.stderr
+    assert answer([("user", "hello")]) == "pqrstuvwxyz"
+    assert out.stdout == "pqrstuvwxyz\n"
+    several = echo_daemon.cli("run", "echo", "say", "x")  # prompt words joined by spaces
+    assert several.stdout == answer([("user", "say x")]) + "\n" == "yz\n"
+
+
+def test_piped_stdin_is_joined_before_the_prompt_and_verbose_stats(echo_daemon: Daemon) -> None:
+    out = run_cli_input(echo_daemon, "run", "echo", "--verbose", "x", stdin="abc")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == answer([("user", "abc x")]) + "\n"
+    (block,) = stats(out.stderr)
+    assert block["prompt eval count"] == f"{prompt_tokens([('user', 'abc x')])} token(s)"
+    assert block["eval count"] == "2 token(s)"  # "yz"
+    for key in ("total duration", "load duration", "prompt eval duration", "eval duration",
+                "time to first token"):
+        assert re.fullmatch(r"\d+(\.\d+)?(ns|µs|ms|s)", block[key]), (key, block[key])
+    for key in ("prompt eval rate", "eval rate"):
+        assert re.fullmatch(r"\d+\.\d\d tokens/s", block[key]), (key, block[key])
+        assert float(block[key].split()[0]) > 0
+
+    only_stdin = run_cli_input(echo_daemon, "run", "echo", stdin="hello")
+    assert only_stdin.stdout == "pqrstuvwxyz\n", only_stdin.stderr
+
+
+def test_interactive_session_through_stdin(echo_daemon: Daemon) -> None:
+    script = "\n".join([
+        "/set parameter num_predict 3",
+        "/set parameter temperature 0",
+        "/set parameter stop q r",
+        "/set parameter bogus 1",
+        "/set verbose",
+        "a",
+        "x",
+        "/show parameters",
+        "/clear",
+        "x",
+        '"""',
+        "hello",
+        'a"""',
+        "/set system zz",
+        "a",
+        "/save mine",
+        "/nonsense",
+        "/bye",
+        "this line is never read",
+    ]) + "\n"
+    out = run_cli_input(echo_daemon, "run", "echo", "--interactive", stdin=script)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "Set parameter 'num_predict' to '3'" in text
+    assert "Set parameter 'stop' to 'q, r'" in text
+    assert "Couldn't set parameter: unknown parameter 'bogus'" in text
+    assert "Set 'verbose' mode." in text
+    assert f">>> {answer([('user', 'a')], 3)}\n\n>>> yz\n\n" in text  # "bcd", then "yz"
+    params = text[text.index("User defined parameters:"):]
+    assert re.search(r"num_predict\s+3\n", params)
+    assert re.search(r"temperature\s+0.0\n", params)
+    assert re.search(r'stop\s+"q"\nstop\s+"r"\n', params)
+    assert "Cleared session context" in text
+    assert "needs a daemon with model creation (/api/create)" in text
+    assert "Unknown command '/nonsense'" in text
+    assert "never read" not in text + out.stderr
+
+    # The history is sent each turn, /clear empties it, the system message is prepended.
+    turns = [
+        [("user", "a")],
+        [("user", "a"), ("assistant", "bcd"), ("user", "x")],
+        [("user", "x")],  # after /clear
+        [("user", "x"), ("assistant", "yz"), ("user", "hello\na")],  # the """ block
+        [("system", "zz"), ("user", "x"), ("assistant", "yz"), ("user", "hello\na"),
+         ("assistant", "bcd"), ("user", "a")],
+    ]
+    counts = [b["prompt eval count"] for b in stats(out.stderr)]
+    assert counts == [f"{prompt_tokens(t)} token(s)" for t in turns]
+
+
+def test_run_reports_errors_without_tracebacks(echo_daemon: Daemon) -> None:
+    bad = echo_daemon.cli("run", "echo", "--keepalive", "soon", "x")
+    assert bad.returncode == 1 and "invalid keepalive" in bad.stderr
+    think = echo_daemon.cli("run", "echo", "--think=sideways", "x")
+    assert think.returncode == 1 and "invalid think value" in think.stderr
+    missing = echo_daemon.cli("run", "nothing-here", "x")
+    assert missing.returncode == 1
+    assert missing.stderr.splitlines()[-1].startswith("Error: ")
+    for result in (bad, think, missing):
+        assert "Traceback" not in result.stderr
+
+
+@pytest.fixture
+def hub_echo_daemon(hub: HubStub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                    ) -> Iterator[Daemon]:
+    monkeypatch.setenv("LOCALLLM_CONTEXT_LENGTH", "512")
+    monkeypatch.setenv("LOCALLLM_NUM_THREAD", "2")
+    gguf = make_tiny_model(tmp_path / "echo-gguf", chat_template=ECHO_TEMPLATE)
+    hub.add_file("someone/Echo-GGUF", "echo-Q4_K_M.gguf", gguf)
+    with start_daemon(tmp_path) as d:
+        yield d
+
+
+def test_run_pulls_a_missing_model_first(hub_echo_daemon: Daemon) -> None:
+    out = hub_echo_daemon.cli("run", "hf.co/someone/Echo-GGUF", "hello")
+    assert out.returncode == 0, out.stderr
+    lines = out.stderr.splitlines()
+    assert lines[0] == "pulling manifest" and lines[-1] == "success"
+    assert any(re.match(r"pulling [0-9a-f]{12}: 100% ", ln) for ln in lines)
+    assert out.stdout == "pqrstuvwxyz\n"
+    again = hub_echo_daemon.cli("run", "hf.co/someone/Echo-GGUF", "x")
+    assert (again.stdout, again.stderr) == ("yz\n", "")  # stored now: no pull
+
+
+# -- pieces ------------------------------------------------------------------------------
+def test_word_wrap_breaks_at_spaces_only() -> None:
+    out = io.StringIO()
+    wrap = WordWrap(out, 12)
+    for piece in ["the quick br", "own fox jumps", " over\nthe lazy dog"]:
+        wrap.write(piece)
+    wrap.flush()
+    assert out.getvalue() == "the quick\nbrown fox\njumps over\nthe lazy dog"
+
+
+def test_printer_shows_thinking_apart_or_hides_it() -> None:
+    chunks = [{"thinking": "hmm"}, {"thinking": " ok"}, {"content": "Hi"}, {"content": "!"}]
+    out = io.StringIO()
+    printer = StreamPrinter(out, wordwrap=False, color=False)
+    for c in chunks:
+        printer.feed(c)
+    printer.finish()
+    assert out.getvalue() == "Thinking...\nhmm ok\n...done thinking.\n\nHi!\n"
+    dim = io.StringIO()
+    printer = StreamPrinter(dim, wordwrap=False, color=True)
+    printer.feed(chunks[0])
+    assert "\x1b[2mhmm\x1b[0m" in dim.getvalue()
+    hidden = io.StringIO()
+    printer = StreamPrinter(hidden, hide_thinking=True, wordwrap=False, color=False)
+    for c in chunks:
+        printer.feed(c)
+    printer.finish()
+    assert hidden.getvalue() == "Hi!\n"
+
+
+class _Client:
+    """Streams two chunks, then the user presses Ctrl-C."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.payload: dict[str, Any] = {}
+
+    def stream(self, method: str, path: str, payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        self.payload = payload
+        try:
+            yield {"message": {"content": "par"}, "done": False}
+            yield {"message": {"content": "tial"}, "done": False}
+            raise KeyboardInterrupt
+        finally:
+            self.closed = True
+
+
+def test_ctrl_c_closes_the_stream_and_keeps_what_arrived() -> None:
+    client, out = _Client(), io.StringIO()
+    turn = stream_chat(client, {"model": "m"}, StreamPrinter(out, wordwrap=False, color=False))
+    assert turn.interrupted and client.closed and turn.final is None
+    assert (turn.content, out.getvalue()) == ("partial", "partial\n")
+    assert turn.ttft is not None
+
+
+def test_session_payload_and_value_parsing() -> None:
+    s = Session("m", system="sys", format="json", keep_alive="5m", think="high")
+    s.options["num_predict"] = 3
+    body = s.payload([{"role": "user", "content": "q"}])
+    assert body["messages"][0] == {"role": "system", "content": "sys"}
+    assert (body["format"], body["keep_alive"], body["think"]) == ("json", "5m", "high")
+    assert body["options"] == {"num_predict": 3} and body["stream"] is True
+    assert parse_parameter("num_predict", ["3"]) == 3
+    assert parse_parameter("temperature", ["0.5"]) == 0.5
+    assert parse_parameter("use_mmap", ["false"]) is False
+    assert parse_parameter("stop", ["a", "b c"]) == ["a", "b c"]
+    for name, values in [("top_k", ["many"]), ("nope", ["1"]), ("seed", [])]:
+        with pytest.raises(InvalidRequest):
+            parse_parameter(name, values)
+    assert [parse_think(v) for v in (None, "true", "false", "HIGH")] == [None, True, False, "high"]
+
+
+def test_verbose_block_formats_go_durations_and_rates() -> None:
+    assert [go_duration(n) for n in (512, 1500, 12_500_000, 1_234_567_890, 75e9)] == [
+        "512ns", "1.5µs", "12.5ms", "1.23456789s", "1m15s"]
+    text = stats_text({"total_duration": 2_000_000_000, "eval_count": 10,
+                       "eval_duration": 500_000_000, "prompt_eval_count": 4}, 0.25)
+    assert "eval rate:            20.00 tokens/s" in text
+    assert "prompt eval rate:     n/a" in text
+    assert text.splitlines()[-1] == "time to first token:  250ms"
