@@ -112,14 +112,7 @@ def test_cancel_mid_stream(tiny: str) -> None:
     arun(go(), 120)
 
 
-def test_embeddings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import gguf
-
-    # tests/tinymodel.py passes a plain int to add_pooling_type, which this gguf
-    # version only accepts as a PoolingType; adapt here until the fixture does.
-    add = gguf.GGUFWriter.add_pooling_type
-    monkeypatch.setattr(gguf.GGUFWriter, "add_pooling_type",
-                        lambda self, t: add(self, gguf.PoolingType(t)))
+def test_embeddings(tmp_path: Path) -> None:
     path = str(tm.make_tiny_model(tmp_path, pooling="mean"))
 
     async def go() -> None:
