@@ -8,9 +8,13 @@ The ``echo`` model is the tiny model with a chat template that renders
 from __future__ import annotations
 
 import io
+import os
 import re
+import select
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -146,6 +150,92 @@ def test_interactive_session_through_stdin(echo_daemon: Daemon) -> None:
     ]
     counts = [b["prompt eval count"] for b in stats(out.stderr)]
     assert counts == [f"{prompt_tokens(t)} token(s)" for t in turns]
+
+
+def read_until(proc: subprocess.Popen[bytes], marker: bytes, seen: bytes = b"",
+               timeout: float = 30) -> bytes:
+    """Read the child's stdout until ``marker`` has appeared (everything read so far)."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    while marker not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"no {marker!r} in {seen[-300:]!r}"
+        if select.select([proc.stdout], [], [], left)[0]:
+            chunk = os.read(proc.stdout.fileno(), 4096)
+            assert chunk, f"stdout closed; read so far {seen[-300:]!r}"
+            seen += chunk
+    return seen
+
+
+def test_ctrl_c_stops_the_answer_and_the_session_goes_on(echo_daemon: Daemon) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "localllm", "run", "echo", "--interactive", "--verbose"],
+        cwd=REPO, env=echo_daemon.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE)
+    assert proc.stdin is not None
+    try:
+        # 2000 tokens of "AAAA..." take the tiny model many seconds: plenty of time to cut.
+        proc.stdin.write(b"/set parameter num_ctx 2048\n/set parameter num_predict 2000\nA\n")
+        proc.stdin.flush()
+        start = time.monotonic()
+        seen = read_until(proc, b"A" * 20)
+        proc.send_signal(signal.SIGINT)
+        seen = read_until(proc, b"\n\n>>> ", seen)
+        partial = seen.split(b">>> ")[-2].strip().decode()
+        assert set(partial) == {"A"} and 20 <= len(partial) < 2000
+        proc.stdin.write(b"x\n/bye\n")
+        proc.stdin.flush()
+        out, err = proc.communicate(timeout=30)
+        assert time.monotonic() - start < 15  # cut long before the 2000 tokens
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert out.decode().startswith("yz\n")
+    # The cut answer stays in the history: the next prompt carries it.
+    (block,) = stats(err.decode())
+    history = [("user", "A"), ("assistant", partial), ("user", "x")]
+    assert block["prompt eval count"] == f"{prompt_tokens(history)} token(s)"
+
+
+def test_terminal_session_with_readline_history(echo_daemon: Daemon) -> None:
+    import pty
+
+    from localllm import paths
+
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "localllm", "run", "echo"], cwd=REPO, env=echo_daemon.env,
+        stdin=terminal, stdout=terminal, stderr=terminal, close_fds=True)
+    os.close(terminal)
+    try:
+        seen = _read_fd_until(controller, b">>> ")
+        os.write(controller, b"hello\n")
+        seen = _read_fd_until(controller, b">>> ", seen.split(b">>> ", 1)[1])
+        assert b"pqrstuvwxyz" in seen
+        os.write(controller, b"\x04")  # Ctrl-D leaves
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(controller)
+    try:
+        import readline  # noqa: F401
+    except ImportError:  # no line editing here: no history file either
+        return
+    assert "hello" in (paths.home() / "history").read_text()
+
+
+def _read_fd_until(fd: int, marker: bytes, seen: bytes = b"", timeout: float = 30) -> bytes:
+    deadline = time.monotonic() + timeout
+    while marker not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"no {marker!r} in {seen[-300:]!r}"
+        if select.select([fd], [], [], left)[0]:
+            seen += os.read(fd, 4096)
+    return seen
 
 
 def test_run_reports_errors_without_tracebacks(echo_daemon: Daemon) -> None:
