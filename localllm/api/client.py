@@ -335,6 +335,10 @@ class AsyncClient:
     async def version(self) -> str:
         return str((await self.request("GET", "/api/version"))["version"])
 
+    async def ps(self) -> list[dict[str, Any]]:
+        """The loaded models (``/api/ps``): size, size_vram, context_length, expires_at."""
+        return list((await self.request("GET", "/api/ps"))["models"])
+
     async def list(self) -> list[dict[str, Any]]:
         return list((await self.request("GET", "/api/tags"))["models"])
 
@@ -352,3 +356,7 @@ class AsyncClient:
 
     def pull(self, model: str) -> AsyncIterator[dict[str, Any]]:
         return self.stream("POST", "/api/pull", {"model": model, "stream": True})
+
+    def chat(self, payload: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """``/api/chat`` streamed: ``payload`` is the whole request (``stream`` is forced on)."""
+        return self.stream("POST", "/api/chat", {**payload, "stream": True})

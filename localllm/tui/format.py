@@ -1,0 +1,135 @@
+"""Pure helpers for what the TUI shows: sizes, speeds, reply stats, exports.
+
+Kept free of Textual so they are cheap to import and easy to test.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+from localllm.tui.sessions import Chat, StoredMessage
+
+
+def human_size(n: float) -> str:
+    """``812 B``, ``4.1 MB``, ``3.8 GB`` (decimal units, as Ollama prints them)."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def human_duration(seconds: float) -> str:
+    """``42s``, ``3m05s``, ``1h02m``."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def processor(size: int, size_vram: int) -> str:
+    """Where a loaded model lives, as ``localllm ps`` says it: ``100% CPU``, ``30%/70% CPU/GPU``."""
+    if size <= 0:
+        return "?"
+    if size_vram <= 0:
+        return "100% CPU"
+    if size_vram >= size:
+        return "100% GPU"
+    cpu = round((size - size_vram) / size * 100)
+    return f"{cpu}%/{100 - cpu}% CPU/GPU"
+
+
+def context_length(show: dict[str, Any]) -> int | None:
+    """The training context from ``/api/show``'s ``model_info`` (``<arch>.context_length``)."""
+    info = show.get("model_info") or {}
+    arch = info.get("general.architecture", "")
+    value = info.get(f"{arch}.context_length")
+    if value is None:  # architectures with unexpected prefixes
+        value = next((v for k, v in info.items() if k.endswith(".context_length")), None)
+    return int(value) if isinstance(value, int | float) else None
+
+
+def reply_stats(final: dict[str, Any], ttft: float | None) -> dict[str, Any]:
+    """The stats kept with a reply, from the final ``/api/chat`` chunk (durations in ns).
+
+    ``ttft`` is measured by the client (request sent -> first token seen), which
+    is what the user waited; tokens/s comes from the daemon's own clock.
+    """
+    eval_count = int(final.get("eval_count") or 0)
+    eval_ns = int(final.get("eval_duration") or 0)
+    return {
+        "prompt_tokens": int(final.get("prompt_eval_count") or 0),
+        "tokens": eval_count,
+        "tok_s": eval_count / (eval_ns / 1e9) if eval_ns > 0 else None,
+        "ttft": ttft,
+        "done_reason": final.get("done_reason", ""),
+    }
+
+
+def stats_text(stats: dict[str, Any]) -> str:
+    """``TTFT 0.12s · 48.3 tok/s`` (parts that are unknown are left out)."""
+    parts = []
+    if stats.get("ttft") is not None:
+        parts.append(f"TTFT {stats['ttft']:.2f}s")
+    if stats.get("tok_s") is not None:
+        parts.append(f"{stats['tok_s']:.1f} tok/s")
+    return " · ".join(parts)
+
+
+def pull_line(event: dict[str, Any], rate: float | None) -> str:
+    """One line under the progress bar: status, bytes done/total, speed, ETA."""
+    status = str(event.get("status", ""))
+    total, done = event.get("total"), event.get("completed")
+    if not total:
+        return status
+    text = f"{status}  {human_size(done or 0)} / {human_size(total)}"
+    if rate:
+        remaining = max(0, total - (done or 0)) / rate
+        text += f"  {human_size(rate)}/s  ETA {human_duration(remaining)}"
+    return text
+
+
+def tool_call_text(call: dict[str, Any]) -> str:
+    """``get_weather(city="Paris")`` for a tool call as ``/api/chat`` sends it."""
+    fn = call.get("function") or {}
+    args = fn.get("arguments") or {}
+    if isinstance(args, dict):
+        inner = ", ".join(f"{k}={json.dumps(v)}" for k, v in args.items())
+    else:
+        inner = str(args)
+    return f"{fn.get('name', '?')}({inner})"
+
+
+def export_markdown(chat: Chat, messages: list[StoredMessage]) -> str:
+    lines = [f"# {chat.title}", "", f"Model: `{chat.model}`", ""]
+    if chat.settings.system:
+        lines += ["## System", "", chat.settings.system, ""]
+    for m in messages:
+        lines += [f"## {m.role.capitalize()}", ""]
+        if m.thinking:
+            lines += ["<details><summary>Thinking</summary>", "", m.thinking, "", "</details>", ""]
+        if m.content:
+            lines += [m.content, ""]
+        for call in m.tool_calls:
+            lines += [f"Tool call: `{tool_call_text(call)}`", ""]
+        if m.partial:
+            lines += ["*(reply interrupted)*", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def export_json(chat: Chat, messages: list[StoredMessage]) -> str:
+    data = {
+        "title": chat.title, "model": chat.model, "settings": asdict(chat.settings),
+        "created_at": chat.created_at,
+        "messages": [
+            {"role": m.role, "content": m.content, "thinking": m.thinking,
+             "tool_calls": m.tool_calls, "stats": m.stats, "partial": m.partial,
+             "created_at": m.created_at}
+            for m in messages
+        ],
+    }
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"

@@ -1,0 +1,55 @@
+"""One streamed reply, accumulated from ``/api/chat`` chunks (no Textual here).
+
+The streaming worker feeds every chunk in as it arrives; the message widget
+reads ``content``/``thinking`` on its own timer, so the screen is redrawn at a
+bounded rate however fast tokens come (see ``widgets/message.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from localllm.tui.format import reply_stats
+
+
+class Reply:
+    """Text, thinking and tool calls of one assistant reply, plus its timing."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.started = clock()
+        self.first_token: float | None = None
+        self.content = ""
+        self.thinking = ""
+        self.tool_calls: list[dict[str, Any]] = []
+        self.final: dict[str, Any] | None = None
+        # Bumped on every change, so a reader can tell cheaply whether to redraw.
+        self.version = 0
+
+    def feed(self, chunk: dict[str, Any]) -> None:
+        message = chunk.get("message") or {}
+        content = message.get("content") or ""
+        thinking = message.get("thinking") or ""
+        calls = message.get("tool_calls") or []
+        if (content or thinking or calls) and self.first_token is None:
+            self.first_token = self.clock()
+        if content or thinking or calls:
+            self.content += content
+            self.thinking += thinking
+            self.tool_calls.extend(calls)
+            self.version += 1
+        if chunk.get("done"):
+            self.final = chunk
+            self.version += 1
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first_token is None else self.first_token - self.started
+
+    def stats(self) -> dict[str, Any]:
+        """What is saved with the message and shown in the status line."""
+        if self.final is None:
+            return {"ttft": self.ttft}
+        return reply_stats(self.final, self.ttft)

@@ -1,0 +1,1 @@
+"""Screens of the TUI: the chat, the model picker and the modal dialogs."""

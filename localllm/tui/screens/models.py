@@ -1,0 +1,193 @@
+"""The model picker: local models with size, quantization, context and whether loaded.
+
+Enter picks the highlighted model for the chat, ``p`` pulls a new one, ``d``
+deletes (after a confirmation), ``i`` shows details, ``r`` refreshes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer, Label, Markdown
+
+from localllm.errors import LocalLLMError
+from localllm.tui.format import context_length, human_size, processor
+from localllm.tui.screens.dialogs import AskScreen, ConfirmScreen
+from localllm.tui.screens.pull import PullScreen
+
+if TYPE_CHECKING:
+    from localllm.tui.app import LocalLLMApp
+
+
+@dataclass
+class ModelRow:
+    name: str
+    size: int
+    quant: str
+    params: str
+    context: int | None
+    where: str  # "" when not loaded, else "100% CPU" and the like
+
+    def cells(self) -> tuple[str, ...]:
+        return (self.name, human_size(self.size), self.quant or "-", self.params or "-",
+                str(self.context) if self.context else "-", self.where or "-")
+
+
+async def load_rows(app: LocalLLMApp) -> list[ModelRow]:
+    """``/api/tags`` + ``/api/ps``, and ``/api/show`` per model for its context length."""
+    models, running = await asyncio.gather(app.client.list(), app.client.ps())
+    loaded = {m["name"]: processor(m.get("size", 0), m.get("size_vram", 0)) for m in running}
+
+    async def ctx(name: str) -> int | None:
+        try:
+            return context_length(await app.client.show(name))
+        except LocalLLMError:
+            return None
+
+    contexts = await asyncio.gather(*(ctx(m["name"]) for m in models))
+    rows = []
+    for m, c in zip(models, contexts, strict=True):
+        details = m.get("details") or {}
+        rows.append(ModelRow(m["name"], int(m.get("size", 0)),
+                             details.get("quantization_level", ""),
+                             details.get("parameter_size", ""), c, loaded.get(m["name"], "")))
+    return sorted(rows, key=lambda r: r.name)
+
+
+class ModelsScreen(Screen[str | None]):
+    """Dismissed with the picked model's name, or None (Escape)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "close", "Back"),
+        Binding("enter", "pick", "Use", priority=True),
+        Binding("p", "pull", "Pull"),
+        Binding("d,delete", "delete", "Delete"),
+        Binding("i", "details", "Details"),
+        Binding("r", "refresh", "Refresh"),
+    ]
+
+    def __init__(self, current: str = "") -> None:
+        super().__init__()
+        self.current = current
+        self.rows: list[ModelRow] = []
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="models"):
+            yield Label("Models", classes="title")
+            yield DataTable(cursor_type="row", zebra_stripes=True, id="table")
+            yield Label("", id="empty")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_columns("NAME", "SIZE", "QUANT", "PARAMS", "CONTEXT", "LOADED")
+        table.focus()
+        self.action_refresh()
+
+    @property
+    def llm(self) -> LocalLLMApp:
+        return self.app  # type: ignore[return-value]
+
+    @work(exclusive=True, group="models")
+    async def action_refresh(self) -> None:
+        try:
+            self.rows = await load_rows(self.llm)
+        except LocalLLMError as exc:
+            self.notify(str(exc), severity="error", timeout=8)
+            return
+        table = self.query_one(DataTable)
+        table.clear()
+        for row in self.rows:
+            table.add_row(*row.cells(), key=row.name)
+        names = [r.name for r in self.rows]
+        if self.current in names:
+            table.move_cursor(row=names.index(self.current))
+        self.query_one("#empty", Label).update(
+            "" if self.rows else "No local models yet: press p to pull one.")
+
+    def selected(self) -> ModelRow | None:
+        table = self.query_one(DataTable)
+        if not self.rows or not 0 <= table.cursor_row < len(self.rows):
+            return None
+        return self.rows[table.cursor_row]
+
+    def action_pick(self) -> None:
+        row = self.selected()
+        if row is not None:
+            self.dismiss(row.name)
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+    @work(group="models-dialog")
+    async def action_pull(self) -> None:
+        name = await self.app.push_screen_wait(
+            AskScreen("Model to pull", placeholder="hf.co/user/repo:Q4_K_M"))
+        if name and await self.app.push_screen_wait(PullScreen(name)):  # type: ignore[arg-type]
+            self.current = name
+            self.action_refresh()
+
+    @work(group="models-dialog")
+    async def action_delete(self) -> None:
+        row = self.selected()
+        if row is None:
+            return
+        if not await self.app.push_screen_wait(ConfirmScreen(f"Delete {row.name}?")):
+            return
+        try:
+            await self.llm.client.delete(row.name)
+        except LocalLLMError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.notify(f"Deleted {row.name}")
+        self.action_refresh()
+
+    @work(group="models-dialog")
+    async def action_details(self) -> None:
+        row = self.selected()
+        if row is None:
+            return
+        try:
+            info = await self.llm.client.show(row.name)
+        except LocalLLMError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        await self.app.push_screen_wait(DetailsScreen(row, info))
+
+
+def details_markdown(row: ModelRow, info: dict[str, Any]) -> str:
+    details = info.get("details") or {}
+    lines = [f"# {row.name}", "", "| | |", "|---|---|"]
+    facts = [("Size", human_size(row.size)), ("Family", details.get("family", "")),
+             ("Parameters", details.get("parameter_size", "")),
+             ("Quantization", details.get("quantization_level", "")),
+             ("Context", str(row.context or "")), ("Loaded", row.where or "no"),
+             ("Capabilities", ", ".join(info.get("capabilities") or []))]
+    lines += [f"| {k} | {v} |" for k, v in facts if v]
+    for title, key in (("Parameters", "parameters"), ("System", "system"),
+                       ("Template", "template")):
+        if info.get(key):
+            lines += ["", f"## {title}", "", "```", str(info[key]).strip(), "```"]
+    return "\n".join(lines)
+
+
+class DetailsScreen(ModalScreen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,i,q", "close", "Close")]
+
+    def __init__(self, row: ModelRow, info: dict[str, Any]) -> None:
+        super().__init__(classes="dialog-screen")
+        self.text = details_markdown(row, info)
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(classes="dialog details"):
+            yield Markdown(self.text)
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,1 @@
+"""Reusable widgets of the TUI: messages, prompt, sidebar, status line."""
