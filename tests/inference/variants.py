@@ -1,0 +1,74 @@
+"""Tiny-model variants with other chat templates, and a daemon serving them.
+
+The tiny model's greedy text depends only on the last prompt token (see
+``tests/tinymodel.py``), so a template decides what it says:
+
+* ``tiny-plain``: the prompt is the last message's content, so chat and
+  completions give ``GREEDY[content]`` exactly.
+* ``tiny-tools``: a Hermes-style template (``<tool_call>``/``<tool_response>``
+  markup); the model can't choose to call a tool, but a forced ``tool_choice``
+  (a grammar) makes it write one, and the rendered history shows the round trip.
+* ``tiny-think``: the generation prompt opens ``<think>`` (then a space, whose
+  successor starts the alphabet) when thinking is on, so the reply is thinking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from localllm import paths
+from localllm.store.importer import import_gguf
+from localllm.store.local import Store
+from localllm.store.names import parse_name
+from tests.cli.conftest import Daemon, start_daemon
+from tests.tinymodel import CHAT_TEMPLATE, make_tiny_model
+
+PLAIN_TEMPLATE = "{{ messages[-1]['content'] }}"
+TOOLS_TEMPLATE = (
+    "{% if tools %}tools:{% for t in tools %}{{ t.function.name }};{% endfor %}.{% endif %}"
+    "{% for m in messages %}"
+    "{% if m.role == 'tool' %}<tool_response>{{ m.content }}</tool_response>."
+    "{% elif m.tool_calls %}{{ m.role }}:{% for c in m.tool_calls %}"
+    "<tool_call>{{ c.function.name }}({{ c.function.arguments.city }})</tool_call>{% endfor %}."
+    "{% else %}{{ m.role }}:{{ m.content }}.{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+THINK_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}:{{ m['content'] }}.{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% if enable_thinking %}<think> {% endif %}"
+    "{% endif %}"
+)
+TEMPLATES = {"tiny-plain": PLAIN_TEMPLATE, "tiny-tools": TOOLS_TEMPLATE,
+             "tiny-think": THINK_TEMPLATE}
+GREEDY_OPTS = {"temperature": 0, "seed": 1}
+
+
+def add_model(tmp_path: Path, name: str, **variant: object) -> None:
+    folder = tmp_path / f"gguf-{name}"
+    path = make_tiny_model(folder, **variant)  # type: ignore[arg-type]
+    import_gguf(Store(paths.models()), parse_name(name), [path])
+
+
+@contextmanager
+def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, parallel: int = 4,
+          ctx: int = 512, names: tuple[str, ...] = ("tiny", "tiny-embed", *TEMPLATES),
+          **env: str) -> Iterator[Daemon]:
+    """The real daemon with the named variants stored (and ``env`` set)."""
+    monkeypatch.setenv("LOCALLLM_NUM_PARALLEL", str(parallel))
+    monkeypatch.setenv("LOCALLLM_CONTEXT_LENGTH", str(ctx))
+    monkeypatch.setenv("LOCALLLM_NUM_THREAD", "2")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    for name in names:
+        if name == "tiny-embed":
+            add_model(tmp_path, name, pooling="mean")
+        elif name == "tiny-long":
+            add_model(tmp_path, name, n_ctx_train=ctx)
+        else:
+            add_model(tmp_path, name, chat_template=TEMPLATES.get(name, CHAT_TEMPLATE))
+    with start_daemon(tmp_path) as daemon:
+        yield daemon
