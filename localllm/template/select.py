@@ -1,0 +1,51 @@
+"""Pick how a prompt is rendered: a model's TEMPLATE layer (Go or Jinja) or the GGUF's Jinja.
+
+As in Ollama, a template stored with the model (a Modelfile ``TEMPLATE``, or
+the ``template`` file of a pulled repo) wins over ``tokenizer.chat_template``
+inside the GGUF.  The layer's syntax is detected, because people paste Hugging
+Face Jinja templates into Modelfiles as often as Go ones: Jinja has ``{%``
+statements or bare variable names, Go names fields with a leading dot.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_JINJA_HINTS = re.compile(
+    r"\{%|\{\{-?\s*(messages|message|bos_token|eos_token|add_generation_prompt|tools)\b")
+
+
+def is_jinja(template: str) -> bool:
+    """Whether ``template`` is Jinja (Hugging Face) rather than Go text/template."""
+    return bool(_JINJA_HINTS.search(template))
+
+
+def render_prompt(
+    go_template: str | None,
+    jinja_template: str | None,
+    messages: list[dict[str, Any]],
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    think: bool | None = None,
+    bos_token: str = "",
+    eos_token: str = "",
+) -> str:
+    """The prompt for ``messages``.
+
+    ``go_template`` is the model's template layer (despite the name it may be
+    Jinja: its syntax decides), ``jinja_template`` the GGUF's chat template;
+    with neither, ChatML.  A leading BOS is left to the caller to strip, as the
+    tokenizer adds its own.
+    """
+    from localllm.template.chat import render_chat
+
+    if go_template and go_template.strip():
+        if is_jinja(go_template):
+            return render_chat(go_template, messages, tools=tools, think=think,
+                               bos_token=bos_token, eos_token=eos_token)
+        from localllm.template.goprompt import render_go
+
+        return render_go(go_template, messages, tools=tools, think=think)
+    return render_chat(jinja_template, messages, tools=tools, think=think,
+                       bos_token=bos_token, eos_token=eos_token)
