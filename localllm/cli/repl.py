@@ -141,9 +141,7 @@ class Repl:
                 except LocalLLMError as exc:
                     print(f"Error: {exc}", file=sys.stderr)
         except _Exit:
-            if not self.tty:
-                return 0
-            print()
+            print()  # leave the terminal (or the output) on a fresh line
             return 0
         finally:
             self._save_history()
@@ -316,9 +314,12 @@ class Repl:
 
 
 def _has_create(client: Client) -> bool:
-    """Ask the daemon: a route that exists refuses an empty body with 400, not 404/405."""
-    resp = client._send("POST", "/api/create", json={})
-    return resp.status_code not in (404, 405)
+    """Ask the daemon: a route that exists refuses an empty body (400), a missing one is 404/405."""
+    try:
+        client.request("POST", "/api/create", {})
+    except LocalLLMError as exc:
+        return exc.status not in (404, 405)
+    return True
 
 
 def _parameters(model_params: str, user: dict[str, Any]) -> str:

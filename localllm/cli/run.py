@@ -76,7 +76,9 @@ def run(args: argparse.Namespace) -> int:
         piped = sys.stdin.read()
         prompt = " ".join(p for p in (piped, prompt) if p)
     with Client(autostart=True) as client:
-        ensure_model(client, args.model)
+        info = ensure_model(client, args.model)
+        if "embedding" in (info.get("capabilities") or []):
+            return embed(client, session, prompt, interactive)
         if interactive:
             from localllm.cli.repl import Repl
 
@@ -97,18 +99,35 @@ def one_shot(client: Client, session: Session, prompt: str) -> int:
     return 0
 
 
-def ensure_model(client: Client, model: str) -> None:
-    """Pull ``model`` through the daemon, with ``localllm pull``'s progress, when it is missing."""
+def embed(client: Client, session: Session, text: str, interactive: bool) -> int:
+    """An embedding model has no answer to stream: print the input's vector as JSON."""
+    import json
+
+    from localllm.errors import InvalidRequest
+
+    if interactive or not text:
+        raise InvalidRequest(f"embedding models need input text: localllm run {session.model} "
+                             "'your text here' (or pipe it in)")
+    body: dict[str, Any] = {"model": session.model, "input": text}
+    if session.keep_alive is not None:
+        body["keep_alive"] = session.keep_alive
+    result = client.request("POST", "/api/embed", body)
+    print(json.dumps(result["embeddings"][0]))
+    return 0
+
+
+def ensure_model(client: Client, model: str) -> dict[str, Any]:
+    """``/api/show`` of ``model``, pulled first (with ``localllm pull``'s progress) when missing."""
     from localllm.errors import ModelNotFound
 
     try:
-        client.show(model)
-        return
+        return client.show(model)
     except ModelNotFound:
         pass
     from localllm.cli import pull
 
     pull.run(argparse.Namespace(model=model, insecure=False))
+    return client.show(model)
 
 
 def preload(client: Client, session: Session) -> None:

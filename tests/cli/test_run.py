@@ -8,6 +8,7 @@ The ``echo`` model is the tiny model with a chat template that renders
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import select
@@ -116,8 +117,13 @@ def test_interactive_session_through_stdin(echo_daemon: Daemon) -> None:
         "hello",
         'a"""',
         "/set system zz",
+        "/show system",
+        "/show template",
         "a",
         "/save mine",
+        "/?",
+        "/load tiny",
+        "a",
         "/nonsense",
         "/bye",
         "this line is never read",
@@ -137,6 +143,9 @@ def test_interactive_session_through_stdin(echo_daemon: Daemon) -> None:
     assert "Cleared session context" in text
     assert "needs a daemon with model creation (/api/create)" in text
     assert "Unknown command '/nonsense'" in text
+    assert "\n>>> zz\n" in text and f"\n>>> {ECHO_TEMPLATE}\n" in text
+    assert "/set            Set session variables" in text
+    assert "Loading model 'tiny'" in text
     assert "never read" not in text + out.stderr
 
     # The history is sent each turn, /clear empties it, the system message is prepended.
@@ -149,7 +158,9 @@ def test_interactive_session_through_stdin(echo_daemon: Daemon) -> None:
          ("assistant", "bcd"), ("user", "a")],
     ]
     counts = [b["prompt eval count"] for b in stats(out.stderr)]
-    assert counts == [f"{prompt_tokens(t)} token(s)" for t in turns]
+    # /load empties the history; tiny's own template renders "role:content." + "assistant:".
+    tiny_prompt = len("system:zz.user:a.assistant:") + 1
+    assert counts == [f"{prompt_tokens(t)} token(s)" for t in turns] + [f"{tiny_prompt} token(s)"]
 
 
 def read_until(proc: subprocess.Popen[bytes], marker: bytes, seen: bytes = b"",
@@ -236,6 +247,15 @@ def _read_fd_until(fd: int, marker: bytes, seen: bytes = b"", timeout: float = 3
         if select.select([fd], [], [], left)[0]:
             seen += os.read(fd, 4096)
     return seen
+
+
+def test_embedding_model_prints_its_vector(echo_daemon: Daemon) -> None:
+    out = echo_daemon.cli("run", "tiny-embed", "abc")
+    assert out.returncode == 0, out.stderr
+    vector = json.loads(out.stdout)
+    assert len(vector) > 0 and abs(sum(x * x for x in vector) - 1) < 1e-3
+    chat = run_cli_input(echo_daemon, "run", "tiny-embed", "-i", stdin="hi\n")
+    assert chat.returncode == 1 and "embedding models need input text" in chat.stderr
 
 
 def test_run_reports_errors_without_tracebacks(echo_daemon: Daemon) -> None:
