@@ -12,56 +12,12 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from localllm.cli.chatstream import StreamPrinter, print_stats, stream_chat
+from localllm.cli.repl_text import HELP_SET, HELP_SHOW, help_text, parameters_text
 from localllm.cli.session import Session, parse_parameter, parse_think
 from localllm.errors import LocalLLMError
 
 if TYPE_CHECKING:
     from localllm.api.client import Client
-
-HELP = """Available Commands:
-  /set            Set session variables
-  /show           Show model information
-  /load <model>   Load a session or model
-  /save <model>   Save your current session
-  /clear          Clear session context
-  /list           List models
-  /bye            Exit
-  /?, /help       Help for a command
-  /? shortcuts    Help for keyboard shortcuts
-
-Use \"\"\" to begin a multi-line message."""
-
-HELP_SET = """Available Commands:
-  /set parameter ...     Set a parameter
-  /set system <string>   Set system message
-  /set history           Enable history
-  /set nohistory         Disable history
-  /set wordwrap          Enable wordwrap
-  /set nowordwrap        Disable wordwrap
-  /set format json       Enable JSON mode
-  /set noformat          Disable formatting
-  /set verbose           Show LLM stats
-  /set quiet             Disable LLM stats
-  /set think [level]     Enable thinking (optionally low, medium or high)
-  /set nothink           Disable thinking"""
-
-HELP_SHOW = """Available Commands:
-  /show info         Show details for this model
-  /show license      Show model license
-  /show modelfile    Show Modelfile for this model
-  /show parameters   Show parameters for this model
-  /show system       Show system message
-  /show template     Show prompt template"""
-
-HELP_SHORTCUTS = """Available keyboard shortcuts:
-  Ctrl + a            Move to the beginning of the line (Home)
-  Ctrl + e            Move to the end of the line (End)
-  Ctrl + k            Delete the sentence after the cursor
-  Ctrl + u            Delete the sentence before the cursor
-  Ctrl + w            Delete the word before the cursor
-  Ctrl + l            Clear the screen
-  Ctrl + c            Stop the model from responding
-  Ctrl + d            Exit (/bye)"""
 
 QUOTES = '"""'
 
@@ -183,7 +139,7 @@ class Repl:
         if cmd in ("/bye", "/exit"):
             raise _Exit
         if cmd in ("/?", "/help"):
-            print(_help(args))
+            print(help_text(args))
         elif cmd == "/set":
             self.set(line, args)
         elif cmd == "/show":
@@ -274,7 +230,7 @@ class Repl:
 
             print(render(info))
         elif what == "parameters":
-            print(_parameters(str(info.get("parameters") or ""), self.s.options))
+            print(parameters_text(str(info.get("parameters") or ""), self.s.options))
         elif what == "system":
             system = self.s.system if self.s.system is not None else info.get("system")
             print(system or "No system message was specified for this model.")
@@ -322,27 +278,6 @@ def _has_create(client: Client) -> bool:
     return True
 
 
-def _parameters(model_params: str, user: dict[str, Any]) -> str:
-    lines = ["Model defined parameters:"]
-    rows = [ln for ln in model_params.splitlines() if ln.strip()]
-    lines += rows or ["No additional parameters were specified for this model."]
-    if user:
-        lines += ["", "User defined parameters:"]
-        for name, value in user.items():
-            values = value if isinstance(value, list) else [value]
-            for v in values:
-                lines.append(f"{name:<30} {_param_text(v)}")
-    return "\n".join(lines)
-
-
-def _param_text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return f'"{value}"'
-    return str(value)
-
-
 def _unquote(text: str) -> str:
     if text.startswith(QUOTES):
         text = text[len(QUOTES):]
@@ -350,8 +285,3 @@ def _unquote(text: str) -> str:
         if end >= 0:
             text = text[:end]
     return text.strip("\n")
-
-
-def _help(args: list[str]) -> str:
-    topic = args[0] if args else ""
-    return {"shortcuts": HELP_SHORTCUTS, "set": HELP_SET, "show": HELP_SHOW}.get(topic, HELP)

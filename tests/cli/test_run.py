@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 
 from localllm.cli.chatstream import StreamPrinter, WordWrap, go_duration, stats_text, stream_chat
+from localllm.cli.repl import Repl
 from localllm.cli.session import Session, parse_parameter, parse_think
-from localllm.errors import InvalidRequest
+from localllm.errors import InvalidRequest, NotFound
 from tests.cli.conftest import REPO, Daemon, start_daemon
 from tests.hubstub import HubStub
 from tests.inference.conftest import add_tiny, tiny_daemon  # noqa: F401  (fixture)
@@ -345,6 +346,40 @@ def test_ctrl_c_closes_the_stream_and_keeps_what_arrived() -> None:
     assert turn.interrupted and client.closed and turn.final is None
     assert (turn.content, out.getvalue()) == ("partial", "partial\n")
     assert turn.ttft is not None
+
+
+class _CreateClient:
+    """Answers /api/create as a daemon with (``has_create``) or without that route."""
+
+    def __init__(self, has_create: bool) -> None:
+        self.has_create = has_create
+        self.created: list[dict[str, Any]] = []
+
+    def request(self, method: str, path: str, payload: dict[str, Any]) -> Any:
+        assert (method, path) == ("POST", "/api/create")
+        if not self.has_create:
+            raise NotFound("404 page not found: /api/create")
+        if not payload:
+            raise InvalidRequest("model is required")
+        self.created.append(payload)
+        return {"status": "success"}
+
+
+def test_save_creates_a_model_only_where_the_daemon_can(capsys: pytest.CaptureFixture[str]
+                                                         ) -> None:
+    session = Session("echo", system="be brief", options={"num_predict": 3},
+                      messages=[{"role": "user", "content": "a"},
+                                {"role": "assistant", "content": "bcd"}])
+    able = _CreateClient(True)
+    Repl(able, session, tty=False).command("/save mine")  # type: ignore[arg-type]
+    assert able.created == [{"model": "mine", "from": "echo", "stream": False,
+                             "messages": session.messages, "system": "be brief",
+                             "parameters": {"num_predict": 3}}]
+    assert "Created new model 'mine'" in capsys.readouterr().out
+    unable = _CreateClient(False)
+    Repl(unable, session, tty=False).command("/save mine")  # type: ignore[arg-type]
+    assert unable.created == []
+    assert "needs a daemon with model creation" in capsys.readouterr().out
 
 
 def test_session_payload_and_value_parsing() -> None:
