@@ -9,6 +9,7 @@ generation) and returns what had arrived, so a REPL can carry on.
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import sys
 import time
@@ -17,6 +18,7 @@ from typing import Any, TextIO
 
 _DIM = "\x1b[2m"
 _RESET = "\x1b[0m"
+_ESCAPE = re.compile(r"(\x1b\[[0-9;]*m)")
 
 
 class WordWrap:
@@ -31,33 +33,42 @@ class WordWrap:
         self.width = max(10, width)
         self.col = 0
         self.word = ""
+        self.width_of_word = 0  # columns of ``word`` (escape sequences take none)
         self.spaces = ""  # written only once the next word is known to fit on the line
 
     def write(self, text: str) -> None:
-        for ch in text:
-            if ch == "\n":
-                self._emit_word()
-                self.out.write("\n")
-                self.col, self.spaces = 0, ""
-            elif ch in " \t":
-                self._emit_word()
-                if self.col > 0:
-                    self.spaces += ch
-            else:
-                self.word += ch
-                if len(self.word) >= self.width:
-                    self._emit_word()
+        for part in _ESCAPE.split(text):
+            if _ESCAPE.fullmatch(part):
+                self.word += part  # a colour change takes no room on the line
+                continue
+            for ch in part:
+                self._char(ch)
         self.out.flush()
+
+    def _char(self, ch: str) -> None:
+        if ch == "\n":
+            self._emit_word()
+            self.out.write("\n")
+            self.col, self.spaces = 0, ""
+        elif ch in " \t":
+            self._emit_word()
+            if self.col > 0:
+                self.spaces += ch
+        else:
+            self.word += ch
+            self.width_of_word += 1
+            if self.width_of_word >= self.width:
+                self._emit_word()
 
     def _emit_word(self) -> None:
         if not self.word:
             return
-        if self.col > 0 and self.col + len(self.spaces) + len(self.word) > self.width:
+        if self.col > 0 and self.col + len(self.spaces) + self.width_of_word > self.width:
             self.out.write("\n")
             self.col, self.spaces = 0, ""
         self.out.write(self.spaces + self.word)
-        self.col += len(self.spaces) + len(self.word)
-        self.word, self.spaces = "", ""
+        self.col += len(self.spaces) + self.width_of_word
+        self.word, self.spaces, self.width_of_word = "", "", 0
 
     def flush(self) -> None:
         self._emit_word()
@@ -95,20 +106,18 @@ class StreamPrinter:
         if thinking and not self.hide_thinking:
             if not self.thinking:
                 self.thinking = True
-                self._write(self._dim("Thinking...") + "\n")
-            self._write(self._dim(thinking) if self.color else thinking)
+                # Dim from here to the end of the thinking, which may span many chunks.
+                self._write((_DIM if self.color else "") + "Thinking...\n")
+            self._write(thinking)
         if content:
             self._end_thinking()
             self._write(content)
-
-    def _dim(self, text: str) -> str:
-        return f"{_DIM}{text}{_RESET}" if self.color else text
 
     def _end_thinking(self) -> None:
         if self.thinking:
             self.thinking = False
             sep = "" if self.last == "\n" else "\n"
-            self._write(sep + self._dim("...done thinking.") + "\n\n")
+            self._write(sep + "...done thinking." + (_RESET if self.color else "") + "\n\n")
 
     def finish(self) -> None:
         """End the answer on a fresh line."""

@@ -301,6 +301,11 @@ def test_word_wrap_breaks_at_spaces_only() -> None:
         wrap.write(piece)
     wrap.flush()
     assert out.getvalue() == "the quick\nbrown fox\njumps over\nthe lazy dog"
+    coloured = io.StringIO()
+    wrap = WordWrap(coloured, 12)
+    wrap.write("\x1b[2mthe quick\x1b[0m brown")  # colour codes take no columns
+    wrap.flush()
+    assert coloured.getvalue() == "\x1b[2mthe quick\x1b[0m\nbrown"
 
 
 def test_printer_shows_thinking_apart_or_hides_it() -> None:
@@ -313,8 +318,9 @@ def test_printer_shows_thinking_apart_or_hides_it() -> None:
     assert out.getvalue() == "Thinking...\nhmm ok\n...done thinking.\n\nHi!\n"
     dim = io.StringIO()
     printer = StreamPrinter(dim, wordwrap=False, color=True)
-    printer.feed(chunks[0])
-    assert "\x1b[2mhmm\x1b[0m" in dim.getvalue()
+    for c in chunks:
+        printer.feed(c)
+    assert dim.getvalue() == "\x1b[2mThinking...\nhmm ok\n...done thinking.\x1b[0m\n\nHi!"
     hidden = io.StringIO()
     printer = StreamPrinter(hidden, hide_thinking=True, wordwrap=False, color=False)
     for c in chunks:
