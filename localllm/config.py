@@ -182,11 +182,15 @@ SHUTDOWN_GRACE = Setting("LOCALLLM_SHUTDOWN_GRACE", parse_duration, 30.0,
                          "Seconds in-flight generations get to finish on shutdown.")
 NUM_THREAD = Setting("LOCALLLM_NUM_THREAD", _nonneg_int, 0,
                      "CPU threads for inference (0 = physical cores).")
+ALLOWED_PATHS: Setting[list[str]] = Setting(
+    "LOCALLLM_ALLOWED_PATHS", _list, [],
+    "Folders (comma-separated) the daemon may read model files from when /api/create names a "
+    "path in 'from'; the model store is always allowed. Clients normally upload files instead.")
 
 REGISTRY: tuple[Setting[object], ...] = (
     HOST, HOME, MODELS, ORIGINS, KEEP_ALIVE, NUM_PARALLEL, MAX_LOADED_MODELS, MAX_QUEUE,
     CONTEXT_LENGTH, FLASH_ATTENTION, KV_CACHE_TYPE, LOAD_TIMEOUT, GPU_OVERHEAD, NOPRUNE,
-    DEBUG, API_KEY, SHUTDOWN_GRACE, NUM_THREAD,
+    DEBUG, API_KEY, SHUTDOWN_GRACE, NUM_THREAD, ALLOWED_PATHS,
 )  # type: ignore[assignment]
 
 

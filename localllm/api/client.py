@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -273,10 +273,18 @@ class Client:
         _raise_for(resp, resp.content)
         return True
 
-    def upload_blob(self, digest: str, path: Path) -> None:
+    def upload_blob(self, digest: str, path: Path,
+                    progress: Callable[[int], None] | None = None) -> None:
+        """Upload a file as a blob; ``progress(bytes sent so far)`` after each chunk."""
         with open(path, "rb") as fh:
-            chunks = iter(lambda: fh.read(1 << 20), b"")
-            resp = self._send("POST", f"/api/blobs/{digest}", content=chunks)
+            def chunks() -> Iterator[bytes]:
+                sent = 0
+                while chunk := fh.read(1 << 20):
+                    yield chunk
+                    sent += len(chunk)
+                    if progress is not None:
+                        progress(sent)
+            resp = self._send("POST", f"/api/blobs/{digest}", content=chunks())
         _raise_for(resp, resp.content)
 
 

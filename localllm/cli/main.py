@@ -16,7 +16,8 @@ from localllm import __version__
 from localllm.errors import LocalLLMError, exit_code
 
 # Module names under localllm.cli, in the order `--help` lists them.
-COMMANDS = ["serve", "run", "stop", "pull", "list", "ps", "show", "rm", "cp", "doctor", "chat"]
+COMMANDS = ["serve", "create", "run", "stop", "pull", "list", "ps", "show", "rm", "cp", "doctor",
+            "chat"]
 
 
 def build_parser() -> argparse.ArgumentParser:
