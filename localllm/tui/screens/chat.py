@@ -39,15 +39,17 @@ from localllm.tui.widgets.status import StatusLine
 class ChatScreen(ChatBase):
     # Below 100 columns the chat list hides (Ctrl+B shows it) so 80x24 stays readable.
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]  # noqa: RUF012
+    # Priority: the prompt (a TextArea) would otherwise take Ctrl+E (end of line) and
+    # Ctrl+Y (redo); the app's keys must work whatever has focus.
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "stop", "Stop", show=False),
-        Binding("ctrl+n", "new_chat", "New"),
-        Binding("ctrl+o", "models", "Models"),
-        Binding("ctrl+s", "settings", "Settings"),
-        Binding("ctrl+e", "edit_last", "Edit last"),
-        Binding("ctrl+r", "regenerate", "Regenerate"),
-        Binding("ctrl+y", "copy_last", "Copy reply"),
-        Binding("ctrl+b", "toggle_sidebar", "Chats"),
+        Binding("ctrl+n", "new_chat", "New", priority=True),
+        Binding("ctrl+o", "models", "Models", priority=True),
+        Binding("ctrl+s", "settings", "Settings", priority=True),
+        Binding("ctrl+e", "edit_last", "Edit last", priority=True),
+        Binding("ctrl+r", "regenerate", "Regenerate", priority=True),
+        Binding("ctrl+y", "copy_last", "Copy reply", priority=True),
+        Binding("ctrl+b", "toggle_sidebar", "Chats", priority=True),
         Binding("f2", "rename", "Rename", show=False),
     ]
 

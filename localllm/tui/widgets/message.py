@@ -48,12 +48,12 @@ class MessageView(Vertical, can_focus=True):
         self.redraws = 0  # counted so tests can check the batching
 
     def compose(self) -> ComposeResult:
-        yield Label(self._title(), classes="role")
+        yield Label(self._title(), classes="role", markup=False)
         with Collapsible(title="Thinking", collapsed=True, classes="thinking"):
             yield Static(self.message.thinking, classes="thinking-text", markup=False)
         yield Markdown(self.message.content, classes="body")
         yield Static(self._calls_text(), classes="tool-calls", markup=False)
-        yield Label(self._footer(), classes="stats")
+        yield Label(self._footer(), classes="stats", markup=False)
 
     def on_mount(self) -> None:
         self._sync_visibility()

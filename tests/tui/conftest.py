@@ -1,0 +1,90 @@
+"""TUI fixtures: one real daemon per module serving tiny models, and app helpers.
+
+``tiny-chat`` has a chat template that renders only the messages' contents, so
+the tiny model's greedy continuation of the conversation is a known text
+(``tests.tinymodel.expected_greedy`` of the rendered prompt).  ``broken`` is
+stored fine but its weights are cut short, so loading it fails.
+
+Starting the daemon costs seconds, so the behaviour tests of a module share
+one; each test still gets its own ``LOCALLLM_HOME`` (the chat store lives
+there) from the autouse fixture.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from localllm import paths
+from localllm.store.local import Store
+from localllm.store.names import parse_name
+from localllm.tui.app import LocalLLMApp
+from localllm.tui.sessions import Sessions
+from tests.cli.conftest import Daemon, start_daemon
+from tests.inference.conftest import add_tiny
+from tests.tui.proxy import ThrottleProxy
+
+CONTENTS_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+
+
+def break_weights(name: str) -> None:
+    """Cut the model's GGUF in half: listed and shown fine, fails to load."""
+    store = Store(paths.models())
+    blob = store.model_paths(store.get(parse_name(name)))[0]
+    data = blob.read_bytes()
+    blob.chmod(0o644)
+    blob.write_bytes(data[: len(data) // 2])
+
+
+@pytest.fixture(scope="module")
+def tui_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    tmp = tmp_path_factory.mktemp("tui-daemon")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LOCALLLM_HOME", str(tmp / "home"))
+        for var in ("LOCALLLM_MODELS", "LOCALLLM_HOST", "LOCALLLM_API_KEY"):
+            mp.delenv(var, raising=False)
+        mp.setenv("LOCALLLM_NUM_PARALLEL", "2")
+        mp.setenv("LOCALLLM_CONTEXT_LENGTH", "512")
+        mp.setenv("LOCALLLM_NUM_THREAD", "1")
+        add_tiny(tmp, "tiny-chat", chat_template=CONTENTS_TEMPLATE)
+        add_tiny(tmp, "broken", n_ctx_train=1024)
+        break_weights("broken")
+        with start_daemon(tmp) as daemon:
+            yield daemon
+
+
+def make_app(url: str, tmp_path: Path, **kw: object) -> LocalLLMApp:
+    return LocalLLMApp(url, sessions=Sessions(tmp_path / "chats.sqlite3"),
+                       export_dir=tmp_path / "exports", **kw)  # type: ignore[arg-type]
+
+
+def run_app(app: LocalLLMApp, scenario: Callable[..., Awaitable[None]],
+            size: tuple[int, int] = (100, 30), proxy: ThrottleProxy | None = None) -> None:
+    """Run ``scenario(pilot)`` inside the app (tests stay plain functions)."""
+
+    async def main() -> None:
+        if proxy is not None:
+            await proxy.start()
+        try:
+            async with app.run_test(size=size) as pilot:
+                await asyncio.wait_for(app.ready.wait(), 30)
+                await pilot.pause()
+                await scenario(pilot)
+        finally:
+            if proxy is not None:
+                await proxy.stop()
+
+    asyncio.run(main())
+
+
+async def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Poll until ``condition()`` holds (the UI updates on its own timers)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.02)
