@@ -73,6 +73,27 @@ def _list(raw: str) -> list[str]:
     return [part.strip() for part in raw.split(",") if part.strip()]
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20,
+               "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
+               "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+_SIZE_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
+
+
+def parse_size(raw: str) -> int:
+    """Bytes from ``1048576``, ``64MiB``, ``2g`` (binary units; 0 = no limit)."""
+    match = _SIZE_RE.fullmatch(raw.strip().lower())
+    if match is None or match.group(2) not in _SIZE_UNITS:
+        raise ValueError(f"invalid size {raw!r} (e.g. 64MiB, 200G)")
+    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])
+
+
+def _log_format(raw: str) -> str:
+    low = raw.lower()
+    if low not in ("text", "json"):
+        raise ValueError("expected text or json")
+    return low
+
+
 _DURATION_RE = re.compile(r"(-?\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS = {
     "ns": 1e-9,
@@ -186,11 +207,20 @@ ALLOWED_PATHS: Setting[list[str]] = Setting(
     "LOCALLLM_ALLOWED_PATHS", _list, [],
     "Folders (comma-separated) the daemon may read model files from when /api/create names a "
     "path in 'from'; the model store is always allowed. Clients normally upload files instead.")
+MAX_BODY = Setting("LOCALLLM_MAX_BODY", parse_size, 64 << 20,
+                   "Largest request body (JSON requests; images are base64 inside them), "
+                   "e.g. 64MiB; 0 = no limit.")
+MAX_BLOB_SIZE = Setting("LOCALLLM_MAX_BLOB_SIZE", parse_size, 1 << 40,
+                        "Largest file accepted by POST /api/blobs (model uploads), e.g. 200G; "
+                        "0 = no limit.")
+LOG_FORMAT = Setting("LOCALLLM_LOG_FORMAT", _log_format, "text",
+                     "Daemon log lines: text, or json (one object per line, with request ids).")
 
 REGISTRY: tuple[Setting[object], ...] = (
     HOST, HOME, MODELS, ORIGINS, KEEP_ALIVE, NUM_PARALLEL, MAX_LOADED_MODELS, MAX_QUEUE,
     CONTEXT_LENGTH, FLASH_ATTENTION, KV_CACHE_TYPE, LOAD_TIMEOUT, GPU_OVERHEAD, NOPRUNE,
-    DEBUG, API_KEY, SHUTDOWN_GRACE, NUM_THREAD, ALLOWED_PATHS,
+    DEBUG, API_KEY, SHUTDOWN_GRACE, NUM_THREAD, ALLOWED_PATHS, MAX_BODY, MAX_BLOB_SIZE,
+    LOG_FORMAT,
 )  # type: ignore[assignment]
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -71,6 +71,8 @@ class InferenceService:
     def __init__(self, store: Store, scheduler: Scheduler) -> None:
         self.store = store
         self.scheduler = scheduler
+        # model name -> callback for one generation's events (the app's metrics).
+        self.observe: Callable[[str], Callable[[Piece | Done], None]] | None = None
 
     # -- resolving ---------------------------------------------------------------
     def target(self, model: str) -> Target:
@@ -159,6 +161,7 @@ class InferenceService:
     async def stream(self, prep: Prepared) -> AsyncIterator[Piece | Done]:
         """Hold a slot of the model and stream the runner's events."""
         start = time.monotonic_ns()
+        watch = self.observe(prep.target.spec.name) if self.observe is not None else None
         async with self.scheduler.use(prep.target.spec, prep.load, prep.keep_alive) as model:
             waited = time.monotonic_ns() - start
             # Ollama's load_duration: time spent getting the model ready for this request.
@@ -167,6 +170,8 @@ class InferenceService:
             async for event in model.runner.complete(prep.completion):
                 if isinstance(event, Done):
                     prep.total_ns = time.monotonic_ns() - start
+                if watch is not None:
+                    watch(event)
                 yield event
 
     async def tokenize(self, target: Target, text: str, load: LoadOptions,

@@ -28,13 +28,20 @@ from localllm import __version__, config
 from localllm.errors import LocalLLMError
 from localllm.inference import InferenceService
 from localllm.scheduler.scheduler import Scheduler
+from localllm.server.health import Lifecycle
+from localllm.server.metrics import Metrics
+from localllm.server.middleware import RequestMiddleware
+from localllm.server.openapi import openapi_builder
 from localllm.server.security import SecurityMiddleware, is_loopback_bind
 from localllm.services import ModelService
 from localllm.store.local import Store
 
 log = logging.getLogger(__name__)
 
+# Health and metrics come first: nothing else may shadow them.
 ROUTER_MODULES: list[str] = [
+    "localllm.server.health",
+    "localllm.server.metrics",
     "localllm.server.routes_models",
     "localllm.server.routes_generate",
     "localllm.server.routes_openai",
@@ -133,8 +140,9 @@ def create_app(
     """
     app = FastAPI(
         title="localllm", version=__version__, lifespan=_lifespan,
-        docs_url=None, redoc_url=None, openapi_url=None,
+        docs_url=None, redoc_url=None, openapi_url="/openapi.json",
     )
+    app.openapi = openapi_builder(app)  # type: ignore[method-assign]
     store = store if store is not None else Store()
     app.state.store = store
     app.state.models = ModelService(store)
@@ -142,6 +150,10 @@ def create_app(
         scheduler = default_scheduler()
     app.state.scheduler = scheduler
     app.state.inference = InferenceService(store, scheduler)
+    metrics = Metrics(scheduler)
+    app.state.metrics = metrics
+    app.state.inference.observe = metrics.generation_observer
+    app.state.lifecycle = Lifecycle()
     # Components with background work (the scheduler) append async stop hooks here.
     shutdown_hooks: list[Callable[[], Awaitable[None]]] = [scheduler.shutdown]
     app.state.on_shutdown = shutdown_hooks
@@ -162,5 +174,14 @@ def create_app(
         guard_host=is_loopback_bind(host),
         origins=config.ORIGINS.get(),
         api_key=config.API_KEY.get(),
+    )
+    # Outermost, so refusals by the security layer are logged, counted and tagged too.
+    app.add_middleware(
+        RequestMiddleware,
+        lifecycle=app.state.lifecycle,
+        metrics=metrics,
+        max_body=config.MAX_BODY.get(),
+        max_blob=config.MAX_BLOB_SIZE.get(),
+        debug=config.DEBUG.get(),
     )
     return app

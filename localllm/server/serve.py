@@ -2,20 +2,32 @@
 
 The listening socket is bound here rather than by uvicorn so that "address
 already in use" becomes one clear error message instead of a log traceback.
+
+Shutdown: the first SIGTERM/SIGINT starts a drain — the socket stays open so
+new requests get a clear 503 ``server is shutting down`` instead of a refused
+connection, while requests in flight (streams included) run to their end for
+up to ``LOCALLLM_SHUTDOWN_GRACE``.  Then uvicorn stops, the lifespan hooks stop
+the runners, and the process exits 0.  A second signal kills the runners and
+exits at once.  Runners also end on their own when the daemon dies without
+any of this (SIGKILL): their stdin closes.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
-import signal
 import socket
 import sys
 from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from localllm import config, paths
 from localllm.errors import LocalLLMError
+from localllm.server.security import is_loopback_bind
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 log = logging.getLogger("localllm.serve")
 
@@ -48,12 +60,18 @@ def _write_pid() -> Path:
     return path
 
 
-def _setup_logging() -> None:
-    level = logging.DEBUG if config.DEBUG.get() else logging.INFO
-    logging.basicConfig(
-        level=level, stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def warn_if_exposed(host: str) -> bool:
+    """Shout when the API is reachable from other machines with no key; True if it did."""
+    if is_loopback_bind(host) or config.API_KEY.get():
+        return False
+    bar = "!" * 78
+    text = (f"{bar}\n"
+            f"WARNING: listening on {host}, which other machines can reach, and\n"
+            f"LOCALLLM_API_KEY is not set: anyone on the network can use, pull and\n"
+            f"delete models. Set LOCALLLM_API_KEY, or bind to 127.0.0.1.\n{bar}")
+    log.warning("listening on non-loopback %s without LOCALLLM_API_KEY", host)
+    print(text, file=sys.stderr, flush=True)
+    return True
 
 
 def run() -> int:
@@ -61,11 +79,13 @@ def run() -> int:
     import uvicorn
 
     from localllm.server.app import create_app
+    from localllm.server.logs import setup_logging
     from localllm.store.local import Store
 
-    _setup_logging()
+    setup_logging()
     host, port = config.HOST.get()
     sock = _bind(host, port)
+    warn_if_exposed(host)
     store = Store()
     try:
         removed = store.prune()
@@ -75,31 +95,67 @@ def run() -> int:
         log.warning("skipping blob clean-up: %s", exc)
 
     app = create_app(store, bind_host=host)
-    grace = config.SHUTDOWN_GRACE.get()
-    server = uvicorn.Server(uvicorn.Config(
-        app, log_level="debug" if config.DEBUG.get() else "warning",
-        access_log=config.DEBUG.get(),
-        timeout_graceful_shutdown=None if math.isinf(grace) else int(grace),
-    ))
-    # uvicorn re-raises the SIGTERM it caught once it has shut down; make that a
-    # normal exit so the pid file below is removed.
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     pid_path = _write_pid()
+    server = _make_server(uvicorn, app, pid_path)
     log.info("localllm %s listening on %s:%d (models: %s)", _version(), host, port, store.root)
     try:
         server.run(sockets=[sock])
     finally:
         sock.close()
-        try:
-            if pid_path.read_text().strip() == str(os.getpid()):
-                pid_path.unlink()
-        except OSError:
-            pass
+        _remove_pid(pid_path)
     return 0
 
 
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    raise SystemExit(0)
+def _make_server(uvicorn: Any, app: FastAPI, pid_path: Path) -> Any:
+    """A uvicorn server whose signal handling drains first (see the module docstring)."""
+    lifecycle = app.state.lifecycle
+    grace = config.SHUTDOWN_GRACE.get()
+
+    class DrainingServer(uvicorn.Server):
+        announced = False
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            # Runs as a signal handler: only set flags here; on_tick does the rest.
+            if not lifecycle.begin_drain(grace):
+                _force_exit(app, pid_path, sig)
+
+        async def on_tick(self, counter: int) -> bool:
+            if lifecycle.draining and not self.announced:
+                self.announced = True
+                log.info("shutting down: waiting up to %gs for %d request(s) in flight",
+                         grace, lifecycle.in_flight)
+            if lifecycle.drained():
+                if lifecycle.in_flight > 0:
+                    log.warning("grace period over: cancelling %d request(s)",
+                                lifecycle.in_flight)
+                self.should_exit = True
+            return bool(await super().on_tick(counter))
+
+    return DrainingServer(uvicorn.Config(
+        app, log_level="debug" if config.DEBUG.get() else "warning", log_config=None,
+        access_log=False,  # RequestMiddleware writes the access log, with request ids
+        # The drain already waited; this only bounds closing what is left.
+        timeout_graceful_shutdown=2,
+    ))
+
+
+def _force_exit(app: FastAPI, pid_path: Path, sig: int) -> None:
+    """Second signal: end the runners now (they would follow anyway) and leave."""
+    for model in app.state.scheduler.loaded():
+        kill = getattr(model.runner, "kill", None)
+        if kill is not None:
+            kill()
+    _remove_pid(pid_path)
+    os.write(2, b"second signal: exiting now\n")
+    os._exit(128 + sig)
+
+
+def _remove_pid(pid_path: Path) -> None:
+    try:
+        if pid_path.read_text().strip() == str(os.getpid()):
+            pid_path.unlink()
+    except OSError:
+        pass
 
 
 def _version() -> str:

@@ -1,0 +1,174 @@
+"""The outermost request layer: request ids, access log, metrics, body limits and draining.
+
+For every HTTP request it
+
+* takes the client's ``X-Request-ID`` (when sane) or makes one, echoes it in the
+  response and puts it in the logging context;
+* refuses new work with 503 ``server is shutting down`` while the daemon
+  drains (liveness ``/`` and ``/health`` still answer), and counts requests in
+  flight so the drain knows when it is done;
+* caps request bodies: ``LOCALLLM_MAX_BODY`` for everything, the larger
+  ``LOCALLLM_MAX_BLOB_SIZE`` for ``/api/blobs/…`` uploads — a declared
+  ``Content-Length`` over the cap is refused before the route runs, a chunked
+  body is cut off as soon as it passes the cap;
+* records the request in the metrics and writes one access log line (method,
+  route, status, time — never the body, unless ``LOCALLLM_DEBUG``).
+
+A pure ASGI middleware, so streaming responses pass through untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from localllm.errors import LocalLLMError
+from localllm.server.health import SHUTTING_DOWN, Lifecycle
+from localllm.server.logs import new_request_id, request_id
+from localllm.server.metrics import Metrics
+
+access_log = logging.getLogger("localllm.access")
+
+_LIVENESS = frozenset({"/", "/health"})
+_QUIET = frozenset({"/health", "/health/ready", "/metrics"})  # probes: DEBUG, not INFO
+_BLOB_PREFIX = "/api/blobs/"
+_DEBUG_BODY_BYTES = 4096
+
+
+class BodyTooLarge(LocalLLMError):
+    status = 413
+    openai_type = "invalid_request_error"
+
+
+class RequestMiddleware:
+    def __init__(self, app: ASGIApp, *, lifecycle: Lifecycle, metrics: Metrics,
+                 max_body: int, max_blob: int, debug: bool = False) -> None:
+        self.app = app
+        self.lifecycle = lifecycle
+        self.metrics = metrics
+        self.max_body = max_body
+        self.max_blob = max_blob
+        self.debug = debug
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        rid = new_request_id(headers.get("x-request-id"))
+        token = request_id.set(rid)
+        path: str = scope["path"]
+        status = [0]
+        start = time.perf_counter()
+        raw_header = (b"x-request-id", rid.encode())
+
+        async def send_tagged(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+                message = {**message, "headers": [*message.get("headers", []), raw_header]}
+            await send(message)
+
+        counted = path not in _QUIET
+        if counted:
+            self.lifecycle.in_flight += 1
+            self.metrics.in_flight.inc()
+        body_seen = bytearray()
+        try:
+            if self.lifecycle.draining and path not in _LIVENESS:
+                await _refuse(send_tagged, path, 503, SHUTTING_DOWN, close=True)
+                return
+            limit = self.max_blob if path.startswith(_BLOB_PREFIX) else self.max_body
+            declared = _content_length(headers)
+            if limit and declared is not None and declared > limit:
+                await _refuse(send_tagged, path, 413, _too_large(limit), close=True)
+                return
+            keep = self.debug and not path.startswith(_BLOB_PREFIX)
+            await self.app(scope, _capped(receive, limit, body_seen if keep else None),
+                           send_tagged)
+        finally:
+            if counted:
+                self.lifecycle.in_flight -= 1
+                self.metrics.in_flight.dec()
+            # No response started means the app crashed: the server answers 500.
+            code = status[0] or 500
+            seconds = time.perf_counter() - start
+            self.metrics.observe_request(scope["method"], _endpoint(scope), code, seconds)
+            self._log(scope, code, seconds, bytes(body_seen))
+            request_id.reset(token)
+
+    def _log(self, scope: Scope, status: int, seconds: float, body: bytes) -> None:
+        path = scope["path"]
+        level = logging.DEBUG if path in _QUIET else logging.INFO
+        if not access_log.isEnabledFor(level):
+            return
+        client = scope.get("client") or ("-", 0)
+        extra: dict[str, Any] = {"method": scope["method"], "path": path, "status": status,
+                                 "duration_ms": round(seconds * 1000, 1), "client": client[0]}
+        if body:
+            # Only with LOCALLLM_DEBUG: this is where prompts would appear.
+            extra["body"] = body[:_DEBUG_BODY_BYTES].decode("utf-8", "replace")
+        access_log.log(level, "%s %s %d %.1fms", scope["method"], path, status,
+                       seconds * 1000, extra=extra)
+
+
+def _capped(receive: Receive, limit: int, keep: bytearray | None) -> Receive:
+    seen = [0]
+
+    async def wrapped() -> Message:
+        message = await receive()
+        if message["type"] == "http.request":
+            chunk = message.get("body", b"")
+            seen[0] += len(chunk)
+            if limit and seen[0] > limit:
+                raise BodyTooLarge(_too_large(limit))
+            if keep is not None and len(keep) < _DEBUG_BODY_BYTES:
+                keep.extend(chunk[: _DEBUG_BODY_BYTES - len(keep)])
+        return message
+
+    return wrapped
+
+
+def _too_large(limit: int) -> str:
+    return f"request body too large (limit {limit} bytes)"
+
+
+def _content_length(headers: Headers) -> int | None:
+    value = headers.get("content-length")
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None  # the server rejects a malformed length itself
+
+
+def _endpoint(scope: Scope) -> str:
+    # The route's template keeps the label set small; unknown paths share one label
+    # so a scanner probing random URLs cannot grow the metrics without bound.
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) else "unmatched"
+
+
+async def _refuse(send: Send, path: str, status: int, message: str, *, close: bool) -> None:
+    if path.startswith("/v1/"):
+        kind = "invalid_request_error" if status < 500 else "api_error"
+        doc: dict[str, Any] = {"error": {"message": message, "type": kind, "param": None,
+                                         "code": None}}
+    else:
+        doc = {"error": message}
+    body = json.dumps(doc).encode()
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(body)).encode())]
+    if close:
+        # The client may still be sending a body we will not read.
+        headers.append((b"connection", b"close"))
+    if status == 503:
+        headers.append((b"retry-after", b"5"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

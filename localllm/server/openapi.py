@@ -1,0 +1,114 @@
+"""The daemon's OpenAPI document, served at ``/openapi.json``.
+
+Routes read their JSON bodies themselves (``deps.parse_json``: Ollama's
+clients send JSON under any content type), so FastAPI cannot see the request
+models.  This module adds them: each body-taking route gets its pydantic
+model's JSON schema (or, for the OpenAI routes, which take free-form objects,
+a small hand-written schema of the fields that matter).  The document feeds
+the API reference and the schemathesis test.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
+
+# (path, method) -> "module:Model" holding the body's pydantic model.
+_MODELS: dict[tuple[str, str], str] = {
+    ("/api/generate", "post"): "localllm.api.schemas_infer:GenerateRequest",
+    ("/api/chat", "post"): "localllm.api.schemas_infer:ChatRequest",
+    ("/api/embed", "post"): "localllm.api.schemas_infer:EmbedRequest",
+    ("/api/embeddings", "post"): "localllm.api.schemas_infer:EmbeddingsRequest",
+    ("/api/show", "post"): "localllm.api.schemas:ShowRequest",
+    ("/api/pull", "post"): "localllm.api.schemas:PullRequest",
+    ("/api/delete", "delete"): "localllm.api.schemas:DeleteRequest",
+    ("/api/copy", "post"): "localllm.api.schemas:CopyRequest",
+    ("/api/create", "post"): "localllm.server.routes_create:CreateRequest",
+}
+
+_MESSAGE = {
+    "type": "object",
+    "properties": {"role": {"type": "string", "enum": ["system", "user", "assistant", "tool"]},
+                   "content": {"type": "string"}},
+    "required": ["role", "content"],
+}
+_SAMPLING = {
+    "model": {"type": "string"},
+    "stream": {"type": "boolean"},
+    "max_tokens": {"type": "integer"},
+    "temperature": {"type": "number"},
+    "top_p": {"type": "number"},
+    "seed": {"type": "integer"},
+    "stop": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+}
+_OPENAI: dict[tuple[str, str], dict[str, Any]] = {
+    ("/v1/chat/completions", "post"): {
+        "type": "object", "required": ["model", "messages"],
+        "properties": {**_SAMPLING, "messages": {"type": "array", "items": _MESSAGE}},
+    },
+    ("/v1/completions", "post"): {
+        "type": "object", "required": ["model", "prompt"],
+        "properties": {**_SAMPLING, "prompt": {"type": "string"}, "suffix": {"type": "string"}},
+    },
+    ("/v1/embeddings", "post"): {
+        "type": "object", "required": ["model", "input"],
+        "properties": {"model": {"type": "string"}, "dimensions": {"type": "integer"},
+                       "input": {"oneOf": [{"type": "string"},
+                                           {"type": "array", "items": {"type": "string"}}]}},
+    },
+}
+
+
+def openapi_builder(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """A replacement for ``app.openapi`` that fills in the request bodies (built once)."""
+
+    def build() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            doc = get_openapi(title=app.title, version=app.version, routes=app.routes,
+                              description="Ollama- and OpenAI-compatible local LLM daemon.")
+            add_bodies(doc)
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    return build
+
+
+def add_bodies(doc: dict[str, Any]) -> None:
+    components = doc.setdefault("components", {}).setdefault("schemas", {})
+    for (path, method), ref in _MODELS.items():
+        op = doc.get("paths", {}).get(path, {}).get(method)
+        model = _load(ref)
+        if op is None or model is None:
+            continue
+        schema = model.model_json_schema(by_alias=True,
+                                         ref_template="#/components/schemas/{model}")
+        components.update(schema.pop("$defs", {}))
+        components[model.__name__] = schema
+        _set_body(op, "application/json",
+                  {"$ref": f"#/components/schemas/{model.__name__}"})
+    for (path, method), schema in _OPENAI.items():
+        op = doc.get("paths", {}).get(path, {}).get(method)
+        if op is not None:
+            _set_body(op, "application/json", schema)
+    for method in ("post",):
+        op = doc.get("paths", {}).get("/api/blobs/{digest}", {}).get(method)
+        if op is not None:
+            _set_body(op, "application/octet-stream", {"type": "string", "format": "binary"})
+
+
+def _set_body(op: dict[str, Any], media: str, schema: dict[str, Any]) -> None:
+    op["requestBody"] = {"required": True, "content": {media: {"schema": schema}}}
+
+
+def _load(ref: str) -> type[BaseModel] | None:
+    module_name, _, attr = ref.partition(":")
+    try:
+        model = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError):
+        return None  # a route module this build does not have
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
