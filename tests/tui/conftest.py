@@ -3,7 +3,8 @@
 ``tiny-chat`` has a chat template that renders only the messages' contents, so
 the tiny model's greedy continuation of the conversation is a known text
 (``tests.tinymodel.expected_greedy`` of the rendered prompt).  ``broken`` is
-stored fine but its weights are cut short, so loading it fails.
+stored fine but its weights are cut short, so loading it fails; ``spare`` is
+there to be deleted.
 
 Starting the daemon costs seconds, so the behaviour tests of a module share
 one; each test still gets its own ``LOCALLLM_HOME`` (the chat store lives
@@ -23,9 +24,12 @@ from localllm.store.local import Store
 from localllm.store.names import parse_name
 from localllm.tui.app import LocalLLMApp
 from localllm.tui.sessions import Sessions
-from tests.cli.conftest import Daemon, start_daemon
+from tests.cli.conftest import Daemon, hub_daemon, start_daemon
 from tests.inference.conftest import add_tiny
+from tests.server.conftest import hub
 from tests.tui.proxy import ThrottleProxy
+
+__all__ = ["hub", "hub_daemon"]  # fixtures for the pull tests
 
 CONTENTS_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 
@@ -51,6 +55,7 @@ def tui_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
         mp.setenv("LOCALLLM_NUM_THREAD", "1")
         add_tiny(tmp, "tiny-chat", chat_template=CONTENTS_TEMPLATE)
         add_tiny(tmp, "broken", n_ctx_train=1024)
+        add_tiny(tmp, "spare", n_ctx_train=512)
         break_weights("broken")
         with start_daemon(tmp) as daemon:
             yield daemon
@@ -62,16 +67,21 @@ def make_app(url: str, tmp_path: Path, **kw: object) -> LocalLLMApp:
 
 
 def run_app(app: LocalLLMApp, scenario: Callable[..., Awaitable[None]],
-            size: tuple[int, int] = (100, 30), proxy: ThrottleProxy | None = None) -> None:
-    """Run ``scenario(pilot)`` inside the app (tests stay plain functions)."""
+            size: tuple[int, int] = (100, 30), proxy: ThrottleProxy | None = None,
+            wait_ready: bool = True) -> None:
+    """Run ``scenario(pilot)`` inside the app (tests stay plain functions).
+
+    ``wait_ready=False`` for scenarios where a start-up dialog blocks readiness.
+    """
 
     async def main() -> None:
         if proxy is not None:
             await proxy.start()
         try:
             async with app.run_test(size=size) as pilot:
-                await asyncio.wait_for(app.ready.wait(), 30)
-                await pilot.pause()
+                if wait_ready:
+                    await asyncio.wait_for(app.ready.wait(), 30)
+                    await pilot.pause()
                 await scenario(pilot)
         finally:
             if proxy is not None:

@@ -7,7 +7,9 @@ tool calls).  Behaviour tests use the real daemon (``conftest.tui_daemon``).
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,8 @@ class FakeDaemon:
     loaded: dict[str, int] = field(default_factory=lambda: {"qwen2.5:0.5b": 4096})
     chat_chunks: list[dict[str, Any]] = field(default_factory=list)
     requests: list[tuple[str, str, Any]] = field(default_factory=list)
+    pull_steps: int = 0  # > 0: /api/pull streams this many slow progress events
+    pull_closed: bool = False
 
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self.handle)
@@ -64,7 +68,22 @@ class FakeDaemon:
         if path == "/api/chat":
             lines = "".join(json.dumps(c) + "\n" for c in self.chat_chunks)
             return httpx.Response(200, content=lines.encode())
+        if path == "/api/pull":
+            return httpx.Response(200, content=self._pull())
         return httpx.Response(404, json={"error": f"no route {path}"})
+
+    async def _pull(self) -> AsyncIterator[bytes]:
+        total = 10_000_000
+        try:
+            yield b'{"status": "pulling manifest"}\n'
+            for i in range(1, self.pull_steps + 1):
+                await asyncio.sleep(0.05)
+                event = {"status": "pulling abc123", "digest": "sha256:abc", "total": total,
+                         "completed": total * i // (self.pull_steps * 4)}
+                yield (json.dumps(event) + "\n").encode()
+            yield b'{"status": "success"}\n'
+        finally:
+            self.pull_closed = True
 
 
 def chat_reply(content: str = "", thinking: str = "",
