@@ -8,6 +8,8 @@ The tiny model's greedy text depends only on the last prompt token (see
 * ``tiny-tools``: a Hermes-style template (``<tool_call>``/``<tool_response>``
   markup); the model can't choose to call a tool, but a forced ``tool_choice``
   (a grammar) makes it write one, and the rendered history shows the round trip.
+* ``tiny-long``: ``tiny-plain`` trained for the daemon's whole context (``ctx``),
+  so that ``LOOP_PROMPT`` keeps a slot busy for seconds.
 * ``tiny-think``: the generation prompt opens ``<think>`` (then a space, whose
   successor starts the alphabet) when thinking is on, so the reply is thinking.
 """
@@ -67,7 +69,7 @@ def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, parallel: int = 4,
         if name == "tiny-embed":
             add_model(tmp_path, name, pooling="mean")
         elif name == "tiny-long":
-            add_model(tmp_path, name, n_ctx_train=ctx)
+            add_model(tmp_path, name, n_ctx_train=ctx, chat_template=PLAIN_TEMPLATE)
         else:
             add_model(tmp_path, name, chat_template=TEMPLATES.get(name, CHAT_TEMPLATE))
     with start_daemon(tmp_path) as daemon:
