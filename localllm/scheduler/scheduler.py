@@ -184,7 +184,10 @@ class Scheduler:
                     await self._stop(model)
                     continue
                 others = list(self._loaded.values())
-                placement = self._plan(spec, opts, others)
+                # In a thread: planning may run the hardware probe (a subprocess, on
+                # the first load and on every load with GPUs), and the event loop must
+                # keep answering /health and streaming other models meanwhile.
+                placement = await asyncio.to_thread(self._plan, spec, opts, others)
                 if others and (len(others) >= self.max_loaded or not placement.fits):
                     if not await self._evict_one():
                         await self._wait_change()

@@ -5,7 +5,7 @@ For every HTTP request it
 * takes the client's ``X-Request-ID`` (when sane) or makes one, echoes it in the
   response and puts it in the logging context;
 * refuses new work with 503 ``server is shutting down`` while the daemon
-  drains (liveness ``/`` and ``/health`` still answer), and counts requests in
+  drains (``/``, the health probes and ``/metrics`` still answer), and counts requests in
   flight so the drain knows when it is done;
 * caps request bodies: ``LOCALLLM_MAX_BODY`` for everything, the larger
   ``LOCALLLM_MAX_BLOB_SIZE`` for ``/api/blobs/…`` uploads — a declared
@@ -34,7 +34,8 @@ from localllm.server.metrics import Metrics
 
 access_log = logging.getLogger("localllm.access")
 
-_LIVENESS = frozenset({"/", "/health"})
+# Still answered while draining: probes and scrapes must see the drain, not a refusal.
+_LIVENESS = frozenset({"/", "/health", "/health/ready", "/metrics"})
 _QUIET = frozenset({"/health", "/health/ready", "/metrics"})  # probes: DEBUG, not INFO
 _BLOB_PREFIX = "/api/blobs/"
 _DEBUG_BODY_BYTES = 4096

@@ -1,0 +1,132 @@
+"""/health (liveness) and /health/ready: on the ASGI app, and on the real daemon under load."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from localllm.server.app import create_app
+from localllm.store.local import Store
+from tests.cli.conftest import Daemon
+from tests.inference.variants import serve
+from tests.server.fakes import fake_scheduler
+from tests.tinymodel import LOOP_PROMPT
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_health_is_ok_and_needs_no_key(store: Store, monkeypatch: pytest.MonkeyPatch
+                                             ) -> None:
+    monkeypatch.setenv("LOCALLLM_API_KEY", "k")
+    app = create_app(store, bind_host="127.0.0.1", scheduler=fake_scheduler())
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://localhost") as c:
+        r = await c.get("/health")
+        assert r.status_code == 200 and r.json() == {"status": "ok"}
+        assert (await c.head("/health")).status_code == 200
+        # Readiness says more about the daemon, so it is behind the key.
+        assert (await c.get("/health/ready")).status_code == 401
+
+
+async def test_ready_when_idle(client: httpx.AsyncClient) -> None:
+    r = await client.get("/health/ready")
+    assert r.status_code == 200 and r.json() == {"status": "ready"}
+
+
+async def test_not_ready_while_draining_but_still_alive(app: FastAPI,
+                                                        client: httpx.AsyncClient) -> None:
+    app.state.lifecycle.begin_drain(30)
+    r = await client.get("/health/ready")
+    assert r.status_code == 503
+    assert r.json()["reasons"] == ["server is shutting down"]
+    assert (await client.get("/health")).status_code == 200
+
+
+async def test_not_ready_when_queue_is_full(app: FastAPI, client: httpx.AsyncClient) -> None:
+    sched = app.state.scheduler
+    sched.pending = sched.max_queue
+    try:
+        r = await client.get("/health/ready")
+    finally:
+        sched.pending = 0
+    assert r.status_code == 503
+    assert r.json()["reasons"][0].startswith("request queue is full")
+
+
+async def test_not_ready_when_store_unreadable(tmp_path: Path) -> None:
+    # A file where the store folder should be: every model request would fail.
+    root = tmp_path / "not-a-dir"
+    root.write_text("x")
+    app = create_app(Store(root), bind_host="127.0.0.1", scheduler=fake_scheduler())
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://localhost") as c:
+        r = await c.get("/health/ready")
+        assert r.status_code == 503
+        assert r.json()["reasons"][0].startswith("model store is not readable")
+        assert (await c.get("/health")).status_code == 200
+
+
+async def test_fresh_store_that_does_not_exist_yet_is_ready(tmp_path: Path) -> None:
+    app = create_app(Store(tmp_path / "nothing-yet"), bind_host="127.0.0.1",
+                     scheduler=fake_scheduler())
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://localhost") as c:
+        assert (await c.get("/health/ready")).status_code == 200
+
+
+# -- the real daemon -------------------------------------------------------------------
+
+
+@pytest.fixture
+def long_daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Daemon]:
+    with serve(tmp_path, monkeypatch, parallel=2, ctx=4096, names=("tiny-long",)) as d:
+        yield d
+
+
+def _probe(client: httpx.Client) -> float:
+    t0 = time.monotonic()
+    r = client.get("/health")
+    assert r.status_code == 200
+    return time.monotonic() - t0
+
+
+def test_health_answers_while_loading_and_generating(long_daemon: Daemon) -> None:
+    url = long_daemon.url
+    body = {"model": "tiny-long", "prompt": LOOP_PROMPT, "raw": True, "stream": True,
+            "options": {"temperature": 0, "num_predict": 100}}
+    during_load: list[float] = []
+    during_stream: list[float] = []
+    with concurrent.futures.ThreadPoolExecutor(1) as pool, \
+            httpx.Client(timeout=60, trust_env=False) as client, \
+            httpx.Client(base_url=url, timeout=5, trust_env=False) as prober:
+        _probe(prober)  # connect first: time the daemon, not the client's setup
+
+        def first_line() -> dict[str, object]:
+            # Holds the stream open; returns the first line (sent once the model is loaded).
+            ctx = client.stream("POST", url + "/api/generate", json=body)
+            lines = ctx.__enter__().iter_lines()
+            streams.append((ctx, lines))
+            return dict(json.loads(next(lines)))
+
+        streams: list[tuple[Any, Iterator[str]]] = []
+        fut = pool.submit(first_line)
+        while not fut.done():
+            during_load.append(_probe(prober))
+        assert fut.result()["done"] is False
+        for _ in range(5):
+            during_stream.append(_probe(prober))
+        ctx, rest = streams[0]
+        lines = [json.loads(line) for line in rest if line]
+        ctx.__exit__(None, None, None)
+    assert lines[-1]["done"] is True and lines[-1]["eval_count"] == 100
+    # The load took long enough to probe several times, and no probe waited on it.
+    assert len(during_load) >= 2
+    assert max(during_load + during_stream) < 0.5, (during_load, during_stream)
