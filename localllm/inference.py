@@ -25,9 +25,10 @@ from localllm.errors import InvalidRequest
 from localllm.gguf_info import ModelInfo, read_model_info_split
 from localllm.scheduler.scheduler import Loaded, ModelSpec, Scheduler
 from localllm.store.local import Store
-from localllm.store.manifests import Entry
+from localllm.store.manifests import MEDIA_MESSAGES, Entry
 from localllm.store.names import parse_name
-from localllm.template.chat import render_chat, strip_leading_bos
+from localllm.template.chat import strip_leading_bos
+from localllm.template.select import render_prompt
 
 
 def now_rfc3339() -> str:
@@ -50,6 +51,8 @@ class Target:
     info: ModelInfo
     params: dict[str, Any]
     system: str | None
+    template: str | None = None  # the model's TEMPLATE layer (Go, or pasted Jinja)
+    history: tuple[dict[str, Any], ...] = ()  # the model's MESSAGE layer
 
 
 @dataclass
@@ -97,7 +100,10 @@ class InferenceService:
             info=info,
             details=details,
         )
-        return Target(entry, spec, info, self.store.params(entry), self.store.system(entry))
+        history = self.store.read_json_layer(entry, MEDIA_MESSAGES)
+        return Target(entry, spec, info, self.store.params(entry), self.store.system(entry),
+                      template=self.store.template(entry),
+                      history=tuple(m for m in history or () if isinstance(m, dict)))
 
     def keep_alive(self, value: Any) -> float:
         parsed = parse_keep_alive(value)
@@ -137,8 +143,15 @@ class InferenceService:
     def render(self, target: Target, messages: list[dict[str, Any]], *,
                tools: list[dict[str, Any]] | None = None, think: bool | None = None) -> str:
         info = target.info
-        prompt = render_chat(
-            info.chat_template, messages, tools=tools, think=think,
+        if target.history:
+            # As Ollama: the model's MESSAGE history follows the leading system messages.
+            lead = 0
+            while lead < len(messages) and messages[lead].get("role") == "system":
+                lead += 1
+            messages = [*messages[:lead], *target.history, *messages[lead:]]
+        # A TEMPLATE layer wins over the GGUF's Jinja template; its syntax picks the renderer.
+        prompt = render_prompt(
+            target.template, info.chat_template, messages, tools=tools, think=think,
             bos_token=info.bos_token or "", eos_token=info.eos_token or "",
         )
         return strip_leading_bos(prompt, info.bos_token or "")
