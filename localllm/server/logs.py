@@ -45,13 +45,17 @@ class RequestIdFilter(logging.Filter):
         return True
 
 
+# Fields the access log's message already says in words; JSON keeps them as fields.
+_IN_MESSAGE = frozenset({"method", "path", "status", "duration_ms"})
+
+
 class TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
-        extra = _extras(record)
+        extra = {k: v for k, v in _extras(record).items() if k not in _IN_MESSAGE}
         if extra:
             line += " " + " ".join(f"{k}={_text_value(v)}" for k, v in extra.items())
         return line
