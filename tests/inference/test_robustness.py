@@ -128,6 +128,17 @@ def test_sse_disconnect_frees_the_slot(one_slot: Daemon) -> None:
     r = post(d, "/api/generate", {"model": "tiny-long", "prompt": "x", "raw": True,
                                   "stream": False, "options": GREEDY_OPTS}, timeout=10)
     assert r.json()["response"] == "yz" and time.monotonic() - start < 10
+    # n=2 on one slot: one choice runs, the other waits; leaving must cancel both.
+    with httpx.stream("POST", d.url + "/v1/chat/completions", timeout=60, trust_env=False,
+                      json={"model": "tiny-long", "n": 2, "stream": True, "temperature": 0,
+                            "messages": [{"role": "user", "content": LOOP_PROMPT}]}) as s:
+        frames = (f for f in s.iter_lines() if f)
+        indexes = {json.loads(next(frames)[6:])["choices"][0]["index"] for _ in range(6)}
+    assert len(indexes) == 1  # only one choice had the slot
+    start = time.monotonic()
+    r = post(d, "/api/generate", {"model": "tiny-long", "prompt": "x", "raw": True,
+                                  "stream": False, "options": GREEDY_OPTS}, timeout=10)
+    assert r.json()["response"] == "yz" and time.monotonic() - start < 10
 
 
 def test_killed_runner_is_an_error_then_the_next_request_works(one_slot: Daemon) -> None:
