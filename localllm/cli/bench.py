@@ -1,0 +1,207 @@
+"""``localllm bench``: load-test our daemon or any Ollama- or OpenAI-compatible server.
+
+Runs closed-loop users at each ``--concurrency`` level and prints TTFT,
+inter-token and end-to-end latency percentiles, tokens/s, errors and lost
+requests; ``--json``/``--plot`` save them.  ``--budget-p95`` predicts how many
+users fit a latency budget from the measured rates (``loadtest.budget``) and
+then measures at that count to check the prediction.  Exit status 1 when any
+request failed or was lost, so the command can gate a CI job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _levels(text: str) -> list[int]:
+    try:
+        levels = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers like 1,10,50, not {text!r}") from None
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError("concurrency levels must be >= 1")
+    return levels
+
+
+def _seconds(text: str) -> float:
+    from localllm.config import parse_duration
+
+    try:
+        value = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive duration, not {text!r}")
+    return value
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "bench", help="Load-test a model server (ours, Ollama or OpenAI-compatible)",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    p.add_argument("--model", "-m", required=True, help="model name as the server knows it")
+    p.add_argument("--url", help="server base URL (default: the localllm daemon)")
+    p.add_argument("--api", choices=("ollama", "openai"), default="ollama",
+                   help="wire protocol: /api/* NDJSON or /v1/* SSE (default ollama)")
+    p.add_argument("--mode", choices=("chat", "completion"), default="chat",
+                   help="chat endpoint, or raw completion (no chat template)")
+    p.add_argument("--concurrency", "-c", type=_levels, default=[1, 10, 50],
+                   help="comma-separated concurrent users per level (default 1,10,50)")
+    p.add_argument("--prompt-tokens", type=int, default=128, help="prompt length (default 128)")
+    p.add_argument("--output-tokens", type=int, default=64,
+                   help="tokens to generate per request (default 64)")
+    stop = p.add_mutually_exclusive_group()
+    stop.add_argument("--requests", "-n", type=int,
+                      help="requests per level (default 4 per user, at least 10)")
+    stop.add_argument("--duration", "-d", type=_seconds, help="time per level, e.g. 30s or 2m")
+    p.add_argument("--timeout", type=_seconds, default=600.0, help="per-request timeout")
+    p.add_argument("--temperature", type=float, help="sampling temperature sent with requests")
+    p.add_argument("--api-key", help="Bearer key (default: $LOCALLLM_API_KEY)")
+    p.add_argument("--budget-p95", type=_seconds, metavar="DURATION",
+                   help="answer how many users fit this p95 end-to-end latency (e.g. 1.5s)")
+    p.add_argument("--max-users", type=int, default=256,
+                   help="largest user count --budget-p95 will measure (default 256)")
+    p.add_argument("--json", type=Path, metavar="FILE", help="write all figures as JSON")
+    p.add_argument("--plot", type=Path, metavar="FILE", help="write a PNG of latency vs users")
+    p.add_argument("--no-warmup", action="store_true",
+                   help="don't send a first request to load the model")
+    p.add_argument("--quiet", "-q", action="store_true", help="no live progress line")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from localllm import config
+    from localllm.loadtest.protocols import Target
+
+    url = args.url
+    if url is None:
+        from localllm.api.client import ensure_daemon
+
+        url = config.client_base_url()
+        ensure_daemon(url)
+    options = {} if args.temperature is None else {"temperature": args.temperature}
+    key = args.api_key if args.api_key is not None else config.API_KEY.get()
+    target = Target(url=url, model=args.model, api=args.api, mode=args.mode, api_key=key,
+                    options=options)
+    return asyncio.run(_bench(args, target))
+
+
+async def _bench(args: argparse.Namespace, target: Any) -> int:
+    from localllm.loadtest import report
+    from localllm.loadtest.runner import PromptMaker, Workload, run_level, warm_up
+
+    workload = Workload(prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens,
+                        requests=args.requests, duration=args.duration, timeout=args.timeout)
+    show = not args.quiet and sys.stderr.isatty()
+    print(f"bench {target.model} at {target.url} ({target.api} {target.mode}): "
+          f"~{workload.prompt_tokens} prompt tokens, {workload.output_tokens} output tokens",
+          flush=True)
+    if not args.no_warmup:
+        first = await warm_up(target, workload.timeout)
+        if first.status != "ok":
+            print(f"Error: warm-up request failed: {first.error}", file=sys.stderr)
+            return 1
+    prompts = PromptMaker(workload.prompt_tokens)
+
+    async def level(c: int) -> Any:
+        total = workload.requests_for(c)
+
+        def progress(conc: int, results: list[Any], running: int, elapsed: float) -> None:
+            if show:
+                line = report.progress_line(conc, results, running, elapsed, total)
+                sys.stderr.write("\r\x1b[2K" + line)
+                sys.stderr.flush()
+
+        summary, _ = await run_level(target, workload, c, prompts=prompts, progress=progress)
+        if show:
+            sys.stderr.write("\r\x1b[2K")
+        print(f"  {c} users: {summary.ok}/{summary.requests} ok, p95 TTFT "
+              f"{report.fmt_s(summary.ttft.p95)}, p95 E2E {report.fmt_s(summary.e2e.p95)}, "
+              f"{summary.output_tok_s:.1f} tok/s", flush=True)
+        return summary
+
+    levels = [await level(c) for c in args.concurrency]
+    budget = None
+    if args.budget_p95 is not None:
+        budget, extra = await _budget(args, levels, level)
+        levels = sorted([*levels, *extra], key=lambda lv: lv.concurrency)
+    print()
+    print(report.table(levels))
+    if budget is not None:
+        print(budget["summary"])
+    if args.json:
+        doc = report.document(
+            {"url": target.url, "api": target.api, "mode": target.mode, "model": target.model},
+            {"prompt_tokens": workload.prompt_tokens, "output_tokens": workload.output_tokens,
+             "requests": workload.requests, "duration_s": workload.duration,
+             "concurrency": args.concurrency},
+            levels, budget)
+        args.json.write_text(json.dumps(doc, indent=2) + "\n")
+        print(f"figures written to {args.json}")
+    if args.plot:
+        from localllm.loadtest.plot import latency_plot
+
+        latency_plot(levels, args.plot, args.budget_p95)
+        print(f"plot written to {args.plot}")
+    return 1 if any(lv.errors or lv.lost for lv in levels) else 0
+
+
+async def _budget(args: argparse.Namespace, levels: list[Any], level: Any
+                  ) -> tuple[dict[str, Any], list[Any]]:
+    """Predict the user count for the budget, then measure to confirm or correct it."""
+    from localllm.loadtest.budget import max_users, predict_p95, rates_from
+    from localllm.loadtest.stats import finite_json
+
+    budget_s = args.budget_p95
+    rates = rates_from(levels)
+    prompt = next((lv.mean_prompt_tokens for lv in levels if lv.ok), args.prompt_tokens)
+    output = next((lv.mean_output_tokens for lv in levels if lv.ok), args.output_tokens)
+    predicted = min(max_users(budget_s, prompt, output, rates), args.max_users)
+    measured = {lv.concurrency: lv for lv in levels}
+    extra: list[Any] = []
+
+    async def p95_at(c: int) -> float:
+        if c not in measured:
+            measured[c] = await level(c)
+            extra.append(measured[c])
+        lv = measured[c]
+        return float(lv.e2e.p95) if not (lv.errors or lv.lost) else float("inf")
+
+    checks: list[dict[str, Any]] = []
+    answer = 0
+    if predicted >= 1:
+        # Confirm the prediction; when it misses, bisect down between the largest
+        # user count already measured within budget and the prediction.
+        lo = max((c for c, lv in measured.items() if c < predicted and lv.e2e.p95 <= budget_s),
+                 default=0)
+        hi = predicted
+        while hi > lo:
+            p95 = await p95_at(hi)
+            checks.append({"users": hi, "p95_s": p95, "within": p95 <= budget_s})
+            if p95 <= budget_s:
+                answer = hi
+                break
+            hi = max(lo, (lo + hi) // 2) if hi - lo > 1 else lo
+        answer = answer or lo
+    pred_p95 = predict_p95(max(predicted, 1), prompt, output, rates)
+    verdict = ("confirmed by measurement" if checks and checks[0]["within"]
+               else f"measurement says {answer}")
+    summary = (
+        f"budget p95 {budget_s:g}s: predicted {predicted} concurrent users "
+        f"(prefill {rates.prefill_tok_s:.0f} tok/s, decode "
+        + ", ".join(f"{r:.0f} tok/s at {c}" for c, r in rates.decode_tok_s)
+        + f", tail x{rates.tail:.2f}; predicted p95 {pred_p95:.2f}s); {verdict}")
+    return finite_json({
+        "budget_p95_s": budget_s, "prefill_tok_s": rates.prefill_tok_s,
+        "decode_tok_s": [list(p) for p in rates.decode_tok_s], "tail": rates.tail,
+        "prompt_tokens": prompt, "output_tokens": output, "predicted_users": predicted,
+        "predicted_p95_s": pred_p95, "checks": checks, "answer_users": answer,
+        "summary": summary,
+    }), extra
