@@ -10,7 +10,11 @@
   A request from any other origin is refused with 403, so a foreign page
   cannot even fire "simple" requests that skip the preflight.
 * ``LOCALLLM_API_KEY``: when set, everything but ``/`` and ``/health`` needs
-  ``Authorization: Bearer <key>``.
+  ``Authorization: Bearer <key>`` (compared in constant time).  Path matching is
+  exact on the decoded path, so ``/health/../api/tags`` or ``//api/tags`` gain
+  nothing: they are not ``/health`` and still need the key.
+* Binding beyond loopback turns the Host guard off (names are the user's
+  choice then); ``serve`` warns loudly when that happens without a key.
 
 One pure ASGI middleware does all three, so streaming responses pass untouched.
 """
@@ -45,8 +49,15 @@ _OPEN_PATHS = frozenset({"/", "/health"})
 
 
 def origin_pattern(origins: Iterable[str]) -> re.Pattern[str]:
-    """One regex for an origin list where ``*`` matches any run of characters."""
-    parts = [re.escape(o.strip().rstrip("/")).replace(r"\*", ".*") for o in origins if o.strip()]
+    """One regex for an origin list: ``:*`` is any port (digits only), other ``*`` any
+    run of host characters — never ``/``, so ``http://localhost:*`` cannot match
+    ``http://localhost:1.evil.com`` and no wildcard reaches past the host."""
+    parts = []
+    for origin in origins:
+        text = re.escape(origin.strip().rstrip("/"))
+        if text:
+            text = text.replace(r":\*", ":[0-9]+").replace(r"\*", r"[^/\s]*")
+            parts.append(text)
     return re.compile("^(?:" + "|".join(parts) + ")$", re.IGNORECASE)
 
 
@@ -121,7 +132,8 @@ class SecurityMiddleware:
                 await self._preflight(send, origin, headers)
                 return
         if self.api_key and scope["path"] not in _OPEN_PATHS and not self._authorized(headers):
-            await _error(send, 401, "unauthorized: missing or wrong API key", origin)
+            await _error(send, 401, "unauthorized: missing or wrong API key", origin,
+                         openai=scope["path"].startswith("/v1/"))
             return
         if origin is None:
             await self.app(scope, receive, send)
@@ -138,9 +150,10 @@ class SecurityMiddleware:
 
     def _authorized(self, headers: Headers) -> bool:
         scheme, _, token = headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(
-            token.strip().encode(), self.api_key.encode()
-        )
+        # compare_digest over the whole value: the time taken says nothing about
+        # how much of a guess was right (it does reveal the key's length).
+        matches = hmac.compare_digest(token.strip().encode(), self.api_key.encode())
+        return scheme.lower() == "bearer" and matches
 
     async def _preflight(self, send: Send, origin: str, headers: Headers) -> None:
         requested = headers.get("access-control-request-headers", "")
@@ -168,9 +181,16 @@ def _cors_headers(origin: str) -> list[tuple[bytes, bytes]]:
     ]
 
 
-async def _error(send: Send, status: int, message: str, origin: str | None = None) -> None:
-    body = json.dumps({"error": message}).encode()
+async def _error(send: Send, status: int, message: str, origin: str | None = None, *,
+                 openai: bool = False) -> None:
+    doc: dict[str, object] = {"error": message}
+    if openai:  # OpenAI's SDKs look for error.message
+        doc = {"error": {"message": message, "type": "authentication_error", "param": None,
+                         "code": "invalid_api_key"}}
+    body = json.dumps(doc).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="localllm"'))
     if origin is not None:
         # Let an allowed page read why it was refused.
         headers.extend(_cors_headers(origin))
