@@ -119,7 +119,9 @@ class Creator:
         # Split GGUFs are named -00001-of-0000N: sorting the names puts the parts in order.
         names = sorted(files)
         for fname in names:
-            if not fname.lower().endswith(".gguf"):
+            # Names are free (a blob path names its file "sha256-…"); the GGUF check below
+            # reads the content.  Only formats we know we cannot import are named here.
+            if fname.lower().endswith((".safetensors", ".bin", ".pt", ".pth")):
                 raise InvalidRequest(f'"{fname}": only GGUF files can be imported')
         paths = [self._blob(files[f], f) for f in names]
         plan.info = read_model_info_split(paths)

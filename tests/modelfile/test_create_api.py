@@ -189,6 +189,7 @@ async def test_hostile_templates_are_refused(client: httpx.AsyncClient, store: S
     ({"quantize": "q2_K"}, 400, 'unsupported quantization type "q2_K"'),
     ({"files": {"tiny.gguf": "sha256:" + "0" * 64}}, 400, "not found; upload it first"),
     ({"files": {"model.safetensors": "UPLOADED"}}, 400, "only GGUF files"),
+    ({"files": {"x": "LICENSE_BLOB"}}, 400, "not a valid GGUF file"),
     ({"files": {}, "from": "missing-model"}, 404, 'FROM model "missing-model" not found'),
     ({"files": {}, "from": "/etc/passwd"}, 403, "outside the folders this server may read"),
     ({"files": {}, "from": "../relative.gguf"}, 400, "is relative"),
@@ -202,7 +203,10 @@ async def test_bad_requests_are_refused_without_writing(
         body: dict[str, Any], status: int, words: str) -> None:
     model = await upload(client, tiny_gguf)
     qwen = await upload(client, make_tiny_lora(tmp_path / "q", arch="qwen2"))
-    subst = {"UPLOADED": model, "MODEL": model, "QWEN_LORA": qwen}
+    text = tmp_path / "license.txt"
+    text.write_text("just some text, long enough to not be a GGUF header at all")
+    subst = {"UPLOADED": model, "MODEL": model, "QWEN_LORA": qwen,
+             "LICENSE_BLOB": await upload(client, text)}
     full = {"model": "bad", "files": {"tiny.gguf": model}, **body}
     full = json.loads(json.dumps(full), object_hook=lambda d: {
         k: subst.get(v, v) if isinstance(v, str) else v for k, v in d.items()})
