@@ -128,3 +128,14 @@ def test_typed_parameters_round_trip_exactly() -> None:
     again = parse(to_text(mf))
     assert again.parameters == {"temperature": 0.1, "seed": -1, "top_p": 1.0}
     assert isinstance(again.parameters["top_p"], float)
+
+
+def test_modelfile_example_parses_and_names_every_instruction() -> None:
+    path = Path(__file__).resolve().parents[2] / "Modelfile.example"
+    text = path.read_text()
+    mf = parse(text)
+    assert mf.from_.startswith("hf.co/") and mf.template and mf.system and mf.licenses
+    assert mf.messages and mf.requires and len(mf.parameters["stop"]) == 3
+    for word in ("FROM", "PARAMETER", "TEMPLATE", "SYSTEM", "ADAPTER", "LICENSE", "MESSAGE",
+                 "REQUIRES"):
+        assert f"\n{word} " in text or f"# {word} " in text
