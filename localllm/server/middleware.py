@@ -108,7 +108,8 @@ class RequestMiddleware:
         if not access_log.isEnabledFor(level):
             return
         client = scope.get("client") or ("-", 0)
-        extra: dict[str, Any] = {"method": scope["method"], "path": path, "status": status,
+        extra: dict[str, Any] = {"request_id": request_id.get(),
+                                 "method": scope["method"], "path": path, "status": status,
                                  "duration_ms": round(seconds * 1000, 1), "client": client[0]}
         if body:
             # Only with LOCALLLM_DEBUG: this is where prompts would appear.

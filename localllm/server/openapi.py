@@ -11,6 +11,8 @@ the API reference and the schemathesis test.
 from __future__ import annotations
 
 import importlib
+import re
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -69,9 +71,16 @@ def openapi_builder(app: FastAPI) -> Callable[[], dict[str, Any]]:
 
     def build() -> dict[str, Any]:
         if app.openapi_schema is None:
-            doc = get_openapi(title=app.title, version=app.version, routes=app.routes,
-                              description="Ollama- and OpenAI-compatible local LLM daemon.")
+            with warnings.catch_warnings():
+                # GET+HEAD routes share one function, so FastAPI's ids collide; they
+                # are replaced below by ids made of method and path.
+                warnings.simplefilter("ignore", UserWarning)
+                doc = get_openapi(title=app.title, version=app.version, routes=app.routes,
+                                  description="Ollama- and OpenAI-compatible local LLM daemon.")
             add_bodies(doc)
+            for path, ops in doc.get("paths", {}).items():
+                for method, op in ops.items():
+                    op["operationId"] = method + re.sub(r"[^A-Za-z0-9]+", "_", path).rstrip("_")
             app.openapi_schema = doc
         return app.openapi_schema
 

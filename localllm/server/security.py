@@ -74,7 +74,9 @@ def split_host_header(value: str) -> str:
     """The host part of a Host header: ``[::1]:80`` -> ``::1``, ``a.b:1`` -> ``a.b``."""
     value = value.strip().lower()
     if value.startswith("["):
-        return value[1:].partition("]")[0]
+        inside, _, rest = value[1:].partition("]")
+        # "[::1].evil.com" is not an IPv6 literal: keep it whole so it fails the check.
+        return inside if re.fullmatch(r"(:[0-9]*)?", rest) else value
     if value.count(":") == 1:
         return value.partition(":")[0]
     return value

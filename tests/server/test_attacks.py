@@ -1,0 +1,312 @@
+"""The attacks Ollama had CVEs for, each against our app: none may work, none may crash it."""
+
+from __future__ import annotations
+
+import logging
+import re
+import struct
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+from starlette.routing import BaseRoute, Route
+
+from localllm.server.app import create_app
+from localllm.server.serve import warn_if_exposed
+from localllm.store.local import Store
+from localllm.store.manifests import MEDIA_MODEL, Layer, Manifest
+from localllm.store.names import parse_name
+from tests.server.fakes import fake_scheduler
+
+pytestmark = pytest.mark.anyio
+KEY = "k3y-for-tests"
+
+
+def make_app(store: Store) -> FastAPI:
+    return create_app(store, bind_host="127.0.0.1", scheduler=fake_scheduler())
+
+
+@pytest.fixture
+async def c(store: Store) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=make_app(store))
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+        yield client
+
+
+def endpoints(routes: list[BaseRoute]) -> Iterator[tuple[str, str]]:
+    """(method, path) of every route, descending into included routers."""
+    for route in routes:
+        inner = getattr(route, "original_router", None)  # FastAPI's included router
+        if inner is not None:
+            yield from endpoints(inner.routes)
+        elif isinstance(route, (APIRoute, Route)):
+            for method in sorted(route.methods or ()):
+                yield method, re.sub(r"\{[^}]+\}", "x", route.path)
+
+
+def files_under(root: Path) -> set[Path]:
+    return {p for p in root.rglob("*") if p.is_file()} if root.exists() else set()
+
+
+# -- API key on every endpoint -----------------------------------------------------------
+
+
+async def test_every_endpoint_refuses_a_missing_or_wrong_key(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCALLLM_API_KEY", KEY)
+    app = make_app(store)
+    checked = 0
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://localhost") as client:
+        for method, path in endpoints(app.routes):
+            bad = [{}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {KEY}"},
+                   {"Authorization": f"Bearer {KEY}x"}]
+            for headers in bad:
+                r = await client.request(method, path, headers=headers)
+                want_open = path in ("/", "/health")
+                assert (r.status_code != 401) if want_open else (r.status_code == 401), (
+                    method, path, headers, r.status_code)
+            r = await client.request(method, path, headers={"Authorization": f"Bearer {KEY}"})
+            assert r.status_code != 401, (method, path)
+            checked += 1
+        # The key is not accepted from the query string either.
+        assert (await client.get(f"/api/tags?key={KEY}")).status_code == 401
+        r = await client.post("/v1/chat/completions", json={})
+        assert r.json()["error"]["message"].startswith("unauthorized")
+    paths = {path for _, path in endpoints(app.routes)}
+    assert {"/v1/chat/completions", "/metrics", "/api/blobs/x", "/health/ready"} <= paths
+    assert checked >= 20
+
+
+# -- path traversal ----------------------------------------------------------------------
+
+EVIL_DIGESTS = [
+    "sha256:../../../../etc/passwd",
+    "sha256-../../../etc/passwd",
+    "..%2F..%2F..%2Fetc%2Fpasswd",
+    "sha256:" + "a" * 63 + "/",
+    "sha256:" + "../" * 21 + "x",
+    "sha256:" + "A" * 64,
+    "sha256-" + "0" * 64 + "/../../x",
+]
+
+
+@pytest.mark.parametrize("digest", EVIL_DIGESTS)
+async def test_digest_traversal(c: httpx.AsyncClient, store: Store, tmp_path: Path,
+                                digest: str) -> None:
+    before = files_under(tmp_path)
+    # 404 when the client already resolved the dots to another path; never 2xx or 5xx.
+    assert (await c.head(f"/api/blobs/{digest}")).status_code in (400, 404)
+    r = await c.post(f"/api/blobs/{digest}", content=b"payload")
+    assert r.status_code in (400, 404), r.text
+    r = await c.post("/api/create", json={"model": "m", "files": {"a.gguf": digest}})
+    assert r.status_code == 400
+    assert files_under(tmp_path) == before
+
+
+EVIL_NAMES = ["../../../../tmp/evil", "a/../../../b", "..", "x/y/z/../../../..", "/etc/passwd",
+              "hf.co/../../x", "ns/../../m:tag", "m:../../t", "m:" + "x" * 300, "a\\..\\..\\b",
+              "a\x00b"]
+
+
+@pytest.mark.parametrize("name", EVIL_NAMES)
+async def test_name_traversal(c: httpx.AsyncClient, tmp_path: Path, name: str) -> None:
+    before = files_under(tmp_path)
+    calls = [("POST", "/api/show", {"model": name}), ("POST", "/api/pull", {"model": name}),
+             ("DELETE", "/api/delete", {"model": name}),
+             ("POST", "/api/copy", {"source": name, "destination": "ok"}),
+             ("POST", "/api/copy", {"source": "ok", "destination": name}),
+             ("POST", "/api/generate", {"model": name, "prompt": "x"}),
+             ("POST", "/api/chat", {"model": name, "messages": [{"role": "user",
+                                                                 "content": "x"}]})]
+    for method, path, body in calls:
+        r = await c.request(method, path, json=body)
+        assert r.status_code in (400, 404), (path, r.status_code, r.text)
+    if name.isprintable():
+        r = await c.get(f"/v1/models/{name}")
+        assert r.status_code in (400, 404)
+    assert files_under(tmp_path) == before
+
+
+# -- DNS rebinding and foreign pages -----------------------------------------------------
+
+@pytest.mark.parametrize("host", ["evil.com", "localhost.evil.com", "127.0.0.1.nip.io",
+                                  "evil.com:11434", "[::1].evil.com", "localhost\r\nx: y"])
+async def test_rebinding_hosts_are_refused(c: httpx.AsyncClient, host: str) -> None:
+    try:
+        r = await c.get("/api/tags", headers={"host": host})
+    except httpx.LocalProtocolError:
+        return  # the client itself will not send it
+    assert r.status_code == 403
+
+
+@pytest.mark.parametrize("origin", ["http://evil.com", "http://localhost.evil.com",
+                                    "http://localhost:80.evil.com", "null",
+                                    "http://127.0.0.1:1/../evil", "https://evil.com/localhost"])
+async def test_foreign_origins_cannot_call_or_preflight(c: httpx.AsyncClient,
+                                                        origin: str) -> None:
+    r = await c.post("/api/pull", json={"model": "x"}, headers={"origin": origin})
+    assert r.status_code == 403
+    r = await c.options("/api/pull", headers={"origin": origin,
+                                              "access-control-request-method": "POST"})
+    assert r.status_code == 403 and "access-control-allow-origin" not in r.headers
+
+
+# -- file-existence probing --------------------------------------------------------------
+
+async def test_create_from_path_does_not_reveal_whether_files_exist(
+        c: httpx.AsyncClient, tmp_path: Path) -> None:
+    secret = tmp_path / "outside" / "secret.gguf"
+    secret.parent.mkdir()
+    secret.write_bytes(b"GGUF")
+    answers = []
+    for probe in (str(secret), str(tmp_path / "outside" / "nothing.gguf"), "/etc/passwd",
+                  "/etc/no-such-file", str(secret.parent), "/root/../etc/shadow"):
+        r = await c.post("/api/create", json={"model": "m", "from": probe, "stream": False})
+        answers.append((r.status_code, r.json()["error"].replace(probe, "<P>")))
+    assert len(set(answers)) == 1, answers
+    assert answers[0][0] == 403
+
+
+# -- oversized bodies --------------------------------------------------------------------
+
+@pytest.fixture
+def small_caps(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCALLLM_MAX_BODY", "1KiB")
+    monkeypatch.setenv("LOCALLLM_MAX_BLOB_SIZE", "8KiB")
+
+
+@pytest.mark.usefixtures("small_caps")
+async def test_json_bodies_are_capped(store: Store) -> None:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=make_app(store)),
+                                 base_url="http://localhost") as client:
+        big = {"model": "m", "prompt": "x" * 2000}
+        for path in ("/api/generate", "/api/show", "/v1/chat/completions", "/api/create"):
+            r = await client.post(path, json=big)
+            assert r.status_code == 413, path
+
+        async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: cut off while reading
+            yield b'{"model": "m", "prompt": "'
+            for _ in range(10):
+                yield b"x" * 500
+            yield b'"}'
+
+        r = await client.post("/api/generate", content=chunks())
+        assert r.status_code == 413
+        assert "too large" in r.json()["error"]
+
+
+@pytest.mark.usefixtures("small_caps")
+async def test_blob_uploads_have_their_own_larger_cap(store: Store, tmp_path: Path) -> None:
+    import hashlib
+
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=make_app(store)),
+                                 base_url="http://localhost") as client:
+        ok = b"y" * 4000  # over the JSON cap, under the blob cap
+        r = await client.post(f"/api/blobs/sha256:{hashlib.sha256(ok).hexdigest()}", content=ok)
+        assert r.status_code == 201
+        before = files_under(tmp_path)
+        big = b"z" * 10000
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for i in range(0, len(big), 1000):
+                yield big[i:i + 1000]
+
+        digest = f"sha256:{hashlib.sha256(big).hexdigest()}"
+        assert (await client.post(f"/api/blobs/{digest}", content=big)).status_code == 413
+        assert (await client.post(f"/api/blobs/{digest}", content=chunks())).status_code == 413
+        assert (await client.head(f"/api/blobs/{digest}")).status_code == 404
+    assert files_under(tmp_path) == before  # no partial file left behind
+
+
+# -- hostile GGUF ------------------------------------------------------------------------
+
+def _gguf(n_tensors: int, n_kv: int, tail: bytes = b"") -> bytes:
+    return b"GGUF" + struct.pack("<IQQ", 3, n_tensors, n_kv) + tail
+
+
+def _kv_string(key: bytes, declared_len: int) -> bytes:
+    return struct.pack("<Q", len(key)) + key + struct.pack("<IQ", 8, declared_len)
+
+
+def _kv_array(key: bytes, count: int) -> bytes:
+    return struct.pack("<Q", len(key)) + key + struct.pack("<IIQ", 9, 8, count)
+
+
+HOSTILE = {
+    "tensors": _gguf(2**63, 1),
+    "kvs": _gguf(1, 2**62),
+    "string": _gguf(0, 1, _kv_string(b"general.architecture", 2**60)),
+    "array": _gguf(0, 1, _kv_array(b"tokenizer.ggml.tokens", 2**61)),
+    "keylen": _gguf(0, 1, struct.pack("<Q", 2**63)),
+    "truncated": _gguf(0, 3, _kv_string(b"general.name", 10)[:-4]),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE))
+async def test_hostile_gguf_upload_and_use_is_a_clean_4xx(
+        c: httpx.AsyncClient, store: Store, kind: str) -> None:
+    import hashlib
+
+    data = HOSTILE[kind]
+    digest = f"sha256:{hashlib.sha256(data).hexdigest()}"
+    assert (await c.post(f"/api/blobs/{digest}", content=data)).status_code == 201
+    r = await c.post("/api/create", json={"model": "bomb", "files": {"m.gguf": digest}})
+    assert 400 <= r.status_code < 500, r.text
+    # Planted in the store directly (as if an older version had accepted it): still 4xx.
+    config = store.put_config({"model_format": "gguf"})
+    store.commit(parse_name("planted"),
+                 Manifest(config, [Layer(MEDIA_MODEL, digest, len(data))]))
+    for path, body in (("/api/generate", {"model": "planted", "prompt": "x"}),
+                       ("/api/chat", {"model": "planted",
+                                      "messages": [{"role": "user", "content": "x"}]}),
+                       ("/api/show", {"model": "planted"}),
+                       ("/v1/chat/completions", {"model": "planted",
+                                                 "messages": [{"role": "user",
+                                                               "content": "x"}]})):
+        r = await c.post(path, json=body)
+        assert 400 <= r.status_code < 500, (path, r.status_code, r.text)
+    assert (await c.get("/health")).status_code == 200
+
+
+# -- logs --------------------------------------------------------------------------------
+
+async def test_request_id_is_echoed_or_made(c: httpx.AsyncClient) -> None:
+    r = await c.get("/api/version", headers={"x-request-id": "trace-42"})
+    assert r.headers["x-request-id"] == "trace-42"
+    made = (await c.get("/api/version")).headers["x-request-id"]
+    assert re.fullmatch(r"[0-9a-f]{16}", made)
+    hostile = (await c.get("/api/version", headers={"x-request-id": "a b" + "x" * 500})
+               ).headers["x-request-id"]
+    assert re.fullmatch(r"[0-9a-f]{16}", hostile)
+
+
+@pytest.mark.parametrize("debug", [False, True])
+async def test_prompts_are_logged_only_with_debug(
+        store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        debug: bool) -> None:
+    monkeypatch.setenv("LOCALLLM_DEBUG", "1" if debug else "0")
+    app = make_app(store)
+    caplog.set_level(logging.DEBUG)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://localhost") as client:
+        await client.post("/api/generate", json={"model": "nope", "prompt": "SECRET-PROMPT"},
+                          headers={"x-request-id": "rid-1"})
+    access = [r for r in caplog.records if r.name == "localllm.access"]
+    assert access and getattr(access[-1], "request_id", None) == "rid-1"
+    logged = "\n".join(f"{r.getMessage()} {vars(r)}" for r in caplog.records)
+    assert ("SECRET-PROMPT" in logged) is debug
+
+
+def test_exposed_bind_without_key_warns(monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    assert warn_if_exposed("0.0.0.0") is True
+    assert "LOCALLLM_API_KEY is not set" in capsys.readouterr().err
+    assert warn_if_exposed("127.0.0.1") is False
+    assert warn_if_exposed("::1") is False
+    monkeypatch.setenv("LOCALLLM_API_KEY", KEY)
+    assert warn_if_exposed("0.0.0.0") is False
+    assert capsys.readouterr().err == ""
