@@ -34,7 +34,9 @@ def format_parameter(value: Any) -> str:
         return repr(value)
     if isinstance(value, int):
         return str(value)
-    return quote(str(value))
+    text = str(value)
+    # Strings (stop sequences) are always quoted: "<|eot_id|>" reads better than bare.
+    return quote(text) if "\n" in text else f'"{text}"'
 
 
 def to_text(mf: Modelfile, *, header: list[str] | None = None) -> str:
