@@ -80,7 +80,7 @@ def long_daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 
 
 def open_stream(stack: ExitStack, url: str, num_predict: int) -> Iterator[str]:
-    """Start a generation of ``num_predict`` tokens (-1: until the context is full)."""
+    """Start a generation of ``num_predict`` tokens (4000: longer than any test waits)."""
     client = stack.enter_context(httpx.Client(timeout=60, trust_env=False))
     body = {"model": "tiny-long", "prompt": LOOP_PROMPT, "raw": True,
             "options": {"temperature": 0, "num_predict": num_predict}}
@@ -105,7 +105,7 @@ def read_rest(lines: Iterator[str]) -> list[dict[str, Any]]:
 def test_sigterm_lets_the_stream_finish_then_exits_0(long_daemon: Daemon) -> None:
     d = long_daemon
     with ExitStack() as stack:
-        lines = open_stream(stack, d.url, 150)
+        lines = open_stream(stack, d.url, 400)
         runners = runner_pids(d.proc.pid)
         assert len(runners) == 1
         d.proc.send_signal(signal.SIGTERM)
@@ -120,7 +120,7 @@ def test_sigterm_lets_the_stream_finish_then_exits_0(long_daemon: Daemon) -> Non
         assert httpx.get(d.url + "/health", trust_env=False).status_code == 200
         rest = read_rest(lines)
     assert rest[-1]["done"] is True
-    assert rest[-1]["done_reason"] == "length" and rest[-1]["eval_count"] == 150
+    assert rest[-1]["done_reason"] == "length" and rest[-1]["eval_count"] == 400
     assert d.proc.wait(20) == 0
     assert wait_gone(runners, 5) == []
     assert "shutting down" in d.log.read_text()
@@ -130,7 +130,7 @@ def test_sigterm_lets_the_stream_finish_then_exits_0(long_daemon: Daemon) -> Non
 def test_grace_period_ends_a_stream_that_would_not_finish(long_daemon: Daemon) -> None:
     d = long_daemon
     with ExitStack() as stack:
-        lines = open_stream(stack, d.url, -1)  # thousands of tokens: longer than the grace
+        lines = open_stream(stack, d.url, 4000)  # thousands of tokens: longer than the grace
         runners = runner_pids(d.proc.pid)
         t0 = time.monotonic()
         d.proc.send_signal(signal.SIGTERM)
@@ -144,7 +144,7 @@ def test_grace_period_ends_a_stream_that_would_not_finish(long_daemon: Daemon) -
 def test_second_signal_exits_at_once(long_daemon: Daemon) -> None:
     d = long_daemon
     with ExitStack() as stack:
-        open_stream(stack, d.url, -1)
+        open_stream(stack, d.url, 4000)
         runners = runner_pids(d.proc.pid)
         d.proc.send_signal(signal.SIGTERM)
         wait_draining(d.url)
@@ -159,7 +159,7 @@ def test_second_signal_exits_at_once(long_daemon: Daemon) -> None:
 def test_sigkill_of_the_daemon_leaves_no_runner(long_daemon: Daemon) -> None:
     d = long_daemon
     with ExitStack() as stack:
-        open_stream(stack, d.url, -1)  # the runner is busy generating when its parent dies
+        open_stream(stack, d.url, 4000)  # the runner is busy generating when its parent dies
         runners = runner_pids(d.proc.pid)
         assert len(runners) == 1
         d.proc.kill()
