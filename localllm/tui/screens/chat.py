@@ -46,9 +46,9 @@ class ChatScreen(ChatBase):
         Binding("ctrl+n", "new_chat", "New", priority=True),
         Binding("ctrl+o", "models", "Models", priority=True),
         Binding("ctrl+s", "settings", "Settings", priority=True),
-        Binding("ctrl+e", "edit_last", "Edit last", priority=True),
-        Binding("ctrl+r", "regenerate", "Regenerate", priority=True),
-        Binding("ctrl+y", "copy_last", "Copy reply", priority=True),
+        Binding("ctrl+e", "edit_last", "Edit last", priority=True, show=False),
+        Binding("ctrl+r", "regenerate", "Regenerate", priority=True, show=False),
+        Binding("ctrl+y", "copy_last", "Copy reply", priority=True, show=False),
         Binding("ctrl+b", "toggle_sidebar", "Chats", priority=True),
         Binding("f2", "rename", "Rename", show=False),
     ]
