@@ -94,11 +94,12 @@ class InferenceService:
         }
         spec = ModelSpec(
             name=name.display,
-            key="|".join(paths),
+            key="|".join(paths),  # the base weights only: adapters are chosen per request
             model_paths=paths,
             digest=entry.digest,
             info=info,
             details=details,
+            adapters=tuple(str(p) for p in self.store.adapter_paths(entry)),
         )
         history = self.store.read_json_layer(entry, MEDIA_MESSAGES)
         return Target(entry, spec, info, self.store.params(entry), self.store.system(entry),
@@ -136,6 +137,7 @@ class InferenceService:
             logprobs=logprobs,
             truncate=True if truncate is None else truncate,
             num_keep=resolved.num_keep,
+            adapters=list(target.spec.adapters),
         )
         return Prepared(target, base_load(resolved), completion, self.keep_alive(keep_alive),
                         raw=raw_prompt)

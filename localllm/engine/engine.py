@@ -6,7 +6,8 @@ longest cached prefix), builds ONE batch holding the next token of every
 decoding slot plus a chunk of pending prompt tokens (bounded by n_batch),
 calls ``llama_decode`` once, samples each slot with its own chain and returns
 the events.  Finished requests leave their slot at once; the slot keeps its
-KV contents for the next request that shares the prefix.
+KV contents for the next request that shares the prefix.  Requests may name
+LoRA adapters; a step then serves one adapter set (see ``adapters.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from collections import deque
 from typing import Any
 
+from localllm.engine.adapters import Adapters, AdapterSet
 from localllm.engine.model import Batch, Context, Model, buffer_sizes
 from localllm.engine.sampling import Sampler
 from localllm.engine.slots import Active, Slot, fit_prompt, pick_slot
@@ -72,7 +74,9 @@ class Engine:
         # per-slot limit is then ours to keep, and keeping it means the buffer never fills.
         self.n_ctx_slot = min(max(opts.n_ctx, 8), self.ctx.n_ctx // n_par)
         self.slots = [Slot(i) for i in range(n_par)]
-        self._queue: deque[tuple[CompletionRequest, list[int]]] = deque()
+        self.adapters = Adapters(self.model, self.ctx)
+        self._steps = 0
+        self._queue: deque[tuple[CompletionRequest, list[int], AdapterSet]] = deque()
         self._events: list[Event] = []
         self._load_log = self.model.load_log + self.ctx.load_log
 
@@ -81,14 +85,15 @@ class Engine:
         """Queue a request; it joins the batch at the next step (or fails there)."""
         try:
             tokens = self._prompt_tokens(req)
+            key = self.adapters.resolve(req.adapters) if req.adapters else ()
         except LocalLLMError as exc:
             self._events.append(Failed(req.id, exc.message, exc.status))
             return
-        self._queue.append((req, tokens))
+        self._queue.append((req, tokens, key))
 
     def cancel(self, req_id: str) -> None:
         """End a request with ``Done(reason="cancel")`` at the next step."""
-        for i, (req, _) in enumerate(self._queue):
+        for i, (req, _, _) in enumerate(self._queue):
             if req.id == req_id:
                 del self._queue[i]
                 self._events.append(Done(req_id, "cancel"))
@@ -107,12 +112,14 @@ class Engine:
             if s.active is not None and s.active.cancelled:
                 events.extend(self._finish(s, "cancel"))
         while self._queue and any(s.free for s in self.slots):
-            req, tokens = self._queue.popleft()
+            req, tokens, key = self._queue.popleft()
             try:
-                self._admit(req, tokens)
+                self._admit(req, tokens, key)
             except LocalLLMError as exc:
                 events.append(Failed(req.id, exc.message, exc.status))
-        part = self._fill_batch()
+        self._steps += 1
+        only = self.adapters.for_step(self.slots) if self.adapters.any else None
+        part = self._fill_batch(only)
         if not part:
             return events
         t0 = time.perf_counter_ns()
@@ -139,6 +146,7 @@ class Engine:
         """Pooled, L2-normalised embeddings of each input, and the prompt token count."""
         from localllm.engine.embed import embed
 
+        self.adapters.apply(())  # embeddings are the base model's
         return embed(self, inputs, truncate=truncate)
 
     def tokenize(self, text: str, add_special: bool = True,
@@ -174,7 +182,8 @@ class Engine:
             if s.active is not None:
                 s.active.sampler.close()
                 s.active = None
-        for h in ("batch", "ctx", "model"):
+        # Adapters after the context that applies them, before the model they belong to.
+        for h in ("batch", "ctx", "adapters", "model"):
             obj = getattr(self, h, None)
             if obj is not None:
                 obj.close()
@@ -201,8 +210,8 @@ class Engine:
             tokens = fit_prompt(tokens, self.n_ctx_slot, req.num_keep)
         return tokens
 
-    def _admit(self, req: CompletionRequest, tokens: list[int]) -> None:
-        picked = pick_slot(self.slots, tokens)
+    def _admit(self, req: CompletionRequest, tokens: list[int], key: AdapterSet) -> None:
+        picked = pick_slot(self.slots, tokens, key)
         assert picked is not None
         slot, n = picked
         n = min(n, len(tokens) - 1)  # re-evaluate the last prompt token for its logits
@@ -211,17 +220,24 @@ class Engine:
             n = 0  # this memory cannot cut a sequence in the middle: start afresh
             self.ctx.seq_rm(slot.seq, -1, -1)
         del slot.cache[n:]
+        slot.adapters = key
         sampler.accept_prompt(tokens)
-        slot.active = Active(req, tokens, sampler, TextStream(req.stop), n_past=n, cached=n)
+        slot.active = Active(req, tokens, sampler, TextStream(req.stop), n_past=n, cached=n,
+                             adapters=key, last_step=self._steps)
 
-    def _fill_batch(self) -> list[tuple[Slot, int, bool]]:
-        """Decode tokens, then prompt chunks, into the batch: [(slot, len before, prefill)]."""
+    def _fill_batch(self, only: AdapterSet | None = None) -> list[tuple[Slot, int, bool]]:
+        """Decode tokens, then prompt chunks, into the batch: [(slot, len before, prefill)].
+
+        ``only``: just the slots of that adapter set (None: every slot)."""
         self.batch.clear()
         part: list[tuple[Slot, int, bool]] = []
         for s in self.slots:
             s.logits_index = -1
             a = s.active
-            if a is not None and not a.prefilling and a.pending >= 0:
+            if a is None or (only is not None and a.adapters != only):
+                continue
+            if not a.prefilling and a.pending >= 0:
+                a.last_step = self._steps
                 part.append((s, len(s.cache), False))
                 s.logits_index = self.batch.add(a.pending, len(s.cache), s.seq, True)
                 s.cache.append(a.pending)
@@ -229,8 +245,10 @@ class Engine:
         budget = self.n_batch - len(self.batch)
         for s in self.slots:
             a = s.active
-            if a is None or not a.prefilling or budget <= 0:
+            if a is None or not a.prefilling or budget <= 0 or (only is not None
+                                                                and a.adapters != only):
                 continue
+            a.last_step = self._steps
             chunk = a.prompt[a.n_past:a.n_past + budget]
             last = a.n_past + len(chunk) == len(a.prompt)
             part.append((s, len(s.cache), True))

@@ -31,6 +31,8 @@ class Active:
     prompt_ns: int = 0
     eval_ns: int = 0
     cancelled: bool = False
+    adapters: tuple[str, ...] = ()  # the LoRA set every decode of this request needs
+    last_step: int = 0  # the engine step that last advanced it (adapter scheduling)
 
     @property
     def prefilling(self) -> bool:
@@ -43,6 +45,7 @@ class Slot:
 
     seq: int
     cache: list[int] = field(default_factory=list)
+    adapters: tuple[str, ...] = ()  # the LoRA set the cached tokens were computed under
     active: Active | None = None
     logits_index: int = -1  # this step's output row, -1 if none
 
@@ -59,13 +62,17 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
-def pick_slot(slots: Sequence[Slot], prompt: Sequence[int]) -> tuple[Slot, int] | None:
-    """The free slot with the longest common prefix (ties: the least filled), and that prefix."""
+def pick_slot(slots: Sequence[Slot], prompt: Sequence[int],
+              adapters: tuple[str, ...] = ()) -> tuple[Slot, int] | None:
+    """The free slot with the longest common prefix (ties: the least filled), and that prefix.
+
+    A cache computed under another adapter set shares no prefix: its keys and values differ.
+    """
     best: tuple[Slot, int] | None = None
     for s in slots:
         if not s.free:
             continue
-        n = common_prefix(s.cache, prompt)
+        n = common_prefix(s.cache, prompt) if s.adapters == adapters else 0
         if best is None or n > best[1] or (n == best[1] and len(s.cache) < len(best[0].cache)):
             best = (s, n)
     return best

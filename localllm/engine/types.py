@@ -73,6 +73,8 @@ class CompletionRequest:
     logprobs: int = 0  # top-N logprobs per generated token (0 = none)
     truncate: bool = True  # on overflow keep the prompt's tail instead of failing
     num_keep: int = 4  # tokens kept from the start when truncating
+    # LoRA adapter GGUF paths applied (scale 1.0) on top of the loaded base model.
+    adapters: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -23,6 +23,7 @@ from typing import Any
 from localllm.errors import InvalidRequest, LocalLLMError, ModelNotFound
 from localllm.gguf_info import ModelInfo, read_model_info, read_model_info_split
 from localllm.modelfile.checks import check_messages, check_parameters, check_template
+from localllm.modelfile.lora_check import check_adapter_fits
 from localllm.modelfile.paths import allowed_path, looks_like_path, model_files
 from localllm.modelfile.quantize import QUANTIZABLE, quant_type, quantize_file
 from localllm.store.importer import config_for
@@ -103,7 +104,7 @@ class Creator:
         if spec.template is not None:
             check_template(spec.template, spec.messages or [], spec.system)
         for fname, digest in spec.adapters.items():
-            plan.adapters.append(self._check_adapter(fname, digest, plan.info))
+            plan.adapters.append(self._check_adapter(fname, digest, plan))
         if plan.quantize and plan.info is not None:
             self._check_quantizable(plan, plan.info)
         return plan
@@ -153,8 +154,8 @@ class Creator:
             raise InvalidRequest(f"{base.name.display} has no model layer")
         plan.info = read_model_info_split(self.store.model_paths(base))
 
-    def _check_adapter(self, fname: str, digest: str, base: ModelInfo | None
-                       ) -> tuple[str, str, int]:
+    def _check_adapter(self, fname: str, digest: str, plan: Plan) -> tuple[str, str, int]:
+        base = plan.info
         path = self._blob(digest, f"ADAPTER {fname}")
         info = read_model_info(path)
         if not info.is_adapter:
@@ -164,6 +165,9 @@ class Creator:
             raise InvalidRequest(
                 f'ADAPTER "{fname}" was made for a "{info.architecture}" model, '
                 f'but the base model is "{base.architecture}"')
+        if base is not None:  # (None: an hf.co base not pulled yet; checked again after)
+            check_adapter_fits(fname, path, [self.store.blobs.path(ly.digest)
+                                             for ly in plan.model_layers] + plan.import_paths)
         return fname, parse_digest(digest), path.stat().st_size
 
     def _check_quantizable(self, plan: Plan, info: ModelInfo) -> None:
@@ -190,7 +194,7 @@ class Creator:
             self._use_base(plan, plan.base)
             # Checks that needed the base's metadata.
             assert plan.info is not None
-            plan.adapters = [self._check_adapter(f, d, plan.info) for f, d, _ in plan.adapters]
+            plan.adapters = [self._check_adapter(f, d, plan) for f, d, _ in plan.adapters]
             if plan.quantize:
                 self._check_quantizable(plan, plan.info)
         emit({"status": "parsing GGUF"})

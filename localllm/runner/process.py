@@ -86,6 +86,7 @@ class RunnerProcess:
         self.info: dict[str, Any] = {}
         self.memory: dict[str, dict[str, int]] = {}
         self.load_duration = 0  # ns, spawn to loaded, as the parent saw it
+        self.adapter_loads: dict[str, int] = {}  # LoRA path -> ns its load took in the child
         self._streams: dict[str, asyncio.Queue[Piece | Done | Failed | BaseException]] = {}
         self._calls: dict[str, asyncio.Future[P.Message]] = {}
         self._wire: dict[str, str] = {}  # request id -> wire id of its running stream
@@ -361,6 +362,10 @@ class RunnerProcess:
             q = self._streams.get(event.id)
             if q is not None:  # else the consumer already left: drop it
                 q.put_nowait(event)
+        elif kind == "adapter":
+            path, ns = str(msg["path"]), int(msg["load_ns"])
+            self.adapter_loads[path] = ns
+            log.info("runner %d loaded adapter %s in %.1f ms", self.pid, Path(path).name, ns / 1e6)
         elif kind in ("embeddings", "tokens", "text", "pong"):
             fut = self._calls.get(str(msg["id"]))
             if fut is not None and not fut.done():

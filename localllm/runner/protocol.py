@@ -16,7 +16,8 @@ body that is not a JSON object, an unknown type or a missing field raises
 Messages (parent -> child): ``load``, ``complete``, ``cancel``, ``embed``,
 ``tokenize``, ``detokenize``, ``ping``, ``shutdown``.  (child -> parent):
 ``loaded``, ``piece``, ``done``, ``failed``, ``embeddings``, ``tokens``,
-``text``, ``pong``.  ``failed`` with an empty ``id`` is about the load itself.
+``text``, ``pong``, ``adapter`` (a LoRA adapter was loaded for a request:
+its path and load time).  ``failed`` with an empty ``id`` is about the load itself.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
     "tokens": ("id", "tokens"),
     "text": ("id", "text"),
     "pong": ("id",),
+    "adapter": ("path", "load_ns"),
 }
 
 Message = dict[str, Any]
@@ -176,6 +178,10 @@ def complete_msg(req: CompletionRequest) -> Message:
     return {"type": "complete", "request": to_dict(req)}
 
 
+def adapter_msg(path: str, load_ns: int) -> Message:
+    return {"type": "adapter", "path": path, "load_ns": int(load_ns)}
+
+
 def piece_msg(piece: Piece) -> Message:
     return {"type": "piece", "piece": to_dict(piece)}
 
@@ -208,6 +214,8 @@ def parse_request(msg: Message) -> CompletionRequest:
         req.prompt = [int(t) for t in req.prompt]
     elif not isinstance(req.prompt, str):
         raise ProtocolError("request prompt must be text or a list of token ids")
+    if not isinstance(req.adapters, list) or not all(isinstance(p, str) for p in req.adapters):
+        raise ProtocolError("request adapters must be a list of paths")
     return req
 
 

@@ -175,6 +175,11 @@ class Worker:
                 req_id = req.id
                 engine.submit(req)
                 self.active.add(req.id)
+                adapters = getattr(engine, "adapters", None)  # test engines may have none
+                if req.adapters and adapters is not None:
+                    loads = adapters.take_loads()
+                    if loads:
+                        self.send(*(P.adapter_msg(path, ns) for path, ns in loads))
             elif kind == "cancel":
                 engine.cancel(req_id)
             elif kind == "embed":

@@ -34,11 +34,15 @@ class ModelSpec:
     """What to load: the identity of the weights plus what ``/api/ps`` shows."""
 
     name: str  # display name the request used
-    key: str  # identity of the loaded weights (blob paths); requests with the same key share
+    # Identity of the loaded base weights (blob paths); requests with the same key share
+    # one runner.  LoRA adapters are not part of it: the runner applies them per request,
+    # so base + adapter A and base + adapter B are served by one load.
+    key: str
     model_paths: tuple[str, ...]
     digest: str = ""
     info: Any = None  # ModelInfo, for the planner
     details: dict[str, Any] = field(default_factory=dict)
+    adapters: tuple[str, ...] = ()  # LoRA adapter paths this model name applies
 
 
 @dataclass(frozen=True)

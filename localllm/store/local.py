@@ -17,6 +17,7 @@ from localllm import config, paths
 from localllm.store.blobs import BlobStore
 from localllm.store.manifests import (
     CONFIG_MEDIA_TYPE,
+    MEDIA_ADAPTER,
     MEDIA_MODEL,
     MEDIA_PARAMS,
     MEDIA_SYSTEM,
@@ -63,6 +64,10 @@ class Store:
 
             raise InvalidRequest(f"{entry.name.display} has no model layer")
         return [self.blobs.path(layer.digest) for layer in layers]
+
+    def adapter_paths(self, entry: Entry) -> builtins.list[Path]:
+        """Paths of the manifest's LoRA adapter layers, in order."""
+        return [self.blobs.path(layer.digest) for layer in entry.manifest.by_type(MEDIA_ADAPTER)]
 
     def read_json_layer(self, entry: Entry, media_type: str) -> Any:
         layer = entry.manifest.first(media_type)
