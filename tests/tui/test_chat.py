@@ -258,3 +258,27 @@ def test_model_that_fails_to_load_gives_an_error_and_keeps_the_prompt(
 
     run_app(app, scenario)
 
+
+
+def test_new_chat_mid_reply_files_the_partial_under_the_old_chat(
+    tui_daemon: Daemon, tmp_path: Path
+) -> None:
+    proxy = ThrottleProxy(tui_daemon.url)
+    app = make_app(proxy.url, tmp_path, model=MODEL)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        screen = await send(pilot, LOOP_PROMPT, wait=False)
+        await wait_for(lambda: len(screen.message_views()) == 2)
+        old = screen.chat
+        assert old is not None
+        view = screen.message_views()[-1]
+        await wait_for(lambda: view.reply is not None and len(view.reply.content) >= 10)
+        await pilot.press("ctrl+n")
+        await wait_for(lambda: not screen.generating)
+        await pilot.pause()
+        assert screen.chat is None and screen.history == [] and screen.message_views() == []
+        stored = app.sessions.messages(old.id)
+        assert [m.role for m in stored] == ["user", "assistant"]
+        assert stored[1].partial and set(stored[1].content) == {"A"}
+
+    run_app(app, scenario, proxy=proxy)

@@ -29,7 +29,7 @@ from localllm.api._httpx import httpx
 from localllm.errors import LocalLLMError
 from localllm.tui.reply import Reply
 from localllm.tui.screens.chat_actions import ChatBase
-from localllm.tui.sessions import StoredMessage
+from localllm.tui.sessions import Chat, StoredMessage
 from localllm.tui.widgets.message import MessageView
 from localllm.tui.widgets.prompt import PromptInput
 from localllm.tui.widgets.sidebar import ChatList
@@ -98,6 +98,7 @@ class ChatScreen(ChatBase):
 
     @work(exclusive=True, group="generate")
     async def generate(self) -> None:
+        chat = self.ensure_chat()
         self.generating = True
         self.status.status.note = "generating…"
         self.status.show()
@@ -119,11 +120,19 @@ class ChatScreen(ChatBase):
             await _close(stream)
             self.generating = False
             self.status.status.note = ""
-        await self._finish(view, message, reply, error)
+        await self._finish(chat, view, message, reply, error)
 
-    async def _finish(self, view: MessageView, message: StoredMessage, reply: Reply,
-                      error: str | None) -> None:
+    async def _finish(self, chat: Chat, view: MessageView, message: StoredMessage,
+                      reply: Reply, error: str | None) -> None:
         got_text = bool(reply.content or reply.thinking or reply.tool_calls)
+        if self.chat is not chat:
+            # The user opened another chat meanwhile (which stopped this reply): file
+            # what arrived under the chat it belongs to, and leave the screen alone.
+            message.content, message.partial = reply.content, True
+            message.stats = {**reply.stats(), "interrupted": "stopped"}
+            if got_text:
+                self.llm.sessions.add(chat.id, message)
+            return
         if error is not None and error != "stopped" and not got_text:
             await self._take_back(view, error)
             return
@@ -134,7 +143,6 @@ class ChatScreen(ChatBase):
             message.stats["interrupted"] = error if error == "stopped" else "interrupted"
             if error != "stopped":
                 self.notify(f"Reply interrupted: {error}", severity="error", timeout=8)
-        chat = self.ensure_chat()
         self.llm.sessions.add(chat.id, message)
         self.history.append(message)
         await view.finish_stream()
