@@ -1,0 +1,32 @@
+"""``localllm bench`` argument parsing: levels, durations, conflicting stop rules."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from localllm.cli.bench import _levels, _seconds
+from localllm.cli.main import build_parser
+
+
+def test_levels_and_durations() -> None:
+    assert _levels("1,10, 50") == [1, 10, 50]
+    for bad in ("", "0,1", "a,b"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _levels(bad)
+    assert _seconds("1.5s") == 1.5
+    assert _seconds("2m") == 120.0
+    assert _seconds("750ms") == 0.75
+    for bad in ("-1s", "0", "soon"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _seconds(bad)
+
+
+def test_parser_defaults_and_exclusive_stop_rules(capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args(["bench", "-m", "qwen"])
+    assert (args.concurrency, args.api, args.mode, args.budget_p95) == ([1, 10, 50], "ollama",
+                                                                        "chat", None)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "-m", "q", "--requests", "5", "--duration", "5s"])
+    assert "not allowed with" in capsys.readouterr().err
