@@ -37,14 +37,15 @@ from localllm.engine.types import LoadOptions  # noqa: E402
 DEFAULT = Path.home() / ".cache/localllm-bench/models/llama-0.5b-q4_k_m.gguf"
 
 
-def write_lora(model: Path, out: Path, rank: int, targets: tuple[str, ...]) -> int:
+def write_lora(model: Path, out: Path, rank: int, targets: tuple[str, ...], seed: int = 0
+               ) -> int:
     """A random LoRA over ``targets`` of ``model``; returns the number of tensor pairs."""
     import gguf
     import numpy as np
 
     reader = gguf.GGUFReader(str(model))
     arch = str(bytes(reader.fields["general.architecture"].parts[-1]), "utf-8")
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(out), arch)
     w.add_type("adapter")
     w.add_string("adapter.type", "lora")
@@ -107,10 +108,10 @@ def main() -> None:
         model = make_tiny_model(work)
         targets = ("attn_q.weight", "attn_v.weight", "output.weight")
     loras = [work / "a.gguf", work / "b.gguf"]
-    pairs = [write_lora(model, p, args.rank, targets) for p in loras][0]
+    pairs = [write_lora(model, p, args.rank, targets, seed=i) for i, p in enumerate(loras)]
     opts = LoadOptions(n_ctx=args.n_ctx, n_parallel=1, n_threads=args.threads)
     print(f"model {model.name} ({model.stat().st_size / 2**20:.0f} MiB), LoRA rank "
-          f"{args.rank} on {pairs} tensors ({loras[0].stat().st_size / 2**20:.1f} MiB), "
+          f"{args.rank} on {pairs[0]} tensors ({loras[0].stat().st_size / 2**20:.1f} MiB), "
           f"{args.threads} threads, n_ctx {args.n_ctx}")
 
     loads: list[int] = []
