@@ -101,7 +101,7 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lora-bench-"))
     model: Path = args.model
-    targets = ("attn_q.weight", "attn_v.weight")
+    targets: tuple[str, ...] = ("attn_q.weight", "attn_v.weight")
     if args.tiny or not model.exists():
         from tests.tinymodel import make_tiny_model
 
