@@ -35,6 +35,18 @@ def format_duration(seconds: float) -> str:
     return f"{s // 3600}h{(s % 3600) // 60}m"
 
 
+def processor(size: int, size_vram: int) -> str:
+    """Where a loaded model lives, from /api/ps: ``100% CPU``, ``100% GPU``, ``48%/52% CPU/GPU``."""
+    if size <= 0:
+        return "Unknown"
+    if size_vram <= 0:
+        return "100% CPU"
+    if size_vram >= size:
+        return "100% GPU"
+    cpu = round((size - size_vram) / size * 100)
+    return f"{cpu}%/{100 - cpu}% CPU/GPU"
+
+
 def _plural(n: int, unit: str) -> str:
     return f"{n} {unit}{'' if n == 1 else 's'}"
 

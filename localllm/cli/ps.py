@@ -6,6 +6,8 @@ import argparse
 import time
 from typing import Any
 
+from localllm.cli.output import processor
+
 # expires_at beyond this many seconds means "kept forever" (keep_alive < 0).
 _FOREVER_AFTER = 100 * 365 * 86400
 
@@ -13,18 +15,6 @@ _FOREVER_AFTER = 100 * 365 * 86400
 def register(sub: Any) -> None:
     parser = sub.add_parser("ps", help="List running models")
     parser.set_defaults(func=run)
-
-
-def processor(size: int, size_vram: int) -> str:
-    """Where the model lives: ``100% CPU``, ``100% GPU`` or ``48%/52% CPU/GPU``."""
-    if size <= 0:
-        return "Unknown"
-    if size_vram <= 0:
-        return "100% CPU"
-    if size_vram >= size:
-        return "100% GPU"
-    cpu = round((size - size_vram) / size * 100)
-    return f"{cpu}%/{100 - cpu}% CPU/GPU"
 
 
 def until(expires_at: float, now: float | None = None) -> str:

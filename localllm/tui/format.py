@@ -9,38 +9,9 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from localllm.cli.output import format_bytes as human_size
+from localllm.cli.output import format_duration as human_duration
 from localllm.tui.sessions import Chat, StoredMessage
-
-
-def human_size(n: float) -> str:
-    """``812 B``, ``4.1 MB``, ``3.8 GB`` (decimal units, as Ollama prints them)."""
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1000:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
-
-
-def human_duration(seconds: float) -> str:
-    """``42s``, ``3m05s``, ``1h02m``."""
-    s = max(0, round(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
-
-
-def processor(size: int, size_vram: int) -> str:
-    """Where a loaded model lives, as ``localllm ps`` says it: ``100% CPU``, ``30%/70% CPU/GPU``."""
-    if size <= 0:
-        return "?"
-    if size_vram <= 0:
-        return "100% CPU"
-    if size_vram >= size:
-        return "100% GPU"
-    cpu = round((size - size_vram) / size * 100)
-    return f"{cpu}%/{100 - cpu}% CPU/GPU"
 
 
 def context_length(show: dict[str, Any]) -> int | None:

@@ -117,7 +117,7 @@ def test_pull_shows_speed_and_eta_and_escape_cancels(tmp_path: Path) -> None:
         line = pull.query_one("#line", Label)
         await wait_for(lambda: "ETA" in str(line.render()))
         text = str(line.render())
-        assert text.startswith("pulling abc123") and "/ 10.0 MB" in text and "B/s" in text
+        assert text.startswith("pulling abc123") and "/ 10 MB" in text and "B/s" in text
         await pilot.press("escape")
         await pilot.pause()
         assert app.screen is app.chat_screen

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from localllm.cli.chat import host_url
+from localllm.cli.output import processor
 from localllm.tui.format import (
     context_length,
     export_json,
     export_markdown,
     human_duration,
     human_size,
-    processor,
     pull_line,
     stats_text,
 )
@@ -78,10 +78,10 @@ def test_parse_settings() -> None:
 
 def test_formatting() -> None:
     assert human_size(812) == "812 B" and human_size(4_100_000) == "4.1 MB"
-    assert human_duration(42) == "42s" and human_duration(185) == "3m05s"
-    assert human_duration(3720) == "1h02m"
+    assert human_duration(42) == "42s" and human_duration(185) == "3m5s"
+    assert human_duration(3720) == "1h2m"
     assert processor(100, 0) == "100% CPU" and processor(100, 100) == "100% GPU"
-    assert processor(100, 70) == "30%/70% CPU/GPU" and processor(0, 0) == "?"
+    assert processor(100, 70) == "30%/70% CPU/GPU" and processor(0, 0) == "Unknown"
     assert context_length({"model_info": {"general.architecture": "qwen2",
                                           "qwen2.context_length": 32768}}) == 32768
     assert context_length({"model_info": {"x.context_length": 8}}) == 8
@@ -90,7 +90,7 @@ def test_formatting() -> None:
     assert stats_text({}) == ""
     assert pull_line({"status": "pulling manifest"}, None) == "pulling manifest"
     assert pull_line({"status": "pulling x", "total": 2_000_000, "completed": 1_000_000},
-                     500_000) == "pulling x  1.0 MB / 2.0 MB  500.0 KB/s  ETA 2s"
+                     500_000) == "pulling x  1.0 MB / 2.0 MB  500 KB/s  ETA 2s"
     assert host_url(None) is None and host_url(":9000") == "http://127.0.0.1:9000"
     assert host_url("box:1") == "http://box:1" and host_url("https://x/") == "https://x"
 

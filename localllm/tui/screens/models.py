@@ -17,8 +17,9 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Label, Markdown
 
+from localllm.cli.output import processor
 from localllm.errors import LocalLLMError
-from localllm.tui.format import context_length, human_size, processor
+from localllm.tui.format import context_length, human_size
 from localllm.tui.screens.dialogs import AskScreen, ConfirmScreen
 from localllm.tui.screens.pull import PullScreen
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from textual.widgets import Static
 
-from localllm.tui.format import processor
+from localllm.cli.output import processor
 
 
 @dataclass
