@@ -227,19 +227,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ctx", type=int, default=2048, help="context per slot")
     p.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 8, 16])
     p.add_argument("--prompt-tokens", type=int, default=128)
-    p.add_argument("--output-tokens", type=int, default=64)
+    p.add_argument("--output-tokens", type=int, help="tokens per answer (64; 32 with --quick)")
     p.add_argument("--per-user", type=int, default=3, help="requests per stream per level")
     p.add_argument("--min-requests", type=int, default=6)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--history-tokens", type=int, default=1500)
     p.add_argument("--conversations", type=int, default=3)
     p.add_argument("--our-api", choices=("ollama", "openai"), default="ollama")
-    p.add_argument("--quick", action="store_true", help="1 round, 2 requests per stream, 32 out")
+    p.add_argument("--quick", action="store_true", help="1 round, 2 requests per stream")
     p.add_argument("--reimport", action="store_true", help="import the GGUF into our store again")
     args = p.parse_args(argv)
     if args.quick:
-        args.rounds, args.per_user, args.min_requests, args.output_tokens = 1, 2, 4, 32
-        args.conversations = 2
+        args.rounds, args.per_user, args.min_requests, args.conversations = 1, 2, 4, 2
+    if args.output_tokens is None:
+        args.output_tokens = 32 if args.quick else 64
     size, quant = args.model.split("-", 1)
     gguf = gen_models.model_path(size, quant)
     if not gguf.exists():
