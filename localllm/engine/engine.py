@@ -20,7 +20,7 @@ from typing import Any
 from localllm.engine.adapters import Adapters, AdapterSet
 from localllm.engine.model import Batch, Context, Model, buffer_sizes
 from localllm.engine.sampling import Sampler
-from localllm.engine.slots import Active, Slot, fit_prompt, pick_slot
+from localllm.engine.slots import OVERFLOW, Active, Slot, pick_slot, prompt_tokens
 from localllm.engine.text import TextStream
 from localllm.engine.types import (
     CompletionRequest,
@@ -30,9 +30,9 @@ from localllm.engine.types import (
     LoadOptions,
     Piece,
 )
-from localllm.errors import InvalidRequest, LocalLLMError
+from localllm.errors import LocalLLMError
 
-OVERFLOW = "the input length exceeds the context length"
+__all__ = ["OVERFLOW", "Engine", "default_threads"]
 
 
 def default_threads() -> int:
@@ -84,7 +84,7 @@ class Engine:
     def submit(self, req: CompletionRequest) -> None:
         """Queue a request; it joins the batch at the next step (or fails there)."""
         try:
-            tokens = self._prompt_tokens(req)
+            tokens = prompt_tokens(self.model, req, self.n_ctx_slot)
             key = self.adapters.resolve(req.adapters) if req.adapters else ()
         except LocalLLMError as exc:
             self._events.append(Failed(req.id, exc.message, exc.status))
@@ -195,21 +195,6 @@ class Engine:
         self.close()
 
     # ---- internals ------------------------------------------------------------------
-    def _prompt_tokens(self, req: CompletionRequest) -> list[int]:
-        if isinstance(req.prompt, str):
-            tokens = self.model.tokenize(req.prompt, req.add_special, req.parse_special)
-        else:
-            tokens = [int(t) for t in req.prompt]
-            if any(t < 0 or t >= self.model.n_vocab for t in tokens):
-                raise InvalidRequest("prompt contains a token id outside the vocabulary")
-        if not tokens:
-            raise InvalidRequest("the prompt is empty")
-        if len(tokens) >= self.n_ctx_slot:
-            if not req.truncate:
-                raise InvalidRequest(OVERFLOW)
-            tokens = fit_prompt(tokens, self.n_ctx_slot, req.num_keep)
-        return tokens
-
     def _admit(self, req: CompletionRequest, tokens: list[int], key: AdapterSet) -> None:
         picked = pick_slot(self.slots, tokens, key)
         assert picked is not None

@@ -2,18 +2,25 @@
 
 A slot remembers which tokens its sequence holds in the KV cache (``cache``);
 a new request goes to the free slot sharing the longest prefix with its
-prompt, so only the rest is evaluated.  Prompt truncation on overflow lives
-here too, so the rules for what fits in a slot sit in one place.
+prompt, so only the rest is evaluated.  Prompt checks and truncation on
+overflow live here too, so the rules for what fits in a slot sit in one place.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from localllm.engine.sampling import Sampler
 from localllm.engine.text import TextStream
 from localllm.engine.types import CompletionRequest
+from localllm.errors import InvalidRequest
+
+if TYPE_CHECKING:
+    from localllm.engine.model import Model
+
+OVERFLOW = "the input length exceeds the context length"
 
 
 @dataclass
@@ -87,3 +94,20 @@ def fit_prompt(tokens: list[int], n_ctx: int, num_keep: int) -> list[int]:
     keep = max(0, min(num_keep, n_ctx // 2))
     tail = max(1, (n_ctx - keep) // 2)
     return tokens[:keep] + tokens[-tail:]
+
+
+def prompt_tokens(model: Model, req: CompletionRequest, n_ctx_slot: int) -> list[int]:
+    """A request's prompt as checked token ids, shortened to fit a slot if it may be."""
+    if isinstance(req.prompt, str):
+        tokens = model.tokenize(req.prompt, req.add_special, req.parse_special)
+    else:
+        tokens = [int(t) for t in req.prompt]
+        if any(t < 0 or t >= model.n_vocab for t in tokens):
+            raise InvalidRequest("prompt contains a token id outside the vocabulary")
+    if not tokens:
+        raise InvalidRequest("the prompt is empty")
+    if len(tokens) >= n_ctx_slot:
+        if not req.truncate:
+            raise InvalidRequest(OVERFLOW)
+        tokens = fit_prompt(tokens, n_ctx_slot, req.num_keep)
+    return tokens
