@@ -10,6 +10,8 @@ Models (both ``general.architecture = llama``, tied embeddings like the original
         ffn 4864, vocab 151936 (no q/k/v biases: it is a llama, not a qwen2)
   1b    Llama-3.2-1B dims: 16 layers, embd 2048, 32 heads, 8 kv heads,
         ffn 8192, vocab 128256
+(0.5b's rows of 896 are not a multiple of 256, so in Q4_K_M llama.cpp falls back
+to q5_0/q8_0 for most of its tensors, exactly as it does for the real Qwen2.5-0.5B.)
 We keep the real vocab sizes because the output matmul (vocab x embd) and the
 sampler's work per token scale with the vocab: a 32000 vocab would flatter decode.
 
