@@ -103,12 +103,12 @@ async def _bench(args: argparse.Namespace, target: Any) -> int:
     print(f"bench {target.model} at {target.url} ({target.api} {target.mode}): "
           f"~{workload.prompt_tokens} prompt tokens, {workload.output_tokens} output tokens",
           flush=True)
+    prompts = PromptMaker(workload.prompt_tokens)
     if not args.no_warmup:
-        first = await warm_up(target, workload.timeout)
+        first = await warm_up(target, workload.timeout, prompts)
         if first.status != "ok":
             print(f"Error: warm-up request failed: {first.error}", file=sys.stderr)
             return 1
-    prompts = PromptMaker(workload.prompt_tokens)
 
     async def level(c: int) -> Any:
         total = workload.requests_for(c)

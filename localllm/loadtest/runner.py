@@ -45,12 +45,16 @@ class PromptMaker:
         body = " ".join(self.rng.choice(_WORDS) for _ in range(words))
         return f"{opening} {body}"
 
-    def observe(self, prompt: str, prompt_tokens: int | None) -> None:
-        """Move the words-to-tokens ratio toward what the server reported."""
+    def observe(self, prompt: str, prompt_tokens: int | None, weight: float = 0.5) -> None:
+        """Move the words-to-tokens ratio toward what the server reported.
+
+        Only part of the way by default: counts include the chat template, which
+        varies little, so single observations are noisy.  ``weight=1`` adopts it.
+        """
         if not prompt_tokens:
             return
         measured = prompt_tokens / max(1, len(prompt.split()))
-        self.tokens_per_word = 0.5 * self.tokens_per_word + 0.5 * measured
+        self.tokens_per_word += weight * (measured - self.tokens_per_word)
 
 
 def make_client(target: Target, concurrency: int, timeout: float) -> httpx.AsyncClient:
@@ -184,7 +188,17 @@ async def run_level(
     return summarize(concurrency, results, wall), results
 
 
-async def warm_up(target: Target, timeout: float = 600.0) -> RequestResult:
-    """One short request so that loading the model is not counted as anyone's TTFT."""
+async def warm_up(target: Target, timeout: float = 600.0,
+                  prompts: PromptMaker | None = None) -> RequestResult:
+    """One short request so that loading the model is not counted as anyone's TTFT.
+
+    With ``prompts``, the request is one of its prompts and the count the
+    server reports calibrates it, so even a first wave of 50 users gets
+    prompts of about the right length.
+    """
+    prompt = prompts.make() if prompts else "Hello"
     async with make_client(target, 1, timeout) as http:
-        return await send_one(http, target, "Hello", 2)
+        res = await send_one(http, target, prompt, 2)
+    if prompts is not None:
+        prompts.observe(prompt, res.prompt_tokens, weight=1.0)
+    return res

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from localllm.loadtest import runner
 from localllm.loadtest.protocols import Target, build_request, parse_line
 from localllm.loadtest.runner import PromptMaker, Workload, run_level, send_one
 
@@ -141,3 +142,20 @@ def test_prompts_are_unique_and_calibrated() -> None:
         p = pm.make()
         pm.observe(p, 4 * len(p.split()))
     assert 90 <= 4 * len(pm.make().split()) <= 110
+
+
+def test_warm_up_calibrates_prompts_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    pm = PromptMaker(200, seed=1)
+    probe_words = len(PromptMaker(200, seed=1).make().split())  # what warm_up will send
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        # A tokenizer with 3 tokens per word.
+        done = {"done": True, "prompt_eval_count": 3 * probe_words}
+        return httpx.Response(200, text=json.dumps(done) + "\n")
+
+    monkeypatch.setattr(runner, "make_client", lambda *a, **k: httpx.AsyncClient(
+        base_url="http://x", transport=httpx.MockTransport(handler)))
+    res = asyncio.run(runner.warm_up(Target("http://x", "m"), prompts=pm))
+    assert res.status == "ok"
+    assert pm.tokens_per_word == pytest.approx(3.0)
+    assert 190 <= 3 * len(pm.make().split()) <= 210
