@@ -15,7 +15,6 @@ measures Ollama's default sampler chain instead.
 
 Needs bench/build_llama_tools.sh (anchors); models come from gen_models.py.  Run:
   .venv/bin/python bench/engine_bench.py --model 0.5b-q4_k_m
-  .venv/bin/python bench/engine_bench.py --model 1b-q8_0 --threads 8
   .venv/bin/python bench/engine_bench.py --quick      # smoke run, a minute or two
   .venv/bin/python bench/engine_bench.py --ours-only  # e.g. under py-spy
 """
@@ -64,6 +63,7 @@ class Results:
 
     def add(self, side: str, key: str, value: float) -> None:
         getattr(self, side).setdefault(key, []).append(value)
+        print(f"  {side:6} {key:9} {value:8.1f} tok/s", flush=True)  # survives an interrupted run
 
     def med(self, side: str, key: str) -> float | None:
         vals = getattr(self, side).get(key)
