@@ -143,7 +143,9 @@ async def prefix_reuse(args: argparse.Namespace, target: Target) -> tuple[float,
     t1s, t2s, hist = [], [], []
     pm = PromptMaker(args.history_tokens, seed=7)
     async with make_client(target, 1, 600) as http:
-        probe = pm.make()  # learn this tokenizer's tokens per word
+        # Learn this tokenizer's tokens per word from a short probe: a long one
+        # could be truncated to fit the context and then under-count.
+        probe = PromptMaker(256, seed=8).make()
         calib = await send_one(http, target, probe, 1)
         if calib.prompt_tokens:
             pm.tokens_per_word = calib.prompt_tokens / len(probe.split())
@@ -155,6 +157,9 @@ async def prefix_reuse(args: argparse.Namespace, target: Target) -> tuple[float,
             two = await send_one(http, target, history, 16)
             if one.status != "ok" or two.status != "ok":
                 raise RuntimeError(f"chat failed: {one.error or two.error}")
+            if not one.prompt_tokens or abs(one.prompt_tokens / args.history_tokens - 1) > 0.2:
+                print(f"  warning: turn 1 of {target.url} counted {one.prompt_tokens} prompt "
+                      f"tokens, not ~{args.history_tokens} (truncated to fit the context?)")
             t1s.append(one.ttft or float("nan"))
             t2s.append(two.ttft or float("nan"))
             hist.append(one.prompt_tokens or 0)

@@ -192,11 +192,14 @@ async def warm_up(target: Target, timeout: float = 600.0,
                   prompts: PromptMaker | None = None) -> RequestResult:
     """One short request so that loading the model is not counted as anyone's TTFT.
 
-    With ``prompts``, the request is one of its prompts and the count the
-    server reports calibrates it, so even a first wave of 50 users gets
-    prompts of about the right length.
+    With ``prompts``, the request is a prompt in their style and the count the
+    server reports calibrates them, so even a first wave of 50 users gets
+    prompts of about the right length.  The probe is kept short: a first guess
+    that overshoots the context would be truncated by the server and its count
+    would then mislead the calibration.
     """
-    prompt = prompts.make() if prompts else "Hello"
+    probe = PromptMaker(min(prompts.tokens, 256), seed=-1) if prompts else None
+    prompt = probe.make() if probe else "Hello"
     async with make_client(target, 1, timeout) as http:
         res = await send_one(http, target, prompt, 2)
     if prompts is not None:

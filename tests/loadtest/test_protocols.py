@@ -145,8 +145,8 @@ def test_prompts_are_unique_and_calibrated() -> None:
 
 
 def test_warm_up_calibrates_prompts_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    pm = PromptMaker(200, seed=1)
-    probe_words = len(PromptMaker(200, seed=1).make().split())  # what warm_up will send
+    pm = PromptMaker(1000, seed=1)
+    probe_words = len(PromptMaker(256, seed=-1).make().split())  # what warm_up will send
 
     def handler(request: httpx.Request) -> httpx.Response:
         # A tokenizer with 3 tokens per word.
@@ -158,4 +158,4 @@ def test_warm_up_calibrates_prompts_at_once(monkeypatch: pytest.MonkeyPatch) -> 
     res = asyncio.run(runner.warm_up(Target("http://x", "m"), prompts=pm))
     assert res.status == "ok"
     assert pm.tokens_per_word == pytest.approx(3.0)
-    assert 190 <= 3 * len(pm.make().split()) <= 210
+    assert 950 <= 3 * len(pm.make().split()) <= 1050
