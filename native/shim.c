@@ -42,6 +42,7 @@ struct ll_batch {
 struct ll_sampler {
     struct llama_sampler *chain;
     struct llama_sampler *penalties; /* owned by chain; NULL when off */
+    int32_t argmax_vocab;            /* > 0: plain greedy, sampled by argmax over logits */
 };
 
 struct ll_lora {
@@ -385,6 +386,10 @@ ll_sampler *ll_sampler_new(const ll_model *m, const ll_context *c, float temp, i
     }
     if (temp <= 0.0f) {
         llama_sampler_chain_add(s->chain, llama_sampler_init_greedy());
+        /* Greedy with nothing before it is a stateless argmax: skip building the
+           vocabulary-sized candidate array the chain would fill for every token. */
+        if (!pen_on && (grammar == NULL || grammar[0] == '\0'))
+            s->argmax_vocab = llama_vocab_n_tokens(m->vocab);
         return s;
     }
     if (top_k > 0) llama_sampler_chain_add(s->chain, llama_sampler_init_top_k(top_k));
@@ -410,6 +415,15 @@ void ll_sampler_accept_prompt(ll_sampler *s, const int32_t *tokens, int n) {
 }
 
 int32_t ll_sampler_sample(ll_sampler *s, ll_context *c, int32_t i) {
+    if (s->argmax_vocab > 0) {
+        const float *logits = llama_get_logits_ith(c->ctx, i);
+        if (logits != NULL) {
+            int32_t best = 0;
+            for (int32_t t = 1; t < s->argmax_vocab; t++)
+                if (logits[t] > logits[best]) best = t; /* first maximum, as the greedy sampler */
+            return best;
+        }
+    }
     return llama_sampler_sample(s->chain, c->ctx, i);
 }
 

@@ -12,7 +12,6 @@ LoRA adapters; a step then serves one adapter set (see ``adapters.py``).
 
 from __future__ import annotations
 
-import os
 import time
 from collections import deque
 from typing import Any
@@ -31,15 +30,9 @@ from localllm.engine.types import (
     Piece,
 )
 from localllm.errors import LocalLLMError
+from localllm.hardware.cpu import default_threads
 
 __all__ = ["OVERFLOW", "Engine", "default_threads"]
-
-
-def default_threads() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # macOS has no sched_getaffinity
-        return max(1, os.cpu_count() or 1)
 
 
 class Engine:
@@ -132,14 +125,17 @@ class Engine:
         for s, _, prefill in part:
             a = s.active
             assert a is not None
-            t1 = time.perf_counter_ns()
-            if s.logits_index >= 0:
-                events.extend(self._sample(s))
-            spent = dt + time.perf_counter_ns() - t1
+            # Charge the decode before sampling: sampling may finish the request and
+            # build its Done, which must already include this step.
             if prefill:
-                a.prompt_ns += spent
+                a.prompt_ns += dt
             else:
-                a.eval_ns += spent
+                a.eval_ns += dt
+            if s.logits_index >= 0:
+                t1 = time.perf_counter_ns()
+                events.extend(self._sample(s))
+                if s.active is a:  # still running: its sampling time counts too
+                    a.eval_ns += time.perf_counter_ns() - t1
         return events
 
     def embed(self, inputs: list[str], *, truncate: bool = True) -> tuple[list[list[float]], int]:

@@ -226,3 +226,20 @@ def available_ram() -> int:
     if platform.system() == "Darwin":
         return _macos_info().available_ram
     return linux_memory()[1]
+
+
+def default_threads() -> int:
+    """Threads for CPU inference: the physical cores this process may run on.
+
+    llama.cpp's CPU kernels gain nothing from SMT siblings, and a container may
+    allow fewer CPUs than the machine has.
+    """
+    try:
+        allowed = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS has no sched_getaffinity
+        allowed = os.cpu_count() or 1
+    try:
+        physical = cpu_info().physical_cores
+    except Exception:  # detection is best effort
+        physical = 0
+    return max(1, min(physical, allowed) if physical > 0 else allowed)

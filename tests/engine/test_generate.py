@@ -130,3 +130,19 @@ def test_tiny_model_helpers_agree_with_llama_cpp(engine: Engine) -> None:
     for prompt, text in GREEDY.items():
         assert expected_greedy(prompt) == text
     assert expected_greedy("0", 2) == "é" and expected_greedy("0", 1) == ""
+
+
+def test_timings_include_the_last_step(engine: Engine) -> None:
+    """Done is built inside the last step; its decode time must already be counted."""
+    one = run_one(engine, req("a", id="one", num_predict=1))
+    assert one.done is not None and one.done.prompt_eval_ns > 0
+    two = run_one(engine, req("k", id="two", num_predict=2))
+    assert two.done is not None and two.done.prompt_eval_ns > 0 and two.done.eval_ns > 0
+
+
+def test_greedy_fast_path_matches_the_chain_with_penalty_off_and_on(engine: Engine) -> None:
+    # repeat_penalty != 1 keeps llama.cpp's full chain; 1.0 takes the argmax shortcut.
+    plain = run_one(engine, req("hello", id="p"))
+    chained = run_one(engine, req("hello", id="c", sampling=SamplingParams(
+        temperature=0.0, repeat_penalty=1.0001, repeat_last_n=4)))
+    assert plain.text == chained.text == GREEDY["hello"]
