@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from localllm.cli.chatstream import StreamPrinter, WordWrap, go_duration, stats_text, stream_chat
@@ -142,7 +143,11 @@ def test_interactive_session_through_stdin(echo_daemon: Daemon) -> None:
     assert re.search(r"temperature\s+0.0\n", params)
     assert re.search(r'stop\s+"q"\nstop\s+"r"\n', params)
     assert "Cleared session context" in text
-    assert "needs a daemon with model creation (/api/create)" in text
+    assert "Created new model 'mine'" in text
+    shown = httpx.post(echo_daemon.url + "/api/show", json={"model": "mine"},
+                       trust_env=False).json()
+    assert shown["system"] == "zz"  # the session's system prompt and parameters were saved
+    assert re.search(r"num_predict\s+3", shown["parameters"])
     assert "Unknown command '/nonsense'" in text
     assert "\n>>> zz\n" in text and f"\n>>> {ECHO_TEMPLATE}\n" in text
     assert "/set            Set session variables" in text
