@@ -14,14 +14,13 @@ from typing import Annotated, Any
 
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Request, Response
-from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from localllm.api.schemas import _ModelRequest
 from localllm.errors import InvalidRequest
 from localllm.modelfile.create import CreateSpec, Creator, Emit
 from localllm.server.deps import json_body, model_service
-from localllm.server.streaming import events_from_thread, ndjson_response
+from localllm.server.streaming import events_from_thread, progress_response
 from localllm.services import ModelService
 
 router = APIRouter()
@@ -69,10 +68,4 @@ async def create(
     def work(emit: Emit, cancel: Any) -> None:
         creator.run(plan, emit, cancel)
 
-    events = events_from_thread(work, request=request)
-    if req.stream:
-        return await ndjson_response(events)
-    last: dict[str, Any] = {"status": "success"}
-    async for event in events:
-        last = event
-    return JSONResponse(last)
+    return await progress_response(events_from_thread(work, request=request), req.stream)

@@ -14,13 +14,13 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Request, Response
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import PlainTextResponse
 
 from localllm import __version__
 from localllm.api.schemas import CopyRequest, DeleteRequest, PullRequest, ShowRequest
 from localllm.errors import BlobNotFound
 from localllm.server.deps import json_body, model_service
-from localllm.server.streaming import Emit, events_from_thread, ndjson_response
+from localllm.server.streaming import Emit, events_from_thread, progress_response
 from localllm.services import ModelService
 from localllm.store.names import parse_digest, parse_name
 
@@ -58,13 +58,7 @@ async def pull(
     def work(emit: Emit, cancel: Any) -> None:
         svc.pull(model, emit, cancel=cancel)
 
-    events = events_from_thread(work, request=request)
-    if req.stream:
-        return await ndjson_response(events)
-    last: dict[str, Any] = {"status": "success"}
-    async for event in events:
-        last = event
-    return JSONResponse(last)
+    return await progress_response(events_from_thread(work, request=request), req.stream)
 
 
 @router.delete("/api/delete")

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from localllm.errors import LocalLLMError
 
@@ -134,3 +134,13 @@ async def ndjson_response(
             yield line
 
     return StreamingResponse(body(), status_code=status_code, media_type=NDJSON)
+
+
+async def progress_response(events: AsyncIterator[dict[str, Any]], stream: bool) -> Response:
+    """A progress stream (pull, create) as NDJSON, or only its last status when not streaming."""
+    if stream:
+        return await ndjson_response(events)
+    last: dict[str, Any] = {"status": "success"}
+    async for event in events:
+        last = event
+    return JSONResponse(last)

@@ -16,6 +16,7 @@ import ollama
 import openai
 import pytest
 
+from tests import procs
 from tests.cli.conftest import Daemon
 from tests.inference.variants import GREEDY_OPTS, serve
 from tests.tinymodel import GREEDY, LOOP_PROMPT
@@ -42,22 +43,7 @@ def ps_names(d: Daemon) -> list[str]:
 
 
 def runner_pids(d: Daemon) -> list[int]:
-    """Runner processes whose parent is this test's daemon (a /proc scan, no psutil)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmd = f.read()
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == d.proc.pid and b"localllm.runner" in cmd:
-            pids.append(int(entry))
-    return pids
-
+    return procs.runner_pids(d.proc.pid)
 
 def test_keep_alive_expiry_and_zero(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with serve(tmp_path, monkeypatch, names=("tiny",)) as d:

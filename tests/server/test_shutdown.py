@@ -9,7 +9,6 @@ parent reaps it: that counts as gone).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 from collections.abc import Iterator
@@ -22,24 +21,8 @@ import pytest
 
 from tests.cli.conftest import Daemon
 from tests.inference.variants import serve
+from tests.procs import runner_pids
 from tests.tinymodel import LOOP_PROMPT
-
-
-def runner_pids(daemon_pid: int) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmd = f.read()
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == daemon_pid and b"localllm.runner" in cmd:
-            pids.append(int(entry))
-    return pids
 
 
 def running(pid: int) -> bool:
