@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
-from localllm.errors import LocalLLMError
 from localllm.store.local import Store
 from localllm.store.manifests import (
     MEDIA_LICENSE,
@@ -119,6 +118,9 @@ class ModelService:
         return out
 
     def show(self, model: str, *, verbose: bool = False) -> dict[str, Any]:
+        # One writer for Modelfiles (the parser's twin), so the text round-trips through create.
+        from localllm.modelfile.show import modelfile_text
+
         name = parse_name(model)
         entry = self.store.get(name)
         info = self._model_info(entry)
@@ -146,7 +148,7 @@ class ModelService:
         ]
         vision = entry.manifest.first(MEDIA_PROJECTOR) is not None
         return {
-            "modelfile": self._modelfile(entry, template, system, params, licenses),
+            "modelfile": modelfile_text(self.store, entry),
             "parameters": format_parameters(params),
             "template": template,
             "system": system,
@@ -158,21 +160,9 @@ class ModelService:
         }
 
     def _model_info(self, entry: Entry) -> Any:
-        from localllm import gguf_info
+        from localllm.gguf_info import read_model_info_split  # one shard or several
 
-        files = self.store.model_paths(entry)
-        if len(files) > 1:  # split GGUF: metadata and tensors span the shards
-            return gguf_info.read_model_info_split(files)
-        return gguf_info.read_model_info(files[0])
-
-    def _modelfile(
-        self, entry: Entry, template: str, system: str, params: dict[str, Any],
-        licenses: list[str],
-    ) -> str:
-        # One writer for Modelfiles (the parser's twin), so the text round-trips through create.
-        from localllm.modelfile.show import modelfile_text
-
-        return modelfile_text(self.store, entry)
+        return read_model_info_split(self.store.model_paths(entry))
 
     # -- changing ------------------------------------------------------------
     def copy(self, source: str, destination: str) -> None:
@@ -190,12 +180,9 @@ class ModelService:
     def pull(
         self, model: str, progress: Progress, *, cancel: threading.Event | None = None
     ) -> None:
-        name = parse_name(model)
-        try:
-            from localllm.store.pull import pull_model
-        except ImportError:  # pragma: no cover - only before store/pull.py lands
-            raise LocalLLMError("pulling models is not available in this build") from None
-        pull_model(self.store, name, progress, cancel=cancel)
+        from localllm.store.pull import pull_model
+
+        pull_model(self.store, parse_name(model), progress, cancel=cancel)
 
     def blob_exists(self, digest: str) -> bool:
         return self.store.blobs.exists(parse_digest(digest))
