@@ -25,24 +25,20 @@ class Reply:
         self.thinking = ""
         self.tool_calls: list[dict[str, Any]] = []
         self.final: dict[str, Any] | None = None
-        # Bumped on every change, so a reader can tell cheaply whether to redraw.
-        self.version = 0
 
     def feed(self, chunk: dict[str, Any]) -> None:
         message = chunk.get("message") or {}
         content = message.get("content") or ""
         thinking = message.get("thinking") or ""
         calls = message.get("tool_calls") or []
-        if (content or thinking or calls) and self.first_token is None:
-            self.first_token = self.clock()
         if content or thinking or calls:
+            if self.first_token is None:
+                self.first_token = self.clock()
             self.content += content
             self.thinking += thinking
             self.tool_calls.extend(calls)
-            self.version += 1
         if chunk.get("done"):
             self.final = chunk
-            self.version += 1
 
     @property
     def ttft(self) -> float | None:
