@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from localllm.errors import InvalidModelFile, InvalidRequest, PullError
-from localllm.gguf_info import ModelInfo, read_model_info, read_model_info_split
+from localllm.gguf_info import ModelInfo, read_model_info_split
 from localllm.store import download, hub
 from localllm.store.importer import config_for
 from localllm.store.local import Store
@@ -93,7 +93,7 @@ def _model_info(store: Store, layers: list[Layer]) -> ModelInfo:
     """Read the downloaded GGUF(s); a malformed file is dropped unless another model uses it."""
     paths = [store.blobs.path(layer.digest) for layer in layers]
     try:
-        return read_model_info(paths[0]) if len(paths) == 1 else read_model_info_split(paths)
+        return read_model_info_split(paths)  # one file or the shards of a split model
     except InvalidModelFile as exc:
         with store.lock:
             in_use = store.manifests.referenced()
