@@ -55,20 +55,11 @@ def parameters_text(model_params: str, user: dict[str, Any]) -> str:
     rows = [ln for ln in model_params.splitlines() if ln.strip()]
     lines += rows or ["No additional parameters were specified for this model."]
     if user:
-        lines += ["", "User defined parameters:"]
-        for name, value in user.items():
-            values = value if isinstance(value, list) else [value]
-            for v in values:
-                lines.append(f"{name:<30} {_param_text(v)}")
+        # The same lines as /api/show's "parameters", so both blocks read alike.
+        from localllm.services import format_parameters
+
+        lines += ["", "User defined parameters:", format_parameters(user)]
     return "\n".join(lines)
-
-
-def _param_text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return f'"{value}"'
-    return str(value)
 
 
 def help_text(args: list[str]) -> str:
