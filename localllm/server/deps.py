@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
 from localllm.errors import InvalidRequest
+from localllm.inference import InferenceService
 from localllm.services import ModelService
 
 M = TypeVar("M", bound=BaseModel)
@@ -48,6 +49,11 @@ async def parse_json(request: Request, model: type[M]) -> M:
         raise InvalidRequest(f"invalid JSON in request body: {exc}") from None
     if data is None:
         raise InvalidRequest("missing request body")
+    return validate(model, data)
+
+
+def validate(model: type[M], data: Any) -> M:
+    """``data`` as ``model``; a validation failure is a 400 naming the first problem."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -65,4 +71,9 @@ def json_body(model: type[M]) -> Callable[[Request], Awaitable[M]]:
 
 def model_service(request: Request) -> ModelService:
     service: ModelService = request.app.state.models
+    return service
+
+
+def inference_service(request: Request) -> InferenceService:
+    service: InferenceService = request.app.state.inference
     return service

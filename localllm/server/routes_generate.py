@@ -22,8 +22,8 @@ from localllm.api.schemas_infer import (
     GenerateRequest,
 )
 from localllm.errors import InvalidRequest
-from localllm.inference import InferenceService, now_rfc3339
-from localllm.server.deps import parse_json
+from localllm.inference import now_rfc3339
+from localllm.server.deps import inference_service, parse_json
 from localllm.server.native import (
     chat_plan,
     check_top_logprobs,
@@ -34,11 +34,6 @@ from localllm.server.native import (
 from localllm.server.streaming import ndjson_response
 
 router = APIRouter()
-
-
-def inference(request: Request) -> InferenceService:
-    service: InferenceService = request.app.state.inference
-    return service
 
 
 def _require_model(model: str) -> None:
@@ -67,7 +62,7 @@ async def generate(request: Request) -> Response:
     req = await parse_json(request, GenerateRequest)
     _require_model(req.model)
     check_top_logprobs(req.top_logprobs)
-    svc = inference(request)
+    svc = inference_service(request)
     target = svc.target(req.model)
     if req.raw and (req.template or req.system or req.context):
         raise InvalidRequest("raw mode does not support template, system, or context")
@@ -91,7 +86,7 @@ async def _single(body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
 async def chat(request: Request) -> Response:
     req = await parse_json(request, ChatRequest)
     _require_model(req.model)
-    svc = inference(request)
+    svc = inference_service(request)
     if not req.messages:
         target = svc.target(req.model)
         reason = await svc.load_only(target, req.options, req.keep_alive)
@@ -104,14 +99,14 @@ async def chat(request: Request) -> Response:
 @router.post("/api/embed")
 async def embed(request: Request) -> Response:
     req = await parse_json(request, EmbedRequest)
-    return JSONResponse(await embed_native(inference(request), req))
+    return JSONResponse(await embed_native(inference_service(request), req))
 
 
 @router.post("/api/embeddings")
 async def embeddings(request: Request) -> Response:
     req = await parse_json(request, EmbeddingsRequest)
     _require_model(req.model)
-    svc = inference(request)
+    svc = inference_service(request)
     target = svc.target(req.model)
     if not req.prompt:
         return JSONResponse({"embedding": []})
@@ -122,5 +117,5 @@ async def embeddings(request: Request) -> Response:
 
 @router.get("/api/ps")
 async def ps(request: Request) -> Response:
-    return JSONResponse({"models": inference(request).ps()})
+    return JSONResponse({"models": inference_service(request).ps()})
 

@@ -18,11 +18,11 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, RootModel, ValidationError
+from pydantic import RootModel
 
 from localllm.api.schemas_infer import ChatRequest, EmbedRequest, GenerateRequest
 from localllm.compat.openai import (
@@ -43,29 +43,15 @@ from localllm.compat.openai_responses import (
     text_completion,
 )
 from localllm.errors import InvalidRequest, ModelNotFound
-from localllm.inference import InferenceService
-from localllm.server.deps import describe_validation, model_service, parse_json
+from localllm.server.deps import inference_service, model_service, parse_json, validate
 from localllm.server.fanout import gather, merge
 from localllm.server.native import Plan, chat_plan, embed_native, fold, generate_plan
 from localllm.store.names import parse_name
 
 log = logging.getLogger(__name__)
 router = APIRouter()
-M = TypeVar("M", bound=BaseModel)
 Body = RootModel[dict[str, Any]]
 Streamer = ChatStream | CompletionStream
-
-
-def _service(request: Request) -> InferenceService:
-    service: InferenceService = request.app.state.inference
-    return service
-
-
-def _validate(model: type[M], data: dict[str, Any]) -> M:
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise InvalidRequest(describe_validation(exc)) from None
 
 
 async def _body(request: Request) -> dict[str, Any]:
@@ -132,9 +118,9 @@ async def chat_completions(request: Request) -> Response:
     conv = chat_request_to_native(await _body(request))
     if not conv.native["messages"]:
         raise InvalidRequest("messages must be a non-empty array")
-    req = _validate(ChatRequest, conv.native)
+    req = validate(ChatRequest, conv.native)
     forced = req.tools and conv.tool_choice == "required"
-    plan = chat_plan(_service(request), req,
+    plan = chat_plan(inference_service(request), req,
                      forced_tools=conv.native["tools"] if forced else None)
     model = req.model
     if conv.stream:
@@ -146,8 +132,8 @@ async def chat_completions(request: Request) -> Response:
 @router.post("/v1/completions")
 async def completions(request: Request) -> Response:
     conv = completion_request_to_native(await _body(request))
-    req = _validate(GenerateRequest, conv.native)
-    svc = _service(request)
+    req = validate(GenerateRequest, conv.native)
+    svc = inference_service(request)
     plan = await generate_plan(svc, svc.target(req.model), req)
     model = req.model
     if conv.stream:
@@ -163,8 +149,8 @@ async def completions(request: Request) -> Response:
 @router.post("/v1/embeddings")
 async def embeddings(request: Request) -> Response:
     native, encoding = embedding_request_to_native(await _body(request))
-    req = _validate(EmbedRequest, native)
-    result = await embed_native(_service(request), req)
+    req = validate(EmbedRequest, native)
+    result = await embed_native(inference_service(request), req)
     return JSONResponse(embeddings_response(result, req.model, encoding))
 
 
