@@ -31,21 +31,21 @@ _EFFORTS = ("low", "medium", "high", "max")
 
 
 @dataclass
-class ChatConversion:
-    native: dict[str, Any]  # an /api/chat request body
+class _Conversion:
+    native: dict[str, Any]  # the native request body
     n: int = 1
     stream: bool = False
     include_usage: bool = False
+
+
+@dataclass
+class ChatConversion(_Conversion):  # native: an /api/chat body
     tool_choice: str = "auto"  # "auto" | "none" | "required"
     forced_tool: str | None = None
 
 
 @dataclass
-class CompletionConversion:
-    native: dict[str, Any]  # an /api/generate request body
-    n: int = 1
-    stream: bool = False
-    include_usage: bool = False
+class CompletionConversion(_Conversion):  # native: an /api/generate body
     echo: bool = False
 
 
@@ -281,9 +281,8 @@ def chat_request_to_native(body: Mapping[str, Any]) -> ChatConversion:
             if top > 20:
                 raise _bad("top_logprobs must be between 0 and 20")
             native["top_logprobs"] = top
-    for key in ("keep_alive",):
-        if key in body:
-            native[key] = body[key]
+    if "keep_alive" in body:
+        native["keep_alive"] = body["keep_alive"]
     return ChatConversion(native, n=n, stream=stream, include_usage=include_usage,
                           tool_choice=choice, forced_tool=forced)
 
