@@ -134,7 +134,7 @@ def chat_plan(svc: InferenceService, req: ChatRequest, *,
     target = svc.target(req.model)
     if any(m.images for m in req.messages):
         raise InvalidRequest(f'"{req.model}" does not support vision')
-    think = think_flag(req.think, target)
+    think = think_flag(req.think)
     messages = [m.model_dump(exclude_none=True) for m in req.messages]
     if target.system and not any(m["role"] == "system" for m in messages):
         messages.insert(0, {"role": "system", "content": target.system})
@@ -156,7 +156,7 @@ def chat_plan(svc: InferenceService, req: ChatRequest, *,
 async def generate_plan(svc: InferenceService, target: Target, req: GenerateRequest) -> Plan:
     """A ``/api/generate`` request with a prompt or suffix as a plan."""
     check_top_logprobs(req.top_logprobs)
-    think = think_flag(req.think, target)
+    think = think_flag(req.think)
     if req.raw:
         prompt: str | list[int] = req.prompt
     elif req.suffix:

@@ -29,7 +29,7 @@ def grammar_for(fmt: str | dict[str, Any] | None) -> str | None:
     return grammar_for_format(fmt)
 
 
-def think_flag(value: bool | str | None, target: Target) -> bool | None:
+def think_flag(value: bool | str | None) -> bool | None:
     """Ollama's ``think``: bool or a level (``low|medium|high|max``, meaning on)."""
     if value is None:
         return None
