@@ -13,7 +13,7 @@ from localllm.tui.app import LocalLLMApp
 from localllm.tui.screens.chat import ChatScreen
 from localllm.tui.screens.settings import SettingsScreen
 from localllm.tui.sessions import Sessions
-from localllm.tui.widgets.message import REFRESH_HZ
+from localllm.tui.widgets.message import REFRESH_HZ, MessageView
 from tests.cli.conftest import Daemon
 from tests.tinymodel import LOOP_PROMPT, expected_greedy
 from tests.tui.conftest import make_app, run_app, wait_for
@@ -37,6 +37,15 @@ async def send(pilot: Pilot[None], text: str, *, wait: bool = True) -> ChatScree
         await wait_for(lambda: len(screen.history) == before + 2 and not screen.generating)
         await pilot.pause()
     return screen
+
+
+async def start_long_reply(pilot: Pilot[None], at_least: int) -> tuple[ChatScreen, MessageView]:
+    """Send ``LOOP_PROMPT`` and return once ``at_least`` characters of the reply arrived."""
+    screen = await send(pilot, LOOP_PROMPT, wait=False)
+    await wait_for(lambda: len(screen.message_views()) == 2)
+    view = screen.message_views()[-1]
+    await wait_for(lambda: view.reply is not None and len(view.reply.content) >= at_least)
+    return screen, view
 
 
 def test_reply_streams_exact_text_and_is_saved(tui_daemon: Daemon, tmp_path: Path) -> None:
@@ -73,10 +82,7 @@ def test_escape_stops_generation_and_keeps_the_partial_reply(
     app = make_app(proxy.url, tmp_path, model=MODEL)
 
     async def scenario(pilot: Pilot[None]) -> None:
-        screen = await send(pilot, LOOP_PROMPT, wait=False)
-        await wait_for(lambda: len(screen.message_views()) == 2)
-        view = screen.message_views()[-1]
-        await wait_for(lambda: view.reply is not None and len(view.reply.content) >= 20)
+        screen, view = await start_long_reply(pilot, 20)
         await pilot.press("escape")
         await wait_for(lambda: not screen.generating)
         await pilot.pause()
@@ -119,10 +125,7 @@ def test_daemon_gone_mid_stream_keeps_and_marks_the_partial_reply(
     app = make_app(proxy.url, tmp_path, model=MODEL)
 
     async def scenario(pilot: Pilot[None]) -> None:
-        screen = await send(pilot, LOOP_PROMPT, wait=False)
-        await wait_for(lambda: len(screen.message_views()) == 2)
-        view = screen.message_views()[-1]
-        await wait_for(lambda: view.reply is not None and len(view.reply.content) >= 10)
+        screen, view = await start_long_reply(pilot, 10)
         proxy.cut()
         await wait_for(lambda: not screen.generating)
         await pilot.pause()
@@ -267,12 +270,9 @@ def test_new_chat_mid_reply_files_the_partial_under_the_old_chat(
     app = make_app(proxy.url, tmp_path, model=MODEL)
 
     async def scenario(pilot: Pilot[None]) -> None:
-        screen = await send(pilot, LOOP_PROMPT, wait=False)
-        await wait_for(lambda: len(screen.message_views()) == 2)
+        screen, _ = await start_long_reply(pilot, 10)
         old = screen.chat
         assert old is not None
-        view = screen.message_views()[-1]
-        await wait_for(lambda: view.reply is not None and len(view.reply.content) >= 10)
         await pilot.press("ctrl+n")
         await wait_for(lambda: not screen.generating)
         await pilot.pause()
