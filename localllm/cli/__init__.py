@@ -1,0 +1,1 @@
+"""The `localllm` command line: `main.py` builds the parser, one module per sub-command."""
