@@ -163,13 +163,6 @@ void ll_model_free(ll_model *m) {
 int ll_model_meta(const ll_model *m, const char *key, char *buf, int len) {
     return llama_model_meta_val_str(m->model, key, buf, (size_t)len);
 }
-int ll_model_meta_count(const ll_model *m) { return llama_model_meta_count(m->model); }
-int ll_model_meta_key_at(const ll_model *m, int i, char *buf, int len) {
-    return llama_model_meta_key_by_index(m->model, i, buf, (size_t)len);
-}
-int ll_model_meta_val_at(const ll_model *m, int i, char *buf, int len) {
-    return llama_model_meta_val_str_by_index(m->model, i, buf, (size_t)len);
-}
 const char *ll_model_chat_template(const ll_model *m) {
     return llama_model_chat_template(m->model, NULL);
 }
@@ -180,16 +173,12 @@ int ll_model_n_ctx_train(const ll_model *m) { return llama_model_n_ctx_train(m->
 int ll_model_n_layer(const ll_model *m) { return llama_model_n_layer(m->model); }
 int ll_model_n_embd(const ll_model *m) { return llama_model_n_embd(m->model); }
 int ll_model_n_vocab(const ll_model *m) { return llama_vocab_n_tokens(m->vocab); }
-int ll_model_has_encoder(const ll_model *m) { return llama_model_has_encoder(m->model); }
-uint64_t ll_model_size(const ll_model *m) { return llama_model_size(m->model); }
-uint64_t ll_model_n_params(const ll_model *m) { return llama_model_n_params(m->model); }
 
 /* ---- vocab --------------------------------------------------------------- */
 
 int32_t ll_token_bos(const ll_model *m) { return llama_vocab_bos(m->vocab); }
 int32_t ll_token_eos(const ll_model *m) { return llama_vocab_eos(m->vocab); }
 int ll_token_is_eog(const ll_model *m, int32_t t) { return llama_vocab_is_eog(m->vocab, t); }
-int ll_vocab_add_bos(const ll_model *m) { return llama_vocab_get_add_bos(m->vocab); }
 
 int ll_tokenize(const ll_model *m, const char *text, int text_len, int32_t *tokens, int n_max,
                 int add_special, int parse_special) {
@@ -282,14 +271,7 @@ void ll_mem_clear(ll_context *c) { llama_memory_clear(llama_get_memory(c->ctx), 
 int ll_mem_seq_rm(ll_context *c, int32_t seq, int32_t p0, int32_t p1) {
     return llama_memory_seq_rm(llama_get_memory(c->ctx), seq, p0, p1);
 }
-void ll_mem_seq_cp(ll_context *c, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
-    llama_memory_seq_cp(llama_get_memory(c->ctx), src, dst, p0, p1);
-}
-int32_t ll_mem_seq_pos_max(ll_context *c, int32_t seq) {
-    return llama_memory_seq_pos_max(llama_get_memory(c->ctx), seq);
-}
 
-float *ll_logits(ll_context *c, int32_t i) { return llama_get_logits_ith(c->ctx, i); }
 float *ll_embeddings_seq(ll_context *c, int32_t seq) { return llama_get_embeddings_seq(c->ctx, seq); }
 float *ll_embeddings_ith(ll_context *c, int32_t i) { return llama_get_embeddings_ith(c->ctx, i); }
 

@@ -58,24 +58,17 @@ ll_model *ll_model_load(const char **paths, int n_paths, int n_gpu_layers,
 void ll_model_free(ll_model *m);
 /* Metadata value by key into buf; returns its length, -1 if absent. */
 int ll_model_meta(const ll_model *m, const char *key, char *buf, int len);
-int ll_model_meta_count(const ll_model *m);
-int ll_model_meta_key_at(const ll_model *m, int i, char *buf, int len);
-int ll_model_meta_val_at(const ll_model *m, int i, char *buf, int len);
 const char *ll_model_chat_template(const ll_model *m); /* NULL if none */
 int ll_model_desc(const ll_model *m, char *buf, int len);
 int ll_model_n_ctx_train(const ll_model *m);
 int ll_model_n_layer(const ll_model *m);
 int ll_model_n_embd(const ll_model *m);
 int ll_model_n_vocab(const ll_model *m);
-int ll_model_has_encoder(const ll_model *m);
-uint64_t ll_model_size(const ll_model *m);
-uint64_t ll_model_n_params(const ll_model *m);
 
 /* ---- vocab --------------------------------------------------------------- */
 int32_t ll_token_bos(const ll_model *m);
 int32_t ll_token_eos(const ll_model *m);
 int ll_token_is_eog(const ll_model *m, int32_t token);
-int ll_vocab_add_bos(const ll_model *m);
 /* Returns the number of tokens, or -(needed) when n_max is too small. */
 int ll_tokenize(const ll_model *m, const char *text, int text_len, int32_t *tokens,
                 int n_max, int add_special, int parse_special);
@@ -103,9 +96,6 @@ void ll_set_embeddings(ll_context *c, int on);
 int ll_decode(ll_context *c, ll_batch *b);
 void ll_mem_clear(ll_context *c);
 int ll_mem_seq_rm(ll_context *c, int32_t seq, int32_t p0, int32_t p1);
-void ll_mem_seq_cp(ll_context *c, int32_t src, int32_t dst, int32_t p0, int32_t p1);
-int32_t ll_mem_seq_pos_max(ll_context *c, int32_t seq);
-float *ll_logits(ll_context *c, int32_t i);
 float *ll_embeddings_seq(ll_context *c, int32_t seq);
 float *ll_embeddings_ith(ll_context *c, int32_t i);
 /* Log-softmax of output i's logits: the sampled token's logprob into *token_lp
