@@ -58,9 +58,8 @@ def run(args: argparse.Namespace) -> int:
         with Client(autostart=True) as client:
             body = build_request(mf, args.model, path.resolve().parent, client,
                                  progress.update, quantize=args.quantize)
+            # An {"error": ...} line is raised by the client as a LocalLLMError.
             for event in client.stream("POST", "/api/create", body):
-                if "error" in event:
-                    raise LocalLLMError(str(event["error"]))
                 progress.update(event)
     finally:
         progress.finish()
