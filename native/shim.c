@@ -160,9 +160,6 @@ void ll_model_free(ll_model *m) {
     free(m);
 }
 
-int ll_model_meta(const ll_model *m, const char *key, char *buf, int len) {
-    return llama_model_meta_val_str(m->model, key, buf, (size_t)len);
-}
 const char *ll_model_chat_template(const ll_model *m) {
     return llama_model_chat_template(m->model, NULL);
 }
@@ -261,13 +258,10 @@ void ll_context_free(ll_context *c) {
 }
 
 uint32_t ll_n_ctx(const ll_context *c) { return llama_n_ctx(c->ctx); }
-uint32_t ll_n_ctx_seq(const ll_context *c) { return llama_n_ctx_seq(c->ctx); }
-uint32_t ll_n_batch(const ll_context *c) { return llama_n_batch(c->ctx); }
 int ll_pooling_type(const ll_context *c) { return (int)llama_pooling_type(c->ctx); }
 void ll_set_embeddings(ll_context *c, int on) { llama_set_embeddings(c->ctx, on != 0); }
 int ll_decode(ll_context *c, ll_batch *b) { return llama_decode(c->ctx, b->b); }
 
-void ll_mem_clear(ll_context *c) { llama_memory_clear(llama_get_memory(c->ctx), true); }
 int ll_mem_seq_rm(ll_context *c, int32_t seq, int32_t p0, int32_t p1) {
     return llama_memory_seq_rm(llama_get_memory(c->ctx), seq, p0, p1);
 }

@@ -56,8 +56,6 @@ int ll_dev_info(int i, char *name, int name_len, char *desc, int desc_len,
 ll_model *ll_model_load(const char **paths, int n_paths, int n_gpu_layers,
                         int main_gpu, int use_mmap, int vocab_only);
 void ll_model_free(ll_model *m);
-/* Metadata value by key into buf; returns its length, -1 if absent. */
-int ll_model_meta(const ll_model *m, const char *key, char *buf, int len);
 const char *ll_model_chat_template(const ll_model *m); /* NULL if none */
 int ll_model_desc(const ll_model *m, char *buf, int len);
 int ll_model_n_ctx_train(const ll_model *m);
@@ -88,13 +86,10 @@ ll_context *ll_context_new(ll_model *m, uint32_t n_ctx, uint32_t n_seq_max,
                            int embeddings, int pooling, int kv_unified);
 void ll_context_free(ll_context *c);
 uint32_t ll_n_ctx(const ll_context *c);
-uint32_t ll_n_ctx_seq(const ll_context *c);
-uint32_t ll_n_batch(const ll_context *c);
 int ll_pooling_type(const ll_context *c);
 void ll_set_embeddings(ll_context *c, int on);
 /* llama_decode's result: 0 ok, 1 no KV slot, 2 aborted, <0 error. */
 int ll_decode(ll_context *c, ll_batch *b);
-void ll_mem_clear(ll_context *c);
 int ll_mem_seq_rm(ll_context *c, int32_t seq, int32_t p0, int32_t p1);
 float *ll_embeddings_seq(ll_context *c, int32_t seq);
 float *ll_embeddings_ith(ll_context *c, int32_t i);

@@ -95,11 +95,6 @@ class Model(_Owner):
         self.lib.ll_model_free(h)
 
     # ---- metadata -----------------------------------------------------------------
-    def meta(self, key: str) -> str | None:
-        buf = self.ffi.new("char[]", 1 << 16)
-        n = self.lib.ll_model_meta(self.handle, key.encode(), buf, len(buf))
-        return None if n < 0 else self.ffi.string(buf).decode("utf-8", "replace")
-
     @property
     def chat_template(self) -> str | None:
         p = self.lib.ll_model_chat_template(self.handle)
@@ -192,8 +187,6 @@ class Context(_Owner):
                                  f"{last_errors(self.load_log)}")
         self._h = h
         self.n_ctx = int(self.lib.ll_n_ctx(h))
-        self.n_ctx_seq = int(self.lib.ll_n_ctx_seq(h))
-        self.n_batch = int(self.lib.ll_n_batch(h))
         self.pooling = int(self.lib.ll_pooling_type(h))
         self._ids = self.ffi.new("int32_t[]", 64)
         self._lps = self.ffi.new("float[]", 64)
@@ -207,9 +200,6 @@ class Context(_Owner):
 
     def seq_rm(self, seq: int, p0: int = -1, p1: int = -1) -> bool:
         return bool(self.lib.ll_mem_seq_rm(self.handle, seq, p0, p1))
-
-    def clear(self) -> None:
-        self.lib.ll_mem_clear(self.handle)
 
     def set_embeddings(self, on: bool) -> None:
         self.lib.ll_set_embeddings(self.handle, int(on))

@@ -31,7 +31,6 @@ class TextStream:
         self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._held = ""
         self.stopped = False
-        self.stop_string: str | None = None
 
     def feed(self, data: bytes) -> str:
         """Add one token's bytes; return the text now safe to emit (maybe empty)."""
@@ -45,7 +44,7 @@ class TextStream:
         for s in self.stops:
             i = self._held.find(s)
             if i >= 0 and (first < 0 or i < first):
-                first, self.stop_string = i, s
+                first = i
         if first >= 0:
             out = self._held[:first]
             self._held = ""

@@ -144,11 +144,6 @@ def read_frame(stream: IO[bytes], *, max_frame: int = MAX_FRAME) -> Message | No
     return decode(body)
 
 
-def write_frame(stream: IO[bytes], msg: Message) -> None:
-    stream.write(encode(msg))
-    stream.flush()
-
-
 # -- asyncio I/O (the daemon) -------------------------------------------------
 
 async def read_frame_async(reader: asyncio.StreamReader, *,
