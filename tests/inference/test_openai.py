@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from tests.cli.conftest import Daemon
-from tests.inference.variants import serve
+from tests.inference.variants import openai_client, serve
 from tests.tinymodel import GREEDY
 
 GREEDY_KW = {"temperature": 0, "seed": 1}
@@ -22,11 +22,6 @@ GREEDY_KW = {"temperature": 0, "seed": 1}
 def v1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Daemon]:
     with serve(tmp_path, monkeypatch, names=("tiny", "tiny-embed", "tiny-plain")) as d:
         yield d
-
-
-def client(d: Daemon) -> openai.OpenAI:
-    return openai.OpenAI(base_url=d.url + "/v1", api_key="unused", max_retries=0,
-                         http_client=httpx.Client(trust_env=False, timeout=60))
 
 
 def user(text: str) -> list[dict[str, str]]:
@@ -44,7 +39,7 @@ def sse_frames(d: Daemon, path: str, body: object) -> list[str]:
 
 
 def test_chat_exact_greedy_non_stream_and_stream(v1: Daemon) -> None:
-    c = client(v1)
+    c = openai_client(v1)
     r = c.chat.completions.create(model="tiny-plain", messages=user("a"), **GREEDY_KW)
     assert r.object == "chat.completion" and r.id.startswith("chatcmpl-")
     assert r.choices[0].message.content == GREEDY["a"]
@@ -81,7 +76,7 @@ def test_raw_sse_frames_end_with_done(v1: Daemon) -> None:
 
 
 def test_max_tokens_stop_and_n(v1: Daemon) -> None:
-    c = client(v1)
+    c = openai_client(v1)
     r = c.chat.completions.create(model="tiny-plain", messages=user("a"), max_tokens=5,
                                   **GREEDY_KW)
     assert (r.choices[0].message.content, r.choices[0].finish_reason) == ("bcdef", "length")
@@ -122,7 +117,7 @@ def test_n_streams_interleave_by_index(v1: Daemon) -> None:
 
 
 def test_completions_exact_stream_and_echo(v1: Daemon) -> None:
-    c = client(v1)
+    c = openai_client(v1)
     r = c.completions.create(model="tiny-plain", prompt="hello", **GREEDY_KW)
     assert r.object == "text_completion"
     assert r.choices[0].text == GREEDY["hello"] and r.choices[0].finish_reason == "stop"
@@ -136,7 +131,7 @@ def test_completions_exact_stream_and_echo(v1: Daemon) -> None:
 
 
 def test_logprobs(v1: Daemon) -> None:
-    c = client(v1)
+    c = openai_client(v1)
     r = c.chat.completions.create(model="tiny-plain", messages=user("w"), logprobs=True,
                                   top_logprobs=2, **GREEDY_KW)
     lp = r.choices[0].logprobs
@@ -156,7 +151,7 @@ def test_json_schema_response_format_parses_and_validates(v1: Daemon) -> None:
                              "kind": {"enum": ["cat", "dog"]},
                              "age": {"type": "integer"}},
               "required": ["name", "kind", "age"], "additionalProperties": False}
-    c = client(v1)
+    c = openai_client(v1)
     for seed in (1, 2):
         r = c.chat.completions.create(
             model="tiny", messages=user("describe"), seed=seed, temperature=1.0,
@@ -175,7 +170,7 @@ def test_json_schema_response_format_parses_and_validates(v1: Daemon) -> None:
 
 
 def test_embeddings_and_models(v1: Daemon) -> None:
-    c = client(v1)
+    c = openai_client(v1)
     r = c.embeddings.create(model="tiny-embed", input=["abc", "xyz"])  # client asks base64
     assert [d.index for d in r.data] == [0, 1]
     for d in r.data:
@@ -237,7 +232,8 @@ def test_errors_have_openai_shape_and_daemon_keeps_serving(v1: Daemon) -> None:
         b'{"model": "tiny-plain", "messages": [], "temperature": NaN}'))
     assert r.status_code == 400 and "temperature" in r.json()["error"]["message"]
     with pytest.raises(openai.BadRequestError, match="max_tokens"):
-        client(v1).chat.completions.create(model="tiny-plain", messages=user("a"),
-                                           max_tokens=-1)
-    r = client(v1).chat.completions.create(model="tiny-plain", messages=user("a"), **GREEDY_KW)
+        openai_client(v1).chat.completions.create(model="tiny-plain", messages=user("a"),
+                                                  max_tokens=-1)
+    r = openai_client(v1).chat.completions.create(model="tiny-plain", messages=user("a"),
+                                                  **GREEDY_KW)
     assert r.choices[0].message.content == GREEDY["a"]

@@ -7,13 +7,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import ollama
-import openai
 import pytest
 
 from tests.cli.conftest import Daemon
-from tests.inference.variants import GREEDY_OPTS, serve
+from tests.inference.variants import GREEDY_OPTS, openai_client, serve
 from tests.tinymodel import LETTERS, tokenize
 
 WEATHER = {"type": "function", "function": {
@@ -32,11 +30,6 @@ def d(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Daemon]:
         yield daemon
 
 
-def oai(d: Daemon) -> openai.OpenAI:
-    return openai.OpenAI(base_url=d.url + "/v1", api_key="k", max_retries=0,
-                         http_client=httpx.Client(trust_env=False, timeout=60))
-
-
 def oll(d: Daemon) -> ollama.Client:
     return ollama.Client(host=d.url, trust_env=False, timeout=60)
 
@@ -46,7 +39,7 @@ def prompt_tokens(text: str) -> int:
 
 
 def test_forced_tool_call_round_trip_openai(d: Daemon) -> None:
-    c = oai(d)
+    c = openai_client(d)
     question = [{"role": "user", "content": "weather in paris"}]
     r = c.chat.completions.create(model="tiny-tools", messages=question,  # type: ignore[arg-type]
                                   tools=[WEATHER, CLOCK], tool_choice=FORCE,  # type: ignore[list-item]
@@ -78,7 +71,7 @@ def test_forced_tool_call_round_trip_openai(d: Daemon) -> None:
 
 
 def test_forced_tool_call_streams_and_required(d: Daemon) -> None:
-    c = oai(d)
+    c = openai_client(d)
     chunks = list(c.chat.completions.create(
         model="tiny-tools", messages=[{"role": "user", "content": "t"}], tools=[CLOCK],  # type: ignore[list-item]
         tool_choice="required", temperature=0, stream=True))
@@ -133,7 +126,7 @@ def test_thinking_split_both_clients(d: Daemon) -> None:
     g = c.generate(model="tiny-think", prompt="q", think=True, options=GREEDY_OPTS)
     assert g.thinking == LETTERS and g.response == ""
 
-    o = oai(d)
+    o = openai_client(d)
     res = o.chat.completions.create(model="tiny-think", messages=[{"role": "user", "content": "q"}],
                                     reasoning_effort="low", temperature=0)
     assert (res.choices[0].message.model_extra or {}).get("reasoning") == LETTERS

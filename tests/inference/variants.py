@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -28,6 +29,9 @@ from localllm.store.local import Store
 from localllm.store.names import parse_name
 from tests.cli.conftest import Daemon, start_daemon
 from tests.tinymodel import CHAT_TEMPLATE, make_tiny_model
+
+if TYPE_CHECKING:
+    import openai
 
 PLAIN_TEMPLATE = "{{ messages[-1]['content'] }}"
 TOOLS_TEMPLATE = (
@@ -74,3 +78,12 @@ def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, parallel: int = 4,
             add_model(tmp_path, name, chat_template=TEMPLATES.get(name, CHAT_TEMPLATE))
     with start_daemon(tmp_path) as daemon:
         yield daemon
+
+
+def openai_client(d: Daemon) -> openai.OpenAI:
+    """The official OpenAI client pointed at ``d``'s ``/v1`` (no retries, no proxy)."""
+    import httpx
+    import openai
+
+    return openai.OpenAI(base_url=d.url + "/v1", api_key="unused", max_retries=0,
+                         http_client=httpx.Client(trust_env=False, timeout=60))
