@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from localllm.api.client import Client
 
 
 def register(sub: Any) -> None:
@@ -15,13 +18,19 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from localllm.api.client import Client
+
+    with Client(autostart=True) as client:
+        pull_with_progress(client, args.model)
+    return 0
+
+
+def pull_with_progress(client: Client, model: str) -> None:
+    """Pull ``model`` through ``client``, drawing the bars on stderr (also ``run``'s auto-pull)."""
     from localllm.cli.output import PullProgress
 
     progress = PullProgress()
     try:
-        with Client(autostart=True) as client:
-            for event in client.pull(args.model):
-                progress.update(event)
+        for event in client.pull(model):
+            progress.update(event)
     finally:
         progress.finish()
-    return 0

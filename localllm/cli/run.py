@@ -124,9 +124,9 @@ def ensure_model(client: Client, model: str) -> dict[str, Any]:
         return client.show(model)
     except ModelNotFound:
         pass
-    from localllm.cli import pull
+    from localllm.cli.pull import pull_with_progress
 
-    pull.run(argparse.Namespace(model=model, insecure=False))
+    pull_with_progress(client, model)
     return client.show(model)
 
 
