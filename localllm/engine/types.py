@@ -22,7 +22,7 @@ def _field_names(cls: type[Any]) -> frozenset[str]:
 
 def from_dict(cls: type[T], data: dict[str, Any]) -> T:
     """Build a dataclass from a dict, ignoring unknown keys."""
-    names = _field_names(cls)
+    names = _field_names(cls)  # type: ignore[arg-type]
     return cls(**{k: v for k, v in data.items() if k in names})
 
 
