@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Awaitable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,7 +29,17 @@ async def start_fake(path: str = "/models/fake.gguf", *, n_parallel: int = 4,
                                      load_timeout=load_timeout, env=FAKE_ENV)
 
 
-def greedy(req_id: str, prompt: str | list[int], num_predict: int) -> CompletionRequest:
+@contextlib.asynccontextmanager
+async def running(start: Awaitable[RunnerProcess]) -> AsyncIterator[RunnerProcess]:
+    """The runner ``start`` gives, closed when the block ends (the name stays usable)."""
+    runner = await start
+    try:
+        yield runner
+    finally:
+        await runner.close()
+
+
+def greedy(req_id: str, prompt: str | list[int], num_predict: int = -1) -> CompletionRequest:
     return CompletionRequest(id=req_id, prompt=prompt, num_predict=num_predict,
                              sampling=SamplingParams(temperature=0.0, seed=1))
 

@@ -16,13 +16,20 @@ from localllm.errors import (
     RunnerCrashed,
     ShuttingDown,
 )
-from tests.runner.conftest import arun, children_of, collect, greedy, pid_alive, start_fake
+from tests.runner.conftest import (
+    arun,
+    children_of,
+    collect,
+    greedy,
+    pid_alive,
+    running,
+    start_fake,
+)
 
 
 def test_stream_calls_and_close() -> None:
     async def go() -> None:
-        runner = await start_fake()
-        try:
+        async with running(start_fake()) as runner:
             assert runner.alive and runner.pid > 0
             assert runner.info == {"engine": "fake", "n_ctx": 128}
             assert runner.memory["CPU"]["kv"] == 20
@@ -44,8 +51,6 @@ def test_stream_calls_and_close() -> None:
             assert await runner.ping() < 5
             # The fake printed to fd 1 while loading: the stream survived, the text is logged.
             assert any("native noise" in line for line in runner.stderr_tail())
-        finally:
-            await runner.close()
         assert not runner.alive and runner.returncode == 0
         assert any("fake engine closed" in line for line in runner.stderr_tail())
         await runner.close()  # idempotent
@@ -55,8 +60,7 @@ def test_stream_calls_and_close() -> None:
 
 def test_concurrent_requests_and_errors() -> None:
     async def go() -> None:
-        runner = await start_fake(n_parallel=3)
-        try:
+        async with running(start_fake(n_parallel=3)) as runner:
             results = await asyncio.gather(*(collect(runner, greedy(f"r{i}", "x", 3 + i))
                                              for i in range(3)))
             assert [text for text, _ in results] == ["0 1 2 ", "0 1 2 3 ", "0 1 2 3 4 "]
@@ -68,16 +72,13 @@ def test_concurrent_requests_and_errors() -> None:
                 await runner.embed(["", "x"])
             # Errors failed only their own request: the runner still serves.
             assert (await collect(runner, greedy("ok", "x", 2)))[0] == "0 1 "
-        finally:
-            await runner.close()
 
     arun(go())
 
 
 def test_cancel_and_early_exit() -> None:
     async def go() -> None:
-        runner = await start_fake()
-        try:
+        async with running(start_fake()) as runner:
             stream = runner.complete(greedy("c", "x", -1))
             seen = 0
             async for ev in stream:
@@ -95,23 +96,18 @@ def test_cancel_and_early_exit() -> None:
             # The id can be used again at once: the old stream's late Done(cancel)
             # does not leak into the new one.
             assert (await collect(runner, greedy("d", "x", 2)))[0] == "0 1 "
-        finally:
-            await runner.close()
 
     arun(go())
 
 
 def test_duplicate_request_id_refused() -> None:
     async def go() -> None:
-        runner = await start_fake()
-        try:
+        async with running(start_fake()) as runner:
             gen = runner.complete(greedy("same", "x", -1))
             await gen.__anext__()
             with pytest.raises(InvalidRequest, match="already running"):
                 await collect(runner, greedy("same", "x", 2))
             await gen.aclose()
-        finally:
-            await runner.close()
 
     arun(go())
 
@@ -132,11 +128,8 @@ def test_kill_9_mid_stream_then_fresh_runner() -> None:
         with pytest.raises(RunnerCrashed):
             await runner.tokenize("x")
         await runner.close()
-        fresh = await start_fake()
-        try:
+        async with running(start_fake()) as fresh:
             assert (await collect(fresh, greedy("k", "x", 2)))[0] == "0 1 "
-        finally:
-            await fresh.close()
 
     arun(go())
 

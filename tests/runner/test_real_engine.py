@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from localllm.engine.types import CompletionRequest, Done, LoadOptions, Piece, SamplingParams
+from localllm.engine.types import Done, LoadOptions, Piece
 from localllm.errors import ModelLoadError, RunnerCrashed
 from localllm.runner.process import RunnerProcess
-from tests.runner.conftest import arun, collect
+from tests.runner.conftest import arun, collect, greedy, running
 from tests.runner.test_orphans import check_parent_sigkill
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,11 +30,6 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(tm.make_tiny_model(tmp_path_factory.mktemp("tiny")))
 
 
-def greedy(req_id: str, prompt: str, num_predict: int = -1) -> CompletionRequest:
-    return CompletionRequest(id=req_id, prompt=prompt, num_predict=num_predict,
-                             sampling=SamplingParams(temperature=0.0, seed=1))
-
-
 def cosine(a: list[float], b: list[float]) -> float:
     dot = sum(x * y for x, y in zip(a, b, strict=True))
     return dot / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
@@ -46,8 +41,7 @@ async def start(path: str, opts: LoadOptions = OPTS, timeout: float = 60) -> Run
 
 def test_greedy_stream_timings_and_calls(tiny: str) -> None:
     async def go() -> None:
-        runner = await start(tiny)
-        try:
+        async with running(start(tiny)) as runner:
             assert runner.alive and runner.load_duration > 0 and runner.memory
             pieces: list[Piece] = []
             done: Done | None = None
@@ -69,8 +63,6 @@ def test_greedy_stream_timings_and_calls(tiny: str) -> None:
             assert tokens == [tm.BOS, tm.token_id("a"), tm.token_id("b")]
             assert await runner.tokenize("ab", add_special=False) == tokens[1:]
             assert await runner.detokenize(tokens[1:]) == "ab"
-        finally:
-            await runner.close()
         assert runner.returncode == 0
 
     arun(go(), 120)
@@ -80,21 +72,17 @@ def test_concurrent_requests_share_one_runner(tiny: str) -> None:
     prompts = ["a", "x", "hello", "0", "5", "."]
 
     async def go() -> None:
-        runner = await start(tiny)
-        try:
+        async with running(start(tiny)) as runner:
             results = await asyncio.gather(*(collect(runner, greedy(f"c{i}", p))
                                              for i, p in enumerate(prompts)))
             assert [t for t, _ in results] == [tm.GREEDY[p] for p in prompts]
-        finally:
-            await runner.close()
 
     arun(go(), 120)
 
 
 def test_cancel_mid_stream(tiny: str) -> None:
     async def go() -> None:
-        runner = await start(tiny)
-        try:
+        async with running(start(tiny)) as runner:
             n = 0
             done: Done | None = None
             async for ev in runner.complete(greedy("c", "A")):  # loops until cancelled
@@ -106,8 +94,6 @@ def test_cancel_mid_stream(tiny: str) -> None:
                     done = ev
             assert done is not None and done.reason == "cancel"
             assert (await collect(runner, greedy("after", "x")))[0] == "yz"
-        finally:
-            await runner.close()
 
     arun(go(), 120)
 
@@ -117,16 +103,13 @@ def test_embeddings(tmp_path: Path) -> None:
 
     async def go() -> None:
         opts = LoadOptions(n_ctx=256, n_parallel=1, n_threads=2, embedding=True)
-        runner = await start(path, opts)
-        try:
+        async with running(start(path, opts)) as runner:
             vectors, n_tokens = await runner.embed(["ab", "ab", "cd"])
             assert len(vectors) == 3 and len(vectors[0]) == tm.N_EMBD
             assert n_tokens == 9  # BOS + 2 characters, three times
             assert cosine(vectors[0], vectors[1]) == pytest.approx(1.0, abs=1e-3)
             # Mean-pooled one-hot tokens: only BOS is shared among 3 tokens each.
             assert cosine(vectors[0], vectors[2]) == pytest.approx(1 / 3, abs=1e-2)
-        finally:
-            await runner.close()
 
     arun(go(), 120)
 
@@ -172,11 +155,8 @@ def test_kill_9_mid_stream_then_reload(tiny: str) -> None:
                     os.kill(runner.pid, signal.SIGKILL)
         assert not runner.alive
         await runner.close()
-        fresh = await start(tiny, opts)
-        try:
+        async with running(start(tiny, opts)) as fresh:
             assert (await collect(fresh, greedy("k", "hello")))[0] == tm.GREEDY["hello"]
-        finally:
-            await fresh.close()
 
     arun(go(), 120)
 
