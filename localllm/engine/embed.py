@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from localllm.engine.slots import OVERFLOW
 from localllm.errors import InvalidRequest, LocalLLMError, ServerBusy
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ def embed(eng: Engine, inputs: list[str], *, truncate: bool = True
             raise InvalidRequest("cannot embed an empty input")
         if len(toks) > limit:
             if not truncate:
-                raise InvalidRequest("the input length exceeds the context length")
+                raise InvalidRequest(OVERFLOW)
             toks = toks[:limit]
         seqs.append(toks)
 
