@@ -32,7 +32,11 @@ from localllm.template.select import render_prompt
 
 
 def now_rfc3339() -> str:
-    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+    return _utc_rfc3339(time.time())
+
+
+def _utc_rfc3339(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 @lru_cache(maxsize=64)
@@ -246,13 +250,7 @@ def _flash_attn(value: str) -> Literal["auto", "on", "off"]:
 
 def _kv_type(value: str) -> Literal["f16", "q8_0", "q4_0", "f32"]:
     low = value.lower()
-    if low == "q8_0":
-        return "q8_0"
-    if low == "q4_0":
-        return "q4_0"
-    if low == "f32":
-        return "f32"
-    return "f16"
+    return low if low in ("q8_0", "q4_0", "f32") else "f16"  # type: ignore[return-value]
 
 
 def _stamp(path: str) -> float:
@@ -272,12 +270,10 @@ def ps_entry(model: Loaded) -> dict[str, Any]:
         expires_text = "2318-01-01T00:00:00Z"  # kept forever (keep_alive < 0)
     elif math.isinf(expires):
         # In use: the timer starts when the last request ends.
-        expires_text = datetime.fromtimestamp(time.time() + model.keep_alive if
-                                              math.isfinite(model.keep_alive) else 1e10,
-                                              timezone.utc).isoformat().replace("+00:00", "Z")
+        expires_text = _utc_rfc3339(time.time() + model.keep_alive
+                                    if math.isfinite(model.keep_alive) else 1e10)
     else:
-        expires_text = datetime.fromtimestamp(expires, timezone.utc).isoformat().replace(
-            "+00:00", "Z")
+        expires_text = _utc_rfc3339(expires)
     memory = model.runner.memory or {}
     measured = sum(sum(v.values()) for v in memory.values())
     measured_vram = sum(sum(v.values()) for k, v in memory.items() if not _is_host(k))
