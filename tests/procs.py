@@ -1,23 +1,34 @@
-"""Finding a daemon's runner children through /proc (no psutil), for crash and shutdown tests."""
+"""Finding child processes through /proc (no psutil), for crash, orphan and shutdown tests."""
 
 from __future__ import annotations
 
 import os
 
 
-def runner_pids(daemon_pid: int) -> list[int]:
-    """Pids of ``localllm.runner`` processes whose parent is ``daemon_pid``."""
+def children_of(ppid: int) -> list[int]:
+    """Pids of the processes whose parent is ``ppid``."""
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmd = f.read()
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == daemon_pid and b"localllm.runner" in cmd:
+        if parent == ppid:
             pids.append(int(entry))
     return pids
+
+
+def runner_pids(daemon_pid: int) -> list[int]:
+    """Pids of ``localllm.runner`` processes whose parent is ``daemon_pid``."""
+    return [pid for pid in children_of(daemon_pid) if b"localllm.runner" in _cmdline(pid)]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""

@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 from localllm.runner import protocol as P
-from tests.runner.conftest import FAKE_ENV, children_of, pid_alive
+from tests.procs import children_of
+from tests.runner.conftest import FAKE_ENV, pid_alive
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,9 +16,9 @@ from localllm.errors import (
     RunnerCrashed,
     ShuttingDown,
 )
+from tests.procs import children_of
 from tests.runner.conftest import (
     arun,
-    children_of,
     collect,
     greedy,
     pid_alive,
