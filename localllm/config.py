@@ -193,6 +193,9 @@ LOAD_TIMEOUT = Setting("LOCALLLM_LOAD_TIMEOUT", parse_duration, 300.0,
                        "How long a model load may take before it is abandoned.")
 GPU_OVERHEAD = Setting("LOCALLLM_GPU_OVERHEAD", _nonneg_int, 0,
                        "Bytes of each GPU kept free for other programs.")
+SCHED_SPREAD = Setting("LOCALLLM_SCHED_SPREAD", _bool, False,
+                       "Spread every model over all GPUs in proportion to their free memory, "
+                       "even when fewer GPUs would hold it.")
 NOPRUNE = Setting("LOCALLLM_NOPRUNE", _bool, False,
                   "Keep unreferenced blobs instead of removing them.")
 DEBUG = Setting("LOCALLLM_DEBUG", _bool, False,
@@ -218,8 +221,8 @@ LOG_FORMAT = Setting("LOCALLLM_LOG_FORMAT", _log_format, "text",
 
 REGISTRY: tuple[Setting[object], ...] = (
     HOST, HOME, MODELS, ORIGINS, KEEP_ALIVE, NUM_PARALLEL, MAX_LOADED_MODELS, MAX_QUEUE,
-    CONTEXT_LENGTH, FLASH_ATTENTION, KV_CACHE_TYPE, LOAD_TIMEOUT, GPU_OVERHEAD, NOPRUNE,
-    DEBUG, API_KEY, SHUTDOWN_GRACE, NUM_THREAD, ALLOWED_PATHS, MAX_BODY, MAX_BLOB_SIZE,
+    CONTEXT_LENGTH, FLASH_ATTENTION, KV_CACHE_TYPE, LOAD_TIMEOUT, GPU_OVERHEAD, SCHED_SPREAD,
+    NOPRUNE, DEBUG, API_KEY, SHUTDOWN_GRACE, NUM_THREAD, ALLOWED_PATHS, MAX_BODY, MAX_BLOB_SIZE,
     LOG_FORMAT,
 )  # type: ignore[assignment]
 

@@ -55,6 +55,9 @@ class ModelInfo:
     other_bytes: int = 0  # tensors outside blk.*, token_embd and output (rope_freqs, ...)
     array_lengths: dict[str, int] = field(default_factory=dict)  # every array's length
     tensor_count: int = 0
+    # Bytes of blk.<i>'s expert tensors (what llama.cpp's --n-cpu-moe keeps in RAM),
+    # per layer; empty for a dense model.
+    expert_bytes: list[int] = field(default_factory=list)
 
     @property
     def parameter_size(self) -> str:
@@ -93,6 +96,8 @@ _SCALARS: dict[int, struct.Struct] = {
 _T_STRING, _T_ARRAY = 8, 9
 _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
 _BLK_RE = re.compile(r"^blk\.(\d{1,6})\.")
+# llama.cpp's expert-tensor pattern (llm_ffn_exps_block_regex), after the layer number.
+_EXPS_RE = re.compile(r"ffn_(up|down|gate|gate_up)_(ch|)exps")
 
 
 class _Reader:
@@ -351,6 +356,7 @@ def _build(headers: list[_Header]) -> ModelInfo:
         return _as_max(kv.get(f"{arch}.{key}"), default)
 
     layers: dict[int, int] = {}
+    experts: dict[int, int] = {}
     params = token_embd = output = other = 0
     has_output = False
     tensors = [t for h in headers for t in h.tensors]
@@ -362,6 +368,8 @@ def _build(headers: list[_Header]) -> ModelInfo:
             if idx >= MAX_LAYERS:
                 raise InvalidModelFile(f"not a valid GGUF model: tensor {name!r} names layer {idx}")
             layers[idx] = layers.get(idx, 0) + nbytes
+            if _EXPS_RE.match(name, m.end()):
+                experts[idx] = experts.get(idx, 0) + nbytes
         elif name.startswith("token_embd."):
             token_embd += nbytes
         elif name.startswith(("output.", "output_norm.")):
@@ -412,6 +420,7 @@ def _build(headers: list[_Header]) -> ModelInfo:
         other_bytes=other,
         array_lengths=dict(first.array_lengths),
         tensor_count=len(tensors),
+        expert_bytes=[experts.get(i, 0) for i in range(count)] if experts else [],
     )
 
 

@@ -79,6 +79,28 @@ def test_per_layer_head_counts_take_the_max(tmp_path: Path) -> None:
     assert info.file_type == "F16"  # no general.file_type: labelled from the weights
 
 
+def test_expert_bytes_per_layer_follow_llama_cpp_n_cpu_moe_pattern(tmp_path: Path) -> None:
+    w = GGUFWriter(tmp_path / "m.gguf", "qwen3moe")
+    w.add_block_count(3)
+    f32 = np.zeros((4, 32), dtype=np.float32)  # 512 bytes
+    w.add_tensor("blk.0.ffn_up.weight", f32)  # layer 0 is dense
+    for i in (1, 2):
+        for name in ("ffn_up_exps", "ffn_down_exps", "ffn_gate_exps", "ffn_gate_up_exps",
+                     "ffn_up_chexps", "ffn_up_shexp", "ffn_gate_inp", "attn_q"):
+            w.add_tensor(f"blk.{i}.{name}.weight", f32)
+    w.add_tensor("output.weight", f32)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    info = read_model_info(tmp_path / "m.gguf")
+    # The shared expert, the router and attention stay with the layer on the GPU.
+    assert info.expert_bytes == [0, 5 * 512, 5 * 512]
+    assert info.layer_bytes == [512, 8 * 512, 8 * 512]
+    dense = read_model_info(write_gguf(tmp_path / "d.gguf", Shape(n_layers=2)))
+    assert dense.expert_bytes == []
+
+
 def test_split_sums_over_shards(tmp_path: Path) -> None:
     shape = Shape(n_layers=4)
     whole = read_model_info(write_gguf(tmp_path / "whole.gguf", shape))
