@@ -50,3 +50,21 @@ def run_dir() -> Path:
 
 def chats_db() -> Path:
     return home() / "chats.sqlite3"
+
+
+def backends() -> Path:
+    """Backend plugins built for this machine: ``<ggml version>/libggml-<name>.so``."""
+    override = config.BACKENDS.get()
+    if override:
+        return Path(override).expanduser()
+    return home() / "backends"
+
+
+def cache() -> Path:
+    """Re-creatable downloads and build trees (the llama.cpp source, cmake builds)."""
+    override = config.CACHE.get()
+    if override:
+        return Path(override).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("localllm", appauthor=False))

@@ -133,14 +133,108 @@ int ll_dev_info(int i, char *name, int name_len, char *desc, int desc_len, int *
     return 0;
 }
 
+int ll_dev_reg_name(int i, char *name, int name_len) {
+    if (i < 0 || (size_t)i >= ggml_backend_dev_count()) return -1;
+    ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(ggml_backend_dev_get((size_t)i));
+    ll_copy(name, name_len, reg ? ggml_backend_reg_name(reg) : "");
+    return 0;
+}
+
+/* ---- backend plugins and RPC --------------------------------------------- */
+
+const char *ll_ggml_version(void) { return ggml_version(); }
+const char *ll_ggml_commit(void) { return ggml_commit(); }
+
+int ll_backend_load(const char *path, char *name, int name_len) {
+    ggml_backend_reg_t reg = ggml_backend_load(path);
+    if (reg == NULL) return -1;
+    ll_copy(name, name_len, ggml_backend_reg_name(reg));
+    return 0;
+}
+
+/* The RPC plugin's entry points, looked up by name: the shim does not link
+ * libggml-rpc, which exists only once the user has built the plugin. */
+static void *ll_rpc_proc(const char *proc) {
+    ggml_backend_reg_t reg = ggml_backend_reg_by_name("RPC");
+    return reg ? ggml_backend_reg_get_proc_address(reg, proc) : NULL;
+}
+
+typedef ggml_backend_reg_t (*ll_rpc_add_fn)(const char *);
+typedef void (*ll_rpc_serve_fn)(const char *, const char *, size_t, size_t, ggml_backend_dev_t *);
+
+int ll_rpc_add_server(const char *endpoint) {
+    ll_rpc_add_fn add = (ll_rpc_add_fn)ll_rpc_proc("ggml_backend_rpc_add_server");
+    if (add == NULL) return -1;
+    ggml_backend_reg_t reg = add(endpoint);
+    if (reg == NULL) return -2;
+    /* add_server returns the same registry for an endpoint it has seen; register once. */
+    for (size_t i = 0; i < ggml_backend_reg_count(); i++) {
+        if (ggml_backend_reg_get(i) == reg) return (int)ggml_backend_reg_dev_count(reg);
+    }
+    ggml_backend_register(reg);
+    return (int)ggml_backend_reg_dev_count(reg);
+}
+
+int ll_rpc_start_server(const char *endpoint, const char *cache_dir, int n_threads,
+                        const int *devs, int n_devs) {
+    ll_rpc_serve_fn serve = (ll_rpc_serve_fn)ll_rpc_proc("ggml_backend_rpc_start_server");
+    if (serve == NULL) return -1;
+    if (devs == NULL || n_devs <= 0 || n_devs > 64) return -2;
+    ggml_backend_dev_t list[64];
+    for (int i = 0; i < n_devs; i++) {
+        if (devs[i] < 0 || (size_t)devs[i] >= ggml_backend_dev_count()) return -2;
+        list[i] = ggml_backend_dev_get((size_t)devs[i]);
+    }
+    serve(endpoint, cache_dir, (size_t)(n_threads > 0 ? n_threads : 1), (size_t)n_devs, list);
+    return 0;
+}
+
 /* ---- model --------------------------------------------------------------- */
 
+#define LL_MAX_DEVS 64
+#define LL_MAX_OVERRIDES 256
+
 ll_model *ll_model_load(const char **paths, int n_paths, int n_gpu_layers, int main_gpu,
-                        int use_mmap, int vocab_only) {
+                        int use_mmap, int vocab_only, const int *devs, int n_devs,
+                        int split_mode, const float *tensor_split, int n_split,
+                        const char **cpu_patterns, int n_patterns) {
     if (paths == NULL || n_paths <= 0) return NULL;
+    if (n_devs < 0 || n_devs >= LL_MAX_DEVS || n_patterns < 0 || n_patterns >= LL_MAX_OVERRIDES)
+        return NULL;
     struct llama_model_params p = llama_model_default_params();
     p.n_gpu_layers = n_gpu_layers;
     p.main_gpu = main_gpu;
+    ggml_backend_dev_t dev_list[LL_MAX_DEVS + 1];
+    if (n_devs > 0) {
+        for (int i = 0; i < n_devs; i++) {
+            if (devs[i] < 0 || (size_t)devs[i] >= ggml_backend_dev_count()) return NULL;
+            dev_list[i] = ggml_backend_dev_get((size_t)devs[i]);
+        }
+        dev_list[n_devs] = NULL;
+        p.devices = dev_list;
+    }
+    if (split_mode >= 0 && split_mode <= 2) p.split_mode = (enum llama_split_mode)split_mode;
+    /* llama.cpp reads llama_max_devices() entries; unused ones stay 0. */
+    float split[LL_MAX_DEVS] = {0};
+    if (n_split > 0 && tensor_split != NULL) {
+        size_t max = llama_max_devices();
+        for (int i = 0; i < n_split && (size_t)i < max && i < LL_MAX_DEVS; i++)
+            split[i] = tensor_split[i];
+        p.tensor_split = split;
+    }
+    struct llama_model_tensor_buft_override overrides[LL_MAX_OVERRIDES + 1];
+    if (n_patterns > 0) {
+        ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+        if (cpu == NULL) return NULL;
+        ggml_backend_buffer_type_t host = ggml_backend_dev_buffer_type(cpu);
+        for (int i = 0; i < n_patterns; i++) {
+            overrides[i].pattern = cpu_patterns[i];
+            overrides[i].buft = host;
+        }
+        overrides[n_patterns].pattern = NULL;
+        overrides[n_patterns].buft = NULL;
+        p.tensor_buft_overrides = overrides;
+    }
     p.load_mode = (use_mmap && llama_supports_mmap()) ? LLAMA_LOAD_MODE_MMAP : LLAMA_LOAD_MODE_NONE;
     p.vocab_only = vocab_only != 0;
     struct llama_model *model = n_paths == 1

@@ -50,11 +50,38 @@ int ll_dev_count(void);
 int ll_dev_info(int i, char *name, int name_len, char *desc, int desc_len,
                 int *type, size_t *mem_free, size_t *mem_total);
 
+/* Name of the backend registry that owns device i ("CPU", "CUDA", "RPC[host:port]"). */
+int ll_dev_reg_name(int i, char *name, int name_len);
+
+/* ---- backend plugins and RPC --------------------------------------------- */
+const char *ll_ggml_version(void);
+const char *ll_ggml_commit(void);
+/* Load a ggml backend plugin (a GGML_BACKEND_DL library) into the process-wide
+ * registry; its registry name goes into name.  0 ok, -1 refused (the reason,
+ * e.g. an API version mismatch, is in the captured log). */
+int ll_backend_load(const char *path, char *name, int name_len);
+/* Register a ggml RPC server's devices through the loaded RPC plugin.  Returns
+ * the number of devices it brings, -1 without an RPC plugin, -2 when the server
+ * has no devices.  The caller checks reachability first: ggml aborts the
+ * process when it cannot connect. */
+int ll_rpc_add_server(const char *endpoint);
+/* Serve the devices at these registry indices over ggml RPC; blocks for the
+ * life of the process.  -1 without an RPC plugin, -2 for a bad device index. */
+int ll_rpc_start_server(const char *endpoint, const char *cache_dir, int n_threads,
+                        const int *devs, int n_devs);
+
 /* ---- model --------------------------------------------------------------- */
-/* paths: one file, or every split of a split GGUF in order.  NULL on failure
- * (the reason is in the captured log). */
+/* paths: one file, or every split of a split GGUF in order.  devs: registry
+ * indices of the offload devices in llama.cpp order (n_devs 0 = every device),
+ * split_mode 0 none / 1 layer / 2 row, tensor_split: one proportion per device
+ * (n_split 0 = by free memory), main_gpu: index into devs for split mode none.
+ * cpu_patterns: tensor-name regexes kept in host memory (MoE experts).
+ * NULL on failure (the reason is in the captured log). */
 ll_model *ll_model_load(const char **paths, int n_paths, int n_gpu_layers,
-                        int main_gpu, int use_mmap, int vocab_only);
+                        int main_gpu, int use_mmap, int vocab_only,
+                        const int *devs, int n_devs, int split_mode,
+                        const float *tensor_split, int n_split,
+                        const char **cpu_patterns, int n_patterns);
 void ll_model_free(ll_model *m);
 const char *ll_model_chat_template(const ll_model *m); /* NULL if none */
 int ll_model_desc(const ll_model *m, char *buf, int len);

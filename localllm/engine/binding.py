@@ -4,8 +4,8 @@ This module owns: preloading the installed libllama/ggml shared libraries,
 importing the compiled module, refusing a module built against a different
 llama.cpp than the one installed (``NativeUnavailable`` saying what to run),
 routing llama.cpp's log lines into a buffer, and the process-wide queries
-(devices, system info, build info, quantize).  Everything else in the engine
-goes through ``native()``; only the runner child imports this module.
+(system info, build info, quantize; devices and plugins are in plugins.py).
+Everything else in the engine goes through ``native()``; only the runner child imports this module.
 """
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ from localllm.errors import InvalidRequest, LocalLLMError, NativeUnavailable
 REBUILD_HINT = "reinstall localllm so its native module is rebuilt: " \
     "pip install --force-reinstall --no-cache-dir -e .  (or without -e for a normal install)"
 
-# ggml_backend_dev_type values, in the order of the enum in ggml-backend.h.
-_DEV_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
 # Keep the preloaded handles alive for the life of the process.
 _PRELOADED: list[ctypes.CDLL] = []
 
@@ -131,26 +129,6 @@ def last_errors(log: str, limit: int = 3) -> str:
     return "; ".join((bad or lines)[-limit:])
 
 
-def devices() -> list[dict[str, Any]]:
-    """ggml's backend devices: name, description, type, free and total bytes."""
-    ffi, lib = native()
-    out = []
-    name, desc = ffi.new("char[]", 256), ffi.new("char[]", 512)
-    typ = ffi.new("int *")
-    free, total = ffi.new("size_t *"), ffi.new("size_t *")
-    for i in range(lib.ll_dev_count()):
-        if lib.ll_dev_info(i, name, 256, desc, 512, typ, free, total) != 0:
-            continue
-        out.append({
-            "name": ffi.string(name).decode(),
-            "description": ffi.string(desc).decode(),
-            "type": _DEV_TYPES.get(typ[0], "accel"),
-            "free": int(free[0]),
-            "total": int(total[0]),
-        })
-    return out
-
-
 def system_info() -> str:
     """llama.cpp's one-line summary of CPU features and backends."""
     ffi, lib = native()
@@ -165,6 +143,8 @@ def build_info() -> dict[str, Any]:
         "llama_cpp_python": ffi.string(lib.ll_build_lcp_version()).decode(),
         "llama_h_sha256": ffi.string(lib.ll_build_header_sha256()).decode(),
         "llama_version": ffi.string(lib.ll_llama_version()).decode(),
+        "ggml_version": ffi.string(lib.ll_ggml_version()).decode(),
+        "ggml_commit": ffi.string(lib.ll_ggml_commit()).decode(),
         "gpu_offload": bool(lib.ll_supports_gpu_offload()),
         "mmap": bool(lib.ll_supports_mmap()),
     }

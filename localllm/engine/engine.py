@@ -17,7 +17,7 @@ from collections import deque
 from typing import Any
 
 from localllm.engine.adapters import Adapters, AdapterSet
-from localllm.engine.model import Batch, Context, Model, buffer_sizes
+from localllm.engine.model import Batch, Context, Model, buffer_sizes, moe_cpu_patterns
 from localllm.engine.sampling import Sampler
 from localllm.engine.slots import OVERFLOW, Active, Slot, pick_slot, prompt_tokens
 from localllm.engine.text import TextStream
@@ -32,7 +32,24 @@ from localllm.engine.types import (
 from localllm.errors import LocalLLMError
 from localllm.hardware.cpu import default_threads
 
-__all__ = ["OVERFLOW", "Engine", "default_threads"]
+__all__ = ["OVERFLOW", "Engine", "default_threads", "place"]
+
+
+def place(opts: LoadOptions) -> dict[str, Any]:
+    """Plugins and RPC workers into the registry, then the planner's placement as load args.
+
+    A worker that cannot be added fails the load with its name: placing its
+    layers elsewhere would silently break the plan the daemon made.
+    """
+    from localllm.engine import plugins
+
+    ready = plugins.prepare(opts.rpc_workers)
+    bad = [w for w in ready["workers"] if w["error"]]
+    if bad:
+        raise LocalLLMError("; ".join(w["error"] for w in bad))
+    return {"devices": plugins.resolve(opts.devices) if opts.devices else [],
+            "split_mode": opts.split_mode, "tensor_split": list(opts.tensor_split),
+            "cpu_patterns": moe_cpu_patterns(opts.n_cpu_moe)}
 
 
 class Engine:
@@ -43,8 +60,9 @@ class Engine:
 
     def __init__(self, model_paths: list[str], opts: LoadOptions) -> None:
         self.opts = opts
+        placement = place(opts)
         self.model = Model(model_paths, n_gpu_layers=opts.n_gpu_layers, main_gpu=opts.main_gpu,
-                           use_mmap=opts.use_mmap)
+                           use_mmap=opts.use_mmap, **placement)
         n_par = max(1, opts.n_parallel)
         # Every decoding slot adds one token per step, so a batch must hold them all.
         n_batch = max(opts.n_batch, n_par, 1)

@@ -66,19 +66,42 @@ class _Owner:
         return self._h
 
 
+SPLIT_MODES = {"none": 0, "layer": 1, "row": 2}
+
+
+def moe_cpu_patterns(n_cpu_moe: int) -> list[str]:
+    """Tensor-name regexes that keep the experts of the first ``n_cpu_moe`` layers in RAM.
+
+    The same tensors llama.cpp's ``--n-cpu-moe`` moves: a layer's gate/up/down
+    expert weights (fused or not); attention and shared weights stay on the GPU.
+    """
+    if n_cpu_moe <= 0:
+        return []
+    layers = "|".join(str(i) for i in range(n_cpu_moe))
+    return [rf"blk\.({layers})\.ffn_(up|down|gate|gate_up)_(ch|)exps"]
+
+
 class Model(_Owner):
     """A loaded GGUF (one file or all its splits) and its vocabulary."""
 
     def __init__(self, paths: Sequence[str], *, n_gpu_layers: int = 0, main_gpu: int = 0,
-                 use_mmap: bool = True, vocab_only: bool = False) -> None:
+                 use_mmap: bool = True, vocab_only: bool = False,
+                 devices: Sequence[int] = (), split_mode: str = "layer",
+                 tensor_split: Sequence[float] = (), cpu_patterns: Sequence[str] = ()) -> None:
         self.ffi, self.lib = native()
         if not paths:
             raise ModelLoadError("no model file given")
         keep = [self.ffi.new("char[]", str(p).encode()) for p in paths]
         arr = self.ffi.new("const char *[]", keep)
         take_log()
+        devs = self.ffi.new("int[]", list(devices) or [0])
+        split = self.ffi.new("float[]", [float(x) for x in tensor_split] or [0.0])
+        pats = [self.ffi.new("char[]", p.encode()) for p in cpu_patterns]
+        pat_arr = self.ffi.new("const char *[]", pats or [self.ffi.NULL])
         h = self.lib.ll_model_load(arr, len(keep), n_gpu_layers, main_gpu, int(use_mmap),
-                                   int(vocab_only))
+                                   int(vocab_only), devs, len(devices),
+                                   SPLIT_MODES.get(split_mode, 1), split, len(tensor_split),
+                                   pat_arr, len(pats))
         self.load_log = take_log()
         if h == self.ffi.NULL:
             raise InvalidModelFile(

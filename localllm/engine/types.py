@@ -41,7 +41,14 @@ class LoadOptions:
     n_batch: int = 512
     n_ubatch: int = 512
     n_gpu_layers: int = 0
-    main_gpu: int = 0
+    main_gpu: int = 0  # index into ``devices`` used with split_mode "none"
+    # Placement (hardware.Device names, in llama.cpp order: the last device takes the
+    # top layers).  Empty = every device ggml offers, split by its free memory.
+    devices: list[str] = field(default_factory=list)
+    split_mode: Literal["none", "layer", "row"] = "layer"
+    tensor_split: list[float] = field(default_factory=list)  # one share per device
+    n_cpu_moe: int = 0  # keep the expert tensors of the first N layers in host memory
+    rpc_workers: list[str] = field(default_factory=list)  # host:port, added before the load
     n_threads: int = 0  # 0 = physical cores
     flash_attn: Literal["auto", "on", "off"] = "auto"
     kv_type: Literal["f16", "q8_0", "q4_0", "f32"] = "f16"

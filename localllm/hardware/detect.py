@@ -2,10 +2,11 @@
 
 ``detect()`` runs ``python -m localllm.hardware.probe`` in a child process with
 a timeout (the daemon never imports the native module: a crash while ggml
-initialises a GPU backend must not take it down), merges the answer with the
-CPU facts and the driver probes, and caches the result for the process.  When
-the native module is missing or broken it says so, with the error text, and
-offers one CPU device so planning still works.
+initialises a GPU backend or loads a plugin must not take it down), merges the
+answer with the CPU facts, the driver probes and the RPC workers' devices
+(asked over the wire by ``hardware.rpc``), and caches the result for the
+process.  When the native module is missing or broken it says so, with the
+error text, and offers one CPU device so planning still works.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any, Literal
 
 from localllm.hardware.cpu import CPUInfo, available_ram, cpu_info
 from localllm.hardware.probes import GPUProbe, probe_all
+from localllm.hardware.rpc import WorkerStatus
 
 DeviceKind = Literal["cpu", "gpu", "igpu", "accel"]
 PROBE_TIMEOUT_S = 30.0
@@ -32,9 +34,6 @@ _KINDS: dict[Any, DeviceKind] = {
 # ggml device names are "<backend><index>"; a few backends use other spellings.
 _LIBRARY_ALIASES = {"MTL": "Metal", "HIP": "ROCm", "VULKAN": "Vulkan", "CANN": "CANN"}
 
-REBUILD = ('CMAKE_ARGS="{flag}" pip install --force-reinstall --no-binary llama-cpp-python '
-           '"llama-cpp-python==0.3.36", then reinstall localllm so its native module '
-           "links the new libraries")
 
 
 @dataclass(frozen=True)
@@ -70,6 +69,9 @@ class Hardware:
     build_info: dict[str, Any] = field(default_factory=dict, hash=False)
     gpus_present: tuple[GPUProbe, ...] = ()  # what the drivers report, usable or not
     hints: tuple[str, ...] = ()
+    ggml_version: str = ""  # the core's; plugins must be built for it
+    plugins: tuple[dict[str, Any], ...] = ()  # one report per plugin file the probe tried
+    workers: tuple[WorkerStatus, ...] = ()  # LOCALLLM_RPC_WORKERS as last seen
 
     @property
     def gpus(self) -> tuple[Device, ...]:
@@ -80,7 +82,9 @@ class Hardware:
 
 
 def library_of(name: str) -> str:
-    """``"CUDA0"`` -> ``"CUDA"``; ``"MTL0"`` -> ``"Metal"``."""
+    """``"CUDA0"`` -> ``"CUDA"``; ``"MTL0"`` -> ``"Metal"``; ``"RPC[host:port]"`` -> ``"RPC"``."""
+    if name.startswith("RPC["):
+        return "RPC"
     base = name.rstrip("0123456789") or name
     return _LIBRARY_ALIASES.get(base.upper(), base)
 
@@ -151,38 +155,43 @@ def parse_probe_output(returncode: int, stdout: str, stderr: str) -> dict[str, A
 
 
 def hints_for(devices: tuple[Device, ...], gpus: list[GPUProbe], native_ok: bool,
-              native_error: str) -> list[str]:
-    """Advice for a human: GPUs present but unusable by this build, a missing native module."""
+              native_error: str, plugins: tuple[dict[str, Any], ...] = ()) -> list[str]:
+    """Advice for a human: a GPU without its plugin, a plugin that failed, no native module."""
+    from localllm.backends.catalog import wanted_backends
+
     hints = []
     if not native_ok:
         hints.append(f"The native module is not usable ({native_error}); "
-                     "reinstall localllm (pip install -e .) so native/ is compiled. "
-                     "Models cannot run until it loads.")
+                     "reinstall localllm (pip install --force-reinstall localllm) so native/ is "
+                     "compiled. Models cannot run until it loads.")
+        return hints
+    for p in plugins:
+        if not p.get("loaded"):
+            hints.append(f"Backend plugin {p.get('file')} did not load: {p.get('error')}. "
+                         "Rebuild it with 'localllm backends build NAME' or remove it.")
     libraries = {d.library for d in devices if d.is_gpu}
-    nvidia = [g for g in gpus if g.vendor == "nvidia"]
-    amd = [g for g in gpus if g.vendor == "amd"]
-    if nvidia and native_ok and not libraries & {"CUDA", "Vulkan"}:
-        driver = f"driver {nvidia[0].driver}" if nvidia[0].driver else "driver loaded"
-        hints.append(f"NVIDIA GPU found ({nvidia[0].name}, {driver}) but this build has no "
-                     f"CUDA: rebuild with {REBUILD.format(flag='-DGGML_CUDA=on')}.")
-    if amd and native_ok and not libraries & {"ROCm", "Vulkan"}:
-        hints.append(f"AMD GPU found ({amd[0].name}) but this build has no ROCm or Vulkan: "
-                     f"rebuild with {REBUILD.format(flag='-DGGML_HIP=on')} "
-                     "(or -DGGML_VULKAN=on).")
-    if any(g.vendor == "apple" for g in gpus) and native_ok and "Metal" not in libraries:
-        hints.append("Apple Silicon GPU found but this build has no Metal: rebuild with "
-                     f"{REBUILD.format(flag='-DGGML_METAL=on')}.")
+    for want in wanted_backends(gpus, libraries):
+        hints.append(want.hint)
     return hints
 
 
-def build_hardware(answer: dict[str, Any], cpu: CPUInfo, gpus: list[GPUProbe]) -> Hardware:
-    """Combine the probe's answer, the CPU facts and the driver probes (pure)."""
+def remote_devices(workers: tuple[WorkerStatus, ...]) -> tuple[Device, ...]:
+    """The devices that RPC workers serve, as planner devices (ggml reports them as GPUs)."""
+    return tuple(Device(d.name, f"{w.endpoint} (RPC worker)", "gpu", d.free, d.total, "RPC")
+                 for w in workers for d in w.devices)
+
+
+def build_hardware(answer: dict[str, Any], cpu: CPUInfo, gpus: list[GPUProbe],
+                   workers: tuple[WorkerStatus, ...] = ()) -> Hardware:
+    """Combine the probe's answer, the CPU facts, the driver probes and the workers (pure)."""
     ok = bool(answer.get("ok"))
     error = "" if ok else str(answer.get("error") or "unknown error")
     devices = tuple(_with_ram(device_from_probe(d), cpu) for d in answer.get("devices") or []
                     if isinstance(d, dict)) if ok else ()
     if not any(d.kind == "cpu" for d in devices):
         devices = (*devices, cpu_device(cpu))
+    devices = (*devices, *remote_devices(workers))
+    plugins = tuple(p for p in answer.get("plugins") or [] if isinstance(p, dict))
     build = answer.get("build_info")
     return Hardware(
         devices=devices,
@@ -192,12 +201,43 @@ def build_hardware(answer: dict[str, Any], cpu: CPUInfo, gpus: list[GPUProbe]) -
         system_info=str(answer.get("system_info") or ""),
         build_info=build if isinstance(build, dict) else ({"info": build} if build else {}),
         gpus_present=tuple(gpus),
-        hints=tuple(hints_for(devices, gpus, ok, error)),
+        hints=tuple(hints_for(devices, gpus, ok, error, plugins)),
+        ggml_version=str(answer.get("ggml_version") or ""),
+        plugins=plugins,
+        workers=workers,
     )
 
 
 _lock = threading.Lock()
 _cached: Hardware | None = None
+_last_seen: dict[str, WorkerStatus] = {}  # endpoint -> last answer with devices
+
+
+def query_workers(endpoints: list[str] | None = None) -> tuple[WorkerStatus, ...]:
+    """Ask every configured RPC worker, in parallel; a busy one keeps its last devices.
+
+    A worker serves one client at a time, so one that a loaded model's runner is
+    using answers "busy": its devices are still there, held by that runner.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from localllm import config
+    from localllm.hardware.rpc import query
+
+    eps = list(config.RPC_WORKERS.get() if endpoints is None else endpoints)
+    if not eps:
+        return ()
+    with ThreadPoolExecutor(max_workers=min(len(eps), 8)) as pool:
+        answers = list(pool.map(query, eps))
+    out = []
+    for w in answers:
+        if w.ready:
+            _last_seen[w.endpoint] = w
+        elif w.state == "busy" and w.endpoint in _last_seen:
+            w = replace(w, devices=_last_seen[w.endpoint].devices, version=_last_seen[
+                w.endpoint].version)
+        out.append(w)
+    return tuple(out)
 
 
 def detect(refresh: bool = False, timeout: float = PROBE_TIMEOUT_S) -> Hardware:
@@ -205,23 +245,28 @@ def detect(refresh: bool = False, timeout: float = PROBE_TIMEOUT_S) -> Hardware:
     global _cached
     with _lock:
         if _cached is None or refresh:
-            _cached = build_hardware(run_probe(timeout), cpu_info(), probe_all())
+            _cached = build_hardware(run_probe(timeout), cpu_info(), probe_all(),
+                                     query_workers())
         return _cached
 
 
 def refresh_memory(timeout: float = PROBE_TIMEOUT_S) -> Hardware:
     """Fresh free-memory figures, for the scheduler right before a load.
 
-    System RAM is re-read every time (cheap).  GPU free memory is only known to
-    ggml, so the probe child runs again only when the cached answer has GPUs.
+    System RAM is re-read every time (cheap), and so are the RPC workers.  GPU
+    free memory is only known to ggml, so the probe child runs again only when
+    the cached answer has local GPUs.
     """
     global _cached
     hw = detect(timeout=timeout)
-    if hw.gpus and hw.native_ok:
+    if any(d.is_gpu and d.library != "RPC" for d in hw.devices) and hw.native_ok:
         return detect(refresh=True, timeout=timeout)
     ram = available_ram()
+    workers = query_workers()
     with _lock:
         cpu = replace(hw.cpu, available_ram=ram)
-        devices = tuple(replace(d, free=ram) if d.kind == "cpu" else d for d in hw.devices)
-        _cached = replace(hw, cpu=cpu, devices=devices)
+        local = tuple(replace(d, free=ram) if d.kind == "cpu" else d for d in hw.devices
+                      if d.library != "RPC")
+        _cached = replace(hw, cpu=cpu, devices=(*local, *remote_devices(workers)),
+                          workers=workers)
         return _cached

@@ -2,15 +2,20 @@
 
 This is the only place in hardware/ that imports the native binding, and it
 runs in its own process: a crash while ggml initialises its backends (a bad
-driver, a missing CUDA runtime) kills this child, never the daemon.  It always
+driver, a missing CUDA runtime, a broken plugin) kills this child, never the
+daemon.  Before listing devices it loads the backend plugins built for this
+core and adds the RPC workers named with ``--rpc host:port``, exactly as a runner
+does before a load, so what it reports is what a runner will see.  It always
 prints exactly one JSON object on stdout::
 
-    {"ok": true, "devices": [...], "system_info": "...", "build_info": {...}}
+    {"ok": true, "devices": [...], "plugins": [...], "workers": [...],
+     "ggml_version": "...", "system_info": "...", "build_info": {...}}
     {"ok": false, "error": "ImportError: ..."}
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import sys
@@ -18,25 +23,20 @@ import traceback
 from typing import Any
 
 
-def _as_dict(obj: Any) -> dict[str, Any]:
-    if isinstance(obj, dict):
-        return obj
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.asdict(obj)
-    return dict(obj)
-
-
-def collect() -> dict[str, Any]:
-    """Ask the native binding for its devices, system info and build info."""
+def collect(workers: list[str] | None = None) -> dict[str, Any]:
+    """Ask the native binding for its devices, plugins, system info and build info."""
     try:
-        from localllm.engine import binding
+        from localllm.engine import binding, plugins
     except Exception as exc:  # any failure to load the module is a status to report
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     try:
-        devices = [_as_dict(d) for d in binding.devices()]
+        binding.native()
+        prepared = plugins.prepare(workers)
+        devices = [dataclasses.asdict(d) for d in plugins.devices()]
         return {
             "ok": True,
             "devices": devices,
+            **prepared,
             "system_info": str(binding.system_info()),
             "build_info": binding.build_info(),
         }
@@ -45,8 +45,11 @@ def collect() -> dict[str, Any]:
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": tail}
 
 
-def main() -> int:
-    result = collect()
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m localllm.hardware.probe")
+    parser.add_argument("--rpc", action="append", default=[], help="RPC worker host:port")
+    args = parser.parse_args(argv)
+    result = collect(args.rpc)
     # default=str: build_info may hold values json cannot encode; a lossy string beats a crash.
     sys.stdout.write(json.dumps(result, default=str) + "\n")
     sys.stdout.flush()

@@ -1,0 +1,152 @@
+"""``localllm backends build NAME``: compile one ggml plugin and install it, all or nothing.
+
+Steps: check the toolkit (before anything compiles), get the pinned source,
+make sure its ggml version is the core's (a plugin for another version would
+be refused at load), configure a cached build tree with ``GGML_BACKEND_DL=ON``
+and the CPU backend off (the core has its own), build the plugin's target with
+ninja while reporting ``[n/m]`` progress, copy the library into
+``<backends>/<ggml version>/`` under a temporary name and rename it into place.
+An error or Ctrl-C leaves the previous plugin (or none), never half of one.
+Every line of cmake and ninja output goes to a log file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from localllm import paths
+from localllm.backends import catalog, source, toolkit
+from localllm.errors import LocalLLMError
+
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
+_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
+
+
+class BuildFailed(LocalLLMError):
+    """cmake or ninja failed; the message names the log."""
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    backend: str
+    path: Path  # the installed plugin
+    ggml_version: str
+    seconds: float
+    size: int
+    build_dir: Path
+    log: Path
+
+
+def base_flags(backend: catalog.Backend, with_tools: bool) -> list[str]:
+    """cmake flags of a plugin build: DL backends, no native CPU code, nothing but ggml."""
+    return [
+        "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
+        "-DGGML_BACKEND_DL=ON", "-DGGML_NATIVE=OFF", "-DBUILD_SHARED_LIBS=ON",
+        f"-D{backend.cmake_flag}=ON",
+        # The core's CPU backend serves the engine; one here would only be needed by
+        # tools built in the same tree (llama-bench for gpu_check).
+        f"-DGGML_CPU={'ON' if with_tools else 'OFF'}",
+        f"-DLLAMA_BUILD_TOOLS={'ON' if with_tools else 'OFF'}",
+        "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF",
+        "-DLLAMA_BUILD_APP=OFF",
+        "-DLLAMA_CURL=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF",
+    ]
+
+
+def build_dir_for(name: str, ggml_version: str) -> Path:
+    return paths.cache() / "build" / ggml_version / name
+
+
+def build_log_path(name: str) -> Path:
+    return paths.logs() / f"backend-build-{name}.log"
+
+
+def _stream(argv: list[str], log: IO[str], env: dict[str, str], phase: str,
+            progress: Progress | None) -> None:
+    log.write(f"$ {' '.join(argv)}\n")
+    log.flush()
+    if progress:
+        progress(phase, 0, 0)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, errors="replace")
+    assert proc.stdout is not None
+    tail: list[str] = []
+    try:
+        for line in proc.stdout:
+            log.write(line)
+            tail = [*tail, line.rstrip()][-12:]
+            m = _STEP.match(line)
+            if m and progress:
+                progress(phase, int(m.group(1)), int(m.group(2)))
+        rc = proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    if rc != 0:
+        errors = [ln for ln in tail if "error" in ln.lower()] or tail[-4:]
+        raise BuildFailed(f"{phase} failed (exit {rc}): {' | '.join(errors)[-600:]}; "
+                          f"the whole output is in {log.name}")
+
+
+def install_atomically(built: Path, dest: Path) -> None:
+    """Copy ``built`` to ``dest`` through a temporary name in the same folder."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".tmp-{dest.name}-{os.getpid()}")
+    try:
+        shutil.copy2(built, tmp)
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def build(name: str, *, arch: str | None = None, jobs: int = 0, source_file: Path | None = None,
+          also: tuple[str, ...] = (), core_ggml: str = "",
+          progress: Progress | None = None) -> BuildResult:
+    """Build and install plugin ``name``; ``core_ggml`` is the core's ggml version if known."""
+    backend = catalog.get(name)
+    kit = toolkit.check(backend, arch)
+    started = time.monotonic()
+    log_path = build_log_path(backend.name)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w") as log:
+        for note in kit.notes:
+            log.write(f"# {note}\n")
+        if progress:
+            progress("source", 0, 1)
+        pip_log: list[str] = []
+        try:
+            tree = source.ensure(source_file, pip_log)
+        finally:
+            log.writelines(pip_log)
+        version = source.ggml_version_of(tree)
+        if core_ggml and version != core_ggml:
+            raise BuildFailed(f"the source is ggml {version} but the installed core is ggml "
+                              f"{core_ggml}: the plugin would be refused; use the "
+                              f"{source.PACKAGE} {source.core_version()} source")
+        bdir = build_dir_for(backend.name + ("-tools" if also else ""), version)
+        env = {**os.environ, **kit.env}
+        configure = [kit.cmake, "-S", str(tree), "-B", str(bdir),
+                     f"-DCMAKE_MAKE_PROGRAM={kit.ninja}",
+                     *base_flags(backend, bool(also)), *kit.cmake_args]
+        _stream(configure, log, env, "configure", progress)
+        targets = [backend.target, *also]
+        jobs_arg = ["-j", str(jobs)] if jobs > 0 else []
+        _stream([kit.ninja, "-C", str(bdir), *jobs_arg, *targets], log, env, "build", progress)
+        built = next((p for p in (bdir / "bin" / backend.filename, bdir / backend.filename)
+                      if p.exists()), None)
+        if built is None:
+            raise BuildFailed(f"the build finished but {backend.filename} is not in {bdir}/bin")
+        dest = paths.backends() / version / backend.filename
+        install_atomically(built, dest)
+        seconds = time.monotonic() - started
+        log.write(f"# installed {dest} ({dest.stat().st_size} bytes) in {seconds:.1f} s\n")
+    return BuildResult(backend.name, dest, version, seconds, dest.stat().st_size, bdir, log_path)

@@ -1,0 +1,175 @@
+"""What a plugin build needs from this machine, checked before anything compiles.
+
+Each check returns a ``Toolkit`` (paths, versions, the cmake arguments it
+adds) or raises ``ToolkitMissing`` with what is missing and how to get it:
+a missing toolkit is a sentence for a person, not a cmake error 300 lines
+into a log.  cmake and ninja come from the package index when the machine
+has none (they are on PyPI as wheels).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from localllm.backends.catalog import Backend
+from localllm.errors import LocalLLMError
+
+MIN_VULKAN_HEADER = 261  # vk::LayerSettingEXT (VK_EXT_layer_settings), used by ggml-vulkan
+
+
+class ToolkitMissing(LocalLLMError):
+    """The machine lacks something the build needs; the message says what and how."""
+
+
+@dataclass
+class Toolkit:
+    cmake: str
+    ninja: str
+    cmake_args: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # e.g. "nvcc 12.4 at /usr/local/cuda"
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _run(argv: list[str], timeout: float = 10.0) -> str:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout if out.returncode == 0 else ""
+
+
+def _which(name: str, *extra_dirs: str) -> str:
+    """On PATH, next to this Python (a venv's bin/), or in one of ``extra_dirs``."""
+    found = shutil.which(name)
+    if found:
+        return found
+    for d in (str(Path(sys.executable).parent), *extra_dirs):
+        cand = Path(d) / name
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return str(cand)
+    return ""
+
+
+def build_tools(install: bool = True) -> tuple[str, str]:
+    """Paths of cmake and ninja; installed from the package index into this Python if absent."""
+    cmake, ninja = _which("cmake"), _which("ninja")
+    missing = [n for n, p in (("cmake", cmake), ("ninja", ninja)) if not p]
+    if missing and install:
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", *missing], check=False)
+        cmake, ninja = cmake or _which("cmake"), ninja or _which("ninja")
+    if not cmake or not ninja:
+        raise ToolkitMissing(
+            "building a backend needs cmake and ninja; installing them with pip failed "
+            f"({sys.executable} -m pip install cmake ninja). Install them with your package "
+            "manager and try again.")
+    return cmake, ninja
+
+
+def compiler() -> str:
+    cxx = os.environ.get("CXX") or _which("c++") or _which("g++") or _which("clang++")
+    if not cxx:
+        raise ToolkitMissing("building a backend needs a C++ compiler (g++ or clang++): "
+                             "install build-essential (Debian/Ubuntu) or Xcode's command line "
+                             "tools (macOS)")
+    return cxx
+
+
+def cuda_archs(smi_output: str) -> list[str]:
+    """``nvidia-smi --query-gpu=compute_cap`` lines ("8.9") -> cmake archs ("89"), unique."""
+    out: list[str] = []
+    for line in smi_output.splitlines():
+        m = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", line)
+        if m and (arch := m.group(1) + m.group(2)) not in out:
+            out.append(arch)
+    return out
+
+
+def check_cuda(arch: str | None) -> tuple[list[str], list[str], dict[str, str]]:
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    nvcc = _which("nvcc", str(Path(home) / "bin"))
+    if not nvcc:
+        raise ToolkitMissing(
+            "the CUDA plugin needs the CUDA toolkit's compiler (nvcc), which is not on PATH "
+            f"or in {home}/bin: install the CUDA toolkit (the driver alone is not enough) or "
+            "set CUDA_HOME")
+    m = re.search(r"release (\d+\.\d+)", _run([nvcc, "--version"]))
+    archs = arch.split(",") if arch else cuda_archs(
+        _run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"]))
+    if not archs:
+        raise ToolkitMissing("no NVIDIA GPU answered nvidia-smi, so the architecture to build "
+                             "for is unknown: pass --arch (e.g. --arch 89 for an RTX 4090, "
+                             "--arch 90 for an H100)")
+    env = {"CUDACXX": nvcc}
+    args = [f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(a.strip() for a in archs)}"]
+    notes = [f"nvcc {m.group(1) if m else '?'} at {nvcc}", f"CUDA architectures {', '.join(archs)}"]
+    return args, notes, env
+
+
+def vulkan_header_version(include_dirs: list[str]) -> tuple[int, str]:
+    """(VK_HEADER_VERSION, path) of the first vulkan_core.h found; (0, "") if none."""
+    for d in include_dirs:
+        path = Path(d) / "vulkan" / "vulkan_core.h"
+        if path.is_file():
+            m = re.search(r"#define\s+VK_HEADER_VERSION\s+(\d+)",
+                          path.read_text(errors="replace"))
+            return (int(m.group(1)) if m else 0), str(path)
+    return 0, ""
+
+
+def check_vulkan() -> tuple[list[str], list[str], dict[str, str]]:
+    sdk = os.environ.get("VULKAN_SDK", "")
+    dirs = [str(Path(sdk) / "include")] if sdk else []
+    dirs += ["/usr/include", "/usr/local/include"]
+    version, path = vulkan_header_version(dirs)
+    if not path:
+        raise ToolkitMissing("the Vulkan plugin needs the Vulkan headers (vulkan/vulkan_core.h):"
+                             " install libvulkan-dev or the LunarG Vulkan SDK and set VULKAN_SDK")
+    if version < MIN_VULKAN_HEADER:
+        raise ToolkitMissing(
+            f"the Vulkan headers at {path} are 1.3.{version}, and this llama.cpp's Vulkan "
+            f"backend needs 1.3.{MIN_VULKAN_HEADER} or newer (vk::LayerSettingEXT): install the "
+            "LunarG Vulkan SDK and set VULKAN_SDK, or use a newer distribution's packages")
+    glslc = _which("glslc", str(Path(sdk) / "bin") if sdk else "")
+    if not glslc:
+        raise ToolkitMissing("the Vulkan plugin needs glslc to compile its shaders: install "
+                             "glslc (Debian/Ubuntu package 'glslc') or the LunarG Vulkan SDK")
+    return [], [f"Vulkan headers 1.3.{version} ({path})", f"glslc at {glslc}"], {}
+
+
+def check_rocm(arch: str | None) -> tuple[list[str], list[str], dict[str, str]]:
+    rocm = os.environ.get("ROCM_PATH", "/opt/rocm")
+    hipcc = _which("hipcc", str(Path(rocm) / "bin"))
+    if not hipcc:
+        raise ToolkitMissing(f"the ROCm plugin needs ROCm's hipcc (not on PATH or in {rocm}/bin):"
+                             " install ROCm with hipBLAS and rocBLAS, or set ROCM_PATH")
+    targets = arch.split(",") if arch else sorted(set(re.findall(
+        r"\bgfx[0-9a-f]+\b", _run([_which("rocminfo", str(Path(rocm) / "bin")) or "rocminfo"]))))
+    if not targets:
+        raise ToolkitMissing("rocminfo reported no AMD GPU, so the target is unknown: pass "
+                             "--arch (e.g. --arch gfx1100)")
+    clang = Path(rocm) / "llvm" / "bin" / "clang"
+    env = {"HIPCXX": str(clang)} if clang.exists() else {}
+    return ([f"-DGPU_TARGETS={';'.join(targets)}"], [f"hipcc at {hipcc}",
+                                                     f"targets {', '.join(targets)}"], env)
+
+
+def check(backend: Backend, arch: str | None = None, install_tools: bool = True) -> Toolkit:
+    """Everything ``backend`` needs, or ``ToolkitMissing`` saying what is not there."""
+    compiler()
+    args: list[str] = []
+    notes: list[str] = []
+    env: dict[str, str] = {}
+    if backend.name == "cuda":
+        args, notes, env = check_cuda(arch)
+    elif backend.name == "vulkan":
+        args, notes, env = check_vulkan()
+    elif backend.name == "rocm":
+        args, notes, env = check_rocm(arch)
+    cmake, ninja = build_tools(install_tools)
+    return Toolkit(cmake, ninja, args, notes, env)

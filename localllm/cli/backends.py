@@ -1,0 +1,130 @@
+"""``localllm backends list|build|remove``: the GPU and RPC plugins of this machine.
+
+``list`` runs the hardware probe (a child process that loads every plugin)
+and shows each backend: built, loaded, its devices, or why it did not load,
+plus stray files in the backends folder.  ``build`` compiles one plugin from
+the pinned llama.cpp source with live progress (see ``backends/build.py``).
+``remove`` deletes a plugin.  None of them needs the daemon; a running daemon
+sees a new plugin at its next model load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("backends", help="List, build or remove GPU/RPC backend plugins")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB")
+    ls = verbs.add_parser("list", help="Show every backend: built, loaded, devices")
+    ls.add_argument("--json", action="store_true", help="print the list as JSON")
+    ls.set_defaults(func=run_list)
+    b = verbs.add_parser("build", help="Build a plugin from the pinned llama.cpp source")
+    b.add_argument("name", help="cuda, vulkan, rocm or rpc")
+    b.add_argument("--arch", help="GPU architectures (CUDA: 89,90; ROCm: gfx1100); "
+                                  "default: the GPUs present")
+    b.add_argument("--jobs", "-j", type=int, default=0, help="parallel compile jobs")
+    b.add_argument("--source", type=Path, help="a llama-cpp-python sdist (or trimmed copy) "
+                                               "to build from instead of downloading it")
+    b.add_argument("--also", action="append", default=[], metavar="TARGET",
+                   help="extra cmake targets to build in the same tree (e.g. llama-bench)")
+    b.set_defaults(func=run_build)
+    rm = verbs.add_parser("remove", help="Delete a built plugin")
+    rm.add_argument("name")
+    rm.set_defaults(func=run_remove)
+    parser.set_defaults(func=lambda args: (parser.print_help(), 0)[1])
+
+
+def report() -> dict[str, Any]:
+    from localllm.backends.installed import rows, strays
+    from localllm.hardware.detect import detect
+
+    hw = detect(refresh=True)
+    return {"ggml_version": hw.ggml_version, "native_ok": hw.native_ok,
+            "native_error": hw.native_error,
+            "backends": [r.to_dict() for r in rows(hw)], "strays": strays(hw)}
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from localllm import paths
+    from localllm.cli.output import format_bytes, table
+
+    rep = report()
+    if args.json:
+        # One list: the backends, then any stray file as a row flagged "stray".
+        strays = [{"name": Path(s["path"]).name, "stray": True, "built": False,
+                   "loaded": False, "path": s["path"], "error": s["reason"]}
+                  for s in rep["strays"]]
+        print(json.dumps(rep["backends"] + strays, indent=2))
+        return 0
+    if not rep["native_ok"]:
+        print(f"Native module not usable: {rep['native_error']}", file=sys.stderr)
+    print(f"Core: ggml {rep['ggml_version'] or 'unknown'}; plugins in "
+          f"{paths.backends() / (rep['ggml_version'] or '<ggml version>')}")
+    rows = []
+    for b in rep["backends"]:
+        state = ("loaded" if b["loaded"] else "FAILED" if b["built"] and b["error"]
+                 else "built" if b["built"] else "not built")
+        rows.append((b["name"], state, ", ".join(b["devices"]) or "-",
+                     format_bytes(b["size"]) if b["size"] else "-",
+                     "yes" if b["wanted"] else "", b["error"] or b["path"] or b["needs"]))
+    print(table(["NAME", "STATE", "DEVICES", "SIZE", "WANTED", "DETAIL"], rows, gap=2))
+    for s in rep["strays"]:
+        print(f"  ! {s['path']}: {s['reason']}")
+    return 0
+
+
+def run_build(args: argparse.Namespace) -> int:
+    from localllm.backends.build import build
+    from localllm.hardware.detect import detect
+
+    core = detect().ggml_version
+    last = {"phase": "", "shown": -1}
+    tty = sys.stderr.isatty()
+
+    def progress(phase: str, done: int, total: int) -> None:
+        if phase != last["phase"]:
+            if last["phase"]:
+                sys.stderr.write("\n")
+            last["phase"], last["shown"] = phase, -1
+            sys.stderr.write({"source": "Getting the llama.cpp source...",
+                              "configure": "Configuring...", "build": "Building..."}
+                             .get(phase, phase))
+        if phase == "build" and total:
+            pct = 100 * done // total
+            if tty:
+                sys.stderr.write(f"\rBuilding [{done}/{total}] {pct}%")
+            elif pct // 10 != last["shown"]:  # a log, not a screen: a line per 10%
+                last["shown"] = pct // 10
+                sys.stderr.write(f"\n  [{done}/{total}] {pct}%")
+        sys.stderr.flush()
+
+    result = build(args.name, arch=args.arch, jobs=args.jobs, source_file=args.source,
+                   also=tuple(args.also), core_ggml=core, progress=progress)
+    sys.stderr.write("\n")
+    print(f"Built {result.backend} for ggml {result.ggml_version} in {result.seconds:.1f} s: "
+          f"{result.path} ({result.size / 1e6:.1f} MB); log: {result.log}")
+    # Prove it loads, in a child process like every runner does.
+    rep = {r["name"]: r for r in report()["backends"]}[result.backend]
+    if not rep["loaded"]:
+        print(f"The plugin was built but does not load: {rep['error']}", file=sys.stderr)
+        return 1
+    devs = ", ".join(rep["devices"])
+    print(f"Loaded: {devs or 'no local devices (RPC devices come from workers)'}")
+    return 0
+
+
+def run_remove(args: argparse.Namespace) -> int:
+    from localllm.backends.installed import remove
+
+    gone = remove(args.name)
+    if not gone:
+        print(f"No {args.name} plugin is installed.", file=sys.stderr)
+        return 1
+    for p in gone:
+        print(f"Removed {p}")
+    return 0

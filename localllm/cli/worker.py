@@ -1,0 +1,154 @@
+"""``localllm worker``: serve this machine's devices to other localllm daemons over ggml RPC.
+
+The server is llama.cpp's own (``ggml_backend_rpc_start_server`` from the RPC
+plugin), run in this process on a thread while the main thread waits for
+SIGINT/SIGTERM.  ggml RPC has no authentication, so the worker binds
+loopback unless ``--allow-remote`` is given, and then warns loudly.  A small
+state file under the run folder lets ``localllm doctor`` see running workers
+(and repeat the warning for an exposed one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("localllm.worker")
+
+EXPOSED_WARNING = ("ggml RPC has no authentication: anyone who can reach {addr} can run "
+                   "code on this machine's devices and read what they hold. Allow only "
+                   "trusted hosts in a firewall, or bind 127.0.0.1 and use an SSH tunnel.")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("worker", help="Serve this machine's devices to other daemons (ggml RPC)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=50052, help="port (default 50052)")
+    p.add_argument("--device", action="append", default=[], metavar="NAME",
+                   help="device to serve (repeatable; default: every GPU, else the CPU)")
+    p.add_argument("--cache", help="local tensor cache folder (llama.cpp's rpc-server -c)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: cores)")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow binding a non-loopback address (unauthenticated!)")
+    p.set_defaults(func=run)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, port: int) -> str:
+    """"" when ``host:port`` can be bound now, else why not (ggml only prints a line)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host.strip("[]"), port))
+    except OSError as exc:
+        return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+    return ""
+
+
+def choose(devs: list[Any], wanted: list[str]) -> list[Any]:
+    """The devices to serve: those named, else every GPU, else the CPU."""
+    from localllm.errors import InvalidRequest
+
+    if wanted:
+        by_name = {d.name.lower(): d for d in devs}
+        missing = [w for w in wanted if w.lower() not in by_name]
+        if missing:
+            raise InvalidRequest(f"no device {', '.join(missing)}; this machine has "
+                                 f"{', '.join(d.name for d in devs)}")
+        return [by_name[w.lower()] for w in wanted]
+    local = [d for d in devs if not d.registry.startswith("RPC")]
+    gpus = [d for d in local if d.type in ("gpu", "igpu")]
+    return gpus or [d for d in local if d.type == "cpu"][:1]
+
+
+def state_file(port: int) -> Path:
+    from localllm import paths
+
+    return paths.run_dir() / f"worker-{port}.json"
+
+
+def run(args: argparse.Namespace) -> int:
+    from localllm.errors import LocalLLMError
+
+    if not is_loopback(args.host) and not args.allow_remote:
+        print(f"Error: refusing to bind {args.host}: ggml RPC has no authentication, so a "
+              "worker listens on loopback only unless you pass --allow-remote (see "
+              "docs/multi-machine.md for firewall and SSH-tunnel setups).", file=sys.stderr)
+        return 2
+    if not 0 < args.port < 65536:
+        print(f"Error: port {args.port} out of range", file=sys.stderr)
+        return 2
+    why = check_bind(args.host, args.port)
+    if why:
+        print(f"Error: {why}", file=sys.stderr)
+        return 1
+    from localllm.engine import plugins
+    from localllm.hardware.cpu import default_threads
+
+    plugins.prepare()
+    if not any(r.startswith("RPC") for r in _registries(plugins)):
+        raise LocalLLMError("the RPC backend plugin is not built or does not load: run "
+                            "'localllm backends build rpc' (about a minute), then try again")
+    served = choose(plugins.devices(), args.device)
+    endpoint = f"{args.host}:{args.port}"
+    print(f"localllm worker on {endpoint} (ggml {plugins.ggml_version()}), serving:")
+    for d in served:
+        print(f"  {d.name}: {d.description} ({d.total >> 20} MiB, {d.free >> 20} MiB free)")
+    if not is_loopback(args.host):
+        warning = EXPOSED_WARNING.format(addr=endpoint)
+        print(f"WARNING: {warning}", file=sys.stderr)
+        log.warning(warning)
+    sys.stdout.flush()
+    path = state_file(args.port)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"pid": os.getpid(), "endpoint": endpoint,
+                                "devices": [d.name for d in served],
+                                "exposed": not is_loopback(args.host)}))
+    done = threading.Event()
+    result: list[int] = []
+
+    def serve() -> None:
+        result.append(plugins.serve_rpc(endpoint, [d.index for d in served], args.cache,
+                                        args.threads or default_threads()))
+        done.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    threading.Thread(target=serve, name="rpc-server", daemon=True).start()
+    try:
+        done.wait()
+    finally:
+        path.unlink(missing_ok=True)
+    sys.stdout.flush()
+    if result:
+        print(f"Error: the RPC server on {endpoint} stopped (code {result[0]}); see the "
+              "lines above", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(1)
+    print("Worker stopped.")
+    sys.stdout.flush()
+    # The server loop lives in native code with no stop call: leaving the process is the
+    # clean way out (sockets and device memory are released by the OS).
+    os._exit(0)
+
+
+def _registries(plugins: Any) -> list[str]:
+    return [str(p.get("backend", "")) for p in plugins.load_plugins() if p.get("loaded")]

@@ -1,0 +1,192 @@
+"""ggml backend plugins and RPC workers inside a native process (runner, probe, worker).
+
+This module owns what the process-wide ggml registry holds beyond the core's
+CPU backend: the plugins (``libggml-<name>.so`` built with ``GGML_BACKEND_DL``)
+from the folder for this core's ggml version, and the devices of ggml RPC
+servers.  It also names devices the same way in every process, so the daemon's
+planner, the probe and the runner agree on what "RPC[host:port]" means.
+
+Loading is idempotent per process.  A plugin that ggml refuses (wrong API
+version, missing driver library, not a plugin at all) is reported with ggml's
+own reason and skipped; nothing here raises for a bad file.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from localllm.engine.binding import native, take_log
+from localllm.errors import LocalLLMError
+
+PLUGIN_SUFFIX = ".dll" if sys.platform == "win32" else ".dylib" if sys.platform == "darwin" \
+    else ".so"
+_DEV_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
+_loaded: dict[str, dict[str, Any]] = {}  # plugin path -> its report
+_workers: dict[str, int] = {}  # endpoint -> devices it brought
+
+
+@dataclass(frozen=True)
+class NativeDevice:
+    """One device in this process's ggml registry."""
+
+    index: int  # registry index, what the shim's placement calls take
+    name: str  # stable across processes (see ``stable_names``)
+    ggml_name: str  # ggml's own, e.g. "CUDA0", "RPC3"
+    description: str
+    type: str  # cpu | gpu | igpu | accel
+    free: int
+    total: int
+    registry: str  # "CPU", "CUDA", "RPC[host:port]"
+
+
+def ggml_version() -> str:
+    ffi, lib = native()
+    return str(ffi.string(lib.ll_ggml_version()).decode())
+
+
+def plugin_folder(root: Path | None = None) -> Path:
+    """Where plugins for this core live: ``<backends>/<ggml version>/``."""
+    from localllm import paths
+
+    return (root or paths.backends()) / ggml_version()
+
+
+def load_plugins(folder: Path | None = None) -> list[dict[str, Any]]:
+    """Load every plugin in ``folder`` (default: this core's); one report per file."""
+    ffi, lib = native()
+    folder = folder or plugin_folder()
+    reports = []
+    files = sorted(folder.glob(f"libggml-*{PLUGIN_SUFFIX}")) if folder.is_dir() else []
+    for path in files:
+        key = str(path.resolve())
+        if key not in _loaded:
+            take_log()
+            name = ffi.new("char[]", 128)
+            rc = lib.ll_backend_load(key.encode(), name, 128)
+            log = take_log()
+            if rc == 0:
+                _loaded[key] = {"file": path.name, "path": key, "loaded": True,
+                                "backend": ffi.string(name).decode(), "error": ""}
+            else:
+                _loaded[key] = {"file": path.name, "path": key, "loaded": False, "backend": "",
+                                "error": _reason(log, path)}
+        reports.append(_loaded[key])
+    return reports
+
+
+def _reason(log: str, path: Path) -> str:
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    if lines:
+        return "; ".join(lines[-2:])
+    return f"ggml refused {path.name} (not a ggml backend plugin for this core)"
+
+
+def reachable(endpoint: str, timeout: float = 3.0) -> str:
+    """"" when a TCP connection to ``endpoint`` opens, else why not.
+
+    ggml aborts the whole process when it cannot connect to an RPC server, so
+    every endpoint is tried from Python first.
+    """
+    host, _, port = endpoint.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return ""
+    except (OSError, ValueError) as exc:
+        return f"cannot connect to RPC worker {endpoint}: {exc}"
+
+
+def add_workers(endpoints: list[str]) -> list[dict[str, Any]]:
+    """Register each RPC worker's devices (the RPC plugin must be loaded); one report each."""
+    _, lib = native()
+    reports = []
+    for ep in endpoints:
+        if ep in _workers:
+            reports.append({"endpoint": ep, "devices": _workers[ep], "error": ""})
+            continue
+        why = reachable(ep)
+        if why:
+            reports.append({"endpoint": ep, "devices": 0, "error": why})
+            continue
+        n = lib.ll_rpc_add_server(ep.encode())
+        if n == -1:
+            why = ("the RPC backend plugin is not built: run 'localllm backends build rpc'")
+        elif n < 1:
+            why = f"RPC worker {ep} offers no devices"
+        else:
+            _workers[ep] = n
+        reports.append({"endpoint": ep, "devices": max(n, 0), "error": why})
+    return reports
+
+
+def devices() -> list[NativeDevice]:
+    """Every device in the registry, with names that are the same in every process."""
+    ffi, lib = native()
+    name, desc, reg = ffi.new("char[]", 256), ffi.new("char[]", 512), ffi.new("char[]", 256)
+    typ = ffi.new("int *")
+    free, total = ffi.new("size_t *"), ffi.new("size_t *")
+    raw = []
+    for i in range(lib.ll_dev_count()):
+        if lib.ll_dev_info(i, name, 256, desc, 512, typ, free, total) != 0:
+            continue
+        lib.ll_dev_reg_name(i, reg, 256)
+        raw.append((i, ffi.string(name).decode(), ffi.string(desc).decode(),
+                    _DEV_TYPES.get(typ[0], "accel"), int(free[0]), int(total[0]),
+                    ffi.string(reg).decode()))
+    names = stable_names([(r[1], r[6], r[2]) for r in raw])
+    return [NativeDevice(r[0], n, r[1], r[2], r[3], r[4], r[5], r[6])
+            for r, n in zip(raw, names, strict=True)]
+
+
+def stable_names(devs: list[tuple[str, str, str]]) -> list[str]:
+    """(ggml name, registry name, description) -> a name meaning the same device everywhere.
+
+    ggml numbers RPC devices in the order servers were added in that process
+    ("RPC0", "RPC1", ...) and describes each by its endpoint, so those become
+    "RPC[host:port]" (and "#k" for a worker's k-th device); every other device
+    keeps ggml's name.
+    """
+    seen: dict[str, int] = {}
+    out = []
+    for ggml_name, reg, desc in devs:
+        if reg.startswith("RPC"):
+            base = f"RPC[{desc}]"
+            k = seen.get(base, 0)
+            seen[base] = k + 1
+            out.append(base if k == 0 else f"{base}#{k}")
+        else:
+            out.append(ggml_name)
+    return out
+
+
+def resolve(names: list[str]) -> list[int]:
+    """Registry indices of the named devices, in that order; a clear error for a missing one."""
+    by_name = {d.name: d.index for d in devices()}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise LocalLLMError(f"device {', '.join(missing)} is not available in this process "
+                            f"(have: {', '.join(by_name) or 'none'})")
+    return [by_name[n] for n in names]
+
+
+def prepare(workers: list[str] | None = None) -> dict[str, Any]:
+    """Load this core's plugins and add ``workers``; what happened, for logs and reports."""
+    plugins = load_plugins()
+    added = add_workers(list(workers or [])) if workers else []
+    return {"ggml_version": ggml_version(), "plugins": plugins, "workers": added}
+
+
+def serve_rpc(endpoint: str, devices_: list[int], cache_dir: str | None, threads: int) -> int:
+    """Serve registry devices ``devices_`` over ggml RPC; returns only when the server stops.
+
+    cffi releases the GIL around the call, so a Python thread can run this while
+    the main thread waits for signals.  -1: no RPC plugin; -2: bad device; 0: the
+    server ended (it could not bind, or its accept loop failed).
+    """
+    ffi, lib = native()
+    arr = ffi.new("int[]", devices_)
+    cache = ffi.new("char[]", cache_dir.encode()) if cache_dir else ffi.NULL
+    return int(lib.ll_rpc_start_server(endpoint.encode(), cache, threads, arr, len(devices_)))

@@ -1,0 +1,116 @@
+"""What a ggml RPC worker offers, asked over its own wire protocol from Python.
+
+The daemon plans with remote devices but never loads the native module, and
+ggml's own client aborts the process when a server is down or busy.  So the
+daemon speaks the three read-only commands it needs itself, with timeouts:
+HELLO (protocol version), DEVICE_COUNT and GET_DEVICE_MEMORY.  A ggml RPC
+server serves one client at a time, so a worker that a runner is using
+accepts the connection but does not answer: that reads as ``busy``.
+
+Wire format (ggml-rpc.cpp): request ``cmd:u8 | size:u64 | data``, response
+``size:u64 | data``, little-endian.  Device names follow the engine's
+``stable_names``: ``RPC[host:port]``, then ``RPC[host:port]#k``.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from dataclasses import dataclass, field
+
+CMD_GET_DEVICE_MEMORY = 11
+CMD_HELLO = 14
+CMD_DEVICE_COUNT = 15
+CONN_CAPS_SIZE = 24
+PROTO_MAJOR = 7  # the pinned llama.cpp's RPC_PROTO_MAJOR_VERSION
+DEFAULT_PORT = 50052
+
+
+@dataclass(frozen=True)
+class RemoteDevice:
+    name: str  # "RPC[host:port]" or "RPC[host:port]#k"
+    free: int
+    total: int
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    endpoint: str
+    state: str  # "ready" | "busy" | "down" | "incompatible"
+    version: str = ""
+    devices: tuple[RemoteDevice, ...] = field(default=())
+    error: str = ""
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready"
+
+
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    """``"host:port"`` (``[v6]:port`` too) -> (host, port); ValueError when malformed."""
+    host, sep, port = endpoint.strip().rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"RPC worker {endpoint!r} must look like host:port")
+    p = int(port)
+    if not 0 < p < 65536:
+        raise ValueError(f"RPC worker {endpoint!r}: port out of range")
+    return host.strip("[]"), p
+
+
+def device_name(endpoint: str, k: int) -> str:
+    return f"RPC[{endpoint}]" if k == 0 else f"RPC[{endpoint}]#{k}"
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("the worker closed the connection")
+        out += chunk
+    return out
+
+
+def _call(sock: socket.socket, cmd: int, payload: bytes, want: int) -> bytes:
+    sock.sendall(struct.pack("<BQ", cmd, len(payload)) + payload)
+    (size,) = struct.unpack("<Q", _recv(sock, 8))
+    if size != want:
+        raise ConnectionError(f"unexpected reply size {size} to command {cmd}")
+    return _recv(sock, want)
+
+
+def query(endpoint: str, timeout: float = 2.0) -> WorkerStatus:
+    """Connect, handshake and read the worker's devices; never raises."""
+    try:
+        host, port = split_endpoint(endpoint)
+    except ValueError as exc:
+        return WorkerStatus(endpoint, "down", error=str(exc))
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+    except OSError as exc:
+        return WorkerStatus(endpoint, "down", error=f"cannot connect: {exc}")
+    with sock:
+        sock.settimeout(timeout)
+        try:
+            hello = _call(sock, CMD_HELLO, bytes(CONN_CAPS_SIZE), 4 + CONN_CAPS_SIZE)
+        except TimeoutError:
+            return WorkerStatus(endpoint, "busy",
+                                error="connected, but it is serving another client")
+        except (OSError, ConnectionError) as exc:
+            return WorkerStatus(endpoint, "down", error=f"handshake failed: {exc}")
+        major, minor, patch = hello[0], hello[1], hello[2]
+        version = f"{major}.{minor}.{patch}"
+        if major != PROTO_MAJOR:
+            return WorkerStatus(endpoint, "incompatible", version,
+                                error=f"RPC protocol {version}, this build speaks "
+                                      f"{PROTO_MAJOR}.x: run the same localllm version there")
+        try:
+            (count,) = struct.unpack("<I", _call(sock, CMD_DEVICE_COUNT, b"", 4))
+            devs = []
+            for k in range(min(count, 16)):
+                free, total = struct.unpack(
+                    "<QQ", _call(sock, CMD_GET_DEVICE_MEMORY, struct.pack("<I", k), 16))
+                devs.append(RemoteDevice(device_name(endpoint, k), free, total))
+        except (OSError, ConnectionError) as exc:
+            return WorkerStatus(endpoint, "down", version, error=f"query failed: {exc}")
+    return WorkerStatus(endpoint, "ready", version, tuple(devs))
