@@ -218,12 +218,22 @@ MAX_BLOB_SIZE = Setting("LOCALLLM_MAX_BLOB_SIZE", parse_size, 1 << 40,
                         "0 = no limit.")
 LOG_FORMAT = Setting("LOCALLLM_LOG_FORMAT", _log_format, "text",
                      "Daemon log lines: text, or json (one object per line, with request ids).")
+BACKENDS = Setting("LOCALLLM_BACKENDS", _str, "",
+                    "Folder of ggml backend plugins (CUDA, Vulkan, ROCm, RPC), one subfolder per "
+                    "ggml version; default: <home>/backends.")
+CACHE = Setting("LOCALLLM_CACHE", _str, "",
+                 "Cache folder for the llama.cpp source and backend build trees; "
+                 "default: the platform's cache directory.")
+RPC_WORKERS: Setting[list[str]] = Setting(
+    "LOCALLLM_RPC_WORKERS", _list, [],
+    "ggml RPC workers (host:port, comma-separated) whose devices models may be placed on; "
+    "see 'localllm worker'.")
 
 REGISTRY: tuple[Setting[object], ...] = (
     HOST, HOME, MODELS, ORIGINS, KEEP_ALIVE, NUM_PARALLEL, MAX_LOADED_MODELS, MAX_QUEUE,
     CONTEXT_LENGTH, FLASH_ATTENTION, KV_CACHE_TYPE, LOAD_TIMEOUT, GPU_OVERHEAD, SCHED_SPREAD,
     NOPRUNE, DEBUG, API_KEY, SHUTDOWN_GRACE, NUM_THREAD, ALLOWED_PATHS, MAX_BODY, MAX_BLOB_SIZE,
-    LOG_FORMAT,
+    LOG_FORMAT, BACKENDS, CACHE, RPC_WORKERS,
 )  # type: ignore[assignment]
 
 
