@@ -10,6 +10,7 @@ these same calls.
 from __future__ import annotations
 
 import math
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -288,7 +289,19 @@ def ps_entry(model: Loaded) -> dict[str, Any]:
         "details": model.spec.details,
         "expires_at": expires_text,
         "context_length": model.opts.n_ctx,
+        # Not in Ollama's reply: bytes per place (a GPU, "CPU", or an RPC worker's
+        # endpoint), so ps can say "60% gpu-box:50052, 40% CPU" for split models.
+        "devices": _by_place(memory),
     }
+
+
+def _by_place(memory: dict[str, dict[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for dev, parts in memory.items():
+        m = re.fullmatch(r"RPC\d*\[(.+)\]", dev)
+        place = m.group(1) if m else "CPU" if _is_host(dev) else dev
+        out[place] = out.get(place, 0) + sum(parts.values())
+    return out
 
 
 def _is_host(device: str) -> bool:

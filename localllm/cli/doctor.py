@@ -1,11 +1,13 @@
 """``localllm doctor``: what this machine and this build can run, and what to fix.
 
 Runs locally, without the daemon: version and Python, the native module's
-status and the llama.cpp build it was compiled for, ggml's devices with free
-and total memory, CPU / RAM / ISA flags, the data paths, and hints (a GPU the
-build cannot use and how to rebuild for it).  ``--json`` prints the same as
-one object.  Exit status 1 when the native module cannot load (nothing can
-run), else 0.
+status and the llama.cpp build it was compiled for, the backend plugins
+(loaded, or why not), ggml's devices with free and total memory, the RPC
+workers configured (reachable, devices, memory) and those running here, CPU /
+RAM / ISA flags, the data paths, and hints (a GPU without its plugin and the
+one command that builds it).  ``--fix`` runs that command.  ``--json`` prints
+the report as one object.  Exit status 1 when the native module cannot load
+(nothing can run), else 0.
 """
 
 from __future__ import annotations
@@ -20,15 +22,38 @@ from typing import Any
 def register(sub: Any) -> None:
     parser = sub.add_parser("doctor", help="Check the native engine, devices and settings")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--fix", action="store_true",
+                        help="build the backend plugin the hardware wants")
     parser.set_defaults(func=run)
+
+
+def local_workers() -> list[dict[str, Any]]:
+    """``localllm worker`` processes running here (their state files), live ones only."""
+    import json as _json
+    import os
+
+    from localllm import paths
+
+    out = []
+    for f in sorted(paths.run_dir().glob("worker-*.json")) if paths.run_dir().is_dir() else []:
+        try:
+            info = _json.loads(f.read_text())
+            os.kill(int(info["pid"]), 0)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        out.append(info)
+    return out
 
 
 def collect() -> dict[str, Any]:
     """The whole report as plain data (what ``--json`` prints)."""
     from localllm import __version__, paths
+    from localllm.backends.catalog import wanted_backends
     from localllm.hardware.detect import detect
 
     hw = detect(refresh=True)
+    libraries = {d.library for d in hw.devices if d.is_gpu}
+    wanted = [w for w in wanted_backends(hw.gpus_present, libraries) if w.command]
     return {
         "version": __version__,
         "python": {"version": platform.python_version(), "executable": sys.executable},
@@ -49,8 +74,21 @@ def collect() -> dict[str, Any]:
                 "physical_cores": hw.cpu.physical_cores, "logical_cores": hw.cpu.logical_cores,
                 "total_ram": hw.cpu.total_ram, "available_ram": hw.cpu.available_ram,
                 "flags": list(hw.cpu.flags)},
-        "paths": {"home": str(paths.home()), "models": str(paths.models())},
-        "hints": list(hw.hints),
+        "paths": {"home": str(paths.home()), "models": str(paths.models()),
+                  "backends": str(paths.backends())},
+        "ggml_version": hw.ggml_version,
+        "plugins": list(hw.plugins),
+        "workers": [{"endpoint": w.endpoint, "state": w.state, "version": w.version,
+                     "error": w.error,
+                     "devices": [{"name": d.name, "free": d.free, "total": d.total}
+                                 for d in w.devices]} for w in hw.workers],
+        "local_workers": local_workers(),
+        "hints": list(hw.hints) + [
+            f"localllm worker on {w['endpoint']} accepts connections from other hosts: "
+            "ggml RPC has no authentication, so anyone who can reach it can run code on "
+            "this machine's devices; firewall it or use an SSH tunnel"
+            for w in local_workers() if w.get("exposed")],
+        "fixes": [w.command for w in wanted],
     }
 
 
@@ -81,6 +119,21 @@ def render(report: dict[str, Any]) -> str:
     lines += ["", "Devices the engine can use:"]
     lines += ["  " + ln for ln in table(["NAME", "TYPE", "LIBRARY", "FREE", "TOTAL",
                                          "DESCRIPTION"], rows, gap=2).splitlines()]
+    if report["plugins"]:
+        lines += ["", f"Backend plugins (ggml {report['ggml_version']}):"]
+        for p in report["plugins"]:
+            state = f"loaded ({p['backend']})" if p["loaded"] else f"FAILED: {p['error']}"
+            lines.append(f"  {p['file']}: {state}")
+    if report["workers"]:
+        lines += ["", "RPC workers (LOCALLLM_RPC_WORKERS):"]
+        for w in report["workers"]:
+            devs = ", ".join(f"{d['name']} {fmt_bytes(d['free'])} free of "
+                             f"{fmt_bytes(d['total'])}" for d in w["devices"])
+            detail = devs if w["state"] == "ready" else f"{w['error']} {devs}".strip()
+            lines.append(f"  {w['endpoint']}: {w['state']}; {detail}")
+    for w in report["local_workers"]:
+        lines.append(f"Worker running here: {w['endpoint']} serving "
+                     f"{', '.join(w.get('devices', []))}")
     if report["gpus_present"]:
         lines += ["", "GPUs reported by drivers:"]
         for g in report["gpus_present"]:
@@ -106,6 +159,17 @@ def render(report: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     report = collect()
+    if args.fix:
+        import subprocess
+
+        if not report["fixes"]:
+            print("Nothing to fix: every GPU found has a loaded backend.")
+        for cmd in report["fixes"]:
+            print(f"Running: {cmd}", flush=True)
+            argv = [sys.executable, "-m", "localllm.cli.main", *cmd.split()[1:]]
+            if subprocess.run(argv).returncode != 0:
+                return 1
+        report = collect()
     if args.json:
         print(json.dumps(report, indent=2))
     else:

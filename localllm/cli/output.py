@@ -35,8 +35,16 @@ def format_duration(seconds: float) -> str:
     return f"{s // 3600}h{(s % 3600) // 60}m"
 
 
-def processor(size: int, size_vram: int) -> str:
-    """Where a loaded model lives, from /api/ps: ``100% CPU``, ``100% GPU``, ``48%/52% CPU/GPU``."""
+def processor(size: int, size_vram: int, devices: dict[str, int] | None = None) -> str:
+    """Where a loaded model lives, from /api/ps: ``100% CPU``, ``100% GPU``, ``48%/52% CPU/GPU``.
+
+    With RPC workers among ``devices`` (place -> bytes) every place is named:
+    ``60% gpu-box:50052, 40% CPU``.
+    """
+    if devices and any(":" in k for k in devices) and sum(devices.values()) > 0:
+        total = sum(devices.values())
+        parts = sorted(devices.items(), key=lambda kv: -kv[1])
+        return ", ".join(f"{round(v / total * 100)}% {k}" for k, v in parts if v > 0)
     if size <= 0:
         return "Unknown"
     if size_vram <= 0:

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
             str(m.get("name", "")),
             str(m.get("digest", "")).removeprefix("sha256:")[:12],
             format_bytes(size),
-            processor(size, vram),
+            processor(size, vram, m.get("devices")),
             str(m.get("context_length") or ""),
             until(expires) if expires else "",
         ))

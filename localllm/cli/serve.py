@@ -22,10 +22,17 @@ def register(sub: Any) -> None:
         "default 127.0.0.1:11434).",
         epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--rpc", metavar="HOST:PORT[,...]",
+                        help="RPC workers to place layers on (sets LOCALLLM_RPC_WORKERS)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    import os
+
     from localllm.server.serve import run as serve
+
+    if getattr(args, "rpc", None):
+        os.environ["LOCALLLM_RPC_WORKERS"] = args.rpc
 
     return serve()

@@ -13,7 +13,6 @@ own reason and skipped; nothing here raises for a bad file.
 
 from __future__ import annotations
 
-import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 
 from localllm.engine.binding import native, take_log
 from localllm.errors import LocalLLMError
+from localllm.hardware.rpc import reachable
 
 PLUGIN_SUFFIX = ".dll" if sys.platform == "win32" else ".dylib" if sys.platform == "darwin" \
     else ".so"
@@ -85,20 +85,6 @@ def _reason(log: str, path: Path) -> str:
     return f"ggml refused {path.name} (not a ggml backend plugin for this core)"
 
 
-def reachable(endpoint: str, timeout: float = 3.0) -> str:
-    """"" when a TCP connection to ``endpoint`` opens, else why not.
-
-    ggml aborts the whole process when it cannot connect to an RPC server, so
-    every endpoint is tried from Python first.
-    """
-    host, _, port = endpoint.rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-            return ""
-    except (OSError, ValueError) as exc:
-        return f"cannot connect to RPC worker {endpoint}: {exc}"
-
-
 def add_workers(endpoints: list[str]) -> list[dict[str, Any]]:
     """Register each RPC worker's devices (the RPC plugin must be loaded); one report each."""
     _, lib = native()
@@ -107,9 +93,10 @@ def add_workers(endpoints: list[str]) -> list[dict[str, Any]]:
         if ep in _workers:
             reports.append({"endpoint": ep, "devices": _workers[ep], "error": ""})
             continue
-        why = reachable(ep)
+        why = reachable(ep, timeout=3.0)
         if why:
-            reports.append({"endpoint": ep, "devices": 0, "error": why})
+            reports.append({"endpoint": ep, "devices": 0,
+                            "error": f"cannot connect to RPC worker {ep}: {why}"})
             continue
         n = lib.ll_rpc_add_server(ep.encode())
         if n == -1:

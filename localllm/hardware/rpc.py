@@ -114,3 +114,20 @@ def query(endpoint: str, timeout: float = 2.0) -> WorkerStatus:
         except (OSError, ConnectionError) as exc:
             return WorkerStatus(endpoint, "down", version, error=f"query failed: {exc}")
     return WorkerStatus(endpoint, "ready", version, tuple(devs))
+
+
+def endpoint_of(device_name: str) -> str | None:
+    """``"RPC[host:port]#1"`` -> ``"host:port"``; None for a local device."""
+    if not device_name.startswith("RPC[") or "]" not in device_name:
+        return None
+    return device_name[4:device_name.index("]")]
+
+
+def reachable(endpoint: str, timeout: float = 1.0) -> str:
+    """"" when a TCP connection to ``endpoint`` opens, else why not (cheap; no handshake)."""
+    try:
+        host, port = split_endpoint(endpoint)
+        with socket.create_connection((host, port), timeout=timeout):
+            return ""
+    except (OSError, ValueError) as exc:
+        return str(exc)

@@ -339,7 +339,8 @@ class RunnerProcess:
         self._alive = False
         if self._death is None:
             self._death = (f"model runner exited unexpectedly "
-                           f"({describe_exit(self._proc.returncode)}){self._tail_text()}")
+                           f"({describe_exit(self._proc.returncode)}){self._lost_workers()}"
+                           f"{self._tail_text()}")
             if not self._closing:
                 log.error("runner %d: %s", self.pid, self._death)
         for q in self._streams.values():
@@ -394,6 +395,13 @@ class RunnerProcess:
     def _tail_text(self, n: int = 6) -> str:
         lines = list(self._tail)[-n:]
         return "; last log lines:\n" + "\n".join(lines) if lines else ""
+
+    def _lost_workers(self) -> str:
+        """Which RPC workers are unreachable now: ggml aborts the runner when one vanishes."""
+        from localllm.hardware.rpc import reachable
+
+        gone = [ep for ep in self.options.rpc_workers if reachable(ep, timeout=0.5)]
+        return f": lost RPC worker {', '.join(gone)}" if gone else ""
 
     async def _abandon(self, wait: float) -> None:
         """End a child that did not load (after ``wait`` seconds) and collect its last words."""

@@ -2,20 +2,32 @@
 
 The scheduler asks "how would this model load next to these?"; this module
 answers with the planner's ``LoadPlan`` turned into concrete ``LoadOptions``
-(context length, GPU layers, KV type) and a ``fits`` verdict that drives
-eviction.  Hardware comes from ``hardware.detect`` (a probe subprocess, cached),
-so the daemon still never imports the native module; free memory is re-read
-before each placement because loaded models change it.
+(context length, GPU layers, KV type, devices and split, the RPC workers the
+runner must connect to) and a ``fits`` verdict that drives eviction.
+Hardware comes from ``hardware.detect`` (a probe subprocess, cached), so the
+daemon still never imports the native module; free memory is re-read before
+each placement because loaded models change it.
+
+RPC workers: a ggml RPC server serves one client at a time, so only workers
+that answer "ready" now take part (one that a loaded model holds answers
+"busy").  A worker that is down is named in the log, and in the error when
+the model does not fit without it.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 from localllm.engine.types import LoadOptions
+from localllm.errors import ModelLoadError
 from localllm.hardware.detect import Hardware, refresh_memory
+from localllm.hardware.rpc import endpoint_of
 from localllm.scheduler.planner import LoadPlan, PlanOptions, fits_alongside
 from localllm.scheduler.scheduler import Loaded, ModelSpec, Placement, PlanFn
+
+log = logging.getLogger("localllm.scheduler")
 
 
 def make_plan_fn(hardware: Callable[[], Hardware] = refresh_memory) -> PlanFn:
@@ -23,15 +35,31 @@ def make_plan_fn(hardware: Callable[[], Hardware] = refresh_memory) -> PlanFn:
 
     def plan_fn(spec: ModelSpec, opts: LoadOptions, others: list[Loaded]) -> Placement:
         hw = hardware()
+        ready = {w.endpoint for w in hw.workers if w.ready}
+        down = [w for w in hw.workers if w.state in ("down", "incompatible")]
+        for w in down:
+            log.warning("RPC worker %s is not usable (%s): planning without it",
+                        w.endpoint, w.error)
+        devices = [d for d in hw.devices
+                   if (ep := endpoint_of(d.name)) is None or ep in ready]
         loaded: list[LoadPlan] = [o.placement.plan for o in others
                                   if isinstance(o.placement.plan, LoadPlan)]
-        fits, plan = fits_alongside(spec.info, hw.devices, PlanOptions.from_load(opts), loaded)
+        fits, plan = fits_alongside(spec.info, devices, PlanOptions.from_load(opts), loaded)
+        reason = plan.reason
+        if down:
+            reason += "; without RPC worker " + ", ".join(f"{w.endpoint} ({w.error})"
+                                                         for w in down)
+            if not plan.fits and not others:
+                raise ModelLoadError(f"{spec.name} does not fit on this machine alone "
+                                     f"({plan.reason}), and {reason.split('; without ')[-1]}")
+        load = plan.apply(opts)
+        workers = sorted({ep for d in load.devices if (ep := endpoint_of(d)) is not None})
         return Placement(
-            opts=plan.apply(opts),
+            opts=replace(load, rpc_workers=workers),
             size=plan.total,
             size_vram=plan.vram,
             fits=fits,
-            reason=plan.reason,
+            reason=reason,
             plan=plan,
         )
 

@@ -14,10 +14,12 @@ any of this (SIGKILL): their stdin closes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import sys
+import threading
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -98,12 +100,49 @@ def run() -> int:
     pid_path = _write_pid()
     server = _make_server(uvicorn, app, pid_path)
     log.info("localllm %s listening on %s:%d (models: %s)", _version(), host, port, store.root)
+    threading.Thread(target=report_hardware, name="hardware-report", daemon=True).start()
     try:
         server.run(sockets=[sock])
     finally:
         sock.close()
         _remove_pid(pid_path)
     return 0
+
+
+def report_hardware() -> None:
+    """Detect devices once at start (warming the cache) and log what needs attention.
+
+    A GPU without its plugin is logged with the command that builds it, once per
+    data folder (a marker file remembers), so the hint is seen but not nagged.
+    """
+    from localllm import paths
+    from localllm.backends.catalog import wanted_backends
+    from localllm.hardware.detect import detect
+
+    try:
+        hw = detect()
+    except Exception as exc:  # a report, never a reason to stop serving
+        log.warning("hardware detection failed: %s", exc)
+        return
+    names = ", ".join(f"{d.name} ({d.library})" for d in hw.devices)
+    log.info("devices: %s", names)
+    for p in hw.plugins:
+        if not p.get("loaded"):
+            log.warning("backend plugin %s did not load: %s", p.get("file"), p.get("error"))
+    for w in hw.workers:
+        log.info("RPC worker %s: %s%s", w.endpoint, w.state, f" ({w.error})" if w.error else "")
+    libraries = {d.library for d in hw.devices if d.is_gpu}
+    for want in wanted_backends(hw.gpus_present, libraries):
+        if not want.backend:
+            log.warning("%s", want.hint)
+            continue
+        marker = paths.run_dir() / f"hinted-{want.backend.name}"
+        if marker.exists():
+            continue
+        log.warning("%s", want.hint)
+        with contextlib.suppress(OSError):
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
 
 
 def _make_server(uvicorn: Any, app: FastAPI, pid_path: Path) -> Any:
