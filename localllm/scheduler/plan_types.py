@@ -8,9 +8,11 @@ and ``LoadPlan.apply`` fills the runner's ``LoadOptions``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from localllm.engine.types import LoadOptions
+
+REMOTE_LIBRARY = "RPC"  # devices another machine serves over ggml RPC
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,7 @@ class PlanOptions:
     gpu_overhead: int = 0  # LOCALLLM_GPU_OVERHEAD, bytes kept free on each GPU
     available_ram: int = 0  # 0 = take the CPU device's free memory
     default_ctx: int = 0  # LOCALLLM_CONTEXT_LENGTH; 0 = VRAM tiers
+    spread: bool = False  # LOCALLLM_SCHED_SPREAD: every usable GPU, by free memory
 
     @classmethod
     def from_config(cls, **overrides: Any) -> PlanOptions:
@@ -36,7 +39,8 @@ class PlanOptions:
                    kv_type=config.KV_CACHE_TYPE.get().lower(),
                    flash_attention=config.FLASH_ATTENTION.get().lower(),
                    gpu_overhead=config.GPU_OVERHEAD.get(),
-                   default_ctx=config.CONTEXT_LENGTH.get())
+                   default_ctx=config.CONTEXT_LENGTH.get(),
+                   spread=config.SCHED_SPREAD.get())
         return replace(base, **overrides)
 
     @classmethod
@@ -59,10 +63,16 @@ class DeviceUse:
     kv: int
     graph: int
     free: int = 0  # what the device offered after reserves (0 = not checked)
+    unified: bool = False  # a GPU whose memory is system RAM (Metal, integrated)
 
     @property
     def total(self) -> int:
         return self.weights + self.kv + self.graph
+
+    @property
+    def remote(self) -> bool:
+        """A device of another machine, reached over ggml RPC."""
+        return self.library == REMOTE_LIBRARY
 
 
 @dataclass(frozen=True)
@@ -82,6 +92,7 @@ class LoadPlan:
     reason: str
     ctx_reduced: bool = False
     notes: tuple[str, ...] = field(default=())
+    n_cpu_moe: int = 0  # the expert tensors of the first N layers stay in RAM
 
     @property
     def vram(self) -> int:
@@ -96,6 +107,15 @@ class LoadPlan:
         return self.vram + self.ram
 
     @property
+    def host_bytes(self) -> int:
+        """What the plan takes out of system RAM: the CPU side and unified-memory GPUs."""
+        return self.ram + sum(g.total for g in self.gpus if g.unified)
+
+    @property
+    def remote_bytes(self) -> int:
+        return sum(g.total for g in self.gpus if g.remote)
+
+    @property
     def kv_bytes(self) -> int:
         return self.cpu.kv + sum(g.kv for g in self.gpus)
 
@@ -105,9 +125,23 @@ class LoadPlan:
 
     @property
     def tensor_split(self) -> tuple[int, ...]:
+        """Layers per GPU in llama.cpp order; they add up to ``n_gpu_layers``."""
         return tuple(g.layers for g in self.gpus)
 
+    @property
+    def split_mode(self) -> Literal["none", "layer"]:
+        # One GPU: "none" pins every offloaded layer (and the graph) to it.
+        return "none" if len(self.gpus) == 1 else "layer"
+
     def apply(self, load: LoadOptions) -> LoadOptions:
-        """``load`` with this plan's context, GPU layers and KV type filled in."""
+        """``load`` with this plan's context, KV type and placement filled in.
+
+        llama.cpp gives the last ``n_gpu_layers`` layers to ``devices`` by
+        cumulative ``tensor_split`` shares, so layer counts as shares put
+        exactly the planned layers on each device.
+        """
         kv = cast(Any, self.kv_type)  # always one of LoadOptions' KV types
-        return replace(load, n_ctx=self.n_ctx, n_gpu_layers=self.n_gpu_layers, kv_type=kv)
+        return replace(load, n_ctx=self.n_ctx, n_gpu_layers=self.n_gpu_layers, kv_type=kv,
+                       devices=[g.name for g in self.gpus], split_mode=self.split_mode,
+                       tensor_split=[float(n) for n in self.tensor_split], main_gpu=0,
+                       n_cpu_moe=self.n_cpu_moe)

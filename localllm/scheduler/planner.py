@@ -2,18 +2,25 @@
 
 Pure functions, no I/O.  The estimate (scheduler/estimate.py) gives bytes per
 layer (weights + its KV cache), the output layer and the compute graph; the
-placement fills GPUs from the last layer down, the output layer last, exactly
-as llama.cpp's ``n_gpu_layers`` counts them (``L + 1`` means everything).
-Each GPU keeps a fixed reserve (457 MiB, 512 MiB on Metal) plus
-``LOCALLLM_GPU_OVERHEAD`` and room for the compute graph.  An automatic context
-starts from a VRAM tier and steps down until the model is fully offloaded
-(or fits in RAM), the way llama.cpp's own fitting reduces context first.
+placement (scheduler/layer_fill.py) fills GPUs from the last layer down, the
+output layer last, exactly as llama.cpp's ``n_gpu_layers`` counts them
+(``L + 1`` means everything).  Each GPU keeps a fixed reserve (457 MiB, 512 MiB
+on Metal) plus ``LOCALLLM_GPU_OVERHEAD`` and room for the compute graph.
+
+Several GPU sets are compared: the fewest GPUs that hold the whole model win,
+local ones before remote (RPC) devices; layers split over a set by free memory.
+``LOCALLLM_SCHED_SPREAD`` uses every GPU instead.  An automatic context starts
+from a VRAM tier and steps down until the model is fully offloaded (or fits in
+RAM), the way llama.cpp's own fitting reduces context first; a MoE model that
+still does not fit keeps the experts of its lowest layers in RAM
+(``n_cpu_moe``) before whole layers go to the CPU.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 from localllm.gguf_info import ModelInfo
 from localllm.hardware.detect import Device
@@ -28,6 +35,13 @@ from localllm.scheduler.estimate import (
     host_graph_bytes,
     kv_cells,
     kv_layer_bytes,
+)
+from localllm.scheduler.layer_fill import (
+    assign,
+    gpu_layer_bytes,
+    gpu_sets,
+    shrinkable,
+    smallest,
 )
 from localllm.scheduler.plan_types import DeviceUse, LoadPlan, PlanOptions
 
@@ -69,137 +83,115 @@ def default_context(info: ModelInfo, gpus: Sequence[Device], opts: PlanOptions) 
     return min(ctx, info.context_length) if info.context_length > 0 else ctx
 
 
-@dataclass
-class _Fill:
-    dev: Device
-    cap: int  # bytes usable by layers (reserve, overhead and graph already taken off)
-    layers: int = 0
-    weights: int = 0
-    kv: int = 0
+@dataclass(frozen=True)
+class _Request:
+    """What stays the same while the planner tries contexts and GPU sets."""
 
-    @property
-    def used(self) -> int:
-        return self.weights + self.kv
+    info: ModelInfo
+    opts: PlanOptions
+    kv_type: str
+    fa: bool
+    avail: int  # RAM available (0 = unknown)
 
 
-def _place(gpus: Sequence[Device], caps: list[int], lb: list[int], kv_l: int, target: int,
-           forced: bool, out_bytes: int, reserve_out: bool) -> tuple[list[_Fill], int]:
-    """Fill ``gpus`` from the top layer down; the first GPU takes the top layers.
+def _pad(values: Sequence[int], n: int) -> list[int]:
+    return list(values) + [0] * (n - len(values))
 
-    With ``reserve_out`` room for the output layer (placed last) is kept on the
-    first GPU.  ``forced`` (a user's ``num_gpu``) places ``target`` layers
-    even where the estimate says they do not fit.
+
+def _layout(r: _Request, gpus: Sequence[Device], ctx: int, n_cpu_moe: int = 0) -> LoadPlan:
+    """Place layers for one context on ``gpus`` (fill order: the first takes the top layers).
+
+    With ``n_cpu_moe`` the expert tensors of the lowest layers stay in RAM, so
+    those layers cost only their other weights and KV cache on a GPU.
     """
-    fills = [_Fill(g, c) for g, c in zip(gpus, caps, strict=True)]
-    if not fills:
-        return fills, 0
-    out_reserve = out_bytes if reserve_out else 0
-    fills[0].cap -= out_reserve
-    n_rep, placed, cur = len(lb), 0, 0
-    for i in reversed(range(n_rep)):
-        if placed >= target:
-            break
-        size = lb[i] + kv_l
-        while cur < len(fills) and fills[cur].used + size > fills[cur].cap:
-            cur += 1
-        if cur == len(fills) and not forced:
-            break
-        # Forced past the estimate: the user knows their driver better than we do.
-        f = fills[cur] if cur < len(fills) else max(fills, key=lambda x: x.cap - x.used)
-        f.layers, f.weights, f.kv, placed = f.layers + 1, f.weights + lb[i], f.kv + kv_l, placed + 1
-    fills[0].cap += out_reserve
-    if placed == n_rep and target > n_rep:
-        # llama.cpp puts the output layer on the device holding the top layers.
-        top = next((f for f in fills if f.layers), fills[0])
-        if top.used + out_bytes <= top.cap or forced:
-            top.layers, top.weights = top.layers + 1, top.weights + out_bytes
-            placed += 1
-    return fills, placed
-
-
-def _layout(info: ModelInfo, gpus: Sequence[Device], ctx: int, opts: PlanOptions,
-            kv_type: str, fa: bool, avail: int) -> LoadPlan:
-    """Place layers for one context on ``gpus`` (fill order: the first takes the top layers)."""
+    info, opts, avail = r.info, r.opts, r.avail
     n_rep = max(info.n_layers, len(info.layer_bytes))
-    lb = list(info.layer_bytes) + [0] * (n_rep - len(info.layer_bytes))
+    lb, eb = _pad(info.layer_bytes, n_rep), _pad(info.expert_bytes, n_rep)
     np_ = max(opts.num_parallel, 1)
-    kv_l = kv_layer_bytes(info, kv_cells(ctx, np_), kv_type)
+    kv_l = kv_layer_bytes(info, kv_cells(ctx, np_), r.kv_type)
     kv_total = kv_l * info.n_layers
-    g_full, g_partial = graph_bytes(info, ctx, np_, opts.num_batch, fa, kv_total)
+    g_full, g_partial = graph_bytes(info, ctx, np_, opts.num_batch, r.fa, kv_total)
     if len(gpus) > 1:
         g_full = g_partial
     if any(g.library == "Metal" for g in gpus):
         g_partial = g_full
     reserve_graph = max(g_full, g_partial)
-    fixed_ram = info.token_embd_bytes + info.other_bytes + host_graph_bytes(info, opts.num_batch)
-    frees = []
-    for g in gpus:
-        free = g.free
-        if g.unified_memory and avail > 0:
-            free = min(free, avail - fixed_ram)  # its memory is the same RAM the CPU side uses
-        frees.append(free)
+    fixed_ram = (info.token_embd_bytes + info.other_bytes + host_graph_bytes(info, opts.num_batch)
+                 + sum(eb[:n_cpu_moe]))
+    # A unified-memory GPU's memory is the same RAM the CPU side uses.
+    frees = [min(g.free, avail - fixed_ram) if g.unified_memory and avail > 0 else g.free
+             for g in gpus]
     target = n_rep + 1 if opts.num_gpu < 0 else min(opts.num_gpu, n_rep + 1)
     caps = [f - opts.gpu_overhead - _reserve(g) - reserve_graph
             for g, f in zip(gpus, frees, strict=True)]
-    # First try keeping room for the output layer next to the top layers; if not
-    # every layer fits that way, fill without it (more layers beat the output).
-    forced = opts.num_gpu >= 0
-    fills, placed = _place(gpus, caps, lb, kv_l, target, forced, info.output_bytes, True)
-    if placed < n_rep + 1:
-        fills, placed = _place(gpus, caps, lb, kv_l, target, forced, info.output_bytes, False)
+    fills, placed = assign(caps, gpu_layer_bytes(lb, eb, n_cpu_moe), kv_l, target,
+                           opts.num_gpu >= 0, info.output_bytes, shrinkable(gpus, opts.spread))
     full = placed > n_rep
     gpu_uses = tuple(
-        DeviceUse(f.dev.name, f.dev.library, f.layers, f.weights, f.kv,
-                  g_full if full else g_partial, max(free, 0))
-        for f, free in reversed(list(zip(fills, frees, strict=True))) if f.layers
+        DeviceUse(g.name, g.library, f.layers, f.weights, f.kv, g_full if full else g_partial,
+                  max(free, 0), g.unified_memory)
+        for g, f, free in reversed(list(zip(gpus, fills, frees, strict=True))) if f.layers
     )
     cpu_layers = n_rep - min(placed, n_rep)
-    # The input embedding always stays in RAM (llama.cpp runs get_rows on the CPU).
-    cpu_weights = info.token_embd_bytes + info.other_bytes + sum(lb[:cpu_layers])
+    # The input embedding always stays in RAM (llama.cpp runs get_rows on the CPU),
+    # and so do the experts of offloaded layers below n_cpu_moe.
+    cpu_weights = (info.token_embd_bytes + info.other_bytes + sum(lb[:cpu_layers])
+                   + sum(eb[cpu_layers:n_cpu_moe]))
     if not full:
         cpu_weights += info.output_bytes
-    # With layers on the CPU its compute buffer is sized for the whole graph,
-    # as llama.cpp's scheduler reserves it; fully offloaded it only stages inputs.
-    cpu_graph = host_graph_bytes(info, opts.num_batch) if full else g_full
+    # With layers (or experts) on the CPU its compute buffer is sized for the whole
+    # graph, as llama.cpp's scheduler reserves it; fully offloaded it only stages inputs.
+    gpu_only = full and n_cpu_moe == 0
+    cpu_graph = host_graph_bytes(info, opts.num_batch) if gpu_only else g_full
     cpu = DeviceUse("CPU", "CPU", cpu_layers + (0 if full else 1), cpu_weights,
                     kv_l * cpu_layers, cpu_graph, avail)
-    over = [f for f in fills if f.layers and f.used > f.cap]
-    unified = sum(u.total for u in gpu_uses
-                  if any(g.name == u.name and g.unified_memory for g in gpus))
-    ram_short = avail > 0 and cpu.total + unified > avail
-    notes = [f"estimate exceeds free memory on {f.dev.name} by {fmt_bytes(f.used - f.cap)}"
-             for f in over]
+    notes = [f"estimate exceeds free memory on {g.name} by {fmt_bytes(f.used - c)}"
+             for g, f, c in zip(gpus, fills, caps, strict=True) if f.layers and f.used > c]
+    # Unified GPU memory is RAM: counted here once, with the CPU side.
+    host = cpu.total + sum(u.total for u in gpu_uses if u.unified)
+    ram_short = avail > 0 and host > avail
     if ram_short:
-        notes.append(f"needs {fmt_bytes(cpu.total + unified)} of RAM, "
-                     f"{fmt_bytes(avail)} available")
-    return LoadPlan(placed, n_rep + 1, ctx, np_, opts.num_batch, kv_type, fa, gpu_uses, cpu,
-                    fits=not over and not ram_short, reason="", notes=tuple(notes))
+        notes.append(f"needs {fmt_bytes(host)} of RAM, {fmt_bytes(avail)} available")
+    return LoadPlan(placed, n_rep + 1, ctx, np_, opts.num_batch, r.kv_type, r.fa, gpu_uses, cpu,
+                    fits=not notes, reason="", notes=tuple(notes), n_cpu_moe=n_cpu_moe)
 
 
-def _candidates(gpus: Sequence[Device]) -> list[list[Device]]:
-    """GPU sets to try: per library, the largest-free prefixes (fewest GPUs first)."""
-    by_lib: dict[str, list[Device]] = {}
-    for g in gpus:
-        by_lib.setdefault(g.library, []).append(g)
-    sets: list[list[Device]] = []
-    for devs in by_lib.values():
-        devs = sorted(devs, key=lambda d: d.free, reverse=True)
-        sets.extend(devs[:k] for k in range(1, len(devs) + 1))
-    return sets
+def _rank(p: LoadPlan) -> tuple[bool, bool, int, int, int, int]:
+    """Fits fully first; else the most layers; then fewer remote bytes, fewer GPUs, less VRAM."""
+    return (p.fits and p.fully_offloaded, p.fits, p.n_gpu_layers, -p.remote_bytes,
+            -len(p.gpus), -p.vram)
 
 
-def _best(info: ModelInfo, gpus: Sequence[Device], ctx: int, opts: PlanOptions, kv_type: str,
-          fa: bool, avail: int) -> LoadPlan:
+def _best(r: _Request, gpus: Sequence[Device], ctx: int) -> LoadPlan:
     if not gpus:
-        return _layout(info, [], ctx, opts, kv_type, fa, avail)
-    plans = [_layout(info, s, ctx, opts, kv_type, fa, avail) for s in _candidates(gpus)]
-    # Fits fully with the fewest GPUs; else the most layers; ties: less VRAM spent.
-    return max(plans, key=lambda p: (p.fits and p.fully_offloaded, p.fits,
-                                     p.n_gpu_layers, -len(p.gpus), -p.vram))
+        return _layout(r, [], ctx)
+    return max((_layout(r, s, ctx) for s in gpu_sets(gpus, r.opts.spread)), key=_rank)
+
+
+def _offloads_all(r: _Request, gpus: Sequence[Device], ctx: int, n_cpu_moe: int) -> bool:
+    return _layout(r, gpus, ctx, n_cpu_moe).fully_offloaded
+
+
+def _with_experts_in_ram(r: _Request, gpus: Sequence[Device], ctx: int) -> LoadPlan | None:
+    """The plan offloading every layer with the fewest layers' experts in RAM, if any fits.
+
+    More experts in RAM only frees GPU memory and costs RAM, so the smallest
+    count that offloads everything is also the one most likely to fit in RAM.
+    """
+    found = []
+    for s in gpu_sets(gpus, r.opts.spread):
+        k = smallest(1, len(r.info.expert_bytes), partial(_offloads_all, r, s, ctx))
+        p = _layout(r, s, ctx, k) if k is not None else None
+        if p is not None and p.fits:
+            found.append(p)
+    return max(found, key=lambda p: (-p.n_cpu_moe, _rank(p)), default=None)
 
 
 def _reason(p: LoadPlan, gpus: Sequence[Device], opts: PlanOptions, avail: int) -> str:
-    names = ", ".join(g.name for g in reversed(p.gpus))
+    names = ", ".join(g.name for g in p.gpus)
+    split = ""
+    if len(p.gpus) > 1:
+        split = "split " + "/".join(str(n) for n in p.tensor_split) + " by free memory; "
     if not p.gpus:
         why = ("num_gpu=0" if opts.num_gpu == 0 and gpus else
                "no GPU the engine can use" if not gpus else
@@ -209,12 +201,19 @@ def _reason(p: LoadPlan, gpus: Sequence[Device], opts: PlanOptions, avail: int) 
             text += f" ({fmt_bytes(p.ram)} of RAM)"
     elif p.fully_offloaded:
         free = sum(g.free for g in p.gpus)
-        text = f"all {p.n_layers} layers on {names} ({fmt_bytes(p.vram)} of {fmt_bytes(free)} free)"
+        text = (f"all {p.n_layers} layers on {names} "
+                f"({split}{fmt_bytes(p.vram)} of {fmt_bytes(free)} free)")
     else:
         weights = p.cpu.weights + sum(g.weights for g in p.gpus)
-        text = (f"{p.n_gpu_layers}/{p.n_layers} layers on {names}, rest on CPU: "
+        text = (f"{p.n_gpu_layers}/{p.n_layers} layers on {names}, rest on CPU: {split}"
                 f"KV cache for {p.n_ctx * p.n_parallel} tokens needs {fmt_bytes(p.kv_bytes)}, "
                 f"weights {fmt_bytes(weights)}, {fmt_bytes(sum(g.free for g in p.gpus))} free")
+    if p.n_cpu_moe:
+        text = f"experts of {p.n_cpu_moe}/{p.n_layers - 1} layers in RAM (MoE), {text}"
+    if p.remote_bytes:
+        text += f"; {fmt_bytes(p.remote_bytes)} on remote (RPC) devices"
+    if opts.spread and len(p.gpus) > 1:
+        text = f"spread over {len(p.gpus)} GPUs (LOCALLLM_SCHED_SPREAD): {text}"
     if opts.num_gpu > 0 and p.gpus:
         text = f"num_gpu={opts.num_gpu}: {text}"
     if p.notes:
@@ -242,12 +241,17 @@ def plan(info: ModelInfo, devices: Sequence[Device], opts: PlanOptions) -> LoadP
         ladder = [start]
         if opts.default_ctx <= 0:  # an explicit LOCALLLM_CONTEXT_LENGTH is kept as set
             ladder += [c for c in CTX_LADDER if c < start and c >= min(MIN_AUTO_CTX, start)]
+    r = _Request(info, opts, kv_type, fa, avail)
     result = None
     for ctx in ladder:
-        result = _best(info, gpus, ctx, opts, kv_type, fa, avail)
-        done = result.fits and (result.fully_offloaded or not gpus or opts.num_gpu >= 0)
-        if done:
+        result = _best(r, gpus, ctx)
+        if result.fits and (result.fully_offloaded or not gpus or opts.num_gpu >= 0):
             break
+    else:
+        # Not all layers fit even at the smallest context: a MoE model keeps experts
+        # in RAM before whole layers leave the GPUs (a user's num_gpu is kept as asked).
+        if result is not None and info.expert_bytes and gpus and opts.num_gpu < 0:
+            result = _with_experts_in_ram(r, gpus, result.n_ctx) or result
     assert result is not None
     result = replace(result, ctx_reduced=result.n_ctx != ladder[0])
     return replace(result, reason=_reason(result, all_gpus, opts, avail))
@@ -261,8 +265,10 @@ def subtract_loaded(devices: Sequence[Device], loaded: Iterable[LoadPlan]) -> li
     """
     used: dict[str, int] = {}
     for p in loaded:
-        for u in (*p.gpus, p.cpu):
+        for u in p.gpus:
             used[u.name] = used.get(u.name, 0) + u.total
+        # A unified-memory GPU's bytes come out of system RAM as well.
+        used[p.cpu.name] = used.get(p.cpu.name, 0) + p.host_bytes
     return [replace(d, free=max(min(d.free, d.total - used.get(d.name, 0)), 0))
             for d in devices]
 
@@ -275,7 +281,7 @@ def fits_alongside(info: ModelInfo, devices: Sequence[Device], opts: PlanOptions
     the GPUs when there are any); otherwise the scheduler should evict first.
     """
     loaded = list(loaded)
-    ram_used = sum(p.ram for p in loaded)
+    ram_used = sum(p.host_bytes for p in loaded)
     avail = opts.available_ram
     if avail:
         avail = max(avail - ram_used, 0)

@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from localllm.hardware.detect import Device
 from localllm.scheduler.estimate import (
     MiB,
     estimate_kv_bytes,
@@ -27,8 +28,10 @@ from tests.scheduler.shapes import (
     GiB,
     cpu,
     cuda,
+    igpu,
     metal,
     model_info,
+    rpc,
 )
 
 L8B = ALL_SHAPES["llama3.1-8b"]
@@ -162,6 +165,77 @@ def test_the_device_with_the_top_layers_takes_the_output_layer() -> None:
     assert last.weights == sum(L70B.layer_bytes[-(last.layers - 1):]) + L70B.output_bytes
 
 
+def _follows_free_memory(p: LoadPlan, devs: list[Device]) -> None:
+    """Each GPU's share of the plan's bytes is its share of free memory."""
+    for g, d in zip(p.gpus, devs, strict=True):
+        assert abs(g.total / p.vram - d.free / sum(x.free for x in devs)) < 0.04, p.tensor_split
+
+
+@pytest.mark.parametrize("frees", [(32, 32), (40, 20), (16, 16, 16, 16), (30, 12, 12)])
+def test_layers_split_over_gpus_by_free_memory(frees: tuple[int, ...]) -> None:
+    devs = [cuda(i, f) for i, f in enumerate(frees)]
+    p = plan(L70B, [*devs, cpu(200)], opts(num_ctx=8192))
+    assert p.fully_offloaded and p.fits and len(p.gpus) == len(frees)
+    assert [g.name for g in p.gpus] == [d.name for d in devs]  # llama.cpp's device order
+    _follows_free_memory(p, devs)
+    split = "/".join(str(n) for n in p.tensor_split)
+    assert p.reason.startswith(f"all 81 layers on {', '.join(d.name for d in devs)} "
+                               f"(split {split} by free memory; ")
+    fewer = plan(L70B, [*devs[:-1], cpu(200)], opts(num_ctx=8192))
+    assert not fewer.fully_offloaded  # none of them was needless
+
+
+def test_placement_fills_load_options() -> None:
+    from localllm.engine.types import LoadOptions
+
+    two = plan(L70B, [cuda(0, 40), cuda(1, 20), cpu(200)], opts(num_ctx=8192))
+    load = two.apply(LoadOptions(n_gpu_layers=-1, main_gpu=3))
+    assert (load.devices, load.split_mode, load.main_gpu) == (["CUDA0", "CUDA1"], "layer", 0)
+    assert load.tensor_split == [float(n) for n in two.tensor_split]
+    assert sum(load.tensor_split) == load.n_gpu_layers == 81 and load.n_cpu_moe == 0
+    one = plan(L8B, [cuda(0, 24), cuda(1, 24), cpu()], opts(num_ctx=8192)).apply(LoadOptions())
+    assert (one.devices, one.split_mode, one.main_gpu, one.tensor_split) == \
+        (["CUDA0"], "none", 0, [33.0])
+    cpu_only = plan(L8B, [cuda(0, 24), cpu()], opts(num_gpu=0)).apply(LoadOptions())
+    assert (cpu_only.devices, cpu_only.n_gpu_layers, cpu_only.tensor_split) == ([], 0, [])
+
+
+def test_remote_devices_take_only_what_local_gpus_cannot() -> None:
+    near, far = rpc("10.0.0.2:50052", 32), rpc("10.0.0.3:50052", 48)
+    assert plan(L8B, [cuda(0, 24), near, cpu()], opts(num_ctx=8192)).gpus[0].name == "CUDA0"
+    p = plan(L70B, [cuda(0, 24), near, far, cpu(200)], opts(num_ctx=8192))
+    assert p.fully_offloaded and p.fits and len(p.gpus) == 2
+    local, remote = p.gpus[-1], p.gpus[0]
+    # The local GPU takes the top layers and the output, filled before the remote one.
+    assert local.name == "CUDA0" and remote.name.startswith("RPC[")
+    assert local.weights >= sum(L70B.layer_bytes[-(local.layers - 1):]) + L70B.output_bytes
+    assert local.total + MIN_RESERVE + local.weights // local.layers > cuda(0, 24).free
+    assert p.remote_bytes == remote.total
+    assert p.reason.endswith(f"; {fmt_bytes(remote.total)} on remote (RPC) devices")
+    assert not plan(L70B, [cuda(0, 24), cpu(200)], opts(num_ctx=8192)).fully_offloaded
+    alone = plan(L70B, [far, cpu(200)], opts(num_ctx=8192))  # no local GPU at all
+    assert alone.fully_offloaded and alone.gpus[0].name == "RPC[10.0.0.3:50052]"
+
+
+def test_sched_spread_uses_every_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    devs = [cuda(0, 24), cuda(1, 24), cuda(2, 12), cpu()]
+    monkeypatch.setenv("LOCALLLM_SCHED_SPREAD", "1")
+    o = PlanOptions.from_config(num_ctx=8192)
+    assert o.spread and not PlanOptions().spread
+    p = plan(L8B, devs, o)
+    assert [g.name for g in p.gpus] == ["CUDA0", "CUDA1", "CUDA2"] and p.fully_offloaded
+    _follows_free_memory(p, devs[:3])
+    assert p.reason.startswith("spread over 3 GPUs (LOCALLLM_SCHED_SPREAD): all 33 layers on ")
+    # A forced num_gpu spreads those layers; without spread one GPU takes them.
+    forced = plan(L8B, devs, opts(num_ctx=8192, num_gpu=10, spread=True))
+    assert forced.n_gpu_layers == 10 and len(forced.gpus) == 3 and forced.fits
+    assert forced.reason.startswith("num_gpu=10: spread over 3 GPUs")
+    assert len(plan(L8B, devs, opts(num_ctx=8192, num_gpu=10)).gpus) == 1
+    # Remote devices are GPUs too when spreading.
+    far = plan(L8B, [cuda(0, 24), rpc("h:1", 24), cpu()], opts(num_ctx=8192, spread=True))
+    assert [g.name for g in far.gpus] == ["RPC[h:1]", "CUDA0"]
+
+
 # -- context ---------------------------------------------------------------------
 @pytest.mark.parametrize(("gib", "ctx"), [(8, 4096), (16, 4096), (24, 32768), (40, 32768),
                                           (80, 131072)])
@@ -233,10 +307,29 @@ def test_cpu_only() -> None:
     assert f"does not fit: needs {fmt_bytes(short.ram)} of RAM, 4.0 GiB available" in short.reason
 
 
+def test_metal_memory_is_counted_once() -> None:
+    p = plan(L8B, [metal(21), cpu(6.5)], opts(num_ctx=4096))
+    assert p.fully_offloaded and p.fits and p.gpus[0].unified
+    # The GPU's bytes are RAM: counted with the CPU side once, not on top of it again.
+    assert p.host_bytes == p.ram + p.vram <= 6.5 * GiB < p.ram + 2 * p.vram
+    # The GPU's room is the RAM left after the host side.
+    assert p.gpus[0].free == int(6.5 * GiB) - (p.cpu.weights + p.cpu.graph)
+    full_ram = cpu(64, 64)
+    left = subtract_loaded([metal(21), full_ram], [p])
+    assert left[0].free == metal(21).free - p.vram
+    assert left[1].free == full_ram.free - p.host_bytes
+    _, second = fits_alongside(L8B, [metal(21), cpu(30)], opts(num_ctx=4096,
+                                                                available_ram=12 * GiB), [p])
+    assert second.cpu.free == 12 * GiB - p.host_bytes
+
+
 def test_integrated_gpu_only_used_without_a_discrete_one() -> None:
-    igpu = dataclasses.replace(cuda(0, 8), name="Vulkan0", kind="igpu", library="Vulkan")
-    assert plan(L1B, [igpu, cuda(1, 8), cpu()], opts(num_ctx=4096)).gpus[0].name == "CUDA1"
-    assert plan(L1B, [igpu, cpu()], opts(num_ctx=4096)).gpus[0].name == "Vulkan0"
+    assert plan(L1B, [igpu(8), cuda(1, 8), cpu()], opts(num_ctx=4096)).gpus[0].name == "CUDA1"
+    p = plan(L1B, [igpu(8), cpu()], opts(num_ctx=4096))
+    assert p.gpus[0].name == "Vulkan0" and p.gpus[0].unified and p.fully_offloaded
+    # Its memory is RAM: 8 GiB of "free" GPU memory does not help with 3 GiB of RAM.
+    short = plan(L8B, [igpu(8), cpu(3)], opts(num_ctx=4096))
+    assert 0 < short.vram <= 3 * GiB and not short.fits
 
 
 def test_gpu_overhead_is_kept_free() -> None:
