@@ -126,7 +126,9 @@ int ll_dev_info(int i, char *name, int name_len, char *desc, int desc_len, int *
     ll_copy(name, name_len, ggml_backend_dev_name(dev));
     ll_copy(desc, desc_len, ggml_backend_dev_description(dev));
     size_t f = 0, t = 0;
-    ggml_backend_dev_memory(dev, &f, &t);
+    /* No memory pointers, no memory query: for an RPC device that is a network
+     * round trip, and ggml aborts the process when the worker is gone. */
+    if (mem_free || mem_total) ggml_backend_dev_memory(dev, &f, &t);
     if (type) *type = (int)ggml_backend_dev_type(dev);
     if (mem_free) *mem_free = f;
     if (mem_total) *mem_total = t;
@@ -204,15 +206,15 @@ ll_model *ll_model_load(const char **paths, int n_paths, int n_gpu_layers, int m
     struct llama_model_params p = llama_model_default_params();
     p.n_gpu_layers = n_gpu_layers;
     p.main_gpu = main_gpu;
+    /* Always an explicit list (n_devs 0 = no offload device): llama.cpp's default of
+     * "every device" would include RPC devices of workers this model does not use. */
     ggml_backend_dev_t dev_list[LL_MAX_DEVS + 1];
-    if (n_devs > 0) {
-        for (int i = 0; i < n_devs; i++) {
-            if (devs[i] < 0 || (size_t)devs[i] >= ggml_backend_dev_count()) return NULL;
-            dev_list[i] = ggml_backend_dev_get((size_t)devs[i]);
-        }
-        dev_list[n_devs] = NULL;
-        p.devices = dev_list;
+    for (int i = 0; i < n_devs; i++) {
+        if (devs[i] < 0 || (size_t)devs[i] >= ggml_backend_dev_count()) return NULL;
+        dev_list[i] = ggml_backend_dev_get((size_t)devs[i]);
     }
+    dev_list[n_devs] = NULL;
+    p.devices = dev_list;
     if (split_mode >= 0 && split_mode <= 2) p.split_mode = (enum llama_split_mode)split_mode;
     /* llama.cpp reads llama_max_devices() entries; unused ones stay 0. */
     float split[LL_MAX_DEVS] = {0};

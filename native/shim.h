@@ -46,7 +46,8 @@ int ll_log_take(char *buf, int len);
 
 /* ---- ggml backend devices ------------------------------------------------ */
 int ll_dev_count(void);
-/* type is a ggml_backend_dev_type value (0 cpu, 1 gpu, 2 igpu, 3 accel). */
+/* type is a ggml_backend_dev_type value (0 cpu, 1 gpu, 2 igpu, 3 accel).  With
+ * mem_free and mem_total NULL the device's memory is not queried. */
 int ll_dev_info(int i, char *name, int name_len, char *desc, int desc_len,
                 int *type, size_t *mem_free, size_t *mem_total);
 
@@ -72,7 +73,7 @@ int ll_rpc_start_server(const char *endpoint, const char *cache_dir, int n_threa
 
 /* ---- model --------------------------------------------------------------- */
 /* paths: one file, or every split of a split GGUF in order.  devs: registry
- * indices of the offload devices in llama.cpp order (n_devs 0 = every device),
+ * indices of the offload devices in llama.cpp order (n_devs 0 = none: CPU only),
  * split_mode 0 none / 1 layer / 2 row, tensor_split: one proportion per device
  * (n_split 0 = by free memory), main_gpu: index into devs for split mode none.
  * cpu_patterns: tensor-name regexes kept in host memory (MoE experts).

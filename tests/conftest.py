@@ -18,3 +18,11 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     # Nothing in the tests may reach the real Hub.
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     yield home
+
+
+@pytest.fixture(scope="session")
+def rpc_backends() -> Path:
+    """The shared backends folder with the RPC plugin built (see tests/rpcworker.py)."""
+    from tests.rpcworker import ensure_rpc_plugin
+
+    return ensure_rpc_plugin()

@@ -156,19 +156,24 @@ def make_tiny_model(
     name: str = "tiny.gguf",
     seed: int = 0,
     splits: int = 1,
+    n_layer: int = N_LAYER,
 ) -> Path:
-    """Write the tiny model into ``dir`` and return its path (see the module docstring)."""
+    """Write the tiny model into ``dir`` and return its path (see the module docstring).
+
+    ``n_layer`` > 1 stacks more identical-role blocks (placement tests split them
+    over devices); the greedy text is the same for any count.
+    """
     import gguf  # heavy import kept out of module import
 
     dir.mkdir(parents=True, exist_ok=True)
     path = dir / name
-    n_tensors = 3 + 9 * N_LAYER
+    n_tensors = 3 + 9 * n_layer
     per_split = -(-n_tensors // splits) if splits > 1 else 0
     w = gguf.GGUFWriter(str(path), "llama", split_max_tensors=per_split)
     w.add_name("tiny")
     w.add_context_length(n_ctx_train)
     w.add_embedding_length(N_EMBD)
-    w.add_block_count(N_LAYER)
+    w.add_block_count(n_layer)
     w.add_feed_forward_length(N_FF)
     w.add_head_count(N_HEAD)
     w.add_head_count_kv(N_HEAD)
@@ -202,7 +207,7 @@ def make_tiny_model(
     w.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=f32))
     w.add_tensor("output.weight", out)
     rng = np.random.default_rng(seed)
-    for i in range(N_LAYER):
+    for i in range(n_layer):
         def attn(std: float) -> np.ndarray:
             # Small enough that the successor keeps its margin, large enough that
             # every logprob moves with the context.

@@ -57,6 +57,9 @@ def get(name: str) -> Backend:
     return b
 
 
+_VENDOR_LABEL = {"nvidia": "NVIDIA", "amd": "AMD", "intel": "Intel"}
+
+
 @dataclass(frozen=True)
 class Wanted:
     backend: Backend | None  # None: no plugin helps (Metal lives in the core)
@@ -93,7 +96,7 @@ def wanted_backends(gpus: Iterable[GPUProbe], libraries: set[str]) -> list[Wante
         driver = f", driver {gpu.driver}" if gpu.driver else ""
         alt = " (or 'localllm backends build vulkan')" if first != "vulkan" else ""
         out.append(Wanted(b, gpu, (
-            f"{vendor.upper() if vendor == 'amd' else vendor.capitalize()} GPU found "
+            f"{_VENDOR_LABEL.get(vendor, vendor)} GPU found "
             f"({gpu.name}{driver}) but no {b.title} plugin is loaded: run "
             f"'localllm backends build {b.name}'{alt}, or 'localllm doctor --fix'.")))
     return out

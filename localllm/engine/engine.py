@@ -47,7 +47,8 @@ def place(opts: LoadOptions) -> dict[str, Any]:
     bad = [w for w in ready["workers"] if w["error"]]
     if bad:
         raise LocalLLMError("; ".join(w["error"] for w in bad))
-    return {"devices": plugins.resolve(opts.devices) if opts.devices else [],
+    devices = plugins.resolve(opts.devices) if opts.devices else plugins.local_offload_devices()
+    return {"devices": devices,
             "split_mode": opts.split_mode, "tensor_split": list(opts.tensor_split),
             "cpu_patterns": moe_cpu_patterns(opts.n_cpu_moe)}
 

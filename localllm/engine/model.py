@@ -86,7 +86,7 @@ class Model(_Owner):
 
     def __init__(self, paths: Sequence[str], *, n_gpu_layers: int = 0, main_gpu: int = 0,
                  use_mmap: bool = True, vocab_only: bool = False,
-                 devices: Sequence[int] = (), split_mode: str = "layer",
+                 devices: Sequence[int] | None = None, split_mode: str = "layer",
                  tensor_split: Sequence[float] = (), cpu_patterns: Sequence[str] = ()) -> None:
         self.ffi, self.lib = native()
         if not paths:
@@ -94,6 +94,10 @@ class Model(_Owner):
         keep = [self.ffi.new("char[]", str(p).encode()) for p in paths]
         arr = self.ffi.new("const char *[]", keep)
         take_log()
+        if devices is None:  # this machine's GPUs, as llama.cpp's own default would be
+            from localllm.engine.plugins import local_offload_devices
+
+            devices = local_offload_devices()
         devs = self.ffi.new("int[]", list(devices) or [0])
         split = self.ffi.new("float[]", [float(x) for x in tensor_split] or [0.0])
         pats = [self.ffi.new("char[]", p.encode()) for p in cpu_patterns]

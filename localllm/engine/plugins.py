@@ -117,12 +117,17 @@ def devices() -> list[NativeDevice]:
     free, total = ffi.new("size_t *"), ffi.new("size_t *")
     raw = []
     for i in range(lib.ll_dev_count()):
-        if lib.ll_dev_info(i, name, 256, desc, 512, typ, free, total) != 0:
-            continue
         lib.ll_dev_reg_name(i, reg, 256)
+        registry = ffi.string(reg).decode()
+        # A remote device's memory is a round trip to its worker (and an abort if the
+        # worker is gone); the daemon asks workers itself (hardware/rpc.py).
+        remote = registry.startswith("RPC")
+        free[0] = total[0] = 0
+        if lib.ll_dev_info(i, name, 256, desc, 512, typ, ffi.NULL if remote else free,
+                           ffi.NULL if remote else total) != 0:
+            continue
         raw.append((i, ffi.string(name).decode(), ffi.string(desc).decode(),
-                    _DEV_TYPES.get(typ[0], "accel"), int(free[0]), int(total[0]),
-                    ffi.string(reg).decode()))
+                    _DEV_TYPES.get(typ[0], "accel"), int(free[0]), int(total[0]), registry))
     names = stable_names([(r[1], r[6], r[2]) for r in raw])
     return [NativeDevice(r[0], n, r[1], r[2], r[3], r[4], r[5], r[6])
             for r, n in zip(raw, names, strict=True)]
@@ -157,6 +162,13 @@ def resolve(names: list[str]) -> list[int]:
         raise LocalLLMError(f"device {', '.join(missing)} is not available in this process "
                             f"(have: {', '.join(by_name) or 'none'})")
     return [by_name[n] for n in names]
+
+
+def local_offload_devices() -> list[int]:
+    """Registry indices of this machine's GPUs and accelerators (what llama.cpp would use
+    by default), leaving out RPC devices: a model only uses the workers it was planned on."""
+    return [d.index for d in devices()
+            if d.type in ("gpu", "igpu", "accel") and not d.registry.startswith("RPC")]
 
 
 def prepare(workers: list[str] | None = None) -> dict[str, Any]:

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import sys
-import types
 from pathlib import Path
 
 import pytest
 
 from localllm.hardware import detect as detect_mod
-from localllm.hardware import probe
 from localllm.hardware.cpu import CPUInfo
 from localllm.hardware.detect import (
     build_hardware,
@@ -47,18 +45,50 @@ def test_native_devices_map_to_device() -> None:
     assert hw.to_dict()["devices"][1]["name"] == "CUDA0"
 
 
-def test_gpu_present_but_build_without_cuda_gives_a_rebuild_hint() -> None:
+def test_gpu_present_without_its_plugin_names_the_one_build_command() -> None:
     hw = build_hardware({"ok": True, "devices": [CPU_DEV]}, CPU, [NVIDIA])
     assert len(hw.hints) == 1
     hint = hw.hints[0]
     assert "NVIDIA GPU found (NVIDIA GeForce RTX 4090, driver 550.54.14)" in hint
-    assert "no CUDA" in hint and 'CMAKE_ARGS="-DGGML_CUDA=on"' in hint
+    assert "no NVIDIA CUDA plugin is loaded" in hint
+    assert "'localllm backends build cuda'" in hint and "pip" not in hint
     amd = build_hardware({"ok": True, "devices": [CPU_DEV]}, CPU,
                          [GPUProbe("amd", "AMD Radeon RX 7900 XTX")])
-    assert "-DGGML_HIP=on" in amd.hints[0]
+    assert "'localllm backends build rocm'" in amd.hints[0]
+    assert "'localllm backends build vulkan'" in amd.hints[0]
     apple = build_hardware({"ok": True, "devices": [CPU_DEV]}, CPU,
                            [GPUProbe("apple", "Apple Silicon GPU")])
-    assert "-DGGML_METAL=on" in apple.hints[0]
+    assert "no Metal" in apple.hints[0]
+
+
+def test_a_loaded_plugin_silences_the_hint_and_a_failed_one_is_reported() -> None:
+    cuda = {"name": "CUDA0", "description": "RTX 4090", "type": "gpu", "free": GiB,
+            "total": 2 * GiB}
+    ok = build_hardware({"ok": True, "devices": [CPU_DEV, cuda]}, CPU, [NVIDIA])
+    assert ok.hints == ()
+    # Vulkan serves an NVIDIA card too: no CUDA hint then.
+    vk = build_hardware({"ok": True, "devices": [CPU_DEV, {**cuda, "name": "Vulkan0"}]},
+                        CPU, [NVIDIA])
+    assert vk.hints == ()
+    failed = build_hardware({"ok": True, "devices": [CPU_DEV], "plugins": [
+        {"file": "libggml-cuda.so", "path": "/x/libggml-cuda.so", "loaded": False,
+         "backend": "", "error": "libcudart.so.12: cannot open shared object file"}]},
+        CPU, [NVIDIA])
+    assert any("libggml-cuda.so did not load: libcudart.so.12" in h for h in failed.hints)
+    assert any("localllm backends build cuda" in h for h in failed.hints)
+
+
+def test_rpc_workers_devices_join_the_device_list_as_gpus() -> None:
+    from localllm.hardware.rpc import RemoteDevice, WorkerStatus
+
+    ready = WorkerStatus("10.0.0.2:50052", "ready", "7.0.0",
+                         (RemoteDevice("RPC[10.0.0.2:50052]", 5 * GiB, 8 * GiB),))
+    down = WorkerStatus("10.0.0.3:50052", "down", error="cannot connect")
+    hw = build_hardware({"ok": True, "devices": [CPU_DEV]}, CPU, [], (ready, down))
+    (gpu,) = hw.gpus
+    assert (gpu.name, gpu.library, gpu.kind, gpu.free) == ("RPC[10.0.0.2:50052]", "RPC",
+                                                           "gpu", 5 * GiB)
+    assert hw.workers == (ready, down)
 
 
 def test_broken_native_module_falls_back_to_a_cpu_device() -> None:
@@ -96,25 +126,30 @@ def test_real_probe_child_answers() -> None:
         assert answer["error"]
 
 
-def test_collect_with_a_fake_binding(monkeypatch: pytest.MonkeyPatch) -> None:
-    fake = types.ModuleType("localllm.engine.binding")
-    fake.devices = lambda: [CPU_DEV]  # type: ignore[attr-defined]
-    fake.system_info = lambda: "CPU : AVX2 = 1"  # type: ignore[attr-defined]
-    fake.build_info = lambda: {"llama_version": "x"}  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "localllm.engine.binding", fake)
-    import localllm.engine
+def test_probe_loads_plugins_reports_refusals_and_adds_workers(
+        rpc_backends: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real probe child with the RPC plugin, a bogus "CUDA plugin" and a dead worker."""
+    import shutil
 
-    monkeypatch.setattr(localllm.engine, "binding", fake, raising=False)
-    out = probe.collect()
-    assert out == {"ok": True, "devices": [CPU_DEV], "system_info": "CPU : AVX2 = 1",
-                   "build_info": {"llama_version": "x"}}
+    (src,) = rpc_backends.glob("*/libggml-rpc.so")
+    folder = tmp_path / "backends" / src.parent.name
+    folder.mkdir(parents=True)
+    shutil.copy2(src, folder / src.name)
+    (folder / "libggml-cuda.so").write_bytes(b"\x7fELF not really a library")
+    monkeypatch.setenv("LOCALLLM_BACKENDS", str(tmp_path / "backends"))
+    from tests.rpcworker import free_port
 
-    def boom() -> list[dict[str, object]]:
-        raise RuntimeError("ggml_backend_dev_count failed")
-
-    fake.devices = boom  # type: ignore[attr-defined]
-    bad = probe.collect()
-    assert bad["ok"] is False and "ggml_backend_dev_count failed" in bad["error"]
+    dead = f"127.0.0.1:{free_port()}"
+    answer = run_probe(argv=[sys.executable, "-m", "localllm.hardware.probe", "--rpc", dead])
+    assert answer["ok"], answer
+    assert answer["ggml_version"] == src.parent.name
+    by_file = {p["file"]: p for p in answer["plugins"]}
+    assert by_file["libggml-rpc.so"]["loaded"] and by_file["libggml-rpc.so"]["backend"] == "RPC"
+    cuda = by_file["libggml-cuda.so"]
+    assert not cuda["loaded"] and cuda["error"]
+    (worker,) = answer["workers"]
+    assert worker["devices"] == 0 and dead in worker["error"]
+    assert [d["name"] for d in answer["devices"]] == ["CPU"]
 
 
 def test_detect_caches_until_refresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
