@@ -187,6 +187,8 @@ int ll_rpc_start_server(const char *endpoint, const char *cache_dir, int n_threa
         if (devs[i] < 0 || (size_t)devs[i] >= ggml_backend_dev_count()) return -2;
         list[i] = ggml_backend_dev_get((size_t)devs[i]);
     }
+    /* The server reports with printf; line buffering shows it in a log as it happens. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     serve(endpoint, cache_dir, (size_t)(n_threads > 0 ? n_threads : 1), (size_t)n_devs, list);
     return 0;
 }

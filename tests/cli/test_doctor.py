@@ -58,7 +58,34 @@ def test_text_report_with_an_unusable_nvidia_gpu(monkeypatch: pytest.MonkeyPatch
     assert "  CPU   cpu   CPU      40.0 GiB  64.0 GiB  Test CPU 9000" in out
     assert "nvidia: NVIDIA GeForce RTX 3060, driver 550.54.14, 12.0 GiB" in out
     assert "8 physical / 16 logical cores" in out and "avx2 fma" in out
-    assert "Hints:" in out and "-DGGML_CUDA=on" in out
+    assert "Hints:" in out and "run 'localllm backends build cuda'" in out
+    assert main(["doctor", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fixes"] == ["localllm backends build cuda"]
+
+
+def test_fix_runs_the_build_the_hint_names(monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """No GPU answers nvidia-smi here, so the CUDA build stops at its toolkit check."""
+    import subprocess as sp
+
+    fake_hardware(monkeypatch, {"ok": True, "devices": [CPU_DEV]},
+                  [GPUProbe("nvidia", "NVIDIA GeForce RTX 3060")])
+    ran: list[list[str]] = []
+    real = sp.run
+
+    def spy(argv: list[str], *a: object, **kw: object) -> sp.CompletedProcess[str]:
+        ran.append(argv)
+        kw.setdefault("capture_output", True)
+        kw.setdefault("text", True)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+        kw["env"] = {**env, "PATH": "/nonexistent"}  # no nvcc, no nvidia-smi
+        return real(argv, *a, **kw)  # type: ignore[call-overload,no-any-return]
+
+    monkeypatch.setattr(sp, "run", spy)
+    assert main(["doctor", "--fix"]) == 1
+    assert ran and ran[0][-3:] == ["backends", "build", "cuda"]
+    assert "Running: localllm backends build cuda" in capsys.readouterr().out
 
 
 def test_broken_native_module_exits_1(monkeypatch: pytest.MonkeyPatch,

@@ -1,0 +1,58 @@
+"""``localllm worker``: loopback by default, refuses to expose itself silently, stops cleanly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from localllm.cli.worker import is_loopback
+from localllm.hardware.rpc import query
+from tests.rpcworker import REPO, start_worker, worker_env
+
+
+def run_worker(backends: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "localllm", "worker", *args], cwd=REPO,
+                          env=worker_env(backends), capture_output=True, text=True, timeout=60)
+
+
+def test_non_loopback_bind_needs_allow_remote(rpc_backends: Path) -> None:
+    out = run_worker(rpc_backends, "--host", "0.0.0.0", "--port", "50999")
+    assert out.returncode == 2
+    assert "refusing to bind 0.0.0.0" in out.stderr and "--allow-remote" in out.stderr
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("192.168.1.5") and not is_loopback("gpu-box")
+
+
+def test_a_port_in_use_is_a_clear_error(rpc_backends: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        out = run_worker(rpc_backends, "--port", str(s.getsockname()[1]))
+    assert out.returncode == 1 and "cannot listen on 127.0.0.1" in out.stderr
+
+
+def test_an_unknown_device_is_refused(rpc_backends: Path) -> None:
+    out = run_worker(rpc_backends, "--port", "50998", "--device", "CUDA7")
+    assert out.returncode != 0 and "no device CUDA7" in out.stderr and "CPU" in out.stderr
+
+
+def test_without_the_rpc_plugin_it_says_how_to_build_it(tmp_path: Path) -> None:
+    out = run_worker(tmp_path / "empty-backends", "--port", "50997")
+    assert out.returncode != 0 and "localllm backends build rpc" in out.stderr
+
+
+def test_sigterm_stops_it_cleanly(rpc_backends: Path, tmp_path: Path) -> None:
+    home = Path(os.environ["LOCALLLM_HOME"])
+    with start_worker(rpc_backends, tmp_path, "--cache", str(tmp_path / "tcache")) as w:
+        (state,) = (home / "run").glob("worker-*.json")
+        assert str(w.proc.pid) in state.read_text()
+        assert "local cache    : " + str(tmp_path / "tcache") in w.output()
+        w.proc.send_signal(signal.SIGTERM)
+        assert w.proc.wait(10) == 0
+        assert "Worker stopped." in w.output()
+        assert not state.exists()
+        assert query(w.endpoint, timeout=0.5).state == "down"
