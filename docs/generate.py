@@ -107,8 +107,14 @@ def cli() -> str:
             "```",
         ]
         for name in COMMANDS:
+            cmd = sub.choices[name]
             parts += ["", f"## localllm {name}", "", "```text",
-                      sub.choices[name].format_help().rstrip(), "```"]
+                      cmd.format_help().rstrip(), "```"]
+            # Commands with verbs (``backends build``) get a section per verb.
+            verbs = [a for a in cmd._actions if isinstance(a, argparse._SubParsersAction)]
+            for verb, verb_parser in (verbs[0].choices.items() if verbs else []):
+                parts += ["", f"### localllm {name} {verb}", "", "```text",
+                          verb_parser.format_help().rstrip(), "```"]
     return "\n".join(parts) + "\n"
 
 

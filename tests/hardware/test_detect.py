@@ -187,3 +187,14 @@ def test_refresh_memory_rereads_ram_and_reprobes_only_with_gpus(
     monkeypatch.setattr(detect_mod, "_cached", None)
     detect_mod.refresh_memory()
     assert len(calls) == 3  # GPUs: probe again for their free memory
+
+
+def test_metal_is_reported_as_such_with_unified_memory() -> None:
+    """No Mac here: the device ggml's Metal backend reports, as the probe passes it on."""
+    metal = {"name": "MTL0", "description": "Apple M3 Max", "type": "gpu", "free": 40 * GiB,
+             "total": 48 * GiB, "registry": "MTL"}
+    hw = build_hardware({"ok": True, "devices": [CPU_DEV, metal]}, CPU,
+                        [GPUProbe("apple", "Apple M3 Max")])
+    (gpu,) = hw.gpus
+    assert gpu.library == "Metal" and gpu.unified_memory and gpu.is_gpu
+    assert hw.hints == ()  # Metal serves the Apple GPU: nothing to build
