@@ -21,11 +21,29 @@ def test_build_info_matches_installed_llama_cpp_python() -> None:
 
 
 def test_devices_include_a_cpu() -> None:
-    devs = binding.devices()
-    cpus = [d for d in devs if d["type"] == "cpu"]
+    from localllm.engine import plugins
+
+    devs = plugins.devices()
+    cpus = [d for d in devs if d.type == "cpu"]
     assert cpus, devs
-    assert cpus[0]["total"] > 0
-    assert set(cpus[0]) == {"name", "description", "type", "free", "total"}
+    assert cpus[0].total > 0 and cpus[0].registry == "CPU" and cpus[0].name == "CPU"
+    assert [d.index for d in devs] == list(range(len(devs)))
+    assert info_has_ggml_version()
+
+
+def info_has_ggml_version() -> bool:
+    from localllm.engine import plugins
+
+    version = plugins.ggml_version()
+    return bool(version) and binding.build_info()["ggml_version"] == version
+
+
+def test_stable_names_make_rpc_devices_mean_the_same_everywhere() -> None:
+    from localllm.engine.plugins import stable_names
+
+    assert stable_names([("CPU", "CPU", "AMD"), ("RPC3", "RPC", "10.0.0.2:50052"),
+                         ("RPC4", "RPC", "10.0.0.2:50052"), ("CUDA0", "CUDA", "H100")]) == [
+        "CPU", "RPC[10.0.0.2:50052]", "RPC[10.0.0.2:50052]#1", "CUDA0"]
 
 
 def test_system_info_lists_cpu_features() -> None:

@@ -35,7 +35,7 @@ def add_model(tmp_path: Path, name: str, **variant: object) -> None:
 
 def generate(d: Daemon, prompt: str, n: int = 12, **options: object) -> dict[str, object]:
     r = httpx.post(d.url + "/api/generate", timeout=120, trust_env=False, json={
-        "model": "tiny", "prompt": prompt, "stream": False,
+        "model": "tiny", "prompt": prompt, "stream": False, "raw": True,
         "options": {"temperature": 0, "num_predict": n, **options}})
     assert r.status_code == 200, r.text
     return dict(r.json())
@@ -67,7 +67,7 @@ def one_worker(env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         monkeypatch.setenv("LOCALLLM_RPC_WORKERS", w.endpoint)
         monkeypatch.setenv("LOCALLLM_CONTEXT_LENGTH", "256")
         # 40 layers of ~2.6 MB: enough for the worker's memory to show the load.
-        add_model(tmp_path, "tiny", attention=True, n_layer=40)
+        add_model(tmp_path, "tiny", n_layer=40)
         with start_daemon(tmp_path) as d:
             yield d, w
 
@@ -118,7 +118,7 @@ def test_two_workers_and_the_cpu_share_a_model(env: Path, tmp_path: Path,
 
             # b dies mid-stream: the stream ends with an error naming it, within 10 s.
             with httpx.stream("POST", d.url + "/api/generate", timeout=60, trust_env=False,
-                              json={"model": "tiny", "prompt": "A", "options": {
+                              json={"model": "tiny", "prompt": "A", "raw": True, "options": {
                                   "temperature": 0, "num_predict": 30000, "num_gpu": 5,
                                   "num_ctx": 32768}}) as r:
                 lines = r.iter_lines()
