@@ -82,7 +82,7 @@ class Results:
 
 def make_engine(cfg: Cfg, n_parallel: int, n_ctx: int):  # -> Engine
     from localllm.engine.engine import Engine
-    from localllm.engine.types import LoadOptions
+    from localllm.runner.messages import LoadOptions
 
     # Same context shape as the llama.cpp tools: f16 KV, flash attention left to
     # llama.cpp ("auto", their default too), one 512-token ubatch.
@@ -94,7 +94,7 @@ def make_engine(cfg: Cfg, n_parallel: int, n_ctx: int):  # -> Engine
 def run_requests(eng, prompts: list[list[int]], num_predict: int, greedy: bool):
     """Submit all prompts at once and step until done; per request: submit time,
     the wall time of each generated piece, and the Done event."""
-    from localllm.engine.types import CompletionRequest, Done, Failed, Piece, SamplingParams
+    from localllm.runner.messages import CompletionRequest, Done, Failed, Piece, SamplingParams
 
     sp = SamplingParams(temperature=0.0) if greedy else SamplingParams()
     ids = [f"b{random.getrandbits(48):x}" for _ in prompts]

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from localllm.engine.engine import Engine  # noqa: E402
-from localllm.engine.types import LoadOptions  # noqa: E402
+from localllm.runner.messages import LoadOptions  # noqa: E402
 
 DEFAULT = Path.home() / ".cache/localllm-bench/models/llama-0.5b-q4_k_m.gguf"
 

@@ -62,7 +62,7 @@ def start_workers(n: int, threads: int) -> tuple[list[str], list[subprocess.Pope
 
 def make(model: Path, threads: int, workers: list[str]):  # -> Engine
     from localllm.engine.engine import Engine
-    from localllm.engine.types import LoadOptions
+    from localllm.runner.messages import LoadOptions
 
     split = {}
     if workers:

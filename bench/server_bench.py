@@ -42,8 +42,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from localllm.api._httpx import httpx  # noqa: E402
 from localllm.loadtest.protocols import Target  # noqa: E402
-from localllm.loadtest.runner import PromptMaker, Workload, make_client, run_level, send_one  # noqa: E402
 from localllm.loadtest.stats import LevelSummary  # noqa: E402
+from localllm.loadtest.users import PromptMaker, Workload, make_client, run_level, send_one  # noqa: E402
 
 TOOLS = gen_models.cache_dir() / "llama-tools" / "bin"
 MODEL_NAME = "bench"

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from localllm.config import parse_duration
-from localllm.engine.types import LoadOptions, SamplingParams
 from localllm.errors import InvalidRequest
+from localllm.runner.messages import LoadOptions, SamplingParams
 
 log = logging.getLogger(__name__)
 

@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
 
 async def _bench(args: argparse.Namespace, target: Any) -> int:
     from localllm.loadtest import report
-    from localllm.loadtest.runner import PromptMaker, Workload, run_level, warm_up
+    from localllm.loadtest.users import PromptMaker, Workload, run_level, warm_up
 
     workload = Workload(prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens,
                         requests=args.requests, duration=args.duration, timeout=args.timeout)

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from localllm.compat.openai import error_body
+from localllm.compat.openai_chat import error_body
 
 FINGERPRINT = "fp_ollama"
 

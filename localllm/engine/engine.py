@@ -21,7 +21,9 @@ from localllm.engine.model import Batch, Context, Model, buffer_sizes, moe_cpu_p
 from localllm.engine.sampling import Sampler
 from localllm.engine.slots import OVERFLOW, Active, Slot, pick_slot, prompt_tokens
 from localllm.engine.text import TextStream
-from localllm.engine.types import (
+from localllm.errors import LocalLLMError
+from localllm.hardware.cpu import default_threads
+from localllm.runner.messages import (
     CompletionRequest,
     Done,
     Event,
@@ -29,8 +31,6 @@ from localllm.engine.types import (
     LoadOptions,
     Piece,
 )
-from localllm.errors import LocalLLMError
-from localllm.hardware.cpu import default_threads
 
 __all__ = ["OVERFLOW", "Engine", "default_threads", "place"]
 

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from localllm.engine.model import Context, Model, _Owner
-from localllm.engine.types import SamplingParams
 from localllm.errors import InvalidRequest
+from localllm.runner.messages import SamplingParams
 
 DEFAULT_SEED = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: llama.cpp picks a random seed
 

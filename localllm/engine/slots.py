@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from localllm.engine.sampling import Sampler
 from localllm.engine.text import TextStream
-from localllm.engine.types import CompletionRequest
 from localllm.errors import InvalidRequest
+from localllm.runner.messages import CompletionRequest
 
 if TYPE_CHECKING:
     from localllm.engine.model import Model

@@ -1,6 +1,6 @@
 """What this machine offers the engine: ggml's devices, the CPU, and hints about the rest.
 
-``detect()`` runs ``python -m localllm.hardware.probe`` in a child process with
+``detect()`` runs ``python -m localllm.hardware.probe_child`` in a child process with
 a timeout (the daemon never imports the native module: a crash while ggml
 initialises a GPU backend or loads a plugin must not take it down), merges the
 answer with the CPU facts, the driver probes and the RPC workers' devices
@@ -124,7 +124,7 @@ def run_probe(timeout: float = PROBE_TIMEOUT_S, argv: list[str] | None = None) -
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     try:
         out = subprocess.run(
-            argv or [sys.executable, "-m", "localllm.hardware.probe"],
+            argv or [sys.executable, "-m", "localllm.hardware.probe_child"],
             capture_output=True, text=True, timeout=timeout, env=env,
             stdin=subprocess.DEVNULL,
         )

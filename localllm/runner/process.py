@@ -28,7 +28,6 @@ from typing import Any
 
 import localllm
 from localllm import config
-from localllm.engine.types import CompletionRequest, Done, Failed, LoadOptions, Piece
 from localllm.errors import (
     InvalidRequest,
     LocalLLMError,
@@ -38,6 +37,7 @@ from localllm.errors import (
     ShuttingDown,
 )
 from localllm.runner import protocol as P
+from localllm.runner.messages import CompletionRequest, Done, Failed, LoadOptions, Piece
 
 log = logging.getLogger("localllm.runner")
 
@@ -422,7 +422,7 @@ class RunnerProcess:
 
 def _satisfies_protocol() -> None:
     # mypy checks that RunnerProcess is a Runner and its start a StartRunner.
-    from localllm.runner.base import Runner, StartRunner
+    from localllm.runner.interface import Runner, StartRunner
 
     start: StartRunner = RunnerProcess.start
     runner: type[Runner] = RunnerProcess

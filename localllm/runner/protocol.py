@@ -27,7 +27,8 @@ import json
 import struct
 from typing import IO, Any
 
-from localllm.engine.types import (
+from localllm.errors import LocalLLMError
+from localllm.runner.messages import (
     CompletionRequest,
     Done,
     Failed,
@@ -37,7 +38,6 @@ from localllm.engine.types import (
     from_dict,
     to_dict,
 )
-from localllm.errors import LocalLLMError
 
 _HEADER = struct.Struct(">I")
 HEADER_SIZE = _HEADER.size

@@ -25,9 +25,9 @@ import time
 import traceback
 from typing import IO, Any, NoReturn
 
-from localllm.engine.types import Done, Failed, Piece
 from localllm.errors import LocalLLMError
 from localllm.runner import protocol as P
+from localllm.runner.messages import Done, Failed, Piece
 
 log = logging.getLogger("localllm.runner.worker")
 

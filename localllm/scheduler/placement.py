@@ -20,10 +20,10 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 
-from localllm.engine.types import LoadOptions
 from localllm.errors import ModelLoadError
 from localllm.hardware.detect import Hardware, refresh_memory
 from localllm.hardware.rpc import endpoint_of
+from localllm.runner.messages import LoadOptions
 from localllm.scheduler.planner import LoadPlan, PlanOptions, fits_alongside
 from localllm.scheduler.scheduler import Loaded, ModelSpec, Placement, PlanFn
 

@@ -20,9 +20,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from localllm.engine.types import LoadOptions
 from localllm.errors import ServerBusy
-from localllm.runner.base import Runner, StartRunner
+from localllm.runner.interface import Runner, StartRunner
+from localllm.runner.messages import LoadOptions
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from localllm import __version__, config
 from localllm.errors import LocalLLMError
-from localllm.inference import InferenceService
+from localllm.inference.service import InferenceService
 from localllm.scheduler.scheduler import Scheduler
 from localllm.server.health import Lifecycle
 from localllm.server.metrics import Metrics

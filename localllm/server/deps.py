@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
 from localllm.errors import InvalidRequest
-from localllm.inference import InferenceService
+from localllm.inference.service import InferenceService
 from localllm.services import ModelService
 
 M = TypeVar("M", bound=BaseModel)

@@ -25,7 +25,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
-from localllm.engine.types import Done, Piece
+from localllm.runner.messages import Done, Piece
 
 router = APIRouter()
 

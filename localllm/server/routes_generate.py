@@ -22,15 +22,15 @@ from localllm.api.schemas_infer import (
     GenerateRequest,
 )
 from localllm.errors import InvalidRequest
-from localllm.inference import now_rfc3339
-from localllm.server.deps import inference_service, parse_json
-from localllm.server.native import (
+from localllm.inference.plan import (
     chat_plan,
     check_top_logprobs,
     embed_native,
     fold,
     generate_plan,
 )
+from localllm.inference.service import now_rfc3339
+from localllm.server.deps import inference_service, parse_json
 from localllm.server.streaming import ndjson_response
 
 router = APIRouter()

@@ -1,7 +1,7 @@
 """OpenAI-compatible routes: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``,
 ``/v1/models`` and ``/v1/models/{model}``.
 
-Thin converters: :mod:`localllm.compat.openai` turns the body into a native
+Thin converters: :mod:`localllm.compat.openai_chat` turns the body into a native
 request, :mod:`localllm.server.native` runs it exactly as ``/api/chat`` or
 ``/api/generate`` would (``n`` choices run concurrently, see
 :mod:`localllm.server.fanout`), and :mod:`localllm.compat.openai_responses`
@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import RootModel
 
 from localllm.api.schemas_infer import ChatRequest, EmbedRequest, GenerateRequest
-from localllm.compat.openai import (
+from localllm.compat.openai_chat import (
     SSE_DONE,
     chat_request_to_native,
     completion_request_to_native,
@@ -43,9 +43,9 @@ from localllm.compat.openai_responses import (
     text_completion,
 )
 from localllm.errors import InvalidRequest, ModelNotFound
+from localllm.inference.fanout import gather, merge
+from localllm.inference.plan import Plan, chat_plan, embed_native, fold, generate_plan
 from localllm.server.deps import inference_service, model_service, parse_json, validate
-from localllm.server.fanout import gather, merge
-from localllm.server.native import Plan, chat_plan, embed_native, fold, generate_plan
 from localllm.store.names import parse_name
 
 log = logging.getLogger(__name__)

@@ -8,8 +8,8 @@ import math
 import pytest
 
 from localllm.api.options import LoadFields, parse_keep_alive, resolve_options
-from localllm.engine.types import LoadOptions, SamplingParams
 from localllm.errors import InvalidRequest
+from localllm.runner.messages import LoadOptions, SamplingParams
 
 
 def test_defaults_are_ollamas() -> None:

@@ -1,4 +1,4 @@
-"""Tests for localllm.compat.openai: OpenAI requests -> native requests, errors, models."""
+"""Tests for localllm.compat.openai_chat: OpenAI requests -> native requests, errors, models."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from localllm.compat.openai import (
+from localllm.compat.openai_chat import (
     SSE_DONE,
     chat_request_to_native,
     completion_request_to_native,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from localllm.engine.engine import Engine
-from localllm.engine.types import CompletionRequest, Done, Event, Failed, LoadOptions, Piece
+from localllm.runner.messages import CompletionRequest, Done, Event, Failed, LoadOptions, Piece
 from tests.tinymodel import make_tiny_model
 
 

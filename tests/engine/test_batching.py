@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from localllm.engine.engine import Engine
-from localllm.engine.types import CompletionRequest, Done, SamplingParams
+from localllm.runner.messages import CompletionRequest, Done, SamplingParams
 from tests.engine.conftest import Result, collect, opts, run, run_one
 from tests.tinymodel import LOOP_PROMPT, expected_greedy
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from localllm.engine.engine import OVERFLOW, Engine
-from localllm.engine.types import CompletionRequest, SamplingParams
+from localllm.runner.messages import CompletionRequest, SamplingParams
 from tests.engine.conftest import opts, run, run_one
 from tests.tinymodel import GREEDY, LOOP_PROMPT
 

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from localllm.engine.engine import Engine
-from localllm.engine.types import CompletionRequest, SamplingParams
+from localllm.runner.messages import CompletionRequest, SamplingParams
 from tests.engine.conftest import run_one
 from tests.tinymodel import GREEDY, LOOP_PROMPT, N_VOCAB, SHARPNESS, expected_greedy
 from tests.tinymodel import tokenize as tiny_tokenize

@@ -9,8 +9,8 @@ import pytest
 
 from localllm.engine import binding
 from localllm.engine.engine import Engine
-from localllm.engine.types import CompletionRequest, SamplingParams
 from localllm.errors import InvalidModelFile, InvalidRequest
+from localllm.runner.messages import CompletionRequest, SamplingParams
 from tests.engine.conftest import opts, run_one
 from tests.tinymodel import BOS, GREEDY, make_tiny_model, split_paths
 

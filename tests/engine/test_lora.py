@@ -14,7 +14,7 @@ import pytest
 
 from localllm.engine.adapters import QUANTUM, Adapters
 from localllm.engine.engine import Engine
-from localllm.engine.types import CompletionRequest, SamplingParams
+from localllm.runner.messages import CompletionRequest, SamplingParams
 from tests.engine.conftest import opts, run, run_one
 from tests.modelfile.tinylora import make_remap_lora, make_tiny_lora
 from tests.tinymodel import LETTERS

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from localllm.engine.engine import Engine
-from localllm.engine.types import (
+from localllm.runner.messages import (
     CompletionRequest,
     Done,
     LoadOptions,

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from localllm.engine.engine import Engine
-from localllm.engine.types import CompletionRequest, Done, LoadOptions, Piece, SamplingParams
 from localllm.grammar import json_grammar, schema_to_grammar
+from localllm.runner.messages import CompletionRequest, Done, LoadOptions, Piece, SamplingParams
 from tests.grammar.gbnf import accepts
 from tests.tinymodel import make_tiny_model
 

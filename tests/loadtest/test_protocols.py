@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from localllm.loadtest import runner
+from localllm.loadtest import users as runner
 from localllm.loadtest.protocols import Target, build_request, parse_line
-from localllm.loadtest.runner import PromptMaker, Workload, run_level, send_one
+from localllm.loadtest.users import PromptMaker, Workload, run_level, send_one
 
 
 def test_request_bodies() -> None:

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from localllm.engine.types import CompletionRequest, Done, LoadOptions, Piece, SamplingParams
+from localllm.runner.messages import CompletionRequest, Done, LoadOptions, Piece, SamplingParams
 from localllm.runner.process import RunnerProcess
 
 T = TypeVar("T")

@@ -15,8 +15,8 @@ import signal
 import sys
 import time
 
-from localllm.engine.types import CompletionRequest, Done, Failed, LoadOptions, Piece
 from localllm.errors import InvalidRequest, ModelLoadError
+from localllm.runner.messages import CompletionRequest, Done, Failed, LoadOptions, Piece
 
 STEP_S = 0.02
 

@@ -11,7 +11,7 @@ import asyncio
 import os
 import sys
 
-from localllm.engine.types import LoadOptions
+from localllm.runner.messages import LoadOptions
 from localllm.runner.process import RunnerProcess
 from tests.runner.conftest import FAKE_ENV
 

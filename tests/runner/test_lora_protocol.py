@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from localllm.engine.types import CompletionRequest
 from localllm.runner import protocol as P
+from localllm.runner.messages import CompletionRequest
 
 
 def test_request_adapters_round_trip_and_default_to_none() -> None:

@@ -8,7 +8,6 @@ import signal
 
 import pytest
 
-from localllm.engine.types import Done, Piece
 from localllm.errors import (
     InvalidRequest,
     LocalLLMError,
@@ -16,6 +15,7 @@ from localllm.errors import (
     RunnerCrashed,
     ShuttingDown,
 )
+from localllm.runner.messages import Done, Piece
 from tests.procs import children_of
 from tests.runner.conftest import (
     arun,

@@ -9,7 +9,8 @@ import struct
 
 import pytest
 
-from localllm.engine.types import (
+from localllm.runner import protocol as P
+from localllm.runner.messages import (
     CompletionRequest,
     Done,
     Failed,
@@ -17,7 +18,6 @@ from localllm.engine.types import (
     Piece,
     SamplingParams,
 )
-from localllm.runner import protocol as P
 
 
 def frames(*msgs: P.Message) -> io.BytesIO:

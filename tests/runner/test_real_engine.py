@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from localllm.engine.types import Done, LoadOptions, Piece
 from localllm.errors import ModelLoadError, RunnerCrashed
+from localllm.runner.messages import Done, LoadOptions, Piece
 from localllm.runner.process import RunnerProcess
 from tests.runner.conftest import arun, collect, greedy, running
 from tests.runner.test_orphans import check_parent_sigkill

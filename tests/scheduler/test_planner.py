@@ -186,7 +186,7 @@ def test_layers_split_over_gpus_by_free_memory(frees: tuple[int, ...]) -> None:
 
 
 def test_placement_fills_load_options() -> None:
-    from localllm.engine.types import LoadOptions
+    from localllm.runner.messages import LoadOptions
 
     two = plan(L70B, [cuda(0, 40), cuda(1, 20), cpu(200)], opts(num_ctx=8192))
     load = two.apply(LoadOptions(n_gpu_layers=-1, main_gpu=3))
@@ -354,7 +354,7 @@ def test_fits_alongside_and_subtract_loaded() -> None:
 
 
 def test_plan_applies_to_load_options() -> None:
-    from localllm.engine.types import LoadOptions
+    from localllm.runner.messages import LoadOptions
 
     p: LoadPlan = plan(L8B, [cuda(0, 8), cpu()], opts(num_ctx=0, kv_type="q8_0"))
     load = p.apply(LoadOptions(n_ctx=0, n_gpu_layers=-1))

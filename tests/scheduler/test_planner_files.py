@@ -42,7 +42,7 @@ def test_headers_read_back_into_the_same_shapes(shape: shapes.Shape, quant: str,
 
 def _allocated(path: Path, ctx: int, parallel: int, fa: str) -> dict[str, dict[str, int]]:
     from localllm.engine.engine import Engine
-    from localllm.engine.types import LoadOptions
+    from localllm.runner.messages import LoadOptions
 
     opts = LoadOptions(n_ctx=ctx, n_parallel=parallel, n_gpu_layers=0, flash_attn=fa,  # type: ignore[arg-type]
                        n_threads=1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from localllm.engine.types import LoadOptions
+from localllm.runner.messages import LoadOptions
 from localllm.scheduler.planner import PlanOptions, plan
 from tests.scheduler.shapes import ALL_SHAPES, QWEN3_MOE, GiB, cpu, cuda, rpc
 

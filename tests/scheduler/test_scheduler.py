@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from localllm.engine.types import CompletionRequest, Done, LoadOptions, Piece
 from localllm.errors import RunnerCrashed, ServerBusy
+from localllm.runner.messages import CompletionRequest, Done, LoadOptions, Piece
 from localllm.scheduler.scheduler import ModelSpec, Placement, Scheduler
 
 

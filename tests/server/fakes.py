@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from localllm.engine.types import CompletionRequest, Done, LoadOptions, Piece
+from localllm.runner.messages import CompletionRequest, Done, LoadOptions, Piece
 from localllm.scheduler.scheduler import Placement, Scheduler
 
 

@@ -1,7 +1,7 @@
 """The chat screen: sidebar of chats, the conversation, the prompt and the status line.
 
 This module owns the conversation and its streaming; managing chats (open,
-rename, delete, export, settings, model choice) lives in ``chat_actions.py``.
+rename, delete, export, settings, model choice) lives in ``chat_base.py``.
 
 A reply streams in an async worker (``group="generate"``, exclusive).  Escape
 cancels it; the stream is closed explicitly so the daemon stops generating at
@@ -28,7 +28,7 @@ from textual.widgets import Footer
 from localllm.api._httpx import httpx
 from localllm.errors import LocalLLMError
 from localllm.tui.reply import Reply
-from localllm.tui.screens.chat_actions import ChatBase
+from localllm.tui.screens.chat_base import ChatBase
 from localllm.tui.sessions import Chat, StoredMessage
 from localllm.tui.widgets.message import MessageView
 from localllm.tui.widgets.prompt import PromptInput

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localllm.api.schemas_infer import ChatRequest, EmbedRequest, GenerateRequest
-from localllm.engine.types import Done, Piece
 from localllm.errors import InvalidRequest
-from localllm.inference import InferenceService, Prepared, Target, now_rfc3339
-from localllm.server.output import OutputShaper, grammar_for, think_flag
-from localllm.server.tool_grammar import forced_tool_grammar
+from localllm.grammar.tools import forced_tool_grammar
+from localllm.inference.service import InferenceService, Prepared, Target, now_rfc3339
+from localllm.inference.shaping import OutputShaper, grammar_for, think_flag
+from localllm.runner.messages import Done, Piece
 from localllm.template.tools import Family
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from localllm.engine.types import Piece
 from localllm.errors import InvalidRequest
 from localllm.grammar.json_schema import grammar_for_format
-from localllm.inference import Target
+from localllm.inference.service import Target
+from localllm.runner.messages import Piece
 from localllm.template.thinking import (
     ThinkingSplitter,
     detect_thinking_tags,
@@ -57,7 +57,7 @@ class OutputShaper:
         self._hide_thinking = think is False
         self._tools: ToolCallParser | None = None
         if tools:
-            # A forced tool call is written in ``tool_family``'s markup (see tool_grammar).
+            # A forced tool call is written in ``tool_family``'s markup (see grammar/tools.py).
             self._tools = (ToolCallParser(tool_family) if tool_family
                            else ToolCallParser.for_template(template))
         self._logprobs = logprobs

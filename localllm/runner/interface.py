@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, Protocol, runtime_checkable
 
-from localllm.engine.types import CompletionRequest, Done, LoadOptions, Piece
+from localllm.runner.messages import CompletionRequest, Done, LoadOptions, Piece
 
 
 @runtime_checkable

@@ -21,9 +21,9 @@ from typing import Any, Literal
 
 from localllm import config
 from localllm.api.options import ResolvedOptions, parse_keep_alive, resolve_options
-from localllm.engine.types import CompletionRequest, Done, LoadOptions, Piece
 from localllm.errors import InvalidRequest
 from localllm.gguf_info import ModelInfo, read_model_info_split
+from localllm.runner.messages import CompletionRequest, Done, LoadOptions, Piece
 from localllm.scheduler.scheduler import Loaded, ModelSpec, Scheduler
 from localllm.store.local import Store
 from localllm.store.manifests import MEDIA_MESSAGES, Entry

@@ -1,4 +1,4 @@
-"""Child entry point: ``python -m localllm.hardware.probe`` prints the native view as JSON.
+"""Child entry point: ``python -m localllm.hardware.probe_child`` prints the native view as JSON.
 
 This is the only place in hardware/ that imports the native binding, and it
 runs in its own process: a crash while ggml initialises its backends (a bad
@@ -46,7 +46,7 @@ def collect(workers: list[str] | None = None) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m localllm.hardware.probe")
+    parser = argparse.ArgumentParser(prog="python -m localllm.hardware.probe_child")
     parser.add_argument("--rpc", action="append", default=[], help="RPC worker host:port")
     args = parser.parse_args(argv)
     result = collect(args.rpc)
