@@ -13,7 +13,6 @@ their first connection failure.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -164,22 +163,20 @@ def ensure_daemon(base_url: str | None = None, *, wait: float = 30.0) -> bool:
 
 
 def _spawn_serve(url: str, log_path: Path) -> subprocess.Popen[bytes]:
+    from localllm import children
+
     parts = urlsplit(url)
-    env = dict(os.environ)
-    env["LOCALLLM_HOST"] = parts.netloc
-    # The child must import the same localllm, even when it is not installed.
-    package_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     kwargs: dict[str, Any] = {}
     if sys.platform == "win32":
         kwargs["creationflags"] = subprocess.DETACHED_PROCESS | subprocess.CREATE_NEW_PROCESS_GROUP
     else:
         kwargs["start_new_session"] = True  # Ctrl-C in this terminal must not stop it
     with open(log_path, "ab") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "localllm", "serve"], stdin=subprocess.DEVNULL,
-            stdout=log, stderr=subprocess.STDOUT, env=env, close_fds=True, **kwargs,
-        )
+        # The daemon outlives the command that started it: no death signal.
+        return children.spawn(
+            "localllm", "serve", env={"LOCALLLM_HOST": parts.netloc}, dies_with_parent=False,
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, close_fds=True,
+            **kwargs)
 
 
 def _tail(path: Path, lines: int = 10) -> str:

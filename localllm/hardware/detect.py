@@ -12,13 +12,10 @@ error text, and offers one CPU device so planning still works.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import threading
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any, Literal
 
 from localllm.hardware.cpu import CPUInfo, available_ram, cpu_info
@@ -118,14 +115,12 @@ def run_probe(timeout: float = PROBE_TIMEOUT_S, argv: list[str] | None = None) -
 
     ``argv`` replaces the child's command line (tests use it to simulate crashes).
     """
-    env = dict(os.environ)
-    # The child must import this same localllm even when it runs from a source tree.
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    from localllm import children
+
     try:
         out = subprocess.run(
-            argv or [sys.executable, "-m", "localllm.hardware.probe_child"],
-            capture_output=True, text=True, timeout=timeout, env=env,
+            argv or children.argv("localllm.hardware.probe_child"),
+            capture_output=True, text=True, timeout=timeout, env=children.child_env(),
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:

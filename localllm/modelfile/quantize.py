@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from localllm import config
+from localllm import children, config
 from localllm.errors import InvalidRequest, LocalLLMError
 
 # The types /api/create accepts (Ollama's list), keyed by their lower-cased spelling.
@@ -37,9 +36,9 @@ def quantize_file(src: Path, dst: Path, ftype: str,
                   cancel: threading.Event | None = None) -> None:
     """Quantize ``src`` to ``ftype`` into ``dst``; ``progress(completed, total)`` per tensor."""
     threads = config.NUM_THREAD.get()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "localllm.modelfile.quantize_child", str(src), str(dst), ftype,
-         str(threads)],
+    # Dies with the daemon: a kill -9 must not leave it writing a temporary blob.
+    proc = children.spawn(
+        "localllm.modelfile.quantize_child", str(src), str(dst), ftype, str(threads),
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     errors: list[str] = []

@@ -18,16 +18,13 @@ import dataclasses
 import itertools
 import logging
 import math
-import os
 import signal
-import sys
 import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
-import localllm
-from localllm import config
+from localllm import children, config
 from localllm.errors import (
     InvalidRequest,
     LocalLLMError,
@@ -63,16 +60,6 @@ def error_for(failed: Failed) -> LocalLLMError:
     if failed.status == 404:
         return NotFound(failed.message)
     return LocalLLMError(failed.message, status=failed.status)
-
-
-def _child_env(extra: dict[str, str] | None) -> dict[str, str]:
-    env = dict(os.environ)
-    # The child must import this very package, also from a source checkout.
-    root = str(Path(localllm.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra or {})
-    return env
 
 
 class RunnerProcess:
@@ -114,10 +101,10 @@ class RunnerProcess:
         timeout = config.LOAD_TIMEOUT.get() if load_timeout is None else load_timeout
         wait = None if math.isinf(timeout) else timeout  # a negative setting means forever
         t0 = time.monotonic_ns()
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "localllm.runner",
+        proc = await children.spawn_async(
+            "localllm.runner", env=env,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=_child_env(env),
+            stderr=asyncio.subprocess.PIPE,
             # Own session: a Ctrl-C meant for the daemon must not kill runners
             # behind its back; the daemon ends them itself.
             start_new_session=True)
