@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +21,7 @@ from localllm.store.manifests import (
     MEDIA_PROJECTOR,
     Entry,
 )
-from localllm.store.names import ModelName, parse_digest, parse_name
+from localllm.store.names import parse_digest, parse_name
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +85,12 @@ def capabilities(*, template: str, embedding: bool, vision: bool) -> list[str]:
 class ModelService:
     """Model-management operations over one ``Store``."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store,
+                 unload: Callable[[str], Awaitable[object]] | None = None) -> None:
         self.store = store
-        # Hooks run before a model is deleted (the scheduler unloads it there).
-        self.before_delete: list[Callable[[ModelName], None]] = []
+        # Ends a loaded model's runner (the inference service's unload), so a
+        # deleted model stops serving, as Ollama's rm does.
+        self.unload = unload
 
     # -- reading -------------------------------------------------------------
     def details(self, entry: Entry) -> dict[str, Any]:
@@ -171,11 +173,17 @@ class ModelService:
         self.store.copy(src, dst)
 
     def delete(self, model: str) -> None:
-        name = parse_name(model)
-        self.store.get(name)  # 404 before any hook runs
-        for hook in self.before_delete:
-            hook(name)
-        self.store.delete(name)
+        """Remove ``model`` from the store (see ``remove`` for a daemon with loaded models)."""
+        self.store.delete(parse_name(model))
+
+    async def remove(self, model: str) -> None:
+        """Unload ``model`` if it is loaded, then delete it; 404 / 400 before anything changes."""
+        import anyio
+
+        self.store.get(parse_name(model))
+        if self.unload is not None:
+            await self.unload(model)
+        await anyio.to_thread.run_sync(self.delete, model)
 
     def pull(
         self, model: str, progress: Progress, *, cancel: threading.Event | None = None

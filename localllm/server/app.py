@@ -125,6 +125,14 @@ def default_scheduler() -> Scheduler:
                      max_queue=config.MAX_QUEUE.get())
 
 
+def _unloader(app: FastAPI) -> Callable[[str], Awaitable[object]]:
+    async def unload(model: str) -> object:
+        inference: InferenceService = app.state.inference
+        return await inference.unload(inference.target(model))
+
+    return unload
+
+
 def create_app(
     store: Store | None = None,
     *,
@@ -145,7 +153,7 @@ def create_app(
     app.openapi = openapi_builder(app)  # type: ignore[method-assign]
     store = store if store is not None else Store()
     app.state.store = store
-    app.state.models = ModelService(store)
+    app.state.models = ModelService(store, unload=_unloader(app))
     if scheduler is None:
         scheduler = default_scheduler()
     app.state.scheduler = scheduler

@@ -63,15 +63,9 @@ async def pull(
 
 @router.delete("/api/delete")
 async def delete(
-    request: Request,
     req: Annotated[DeleteRequest, Depends(json_body(DeleteRequest))], svc: Service
 ) -> Response:
-    # Unload first, as Ollama's rm does: a deleted model must not keep serving.
-    svc.store.get(parse_name(req.model))  # 404 / 400 before anything changes
-    inference = getattr(request.app.state, "inference", None)
-    if inference is not None:
-        await inference.unload(inference.target(req.model))
-    await anyio.to_thread.run_sync(svc.delete, req.model)
+    await svc.remove(req.model)
     return Response(status_code=200)
 
 
