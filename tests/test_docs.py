@@ -68,3 +68,14 @@ def test_docs_index_links_every_page() -> None:
     for page in DOCS.glob("*.md"):
         if page.name != "index.md":
             assert f"({page.name})" in index, f"docs/index.md does not link {page.name}"
+
+
+def test_architecture_names_every_top_level_module() -> None:
+    text = (DOCS / "architecture.md").read_text()
+    package = ROOT / "localllm"
+    names = sorted(p.name for p in package.iterdir()
+                   if (p.is_dir() and (p / "__init__.py").exists())
+                   or (p.suffix == ".py" and not p.name.startswith("_")))
+    missing = [n for n in names if f"`localllm/{n}{'/' if (package / n).is_dir() else ''}`"
+               not in text]
+    assert not missing, f"docs/architecture.md does not name {missing}"

@@ -13,14 +13,11 @@ import pytest
 from localllm.errors import ModelLoadError, RunnerCrashed
 from localllm.runner.messages import Done, LoadOptions, Piece
 from localllm.runner.process import RunnerProcess
+from tests import tinymodel as tm
 from tests.runner.conftest import arun, collect, greedy, running
 from tests.runner.test_orphans import check_parent_sigkill
 
 REPO = Path(__file__).resolve().parents[2]
-if not (REPO / "localllm" / "engine" / "engine.py").exists():
-    pytest.skip("the engine has not landed yet", allow_module_level=True)
-
-from tests import tinymodel as tm  # noqa: E402  (needs numpy/gguf only once we run)
 
 OPTS = LoadOptions(n_ctx=512, n_parallel=4, n_batch=256, n_ubatch=256, n_threads=2)
 

@@ -20,7 +20,8 @@ FIELDS = ("architecture", "n_layers", "n_embd", "n_head", "n_head_kv", "head_dim
 
 
 def _written(s: shapes.Shape, quant: str, tmp_path: Path) -> ModelInfo:
-    ggufmeta = pytest.importorskip("tests.ggufmeta")
+    from tests import ggufmeta
+
     meta = ggufmeta.Shape(s.arch, s.name, s.n_layers, s.n_embd, s.n_head, s.n_head_kv, s.n_ff,
                           s.n_vocab, s.n_ctx_train, tied_output=s.tied, attn_bias=s.qkv_bias)
     return read_model_info(ggufmeta.write_gguf(tmp_path / "m.gguf", meta, quant))
@@ -52,10 +53,6 @@ def _allocated(path: Path, ctx: int, parallel: int, fa: str) -> dict[str, dict[s
 
 @pytest.fixture(scope="module")
 def llama_58m(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    binding = pytest.importorskip("localllm.engine.binding")
-    ok, why = binding.available()
-    if not ok:
-        pytest.skip(f"native module unavailable: {why}")
     # A ~58M-parameter llama (8 layers, 512 wide, 32000 vocabulary) in F16.
     return write_llama(tmp_path_factory.mktemp("m") / "llama58m.gguf",
                        LlamaShape(n_ctx_train=16384))
