@@ -1,9 +1,18 @@
 """Every ``LOCALLLM_*`` setting: typed, defaulted and described in one place.
 
+This is the only module that reads ``LOCALLLM_*`` variables (tests/test_config.py
+checks); ``children.py`` copies the whole environment for child processes, and
+``native/build_ffi.py`` reads ``LOCALLLM_LLAMA_PREFIX`` itself because it runs at
+build time, before the package can be imported.
+
 Settings are read from the environment lazily, each time an accessor is called,
 so tests (and a daemon started with a different environment) see current values
 and nothing is read at import time.  A malformed value logs a warning and falls
 back to the default instead of stopping the daemon.
+
+Values that requests and settings share have one parser here: the KV cache
+types (``KV_TYPES``, ``parse_kv_type``) and flash attention
+(``parse_flash_attention``).
 
 ``REGISTRY`` feeds ``localllm serve --help`` and docs/configuration.md.
 """
@@ -16,7 +25,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar, get_args
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +94,46 @@ def parse_size(raw: str) -> int:
     if match is None or match.group(2) not in _SIZE_UNITS:
         raise ValueError(f"invalid size {raw!r} (e.g. 64MiB, 200G)")
     return int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])
+
+
+KVType = Literal["f16", "q8_0", "q4_0", "f32"]
+# The KV cache types localllm offers: what the runner's LoadOptions, the planner's
+# memory arithmetic (scheduler/estimate.py) and the native shim all accept.
+# Quantized types need flash attention (llama.cpp quantizes V only with it).
+KV_TYPES: tuple[KVType, ...] = get_args(KVType)
+
+FlashAttention = Literal["auto", "on", "off"]
+FLASH_ATTENTION_VALUES: tuple[FlashAttention, ...] = get_args(FlashAttention)
+_FLASH_ON = ("on", "1", "true", "yes")
+_FLASH_OFF = ("off", "0", "false", "no")
+
+
+def parse_kv_type(raw: str) -> KVType:
+    """``"Q8_0"`` -> ``"q8_0"``; anything outside ``KV_TYPES`` is a ``ValueError``."""
+    low = raw.strip().lower()
+    for kv in KV_TYPES:
+        if low == kv:
+            return kv
+    raise ValueError(f"expected a KV cache type: {', '.join(KV_TYPES)}")
+
+
+def parse_flash_attention(raw: str) -> FlashAttention:
+    """``on``/``off``/``auto``; booleans (``1``, ``true``, ``no``, ...) mean on or off."""
+    low = raw.strip().lower()
+    if low == "auto":
+        return "auto"
+    if low in _FLASH_ON:
+        return "on"
+    if low in _FLASH_OFF:
+        return "off"
+    raise ValueError("expected on, off or auto")
+
+
+def _engine_spec(raw: str) -> str:
+    module, sep, attr = raw.partition(":")
+    if not sep or not module or not attr:
+        raise ValueError("expected module:Class")
+    return raw
 
 
 def _log_format(raw: str) -> str:
@@ -181,14 +230,18 @@ NUM_PARALLEL = Setting("LOCALLLM_NUM_PARALLEL", _nonneg_int, 4,
                        "Concurrent sequences (slots) per loaded model.")
 MAX_LOADED_MODELS = Setting("LOCALLLM_MAX_LOADED_MODELS", _nonneg_int, 0,
                             "Most models loaded at once (0 = 3 per GPU, 3 on CPU).")
+MAX_LOADED_PER_GPU = 3  # what MAX_LOADED_MODELS=0 allows per GPU (and on a CPU-only machine)
 MAX_QUEUE = Setting("LOCALLLM_MAX_QUEUE", _nonneg_int, 512,
                     "Pending requests allowed before the daemon answers 503.")
 CONTEXT_LENGTH = Setting("LOCALLLM_CONTEXT_LENGTH", _nonneg_int, 0,
                          "Default context length (0 = chosen from available memory).")
-FLASH_ATTENTION = Setting("LOCALLLM_FLASH_ATTENTION", _str, "auto",
-                          "Flash attention: on, off or auto.")
-KV_CACHE_TYPE = Setting("LOCALLLM_KV_CACHE_TYPE", _str, "f16",
-                        "KV cache type: f16, q8_0 or q4_0 (quantized needs flash attention).")
+FLASH_ATTENTION: Setting[FlashAttention] = Setting(
+    "LOCALLLM_FLASH_ATTENTION", parse_flash_attention, "auto",
+    "Flash attention: on, off or auto.")
+KV_CACHE_TYPE: Setting[KVType] = Setting(
+    "LOCALLLM_KV_CACHE_TYPE", parse_kv_type, "f16",
+    "KV cache type: f16, q8_0, q4_0 or f32 (quantized types need flash attention; "
+    "with it off, f16 is used).")
 LOAD_TIMEOUT = Setting("LOCALLLM_LOAD_TIMEOUT", parse_duration, 300.0,
                        "How long a model load may take before it is abandoned.")
 GPU_OVERHEAD = Setting("LOCALLLM_GPU_OVERHEAD", _nonneg_int, 0,
@@ -228,13 +281,29 @@ RPC_WORKERS: Setting[list[str]] = Setting(
     "LOCALLLM_RPC_WORKERS", _list, [],
     "ggml RPC workers (host:port, comma-separated) whose devices models may be placed on; "
     "see 'localllm worker'.")
+LLAMA_PREFIX = Setting("LOCALLLM_LLAMA_PREFIX", _str, "",
+                       "Prefix of a llama.cpp install (include/llama.h, lib/) to build the native "
+                       "module against instead of llama-cpp-python's; at run time its lib/ is "
+                       "loaded first.")
+RUNNER_ENGINE = Setting("LOCALLLM_RUNNER_ENGINE", _engine_spec, "localllm.engine.engine:Engine",
+                        "For tests only: the engine class the runner child loads (module:Class), "
+                        "e.g. a fake one that provokes crashes and slow loads.")
 
 REGISTRY: tuple[Setting[object], ...] = (
     HOST, HOME, MODELS, ORIGINS, KEEP_ALIVE, NUM_PARALLEL, MAX_LOADED_MODELS, MAX_QUEUE,
     CONTEXT_LENGTH, FLASH_ATTENTION, KV_CACHE_TYPE, LOAD_TIMEOUT, GPU_OVERHEAD, SCHED_SPREAD,
     NOPRUNE, DEBUG, API_KEY, SHUTDOWN_GRACE, NUM_THREAD, ALLOWED_PATHS, MAX_BODY, MAX_BLOB_SIZE,
-    LOG_FORMAT, BACKENDS, CACHE, RPC_WORKERS,
+    LOG_FORMAT, BACKENDS, CACHE, RPC_WORKERS, LLAMA_PREFIX, RUNNER_ENGINE,
 )  # type: ignore[assignment]
+
+
+def max_loaded_models(n_gpus: int) -> int:
+    """``LOCALLLM_MAX_LOADED_MODELS`` with 0 resolved: 3 per GPU, 3 on a CPU-only machine.
+
+    The caller counts the GPUs (``hardware.detect`` runs a probe subprocess, which
+    this module must never do).
+    """
+    return MAX_LOADED_MODELS.get() or MAX_LOADED_PER_GPU * max(n_gpus, 1)
 
 
 def client_base_url() -> str:

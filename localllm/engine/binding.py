@@ -15,11 +15,11 @@ import functools
 import hashlib
 import importlib.metadata
 import importlib.util
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from localllm import config
 from localllm.errors import InvalidRequest, LocalLLMError, NativeUnavailable
 
 REBUILD_HINT = "reinstall localllm so its native module is rebuilt: " \
@@ -81,7 +81,7 @@ def _check(ffi: Any, lib: Any) -> None:
 @functools.lru_cache(maxsize=1)
 def native() -> tuple[Any, Any]:
     """Return ``(ffi, lib)`` of the loaded native module, initialising llama.cpp once."""
-    prefix = os.environ.get("LOCALLLM_LLAMA_PREFIX")
+    prefix = config.LLAMA_PREFIX.get()
     dirs = _llama_cpp_dirs()
     try:
         if prefix:
@@ -95,7 +95,7 @@ def native() -> tuple[Any, Any]:
         ) from exc
     ffi, lib = _native.ffi, _native.lib
     _check(ffi, lib)
-    lib.ll_log_capture(2, 1 if os.environ.get("LOCALLLM_DEBUG") in ("1", "true") else 0)
+    lib.ll_log_capture(2, 1 if config.DEBUG.get() else 0)
     lib.ll_backend_init()
     return ffi, lib
 

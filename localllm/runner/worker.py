@@ -7,9 +7,9 @@ events; when idle, block on the next message.  Embeddings and tokenization run
 between steps.  The child exits on ``shutdown``, when stdin closes (the daemon
 died, even by SIGKILL), or when it can no longer write to stdout.
 
-The engine class is ``localllm.engine.engine:Engine`` unless
-``LOCALLLM_RUNNER_ENGINE=module:Class`` names another (tests use a fake one to
-provoke crashes and slow loads).
+The engine class is ``localllm.engine.engine:Engine`` unless the test-only
+setting ``LOCALLLM_RUNNER_ENGINE=module:Class`` (``config.RUNNER_ENGINE``) names
+another (tests use a fake one to provoke crashes and slow loads).
 """
 
 from __future__ import annotations
@@ -25,14 +25,13 @@ import time
 import traceback
 from typing import IO, Any, NoReturn
 
+from localllm import config
 from localllm.errors import LocalLLMError
 from localllm.runner import protocol as P
 from localllm.runner.messages import Done, Failed, Piece
 
 log = logging.getLogger("localllm.runner.worker")
 
-ENGINE_ENV = "LOCALLLM_RUNNER_ENGINE"
-DEFAULT_ENGINE = "localllm.engine.engine:Engine"
 # After stdin closes the main thread may be inside a long native call (a load or
 # a big prefill) and unable to look at its inbox; past this grace period the
 # reader thread ends the process itself so a dead daemon never leaves a runner.
@@ -43,10 +42,9 @@ class ParentGone(Exception):
 
 
 def engine_class() -> Any:
-    spec = os.environ.get(ENGINE_ENV) or DEFAULT_ENGINE
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise LocalLLMError(f"{ENGINE_ENV} must look like module:Class, not {spec!r}")
+    # The setting checks the module:Class shape (a malformed one falls back to the
+    # real engine with a warning); a name that does not import still fails here.
+    module_name, _, attr = config.RUNNER_ENGINE.get().partition(":")
     return getattr(importlib.import_module(module_name), attr)
 
 

@@ -8,24 +8,24 @@ the context is padded to 256 cells per sequence the way ``llama_context`` does.
 
 from __future__ import annotations
 
+from localllm.config import KV_TYPES
 from localllm.gguf_info import ModelInfo
 
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
 
-# (bytes, values) per ggml block for the cache types llama.cpp accepts.
-KV_BLOCKS: dict[str, tuple[int, int]] = {
+# (bytes, values) per ggml block of each cache type.
+_GGML_BLOCKS: dict[str, tuple[int, int]] = {
     "f32": (4, 1),
     "f16": (2, 1),
-    "bf16": (2, 1),
     "q8_0": (34, 32),
     "q4_0": (18, 32),
-    "q4_1": (20, 32),
-    "q5_0": (22, 32),
-    "q5_1": (24, 32),
-    "iq4_nl": (18, 32),
 }
+# Keyed by config.KV_TYPES, the one list of cache types localllm offers, so the
+# estimate never plans for a type the runner refuses; a type added there without
+# its block size here fails at import.
+KV_BLOCKS: dict[str, tuple[int, int]] = {kv: _GGML_BLOCKS[kv] for kv in KV_TYPES}
 QUANTIZED_KV = frozenset(k for k, (_, n) in KV_BLOCKS.items() if n > 1)
 
 # Architectures whose graph matches the llama formula closely enough: decoder-only

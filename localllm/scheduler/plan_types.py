@@ -35,9 +35,10 @@ class PlanOptions:
         """Options from the LOCALLLM_* settings, with ``overrides`` on top."""
         from localllm import config
 
+        # Both settings are parsed (lower-cased, validated) by config's one parser.
         base = cls(num_parallel=max(config.NUM_PARALLEL.get(), 1),
-                   kv_type=config.KV_CACHE_TYPE.get().lower(),
-                   flash_attention=config.FLASH_ATTENTION.get().lower(),
+                   kv_type=config.KV_CACHE_TYPE.get(),
+                   flash_attention=config.FLASH_ATTENTION.get(),
                    gpu_overhead=config.GPU_OVERHEAD.get(),
                    default_ctx=config.CONTEXT_LENGTH.get(),
                    spread=config.SCHED_SPREAD.get())
@@ -45,10 +46,18 @@ class PlanOptions:
 
     @classmethod
     def from_load(cls, load: LoadOptions, **overrides: Any) -> PlanOptions:
-        """From requested ``LoadOptions`` (``n_ctx`` 0 / ``n_gpu_layers`` -1 = automatic)."""
+        """From requested ``LoadOptions`` (``n_ctx`` 0 / ``n_gpu_layers`` -1 = automatic).
+
+        The KV type and flash attention go through config's parsers, the same ones
+        the settings use; a value outside them is a ``ValueError`` (LoadOptions are
+        built from those settings, so one would be a bug, not a user's typo).
+        """
+        from localllm.config import parse_flash_attention, parse_kv_type
+
         return cls.from_config(num_ctx=load.n_ctx, num_parallel=max(load.n_parallel, 1),
                                num_batch=load.n_batch, num_gpu=load.n_gpu_layers,
-                               kv_type=load.kv_type, flash_attention=load.flash_attn,
+                               kv_type=parse_kv_type(load.kv_type),
+                               flash_attention=parse_flash_attention(load.flash_attn),
                                **overrides)
 
 
