@@ -98,13 +98,16 @@ class Scheduler:
         start_runner: StartRunner,
         plan: PlanFn | None = None,
         *,
-        max_loaded: int = 3,
+        max_loaded: int | Callable[[], int] = 3,
         max_queue: int = 512,
         load_timeout: float | None = None,
     ) -> None:
         self._start_runner = start_runner
         self._plan = plan or _default_plan
-        self.max_loaded = max(1, max_loaded)
+        # A number, or a function the daemon passes for "automatic" (it counts GPUs,
+        # which may run the hardware probe): called once, in the planning thread of
+        # the first load that has company, never here or on the event loop.
+        self._max_loaded = max_loaded
         self.max_queue = max_queue
         self.load_timeout = load_timeout
         self._loaded: dict[str, Loaded] = {}
@@ -116,6 +119,11 @@ class Scheduler:
         self._tasks: set[asyncio.Future[None]] = set()  # expiry unloads in flight
 
     # -- public --------------------------------------------------------------
+    @property
+    def max_loaded(self) -> int | None:
+        """Most models loaded at once; ``None`` while an automatic limit is not yet known."""
+        return None if callable(self._max_loaded) else max(1, self._max_loaded)
+
     def loaded(self) -> list[Loaded]:
         return list(self._loaded.values())
 
@@ -191,12 +199,22 @@ class Scheduler:
                 # In a thread: planning may run the hardware probe (a subprocess, on
                 # the first load and on every load with GPUs), and the event loop must
                 # keep answering /health and streaming other models meanwhile.
-                placement = await asyncio.to_thread(self._plan, spec, opts, others)
-                if others and (len(others) >= self.max_loaded or not placement.fits):
+                placement, limit = await asyncio.to_thread(self._place, spec, opts, others)
+                if others and (len(others) >= limit or not placement.fits):
                     if not await self._evict_one():
                         await self._wait_change()
                     continue
                 return await self._load(spec, opts, placement)
+
+    def _place(self, spec: ModelSpec, opts: LoadOptions,
+               others: list[Loaded]) -> tuple[Placement, int]:
+        """The placement, and the model limit when it matters (runs in a thread)."""
+        placement = self._plan(spec, opts, others)
+        if others and callable(self._max_loaded):
+            # Only one thread gets here at a time: _get holds the load lock.
+            self._max_loaded = self._max_loaded()
+            log.info("at most %d models loaded at once", max(1, self._max_loaded))
+        return placement, self.max_loaded or 1
 
     async def _load(self, spec: ModelSpec, opts: LoadOptions, placement: Placement) -> Loaded:
         log.info("loading %s: %s", spec.name, placement.reason or "default placement")

@@ -120,9 +120,19 @@ def default_scheduler() -> Scheduler:
     from localllm.runner.process import RunnerProcess
     from localllm.scheduler.placement import make_plan_fn
 
-    max_loaded = config.MAX_LOADED_MODELS.get() or 3
+    # LOCALLLM_MAX_LOADED_MODELS=0 depends on the GPU count, which needs the
+    # hardware probe: the scheduler asks for it in its planning thread, once,
+    # when a second model would load (the planner has probed by then), so the
+    # daemon starts without waiting for a probe.
+    max_loaded: int | Callable[[], int] = config.MAX_LOADED_MODELS.get() or _auto_max_loaded
     return Scheduler(RunnerProcess.start, make_plan_fn(), max_loaded=max_loaded,
                      max_queue=config.MAX_QUEUE.get())
+
+
+def _auto_max_loaded() -> int:
+    from localllm.hardware.detect import detect
+
+    return config.max_loaded_models(len(detect().gpus))
 
 
 def _unloader(app: FastAPI) -> Callable[[str], Awaitable[object]]:
