@@ -13,7 +13,8 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from localllm.api.client import Client
-    from localllm.cli.output import format_bytes, parse_timestamp, table, time_ago
+    from localllm.cli.output import table
+    from localllm.format import format_bytes, parse_timestamp, time_ago
 
     with Client(autostart=True) as client:
         models = client.list()

@@ -6,7 +6,7 @@ import argparse
 import time
 from typing import Any
 
-from localllm.cli.output import processor
+from localllm.format import processor
 
 # expires_at beyond this many seconds means "kept forever" (keep_alive < 0).
 _FOREVER_AFTER = 100 * 365 * 86400
@@ -40,7 +40,8 @@ def until(expires_at: float, now: float | None = None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from localllm.api.client import Client
-    from localllm.cli.output import format_bytes, parse_timestamp, table
+    from localllm.cli.output import table
+    from localllm.format import format_bytes, parse_timestamp
 
     with Client(autostart=True) as client:
         models = client.request("GET", "/api/ps")["models"]

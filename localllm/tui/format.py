@@ -1,4 +1,4 @@
-"""Pure helpers for what the TUI shows: sizes, speeds, reply stats, exports.
+"""Pure helpers for what the TUI shows: context, speeds, reply stats, pull lines, exports.
 
 Kept free of Textual so they are cheap to import and easy to test.
 """
@@ -9,13 +9,12 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from localllm.cli.output import format_bytes as human_size
-from localllm.cli.output import format_duration as human_duration
+from localllm.format import format_bytes, format_duration
 from localllm.tui.sessions import Chat, StoredMessage
 
 
 def context_length(show: dict[str, Any]) -> int | None:
-    """The training context from ``/api/show``'s ``model_info`` (``<arch>.context_length``)."""
+    """The training context from ``show``'s ``model_info`` (``<arch>.context_length``)."""
     info = show.get("model_info") or {}
     arch = info.get("general.architecture", "")
     value = info.get(f"{arch}.context_length")
@@ -25,7 +24,7 @@ def context_length(show: dict[str, Any]) -> int | None:
 
 
 def reply_stats(final: dict[str, Any], ttft: float | None) -> dict[str, Any]:
-    """The stats kept with a reply, from the final ``/api/chat`` chunk (durations in ns).
+    """The stats kept with a reply, from the final chat chunk (durations in ns).
 
     ``ttft`` is measured by the client (request sent -> first token seen), which
     is what the user waited; tokens/s comes from the daemon's own clock.
@@ -57,15 +56,15 @@ def pull_line(event: dict[str, Any], rate: float | None) -> str:
     total, done = event.get("total"), event.get("completed")
     if not total:
         return status
-    text = f"{status}  {human_size(done or 0)} / {human_size(total)}"
+    text = f"{status}  {format_bytes(done or 0)} / {format_bytes(total)}"
     if rate:
         remaining = max(0, total - (done or 0)) / rate
-        text += f"  {human_size(rate)}/s  ETA {human_duration(remaining)}"
+        text += f"  {format_bytes(rate)}/s  ETA {format_duration(remaining)}"
     return text
 
 
 def tool_call_text(call: dict[str, Any]) -> str:
-    """``get_weather(city="Paris")`` for a tool call as ``/api/chat`` sends it."""
+    """``get_weather(city="Paris")`` for a tool call as a chat chunk carries it."""
     fn = call.get("function") or {}
     args = fn.get("arguments") or {}
     if isinstance(args, dict):

@@ -8,8 +8,9 @@ from types import SimpleNamespace
 import pytest
 
 from localllm.cli import output
-from localllm.cli.output import PullProgress, format_bytes, format_duration, table, time_ago
+from localllm.cli.output import PullProgress, table
 from localllm.cli.show import render
+from localllm.format import format_bytes, format_duration, processor, time_ago
 
 
 @pytest.mark.parametrize(("n", "text"), [
@@ -87,3 +88,10 @@ def test_show_render_sections() -> None:
     assert "    context length      8192" in text
     assert '    stop    "<|eot_id|>"' in text
     assert "  License\n    L1\n    L2\n    L3\n    ..." in text
+
+
+def test_processor_names_every_place_when_rpc_workers_hold_layers() -> None:
+    devices = {"CPU": 400, "gpu-box:50052": 600}
+    assert processor(1000, 600, devices) == "60% gpu-box:50052, 40% CPU"
+    # Without a worker among the places, the local CPU/GPU split as usual.
+    assert processor(1000, 520, {"CPU": 480, "CUDA0": 520}) == "48%/52% CPU/GPU"

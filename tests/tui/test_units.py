@@ -8,13 +8,11 @@ from pathlib import Path
 import pytest
 
 from localllm.cli.chat import host_url
-from localllm.cli.output import processor
+from localllm.format import format_bytes, format_duration, processor
 from localllm.tui.format import (
     context_length,
     export_json,
     export_markdown,
-    human_duration,
-    human_size,
     pull_line,
     stats_text,
 )
@@ -77,9 +75,9 @@ def test_parse_settings() -> None:
 
 
 def test_formatting() -> None:
-    assert human_size(812) == "812 B" and human_size(4_100_000) == "4.1 MB"
-    assert human_duration(42) == "42s" and human_duration(185) == "3m5s"
-    assert human_duration(3720) == "1h2m"
+    assert format_bytes(812) == "812 B" and format_bytes(4_100_000) == "4.1 MB"
+    assert format_duration(42) == "42s" and format_duration(185) == "3m5s"
+    assert format_duration(3720) == "1h2m"
     assert processor(100, 0) == "100% CPU" and processor(100, 100) == "100% GPU"
     assert processor(100, 70) == "30%/70% CPU/GPU" and processor(0, 0) == "Unknown"
     assert context_length({"model_info": {"general.architecture": "qwen2",

@@ -17,9 +17,9 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Label, Markdown
 
-from localllm.cli.output import processor
 from localllm.errors import LocalLLMError
-from localllm.tui.format import context_length, human_size
+from localllm.format import format_bytes, processor
+from localllm.tui.format import context_length
 from localllm.tui.screens.dialogs import AskScreen, ConfirmScreen
 from localllm.tui.screens.pull import PullScreen
 
@@ -37,12 +37,12 @@ class ModelRow:
     where: str  # "" when not loaded, else "100% CPU" and the like
 
     def cells(self) -> tuple[str, ...]:
-        return (self.name, human_size(self.size), self.quant or "-", self.params or "-",
+        return (self.name, format_bytes(self.size), self.quant or "-", self.params or "-",
                 str(self.context) if self.context else "-", self.where or "-")
 
 
 async def load_rows(app: LocalLLMApp) -> list[ModelRow]:
-    """``/api/tags`` + ``/api/ps``, and ``/api/show`` per model for its context length."""
+    """The client's ``list`` + ``ps``, and ``show`` per model for its context length."""
     models, running = await asyncio.gather(app.client.list(), app.client.ps())
     loaded = {m["name"]: processor(m.get("size", 0), m.get("size_vram", 0)) for m in running}
 
@@ -166,7 +166,7 @@ class ModelsScreen(Screen[str | None]):
 def details_markdown(row: ModelRow, info: dict[str, Any]) -> str:
     details = info.get("details") or {}
     lines = [f"# {row.name}", "", "| | |", "|---|---|"]
-    facts = [("Size", human_size(row.size)), ("Family", details.get("family", "")),
+    facts = [("Size", format_bytes(row.size)), ("Family", details.get("family", "")),
              ("Parameters", details.get("parameter_size", "")),
              ("Quantization", details.get("quantization_level", "")),
              ("Context", str(row.context or "")), ("Loaded", row.where or "no"),

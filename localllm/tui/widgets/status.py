@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from textual.widgets import Static
 
-from localllm.cli.output import processor
+from localllm.format import processor
 
 
 @dataclass
