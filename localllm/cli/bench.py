@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
     url = args.url
     if url is None:
-        from localllm.api.client import ensure_daemon
+        from localllm.api.daemon import ensure_daemon
 
         url = config.client_base_url()
         ensure_daemon(url)

@@ -1,7 +1,7 @@
 """Showing a streamed chat answer: thinking and content, word wrap, Ctrl-C, ``--verbose`` stats.
 
 Shared by ``localllm run``'s one-shot mode and its interactive session.
-``stream_chat`` sends one ``/api/chat`` request and prints its NDJSON chunks as
+``stream_chat`` sends one chat request and prints its NDJSON chunks as
 they arrive; Ctrl-C closes the stream (the daemon then cancels the
 generation) and returns what had arrived, so a REPL can carry on.
 """
@@ -143,12 +143,12 @@ class Turn:
 
 
 def stream_chat(client: Any, payload: dict[str, Any], printer: StreamPrinter) -> Turn:
-    """Send ``payload`` to ``/api/chat`` and print the answer as it streams."""
+    """Send ``payload`` as a chat request and print the answer as it streams."""
     turn = Turn()
     parts: dict[str, list[str]] = {"content": [], "thinking": []}
     start = time.monotonic()
     try:
-        with contextlib.closing(client.stream("POST", "/api/chat", payload)) as chunks:
+        with contextlib.closing(client.chat(payload)) as chunks:
             for chunk in chunks:
                 message = chunk.get("message") or {}
                 for key in ("content", "thinking"):

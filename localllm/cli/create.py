@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
             body = build_request(mf, args.model, path.resolve().parent, client,
                                  progress.update, quantize=args.quantize)
             # An {"error": ...} line is raised by the client as a LocalLLMError.
-            for event in client.stream("POST", "/api/create", body):
+            for event in client.create(body):
                 progress.update(event)
     finally:
         progress.finish()

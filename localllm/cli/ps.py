@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from localllm.format import format_bytes, parse_timestamp
 
     with Client(autostart=True) as client:
-        models = client.request("GET", "/api/ps")["models"]
+        models = client.ps()
     rows = []
     for m in models:
         size, vram = int(m.get("size") or 0), int(m.get("size_vram") or 0)

@@ -2,7 +2,7 @@
 
 Works the same on a terminal (readline editing and a history file when the
 ``readline`` module exists) and on a pipe, so scripts and tests can drive it.
-Each answer streams through ``/api/chat`` with the whole conversation; Ctrl-C
+Each answer streams from one chat request with the whole conversation; Ctrl-C
 stops the answer in progress, Ctrl-D or ``/bye`` leaves.
 """
 
@@ -256,23 +256,25 @@ class Repl:
             print("Usage: /save <model>")
             return
         if not _has_create(self.client):
-            print("Couldn't save: /save needs a daemon with model creation (/api/create), "
+            print("Couldn't save: /save needs a daemon with model creation, "
                   "which this daemon does not offer.")
             return
-        body: dict[str, Any] = {"model": args[0], "from": self.s.model, "stream": False,
+        body: dict[str, Any] = {"model": args[0], "from": self.s.model,
                                 "messages": list(self.s.messages)}
         if self.s.system is not None:
             body["system"] = self.s.system
         if self.s.options:
             body["parameters"] = dict(self.s.options)
-        self.client.request("POST", "/api/create", body)
+        for _ in self.client.create(body):
+            pass  # progress nobody needs to see here; an error line raises
         print(f"Created new model '{args[0]}'")
 
 
 def _has_create(client: Client) -> bool:
     """Ask the daemon: a route that exists refuses an empty body (400), a missing one is 404/405."""
     try:
-        client.request("POST", "/api/create", {})
+        for _ in client.create({}):
+            pass
     except LocalLLMError as exc:
         return exc.status not in (404, 405)
     return True

@@ -55,7 +55,7 @@ def parameters_text(model_params: str, user: dict[str, Any]) -> str:
     rows = [ln for ln in model_params.splitlines() if ln.strip()]
     lines += rows or ["No additional parameters were specified for this model."]
     if user:
-        # The same lines as /api/show's "parameters", so both blocks read alike.
+        # The same lines as show's "parameters", so both blocks read alike.
         from localllm.services import format_parameters
 
         lines += ["", "User defined parameters:", format_parameters(user)]

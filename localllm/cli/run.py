@@ -3,7 +3,7 @@
 One-shot when a prompt is given or stdin is not a terminal (stdin's text and
 the prompt words are joined with a space, stdin first, as Ollama does);
 otherwise the interactive session of ``localllm.cli.repl``.  Both talk to
-``/api/chat``, so a one-shot answer and a first REPL answer to the same text
+the same chat call, so a one-shot answer and a first REPL answer to the same text
 are the same.
 
 Word wrap: on a terminal, answers are wrapped at spaces to the terminal's
@@ -111,13 +111,13 @@ def embed(client: Client, session: Session, text: str, interactive: bool) -> int
     body: dict[str, Any] = {"model": session.model, "input": text}
     if session.keep_alive is not None:
         body["keep_alive"] = session.keep_alive
-    result = client.request("POST", "/api/embed", body)
+    result = client.embed(body)
     print(json.dumps(result["embeddings"][0]))
     return 0
 
 
 def ensure_model(client: Client, model: str) -> dict[str, Any]:
-    """``/api/show`` of ``model``, pulled first (with ``localllm pull``'s progress) when missing."""
+    """``show`` of ``model``, pulled first (with ``localllm pull``'s progress) when missing."""
     from localllm.errors import ModelNotFound
 
     try:
@@ -131,8 +131,5 @@ def ensure_model(client: Client, model: str) -> dict[str, Any]:
 
 
 def preload(client: Client, session: Session) -> None:
-    """Load the model now (a chat with no messages) so the first answer starts quickly."""
-    body: dict[str, Any] = {"model": session.model, "messages": [], "stream": False}
-    if session.keep_alive is not None:
-        body["keep_alive"] = session.keep_alive
-    client.request("POST", "/api/chat", body)
+    """Load the model now so the first answer starts quickly."""
+    client.load(session.model, keep_alive=session.keep_alive)

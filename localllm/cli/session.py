@@ -31,7 +31,7 @@ class Session:
     wordwrap: bool = True
 
     def payload(self, messages: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        """The ``/api/chat`` body for ``messages`` (the history by default)."""
+        """The chat request body for ``messages`` (the history by default)."""
         history = self.messages if messages is None else messages
         sent = list(history)
         if self.system is not None:

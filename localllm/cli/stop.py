@@ -19,10 +19,9 @@ def run(args: argparse.Namespace) -> int:
 
     wanted = parse_name(args.model).display
     with Client(autostart=True) as client:
-        loaded = {str(m.get("name")) for m in client.request("GET", "/api/ps")["models"]}
+        loaded = {str(m.get("name")) for m in client.ps()}
         # As Ollama: stopping a model that is not running is an error, not a silent success.
         if wanted not in loaded:
             raise ModelNotFound(f'couldn\'t find model "{args.model}" to stop')
-        client.request("POST", "/api/generate",
-                       {"model": args.model, "keep_alive": 0, "stream": False})
+        client.unload(args.model)
     return 0

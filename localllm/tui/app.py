@@ -21,7 +21,8 @@ from textual.screen import Screen
 
 from localllm import paths
 from localllm.api._httpx import httpx
-from localllm.api.client import AsyncClient, ensure_daemon, is_local_url
+from localllm.api.client import AsyncClient
+from localllm.api.daemon import ensure_daemon, is_local_url
 from localllm.errors import LocalLLMError
 from localllm.tui.screens.chat import ChatScreen
 from localllm.tui.screens.dialogs import ConfirmScreen, HelpScreen
@@ -79,7 +80,7 @@ class LocalLLMApp(App[None]):
         try:
             await self.client.heartbeat()
             return True
-        except (LocalLLMError, httpx.HTTPError):
+        except LocalLLMError:
             pass
         status = self.chat_screen.status.status
         if not is_local_url(url):

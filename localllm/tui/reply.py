@@ -1,4 +1,4 @@
-"""One streamed reply, accumulated from ``/api/chat`` chunks (no Textual here).
+"""One streamed reply, accumulated from chat chunks (no Textual here).
 
 The streaming worker feeds every chunk in as it arrives; the message widget
 reads ``content``/``thinking`` on its own timer, so the screen is redrawn at a

@@ -56,7 +56,7 @@ class ChatSettings:
     keep_alive: str | None = None
 
     def options(self) -> dict[str, Any]:
-        """The ``options`` object of ``/api/chat``: only what the user set."""
+        """The ``options`` object of a chat request: only what the user set."""
         pairs = {"temperature": self.temperature, "top_p": self.top_p,
                  "num_ctx": self.num_ctx, "seed": self.seed}
         return {k: v for k, v in pairs.items() if v is not None}
@@ -83,7 +83,7 @@ class StoredMessage:
     created_at: float = 0.0
 
     def wire(self) -> dict[str, Any]:
-        """The message as ``/api/chat`` expects it in ``messages``."""
+        """The message as a chat request expects it in ``messages``."""
         out: dict[str, Any] = {"role": self.role, "content": self.content}
         if self.tool_calls:
             out["tool_calls"] = self.tool_calls

@@ -341,7 +341,7 @@ class _Client:
         self.closed = False
         self.payload: dict[str, Any] = {}
 
-    def stream(self, method: str, path: str, payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    def chat(self, payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
         self.payload = payload
         try:
             yield {"message": {"content": "par"}, "done": False}
@@ -360,20 +360,19 @@ def test_ctrl_c_closes_the_stream_and_keeps_what_arrived() -> None:
 
 
 class _CreateClient:
-    """Answers /api/create as a daemon with (``has_create``) or without that route."""
+    """Answers ``create`` as a daemon with (``has_create``) or without that route."""
 
     def __init__(self, has_create: bool) -> None:
         self.has_create = has_create
         self.created: list[dict[str, Any]] = []
 
-    def request(self, method: str, path: str, payload: dict[str, Any]) -> Any:
-        assert (method, path) == ("POST", "/api/create")
+    def create(self, payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
         if not self.has_create:
             raise NotFound("404 page not found: /api/create")
         if not payload:
             raise InvalidRequest("model is required")
         self.created.append(payload)
-        return {"status": "success"}
+        yield {"status": "success"}
 
 
 def test_save_creates_a_model_only_where_the_daemon_can(capsys: pytest.CaptureFixture[str]
@@ -383,7 +382,7 @@ def test_save_creates_a_model_only_where_the_daemon_can(capsys: pytest.CaptureFi
                                 {"role": "assistant", "content": "bcd"}])
     able = _CreateClient(True)
     Repl(able, session, tty=False).command("/save mine")  # type: ignore[arg-type]
-    assert able.created == [{"model": "mine", "from": "echo", "stream": False,
+    assert able.created == [{"model": "mine", "from": "echo",
                              "messages": session.messages, "system": "be brief",
                              "parameters": {"num_predict": 3}}]
     assert "Created new model 'mine'" in capsys.readouterr().out

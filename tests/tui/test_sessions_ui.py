@@ -10,7 +10,7 @@ from textual.pilot import Pilot
 from textual.widgets import OptionList
 
 from localllm import paths
-from localllm.api.client import daemon_alive
+from localllm.api.daemon import daemon_alive
 from localllm.tui.screens.dialogs import AskScreen, ConfirmScreen
 from tests.cli.conftest import Daemon, free_port, stop_pid
 from tests.tui.conftest import make_app, run_app, wait_for

@@ -25,7 +25,6 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer
 
-from localllm.api._httpx import httpx
 from localllm.errors import LocalLLMError
 from localllm.tui.reply import Reply
 from localllm.tui.screens.chat_base import ChatBase
@@ -114,8 +113,8 @@ class ChatScreen(ChatBase):
                 reply.feed(chunk)
         except asyncio.CancelledError:
             error = "stopped"
-        except (LocalLLMError, httpx.HTTPError) as exc:
-            error = _describe(exc)
+        except LocalLLMError as exc:  # a lost connection too, mid-stream or not
+            error = str(exc)
         finally:
             await _close(stream)
             self.generating = False
@@ -225,12 +224,6 @@ class ChatScreen(ChatBase):
 
 def last_chat_id(screen: ChatScreen) -> int:
     return screen.chat.id if screen.chat is not None else 0
-
-
-def _describe(exc: Exception) -> str:
-    if isinstance(exc, httpx.HTTPError):
-        return f"connection to the daemon lost ({exc.__class__.__name__})"
-    return str(exc)
 
 
 async def _close(stream: AsyncIterator[dict[str, Any]]) -> None:

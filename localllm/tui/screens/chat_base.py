@@ -83,7 +83,7 @@ class ChatBase(Screen[None]):
 
     @work(exclusive=True, group="placement")
     async def refresh_placement(self) -> None:
-        """Where the model runs and its context, from ``/api/ps``."""
+        """Where the model runs and its context, from ``ps``."""
         status = self.status.status
         try:
             running = await self.llm.client.ps()

@@ -1,6 +1,6 @@
 """Pulling a model with a live progress bar (bytes, speed, ETA); Escape cancels.
 
-Cancelling closes the ``/api/pull`` stream, which makes the daemon stop the
+Cancelling closes the pull stream, which makes the daemon stop the
 download (a later pull resumes from the partial file).
 """
 

@@ -1,0 +1,234 @@
+"""The daemon as its clients see it: connecting, reading answers and failures, autostart.
+
+``http_kwargs`` is how every client connects.  Error answers become
+``localllm.errors`` types chosen by status (and route, for 404s), with the
+``{"error": ...}`` text as the message; an ``{"error": ...}`` line in the
+middle of a stream raises too.  ``transport_error`` turns httpx's transport
+errors (refused, reset, cut mid-stream, timed out) into one-line
+``LocalLLMError``s, so the CLI prints ``Error: ...`` rather than a traceback.
+``ensure_daemon()`` starts ``localllm serve`` in the background when nothing
+answers on a local address, waits for it and says so on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from localllm import config, paths
+from localllm.api._httpx import httpx
+from localllm.errors import (
+    BlobNotFound,
+    Forbidden,
+    InvalidRequest,
+    LocalLLMError,
+    ModelNotFound,
+    NotFound,
+    ServerBusy,
+)
+
+# Loads can take minutes and streams may pause: only connecting is bounded.
+DEFAULT_TIMEOUT = httpx.Timeout(None, connect=5.0)
+_LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0")
+
+
+class DaemonUnreachable(LocalLLMError):
+    """Nothing answers at the daemon's address (and it could not be started)."""
+
+    status = 503
+
+
+class DaemonConnectionLost(LocalLLMError):
+    """The connection broke after it was made: reset, or closed in the middle of an answer."""
+
+    status = 503
+
+
+class DaemonTimeout(LocalLLMError):
+    """The daemon took longer to answer than the client was willing to wait."""
+
+    status = 504
+
+
+def http_kwargs(base_url: str) -> dict[str, Any]:
+    """The ``httpx.Client``/``AsyncClient`` arguments for talking to the daemon."""
+    key = config.API_KEY.get()
+    # trust_env=False: a proxy from the environment must not carry loopback
+    # traffic; verify=False on plain http skips loading CA certificates at start.
+    return {
+        "base_url": base_url, "timeout": DEFAULT_TIMEOUT,
+        "headers": {"Authorization": f"Bearer {key}"} if key else {},
+        "trust_env": False, "verify": not base_url.startswith("http://"),
+    }
+
+
+def transport_error(base_url: str, exc: httpx.RequestError) -> LocalLLMError:
+    """The user's one-line error for an httpx transport error talking to ``base_url``."""
+    name = exc.__class__.__name__
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        return DaemonUnreachable(
+            f"could not connect to localllm at {base_url} ({name}); "
+            "is it running? Start it with 'localllm serve'"
+        )
+    if isinstance(exc, httpx.TimeoutException):
+        return DaemonTimeout(f"localllm at {base_url} did not answer in time ({name})")
+    if isinstance(exc, httpx.NetworkError | httpx.RemoteProtocolError | httpx.DecodingError):
+        # The TUI shows this text under a cut reply: it says what happened first.
+        return DaemonConnectionLost(
+            f"connection to the daemon lost ({name}) at {base_url}; is it still running?"
+        )
+    # A bad address (unsupported scheme), a proxy refusing, ...: httpx's own words.
+    detail = (str(exc).strip().splitlines() or [name])[0]
+    return DaemonUnreachable(f"could not talk to localllm at {base_url}: {detail}")
+
+
+@contextmanager
+def transport_errors(base_url: str) -> Iterator[None]:
+    """httpx's transport errors, wherever they surface (even mid-stream), as ours."""
+    try:
+        yield
+    except httpx.RequestError as exc:
+        raise transport_error(base_url, exc) from exc
+
+
+# -- reading answers -------------------------------------------------------------
+def error_for(status: int, message: str, path: str = "") -> LocalLLMError:
+    """The ``localllm.errors`` exception for an HTTP error answer."""
+    if status == 400:
+        return InvalidRequest(message)
+    if status == 403:
+        return Forbidden(message)
+    if status == 404:
+        if path.startswith("/api/blobs"):
+            return BlobNotFound(message)
+        return ModelNotFound(message) if path.startswith("/api/") else NotFound(message)
+    if status == 503:
+        return ServerBusy(message)
+    return LocalLLMError(message, status=status)
+
+
+def _error_text(body: bytes, status: int) -> str:
+    try:
+        value = json.loads(body)
+    except ValueError:
+        value = None
+    if isinstance(value, dict):
+        err = value.get("error")
+        if isinstance(err, dict):  # OpenAI's shape under /v1/
+            err = err.get("message")
+        if isinstance(err, str) and err:
+            return err
+    text = body.decode("utf-8", "replace").strip()
+    return text or f"HTTP {status}"
+
+
+def raise_for(resp: httpx.Response, body: bytes) -> None:
+    """Raise the error an answer with status >= 400 stands for."""
+    if resp.status_code >= 400:
+        raise error_for(resp.status_code, _error_text(body, resp.status_code), resp.url.path)
+
+
+def answer(resp: httpx.Response) -> Any:
+    """The decoded JSON of a whole answer (None for an empty body)."""
+    raise_for(resp, resp.content)
+    if not resp.content:
+        return None
+    try:
+        return json.loads(resp.content)
+    except ValueError:
+        # Something else answers at this address (a web server, a proxy page).
+        raise LocalLLMError(f"not a JSON answer from {resp.url}: {resp.text[:200]!r}") from None
+
+
+def stream_item(line: str) -> dict[str, Any] | None:
+    """One NDJSON line of a stream (None for a blank one); an ``{"error": ...}`` line raises."""
+    if not line.strip():
+        return None
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        raise LocalLLMError(f"malformed stream line from daemon: {line[:200]!r}") from None
+    if not isinstance(obj, dict):
+        raise LocalLLMError(f"unexpected stream item from daemon: {line[:200]!r}")
+    if "error" in obj:
+        raise LocalLLMError(str(obj["error"]))
+    return obj
+
+
+# -- starting the daemon -------------------------------------------------------
+def is_local_url(base_url: str) -> bool:
+    return (urlsplit(base_url).hostname or "") in _LOCAL_HOSTS
+
+
+def daemon_alive(base_url: str | None = None, timeout: float = 1.0) -> bool:
+    url = base_url or config.client_base_url()
+    try:
+        with httpx.Client(**{**http_kwargs(url), "timeout": timeout}) as http:
+            return http.get("/").status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def ensure_daemon(base_url: str | None = None, *, wait: float = 30.0) -> bool:
+    """Make sure a daemon answers at ``base_url``; start one if needed.
+
+    Returns True when this call started it.  Only local addresses are started;
+    for a remote one the failure is reported as ``DaemonUnreachable``.
+    """
+    url = base_url or config.client_base_url()
+    if daemon_alive(url):
+        return False
+    if not is_local_url(url):
+        raise DaemonUnreachable(f"could not connect to localllm at {url}")
+    log_path = paths.logs() / "server.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    print(f"Starting localllm daemon at {url} (log: {log_path})", file=sys.stderr)
+    proc = _spawn_serve(url, log_path)
+    deadline = time.monotonic() + wait
+    exited: int | None = None
+    while time.monotonic() < deadline:
+        if daemon_alive(url, timeout=0.5):
+            return True
+        if exited is None and (exited := proc.poll()) is not None:
+            # Another command may have started a daemon at the same moment (ours then
+            # finds the port taken): give that one a few seconds to answer.
+            deadline = min(deadline, time.monotonic() + 5.0)
+        time.sleep(0.1)
+    if exited is not None:
+        raise LocalLLMError(
+            f"the daemon exited during start-up (status {exited}):\n{_tail(log_path)}"
+        )
+    raise DaemonUnreachable(
+        f"the daemon did not answer at {url} within {wait:.0f}s; see {log_path}"
+    )
+
+
+def _spawn_serve(url: str, log_path: Path) -> subprocess.Popen[bytes]:
+    from localllm import children
+
+    parts = urlsplit(url)
+    kwargs: dict[str, Any] = {}
+    if sys.platform == "win32":
+        kwargs["creationflags"] = subprocess.DETACHED_PROCESS | subprocess.CREATE_NEW_PROCESS_GROUP
+    else:
+        kwargs["start_new_session"] = True  # Ctrl-C in this terminal must not stop it
+    with open(log_path, "ab") as log:
+        # The daemon outlives the command that started it: no death signal.
+        return children.spawn(
+            "localllm", "serve", env={"LOCALLLM_HOST": parts.netloc}, dies_with_parent=False,
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, close_fds=True,
+            **kwargs)
+
+
+def _tail(path: Path, lines: int = 10) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
