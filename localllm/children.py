@@ -3,10 +3,11 @@
 Every child (runner, hardware probe, quantize, a background daemon) must
 import this same ``localllm`` — also from a source checkout that is not
 installed — so ``PYTHONPATH`` gets this package's root, and output is
-unbuffered so a crash loses no log line.  ``dies_with_parent`` asks Linux to
-SIGKILL the child when the process that started it dies (``PR_SET_PDEATHSIG``),
-so a ``kill -9`` of the daemon cannot leave a quantize or a runner behind; a
-background daemon is started without it, in its own session.
+unbuffered so a crash loses no log line.  ``dies_with_parent`` has the child
+(through ``adopt()``, which every child entry point calls) ask Linux to SIGKILL
+it when its parent dies (``PR_SET_PDEATHSIG``), so a ``kill -9`` of the daemon
+cannot leave a quantize or a runner behind; a background daemon is started
+without it, in its own session.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+PARENT_ENV = "LOCALLLM_PARENT_PID"  # set for a child that must die with its parent
 _PR_SET_PDEATHSIG = 1
 
 
@@ -38,34 +39,46 @@ def argv(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def adopt() -> None:
+    """In a child: die with the parent that asked for it (called first thing in ``main``).
+
+    The child arms ``PR_SET_PDEATHSIG`` itself (a ``preexec_fn`` would run Python
+    between fork and exec, which can deadlock a threaded parent), then checks
+    that the parent is still the one that started it: one that died before the
+    signal was armed would otherwise be missed.
+    """
+    parent = os.environ.pop(PARENT_ENV, "")
+    if not parent or not sys.platform.startswith("linux"):
+        return
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):
-        pass  # not Linux: the child's own EOF checks still end it
+        return  # the children's own EOF checks still end them
+    if str(os.getppid()) != parent:
+        os._exit(1)
 
 
-def _preexec(dies_with_parent: bool) -> Callable[[], None] | None:
-    return _die_with_parent if dies_with_parent and sys.platform.startswith("linux") else None
+def _env(env: dict[str, str] | None, dies_with_parent: bool) -> dict[str, str]:
+    extra = dict(env or {})
+    if dies_with_parent:
+        extra[PARENT_ENV] = str(os.getpid())
+    return child_env(extra)
 
 
 def spawn(module: str, *args: str, env: dict[str, str] | None = None,
           dies_with_parent: bool = True, **popen: Any) -> subprocess.Popen[Any]:
     """``python -m module args...`` as a ``subprocess.Popen``."""
-    return subprocess.Popen(argv(module, *args), env=child_env(env),
-                            preexec_fn=_preexec(dies_with_parent), **popen)
+    return subprocess.Popen(argv(module, *args), env=_env(env, dies_with_parent), **popen)
 
 
 def run(module: str, *args: str, env: dict[str, str] | None = None,
         **kwargs: Any) -> subprocess.CompletedProcess[Any]:
     """``python -m module args...`` to completion (``subprocess.run``'s keywords)."""
-    return subprocess.run(argv(module, *args), env=child_env(env),
-                          preexec_fn=_preexec(True), **kwargs)
+    return subprocess.run(argv(module, *args), env=_env(env, True), **kwargs)
 
 
 async def spawn_async(module: str, *args: str, env: dict[str, str] | None = None,
                       dies_with_parent: bool = True, **kw: Any) -> asyncio.subprocess.Process:
     """``python -m module args...`` as an asyncio subprocess."""
     return await asyncio.create_subprocess_exec(
-        *argv(module, *args), env=child_env(env), preexec_fn=_preexec(dies_with_parent), **kw)
+        *argv(module, *args), env=_env(env, dies_with_parent), **kw)

@@ -46,6 +46,9 @@ def collect(workers: list[str] | None = None) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from localllm.children import adopt
+
+    adopt()
     parser = argparse.ArgumentParser(prog="python -m localllm.hardware.probe_child")
     parser.add_argument("--rpc", action="append", default=[], help="RPC worker host:port")
     args = parser.parse_args(argv)

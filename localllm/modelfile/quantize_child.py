@@ -42,6 +42,9 @@ def _report(stop: threading.Event) -> None:
 
 
 def main(argv: list[str]) -> int:
+    from localllm.children import adopt
+
+    adopt()
     if len(argv) != 4:
         print("usage: quantize_child IN OUT TYPE THREADS", file=sys.stderr)
         return 2

@@ -219,6 +219,9 @@ def run() -> int:
 
 
 def main() -> NoReturn:
+    from localllm.children import adopt
+
+    adopt()
     try:
         code = run()
     except BaseException:  # whatever it was: report it, then exit below

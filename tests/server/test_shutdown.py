@@ -129,7 +129,9 @@ def test_grace_period_ends_a_stream_that_would_not_finish(long_daemon: Daemon) -
 def test_second_signal_exits_at_once(long_daemon: Daemon) -> None:
     d = long_daemon
     with ExitStack() as stack:
-        open_stream(stack, d.url, 4000)
+        # Keep the stream referenced: a dropped iterator closes the connection, and a
+        # daemon that sees its only client leave has nothing left to drain.
+        lines = open_stream(stack, d.url, 4000)
         runners = runner_pids(d.proc.pid)
         d.proc.send_signal(signal.SIGTERM)
         wait_draining(d.url)
@@ -137,6 +139,7 @@ def test_second_signal_exits_at_once(long_daemon: Daemon) -> None:
         d.proc.send_signal(signal.SIGINT)
         code = d.proc.wait(5)
         assert time.monotonic() - t0 < 2
+        del lines
     assert code == 128 + signal.SIGINT
     assert wait_gone(runners, 5) == []
 

@@ -1,0 +1,75 @@
+"""children: every child imports this localllm and, when asked, dies with its parent."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from localllm import children
+
+REPO = Path(__file__).resolve().parents[1]
+
+# A parent that starts a sleeping child the way the daemon starts its children,
+# prints the child's pid, and waits to be killed.
+PARENT = textwrap.dedent("""
+    import subprocess, sys, time
+    from localllm import children
+    child = subprocess.Popen(
+        [sys.executable, "-c",
+         "from localllm.children import adopt; adopt(); import time; time.sleep(60)"],
+        env=children._env(None, dies_with_parent=DIES))
+    print(child.pid, flush=True)
+    time.sleep(60)
+""")
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def start(dies: bool) -> tuple[subprocess.Popen[str], int]:
+    env = children.child_env()
+    parent = subprocess.Popen([sys.executable, "-c", PARENT.replace("DIES", str(dies))],
+                              cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    return parent, int(parent.stdout.readline())
+
+
+def test_a_child_that_must_die_with_its_parent_does_on_kill_9() -> None:
+    parent, child = start(True)
+    time.sleep(0.5)  # the child has armed its death signal
+    assert alive(child)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 5
+    while alive(child):
+        assert time.monotonic() < deadline, "the child outlived its parent"
+        time.sleep(0.05)
+
+
+def test_a_background_child_outlives_its_parent() -> None:
+    parent, child = start(False)
+    time.sleep(0.5)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    time.sleep(0.5)
+    try:
+        assert alive(child)
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
+def test_children_import_this_localllm(tmp_path: Path) -> None:
+    out = children.run("localllm", "--version", capture_output=True, text=True, cwd=tmp_path,
+                       timeout=60)
+    assert out.returncode == 0 and out.stdout.startswith("localllm ")
+    assert children.child_env()["PYTHONPATH"].split(os.pathsep)[0] == children.PACKAGE_ROOT
