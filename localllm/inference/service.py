@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any
 
 from localllm import config
 from localllm.api.options import ResolvedOptions, parse_keep_alive, resolve_options
@@ -234,24 +234,10 @@ def base_load(resolved: ResolvedOptions) -> LoadOptions:
         n_parallel=max(1, config.NUM_PARALLEL.get()),
         n_gpu_layers=-1,
         n_threads=config.NUM_THREAD.get(),
-        flash_attn=_flash_attn(config.FLASH_ATTENTION.get()),
-        kv_type=_kv_type(config.KV_CACHE_TYPE.get()),
+        flash_attn=config.FLASH_ATTENTION.get(),  # parsed and checked by config
+        kv_type=config.KV_CACHE_TYPE.get(),
     )
     return resolved.load.apply(base)
-
-
-def _flash_attn(value: str) -> Literal["auto", "on", "off"]:
-    low = value.lower()
-    if low in ("1", "true", "on"):
-        return "on"
-    if low in ("0", "false", "off"):
-        return "off"
-    return "auto"
-
-
-def _kv_type(value: str) -> Literal["f16", "q8_0", "q4_0", "f32"]:
-    low = value.lower()
-    return low if low in ("q8_0", "q4_0", "f32") else "f16"  # type: ignore[return-value]
 
 
 def _stamp(path: str) -> float:

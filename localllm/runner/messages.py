@@ -12,6 +12,8 @@ import functools
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Literal, TypeVar
 
+from localllm.config import FlashAttention, KVType
+
 T = TypeVar("T")
 
 
@@ -50,8 +52,8 @@ class LoadOptions:
     n_cpu_moe: int = 0  # keep the expert tensors of the first N layers in host memory
     rpc_workers: list[str] = field(default_factory=list)  # host:port, added before the load
     n_threads: int = 0  # 0 = physical cores
-    flash_attn: Literal["auto", "on", "off"] = "auto"
-    kv_type: Literal["f16", "q8_0", "q4_0", "f32"] = "f16"
+    flash_attn: FlashAttention = "auto"
+    kv_type: KVType = "f16"
     use_mmap: bool = True
     embedding: bool = False  # load for embeddings (pooled outputs)
     seed: int = -1
