@@ -41,7 +41,9 @@ def start(dies: bool) -> tuple[subprocess.Popen[str], int]:
     parent = subprocess.Popen([sys.executable, "-c", PARENT.replace("DIES", str(dies))],
                               cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
     assert parent.stdout is not None
-    return parent, int(parent.stdout.readline())
+    pid = int(parent.stdout.readline())
+    parent.stdout.close()
+    return parent, pid
 
 
 def test_a_child_that_must_die_with_its_parent_does_on_kill_9() -> None:

@@ -75,22 +75,21 @@ def _stream(argv: list[str], log: IO[str], env: dict[str, str], phase: str,
     log.flush()
     if progress:
         progress(phase, 0, 0)
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, errors="replace")
-    assert proc.stdout is not None
     tail: list[str] = []
-    try:
-        for line in proc.stdout:
-            log.write(line)
-            tail = [*tail, line.rstrip()][-12:]
-            m = _STEP.match(line)
-            if m and progress:
-                progress(phase, int(m.group(1)), int(m.group(2)))
-        rc = proc.wait()
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env=env, errors="replace") as proc:
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                tail = [*tail, line.rstrip()][-12:]
+                m = _STEP.match(line)
+                if m and progress:
+                    progress(phase, int(m.group(1)), int(m.group(2)))
+            rc = proc.wait()
+        except BaseException:  # Ctrl-C included: the compiler must not outlive us
+            proc.kill()
+            raise
     if rc != 0:
         errors = [ln for ln in tail if "error" in ln.lower()] or tail[-4:]
         raise BuildFailed(f"{phase} failed (exit {rc}): {' | '.join(errors)[-600:]}; "

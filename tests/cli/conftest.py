@@ -10,8 +10,9 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -20,6 +21,7 @@ from tests.hubstub import HubStub
 from tests.server.conftest import hub  # noqa: F401  (fixture shared with the route tests)
 
 REPO = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -74,9 +76,16 @@ class Daemon:
     env: dict[str, str]
     proc: subprocess.Popen[bytes]
     log: Path
+    # Clients made for this daemon, closed when it stops (no leaked sockets).
+    clients: list[Any] = field(default_factory=list)
 
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return run_cli(*args, env=self.env, timeout=timeout)
+
+    def keep(self, client: T) -> T:
+        """Close ``client`` (anything with ``close()``) when the daemon stops."""
+        self.clients.append(client)
+        return client
 
 
 def run_cli(
@@ -100,10 +109,14 @@ def start_daemon(tmp_path: Path) -> Iterator[Daemon]:
             stdout=out, stderr=subprocess.STDOUT,
         )
     url = f"http://127.0.0.1:{port}"
+    d: Daemon | None = None
     try:
         wait_until_up(url, proc)
-        yield Daemon(url, port, env, proc, log)
+        d = Daemon(url, port, env, proc, log)
+        yield d
     finally:
+        for client in d.clients if d is not None else []:
+            client.close()
         proc.terminate()
         try:
             proc.wait(10)

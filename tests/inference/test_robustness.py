@@ -102,8 +102,8 @@ def test_queue_full_is_503_and_disconnect_frees_the_slot(one_slot: Daemon) -> No
 
 def test_sse_disconnect_frees_the_slot(one_slot: Daemon) -> None:
     d = one_slot
-    c = openai.OpenAI(base_url=d.url + "/v1", api_key="k", max_retries=0,
-                      http_client=httpx.Client(trust_env=False, timeout=60))
+    c = d.keep(openai.OpenAI(base_url=d.url + "/v1", api_key="k", max_retries=0,
+                             http_client=httpx.Client(trust_env=False, timeout=60)))
     stream = c.completions.create(model="tiny-long", prompt=LOOP_PROMPT, temperature=0,
                                   stream=True)
     it = iter(stream)
@@ -179,7 +179,11 @@ def test_eight_concurrent_streams_through_both_clients(
                             if ch.choices])
 
         jobs = [native(p) if i % 2 else compat(p) for i, p in enumerate(prompts)]
-        return list(await asyncio.wait_for(asyncio.gather(*jobs), 60))
+        try:
+            return list(await asyncio.wait_for(asyncio.gather(*jobs), 60))
+        finally:
+            await ac.close()
+            await oc.close()
 
     with serve(tmp_path, monkeypatch, names=("tiny", "tiny-plain")) as d:
         assert asyncio.run(run(d)) == [GREEDY[p] for p in prompts]

@@ -31,7 +31,7 @@ def d(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Daemon]:
 
 
 def oll(d: Daemon) -> ollama.Client:
-    return ollama.Client(host=d.url, trust_env=False, timeout=60)
+    return d.keep(ollama.Client(host=d.url, trust_env=False, timeout=60))
 
 
 def prompt_tokens(text: str) -> int:

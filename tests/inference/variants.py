@@ -85,5 +85,5 @@ def openai_client(d: Daemon) -> openai.OpenAI:
     import httpx
     import openai
 
-    return openai.OpenAI(base_url=d.url + "/v1", api_key="unused", max_retries=0,
-                         http_client=httpx.Client(trust_env=False, timeout=60))
+    return d.keep(openai.OpenAI(base_url=d.url + "/v1", api_key="unused", max_retries=0,
+                                http_client=httpx.Client(trust_env=False, timeout=60)))

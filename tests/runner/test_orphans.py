@@ -53,6 +53,8 @@ def check_parent_sigkill(model: str, kind: str) -> None:
     finally:
         parent.kill()
         parent.wait(10)
+        if parent.stdout is not None:
+            parent.stdout.close()
         if child:
             kill_quietly(child)
 
@@ -82,6 +84,8 @@ def test_parent_sigkill_during_long_load_child_exits() -> None:
     finally:
         parent.kill()
         parent.wait(10)
+        if parent.stdout is not None:
+            parent.stdout.close()
         for kid in kids:
             kill_quietly(kid)
 
