@@ -147,16 +147,25 @@ def answer(resp: httpx.Response) -> Any:
         raise LocalLLMError(f"not a JSON answer from {resp.url}: {resp.text[:200]!r}") from None
 
 
+def json_object(text: str) -> dict[str, Any]:
+    """One stream line's JSON object; ValueError naming the line when it is not one."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        raise ValueError(f"malformed stream line: {text[:200]!r}") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"unexpected stream item: {text[:200]!r}")
+    return obj
+
+
 def stream_item(line: str) -> dict[str, Any] | None:
     """One NDJSON line of a stream (None for a blank one); an ``{"error": ...}`` line raises."""
     if not line.strip():
         return None
     try:
-        obj = json.loads(line)
-    except ValueError:
-        raise LocalLLMError(f"malformed stream line from daemon: {line[:200]!r}") from None
-    if not isinstance(obj, dict):
-        raise LocalLLMError(f"unexpected stream item from daemon: {line[:200]!r}")
+        obj = json_object(line)
+    except ValueError as exc:
+        raise LocalLLMError(f"{exc} (from the daemon)") from None
     if "error" in obj:
         raise LocalLLMError(str(obj["error"]))
     return obj
@@ -174,6 +183,9 @@ def daemon_alive(base_url: str | None = None, timeout: float = 1.0) -> bool:
             return http.get("/").status_code == 200
     except httpx.HTTPError:
         return False
+
+
+_DETACHED: list[subprocess.Popen[bytes]] = []
 
 
 def ensure_daemon(base_url: str | None = None, *, wait: float = 30.0) -> bool:
@@ -195,6 +207,9 @@ def ensure_daemon(base_url: str | None = None, *, wait: float = 30.0) -> bool:
     exited: int | None = None
     while time.monotonic() < deadline:
         if daemon_alive(url, timeout=0.5):
+            # It runs on after this command by design; held here, its Popen is never
+            # collected while the process lives (which Python reports as a leak).
+            _DETACHED.append(proc)
             return True
         if exited is None and (exited := proc.poll()) is not None:
             # Another command may have started a daemon at the same moment (ours then

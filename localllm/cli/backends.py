@@ -51,7 +51,8 @@ def report() -> dict[str, Any]:
 
 def run_list(args: argparse.Namespace) -> int:
     from localllm import paths
-    from localllm.cli.output import format_bytes, table
+    from localllm.cli.output import table
+    from localllm.format import format_bytes
 
     rep = report()
     if args.json:

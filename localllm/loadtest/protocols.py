@@ -12,9 +12,10 @@ comparing two servers on one model needs: both then see identical tokens.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from localllm.api.daemon import json_object
 
 APIS = ("ollama", "openai")
 MODES = ("chat", "completion")
@@ -87,20 +88,10 @@ def parse_line(api: str, line: str) -> Chunk | None:
     return _parse_ollama(line) if api == "ollama" else _parse_openai(line)
 
 
-def _load(text: str) -> dict[str, Any]:
-    try:
-        obj = json.loads(text)
-    except ValueError:
-        raise ValueError(f"malformed stream line: {text[:120]!r}") from None
-    if not isinstance(obj, dict):
-        raise ValueError(f"unexpected stream item: {text[:120]!r}")
-    return obj
-
-
 def _parse_ollama(line: str) -> Chunk | None:
     if not line.strip():
         return None
-    obj = _load(line)
+    obj = json_object(line)
     if "error" in obj:
         return Chunk(error=str(obj["error"]), done=True)
     message = obj.get("message")
@@ -126,7 +117,7 @@ def _parse_openai(line: str) -> Chunk | None:
     data = line[5:].strip()
     if data == "[DONE]":
         return Chunk(done=True)
-    obj = _load(data)
+    obj = json_object(data)
     if "error" in obj:
         err = obj["error"]
         return Chunk(error=str(err.get("message", err) if isinstance(err, dict) else err),

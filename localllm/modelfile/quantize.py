@@ -67,6 +67,9 @@ def quantize_file(src: Path, dst: Path, ftype: str,
             proc.kill()
             proc.wait()
         drain.join(5)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
     if cancel is not None and cancel.is_set():
         raise LocalLLMError("quantization cancelled", status=499)
     if rc != 0:
