@@ -12,6 +12,7 @@ answers on a local address, waits for it and says so on stderr.
 
 from __future__ import annotations
 
+import atexit
 import json
 import subprocess
 import sys
@@ -186,6 +187,15 @@ def daemon_alive(base_url: str | None = None, timeout: float = 1.0) -> bool:
 
 
 _DETACHED: list[subprocess.Popen[bytes]] = []
+
+
+@atexit.register
+def _release_detached() -> None:
+    # A daemon we started outlives this command on purpose: mark it as let go, so
+    # Popen's finaliser does not report it as a process left running by mistake.
+    for proc in _DETACHED:
+        if proc.poll() is None:
+            proc.returncode = 0
 
 
 def ensure_daemon(base_url: str | None = None, *, wait: float = 30.0) -> bool:
