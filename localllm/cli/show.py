@@ -28,6 +28,8 @@ def run(args: argparse.Namespace) -> int:
 
     with Client(autostart=True) as client:
         info = client.show(args.model, verbose=args.verbose)
+        if not any(getattr(args, f) for f in _ONLY):
+            info["loaded"] = _loaded(client.ps(), str(info.get("model") or args.model))
     for field in _ONLY:
         if getattr(args, field):
             text = str(info.get(field) or "")
@@ -64,6 +66,7 @@ def render(info: dict[str, Any], *, verbose: bool = False) -> str:
         ("quantization", str(details.get("quantization_level") or "")),
     ]
     out = _section("Model", [(k, v) for k, v in model_rows if v])
+    out += _section("Loaded", info.get("loaded") or [])
     out += _section("Capabilities", [(c, "") for c in info.get("capabilities") or []])
     params = [ln.split(None, 1) for ln in str(info.get("parameters") or "").splitlines()]
     out += _section("Parameters", [(p[0], p[1] if len(p) > 1 else "") for p in params if p])
@@ -74,6 +77,19 @@ def render(info: dict[str, Any], *, verbose: bool = False) -> str:
         rows = [(k, _short(v)) for k, v in sorted(model_info.items())]
         out += _section("Metadata", rows)
     return "\n".join(out).rstrip("\n")
+
+
+def _loaded(running: list[dict[str, Any]], model: str) -> list[tuple[str, str]]:
+    """Where the model runs now, when it is loaded: the same words as ``ps``."""
+    from localllm.format import processor
+
+    want = {model, model if ":" in model.rsplit("/", 1)[-1] else f"{model}:latest"}
+    for m in running:
+        if m.get("name") in want or m.get("model") in want:
+            size, vram = int(m.get("size") or 0), int(m.get("size_vram") or 0)
+            return [("processor", processor(size, vram, m.get("devices"))),
+                    ("context", str(m.get("context_length") or ""))]
+    return []
 
 
 def _short(value: Any, limit: int = 80) -> str:

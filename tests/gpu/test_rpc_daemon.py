@@ -84,6 +84,8 @@ def test_model_offloads_to_the_worker_and_unloading_frees_its_memory(
     assert isinstance(places, dict) and places[w.endpoint] > places.get("CPU", 0)
     row = d.cli("ps").stdout.splitlines()[1]
     assert f"% {w.endpoint}" in row and "% CPU" in row
+    shown = d.cli("show", "tiny").stdout
+    assert "  Loaded" in shown and f"% {w.endpoint}" in shown
     log = d.log.read_text()
     assert f"all 41 layers on RPC[{w.endpoint}]" in log
     loaded = rss(w.proc.pid)
