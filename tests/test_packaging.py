@@ -1,0 +1,39 @@
+"""The wheel holds every file of the package: what pipx and Homebrew install is complete.
+
+An editable install reads the source tree, so a file missing from the wheel
+(the TUI's stylesheet once was) only shows up for users.  This builds the
+wheel the way pipx does and compares it with ``git ls-files localllm``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_wheel_has_every_tracked_file_of_the_package(tmp_path: Path) -> None:
+    tracked = subprocess.run(["git", "ls-files", "localllm"], cwd=REPO, capture_output=True,
+                             text=True, check=True).stdout.split()
+    assert "localllm/tui/localllm.tcss" in tracked
+    # From a clean copy of the tracked files: an in-tree build would reuse build/.
+    src = tmp_path / "src"
+    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True,
+                           check=True).stdout.split()
+    for f in files:
+        (src / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / f, src / f)
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(src),
+                          "-w", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (wheel,) = tmp_path.glob("localllm-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+    missing = [f for f in tracked if f not in names]
+    assert missing == [], f"not in the wheel: {missing}"
+    # The native module is built into it, next to the package.
+    assert any(n.startswith("localllm/_native") and n.endswith((".so", ".pyd")) for n in names)
