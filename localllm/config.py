@@ -244,6 +244,12 @@ KV_CACHE_TYPE: Setting[KVType] = Setting(
     "with it off, f16 is used).")
 LOAD_TIMEOUT = Setting("LOCALLLM_LOAD_TIMEOUT", parse_duration, 300.0,
                        "How long a model load may take before it is abandoned.")
+RUNNER_TIMEOUT = Setting(
+    "LOCALLLM_RUNNER_TIMEOUT", parse_duration, 30.0,
+    "How long a runner may show no sign of life before the daemon kills it, fails its "
+    "requests and reloads the model on the next one (0 or negative = never).  A thread of the "
+    "runner reports every second even during a long load or step, so silence means the "
+    "process is stopped or frozen, not busy; 30 s leaves room for a machine that swaps.")
 GPU_OVERHEAD = Setting("LOCALLLM_GPU_OVERHEAD", _nonneg_int, 0,
                        "Bytes of each GPU kept free for other programs.")
 SCHED_SPREAD = Setting("LOCALLLM_SCHED_SPREAD", _bool, False,
@@ -291,7 +297,8 @@ RUNNER_ENGINE = Setting("LOCALLLM_RUNNER_ENGINE", _engine_spec, "localllm.engine
 
 REGISTRY: tuple[Setting[object], ...] = (
     HOST, HOME, MODELS, ORIGINS, KEEP_ALIVE, NUM_PARALLEL, MAX_LOADED_MODELS, MAX_QUEUE,
-    CONTEXT_LENGTH, FLASH_ATTENTION, KV_CACHE_TYPE, LOAD_TIMEOUT, GPU_OVERHEAD, SCHED_SPREAD,
+    CONTEXT_LENGTH, FLASH_ATTENTION, KV_CACHE_TYPE, LOAD_TIMEOUT, RUNNER_TIMEOUT,
+    GPU_OVERHEAD, SCHED_SPREAD,
     NOPRUNE, DEBUG, API_KEY, SHUTDOWN_GRACE, NUM_THREAD, ALLOWED_PATHS, MAX_BODY, MAX_BLOB_SIZE,
     LOG_FORMAT, BACKENDS, CACHE, RPC_WORKERS, LLAMA_PREFIX, RUNNER_ENGINE,
 )  # type: ignore[assignment]

@@ -7,6 +7,12 @@ When the child dies for any reason other than ``close()`` (segfault, OOM kill,
 turns False; the scheduler then drops this runner and loads afresh.  The
 child's stderr (llama.cpp's log) is drained continuously into the
 ``localllm.runner`` logger at DEBUG and its last lines are kept for errors.
+
+A child that stops showing signs of life (its heartbeat thread goes silent:
+SIGSTOP, a native call holding the GIL, a hung driver) for
+``LOCALLLM_RUNNER_TIMEOUT`` is killed and treated as crashed, with a message
+saying it stopped responding; ``close()`` kills a silent child after a few
+missed beats instead of waiting out the grace period (see ``runner.watchdog``).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from localllm.errors import (
 )
 from localllm.runner import protocol as P
 from localllm.runner.messages import CompletionRequest, Done, Failed, LoadOptions, Piece
+from localllm.runner.watchdog import CLOSE_MISSED_BEATS, Watchdog
 
 log = logging.getLogger("localllm.runner")
 
@@ -66,7 +73,7 @@ class RunnerProcess:
     """A live runner child.  Build with ``await RunnerProcess.start(...)``."""
 
     def __init__(self, proc: asyncio.subprocess.Process, model_paths: list[str],
-                 opts: LoadOptions) -> None:
+                 opts: LoadOptions, runner_timeout: float = math.inf) -> None:
         self._proc = proc
         self.model_paths = list(model_paths)
         self.options = opts
@@ -85,19 +92,25 @@ class RunnerProcess:
         self._death: str | None = None
         self._stderr_task = asyncio.ensure_future(self._read_stderr())
         self._pump_task: asyncio.Future[None] | None = None
+        self._watchdog = Watchdog(runner_timeout)
+        self._watch_task: asyncio.Future[None] | None = None
 
     # -- start ---------------------------------------------------------------
 
     @classmethod
     async def start(cls, model_paths: list[str], opts: LoadOptions, *,
                     load_timeout: float | None = None,
+                    runner_timeout: float | None = None,
                     env: dict[str, str] | None = None) -> RunnerProcess:
         """Spawn a child, load the model, return once it answered ``loaded``.
 
         Raises ``ModelLoadError`` (with the child's last log lines) when the load
-        fails, the child dies, or ``load_timeout`` (default LOCALLLM_LOAD_TIMEOUT)
-        passes; the child is gone by then.
+        fails, the child dies, ``load_timeout`` (default LOCALLLM_LOAD_TIMEOUT)
+        passes, or the child shows no sign of life for ``runner_timeout``
+        (default LOCALLLM_RUNNER_TIMEOUT); the child is gone by then.
         """
+        if runner_timeout is None:
+            runner_timeout = config.RUNNER_TIMEOUT.get()
         timeout = config.LOAD_TIMEOUT.get() if load_timeout is None else load_timeout
         wait = None if math.isinf(timeout) else timeout  # a negative setting means forever
         t0 = time.monotonic_ns()
@@ -108,13 +121,18 @@ class RunnerProcess:
             # Own session: a Ctrl-C meant for the daemon must not kill runners
             # behind its back; the daemon ends them itself.
             start_new_session=True)
-        runner = cls(proc, model_paths, opts)
+        runner = cls(proc, model_paths, opts, runner_timeout)
         name = Path(model_paths[0]).name if model_paths else "<no model>"
         try:
-            await runner._send(P.load_msg(model_paths, opts))
-            msg = await asyncio.wait_for(runner._read(), wait)
+            await runner._send(P.load_msg(model_paths, opts, runner._watchdog.interval))
+            msg = await asyncio.wait_for(runner._read_loaded(), wait)
         except asyncio.TimeoutError:
             await runner._abandon(wait=0)
+            if runner._watchdog.enabled and runner._watchdog.silent_for() > runner_timeout:
+                raise ModelLoadError(
+                    f"loading {name} failed: the model runner stopped responding (no sign of "
+                    f"life for {runner._watchdog.silent_for():.1f}s, LOCALLLM_RUNNER_TIMEOUT is "
+                    f"{runner_timeout:g}s){runner._tail_text()}") from None
             raise ModelLoadError(f"loading {name} timed out after {timeout:g}s"
                                  f"{runner._tail_text()}") from None
         except (P.ProtocolError, ConnectionError) as exc:
@@ -137,6 +155,8 @@ class RunnerProcess:
         runner.memory = dict(msg["memory"])
         runner.load_duration = time.monotonic_ns() - t0
         runner._pump_task = asyncio.ensure_future(runner._pump())
+        runner._watch_task = asyncio.ensure_future(
+            runner._watchdog.watch(runner._stopped_responding, pid=runner.pid))
         log.info("runner %d loaded %s in %.2fs", runner.pid, name, runner.load_duration / 1e9)
         return runner
 
@@ -153,6 +173,13 @@ class RunnerProcess:
     @property
     def returncode(self) -> int | None:
         return self._proc.returncode
+
+    @property
+    def death(self) -> str | None:
+        """Why the child died when it was not ended by ``close()``; None otherwise."""
+        if self._closing or self.alive:
+            return None
+        return self._death or f"model runner exited ({describe_exit(self._proc.returncode)})"
 
     def stderr_tail(self) -> list[str]:
         """The child's last log lines (llama.cpp's included)."""
@@ -232,6 +259,13 @@ class RunnerProcess:
     async def close(self, grace: float = 5.0) -> None:
         """Ask the child to exit, then SIGTERM, then SIGKILL.  Idempotent."""
         self._closing = True
+        # A healthy child exits within moments and beats until then; one that
+        # misses a few beats now is stopped or frozen: kill it, don't wait it out.
+        quick = None
+        if self._pump_task is not None and self._proc.returncode is None:
+            quick = asyncio.ensure_future(self._watchdog.watch(
+                self._stopped_responding, pid=self.pid,
+                timeout=CLOSE_MISSED_BEATS * self._watchdog.interval))
         if self._proc.returncode is None:
             with contextlib.suppress(Exception):
                 self._write_nowait({"type": "shutdown"})
@@ -250,6 +284,11 @@ class RunnerProcess:
             await self._pump_task
         else:
             self._on_death()
+        for task in (quick, self._watch_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._stderr_task), 2.0)
 
@@ -306,7 +345,33 @@ class RunnerProcess:
 
     async def _read(self) -> P.Message | None:
         assert self._proc.stdout is not None
-        return await P.read_frame_async(self._proc.stdout)
+        msg = await P.read_frame_async(self._proc.stdout)
+        if msg is not None:
+            self._watchdog.saw(msg)
+        return msg
+
+    async def _read_loaded(self) -> P.Message | None:
+        """The first frame that is not a beat; TimeoutError once the child is silent too long."""
+        bound = self._watchdog.timeout if self._watchdog.enabled else None
+        while True:
+            msg = await asyncio.wait_for(self._read(), bound)
+            if msg is None or msg["type"] != "beat":
+                return msg
+
+    def _stopped_responding(self, silence: float) -> None:
+        """The watchdog's verdict: kill the child; the reader then fails what is in flight."""
+        if self._proc.returncode is not None:
+            return
+        if self._death is None:
+            bound = ("while it was being unloaded" if self._closing else
+                     f"LOCALLLM_RUNNER_TIMEOUT is {self._watchdog.timeout:g}s")
+            self._death = (f"model runner stopped responding (no sign of life for "
+                           f"{silence:.1f}s; {bound}) and was killed")
+            log.error("runner %d (%s): %s", self.pid, self._model_file(), self._death)
+        self.kill()
+
+    def _model_file(self) -> str:
+        return Path(self.model_paths[0]).name if self.model_paths else "<no model>"
 
     async def _pump(self) -> None:
         try:
@@ -354,6 +419,8 @@ class RunnerProcess:
             path, ns = str(msg["path"]), int(msg["load_ns"])
             self.adapter_loads[path] = ns
             log.info("runner %d loaded adapter %s in %.1f ms", self.pid, Path(path).name, ns / 1e6)
+        elif kind == "beat":
+            pass  # a sign of life; ``_read`` told the watchdog
         elif kind in ("embeddings", "tokens", "text", "pong"):
             fut = self._calls.get(str(msg["id"]))
             if fut is not None and not fut.done():

@@ -17,7 +17,10 @@ Messages (parent -> child): ``load``, ``complete``, ``cancel``, ``embed``,
 ``tokenize``, ``detokenize``, ``ping``, ``shutdown``.  (child -> parent):
 ``loaded``, ``piece``, ``done``, ``failed``, ``embeddings``, ``tokens``,
 ``text``, ``pong``, ``adapter`` (a LoRA adapter was loaded for a request:
-its path and load time).  ``failed`` with an empty ``id`` is about the load itself.
+its path and load time), ``beat`` (the heartbeat: sent every ``heartbeat_s``
+seconds, a ``load`` field, by a thread of the child; ``busy_ms`` is how long its
+main thread has been in the current load, step or call, 0 when idle).
+``failed`` with an empty ``id`` is about the load itself.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
     "text": ("id", "text"),
     "pong": ("id",),
     "adapter": ("path", "load_ns"),
+    "beat": ("busy_ms",),
 }
 
 Message = dict[str, Any]
@@ -165,8 +169,16 @@ async def read_frame_async(reader: asyncio.StreamReader, *,
 
 # -- message builders and parsers ----------------------------------------------
 
-def load_msg(model_paths: list[str], opts: LoadOptions) -> Message:
-    return {"type": "load", "model_paths": list(model_paths), "options": to_dict(opts)}
+def load_msg(model_paths: list[str], opts: LoadOptions,
+             heartbeat_s: float | None = None) -> Message:
+    msg: Message = {"type": "load", "model_paths": list(model_paths), "options": to_dict(opts)}
+    if heartbeat_s is not None:
+        msg["heartbeat_s"] = float(heartbeat_s)
+    return msg
+
+
+def beat_msg(busy_ms: int) -> Message:
+    return {"type": "beat", "busy_ms": int(busy_ms)}
 
 
 def complete_msg(req: CompletionRequest) -> Message:

@@ -7,6 +7,14 @@ events; when idle, block on the next message.  Embeddings and tokenization run
 between steps.  The child exits on ``shutdown``, when stdin closes (the daemon
 died, even by SIGKILL), or when it can no longer write to stdout.
 
+Heartbeat: when the ``load`` message asks for one (``heartbeat_s``), a thread of
+its own sends a ``beat`` frame that often from before the load until exit, with
+how long the main thread has been in its current load, step or call.  It runs
+while the main thread is inside a long native call (cffi releases the GIL), so
+the daemon's watchdog (``runner.watchdog``) reads silence as "stopped or
+frozen", never as "busy".  Two threads write frames now, so ``Worker.send``
+holds a lock around each write.
+
 The engine class is ``localllm.engine.engine:Engine`` unless the test-only
 setting ``LOCALLLM_RUNNER_ENGINE=module:Class`` (``config.RUNNER_ENGINE``) names
 another (tests use a fake one to provoke crashes and slow loads).
@@ -23,6 +31,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from typing import IO, Any, NoReturn
 
 from localllm import config
@@ -79,6 +88,15 @@ def read_stdin(stream: IO[bytes], inbox: queue.Queue[Any], grace: float = EXIT_G
     os._exit(0)
 
 
+def heartbeat(worker: Worker, interval: float, stop: threading.Event) -> None:
+    """Heartbeat thread: a ``beat`` frame every ``interval`` seconds until ``stop`` or EOF."""
+    while not stop.wait(interval):
+        try:
+            worker.send(P.beat_msg(worker.busy_ms()))
+        except ParentGone:
+            return
+
+
 class Worker:
     """The message loop around one engine."""
 
@@ -86,13 +104,34 @@ class Worker:
         self.out = out
         self.inbox = inbox
         self.active: set[str] = set()  # completion ids the engine still owes an end to
+        # One frame at a time: the heartbeat thread writes too.
+        self._write_lock = threading.Lock()
+        self._busy_since: float | None = None  # monotonic start of the current step or call
+        self._stop_beats = threading.Event()
+
+    def busy_ms(self) -> int:
+        since = self._busy_since
+        return 0 if since is None else int((time.monotonic() - since) * 1000)
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        self._busy_since = time.monotonic()
+        try:
+            yield
+        finally:
+            self._busy_since = None
+
+    def start_heartbeat(self, interval: float) -> None:
+        threading.Thread(target=heartbeat, args=(self, interval, self._stop_beats),
+                         name="runner-heartbeat", daemon=True).start()
 
     def send(self, *msgs: P.Message) -> None:
         """Write frames with one flush: a step's events for all slots cost one syscall."""
         data = b"".join(P.encode(m) for m in msgs)
         try:
-            self.out.write(data)
-            self.out.flush()
+            with self._write_lock:
+                self.out.write(data)
+                self.out.flush()
         except (BrokenPipeError, ConnectionResetError, ValueError) as exc:
             # ValueError: write to a closed file; either way the daemon is gone.
             raise ParentGone(str(exc)) from None
@@ -103,6 +142,12 @@ class Worker:
         self.send(P.failed_msg(Failed(id=req_id, message=message, status=status)))
 
     def run(self) -> int:
+        try:
+            return self._run()
+        finally:
+            self._stop_beats.set()
+
+    def _run(self) -> int:
         first = self.inbox.get()
         if first is None:
             return 0
@@ -110,9 +155,13 @@ class Worker:
             self.fail("", P.ProtocolError(f"expected a load message, got {first!r:.200}"))
             return 2
         paths = [str(p) for p in first["model_paths"]]
+        beat = first.get("heartbeat_s")
+        if isinstance(beat, (int, float)) and beat > 0:
+            self.start_heartbeat(float(beat))
         t0 = time.monotonic_ns()
         try:
-            engine = engine_class()(paths, P.parse_options(first))
+            with self.busy():
+                engine = engine_class()(paths, P.parse_options(first))
         except Exception as exc:
             if isinstance(exc, LocalLLMError):
                 log.error("load failed: %s", exc)  # an expected refusal: no traceback
@@ -137,10 +186,12 @@ class Worker:
                     # The stream is out of sync; nothing after this can be trusted.
                     log.error("bad frame from the daemon: %s", msg)
                     return 2
-                self.handle(engine, msg)
+                with self.busy():
+                    self.handle(engine, msg)
             if engine.has_work():
                 try:
-                    events: list[Piece | Done | Failed] = engine.step()
+                    with self.busy():
+                        events: list[Piece | Done | Failed] = engine.step()
                 except Exception as exc:
                     # The engine's state is unknown now: fail what is in flight and
                     # exit, so the daemon loads the model afresh.

@@ -3,7 +3,10 @@
 It owns the bounded request queue (``LOCALLLM_MAX_QUEUE`` → 503), the set of
 loaded runners, per-model slots (``num_parallel`` concurrent sequences),
 keep-alive timers, eviction of idle models when a new one needs room, reloads
-when a load-time option changes, and loading one model at a time.  It knows
+when a load-time option changes, and loading one model at a time.  It also
+remembers which models' runners died (crashed, or were killed for not
+responding) until the model loads again, for ``/health/ready``, and puts the
+model's name in front of a crash's message.  It knows
 runners only through the ``Runner`` protocol and placement only through an
 injected ``PlanFn``, so it is unit-testable with fakes and never imports the
 native engine.
@@ -20,7 +23,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from localllm.errors import ServerBusy
+from localllm.errors import RunnerCrashed, ServerBusy
 from localllm.runner.interface import Runner, StartRunner
 from localllm.runner.messages import LoadOptions
 
@@ -117,6 +120,7 @@ class Scheduler:
         self.load_count = 0
         self._closed = False
         self._tasks: set[asyncio.Future[None]] = set()  # expiry unloads in flight
+        self._failed: dict[str, tuple[str, str]] = {}  # key -> (name, why its runner died)
 
     # -- public --------------------------------------------------------------
     @property
@@ -126,6 +130,14 @@ class Scheduler:
 
     def loaded(self) -> list[Loaded]:
         return list(self._loaded.values())
+
+    def failures(self) -> dict[str, str]:
+        """Models whose runner died and that have not loaded again since: name -> why."""
+        failed = dict(self._failed.values())
+        for model in self._loaded.values():
+            if not model.runner.alive and not model.stopping:
+                failed.setdefault(model.spec.name, _death_of(model.runner))
+        return failed
 
     @contextlib.asynccontextmanager
     async def use(
@@ -149,6 +161,10 @@ class Scheduler:
             self.pending -= 1
         try:
             yield model
+        except RunnerCrashed as exc:
+            # The runner does not know the model's name; the person reading the error needs it.
+            self._note_death(model, str(exc))
+            raise RunnerCrashed(f"{spec.name}: {exc}") from None
         finally:
             if acquired:
                 model.slots.release()
@@ -182,6 +198,7 @@ class Scheduler:
                 model = self._loaded.get(spec.key)
                 if model is not None and not model.runner.alive:
                     log.warning("runner for %s died; loading it afresh", spec.name)
+                    self._note_death(model)
                     await self._stop(model)
                     continue
                 if model is not None and load_key(model.requested) == load_key(opts):
@@ -222,6 +239,7 @@ class Scheduler:
             list(spec.model_paths), placement.opts, load_timeout=self.load_timeout
         )
         self.load_count += 1
+        self._failed.pop(spec.key, None)
         model = Loaded(
             spec=spec,
             runner=runner,
@@ -246,6 +264,8 @@ class Scheduler:
         model.keep_alive = keep_alive
         if model.refcount == 0 and self._loaded.get(model.spec.key) is model:
             if not model.runner.alive or keep_alive <= 0:
+                if not model.runner.alive:
+                    self._note_death(model)
                 await self._stop(model)
             elif math.isfinite(keep_alive):
                 model.expires_at = time.time() + keep_alive
@@ -254,6 +274,10 @@ class Scheduler:
             else:
                 model.expires_at = math.inf
         await self._notify()
+
+    def _note_death(self, model: Loaded, why: str | None = None) -> None:
+        if not model.stopping:  # else we ended it ourselves
+            self._failed[model.spec.key] = (model.spec.name, why or _death_of(model.runner))
 
     def _expire(self, model: Loaded) -> None:
         if model.refcount == 0 and self._loaded.get(model.spec.key) is model:
@@ -295,3 +319,9 @@ class Scheduler:
         async with self._changed:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), 1.0)
+
+
+def _death_of(runner: Runner) -> str:
+    # ``RunnerProcess.death`` says why; fakes and other runners may not know.
+    why = getattr(runner, "death", None)
+    return str(why) if why else "model runner exited unexpectedly"

@@ -4,9 +4,10 @@ Liveness answers from the event loop without touching the store, the
 scheduler or any model, so it stays fast while a model loads or generates,
 and a supervisor restarts the daemon only when the loop itself is stuck.
 Readiness checks what would make a new request fail at once: the daemon is
-draining for shutdown, the request queue is full, or the model store cannot
-be read.  It answers 503 with the reasons so a load balancer (and a person)
-knows why.
+draining for shutdown, the request queue is full, the model store cannot
+be read, or a model's runner died (crashed, or was killed by the watchdog for
+not responding) and the model has not loaded again since.  It answers 503
+with the reasons so a load balancer (and a person) knows why.
 
 ``Lifecycle`` is the shared shutdown state: the request middleware counts
 requests in flight and refuses new ones while ``draining``; ``serve`` starts
@@ -73,6 +74,11 @@ def _problems(state: Any) -> list[str]:
     scheduler = getattr(state, "scheduler", None)
     if scheduler is not None and scheduler.pending >= scheduler.max_queue:
         problems.append(f"request queue is full ({scheduler.pending} pending)")
+    failures = getattr(scheduler, "failures", None)
+    if callable(failures):
+        for name, why in sorted(failures().items()):
+            # The first line: a crash's message goes on with the runner's log tail.
+            problems.append(f"model {name} failed: {why.splitlines()[0] if why else why}")
     store = getattr(state, "store", None)
     if store is not None:
         reason = _store_problem(store.root)

@@ -23,10 +23,12 @@ def arun(coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
 
 
 async def start_fake(path: str = "/models/fake.gguf", *, n_parallel: int = 4,
-                     load_timeout: float = 30.0) -> RunnerProcess:
+                     load_timeout: float = 30.0,
+                     runner_timeout: float | None = None) -> RunnerProcess:
     return await RunnerProcess.start([path], LoadOptions(n_ctx=128, n_parallel=n_parallel,
                                                          n_threads=1),
-                                     load_timeout=load_timeout, env=FAKE_ENV)
+                                     load_timeout=load_timeout, runner_timeout=runner_timeout,
+                                     env=FAKE_ENV)
 
 
 @contextlib.asynccontextmanager

@@ -3,8 +3,10 @@
 It lets the process tests provoke what the real engine should never do on
 purpose: slow loads, crashes during load or mid-step, a step that raises.  The
 behaviour is chosen by words in the model path (``slowload``, ``crashload``,
-``failload``) and in the prompt (``boom`` raises in ``step``, ``segv`` kills
-the process).  Each step emits one piece ``"<n> "`` per active request after a
+``failload``, ``longload`` takes ``LONG_S``, ``stopload`` stops the process)
+and in the prompt (``boom`` raises in ``step``, ``segv`` kills the process,
+``longstep`` makes its second step take ``LONG_S``).  Long loads and steps
+sleep, which releases the GIL as a native call does.  Each step emits one piece ``"<n> "`` per active request after a
 short sleep, so streams last long enough to be killed in the middle.
 """
 
@@ -19,6 +21,7 @@ from localllm.errors import InvalidRequest, ModelLoadError
 from localllm.runner.messages import CompletionRequest, Done, Failed, LoadOptions, Piece
 
 STEP_S = 0.02
+LONG_S = 1.5
 
 
 class FakeEngine:
@@ -29,6 +32,10 @@ class FakeEngine:
         os.write(1, b"native noise on fd 1\n")
         if "slowload" in path:
             time.sleep(60)
+        if "longload" in path:
+            time.sleep(LONG_S)
+        if "stopload" in path:
+            os.kill(os.getpid(), signal.SIGSTOP)
         if "crashload" in path:
             os.kill(os.getpid(), signal.SIGSEGV)
         if "failload" in path:
@@ -62,6 +69,8 @@ class FakeEngine:
                 continue
             if req.prompt == "boom" and n == 2:
                 raise RuntimeError("boom")
+            if req.prompt == "longstep" and n == 1:
+                time.sleep(LONG_S)
             if req.prompt == "segv" and n == 2:
                 os.kill(os.getpid(), signal.SIGSEGV)
             if req.prompt == "bad":
