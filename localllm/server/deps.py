@@ -4,11 +4,18 @@ Bodies are parsed here rather than by FastAPI's body parameters because
 Ollama's clients (``curl -d``) often send JSON labelled as form data, and
 Ollama parses the body as JSON whatever the ``Content-Type``.  Every failure
 becomes ``InvalidRequest`` (400) with a message a person can act on.
+
+Size is capped once, by ``RequestMiddleware`` (``LOCALLLM_MAX_BODY``, 413).
+Nesting is capped here at ``MAX_JSON_DEPTH`` levels of ``[``/``{`` *before*
+parsing: ``json.loads`` and everything after it (validation, JSON-schema to
+grammar) recurse per level, and a body nested 100,000 deep would otherwise
+end in ``RecursionError`` — a 500 — instead of a plain 400.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -20,7 +27,12 @@ from localllm.inference.service import InferenceService
 from localllm.services import ModelService
 
 M = TypeVar("M", bound=BaseModel)
-MAX_JSON_BODY = 64 << 20  # chat requests may carry base64 images
+# Real requests (chat messages, tool schemas, ``format`` schemas) stay far below this;
+# it leaves the recursive consumers of a parsed body well inside Python's stack.
+MAX_JSON_DEPTH = 100
+# A JSON string, escapes included (the "unrolled loop" form: no backtracking blow-up).
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
 
 
 def describe_validation(exc: ValidationError) -> str:
@@ -33,16 +45,14 @@ def describe_validation(exc: ValidationError) -> str:
 
 
 async def parse_json(request: Request, model: type[M]) -> M:
+    # The size cap is the middleware's (LOCALLLM_MAX_BODY): one limit, one status.
     chunks: list[bytes] = []
-    size = 0
     async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_JSON_BODY:
-            raise InvalidRequest("request body too large")
         chunks.append(chunk)
     raw = b"".join(chunks)
     if not raw.strip():
         raise InvalidRequest("missing request body")
+    check_depth(raw)
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -50,6 +60,34 @@ async def parse_json(request: Request, model: type[M]) -> M:
     if data is None:
         raise InvalidRequest("missing request body")
     return validate(model, data)
+
+
+def json_depth(raw: bytes, stop_after: int = MAX_JSON_DEPTH) -> int:
+    """Deepest ``[``/``{`` nesting in ``raw``, brackets inside strings not counted.
+
+    Cheap: strings are blanked and non-brackets dropped by C code; only the
+    brackets are walked, and the walk stops once ``stop_after`` is passed.
+    """
+    if raw.count(b"[") + raw.count(b"{") <= stop_after:
+        return 0  # cannot be deeper than the limit: skip the scan
+    brackets = _JSON_STRING.sub(b'""', raw).translate(None, _NOT_BRACKET)
+    depth = deepest = 0
+    for c in brackets:
+        if c in b"[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > stop_after:
+                    break
+        else:
+            depth -= 1
+    return deepest
+
+
+def check_depth(raw: bytes) -> None:
+    if json_depth(raw) > MAX_JSON_DEPTH:
+        raise InvalidRequest(
+            f"invalid JSON in request body: nested deeper than {MAX_JSON_DEPTH} levels")
 
 
 def validate(model: type[M], data: Any) -> M:

@@ -12,7 +12,12 @@ For every HTTP request it
   ``Content-Length`` over the cap is refused before the route runs, a chunked
   body is cut off as soon as it passes the cap;
 * records the request in the metrics and writes one access log line (method,
-  route, status, time — never the body, unless ``LOCALLLM_DEBUG``).
+  route, status, time — never the body, unless ``LOCALLLM_DEBUG``);
+* keeps the connection usable after a crash: Starlette re-raises an unexpected
+  exception even after its 500 went out, and uvicorn answers that by closing
+  the socket — a keep-alive client's next request then meets ECONNRESET.  So an
+  exception before any response becomes a JSON 500 here, one after a complete
+  response is only logged.
 
 A pure ASGI middleware, so streaming responses pass through untouched.
 """
@@ -33,6 +38,7 @@ from localllm.server.logs import new_request_id, request_id
 from localllm.server.metrics import Metrics
 
 access_log = logging.getLogger("localllm.access")
+log = logging.getLogger("localllm.server")
 
 # Still answered while draining: probes and scrapes must see the drain, not a refusal.
 _LIVENESS = frozenset({"/", "/health", "/health/ready", "/metrics"})
@@ -65,6 +71,7 @@ class RequestMiddleware:
         token = request_id.set(rid)
         path: str = scope["path"]
         status = [0]
+        done = [False]
         start = time.perf_counter()
         raw_header = (b"x-request-id", rid.encode())
 
@@ -72,6 +79,8 @@ class RequestMiddleware:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
                 message = {**message, "headers": [*message.get("headers", []), raw_header]}
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                done[0] = True
             await send(message)
 
         counted = path not in _QUIET
@@ -89,8 +98,19 @@ class RequestMiddleware:
                 await _refuse(send_tagged, path, 413, _too_large(limit), close=True)
                 return
             keep = self.debug and not path.startswith(_BLOB_PREFIX)
-            await self.app(scope, _capped(receive, limit, body_seen if keep else None),
-                           send_tagged)
+            try:
+                await self.app(scope, _capped(receive, limit, body_seen if keep else None),
+                               send_tagged)
+            except Exception as exc:
+                if done[0]:
+                    log.exception("%s %s failed after answering", scope["method"], path)
+                    return  # answered in full; see the module docstring
+                if status[0]:
+                    raise  # half-sent: only closing the connection can say so
+                # Starlette's error handler sits outside this middleware: answer here,
+                # or it would answer and then re-raise into uvicorn (see above).
+                log.exception("%s %s crashed", scope["method"], path)
+                await _refuse(send_tagged, path, 500, f"internal error: {exc}", close=False)
         finally:
             if counted:
                 self.lifecycle.in_flight -= 1

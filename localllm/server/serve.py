@@ -100,6 +100,8 @@ def run() -> int:
     pid_path = _write_pid()
     server = _make_server(uvicorn, app, pid_path)
     log.info("localllm %s listening on %s:%d (models: %s)", _version(), host, port, store.root)
+    for ours, theirs in config.ollama_fallbacks():
+        log.info("%s is unset: using %s", ours, theirs)
     threading.Thread(target=report_hardware, name="hardware-report", daemon=True).start()
     try:
         server.run(sockets=[sock])
@@ -170,12 +172,52 @@ def _make_server(uvicorn: Any, app: FastAPI, pid_path: Path) -> Any:
                 self.should_exit = True
             return bool(await super().on_tick(counter))
 
-    return DrainingServer(uvicorn.Config(
-        app, log_level="debug" if config.DEBUG.get() else "warning", log_config=None,
-        access_log=False,  # RequestMiddleware writes the access log, with request ids
+    return DrainingServer(uvicorn.Config(app, **uvicorn_settings()))
+
+
+# A connection with no request in flight is closed after this long: idle keep-alive
+# ones (uvicorn's timeout_keep_alive) and, via ``_H11Protocol``, new ones whose
+# request headers have not all arrived.  A client stalled half-way through a body
+# is the route's to drop (``routes_models.BODY_READ_TIMEOUT``).
+KEEP_ALIVE_TIMEOUT = 30
+
+
+def _h11_protocol() -> type:
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderTimeoutH11(H11Protocol):
+        """uvicorn arms its idle timer only after a response, and disarms it on any
+        data; also arm it on connect and while request headers are incomplete, so a
+        client that never finishes its headers (or trickles them) is dropped."""
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm_header_timeout()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            self._arm_header_timeout()
+
+        def _arm_header_timeout(self) -> None:
+            if (self.conn.their_state is h11.IDLE and self.timeout_keep_alive_task is None
+                    and not self.transport.is_closing()):
+                self.timeout_keep_alive_task = self.loop.call_later(
+                    self.timeout_keep_alive, self.timeout_keep_alive_handler)
+
+    return HeaderTimeoutH11
+
+
+def uvicorn_settings() -> dict[str, Any]:
+    """``uvicorn.Config`` keyword arguments, shared with the tests' live servers."""
+    return {
+        "log_level": "debug" if config.DEBUG.get() else "warning", "log_config": None,
+        "access_log": False,  # RequestMiddleware writes the access log, with request ids
         # The drain already waited; this only bounds closing what is left.
-        timeout_graceful_shutdown=2,
-    ))
+        "timeout_graceful_shutdown": 2,
+        "timeout_keep_alive": KEEP_ALIVE_TIMEOUT,
+        "http": _h11_protocol(),
+    }
 
 
 def _force_exit(app: FastAPI, pid_path: Path, sig: int) -> None:

@@ -125,9 +125,15 @@ class Store:
             return digest
 
     def copy(self, source: ModelName, destination: ModelName) -> None:
+        """Point ``destination`` at ``source``'s manifest; blobs only the replaced
+        manifest used are collected, as after a delete."""
         with self.lock:
             entry = self.manifests.read(source)
+            previous: set[str] = set()
+            if self.manifests.exists(destination):
+                previous = self.manifests.read(destination).manifest.digests()
             self.manifests.write(destination, entry.manifest)
+            self._drop_unreferenced(previous - entry.manifest.digests())
 
     def delete(self, name: ModelName) -> None:
         with self.lock:
