@@ -2,9 +2,12 @@
 
 * DNS rebinding: a web page on ``evil.com`` whose name resolves to 127.0.0.1
   can reach a loopback daemon from the victim's browser, but its requests
-  carry ``Host: evil.com``.  While bound to loopback, only loopback/private IP
-  hosts, ``localhost``, this machine's name and ``*.localhost``, ``*.local``,
-  ``*.internal`` pass; anything else gets 403.
+  carry ``Host: evil.com``.  While bound to loopback, only IP literals that are
+  loopback/private, ``localhost`` and ``*.localhost`` (which never leave the
+  machine, RFC 6761), this machine's name and the hosts of ``LOCALLLM_ORIGINS``
+  pass; anything else gets 403.  ``*.local`` is refused: any device on the LAN
+  can answer an mDNS query for it, which is rebinding by another route (list
+  such a name in ``LOCALLLM_ORIGINS`` to allow it).
 * CORS: browsers may call the API from ``LOCALLLM_ORIGINS`` plus local origins
   (localhost, 127.0.0.1, 0.0.0.0 on any port) and desktop/editor app schemes.
   A request from any other origin is refused with 403, so a foreign page
@@ -44,7 +47,7 @@ ALLOWED_HEADERS = frozenset({
 # OpenAI's SDKs send a family of x-stainless-* headers (lang, os, arch, retry-count, ...).
 _ALLOWED_HEADER_PREFIX = "x-stainless-"
 ALLOWED_METHODS = "GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS"
-_LOCAL_SUFFIXES = (".localhost", ".local", ".internal")
+_LOOPBACK_SUFFIX = ".localhost"
 _OPEN_PATHS = frozenset({"/", "/health"})
 
 
@@ -82,7 +85,24 @@ def split_host_header(value: str) -> str:
     return value
 
 
-def host_allowed(header: str) -> bool:
+def origin_hosts(origins: Iterable[str]) -> re.Pattern[str] | None:
+    """The host names of ``LOCALLLM_ORIGINS`` entries as one pattern (``*`` as in
+    ``origin_pattern``), so a name the user allowed as an origin also passes the
+    Host guard; None when there are none."""
+    parts = []
+    for origin in origins:
+        rest = origin.strip().partition("://")[2] or origin.strip()
+        host = split_host_header(rest.partition("/")[0])
+        if host:
+            parts.append(re.escape(host).replace(r"\*", r"[^/\s]*"))
+    if not parts:
+        return None
+    return re.compile("^(?:" + "|".join(parts) + ")$", re.IGNORECASE)
+
+
+def host_allowed(header: str, allowed: re.Pattern[str] | None = None) -> bool:
+    """Whether a Host header names this machine (see the module docstring);
+    ``allowed`` adds the hosts of the configured origins."""
     host = split_host_header(header).rstrip(".")
     if host in ("", "localhost"):
         return True  # HTTP/1.0 clients may send no Host at all
@@ -92,9 +112,9 @@ def host_allowed(header: str) -> bool:
         pass
     else:
         return addr.is_loopback or addr.is_private or addr.is_unspecified or addr.is_link_local
-    if host == socket.gethostname().lower():
+    if host == socket.gethostname().lower() or host.endswith(_LOOPBACK_SUFFIX):
         return True
-    return host.endswith(_LOCAL_SUFFIXES)
+    return allowed is not None and allowed.fullmatch(host) is not None
 
 
 def headers_allowed(requested: str) -> bool:
@@ -113,7 +133,9 @@ class SecurityMiddleware:
     ) -> None:
         self.app = app
         self.guard_host = guard_host
+        origins = list(origins)
         self.origins = origin_pattern([*origins, *DEFAULT_ORIGINS])
+        self.origin_hosts = origin_hosts(origins)
         self.api_key = api_key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -121,7 +143,8 @@ class SecurityMiddleware:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        if self.guard_host and not host_allowed(headers.get("host", "")):
+        if self.guard_host and not host_allowed(headers.get("host", ""),
+                                                self.origin_hosts):
             await _error(send, 403, "forbidden: host not allowed")
             return
         origin = headers.get("origin")

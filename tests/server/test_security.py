@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import socket
+
 import httpx
 import pytest
 
 from localllm.server.app import create_app
-from localllm.server.security import host_allowed, origin_pattern
+from localllm.server.security import host_allowed, origin_hosts, origin_pattern
 from localllm.store.local import Store
 from tests.server.conftest import BASE_URL
 
@@ -18,7 +20,8 @@ def _client(store: Store, bind_host: str = "127.0.0.1") -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE_URL)
 
 
-@pytest.mark.parametrize("host", ["evil.com", "evil.com:11434", "localhost.evil.com", "8.8.8.8"])
+@pytest.mark.parametrize("host", ["evil.com", "evil.com:11434", "localhost.evil.com", "8.8.8.8",
+                                  "box.local", "printer.local:11434", "svc.internal"])
 async def test_foreign_host_header_is_403_on_loopback(client: httpx.AsyncClient, host: str) -> None:
     r = await client.get("/api/tags", headers={"host": host})
     assert r.status_code == 403
@@ -27,7 +30,7 @@ async def test_foreign_host_header_is_403_on_loopback(client: httpx.AsyncClient,
 
 @pytest.mark.parametrize("host", [
     "localhost:11434", "localhost", "127.0.0.1:11434", "[::1]:11434", "10.0.0.5",
-    "192.168.1.20:11434", "box.local", "app.localhost:3000", "svc.internal", "0.0.0.0:11434",
+    "192.168.1.20:11434", "app.localhost:3000", "0.0.0.0:11434",
 ])
 async def test_local_host_headers_pass(client: httpx.AsyncClient, host: str) -> None:
     r = await client.get("/api/tags", headers={"host": host})
@@ -43,6 +46,22 @@ def test_host_allowed_units() -> None:
     assert host_allowed("")
     assert not host_allowed("evil.local.com")
     assert not host_allowed("1.1.1.1:80")
+    assert not host_allowed("box.local")  # mDNS: any device on the LAN may answer
+    assert host_allowed(socket.gethostname())
+    allowed = origin_hosts(["http://myapp.local:3000", "https://*.example.com"])
+    assert host_allowed("myapp.local:11434", allowed)
+    assert host_allowed("a.example.com", allowed)
+    assert not host_allowed("other.local", allowed)
+    assert not host_allowed("example.com.evil.com", allowed)
+    assert origin_hosts([]) is None
+
+
+async def test_configured_origin_hosts_pass_the_host_guard(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCALLLM_ORIGINS", "http://studio.local:8080")
+    async with _client(store) as c:
+        assert (await c.get("/api/tags", headers={"host": "studio.local"})).status_code == 200
+        assert (await c.get("/api/tags", headers={"host": "other.local"})).status_code == 403
 
 
 async def test_preflight_from_allowed_origin(client: httpx.AsyncClient) -> None:
