@@ -11,8 +11,31 @@ from typing import Any
 
 from localllm.api.options import OPTION_TYPES, resolve_options
 from localllm.errors import InvalidRequest
+from localllm.store.blobs import MAX_TEXT_LAYER
 
 ROLES = ("system", "user", "assistant", "tool")
+
+
+def check_text_sizes(*, template: str | None, system: str | None, licenses: list[str],
+                     parameters: Any, messages: Any) -> None:
+    """400 for a text layer larger than the store will read back (``MAX_TEXT_LAYER``):
+    refused at create, never stored as a model that show and generate then reject."""
+    import json
+
+    texts: list[tuple[str, str | None]] = [("TEMPLATE", template), ("SYSTEM", system)]
+    texts += [("LICENSE", text) for text in licenses]
+    for what, text in texts:
+        # Four UTF-8 bytes per character at most: most texts skip the encode.
+        if text is not None and len(text) * 4 > MAX_TEXT_LAYER \
+                and len(text.encode("utf-8", "surrogatepass")) > MAX_TEXT_LAYER:
+            raise InvalidRequest(_too_big(what))
+    for what, value in (("parameters", parameters), ("messages", messages)):
+        if value is not None and len(json.dumps(value, default=str)) > MAX_TEXT_LAYER:
+            raise InvalidRequest(_too_big(what))
+
+
+def _too_big(what: str) -> str:
+    return f"{what} is too large: a text layer may hold at most {MAX_TEXT_LAYER >> 20} MiB"
 
 
 def check_parameters(params: dict[str, Any] | None) -> dict[str, Any] | None:

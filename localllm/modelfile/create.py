@@ -22,7 +22,12 @@ from typing import Any
 
 from localllm.errors import InvalidRequest, LocalLLMError, ModelNotFound
 from localllm.gguf_info import ModelInfo, read_model_info, read_model_info_split
-from localllm.modelfile.checks import check_messages, check_parameters, check_template
+from localllm.modelfile.checks import (
+    check_messages,
+    check_parameters,
+    check_template,
+    check_text_sizes,
+)
 from localllm.modelfile.lora_check import check_adapter_fits
 from localllm.modelfile.paths import allowed_path, looks_like_path, model_files
 from localllm.modelfile.quantize import QUANTIZABLE, quant_type, quantize_file
@@ -89,6 +94,8 @@ class Creator:
     def plan(self, spec: CreateSpec) -> Plan:
         name = parse_name(spec.model)
         plan = Plan(name=name, info=None, spec=spec)
+        check_text_sizes(template=spec.template, system=spec.system, licenses=spec.license,
+                         parameters=spec.parameters, messages=spec.messages)
         if spec.quantize:
             plan.quantize = quant_type(spec.quantize)
         if spec.files:

@@ -21,6 +21,10 @@ from localllm.errors import BlobNotFound, DigestMismatch
 from localllm.store.names import digest_filename, parse_digest
 
 CHUNK = 1 << 20
+# Largest text layer (template, system, license, params, messages) the store reads back
+# whole.  Create refuses anything larger (modelfile/checks.py), so every model it lists
+# can be shown and run.
+MAX_TEXT_LAYER = 16 << 20
 _TMP_PREFIX = ".tmp-"
 
 
@@ -90,7 +94,7 @@ class BlobStore:
         except FileNotFoundError:
             raise BlobNotFound(f'blob "{parse_digest(digest)}" not found') from None
 
-    def read_bytes(self, digest: str, limit: int = 16 << 20) -> bytes:
+    def read_bytes(self, digest: str, limit: int = MAX_TEXT_LAYER) -> bytes:
         """Read a small blob (params, template, ...) whole; refuses anything over ``limit``."""
         with self.open(digest) as fh:
             data = fh.read(limit + 1)
@@ -128,6 +132,11 @@ class BlobStore:
             return got, size
         finally:
             tmp.unlink(missing_ok=True)
+
+    def writer(self, expected: str | None = None) -> BlobWriter:
+        """A blob written piece by piece (``write``, then ``commit`` or ``abort``): for
+        callers that receive the bytes asynchronously and must not hold a thread."""
+        return BlobWriter(self, parse_digest(expected) if expected else None)
 
     def write_bytes(self, data: bytes) -> str:
         digest, _ = self.write_stream([data])
@@ -199,3 +208,47 @@ class BlobStore:
     def disk_free(self) -> int:
         self.root.mkdir(parents=True, exist_ok=True)
         return shutil.disk_usage(self.root).free
+
+
+class BlobWriter:
+    """One blob in the making: a temp file hashed as it grows; nothing visible until
+    ``commit`` verifies the digest.  Each method is short blocking work (one chunk)."""
+
+    def __init__(self, blobs: BlobStore, expected: str | None) -> None:
+        self.blobs = blobs
+        self.expected = expected
+        self.tmp = blobs._tmp()
+        self.size = 0
+        self._hash = hashlib.sha256()
+        self._fh: BinaryIO | None = open(self.tmp, "wb")
+
+    def write(self, chunk: bytes) -> None:
+        assert self._fh is not None, "write after commit/abort"
+        self._hash.update(chunk)
+        self._fh.write(chunk)
+        self.size += len(chunk)
+
+    def commit(self) -> str:
+        """Verify and publish the blob; on a mismatch nothing is left behind."""
+        assert self._fh is not None, "commit after commit/abort"
+        try:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            self._close()
+            got = f"sha256:{self._hash.hexdigest()}"
+            if self.expected is not None and got != self.expected:
+                raise DigestMismatch(f'digest mismatch, expected "{self.expected}", got "{got}"')
+            self.blobs._commit(self.tmp, got)
+            return got
+        finally:
+            self.abort()
+
+    def abort(self) -> None:
+        """Drop the temp file (harmless after ``commit``)."""
+        self._close()
+        self.tmp.unlink(missing_ok=True)
+
+    def _close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None

@@ -243,3 +243,29 @@ async def test_split_files_in_order(client: httpx.AsyncClient, store: Store,
     assert r.json() == {"status": "success"}
     layers = store.get(parse_name("split")).manifest.by_type(MEDIA_MODEL)
     assert [ly.name for ly in layers] == [p.name for p in parts]
+
+
+@pytest.mark.parametrize("field", ["system", "template", "license", "messages", "parameters"])
+async def test_text_layers_over_the_read_limit_are_refused_at_create(
+        client: httpx.AsyncClient, store: Store, tiny_gguf: Path, field: str) -> None:
+    from localllm.store.blobs import MAX_TEXT_LAYER
+
+    digest = await upload(client, tiny_gguf)
+    huge = "x" * (MAX_TEXT_LAYER + 1)
+    value: Any = {
+        "system": huge, "template": huge, "license": ["MIT", huge],
+        "messages": [{"role": "user", "content": huge}], "parameters": {"stop": [huge]},
+    }[field]
+    r = await create(client, {"model": "big", "files": {"tiny.gguf": digest}, field: value,
+                              "stream": False})
+    assert r.status_code == 400, r.text[:200]
+    assert "too large" in r.json()["error"]
+    assert (await client.get("/api/tags")).json()["models"] == []
+    # Just under the limit is stored, and show can read it back.
+    if field == "system":
+        fits = "y" * MAX_TEXT_LAYER
+        r = await create(client, {"model": "fits", "files": {"tiny.gguf": digest},
+                                  "system": fits, "stream": False})
+        assert r.status_code == 200, r.text[:200]
+        r = await client.post("/api/show", json={"model": "fits"})
+        assert r.status_code == 200 and r.json()["system"] == fits
