@@ -3,18 +3,20 @@
 Routes stay thin: parse the body, call ``ModelService``, shape the answer.
 Blocking store work runs in worker threads (sync route functions, or a
 dedicated thread for pulls), so the event loop keeps serving other clients.
+A worker thread is never held while waiting on a client: uploads await each
+chunk on the loop (``BODY_READ_TIMEOUT`` between chunks) and write it in a thread.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
 from typing import Annotated, Any
 
 import anyio
-import anyio.from_thread
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Request, Response
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.requests import ClientDisconnect
 
 from localllm import __version__
 from localllm.api.schemas import CopyRequest, DeleteRequest, PullRequest, ShowRequest
@@ -25,6 +27,9 @@ from localllm.services import ModelService
 from localllm.store.names import parse_digest, parse_name
 
 router = APIRouter()
+log = logging.getLogger(__name__)
+# Longest silence between two chunks of an upload before the client is dropped.
+BODY_READ_TIMEOUT = 60.0
 Service = Annotated[ModelService, Depends(model_service)]
 
 
@@ -86,24 +91,33 @@ def blob_exists(digest: str, svc: Service) -> Response:
 
 @router.post("/api/blobs/{digest:path}")
 async def blob_upload(digest: str, request: Request, svc: Service) -> Response:
+    """Stream the body to a temp blob: chunks are awaited on the event loop and only
+    each write runs in a worker thread, so uploads stalled by their clients hold no
+    thread (40 of them used to exhaust the pool and stall every sync route)."""
     want = parse_digest(digest)
     if await anyio.to_thread.run_sync(svc.blob_exists, want):
         return Response(status_code=200)
-    created = await anyio.to_thread.run_sync(svc.upload_blob, want, _body_chunks(request))
-    return Response(status_code=201 if created else 200)
-
-
-def _body_chunks(request: Request) -> Iterator[bytes]:
-    """The request body as a blocking iterator, for the writer thread.
-
-    Each chunk is fetched on the event loop, so the upload streams straight
-    to disk without ever being held in memory whole.
-    """
-    stream = request.stream()
-    while True:
-        try:
-            chunk = anyio.from_thread.run(stream.__anext__)
-        except StopAsyncIteration:
-            return
-        if chunk:
-            yield chunk
+    writer = await anyio.to_thread.run_sync(svc.store.blobs.writer, want)
+    try:
+        stream = request.stream()
+        while True:
+            try:
+                with anyio.fail_after(BODY_READ_TIMEOUT):
+                    chunk = await stream.__anext__()
+            except StopAsyncIteration:
+                break
+            if chunk:
+                await anyio.to_thread.run_sync(writer.write, chunk)
+        await anyio.to_thread.run_sync(writer.commit)
+    except TimeoutError:
+        log.info("blob upload %s: no data for %gs, dropping the client", want, BODY_READ_TIMEOUT)
+        # ``close``: the rest of the body will not be read on this connection.
+        return JSONResponse({"error": f"no request data for {BODY_READ_TIMEOUT:g}s"},
+                            status_code=408, headers={"connection": "close"})
+    except ClientDisconnect:
+        # Routine (a cancelled `localllm create`), not a server fault: one line, no traceback.
+        log.info("blob upload %s: client disconnected after %d bytes", want, writer.size)
+        return Response(status_code=499)
+    finally:
+        writer.abort()  # inline: a cancelled request must not skip the clean-up
+    return Response(status_code=201)
