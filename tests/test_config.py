@@ -33,6 +33,7 @@ CASES: dict[str, tuple[str, Any, str | None]] = {
     "LOCALLLM_FLASH_ATTENTION": ("On", "on", "sometimes"),
     "LOCALLLM_KV_CACHE_TYPE": ("Q8_0", "q8_0", "q5_1"),
     "LOCALLLM_LOAD_TIMEOUT": ("10m", 600.0, "soon"),
+    "LOCALLLM_RUNNER_TIMEOUT": ("2s", 2.0, "later"),
     "LOCALLLM_GPU_OVERHEAD": ("1073741824", 1 << 30, "-5"),
     "LOCALLLM_SCHED_SPREAD": ("true", True, "maybe"),
     "LOCALLLM_NOPRUNE": ("1", True, "2"),

@@ -198,7 +198,6 @@ class Scheduler:
                 model = self._loaded.get(spec.key)
                 if model is not None and not model.runner.alive:
                     log.warning("runner for %s died; loading it afresh", spec.name)
-                    self._note_death(model)
                     await self._stop(model)
                     continue
                 if model is not None and load_key(model.requested) == load_key(opts):
@@ -264,8 +263,6 @@ class Scheduler:
         model.keep_alive = keep_alive
         if model.refcount == 0 and self._loaded.get(model.spec.key) is model:
             if not model.runner.alive or keep_alive <= 0:
-                if not model.runner.alive:
-                    self._note_death(model)
                 await self._stop(model)
             elif math.isfinite(keep_alive):
                 model.expires_at = time.time() + keep_alive
@@ -276,8 +273,12 @@ class Scheduler:
         await self._notify()
 
     def _note_death(self, model: Loaded, why: str | None = None) -> None:
-        if not model.stopping:  # else we ended it ourselves
-            self._failed[model.spec.key] = (model.spec.name, why or _death_of(model.runner))
+        if model.stopping:  # we ended it ourselves
+            return
+        if why is not None:
+            self._failed[model.spec.key] = (model.spec.name, why)
+        else:  # keep what a request already learned (the message is the better reason)
+            self._failed.setdefault(model.spec.key, (model.spec.name, _death_of(model.runner)))
 
     def _expire(self, model: Loaded) -> None:
         if model.refcount == 0 and self._loaded.get(model.spec.key) is model:
@@ -296,6 +297,8 @@ class Scheduler:
         return True
 
     async def _stop(self, model: Loaded) -> None:
+        if not model.runner.alive:
+            self._note_death(model)  # died before we ended it: still a failure to report
         if self._loaded.get(model.spec.key) is model:
             del self._loaded[model.spec.key]
         if model.timer is not None:

@@ -6,8 +6,9 @@ behaviour is chosen by words in the model path (``slowload``, ``crashload``,
 ``failload``, ``longload`` takes ``LONG_S``, ``stopload`` stops the process)
 and in the prompt (``boom`` raises in ``step``, ``segv`` kills the process,
 ``longstep`` makes its second step take ``LONG_S``).  Long loads and steps
-sleep, which releases the GIL as a native call does.  Each step emits one piece ``"<n> "`` per active request after a
-short sleep, so streams last long enough to be killed in the middle.
+sleep, which releases the GIL as a native call does.  Each step emits one
+piece ``"<n> "`` per active request after a short sleep, so streams last long
+enough to be killed in the middle.
 """
 
 from __future__ import annotations

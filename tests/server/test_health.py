@@ -13,6 +13,9 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from localllm.errors import RunnerCrashed
+from localllm.runner.messages import LoadOptions
+from localllm.scheduler.scheduler import ModelSpec, Scheduler
 from localllm.server.app import create_app
 from localllm.store.local import Store
 from tests.cli.conftest import Daemon
@@ -130,3 +133,36 @@ def test_health_answers_while_loading_and_generating(long_daemon: Daemon) -> Non
     # The load took long enough to probe several times, and no probe waited on it.
     assert len(during_load) >= 2
     assert max(during_load + during_stream) < 0.5, (during_load, during_stream)
+
+
+async def test_not_ready_naming_a_model_whose_runner_died_until_it_loads_again(
+        store: Store) -> None:
+    sched = fake_scheduler()
+    app = create_app(store, bind_host="127.0.0.1", scheduler=sched)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://localhost") as client:
+        await _died_then_loaded(sched, client)
+
+
+async def _died_then_loaded(sched: Scheduler, client: httpx.AsyncClient) -> None:
+    spec = ModelSpec(name="m:latest", key="/blobs/m", model_paths=("/blobs/m",))
+    with pytest.raises(RunnerCrashed, match=r"^m:latest: model runner stopped responding"):
+        async with sched.use(spec, LoadOptions(), 60) as model:
+            model.runner.closed = True  # what the watchdog's kill looks like from here
+            raise RunnerCrashed("model runner stopped responding (no sign of life for 2.0s)")
+    r = await client.get("/health/ready")
+    assert r.status_code == 503
+    assert r.json()["reasons"] == [
+        "model m:latest failed: model runner stopped responding (no sign of life for 2.0s)"]
+    async with sched.use(spec, LoadOptions(), 60) as model:  # loads afresh
+        pass
+    assert (await client.get("/health/ready")).status_code == 200
+    # An idle runner that dies (no request sees it) counts too.
+    model.runner.closed = True
+    r = await client.get("/health/ready")
+    assert r.status_code == 503 and r.json()["reasons"][0].startswith("model m:latest failed")
+    await sched.unload(spec.key)  # unloading is not a way to hide it: only a load is
+    assert (await client.get("/health/ready")).status_code == 503
+    async with sched.use(spec, LoadOptions(), 0):
+        pass
+    assert (await client.get("/health/ready")).status_code == 200
