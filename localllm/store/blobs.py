@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 import shutil
 import time
@@ -21,11 +22,44 @@ from localllm.errors import BlobNotFound, DigestMismatch
 from localllm.store.names import digest_filename, parse_digest
 
 CHUNK = 1 << 20
+# Temp files are ``.tmp-<pid>-…``: start-up clean-up removes those whose writer process
+# is gone at once, and only old ones of an unknown writer (older names without a pid).
 # Largest text layer (template, system, license, params, messages) the store reads back
 # whole.  Create refuses anything larger (modelfile/checks.py), so every model it lists
 # can be shown and run.
 MAX_TEXT_LAYER = 16 << 20
 _TMP_PREFIX = ".tmp-"
+_TMP_PID = re.compile(r"\.tmp-(\d+)-")
+_UNKNOWN_TMP_AGE = 3600.0
+
+
+def tmp_name(stem: str = "") -> str:
+    """A fresh temp-file name tagged with this process's id (see ``stale_tmp``)."""
+    return f"{_TMP_PREFIX}{os.getpid()}-{stem}{secrets.token_hex(8)}"
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
+
+
+def stale_tmp(path: Path, now: float) -> bool:
+    """Whether a ``.tmp-*`` file is debris: its writer's process has ended, or (no pid
+    in the name) it is over an hour old.  Partial downloads (``-partial``) never are."""
+    match = _TMP_PID.match(path.name)
+    if match is not None:
+        return not _pid_alive(int(match.group(1)))
+    try:
+        return now - path.stat().st_mtime > _UNKNOWN_TMP_AGE
+    except FileNotFoundError:
+        return False
 
 
 def fsync_dir(path: Path) -> None:
@@ -45,7 +79,7 @@ def fsync_dir(path: Path) -> None:
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temp file, fsync and rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{secrets.token_hex(6)}")
+    tmp = path.with_name(tmp_name(f"{path.name}."))
     try:
         with open(tmp, "wb") as fh:
             fh.write(data)
@@ -104,7 +138,7 @@ class BlobStore:
 
     def _tmp(self) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)
-        return self.root / f"{_TMP_PREFIX}{secrets.token_hex(8)}"
+        return self.root / tmp_name()
 
     def write_stream(
         self, chunks: Iterable[bytes], expected: str | None = None
@@ -190,8 +224,7 @@ class BlobStore:
             except FileNotFoundError:
                 continue
             if name.startswith(_TMP_PREFIX):
-                # Temp files of a live writer are young; only old ones are debris.
-                if age > 3600:
+                if stale_tmp(entry, now):
                     entry.unlink(missing_ok=True)
                 continue
             if name.endswith("-partial") or "-partial" in name:
@@ -204,6 +237,13 @@ class BlobStore:
                 entry.unlink(missing_ok=True)
                 removed.append(digest)
         return removed
+
+    def remove_stale_tmp(self) -> None:
+        if self.root.is_dir():
+            now = time.time()
+            for entry in self.root.iterdir():
+                if entry.name.startswith(_TMP_PREFIX) and stale_tmp(entry, now):
+                    entry.unlink(missing_ok=True)
 
     def disk_free(self) -> int:
         self.root.mkdir(parents=True, exist_ok=True)

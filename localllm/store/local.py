@@ -156,9 +156,13 @@ class Store:
         """Remove blobs no manifest references and older than the grace period.
 
         Run at daemon start (unless LOCALLLM_NOPRUNE); the grace period spares
-        blobs of operations still in flight.
+        blobs of operations still in flight.  Temp files (``blobs/.tmp-*``,
+        ``manifests/**/.tmp-*``) of writers that have died go at once, even with
+        LOCALLLM_NOPRUNE (they are never data); ``-partial`` downloads stay for resume.
         """
-        if config.NOPRUNE.get():
-            return []
         with self.lock:
+            self.manifests.remove_stale_tmp()
+            if config.NOPRUNE.get():
+                self.blobs.remove_stale_tmp()
+                return []
             return self.blobs.prune(self.manifests.referenced(), grace_seconds=grace_seconds)

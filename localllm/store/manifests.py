@@ -10,13 +10,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from localllm.errors import InvalidRequest, ModelNotFound
-from localllm.store.blobs import atomic_write_bytes
+from localllm.store.blobs import atomic_write_bytes, stale_tmp
 from localllm.store.names import ModelName, parse_digest, parse_name
 
 MANIFEST_MEDIA_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
@@ -177,6 +178,21 @@ class ManifestStore:
             except OSError:
                 return
             folder = folder.parent
+
+    def remove_stale_tmp(self) -> list[Path]:
+        """Remove ``.tmp-*`` files left by writers that died mid-write (``stale_tmp``)."""
+        removed: list[Path] = []
+        if not self.root.is_dir():
+            return removed
+        now = time.time()
+        for dirpath, _dirs, files in os.walk(self.root):
+            for fname in files:
+                path = Path(dirpath) / fname
+                if fname.startswith(".tmp-") and stale_tmp(path, now):
+                    path.unlink(missing_ok=True)
+                    removed.append(path)
+                    self._prune_empty(path.parent)
+        return removed
 
     def entries(self) -> Iterator[Entry]:
         """Every readable manifest; unreadable or misplaced files are skipped."""

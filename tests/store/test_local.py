@@ -108,3 +108,51 @@ def test_noprune_setting(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     orphan = store.blobs.write_bytes(b"orphan")
     assert store.prune(grace_seconds=0) == []
     assert store.blobs.exists(orphan)
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    with subprocess.Popen([sys.executable, "-c", "pass"]) as child:
+        child.wait()
+    return child.pid
+
+
+@pytest.mark.parametrize("noprune", ["0", "1"])
+def test_prune_removes_temp_files_of_dead_writers_at_once(
+        store: Store, monkeypatch: pytest.MonkeyPatch, noprune: str) -> None:
+    import os
+
+    monkeypatch.setenv("LOCALLLM_NOPRUNE", noprune)
+    _model(store, "m", b"weights")
+    dead, alive = _dead_pid(), os.getpid()
+    folder = store.manifests.root / "registry.ollama.ai" / "library" / "m"
+    debris = [store.blobs.root / f".tmp-{dead}-0123abcd",
+              folder / f".tmp-{dead}-latest.0123abcd",
+              store.manifests.root / "hf.co" / "x" / "y" / f".tmp-{dead}-q4.ab"]
+    live = [store.blobs.root / f".tmp-{alive}-feedbeef",  # a writer still at work
+            folder / f".tmp-{alive}-latest.feedbeef",
+            store.blobs.root / ".tmp-deadbeef",  # no pid, young: maybe still written
+            store.blobs.partial_path("sha256:" + "a" * 64)]  # resumable download
+    for path in debris + live:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"t")
+    store.prune()
+    assert [p for p in debris if p.exists()] == []
+    assert [p for p in live if not p.exists()] == []
+    assert not (store.manifests.root / "hf.co").exists()  # emptied folders go too
+    assert [e.name.display for e in store.list()] == ["m:latest"]
+
+
+def test_temp_names_carry_the_writer_pid(store: Store) -> None:
+    import os
+
+    from localllm.store.blobs import tmp_name
+
+    assert tmp_name().startswith(f".tmp-{os.getpid()}-")
+    writer = store.blobs.writer()
+    try:
+        assert writer.tmp.name.startswith(f".tmp-{os.getpid()}-")
+    finally:
+        writer.abort()
