@@ -44,7 +44,8 @@ def _default(value: object) -> str:
 
 def configuration() -> str:
     rows = "\n".join(
-        f"| `{s.name}` | {_default(s.default)} | {s.description.replace('|', '&#124;')} |"
+        f"| `{s.name}` | {_default(s.default)} | {s.description.replace('|', '&#124;')}"
+        + (f" Falls back to `{s.ollama}`." if s.ollama else "") + " |"
         for s in config.REGISTRY
     )
     return f"""# Configuration
@@ -54,6 +55,9 @@ def configuration() -> str:
 localllm reads its settings from environment variables, each time it needs them.
 A malformed value is logged as a warning and the default is used instead, so a
 typo never stops the daemon. The same list is printed by `localllm serve --help`.
+Where Ollama has a variable of the same meaning (`OLLAMA_HOST`, `OLLAMA_MODELS`, ...),
+it is read when ours is unset, so an existing Ollama setup keeps working; `localllm
+doctor` and the daemon's start-up log say which were used.
 
 | Variable | Default | What it does |
 |----------|---------|--------------|

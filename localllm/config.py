@@ -42,16 +42,33 @@ class Setting(Generic[T]):
     parse: Callable[[str], T]
     default: T
     description: str
+    # Ollama's variable of the same meaning, read when ours is unset, so an existing
+    # Ollama setup (a service file, a shell profile) and its clients agree with us.
+    ollama: str = ""
+
+    def source(self) -> tuple[str, str] | None:
+        """(variable, value) this setting comes from, or None when it is the default."""
+        for var in (self.name, self.ollama):
+            raw = os.environ.get(var) if var else None
+            if raw is not None and raw.strip():
+                return var, raw.strip()
+        return None
 
     def get(self) -> T:
-        raw = os.environ.get(self.name)
-        if raw is None or raw.strip() == "":
+        src = self.source()
+        if src is None:
             return self.default
+        var, raw = src
         try:
-            return self.parse(raw.strip())
+            return self.parse(raw)
         except ValueError as exc:
-            log.warning("ignoring %s=%r (%s); using %r", self.name, raw, exc, self.default)
+            log.warning("ignoring %s=%r (%s); using %r", var, raw, exc, self.default)
             return self.default
+
+
+def ollama_fallbacks() -> list[tuple[str, str]]:
+    """(our setting, Ollama variable) for each setting now taken from an OLLAMA_* variable."""
+    return [(st.name, src[0]) for st in REGISTRY if (src := st.source()) and src[0] == st.ollama]
 
 
 def _bool(raw: str) -> bool:
@@ -216,28 +233,35 @@ def parse_host(raw: str) -> tuple[str, int]:
 
 
 HOST = Setting("LOCALLLM_HOST", parse_host, ("127.0.0.1", DEFAULT_PORT),
-               "Address the daemon binds to and clients connect to (host[:port]).")
+               "Address the daemon binds to and clients connect to (host[:port]).",
+               ollama="OLLAMA_HOST")
 HOME = Setting("LOCALLLM_HOME", _str, "",
                "Root folder for everything localllm writes (models, logs, chats); "
                "default: the platform's data directory.")
 MODELS = Setting("LOCALLLM_MODELS", _str, "",
-                 "Model store folder (blobs/ and manifests/); default: <home>/models.")
+                 "Model store folder (blobs/ and manifests/); default: <home>/models.",
+                 ollama="OLLAMA_MODELS")
 ORIGINS: Setting[list[str]] = Setting("LOCALLLM_ORIGINS", _list, [],
-                  "Extra CORS origins allowed to call the API (comma-separated).")
+                  "Extra CORS origins allowed to call the API (comma-separated).",
+                  ollama="OLLAMA_ORIGINS")
 KEEP_ALIVE = Setting("LOCALLLM_KEEP_ALIVE", parse_duration, 300.0,
-                     "How long an idle model stays loaded (duration; negative = forever).")
+                     "How long an idle model stays loaded (duration; negative = forever).",
+                     ollama="OLLAMA_KEEP_ALIVE")
 NUM_PARALLEL = Setting("LOCALLLM_NUM_PARALLEL", _nonneg_int, 4,
-                       "Concurrent sequences (slots) per loaded model.")
+                       "Concurrent sequences (slots) per loaded model.",
+                       ollama="OLLAMA_NUM_PARALLEL")
 MAX_LOADED_MODELS = Setting("LOCALLLM_MAX_LOADED_MODELS", _nonneg_int, 0,
-                            "Most models loaded at once (0 = 3 per GPU, 3 on CPU).")
+                            "Most models loaded at once (0 = 3 per GPU, 3 on CPU).",
+                            ollama="OLLAMA_MAX_LOADED_MODELS")
 MAX_LOADED_PER_GPU = 3  # what MAX_LOADED_MODELS=0 allows per GPU (and on a CPU-only machine)
 MAX_QUEUE = Setting("LOCALLLM_MAX_QUEUE", _nonneg_int, 512,
                     "Pending requests allowed before the daemon answers 503.")
 CONTEXT_LENGTH = Setting("LOCALLLM_CONTEXT_LENGTH", _nonneg_int, 0,
-                         "Default context length (0 = chosen from available memory).")
+                         "Default context length (0 = chosen from available memory).",
+                         ollama="OLLAMA_CONTEXT_LENGTH")
 FLASH_ATTENTION: Setting[FlashAttention] = Setting(
     "LOCALLLM_FLASH_ATTENTION", parse_flash_attention, "auto",
-    "Flash attention: on, off or auto.")
+    "Flash attention: on, off or auto.", ollama="OLLAMA_FLASH_ATTENTION")
 KV_CACHE_TYPE: Setting[KVType] = Setting(
     "LOCALLLM_KV_CACHE_TYPE", parse_kv_type, "f16",
     "KV cache type: f16, q8_0, q4_0 or f32 (quantized types need flash attention; "

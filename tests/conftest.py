@@ -15,6 +15,11 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     for var in ("LOCALLLM_MODELS", "LOCALLLM_HOST", "LOCALLLM_API_KEY", "LOCALLLM_ORIGINS",
                 "LOCALLLM_NOPRUNE", "HF_TOKEN"):
         monkeypatch.delenv(var, raising=False)
+    # Ollama's variables are fallbacks for ours: a developer's own Ollama setup must not leak in.
+    import os
+
+    for var in [v for v in os.environ if v.startswith("OLLAMA_")]:
+        monkeypatch.delenv(var, raising=False)
     # Nothing in the tests may reach the real Hub.
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     yield home

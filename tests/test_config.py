@@ -278,3 +278,31 @@ def test_setting_reads_at_call_time_not_import(monkeypatch: pytest.MonkeyPatch) 
     assert math.isinf(config.KEEP_ALIVE.get())
     monkeypatch.setenv("LOCALLLM_KEEP_ALIVE", "2m")
     assert config.KEEP_ALIVE.get() == 120.0
+
+
+def test_ollama_variables_are_fallbacks_and_ours_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LOCALLLM_KEEP_ALIVE", raising=False)
+    monkeypatch.setenv("OLLAMA_KEEP_ALIVE", "10m")
+    monkeypatch.setenv("OLLAMA_HOST", "0.0.0.0:11500")
+    monkeypatch.delenv("LOCALLLM_HOST", raising=False)
+    assert config.KEEP_ALIVE.get() == 600.0
+    assert config.HOST.get() == ("0.0.0.0", 11500)
+    assert ("LOCALLLM_KEEP_ALIVE", "OLLAMA_KEEP_ALIVE") in config.ollama_fallbacks()
+    monkeypatch.setenv("LOCALLLM_KEEP_ALIVE", "1m")
+    assert config.KEEP_ALIVE.get() == 60.0
+    assert ("LOCALLLM_KEEP_ALIVE", "OLLAMA_KEEP_ALIVE") not in config.ollama_fallbacks()
+    # Only the documented set: Ollama's names for things we do not share are not read.
+    assert {s.ollama for s in config.REGISTRY if s.ollama} == {
+        "OLLAMA_HOST", "OLLAMA_MODELS", "OLLAMA_KEEP_ALIVE", "OLLAMA_NUM_PARALLEL",
+        "OLLAMA_MAX_LOADED_MODELS", "OLLAMA_ORIGINS", "OLLAMA_CONTEXT_LENGTH",
+        "OLLAMA_FLASH_ATTENTION"}
+
+
+def test_doctor_says_which_ollama_variables_are_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    from localllm.cli.doctor import collect
+
+    monkeypatch.setenv("OLLAMA_NUM_PARALLEL", "2")
+    monkeypatch.delenv("LOCALLLM_NUM_PARALLEL", raising=False)
+    report = collect()
+    assert {"setting": "LOCALLLM_NUM_PARALLEL", "from": "OLLAMA_NUM_PARALLEL"} in \
+        report["ollama_settings"]

@@ -47,7 +47,7 @@ def local_workers() -> list[dict[str, Any]]:
 
 def collect() -> dict[str, Any]:
     """The whole report as plain data (what ``--json`` prints)."""
-    from localllm import __version__, paths
+    from localllm import __version__, config, paths
     from localllm.backends.catalog import wanted_backends
     from localllm.hardware.detect import detect
 
@@ -89,6 +89,8 @@ def collect() -> dict[str, Any]:
             "this machine's devices; firewall it or use an SSH tunnel"
             for w in local_workers() if w.get("exposed")],
         "fixes": [w.command for w in wanted],
+        "ollama_settings": [{"setting": ours, "from": theirs}
+                            for ours, theirs in config.ollama_fallbacks()],
     }
 
 
@@ -152,6 +154,8 @@ def render(report: dict[str, Any]) -> str:
         f"Home:       {report['paths']['home']}",
         f"Models:     {report['paths']['models']}",
     ]
+    for o in report["ollama_settings"]:
+        lines.append(f"Setting:    {o['setting']} is taken from {o['from']} (Ollama's)")
     if report["hints"]:
         lines += ["", "Hints:"] + [f"  - {h}" for h in report["hints"]]
     return "\n".join(lines)
