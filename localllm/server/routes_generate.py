@@ -3,8 +3,9 @@
 Routes validate and run the request through :mod:`localllm.server.native`
 (shared with the ``/v1`` routes), which shapes the runner's events into Ollama's
 response objects: streamed as NDJSON (``stream: true``, the default) or folded
-into one JSON object.  A client that disconnects ends the stream, which releases
-the scheduler slot and cancels the generation in the runner.
+into one JSON object.  A client that disconnects, streaming or not, before or
+after the first token, cancels the generation in the runner and releases the
+scheduler slot (see :mod:`localllm.server.streaming`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,12 @@ from localllm.inference.plan import (
 )
 from localllm.inference.service import now_rfc3339
 from localllm.server.deps import inference_service, parse_json
-from localllm.server.streaming import ndjson_response
+from localllm.server.streaming import (
+    ClientGone,
+    gone_response,
+    ndjson_response,
+    until_disconnect,
+)
 
 router = APIRouter()
 
@@ -41,10 +47,14 @@ def _require_model(model: str) -> None:
         raise InvalidRequest("model is required")
 
 
-async def _respond(events: AsyncIterator[dict[str, Any]], stream: bool, chat: bool) -> Response:
+async def _respond(request: Request, events: AsyncIterator[dict[str, Any]], stream: bool,
+                   chat: bool) -> Response:
     if stream:
-        return await ndjson_response(events)
-    return JSONResponse(await fold(events, chat))
+        return await ndjson_response(events, request=request)
+    try:
+        return JSONResponse(await until_disconnect(request, fold(events, chat)))
+    except ClientGone:
+        return gone_response()
 
 
 def _load_reply(model: str, reason: str, chat: bool) -> dict[str, Any]:
@@ -73,9 +83,10 @@ async def generate(request: Request) -> Response:
             "per-request Go templates are not supported; the model's own chat template is used")
     if not req.prompt and not req.suffix:
         reason = await svc.load_only(target, req.options, req.keep_alive)
-        return await _respond(_single(_load_reply(req.model, reason, False)), req.stream, False)
+        return await _respond(request, _single(_load_reply(req.model, reason, False)),
+                              req.stream, False)
     plan = await generate_plan(svc, target, req)
-    return await _respond(plan.events(plan.prepare()), req.stream, False)
+    return await _respond(request, plan.events(plan.prepare()), req.stream, False)
 
 
 async def _single(body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
@@ -90,10 +101,10 @@ async def chat(request: Request) -> Response:
     if not req.messages:
         target = svc.target(req.model)
         reason = await svc.load_only(target, req.options, req.keep_alive)
-        return await _respond(_single(_load_reply(req.model, reason, True)), req.stream,
-                              True)
+        return await _respond(request, _single(_load_reply(req.model, reason, True)),
+                              req.stream, True)
     plan = chat_plan(svc, req)
-    return await _respond(plan.events(plan.prepare()), req.stream, True)
+    return await _respond(request, plan.events(plan.prepare()), req.stream, True)
 
 
 @router.post("/api/embed")

@@ -9,7 +9,8 @@ shapes the chunks back.  Streams are server-sent events ending with
 ``data: [DONE]``; a failure after the first event is sent as an
 ``{"error": {...}}`` event and the stream ends without ``[DONE]``.  Errors
 before it keep their HTTP status in OpenAI's shape (the app's handlers do that
-for every path under ``/v1/``).
+for every path under ``/v1/``).  A client that disconnects, streaming or not,
+cancels every choice's generation (see :mod:`localllm.server.streaming`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,13 @@ from localllm.errors import InvalidRequest, ModelNotFound
 from localllm.inference.fanout import gather, merge
 from localllm.inference.plan import Plan, chat_plan, embed_native, fold, generate_plan
 from localllm.server.deps import inference_service, model_service, parse_json, validate
+from localllm.server.streaming import (
+    ClientGone,
+    first_of,
+    gone_response,
+    guarded,
+    until_disconnect,
+)
 from localllm.store.names import parse_name
 
 log = logging.getLogger(__name__)
@@ -63,26 +71,25 @@ async def _replay(chunks: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]
         yield chunk
 
 
-async def _final(plan: Plan, n: int, chat: bool) -> list[dict[str, Any]]:
-    runs = await gather([plan.events(plan.prepare(i)) for i in range(n)])
+async def _final(request: Request, plan: Plan, n: int, chat: bool) -> list[dict[str, Any]]:
+    """Every choice, folded; raises ``ClientGone`` (all choices cancelled) if the client leaves."""
+    runs = await until_disconnect(
+        request, gather([plan.events(plan.prepare(i)) for i in range(n)]))
     return [await fold(_replay(chunks), chat) for chunks in runs]
 
 
-async def _sse(plan: Plan, n: int, include_usage: bool,
+async def _sse(request: Request, plan: Plan, n: int, include_usage: bool,
                make: Callable[..., Streamer]) -> Response:
     """Stream ``n`` runs of ``plan`` as SSE; the first chunk is awaited before answering,
     so a full queue (503) or a failed load still gets its HTTP status."""
     ident = secrets.token_hex(12)
     created = int(time.time())
     streams: Sequence[Streamer] = [make(id=ident, created=created, index=i) for i in range(n)]
-    merged = merge([plan.events(plan.prepare(i)) for i in range(n)])
+    merged = guarded(merge([plan.events(plan.prepare(i)) for i in range(n)]), request)
     try:
-        first = await merged.__anext__()
-    except StopAsyncIteration:
-        first = None
-    except BaseException:
-        await merged.aclose()
-        raise
+        first = await first_of(merged)
+    except ClientGone:
+        return gone_response()
 
     async def body() -> AsyncIterator[str]:
         prompt, completion = 0, 0
@@ -102,6 +109,8 @@ async def _sse(plan: Plan, n: int, include_usage: bool,
             if include_usage:
                 yield sse(streams[0].usage_chunk(prompt, completion))
             yield SSE_DONE
+        except ClientGone:
+            pass  # nobody to tell
         except Exception as exc:
             if not isinstance(exc, InvalidRequest):
                 log.warning("%s stream failed: %s", type(streams[0]).__name__, exc)
@@ -124,9 +133,13 @@ async def chat_completions(request: Request) -> Response:
                      forced_tools=conv.native["tools"] if forced else None)
     model = req.model
     if conv.stream:
-        return await _sse(plan, conv.n, conv.include_usage,
+        return await _sse(request, plan, conv.n, conv.include_usage,
                           lambda **kw: ChatStream(model, **kw))
-    return JSONResponse(chat_completion(await _final(plan, conv.n, True), model=model))
+    try:
+        natives = await _final(request, plan, conv.n, True)
+    except ClientGone:
+        return gone_response()
+    return JSONResponse(chat_completion(natives, model=model))
 
 
 @router.post("/v1/completions")
@@ -137,9 +150,12 @@ async def completions(request: Request) -> Response:
     plan = await generate_plan(svc, svc.target(req.model), req)
     model = req.model
     if conv.stream:
-        return await _sse(plan, conv.n, conv.include_usage,
+        return await _sse(request, plan, conv.n, conv.include_usage,
                           lambda **kw: CompletionStream(model, **kw))
-    natives = await _final(plan, conv.n, False)
+    try:
+        natives = await _final(request, plan, conv.n, False)
+    except ClientGone:
+        return gone_response()
     if conv.echo:
         for native in natives:
             native["response"] = req.prompt + native.get("response", "")

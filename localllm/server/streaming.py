@@ -6,6 +6,16 @@ went away, or the response was cancelled) it sets the producer's cancel event
 so the work stops too.  ``ndjson_response`` turns events into
 ``application/x-ndjson`` lines, with a failure after the first line reported
 as a final ``{"error": "..."}`` line under HTTP 200, as Ollama does.
+
+Generations must stop when their client leaves, whether or not anything is
+being sent: while a request waits for a slot, before its first token, or while
+a ``stream: false`` request is being folded nothing is written, so a write
+error can't tell.  ``until_disconnect`` (one result) and ``guarded`` (a
+stream) therefore run the work in a task of its own beside a watcher of the
+ASGI receive channel; the ``http.disconnect`` message cancels the task, which
+unwinds the generation (the runner is told to cancel, the scheduler slot is
+released) and raises ``ClientGone``.  Routes answer that with
+``gone_response()`` (nobody reads it; the access log shows 499).
 """
 
 from __future__ import annotations
@@ -14,8 +24,8 @@ import asyncio
 import json
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -28,9 +38,103 @@ NDJSON = "application/x-ndjson"
 Emit = Callable[[dict[str, Any]], None]
 Work = Callable[[Emit, threading.Event], Any]
 
+T = TypeVar("T")
 _DONE = object()
+_GONE = ("gone", None)
 # How often a quiet stream checks whether its client is still there.
 _DISCONNECT_POLL_S = 0.5
+# nginx's "client closed request": never seen by the client, only in our access log and metrics.
+GONE_STATUS = 499
+
+
+class ClientGone(Exception):
+    """The client disconnected before the work was done; the work was cancelled."""
+
+
+def gone_response() -> Response:
+    return Response(status_code=GONE_STATUS)
+
+
+async def _disconnected(request: Request) -> None:
+    """Return when the ASGI server says the client has gone (``http.disconnect``)."""
+    try:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass  # body messages: the route has already read what it needs
+    except Exception as exc:
+        # A receive channel that fails tells nothing about the client: stop watching,
+        # never cancel the work for it.
+        log.debug("not watching for a disconnect: %s", exc)
+        await asyncio.Event().wait()
+
+
+async def _finish(*tasks: asyncio.Future[Any]) -> None:
+    """Cancel what is still running and wait until it has cleaned up."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.wait(tasks)
+
+
+async def until_disconnect(request: Request | None, work: Awaitable[T]) -> T:
+    """Await ``work`` in a task; cancel it and raise ``ClientGone`` if the client leaves first."""
+    task = asyncio.ensure_future(work)
+    if request is None:
+        return await task
+    watcher = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:  # also when this request itself is cancelled (shutdown): take the work along
+        await _finish(task, watcher)
+    if task.cancelled():
+        log.info("client went away; cancelled %s", request.url.path)
+        raise ClientGone
+    return task.result()
+
+
+async def guarded(events: AsyncIterator[T], request: Request | None
+                  ) -> AsyncGenerator[T, None]:
+    """Iterate ``events`` in a task of its own and yield what it yields.
+
+    The client disconnecting cancels that task and raises ``ClientGone`` here,
+    even while ``events`` yields nothing (waiting for a slot, loading, a slow
+    first token).  Closing this generator cancels the task too.  Every step of
+    ``events`` runs in the one task, so context managers inside it (the
+    scheduler's slot) enter and exit in the same task.
+    """
+    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+    async def pump() -> None:
+        try:
+            async for item in events:
+                queue.put_nowait(("item", item))
+            queue.put_nowait(("end", None))
+        except Exception as exc:
+            queue.put_nowait(("error", exc))
+        finally:
+            closer = getattr(events, "aclose", None)
+            if closer is not None:
+                await closer()
+
+    task = asyncio.ensure_future(pump())
+    pending: list[asyncio.Future[Any]] = [task]
+    if request is not None:
+        watcher = asyncio.ensure_future(_disconnected(request))
+        watcher.add_done_callback(lambda w: None if w.cancelled() else queue.put_nowait(_GONE))
+        pending.append(watcher)
+    try:
+        while True:
+            kind, value = await queue.get()
+            if kind == "item":
+                yield value
+            elif kind == "error":
+                raise value
+            elif kind == "gone":
+                assert request is not None
+                log.info("client went away; cancelling %s", request.url.path)
+                raise ClientGone
+            else:
+                return
+    finally:
+        await _finish(*pending)
 
 
 def ndjson_line(obj: Any) -> bytes:
@@ -102,6 +206,8 @@ async def _lines(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
     try:
         async for event in events:
             yield ndjson_line(event)
+    except ClientGone:
+        return  # nobody to tell
     except LocalLLMError as exc:
         yield ndjson_line({"error": exc.message})
     except Exception as exc:
@@ -113,19 +219,38 @@ async def _lines(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
             await closer()
 
 
+async def first_of(items: AsyncGenerator[T, None]) -> T | None:
+    """The first item (None when there is none); on any failure ``items`` is closed."""
+    try:
+        return await items.__anext__()
+    except StopAsyncIteration:
+        return None
+    except BaseException:
+        await items.aclose()
+        raise
+
+
 async def ndjson_response(
-    events: AsyncIterator[dict[str, Any]], *, status_code: int = 200
-) -> StreamingResponse:
-    """Stream ``events`` as NDJSON.
+    events: AsyncIterator[dict[str, Any]], *, status_code: int = 200,
+    request: Request | None = None,
+) -> Response:
+    """Stream ``events`` as NDJSON; with ``request``, its client leaving cancels them.
 
     The first event is awaited before the response starts, so an error raised
     before any progress (an unknown model, an invalid name) still becomes a
     proper HTTP status through the app's exception handlers.
     """
-    try:
-        first = await events.__anext__()
-    except StopAsyncIteration:
-        first = None
+    if request is not None:
+        events = guarded(events, request)
+        try:
+            first = await first_of(events)
+        except ClientGone:
+            return gone_response()
+    else:
+        try:
+            first = await events.__anext__()
+        except StopAsyncIteration:
+            first = None
 
     async def body() -> AsyncIterator[bytes]:
         if first is not None:
