@@ -122,6 +122,11 @@ async def guarded(events: AsyncIterator[T], request: Request | None
         pending.append(watcher)
     try:
         while True:
+            if not queue.empty():
+                # Let the loop run once between writes that would not wait: a lost
+                # connection is reported by a callback, and until it runs every write
+                # to the dead socket logs an asyncio warning.
+                await asyncio.sleep(0)
             kind, value = await queue.get()
             if kind == "item":
                 yield value
