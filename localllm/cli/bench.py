@@ -2,7 +2,9 @@
 
 Runs closed-loop users at each ``--concurrency`` level and prints TTFT,
 inter-token and end-to-end latency percentiles, tokens/s, errors and lost
-requests; ``--json``/``--plot`` save them.  ``--budget-p95`` predicts how many
+requests, with the peak number of requests measured in flight; ``--json``/``--plot``
+save them.  A level runs at least one request per user: a ``--requests`` count
+below the user count is raised to it, with a note.  ``--budget-p95`` predicts how many
 users fit a latency budget from the measured rates (``loadtest.budget``) and
 then measures at that count to check the prediction.  Exit status 1 when any
 request failed or was lost, so the command can gate a CI job.
@@ -57,7 +59,8 @@ def register(sub: Any) -> None:
                    help="tokens to generate per request (default 64)")
     stop = p.add_mutually_exclusive_group()
     stop.add_argument("--requests", "-n", type=int,
-                      help="requests per level (default 4 per user, at least 10)")
+                      help="requests per level, raised to the user count if fewer "
+                           "(default 4 per user, at least 10)")
     stop.add_argument("--duration", "-d", type=_seconds, help="time per level, e.g. 30s or 2m")
     p.add_argument("--timeout", type=_seconds, default=600.0, help="per-request timeout")
     p.add_argument("--temperature", type=float, help="sampling temperature sent with requests")
@@ -112,6 +115,9 @@ async def _bench(args: argparse.Namespace, target: Any) -> int:
 
     async def level(c: int) -> Any:
         total = workload.requests_for(c)
+        if workload.raised_for(c):
+            print(f"  note: {c} users need at least {c} requests; running {total} "
+                  f"instead of {workload.requests} at this level", flush=True)
 
         def progress(conc: int, results: list[Any], running: int, elapsed: float) -> None:
             if show:
@@ -122,7 +128,8 @@ async def _bench(args: argparse.Namespace, target: Any) -> int:
         summary, _ = await run_level(target, workload, c, prompts=prompts, progress=progress)
         if show:
             sys.stderr.write("\r\x1b[2K")
-        print(f"  {c} users: {summary.ok}/{summary.requests} ok, p95 TTFT "
+        print(f"  {c} users (peak {summary.peak_in_flight} in flight): "
+              f"{summary.ok}/{summary.requests} ok, p95 TTFT "
               f"{report.fmt_s(summary.ttft.p95)}, p95 E2E {report.fmt_s(summary.e2e.p95)}, "
               f"{summary.output_tok_s:.1f} tok/s", flush=True)
         return summary

@@ -24,14 +24,15 @@ def _dist(d: Dist, with_p99: bool = True) -> list[str]:
 
 
 def table(levels: Sequence[LevelSummary]) -> str:
-    """One row per concurrency level."""
-    head = ["users", "reqs", "ok", "err", "lost",
+    """One row per concurrency level; ``peak`` is the most requests measured in flight."""
+    head = ["users", "peak", "reqs", "ok", "err", "lost",
             "TTFT p50", "p95", "p99", "ITL p50", "p95", "p99", "E2E p50", "p95", "p99",
             "out tok/s", "req/s"]
     rows = [head]
     for lv in levels:
         rows.append([
-            str(lv.concurrency), str(lv.requests), str(lv.ok), str(lv.errors), str(lv.lost),
+            str(lv.concurrency), str(lv.peak_in_flight), str(lv.requests), str(lv.ok),
+            str(lv.errors), str(lv.lost),
             *_dist(lv.ttft), *_dist(lv.itl), *_dist(lv.e2e),
             f"{lv.output_tok_s:.1f}" if math.isfinite(lv.output_tok_s) else "-",
             f"{lv.requests_per_s:.2f}" if math.isfinite(lv.requests_per_s) else "-",

@@ -82,6 +82,9 @@ class LevelSummary:
     """Everything reported for one concurrency level."""
 
     concurrency: int
+    # The most requests that were really in flight at once during the level,
+    # counted by the load generator (0 when not measured).
+    peak_in_flight: int
     requests: int
     ok: int
     errors: int
@@ -124,8 +127,12 @@ def _rate(tokens: float, seconds: float) -> float:
     return tokens / seconds if seconds > 0 else math.nan
 
 
-def summarize(concurrency: int, results: Sequence[RequestResult], wall_s: float) -> LevelSummary:
-    """Aggregate one level's requests; ``wall_s`` is first send to last answer."""
+def summarize(concurrency: int, results: Sequence[RequestResult], wall_s: float, *,
+              peak_in_flight: int = 0) -> LevelSummary:
+    """Aggregate one level's requests; ``wall_s`` is first send to last answer.
+
+    ``peak_in_flight`` is what the load generator counted (``users.run_level``).
+    """
     done = [r for r in results if r.status == "ok"]
     ttft = [r.ttft for r in done if r.ttft is not None]
     itl = [gap for r in done for gap in r.itl]
@@ -146,7 +153,8 @@ def summarize(concurrency: int, results: Sequence[RequestResult], wall_s: float)
     errors = [r for r in results if r.status == "error"]
     samples = tuple(dict.fromkeys(r.error for r in errors))[:5]
     return LevelSummary(
-        concurrency=concurrency, requests=len(results), ok=len(done), errors=len(errors),
+        concurrency=concurrency, peak_in_flight=peak_in_flight, requests=len(results),
+        ok=len(done), errors=len(errors),
         lost=sum(1 for r in results if r.status == "lost"), wall_s=wall_s,
         ttft=Dist.of(ttft), itl=Dist.of(itl), e2e=Dist.of(e2e),
         output_tokens=out_tokens, prompt_tokens=prompt_tokens,

@@ -6,6 +6,11 @@ or duration is used up; requests already started when the time runs out are
 awaited and counted.  Every request ends as exactly one ``RequestResult``, so
 ``ok + errors + lost == requests`` always holds and nothing disappears.
 
+A level never gets fewer requests than users (the count is raised to the user
+count), so every user sends at least one and the load asked for is applied;
+``run_level`` counts the requests in flight and reports the peak, so a row
+never claims more concurrency than was measured.
+
 Prompts are unique per request (a random opening) so that a server's prefix
 cache cannot serve one request from another's work; their length adapts to the
 token counts the server reports, so ``prompt_tokens`` is met on any tokenizer.
@@ -123,14 +128,20 @@ class Workload:
 
     prompt_tokens: int = 128
     output_tokens: int = 64
-    requests: int | None = None  # per level; None with duration None means 4 per user
+    # Per level, raised to one per user; None with duration None means 4 per user.
+    requests: int | None = None
     duration: float | None = None  # seconds per level
     timeout: float = 600.0
 
     def requests_for(self, concurrency: int) -> int | None:
-        if self.duration is not None:
-            return self.requests
-        return self.requests if self.requests is not None else max(10, 4 * concurrency)
+        """Requests to run with ``concurrency`` users: never fewer than the users."""
+        if self.requests is not None:
+            return max(self.requests, concurrency)
+        return None if self.duration is not None else max(10, 4 * concurrency)
+
+    def raised_for(self, concurrency: int) -> bool:
+        """Whether ``requests`` was too few for ``concurrency`` users and is raised."""
+        return self.requests is not None and self.requests < concurrency
 
 
 Progress = Callable[[int, list[RequestResult], int, float], None]
@@ -146,6 +157,7 @@ async def run_level(
     budget = workload.requests_for(concurrency)
     started = 0
     in_flight = 0
+    peak = 0
     results: list[RequestResult] = []
     t0 = time.monotonic()
     deadline = t0 + workload.duration if workload.duration is not None else None
@@ -156,11 +168,12 @@ async def run_level(
         return deadline is None or time.monotonic() < deadline
 
     async def user(http: httpx.AsyncClient) -> None:
-        nonlocal started, in_flight
+        nonlocal started, in_flight, peak
         while may_start():
             started += 1
-            in_flight += 1
             prompt = prompts.make()
+            in_flight += 1
+            peak = max(peak, in_flight)
             try:
                 res = await send_one(http, target, prompt, workload.output_tokens)
             finally:
@@ -185,7 +198,7 @@ async def run_level(
     wall = time.monotonic() - t0
     if progress is not None:
         progress(concurrency, results, 0, wall)
-    return summarize(concurrency, results, wall), results
+    return summarize(concurrency, results, wall, peak_in_flight=peak), results
 
 
 async def warm_up(target: Target, timeout: float = 600.0,

@@ -33,6 +33,8 @@ def test_no_errors_no_lost_requests_at_1_10_50_users(
     assert [lv["concurrency"] for lv in levels] == [1, 10, 50]
     for lv in levels:
         assert (lv["requests"], lv["ok"], lv["errors"], lv["lost"]) == (60, 60, 0, 0)
+        # The load asked for was applied: every user had a request in flight at once.
+        assert lv["peak_in_flight"] == lv["concurrency"]
         # Each answer ran to num_predict: nothing was cut short or miscounted.
         assert lv["output_tokens"] == 60 * 8
         assert lv["ttft"]["p50"] <= lv["ttft"]["p95"] <= lv["ttft"]["p99"]
@@ -44,12 +46,34 @@ def test_no_errors_no_lost_requests_at_1_10_50_users(
     assert "E2E p50" in capsys.readouterr().out
 
 
+def test_too_few_requests_are_raised_to_one_per_user_and_peak_is_measured(
+    bench_daemon: Daemon, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # -n 3 at 10 users used to print a "10 users" row with at most 3 ever in flight.
+    code, doc = _bench(bench_daemon, tmp_path, "--concurrency", "1,10", "--requests", "3")
+    assert code == 0
+    one, ten = doc["levels"]
+    assert (one["concurrency"], one["requests"], one["ok"], one["peak_in_flight"]) == (1, 3, 3, 1)
+    assert (ten["concurrency"], ten["requests"], ten["ok"], ten["peak_in_flight"]) == (10, 10, 10,
+                                                                                        10)
+    assert doc["workload"]["requests"] == 3
+    out = capsys.readouterr().out
+    assert out.count("note:") == 1
+    assert "note: 10 users need at least 10 requests; running 10 instead of 3" in out
+    assert "10 users (peak 10 in flight)" in out
+    head, row1, row10 = out.split("\n\n", 1)[1].splitlines()[:3]
+    assert head.split()[:3] == ["users", "peak", "reqs"]
+    assert row1.split()[:3] == ["1", "1", "3"]
+    assert row10.split()[:3] == ["10", "10", "10"]
+
+
 def test_completion_mode_and_duration(bench_daemon: Daemon, tmp_path: Path) -> None:
     code, doc = _bench(bench_daemon, tmp_path, "--mode", "completion", "--concurrency", "3",
                        "--duration", "2s")
     assert code == 0
     (lv,) = doc["levels"]
     assert lv["requests"] >= 3 and lv["ok"] == lv["requests"]
+    assert lv["peak_in_flight"] == 3
 
 
 def test_unknown_model_counts_errors_and_exits_1(bench_daemon: Daemon, tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from localllm.loadtest.budget import Rates, max_users, predict_p95, rates_from
+from localllm.loadtest.report import table
 from localllm.loadtest.stats import Dist, RequestResult, percentile, summarize
 
 
@@ -43,8 +44,11 @@ def test_summary_counts_every_request_and_pools_gaps() -> None:
                RequestResult(status="error", error="HTTP 500: boom"),
                RequestResult(status="error", error="HTTP 500: boom"),
                RequestResult(status="lost", error="stream ended")]
-    s = summarize(4, results, wall_s=2.5)
+    s = summarize(4, results, wall_s=2.5, peak_in_flight=4)
     assert (s.requests, s.ok, s.errors, s.lost) == (5, 2, 2, 1)
+    assert s.peak_in_flight == 4 and s.to_json()["peak_in_flight"] == 4
+    head, row = table([s]).splitlines()[:2]
+    assert head.split()[:3] == ["users", "peak", "reqs"] and row.split()[:3] == ["4", "4", "5"]
     assert s.error_samples == ("HTTP 500: boom",)  # de-duplicated
     assert s.itl.n == 20 and s.itl.p50 == pytest.approx(0.15)
     assert s.ttft.p50 == pytest.approx(0.2)
