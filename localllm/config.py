@@ -299,6 +299,9 @@ MAX_BODY = Setting("LOCALLLM_MAX_BODY", parse_size, 64 << 20,
 MAX_BLOB_SIZE = Setting("LOCALLLM_MAX_BLOB_SIZE", parse_size, 1 << 40,
                         "Largest file accepted by POST /api/blobs (model uploads), e.g. 200G; "
                         "0 = no limit.")
+MIN_FREE_DISK = Setting("LOCALLLM_MIN_FREE_DISK", parse_size, 1 << 30,
+                        "Free space the model store's disk must keep for /health/ready to "
+                        "answer 200, e.g. 1GiB; 0 = no check.")
 LOG_FORMAT = Setting("LOCALLLM_LOG_FORMAT", _log_format, "text",
                      "Daemon log lines: text, or json (one object per line, with request ids).")
 BACKENDS = Setting("LOCALLLM_BACKENDS", _str, "",
@@ -324,7 +327,7 @@ REGISTRY: tuple[Setting[object], ...] = (
     CONTEXT_LENGTH, FLASH_ATTENTION, KV_CACHE_TYPE, LOAD_TIMEOUT, RUNNER_TIMEOUT,
     GPU_OVERHEAD, SCHED_SPREAD,
     NOPRUNE, DEBUG, API_KEY, SHUTDOWN_GRACE, NUM_THREAD, ALLOWED_PATHS, MAX_BODY, MAX_BLOB_SIZE,
-    LOG_FORMAT, BACKENDS, CACHE, RPC_WORKERS, LLAMA_PREFIX, RUNNER_ENGINE,
+    MIN_FREE_DISK, LOG_FORMAT, BACKENDS, CACHE, RPC_WORKERS, LLAMA_PREFIX, RUNNER_ENGINE,
 )  # type: ignore[assignment]
 
 

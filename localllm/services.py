@@ -13,9 +13,10 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
-from localllm.store.local import Store
+from localllm.store.local import PartialsReport, Store
 from localllm.store.manifests import (
     MEDIA_LICENSE,
     MEDIA_PROJECTOR,
@@ -80,6 +81,20 @@ def capabilities(*, template: str, embedding: bool, vision: bool) -> list[str]:
     if vision:
         caps.append("vision")
     return caps
+
+
+def prune_partials(store: Store, daemon_pid_file: Path, *, dry_run: bool = False
+                   ) -> PartialsReport:
+    """Remove resumable partial downloads nobody is writing (``localllm prune --partials``).
+
+    Runs without the daemon (it only touches files); the daemon's pid file tells
+    whether one is running, whose pulls may own a partial (see ``Store.prune_partials``).
+    """
+    try:
+        daemon_pid: int | None = int(daemon_pid_file.read_text().strip())
+    except (OSError, ValueError):
+        daemon_pid = None
+    return store.prune_partials(daemon_pid=daemon_pid, dry_run=dry_run)
 
 
 class ModelService:

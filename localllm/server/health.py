@@ -5,8 +5,9 @@ scheduler or any model, so it stays fast while a model loads or generates,
 and a supervisor restarts the daemon only when the loop itself is stuck.
 Readiness checks what would make a new request fail at once: the daemon is
 draining for shutdown, the request queue is full, the model store cannot
-be read, or a model's runner died (crashed, or was killed by the watchdog for
-not responding) and the model has not loaded again since.  It answers 503
+be read, its disk has less free space than LOCALLLM_MIN_FREE_DISK (a pull or
+create would fail part-way), or a model's runner died (crashed, or was killed by
+the watchdog for not responding) and the model has not loaded again since.  It answers 503
 with the reasons so a load balancer (and a person) knows why.
 
 ``Lifecycle`` is the shared shutdown state: the request middleware counts
@@ -20,10 +21,15 @@ import math
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+
+from localllm import config
+from localllm.format import format_bytes
+from localllm.store.blobs import free_space
 
 router = APIRouter()
 
@@ -81,10 +87,24 @@ def _problems(state: Any) -> list[str]:
             problems.append(f"model {name} failed: {why.splitlines()[0] if why else why}")
     store = getattr(state, "store", None)
     if store is not None:
-        reason = _store_problem(store.root)
-        if reason:
-            problems.append(reason)
+        for reason in (_store_problem(store.root), _disk_problem(store.root)):
+            if reason:
+                problems.append(reason)
     return problems
+
+
+def _disk_problem(root: Any) -> str | None:
+    minimum = config.MIN_FREE_DISK.get()
+    if minimum <= 0:
+        return None
+    try:
+        where, free = free_space(Path(root))
+    except OSError as exc:
+        return f"cannot tell free disk space of the model store: {exc.strerror or exc}"
+    if free >= minimum:
+        return None
+    return (f"low disk space: {format_bytes(free)} ({free} bytes) free on {where}, "
+            f"below LOCALLLM_MIN_FREE_DISK ({format_bytes(minimum)})")
 
 
 def _store_problem(root: Any) -> str | None:

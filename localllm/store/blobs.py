@@ -4,6 +4,8 @@ A blob is only ever visible under its final name once its bytes hash to that
 name: writers stream into a temporary file in the same folder, hash as they go,
 fsync, and rename.  Partial downloads live beside it as
 ``sha256-<hex>-partial`` so a pull can resume; they are never read as blobs.
+Start-up keeps them; ``localllm prune --partials`` removes those no live process
+is writing (``BlobStore.partials`` and ``open_by_live_process``).
 """
 
 from __future__ import annotations
@@ -48,6 +50,49 @@ def _pid_alive(pid: int) -> bool:
     except OSError:
         return True  # exists, owned by someone else
     return True
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (ours, or another user's)."""
+    return pid > 0 and _pid_alive(pid)
+
+
+def open_by_live_process(files: Iterable[Path]) -> set[Path] | None:
+    """Which of ``files`` some running process holds open, from ``/proc/*/fd``.
+
+    Partial names carry no pid (a pull resumes another process's partial), but a
+    download keeps its partial open from first byte to commit, retries included.
+    None where ``/proc`` cannot tell (not Linux): callers must then assume the worst.
+    """
+    wanted: dict[tuple[int, int], Path] = {}
+    for path in files:
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        wanted[(st.st_dev, st.st_ino)] = path
+    proc = Path("/proc")
+    if not (proc / "self" / "fd").is_dir():
+        return None
+    found: set[Path] = set()
+    if not wanted:
+        return found
+    for pid_dir in proc.iterdir():
+        if not pid_dir.name.isdigit():
+            continue
+        try:
+            fds = list((pid_dir / "fd").iterdir())
+        except OSError:  # gone, or another user's process
+            continue
+        for fd in fds:
+            try:
+                st = fd.stat()  # follows the link to the open file
+            except OSError:
+                continue
+            hit = wanted.get((st.st_dev, st.st_ino))
+            if hit is not None:
+                found.add(hit)
+    return found
 
 
 def stale_tmp(path: Path, now: float) -> bool:
@@ -245,9 +290,26 @@ class BlobStore:
                 if entry.name.startswith(_TMP_PREFIX) and stale_tmp(entry, now):
                     entry.unlink(missing_ok=True)
 
+    def partials(self) -> list[Path]:
+        """The resumable partial downloads (``sha256-<hex>-partial``) present."""
+        if not self.root.is_dir():
+            return []
+        return sorted(entry for entry in self.root.iterdir()
+                      if entry.name.startswith("sha256-") and entry.name.endswith("-partial")
+                      and entry.is_file())
+
     def disk_free(self) -> int:
         self.root.mkdir(parents=True, exist_ok=True)
         return shutil.disk_usage(self.root).free
+
+
+def free_space(path: Path) -> tuple[Path, int]:
+    """Free bytes on the disk that holds ``path`` (or, before it exists, its nearest
+    existing parent), and the folder actually measured; creates nothing."""
+    probe = path
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    return probe, shutil.disk_usage(probe).free
 
 
 class BlobWriter:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import builtins
 import json
 import threading
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from localllm import config, paths
-from localllm.store.blobs import BlobStore
+from localllm.store.blobs import BlobStore, open_by_live_process, pid_alive
 from localllm.store.manifests import (
     CONFIG_MEDIA_TYPE,
     MEDIA_ADAPTER,
@@ -28,6 +30,22 @@ from localllm.store.manifests import (
     ManifestStore,
 )
 from localllm.store.names import ModelName
+
+# A partial this recently written may belong to a pull of the running daemon that is
+# between re-hashing it and reopening it to append (it holds no descriptor then).
+PARTIAL_QUIET_S = 60.0
+
+
+@dataclass
+class PartialsReport:
+    """What ``Store.prune_partials`` removed (or would remove) and what it kept, and why."""
+
+    removed: list[tuple[Path, int]] = field(default_factory=list)
+    kept: list[tuple[Path, str]] = field(default_factory=list)
+
+    @property
+    def freed(self) -> int:
+        return sum(size for _, size in self.removed)
 
 
 class Store:
@@ -166,3 +184,34 @@ class Store:
                 self.blobs.remove_stale_tmp()
                 return []
             return self.blobs.prune(self.manifests.referenced(), grace_seconds=grace_seconds)
+
+    def prune_partials(self, *, daemon_pid: int | None = None, dry_run: bool = False,
+                       now: float | None = None) -> PartialsReport:
+        """Remove resumable partial downloads that no live process is writing.
+
+        A partial is kept when a running process holds it open (``/proc``), and, while
+        the daemon ``daemon_pid`` is alive, when it was written in the last minute or
+        (without ``/proc``) always: there is then no telling whether one of its pulls owns it.
+        """
+        report = PartialsReport()
+        partials = self.blobs.partials()
+        busy = open_by_live_process(partials)
+        daemon_alive = daemon_pid is not None and pid_alive(daemon_pid)
+        now = time.time() if now is None else now
+        for path in partials:
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                continue
+            if busy is not None and path in busy:
+                report.kept.append((path, "open by a running process"))
+            elif daemon_alive and busy is None:
+                report.kept.append((path, f"the daemon (pid {daemon_pid}) may be writing it"))
+            elif daemon_alive and now - st.st_mtime < PARTIAL_QUIET_S:
+                report.kept.append((path, f"written in the last minute while the daemon "
+                                          f"(pid {daemon_pid}) runs"))
+            else:
+                if not dry_run:
+                    path.unlink(missing_ok=True)
+                report.removed.append((path, st.st_size))
+        return report

@@ -85,6 +85,45 @@ async def test_fresh_store_that_does_not_exist_yet_is_ready(tmp_path: Path) -> N
         assert (await c.get("/health/ready")).status_code == 200
 
 
+async def test_not_ready_when_the_store_disk_is_nearly_full(
+        store: Store, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    from localllm.server import health
+
+    measured: list[Path] = []
+
+    def fake_free(path: Path) -> tuple[Path, int]:
+        measured.append(path)
+        return Path("/srv/models"), 200 << 20
+
+    monkeypatch.setattr(health, "free_space", fake_free)
+    r = await client.get("/health/ready")  # default minimum: 1 GiB
+    assert r.status_code == 503
+    [reason] = r.json()["reasons"]
+    assert reason.startswith("low disk space: 210 MB (209715200 bytes) free on /srv/models")
+    assert "LOCALLLM_MIN_FREE_DISK" in reason and measured == [store.root]
+    monkeypatch.setenv("LOCALLLM_MIN_FREE_DISK", "100MiB")
+    assert (await client.get("/health/ready")).status_code == 200
+    monkeypatch.setenv("LOCALLLM_MIN_FREE_DISK", "0")  # 0 turns the check off
+    assert (await client.get("/health/ready")).status_code == 200
+    assert len(measured) == 2
+
+
+async def test_min_free_disk_above_the_real_free_space(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No fakes: a minimum no disk has; the store does not exist yet, so its
+    # nearest existing parent is measured (and nothing is created).
+    monkeypatch.setenv("LOCALLLM_MIN_FREE_DISK", "1000000TiB")
+    root = tmp_path / "models"
+    app = create_app(Store(root), bind_host="127.0.0.1", scheduler=fake_scheduler())
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://localhost") as c:
+        r = await c.get("/health/ready")
+    assert r.status_code == 503
+    [reason] = r.json()["reasons"]
+    assert reason.startswith("low disk space: ") and f"free on {tmp_path}," in reason
+    assert not root.exists()
+
+
 # -- the real daemon -------------------------------------------------------------------
 
 

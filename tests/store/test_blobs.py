@@ -99,3 +99,21 @@ def test_prune_spares_referenced_young_and_partials(tmp_path: Path) -> None:
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
+
+
+def test_partials_open_files_and_free_space(tmp_path: Path) -> None:
+    from localllm.store.blobs import free_space, open_by_live_process
+
+    blobs = BlobStore(tmp_path / "blobs")
+    assert blobs.partials() == []
+    part = blobs.partial_path("sha256:" + "ab" * 32)
+    part.parent.mkdir()
+    part.write_bytes(b"half")
+    (blobs.root / ".tmp-1-x").write_bytes(b"t")
+    blobs.write_bytes(b"whole")
+    assert blobs.partials() == [part]
+    assert open_by_live_process([part]) == set()
+    with open(part, "rb"):
+        assert open_by_live_process([part, tmp_path / "gone"]) == {part}
+    where, free = free_space(tmp_path / "not" / "yet")
+    assert where == tmp_path and free > 0 and not (tmp_path / "not").exists()

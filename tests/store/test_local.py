@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from localllm.errors import BlobNotFound, InvalidRequest, ModelNotFound
@@ -156,3 +158,47 @@ def test_temp_names_carry_the_writer_pid(store: Store) -> None:
         assert writer.tmp.name.startswith(f".tmp-{os.getpid()}-")
     finally:
         writer.abort()
+
+
+# -- partial downloads ------------------------------------------------------------------
+
+def _partial(store: Store, n: int, size: int, *, age: float = 3600.0) -> Path:
+    import os
+    import time
+
+    path = store.blobs.partial_path("sha256:" + f"{n:02x}" * 32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x" * size)
+    then = time.time() - age
+    os.utime(path, (then, then))
+    return path
+
+
+def test_prune_partials_removes_idle_ones_and_reports_bytes(store: Store) -> None:
+    a, b = _partial(store, 1, 100), _partial(store, 2, 23)
+    blob = store.blobs.write_bytes(b"complete")
+    dry = store.prune_partials(dry_run=True)
+    assert dry.freed == 123 and a.exists() and b.exists()
+    report = store.prune_partials()
+    assert sorted(report.removed) == [(a, 100), (b, 23)] and report.freed == 123
+    assert not a.exists() and not b.exists() and store.blobs.exists(blob)
+    assert store.prune_partials().removed == []
+
+
+def test_prune_partials_keeps_one_a_live_process_holds_open(store: Store) -> None:
+    held, idle = _partial(store, 1, 10), _partial(store, 2, 20)
+    with open(held, "r+b"):
+        report = store.prune_partials()
+    assert held.exists() and not idle.exists()
+    assert report.kept == [(held, "open by a running process")]
+
+
+def test_prune_partials_keeps_recent_ones_while_the_daemon_runs(store: Store) -> None:
+    import os
+
+    recent, old = _partial(store, 1, 10, age=5), _partial(store, 2, 20)
+    report = store.prune_partials(daemon_pid=os.getpid())
+    assert recent.exists() and not old.exists()
+    assert [p for p, _ in report.kept] == [recent]
+    # Without a live daemon nobody can be about to reopen it.
+    assert store.prune_partials(daemon_pid=2 ** 22 + 1).freed == 10
