@@ -156,7 +156,8 @@ class RunnerProcess:
         runner.load_duration = time.monotonic_ns() - t0
         runner._pump_task = asyncio.ensure_future(runner._pump())
         runner._watch_task = asyncio.ensure_future(
-            runner._watchdog.watch(runner._stopped_responding, pid=runner.pid))
+            runner._watchdog.watch(runner._stopped_responding, pid=runner.pid,
+                                   on_stuck=runner._stuck))
         log.info("runner %d loaded %s in %.2fs", runner.pid, name, runner.load_duration / 1e9)
         return runner
 
@@ -367,6 +368,17 @@ class RunnerProcess:
                      f"LOCALLLM_RUNNER_TIMEOUT is {self._watchdog.timeout:g}s")
             self._death = (f"model runner stopped responding (no sign of life for "
                            f"{silence:.1f}s; {bound}) and was killed")
+            log.error("runner %d (%s): %s", self.pid, self._model_file(), self._death)
+        self.kill()
+
+    def _stuck(self, busy: float) -> None:
+        """One step ran far past its kind (see ``runner.watchdog``): kill as for silence."""
+        if self._proc.returncode is not None:
+            return
+        if self._death is None:
+            self._death = (f"model runner stuck: one engine step ran {busy:.0f}s, past "
+                           f"{self._watchdog.step_bound():.0f}s (8x its slowest step, and at "
+                           "least 10x LOCALLLM_RUNNER_TIMEOUT); it was killed")
             log.error("runner %d (%s): %s", self.pid, self._model_file(), self._death)
         self.kill()
 

@@ -10,9 +10,12 @@ kernel).  Any frame counts as a sign of life.
 ``Watchdog`` owns the bookkeeping and the watching loop; ``RunnerProcess``
 owns what happens on silence (kill the child: SIGKILL works on a stopped
 process, then fail its requests as for any crash).  A beat also carries how
-long the main thread has been inside its current step or call; one past the
-bound is logged once as a warning, not killed: a big prefill chunk of a large
-model on a CPU may legitimately take that long.
+long the main thread has been inside its current step or call.  A step can
+hang while the heartbeat thread keeps beating (a native deadlock that released
+the GIL, a GPU driver that never returns), so one step that runs past
+``STEP_FACTOR`` times the slowest step seen, and at least ``STEP_FLOOR``
+times the silence bound, also gets the runner killed: a big prefill chunk of
+a large model on a CPU can take minutes, but not many times its slowest.
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ BEATS_PER_BOUND = 8
 # While a runner is being closed it should exit within moments; this many
 # missed beats then mean it is stopped, and it is killed instead of waited for.
 CLOSE_MISSED_BEATS = 4
+# A stuck step: past STEP_FACTOR x the slowest step seen and STEP_FLOOR x the bound
+# (300 s for the default 30 s).  The first step has no history: the floor rules.
+STEP_FACTOR = 8.0
+STEP_FLOOR = 10.0
 
 
 def heartbeat_interval(timeout: float) -> float:
@@ -54,7 +61,7 @@ class Watchdog:
         self.interval = heartbeat_interval(timeout)
         self.last = time.monotonic()
         self.busy_s = 0.0  # how long the child's main thread is in its current step
-        self._warned_busy = False
+        self.slowest_s = 0.0  # the longest step (or load) seen to finish
 
     @property
     def enabled(self) -> bool:
@@ -64,14 +71,23 @@ class Watchdog:
         """A frame arrived: the child is alive."""
         self.last = time.monotonic()
         if msg.get("type") == "beat":
-            self.busy_s = float(msg.get("busy_ms", 0)) / 1000.0
+            busy = float(msg.get("busy_ms", 0)) / 1000.0
+            if busy < self.busy_s:  # the previous step ended; a new one (or idleness) began
+                self.slowest_s = max(self.slowest_s, self.busy_s)
+            self.busy_s = busy
+
+    def step_bound(self) -> float:
+        """How long one step may run before the runner counts as stuck."""
+        return max(STEP_FLOOR * self.timeout, STEP_FACTOR * self.slowest_s)
 
     def silent_for(self) -> float:
         return time.monotonic() - self.last
 
     async def watch(self, on_silence: Callable[[float], None], *, pid: int,
-                    timeout: float | None = None) -> None:
-        """Call ``on_silence(seconds)`` once the child is silent past ``timeout``, then return."""
+                    timeout: float | None = None,
+                    on_stuck: Callable[[float], None] | None = None) -> None:
+        """Call ``on_silence(seconds)`` once the child is silent past ``timeout``, or
+        ``on_stuck(seconds)`` once one step runs past ``step_bound()``; then return."""
         bound = self.timeout if timeout is None else timeout
         if not enabled(bound):
             return
@@ -90,8 +106,8 @@ class Watchdog:
             if silence > bound:
                 on_silence(silence)
                 return
-            if self.enabled and self.busy_s > self.timeout and not self._warned_busy:
-                self._warned_busy = True
-                log.warning("runner %d has been inside one engine step for %.0fs; it is alive "
-                            "(its heartbeat runs), but a native call may be stuck", pid,
-                            self.busy_s)
+            if on_stuck is not None and self.enabled and self.busy_s > self.step_bound():
+                log.error("runner %d has been inside one engine step for %.0fs (its heartbeat "
+                          "runs, so a native call is stuck)", pid, self.busy_s)
+                on_stuck(self.busy_s)
+                return

@@ -5,8 +5,8 @@ purpose: slow loads, crashes during load or mid-step, a step that raises.  The
 behaviour is chosen by words in the model path (``slowload``, ``crashload``,
 ``failload``, ``longload`` takes ``LONG_S``, ``stopload`` stops the process)
 and in the prompt (``boom`` raises in ``step``, ``segv`` kills the process,
-``longstep`` makes its second step take ``LONG_S``).  Long loads and steps
-sleep, which releases the GIL as a native call does.  Each step emits one
+``longstep`` makes its second step take ``LONG_S``, ``hangstep`` never ends
+it).  Long loads and steps sleep, which releases the GIL as a native call does.  Each step emits one
 piece ``"<n> "`` per active request after a short sleep, so streams last long
 enough to be killed in the middle.
 """
@@ -72,6 +72,8 @@ class FakeEngine:
                 raise RuntimeError("boom")
             if req.prompt == "longstep" and n == 1:
                 time.sleep(LONG_S)
+            if req.prompt == "hangstep" and n == 1:
+                time.sleep(3600)  # a native call that never returns (the heartbeat runs on)
             if req.prompt == "segv" and n == 2:
                 os.kill(os.getpid(), signal.SIGSEGV)
             if req.prompt == "bad":

@@ -93,3 +93,20 @@ def test_a_runner_that_stops_during_its_load_fails_the_load_within_the_bound() -
         assert time.monotonic() - t0 < BOUND + SLACK + 2  # + the child's start
 
     arun(go(), timeout=30)
+
+
+def test_a_step_that_never_returns_is_killed_though_the_heartbeat_runs() -> None:
+    """A native call that hangs with the GIL released: beats go on, the step does not end."""
+    from localllm.runner.watchdog import STEP_FLOOR
+
+    async def go() -> None:
+        bound = 0.3  # a stuck step then counts after STEP_FLOOR x 0.3 = 3 s
+        async with running(start_fake("/models/m.gguf", runner_timeout=bound)) as runner:
+            t0 = time.monotonic()
+            with pytest.raises(RunnerCrashed, match="stuck: one engine step ran"):
+                await collect(runner, greedy("h", "hangstep", 5))
+            waited = time.monotonic() - t0
+            assert STEP_FLOOR * bound <= waited < STEP_FLOOR * bound + SLACK + 1
+            assert not runner.alive
+
+    arun(go(), timeout=30)
