@@ -28,6 +28,9 @@ async def settle(pilot: Pilot[None]) -> None:
     app = pilot.app
     assert isinstance(app, LocalLLMApp)
     await asyncio.wait_for(app.ready.wait(), 10)
+    # A blinking cursor is drawn or not depending on when the shot is taken (a slow
+    # machine shot it "on" once): keep it steadily on.
+    app.chat_screen.prompt.cursor_blink = False
     await app.workers.wait_for_complete()
     await pilot.pause()
 
