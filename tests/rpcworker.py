@@ -12,7 +12,6 @@ the same command; a missing build here is built, never skipped.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localllm.hardware.rpc import query
+from tests.cli.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,12 +40,6 @@ def ensure_rpc_plugin() -> Path:
                              cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
         assert out.returncode == 0, f"building the RPC plugin failed:\n{out.stdout}\n{out.stderr}"
     return root
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from localllm import children
+from tests.runner.conftest import pid_alive
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,14 +29,6 @@ PARENT = textwrap.dedent("""
 """)
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
-
-
 def start(dies: bool) -> tuple[subprocess.Popen[str], int]:
     env = children.child_env()
     parent = subprocess.Popen([sys.executable, "-c", PARENT.replace("DIES", str(dies))],
@@ -49,11 +42,11 @@ def start(dies: bool) -> tuple[subprocess.Popen[str], int]:
 def test_a_child_that_must_die_with_its_parent_does_on_kill_9() -> None:
     parent, child = start(True)
     time.sleep(0.5)  # the child has armed its death signal
-    assert alive(child)
+    assert pid_alive(child)
     parent.send_signal(signal.SIGKILL)
     parent.wait()
     deadline = time.monotonic() + 5
-    while alive(child):
+    while pid_alive(child):
         assert time.monotonic() < deadline, "the child outlived its parent"
         time.sleep(0.05)
 
@@ -65,7 +58,7 @@ def test_a_background_child_outlives_its_parent() -> None:
     parent.wait()
     time.sleep(0.5)
     try:
-        assert alive(child)
+        assert pid_alive(child)
     finally:
         os.kill(child, signal.SIGKILL)
 

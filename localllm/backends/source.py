@@ -10,7 +10,6 @@ such a tarball for machines without a package index).
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import os
 import re
@@ -44,11 +43,10 @@ def core_version() -> str:
 
 
 def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    """Hex sha256 of a file (the store's hasher, without its ``sha256:`` prefix)."""
+    from localllm.store.blobs import sha256_file
+
+    return sha256_file(path).removeprefix("sha256:")
 
 
 def fetch_sdist(version: str, log: list[str] | None = None) -> Path:

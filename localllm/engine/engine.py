@@ -16,8 +16,9 @@ import time
 from collections import deque
 from typing import Any
 
+from localllm.engine import plugins
 from localllm.engine.adapters import Adapters, AdapterSet
-from localllm.engine.model import Batch, Context, Model, buffer_sizes, moe_cpu_patterns
+from localllm.engine.model import Batch, Context, Model, buffer_sizes
 from localllm.engine.sampling import Sampler
 from localllm.engine.slots import OVERFLOW, Active, Slot, pick_slot, prompt_tokens
 from localllm.engine.text import TextStream
@@ -32,25 +33,7 @@ from localllm.runner.messages import (
     Piece,
 )
 
-__all__ = ["OVERFLOW", "Engine", "default_threads", "place"]
-
-
-def place(opts: LoadOptions) -> dict[str, Any]:
-    """Plugins and RPC workers into the registry, then the planner's placement as load args.
-
-    A worker that cannot be added fails the load with its name: placing its
-    layers elsewhere would silently break the plan the daemon made.
-    """
-    from localllm.engine import plugins
-
-    ready = plugins.prepare(opts.rpc_workers)
-    bad = [w for w in ready["workers"] if w["error"]]
-    if bad:
-        raise LocalLLMError("; ".join(w["error"] for w in bad))
-    devices = plugins.resolve(opts.devices) if opts.devices else plugins.local_offload_devices()
-    return {"devices": devices,
-            "split_mode": opts.split_mode, "tensor_split": list(opts.tensor_split),
-            "cpu_patterns": moe_cpu_patterns(opts.n_cpu_moe)}
+__all__ = ["OVERFLOW", "Engine", "default_threads"]
 
 
 class Engine:
@@ -61,7 +44,7 @@ class Engine:
 
     def __init__(self, model_paths: list[str], opts: LoadOptions) -> None:
         self.opts = opts
-        placement = place(opts)
+        placement = plugins.place(opts)
         self.model = Model(model_paths, n_gpu_layers=opts.n_gpu_layers, main_gpu=opts.main_gpu,
                            use_mmap=opts.use_mmap, **placement)
         n_par = max(1, opts.n_parallel)

@@ -4,7 +4,8 @@ This module owns what the process-wide ggml registry holds beyond the core's
 CPU backend: the plugins (``libggml-<name>.so`` built with ``GGML_BACKEND_DL``)
 from the folder for this core's ggml version, and the devices of ggml RPC
 servers.  It also names devices the same way in every process, so the daemon's
-planner, the probe and the runner agree on what "RPC[host:port]" means.
+planner, the probe and the runner agree on what "RPC[host:port]" means, and it
+turns a plan's device names into the registry indices a load takes (``place``).
 
 Loading is idempotent per process.  A plugin that ggml refuses (wrong API
 version, missing driver library, not a plugin at all) is reported with ggml's
@@ -21,6 +22,7 @@ from typing import Any
 from localllm.engine.binding import native, take_log
 from localllm.errors import LocalLLMError
 from localllm.hardware.rpc import reachable
+from localllm.runner.messages import LoadOptions
 
 PLUGIN_SUFFIX = ".dll" if sys.platform == "win32" else ".dylib" if sys.platform == "darwin" \
     else ".so"
@@ -189,3 +191,21 @@ def serve_rpc(endpoint: str, devices_: list[int], cache_dir: str | None, threads
     arr = ffi.new("int[]", devices_)
     cache = ffi.new("char[]", cache_dir.encode()) if cache_dir else ffi.NULL
     return int(lib.ll_rpc_start_server(endpoint.encode(), cache, threads, arr, len(devices_)))
+
+
+def place(opts: LoadOptions) -> dict[str, Any]:
+    """Plugins and RPC workers into the registry, then the planner's placement as load args.
+
+    A worker that cannot be added fails the load with its name: placing its
+    layers elsewhere would silently break the plan the daemon made.
+    """
+    from localllm.engine.model import moe_cpu_patterns  # model imports this module
+
+    ready = prepare(opts.rpc_workers)
+    bad = [w for w in ready["workers"] if w["error"]]
+    if bad:
+        raise LocalLLMError("; ".join(w["error"] for w in bad))
+    devices = resolve(opts.devices) if opts.devices else local_offload_devices()
+    return {"devices": devices,
+            "split_mode": opts.split_mode, "tensor_split": list(opts.tensor_split),
+            "cpu_patterns": moe_cpu_patterns(opts.n_cpu_moe)}
