@@ -206,7 +206,8 @@ class Engine:
         slot.adapters = key
         sampler.accept_prompt(tokens)
         slot.active = Active(req, tokens, sampler, TextStream(req.stop), n_past=n, cached=n,
-                             adapters=key, last_step=self._steps)
+                             adapters=key, last_step=self._steps,
+                             keep=self.model.marker_tokens(req.markers))
 
     def _fill_batch(self, only: AdapterSet | None = None) -> list[tuple[Slot, int, bool]]:
         """Decode tokens, then prompt chunks, into the batch: [(slot, len before, prefill)].
@@ -253,7 +254,7 @@ class Engine:
         if self.model.is_eog(t):
             return self._finish(s, "stop")
         a.generated.append(t)
-        text = a.text.feed(self.model.piece(t))
+        text = a.text.feed(self.model.piece(t, special=t in a.keep))
         out: list[Event] = []
         if req.logprobs > 0:
             lp, top = self.ctx.top_logprobs(s.logits_index, t, req.logprobs)

@@ -114,7 +114,8 @@ class Model(_Owner):
         self.n_vocab = int(self.lib.ll_model_n_vocab(h))
         self.bos = int(self.lib.ll_token_bos(h))
         self.eos = int(self.lib.ll_token_eos(h))
-        self._pieces: dict[int, bytes] = {}
+        self._pieces: dict[int, bytes] = {}  # token -> bytes; -1 - token: rendered special
+        self._markers: dict[tuple[str, ...], frozenset[int]] = {}
         self._eog: dict[int, bool] = {}
         self._buf = self.ffi.new("char[]", 256)
 
@@ -163,19 +164,38 @@ class Model(_Owner):
                 return list(self.ffi.unpack(out, n))
             cap = -n
 
-    def piece(self, token: int) -> bytes:
-        """The bytes one token renders to (special tokens as empty), cached."""
-        p = self._pieces.get(token)
+    def piece(self, token: int, special: bool = False) -> bytes:
+        """The bytes one token renders to, cached; control tokens render as empty
+        unless ``special``."""
+        key = -1 - token if special else token
+        p = self._pieces.get(key)
         if p is None:
-            n = self.lib.ll_token_to_piece(self.handle, token, self._buf, len(self._buf), 0)
+            flag = int(special)
+            n = self.lib.ll_token_to_piece(self.handle, token, self._buf, len(self._buf), flag)
             if n < 0:
                 big = self.ffi.new("char[]", -n)
-                n = self.lib.ll_token_to_piece(self.handle, token, big, -n, 0)
+                n = self.lib.ll_token_to_piece(self.handle, token, big, -n, flag)
                 p = bytes(self.ffi.buffer(big, n))
             else:
                 p = bytes(self.ffi.buffer(self._buf, n))
-            self._pieces[token] = p
+            self._pieces[key] = p
         return p
+
+    def marker_tokens(self, markers: Sequence[str]) -> frozenset[int]:
+        """Ids of the markers that are one token each (cached per marker list).
+
+        A marker the vocabulary spells with several ordinary tokens already comes
+        out as text, so only single tokens need the special rendering."""
+        key = tuple(markers)
+        ids = self._markers.get(key)
+        if ids is None:
+            found = set()
+            for m in key:
+                toks = self.tokenize(m, add_special=False, parse_special=True) if m else []
+                if len(toks) == 1:
+                    found.add(toks[0])
+            ids = self._markers[key] = frozenset(found)
+        return ids
 
     def token_text(self, token: int, special: bool = True) -> str:
         """One token as text, special tokens rendered (for logprobs and info)."""

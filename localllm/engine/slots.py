@@ -40,6 +40,7 @@ class Active:
     cancelled: bool = False
     adapters: tuple[str, ...] = ()  # the LoRA set every decode of this request needs
     last_step: int = 0  # the engine step that last advanced it (adapter scheduling)
+    keep: frozenset[int] = frozenset()  # control tokens rendered as text (the request's markers)
 
     @property
     def prefilling(self) -> bool:

@@ -92,6 +92,10 @@ class CompletionRequest:
     num_keep: int = 4  # tokens kept from the start when truncating
     # LoRA adapter GGUF paths applied (scale 1.0) on top of the loaded base model.
     adapters: list[str] = field(default_factory=list)
+    # A chat format's markers ("[TOOL_CALLS]", "<|channel|>", ...): where one is a single
+    # control token, its text is kept in the output, because GGUFs store many markers as
+    # control tokens, which render as "" and would leave the parser a bare JSON object.
+    markers: list[str] = field(default_factory=list)
 
 
 @dataclass

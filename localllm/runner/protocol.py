@@ -223,6 +223,8 @@ def parse_request(msg: Message) -> CompletionRequest:
         raise ProtocolError("request prompt must be text or a list of token ids")
     if not isinstance(req.adapters, list) or not all(isinstance(p, str) for p in req.adapters):
         raise ProtocolError("request adapters must be a list of paths")
+    if not isinstance(req.markers, list) or not all(isinstance(m, str) for m in req.markers):
+        raise ProtocolError("request markers must be a list of strings")
     return req
 
 

@@ -56,3 +56,14 @@ def test_segment_pieces_are_unique() -> None:
     text = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
     pieces = segment(text, taken)
     assert "".join(pieces) == text and len(set(pieces)) == len(pieces)
+
+
+def test_request_markers_render_control_tokens_as_text(script: Path) -> None:
+    # The fix for real Mistral GGUFs: the format's markers reach the parser as text.
+    with Engine([str(script)], opts()) as e:
+        r = run_one(e, CompletionRequest(id="r", prompt="<|mistral|>",
+                                         sampling=SamplingParams(temperature=0.0),
+                                         markers=["[TOOL_CALLS]", "[ARGS]", "not one token"]))
+        assert r.text == '[TOOL_CALLS][{"name": "f", "arguments": {}}]'
+        assert e.model.marker_tokens(["[ARGS]", "[TOOL_CALLS]"]) == frozenset(
+            e.tokenize("[TOOL_CALLS]", add_special=False))
