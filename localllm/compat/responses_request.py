@@ -1,0 +1,146 @@
+"""OpenAI Responses API requests (``POST /v1/responses``) -> native ``/api/chat`` bodies.
+
+Pure converter, owned here; the route is :mod:`localllm.server.routes_responses`
+and the answer is shaped by :mod:`localllm.compat.responses_stream`.  The
+sampling, tool, format and reasoning fields are first rewritten into a Chat
+Completions body and handed to :func:`~localllm.compat.openai_chat.chat_request_to_native`,
+so ``/v1/responses`` and ``/v1/chat/completions`` share one set of defaults and
+checks.  ``input`` items are converted apart, by
+:mod:`localllm.compat.responses_input`, because they carry things Chat
+Completions parts cannot (``input_image`` becomes the native ``images`` field,
+which the chat path itself refuses while vision is missing).
+
+The daemon keeps no state: ``previous_response_id``, ``conversation`` and
+``item_reference`` items are refused with a 400, ``store`` is accepted and
+ignored.  ``truncation`` defaults to ``"disabled"`` as in OpenAI's API, so an
+input longer than the context is a 400 rather than silently cut.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from localllm.compat.openai_chat import chat_request_to_native
+from localllm.compat.responses_input import input_to_messages, string_field
+from localllm.errors import InvalidRequest
+
+# Responses efforts -> the native think levels (``none`` turns thinking off).
+_EFFORT = {"none": "none", "minimal": "low", "low": "low", "medium": "medium",
+           "high": "high", "xhigh": "high"}
+# Fields the daemon cannot honour without state or a hosted service: refused, not ignored.
+_STATEFUL = ("previous_response_id", "conversation", "prompt")
+
+
+@dataclass
+class ResponsesConversion:
+    native: dict[str, Any]  # an /api/chat body
+    stream: bool = False
+    tool_choice: str = "auto"  # "auto" | "none" | "required"
+    forced_tool: str | None = None
+    echo: dict[str, Any] = field(default_factory=dict)  # request fields the response repeats
+
+
+_bad = InvalidRequest
+
+
+def _tools(tools: Any) -> list[dict[str, Any]] | None:
+    """Flat Responses function tools -> the nested Chat Completions shape."""
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise _bad("tools must be an array")
+    out = []
+    for tool in tools:
+        kind = tool.get("type") if isinstance(tool, Mapping) else None
+        if kind != "function":
+            raise _bad(f"tool type {kind!r} is not supported: only function tools are")
+        fn: dict[str, Any] = {"name": string_field(tool.get("name"), "tools[].name")}
+        if tool.get("description") is not None:
+            fn["description"] = string_field(tool["description"], "tools[].description")
+        params = tool.get("parameters")
+        if params is not None and not isinstance(params, Mapping):
+            raise _bad("tools[].parameters must be an object")
+        fn["parameters"] = dict(params or {"type": "object", "properties": {}})
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def _tool_choice(choice: Any) -> Any:
+    if choice is None or choice in ("auto", "none", "required"):
+        return choice
+    if isinstance(choice, Mapping) and choice.get("type") == "function":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    raise _bad("tool_choice must be none, auto, required or {type: function, name}")
+
+
+def _response_format(text: Any) -> dict[str, Any] | None:
+    if text is not None and not isinstance(text, Mapping):
+        raise _bad("text must be an object")
+    fmt = text.get("format") if text is not None else None
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, Mapping) else None
+    if kind == "json_schema":  # flat in Responses, nested under json_schema in Chat
+        if not isinstance(fmt.get("schema"), Mapping):
+            raise _bad("text.format.schema must be an object")
+        return {"type": "json_schema", "json_schema": {"schema": fmt["schema"]}}
+    if kind in ("text", "json_object"):
+        return {"type": kind}
+    raise _bad(f"invalid text.format type {kind!r}")
+
+
+def _effort(reasoning: Any) -> str | None:
+    if reasoning is not None and not isinstance(reasoning, Mapping):
+        raise _bad("reasoning must be an object")
+    effort = reasoning.get("effort") if reasoning is not None else None
+    if effort is not None and effort not in _EFFORT:
+        raise _bad(f"invalid reasoning.effort {effort!r}")
+    return _EFFORT[effort] if effort is not None else None
+
+
+def responses_request_to_native(body: Any) -> ResponsesConversion:
+    """A ``/v1/responses`` body -> an ``/api/chat`` body plus what the route must do."""
+    if not isinstance(body, Mapping):
+        raise _bad("request body must be a JSON object")
+    for key in _STATEFUL:
+        if body.get(key) is not None:
+            raise _bad(f"{key} is not supported: the daemon is stateless and stores no "
+                       "responses; send the whole conversation in input")
+    if body.get("background"):
+        raise _bad("background responses are not supported")
+    limit = body.get("max_output_tokens")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                              or limit < 1):
+        raise _bad("max_output_tokens must be a positive integer")
+    truncation = body.get("truncation") or "disabled"
+    if truncation not in ("auto", "disabled"):
+        raise _bad('truncation must be "auto" or "disabled"')
+    instructions = body.get("instructions")
+    instructions = None if instructions is None else string_field(instructions, "instructions")
+    chat: dict[str, Any] = {
+        "model": body.get("model"), "stream": body.get("stream", False), "messages": [],
+        "temperature": body.get("temperature"), "top_p": body.get("top_p"),
+        "max_completion_tokens": limit, "tools": _tools(body.get("tools")),
+        "tool_choice": _tool_choice(body.get("tool_choice")),
+        "reasoning_effort": _effort(body.get("reasoning")),
+        "response_format": _response_format(body.get("text")),
+    }
+    if body.get("options") is not None:  # our extension, as on /v1/chat/completions
+        chat["options"] = body["options"]
+    conv = chat_request_to_native({k: v for k, v in chat.items() if v is not None})
+    conv.native["messages"] = input_to_messages(body.get("input"), instructions)
+    conv.native["truncate"] = truncation == "auto"
+    echo = {"instructions": instructions, "max_output_tokens": limit,
+            "temperature": conv.native["options"].get("temperature"),
+            "top_p": conv.native["options"].get("top_p"),
+            "tools": [{"type": "function", **t["function"]} for t in chat["tools"] or []],
+            "tool_choice": body.get("tool_choice") or "auto",
+            "parallel_tool_calls": body.get("parallel_tool_calls", True) is not False,
+            "reasoning": {"effort": (body.get("reasoning") or {}).get("effort"),
+                          "summary": None},
+            "text": {"format": (body.get("text") or {}).get("format") or {"type": "text"}},
+            "truncation": truncation, "metadata": body.get("metadata") or {}}
+    return ResponsesConversion(conv.native, stream=conv.stream, tool_choice=conv.tool_choice,
+                               forced_tool=conv.forced_tool, echo=echo)

@@ -1,0 +1,214 @@
+"""Native ``/api/chat`` chunks -> OpenAI Responses API objects and stream events.
+
+Pure converter, owned here; the request side is
+:mod:`localllm.compat.responses_request` and the route
+:mod:`localllm.server.routes_responses`.  One :class:`ResponsesStream` turns a
+run's native chunks, in order, into the Responses event stream (each event
+with its ``sequence_number``); the non-streamed answer is the same machine fed
+the folded chunk (:func:`final_response`), so both shapes always agree.
+
+Output items, in the order the model wrote them: ``reasoning`` (the native
+``thinking``, as summary text), ``message`` (``output_text``), and one
+``function_call`` per native tool call (arguments as a JSON string).  Text and
+reasoning stream as deltas; a tool call arrives whole from the native parser,
+so its arguments come as a single delta.  A reply cut by ``max_output_tokens``
+ends ``incomplete`` with ``incomplete_details.reason = "max_output_tokens"``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import secrets
+import time
+from collections.abc import Mapping
+from typing import Any
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(12)}"
+
+
+def _usage(native: Mapping[str, Any]) -> dict[str, Any]:
+    prompt = int(native.get("prompt_eval_count") or 0)
+    output = int(native.get("eval_count") or 0)
+    # Prefix reuse is not reported per request, so no cached tokens are claimed.
+    return {"input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": output, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt + output}
+
+
+def _text_part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+class ResponsesStream:
+    """The events of one response; ``response`` is the object as it stands."""
+
+    def __init__(self, model: str, echo: Mapping[str, Any], *, id: str | None = None,
+                 created_at: int | None = None) -> None:
+        self.response: dict[str, Any] = {
+            "id": id or new_id("resp"), "object": "response",
+            "created_at": created_at if created_at is not None else int(time.time()),
+            "status": "in_progress", "error": None, "incomplete_details": None,
+            "model": model, "output": [], "usage": None, "previous_response_id": None,
+            "tools": [], "tool_choice": "auto", "parallel_tool_calls": True, **echo}
+        self._seq = 0
+        self._open: dict[str, Any] | None = None  # the message or reasoning item being written
+        self._text = ""
+        self.finished = False
+
+    @property
+    def output(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = self.response["output"]
+        return out
+
+    def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        event = {"type": kind, "sequence_number": self._seq, **fields}
+        self._seq += 1
+        return event
+
+    def _lifecycle(self, kind: str) -> dict[str, Any]:
+        return self._event(kind, response=copy.deepcopy(self.response))
+
+    def start(self) -> list[dict[str, Any]]:
+        return [self._lifecycle("response.created"), self._lifecycle("response.in_progress")]
+
+    # -- items --------------------------------------------------------------------------
+
+    def _add(self, item: dict[str, Any]) -> list[dict[str, Any]]:
+        self.output.append(item)
+        return [self._event("response.output_item.added", output_index=len(self.output) - 1,
+                            item=copy.deepcopy(item))]
+
+    def _where(self) -> dict[str, Any]:
+        assert self._open is not None
+        return {"item_id": self._open["id"], "output_index": len(self.output) - 1}
+
+    def _open_item(self, kind: str) -> list[dict[str, Any]]:
+        if self._open is not None and self._open["type"] == kind:
+            return []
+        events = self._close()
+        if kind == "message":
+            self._open = {"id": new_id("msg"), "type": "message", "status": "in_progress",
+                          "role": "assistant", "content": []}
+            events += self._add(self._open)
+            events.append(self._event("response.content_part.added", **self._where(),
+                                      content_index=0, part=_text_part("")))
+        else:
+            self._open = {"id": new_id("rs"), "type": "reasoning", "summary": [],
+                          "status": "in_progress"}
+            events += self._add(self._open)
+            events.append(self._event("response.reasoning_summary_part.added", **self._where(),
+                                      summary_index=0, part={"type": "summary_text", "text": ""}))
+        self._text = ""
+        return events
+
+    def _delta(self, kind: str, text: str) -> list[dict[str, Any]]:
+        events = self._open_item(kind)
+        self._text += text
+        if kind == "message":
+            events.append(self._event("response.output_text.delta", **self._where(),
+                                      content_index=0, delta=text, logprobs=[]))
+        else:
+            events.append(self._event("response.reasoning_summary_text.delta", **self._where(),
+                                      summary_index=0, delta=text))
+        return events
+
+    def _close(self, status: str = "completed") -> list[dict[str, Any]]:
+        item = self._open
+        if item is None:
+            return []
+        where, text = self._where(), self._text
+        if item["type"] == "message":
+            part = _text_part(text)
+            item["content"] = [part]
+            events = [self._event("response.output_text.done", **where, content_index=0,
+                                  text=text, logprobs=[]),
+                      self._event("response.content_part.done", **where, content_index=0,
+                                  part=part)]
+        else:
+            part = {"type": "summary_text", "text": text}
+            item["summary"] = [part]
+            events = [self._event("response.reasoning_summary_text.done", **where,
+                                  summary_index=0, text=text),
+                      self._event("response.reasoning_summary_part.done", **where,
+                                  summary_index=0, part=part)]
+        item["status"] = status
+        self._open = None
+        return [*events, self._event("response.output_item.done",
+                                     output_index=where["output_index"],
+                                     item=copy.deepcopy(item))]
+
+    def _call(self, call: Mapping[str, Any]) -> list[dict[str, Any]]:
+        events = self._close()
+        fn = call.get("function") or {}
+        args = fn.get("arguments", {})
+        arguments = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        item = {"id": new_id("fc"), "type": "function_call", "status": "in_progress",
+                "call_id": call.get("id") or new_id("call"), "name": fn.get("name", ""),
+                "arguments": ""}
+        events += self._add(item)
+        where = {"item_id": item["id"], "output_index": len(self.output) - 1}
+        item.update(arguments=arguments, status="completed")
+        return [*events,
+                self._event("response.function_call_arguments.delta", **where, delta=arguments),
+                self._event("response.function_call_arguments.done", **where,
+                            name=item["name"], arguments=arguments),
+                self._event("response.output_item.done", output_index=where["output_index"],
+                            item=copy.deepcopy(item))]
+
+    # -- the native stream ----------------------------------------------------------------
+
+    def feed(self, native: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Events for one native chunk (a mid-stream ``error`` fails the response)."""
+        if "error" in native:
+            return self.fail(str(native["error"]))
+        msg = native.get("message") or {}
+        events: list[dict[str, Any]] = []
+        if msg.get("thinking"):
+            events += self._delta("reasoning", msg["thinking"])
+        if msg.get("content"):
+            events += self._delta("message", msg["content"])
+        for call in msg.get("tool_calls") or []:
+            events += self._call(call)
+        if native.get("done"):
+            events += self._finish(native)
+        return events
+
+    def _finish(self, native: Mapping[str, Any]) -> list[dict[str, Any]]:
+        cut = native.get("done_reason") == "length"
+        status = "incomplete" if cut else "completed"
+        events = self._close(status)
+        if not self.output:  # nothing said: still answer with an (empty) message
+            events += self._open_item("message") + self._close(status)
+        self.response.update(status=status, usage=_usage(native),
+                             completed_at=int(time.time()))
+        if cut:
+            self.response["incomplete_details"] = {"reason": "max_output_tokens"}
+        self.finished = True
+        return [*events, self._lifecycle("response.incomplete" if cut
+                                         else "response.completed")]
+
+    def fail(self, message: str) -> list[dict[str, Any]]:
+        """A failure after the stream began: an ``error`` event, then ``response.failed``."""
+        self.finished = True
+        self.response.update(status="failed",
+                             error={"code": "server_error", "message": message})
+        return [self._event("error", code="server_error", message=message, param=None),
+                self._lifecycle("response.failed")]
+
+
+def final_response(folded: Mapping[str, Any], model: str,
+                   echo: Mapping[str, Any]) -> dict[str, Any]:
+    """A folded native ``/api/chat`` answer -> the Responses API ``response`` object."""
+    stream = ResponsesStream(model, echo)
+    stream.feed(folded)
+    return stream.response
+
+
+def sse_event(event: Mapping[str, Any]) -> str:
+    """One event frame as OpenAI sends them: ``event:`` names the type, ``data:`` holds it."""
+    data = json.dumps(event, ensure_ascii=False, separators=(",", ":"))
+    return f"event: {event['type']}\ndata: {data}\n\n"
