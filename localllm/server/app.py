@@ -45,6 +45,7 @@ ROUTER_MODULES: list[str] = [
     "localllm.server.routes_models",
     "localllm.server.routes_generate",
     "localllm.server.routes_openai",
+    "localllm.server.routes_responses",
     "localllm.server.routes_create",
 ]
 _OPENAI_PREFIX = "/v1/"
