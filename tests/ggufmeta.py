@@ -158,6 +158,8 @@ def _writer(path: Path, shape: Shape, quant: str, split_max_tensors: int) -> GGU
     for key, value in shape.extra_kv:
         if isinstance(value, str):
             w.add_string(key, value)
+        elif isinstance(value, bool):  # before int: a bool is an int to Python
+            w.add_bool(key, value)
         elif isinstance(value, int):
             w.add_uint32(key, value)
         else:
