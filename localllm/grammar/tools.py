@@ -1,68 +1,133 @@
 """A grammar that makes the model call one of the given tools (OpenAI's forced ``tool_choice``).
 
-The call is written in the markup the model's chat template teaches (see
-:func:`localllm.template.tools.detect_family`); a template that teaches none
-gets Hermes' ``<tool_call>{..}</tool_call>``, and the output parser is told to
-read that family.  Inside the markup the grammar accepts
-``{"name": <one of the tools>, "arguments": <that tool's parameters schema>}``.
+The call is written in the markup of the output format the model's chat template
+teaches (:func:`localllm.toolcalls.detect_format`), so the format's own parser
+reads it back; a template that teaches none gets Hermes' ``<tool_call>{..}
+</tool_call>``, and the output parser is told to read that format.  JSON formats
+get the tool's name and its parameters schema as the arguments; the XML-style
+formats (Qwen3-Coder, Seed-OSS, GLM) get one tag per parameter, required ones in
+the schema's order, then the optional ones, each optional: a string parameter is
+free text without ``<``, any other is JSON for its schema.
 
 Limits, by design: a parameters schema our JSON-Schema converter refuses
 (``not``, ``if``, external ``$ref``) leaves the output unconstrained (the tools
 are still offered to the model and its calls still parsed) rather than failing
 the request; ``$defs`` of all forced tools share one namespace; and the
-grammar leaves no room for a thinking block before the call.
+grammar leaves no room for a thinking block before the call (only for closing
+one the prompt opened).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 from localllm.errors import InvalidRequest
-from localllm.grammar.json_schema import literal, schema_to_grammar
-from localllm.template.tools import Family, detect_family
+from localllm.grammar.json_schema import _Converter, _render, literal
+from localllm.toolcalls import Family, detect_format
+from localllm.toolcalls.detect import THINK
 
 log = logging.getLogger(__name__)
 
-_WRAP: dict[Family, tuple[str, str]] = {
-    "hermes": ("<tool_call>", "</tool_call>"),
-    "llama3": ("", ""),
-    "mistral": ("[TOOL_CALLS][", "]"),
+N, J, A = "\0name", "\0json-name", "\0args"  # placeholders: raw name, JSON-quoted name, args
+_DS_CALL = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>"
+_DS_END = "<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+_SHAPES: dict[str, tuple[str, ...]] = {
+    "hermes": ('<tool_call>\n{"name": ', J, ', "arguments": ', A, "}\n</tool_call>"),
+    "llama3": ('{"name": ', J, ', "parameters": ', A, "}"),
+    "mistral": ("[TOOL_CALLS]", N, "[ARGS]", A),
+    "mistral_nemo": ('[TOOL_CALLS][{"name": ', J, ', "arguments": ', A, "}]"),
+    "gpt_oss": ("<|channel|>commentary to=functions.", N, " <|constrain|>json<|message|>", A),
+    "deepseek_r1": (_DS_CALL + "function<｜tool▁sep｜>", N, "\n```json\n", A, "\n```" + _DS_END),
+    "deepseek_v3_1": (_DS_CALL, N, "<｜tool▁sep｜>", A, _DS_END),
+    "kimi_k2": ("<|tool_calls_section_begin|><|tool_call_begin|>functions.", N,
+                ":0<|tool_call_argument_begin|>", A,
+                "<|tool_call_end|><|tool_calls_section_end|>"),
+    "granite": ('<|tool_call|>[{"name": ', J, ', "arguments": ', A, "}]"),
+    "command_r7b": ('<|START_ACTION|>[{"tool_call_id": "0", "tool_name": ', J,
+                    ', "parameters": ', A, "}]<|END_ACTION|>"),
+    "functionary_v3_2": (N, "\n", A),
 }
-
-
-def _call_schema(tool: Mapping[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
-    fn = tool.get("function") or {}
-    params = fn.get("parameters") or {"type": "object"}
-    if isinstance(params, Mapping):
-        for key in ("$defs", "definitions"):
-            if isinstance(params.get(key), Mapping):
-                defs.setdefault(key, {}).update(params[key])
-        params = {k: v for k, v in params.items() if k not in ("$defs", "definitions")}
-    return {"type": "object", "properties": {"name": {"const": fn.get("name", "")},
-                                             "arguments": params},
-            "required": ["name", "arguments"], "additionalProperties": False}
+# XML formats: (call open, function head, head end, param open, key end, value end, close)
+_XML: dict[str, tuple[str, ...]] = {
+    "qwen3_coder": ("<tool_call>\n<function=", ">\n", "<parameter=", ">\n", "\n</parameter>\n",
+                    "</function>\n</tool_call>"),
+    "seed_oss": ("<seed:tool_call>\n<function=", ">\n", "<parameter=", ">\n",
+                 "\n</parameter>\n", "</function>\n</seed:tool_call>"),
+    "glm_4_5": ("<tool_call>", "\n", "<arg_key>", "</arg_key>\n<arg_value>",
+                "</arg_value>\n", "</tool_call>"),
+}
 
 
 def forced_tool_grammar(tools: list[dict[str, Any]], template: str
                         ) -> tuple[str, Family] | None:
-    """(GBNF, family to parse) forcing one call of one of ``tools``; None if not expressible."""
-    family = detect_family(template) or "hermes"
+    """(GBNF, format to parse) forcing one call of one of ``tools``; None if not expressible."""
+    fmt = detect_format(template)
+    name = fmt.name if fmt.name in _SHAPES or fmt.name in _XML else "hermes"
     defs: dict[str, Any] = {}
-    calls = [_call_schema(t, defs) for t in tools]
-    schema: dict[str, Any] = calls[0] if len(calls) == 1 else {"anyOf": calls}
-    schema = {**schema, **defs}
+    for tool in tools:
+        params = _params(tool)
+        for key in ("$defs", "definitions"):
+            if isinstance(params.get(key), Mapping):
+                defs.setdefault(key, {}).update(params[key])
+    conv = _Converter(defs)
+    conv.rules["root"] = ""  # reserve the name
     try:
-        grammar = schema_to_grammar(schema)
+        alts = [_call(conv, name, tool) for tool in tools]
     except InvalidRequest as exc:
         log.warning("tool_choice not enforced by a grammar: %s", exc.message)
         return None
-    head, _, rest = grammar.partition("\n")
-    body = head.removeprefix("root ::= ")
-    open_tag, close_tag = _WRAP[family]
-    parts = [literal(open_tag)] if open_tag else []
-    parts.append(f"({body})")
-    if close_tag:
-        parts.append(literal(close_tag))
-    return f"root ::= {' '.join(parts)}\n{rest}", family
+    body = " | ".join(f"({alt})" for alt in alts)
+    if fmt.think_tags == THINK:
+        # The prompt may have opened a thinking block: the model may close it first.
+        body = f'({literal(THINK[1])} "\\n"*)? ({body})'
+    conv.rules["root"] = body
+    return _render(conv.rules), name
+
+
+def _params(tool: Mapping[str, Any]) -> dict[str, Any]:
+    fn = tool.get("function") or {}
+    params = fn.get("parameters") if isinstance(fn, Mapping) else None
+    return dict(params) if isinstance(params, Mapping) else {"type": "object"}
+
+
+def _call(conv: _Converter, fmt: str, tool: Mapping[str, Any]) -> str:
+    fn = tool.get("function") or {}
+    name = str(fn.get("name", ""))
+    params = {k: v for k, v in _params(tool).items() if k not in ("$defs", "definitions")}
+    if fmt in _XML:
+        return _xml_call(conv, _XML[fmt], name, params)
+    args = conv.visit(params, f"{name}-args")
+    parts = {N: literal(name), J: literal(json.dumps(name, ensure_ascii=False)), A: args}
+    return " ".join(parts.get(p) or literal(p) for p in _SHAPES[fmt])
+
+
+def _xml_call(conv: _Converter, shape: tuple[str, ...], name: str,
+              params: Mapping[str, Any]) -> str:
+    call_open, head_end, key_open, key_end, value_end, close = shape
+    props = params.get("properties")
+    props = props if isinstance(props, Mapping) else {}
+    required = [k for k in params.get("required") or [] if k in props]
+    order = required + [k for k in props if k not in required]
+    parts = [literal(call_open + name + head_end)]
+    for key in order:
+        value = _xml_value(conv, props[key], f"{name}-{key}")
+        one = f"{literal(key_open + key + key_end)} {value} {literal(value_end)}"
+        parts.append(one if key in required else f"({one})?")
+    parts.append(literal(close))
+    return " ".join(parts)
+
+
+def _xml_value(conv: _Converter, schema: Any, hint: str) -> str:
+    """A parameter's value as text: strings raw (as the parsers read them back), others JSON."""
+    if isinstance(schema, Mapping):
+        raw = schema.get("enum", [schema["const"]] if "const" in schema else None)
+        if isinstance(raw, list) and raw and all(isinstance(v, str) for v in raw):
+            return "(" + " | ".join(literal(v) for v in raw) + ")"
+        kind = schema.get("type")
+        if kind == "string" or (isinstance(kind, list) and "string" in kind):
+            conv.rules.setdefault("xml-text", "[^<]*")
+            return "xml-text"
+    return conv.visit(schema, hint)

@@ -23,7 +23,7 @@ from localllm.grammar.tools import forced_tool_grammar
 from localllm.inference.service import InferenceService, Prepared, Target, now_rfc3339
 from localllm.inference.shaping import OutputShaper, grammar_for, think_flag
 from localllm.runner.messages import Done, Piece
-from localllm.template.tools import Family
+from localllm.toolcalls import Family
 
 
 def final_metrics(done: Done, prep: Prepared) -> dict[str, Any]:

@@ -1,9 +1,11 @@
 """Shape generated pieces into Ollama's response fields: content, thinking, tool calls, logprobs.
 
 ``OutputShaper`` sits between the runner's pieces and the response chunks.  It
-splits ``<think>`` blocks into ``thinking`` when thinking is on, turns tool-call
-markup into ``tool_calls`` objects when the request carried tools, and formats
-logprobs.  ``grammar_for`` turns a request's ``format`` into a GBNF grammar.
+parses the reply in the output format the model's chat template teaches
+(:func:`localllm.toolcalls.detect_format`): reasoning goes to ``thinking``
+whenever the model emits it (dropped when ``think`` is false), tool-call markup
+becomes ``tool_calls`` objects when the request carried tools, and logprobs are
+formatted.  ``grammar_for`` turns a request's ``format`` into a GBNF grammar.
 """
 
 from __future__ import annotations
@@ -14,12 +16,7 @@ from localllm.errors import InvalidRequest
 from localllm.grammar.json_schema import grammar_for_format
 from localllm.inference.service import Target
 from localllm.runner.messages import Piece
-from localllm.template.thinking import (
-    ThinkingSplitter,
-    detect_thinking_tags,
-    prompt_opens_thinking,
-)
-from localllm.template.tools import Family, ToolCallParser
+from localllm.toolcalls import Family, Parsed, detect_format, format_named
 
 
 def grammar_for(fmt: str | dict[str, Any] | None) -> str | None:
@@ -47,19 +44,13 @@ class OutputShaper:
                  tools: list[dict[str, Any]] | None, logprobs: bool, prompt: str = "",
                  tool_family: Family | None = None) -> None:
         template = target.info.chat_template or ""
-        self._thinking: ThinkingSplitter | None = None
-        tags = detect_thinking_tags(template) or ("<think>", "</think>")
-        opened = prompt_opens_thinking(prompt, *tags)
-        # Thinking is split when asked for, and also when the template itself opened a
-        # block in the prompt (the model will close it whatever the request said).
-        if think or opened:
-            self._thinking = ThinkingSplitter(*tags, opened=opened)
-        self._hide_thinking = think is False
-        self._tools: ToolCallParser | None = None
-        if tools:
-            # A forced tool call is written in ``tool_family``'s markup (see grammar/tools.py).
-            self._tools = (ToolCallParser(tool_family) if tool_family
-                           else ToolCallParser.for_template(template))
+        if tool_family:
+            # A forced call is written in ``tool_family``'s markup (see grammar/tools.py),
+            # first thing in the reply: a block the prompt opened is not being continued.
+            fmt, prompt = format_named(tool_family, template), ""
+        else:
+            fmt = detect_format(template)
+        self._parser = fmt.parser(tools, think, prompt)
         self._logprobs = logprobs
         self.tool_calls_seen = False
 
@@ -78,22 +69,12 @@ class OutputShaper:
         return self._split("", {}, final=True)
 
     def _split(self, text: str, parts: dict[str, Any], *, final: bool) -> dict[str, Any]:
-        content = text
-        if self._thinking is not None:
-            thinking, content = (self._thinking.finish() if final
-                                 else self._thinking.feed(text))
-            if thinking and not self._hide_thinking:
-                parts["thinking"] = thinking
-        if self._tools is not None:
-            result = self._tools.feed(content)
-            if final:
-                tail = self._tools.finish()
-                result.content += tail.content
-                result.calls.extend(tail.calls)
-            content = result.content
-            if result.calls:
-                self.tool_calls_seen = True
-                parts["tool_calls"] = [c.to_ollama() for c in result.calls]
-        if content:
-            parts["content"] = content
+        result: Parsed = self._parser.finish() if final else self._parser.feed(text)
+        if result.thinking:
+            parts["thinking"] = result.thinking
+        if result.calls:
+            self.tool_calls_seen = True
+            parts["tool_calls"] = [c.to_ollama() for c in result.calls]
+        if result.content:
+            parts["content"] = result.content
         return parts if (parts or final) else {}

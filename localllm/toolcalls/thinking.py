@@ -1,22 +1,27 @@
-"""Split a stream of generated text into thinking and content at ``<think>``/``</think>``.
+"""Split a stream of generated text into thinking and content at a reasoning tag pair.
 
+Owns the ``<think>``-style splitting (``<think>``, ``<seed:think>``, ``[THINK]``,
+Command-R7B's ``<|START_THINKING|>``) used by every marker-based format.
 Reasoning models open their reply with a thinking block.  Some templates
 pre-open it (the rendered prompt ends with ``<think>``), so the reply starts
 inside the block: :func:`prompt_opens_thinking` tells, and the splitter then
 starts in thinking.  The splitter never emits a prefix of a tag: text that might
 be the start of one is held until the next piece decides.  Whitespace right
-inside the block and right after it is formatting, and is dropped.
+inside the block and right after it is formatting, and is dropped.  A reply that
+starts with the close tag alone closes a block the prompt opened without our
+knowing (a forced tool call ignores the prompt's open block): the tag is dropped.
 """
 
 from __future__ import annotations
 
-from localllm.template.tools import partial_tag_len
+from localllm.toolcalls.base import partial_tag_len
 
 # Tag pairs seen in chat templates, most common first.
 KNOWN_TAGS: tuple[tuple[str, str], ...] = (
     ("<think>", "</think>"),
     ("<seed:think>", "</seed:think>"),
     ("[THINK]", "[/THINK]"),
+    ("<|START_THINKING|>", "<|END_THINKING|>"),
 )
 
 
@@ -58,8 +63,12 @@ class ThinkingSplitter:
             if stripped.startswith(self.open_tag):
                 self._buf = stripped[len(self.open_tag):]
                 self._state, self._trim = "thinking", True
-            elif not stripped or self.open_tag.startswith(stripped):
-                return "", ""  # could still become the opening tag
+            elif stripped.startswith(self.close_tag):
+                self._buf = stripped[len(self.close_tag):]
+                self._state, self._trim = "content", True
+            elif (not stripped or self.open_tag.startswith(stripped)
+                  or self.close_tag.startswith(stripped)):
+                return "", ""  # could still become the opening (or a lone closing) tag
             else:
                 self._state = "content"
         if self._state == "thinking":

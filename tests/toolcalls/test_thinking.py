@@ -1,10 +1,10 @@
-"""Tests for localllm.template.thinking: incremental <think> splitting at every boundary."""
+"""Tests for localllm.toolcalls.thinking: incremental <think> splitting at every boundary."""
 
 from __future__ import annotations
 
 import pytest
 
-from localllm.template.thinking import (
+from localllm.toolcalls.thinking import (
     ThinkingSplitter,
     detect_thinking_tags,
     prompt_opens_thinking,
@@ -46,6 +46,10 @@ CASES = [
      ("step 1\nstep 2", "Result")),
     ("<think></think>\n\nEmpty thought", {}, ("", "Empty thought")),
     ("", {}, ("", "")),
+    ("</think>\n\nClosed a block the prompt opened", {},
+     ("", "Closed a block the prompt opened")),
+    ("<|START_THINKING|>plan<|END_THINKING|>act",
+     {"open_tag": "<|START_THINKING|>", "close_tag": "<|END_THINKING|>"}, ("plan", "act")),
 ]
 
 

@@ -1,0 +1,258 @@
+"""The shared vocabulary of the tool-call parsers: calls, parse results, the tools offered.
+
+Owns :class:`ToolCall` (one parsed call, with Ollama's wire shape), :class:`Parsed`
+(what one ``feed`` yields: content, thinking, calls), :class:`Attempt` and
+:class:`Syntax` (the interface every marker-based format implements, see
+``stream.py``), :class:`ToolSet` (the request's tools: known names and the
+parameter schemas that type XML-style argument values), and small text helpers
+(:func:`json_end`, :func:`partial_tag_len`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+MAX_NAME = 256  # a "function name" longer than this is prose, not a call
+
+
+@dataclass
+class ToolCall:
+    """One parsed call; ``arguments`` keeps the model's key order."""
+
+    name: str
+    arguments: dict[str, Any]
+    index: int = 0
+    id: str | None = None
+
+    def to_ollama(self) -> dict[str, Any]:
+        """Ollama's wire shape (``message.tool_calls[i]``)."""
+        out: dict[str, Any] = {"function": {"index": self.index, "name": self.name,
+                                            "arguments": self.arguments}}
+        if self.id:
+            out["id"] = self.id
+        return out
+
+
+@dataclass
+class Parsed:
+    """What a parser can hand on now: shown text, reasoning, and calls that have closed."""
+
+    content: str = ""
+    thinking: str = ""
+    calls: list[ToolCall] = field(default_factory=list)
+
+    def extend(self, other: Parsed) -> None:
+        self.content += other.content
+        self.thinking += other.thinking
+        self.calls.extend(other.calls)
+
+
+class FormatParser(Protocol):
+    """A streaming parser for one output format: feed pieces, then finish once."""
+
+    def feed(self, text: str) -> Parsed: ...
+
+    def finish(self) -> Parsed: ...
+
+
+@dataclass
+class RawCall:
+    """A call as a syntax read it, before the tools are checked; ``arguments`` may be a
+    JSON string (some models double-encode them)."""
+
+    name: str
+    arguments: Any
+    id: str | None = None
+
+
+@dataclass
+class Attempt:
+    """The outcome of reading a call region of ``end`` characters.
+
+    ``calls`` is None when the region is not a valid call (it becomes content; ``why``,
+    when set, is logged as a warning).  An empty list means markup without a call
+    (Functionary's ``>>>all`` header), consumed silently.
+    """
+
+    end: int
+    calls: list[RawCall] | None
+    why: str = ""
+
+
+class Syntax:
+    """One format's call markup, as seen by the generic streaming parser (``stream.py``)."""
+
+    starts: tuple[str, ...] = ()  # markers that open a call region anywhere in the content
+    strip: tuple[str, ...] = ()  # markup removed from content (control tokens as text)
+    markers: tuple[str, ...] = ()  # every marker of the format (see ChatFormat.markers)
+
+    def leading(self, text: str, first: bool) -> bool | None:
+        """Whether a call region begins bare at ``text`` (the reply's start when ``first``,
+        else right after a call); None while undecided."""
+        return False
+
+    def parse(self, text: str, tools: ToolSet | None, final: bool) -> Attempt | None:
+        """Read the region at the start of ``text``; None while more text is needed
+        (never when ``final``)."""
+        raise NotImplementedError
+
+
+class ToolSet:
+    """The tools a request offered: names a call may use, and their parameter schemas."""
+
+    def __init__(self, tools: list[dict[str, Any]]) -> None:
+        self.params: dict[str, Mapping[str, Any]] = {}
+        for tool in tools:
+            fn = tool.get("function") if isinstance(tool, Mapping) else None
+            if isinstance(fn, Mapping) and isinstance(fn.get("name"), str):
+                params = fn.get("parameters")
+                self.params[fn["name"]] = params if isinstance(params, Mapping) else {}
+
+    def known(self, name: str) -> bool:
+        return name in self.params
+
+    def typed(self, name: str, key: str, raw: str) -> Any:
+        """An XML-style argument's text as the value its schema asks for.
+
+        A string-typed parameter keeps the text as written (``"1"`` stays a string);
+        any other or unknown type is read as JSON when it parses, else kept as text.
+        """
+        props = self.params.get(name, {}).get("properties")
+        schema = props.get(key) if isinstance(props, Mapping) else None
+        if isinstance(schema, Mapping):
+            kind = schema.get("type")
+            kinds = set(kind) if isinstance(kind, list) else {kind}
+            enum = schema.get("enum")
+            if "string" in kinds or (isinstance(enum, list) and raw in enum):
+                return None if raw == "null" and "null" in kinds else raw
+        return _json_or_text(raw)
+
+
+def typed_value(tools: ToolSet | None, name: str, key: str, raw: str) -> Any:
+    return tools.typed(name, key, raw) if tools is not None else _json_or_text(raw)
+
+
+def _json_or_text(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+FAILED = object()
+
+
+def loads(text: str) -> Any:
+    """``json.loads`` that returns :data:`FAILED` instead of raising."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return FAILED
+
+
+def partial_tag_len(text: str, tag: str) -> int:
+    """Length of the longest proper prefix of ``tag`` that ``text`` ends with."""
+    for k in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:k]):
+            return k
+    return 0
+
+
+def json_end(text: str, start: int = 0) -> int | None:
+    """End index of the JSON object/array opening at ``start``; None while incomplete.
+
+    Raises ValueError when ``text[start]`` doesn't open one.
+    """
+    if start >= len(text) or text[start] not in "{[":
+        raise ValueError("not a JSON object or array")
+    depth, in_string, escaped = 0, False, False
+    for i in range(start, len(text)):
+        c = text[i]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "{[":
+            depth += 1
+        elif c in "}]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return None
+
+
+def read_json(text: str, start: int, final: bool) -> tuple[Any, int] | Attempt | None:
+    """The JSON object/array at ``text[start:]`` (after whitespace) and where it ends.
+
+    None while incomplete; a failed :class:`Attempt` (consuming everything) when the
+    text can't be JSON or the stream ended inside it.
+    """
+    at = start + len(text[start:]) - len(text[start:].lstrip())
+    if at >= len(text):
+        return Attempt(len(text), None, "no arguments") if final else None
+    try:
+        end = json_end(text, at)
+    except ValueError:
+        return Attempt(len(text) if final else at, None, "arguments are not JSON")
+    if end is None:
+        return Attempt(len(text), None, "unterminated JSON") if final else None
+    data = loads(text[at:end])
+    if data is FAILED:
+        return Attempt(end, None, "invalid JSON")
+    return data, end
+
+
+def skip_ws(text: str, at: int) -> int:
+    while at < len(text) and text[at].isspace():
+        at += 1
+    return at
+
+
+def expect(text: str, at: int, tag: str) -> int | None:
+    """After optional whitespace, ``tag`` at ``at``: its end; None if it may still be
+    arriving; -1 when something else is there."""
+    at = skip_ws(text, at)
+    rest = text[at:at + len(tag)]
+    if rest == tag:
+        return at + len(tag)
+    if tag.startswith(rest):
+        return None
+    return -1
+
+
+def json_calls(data: Any, *, name: str = "name", args: tuple[str, ...] = ("arguments",
+               "parameters"), ident: str = "id", need_args: bool = False) -> list[RawCall] | None:
+    """Calls out of a decoded JSON object or array of objects; None if any isn't one.
+
+    ``need_args`` refuses an object without arguments (Llama's bare JSON: an ordinary
+    JSON reply that happens to have a "name" is not a call).
+    """
+    items = data if isinstance(data, list) else [data]
+    calls = []
+    for item in items:
+        if not isinstance(item, Mapping) or not isinstance(item.get(name), str):
+            return None
+        found = [item[k] for k in args if k in item]
+        if need_args and not found:
+            return None
+        call_id = item.get(ident)
+        calls.append(RawCall(item[name], found[0] if found else {},
+                             call_id if isinstance(call_id, str) else None))
+    return calls or None
+
+
+def to_close(text: str, start: int, close: str, final: bool, why: str) -> Attempt | None:
+    """A broken region: given back up to and including its close tag (all of it at the
+    end of the stream); None while the close tag may still come."""
+    at = text.find(close, start)
+    if at >= 0:
+        return Attempt(at + len(close), None, why)
+    return Attempt(len(text), None, why) if final else None

@@ -1,0 +1,124 @@
+"""Which output format a chat template teaches its model, and a parser for that format.
+
+Owns :class:`ChatFormat` and :func:`detect_format`.  Detection reads the template's
+text the way llama.cpp's ``common/chat.cpp`` does: each format is recognised by
+markup only its templates contain, checked from the most specific to the most
+generic (Qwen3-Coder and GLM templates also contain ``<tool_call>``, so they are
+checked before Hermes).  A template with no known format gets ``generic``:
+``<think>`` splitting and plain text, the behaviour before formats were known.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from localllm.toolcalls import command_r, granite
+from localllm.toolcalls.base import FormatParser, Syntax
+from localllm.toolcalls.deepseek import DeepSeek
+from localllm.toolcalls.functionary import Functionary
+from localllm.toolcalls.glm import Glm
+from localllm.toolcalls.harmony import MARKERS as HARMONY_MARKERS
+from localllm.toolcalls.harmony import HarmonyParser
+from localllm.toolcalls.hermes import Hermes
+from localllm.toolcalls.kimi import Kimi
+from localllm.toolcalls.llama3 import Llama3
+from localllm.toolcalls.mistral import Mistral
+from localllm.toolcalls.stream import MarkupParser
+from localllm.toolcalls.thinking import detect_thinking_tags, prompt_opens_thinking
+from localllm.toolcalls.xmlcall import XmlCall
+
+THINK = ("<think>", "</think>")
+
+_SYNTAXES: dict[str, Callable[[], Syntax]] = {
+    "generic": Syntax,
+    "hermes": Hermes,
+    "qwen3_coder": XmlCall,
+    "seed_oss": lambda: XmlCall("<seed:tool_call>", "</seed:tool_call>"),
+    "llama3": Llama3,
+    "mistral": Mistral,
+    "mistral_nemo": Mistral,
+    "deepseek_r1": DeepSeek,
+    "deepseek_v3_1": DeepSeek,
+    "glm_4_5": Glm,
+    "kimi_k2": Kimi,
+    "granite": granite.granite,
+    "command_r7b": command_r.command_r,
+    "functionary_v3_2": Functionary,
+}
+FORMATS: tuple[str, ...] = (*_SYNTAXES, "gpt_oss")
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    """One output format: its name, its marker strings, and how to parse a reply in it.
+
+    ``markers`` are every marker string of the format that a GGUF may store as a
+    control token; the runner renders exactly these as text so the parser sees them.
+    """
+
+    name: str
+    markers: tuple[str, ...]
+    think_tags: tuple[str, str] | None = THINK
+
+    def parser(self, tools: list[dict] | None, think: bool | None,
+               prompt: str = "") -> FormatParser:
+        """A streaming parser for one reply.  ``think=False`` drops reasoning from the
+        output; ``prompt`` (the rendered prompt) tells whether the reply starts inside
+        a thinking block the template opened."""
+        if self.name == "gpt_oss":
+            return HarmonyParser(tools, think)
+        tags = self.think_tags
+        opened = bool(tags and prompt and prompt_opens_thinking(prompt, *tags))
+        return MarkupParser(_SYNTAXES[self.name](), tools, think, tags=tags, opened=opened,
+                            name=self.name)
+
+
+def format_named(name: str, template: str = "") -> ChatFormat:
+    """The format called ``name`` (one of :data:`FORMATS`), with the template's think tags."""
+    if name not in FORMATS:
+        raise ValueError(f"unknown chat format {name!r}")
+    if name == "gpt_oss":
+        return ChatFormat(name, HARMONY_MARKERS, None)
+    tags = command_r.THINK if name == "command_r7b" else (
+        detect_thinking_tags(template) or THINK)
+    markers = tuple(dict.fromkeys((*_SYNTAXES[name]().markers, *tags)))
+    return ChatFormat(name, markers, tags)
+
+
+def detect_format(template: str) -> ChatFormat:
+    """The output format a chat template (Jinja or Go) teaches; ``generic`` if none."""
+    return format_named(_detect_name(template), template)
+
+
+def _detect_name(src: str) -> str:
+    def has(*parts: str) -> bool:
+        return all(p in src for p in parts)
+
+    if has("<|channel|>"):
+        return "gpt_oss"
+    if has(">>>all"):
+        return "functionary_v3_2"
+    if has("<|tool_calls_section_begin|>"):
+        return "kimi_k2"
+    if has("<｜tool▁calls▁begin｜>"):
+        # R1 fences the arguments (```json); V3.1 writes them right after the separator.
+        return "deepseek_r1" if "```json" in src else "deepseek_v3_1"
+    if has("<|START_ACTION|>"):
+        return "command_r7b"
+    if has("<|tool_call|>"):
+        return "granite"
+    if has("<tool_call>", "<arg_key>"):
+        return "glm_4_5"
+    if has("<seed:tool_call>") or has("<seed:think>", "<function="):
+        return "seed_oss"
+    if has("<tool_call>", "<function=", "<parameter="):
+        return "qwen3_coder"
+    if has("[TOOL_CALLS]"):
+        return "mistral" if "[ARGS]" in src else "mistral_nemo"
+    if has("<tool_call>") and "<invoke name=" not in src:
+        return "hermes"
+    if (has("<|python_tag|>") or has("<|start_header_id|>ipython<|end_header_id|>")
+            or has("<|start_header_id|>", '"parameters"')):
+        return "llama3"
+    return "generic"

@@ -1,0 +1,71 @@
+"""GLM 4.5+ tool calls (also Laguna, Spark, Ling 3): the name, then key/value pairs.
+
+::
+
+    <tool_call>get_weather
+    <arg_key>city</arg_key>
+    <arg_value>Paris</arg_value>
+    </tool_call>
+
+GLM-4.7 writes the same without the newlines.  Values are text typed by the
+tool's JSON schema, as in Qwen3-Coder's format (``xmlcall.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from localllm.toolcalls.base import (
+    MAX_NAME,
+    Attempt,
+    RawCall,
+    Syntax,
+    ToolSet,
+    expect,
+    to_close,
+    typed_value,
+)
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+KEY, KEY_END, VALUE, VALUE_END = "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"
+
+
+class Glm(Syntax):
+    starts = (OPEN,)
+    strip = (OPEN, CLOSE, KEY, KEY_END, VALUE, VALUE_END)
+    markers = (OPEN, CLOSE, KEY, KEY_END, VALUE, VALUE_END)
+
+    def parse(self, text: str, tools: ToolSet | None, final: bool) -> Attempt | None:
+        begin = len(OPEN)
+        stops = [at for at in (text.find(KEY, begin), text.find(CLOSE, begin)) if at >= 0]
+        if not stops:
+            if len(text) - begin > MAX_NAME or final:
+                return Attempt(len(text) if final else begin, None, "no function name")
+            return None
+        name = text[begin:min(stops)].strip()
+        if not name or len(name) > MAX_NAME or "\n" in name or "{" in name:
+            return to_close(text, begin, CLOSE, final, "no function name")
+        args: dict[str, Any] = {}
+        at = min(stops)
+        while True:
+            key = expect(text, at, KEY)
+            if key is None:
+                return Attempt(len(text), None, "unterminated call") if final else None
+            if key == -1:
+                break
+            key_end = text.find(KEY_END, key)
+            value = expect(text, key_end + len(KEY_END), VALUE) if key_end >= 0 else None
+            value_end = text.find(VALUE_END, value) if value is not None and value > 0 else -1
+            if value == -1:
+                return to_close(text, begin, CLOSE, final, "<arg_key> without <arg_value>")
+            if value is None or value_end < 0:
+                return Attempt(len(text), None, "unterminated call") if final else None
+            name_of_key = text[key:key_end].strip()
+            args[name_of_key] = typed_value(tools, name, name_of_key, text[value:value_end])
+            at = value_end + len(VALUE_END)
+        close = expect(text, at, CLOSE)
+        if close is None and not final:
+            return None
+        if close == -1:
+            return to_close(text, begin, CLOSE, final, "text inside the call")
+        return Attempt(close if close is not None else len(text), [RawCall(name, args)])

@@ -1,0 +1,106 @@
+"""Qwen3-Coder's XML tool calls (also Qwen3.5, Nemotron 3 Nano, StepFun, Seed-OSS).
+
+::
+
+    <tool_call>
+    <function=get_weather>
+    <parameter=city>
+    Paris
+    </parameter>
+    </function>
+    </tool_call>
+
+Seed-OSS writes the same inside ``<seed:tool_call>``.  Values are text: one
+newline right inside the parameter tags is formatting; the tool's JSON schema
+types the value (a string parameter keeps its text, others are read as JSON when
+they parse).  Some models leave out the opening ``<tool_call>``, so
+``<function=`` opens a call too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from localllm.toolcalls.base import (
+    MAX_NAME,
+    Attempt,
+    RawCall,
+    Syntax,
+    ToolSet,
+    expect,
+    to_close,
+    typed_value,
+)
+
+FUNCTION, FUNCTION_END = "<function=", "</function>"
+PARAM, PARAM_END = "<parameter=", "</parameter>"
+
+
+def _value(raw: str) -> str:
+    raw = raw[1:] if raw.startswith("\n") else raw
+    return raw[:-1] if raw.endswith("\n") else raw
+
+
+class XmlCall(Syntax):
+    def __init__(self, open_tag: str = "<tool_call>", close_tag: str = "</tool_call>") -> None:
+        self.open, self.close = open_tag, close_tag
+        self.starts = (open_tag, FUNCTION)
+        self.strip = (open_tag, close_tag)
+        self.markers = (open_tag, close_tag)
+
+    def parse(self, text: str, tools: ToolSet | None, final: bool) -> Attempt | None:
+        start = len(self.open) if text.startswith(self.open) else 0
+        at, calls = start, []
+        while True:
+            got = self._function(text, at, tools)
+            if got is None or isinstance(got, str):
+                return self._broken(text, start, final, got or "unterminated call")
+            if isinstance(got, int):
+                break
+            call, at = got
+            calls.append(call)
+        if not calls:
+            return to_close(text, start, self.close, final, "no <function=..> in the call")
+        close = expect(text, at, self.close)
+        if close is None and not final:
+            return None
+        return Attempt(close if close is not None and close > 0 else at, calls)
+
+    def _broken(self, text: str, start: int, final: bool, why: str) -> Attempt | None:
+        return to_close(text, start, self.close if start else FUNCTION_END, final, why)
+
+    @staticmethod
+    def _function(text: str, at: int, tools: ToolSet | None
+                  ) -> tuple[RawCall, int] | int | str | None:
+        """One ``<function=..>`` block from ``at``: (call, end), -1 when none is there,
+        a reason when it is broken, None while incomplete."""
+        begin = expect(text, at, FUNCTION)
+        if begin is None or begin == -1:
+            return begin
+        gt = text.find(">", begin)
+        if gt < 0:
+            return None if len(text) - begin <= MAX_NAME else "no function name"
+        name = text[begin:gt].strip()
+        if not name or len(name) > MAX_NAME or "\n" in name:
+            return "no function name"
+        args: dict[str, Any] = {}
+        at = gt + 1
+        while True:
+            param = expect(text, at, PARAM)
+            if param is None:
+                return None
+            if param == -1:
+                break
+            pgt = text.find(">", param)
+            end = text.find(PARAM_END, pgt + 1) if pgt >= 0 else -1
+            if end < 0:
+                return None
+            key = text[param:pgt].strip()
+            args[key] = typed_value(tools, name, key, _value(text[pgt + 1:end]))
+            at = end + len(PARAM_END)
+        close = expect(text, at, FUNCTION_END)
+        if close is None:
+            return None
+        if close == -1:
+            return f"text inside <function={name}> is not a parameter"
+        return RawCall(name, args), close
