@@ -1,8 +1,12 @@
 """Turn chat messages (and tools) into the prompt text a model was trained on.
 
 The model's own ``tokenizer.chat_template`` (Jinja, from the GGUF) is rendered
-with the variables Hugging Face's ``apply_chat_template`` provides.  A GGUF
-without a template gets ChatML, which is also what llama.cpp falls back to.
+with the variables Hugging Face's ``apply_chat_template`` provides: ``messages``
+(reasoning under all of its names), ``tools`` and ``documents`` (None when not
+given), ``add_generation_prompt``, ``bos_token``, ``eos_token``, plus the think
+level in the variables the template reads.  A GGUF without a template is a base
+model: it gets the text alone, as Ollama's default ``{{ .Prompt }}`` does, so it
+continues what it was given instead of some family's chat markup.
 """
 
 from __future__ import annotations
@@ -12,13 +16,11 @@ import json
 from typing import Any
 
 from localllm.template.jinja import render_jinja
+from localllm.template.levels import think_variables
 
-CHATML = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
+# The names a message's reasoning goes by; templates read one or another
+# (Qwen3 and DeepSeek ``reasoning_content``, gpt-oss ``thinking``).
+REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
 
 def _normalise(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -44,8 +46,31 @@ def _normalise(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             msg["tool_calls"] = fixed
         else:
             msg.pop("tool_calls", None)
+        reasoning = next((msg[k] for k in REASONING_FIELDS if msg.get(k) is not None), None)
+        if reasoning is not None:
+            # As transformers does: fill every name, keeping an explicit ``thinking``.
+            msg.setdefault("thinking", reasoning)
+            msg["reasoning_content"] = reasoning
         out.append(msg)
     return out
+
+
+def render_plain(messages: list[dict[str, Any]]) -> str:
+    """A template-less model's prompt: system text, then the turns glued together.
+
+    Ollama's default template renders each prompt followed by its response with
+    nothing in between, so a base model reads one continuous text.
+    """
+    system = "\n\n".join(_text(m) for m in messages if m.get("role") == "system" and _text(m))
+    turns = "".join(_text(m) for m in messages if m.get("role") != "system")
+    return f"{system}\n\n{turns}" if system and turns else system or turns
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):  # OpenAI content parts: the text ones
+        return "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
 
 
 def render_chat(
@@ -56,27 +81,31 @@ def render_chat(
     add_generation_prompt: bool = True,
     bos_token: str = "",
     eos_token: str = "",
-    think: bool | None = None,
+    think: bool | str | None = None,
     extra: dict[str, Any] | None = None,
 ) -> str:
-    """Render ``messages`` with ``template`` (or ChatML when the model has none)."""
+    """Render ``messages`` with ``template``; the plain text when the model has none."""
+    if not template or not template.strip():
+        return render_plain(messages)
     variables: dict[str, Any] = {
         "messages": _normalise(messages),
+        # transformers always defines these two, and templates test ``is none``.
+        "tools": tools or None,
+        "documents": None,
         "add_generation_prompt": add_generation_prompt,
         "bos_token": bos_token,
         "eos_token": eos_token,
     }
-    if tools:
-        variables["tools"] = tools
-    if think is not None:
-        variables["enable_thinking"] = think
+    variables.update(think_variables(template, think))
     if extra:
         variables.update(extra)
-    return render_jinja(template or CHATML, variables)
+    return render_jinja(template, variables)
 
 
-def strip_leading_bos(prompt: str, bos_token: str) -> str:
-    """Templates often emit BOS themselves; the tokenizer adds it too, so keep one."""
-    if bos_token and prompt.startswith(bos_token):
+def strip_leading_bos(prompt: str, bos_token: str, add_bos: bool = True) -> str:
+    """Drop a BOS the template wrote itself when the tokenizer adds one too (``add_bos``,
+    the GGUF's ``add_bos_token``), so the prompt starts with exactly one; when the
+    tokenizer adds none, the template's BOS is the only one and stays (as llama.cpp)."""
+    if add_bos and bos_token and prompt.startswith(bos_token):
         return prompt[len(bos_token):]
     return prompt

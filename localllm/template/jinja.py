@@ -6,7 +6,11 @@ checked on every attribute, item and call, a budget for ``range`` iterations,
 caps on string/list repetition, and a cap on the rendered size.  A template that
 loops, recurses or explodes fails with ``TemplateError`` instead of hanging the
 daemon.  Variables and helpers follow what Hugging Face's ``apply_chat_template``
-provides, so published templates render the same here.
+provides (trim_blocks, lstrip_blocks, loopcontrols, the ``{% generation %}``
+block, ``raise_exception``, ``strftime_now``, its ``tojson``, ``dict`` and a
+``namespace`` that refuses private names), so published templates render the
+same here.  ``template_variables`` names the globals a template reads, which
+is how callers learn what a template supports (think levels, tools).
 """
 
 from __future__ import annotations
@@ -14,15 +18,17 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from jinja2 import TemplateSyntaxError
+from jinja2 import TemplateSyntaxError, meta, nodes
 from jinja2.exceptions import SecurityError
-from jinja2.ext import loopcontrols
+from jinja2.ext import Extension, loopcontrols
+from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.utils import Namespace
 
 from localllm.errors import InvalidRequest
 
@@ -48,12 +54,64 @@ class _Budget:
             raise TemplateError("chat template took too long to render")
 
 
+class _GenerationBlock(Extension):
+    """``{% generation %}...{% endgeneration %}``: marks the assistant's part for training
+    masks in transformers; for inference it renders its body unchanged.
+
+    The body becomes a call block, as in transformers, so a ``set`` inside it stays
+    local to the block exactly as it does there.
+    """
+
+    tags = {"generation"}  # noqa: RUF012 - Extension declares it an instance attribute
+
+    def parse(self, parser: Parser) -> nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.CallBlock(self.call_method("_render_body"), [], [], body).set_lineno(lineno)
+
+    def _render_body(self, caller: Callable[[], str]) -> str:
+        return caller()
+
+
+class _Namespace(Namespace):
+    """``namespace()`` that refuses names starting with ``_`` (as transformers' does), so a
+    template cannot stash or reach private attributes through it."""
+
+    # ``self`` comes in ``args`` (Namespace's own trick) so that ``namespace(self=...)`` works.
+    def __init__(*args: Any, **kwargs: Any) -> None:
+        self, rest = args[0], args[1:]
+        attrs = dict(*rest, **kwargs)
+        for name in attrs:
+            _check_name(name)
+        Namespace.__init__(self, attrs)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        _check_name(name)
+        Namespace.__setitem__(self, name, value)
+
+
+def _check_name(name: Any) -> None:
+    if isinstance(name, str) and name.startswith("_"):
+        raise SecurityError(f"a namespace cannot hold the private name {name!r}")
+
+
+class _DictHelper:
+    """The template's ``dict``: builds plain dicts, and nothing else reachable through it."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args: Any) -> dict[Any, Any]:
+        return dict.fromkeys(*args)
+
+
 class _BoundedEnvironment(ImmutableSandboxedEnvironment):
     intercepted_binops = frozenset({"*", "**"})
 
     def __init__(self) -> None:
         super().__init__(
-            trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols], autoescape=False
+            trim_blocks=True, lstrip_blocks=True, autoescape=False,
+            extensions=[loopcontrols, _GenerationBlock],
         )
         # Compiled templates are cached and shared, so the budget is per thread.
         self._local = threading.local()
@@ -61,6 +119,8 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         self.globals["raise_exception"] = _raise_exception
         self.globals["strftime_now"] = _strftime_now
         self.globals["range"] = self._range
+        self.globals["dict"] = _DictHelper()
+        self.globals["namespace"] = _Namespace
 
     @property
     def budget(self) -> _Budget:
@@ -73,14 +133,14 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
     def budget(self, value: _Budget) -> None:
         self._local.budget = value
 
-    def _range(self, *args: int) -> Iterator[int]:
+    def _range(self, *args: int) -> range:
+        # A real range, as in Python and transformers (``|length``, indexing, ``in``);
+        # what a render may iterate in all is bounded up front instead of per step.
         span = range(*args)
         if len(span) > self.budget.range_left:
             raise TemplateError("chat template loops too many times")
         self.budget.range_left -= len(span)
-        for value in span:
-            self.budget.tick()
-            yield value
+        return span
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         self.budget.tick()
@@ -132,6 +192,16 @@ def _compile(source: str) -> Any:
         return env.from_string(source)
     except TemplateSyntaxError as exc:
         raise TemplateError(f"invalid chat template (line {exc.lineno}): {exc.message}") from None
+
+
+@lru_cache(maxsize=32)
+def template_variables(source: str) -> frozenset[str]:
+    """The global variables ``source`` reads (``enable_thinking``, ``tools``, ...);
+    empty when it does not parse."""
+    try:
+        return frozenset(meta.find_undeclared_variables(_BoundedEnvironment().parse(source)))
+    except TemplateSyntaxError:
+        return frozenset()
 
 
 def render_jinja(source: str, variables: dict[str, Any],

@@ -5,6 +5,9 @@ the ``template`` file of a pulled repo) wins over ``tokenizer.chat_template``
 inside the GGUF.  The layer's syntax is detected, because people paste Hugging
 Face Jinja templates into Modelfiles as often as Go ones: Jinja has ``{%``
 statements or bare variable names, Go names fields with a leading dot.
+With no template at all the model is a base model and gets the plain text
+(``render_plain``).  ``think`` is Ollama's value (a bool or a level); each
+renderer passes it the way its templates read it.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ def render_prompt(
     messages: list[dict[str, Any]],
     *,
     tools: list[dict[str, Any]] | None = None,
-    think: bool | None = None,
+    think: bool | str | None = None,
     bos_token: str = "",
     eos_token: str = "",
 ) -> str:
@@ -35,17 +38,21 @@ def render_prompt(
 
     ``go_template`` is the model's template layer (despite the name it may be
     Jinja: its syntax decides), ``jinja_template`` the GGUF's chat template;
-    with neither, ChatML.  A leading BOS is left to the caller to strip, as the
-    tokenizer adds its own.
+    with neither, the plain text.  A leading BOS is left to the caller
+    (``strip_leading_bos``), which knows whether the tokenizer adds its own.
     """
     from localllm.template.chat import render_chat
+    from localllm.template.levels import parse_think
 
+    think = parse_think(think)
     if go_template and go_template.strip():
         if is_jinja(go_template):
             return render_chat(go_template, messages, tools=tools, think=think,
                                bos_token=bos_token, eos_token=eos_token)
         from localllm.template.goprompt import render_go
 
-        return render_go(go_template, messages, tools=tools, think=think)
+        level = think if isinstance(think, str) else ""
+        return render_go(go_template, messages, tools=tools,
+                         think=None if think is None else think is not False, think_level=level)
     return render_chat(jinja_template, messages, tools=tools, think=think,
                        bos_token=bos_token, eos_token=eos_token)

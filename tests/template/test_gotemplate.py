@@ -178,7 +178,7 @@ def test_select_prefers_the_layer_template_and_detects_syntax() -> None:
     assert render_prompt(jinja, None, msgs) == "[Hello there]"  # Jinja pasted into TEMPLATE
     assert render_prompt(None, jinja, msgs) == "[Hello there]"
     assert render_prompt("  ", jinja, msgs) == "[Hello there]"
-    assert "<|im_start|>user\nHello there" in render_prompt(None, None, msgs)  # ChatML
+    assert render_prompt(None, None, msgs) == "Hello there"  # no template: the text alone
 
 
 def test_printf_and_json_helpers() -> None:
