@@ -58,7 +58,7 @@ class DeepSeek(Syntax):
     def _call(text: str, at: int, final: bool) -> tuple[RawCall, int] | int | str | None:
         begin = expect(text, at, CALL)
         if begin is None or begin == -1:
-            return begin
+            return -1 if final else begin
         sep = text.find(SEP, begin)
         if sep < 0:
             return None if len(text) - begin <= MAX_NAME else "no <｜tool▁sep｜>"

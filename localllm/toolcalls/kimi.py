@@ -43,10 +43,10 @@ class Kimi(Syntax):
         at, calls = start, []
         while True:
             begin = expect(text, at, CALL)
-            if begin is None:
-                return Attempt(len(text), None, "unterminated call") if final else None
-            if begin == -1:
-                break
+            if begin is None and not final:
+                return None
+            if begin is None or begin == -1:
+                break  # no further call in the section
             args = text.find(ARGS, begin)
             if args < 0 or args - begin > MAX_NAME:
                 if args < 0 and len(text) - begin <= MAX_NAME and not final:

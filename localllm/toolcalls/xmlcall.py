@@ -52,9 +52,11 @@ class XmlCall(Syntax):
         start = len(self.open) if text.startswith(self.open) else 0
         at, calls = start, []
         while True:
-            got = self._function(text, at, tools)
-            if got is None or isinstance(got, str):
-                return self._broken(text, start, final, got or "unterminated call")
+            got = self._function(text, at, tools, final)
+            if got is None:
+                return Attempt(len(text), None, "unterminated call") if final else None
+            if isinstance(got, str):
+                return self._broken(text, start, final, got)
             if isinstance(got, int):
                 break
             call, at = got
@@ -70,13 +72,13 @@ class XmlCall(Syntax):
         return to_close(text, start, self.close if start else FUNCTION_END, final, why)
 
     @staticmethod
-    def _function(text: str, at: int, tools: ToolSet | None
+    def _function(text: str, at: int, tools: ToolSet | None, final: bool
                   ) -> tuple[RawCall, int] | int | str | None:
         """One ``<function=..>`` block from ``at``: (call, end), -1 when none is there,
         a reason when it is broken, None while incomplete."""
         begin = expect(text, at, FUNCTION)
         if begin is None or begin == -1:
-            return begin
+            return -1 if final else begin
         gt = text.find(">", begin)
         if gt < 0:
             return None if len(text) - begin <= MAX_NAME else "no function name"

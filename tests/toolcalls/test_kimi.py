@@ -1,0 +1,23 @@
+"""Kimi K2 tool calls: ids ``functions.<name>:<n>`` kept as the call ids."""
+
+from __future__ import annotations
+
+from tests.toolcalls.helpers import check_all_splits
+
+CALLS = ("<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+         '<|tool_call_argument_begin|>{"location": "Paris"}<|tool_call_end|>'
+         "<|tool_call_begin|>functions.special_function:1<|tool_call_argument_begin|>"
+         '{"arg1": 1}<|tool_call_end|><|tool_calls_section_end|>')
+
+
+def test_two_calls_with_ids() -> None:
+    check_all_splits("kimi_k2", "Checking." + CALLS, "Checking.", [
+        ("get_weather", {"location": "Paris"}, 0, "functions.get_weather:0"),
+        ("special_function", {"arg1": 1}, 1, "functions.special_function:1")])
+
+
+def test_thinking_model() -> None:
+    check_all_splits("kimi_k2", "<think>plan</think>" + CALLS[:-len("<|tool_calls_section_end|>")],
+                     "", [("get_weather", {"location": "Paris"}, 0, "functions.get_weather:0"),
+                          ("special_function", {"arg1": 1}, 1, "functions.special_function:1")],
+                     thinking="plan")
