@@ -1,0 +1,299 @@
+"""Anthropic Messages requests (``/v1/messages``) -> our native ``/api/chat`` requests.
+
+Pure converters, the Anthropic twin of :mod:`localllm.compat.openai_chat`:
+``messages_request_to_native`` turns the body into an ``/api/chat`` body plus
+what the route must do (stream, force a tool).  The answer, and Anthropic's
+error shape, come from :mod:`localllm.compat.anthropic_stream`.  Where the
+mapping is not one to one:
+
+- ``system`` (a string or text blocks) becomes the first ``system`` message.
+- A user message's ``tool_result`` blocks become native ``tool`` messages, in
+  block order, named after the ``tool_use`` they answer; its text and images
+  a ``user`` message.  Images (base64 only) go to the native ``images`` field,
+  as ``/api/chat`` takes them.
+- An assistant's ``thinking`` blocks become ``thinking``, its ``tool_use``
+  blocks ``tool_calls`` (ids kept); ``redacted_thinking`` is dropped.
+- ``tool_choice``: ``none`` drops the tools; ``any`` and ``tool`` (only the
+  named tool kept) force a call, as OpenAI's ``required`` does.
+- ``thinking``: ``enabled``/``adaptive`` turn thinking on, ``disabled`` off;
+  ``budget_tokens`` is not enforced.
+- ``truncate`` is off: Anthropic never drops part of a prompt silently, so a
+  prompt longer than the context is a 400, not a shortened conversation.
+- ``metadata``, ``cache_control`` and unknown fields are ignored.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from localllm.errors import InvalidRequest
+
+
+@dataclass
+class MessagesConversion:
+    native: dict[str, Any]  # an /api/chat body
+    stream: bool = False
+    forced_tools: list[dict[str, Any]] | None = None  # the model must call one of these
+
+
+def _number(body: Mapping[str, Any], key: str, *, integer: bool = False,
+            low: int = 0) -> Any:
+    """``body[key]`` checked as a finite number (an integer with ``integer``) >= ``low``."""
+    value = body.get(key)
+    if value is None:
+        return None
+    kinds = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value):
+        raise InvalidRequest(f"{key}: must be {'an integer' if integer else 'a number'}")
+    if value < low:
+        raise InvalidRequest(f"{key}: must be >= {low}")
+    return value
+
+
+def _blocks(content: Any, where: str) -> list[Mapping[str, Any]]:
+    """A content field as blocks: a string is one text block."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list) or not all(isinstance(b, Mapping) for b in content):
+        raise InvalidRequest(f"{where}: must be a string or an array of content blocks")
+    return list(content)
+
+
+def _text(block: Mapping[str, Any], where: str) -> str:
+    text = block.get("text")
+    if not isinstance(text, str):
+        raise InvalidRequest(f"{where}: a text block needs a string text")
+    return text
+
+
+def _image(block: Mapping[str, Any], where: str) -> str:
+    """An image block's base64 data, checked: the native path takes base64 strings."""
+    source = block.get("source")
+    if not isinstance(source, Mapping) or source.get("type") != "base64":
+        raise InvalidRequest(f"{where}: only base64 image sources are supported")
+    data = source.get("data")
+    if not isinstance(data, str) or not data:
+        raise InvalidRequest(f"{where}: image source data must be a base64 string")
+    try:
+        base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest(f"{where}: image source data is not valid base64") from None
+    return data
+
+
+def _unknown(kind: Any, where: str) -> InvalidRequest:
+    return InvalidRequest(f"{where}: content block type {kind!r} is not supported")
+
+
+def _system(value: Any) -> str:
+    if value is None:
+        return ""
+    parts = []
+    for i, block in enumerate(_blocks(value, "system")):
+        if block.get("type") != "text":
+            raise _unknown(block.get("type"), f"system.{i}")
+        parts.append(_text(block, f"system.{i}"))
+    return "\n".join(parts)
+
+
+def _tool_result(block: Mapping[str, Any], where: str, names: Mapping[str, str]
+                 ) -> dict[str, Any]:
+    call_id = block.get("tool_use_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise InvalidRequest(f"{where}: tool_result needs a tool_use_id")
+    texts: list[str] = []
+    images: list[str] = []
+    content = block.get("content")
+    for j, part in enumerate(_blocks(content if content is not None else "", where)):
+        kind = part.get("type")
+        if kind == "text":
+            texts.append(_text(part, f"{where}.content.{j}"))
+        elif kind == "image":
+            images.append(_image(part, f"{where}.content.{j}"))
+        else:
+            raise _unknown(kind, f"{where}.content.{j}")
+    out: dict[str, Any] = {"role": "tool", "content": "\n".join(texts),
+                           "tool_call_id": call_id}
+    if call_id in names:
+        out["tool_name"] = names[call_id]
+    if images:
+        out["images"] = images
+    return out
+
+
+def _user(blocks: list[Mapping[str, Any]], where: str, names: Mapping[str, str]
+          ) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    texts: list[str] = []
+    images: list[str] = []
+
+    def flush() -> None:
+        if texts or images:
+            msg: dict[str, Any] = {"role": "user", "content": "\n".join(texts)}
+            if images:
+                msg["images"] = list(images)
+            out.append(msg)
+            texts.clear()
+            images.clear()
+
+    for i, block in enumerate(blocks):
+        kind, at = block.get("type"), f"{where}.content.{i}"
+        if kind == "text":
+            texts.append(_text(block, at))
+        elif kind == "image":
+            images.append(_image(block, at))
+        elif kind == "tool_result":
+            flush()  # keeps the order the client wrote
+            out.append(_tool_result(block, at, names))
+        else:
+            raise _unknown(kind, at)
+    flush()
+    return out
+
+
+def _assistant(blocks: list[Mapping[str, Any]], where: str, names: dict[str, str]
+               ) -> dict[str, Any]:
+    texts: list[str] = []
+    thinking: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for i, block in enumerate(blocks):
+        kind, at = block.get("type"), f"{where}.content.{i}"
+        if kind == "text":
+            texts.append(_text(block, at))
+        elif kind == "thinking":
+            if not isinstance(block.get("thinking"), str):
+                raise InvalidRequest(f"{at}: a thinking block needs a string thinking")
+            thinking.append(block["thinking"])
+        elif kind == "redacted_thinking":
+            continue  # encrypted for Anthropic's models: nothing a local model can read
+        elif kind == "tool_use":
+            call_id, name, args = block.get("id"), block.get("name"), block.get("input", {})
+            if not isinstance(call_id, str) or not isinstance(name, str) or not name:
+                raise InvalidRequest(f"{at}: tool_use needs a string id and name")
+            if not isinstance(args, Mapping):
+                raise InvalidRequest(f"{at}: tool_use input must be an object")
+            names[call_id] = name
+            calls.append({"id": call_id, "function": {"index": len(calls), "name": name,
+                                                      "arguments": dict(args)}})
+        else:
+            raise _unknown(kind, at)
+    msg: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+    if thinking:
+        msg["thinking"] = "".join(thinking)
+    if calls:
+        msg["tool_calls"] = calls
+    return msg
+
+
+def messages_to_native(messages: Any) -> list[dict[str, Any]]:
+    """Anthropic messages -> Ollama messages (see the module docstring)."""
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("messages: must be a non-empty array")
+    out: list[dict[str, Any]] = []
+    names: dict[str, str] = {}  # tool_use id -> tool name, for the results that follow
+    for i, msg in enumerate(messages):
+        where = f"messages.{i}"
+        if not isinstance(msg, Mapping):
+            raise InvalidRequest(f"{where}: must be an object")
+        role = msg.get("role")
+        blocks = _blocks(msg.get("content"), f"{where}.content")
+        if role == "user":
+            out += _user(blocks, where, names)
+        elif role == "assistant":
+            out.append(_assistant(blocks, where, names))
+        else:
+            raise InvalidRequest(f"{where}.role: must be \"user\" or \"assistant\"")
+    return out
+
+
+def _tools(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | None, bool]:
+    """(native tools, whether a call is forced) from ``tools`` and ``tool_choice``."""
+    raw = body.get("tools")
+    if raw is not None and not isinstance(raw, list):
+        raise InvalidRequest("tools: must be an array")
+    tools: list[dict[str, Any]] = []
+    for i, tool in enumerate(raw or []):
+        if not isinstance(tool, Mapping) or not isinstance(tool.get("name"), str):
+            raise InvalidRequest(f"tools.{i}: needs a name")
+        if tool.get("type") not in (None, "custom"):
+            raise InvalidRequest(f"tools.{i}: tool type {tool.get('type')!r} is not supported "
+                       "(only custom tools with an input_schema)")
+        schema = tool.get("input_schema")
+        if not isinstance(schema, Mapping):
+            raise InvalidRequest(f"tools.{i}.input_schema: must be an object")
+        fn: dict[str, Any] = {"name": tool["name"], "parameters": dict(schema)}
+        if isinstance(tool.get("description"), str):
+            fn["description"] = tool["description"]
+        tools.append({"type": "function", "function": fn})
+    choice = body.get("tool_choice")
+    if choice is None:
+        return tools or None, False
+    kind = choice.get("type") if isinstance(choice, Mapping) else None
+    if kind == "auto":
+        return tools or None, False
+    if kind == "none":
+        return None, False
+    if kind == "any":
+        if not tools:
+            raise InvalidRequest('tool_choice: "any" needs tools')
+        return tools, True
+    if kind == "tool":
+        assert isinstance(choice, Mapping)
+        chosen = [t for t in tools if t["function"]["name"] == choice.get("name")]
+        if not chosen:
+            raise InvalidRequest(f"tool_choice: {choice.get('name')!r} is not in tools")
+        return chosen, True
+    raise InvalidRequest("tool_choice: type must be auto, any, tool or none")
+
+
+def _think(body: Mapping[str, Any]) -> bool | None:
+    thinking = body.get("thinking")
+    kind = thinking.get("type") if isinstance(thinking, Mapping) else None
+    if thinking is None or kind in ("enabled", "adaptive", "disabled"):
+        return None if thinking is None else kind != "disabled"
+    raise InvalidRequest("thinking: type must be enabled, adaptive or disabled")
+
+
+def _options(body: Mapping[str, Any], max_tokens: int | None) -> dict[str, Any]:
+    # Only what the client sent: anything else keeps the model's own defaults.
+    stop = body.get("stop_sequences")
+    if stop is not None and (not isinstance(stop, list)
+                             or not all(isinstance(s, str) for s in stop)):
+        raise InvalidRequest("stop_sequences: must be an array of strings")
+    fields = {"num_predict": max_tokens, "temperature": _number(body, "temperature"),
+              "top_p": _number(body, "top_p"), "top_k": _number(body, "top_k", integer=True),
+              "stop": list(stop) if stop else None}
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def messages_request_to_native(body: Any, *, count_only: bool = False) -> MessagesConversion:
+    """A ``/v1/messages`` (``count_only``: ``count_tokens``) body -> an ``/api/chat`` body."""
+    if not isinstance(body, Mapping):
+        raise InvalidRequest("request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest("model: field required")
+    if not count_only and body.get("max_tokens") is None:
+        raise InvalidRequest("max_tokens: field required")
+    max_tokens = None if count_only else _number(body, "max_tokens", integer=True, low=1)
+    stream = body.get("stream", False) if not count_only else False
+    if not isinstance(stream, bool):
+        raise InvalidRequest("stream: must be a boolean")
+    messages = messages_to_native(body.get("messages"))
+    system = _system(body.get("system"))
+    if system:
+        messages.insert(0, {"role": "system", "content": system})
+    native: dict[str, Any] = {"model": model, "messages": messages, "stream": stream,
+                              "options": _options(body, max_tokens), "truncate": False}
+    tools, forced = _tools(body)
+    if tools:
+        native["tools"] = tools
+    think = _think(body)
+    if think is not None:
+        native["think"] = think
+    return MessagesConversion(native, stream=stream, forced_tools=tools if forced else None)
