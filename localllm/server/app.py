@@ -7,8 +7,8 @@ there, or by passing ``routers=`` to ``create_app``.
 
 Errors: any ``LocalLLMError`` becomes its ``status`` with Ollama's
 ``{"error": "..."}`` body, or OpenAI's ``{"error": {"message", "type",
-"param", "code"}}`` under ``/v1/``.  Validation problems are 400, never
-FastAPI's 422 shape.
+"param", "code"}}`` under ``/v1/`` (Anthropic's under ``/v1/messages``).
+Validation problems are 400, never FastAPI's 422 shape.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from localllm import __version__, config
+from localllm.compat.anthropic_stream import anthropic_error, is_anthropic_path
 from localllm.errors import LocalLLMError
 from localllm.inference.service import InferenceService
 from localllm.scheduler.scheduler import Scheduler
@@ -46,6 +47,7 @@ ROUTER_MODULES: list[str] = [
     "localllm.server.routes_generate",
     "localllm.server.routes_openai",
     "localllm.server.routes_responses",
+    "localllm.server.routes_anthropic",
     "localllm.server.routes_create",
 ]
 _OPENAI_PREFIX = "/v1/"
@@ -54,7 +56,11 @@ _OPENAI_PREFIX = "/v1/"
 def error_response(
     request: Request, status: int, message: str, kind: str = "api_error"
 ) -> JSONResponse:
-    """The error body clients of this path expect (Ollama's, or OpenAI's under /v1/)."""
+    """The error body clients of this path expect (Ollama's, OpenAI's under /v1/,
+    Anthropic's under /v1/messages)."""
+    if is_anthropic_path(request.url.path):
+        status, doc = anthropic_error(status, message)
+        return JSONResponse(doc, status_code=status)
     if request.url.path.startswith(_OPENAI_PREFIX):
         body: dict[str, Any] = {
             "error": {"message": message, "type": kind, "param": None, "code": None}

@@ -32,6 +32,7 @@ from typing import Any
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from localllm.compat.anthropic_stream import anthropic_error, is_anthropic_path
 from localllm.errors import LocalLLMError
 from localllm.server.health import SHUTTING_DOWN, Lifecycle
 from localllm.server.logs import new_request_id, request_id
@@ -178,10 +179,12 @@ def _endpoint(scope: Scope) -> str:
 
 
 async def _refuse(send: Send, path: str, status: int, message: str, *, close: bool) -> None:
-    if path.startswith("/v1/"):
+    doc: dict[str, Any]
+    if is_anthropic_path(path):
+        status, doc = anthropic_error(status, message)
+    elif path.startswith("/v1/"):
         kind = "invalid_request_error" if status < 500 else "api_error"
-        doc: dict[str, Any] = {"error": {"message": message, "type": kind, "param": None,
-                                         "code": None}}
+        doc = {"error": {"message": message, "type": kind, "param": None, "code": None}}
     else:
         doc = {"error": message}
     body = json.dumps(doc).encode()
@@ -190,7 +193,7 @@ async def _refuse(send: Send, path: str, status: int, message: str, *, close: bo
     if close:
         # The client may still be sending a body we will not read.
         headers.append((b"connection", b"close"))
-    if status == 503:
+    if status in (503, 529):  # 529: 503 in Anthropic's words
         headers.append((b"retry-after", b"5"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

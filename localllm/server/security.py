@@ -13,7 +13,8 @@
   A request from any other origin is refused with 403, so a foreign page
   cannot even fire "simple" requests that skip the preflight.
 * ``LOCALLLM_API_KEY``: when set, everything but ``/`` and ``/health`` needs
-  ``Authorization: Bearer <key>`` (compared in constant time).  Path matching is
+  ``Authorization: Bearer <key>`` or ``x-api-key: <key>`` (Anthropic's clients;
+  compared in constant time).  Path matching is
   exact on the decoded path, so ``/health/../api/tags`` or ``//api/tags`` gain
   nothing: they are not ``/health`` and still need the key.
 * Binding beyond loopback turns the Host guard off (names are the user's
@@ -34,6 +35,8 @@ from collections.abc import Iterable
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from localllm.compat.anthropic_stream import anthropic_error, is_anthropic_path
+
 DEFAULT_ORIGINS = (
     "http://localhost", "https://localhost", "http://localhost:*", "https://localhost:*",
     "http://127.0.0.1", "https://127.0.0.1", "http://127.0.0.1:*", "https://127.0.0.1:*",
@@ -42,10 +45,11 @@ DEFAULT_ORIGINS = (
 )
 ALLOWED_HEADERS = frozenset({
     "authorization", "content-type", "user-agent", "accept", "x-requested-with",
-    "accept-language", "content-language", "cache-control",
+    "accept-language", "content-language", "cache-control", "x-api-key",
 })
-# OpenAI's SDKs send a family of x-stainless-* headers (lang, os, arch, retry-count, ...).
-_ALLOWED_HEADER_PREFIX = "x-stainless-"
+# OpenAI's and Anthropic's SDKs send a family of x-stainless-* headers (lang, os, arch,
+# retry-count, ...); Anthropic's also anthropic-version, anthropic-beta and the like.
+_ALLOWED_HEADER_PREFIXES = ("x-stainless-", "anthropic-")
 ALLOWED_METHODS = "GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS"
 _LOOPBACK_SUFFIX = ".localhost"
 _OPEN_PATHS = frozenset({"/", "/health"})
@@ -120,7 +124,7 @@ def host_allowed(header: str, allowed: re.Pattern[str] | None = None) -> bool:
 def headers_allowed(requested: str) -> bool:
     for raw in requested.split(","):
         name = raw.strip().lower()
-        if name and name not in ALLOWED_HEADERS and not name.startswith(_ALLOWED_HEADER_PREFIX):
+        if name and name not in ALLOWED_HEADERS and not name.startswith(_ALLOWED_HEADER_PREFIXES):
             return False
     return True
 
@@ -158,7 +162,8 @@ class SecurityMiddleware:
                 return
         if self.api_key and scope["path"] not in _OPEN_PATHS and not self._authorized(headers):
             await _error(send, 401, "unauthorized: missing or wrong API key", origin,
-                         openai=scope["path"].startswith("/v1/"))
+                         openai=scope["path"].startswith("/v1/"),
+                         anthropic=is_anthropic_path(scope["path"]))
             return
         if origin is None:
             await self.app(scope, receive, send)
@@ -178,7 +183,11 @@ class SecurityMiddleware:
         # compare_digest over the whole value: the time taken says nothing about
         # how much of a guess was right (it does reveal the key's length).
         matches = hmac.compare_digest(token.strip().encode(), self.api_key.encode())
-        return scheme.lower() == "bearer" and matches
+        # Anthropic's clients send the key as x-api-key (Claude Code with
+        # ANTHROPIC_API_KEY); with ANTHROPIC_AUTH_TOKEN they send a Bearer header.
+        api_key = hmac.compare_digest(headers.get("x-api-key", "").strip().encode(),
+                                      self.api_key.encode())
+        return (scheme.lower() == "bearer" and matches) or api_key
 
     async def _preflight(self, send: Send, origin: str, headers: Headers) -> None:
         requested = headers.get("access-control-request-headers", "")
@@ -207,9 +216,11 @@ def _cors_headers(origin: str) -> list[tuple[bytes, bytes]]:
 
 
 async def _error(send: Send, status: int, message: str, origin: str | None = None, *,
-                 openai: bool = False) -> None:
+                 openai: bool = False, anthropic: bool = False) -> None:
     doc: dict[str, object] = {"error": message}
-    if openai:  # OpenAI's SDKs look for error.message
+    if anthropic:
+        doc = anthropic_error(status, message)[1]
+    elif openai:  # OpenAI's SDKs look for error.message
         doc = {"error": {"message": message, "type": "authentication_error", "param": None,
                          "code": "invalid_api_key"}}
     body = json.dumps(doc).encode()
