@@ -69,15 +69,9 @@ def _jsonable(value: Any) -> Any:
 
 def capabilities(*, template: str, embedding: bool, vision: bool) -> list[str]:
     """What a model can do, judged from its template and layers (as Ollama does)."""
-    caps = ["embedding"] if embedding else ["completion"]
-    if not embedding:
-        # Go templates name the fields; GGUF Jinja templates name the variables.
-        if ".Tools" in template or "tools" in template:
-            caps.append("tools")
-        if ".Suffix" in template:
-            caps.append("insert")
-        if ".Thinking" in template or "<think>" in template or "enable_thinking" in template:
-            caps.append("thinking")
+    from localllm.template.caps import template_capabilities
+
+    caps = ["embedding"] if embedding else ["completion", *template_capabilities(template)]
     if vision:
         caps.append("vision")
     return caps

@@ -71,7 +71,13 @@ def render(info: dict[str, Any], *, verbose: bool = False) -> str:
     params = [ln.split(None, 1) for ln in str(info.get("parameters") or "").splitlines()]
     out += _section("Parameters", [(p[0], p[1] if len(p) > 1 else "") for p in params if p])
     out += _section("System", _preview(str(info.get("system") or "")))
-    out += _section("Template", _preview(str(info.get("template") or "")))
+    template = str(info.get("template") or "")
+    caps = info.get("capabilities") or []
+    if not template.strip() and "embedding" not in caps:
+        # A base model: its prompt is sent as written (Ollama's default template).
+        out += _section("Template", [("none: no chat template, the prompt is passed as is", "")])
+    else:
+        out += _section("Template", _preview(template))
     out += _section("License", _preview(str(info.get("license") or "")))
     if verbose and model_info:
         rows = [(k, _short(v)) for k, v in sorted(model_info.items())]

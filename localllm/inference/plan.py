@@ -139,7 +139,8 @@ def chat_plan(svc: InferenceService, req: ChatRequest, *,
     if target.system and not any(m["role"] == "system" for m in messages):
         messages.insert(0, {"role": "system", "content": target.system})
     tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
-    prompt = svc.render(target, messages, tools=tools, think=think)
+    # The template gets the level itself (gpt-oss's reasoning_effort); the shaper the flag.
+    prompt = svc.render(target, messages, tools=tools, think=req.think)  # type: ignore[arg-type]
     grammar = grammar_for(req.format)
     family: Family | None = None
     if forced_tools:
@@ -167,7 +168,7 @@ async def generate_plan(svc: InferenceService, target: Target, req: GenerateRequ
         if system:
             messages.append({"role": "system", "content": system})
         messages.append({"role": "user", "content": req.prompt})
-        prompt = svc.render(target, messages, think=think)
+        prompt = svc.render(target, messages, think=req.think)  # type: ignore[arg-type]
     plan = Plan(svc, target, req.model, False, prompt, req.options, req.keep_alive,
                 grammar=grammar_for(req.format), logprobs=req.logprobs,
                 top_logprobs=req.top_logprobs, truncate=req.truncate, think=think,
