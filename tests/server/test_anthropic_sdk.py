@@ -25,7 +25,7 @@ from localllm.store.names import parse_name
 from tests.cli.conftest import Daemon
 from tests.inference.variants import serve
 from tests.scriptmodel import make_script_model
-from tests.tinymodel import GREEDY, expected_greedy
+from tests.tinymodel import GREEDY, LETTERS, expected_greedy
 
 CHATML_TAIL = "<|im_start|>assistant\n"
 TOOL_TAIL = "</tool_response><|im_end|>\n" + CHATML_TAIL
@@ -65,7 +65,7 @@ def daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Daemon]:
     script = make_script_model(tmp_path / "agent", {CHATML_TAIL: CALL, TOOL_TAIL: ANSWER},
                                eos="<|im_end|>", chat_template=AGENT_TEMPLATE)
     import_gguf(Store(paths.models()), parse_name("agent"), [script])
-    with serve(tmp_path, monkeypatch, names=("tiny", "tiny-plain"),
+    with serve(tmp_path, monkeypatch, names=("tiny", "tiny-plain", "tiny-think"),
                LOCALLLM_API_KEY="sesame") as d:
         yield d
 
@@ -111,6 +111,15 @@ def test_create_stream_and_count_tokens(daemon: Daemon) -> None:
     assert final.content[0].text == GREEDY["0"]
     assert final.stop_reason == "end_turn"
     assert final.usage.input_tokens == 2 and final.usage.output_tokens == len(GREEDY["0"]) + 3
+
+    # Thinking on: tiny-think's template opens <think>, so the whole reply is thinking.
+    with c.messages.stream(model="tiny-think", max_tokens=2000, messages=user("q"),
+                           thinking={"type": "enabled", "budget_tokens": 1024},
+                           **GREEDY_KW) as stream:
+        kinds = {e.type for e in stream}
+        thought = stream.get_final_message()
+    assert "thinking" in kinds  # the SDK's event for a thinking_delta
+    assert [(b.type, b.thinking) for b in thought.content] == [("thinking", LETTERS)]
 
     # The whole conversation, system prompt included, counted by the model's tokenizer.
     convo: dict[str, Any] = {
