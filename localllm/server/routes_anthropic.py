@@ -117,7 +117,7 @@ async def anext_or_none(events: Any) -> dict[str, Any] | None:
 
 
 @router.post("/v1/messages/count_tokens")
-async def count_tokens(request: Request) -> dict[str, int]:
+async def count_tokens(request: Request) -> Response:
     """The prompt's token count as the model's tokenizer sees it (loads the model)."""
     plan, _ = await _plan(request, count_only=True)
     prep = plan.prepare()
@@ -127,5 +127,5 @@ async def count_tokens(request: Request) -> dict[str, int]:
         tokens = await until_disconnect(request, plan.svc.tokenize(
             plan.target, text, prep.load, prep.keep_alive, add_special=True))
     except ClientGone:
-        return {"input_tokens": 0}  # nobody reads it
-    return {"input_tokens": len(tokens)}
+        return gone_response()
+    return JSONResponse({"input_tokens": len(tokens)})
