@@ -27,7 +27,6 @@ from typing import Any
 from localllm.errors import InvalidRequest
 from localllm.grammar.json_schema import _Converter, _render, literal
 from localllm.toolcalls import Family, detect_format
-from localllm.toolcalls.detect import THINK
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +79,10 @@ def forced_tool_grammar(tools: list[dict[str, Any]], template: str
         log.warning("tool_choice not enforced by a grammar: %s", exc.message)
         return None
     body = " | ".join(f"({alt})" for alt in alts)
-    if fmt.think_tags == THINK:
+    close = fmt.think_tags[1] if fmt.think_tags else ""
+    if close and close in template:
         # The prompt may have opened a thinking block: the model may close it first.
-        body = f'({literal(THINK[1])} "\\n"*)? ({body})'
+        body = f'({literal(close)} "\\n"{{0,2}})? ({body})'
     conv.rules["root"] = body
     return _render(conv.rules), name
 

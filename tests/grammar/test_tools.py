@@ -99,3 +99,15 @@ def test_unknown_template_forces_hermes() -> None:
 def test_refused_schema_leaves_the_call_unforced() -> None:
     tool = {"type": "function", "function": {"name": "f", "parameters": {"not": {}}}}
     assert forced_tool_grammar([tool], "<tool_call>") is None
+
+
+def test_a_block_the_prompt_opened_may_be_closed_first() -> None:
+    forced = forced_tool_grammar([WEATHER], "<think></think><tool_call>")
+    assert forced is not None
+    text = ('</think>\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "paris"}}'
+            "\n</tool_call>")
+    assert accepts(forced[0], text)
+    parser = format_named(forced[1], "<think></think>").parser([WEATHER], None)
+    got = parser.feed(text)
+    got.extend(parser.finish())
+    assert (got.content, [c.name for c in got.calls]) == ("", ["get_weather"])
