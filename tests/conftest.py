@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 
-@pytest.fixture(autouse=True)
-def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    home = tmp_path / "localllm-home"
+def isolate(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
+    """Point LOCALLLM_HOME at ``home`` and drop settings that would leak in from outside."""
     monkeypatch.setenv("LOCALLLM_HOME", str(home))
     for var in ("LOCALLLM_MODELS", "LOCALLLM_HOST", "LOCALLLM_API_KEY", "LOCALLLM_ORIGINS",
                 "LOCALLLM_NOPRUNE", "HF_TOKEN"):
@@ -22,6 +21,12 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
         monkeypatch.delenv(var, raising=False)
     # Nothing in the tests may reach the real Hub.
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    home = tmp_path / "localllm-home"
+    isolate(monkeypatch, home)
     yield home
 
 

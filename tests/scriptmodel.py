@@ -34,6 +34,7 @@ prompt tokenizes.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -143,7 +144,7 @@ def make_script_model(
     succ = {i: eos_id for i in range(len(texts))}
     for chain in chains:
         ids = [index[t] for t in chain] + [eos_id]
-        for a, b in zip(ids, ids[1:], strict=False):
+        for a, b in itertools.pairwise(ids):
             succ[a] = b
     n_vocab = len(texts)
     n_embd = -(-n_vocab // _HEAD_DIM) * _HEAD_DIM

@@ -17,14 +17,13 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.cli.conftest import Daemon
-from tests.inference.variants import GREEDY_OPTS, serve
+from tests.inference.variants import GREEDY_OPTS, serve_shared
 from tests.tinymodel import LOOP_PROMPT
 
 LONG_CTX = 16384
@@ -39,9 +38,9 @@ PROBE = {"model": "tiny-long", "prompt": "x", "raw": True, "stream": False,
          "options": GREEDY_OPTS}
 
 
-@pytest.fixture
-def one_slot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Daemon]:
-    with serve(tmp_path, monkeypatch, parallel=1, ctx=LONG_CTX, names=("tiny-long",),
+@pytest.fixture(scope="module")
+def one_slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    with serve_shared(tmp_path_factory, parallel=1, ctx=LONG_CTX, names=("tiny-long",),
                LOCALLLM_MAX_QUEUE="1") as d:
         yield d
 

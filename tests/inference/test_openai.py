@@ -5,22 +5,21 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
 from tests.cli.conftest import Daemon
-from tests.inference.variants import openai_client, serve
+from tests.inference.variants import openai_client, serve_shared
 from tests.tinymodel import GREEDY
 
 GREEDY_KW = {"temperature": 0, "seed": 1}
 
 
-@pytest.fixture
-def v1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Daemon]:
-    with serve(tmp_path, monkeypatch, names=("tiny", "tiny-embed", "tiny-plain")) as d:
+@pytest.fixture(scope="module")
+def v1(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    with serve_shared(tmp_path_factory, names=("tiny", "tiny-embed", "tiny-plain")) as d:
         yield d
 
 

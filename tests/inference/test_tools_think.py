@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import ollama
 import pytest
 
 from tests.cli.conftest import Daemon
-from tests.inference.variants import GREEDY_OPTS, openai_client, serve
+from tests.inference.variants import GREEDY_OPTS, openai_client, serve_shared
 from tests.tinymodel import LETTERS, tokenize
 
 WEATHER = {"type": "function", "function": {
@@ -24,9 +23,9 @@ CLOCK = {"type": "function", "function": {
 FORCE = {"type": "function", "function": {"name": "get_weather"}}
 
 
-@pytest.fixture
-def d(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Daemon]:
-    with serve(tmp_path, monkeypatch, names=("tiny", "tiny-tools", "tiny-think")) as daemon:
+@pytest.fixture(scope="module")
+def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    with serve_shared(tmp_path_factory, names=("tiny", "tiny-tools", "tiny-think")) as daemon:
         yield daemon
 
 

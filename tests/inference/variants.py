@@ -80,6 +80,21 @@ def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, parallel: int = 4,
         yield daemon
 
 
+@contextmanager
+def serve_shared(tmp_path_factory: pytest.TempPathFactory, **kw: object) -> Iterator[Daemon]:
+    """``serve`` for a module- or class-scoped fixture: its own home, env restored after.
+
+    For tests that leave the store as they found it; sharing one daemon (and its
+    loaded runners) saves a daemon start and a model load per test."""
+    from tests.conftest import isolate
+
+    tmp = tmp_path_factory.mktemp("shared-daemon")
+    with pytest.MonkeyPatch.context() as mp:
+        isolate(mp, tmp / "localllm-home")
+        with serve(tmp, mp, **kw) as daemon:  # type: ignore[arg-type]
+            yield daemon
+
+
 def openai_client(d: Daemon) -> openai.OpenAI:
     """The official OpenAI client pointed at ``d``'s ``/v1`` (no retries, no proxy)."""
     import httpx
