@@ -5,10 +5,13 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import math
+from collections.abc import Iterator
 
 import httpx
+import pytest
 
 from tests.cli.conftest import Daemon
+from tests.inference.variants import serve_shared
 from tests.tinymodel import CHAT_TEMPLATE, GREEDY, expected_greedy
 
 GREEDY_OPTS = {"temperature": 0, "seed": 1}
@@ -25,8 +28,16 @@ def stream_lines(d: Daemon, path: str, body: object) -> list[dict]:
         return [json.loads(line) for line in r.iter_lines() if line]
 
 
-def test_generate_raw_exact_greedy_stream_and_metrics(tiny_daemon: Daemon) -> None:
-    lines = stream_lines(tiny_daemon, "/api/generate",
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """``tiny`` and ``tiny-embed`` as ``tiny_daemon`` serves them, for tests that change nothing."""
+    with serve_shared(tmp_path_factory, names=("tiny", "tiny-embed")) as d:
+        yield d
+
+
+def test_generate_raw_exact_greedy_stream_and_metrics(shared: Daemon) -> None:
+    lines = stream_lines(shared, "/api/generate",
                          {"model": "tiny", "prompt": "a", "raw": True, "options": GREEDY_OPTS})
     assert "".join(x["response"] for x in lines) == GREEDY["a"]
     assert all(not x["done"] for x in lines[:-1])
@@ -40,22 +51,22 @@ def test_generate_raw_exact_greedy_stream_and_metrics(tiny_daemon: Daemon) -> No
     assert "context" not in final  # raw mode returns no context
 
 
-def test_generate_num_predict_and_stop(tiny_daemon: Daemon) -> None:
-    r = post(tiny_daemon, "/api/generate", {
+def test_generate_num_predict_and_stop(shared: Daemon) -> None:
+    r = post(shared, "/api/generate", {
         "model": "tiny", "prompt": "a", "raw": True, "stream": False,
         "options": {**GREEDY_OPTS, "num_predict": 5}})
     body = r.json()
     assert body["response"] == expected_greedy("a", 5) == "bcdef"
     assert body["done_reason"] == "length"
-    r = post(tiny_daemon, "/api/generate", {
+    r = post(shared, "/api/generate", {
         "model": "tiny", "prompt": "a", "raw": True, "stream": False,
         "options": {**GREEDY_OPTS, "stop": ["gh"]}})
     assert r.json()["response"] == "bcdef"
 
 
-def test_generate_templated_and_context(tiny_daemon: Daemon) -> None:
+def test_generate_templated_and_context(shared: Daemon) -> None:
     # The tiny model's template renders "user:<prompt>.assistant:"; "." then ":" end it.
-    r = post(tiny_daemon, "/api/generate", {
+    r = post(shared, "/api/generate", {
         "model": "tiny", "prompt": "x", "stream": False, "options": GREEDY_OPTS})
     body = r.json()
     assert r.status_code == 200
@@ -64,7 +75,7 @@ def test_generate_templated_and_context(tiny_daemon: Daemon) -> None:
     # prompt + generated tokens (none here: EOS is not part of the context)
     assert body["context"][0] == 1 and len(body["context"]) == body["prompt_eval_count"]
     assert "user:{{" not in CHAT_TEMPLATE  # the expectation above is derived from this template
-    r = post(tiny_daemon, "/api/generate", {
+    r = post(shared, "/api/generate", {
         "model": "tiny", "prompt": "y", "stream": False, "options": GREEDY_OPTS,
         "context": body["context"]})
     again = r.json()
@@ -72,8 +83,8 @@ def test_generate_templated_and_context(tiny_daemon: Daemon) -> None:
     assert again["prompt_eval_count"] == len(body["context"]) + len("user:y.assistant:")
 
 
-def test_chat_stream_exact_text(tiny_daemon: Daemon) -> None:
-    r = post(tiny_daemon, "/api/chat", {
+def test_chat_stream_exact_text(shared: Daemon) -> None:
+    r = post(shared, "/api/chat", {
         "model": "tiny", "stream": False, "options": {**GREEDY_OPTS, "num_predict": 3},
         "messages": [{"role": "user", "content": "hi"}]})
     body = r.json()
@@ -83,27 +94,28 @@ def test_chat_stream_exact_text(tiny_daemon: Daemon) -> None:
     assert body["prompt_eval_count"] == len("user:hi.assistant:") + 1
 
 
-def test_load_and_unload_and_ps(tiny_daemon: Daemon) -> None:
-    r = post(tiny_daemon, "/api/generate", {"model": "tiny"})
+def test_load_and_unload_and_ps(shared: Daemon) -> None:
+    r = post(shared, "/api/generate", {"model": "tiny"})
     assert r.status_code == 200
     lines = [json.loads(x) for x in r.text.splitlines()]
     assert lines[-1]["done_reason"] == "load"
-    ps = httpx.get(tiny_daemon.url + "/api/ps", trust_env=False).json()["models"]
-    assert [m["name"] for m in ps] == ["tiny:latest"]
-    entry = ps[0]
+    ps = httpx.get(shared.url + "/api/ps", trust_env=False).json()["models"]
+    # Other tests of the module may have left tiny-embed loaded.
+    (entry,) = [m for m in ps if m["name"] == "tiny:latest"]
     assert entry["size"] > 0 and entry["size_vram"] == 0
     assert entry["context_length"] == 512 and entry["details"]["format"] == "gguf"
-    r = post(tiny_daemon, "/api/chat", {"model": "tiny", "messages": [], "keep_alive": 0,
+    r = post(shared, "/api/chat", {"model": "tiny", "messages": [], "keep_alive": 0,
                                         "stream": False})
     assert r.json()["done_reason"] == "unload"
-    assert httpx.get(tiny_daemon.url + "/api/ps", trust_env=False).json()["models"] == []
+    ps = httpx.get(shared.url + "/api/ps", trust_env=False).json()["models"]
+    assert "tiny:latest" not in [m["name"] for m in ps]
 
 
-def test_concurrent_streams_all_finish_with_exact_text(tiny_daemon: Daemon) -> None:
+def test_concurrent_streams_all_finish_with_exact_text(shared: Daemon) -> None:
     prompts = ["a", "x", "hello", "0", "5", ".", "a", "hello"]
 
     def one(prompt: str) -> str:
-        r = post(tiny_daemon, "/api/generate", {
+        r = post(shared, "/api/generate", {
             "model": "tiny", "prompt": prompt, "raw": True, "stream": False,
             "options": GREEDY_OPTS}, timeout=120)
         assert r.status_code == 200, r.text
@@ -114,8 +126,8 @@ def test_concurrent_streams_all_finish_with_exact_text(tiny_daemon: Daemon) -> N
     assert results == [GREEDY[p] for p in prompts]
 
 
-def test_embed_normalised_batch_and_legacy(tiny_daemon: Daemon) -> None:
-    r = post(tiny_daemon, "/api/embed", {"model": "tiny-embed", "input": ["abc", "abd", "xyz"]})
+def test_embed_normalised_batch_and_legacy(shared: Daemon) -> None:
+    r = post(shared, "/api/embed", {"model": "tiny-embed", "input": ["abc", "abd", "xyz"]})
     body = r.json()
     assert r.status_code == 200, body
     vecs = body["embeddings"]
@@ -125,14 +137,14 @@ def test_embed_normalised_batch_and_legacy(tiny_daemon: Daemon) -> None:
     dot = sum(a * b for a, b in zip(vecs[0], vecs[1], strict=True))
     far = sum(a * b for a, b in zip(vecs[0], vecs[2], strict=True))
     assert dot > far
-    r = post(tiny_daemon, "/api/embed", {"model": "tiny-embed", "input": "abc", "dimensions": 8})
+    r = post(shared, "/api/embed", {"model": "tiny-embed", "input": "abc", "dimensions": 8})
     (short,) = r.json()["embeddings"]
     assert len(short) == 8
-    r = post(tiny_daemon, "/api/embeddings", {"model": "tiny-embed", "prompt": "abc"})
+    r = post(shared, "/api/embeddings", {"model": "tiny-embed", "prompt": "abc"})
     assert len(r.json()["embedding"]) == len(vecs[0])
 
 
-def test_bad_requests_are_clear_4xx_and_daemon_keeps_serving(tiny_daemon: Daemon) -> None:
+def test_bad_requests_are_clear_4xx_and_daemon_keeps_serving(shared: Daemon) -> None:
     cases = [
         ({"model": "nope", "prompt": "a"}, 404, "not found"),
         ({"prompt": "a"}, 400, "model is required"),
@@ -146,12 +158,12 @@ def test_bad_requests_are_clear_4xx_and_daemon_keeps_serving(tiny_daemon: Daemon
         ({"model": "tiny", "prompt": "a", "keep_alive": "soon"}, 400, "keep_alive"),
     ]
     for body, status, words in cases:
-        r = post(tiny_daemon, "/api/generate", body)
+        r = post(shared, "/api/generate", body)
         assert r.status_code == status, (body, r.text)
         assert words in r.json()["error"], (body, r.text)
-    r = httpx.post(tiny_daemon.url + "/api/chat", content=b"{not json", trust_env=False)
+    r = httpx.post(shared.url + "/api/chat", content=b"{not json", trust_env=False)
     assert r.status_code == 400
-    r = post(tiny_daemon, "/api/generate", {"model": "tiny", "prompt": "a", "raw": True,
+    r = post(shared, "/api/generate", {"model": "tiny", "prompt": "a", "raw": True,
                                             "stream": False, "options": GREEDY_OPTS})
     assert r.json()["response"] == GREEDY["a"]
 

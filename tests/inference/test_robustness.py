@@ -18,7 +18,7 @@ import pytest
 
 from tests import procs
 from tests.cli.conftest import Daemon
-from tests.inference.variants import GREEDY_OPTS, serve
+from tests.inference.variants import GREEDY_OPTS, serve, serve_shared
 from tests.tinymodel import GREEDY, LOOP_PROMPT
 
 LONG_CTX = 16384  # the never-ending prompt takes seconds to fill this
@@ -26,10 +26,10 @@ LOOP = {"model": "tiny-long", "prompt": LOOP_PROMPT, "raw": True,
         "options": {"temperature": 0}}
 
 
-@pytest.fixture
-def one_slot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Daemon]:
+@pytest.fixture(scope="module")
+def one_slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     """One slot, a queue of one, and a model with a long context for the loop prompt."""
-    with serve(tmp_path, monkeypatch, parallel=1, ctx=LONG_CTX, names=("tiny-long",),
+    with serve_shared(tmp_path_factory, parallel=1, ctx=LONG_CTX, names=("tiny-long",),
                LOCALLLM_MAX_QUEUE="1") as d:
         yield d
 

@@ -17,7 +17,7 @@ The tiny model's greedy text depends only on the last prompt token (see
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -89,10 +89,16 @@ def serve_shared(tmp_path_factory: pytest.TempPathFactory, **kw: object) -> Iter
     from tests.conftest import isolate
 
     tmp = tmp_path_factory.mktemp("shared-daemon")
-    with pytest.MonkeyPatch.context() as mp:
-        isolate(mp, tmp / "localllm-home")
-        with serve(tmp, mp, **kw) as daemon:  # type: ignore[arg-type]
-            yield daemon
+    mp = pytest.MonkeyPatch()
+    with ExitStack() as stack:
+        try:
+            isolate(mp, tmp / "localllm-home")
+            daemon = stack.enter_context(serve(tmp, mp, **kw))  # type: ignore[arg-type]
+        finally:
+            # The daemon has its own copy (daemon.env); the module's other tests must not
+            # inherit this one's settings.
+            mp.undo()
+        yield daemon
 
 
 def openai_client(d: Daemon) -> openai.OpenAI:
