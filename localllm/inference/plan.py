@@ -21,7 +21,7 @@ from localllm.api.schemas_infer import ChatRequest, EmbedRequest, GenerateReques
 from localllm.errors import InvalidRequest
 from localllm.grammar.tools import forced_tool_grammar
 from localllm.inference.service import InferenceService, Prepared, Target, now_rfc3339
-from localllm.inference.shaping import OutputShaper, grammar_for, think_flag
+from localllm.inference.shaping import OutputShaper, chat_format, grammar_for, think_flag
 from localllm.runner.messages import Done, Piece
 from localllm.toolcalls import Family
 
@@ -72,6 +72,9 @@ class Plan:
             self.target, self.prompt, self.options, self.keep_alive, raw_prompt=self.raw,
             grammar=self.grammar, logprobs=self.top_logprobs or (1 if self.logprobs else 0),
             truncate=self.truncate)
+        if not self.raw:
+            # The format's markers must reach the parser as text, control tokens or not.
+            prep.completion.markers = list(chat_format(self.target, self.tool_family).markers)
         sampling = prep.completion.sampling
         if index and sampling.seed >= 0:
             sampling.seed += index
@@ -140,7 +143,7 @@ def chat_plan(svc: InferenceService, req: ChatRequest, *,
         messages.insert(0, {"role": "system", "content": target.system})
     tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
     # The template gets the level itself (gpt-oss's reasoning_effort); the shaper the flag.
-    prompt = svc.render(target, messages, tools=tools, think=req.think)  # type: ignore[arg-type]
+    prompt = svc.render(target, messages, tools=tools, think=req.think)
     grammar = grammar_for(req.format)
     family: Family | None = None
     if forced_tools:
@@ -168,7 +171,7 @@ async def generate_plan(svc: InferenceService, target: Target, req: GenerateRequ
         if system:
             messages.append({"role": "system", "content": system})
         messages.append({"role": "user", "content": req.prompt})
-        prompt = svc.render(target, messages, think=req.think)  # type: ignore[arg-type]
+        prompt = svc.render(target, messages, think=req.think)
     plan = Plan(svc, target, req.model, False, prompt, req.options, req.keep_alive,
                 grammar=grammar_for(req.format), logprobs=req.logprobs,
                 top_logprobs=req.top_logprobs, truncate=req.truncate, think=think,

@@ -148,7 +148,7 @@ class InferenceService:
                         raw=raw_prompt)
 
     def render(self, target: Target, messages: list[dict[str, Any]], *,
-               tools: list[dict[str, Any]] | None = None, think: bool | None = None) -> str:
+               tools: list[dict[str, Any]] | None = None, think: bool | str | None = None) -> str:
         info = target.info
         if target.history:
             # As Ollama: the model's MESSAGE history follows the leading system messages.
@@ -161,7 +161,7 @@ class InferenceService:
             target.template, info.chat_template, messages, tools=tools, think=think,
             bos_token=info.bos_token or "", eos_token=info.eos_token or "",
         )
-        return strip_leading_bos(prompt, info.bos_token or "")
+        return strip_leading_bos(prompt, info.bos_token or "", info.add_bos_token)
 
     # -- running -----------------------------------------------------------------
     async def load_only(self, target: Target, options: dict[str, Any] | None,

@@ -16,7 +16,7 @@ from localllm.errors import InvalidRequest
 from localllm.grammar.json_schema import grammar_for_format
 from localllm.inference.service import Target
 from localllm.runner.messages import Piece
-from localllm.toolcalls import Family, Parsed, detect_format, format_named
+from localllm.toolcalls import ChatFormat, Family, Parsed, detect_format, format_named
 
 
 def grammar_for(fmt: str | dict[str, Any] | None) -> str | None:
@@ -37,19 +37,24 @@ def think_flag(value: bool | str | None) -> bool | None:
     raise InvalidRequest(f'invalid think value "{value}": use true, false, low, medium or high')
 
 
+def chat_format(target: Target, tool_family: Family | None = None) -> ChatFormat:
+    """The output format the reply is parsed in: ``tool_family`` when a forced call
+    names one, else the one the model's chat template teaches."""
+    template = target.info.chat_template or ""
+    return format_named(tool_family, template) if tool_family else detect_format(template)
+
+
 class OutputShaper:
     """Turns a stream of pieces into response parts (see the module docstring)."""
 
     def __init__(self, target: Target, *, think: bool | None,
                  tools: list[dict[str, Any]] | None, logprobs: bool, prompt: str = "",
                  tool_family: Family | None = None) -> None:
-        template = target.info.chat_template or ""
+        fmt = chat_format(target, tool_family)
         if tool_family:
             # A forced call is written in ``tool_family``'s markup (see grammar/tools.py),
             # first thing in the reply: a block the prompt opened is not being continued.
-            fmt, prompt = format_named(tool_family, template), ""
-        else:
-            fmt = detect_format(template)
+            prompt = ""
         self._parser = fmt.parser(tools, think, prompt)
         self._logprobs = logprobs
         self.tool_calls_seen = False
