@@ -284,7 +284,8 @@ NOPRUNE = Setting("LOCALLLM_NOPRUNE", _bool, False,
 DEBUG = Setting("LOCALLLM_DEBUG", _bool, False,
                 "Verbose logs, including prompts.")
 API_KEY = Setting("LOCALLLM_API_KEY", _str, "",
-                  "When set, every endpoint but / and /health needs 'Authorization: Bearer <key>'.")
+                  "When set, every endpoint but / and /health needs the key, as "
+                  "'Authorization: Bearer <key>' or 'x-api-key: <key>'.")
 SHUTDOWN_GRACE = Setting("LOCALLLM_SHUTDOWN_GRACE", parse_duration, 30.0,
                          "Seconds in-flight generations get to finish on shutdown.")
 NUM_THREAD = Setting("LOCALLLM_NUM_THREAD", _nonneg_int, 0,

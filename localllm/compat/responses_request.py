@@ -18,6 +18,7 @@ input longer than the context is a 400 rather than silently cut.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,8 @@ from typing import Any
 from localllm.compat.openai_chat import chat_request_to_native
 from localllm.compat.responses_input import input_to_messages, string_field
 from localllm.errors import InvalidRequest
+
+log = logging.getLogger(__name__)
 
 # Responses efforts -> the native think levels (``none`` turns thinking off).
 _EFFORT = {"none": "none", "minimal": "low", "low": "low", "medium": "medium",
@@ -53,9 +56,15 @@ def _tools(tools: Any) -> list[dict[str, Any]] | None:
         raise _bad("tools must be an array")
     out = []
     for tool in tools:
-        kind = tool.get("type") if isinstance(tool, Mapping) else None
+        if not isinstance(tool, Mapping):
+            raise _bad("tools[] must be objects")
+        kind = tool.get("type")
         if kind != "function":
-            raise _bad(f"tool type {kind!r} is not supported: only function tools are")
+            # Agents such as Codex offer hosted tools (web search, custom/freeform tools)
+            # alongside their function tools; a local model cannot call those, but refusing
+            # the whole request would make the agent unusable, so they are left out.
+            log.warning("ignoring a %r tool: only function tools reach a local model", kind)
+            continue
         fn: dict[str, Any] = {"name": string_field(tool.get("name"), "tools[].name")}
         if tool.get("description") is not None:
             fn["description"] = string_field(tool["description"], "tools[].description")

@@ -126,7 +126,7 @@ def test_tools_choice_reasoning_and_text_format() -> None:
     ({"input": [{"type": "function_call", "call_id": "c", "name": "f",
                  "arguments": "{nope"}]}, "invalid function_call arguments"),
     ({"input": [{"type": "function_call", "call_id": 3, "name": "f"}]}, "call_id"),
-    ({"tools": [{"type": "web_search"}]}, "only function tools"),
+    ({"tools": ["get_weather"]}, "tools[] must be objects"),
     ({"tools": [WEATHER], "tool_choice": {"type": "function", "name": "other"}}, "other"),
     ({"tool_choice": {"type": "file_search"}}, "tool_choice"),
     ({"reasoning": {"effort": "huge"}}, "reasoning.effort"),
