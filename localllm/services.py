@@ -17,11 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from localllm.store.local import PartialsReport, Store
-from localllm.store.manifests import (
-    MEDIA_LICENSE,
-    MEDIA_PROJECTOR,
-    Entry,
-)
+from localllm.store.manifests import MEDIA_LICENSE, Entry
 from localllm.store.names import parse_digest, parse_name
 
 log = logging.getLogger(__name__)
@@ -157,8 +153,8 @@ class ModelService:
             self.store.blobs.read_bytes(layer.digest).decode("utf-8", "replace")
             for layer in entry.manifest.by_type(MEDIA_LICENSE)
         ]
-        vision = entry.manifest.first(MEDIA_PROJECTOR) is not None
-        return {
+        projector_info = self._projector_info(entry)
+        out: dict[str, Any] = {
             "modelfile": modelfile_text(self.store, entry),
             "parameters": format_parameters(params),
             "template": template,
@@ -166,9 +162,30 @@ class ModelService:
             "license": "\n".join(licenses),
             "details": details,
             "model_info": model_info,
-            "capabilities": capabilities(template=template, embedding=embedding, vision=vision),
+            "capabilities": capabilities(template=template, embedding=embedding,
+                                         vision=projector_info is not None),
             "modified_at": rfc3339(entry.modified),
         }
+        if projector_info is not None:
+            out["projector_info"] = projector_info
+        return out
+
+    def _projector_info(self, entry: Entry) -> dict[str, Any] | None:
+        """The projector's GGUF key/values (Ollama's ``projector_info``), or None when the
+        model has no projector or it is not a clip GGUF that could load: then ``vision``
+        would be a false promise."""
+        from localllm.errors import InvalidModelFile
+        from localllm.store.projector import projector_header
+
+        path = self.store.projector_path(entry)
+        if path is None:
+            return None
+        try:
+            kv = projector_header(path)
+        except (InvalidModelFile, OSError) as exc:
+            log.warning("%s: projector not usable: %s", entry.name.display, exc)
+            return None
+        return {k: _jsonable(v) for k, v in kv.items()}
 
     def _model_info(self, entry: Entry) -> Any:
         from localllm.gguf_info import read_model_info_split  # one shard or several
@@ -195,11 +212,14 @@ class ModelService:
         await anyio.to_thread.run_sync(self.delete, model)
 
     def pull(
-        self, model: str, progress: Progress, *, cancel: threading.Event | None = None
+        self, model: str, progress: Progress, *, cancel: threading.Event | None = None,
+        projector: str | None = None,
     ) -> None:
+        """``projector``: a projector file or precision to pull instead of the automatic
+        choice, or ``"none"`` (see ``store/projector.py``)."""
         from localllm.store.pull import pull_model
 
-        pull_model(self.store, parse_name(model), progress, cancel=cancel)
+        pull_model(self.store, parse_name(model), progress, cancel=cancel, projector=projector)
 
     def blob_exists(self, digest: str) -> bool:
         return self.store.blobs.exists(parse_digest(digest))

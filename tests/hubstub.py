@@ -20,6 +20,9 @@ body bytes the next time it is served; ``corrupt.add(path)`` flips a byte of
 every copy served; ``delay_s`` sleeps per 64 KiB chunk.  ``requests`` logs
 every request (method, path, Range and Authorization headers); ``api_status``
 makes every ``/api`` call fail with that status.
+
+``add_vision_repo`` fills a repo like a real vision model's: three quants of a
+tiny model and two projector files (``mmproj-F16``, ``mmproj-F32``).
 """
 
 from __future__ import annotations
@@ -272,3 +275,54 @@ def _tree_entry(f: StubFile) -> dict[str, Any]:
     if f.lfs:
         entry["lfs"] = {"oid": f.sha256, "size": f.size, "pointerSize": 134}
     return entry
+
+
+VISION_QUANTS = ("Q4_K_M", "Q8_0", "BF16")
+VISION_PROJECTORS = ("F16", "F32")
+
+
+def add_vision_repo(stub: HubStub, folder: Path, repo: str, *,
+                    projector: Path | None = None) -> dict[str, StubFile]:
+    """Serve ``repo`` with ``Tiny-{quant}.gguf`` for ``VISION_QUANTS`` and
+    ``mmproj-Tiny-{precision}.gguf`` for ``VISION_PROJECTORS``; returns them by file name.
+
+    ``projector``: a real projector GGUF to serve (each precision gets a copy
+    with a distinct trailing byte, so the files differ); default: a header-only
+    clip GGUF from ``write_clip_header``.
+    """
+    from tests.ggufmeta import Shape, write_gguf
+
+    folder.mkdir(parents=True, exist_ok=True)
+    out: dict[str, StubFile] = {}
+    for i, quant in enumerate(VISION_QUANTS):
+        name = f"Tiny-{quant}.gguf"
+        path = write_gguf(folder / name, Shape(n_layers=2 + i))
+        out[name] = stub.add_file(repo, name, path)
+    for i, precision in enumerate(VISION_PROJECTORS):
+        name = f"mmproj-Tiny-{precision}.gguf"
+        if projector is not None:
+            # GGUF readers ignore bytes past the last tensor's data.
+            data = projector.read_bytes() + bytes([i])
+        else:
+            data = write_clip_header(folder / name, seed=i).read_bytes()
+        out[name] = stub.add_file(repo, name, data)
+    return out
+
+
+def write_clip_header(path: Path, *, seed: int = 0) -> Path:
+    """A small GGUF that reads as a clip projector (``general.architecture = clip``)
+    with one tensor; enough for the store and ``show``, not for loading in libmtmd."""
+    import numpy as np
+    from gguf import GGUFWriter
+
+    w = GGUFWriter(str(path), "clip")
+    w.add_bool("clip.has_vision_encoder", True)
+    w.add_string("clip.projector_type", "mlp")
+    w.add_uint32("clip.vision.image_size", 28)
+    w.add_uint32("clip.vision.patch_size", 14)
+    w.add_tensor("mm.0.weight", np.full((4, 4), seed, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -119,8 +119,11 @@ class _Streams(Generic[S]):
     def _streamed(self, path: str, body: JSON) -> S:
         return self._stream("POST", path, {**body, "stream": True})
 
-    def pull(self, model: str) -> S:
-        return self._streamed("/api/pull", {"model": model})
+    def pull(self, model: str, projector: str | None = None) -> S:
+        body: JSON = {"model": model}
+        if projector:
+            body["projector"] = projector  # a vision projector file or precision, or "none"
+        return self._streamed("/api/pull", body)
 
     def create(self, body: JSON) -> S:
         """``/api/create`` with ``body`` as the request: its progress events."""

@@ -39,6 +39,8 @@ class ShowRequest(_ModelRequest):
 class PullRequest(_ModelRequest):
     insecure: bool = False
     stream: bool = True
+    # Not in Ollama: the vision projector file (or precision) to take, or "none".
+    projector: str | None = None
 
 
 class DeleteRequest(_ModelRequest):

@@ -13,6 +13,10 @@ def register(sub: Any) -> None:
     parser = sub.add_parser("pull", help="Pull a model from Hugging Face")
     parser.add_argument("model", help="model name, e.g. hf.co/user/repo:Q4_K_M")
     parser.add_argument("--insecure", action="store_true", help="accepted for Ollama compatibility")
+    parser.add_argument(
+        "--projector", metavar="FILE",
+        help="vision projector to pull: a file name (mmproj-F32.gguf) or precision (F32), "
+             "or 'none'; default: the model's precision, else F16")
     parser.set_defaults(func=run)
 
 
@@ -20,17 +24,17 @@ def run(args: argparse.Namespace) -> int:
     from localllm.api.client import Client
 
     with Client(autostart=True) as client:
-        pull_with_progress(client, args.model)
+        pull_with_progress(client, args.model, projector=args.projector)
     return 0
 
 
-def pull_with_progress(client: Client, model: str) -> None:
+def pull_with_progress(client: Client, model: str, projector: str | None = None) -> None:
     """Pull ``model`` through ``client``, drawing the bars on stderr (also ``run``'s auto-pull)."""
     from localllm.cli.output import PullProgress
 
     progress = PullProgress()
     try:
-        for event in client.pull(model):
+        for event in client.pull(model, projector):
             progress.update(event)
     finally:
         progress.finish()

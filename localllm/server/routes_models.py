@@ -61,7 +61,7 @@ async def pull(
     model = parse_name(req.model).display
 
     def work(emit: Emit, cancel: Any) -> None:
-        svc.pull(model, emit, cancel=cancel)
+        svc.pull(model, emit, cancel=cancel, projector=req.projector)
 
     return await progress_response(events_from_thread(work, request=request), req.stream)
 

@@ -22,6 +22,7 @@ from localllm.store.manifests import (
     MEDIA_ADAPTER,
     MEDIA_MODEL,
     MEDIA_PARAMS,
+    MEDIA_PROJECTOR,
     MEDIA_SYSTEM,
     MEDIA_TEMPLATE,
     Entry,
@@ -86,6 +87,11 @@ class Store:
     def adapter_paths(self, entry: Entry) -> builtins.list[Path]:
         """Paths of the manifest's LoRA adapter layers, in order."""
         return [self.blobs.path(layer.digest) for layer in entry.manifest.by_type(MEDIA_ADAPTER)]
+
+    def projector_path(self, entry: Entry) -> Path | None:
+        """Path of the manifest's vision projector (``mmproj``) layer, if it has one."""
+        layer = entry.manifest.first(MEDIA_PROJECTOR)
+        return self.blobs.path(layer.digest) if layer is not None else None
 
     def read_json_layer(self, entry: Entry, media_type: str) -> Any:
         layer = entry.manifest.first(media_type)

@@ -9,7 +9,9 @@ behind (completed blobs stay for the next try; partials stay for resume).
 
 Only ``hf.co/{user}/{repo}[:{quant}]`` names can be pulled: the Hub is listed
 with ``huggingface_hub`` (``store/hub.py``) and files are downloaded by our own
-verifying, resuming downloader (``store/download.py``).
+verifying, resuming downloader (``store/download.py``).  A repo's vision
+projector (``mmproj*.gguf``) becomes a projector layer (``store/projector.py``
+chooses which one; ``projector=`` overrides, ``"none"`` skips it).
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ from typing import Any
 from localllm.errors import InvalidModelFile, InvalidRequest, PullError
 from localllm.gguf_info import ModelInfo, read_model_info_split
 from localllm.store import download, hub
+from localllm.store import projector as proj
 from localllm.store.importer import config_for
 from localllm.store.local import Store
 from localllm.store.manifests import (
     MEDIA_MODEL,
     MEDIA_PARAMS,
+    MEDIA_PROJECTOR,
     MEDIA_SYSTEM,
     MEDIA_TEMPLATE,
     Entry,
@@ -40,17 +44,27 @@ MAX_EXTRA_BYTES = 1 << 20  # template / system / params files from the repo
 
 
 def pull_model(store: Store, name: ModelName, progress: ProgressFn, *,
-               cancel: threading.Event | None = None) -> Entry:
-    """Pull ``name`` into ``store`` and return its entry; see the module docstring."""
+               cancel: threading.Event | None = None, projector: str | None = None) -> Entry:
+    """Pull ``name`` into ``store`` and return its entry; see the module docstring.
+
+    ``projector``: the projector file (or precision label) to take instead of
+    the automatic choice, or ``"none"`` for none.
+    """
     if not name.is_hf:
         raise InvalidRequest(
             f"cannot pull '{name.display}': only Hugging Face models can be pulled, "
             f"named hf.co/{{user}}/{{repo}}[:{{quant}}]")
     progress({"status": "pulling manifest"})
     repo_id = f"{name.namespace}/{name.model}"
-    choice = hub.choose(repo_id, hub.list_repo(repo_id), name.tag)
+    listing = hub.list_repo(repo_id)
+    choice = hub.choose(repo_id, listing, name.tag)
+    # Chosen before any download, so a projector name that matches nothing fails fast.
+    mmproj = proj.choose_projector(repo_id, listing, choice.label, projector,
+                                   choice.files[0].path)
     files = ", ".join(f.path for f in choice.files)
     progress({"status": f"using {choice.label} ({choice.how}): {files}"})
+    if mmproj is not None:
+        progress({"status": f"using projector {mmproj.path}"})
 
     from huggingface_hub import hf_hub_url
     from huggingface_hub.utils import build_hf_headers
@@ -58,23 +72,29 @@ def pull_model(store: Store, name: ModelName, progress: ProgressFn, *,
     headers = build_hf_headers(token=hub.token())
     layers: list[Layer] = []
     split = len(choice.files) > 1
-    for f in choice.files:
+
+    def fetch(f: hub.HubFile) -> str:
         if not f.sha256:
             raise PullError(f"{f.path} in hf.co/{repo_id} has no LFS sha256 to verify against")
         digest = parse_digest("sha256:" + f.sha256)
         _check_cancel(cancel)
         status = f"pulling {digest[7:19]}"
 
-        def report(done: int, status: str = status, digest: str = digest,
-                   total: int = f.size) -> None:
-            progress({"status": status, "digest": digest, "total": total, "completed": done})
+        def report(done: int) -> None:
+            progress({"status": status, "digest": digest, "total": f.size, "completed": done})
 
         url = hf_hub_url(repo_id, f.path, revision=hub.REVISION, endpoint=hub.endpoint())
         download.fetch(store.blobs, digest, f.size, url, headers, report, cancel)
-        layers.append(Layer(MEDIA_MODEL, digest, f.size, f.filename if split else None))
+        return digest
+
+    for f in choice.files:
+        layers.append(Layer(MEDIA_MODEL, fetch(f), f.size, f.filename if split else None))
+    if mmproj is not None:
+        layers.append(Layer(MEDIA_PROJECTOR, fetch(mmproj), mmproj.size, mmproj.filename))
 
     progress({"status": "verifying sha256 digest"})
-    info = _model_info(store, layers)
+    info = _model_info(store, [x for x in layers if x.media_type == MEDIA_MODEL])
+    layers = _check_projector(store, layers, progress, explicit=bool(projector))
     layers += _extra_layers(store, repo_id, choice, headers, info)
     config = store.put_config(config_for(info))
     _check_cancel(cancel)
@@ -101,6 +121,29 @@ def _model_info(store: Store, layers: list[Layer]) -> ModelInfo:
                 if layer.digest not in in_use:
                     store.blobs.remove(layer.digest)
         raise InvalidModelFile(f"the pulled file is not a usable GGUF: {exc}") from None
+
+
+def _check_projector(store: Store, layers: list[Layer], progress: ProgressFn, *,
+                     explicit: bool) -> list[Layer]:
+    """Keep the projector layer only if it is a clip GGUF libmtmd can load.
+
+    An automatic choice that is not one is left out (the model still works for
+    text) and said so; an explicitly requested one fails the pull.
+    """
+    layer = next((x for x in layers if x.media_type == MEDIA_PROJECTOR), None)
+    if layer is None:
+        return layers
+    try:
+        proj.projector_header(store.blobs.path(layer.digest), layer.name)
+    except InvalidModelFile as exc:
+        with store.lock:
+            if layer.digest not in store.manifests.referenced():
+                store.blobs.remove(layer.digest)
+        if explicit:
+            raise InvalidModelFile(f"the requested projector is not usable: {exc}") from None
+        progress({"status": f"skipping projector {layer.name}: {exc}"})
+        return [x for x in layers if x is not layer]
+    return layers
 
 
 def _stop_tokens(info: ModelInfo) -> list[str]:

@@ -47,7 +47,8 @@ async def test_client_round_trip(app: FastAPI, store: Store, tmp_path: Path) -> 
 
 
 async def test_client_streams_and_raises_error_lines(app: FastAPI) -> None:
-    def pull(model: str, progress: Any, *, cancel: threading.Event | None = None) -> None:
+    def pull(model: str, progress: Any, *, cancel: threading.Event | None = None,
+             projector: str | None = None) -> None:
         progress({"status": "pulling manifest"})
         raise PullError("hub went away")
 

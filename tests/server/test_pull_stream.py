@@ -34,7 +34,8 @@ def fake_pull(
 ) -> list[str]:
     seen: list[str] = []
 
-    def pull(model: str, progress: Any, *, cancel: threading.Event | None = None) -> None:
+    def pull(model: str, progress: Any, *, cancel: threading.Event | None = None,
+             projector: str | None = None) -> None:
         seen.append(model)
         for i, event in enumerate(EVENTS):
             if fail_after is not None and i == fail_after:

@@ -31,7 +31,8 @@ async def test_client_disconnect_cancels_a_quiet_pull(app: FastAPI) -> None:
     cancelled = threading.Event()
     started = threading.Event()
 
-    def pull(model: str, progress: Any, *, cancel: threading.Event | None = None) -> None:
+    def pull(model: str, progress: Any, *, cancel: threading.Event | None = None,
+             projector: str | None = None) -> None:
         assert cancel is not None
         progress({"status": "pulling manifest"})
         started.set()
