@@ -11,6 +11,7 @@ the same command; a missing build here is built, never skipped.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -34,11 +35,16 @@ def backends_dir() -> Path:
 def ensure_rpc_plugin() -> Path:
     """The folder holding ``<ggml version>/libggml-rpc.so``, built here if it is missing."""
     root = backends_dir()
-    if not list(root.glob("*/libggml-rpc.so")):
-        env = {**os.environ, "LOCALLLM_BACKENDS": str(root)}
-        out = subprocess.run([sys.executable, "-m", "localllm", "backends", "build", "rpc"],
-                             cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-        assert out.returncode == 0, f"building the RPC plugin failed:\n{out.stdout}\n{out.stderr}"
+    root.mkdir(parents=True, exist_ok=True)
+    # pytest-xdist workers may all get here first: one builds, the others wait for it.
+    with open(root / ".build-lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not list(root.glob("*/libggml-rpc.so")):
+            env = {**os.environ, "LOCALLLM_BACKENDS": str(root)}
+            out = subprocess.run([sys.executable, "-m", "localllm", "backends", "build", "rpc"],
+                                 cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+            assert out.returncode == 0, (
+                f"building the RPC plugin failed:\n{out.stdout}\n{out.stderr}")
     return root
 
 

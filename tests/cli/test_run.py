@@ -29,7 +29,7 @@ from localllm.cli.session import Session, parse_parameter, parse_think
 from localllm.errors import InvalidRequest, NotFound
 from tests.cli.conftest import REPO, Daemon, start_daemon
 from tests.hubstub import HubStub
-from tests.inference.conftest import add_tiny, tiny_daemon  # noqa: F401  (fixture)
+from tests.inference.variants import serve_shared
 from tests.tinymodel import expected_greedy, make_tiny_model
 
 ECHO_TEMPLATE = "{% for m in messages %}{{ m['role'] }}:{{ m['content'] }}{% endfor %}"
@@ -48,10 +48,12 @@ def prompt_tokens(messages: list[tuple[str, str]]) -> int:
     return len(render(messages).encode()) + 1  # one token per ASCII character, plus BOS
 
 
-@pytest.fixture
-def echo_daemon(tiny_daemon: Daemon, tmp_path: Path) -> Daemon:  # noqa: F811
-    add_tiny(tmp_path, "echo", chat_template=ECHO_TEMPLATE)
-    return tiny_daemon
+@pytest.fixture(scope="module")
+def echo_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """``tiny``, ``tiny-embed`` and ``echo``; the tests add nothing but ``/save``'s own model."""
+    with serve_shared(tmp_path_factory, names=("tiny", "tiny-embed"),
+                      templates={"echo": ECHO_TEMPLATE}) as d:
+        yield d
 
 
 def run_cli_input(d: Daemon, *args: str, stdin: str, timeout: float = 60
@@ -219,8 +221,6 @@ def test_ctrl_c_stops_the_answer_and_the_session_goes_on(echo_daemon: Daemon) ->
 def test_terminal_session_with_readline_history(echo_daemon: Daemon) -> None:
     import pty
 
-    from localllm import paths
-
     controller, terminal = pty.openpty()
     proc = subprocess.Popen(
         [sys.executable, "-m", "localllm", "run", "echo"], cwd=REPO, env=echo_daemon.env,
@@ -242,7 +242,8 @@ def test_terminal_session_with_readline_history(echo_daemon: Daemon) -> None:
         import readline  # noqa: F401
     except ImportError:  # no line editing here: no history file either
         return
-    assert "hello" in (paths.home() / "history").read_text()
+    home = Path(echo_daemon.env["LOCALLLM_HOME"])  # the CLI's home: the daemon's env
+    assert "hello" in (home / "history").read_text()
 
 
 def _read_fd_until(fd: int, marker: bytes, seen: bytes = b"", timeout: float = 30) -> bytes:

@@ -62,8 +62,10 @@ def add_model(tmp_path: Path, name: str, **variant: object) -> None:
 @contextmanager
 def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, parallel: int = 4,
           ctx: int = 512, names: tuple[str, ...] = ("tiny", "tiny-embed", *TEMPLATES),
-          **env: str) -> Iterator[Daemon]:
-    """The real daemon with the named variants stored (and ``env`` set)."""
+          templates: dict[str, str] | None = None, **env: str) -> Iterator[Daemon]:
+    """The real daemon with the named variants stored (and ``env`` set).
+
+    ``templates``: more models, each the tiny model with that chat template."""
     monkeypatch.setenv("LOCALLLM_NUM_PARALLEL", str(parallel))
     monkeypatch.setenv("LOCALLLM_CONTEXT_LENGTH", str(ctx))
     monkeypatch.setenv("LOCALLLM_NUM_THREAD", "2")
@@ -76,6 +78,8 @@ def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, parallel: int = 4,
             add_model(tmp_path, name, n_ctx_train=ctx, chat_template=PLAIN_TEMPLATE)
         else:
             add_model(tmp_path, name, chat_template=TEMPLATES.get(name, CHAT_TEMPLATE))
+    for name, template in (templates or {}).items():
+        add_model(tmp_path, name, chat_template=template)
     with start_daemon(tmp_path) as daemon:
         yield daemon
 
