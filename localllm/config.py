@@ -323,12 +323,37 @@ RUNNER_ENGINE = Setting("LOCALLLM_RUNNER_ENGINE", _engine_spec, "localllm.engine
                         "For tests only: the engine class the runner child loads (module:Class), "
                         "e.g. a fake one that provokes crashes and slow loads.")
 
+# Image input limits (issue 14): constants, not settings, because the runner and the
+# daemon must agree on them.  The byte limits keep a request's images (base64 in one
+# runner frame, see runner/protocol.py) well under the 128 MiB frame cap; the pixel
+# limits are checked from the file header before anything is decoded (localllm.imageinfo).
+MAX_IMAGES = 16  # per request
+MAX_IMAGE_BYTES = 20 << 20  # one encoded image file
+MAX_IMAGES_BYTES = 48 << 20  # all of a request's images together
+MAX_IMAGE_PIXELS = 50_000_000  # width * height (a decoded RGB copy is 3 bytes a pixel)
+MAX_IMAGE_SIDE = 16384  # pixels, either side
+
+
+
+def _fetch_mode(raw: str) -> str:
+    if raw.lower() == "all":
+        return "all"
+    return "public" if _bool(raw) else "off"
+
+
+FETCH_IMAGE_URLS = Setting(
+    "LOCALLLM_FETCH_IMAGE_URLS", _fetch_mode, "off",
+    "Fetch http(s) image URLs sent in requests: 1 = public addresses only (no private or "
+    "loopback address, redirects included; 10 s and 20 MiB per image), all = any address "
+    "(a trusted network); off by default.")
+
 REGISTRY: tuple[Setting[object], ...] = (
     HOST, HOME, MODELS, ORIGINS, KEEP_ALIVE, NUM_PARALLEL, MAX_LOADED_MODELS, MAX_QUEUE,
     CONTEXT_LENGTH, FLASH_ATTENTION, KV_CACHE_TYPE, LOAD_TIMEOUT, RUNNER_TIMEOUT,
     GPU_OVERHEAD, SCHED_SPREAD,
     NOPRUNE, DEBUG, API_KEY, SHUTDOWN_GRACE, NUM_THREAD, ALLOWED_PATHS, MAX_BODY, MAX_BLOB_SIZE,
     MIN_FREE_DISK, LOG_FORMAT, BACKENDS, CACHE, RPC_WORKERS, LLAMA_PREFIX, RUNNER_ENGINE,
+    FETCH_IMAGE_URLS,
 )  # type: ignore[assignment]
 
 

@@ -109,7 +109,7 @@ def make_ffibuilder() -> FFI:
         sources=[_rel(HERE / "shim.c")],
         include_dirs=[str(HERE), where["include"]],
         library_dirs=[where["lib"]],
-        libraries=["llama", "ggml", "ggml-base"],
+        libraries=["mtmd", "llama", "ggml", "ggml-base"],
         extra_link_args=[f"-Wl,-rpath,{r}" for r in rpaths],
         extra_compile_args=["-O2", "-std=c11"],
         define_macros=[

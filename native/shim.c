@@ -11,6 +11,8 @@
 
 #include "ggml-backend.h"
 #include "llama.h"
+#include "mtmd-helper.h"
+#include "mtmd.h"
 #include "shim.h"
 
 #ifndef LL_BUILD_SOURCE
@@ -96,6 +98,8 @@ void ll_log_capture(int min_level, int echo) {
     g_log_min = min_level;
     g_log_echo = echo;
     llama_log_set(ll_log_cb, NULL);
+    /* libmtmd (and its clip loader) log through their own hook. */
+    mtmd_helper_log_set(ll_log_cb, NULL);
 }
 
 int ll_log_take(char *buf, int len) {
@@ -555,4 +559,163 @@ int ll_quantize(const char *in_path, const char *out_path, int ftype, int nthrea
     p.ftype = (enum llama_ftype)ftype;
     p.nthread = nthread;
     return (int)llama_model_quantize(in_path, out_path, &p);
+}
+
+/* ---- multimodal projector (libmtmd) ---------------------------------------- */
+
+struct ll_mtmd {
+    mtmd_context *ctx;
+    int n_embd;
+};
+
+struct ll_chunks {
+    mtmd_input_chunks *chunks;
+};
+
+const char *ll_mtmd_default_marker(void) { return mtmd_default_marker(); }
+
+ll_mtmd *ll_mtmd_load(const char *path, const ll_model *m, int use_gpu, int dev, int n_threads,
+                      int flash_attn, int warmup) {
+    struct mtmd_context_params p = mtmd_context_params_default();
+    p.use_gpu = use_gpu != 0;
+    if (use_gpu && dev >= 0 && (size_t)dev < ggml_backend_dev_count())
+        p.device = ggml_backend_dev_get((size_t)dev);
+    p.print_timings = false;
+    if (n_threads > 0) p.n_threads = n_threads;
+    p.flash_attn_type = (enum llama_flash_attn_type)flash_attn;
+    p.warmup = warmup != 0;
+    mtmd_context *ctx = mtmd_init_from_file(path, m->model, p);
+    if (ctx == NULL) return NULL;
+    ll_mtmd *x = calloc(1, sizeof *x);
+    if (x == NULL) { mtmd_free(ctx); return NULL; }
+    x->ctx = ctx;
+    x->n_embd = llama_model_n_embd_inp(m->model);
+    return x;
+}
+
+void ll_mtmd_free(ll_mtmd *x) {
+    if (x == NULL) return;
+    mtmd_free(x->ctx);
+    free(x);
+}
+
+int ll_mtmd_supports_vision(const ll_mtmd *x) { return mtmd_support_vision(x->ctx); }
+int ll_mtmd_uses_mrope(const ll_mtmd *x) { return mtmd_decode_use_mrope(x->ctx); }
+int ll_mtmd_non_causal(const ll_mtmd *x) { return mtmd_decode_use_non_causal(x->ctx, NULL); }
+int ll_mtmd_n_embd(const ll_mtmd *x) { return x->n_embd; }
+
+#define LL_MAX_MEDIA 256
+
+ll_chunks *ll_mtmd_tokenize(ll_mtmd *x, const char *text, int add_special, int parse_special,
+                            const unsigned char **bufs, const size_t *lens, int n, int *err,
+                            int *bad) {
+    *err = LL_MEDIA_OK;
+    *bad = -1;
+    if (n < 0 || n > LL_MAX_MEDIA) { *err = LL_MEDIA_COUNT; return NULL; }
+    mtmd_bitmap *bitmaps[LL_MAX_MEDIA];
+    int made = 0;
+    ll_chunks *out = NULL;
+    for (; made < n; made++) {
+        /* The helper decodes with stb_image and sets the bitmap's id to the file's
+         * sha256, which is what KV-cache reuse keys on. */
+        struct mtmd_helper_bitmap_wrapper w = mtmd_helper_bitmap_init_from_buf(
+            x->ctx, bufs[made], lens[made], false, mtmd_helper_init_opt_default());
+        if (w.video_ctx != NULL) mtmd_helper_video_free(w.video_ctx);
+        if (w.bitmap == NULL) { *err = LL_MEDIA_DECODE; *bad = made; goto done; }
+        bitmaps[made] = w.bitmap;
+        if (mtmd_bitmap_is_audio(w.bitmap)) { *err = LL_MEDIA_AUDIO; *bad = made; made++; goto done; }
+    }
+    mtmd_input_chunks *chunks = mtmd_input_chunks_init();
+    if (chunks == NULL) { *err = LL_MEDIA_PREPROC; goto done; }
+    struct mtmd_input_text t = {text, strlen(text), add_special != 0, parse_special != 0};
+    int32_t rc = mtmd_tokenize(x->ctx, chunks, &t, (const mtmd_bitmap *const *)bitmaps,
+                               (size_t)n);
+    if (rc != 0) {
+        mtmd_input_chunks_free(chunks);
+        *err = rc == 1 ? LL_MEDIA_COUNT : LL_MEDIA_PREPROC;
+        goto done;
+    }
+    out = calloc(1, sizeof *out);
+    if (out == NULL) { mtmd_input_chunks_free(chunks); *err = LL_MEDIA_PREPROC; goto done; }
+    out->chunks = chunks;
+done:
+    /* The chunks hold their own preprocessed copies of the images. */
+    for (int k = 0; k < made; k++) mtmd_bitmap_free(bitmaps[k]);
+    return out;
+}
+
+void ll_chunks_free(ll_chunks *c) {
+    if (c == NULL) return;
+    mtmd_input_chunks_free(c->chunks);
+    free(c);
+}
+
+int ll_chunks_count(const ll_chunks *c) { return (int)mtmd_input_chunks_size(c->chunks); }
+
+int ll_chunk_info(const ll_chunks *c, int i, int *type, int *n_tokens, int *n_pos, char *id,
+                  int id_len) {
+    if (i < 0 || (size_t)i >= mtmd_input_chunks_size(c->chunks)) return -1;
+    const mtmd_input_chunk *ch = mtmd_input_chunks_get(c->chunks, (size_t)i);
+    *type = (int)mtmd_input_chunk_get_type(ch);
+    *n_tokens = (int)mtmd_input_chunk_get_n_tokens(ch);
+    *n_pos = (int)mtmd_input_chunk_get_n_pos(ch);
+    ll_copy(id, id_len, mtmd_input_chunk_get_id(ch));
+    return 0;
+}
+
+int ll_chunk_text_tokens(const ll_chunks *c, int i, int32_t *out, int cap) {
+    if (i < 0 || (size_t)i >= mtmd_input_chunks_size(c->chunks)) return -1;
+    const mtmd_input_chunk *ch = mtmd_input_chunks_get(c->chunks, (size_t)i);
+    size_t n = 0;
+    const llama_token *toks = mtmd_input_chunk_get_tokens_text(ch, &n);
+    if (toks == NULL) return 0;
+    for (size_t k = 0; k < n && (int)k < cap; k++) out[k] = toks[k];
+    return (int)n;
+}
+
+int ll_mtmd_encode(ll_mtmd *x, const ll_chunks *c, int i, float *out, size_t cap) {
+    if (i < 0 || (size_t)i >= mtmd_input_chunks_size(c->chunks)) return -1;
+    const mtmd_input_chunk *ch = mtmd_input_chunks_get(c->chunks, (size_t)i);
+    if (mtmd_input_chunk_get_type(ch) == MTMD_INPUT_CHUNK_TYPE_TEXT) return -1;
+    size_t need = mtmd_input_chunk_get_n_tokens(ch) * (size_t)x->n_embd;
+    if (need > cap) return -1;
+    int32_t rc = mtmd_encode_chunk(x->ctx, ch);
+    if (rc != 0) return rc;
+    const float *embd = mtmd_get_output_embd(x->ctx);
+    if (embd == NULL) return -1;
+    memcpy(out, embd, need * sizeof(float));
+    return 0;
+}
+
+int ll_decode_embd(ll_context *c, const float *embd, int n, int n_embd, int32_t pos0, int32_t seq,
+                   int logits_last, int non_causal) {
+    if (n <= 0 || embd == NULL || n_embd != llama_model_n_embd_inp(c->m->model)) return -1;
+    /* A batch over the caller's rows (no copy); only the small per-token arrays are ours. */
+    llama_pos *pos = malloc((size_t)n * sizeof *pos);
+    int32_t *n_seq = malloc((size_t)n * sizeof *n_seq);
+    llama_seq_id *seq_one = malloc((size_t)n * sizeof *seq_one);
+    llama_seq_id **seq_ids = malloc((size_t)n * sizeof *seq_ids);
+    int8_t *logits = malloc((size_t)n * sizeof *logits);
+    int rc = -1;
+    if (pos && n_seq && seq_one && seq_ids && logits) {
+        for (int k = 0; k < n; k++) {
+            pos[k] = pos0 + k;
+            n_seq[k] = 1;
+            seq_one[k] = seq;
+            seq_ids[k] = &seq_one[k];
+            logits[k] = (int8_t)(logits_last && k == n - 1);
+        }
+        struct llama_batch b = {0};
+        b.n_tokens = n;
+        b.embd = (float *)embd;
+        b.pos = pos;
+        b.n_seq_id = n_seq;
+        b.seq_id = seq_ids;
+        b.logits = logits;
+        if (non_causal) llama_set_causal_attn(c->ctx, false);
+        rc = llama_decode(c->ctx, b);
+        if (non_causal) llama_set_causal_attn(c->ctx, true);
+    }
+    free(pos); free(n_seq); free(seq_one); free(seq_ids); free(logits);
+    return rc;
 }

@@ -162,3 +162,50 @@ int ll_lora_apply(ll_context *c, ll_lora **adapters, float *scales, int n);
 int ll_ftype_from_name(const char *name);
 /* 0 on success. */
 int ll_quantize(const char *in_path, const char *out_path, int ftype, int nthread);
+
+/* ---- multimodal projector (libmtmd) ---------------------------------------- */
+typedef struct ll_mtmd ll_mtmd;
+typedef struct ll_chunks ll_chunks;
+
+#define LL_CHUNK_TEXT 0
+#define LL_CHUNK_IMAGE 1
+#define LL_CHUNK_AUDIO 2
+
+/* Errors of ll_mtmd_tokenize (returned through *err; *bad = the image's index). */
+#define LL_MEDIA_OK 0
+#define LL_MEDIA_COUNT 1      /* markers and images differ in number */
+#define LL_MEDIA_PREPROC 2    /* libmtmd could not preprocess an image */
+#define LL_MEDIA_DECODE 3     /* an image file did not decode */
+#define LL_MEDIA_AUDIO 4      /* an audio file where an image was expected */
+
+const char *ll_mtmd_default_marker(void);
+/* Load a projector (mmproj GGUF) for this text model.  use_gpu: run it on device
+ * dev (a registry index; -1 = libmtmd's choice).  NULL on failure (see the log). */
+ll_mtmd *ll_mtmd_load(const char *path, const ll_model *m, int use_gpu, int dev,
+                      int n_threads, int flash_attn, int warmup);
+void ll_mtmd_free(ll_mtmd *x);
+int ll_mtmd_supports_vision(const ll_mtmd *x);
+int ll_mtmd_uses_mrope(const ll_mtmd *x);
+int ll_mtmd_non_causal(const ll_mtmd *x);   /* images decode with non-causal attention */
+int ll_mtmd_n_embd(const ll_mtmd *x);       /* floats per image token (the text model's input width) */
+/* Decode n encoded image files (PNG, JPEG, GIF, BMP...) and tokenize the text with
+ * them, one per media marker in order; each image's id is its sha256 (hex).
+ * NULL on failure with *err = LL_MEDIA_* and *bad = the failing image's index. */
+ll_chunks *ll_mtmd_tokenize(ll_mtmd *x, const char *text, int add_special, int parse_special,
+                            const unsigned char **bufs, const size_t *lens, int n,
+                            int *err, int *bad);
+void ll_chunks_free(ll_chunks *c);
+int ll_chunks_count(const ll_chunks *c);
+/* Chunk i: its type (LL_CHUNK_*), tokens, positions and id (images only; "" for text). */
+int ll_chunk_info(const ll_chunks *c, int i, int *type, int *n_tokens, int *n_pos,
+                  char *id, int id_len);
+/* Copy chunk i's text tokens into out (cap entries); returns how many it holds. */
+int ll_chunk_text_tokens(const ll_chunks *c, int i, int32_t *out, int cap);
+/* Encode image chunk i and copy its embeddings (n_tokens * n_embd floats) into out
+ * (cap floats).  0 ok, -1 not an image chunk or out too small, else libmtmd's error. */
+int ll_mtmd_encode(ll_mtmd *x, const ll_chunks *c, int i, float *out, size_t cap);
+/* Decode n rows of embeddings (n_embd floats each) at positions pos0.. of seq into
+ * the context, logits for the last row when logits_last (its output index is n - 1);
+ * non_causal: attend both ways within the batch (Gemma 3 images).  llama_decode's code. */
+int ll_decode_embd(ll_context *c, const float *embd, int n, int n_embd, int32_t pos0,
+                   int32_t seq, int logits_last, int non_causal);

@@ -43,7 +43,7 @@ def _preload(libdir: Path) -> None:
     # $ORIGIN rpath does not reach llama_cpp/lib; loading the libraries first
     # with RTLD_GLOBAL lets the dynamic linker find them by soname.
     suffix = ".dylib" if sys.platform == "darwin" else ".so"
-    for name in ("libggml-base", "libggml-cpu", "libggml", "libllama"):
+    for name in ("libggml-base", "libggml-cpu", "libggml", "libllama", "libmtmd"):
         path = libdir / f"{name}{suffix}"
         if path.exists():
             _PRELOADED.append(ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL))

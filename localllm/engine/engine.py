@@ -20,8 +20,16 @@ from localllm.engine import plugins
 from localllm.engine.adapters import Adapters, AdapterSet
 from localllm.engine.model import Batch, Context, Model, buffer_sizes
 from localllm.engine.sampling import Sampler
-from localllm.engine.slots import OVERFLOW, Active, Slot, pick_slot, prompt_tokens
+from localllm.engine.slots import (
+    OVERFLOW,
+    Active,
+    Slot,
+    fill_batch,
+    pick_slot,
+    prompt_tokens,
+)
 from localllm.engine.text import TextStream
+from localllm.engine.vision import image_step, load_projector, media_prompt
 from localllm.errors import LocalLLMError
 from localllm.hardware.cpu import default_threads
 from localllm.runner.messages import (
@@ -58,7 +66,11 @@ class Engine:
                 n_ubatch=n_ubatch, n_threads=opts.n_threads or default_threads(),
                 flash_attn=opts.flash_attn, kv_type=opts.kv_type, embeddings=opts.embedding)
             self.batch = Batch(n_batch)
+            self.projector = load_projector(opts, self.model, placement["devices"],
+                                            opts.n_threads or default_threads())
         except BaseException:
+            if getattr(self, "ctx", None) is not None:
+                self.ctx.close()
             self.model.close()
             raise
         if opts.embedding:
@@ -71,7 +83,7 @@ class Engine:
         self.slots = [Slot(i) for i in range(n_par)]
         self.adapters = Adapters(self.model, self.ctx)
         self._steps = 0
-        self._queue: deque[tuple[CompletionRequest, list[int], AdapterSet]] = deque()
+        self._queue: deque[tuple[CompletionRequest, list[int], AdapterSet, Any]] = deque()
         self._events: list[Event] = []
         self._load_log = self.model.load_log + self.ctx.load_log
 
@@ -79,16 +91,20 @@ class Engine:
     def submit(self, req: CompletionRequest) -> None:
         """Queue a request; it joins the batch at the next step (or fails there)."""
         try:
-            tokens = prompt_tokens(self.model, req, self.n_ctx_slot)
+            media = None
+            if req.images:
+                tokens, media = media_prompt(self, req)
+            else:
+                tokens = prompt_tokens(self.model, req, self.n_ctx_slot)
             key = self.adapters.resolve(req.adapters) if req.adapters else ()
         except LocalLLMError as exc:
             self._events.append(Failed(req.id, exc.message, exc.status))
             return
-        self._queue.append((req, tokens, key))
+        self._queue.append((req, tokens, key, media))
 
     def cancel(self, req_id: str) -> None:
         """End a request with ``Done(reason="cancel")`` at the next step."""
-        for i, (req, _, _) in enumerate(self._queue):
+        for i, (req, *_) in enumerate(self._queue):
             if req.id == req_id:
                 del self._queue[i]
                 self._events.append(Done(req_id, "cancel"))
@@ -107,16 +123,22 @@ class Engine:
             if s.active is not None and s.active.cancelled:
                 events.extend(self._finish(s, "cancel"))
         while self._queue and any(s.free for s in self.slots):
-            req, tokens, key = self._queue.popleft()
+            req, tokens, key, media = self._queue.popleft()
             try:
-                self._admit(req, tokens, key)
+                self._admit(req, tokens, key, media)
             except LocalLLMError as exc:
                 events.append(Failed(req.id, exc.message, exc.status))
         self._steps += 1
         only = self.adapters.for_step(self.slots) if self.adapters.any else None
-        part = self._fill_batch(only)
-        if not part:
-            return events
+        part = fill_batch(self.batch, self.slots, self.n_batch, self._steps, only)
+        if part:
+            events.extend(self._decode(part))
+        if self.projector is not None:  # at most one image chunk per step (see vision.py)
+            events.extend(image_step(self, only))
+        return events
+
+    def _decode(self, part: list[tuple[Slot, int, bool]]) -> list[Event]:
+        events: list[Event] = []
         t0 = time.perf_counter_ns()
         rc = self.ctx.decode(self.batch)
         dt = time.perf_counter_ns() - t0
@@ -169,11 +191,18 @@ class Engine:
             "chat_template": m.chat_template,
             "description": m.description,
             "embedding": self.opts.embedding,
+            "vision": self.projector is not None and self.projector.vision,
         }
 
     def memory_report(self) -> dict[str, dict[str, int]]:
         """Bytes llama.cpp allocated per device, from its load-time log lines."""
-        return buffer_sizes(self._load_log)
+        report = buffer_sizes(self._load_log)
+        if self.projector is not None:  # its weights and compute buffer, on its device
+            for dev, use in self.projector.memory().items():
+                d = report.setdefault(dev, {"model": 0, "kv": 0, "compute": 0})
+                for k, v in use.items():
+                    d[k] += v
+        return report
 
     def close(self) -> None:
         for s in self.slots:
@@ -181,7 +210,7 @@ class Engine:
                 s.active.sampler.close()
                 s.active = None
         # Adapters after the context that applies them, before the model they belong to.
-        for h in ("batch", "ctx", "adapters", "model"):
+        for h in ("batch", "ctx", "adapters", "projector", "model"):
             obj = getattr(self, h, None)
             if obj is not None:
                 obj.close()
@@ -193,56 +222,24 @@ class Engine:
         self.close()
 
     # ---- internals ------------------------------------------------------------------
-    def _admit(self, req: CompletionRequest, tokens: list[int], key: AdapterSet) -> None:
+    def _admit(self, req: CompletionRequest, tokens: list[int], key: AdapterSet,
+               media: Any) -> None:
         picked = pick_slot(self.slots, tokens, key)
         assert picked is not None
         slot, n = picked
         n = min(n, len(tokens) - 1)  # re-evaluate the last prompt token for its logits
+        if media is not None:  # an image is reused whole or evaluated afresh
+            n = media.reusable(n)
         sampler = Sampler(self.model, self.ctx, req.sampling, self.opts.seed)
         if n < len(slot.cache) and not self.ctx.seq_rm(slot.seq, n, -1):
             n = 0  # this memory cannot cut a sequence in the middle: start afresh
             self.ctx.seq_rm(slot.seq, -1, -1)
         del slot.cache[n:]
         slot.adapters = key
-        sampler.accept_prompt(tokens)
+        sampler.accept_prompt([t for t in tokens if t >= 0] if media is not None else tokens)
         slot.active = Active(req, tokens, sampler, TextStream(req.stop), n_past=n, cached=n,
                              adapters=key, last_step=self._steps,
-                             keep=self.model.marker_tokens(req.markers))
-
-    def _fill_batch(self, only: AdapterSet | None = None) -> list[tuple[Slot, int, bool]]:
-        """Decode tokens, then prompt chunks, into the batch: [(slot, len before, prefill)].
-
-        ``only``: just the slots of that adapter set (None: every slot)."""
-        self.batch.clear()
-        part: list[tuple[Slot, int, bool]] = []
-        for s in self.slots:
-            s.logits_index = -1
-            a = s.active
-            if a is None or (only is not None and a.adapters != only):
-                continue
-            if not a.prefilling and a.pending >= 0:
-                a.last_step = self._steps
-                part.append((s, len(s.cache), False))
-                s.logits_index = self.batch.add(a.pending, len(s.cache), s.seq, True)
-                s.cache.append(a.pending)
-                a.pending = -1
-        budget = self.n_batch - len(self.batch)
-        for s in self.slots:
-            a = s.active
-            if a is None or not a.prefilling or budget <= 0 or (only is not None
-                                                                and a.adapters != only):
-                continue
-            a.last_step = self._steps
-            chunk = a.prompt[a.n_past:a.n_past + budget]
-            last = a.n_past + len(chunk) == len(a.prompt)
-            part.append((s, len(s.cache), True))
-            idx = self.batch.add_seq(chunk, a.n_past, s.seq, last)
-            s.cache.extend(chunk)
-            a.n_past += len(chunk)
-            budget -= len(chunk)
-            if last:
-                s.logits_index = idx
-        return part
+                             keep=self.model.marker_tokens(req.markers), media=media)
 
     def _sample(self, s: Slot) -> list[Event]:
         a = s.active
@@ -283,7 +280,8 @@ class Engine:
             a.req.id, reason,  # type: ignore[arg-type]
             prompt_tokens=len(a.prompt), cached_tokens=a.cached, prompt_eval_ns=a.prompt_ns,
             eval_count=len(a.generated), eval_ns=a.eval_ns,
-            context=a.prompt + a.generated))
+            context=(a.prompt if a.media is None else [t for t in a.prompt if t >= 0])
+            + a.generated))
         return out
 
     def _fail(self, s: Slot, before: int, rc: int) -> Failed:

@@ -1,8 +1,7 @@
 """Typed owners of the native handles: Model, Context and Batch.
 
-Each class owns one shim handle, frees it in ``close()`` (also a context
-manager), and converts between Python values and C buffers.  Nothing here
-knows about requests or slots; that is engine.py's job.
+Each class owns one shim handle, frees it in ``close()`` (also a context manager), and
+converts between Python values and C buffers; requests and slots are engine.py's job.
 """
 
 from __future__ import annotations
@@ -244,6 +243,11 @@ class Context(_Owner):
 
     def decode(self, batch: Batch) -> int:
         return int(self.lib.ll_decode(self.handle, batch.handle))
+
+    def decode_embd(self, embd: Any, offset: int, n: int, n_embd: int, pos0: int, seq: int,
+                    last: bool, non_causal: bool) -> int:  # embd: a cffi float[]
+        return int(self.lib.ll_decode_embd(self.handle, embd + offset, n, n_embd, pos0, seq, last,
+                                           non_causal))
 
     def seq_rm(self, seq: int, p0: int = -1, p1: int = -1) -> bool:
         return bool(self.lib.ll_mem_seq_rm(self.handle, seq, p0, p1))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from localllm.engine.sampling import Sampler
 from localllm.engine.text import TextStream
@@ -18,7 +18,7 @@ from localllm.errors import InvalidRequest
 from localllm.runner.messages import CompletionRequest
 
 if TYPE_CHECKING:
-    from localllm.engine.model import Model
+    from localllm.engine.model import Batch, Model
 
 OVERFLOW = "the input length exceeds the context length"
 
@@ -41,6 +41,7 @@ class Active:
     adapters: tuple[str, ...] = ()  # the LoRA set every decode of this request needs
     last_step: int = 0  # the engine step that last advanced it (adapter scheduling)
     keep: frozenset[int] = frozenset()  # control tokens rendered as text (the request's markers)
+    media: Any = None  # vision.Media: the prompt's images (their keys are negative)
 
     @property
     def prefilling(self) -> bool:
@@ -112,3 +113,44 @@ def prompt_tokens(model: Model, req: CompletionRequest, n_ctx_slot: int) -> list
             raise InvalidRequest(OVERFLOW)
         tokens = fit_prompt(tokens, n_ctx_slot, req.num_keep)
     return tokens
+
+
+def fill_batch(batch: Batch, slots: Sequence[Slot], n_batch: int, step: int,
+               only: tuple[str, ...] | None = None) -> list[tuple[Slot, int, bool]]:
+    """Decode tokens, then prompt chunks, into the batch: [(slot, len before, prefill)].
+
+    ``only``: just the slots of that adapter set (None: every slot).  A prompt's
+    text stops at its next image: images are decoded by ``vision.image_step``."""
+    batch.clear()
+    part: list[tuple[Slot, int, bool]] = []
+    for s in slots:
+        s.logits_index = -1
+        a = s.active
+        if a is None or (only is not None and a.adapters != only):
+            continue
+        if not a.prefilling and a.pending >= 0:
+            a.last_step = step
+            part.append((s, len(s.cache), False))
+            s.logits_index = batch.add(a.pending, len(s.cache), s.seq, True)
+            s.cache.append(a.pending)
+            a.pending = -1
+    budget = n_batch - len(batch)
+    for s in slots:
+        a = s.active
+        if a is None or not a.prefilling or budget <= 0 or (only is not None
+                                                            and a.adapters != only):
+            continue
+        a.last_step = step
+        end = a.n_past + budget
+        if a.media is not None and (end := a.media.text_end(a.n_past, end)) == a.n_past:
+            continue
+        chunk = a.prompt[a.n_past:end]
+        last = a.n_past + len(chunk) == len(a.prompt)
+        part.append((s, len(s.cache), True))
+        idx = batch.add_seq(chunk, a.n_past, s.seq, last)
+        s.cache.extend(chunk)
+        a.n_past += len(chunk)
+        budget -= len(chunk)
+        if last:
+            s.logits_index = idx
+    return part

@@ -16,6 +16,10 @@ from localllm.config import FlashAttention, KVType
 
 T = TypeVar("T")
 
+# libmtmd's default media marker (``mtmd_default_marker()``): a text prompt holds one
+# per image in ``CompletionRequest.images``, where that image's tokens go.
+MEDIA_MARKER = "<__media__>"
+
 
 @functools.cache
 def _field_names(cls: type[Any]) -> frozenset[str]:
@@ -57,6 +61,7 @@ class LoadOptions:
     use_mmap: bool = True
     embedding: bool = False  # load for embeddings (pooled outputs)
     seed: int = -1
+    projector: str | None = None  # a vision projector (mmproj GGUF) loaded next to the model
 
 
 @dataclass
@@ -96,6 +101,9 @@ class CompletionRequest:
     # control token, its text is kept in the output, because GGUFs store many markers as
     # control tokens, which render as "" and would leave the parser a bare JSON object.
     markers: list[str] = field(default_factory=list)
+    # Encoded image files (PNG, JPEG, ...) as the client sent them, one per MEDIA_MARKER
+    # in a text prompt, in order (base64 on the wire; see runner/protocol.py).
+    images: list[bytes] = field(default_factory=list)
 
 
 @dataclass

@@ -26,11 +26,14 @@ main thread has been in the current load, step or call, 0 when idle).
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
 import struct
 from typing import IO, Any
 
-from localllm.errors import LocalLLMError
+from localllm import config
+from localllm.errors import InvalidRequest, LocalLLMError
 from localllm.runner.messages import (
     CompletionRequest,
     Done,
@@ -182,7 +185,11 @@ def beat_msg(busy_ms: int) -> Message:
 
 
 def complete_msg(req: CompletionRequest) -> Message:
-    return {"type": "complete", "request": to_dict(req)}
+    data = to_dict(req)
+    # JSON has no bytes: images travel as base64 text (4/3 of their size, which the
+    # image byte limits in config leave room for under MAX_FRAME).
+    data["images"] = [base64.b64encode(b).decode("ascii") for b in req.images]
+    return {"type": "complete", "request": data}
 
 
 def adapter_msg(path: str, load_ns: int) -> Message:
@@ -225,7 +232,23 @@ def parse_request(msg: Message) -> CompletionRequest:
         raise ProtocolError("request adapters must be a list of paths")
     if not isinstance(req.markers, list) or not all(isinstance(m, str) for m in req.markers):
         raise ProtocolError("request markers must be a list of strings")
+    req.images = _images(req.images)
     return req
+
+
+def _images(value: Any) -> list[bytes]:
+    """The request's base64 images as bytes, within the count and size limits."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ProtocolError("request images must be a list of base64 strings")
+    if len(value) > config.MAX_IMAGES or sum(len(v) for v in value) > \
+            4 * (config.MAX_IMAGES_BYTES // 3 + 1):
+        # A well-formed request (too many images) fails alone, not the stream.
+        raise InvalidRequest(f"too many images or image bytes in one request (at most "
+                             f"{config.MAX_IMAGES} images, {config.MAX_IMAGES_BYTES} bytes)")
+    try:
+        return [base64.b64decode(v, validate=True) for v in value]
+    except (binascii.Error, ValueError):
+        raise InvalidRequest("an image is not valid base64") from None
 
 
 def parse_piece(msg: Message) -> Piece:

@@ -220,6 +220,8 @@ class Worker:
         req_id = str(msg.get("id", ""))
         try:
             if kind == "complete":
+                if isinstance(msg["request"], dict):  # so a refused request fails by its id
+                    req_id = str(msg["request"].get("id", ""))
                 req = P.parse_request(msg)
                 req_id = req.id
                 engine.submit(req)
