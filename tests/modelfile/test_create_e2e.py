@@ -11,6 +11,7 @@ MESSAGE history were all applied the way ``render_prompt`` renders them.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from localllm.modelfile.parser import parse
 from localllm.template.select import render_prompt
 from tests.cli.conftest import Daemon
 from tests.inference.conftest import tiny_daemon  # noqa: F401
+from tests.inference.variants import serve_shared
 from tests.modelfile.test_parser import CORPUS_FILES
 from tests.modelfile.tinylora import make_tiny_lora
 from tests.tinymodel import CHAT_TEMPLATE, expected_greedy, make_tiny_model, tokenize
@@ -92,6 +94,13 @@ def test_uploads_only_missing_blobs_and_show_round_trips(tiny_daemon: Daemon,  #
     assert chat(d, "pirate3", "ahoy")["prompt_eval_count"] == len(tokenize(prompt))
 
 
+@pytest.fixture(scope="module")
+def refusing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, Path]]:
+    """One daemon and work folder for the refusals: a refused create changes nothing."""
+    with serve_shared(tmp_path_factory, names=("tiny",)) as d:
+        yield d, workdir(tmp_path_factory.mktemp("refusing"))
+
+
 @pytest.mark.parametrize(("text", "words"), [
     ("FROM tiny\nFROBNICATE yes\n", 'line 2, column 1: unknown instruction "FROBNICATE"'),
     ("FROM tiny\nPARAMETER temperature hot\n", "line 2, column 23: invalid value for "
@@ -102,10 +111,9 @@ def test_uploads_only_missing_blobs_and_show_round_trips(tiny_daemon: Daemon,  #
     # The step limit, or on a loaded machine the time limit, stops it: both are refusals.
     ('FROM tiny\nTEMPLATE """{{ range 1000000000 }}x{{ end }}"""\n', "invalid TEMPLATE"),
 ])
-def test_cli_reports_bad_modelfiles(tiny_daemon: Daemon, tmp_path: Path,  # noqa: F811
-                                    text: str, words: str) -> None:
-    d = tiny_daemon
-    work = workdir(tmp_path)
+def test_cli_reports_bad_modelfiles(refusing: tuple[Daemon, Path], text: str,
+                                    words: str) -> None:
+    d, work = refusing
     (work / "Modelfile").write_text(text)
     done = d.cli("create", "bad", "-f", str(work / "Modelfile"))
     assert done.returncode == 1
