@@ -25,6 +25,7 @@ from localllm.hardware.detect import Hardware, refresh_memory
 from localllm.hardware.rpc import endpoint_of
 from localllm.runner.messages import LoadOptions
 from localllm.scheduler.planner import LoadPlan, PlanOptions, fits_alongside
+from localllm.scheduler.projector import projector_cost
 from localllm.scheduler.scheduler import Loaded, ModelSpec, Placement, PlanFn
 
 log = logging.getLogger("localllm.scheduler")
@@ -44,7 +45,12 @@ def make_plan_fn(hardware: Callable[[], Hardware] = refresh_memory) -> PlanFn:
                    if (ep := endpoint_of(d.name)) is None or ep in ready]
         loaded: list[LoadPlan] = [o.placement.plan for o in others
                                   if isinstance(o.placement.plan, LoadPlan)]
-        fits, plan = fits_alongside(spec.info, devices, PlanOptions.from_load(opts), loaded)
+        extra = {}
+        if spec.projector:  # counted on the device the runner will load it on
+            cost = projector_cost(spec.projector, opts.flash_attn != "off")
+            extra = {"projector_weights": cost.weights, "projector_compute": cost.compute}
+        fits, plan = fits_alongside(spec.info, devices, PlanOptions.from_load(opts, **extra),
+                                    loaded)
         reason = plan.reason
         if down:
             reason += "; without RPC worker " + ", ".join(f"{w.endpoint} ({w.error})"

@@ -29,6 +29,10 @@ class PlanOptions:
     available_ram: int = 0  # 0 = take the CPU device's free memory
     default_ctx: int = 0  # LOCALLLM_CONTEXT_LENGTH; 0 = VRAM tiers
     spread: bool = False  # LOCALLLM_SCHED_SPREAD: every usable GPU, by free memory
+    # A vision projector loaded next to the model (scheduler/projector.py): its weights
+    # and compute buffer go on the first offload device, or in RAM without one.
+    projector_weights: int = 0
+    projector_compute: int = 0
 
     @classmethod
     def from_config(cls, **overrides: Any) -> PlanOptions:

@@ -124,6 +124,9 @@ def _layout(r: _Request, gpus: Sequence[Device], ctx: int, n_cpu_moe: int = 0) -
     target = n_rep + 1 if opts.num_gpu < 0 else min(opts.num_gpu, n_rep + 1)
     caps = [f - opts.gpu_overhead - _reserve(g) - reserve_graph
             for g, f in zip(gpus, frees, strict=True)]
+    proj = opts.projector_weights + opts.projector_compute
+    if caps and proj:  # llama.cpp's first device (filled last) holds the projector
+        caps[-1] -= proj
     fills, placed = assign(caps, gpu_layer_bytes(lb, eb, n_cpu_moe), kv_l, target,
                            opts.num_gpu >= 0, info.output_bytes, shrinkable(gpus, opts.spread))
     full = placed > n_rep
@@ -132,6 +135,10 @@ def _layout(r: _Request, gpus: Sequence[Device], ctx: int, n_cpu_moe: int = 0) -
                   max(free, 0), g.unified_memory)
         for g, f, free in reversed(list(zip(gpus, fills, frees, strict=True))) if f.layers
     )
+    if gpu_uses and proj:
+        first = gpu_uses[0]
+        gpu_uses = (replace(first, weights=first.weights + opts.projector_weights,
+                            graph=first.graph + opts.projector_compute), *gpu_uses[1:])
     cpu_layers = n_rep - min(placed, n_rep)
     # The input embedding always stays in RAM (llama.cpp runs get_rows on the CPU),
     # and so do the experts of offloaded layers below n_cpu_moe.
@@ -143,6 +150,9 @@ def _layout(r: _Request, gpus: Sequence[Device], ctx: int, n_cpu_moe: int = 0) -
     # graph, as llama.cpp's scheduler reserves it; fully offloaded it only stages inputs.
     gpu_only = full and n_cpu_moe == 0
     cpu_graph = host_graph_bytes(info, opts.num_batch) if gpu_only else g_full
+    if not gpu_uses:  # no layer offloaded: the runner keeps the projector in RAM too
+        cpu_weights += opts.projector_weights
+        cpu_graph += opts.projector_compute
     cpu = DeviceUse("CPU", "CPU", cpu_layers + (0 if full else 1), cpu_weights,
                     kv_l * cpu_layers, cpu_graph, avail)
     notes = [f"estimate exceeds free memory on {g.name} by {fmt_bytes(f.used - c)}"

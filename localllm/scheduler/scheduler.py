@@ -46,6 +46,7 @@ class ModelSpec:
     info: Any = None  # ModelInfo, for the planner
     details: dict[str, Any] = field(default_factory=dict)
     adapters: tuple[str, ...] = ()  # LoRA adapter paths this model name applies
+    projector: str | None = None  # vision projector (mmproj GGUF) path, from the manifest
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,7 @@ class Scheduler:
 
     # -- internals -----------------------------------------------------------
     async def _get(self, spec: ModelSpec, opts: LoadOptions) -> Loaded:
+        opts = replace(opts, projector=spec.projector)  # another projector means a reload
         model = self._loaded.get(spec.key)
         if (model is not None and model.runner.alive and not model.stopping
                 and load_key(model.requested) == load_key(opts)):
