@@ -127,23 +127,34 @@ def _common(body: Mapping[str, Any]) -> tuple[str, bool, bool, int]:
     return model, stream, include_usage, n
 
 
-def _content(content: Any) -> str:
+def _content(content: Any) -> tuple[str, list[str]]:
+    """A message's content -> (text, images).  An ``image_url`` part leaves ``[img]``
+    where it was (the native path puts that image there) and its URL in ``images``:
+    a ``data:`` URL, or an http(s) one that the native path fetches or refuses."""
     if content is None:
-        return ""
+        return "", []
     if isinstance(content, str):
-        return content
+        return content, []
     if not isinstance(content, list):
         raise _bad("message content must be a string or an array of content parts")
-    texts = []
+    texts: list[str] = []
+    images: list[str] = []
     for part in content:
         kind = part.get("type") if isinstance(part, Mapping) else None
         if kind == "text" and isinstance(part.get("text"), str):
             texts.append(part["text"])
-        elif kind in ("image_url", "input_image", "input_audio", "file"):
-            raise _bad(f"content part type {kind!r} is not supported yet")
+        elif kind == "image_url":
+            spec = part.get("image_url")
+            url = spec.get("url") if isinstance(spec, Mapping) else spec
+            if not isinstance(url, str) or not url:
+                raise _bad("image_url.url must be a string (a data: URL)")
+            images.append(url)
+            texts.append("[img]")
+        elif kind in ("input_image", "input_audio", "file"):
+            raise _bad(f"content part type {kind!r} is not supported")
         else:
             raise _bad(f"invalid content part type {kind!r}")
-    return "\n".join(texts)
+    return "\n".join(texts), images
 
 
 def _tool_calls(calls: Any) -> list[dict[str, Any]]:
@@ -171,7 +182,7 @@ def _tool_calls(calls: Any) -> list[dict[str, Any]]:
 
 
 def messages_to_native(messages: Any) -> list[dict[str, Any]]:
-    """OpenAI chat messages -> Ollama messages (text only; images are refused for now)."""
+    """OpenAI chat messages -> Ollama messages (``image_url`` parts become ``images``)."""
     if not isinstance(messages, list):
         raise _bad("messages must be an array")
     out: list[dict[str, Any]] = []
@@ -184,7 +195,10 @@ def messages_to_native(messages: Any) -> list[dict[str, Any]]:
             role = "system"
         if role not in ("system", "user", "assistant", "tool"):
             raise _bad(f"invalid message role {msg.get('role')!r}")
-        native: dict[str, Any] = {"role": role, "content": _content(msg.get("content"))}
+        text, images = _content(msg.get("content"))
+        native: dict[str, Any] = {"role": role, "content": text}
+        if images:
+            native["images"] = images
         reasoning = msg.get("reasoning") or msg.get("reasoning_content")
         if role == "assistant" and isinstance(reasoning, str):
             native["thinking"] = reasoning

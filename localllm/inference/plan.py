@@ -20,6 +20,13 @@ from typing import Any
 from localllm.api.schemas_infer import ChatRequest, EmbedRequest, GenerateRequest
 from localllm.errors import InvalidRequest
 from localllm.grammar.tools import forced_tool_grammar
+from localllm.inference.images import (
+    Images,
+    chat_images,
+    check_rendered,
+    prompt_images,
+    require_vision,
+)
 from localllm.inference.service import InferenceService, Prepared, Target, now_rfc3339
 from localllm.inference.shaping import OutputShaper, chat_format, grammar_for, think_flag
 from localllm.runner.messages import Done, Piece
@@ -63,6 +70,7 @@ class Plan:
     tool_family: Family | None = None  # parse calls in this family whatever the template says
     raw: bool = False
     context: list[int] | None = None  # legacy /api/generate conversation tokens
+    images: Images = field(default_factory=Images)  # one per media marker in the prompt
     _checked: bool = field(default=False, repr=False)
 
     def prepare(self, index: int = 0) -> Prepared:
@@ -75,6 +83,9 @@ class Plan:
         if not self.raw:
             # The format's markers must reach the parser as text, control tokens or not.
             prep.completion.markers = list(chat_format(self.target, self.tool_family).markers)
+        ready = self.images.ready
+        if ready:
+            prep.completion.images = list(ready)
         sampling = prep.completion.sampling
         if index and sampling.seed >= 0:
             sampling.seed += index
@@ -92,6 +103,8 @@ class Plan:
             tokens = await self.svc.tokenize(self.target, self.prompt, prep.load,
                                              prep.keep_alive)
             prep.completion.prompt = list(self.context) + tokens
+        if self.images and not prep.completion.images:
+            prep.completion.images = await self.images.resolve()  # URLs, fetched once
         shaper = OutputShaper(self.target, think=self.think, tools=self.tools,
                               logprobs=self.logprobs, tool_family=self.tool_family,
                               prompt=self.prompt if isinstance(self.prompt, str) else "")
@@ -135,15 +148,19 @@ def chat_plan(svc: InferenceService, req: ChatRequest, *,
     """
     check_top_logprobs(req.top_logprobs)
     target = svc.target(req.model)
-    if any(m.images for m in req.messages):
-        raise InvalidRequest(f'"{req.model}" does not support vision')
     think = think_flag(req.think)
     messages = [m.model_dump(exclude_none=True) for m in req.messages]
+    images = Images()
+    if any(m.images for m in req.messages):
+        require_vision(target.projector is not None, req.model)
+        messages, images = chat_images(messages)
     if target.system and not any(m["role"] == "system" for m in messages):
         messages.insert(0, {"role": "system", "content": target.system})
     tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
     # The template gets the level itself (gpt-oss's reasoning_effort); the shaper the flag.
     prompt = svc.render(target, messages, tools=tools, think=req.think)
+    if images:
+        check_rendered(prompt, images)
     grammar = grammar_for(req.format)
     family: Family | None = None
     if forced_tools:
@@ -152,7 +169,8 @@ def chat_plan(svc: InferenceService, req: ChatRequest, *,
             grammar, family = forced
     plan = Plan(svc, target, req.model, True, prompt, req.options, req.keep_alive,
                 grammar=grammar, logprobs=req.logprobs, top_logprobs=req.top_logprobs,
-                truncate=req.truncate, think=think, tools=tools, tool_family=family)
+                truncate=req.truncate, think=think, tools=tools, tool_family=family,
+                images=images)
     plan.check()
     return plan
 
@@ -161,8 +179,16 @@ async def generate_plan(svc: InferenceService, target: Target, req: GenerateRequ
     """A ``/api/generate`` request with a prompt or suffix as a plan."""
     check_top_logprobs(req.top_logprobs)
     think = think_flag(req.think)
+    images = Images()
+    text = req.prompt
+    if req.images:
+        require_vision(target.projector is not None, req.model)
+        if req.suffix or req.context:
+            # Both turn the prompt into token ids, which cannot hold an image.
+            raise InvalidRequest("images cannot be combined with suffix or context")
+        text, images = prompt_images(req.prompt, req.images)
     if req.raw:
-        prompt: str | list[int] = req.prompt
+        prompt: str | list[int] = text
     elif req.suffix:
         prompt = await _fill_in_middle(svc, target, req)
     else:
@@ -170,12 +196,15 @@ async def generate_plan(svc: InferenceService, target: Target, req: GenerateRequ
         system = req.system if req.system is not None else target.system
         if system:
             messages.append({"role": "system", "content": system})
-        messages.append({"role": "user", "content": req.prompt})
+        messages.append({"role": "user", "content": text})
         prompt = svc.render(target, messages, think=req.think)
+        if images:
+            check_rendered(prompt, images)
     plan = Plan(svc, target, req.model, False, prompt, req.options, req.keep_alive,
                 grammar=grammar_for(req.format), logprobs=req.logprobs,
                 top_logprobs=req.top_logprobs, truncate=req.truncate, think=think,
-                raw=req.raw, context=list(req.context) if req.context else None)
+                raw=req.raw, context=list(req.context) if req.context else None,
+                images=images)
     plan.check()
     return plan
 

@@ -9,13 +9,10 @@ these same calls.
 
 from __future__ import annotations
 
-import math
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any
 
@@ -23,8 +20,9 @@ from localllm import config
 from localllm.api.options import ResolvedOptions, parse_keep_alive, resolve_options
 from localllm.errors import InvalidRequest
 from localllm.gguf_info import ModelInfo, read_model_info_split
+from localllm.inference.ps import ps_entry, utc_rfc3339
 from localllm.runner.messages import CompletionRequest, Done, LoadOptions, Piece
-from localllm.scheduler.scheduler import Loaded, ModelSpec, Scheduler
+from localllm.scheduler.scheduler import ModelSpec, Scheduler
 from localllm.store.local import Store
 from localllm.store.manifests import MEDIA_MESSAGES, Entry
 from localllm.store.names import parse_name
@@ -33,11 +31,9 @@ from localllm.template.select import render_prompt
 
 
 def now_rfc3339() -> str:
-    return _utc_rfc3339(time.time())
+    return utc_rfc3339(time.time())
 
 
-def _utc_rfc3339(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 @lru_cache(maxsize=64)
@@ -58,6 +54,7 @@ class Target:
     system: str | None
     template: str | None = None  # the model's TEMPLATE layer (Go, or pasted Jinja)
     history: tuple[dict[str, Any], ...] = ()  # the model's MESSAGE layer
+    projector: str | None = None  # a loadable vision projector: the model takes images
 
 
 @dataclass
@@ -89,6 +86,7 @@ class InferenceService:
         paths = tuple(str(p) for p in self.store.model_paths(entry))
         stamp = tuple(_stamp(p) for p in paths)
         info = _model_info(paths, stamp)
+        projector = _projector(self.store.projector_path(entry))
         details = {
             "parent_model": "",
             "format": "gguf",
@@ -99,17 +97,22 @@ class InferenceService:
         }
         spec = ModelSpec(
             name=name.display,
-            key="|".join(paths),  # the base weights only: adapters are chosen per request
+            # The base weights (and projector) only: adapters are chosen per request.
+            # A projector is part of what is loaded, so the same GGUF with and without
+            # one are two loads.
+            key="|".join(paths + ((projector,) if projector else ())),
             model_paths=paths,
             digest=entry.digest,
             info=info,
             details=details,
             adapters=tuple(str(p) for p in self.store.adapter_paths(entry)),
+            projector=projector,  # the scheduler loads it next to the model
         )
         history = self.store.read_json_layer(entry, MEDIA_MESSAGES)
         return Target(entry, spec, info, self.store.params(entry), self.store.system(entry),
                       template=self.store.template(entry),
-                      history=tuple(m for m in history or () if isinstance(m, dict)))
+                      history=tuple(m for m in history or () if isinstance(m, dict)),
+                      projector=projector)
 
     def keep_alive(self, value: Any) -> float:
         parsed = parse_keep_alive(value)
@@ -144,7 +147,8 @@ class InferenceService:
             num_keep=resolved.num_keep,
             adapters=list(target.spec.adapters),
         )
-        return Prepared(target, base_load(resolved), completion, self.keep_alive(keep_alive),
+        return Prepared(target, base_load(resolved), completion,
+                        self.keep_alive(keep_alive),
                         raw=raw_prompt)
 
     def render(self, target: Target, messages: list[dict[str, Any]], *,
@@ -240,6 +244,23 @@ def base_load(resolved: ResolvedOptions) -> LoadOptions:
     return resolved.load.apply(base)
 
 
+def _projector(path: Any) -> str | None:
+    """The projector's path when it is a clip GGUF (checked once per file version)."""
+    if path is None:
+        return None
+    text = str(path)
+    return text if _loadable_projector(text, _stamp(text)) else None
+
+
+@lru_cache(maxsize=64)
+def _loadable_projector(path: str, stamp: float) -> bool:
+    from pathlib import Path
+
+    from localllm.store.projector import is_loadable_projector
+
+    return is_loadable_projector(Path(path))
+
+
 def _stamp(path: str) -> float:
     import os
 
@@ -248,48 +269,3 @@ def _stamp(path: str) -> float:
     except FileNotFoundError:
         raise InvalidRequest(f"model file {os.path.basename(path)} is missing") from None
     return st.st_mtime + st.st_size
-
-
-def ps_entry(model: Loaded) -> dict[str, Any]:
-    placement = model.placement
-    expires = model.expires_at
-    if math.isinf(expires) and model.refcount == 0:
-        expires_text = "2318-01-01T00:00:00Z"  # kept forever (keep_alive < 0)
-    elif math.isinf(expires):
-        # In use: the timer starts when the last request ends.
-        expires_text = _utc_rfc3339(time.time() + model.keep_alive
-                                    if math.isfinite(model.keep_alive) else 1e10)
-    else:
-        expires_text = _utc_rfc3339(expires)
-    memory = model.runner.memory or {}
-    measured = sum(sum(v.values()) for v in memory.values())
-    measured_vram = sum(sum(v.values()) for k, v in memory.items() if not _is_host(k))
-    size = measured or placement.size
-    size_vram = measured_vram if measured else placement.size_vram
-    return {
-        "name": model.spec.name,
-        "model": model.spec.name,
-        "size": size,
-        "size_vram": size_vram,
-        "digest": model.spec.digest.removeprefix("sha256:"),
-        "details": model.spec.details,
-        "expires_at": expires_text,
-        "context_length": model.opts.n_ctx,
-        # Not in Ollama's reply: bytes per place (a GPU, "CPU", or an RPC worker's
-        # endpoint), so ps can say "60% gpu-box:50052, 40% CPU" for split models.
-        "devices": _by_place(memory),
-    }
-
-
-def _by_place(memory: dict[str, dict[str, int]]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for dev, parts in memory.items():
-        m = re.fullmatch(r"RPC\d*\[(.+)\]", dev)
-        place = m.group(1) if m else "CPU" if _is_host(dev) else dev
-        out[place] = out.get(place, 0) + sum(parts.values())
-    return out
-
-
-def _is_host(device: str) -> bool:
-    name = device.upper()
-    return name.startswith("CPU") or name.endswith("_HOST") or name == "BLAS"

@@ -76,12 +76,10 @@ async def generate(request: Request) -> Response:
     target = svc.target(req.model)
     if req.raw and (req.template or req.system or req.context):
         raise InvalidRequest("raw mode does not support template, system, or context")
-    if req.images:
-        raise InvalidRequest(f'"{req.model}" does not support vision')
     if req.template:
         raise InvalidRequest(
             "per-request Go templates are not supported; the model's own chat template is used")
-    if not req.prompt and not req.suffix:
+    if not req.prompt and not req.suffix and not req.images:
         reason = await svc.load_only(target, req.options, req.keep_alive)
         return await _respond(request, _single(_load_reply(req.model, reason, False)),
                               req.stream, False)

@@ -16,6 +16,7 @@ from localllm.store.local import Store
 from localllm.store.manifests import (
     MEDIA_MODEL,
     MEDIA_PARAMS,
+    MEDIA_PROJECTOR,
     MEDIA_SYSTEM,
     MEDIA_TEMPLATE,
     Entry,
@@ -44,18 +45,26 @@ def import_gguf(
     params: dict[str, Any] | None = None,
     template: str | None = None,
     system: str | None = None,
+    projector: Path | None = None,
 ) -> Entry:
     """Copy ``files`` (one GGUF, or the parts of a split one in order) into the store as ``name``.
 
     The files are validated with ``gguf_info`` first, so a malformed GGUF never
-    becomes a model.
+    becomes a model; ``projector`` (an ``mmproj`` GGUF) must be a clip projector.
     """
     info = read_model_info_split([Path(f) for f in files])
+    if projector is not None:
+        from localllm.store.projector import projector_header
+
+        projector_header(Path(projector))
     split = len(files) > 1
     layers: list[Layer] = []
     for path in files:
         digest, size = store.blobs.import_file(Path(path))
         layers.append(Layer(MEDIA_MODEL, digest, size, Path(path).name if split else None))
+    if projector is not None:
+        digest, size = store.blobs.import_file(Path(projector))
+        layers.append(Layer(MEDIA_PROJECTOR, digest, size, Path(projector).name))
     if template is not None:
         layers.append(store.put_bytes(MEDIA_TEMPLATE, template.encode()))
     if system is not None:

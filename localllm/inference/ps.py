@@ -1,0 +1,64 @@
+"""``/api/ps`` entries: a loaded model's size, placement and expiry as Ollama shows them.
+
+Sizes are what the runner measured after the load when it reports them (the
+planner's estimate otherwise); ``devices`` adds where the bytes are.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from localllm.scheduler.scheduler import Loaded
+
+
+def utc_rfc3339(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def ps_entry(model: Loaded) -> dict[str, Any]:
+    placement = model.placement
+    expires = model.expires_at
+    if math.isinf(expires) and model.refcount == 0:
+        expires_text = "2318-01-01T00:00:00Z"  # kept forever (keep_alive < 0)
+    elif math.isinf(expires):
+        # In use: the timer starts when the last request ends.
+        expires_text = utc_rfc3339(time.time() + model.keep_alive
+                                    if math.isfinite(model.keep_alive) else 1e10)
+    else:
+        expires_text = utc_rfc3339(expires)
+    memory = model.runner.memory or {}
+    measured = sum(sum(v.values()) for v in memory.values())
+    measured_vram = sum(sum(v.values()) for k, v in memory.items() if not _is_host(k))
+    size = measured or placement.size
+    size_vram = measured_vram if measured else placement.size_vram
+    return {
+        "name": model.spec.name,
+        "model": model.spec.name,
+        "size": size,
+        "size_vram": size_vram,
+        "digest": model.spec.digest.removeprefix("sha256:"),
+        "details": model.spec.details,
+        "expires_at": expires_text,
+        "context_length": model.opts.n_ctx,
+        # Not in Ollama's reply: bytes per place (a GPU, "CPU", or an RPC worker's
+        # endpoint), so ps can say "60% gpu-box:50052, 40% CPU" for split models.
+        "devices": _by_place(memory),
+    }
+
+
+def _by_place(memory: dict[str, dict[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for dev, parts in memory.items():
+        m = re.fullmatch(r"RPC\d*\[(.+)\]", dev)
+        place = m.group(1) if m else "CPU" if _is_host(dev) else dev
+        out[place] = out.get(place, 0) + sum(parts.values())
+    return out
+
+
+def _is_host(device: str) -> bool:
+    name = device.upper()
+    return name.startswith("CPU") or name.endswith("_HOST") or name == "BLAS"

@@ -1,0 +1,176 @@
+"""Images through the real daemon: /api/chat, /api/generate and the /v1 routes.
+
+``tiny-vision`` is the tiny model with tests/visionmodel.py's projector and a
+template that renders the last message's content, so a prompt that ends in an
+image continues greedily with ``RED_GREEDY`` or ``GREEN_GREEDY``; ``tiny`` has
+no projector.  One daemon serves the module (no test changes the store).
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+from collections.abc import Iterator
+from contextlib import ExitStack
+from typing import Any
+
+import httpx
+import pytest
+
+from localllm import paths
+from localllm.store.importer import import_gguf
+from localllm.store.local import Store
+from localllm.store.names import parse_name
+from tests.cli.conftest import Daemon, start_daemon
+from tests.inference.variants import GREEDY_OPTS, PLAIN_TEMPLATE
+from tests.tinymodel import make_tiny_model
+from tests.visionmodel import (
+    GREEN,
+    GREEN_GREEDY,
+    N_IMAGE_TOKENS,
+    RED,
+    RED_GREEDY,
+    make_projector,
+    png,
+)
+
+RED_PNG, GREEN_PNG = png(32, 32, RED), png(32, 32, GREEN)
+N = 6  # tokens to generate: enough to tell the colours apart
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def data_url(data: bytes) -> str:
+    return "data:image/png;base64," + b64(data)
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    from tests.conftest import isolate
+
+    tmp = tmp_path_factory.mktemp("vision-daemon")
+    mp = pytest.MonkeyPatch()
+    with ExitStack() as stack:
+        try:
+            isolate(mp, tmp / "home")
+            mp.setenv("LOCALLLM_NUM_PARALLEL", "2")
+            mp.setenv("LOCALLLM_CONTEXT_LENGTH", "512")
+            mp.setenv("LOCALLLM_NUM_THREAD", "2")
+            store = Store(paths.models())
+            model = make_tiny_model(tmp / "gguf", chat_template=PLAIN_TEMPLATE)
+            import_gguf(store, parse_name("tiny"), [model])
+            import_gguf(store, parse_name("tiny-vision"), [model],
+                        projector=make_projector(tmp / "mmproj"))
+            d = stack.enter_context(start_daemon(tmp))
+        finally:
+            mp.undo()  # the daemon has its own copy of the environment
+        yield d
+
+
+def post(d: Daemon, path: str, body: dict[str, Any], **headers: str) -> httpx.Response:
+    return httpx.post(d.url + path, json=body, timeout=120, headers=headers)
+
+
+def chat(d: Daemon, content: str, *images: bytes, model: str = "tiny-vision",
+         **kw: Any) -> httpx.Response:
+    message: dict[str, Any] = {"role": "user", "content": content}
+    if images:
+        message["images"] = [b64(i) for i in images]
+    return post(d, "/api/chat", {"model": model, "messages": [message], "stream": False,
+                                 "options": {**GREEDY_OPTS, "num_predict": N}, **kw})
+
+
+def test_show_says_vision(daemon: Daemon) -> None:
+    shown = post(daemon, "/api/show", {"model": "tiny-vision"}).json()
+    assert "vision" in shown["capabilities"]
+    assert shown["projector_info"]["clip.projector_type"] == "mlp"
+    assert "vision" not in post(daemon, "/api/show", {"model": "tiny"}).json()["capabilities"]
+
+
+def test_api_chat_and_generate_see_the_image(daemon: Daemon) -> None:
+    red = chat(daemon, "", RED_PNG)
+    assert red.status_code == 200, red.text
+    assert red.json()["message"]["content"] == RED_GREEDY[:N]
+    text = chat(daemon, "x").json()
+    with_image = chat(daemon, "x", GREEN_PNG).json()
+    # BOS + the image's tokens + "x": the image adds exactly its tokens.
+    assert with_image["prompt_eval_count"] - text["prompt_eval_count"] == N_IMAGE_TOKENS
+    # ``[img]`` puts the image after the text, so the reply follows the image.
+    green = chat(daemon, "x [img]", GREEN_PNG).json()
+    assert green["message"]["content"] == GREEN_GREEDY[:N]
+    gen = post(daemon, "/api/generate", {
+        "model": "tiny-vision", "prompt": "", "images": [b64(GREEN_PNG)], "stream": False,
+        "options": {**GREEDY_OPTS, "num_predict": N}})
+    assert gen.status_code == 200, gen.text
+    assert gen.json()["response"] == GREEN_GREEDY[:N]
+
+
+def test_v1_routes_take_their_image_parts(daemon: Daemon) -> None:
+    oa = post(daemon, "/v1/chat/completions", {
+        "model": "tiny-vision", "max_tokens": N, "temperature": 0, "seed": 1,
+        "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "x"},
+            {"type": "image_url", "image_url": {"url": data_url(RED_PNG)}}]}]})
+    assert oa.status_code == 200, oa.text
+    assert oa.json()["choices"][0]["message"]["content"] == RED_GREEDY[:N]
+    assert oa.json()["usage"]["prompt_tokens"] == 2 + 1 + N_IMAGE_TOKENS  # BOS x \n image
+    an = post(daemon, "/v1/messages", {
+        "model": "tiny-vision", "max_tokens": N, "temperature": 0,
+        "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": b64(GREEN_PNG)}}]}]})
+    assert an.status_code == 200, an.text
+    assert an.json()["content"][0]["text"] == GREEN_GREEDY[:N]
+    assert an.json()["usage"]["input_tokens"] == 1 + N_IMAGE_TOKENS
+    rs = post(daemon, "/v1/responses", {
+        "model": "tiny-vision", "max_output_tokens": N, "temperature": 0,
+        "input": [{"role": "user", "content": [
+            {"type": "input_image", "image_url": data_url(RED_PNG)}]}]})
+    assert rs.status_code == 200, rs.text
+    message = [o for o in rs.json()["output"] if o["type"] == "message"][-1]
+    assert message["content"][0]["text"] == RED_GREEDY[:N]
+
+
+def huge_png() -> bytes:
+    data = bytearray(RED_PNG)
+    data[16:24] = struct.pack(">II", 20000, 20000)
+    return bytes(data)
+
+
+@pytest.mark.parametrize("model,images,status,message", [
+    ("tiny", [b64(RED_PNG)], 400, 'model "tiny" does not support images'),
+    ("tiny-vision", ["%%%"], 400, "image 1 is not valid base64"),
+    ("tiny-vision", [b64(RED_PNG), b64(huge_png())], 400,
+     "image 2 is 20000x20000 pixels; the limit is 50 megapixels"),
+    ("tiny-vision", [b64(RED_PNG[:20])], 400, "image 1: truncated or corrupt PNG"),
+    # A sound header over cut-off pixels: the runner's decoder refuses it, nothing crashes.
+    ("tiny-vision", [b64(RED_PNG[:40])], 400, "image 1 could not be decoded"),
+    ("tiny-vision", [b64(b"GIF89a")], 400, "image 1: truncated GIF"),
+    ("tiny-vision", [b64(RED_PNG)] * 100, 400, "100 images in one request; the limit is 16"),
+    ("tiny-vision", ["https://example.com/cat.png"], 400,
+     "image 1 is an http(s) URL, which this server does not fetch"),
+])
+def test_bad_images_are_refused(daemon: Daemon, model: str, images: list[str],
+                                status: int, message: str) -> None:
+    for path, body in (("/api/chat", {"messages": [{"role": "user", "content": "x",
+                                                     "images": images}]}),
+                       ("/api/generate", {"prompt": "x", "images": images})):
+        r = post(daemon, path, {"model": model, "stream": False, **body})
+        assert r.status_code == status, (path, r.text)
+        assert message in r.json()["error"], (path, r.text)
+
+
+def test_v1_refusals_are_precise(daemon: Daemon) -> None:
+    def oa(url: str, text: str = "x") -> httpx.Response:
+        return post(daemon, "/v1/chat/completions", {"model": "tiny-vision", "messages": [
+            {"role": "user", "content": [{"type": "text", "text": text},
+                                         {"type": "image_url", "image_url": {"url": url}}]}]})
+    r = oa("http://127.0.0.1:9/cat.png")
+    assert r.status_code == 400
+    assert "LOCALLLM_FETCH_IMAGE_URLS=1" in r.json()["error"]["message"]
+    r = oa(data_url(huge_png()))
+    assert r.status_code == 400 and "20000x20000" in r.json()["error"]["message"]
+    r = oa(data_url(RED_PNG), text="<__media__>")
+    assert r.status_code == 400 and "image marker" in r.json()["error"]["message"]
