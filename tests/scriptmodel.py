@@ -18,8 +18,11 @@ vocabulary (successors are per token id, so a repeated piece would loop).
 The strings named in ``control`` become CONTROL tokens, as markers such as
 Mistral's ``[TOOL_CALLS]`` are in real GGUFs: detokenized without ``special``
 they are empty, which is what the marker-preservation code must handle.  A
-control marker can therefore appear only once over all scripts.  Other pieces
-are USER_DEFINED tokens, whose text llama.cpp returns verbatim (no ``▁``
+token has one successor, so a control marker is that token only where it first
+occurs over all scripts (in order); later occurrences are cut into ordinary
+pieces of the same text (harmony, for one, repeats ``<|channel|>``), and so is a
+marker right after a text too short to be a new piece (see ``_script_tokens``).
+Other pieces are USER_DEFINED tokens, whose text llama.cpp returns verbatim (no ``▁``
 unescaping), so any text, DeepSeek's full-width markers included, round-trips.
 
 Several scripts in one model: give each its own trigger, e.g. the tail after
@@ -80,20 +83,44 @@ def segment(text: str, taken: set[str], *, longest: int = 6) -> list[str]:
     return pieces
 
 
-def _script_tokens(text: str, control: Sequence[str], taken: set[str]) -> list[str]:
-    """The script as token texts: control markers whole, the rest cut into pieces."""
+def _cut(text: str, taken: set[str]) -> list[str] | None:
+    """``segment`` that leaves ``taken`` as it was and answers None where it fails."""
+    trial = set(taken)
+    try:
+        pieces = segment(text, trial)
+    except ValueError:
+        return None
+    taken |= trial
+    return pieces
+
+
+def _script_tokens(text: str, control: Sequence[str], taken: set[str],
+                   used: set[str]) -> list[str]:
+    """The script as token texts: control markers whole where not ``used`` before (the
+    set is updated), the rest cut into pieces.
+
+    Text between two markers too short to be a new piece (a second ``"\\n"``) cannot
+    be a token of its own: the marker after it is then text too, at that occurrence."""
     out: list[str] = []
-    rest = text
+    head, rest = "", text
     while rest:
-        hits = [(rest.find(c), c) for c in control if c in rest]
+        hits = [(rest.find(c), c) for c in control if c in rest and c not in used]
         if not hits:
-            out += segment(rest, taken)
+            out += segment(head + rest, taken)
             break
         at, marker = min(hits, key=lambda h: (h[0], -len(h[1])))
-        if at:
-            out += segment(rest[:at], taken)
-        out.append(marker)
+        before = head + rest[:at]
+        pieces = _cut(before, taken) if before else []
+        if pieces is None:
+            head = before + marker
+        else:
+            out += [*pieces, marker]
+            used.add(marker)
+            head = ""
         rest = rest[at + len(marker):]
+    else:
+        if head:
+            out += segment(head, taken)
     return out
 
 
@@ -110,8 +137,8 @@ def make_script_model(
 ) -> Path:
     """Write a model whose greedy reply to a prompt ending in trigger ``t`` is ``scripts[t]``.
 
-    ``control`` lists marker strings that are CONTROL tokens (each may occur at
-    most once over all scripts).  ``eos`` is the end-of-generation token's text
+    ``control`` lists marker strings that are CONTROL tokens (where each first
+    occurs; see the module docstring).  ``eos`` is the end-of-generation token's text
     (``"<|im_end|>"`` for a ChatML family); ``bos`` and ``add_bos`` set the
     beginning-of-sequence token.  Returns the file's path.
     """
@@ -127,12 +154,9 @@ def make_script_model(
         types.append(_CONTROL)
         taken.add(t)
     chains: list[list[str]] = []
+    used: set[str] = set()
     for trigger, text in scripts.items():
-        toks = _script_tokens(text, control, taken)
-        chains.append([trigger, *toks])
-    used = [t for chain in chains for t in chain[1:] if t in control]
-    if len(used) != len(set(used)):
-        raise ValueError("a control marker occurs more than once over all scripts")
+        chains.append([trigger, *_script_tokens(text, control, taken, used)])
     index = {t: i for i, t in enumerate(texts)}
     for chain in chains:
         for t in chain[1:]:

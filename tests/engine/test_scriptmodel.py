@@ -67,3 +67,18 @@ def test_request_markers_render_control_tokens_as_text(script: Path) -> None:
         assert r.text == '[TOOL_CALLS][{"name": "f", "arguments": {}}]'
         assert e.model.marker_tokens(["[ARGS]", "[TOOL_CALLS]"]) == frozenset(
             e.tokenize("[TOOL_CALLS]", add_special=False))
+
+
+def test_repeated_control_markers_are_text_after_their_first_use(tmp_path: Path) -> None:
+    # Harmony writes <|channel|> twice, GLM a "\n" between markers again and again; one
+    # token has one successor, so such occurrences are ordinary pieces of the same text.
+    marks = ["<|a|>", "<|b|>", "<|c|>", "<|d|>", "<|e|>"]
+    text = "<|a|>x<|b|>\n<|c|>y<|d|>\n<|e|>z<|a|>w"
+    path = make_script_model(tmp_path, {"<|go|>": text}, control=marks)
+    with Engine([str(path)], opts()) as e:
+        r = run_one(e, CompletionRequest(id="r", prompt="<|go|>", markers=marks,
+                                         sampling=SamplingParams(temperature=0.0)))
+        assert r.text == text
+        # Unrendered, the control tokens vanish: every marker's first use but <|e|>'s,
+        # which follows a second "\n" (no new piece: "\n<|e|>z..." is text).
+        assert _greedy(e, "<|go|>") == "x\ny\n<|e|>z<|a|>w"
