@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from tests.toolcalls.helpers import check_all_splits
-
-ACTION = ('<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "special_function", '
-          '"parameters": {"arg1": 1}}\n]<|END_ACTION|>')
+from tests.toolcalls.samples import COHERE2_TEXT, COMMAND_R_ACTION
 
 
 def test_thinking_then_action() -> None:
-    check_all_splits("command_r7b", "<|START_THINKING|>I'm\nthinking<|END_THINKING|>" + ACTION,
-                     "", [("special_function", {"arg1": 1}, 0, "0")], thinking="I'm\nthinking")
+    check_all_splits("command_r7b",
+                     "<|START_THINKING|>I'm\nthinking<|END_THINKING|>" + COMMAND_R_ACTION, "",
+                     [("special_function", {"arg1": 1}, 0, "0")], thinking="I'm\nthinking")
 
 
 def test_response_markers_are_not_content() -> None:
@@ -19,8 +18,7 @@ def test_response_markers_are_not_content() -> None:
 
 
 def test_cohere2_moe_opened_thinking() -> None:
-    text = "I'm\nthinking<|END_THINKING|><|START_TEXT|>Hello, world!<|END_TEXT|>"
-    check_all_splits("command_r7b", text, "Hello, world!", [], thinking="I'm\nthinking",
+    check_all_splits("command_r7b", COHERE2_TEXT, "Hello, world!", [], thinking="I'm\nthinking",
                      prompt="<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_THINKING|>")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tests.toolcalls.helpers import check_all_splits
+from tests.toolcalls.samples import FUNCTIONARY_CALLS
 
 
 def test_text_to_all() -> None:
@@ -14,8 +15,7 @@ def test_text_to_all() -> None:
 def test_call_first_and_after_text() -> None:
     check_all_splits("functionary_v3_2", 'special_function\n{"arg1": 1}', "",
                      [("special_function", {"arg1": 1}, 0, None)])
-    text = 'all\nLet me check.>>>get_time\n{"city": "Paris"}>>>python\nprint(1)'
-    check_all_splits("functionary_v3_2", text, "Let me check.", [
+    check_all_splits("functionary_v3_2", FUNCTIONARY_CALLS, "Let me check.", [
         ("get_time", {"city": "Paris"}, 0, None), ("python", {"code": "print(1)"}, 1, None)])
 
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from tests.toolcalls.helpers import check_all_splits, run
+from tests.toolcalls.samples import GLM_46_CALL
 
 
 def test_glm_46_with_newlines_and_thinking() -> None:
-    text = ("<think>I'm\nthinking</think>\n<tool_call>special_function\n"
-            "<arg_key>arg1</arg_key>\n<arg_value>1</arg_value>\n</tool_call>")
-    check_all_splits("glm_4_5", text, "", [("special_function", {"arg1": 1}, 0, None)],
+    check_all_splits("glm_4_5", GLM_46_CALL, "", [("special_function", {"arg1": 1}, 0, None)],
                      thinking="I'm\nthinking")
 
 

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 from tests.toolcalls.helpers import check_all_splits
+from tests.toolcalls.samples import GRANITE_CALLS, GRANITE_RESPONSE
 
 
 def test_call_list() -> None:
-    text = ('<|tool_call|>[{"name": "special_function", "arguments": {"arg1": 1}}, '
-            '{"name": "get_time", "arguments": {"city": "Paris"}}]')
-    check_all_splits("granite", text, "", [("special_function", {"arg1": 1}, 0, None),
+    check_all_splits("granite", GRANITE_CALLS, "", [("special_function", {"arg1": 1}, 0, None),
                                            ("get_time", {"city": "Paris"}, 1, None)])
 
 
 def test_thinking_and_response() -> None:
-    text = "<think>I'm\nthinking</think><response>Hello, world!\nWhat's up?</response>"
-    check_all_splits("granite", text, "Hello, world!\nWhat's up?", [], thinking="I'm\nthinking")
+    check_all_splits("granite", GRANITE_RESPONSE, "Hello, world!\nWhat's up?", [],
+                     thinking="I'm\nthinking")
 
 
 def test_markers_without_tools_are_dropped() -> None:

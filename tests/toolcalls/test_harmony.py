@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from tests.toolcalls.helpers import check_all_splits, run
+from tests.toolcalls.samples import HARMONY_CALL, HARMONY_FINAL, HARMONY_THOUGHT
 
-THOUGHT = "<|channel|>analysis<|message|>I'm\nthinking<|end|>"
+THOUGHT = HARMONY_THOUGHT
 CALL = [("special_function", {"arg1": 1}, 0, None)]
 
 
@@ -15,8 +16,8 @@ def test_final_and_commentary_are_content() -> None:
 
 
 def test_analysis_is_thinking() -> None:
-    text = THOUGHT + "<|start|>assistant<|channel|>final<|message|>Hello, world!<|return|>"
-    check_all_splits("gpt_oss", text, "Hello, world!", [], thinking="I'm\nthinking")
+    check_all_splits("gpt_oss", HARMONY_FINAL + "<|return|>", "Hello, world!", [],
+                     thinking="I'm\nthinking")
     check_all_splits("gpt_oss", "<|channel|>analysis<|message|>I'm\nthinking", "", [],
                      thinking="I'm\nthinking")
 
@@ -37,9 +38,7 @@ def test_recipient_in_the_header_or_the_channel() -> None:
 
 
 def test_reasoning_then_call() -> None:
-    text = (THOUGHT + "<|start|>assistant<|channel|>commentary to=functions.special_function "
-            '<|constrain|>json<|message|>{"arg1": 1}<|call|>')
-    check_all_splits("gpt_oss", text, "", CALL, thinking="I'm\nthinking")
+    check_all_splits("gpt_oss", HARMONY_CALL, "", CALL, thinking="I'm\nthinking")
 
 
 def test_builtin_tools_and_edge_headers() -> None:

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from tests.toolcalls.helpers import check_all_splits
+from tests.toolcalls.samples import KIMI_CALLS
 
-CALLS = ("<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
-         '<|tool_call_argument_begin|>{"location": "Paris"}<|tool_call_end|>'
-         "<|tool_call_begin|>functions.special_function:1<|tool_call_argument_begin|>"
-         '{"arg1": 1}<|tool_call_end|><|tool_calls_section_end|>')
+CALLS = KIMI_CALLS
 
 
 def test_two_calls_with_ids() -> None:

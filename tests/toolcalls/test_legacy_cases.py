@@ -13,11 +13,18 @@ import pytest
 from localllm.toolcalls import ToolCall
 from localllm.toolcalls.base import json_end
 from tests.toolcalls.helpers import check_all_splits, format_named, run
+from tests.toolcalls.samples import (
+    HERMES_CALL,
+    LLAMA3_JSON,
+    LLAMA3_PYTHON_TAG,
+    MISTRAL_CALLS,
+    MISTRAL_NEMO_CALL,
+    WEATHER_ARGS,
+)
 
-W = {"location": "Paris", "unit": "celsius"}
+W = WEATHER_ARGS
 CASES: list[tuple[str, str, str, list[tuple[str, dict[str, Any], int, str | None]]]] = [
-    ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": {"location": "Paris", '
-               '"unit": "celsius"}}\n</tool_call>', "", [("get_weather", W, 0, None)]),
+    ("hermes", HERMES_CALL, "", [("get_weather", W, 0, None)]),
     ("hermes", 'Let me check.\n<tool_call>\n{"name": "a", "arguments": {}}\n</tool_call>\n'
                '<tool_call>\n{"name": "b", "arguments": {"x": [1, "</tool_call>"]}}\n'
                "</tool_call>",
@@ -30,18 +37,13 @@ CASES: list[tuple[str, str, str, list[tuple[str, dict[str, Any], int, str | None
     ("hermes", '<tool_call>\n{"name": "f", "arguments": {"z": 1, "a": 2}}', "",
      [("f", {"z": 1, "a": 2}, 0, None)]),  # stopped before the close tag
     ("hermes", '<tool_call>{"name": "f", "argu', '{"name": "f", "argu', []),
-    ("llama3", '{"name": "get_weather", "parameters": {"location": "Paris", "unit": "celsius"}}',
-     "", [("get_weather", W, 0, None)]),
-    ("llama3", '<|python_tag|>{"name": "a", "parameters": {"q": "x"}}; {"name": "b", '
-               '"parameters": {}}', "", [("a", {"q": "x"}, 0, None), ("b", {}, 1, None)]),
+    ("llama3", LLAMA3_JSON, "", [("get_weather", W, 0, None)]),
+    ("llama3", LLAMA3_PYTHON_TAG, "", [("a", {"q": "x"}, 0, None), ("b", {}, 1, None)]),
     ("llama3", '  {"name": "Bob", "age": 3}', '  {"name": "Bob", "age": 3}', []),
     ("llama3", "Hello {not a call}", "Hello {not a call}", []),
     ("llama3", '{"broken": ', '{"broken": ', []),
-    ("mistral", '[TOOL_CALLS][{"name": "get_weather", "arguments": {"location": "Paris", '
-                '"unit": "celsius"}, "id": "abc123XYZ"}]', "",
-     [("get_weather", W, 0, "abc123XYZ")]),
-    ("mistral", 'Sure. [TOOL_CALLS]get_weather[ARGS]{"location": "Paris", "unit": "celsius"}'
-                '[TOOL_CALLS]noop[ARGS]{}', "Sure. ",
+    ("mistral", MISTRAL_NEMO_CALL, "", [("get_weather", W, 0, "abc123XYZ")]),
+    ("mistral", MISTRAL_CALLS, "Sure. ",
      [("get_weather", W, 0, None), ("noop", {}, 1, None)]),
     ("mistral", '[TOOL_CALLS]f[CALL_ID]id9[ARGS] {"k": "v"}', "", [("f", {"k": "v"}, 0, "id9")]),
     ("mistral", "A list [1, 2] and [TOOL_ of text", "A list [1, 2] and [TOOL_ of text", []),

@@ -7,10 +7,11 @@ import logging
 import pytest
 
 from tests.toolcalls.helpers import TOOLS, check_all_splits, format_named, run
+from tests.toolcalls.samples import THINK_ANSWER
 
 
 def test_reasoning_is_split_without_asking_and_dropped_when_off() -> None:
-    text = "<think>plan</think>Answer."
+    text = THINK_ANSWER
     assert run("hermes", [text], think=None)[:2] == ("Answer.", "plan")
     assert run("hermes", [text], think=True)[:2] == ("Answer.", "plan")
     assert run("hermes", [text], think=False)[:2] == ("Answer.", "")

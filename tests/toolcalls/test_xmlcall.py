@@ -7,9 +7,9 @@ import logging
 import pytest
 
 from tests.toolcalls.helpers import check_all_splits, run
+from tests.toolcalls.samples import SEED_OSS_CALL, XML_CALL
 
-ONE = ("<tool_call>\n<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n"
-       "</function>\n</tool_call>")
+ONE = XML_CALL
 
 
 def test_one_call_typed_by_schema() -> None:
@@ -47,9 +47,7 @@ def test_unknown_parameter_types_read_as_json() -> None:
 
 
 def test_seed_oss() -> None:
-    text = ("<seed:think>I'm thinking</seed:think>\n<seed:tool_call>\n<function=special_function>"
-            "\n<parameter=arg1>1</parameter>\n</function>\n</seed:tool_call>")
-    check_all_splits("seed_oss", text, "", [("special_function", {"arg1": 1}, 0, None)],
+    check_all_splits("seed_oss", SEED_OSS_CALL, "", [("special_function", {"arg1": 1}, 0, None)],
                      thinking="I'm thinking", template="<seed:think></seed:think>")
 
 
