@@ -7,7 +7,8 @@ decoding slot plus a chunk of pending prompt tokens (bounded by n_batch),
 calls ``llama_decode`` once, samples each slot with its own chain and returns
 the events.  Finished requests leave their slot at once; the slot keeps its
 KV contents for the next request that shares the prefix.  Requests may name
-LoRA adapters; a step then serves one adapter set (see ``adapters.py``).
+LoRA adapters; a step then serves one adapter set (see ``adapters.py``).  Prompts
+with images (a projector loaded) add one image chunk per step (see ``vision.py``).
 """
 
 from __future__ import annotations
