@@ -1,8 +1,8 @@
 """Build a model from a structured create request (the daemon side of ``/api/create``).
 
 Two phases.  ``Creator.plan`` checks everything that can be checked without
-writing (name, base model or files, adapters, parameters, template, messages,
-quantization type) and raises a 4xx error; routes call it before the response
+writing (name, base model or files, adapters, a vision projector, parameters,
+template, messages, quantization type) and raises a 4xx error; routes call it before the response
 starts, so bad input is a plain HTTP error.  ``Creator.run`` then writes blobs,
 emitting Ollama's statuses (``parsing GGUF``, ``quantizing F16 model to Q4_K_M``,
 ``using existing layer sha256:…``, ``creating new layer sha256:…``, ``writing
@@ -47,6 +47,7 @@ from localllm.store.manifests import (
     Manifest,
 )
 from localllm.store.names import ModelName, parse_digest, parse_name
+from localllm.store.projector import is_loadable_projector, projector_header
 
 Emit = Callable[[dict[str, Any]], None]
 PullFn = Callable[[str, Emit, threading.Event | None], None]
@@ -60,6 +61,7 @@ class CreateSpec:
     from_: str | None = None
     files: dict[str, str] = field(default_factory=dict)
     adapters: dict[str, str] = field(default_factory=dict)
+    projector: dict[str, str] = field(default_factory=dict)  # {file name: digest}, at most one
     template: str | None = None
     system: str | None = None
     license: list[str] = field(default_factory=list)
@@ -80,6 +82,7 @@ class Plan:
     base: Entry | None = None
     adapters: list[tuple[str, str, int]] = field(default_factory=list)  # (file, digest, size)
     quantize: str | None = None  # libllama type name
+    projector: Layer | None = None  # replaces the base model's projector
     spec: CreateSpec = field(default_factory=lambda: CreateSpec(""))
 
 
@@ -110,6 +113,7 @@ class Creator:
         spec.messages = check_messages(spec.messages)
         if spec.template is not None:
             check_template(spec.template, spec.messages or [], spec.system)
+        plan.projector = self._check_projector(spec.projector, plan.projector)
         for fname, digest in spec.adapters.items():
             plan.adapters.append(self._check_adapter(fname, digest, plan))
         if plan.quantize and plan.info is not None:
@@ -125,7 +129,12 @@ class Creator:
 
     def _plan_files(self, plan: Plan, files: dict[str, str]) -> None:
         # Split GGUFs are named -00001-of-0000N: sorting the names puts the parts in order.
-        names = sorted(files)
+        # As Ollama: a clip GGUF among the files is the projector, not a model part.
+        clip = {f: d for f, d in files.items() if is_loadable_projector(self._blob(d, f))}
+        if len(clip) > 1:
+            raise InvalidRequest(f"more than one projector file: {', '.join(sorted(clip))}")
+        plan.projector = self._check_projector(clip, None)
+        names = sorted(f for f in files if f not in clip)
         for fname in names:
             # Names are free (a blob path names its file "sha256-…"); the GGUF check below
             # reads the content.  Only formats we know we cannot import are named here.
@@ -160,6 +169,15 @@ class Creator:
         if not plan.model_layers:
             raise InvalidRequest(f"{base.name.display} has no model layer")
         plan.info = read_model_info_split(self.store.model_paths(base))
+
+    def _check_projector(self, given: dict[str, str], found: Layer | None) -> Layer | None:
+        if len(given) > 1 or (given and found is not None):
+            raise InvalidRequest("a model takes one projector")
+        for fname, digest in given.items():
+            path = self._blob(digest, f"PROJECTOR {fname}")
+            projector_header(path, f'PROJECTOR "{fname}"')  # a clip GGUF, or a 400
+            return Layer(MEDIA_PROJECTOR, parse_digest(digest), path.stat().st_size, fname)
+        return found
 
     def _check_adapter(self, fname: str, digest: str, plan: Plan) -> tuple[str, str, int]:
         base = plan.info
@@ -214,8 +232,11 @@ class Creator:
         if plan.quantize:
             layers, info = self._quantize(layers[0], info, plan.quantize, emit, cancel)
         base = plan.base
-        if base is not None:
+        if plan.projector is not None:
+            layers.append(self._existing(plan.projector, emit))
+        elif base is not None:
             layers += base.manifest.by_type(MEDIA_PROJECTOR)
+        if base is not None:
             layers += [self._existing(a, emit) for a in base.manifest.by_type(MEDIA_ADAPTER)]
         for fname, digest, size in plan.adapters:
             layers.append(self._existing(Layer(MEDIA_ADAPTER, digest, size, fname), emit))

@@ -20,8 +20,9 @@ from localllm.api.options import OPTION_TYPES, resolve_options
 from localllm.errors import InvalidRequest
 from localllm.modelfile.checks import ROLES
 
+# "projector" is ours (Ollama has no Modelfile line for it): a vision projector file.
 INSTRUCTIONS = ("from", "parameter", "template", "system", "adapter", "license", "message",
-                "requires")
+                "requires", "projector")
 # Newer Ollama instructions naming built-in Go renderers/parsers we do not have: accepted and
 # ignored so that Modelfiles printed by a recent Ollama still build (the template still applies).
 IGNORED = ("renderer", "parser")
@@ -47,6 +48,7 @@ class Modelfile:
     template: str | None = None
     system: str | None = None
     adapters: list[str] = field(default_factory=list)
+    projector: str | None = None  # a vision projector (mmproj GGUF) path
     licenses: list[str] = field(default_factory=list)
     messages: list[dict[str, str]] = field(default_factory=list)
     requires: str | None = None
@@ -213,6 +215,10 @@ def _simple(mf: Modelfile, cur: _Cursor, command: str, line: int) -> None:
         mf.system = value
     elif command == "adapter":
         mf.adapters.append(value.strip())
+    elif command == "projector":
+        if mf.projector is not None:
+            raise cur.error("only one PROJECTOR line is allowed", line, 1)
+        mf.projector = value.strip()
     elif command == "license":
         mf.licenses.append(value)
     elif command == "requires":

@@ -47,6 +47,8 @@ def to_text(mf: Modelfile, *, header: list[str] | None = None) -> str:
     lines.append(f"FROM {quote(mf.from_)}")
     for adapter in mf.adapters:
         lines.append(f"ADAPTER {quote(adapter)}")
+    if mf.projector is not None:
+        lines.append(f"PROJECTOR {quote(mf.projector)}")
     if mf.template is not None:
         lines.append(f"TEMPLATE {quote(mf.template, block=True)}")
     if mf.system is not None:

@@ -20,6 +20,8 @@ def modelfile_of(store: Store, entry: Entry) -> Modelfile:
     mf = Modelfile(from_=str(paths[0]) if len(paths) == 1 else entry.name.display)
     mf.adapters = [str(store.blobs.path(ly.digest))
                    for ly in entry.manifest.by_type(MEDIA_ADAPTER)]
+    projector = store.projector_path(entry)
+    mf.projector = str(projector) if projector is not None else None
     mf.template = store.template(entry)
     mf.system = store.system(entry)
     mf.parameters = parameters_from_layer(store.params(entry))

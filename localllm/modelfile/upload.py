@@ -75,6 +75,11 @@ def build_request(mf: Modelfile, model: str, base_dir: Path, client: BlobClient,
                 raise InvalidRequest(f'ADAPTER file "{raw}" does not exist')
             adapters[path.name] = push_file(client, path, emit)
         body["adapters"] = adapters
+    if mf.projector is not None:
+        path = resolve_local(mf.projector, base_dir)
+        if not path.is_file():
+            raise InvalidRequest(f'PROJECTOR file "{mf.projector}" does not exist')
+        body["projector"] = {path.name: push_file(client, path, emit)}
     if mf.template is not None:
         body["template"] = mf.template
     if mf.system is not None:

@@ -30,6 +30,8 @@ class CreateRequest(_ModelRequest):
     from_: str | None = Field(default=None, alias="from")
     files: dict[str, str] | None = None
     adapters: dict[str, str] | None = None
+    # Not in Ollama: {file name: digest} of an uploaded vision projector (Modelfile PROJECTOR).
+    projector: dict[str, str] | None = None
     template: str | None = None
     system: str | None = None
     license: str | list[str] | None = None
@@ -46,7 +48,8 @@ def _spec(req: CreateRequest) -> CreateSpec:
     licenses = [req.license] if isinstance(req.license, str) else list(req.license or [])
     return CreateSpec(
         model=req.model, from_=req.from_, files=dict(req.files or {}),
-        adapters=dict(req.adapters or {}), template=req.template, system=req.system,
+        adapters=dict(req.adapters or {}), projector=dict(req.projector or {}),
+        template=req.template, system=req.system,
         license=licenses, parameters=req.parameters, messages=req.messages,
         quantize=req.quantize or req.quantization,
     )
