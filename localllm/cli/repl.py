@@ -112,7 +112,11 @@ class Repl:
             self.ask(text)
 
     def ask(self, text: str) -> None:
-        self.s.messages.append({"role": "user", "content": text})
+        from localllm.cli.attach import attach
+
+        # Attached images stay in the history: later turns send the same bytes, which
+        # the engine's prefix cache recognises instead of encoding the image again.
+        self.s.messages.append(attach(text))
         printer = StreamPrinter(hide_thinking=self.s.hide_thinking, wordwrap=self.s.wordwrap)
         try:
             turn = stream_chat(self.client, self.s.payload(), printer)

@@ -88,10 +88,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def one_shot(client: Client, session: Session, prompt: str) -> int:
+    from localllm.cli.attach import attach
     from localllm.cli.chatstream import StreamPrinter, print_stats, stream_chat
 
     printer = StreamPrinter(hide_thinking=session.hide_thinking, wordwrap=session.wordwrap)
-    turn = stream_chat(client, session.payload([{"role": "user", "content": prompt}]), printer)
+    # Image files named in the prompt go along (as Ollama's CLI does).
+    turn = stream_chat(client, session.payload([attach(prompt)]), printer)
     if turn.interrupted:
         return 130
     if session.verbose:

@@ -1,0 +1,71 @@
+"""Image files named in a ``run`` prompt (one-shot or REPL) become the message's images.
+
+As Ollama's CLI: a word of the prompt that is the path of an existing file
+ending in .png, .jpg, .jpeg, .webp, .gif or .bmp (``./cat.png``, ``~/Pictures/a.jpg``,
+``cat.png``; quoted or with ``\\ `` for spaces) is attached and taken out of the
+text, and the CLI says which files it attached.  A word that names no existing
+file stays in the text: "what is a .png file" is just a question.  The
+daemon checks the images (format, pixel size) and the model's vision support;
+only the file size is checked here, so a huge file is not read and sent.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from localllm import config
+from localllm.errors import InvalidRequest
+
+EXTENSIONS = ("png", "jpg", "jpeg", "webp", "gif", "bmp")
+_EXT = "|".join(EXTENSIONS)
+_PATH_RE = re.compile(
+    rf"""'([^']+\.(?:{_EXT}))'|"([^"]+\.(?:{_EXT}))"|((?:\\ |[^\s'"])+\.(?:{_EXT}))"""
+    r"""(?=$|[\s,;:!?)])""",
+    re.IGNORECASE)
+
+
+def find_images(text: str) -> tuple[str, list[Path]]:
+    """``text`` without the image paths it names, and those paths (existing files only)."""
+    found: list[Path] = []
+    kept: list[str] = []
+    last = 0
+    for m in _PATH_RE.finditer(text):
+        raw = next(g for g in m.groups() if g is not None).replace("\\ ", " ")
+        path = Path(raw).expanduser()
+        if not path.is_file():
+            continue
+        kept.append(text[last:m.start()])
+        last = m.end()
+        found.append(path)
+    kept.append(text[last:])
+    cleaned = re.sub(r"[ \t]{2,}", " ", "".join(kept)).strip()
+    return (cleaned if found else text), found
+
+
+def attach(text: str, *, quiet: bool = False) -> dict[str, Any]:
+    """The user message for ``text``: its image files read, base64-encoded, reported."""
+    content, paths = find_images(text)
+    message: dict[str, Any] = {"role": "user", "content": content}
+    if not paths:
+        return message
+    images = []
+    for path in paths:
+        size = path.stat().st_size
+        if size > config.MAX_IMAGE_BYTES:
+            raise InvalidRequest(f"image {path} is {_human(size)}; the limit is "
+                                 f"{_human(config.MAX_IMAGE_BYTES)}")
+        images.append(base64.b64encode(path.read_bytes()).decode("ascii"))
+        if not quiet:
+            print(f"Added image '{path}' ({_human(size)})", file=sys.stderr)
+    message["images"] = images
+    return message
+
+
+def _human(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    return f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
