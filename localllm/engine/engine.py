@@ -280,7 +280,7 @@ class Engine:
         out.append(Done(
             a.req.id, reason,  # type: ignore[arg-type]
             prompt_tokens=len(a.prompt), cached_tokens=a.cached, prompt_eval_ns=a.prompt_ns,
-            eval_count=len(a.generated), eval_ns=a.eval_ns,
+            eval_count=len(a.generated), eval_ns=a.eval_ns, stop=a.text.matched,
             context=(a.prompt if a.media is None else [t for t in a.prompt if t >= 0])
             + a.generated))
         return out

@@ -31,6 +31,7 @@ class TextStream:
         self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._held = ""
         self.stopped = False
+        self.matched = ""  # the stop string that ended the text (Anthropic reports it)
 
     def feed(self, data: bytes) -> str:
         """Add one token's bytes; return the text now safe to emit (maybe empty)."""
@@ -44,7 +45,7 @@ class TextStream:
         for s in self.stops:
             i = self._held.find(s)
             if i >= 0 and (first < 0 or i < first):
-                first = i
+                first, self.matched = i, s
         if first >= 0:
             out = self._held[:first]
             self._held = ""

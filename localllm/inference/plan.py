@@ -70,6 +70,9 @@ class Plan:
     tool_family: Family | None = None  # parse calls in this family whatever the template says
     raw: bool = False
     context: list[int] | None = None  # legacy /api/generate conversation tokens
+    # Name the stop string that ended the reply in the last chunk (not an Ollama field:
+    # only converters that have one, Anthropic's stop_sequence, ask for it).
+    report_stop: bool = False
     images: Images = field(default_factory=Images)  # one per media marker in the prompt
     _checked: bool = field(default=False, repr=False)
 
@@ -116,6 +119,8 @@ class Plan:
             elif isinstance(event, Done):
                 body = self._chunk(shaper.finish(), True)
                 body.update(final_metrics(event, prep))
+                if self.report_stop and event.stop:
+                    body["stop_sequence"] = event.stop
                 if not self.chat and not prep.raw:
                     # Ollama returns the conversation's tokens (legacy ``context``), except raw.
                     body["context"] = event.context

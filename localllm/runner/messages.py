@@ -129,6 +129,7 @@ class Done:
     eval_count: int = 0
     eval_ns: int = 0
     context: list[int] = field(default_factory=list)  # prompt + generated tokens
+    stop: str = ""  # the stop string that ended it, when one did
 
 
 @dataclass

@@ -54,7 +54,9 @@ async def _plan(request: Request, *, count_only: bool = False) -> tuple[Plan, bo
     conv = messages_request_to_native((await parse_json(request, Body)).root,
                                       count_only=count_only)
     req = validate(ChatRequest, conv.native)
-    return chat_plan(inference_service(request), req, forced_tools=conv.forced_tools), conv.stream
+    plan = chat_plan(inference_service(request), req, forced_tools=conv.forced_tools)
+    plan.report_stop = True
+    return plan, conv.stream
 
 
 async def _replay(chunks: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:

@@ -45,6 +45,7 @@ def test_stop_string_is_never_emitted(engine: Engine) -> None:
     r = run_one(engine, req("a", stop=["xyz", "ghi"]))
     assert r.text == "bcdef"
     assert r.done is not None and r.done.reason == "stop"
+    assert r.done.stop == "ghi"  # the stop string that matched, for Anthropic's stop_sequence
     assert all("g" not in p.text for p in r.pieces)
 
 

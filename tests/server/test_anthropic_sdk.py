@@ -101,7 +101,7 @@ def test_create_stream_and_count_tokens(daemon: Daemon) -> None:
     stopped = c.messages.create(model="tiny-plain", max_tokens=100, **GREEDY_KW,
                                 messages=user("a"), stop_sequences=["k"])
     assert stopped.content[0].text == "bcdefghij"
-    assert stopped.stop_reason != "max_tokens"
+    assert (stopped.stop_reason, stopped.stop_sequence) == ("stop_sequence", "k")
 
     with c.messages.stream(model="tiny-plain", max_tokens=100, **GREEDY_KW,
                            messages=user("0")) as stream:
