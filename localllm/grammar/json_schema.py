@@ -117,7 +117,9 @@ def _bounds(schema: Mapping[str, Any], low_key: str, high_key: str) -> tuple[int
     return low, high
 
 
-class _Converter:
+class SchemaConverter:
+    """JSON Schema nodes to GBNF rules, collected in ``rules`` (shared with grammar/tools)."""
+
     def __init__(self, root: Mapping[str, Any]) -> None:
         self.root = root
         self.rules: dict[str, str] = {}
@@ -313,26 +315,27 @@ class _Converter:
         return self.define(hint, f'"[" {ws} {body} "]"')
 
 
-def _render(rules: Mapping[str, str]) -> str:
+def render_rules(rules: Mapping[str, str]) -> str:
+    """The rules as a GBNF grammar text, ``root`` first."""
     ordered = ["root", *(name for name in rules if name != "root")]
     return "".join(f"{name} ::= {rules[name]}\n" for name in ordered)
 
 
 def json_grammar() -> str:
     """Ollama's ``format: "json"``: a JSON object, whose values may be any JSON value."""
-    conv = _Converter({})
+    conv = SchemaConverter({})
     conv.rules["root"] = conv.use("object")
-    return _render(conv.rules)
+    return render_rules(conv.rules)
 
 
 def schema_to_grammar(schema: Mapping[str, Any]) -> str:
     """A GBNF grammar (root rule ``root``) accepting JSON documents valid for ``schema``."""
     if not isinstance(schema, Mapping):
         raise invalid("a JSON schema must be an object")
-    conv = _Converter(schema)
+    conv = SchemaConverter(schema)
     conv.rules["root"] = ""  # reserve the name
     conv.rules["root"] = conv.visit(schema, "root-value")
-    return _render(conv.rules)
+    return render_rules(conv.rules)
 
 
 def grammar_for_format(fmt: Any) -> str | None:

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from localllm.errors import InvalidRequest
-from localllm.grammar.json_schema import _Converter, _render, literal
+from localllm.grammar.json_schema import SchemaConverter, literal, render_rules
 from localllm.toolcalls import Family, detect_format
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ def forced_tool_grammar(tools: list[dict[str, Any]], template: str
         for key in ("$defs", "definitions"):
             if isinstance(params.get(key), Mapping):
                 defs.setdefault(key, {}).update(params[key])
-    conv = _Converter(defs)
+    conv = SchemaConverter(defs)
     conv.rules["root"] = ""  # reserve the name
     try:
         alts = [_call(conv, name, tool) for tool in tools]
@@ -84,7 +84,7 @@ def forced_tool_grammar(tools: list[dict[str, Any]], template: str
         # The prompt may have opened a thinking block: the model may close it first.
         body = f'({literal(close)} "\\n"{{0,2}})? ({body})'
     conv.rules["root"] = body
-    return _render(conv.rules), name
+    return render_rules(conv.rules), name
 
 
 def _params(tool: Mapping[str, Any]) -> dict[str, Any]:
@@ -93,7 +93,7 @@ def _params(tool: Mapping[str, Any]) -> dict[str, Any]:
     return dict(params) if isinstance(params, Mapping) else {"type": "object"}
 
 
-def _call(conv: _Converter, fmt: str, tool: Mapping[str, Any]) -> str:
+def _call(conv: SchemaConverter, fmt: str, tool: Mapping[str, Any]) -> str:
     fn = tool.get("function") or {}
     name = str(fn.get("name", ""))
     params = {k: v for k, v in _params(tool).items() if k not in ("$defs", "definitions")}
@@ -104,7 +104,7 @@ def _call(conv: _Converter, fmt: str, tool: Mapping[str, Any]) -> str:
     return " ".join(parts.get(p) or literal(p) for p in _SHAPES[fmt])
 
 
-def _xml_call(conv: _Converter, shape: tuple[str, ...], name: str,
+def _xml_call(conv: SchemaConverter, shape: tuple[str, ...], name: str,
               params: Mapping[str, Any]) -> str:
     call_open, head_end, key_open, key_end, value_end, close = shape
     props = params.get("properties")
@@ -120,7 +120,7 @@ def _xml_call(conv: _Converter, shape: tuple[str, ...], name: str,
     return " ".join(parts)
 
 
-def _xml_value(conv: _Converter, schema: Any, hint: str) -> str:
+def _xml_value(conv: SchemaConverter, schema: Any, hint: str) -> str:
     """A parameter's value as text: strings raw (as the parsers read them back), others JSON."""
     if isinstance(schema, Mapping):
         raw = schema.get("enum", [schema["const"]] if "const" in schema else None)
