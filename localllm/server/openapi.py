@@ -3,7 +3,7 @@
 Routes read their JSON bodies themselves (``deps.parse_json``: Ollama's
 clients send JSON under any content type), so FastAPI cannot see the request
 models.  This module adds them: each body-taking route gets its pydantic
-model's JSON schema (or, for the OpenAI routes, which take free-form objects,
+model's JSON schema (or, for the OpenAI and Anthropic routes, which take free-form objects,
 a small hand-written schema of the fields that matter).  The document feeds
 the API reference and the schemathesis test.
 """
@@ -56,6 +56,33 @@ _OPENAI: dict[tuple[str, str], dict[str, Any]] = {
     ("/v1/completions", "post"): {
         "type": "object", "required": ["model", "prompt"],
         "properties": {**_SAMPLING, "prompt": {"type": "string"}, "suffix": {"type": "string"}},
+    },
+    ("/v1/responses", "post"): {
+        "type": "object", "required": ["model", "input"],
+        "properties": {
+            "model": {"type": "string"}, "stream": {"type": "boolean"},
+            "instructions": {"type": "string"}, "max_output_tokens": {"type": "integer"},
+            "temperature": {"type": "number"}, "top_p": {"type": "number"},
+            "input": {"oneOf": [{"type": "string"}, {"type": "array", "items": _MESSAGE}]},
+            "reasoning": {"type": "object", "properties": {
+                "effort": {"type": "string", "enum": ["low", "medium", "high"]}}},
+        },
+    },
+    ("/v1/messages", "post"): {
+        "type": "object", "required": ["model", "max_tokens", "messages"],
+        "properties": {
+            "model": {"type": "string"}, "stream": {"type": "boolean"},
+            "max_tokens": {"type": "integer"}, "system": {"type": "string"},
+            "temperature": {"type": "number"}, "top_p": {"type": "number"},
+            "top_k": {"type": "integer"},
+            "stop_sequences": {"type": "array", "items": {"type": "string"}},
+            "messages": {"type": "array", "items": _MESSAGE},
+        },
+    },
+    ("/v1/messages/count_tokens", "post"): {
+        "type": "object", "required": ["model", "messages"],
+        "properties": {"model": {"type": "string"}, "system": {"type": "string"},
+                       "messages": {"type": "array", "items": _MESSAGE}},
     },
     ("/v1/embeddings", "post"): {
         "type": "object", "required": ["model", "input"],

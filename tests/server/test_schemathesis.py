@@ -22,7 +22,8 @@ from tests.server.fakes import fake_scheduler
 # Operations under test: model management and a few inference endpoints.  Pulls are
 # left out: whether the Hub answers is not the daemon's doing.
 OPERATIONS = (r"^/api/(tags|show|delete|copy|blobs/\{digest\}|create|version|ps|generate|chat"
-              r"|embed|embeddings)$|^/v1/(chat/completions|completions|models(/\{model\})?)$"
+              r"|embed|embeddings)$|^/v1/(chat/completions|completions|models(/\{model\})?"
+              r"|responses|messages|messages/count_tokens)$"
               r"|^/health")
 
 
