@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 MAX_NUM_CTX = 10_000_000
 MAX_NUM_BATCH = 1_000_000
+MAX_NUM_PARALLEL = 256  # llama.cpp's LLAMA_MAX_SEQ: sequences one context can hold
 
 # Ollama's option names and their wire types (api.Options, current main).
 OPTION_TYPES: dict[str, str] = {
@@ -52,7 +53,15 @@ OPTION_TYPES: dict[str, str] = {
     "presence_penalty": "float32",
     "frequency_penalty": "float32",
     "stop": "array",
+    # Ours, not Ollama's: slots of the model's runner.  Only a Modelfile PARAMETER
+    # sets it (see MODEL_ONLY_OPTIONS).
+    "num_parallel": "integer",
 }
+
+# Options a model's params layer may set but a request may not.  Ollama has no
+# per-request num_parallel (it ignores the unknown key), and letting a client's
+# option reload a model that other clients share would let one client evict them.
+MODEL_ONLY_OPTIONS = frozenset({"num_parallel"})
 
 # Options Ollama removed (2025-05); requests still send them, so they are ignored quietly-ish.
 REMOVED_OPTIONS = frozenset({
@@ -82,6 +91,7 @@ OLLAMA_DEFAULTS: dict[str, Any] = {
     "presence_penalty": 0.0,
     "frequency_penalty": 0.0,
     "stop": [],
+    "num_parallel": None,  # None: LOCALLLM_NUM_PARALLEL
 }
 
 
@@ -99,6 +109,7 @@ class LoadFields:
     main_gpu: int | None = None
     use_mmap: bool | None = None
     num_thread: int = 0
+    num_parallel: int | None = None
 
     def apply(self, base: LoadOptions) -> LoadOptions:
         """``base`` with every explicitly chosen field overridden."""
@@ -113,6 +124,8 @@ class LoadFields:
             out.use_mmap = self.use_mmap
         if self.num_thread > 0:
             out.n_threads = self.num_thread
+        if self.num_parallel is not None:
+            out.n_parallel = self.num_parallel
         return out
 
 
@@ -184,7 +197,7 @@ def _parse_text(key: str, kind: str, text: str) -> Any:
 
 
 def _merge_layer(out: dict[str, Any], layer: Mapping[str, Any] | None, *, from_text: bool,
-                 origin: str) -> None:
+                 origin: str, request: bool = False) -> None:
     if layer is None:
         return
     if not isinstance(layer, Mapping):
@@ -195,6 +208,10 @@ def _merge_layer(out: dict[str, Any], layer: Mapping[str, Any] | None, *, from_t
             continue
         if key not in OPTION_TYPES:
             log.warning("ignoring unknown option %r in %s", key, origin)
+            continue
+        if key in MODEL_ONLY_OPTIONS and request:
+            log.warning("ignoring option %r in %s: only a Modelfile PARAMETER sets it",
+                        key, origin)
             continue
         if value is None:  # JSON null: leave the lower layer's value
             continue
@@ -215,6 +232,8 @@ def _check_ranges(v: dict[str, Any]) -> None:
             raise bad(key, f"must be >= {low}")
     if v["main_gpu"] is not None and v["main_gpu"] < 0:
         raise bad("main_gpu", "must be >= 0")
+    if v["num_parallel"] is not None and not 0 < v["num_parallel"] <= MAX_NUM_PARALLEL:
+        raise bad("num_parallel", f"must be between 1 and {MAX_NUM_PARALLEL}")
     for key in ("top_p", "min_p", "typical_p"):
         if not 0.0 <= v[key] <= 1.0:
             raise bad(key, "must be between 0 and 1")
@@ -236,7 +255,8 @@ def resolve_options(model_params: Mapping[str, Any] | None,
                               for k, v in OLLAMA_DEFAULTS.items()}
     _merge_layer(values, defaults, from_text=True, origin="defaults")
     _merge_layer(values, model_params, from_text=True, origin="model parameters")
-    _merge_layer(values, request_options, from_text=False, origin="request options")
+    _merge_layer(values, request_options, from_text=False, origin="request options",
+                 request=True)
     _check_ranges(values)
     sampling = SamplingParams(
         temperature=values["temperature"], top_k=values["top_k"], top_p=values["top_p"],
@@ -247,7 +267,8 @@ def resolve_options(model_params: Mapping[str, Any] | None,
     )
     load = LoadFields(num_ctx=values["num_ctx"], num_batch=values["num_batch"],
                       num_gpu=values["num_gpu"], main_gpu=values["main_gpu"],
-                      use_mmap=values["use_mmap"], num_thread=values["num_thread"])
+                      use_mmap=values["use_mmap"], num_thread=values["num_thread"],
+                      num_parallel=values["num_parallel"])
     return ResolvedOptions(sampling=sampling, load=load, num_predict=values["num_predict"],
                            stop=list(values["stop"]), num_keep=values["num_keep"],
                            draft_num_predict=values["draft_num_predict"], values=values)

@@ -156,3 +156,25 @@ def test_keep_alive(value: object, seconds: float | None) -> None:
 def test_keep_alive_invalid(value: object) -> None:
     with pytest.raises(InvalidRequest):
         parse_keep_alive(value)
+
+
+def test_num_parallel_comes_from_the_model_only(caplog: pytest.LogCaptureFixture) -> None:
+    # Ollama has no such option: a request's value is ignored (and logged) so one
+    # client cannot reload a model others share; a Modelfile PARAMETER sets it.
+    assert resolve_options(None, None).load.num_parallel is None
+    r = resolve_options({"num_parallel": "2"}, None)
+    assert r.load.num_parallel == 2
+    assert r.load.apply(LoadOptions(n_parallel=4)).n_parallel == 2
+    # Unset: the base (LOCALLLM_NUM_PARALLEL) stays.
+    assert resolve_options(None, None).load.apply(LoadOptions(n_parallel=4)).n_parallel == 4
+    with caplog.at_level(logging.WARNING, logger="localllm.api.options"):
+        r = resolve_options({"num_parallel": 2}, {"num_parallel": 8})
+    assert r.load.num_parallel == 2 and "num_parallel" in caplog.text
+    assert resolve_options({"num_parallel": 2}, None).load != resolve_options(None, None).load
+
+
+@pytest.mark.parametrize("value", [0, -1, 257, "x"])
+def test_num_parallel_range(value: object) -> None:
+    with pytest.raises(InvalidRequest, match="num_parallel"):
+        resolve_options({"num_parallel": value}, None)
+    assert resolve_options({"num_parallel": 256}, None).load.num_parallel == 256

@@ -269,3 +269,18 @@ async def test_text_layers_over_the_read_limit_are_refused_at_create(
         assert r.status_code == 200, r.text[:200]
         r = await client.post("/api/show", json={"model": "fits"})
         assert r.status_code == 200 and r.json()["system"] == fits
+
+
+async def test_num_parallel_is_stored_and_shown(client: httpx.AsyncClient, store: Store,
+                                                tiny_gguf: Path) -> None:
+    digest = await upload(client, tiny_gguf)
+    r = await create(client, {"model": "two", "files": {"tiny.gguf": digest},
+                              "parameters": {"num_parallel": 2}, "stream": False})
+    assert r.json() == {"status": "success"}
+    assert store.params(store.get(parse_name("two")))["num_parallel"] == 2
+    shown = (await client.post("/api/show", json={"model": "two"})).json()
+    assert "PARAMETER num_parallel 2" in shown["modelfile"]
+    assert parse(shown["modelfile"]).parameters == {"num_parallel": 2}
+    r = await create(client, {"model": "zero", "files": {"tiny.gguf": digest},
+                              "parameters": {"num_parallel": 0}, "stream": False})
+    assert r.status_code == 400 and "num_parallel" in r.json()["error"]

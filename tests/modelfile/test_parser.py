@@ -139,3 +139,14 @@ def test_modelfile_example_parses_and_names_every_instruction() -> None:
     for word in ("FROM", "PARAMETER", "TEMPLATE", "SYSTEM", "ADAPTER", "LICENSE", "MESSAGE",
                  "REQUIRES"):
         assert f"\n{word} " in text or f"# {word} " in text
+
+
+def test_num_parallel_parameter_parses_and_round_trips() -> None:
+    # Ours, not Ollama's: the model's slots (docs/modelfile.md).
+    mf = parse("FROM x\nPARAMETER num_parallel 2\n")
+    assert mf.parameters == {"num_parallel": 2}
+    assert "PARAMETER num_parallel 2" in to_text(mf)
+    assert parse(to_text(mf)).parameters == {"num_parallel": 2}
+    for bad in ("0", "257", "two"):
+        with pytest.raises(ModelfileError, match="num_parallel"):
+            parse(f"FROM x\nPARAMETER num_parallel {bad}\n")
