@@ -22,6 +22,14 @@ def format_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
+def format_file_size(n: int) -> str:
+    """A file's size in binary units, as ``run`` reports an attached image: ``812 B``,
+    ``12.3 KiB``, ``4.0 MiB``."""
+    if n < 1024:
+        return f"{n} B"
+    return f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
+
+
 def format_duration(seconds: float) -> str:
     """Short ETA: ``45s``, ``3m12s``, ``1h5m``."""
     s = max(0, round(seconds))

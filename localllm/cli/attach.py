@@ -19,8 +19,9 @@ from typing import Any
 
 from localllm import config
 from localllm.errors import InvalidRequest
+from localllm.format import format_file_size as _human
+from localllm.imagefiles import EXTENSIONS
 
-EXTENSIONS = ("png", "jpg", "jpeg", "webp", "gif", "bmp")
 _EXT = "|".join(EXTENSIONS)
 _PATH_RE = re.compile(
     rf"""'([^']+\.(?:{_EXT}))'|"([^"]+\.(?:{_EXT}))"|((?:\\ |[^\s'"])+\.(?:{_EXT}))"""
@@ -63,9 +64,3 @@ def attach(text: str, *, quiet: bool = False) -> dict[str, Any]:
             print(f"Added image '{path}' ({_human(size)})", file=sys.stderr)
     message["images"] = images
     return message
-
-
-def _human(n: int) -> str:
-    if n < 1024:
-        return f"{n} B"
-    return f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
