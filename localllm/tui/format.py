@@ -1,4 +1,5 @@
-"""Pure helpers for what the TUI shows: context, speeds, reply stats, pull lines, exports.
+"""Pure helpers for what the TUI shows: context, speeds, reply stats, pull lines,
+image attachments, exports.
 
 Kept free of Textual so they are cheap to import and easy to test.
 """
@@ -9,8 +10,8 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from localllm.format import format_bytes, format_duration
-from localllm.tui.sessions import Chat, StoredMessage
+from localllm.format import format_bytes, format_duration, format_file_size
+from localllm.tui.sessions import Attachment, Chat, StoredMessage
 
 
 def context_length(show: dict[str, Any]) -> int | None:
@@ -74,6 +75,11 @@ def tool_call_text(call: dict[str, Any]) -> str:
     return f"{fn.get('name', '?')}({inner})"
 
 
+def attachment_text(image: Attachment) -> str:
+    """``📎 cat.png · 12.3 KiB``: sized as ``localllm run`` reports an attached image."""
+    return f"📎 {image.name} · {format_file_size(image.size)}"
+
+
 def export_markdown(chat: Chat, messages: list[StoredMessage]) -> str:
     lines = [f"# {chat.title}", "", f"Model: `{chat.model}`", ""]
     if chat.settings.system:
@@ -84,6 +90,8 @@ def export_markdown(chat: Chat, messages: list[StoredMessage]) -> str:
             lines += ["<details><summary>Thinking</summary>", "", m.thinking, "", "</details>", ""]
         if m.content:
             lines += [m.content, ""]
+        for image in m.images:
+            lines += [f"Image: `{image.name}` ({format_file_size(image.size)})", ""]
         for call in m.tool_calls:
             lines += [f"Tool call: `{tool_call_text(call)}`", ""]
         if m.partial:
@@ -98,7 +106,10 @@ def export_json(chat: Chat, messages: list[StoredMessage]) -> str:
         "messages": [
             {"role": m.role, "content": m.content, "thinking": m.thinking,
              "tool_calls": m.tool_calls, "stats": m.stats, "partial": m.partial,
-             "created_at": m.created_at}
+             "created_at": m.created_at,
+             # Names and sizes only: the bytes would swamp the file, and are in the store.
+             **({"images": [{"name": a.name, "size": a.size} for a in m.images]}
+                if m.images else {})}
             for m in messages
         ],
     }

@@ -2,8 +2,14 @@
 
 A chat holds its model and its settings (system prompt, sampling options,
 keep-alive) as JSON, so reopening it restores exactly what the user chose.
-Messages keep content, thinking, tool calls, the reply's stats and a
-``partial`` flag for replies cut short (stopped, or the daemon went away).
+Messages keep content, thinking, tool calls, the reply's stats, a
+``partial`` flag for replies cut short (stopped, or the daemon went away) and
+the user's image attachments (name, size and the file's base64, so a reopened
+chat sends the very same bytes again and the engine's prefix cache still
+matches).
+
+Schema versions: 1 had no ``images`` column; ``_migrate`` adds it to a
+database an older version created.
 
 The file is opened on first use, never at import.  ``clock`` is injectable so
 that snapshot tests see fixed timestamps.
@@ -40,8 +46,21 @@ CREATE TABLE IF NOT EXISTS messages (
     created_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS messages_by_chat ON messages(chat_id, id);
-PRAGMA user_version = 1;
 """
+_VERSION = 2
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Bring a database of any earlier version up to ``_VERSION``.
+
+    Columns are looked up rather than trusting ``user_version`` alone: version 1
+    wrote its number on every open, so a number says less than the table does.
+    """
+    columns = {row[1] for row in db.execute("PRAGMA table_info(messages)")}
+    with db:
+        if "images" not in columns:
+            db.execute("ALTER TABLE messages ADD COLUMN images TEXT NOT NULL DEFAULT '[]'")
+        db.execute(f"PRAGMA user_version = {_VERSION}")
 
 
 @dataclass
@@ -71,6 +90,23 @@ class ChatSettings:
         return cls(**known)
 
 
+@dataclass(frozen=True)
+class Attachment:
+    """An image sent with a user message: its file name, size and base64 bytes."""
+
+    name: str
+    size: int
+    data: str  # base64, as the request carries it
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "size": self.size, "data": self.data}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Attachment:
+        return cls(str(raw.get("name", "image")), int(raw.get("size", 0)),
+                   str(raw.get("data", "")))
+
+
 @dataclass
 class StoredMessage:
     role: str
@@ -79,6 +115,7 @@ class StoredMessage:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
     partial: bool = False
+    images: list[Attachment] = field(default_factory=list)
     id: int = 0
     created_at: float = 0.0
 
@@ -87,6 +124,8 @@ class StoredMessage:
         out: dict[str, Any] = {"role": self.role, "content": self.content}
         if self.tool_calls:
             out["tool_calls"] = self.tool_calls
+        if self.images:
+            out["images"] = [a.data for a in self.images]
         return out
 
 
@@ -116,6 +155,7 @@ class Sessions:
             db.row_factory = sqlite3.Row
             db.execute("PRAGMA foreign_keys = ON")
             db.executescript(_SCHEMA)
+            _migrate(db)
             self._db = db
         return self._db
 
@@ -176,10 +216,10 @@ class Sessions:
         with self.db:
             cur = self.db.execute(
                 "INSERT INTO messages (chat_id, role, content, thinking, tool_calls, stats, "
-                "partial, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "partial, images, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (chat_id, message.role, message.content, message.thinking,
                  json.dumps(message.tool_calls), json.dumps(message.stats),
-                 int(message.partial), now))
+                 int(message.partial), _images_json(message.images), now))
             self.db.execute("UPDATE chats SET updated_at = ? WHERE id = ?", (now, chat_id))
         message.id, message.created_at = int(cur.lastrowid or 0), now
         return message
@@ -210,4 +250,9 @@ def _message(row: sqlite3.Row) -> StoredMessage:
         role=row["role"], content=row["content"], thinking=row["thinking"],
         tool_calls=json.loads(row["tool_calls"] or "[]"),
         stats=json.loads(row["stats"] or "{}"), partial=bool(row["partial"]),
+        images=[Attachment.from_json(a) for a in json.loads(row["images"] or "[]")],
         id=row["id"], created_at=row["created_at"])
+
+
+def _images_json(images: list[Attachment]) -> str:
+    return json.dumps([a.to_json() for a in images])
