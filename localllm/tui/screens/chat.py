@@ -1,7 +1,8 @@
 """The chat screen: sidebar of chats, the conversation, the prompt and the status line.
 
 This module owns the conversation and its streaming; managing chats (open,
-rename, delete, export, settings, model choice) lives in ``chat_base.py``.
+rename, delete, export, settings, model choice) lives in ``chat_base.py``,
+attaching images (``/image``, pasted paths) in ``chat_images.py``.
 
 A reply streams in an async worker (``group="generate"``, exclusive).  Escape
 cancels it; the stream is closed explicitly so the daemon stops generating at
@@ -9,8 +10,9 @@ once.  What happens to a reply that does not finish:
 
 * stopped by the user, or the connection dropped after some text arrived:
   the partial reply is kept, saved and marked;
-* nothing arrived (the model failed to load, the daemon is gone): the user's
-  message is taken back and put into the prompt again, with an error notice.
+* nothing arrived (the model failed to load, the daemon is gone, a text-only
+  model refused the images): the user's message is taken back and put into
+  the prompt again, its images attached again, with an error notice.
 """
 
 from __future__ import annotations
@@ -27,15 +29,16 @@ from textual.widgets import Footer
 
 from localllm.errors import LocalLLMError
 from localllm.tui.reply import Reply
-from localllm.tui.screens.chat_base import ChatBase
+from localllm.tui.screens.chat_images import ImageAttaching
 from localllm.tui.sessions import Chat, StoredMessage
+from localllm.tui.widgets.attachments import PendingImages
 from localllm.tui.widgets.message import MessageView
 from localllm.tui.widgets.prompt import PromptInput
 from localllm.tui.widgets.sidebar import ChatList
 from localllm.tui.widgets.status import StatusLine
 
 
-class ChatScreen(ChatBase):
+class ChatScreen(ImageAttaching):
     # Below 100 columns the chat list hides (Ctrl+B shows it) so 80x24 stays readable.
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]  # noqa: RUF012
     # Priority: the prompt (a TextArea) would otherwise take Ctrl+E (end of line) and
@@ -57,6 +60,7 @@ class ChatScreen(ChatBase):
             yield ChatList(id="sidebar")
             with Vertical(id="chat-pane"):
                 yield VerticalScroll(id="log")
+                yield PendingImages(id="pending")
                 yield PromptInput(id="prompt")
         yield StatusLine(id="status")
         yield Footer()
@@ -70,14 +74,21 @@ class ChatScreen(ChatBase):
     # -- sending ----------------------------------------------------------------------
     @on(PromptInput.Submitted)
     async def on_submit(self, event: PromptInput.Submitted) -> None:
+        if self.image_command(event.text):
+            return
+        # Images alone make a message; an empty prompt without any does nothing.
+        text = event.text if event.text.strip() else ""
+        if not text and not self.pending.images:
+            return
         if self.generating:
             self.notify("A reply is still being generated (Escape stops it)", severity="warning")
             return
         if not self.model:
             self.notify("No model chosen: press Ctrl+O to pick or pull one", severity="error")
             return
-        chat = self.ensure_chat(title_from=event.text)
-        user = self.llm.sessions.add(chat.id, StoredMessage("user", event.text))
+        chat = self.ensure_chat(title_from=text or self.pending.images[0].name)
+        message = StoredMessage("user", text, images=self.pending.take())
+        user = self.llm.sessions.add(chat.id, message)
         self.history.append(user)
         self.prompt.clear()
         await self.log_view.mount(MessageView(user, self.model))
@@ -161,6 +172,7 @@ class ChatScreen(ChatBase):
             if not self.prompt.text.strip():
                 self.prompt.load_text(last.content)
                 self.prompt.move_cursor(self.prompt.document.end)
+            self.pending.put_back(last.images)
         self.notify(error, title="Request failed", severity="error", timeout=10)
         self.show_status()
 
@@ -179,6 +191,7 @@ class ChatScreen(ChatBase):
             return
         dropped = await self._drop_from(index)
         self.prompt.load_text(dropped[0].content)
+        self.pending.put_back(dropped[0].images)
         self.prompt.move_cursor(self.prompt.document.end)
         self.prompt.focus()
 

@@ -68,6 +68,8 @@ HELP = """\
 |---|---|
 | Enter | send the message |
 | Ctrl+J / Shift+Enter | new line in the message |
+| `/image PATH` | attach an image to the next message (or paste the file's path) |
+| `/image` · `/image clear` | list · drop the images attached to the next message |
 | Escape | stop the reply being generated |
 | Ctrl+E | edit and resend your last message |
 | Ctrl+R | regenerate the last reply |

@@ -1,4 +1,5 @@
-"""A chat message: role line, folded thinking, Markdown body, tool calls, reply stats.
+"""A chat message: role line, attached images, folded thinking, Markdown body, tool calls,
+reply stats.
 
 While a reply streams, the view redraws from its ``Reply`` on a timer
 (``REFRESH_HZ``) instead of on every token: at 200 tokens/s re-parsing the
@@ -17,7 +18,7 @@ from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import Collapsible, Label, Markdown, Static
 
-from localllm.tui.format import stats_text, tool_call_text
+from localllm.tui.format import attachment_text, stats_text, tool_call_text
 from localllm.tui.reply import Reply
 from localllm.tui.sessions import StoredMessage
 
@@ -49,6 +50,8 @@ class MessageView(Vertical, can_focus=True):
 
     def compose(self) -> ComposeResult:
         yield Label(self._title(), classes="role", markup=False)
+        yield Static("\n".join(attachment_text(a) for a in self.message.images),
+                     classes="attachments", markup=False)
         with Collapsible(title="Thinking", collapsed=True, classes="thinking"):
             yield Static(self.message.thinking, classes="thinking-text", markup=False)
         yield Markdown(self.message.content, classes="body")
@@ -126,6 +129,7 @@ class MessageView(Vertical, can_focus=True):
     def _sync_visibility(self) -> None:
         thinking = self.reply.thinking if self.reply is not None else self.message.thinking
         calls = self.reply.tool_calls if self.reply is not None else self.message.tool_calls
+        self.query_one(".attachments", Static).display = bool(self.message.images)
         self.query_one(".thinking", Collapsible).display = bool(thinking)
         self.query_one(".tool-calls", Static).display = bool(calls)
         self.query_one(".stats", Label).display = bool(self._footer())
