@@ -4,7 +4,8 @@
 the tiny model's greedy continuation of the conversation is a known text
 (``tests.tinymodel.expected_greedy`` of the rendered prompt).  ``broken`` is
 stored fine but its weights are cut short, so loading it fails; ``spare`` is
-there to be deleted.
+there to be deleted.  ``tiny-vision`` is ``tiny-chat`` with tests/visionmodel.py's
+projector: a message ending in an image continues with that colour's greedy text.
 
 Starting the daemon costs seconds, so the behaviour tests of a module share
 one; each test still gets its own ``LOCALLLM_HOME`` (the chat store lives
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from localllm import paths
+from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
 from localllm.tui.app import LocalLLMApp
@@ -27,7 +29,9 @@ from localllm.tui.sessions import Sessions
 from tests.cli.conftest import Daemon, hub_daemon, start_daemon
 from tests.inference.conftest import add_tiny
 from tests.server.conftest import hub
+from tests.tinymodel import make_tiny_model
 from tests.tui.proxy import ThrottleProxy
+from tests.visionmodel import make_projector
 
 __all__ = ["hub", "hub_daemon"]  # fixtures for the pull tests
 
@@ -57,6 +61,9 @@ def tui_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
         add_tiny(tmp, "broken", n_ctx_train=1024)
         add_tiny(tmp, "spare", n_ctx_train=512)
         break_weights("broken")
+        model = make_tiny_model(tmp / "gguf-vision", chat_template=CONTENTS_TEMPLATE)
+        import_gguf(Store(paths.models()), parse_name("tiny-vision"), [model],
+                    projector=make_projector(tmp / "mmproj"))
         with start_daemon(tmp) as daemon:
             yield daemon
 
