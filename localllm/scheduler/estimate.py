@@ -3,7 +3,8 @@
 The formulas follow Ollama's classic estimator (reference notes §8.3) with
 two corrections taken from llama.cpp itself: quantized KV caches use ggml's
 real block sizes (q8_0 is 34 bytes per 32 values, not 1 byte per value), and
-the context is padded to 256 cells per sequence the way ``llama_context`` does.
+the context is sized the way the engine asks ``llama_context`` for it: one
+unified KV cache of ``max(n_ctx, 8) · n_parallel`` cells, padded to 256.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ LLAMA_FAMILY = frozenset({
     "gemma", "gemma2", "gemma3", "command-r", "cohere2",
 })
 
-CTX_PAD = 256  # llama_context pads n_ctx (and n_ctx per sequence) to this many cells
+CTX_PAD = 256  # llama_context pads n_ctx to this many cells
+MIN_SLOT_CTX = 8  # the engine never gives a slot fewer cells (engine.Engine)
 
 
 def fmt_bytes(n: int | float) -> str:
@@ -49,9 +51,14 @@ def fmt_bytes(n: int | float) -> str:
 
 
 def kv_cells(n_ctx: int, n_parallel: int = 1) -> int:
-    """KV cells llama.cpp allocates: each sequence's context padded to 256."""
-    per_seq = -(-max(n_ctx, 1) // CTX_PAD) * CTX_PAD
-    return per_seq * max(n_parallel, 1)
+    """KV cells llama.cpp allocates for ``n_parallel`` slots of ``n_ctx`` each.
+
+    The engine asks for one unified cache of ``n_ctx · n_parallel`` cells (every
+    slot's context, not one shared context), and llama.cpp pads that total, not
+    each slot, to 256: 4 slots of 1000 are 4096 cells, 4 slots of 100 are 512.
+    """
+    total = max(n_ctx, MIN_SLOT_CTX) * max(n_parallel, 1)
+    return -(-total // CTX_PAD) * CTX_PAD
 
 
 def kv_type_bytes(kv_type: str, n_values: int) -> int:

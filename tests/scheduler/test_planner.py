@@ -61,6 +61,11 @@ def test_quantized_kv_uses_ggml_block_sizes() -> None:
 def test_kv_scales_with_parallel_and_pads_context_like_llama_cpp() -> None:
     assert kv_cells(1000) == 1024
     assert kv_cells(4096, 4) == 16384
+    # One unified cache: the total is padded, not each slot (the engine asks for
+    # max(n_ctx, 8) * n_parallel cells).
+    assert kv_cells(1000, 4) == 4096
+    assert kv_cells(100, 4) == 512
+    assert kv_cells(1, 3) == 256
     assert estimate_kv_bytes(L8B, 4096, 4) == estimate_kv_bytes(L8B, 16384, 1)
     assert estimate_kv_bytes(L8B, 1000, 1) == estimate_kv_bytes(L8B, 1024, 1)
 
@@ -368,3 +373,33 @@ def test_model_info_shape_helper_matches_hand_count() -> None:
     info = model_info(LLAMA31_8B, "F16")
     per_layer = 2 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336) + 2 * 4 * 4096
     assert info.layer_bytes[0] == per_layer
+
+
+# -- slots (num_parallel) --------------------------------------------------------
+def test_every_slot_gets_its_own_context_memory() -> None:
+    one = plan(L8B, [cuda(0, 24), cpu()], opts(num_ctx=4096, num_parallel=1))
+    two = plan(L8B, [cuda(0, 24), cpu()], opts(num_ctx=4096, num_parallel=2))
+    assert (one.n_parallel, two.n_parallel) == (1, 2)
+    assert two.kv_bytes == 2 * one.kv_bytes == GiB  # 2 x 4096 cells x 128 KiB
+    assert two.n_ctx == one.n_ctx == 4096  # n_ctx stays per slot
+    assert two.vram > one.vram
+
+
+def test_more_slots_step_an_automatic_context_down_further() -> None:
+    devices = [cuda(0, 24, 23), cpu(64)]  # the 32768 tier
+    one = plan(L8B, devices, opts(num_parallel=1))
+    eight = plan(L8B, devices, opts(num_parallel=8))
+    assert one.n_ctx == 32768 and not one.ctx_reduced
+    assert one.fully_offloaded and eight.fully_offloaded
+    assert eight.n_ctx < one.n_ctx and eight.ctx_reduced
+    assert eight.kv_bytes == estimate_kv_bytes(L8B, eight.n_ctx, 8)
+
+
+def test_slots_come_from_the_requested_load_options() -> None:
+    from localllm.runner.messages import LoadOptions
+
+    o = PlanOptions.from_load(LoadOptions(n_ctx=2048, n_parallel=3))
+    assert (o.num_ctx, o.num_parallel) == (2048, 3)
+    p = plan(Q05B, [cpu(16)], o)
+    assert p.n_parallel == 3 and p.kv_bytes == estimate_kv_bytes(Q05B, 2048, 3)
+    assert PlanOptions.from_load(LoadOptions(n_parallel=0)).num_parallel == 1

@@ -59,7 +59,7 @@ def llama_58m(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize(("ctx", "parallel", "fa"), [(2048, 1, "on"), (8192, 1, "off"),
-                                                     (1024, 4, "on")])
+                                                     (1024, 4, "on"), (1000, 3, "on")])
 def test_cpu_estimate_within_15_percent_of_llama_cpp(llama_58m: Path, ctx: int, parallel: int,
                                                      fa: str) -> None:
     report = _allocated(llama_58m, ctx, parallel, fa)

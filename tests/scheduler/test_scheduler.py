@@ -234,3 +234,31 @@ def test_cancelled_waiter_leaves_no_trace() -> None:
         (model,) = h.sched.loaded()
         assert model.refcount == 0
     run(main())
+
+
+def test_a_different_num_parallel_reloads_with_that_many_slots() -> None:
+    # A Modelfile's num_parallel arrives as LoadOptions.n_parallel, a load option like
+    # num_ctx: another value reloads the runner, the same value shares it.
+    async def main() -> None:
+        h = Harness()
+        async with h.sched.use(spec("a"), LoadOptions(n_parallel=4), 60):
+            pass
+        async with h.sched.use(spec("a"), LoadOptions(n_parallel=4), 60):
+            pass
+        assert len(h.started) == 1
+        async with h.sched.use(spec("a"), LoadOptions(n_parallel=2), 60) as model:
+            assert model.opts.n_parallel == 2 and h.started[-1].opts.n_parallel == 2
+        assert len(h.started) == 2 and h.started[0].closed
+        # Its slots bound concurrency: a third request waits for one of two.
+        release = asyncio.Event()
+        entered = [asyncio.Event() for _ in range(3)]
+        holders = [asyncio.create_task(hold(h, "a", LoadOptions(n_parallel=2), 60, release, e))
+                   for e in entered]
+        while sum(e.is_set() for e in entered) < 2 or h.sched.pending < 1:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        assert sum(e.is_set() for e in entered) == 2 and h.sched.pending == 1
+        release.set()
+        await asyncio.gather(*holders)
+        assert all(e.is_set() for e in entered) and len(h.started) == 2
+    run(main())
