@@ -687,11 +687,51 @@ int ll_mtmd_encode(ll_mtmd *x, const ll_chunks *c, int i, float *out, size_t cap
     return 0;
 }
 
-int ll_decode_embd(ll_context *c, const float *embd, int n, int n_embd, int32_t pos0, int32_t seq,
-                   int logits_last, int non_causal) {
+int ll_model_n_pos_per_embd(const ll_model *m) {
+    enum llama_rope_type r = llama_model_rope_type(m->model);
+    return (r == LLAMA_ROPE_TYPE_MROPE || r == LLAMA_ROPE_TYPE_IMROPE) ? 4 : 1;
+}
+
+int ll_chunk_image_pos(const ll_chunks *c, int i, int32_t pos0, int32_t *out, int cap) {
+    if (i < 0 || (size_t)i >= mtmd_input_chunks_size(c->chunks)) return -1;
+    const mtmd_input_chunk *ch = mtmd_input_chunks_get(c->chunks, (size_t)i);
+    const mtmd_image_tokens *img = mtmd_input_chunk_get_tokens_image(ch);
+    if (img == NULL) return -1;
+    size_t n = mtmd_image_tokens_get_n_tokens(img);
+    if (n * 4 > (size_t)cap) return -1;
+    for (size_t k = 0; k < n; k++) {
+        /* libmtmd knows the layout (Qwen's grid, HunyuanVL's rows); the sections are
+         * t, y, x, z in that order, as llama.cpp's M-RoPE reads them. */
+        struct mtmd_decoder_pos p = mtmd_image_tokens_get_decoder_pos(img, pos0, k);
+        out[4 * k] = (int32_t)p.t;
+        out[4 * k + 1] = (int32_t)p.y;
+        out[4 * k + 2] = (int32_t)p.x;
+        out[4 * k + 3] = (int32_t)p.z;
+    }
+    return (int)n;
+}
+
+int32_t ll_mem_seq_pos_max(ll_context *c, int32_t seq) {
+    return llama_memory_seq_pos_max(llama_get_memory(c->ctx), seq);
+}
+
+int ll_mtmd_eval_chunks(ll_mtmd *x, ll_context *c, const ll_chunks *ch, int32_t seq,
+                        int n_batch, int32_t *n_past) {
+    llama_pos next = *n_past;
+    int32_t rc = mtmd_helper_eval_chunks(x->ctx, c->ctx, ch->chunks, *n_past, seq, n_batch,
+                                         true, &next);
+    *n_past = next;
+    return rc;
+}
+
+int ll_decode_embd(ll_context *c, const float *embd, int n, int n_embd, int32_t pos0,
+                   const int32_t *pos4, int32_t seq, int logits_last, int non_causal) {
     if (n <= 0 || embd == NULL || n_embd != llama_model_n_embd_inp(c->m->model)) return -1;
+    /* An embeddings batch carries n_sect positions per row, section-major (all rows'
+     * first component, then all second ...): what llama.cpp reads for M-RoPE. */
+    const int n_sect = ll_model_n_pos_per_embd(c->m);
     /* A batch over the caller's rows (no copy); only the small per-token arrays are ours. */
-    llama_pos *pos = malloc((size_t)n * sizeof *pos);
+    llama_pos *pos = malloc((size_t)n * (size_t)n_sect * sizeof *pos);
     int32_t *n_seq = malloc((size_t)n * sizeof *n_seq);
     llama_seq_id *seq_one = malloc((size_t)n * sizeof *seq_one);
     llama_seq_id **seq_ids = malloc((size_t)n * sizeof *seq_ids);
@@ -699,7 +739,9 @@ int ll_decode_embd(ll_context *c, const float *embd, int n, int n_embd, int32_t 
     int rc = -1;
     if (pos && n_seq && seq_one && seq_ids && logits) {
         for (int k = 0; k < n; k++) {
-            pos[k] = pos0 + k;
+            for (int j = 0; j < n_sect; j++)
+                pos[(size_t)j * n + k] = pos4 != NULL ? pos4[4 * k + (n_sect == 4 ? j : 0)]
+                                                      : pos0 + k;
             n_seq[k] = 1;
             seq_one[k] = seq;
             seq_ids[k] = &seq_one[k];

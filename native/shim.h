@@ -204,8 +204,24 @@ int ll_chunk_text_tokens(const ll_chunks *c, int i, int32_t *out, int cap);
 /* Encode image chunk i and copy its embeddings (n_tokens * n_embd floats) into out
  * (cap floats).  0 ok, -1 not an image chunk or out too small, else libmtmd's error. */
 int ll_mtmd_encode(ll_mtmd *x, const ll_chunks *c, int i, float *out, size_t cap);
-/* Decode n rows of embeddings (n_embd floats each) at positions pos0.. of seq into
- * the context, logits for the last row when logits_last (its output index is n - 1);
- * non_causal: attend both ways within the batch (Gemma 3 images).  llama_decode's code. */
+/* Decode n rows of embeddings (n_embd floats each) of seq into the context, logits for
+ * the last row when logits_last (its output index is n - 1); non_causal: attend both
+ * ways within the batch (Gemma 3 images).  pos4: 4 positions per row, row-major (t, y,
+ * x, z as ll_chunk_image_pos gives them) for M-RoPE models; NULL: rows at pos0, pos0+1...
+ * (every section alike for M-RoPE models).  llama_decode's code. */
 int ll_decode_embd(ll_context *c, const float *embd, int n, int n_embd, int32_t pos0,
-                   int32_t seq, int logits_last, int non_causal);
+                   const int32_t *pos4, int32_t seq, int logits_last, int non_causal);
+/* Positions per token the model's llama batches carry: 4 for M-RoPE (Qwen2/2.5/3-VL),
+ * else 1.  Token batches always carry one: llama.cpp copies it into every section. */
+int ll_model_n_pos_per_embd(const ll_model *m);
+/* Image chunk i's decoder positions when it starts at pos0: 4 per token (t, y, x, z),
+ * row-major, into out (cap entries).  Returns the token count, -1 for a text chunk or
+ * too small an out. */
+int ll_chunk_image_pos(const ll_chunks *c, int i, int32_t pos0, int32_t *out, int cap);
+/* The highest position seq holds in the KV memory (-1 when empty). */
+int32_t ll_mem_seq_pos_max(ll_context *c, int32_t seq);
+/* llama.cpp's own evaluation of all chunks into seq from position *n_past (text and
+ * images, through mtmd_helper_eval_chunks; logits for the last token, read at index
+ * -1).  *n_past becomes the next position.  The reference tests hold the engine to. */
+int ll_mtmd_eval_chunks(ll_mtmd *x, ll_context *c, const ll_chunks *ch, int32_t seq,
+                        int n_batch, int32_t *n_past);

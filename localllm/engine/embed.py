@@ -56,6 +56,7 @@ def embed(eng: Engine, inputs: list[str], *, truncate: bool = True
                 slot = free[len(group)]
                 eng.ctx.seq_rm(slot.seq, -1, -1)
                 slot.cache.clear()
+                slot.pos.clear()
                 idx = eng.batch.add_seq(seqs[i], 0, slot.seq, True)
                 group.append((slot.seq, idx))
                 used += len(seqs[i])

@@ -20,6 +20,7 @@ from typing import Any
 from localllm.engine import plugins
 from localllm.engine.adapters import Adapters, AdapterSet
 from localllm.engine.model import Batch, Context, Model, buffer_sizes
+from localllm.engine.positions import cut
 from localllm.engine.sampling import Sampler
 from localllm.engine.slots import (
     OVERFLOW,
@@ -232,10 +233,7 @@ class Engine:
         if media is not None:  # an image is reused whole or evaluated afresh
             n = media.reusable(n)
         sampler = Sampler(self.model, self.ctx, req.sampling, self.opts.seed)
-        if n < len(slot.cache) and not self.ctx.seq_rm(slot.seq, n, -1):
-            n = 0  # this memory cannot cut a sequence in the middle: start afresh
-            self.ctx.seq_rm(slot.seq, -1, -1)
-        del slot.cache[n:]
+        n = cut(self.ctx, slot, n)  # by position; 0 when this memory cannot cut mid-sequence
         slot.adapters = key
         sampler.accept_prompt([t for t in tokens if t >= 0] if media is not None else tokens)
         slot.active = Active(req, tokens, sampler, TextStream(req.stop), n_past=n, cached=n,
@@ -289,8 +287,7 @@ class Engine:
         """A failed decode: forget what this step added to the slot, fail its request."""
         a = s.active
         assert a is not None
-        self.ctx.seq_rm(s.seq, before, -1)
-        del s.cache[before:]
+        cut(self.ctx, s, before)
         s.active = None
         a.sampler.close()
         why = "no room left in the KV cache" if rc == 1 else f"llama_decode returned {rc}"

@@ -244,10 +244,10 @@ class Context(_Owner):
     def decode(self, batch: Batch) -> int:
         return int(self.lib.ll_decode(self.handle, batch.handle))
 
-    def decode_embd(self, embd: Any, offset: int, n: int, n_embd: int, pos0: int, seq: int,
-                    last: bool, non_causal: bool) -> int:  # embd: a cffi float[]
-        return int(self.lib.ll_decode_embd(self.handle, embd + offset, n, n_embd, pos0, seq, last,
-                                           non_causal))
+    def decode_embd(self, embd: Any, offset: int, n: int, n_embd: int, pos0: int, pos4: Any,
+                    seq: int, last: bool, non_causal: bool) -> int:  # cffi float[], int32_t*
+        return int(self.lib.ll_decode_embd(self.handle, embd + offset, n, n_embd, pos0, pos4,
+                                           seq, last, non_causal))
 
     def seq_rm(self, seq: int, p0: int = -1, p1: int = -1) -> bool:
         return bool(self.lib.ll_mem_seq_rm(self.handle, seq, p0, p1))

@@ -1,9 +1,11 @@
 """Slots (one KV sequence each) and the per-request state that occupies them.
 
-A slot remembers which tokens its sequence holds in the KV cache (``cache``);
-a new request goes to the free slot sharing the longest prefix with its
-prompt, so only the rest is evaluated.  Prompt checks and truncation on
-overflow live here too, so the rules for what fits in a slot sit in one place.
+A slot remembers which tokens its sequence holds in the KV cache (``cache``,
+one key per cell) and where those cells sit (``pos``, see positions.py: after an
+M-RoPE image the next position is not the cell count); a new request goes to
+the free slot sharing the longest prefix with its prompt, so only the rest is
+evaluated.  Prompt checks and truncation on overflow live here too, so the rules
+for what fits in a slot sit in one place.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from localllm.engine.positions import Positions
 from localllm.engine.sampling import Sampler
 from localllm.engine.text import TextStream
 from localllm.errors import InvalidRequest
@@ -54,6 +57,7 @@ class Slot:
 
     seq: int
     cache: list[int] = field(default_factory=list)
+    pos: Positions = field(default_factory=Positions)  # the cells' positions, the next one
     adapters: tuple[str, ...] = ()  # the LoRA set the cached tokens were computed under
     active: Active | None = None
     logits_index: int = -1  # this step's output row, -1 if none
@@ -131,7 +135,7 @@ def fill_batch(batch: Batch, slots: Sequence[Slot], n_batch: int, step: int,
         if not a.prefilling and a.pending >= 0:
             a.last_step = step
             part.append((s, len(s.cache), False))
-            s.logits_index = batch.add(a.pending, len(s.cache), s.seq, True)
+            s.logits_index = batch.add(a.pending, s.pos.add_text(1), s.seq, True)
             s.cache.append(a.pending)
             a.pending = -1
     budget = n_batch - len(batch)
@@ -147,7 +151,7 @@ def fill_batch(batch: Batch, slots: Sequence[Slot], n_batch: int, step: int,
         chunk = a.prompt[a.n_past:end]
         last = a.n_past + len(chunk) == len(a.prompt)
         part.append((s, len(s.cache), True))
-        idx = batch.add_seq(chunk, a.n_past, s.seq, last)
+        idx = batch.add_seq(chunk, s.pos.add_text(len(chunk)), s.seq, last)
         s.cache.extend(chunk)
         a.n_past += len(chunk)
         budget -= len(chunk)

@@ -15,10 +15,14 @@ Owns everything the engine does with images:
   when the slot reaches it, then decodes at most ``n_batch`` of its embeddings
   (a separate ``llama_decode``: a llama batch holds tokens or embeddings, not
   both), so other slots wait at most one encode plus one chunk, about what a
-  text prefill chunk costs them.
+  text prefill chunk costs them.  Its positions come from the slot's ``Positions``
+  (positions.py): for an M-RoPE text model (Qwen2/2.5/3-VL) libmtmd's 4-component
+  grid from the image's start position, after which the slot's next position moves
+  on by the image's ``n_pos``, not its token count.
 
-Not supported yet: projectors whose decoder positions are M-RoPE (Qwen2/2.5/3-VL),
-where an image's positions are not one per token; such requests fail clearly.
+No image layout is refused for its positions: libmtmd picks M-RoPE from the text
+model's rope type and gives each image token's place (Qwen's grid, HunyuanVL's rows),
+so ``mrope`` always agrees with ``n_pos_per_embd``.  Audio chunks are refused (400).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from localllm.engine.binding import last_errors, take_log
 from localllm.engine.model import FLASH_ATTN, Model, _Owner
+from localllm.engine.positions import image_positions, n_pos_per_embd
 from localllm.errors import InvalidRequest, LocalLLMError
 from localllm.imageinfo import check_images
 from localllm.runner.messages import MEDIA_MARKER, CompletionRequest, Event, Failed, LoadOptions
@@ -67,6 +72,7 @@ class Span:
     start: int
     n: int
     chunk: int  # index in the tokenized chunks
+    n_pos: int  # positions it takes (fewer than ``n`` for M-RoPE)
 
 
 @dataclass
@@ -123,6 +129,9 @@ class Projector(_Owner):
         self.mrope = bool(self.lib.ll_mtmd_uses_mrope(h))
         self.non_causal = bool(self.lib.ll_mtmd_non_causal(h))
         self.vision = bool(self.lib.ll_mtmd_supports_vision(h))
+        # The text model's positions per embedding row: 4 for M-RoPE (then every image
+        # goes with libmtmd's grid positions), else 1.
+        self.n_pos_per_embd = n_pos_per_embd(model)
 
     def _free(self, h: Any) -> None:
         self.lib.ll_mtmd_free(h)
@@ -168,7 +177,7 @@ class Projector(_Owner):
             elif kind[0] == _CHUNK_IMAGE:
                 image_id = ffi.string(idb).decode()
                 seen[image_id] = seen.get(image_id, -1) + 1
-                spans.append(Span(len(keys), int(n[0]), i))
+                spans.append(Span(len(keys), int(n[0]), i, int(n_pos[0])))
                 keys.extend(image_keys(image_id, seen[image_id], int(n[0])))
             else:
                 raise InvalidRequest("audio input is not supported")
@@ -201,9 +210,6 @@ def media_prompt(eng: Engine, req: CompletionRequest) -> tuple[list[int], Media]
     proj = eng.projector
     if proj is None or not proj.vision:
         raise InvalidRequest("this model does not support images")
-    if proj.mrope:
-        raise LocalLLMError("images for this model are not supported yet: its projector "
-                            "needs M-RoPE positions", status=501)
     if not isinstance(req.prompt, str):
         raise InvalidRequest("images need a text prompt with image markers")
     check_images(req.images)
@@ -241,23 +247,34 @@ def _advance(eng: Engine, s: Slot, span: Span) -> list[Event]:
     assert a is not None and a.media is not None and proj is not None
     t0 = time.perf_counter_ns()
     a.last_step = eng._steps
+    off = a.n_past - span.start
+    # The image's start position: the slot's next one, or (for its later parts) the one
+    # before the image, the next having moved past the whole image with its first part.
+    start = s.pos.next - (span.n_pos if off else 0)
     try:
         embd = a.media.embd if a.media.held == span.chunk else proj.encode(a.media, span)
+        grid = pos4 = proj.ffi.NULL  # grid owns the positions pos4 points into
+        if proj.n_pos_per_embd == 4:
+            grid = image_positions(proj.ffi, proj.lib, a.media.chunks.handle, span.chunk,
+                                   span.n, start)
+            pos4 = grid + 4 * off
     except LocalLLMError as exc:
         s.active = None
         a.sampler.close()
         return [Failed(a.req.id, exc.message, exc.status)]
-    off = a.n_past - span.start
     # A non-causal image attends within itself: it must go in one batch.
     n = span.n - off if proj.non_causal else min(eng.n_batch, span.n - off)
     last = a.n_past + n == len(a.prompt)
     before = len(s.cache)
-    rc = eng.ctx.decode_embd(embd, off * proj.n_embd, n, proj.n_embd, a.n_past, s.seq, last,
-                             proj.non_causal)
+    pos0 = s.pos.add_image(n, span.n_pos, off == 0)
+    assert pos0 == start
+    s.cache.extend(a.prompt[a.n_past:a.n_past + n])
+    rc = eng.ctx.decode_embd(embd, off * proj.n_embd, n, proj.n_embd, pos0 + off, pos4, s.seq,
+                             last, proj.non_causal)
+    del grid
     a.prompt_ns += time.perf_counter_ns() - t0
     if rc != 0:
         return [eng._fail(s, before, rc)]
-    s.cache.extend(a.prompt[a.n_past:a.n_past + n])
     a.n_past += n
     if off + n == span.n:
         a.media.release()
