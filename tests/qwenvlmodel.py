@@ -101,13 +101,17 @@ def _strong() -> set[int]:
 
 
 def make_qwen_model(dir: Path, *, attention: bool = False, name: str = "qwen2vl.gguf",
-                    seed: int = 0) -> Path:
-    """Write the tiny qwen2vl text model into ``dir`` (see the module docstring)."""
+                    seed: int = 0, arch: str = "qwen2vl") -> Path:
+    """Write the tiny text model into ``dir`` (see the module docstring).
+
+    ``arch="qwen3vl"``: the same model as Qwen3-VL's text architecture, whose M-RoPE
+    interleaves its sections (IMROPE) and whose queries and keys are RMS-normalised
+    per head (the norms' last weight is 2 so head 0's image score stays about 32)."""
     import gguf  # heavy import kept out of module import
 
     dir.mkdir(parents=True, exist_ok=True)
     path = dir / name
-    w = gguf.GGUFWriter(str(path), "qwen2vl")
+    w = gguf.GGUFWriter(str(path), arch)
     w.add_name("tiny-qwen2vl")
     w.add_context_length(2048)
     w.add_embedding_length(N_EMBD)
@@ -172,6 +176,11 @@ def make_qwen_model(dir: Path, *, attention: bool = False, name: str = "qwen2vl.
     w.add_tensor(p + "attn_k.weight", k)
     w.add_tensor(p + "attn_v.weight", v)
     w.add_tensor(p + "attn_output.weight", o)
+    if arch == "qwen3vl":
+        qk_norm = np.ones(HEAD, dtype=f32)
+        qk_norm[HEAD - 1] = 2.0
+        w.add_tensor(p + "attn_q_norm.weight", qk_norm)
+        w.add_tensor(p + "attn_k_norm.weight", qk_norm)
     w.add_tensor(p + "ffn_norm.weight", np.ones(N_EMBD, dtype=f32))
     w.add_tensor(p + "ffn_gate.weight", np.zeros((N_FF, N_EMBD), dtype=f32))
     w.add_tensor(p + "ffn_up.weight", np.zeros((N_FF, N_EMBD), dtype=f32))

@@ -1,6 +1,7 @@
 """Images on an M-RoPE model (Qwen2-VL style) through the real libllama + libmtmd.
 
-The models are tests/qwenvlmodel.py's: a red image steers the greedy text to
+The models are tests/qwenvlmodel.py's (Qwen2-VL's text architecture, and Qwen3-VL's
+with interleaved sections for the position checks): a red image steers the greedy text to
 ``RED_GREEDY``, a green one to ``GREEN_GREEDY``, and the ``attention=True`` text model
 makes every logprob depend on every position, so comparing the engine's logprobs
 with libmtmd's own evaluation (``mtmd_helper_eval_chunks`` through the shim) checks
@@ -41,12 +42,18 @@ def qwen_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Pa
             make_qwen_projector(d))
 
 
+@pytest.fixture(scope="session")
+def qwen3_attn(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Qwen3-VL's text architecture: interleaved M-RoPE sections (IMROPE)."""
+    return make_qwen_model(tmp_path_factory.mktemp("qwen3vl"), attention=True, arch="qwen3vl")
+
+
 def engine_for(files: tuple[Path, Path, Path], *, attention: bool = False,
-               **kw: object) -> Engine:
-    model, attn, proj = files
+               model: Path | None = None, **kw: object) -> Engine:
+    plain, attn, proj = files
     base: dict[str, object] = {"n_parallel": 2, "projector": str(proj)}
     base.update(kw)
-    return Engine([str(attn if attention else model)], opts(**base))
+    return Engine([str(model or (attn if attention else plain))], opts(**base))
 
 
 @pytest.fixture
@@ -122,17 +129,20 @@ def test_positions_advance_by_the_images_n_pos_not_its_tokens(qengine: Engine) -
     assert qengine.model.lib.ll_mem_seq_pos_max(qengine.ctx.handle, s.seq) == s.pos.next - 1
 
 
+@pytest.mark.parametrize("arch", ["qwen2vl", "qwen3vl"])
 def test_text_and_image_positions_match_libmtmds_own_evaluation(
-        qwen_files: tuple[Path, Path, Path]) -> None:
+        qwen_files: tuple[Path, Path, Path], qwen3_attn: Path, arch: str) -> None:
     img = noise_png(48, 32)  # tokens that differ: their grid positions matter
     prompt = f"ab{MEDIA_MARKER}cd"
-    with engine_for(qwen_files, attention=True, n_parallel=1) as ref:
+    model = qwen3_attn if arch == "qwen3vl" else qwen_files[1]
+    with engine_for(qwen_files, model=model, n_parallel=1) as ref:
+        assert ref.model.lib.ll_model_n_pos_per_embd(ref.model.handle) == 4
         want = reference(ref, prompt, img)
         want_next = reference(ref, prompt + "e", img)  # greedy continues "e" after "d"
         want_text = reference(ref, "hello")
     # n_batch 8 < 24 image tokens: the image goes in 3 parts, each with its grid positions.
     for n_batch in (64, 8):
-        with engine_for(qwen_files, attention=True, n_batch=n_batch, n_ubatch=n_batch) as e:
+        with engine_for(qwen_files, model=model, n_batch=n_batch, n_ubatch=n_batch) as e:
             pieces = first_pieces(e, "a", prompt, img, n=2)
             assert pieces[0].text == "e"
             assert_close(pieces[0].top_logprobs, want)
