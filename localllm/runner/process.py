@@ -41,6 +41,7 @@ from localllm.errors import (
 )
 from localllm.runner import protocol as P
 from localllm.runner.messages import CompletionRequest, Done, Failed, LoadOptions, Piece
+from localllm.runner.resident import held_now
 from localllm.runner.watchdog import CLOSE_MISSED_BEATS, Watchdog
 
 log = logging.getLogger("localllm.runner")
@@ -78,7 +79,8 @@ class RunnerProcess:
         self.model_paths = list(model_paths)
         self.options = opts
         self.info: dict[str, Any] = {}
-        self.memory: dict[str, dict[str, int]] = {}
+        self.logged_memory: dict[str, dict[str, int]] = {}  # llama.cpp's buffers, per device
+        self.rss_before: int | None = None  # the child's resident bytes before the load
         self.load_duration = 0  # ns, spawn to loaded, as the parent saw it
         self.adapter_loads: dict[str, int] = {}  # LoRA path -> ns its load took in the child
         self._streams: dict[str, asyncio.Queue[Piece | Done | Failed | BaseException]] = {}
@@ -152,7 +154,9 @@ class RunnerProcess:
                           f"({describe_exit(runner._proc.returncode)}){runner._tail_text()}")
             raise ModelLoadError(f"failed to load {name}: {reason}")
         runner.info = dict(msg["info"])
-        runner.memory = dict(msg["memory"])
+        runner.logged_memory = dict(msg["memory"])
+        before = msg.get("rss_before")
+        runner.rss_before = before if isinstance(before, int) and before > 0 else None
         runner.load_duration = time.monotonic_ns() - t0
         runner._pump_task = asyncio.ensure_future(runner._pump())
         runner._watch_task = asyncio.ensure_future(
@@ -170,6 +174,12 @@ class RunnerProcess:
     @property
     def alive(self) -> bool:
         return self._alive and self._proc.returncode is None
+
+    @property
+    def memory(self) -> dict[str, dict[str, int]]:
+        """Bytes per device the model holds now (see ``runner.resident``)."""
+        pid = self.pid if self.alive else None
+        return held_now(self.logged_memory, self.rss_before, pid)
 
     @property
     def returncode(self) -> int | None:

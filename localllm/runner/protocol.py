@@ -20,7 +20,10 @@ Messages (parent -> child): ``load``, ``complete``, ``cancel``, ``embed``,
 its path and load time), ``beat`` (the heartbeat: sent every ``heartbeat_s``
 seconds, a ``load`` field, by a thread of the child; ``busy_ms`` is how long its
 main thread has been in the current load, step or call, 0 when idle).
-``failed`` with an empty ``id`` is about the load itself.
+``failed`` with an empty ``id`` is about the load itself.  ``loaded`` carries
+the engine's ``info``, its ``memory`` per device (llama.cpp's logged buffers),
+``load_ns`` and, optionally, ``rss_before``: the child's resident bytes just
+before the load (null without ``/proc``), which ``runner.resident`` uses.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ from localllm import config
 from localllm.errors import LocalLLMError
 from localllm.runner import protocol as P
 from localllm.runner.messages import Done, Failed, Piece
+from localllm.runner.resident import rss_bytes
 
 log = logging.getLogger("localllm.runner.worker")
 
@@ -159,9 +160,13 @@ class Worker:
         if isinstance(beat, (int, float)) and beat > 0:
             self.start_heartbeat(float(beat))
         t0 = time.monotonic_ns()
+        rss_before: int | None = None
         try:
             with self.busy():
-                engine = engine_class()(paths, P.parse_options(first))
+                cls = engine_class()
+                # After the engine's imports: the growth from here on is the model's.
+                rss_before = rss_bytes()
+                engine = cls(paths, P.parse_options(first))
         except Exception as exc:
             if isinstance(exc, LocalLLMError):
                 log.error("load failed: %s", exc)  # an expected refusal: no traceback
@@ -172,7 +177,7 @@ class Worker:
         try:
             self.send({"type": "loaded", "info": engine.info(),
                        "memory": engine.memory_report(),
-                       "load_ns": time.monotonic_ns() - t0})
+                       "load_ns": time.monotonic_ns() - t0, "rss_before": rss_before})
             return self.serve(engine)
         finally:
             engine.close()
