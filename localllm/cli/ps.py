@@ -1,4 +1,7 @@
-"""``localllm ps``: the loaded models as a table NAME, ID, SIZE, PROCESSOR, CONTEXT, UNTIL."""
+"""``localllm ps``: the loaded models as a table NAME, ID, SIZE, PROCESSOR, CONTEXT, SLOTS, UNTIL.
+
+SLOTS (not in Ollama's table) is how many requests the model serves at once.
+"""
 
 from __future__ import annotations
 
@@ -55,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
             format_bytes(size),
             processor(size, vram, m.get("devices")),
             str(m.get("context_length") or ""),
+            str(m.get("num_parallel") or ""),
             until(expires) if expires else "",
         ))
-    print(table(["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL"], rows))
+    print(table(["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "SLOTS", "UNTIL"], rows))
     return 0

@@ -1,7 +1,9 @@
 """``/api/ps`` entries: a loaded model's size, placement and expiry as Ollama shows them.
 
-Sizes are what the runner measured after the load when it reports them (the
-planner's estimate otherwise); ``devices`` adds where the bytes are.
+Sizes are what the runner holds, measured after the load: llama.cpp's buffers
+per device with the host compute reserve counted as far as it is resident
+(``runner.resident``); the planner's estimate only while no runner reported.
+``devices`` adds where the bytes are, ``num_parallel`` the model's slots.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
+from localllm.runner.resident import is_host
 from localllm.scheduler.scheduler import Loaded
 
 
@@ -32,7 +35,7 @@ def ps_entry(model: Loaded) -> dict[str, Any]:
         expires_text = utc_rfc3339(expires)
     memory = model.runner.memory or {}
     measured = sum(sum(v.values()) for v in memory.values())
-    measured_vram = sum(sum(v.values()) for k, v in memory.items() if not _is_host(k))
+    measured_vram = sum(sum(v.values()) for k, v in memory.items() if not is_host(k))
     size = measured or placement.size
     size_vram = measured_vram if measured else placement.size_vram
     return {
@@ -44,6 +47,9 @@ def ps_entry(model: Loaded) -> dict[str, Any]:
         "details": model.spec.details,
         "expires_at": expires_text,
         "context_length": model.opts.n_ctx,
+        # Not in Ollama's reply (clients ignore unknown fields): requests the model
+        # serves at once, each with context_length tokens of its own.
+        "num_parallel": max(1, model.opts.n_parallel),
         # Not in Ollama's reply: bytes per place (a GPU, "CPU", or an RPC worker's
         # endpoint), so ps can say "60% gpu-box:50052, 40% CPU" for split models.
         "devices": _by_place(memory),
@@ -54,11 +60,7 @@ def _by_place(memory: dict[str, dict[str, int]]) -> dict[str, int]:
     out: dict[str, int] = {}
     for dev, parts in memory.items():
         m = re.fullmatch(r"RPC\d*\[(.+)\]", dev)
-        place = m.group(1) if m else "CPU" if _is_host(dev) else dev
+        place = m.group(1) if m else "CPU" if is_host(dev) else dev
         out[place] = out.get(place, 0) + sum(parts.values())
     return out
 
-
-def _is_host(device: str) -> bool:
-    name = device.upper()
-    return name.startswith("CPU") or name.endswith("_HOST") or name == "BLAS"

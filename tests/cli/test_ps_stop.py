@@ -10,7 +10,7 @@ from localllm.cli.ps import processor, until
 from tests.cli.conftest import Daemon
 from tests.inference.conftest import tiny_daemon  # noqa: F401  (fixture)
 
-HEADER = ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL"]
+HEADER = ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "SLOTS", "UNTIL"]
 
 
 def ps_rows(d: Daemon) -> list[list[str]]:
@@ -28,13 +28,14 @@ def test_ps_lists_the_loaded_model_and_stop_unloads_it(tiny_daemon: Daemon) -> N
     assert d.cli("run", "tiny", "--keepalive", "10m", "a").returncode == 0
 
     (row,) = ps_rows(d)
-    name, ident, size, proc, context, until_text = row
+    name, ident, size, proc, context, slots, until_text = row
     tags = httpx.get(d.url + "/api/tags", trust_env=False).json()["models"]
     digest = next(m["digest"] for m in tags if m["name"] == "tiny:latest")
     assert (name, ident) == ("tiny:latest", digest.removeprefix("sha256:")[:12])
     assert re.fullmatch(r"\d+(\.\d)? (B|KB|MB|GB)", size)
     assert proc == "100% CPU"
     assert context == "512"  # LOCALLLM_CONTEXT_LENGTH of the fixture
+    assert slots == "4"  # LOCALLLM_NUM_PARALLEL of the fixture
     assert until_text == "9 minutes from now"
 
     stopped = d.cli("stop", "tiny")
@@ -46,7 +47,7 @@ def test_ps_lists_the_loaded_model_and_stop_unloads_it(tiny_daemon: Daemon) -> N
 
     # keep_alive < 0 keeps it loaded for good.
     assert d.cli("run", "tiny", "--keepalive", "-1", "a").returncode == 0
-    assert [r[5] for r in ps_rows(d)] == ["Forever"]
+    assert [r[6] for r in ps_rows(d)] == ["Forever"]
 
 
 def test_processor_column() -> None:
