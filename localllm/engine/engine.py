@@ -30,6 +30,7 @@ from localllm.engine.slots import (
     pick_slot,
     prompt_tokens,
 )
+from localllm.engine.speculate import speculation, verify
 from localllm.engine.text import TextStream
 from localllm.engine.vision import image_step, load_projector, media_prompt
 from localllm.errors import LocalLLMError
@@ -132,7 +133,8 @@ class Engine:
                 events.append(Failed(req.id, exc.message, exc.status))
         self._steps += 1
         only = self.adapters.for_step(self.slots) if self.adapters.any else None
-        part = fill_batch(self.batch, self.slots, self.n_batch, self._steps, only)
+        part = fill_batch(self.batch, self.slots, self.n_batch, self._steps, only,
+                          self.n_ctx_slot)
         if part:
             events.extend(self._decode(part))
         if self.projector is not None:  # at most one image chunk per step (see vision.py)
@@ -238,33 +240,44 @@ class Engine:
         sampler.accept_prompt([t for t in tokens if t >= 0] if media is not None else tokens)
         slot.active = Active(req, tokens, sampler, TextStream(req.stop), n_past=n, cached=n,
                              adapters=key, last_step=self._steps,
-                             keep=self.model.marker_tokens(req.markers), media=media)
+                             keep=self.model.marker_tokens(req.markers), media=media,
+                             ngram=speculation(req, tokens))
 
     def _sample(self, s: Slot) -> list[Event]:
+        assert s.active is not None
+        if s.active.draft_rows:
+            return verify(self, s)
+        return self.take(s, s.logits_index, len(s.cache))[0]
+
+    def take(self, s: Slot, row: int, cells: int) -> tuple[list[Event], int]:
+        """Sample output ``row`` as the token after the slot's first ``cells`` cells and
+        handle it: the events, and the token (-1 when the request ended before it)."""
         a = s.active
         assert a is not None
         req = a.req
         if req.num_predict == 0:
-            return self._finish(s, "length")
-        t = a.sampler.sample(s.logits_index)
+            return self._finish(s, "length"), -1
+        t = a.sampler.sample(row)
         if self.model.is_eog(t):
-            return self._finish(s, "stop")
+            return self._finish(s, "stop"), -1
         a.generated.append(t)
+        if a.ngram is not None:
+            a.ngram.extend((t,))
         text = a.text.feed(self.model.piece(t, special=t in a.keep))
         out: list[Event] = []
         if req.logprobs > 0:
-            lp, top = self.ctx.top_logprobs(s.logits_index, t, req.logprobs)
+            lp, top = self.ctx.top_logprobs(row, t, req.logprobs)
             out.append(Piece(req.id, text, t, lp,
                              [(self.model.token_text(i), v) for i, v in top]))
         elif text:
             out.append(Piece(req.id, text, t))
         if a.text.stopped:
             out.extend(self._finish(s, "stop"))
-        elif 0 < req.num_predict <= len(a.generated) or len(s.cache) >= self.n_ctx_slot:
+        elif 0 < req.num_predict <= len(a.generated) or cells >= self.n_ctx_slot:
             out.extend(self._finish(s, "length"))
         else:
             a.pending = t
-        return out
+        return out, t
 
     def _finish(self, s: Slot, reason: str) -> list[Event]:
         a = s.active
@@ -279,6 +292,7 @@ class Engine:
             a.req.id, reason,  # type: ignore[arg-type]
             prompt_tokens=len(a.prompt), cached_tokens=a.cached, prompt_eval_ns=a.prompt_ns,
             eval_count=len(a.generated), eval_ns=a.eval_ns, stop=a.text.matched,
+            drafted=a.drafted, accepted=a.accepted,
             context=(a.prompt if a.media is None else [t for t in a.prompt if t >= 0])
             + a.generated))
         return out

@@ -14,8 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from localllm.engine.ngram import NgramIndex
 from localllm.engine.positions import Positions
 from localllm.engine.sampling import Sampler
+from localllm.engine.speculate import add_drafts
 from localllm.engine.text import TextStream
 from localllm.errors import InvalidRequest
 from localllm.runner.messages import CompletionRequest
@@ -45,6 +47,11 @@ class Active:
     last_step: int = 0  # the engine step that last advanced it (adapter scheduling)
     keep: frozenset[int] = frozenset()  # control tokens rendered as text (the request's markers)
     media: Any = None  # vision.Media: the prompt's images (their keys are negative)
+    ngram: NgramIndex | None = None  # prompt + output, when this request speculates
+    drafts: list[int] = field(default_factory=list)  # this step's drafted tokens
+    draft_rows: list[int] = field(default_factory=list)  # their output rows in the batch
+    drafted: int = 0
+    accepted: int = 0
 
     @property
     def prefilling(self) -> bool:
@@ -120,11 +127,15 @@ def prompt_tokens(model: Model, req: CompletionRequest, n_ctx_slot: int) -> list
 
 
 def fill_batch(batch: Batch, slots: Sequence[Slot], n_batch: int, step: int,
-               only: tuple[str, ...] | None = None) -> list[tuple[Slot, int, bool]]:
-    """Decode tokens, then prompt chunks, into the batch: [(slot, len before, prefill)].
+               only: tuple[str, ...] | None = None,
+               n_ctx_slot: int = 0) -> list[tuple[Slot, int, bool]]:
+    """Decode tokens, their drafts, then prompt chunks into the batch:
+    [(slot, len before, prefill)].
 
     ``only``: just the slots of that adapter set (None: every slot).  A prompt's
-    text stops at its next image: images are decoded by ``vision.image_step``."""
+    text stops at its next image: images are decoded by ``vision.image_step``.
+    Drafts (``speculate.add_drafts``) go before prompt chunks: a decoding slot's
+    next tokens are what its user is waiting for."""
     batch.clear()
     part: list[tuple[Slot, int, bool]] = []
     for s in slots:
@@ -138,6 +149,7 @@ def fill_batch(batch: Batch, slots: Sequence[Slot], n_batch: int, step: int,
             s.logits_index = batch.add(a.pending, s.pos.add_text(1), s.seq, True)
             s.cache.append(a.pending)
             a.pending = -1
+    add_drafts(batch, slots, n_batch, n_ctx_slot)
     budget = n_batch - len(batch)
     for s in slots:
         a = s.active

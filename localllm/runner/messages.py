@@ -101,6 +101,8 @@ class CompletionRequest:
     # control token, its text is kept in the output, because GGUFs store many markers as
     # control tokens, which render as "" and would leave the parser a bare JSON object.
     markers: list[str] = field(default_factory=list)
+    # Prompt-lookup speculation: up to this many drafted tokens verified per step (0: off).
+    draft_tokens: int = 0
     # Encoded image files (PNG, JPEG, ...) as the client sent them, one per MEDIA_MARKER
     # in a text prompt, in order (base64 on the wire; see runner/protocol.py).
     images: list[bytes] = field(default_factory=list)
@@ -130,6 +132,8 @@ class Done:
     eval_ns: int = 0
     context: list[int] = field(default_factory=list)  # prompt + generated tokens
     stop: str = ""  # the stop string that ended it, when one did
+    drafted: int = 0  # speculative draft tokens proposed, and how many were accepted
+    accepted: int = 0
 
 
 @dataclass

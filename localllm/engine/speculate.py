@@ -1,0 +1,78 @@
+"""Speculative decoding with prompt-lookup drafts, inside the batched engine.
+
+A decoding slot whose request speculates (``CompletionRequest.draft_tokens``)
+puts its pending token *and* up to that many drafted tokens (``ngram``: what
+followed the last time its history looked like this) into the same batch as
+every other slot's tokens, each with an output row.  After the one
+``llama_decode``, :func:`verify` samples row by row with the request's own
+sampler: the token sampled after position *i* is exactly what plain decoding
+would have produced there, so while it equals draft *i* the draft's cell is
+already right and sampling goes on from the next row; at the first difference
+(or the end of the request) the remaining drafts' cells are cut from the KV
+cache.  Output is therefore the same as without speculation, greedy or
+sampled: every token still comes from the target distribution given the exact
+prefix, which is the sample-and-compare check llama.cpp's server uses too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from localllm.engine.ngram import NgramIndex
+from localllm.engine.positions import cut
+from localllm.runner.messages import CompletionRequest, Event
+
+if TYPE_CHECKING:
+    from localllm.engine.engine import Engine
+    from localllm.engine.model import Batch
+    from localllm.engine.slots import Slot
+
+
+def speculation(req: CompletionRequest, prompt: list[int]) -> NgramIndex | None:
+    """The lookup index a request drafts from, seeded with its prompt; None if it doesn't."""
+    if req.draft_tokens <= 0 or any(t < 0 for t in prompt):
+        return None  # images: their cells are keys, not tokens a draft could copy
+    index = NgramIndex()
+    index.extend(prompt)
+    return index
+
+
+def add_drafts(batch: Batch, slots: Sequence[Slot], n_batch: int, n_ctx_slot: int) -> None:
+    """Append each speculating decoding slot's drafted tokens (after its pending one)."""
+    for s in slots:
+        a = s.active
+        if a is None or a.ngram is None or s.logits_index < 0 or a.prefilling:
+            continue
+        room = min(a.req.draft_tokens, n_batch - len(batch))
+        if n_ctx_slot:
+            room = min(room, n_ctx_slot - len(s.cache) - 1)  # one cell for the next token
+        if a.req.num_predict > 0:
+            room = min(room, a.req.num_predict - len(a.generated) - 1)
+        drafts = a.ngram.draft(room) if room > 0 else []
+        for t in drafts:
+            a.draft_rows.append(batch.add(t, s.pos.add_text(1), s.seq, True))
+            s.cache.append(t)
+        a.drafts = drafts
+
+
+def verify(engine: Engine, s: Slot) -> list[Event]:
+    """Sample the pending token's row and the drafts' rows in order; keep what agrees."""
+    a = s.active
+    assert a is not None
+    drafts, rows = a.drafts, [s.logits_index, *a.draft_rows]
+    a.drafts, a.draft_rows = [], []
+    a.drafted += len(drafts)
+    base = len(s.cache) - len(drafts)  # valid cells: up to the pending token
+    out: list[Event] = []
+    i = 0
+    for i, row in enumerate(rows):
+        events, t = engine.take(s, row, base + i)
+        out.extend(events)
+        if s.active is not a or i == len(drafts) or t != drafts[i]:
+            break
+        a.accepted += 1
+        a.pending = -1  # the drafted token's cell is in the cache already
+    if len(s.cache) > base + i:
+        cut(engine.ctx, s, base + i)  # the drafts after the first disagreement
+    return out
