@@ -56,6 +56,9 @@ OPTION_TYPES: dict[str, str] = {
     # Ours, not Ollama's: slots of the model's runner.  Only a Modelfile PARAMETER
     # sets it (see MODEL_ONLY_OPTIONS).
     "num_parallel": "integer",
+    # Ours: "ngram" drafts tokens from the conversation itself (prompt lookup) and
+    # verifies them in one batch; draft_num_predict caps the drafts per step.
+    "speculative": "string",
 }
 
 # Options a model's params layer may set but a request may not.  Ollama has no
@@ -92,7 +95,10 @@ OLLAMA_DEFAULTS: dict[str, Any] = {
     "frequency_penalty": 0.0,
     "stop": [],
     "num_parallel": None,  # None: LOCALLLM_NUM_PARALLEL
+    "speculative": "off",
 }
+SPECULATIVE_MODES = ("off", "ngram")
+DEFAULT_DRAFT_TOKENS = 8  # per step, when speculating and draft_num_predict is unset
 
 
 @dataclass(frozen=True)
@@ -139,6 +145,7 @@ class ResolvedOptions:
     stop: list[str] = field(default_factory=list)
     num_keep: int = 4
     draft_num_predict: int = 0
+    draft_tokens: int = 0  # speculation: drafted tokens per step (0: off)
     values: dict[str, Any] = field(default_factory=dict)  # the merged map, for /api/show etc.
 
 
@@ -166,6 +173,10 @@ def _coerce(key: str, value: Any, *, from_text: bool) -> Any:
         return float(value)
     if kind == "boolean":
         if not isinstance(value, bool):
+            raise _type_error(key, kind)
+        return value
+    if kind == "string":
+        if not isinstance(value, str):
             raise _type_error(key, kind)
         return value
     # "array": stop sequences; a lone string is accepted as a one-element list.
@@ -240,6 +251,8 @@ def _check_ranges(v: dict[str, Any]) -> None:
     for key in ("temperature", "repeat_penalty"):
         if v[key] < 0:
             raise bad(key, "must be >= 0")
+    if v["speculative"] not in SPECULATIVE_MODES:
+        raise bad("speculative", 'must be "ngram" or "off"')
 
 
 def resolve_options(model_params: Mapping[str, Any] | None,
@@ -271,7 +284,10 @@ def resolve_options(model_params: Mapping[str, Any] | None,
                       num_parallel=values["num_parallel"])
     return ResolvedOptions(sampling=sampling, load=load, num_predict=values["num_predict"],
                            stop=list(values["stop"]), num_keep=values["num_keep"],
-                           draft_num_predict=values["draft_num_predict"], values=values)
+                           draft_num_predict=values["draft_num_predict"],
+                           draft_tokens=(values["draft_num_predict"] or DEFAULT_DRAFT_TOKENS
+                                         if values["speculative"] == "ngram" else 0),
+                           values=values)
 
 
 def parse_keep_alive(value: Any) -> float | None:

@@ -34,7 +34,7 @@ from localllm.toolcalls import Family
 
 
 def final_metrics(done: Done, prep: Prepared) -> dict[str, Any]:
-    return {
+    metrics = {
         "done_reason": "stop" if done.reason == "cancel" else done.reason,
         "total_duration": prep.total_ns,
         "load_duration": prep.load_ns,
@@ -43,6 +43,9 @@ def final_metrics(done: Done, prep: Prepared) -> dict[str, Any]:
         "eval_count": done.eval_count,
         "eval_duration": done.eval_ns,
     }
+    if done.drafted:  # speculation was on: how many drafted tokens were accepted
+        metrics.update(draft_count=done.drafted, draft_accepted_count=done.accepted)
+    return metrics
 
 
 def check_top_logprobs(n: int) -> None:

@@ -146,6 +146,7 @@ class InferenceService:
             truncate=True if truncate is None else truncate,
             num_keep=resolved.num_keep,
             adapters=list(target.spec.adapters),
+            draft_tokens=resolved.draft_tokens,
         )
         return Prepared(target, base_load(resolved), completion,
                         self.keep_alive(keep_alive),

@@ -57,6 +57,13 @@ class Metrics:
             ["model"], registry=reg)
         self.generated_tokens = Counter(
             "localllm_generated_tokens", "Tokens generated.", ["model"], registry=reg)
+        self.draft_tokens = Counter(
+            "localllm_draft_tokens", "Tokens drafted by speculative decoding.", ["model"],
+            registry=reg)
+        self.draft_accepted = Counter(
+            "localllm_draft_accepted_tokens",
+            "Drafted tokens the model agreed with (each saved a decode step).", ["model"],
+            registry=reg)
         self.ttft = Histogram(
             "localllm_time_to_first_token_seconds",
             "From a generation entering the queue to its first piece of text.",
@@ -94,6 +101,9 @@ class Metrics:
             elif isinstance(event, Done):
                 self.prompt_tokens.labels(model).inc(max(0, event.prompt_tokens))
                 self.generated_tokens.labels(model).inc(max(0, event.eval_count))
+                if event.drafted:
+                    self.draft_tokens.labels(model).inc(event.drafted)
+                    self.draft_accepted.labels(model).inc(event.accepted)
                 self.generation_seconds.labels(model).observe(now - start)
 
         return observe

@@ -64,6 +64,22 @@ def test_generate_num_predict_and_stop(shared: Daemon) -> None:
     assert r.json()["response"] == "bcdef"
 
 
+def test_speculative_ngram_option_same_text_and_draft_counts(shared: Daemon) -> None:
+    copy = "abcdefghijklmnop.abcd"  # after "abcd" the prompt went on: drafts agree
+    body = {"model": "tiny", "prompt": copy, "raw": True, "stream": False}
+    plain = post(shared, "/api/generate", {**body, "options": GREEDY_OPTS}).json()
+    spec = post(shared, "/api/generate", {
+        **body, "options": {**GREEDY_OPTS, "speculative": "ngram", "draft_num_predict": 6}}).json()
+    assert spec["response"] == plain["response"] == expected_greedy(copy)
+    assert spec["eval_count"] == plain["eval_count"] and "draft_count" not in plain
+    assert 0 < spec["draft_accepted_count"] <= spec["draft_count"]
+    metrics = httpx.get(shared.url + "/metrics", trust_env=False).text
+    assert f'localllm_draft_accepted_tokens_total{{model="tiny:latest"}} ' \
+           f'{float(spec["draft_accepted_count"])}' in metrics
+    r = post(shared, "/api/generate", {**body, "options": {"speculative": "eagle"}})
+    assert r.status_code == 400 and "speculative" in r.json()["error"]
+
+
 def test_generate_templated_and_context(shared: Daemon) -> None:
     # The tiny model's template renders "user:<prompt>.assistant:"; "." then ":" end it.
     r = post(shared, "/api/generate", {
