@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build llama.cpp's own tools (llama-bench, llama-server, llama-batched-bench,
-# llama-quantize) as benchmark anchors, from the llama.cpp sources vendored in
+# llama-quantize, llama-lookup) as benchmark anchors, from the llama.cpp sources vendored in
 # the same llama-cpp-python sdist our engine's wheel was built from, so that
 # "ours vs theirs" compares one llama.cpp version.
 #
@@ -8,7 +8,8 @@
 #         LOCALLLM_BENCH_CACHE=/some/dir bench/build_llama_tools.sh
 #         LLAMA_TOOLS_JOBS=8 bench/build_llama_tools.sh   # on a bigger machine
 #
-# Output: $CACHE/llama-tools/bin/{llama-bench,llama-server,llama-batched-bench,llama-quantize}
+# Output: $CACHE/llama-tools/bin/{llama-bench,llama-server,llama-batched-bench,llama-quantize,
+#         llama-lookup}
 # Everything lives outside the repo; never commit these binaries.
 set -euo pipefail
 
@@ -19,7 +20,7 @@ SDIST_NAME="llama_cpp_python-${LCP_VERSION}.tar.gz"
 SRC_ROOT="$CACHE/src/llama_cpp_python-${LCP_VERSION}"
 BUILD="$CACHE/llama-tools/build"
 BIN="$CACHE/llama-tools/bin"
-TARGETS=(llama-bench llama-server llama-batched-bench llama-quantize)
+TARGETS=(llama-bench llama-server llama-batched-bench llama-quantize llama-lookup)
 
 mkdir -p "$CACHE/src" "$BIN"
 
