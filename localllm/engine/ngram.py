@@ -38,12 +38,18 @@ class NgramIndex:
             h.append(t)
 
     def draft(self, k: int) -> list[int]:
-        """Up to ``k`` tokens that followed the longest matching earlier n-gram."""
-        h = self.history
-        if k <= 0:
-            return []
-        for n in range(min(self.max_n, len(h)), self.min_n - 1, -1):
-            at = self._after.get(tuple(h[len(h) - n:]))
-            if at is not None:
-                return h[at:at + k]
-        return []
+        """Up to ``k`` tokens: what followed the longest matching earlier n-gram, and
+        on from there while the draft runs out before ``k`` (a short cycle such as a
+        repeated line is followed round more than once, as llama.cpp's lookup does)."""
+        h, out = self.history, []
+        while len(out) < k:
+            tail = (h[-self.max_n:] + out)[-self.max_n:]
+            at = None
+            for n in range(len(tail), self.min_n - 1, -1):
+                at = self._after.get(tuple(tail[len(tail) - n:]))
+                if at is not None:
+                    break
+            if at is None:
+                break
+            out.extend(h[at:at + k - len(out)])
+        return out

@@ -18,14 +18,15 @@ def test_continues_after_the_latest_earlier_occurrence() -> None:
     ix = index([1, 2, 3, 4, 5, 9, 1, 2, 3, 7, 1, 2, 3])
     # "1 2 3" last occurred (before the suffix) at 6..8, followed by 7 1 2 3.
     assert ix.draft(3) == [7, 1, 2]
-    assert ix.draft(10) == [7, 1, 2, 3]  # up to the end of the history
+    # Past the end of the history the draft goes round the cycle again.
+    assert ix.draft(10) == [7, 1, 2, 3, 7, 1, 2, 3, 7, 1]
 
 
 def test_longest_match_wins_and_short_suffixes_fall_back() -> None:
     ix = index([5, 6, 7, 8, 0, 6, 7, 1, 0, 6, 7])
     assert ix.draft(2) == [1, 0]  # "0 6 7" (3 tokens) beats "6 7" followed by 8
     assert index([4, 4]).draft(3) == []  # min_n 2: a 2-token history has nothing earlier
-    assert index([4, 4, 4], min_n=1).draft(3) == [4]
+    assert index([4, 4, 4], min_n=1).draft(3) == [4, 4, 4]
 
 
 def test_no_match_no_draft_and_incremental_equals_batch() -> None:
