@@ -368,6 +368,10 @@ int ll_mem_seq_rm(ll_context *c, int32_t seq, int32_t p0, int32_t p1) {
     return llama_memory_seq_rm(llama_get_memory(c->ctx), seq, p0, p1);
 }
 
+void ll_mem_seq_cp(ll_context *c, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
+    llama_memory_seq_cp(llama_get_memory(c->ctx), src, dst, p0, p1);
+}
+
 float *ll_embeddings_seq(ll_context *c, int32_t seq) { return llama_get_embeddings_seq(c->ctx, seq); }
 float *ll_embeddings_ith(ll_context *c, int32_t i) { return llama_get_embeddings_ith(c->ctx, i); }
 

@@ -119,6 +119,9 @@ void ll_set_embeddings(ll_context *c, int on);
 /* llama_decode's result: 0 ok, 1 no KV slot, 2 aborted, <0 error. */
 int ll_decode(ll_context *c, ll_batch *b);
 int ll_mem_seq_rm(ll_context *c, int32_t seq, int32_t p0, int32_t p1);
+/* Give sequence dst the cells of src in positions [p0, p1); with the unified KV
+ * cache the cells are shared, not copied (prefix sharing between slots). */
+void ll_mem_seq_cp(ll_context *c, int32_t src, int32_t dst, int32_t p0, int32_t p1);
 float *ll_embeddings_seq(ll_context *c, int32_t seq);
 float *ll_embeddings_ith(ll_context *c, int32_t i);
 /* Log-softmax of output i's logits: the sampled token's logprob into *token_lp

@@ -22,6 +22,7 @@ from localllm.engine.adapters import Adapters, AdapterSet
 from localllm.engine.model import Batch, Context, Model, buffer_sizes
 from localllm.engine.positions import cut
 from localllm.engine.sampling import Sampler
+from localllm.engine.sharing import share_prefixes
 from localllm.engine.slots import (
     OVERFLOW,
     Active,
@@ -132,6 +133,8 @@ class Engine:
             except LocalLLMError as exc:
                 events.append(Failed(req.id, exc.message, exc.status))
         self._steps += 1
+        if self.opts.share_prefix:
+            share_prefixes(self.ctx, self.slots)
         only = self.adapters.for_step(self.slots) if self.adapters.any else None
         part = fill_batch(self.batch, self.slots, self.n_batch, self._steps, only,
                           self.n_ctx_slot)

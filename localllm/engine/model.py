@@ -252,6 +252,9 @@ class Context(_Owner):
     def seq_rm(self, seq: int, p0: int = -1, p1: int = -1) -> bool:
         return bool(self.lib.ll_mem_seq_rm(self.handle, seq, p0, p1))
 
+    def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
+        self.lib.ll_mem_seq_cp(self.handle, src, dst, p0, p1)
+
     def set_embeddings(self, on: bool) -> None:
         self.lib.ll_set_embeddings(self.handle, int(on))
 

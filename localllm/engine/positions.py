@@ -89,6 +89,10 @@ class Positions:
         self.cells, self.next = n, p
         return n, p
 
+    def text_only(self) -> bool:
+        """No image among the cells: cell ``i`` sits at position ``i``."""
+        return not any(r.image for r in self._runs) and self.next == self.cells
+
     def clear(self) -> None:
         self._runs.clear()
         self.cells = self.next = 0

@@ -62,6 +62,9 @@ class LoadOptions:
     embedding: bool = False  # load for embeddings (pooled outputs)
     seed: int = -1
     projector: str | None = None  # a vision projector (mmproj GGUF) loaded next to the model
+    # A prefilling slot takes prompt cells another slot already holds (engine/sharing.py);
+    # off only to measure what sharing saves.
+    share_prefix: bool = True
 
 
 @dataclass
