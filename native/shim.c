@@ -372,6 +372,12 @@ void ll_mem_seq_cp(ll_context *c, int32_t src, int32_t dst, int32_t p0, int32_t 
     llama_memory_seq_cp(llama_get_memory(c->ctx), src, dst, p0, p1);
 }
 
+int32_t ll_mem_seq_pos_min(ll_context *c, int32_t seq) {
+    return llama_memory_seq_pos_min(llama_get_memory(c->ctx), seq);
+}
+
+int32_t ll_model_n_swa(const ll_model *m) { return llama_model_n_swa(m->model); }
+
 float *ll_embeddings_seq(ll_context *c, int32_t seq) { return llama_get_embeddings_seq(c->ctx, seq); }
 float *ll_embeddings_ith(ll_context *c, int32_t i) { return llama_get_embeddings_ith(c->ctx, i); }
 

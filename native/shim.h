@@ -122,6 +122,10 @@ int ll_mem_seq_rm(ll_context *c, int32_t seq, int32_t p0, int32_t p1);
 /* Give sequence dst the cells of src in positions [p0, p1); with the unified KV
  * cache the cells are shared, not copied (prefix sharing between slots). */
 void ll_mem_seq_cp(ll_context *c, int32_t src, int32_t dst, int32_t p0, int32_t p1);
+/* The smallest position a sequence still holds (a sliding-window cache drops old ones),
+ * -1 when empty; and the model's attention window (0: none). */
+int32_t ll_mem_seq_pos_min(ll_context *c, int32_t seq);
+int32_t ll_model_n_swa(const ll_model *m);
 float *ll_embeddings_seq(ll_context *c, int32_t seq);
 float *ll_embeddings_ith(ll_context *c, int32_t i);
 /* Log-softmax of output i's logits: the sampled token's logprob into *token_lp

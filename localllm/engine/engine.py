@@ -134,7 +134,7 @@ class Engine:
                 events.append(Failed(req.id, exc.message, exc.status))
         self._steps += 1
         if self.opts.share_prefix:
-            share_prefixes(self.ctx, self.slots)
+            share_prefixes(self.ctx, self.slots, self.model.n_swa)
         only = self.adapters.for_step(self.slots) if self.adapters.any else None
         part = fill_batch(self.batch, self.slots, self.n_batch, self._steps, only,
                           self.n_ctx_slot)

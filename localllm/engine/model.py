@@ -132,6 +132,11 @@ class Model(_Owner):
         return int(self.lib.ll_model_n_ctx_train(self.handle))
 
     @property
+    def n_swa(self) -> int:
+        """The sliding attention window (0: every layer sees the whole context)."""
+        return int(self.lib.ll_model_n_swa(self.handle))
+
+    @property
     def n_layer(self) -> int:
         return int(self.lib.ll_model_n_layer(self.handle))
 
@@ -254,6 +259,9 @@ class Context(_Owner):
 
     def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
         self.lib.ll_mem_seq_cp(self.handle, src, dst, p0, p1)
+
+    def seq_pos_min(self, seq: int) -> int:
+        return int(self.lib.ll_mem_seq_pos_min(self.handle, seq))
 
     def set_embeddings(self, on: bool) -> None:
         self.lib.ll_set_embeddings(self.handle, int(on))

@@ -41,7 +41,7 @@ class NgramIndex:
         """Up to ``k`` tokens: what followed the longest matching earlier n-gram, and
         on from there while the draft runs out before ``k`` (a short cycle such as a
         repeated line is followed round more than once, as llama.cpp's lookup does)."""
-        h, out = self.history, []
+        h, out = self.history, list[int]()
         while len(out) < k:
             tail = (h[-self.max_n:] + out)[-self.max_n:]
             at = None

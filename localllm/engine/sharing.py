@@ -29,8 +29,13 @@ if TYPE_CHECKING:
 MIN_SHARE = 16  # tokens: fewer are as cheap to evaluate as to look for
 
 
-def share_prefixes(ctx: Context, slots: Sequence[Slot]) -> None:
-    """Give each prefilling slot the longest prefix of its prompt another slot holds."""
+def share_prefixes(ctx: Context, slots: Sequence[Slot], n_swa: int = 0) -> None:
+    """Give each prefilling slot the longest prefix of its prompt another slot holds.
+
+    ``n_swa``: the model's sliding window.  Its layers' cache drops cells that fell
+    out of the window, so a donor may no longer hold the start of the range; the
+    taker only ever attends to the last ``n_swa`` cells before its next position, so
+    the donor must hold those (the full-attention layers' cache keeps every cell)."""
     for s in slots:
         a = s.active
         if a is None or not a.prefilling or a.media is not None or not s.pos.text_only():
@@ -42,7 +47,8 @@ def share_prefixes(ctx: Context, slots: Sequence[Slot]) -> None:
                 continue
             # The last prompt token is always evaluated: its logits start the reply.
             common = min(common_prefix(d.cache, a.prompt), len(a.prompt) - 1)
-            if common > n:
+            if common > n and _holds(ctx, d, a.n_past if not n_swa else
+                                     max(a.n_past, common - n_swa)):
                 donor, n = d, common
         if donor is None:
             continue
@@ -52,3 +58,9 @@ def share_prefixes(ctx: Context, slots: Sequence[Slot]) -> None:
         s.pos.add_text(n - a.n_past)
         a.cached += n - a.n_past
         a.n_past = n
+
+
+def _holds(ctx: Context, donor: Slot, first: int) -> bool:
+    """Whether the donor's sequence still holds every cell from position ``first`` on."""
+    low = ctx.seq_pos_min(donor.seq)
+    return 0 <= low <= first
