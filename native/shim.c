@@ -372,6 +372,12 @@ void ll_mem_seq_cp(ll_context *c, int32_t src, int32_t dst, int32_t p0, int32_t 
     llama_memory_seq_cp(llama_get_memory(c->ctx), src, dst, p0, p1);
 }
 
+void ll_mem_seq_add(ll_context *c, int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
+    llama_memory_seq_add(llama_get_memory(c->ctx), seq, p0, p1, delta);
+}
+
+int ll_mem_can_shift(ll_context *c) { return llama_memory_can_shift(llama_get_memory(c->ctx)); }
+
 int32_t ll_mem_seq_pos_min(ll_context *c, int32_t seq) {
     return llama_memory_seq_pos_min(llama_get_memory(c->ctx), seq);
 }

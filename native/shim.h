@@ -125,6 +125,10 @@ void ll_mem_seq_cp(ll_context *c, int32_t src, int32_t dst, int32_t p0, int32_t 
 /* The smallest position a sequence still holds (a sliding-window cache drops old ones),
  * -1 when empty; and the model's attention window (0: none). */
 int32_t ll_mem_seq_pos_min(ll_context *c, int32_t seq);
+/* Move a sequence's cells in [p0, p1) by delta positions (context shift), and whether
+ * this memory can do that at all (not for recurrent models). */
+void ll_mem_seq_add(ll_context *c, int32_t seq, int32_t p0, int32_t p1, int32_t delta);
+int ll_mem_can_shift(ll_context *c);
 int32_t ll_model_n_swa(const ll_model *m);
 float *ll_embeddings_seq(ll_context *c, int32_t seq);
 float *ll_embeddings_ith(ll_context *c, int32_t i);

@@ -75,6 +75,7 @@ class GenerateRequest(_Request):
     images: list[str] | None = None
     think: bool | str | None = None
     truncate: bool | None = None
+    shift: bool | None = None  # context shift when generation fills the context (default on)
     logprobs: StrictBool = False
     top_logprobs: int = 0
 
@@ -86,6 +87,7 @@ class ChatRequest(_Request):
     format: str | dict[str, Any] | None = None
     think: bool | str | None = None
     truncate: bool | None = None
+    shift: bool | None = None  # context shift when generation fills the context (default on)
     logprobs: StrictBool = False
     top_logprobs: int = 0
 

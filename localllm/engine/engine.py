@@ -23,6 +23,7 @@ from localllm.engine.model import Batch, Context, Model, buffer_sizes
 from localllm.engine.positions import cut
 from localllm.engine.sampling import Sampler
 from localllm.engine.sharing import share_prefixes
+from localllm.engine.shift import shift
 from localllm.engine.slots import (
     OVERFLOW,
     Active,
@@ -84,6 +85,8 @@ class Engine:
         # llama.cpp split every mixed batch into equal per-sequence micro-batches.  The
         # per-slot limit is then ours to keep, and keeping it means the buffer never fills.
         self.n_ctx_slot = min(max(opts.n_ctx, 8), self.ctx.n_ctx // n_par)
+        # Context shift (engine/shift.py) needs movable cells and no sliding window.
+        self.can_shift = self.ctx.can_shift() and self.model.n_swa == 0
         self.slots = [Slot(i) for i in range(n_par)]
         self.adapters = Adapters(self.model, self.ctx)
         self._steps = 0
@@ -276,7 +279,9 @@ class Engine:
             out.append(Piece(req.id, text, t))
         if a.text.stopped:
             out.extend(self._finish(s, "stop"))
-        elif 0 < req.num_predict <= len(a.generated) or cells >= self.n_ctx_slot:
+        elif 0 < req.num_predict <= len(a.generated) or (
+                cells >= self.n_ctx_slot and not (req.shift and self.can_shift
+                                                  and shift(self.ctx, s, req.num_keep))):
             out.extend(self._finish(s, "length"))
         else:
             a.pending = t

@@ -263,6 +263,12 @@ class Context(_Owner):
     def seq_pos_min(self, seq: int) -> int:
         return int(self.lib.ll_mem_seq_pos_min(self.handle, seq))
 
+    def seq_add(self, seq: int, p0: int, p1: int, delta: int) -> None:
+        self.lib.ll_mem_seq_add(self.handle, seq, p0, p1, delta)
+
+    def can_shift(self) -> bool:
+        return bool(self.lib.ll_mem_can_shift(self.handle))
+
     def set_embeddings(self, on: bool) -> None:
         self.lib.ll_set_embeddings(self.handle, int(on))
 

@@ -76,6 +76,7 @@ class Plan:
     # Name the stop string that ended the reply in the last chunk (not an Ollama field:
     # only converters that have one, Anthropic's stop_sequence, ask for it).
     report_stop: bool = False
+    shift: bool | None = None  # Ollama's "shift": False stops at a full context with "length"
     images: Images = field(default_factory=Images)  # one per media marker in the prompt
     _checked: bool = field(default=False, repr=False)
 
@@ -86,6 +87,7 @@ class Plan:
             self.target, self.prompt, self.options, self.keep_alive, raw_prompt=self.raw,
             grammar=self.grammar, logprobs=self.top_logprobs or (1 if self.logprobs else 0),
             truncate=self.truncate)
+        prep.completion.shift = self.shift is not False
         if not self.raw:
             # The format's markers must reach the parser as text, control tokens or not.
             prep.completion.markers = list(chat_format(self.target, self.tool_family).markers)
@@ -178,7 +180,7 @@ def chat_plan(svc: InferenceService, req: ChatRequest, *,
     plan = Plan(svc, target, req.model, True, prompt, req.options, req.keep_alive,
                 grammar=grammar, logprobs=req.logprobs, top_logprobs=req.top_logprobs,
                 truncate=req.truncate, think=think, tools=tools, tool_family=family,
-                images=images)
+                images=images, shift=req.shift)
     plan.check()
     return plan
 
@@ -212,7 +214,7 @@ async def generate_plan(svc: InferenceService, target: Target, req: GenerateRequ
                 grammar=grammar_for(req.format), logprobs=req.logprobs,
                 top_logprobs=req.top_logprobs, truncate=req.truncate, think=think,
                 raw=req.raw, context=list(req.context) if req.context else None,
-                images=images)
+                images=images, shift=req.shift)
     plan.check()
     return plan
 

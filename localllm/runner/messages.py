@@ -106,6 +106,9 @@ class CompletionRequest:
     markers: list[str] = field(default_factory=list)
     # Prompt-lookup speculation: up to this many drafted tokens verified per step (0: off).
     draft_tokens: int = 0
+    # When the slot's context fills during generation, drop the older half after the
+    # first num_keep tokens and go on (Ollama's "shift"); False: stop with "length".
+    shift: bool = True
     # Encoded image files (PNG, JPEG, ...) as the client sent them, one per MEDIA_MARKER
     # in a text prompt, in order (base64 on the wire; see runner/protocol.py).
     images: list[bytes] = field(default_factory=list)

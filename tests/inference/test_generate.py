@@ -12,7 +12,7 @@ import pytest
 
 from tests.cli.conftest import Daemon
 from tests.inference.variants import serve_shared
-from tests.tinymodel import CHAT_TEMPLATE, GREEDY, expected_greedy
+from tests.tinymodel import CHAT_TEMPLATE, GREEDY, LOOP_PROMPT, expected_greedy
 
 GREEDY_OPTS = {"temperature": 0, "seed": 1}
 
@@ -78,6 +78,16 @@ def test_speculative_ngram_option_same_text_and_draft_counts(shared: Daemon) -> 
            f'{float(spec["draft_accepted_count"])}' in metrics
     r = post(shared, "/api/generate", {**body, "options": {"speculative": "eagle"}})
     assert r.status_code == 400 and "speculative" in r.json()["error"]
+
+
+def test_generation_shifts_past_the_context_unless_shift_is_false(shared: Daemon) -> None:
+    body = {"model": "tiny", "prompt": LOOP_PROMPT, "raw": True, "stream": False,
+            "options": {**GREEDY_OPTS, "num_predict": 700}}  # the context is 512
+    shifted = post(shared, "/api/generate", body, timeout=120).json()
+    assert (shifted["done_reason"], shifted["eval_count"]) == ("length", 700)
+    assert shifted["response"] == "A" * 700
+    stopped = post(shared, "/api/generate", {**body, "shift": False}, timeout=120).json()
+    assert stopped["done_reason"] == "length" and 400 < stopped["eval_count"] < 512
 
 
 def test_generate_templated_and_context(shared: Daemon) -> None:

@@ -1,0 +1,49 @@
+"""Context shift (engine/shift.py): a generation that fills its slot goes on, as Ollama's.
+
+The tiny model's next token depends only on the current one, so the text after a
+shift is exactly what an unlimited context would give: the check that the cells
+kept after the move are the right ones is that the alphabet continues unbroken
+past the limit, and the attention model's logprobs stay finite and ordered.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from localllm.engine.engine import Engine
+from localllm.runner.messages import CompletionRequest, SamplingParams
+from tests.engine.conftest import opts, run
+from tests.tinymodel import LETTERS, LOOP_PROMPT
+
+GREEDY_P = SamplingParams(temperature=0.0)
+
+
+def req(id: str, prompt: str, **kw: object) -> CompletionRequest:
+    return CompletionRequest(id=id, prompt=prompt, sampling=GREEDY_P, **kw)  # type: ignore[arg-type]
+
+
+def test_generation_goes_past_the_context_and_stays_coherent(tiny: Path) -> None:
+    # 16 cells per slot; "a" then 25 letters and EOS need 27.
+    with Engine([str(tiny)], opts(n_ctx=16, n_parallel=2)) as e:
+        got = run(e, req("shift", "a"), req("stop", "a", shift=False),
+                  req("loop", LOOP_PROMPT, num_predict=100))
+    shifted, stopped, loop = got["shift"], got["stop"], got["loop"]
+    assert shifted.text == LETTERS[1:] and shifted.done is not None
+    assert (shifted.done.reason, shifted.done.eval_count) == ("stop", 25)
+    assert stopped.done is not None and stopped.done.reason == "length"
+    assert stopped.text == LETTERS[1:stopped.done.eval_count + 1]
+    assert stopped.done.eval_count < 16
+    assert loop.text == "A" * 100 and loop.done is not None
+    assert (loop.done.reason, loop.done.eval_count) == ("length", 100)
+
+
+def test_shift_with_attention_and_the_slot_serves_again(tiny_attn: Path) -> None:
+    # With attention on, the shifted cells are read back: their keys were re-rotated to
+    # the new positions, so every logprob stays a sane number and the text goes on.
+    with Engine([str(tiny_attn)], opts(n_ctx=16)) as e:
+        long = run(e, req("long", "a", logprobs=1, num_keep=4))["long"]
+        again = run(e, req("again", "x", logprobs=1))["again"]
+    assert long.text == LETTERS[1:] and long.done is not None
+    assert (long.done.reason, long.done.eval_count) == ("stop", 25)
+    assert all(p.logprob is not None and -1.0 < p.logprob <= 0 for p in long.pieces)
+    assert again.text == "yz"
