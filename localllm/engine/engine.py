@@ -279,9 +279,12 @@ class Engine:
             out.append(Piece(req.id, text, t))
         if a.text.stopped:
             out.extend(self._finish(s, "stop"))
-        elif 0 < req.num_predict <= len(a.generated) or (
-                cells >= self.n_ctx_slot and not (req.shift and self.can_shift
-                                                  and shift(self.ctx, s, req.num_keep))):
+        elif (0 < req.num_predict <= len(a.generated)
+              # Unlimited: at most a context's worth of reply, shifted or not, so a model
+              # that never ends its turn cannot hold a slot for ever.
+              or (req.num_predict < 0 and len(a.generated) >= self.n_ctx_slot)
+              or (cells >= self.n_ctx_slot and not (req.shift and self.can_shift
+                                                    and shift(self.ctx, s, req.num_keep)))):
             out.extend(self._finish(s, "length"))
         else:
             a.pending = t

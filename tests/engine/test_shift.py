@@ -25,8 +25,8 @@ def req(id: str, prompt: str, **kw: object) -> CompletionRequest:
 def test_generation_goes_past_the_context_and_stays_coherent(tiny: Path) -> None:
     # 16 cells per slot; "a" then 25 letters and EOS need 27.
     with Engine([str(tiny)], opts(n_ctx=16, n_parallel=2)) as e:
-        got = run(e, req("shift", "a"), req("stop", "a", shift=False),
-                  req("loop", LOOP_PROMPT, num_predict=100))
+        got = run(e, req("shift", "a", num_predict=40), req("stop", "a", shift=False),
+                  req("loop", LOOP_PROMPT, num_predict=100), req("cap", LOOP_PROMPT))
     shifted, stopped, loop = got["shift"], got["stop"], got["loop"]
     assert shifted.text == LETTERS[1:] and shifted.done is not None
     assert (shifted.done.reason, shifted.done.eval_count) == ("stop", 25)
@@ -35,13 +35,17 @@ def test_generation_goes_past_the_context_and_stays_coherent(tiny: Path) -> None
     assert stopped.done.eval_count < 16
     assert loop.text == "A" * 100 and loop.done is not None
     assert (loop.done.reason, loop.done.eval_count) == ("length", 100)
+    # Unlimited (num_predict -1): a context's worth of reply at most, so a model that
+    # never ends its turn cannot hold the slot for ever.
+    cap = got["cap"].done
+    assert cap is not None and (cap.reason, cap.eval_count) == ("length", 16)
 
 
 def test_shift_with_attention_and_the_slot_serves_again(tiny_attn: Path) -> None:
     # With attention on, the shifted cells are read back: their keys were re-rotated to
     # the new positions, so every logprob stays a sane number and the text goes on.
     with Engine([str(tiny_attn)], opts(n_ctx=16)) as e:
-        long = run(e, req("long", "a", logprobs=1, num_keep=4))["long"]
+        long = run(e, req("long", "a", logprobs=1, num_keep=4, num_predict=40))["long"]
         again = run(e, req("again", "x", logprobs=1))["again"]
     assert long.text == LETTERS[1:] and long.done is not None
     assert (long.done.reason, long.done.eval_count) == ("stop", 25)

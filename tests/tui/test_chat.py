@@ -88,7 +88,7 @@ def test_escape_stops_generation_and_keeps_the_partial_reply(
         await pilot.pause()
         reply = screen.history[-1]
         assert reply.partial and reply.stats["interrupted"] == "stopped"
-        assert 20 <= len(reply.content) < 511 and set(reply.content) == {"A"}
+        assert 20 <= len(reply.content) < 512 and set(reply.content) == {"A"}
         assert "[stopped]" in str(view.query_one(".role").render())
         assert app.sessions.messages(screen.chat.id)[-1].partial  # type: ignore[union-attr]
         # The next reply comes normally.
@@ -109,7 +109,8 @@ def test_streaming_redraws_are_batched(tui_daemon: Daemon, tmp_path: Path) -> No
         elapsed = loop.time() - started
         view = screen.message_views()[-1]
         reply = screen.history[-1]
-        assert len(reply.content) == 511 and reply.stats["done_reason"] == "length"
+        # An unlimited reply ends after a context's worth of tokens (512), shifted or not.
+        assert len(reply.content) == 512 and reply.stats["done_reason"] == "length"
         # One redraw per timer tick at most, whatever the token rate.
         assert view.redraws <= elapsed * REFRESH_HZ + 2
         assert view.redraws < len(reply.content) / 4
