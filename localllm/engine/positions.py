@@ -107,6 +107,8 @@ def cut(ctx: Context, slot: Slot, n: int) -> int:
         slot.pos.clear()
         kept = 0
     del slot.cache[kept:]
+    if 0 <= slot.exact and kept <= slot.exact:
+        slot.exact = -1  # what is left was computed in its own context
     return kept
 
 

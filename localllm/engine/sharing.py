@@ -46,7 +46,7 @@ def share_prefixes(ctx: Context, slots: Sequence[Slot], n_swa: int = 0) -> None:
             if d is s or d.adapters != a.adapters or not d.pos.text_only():
                 continue
             # The last prompt token is always evaluated: its logits start the reply.
-            common = min(common_prefix(d.cache, a.prompt), len(a.prompt) - 1)
+            common = min(d.reusable(common_prefix(d.cache, a.prompt)), len(a.prompt) - 1)
             if common > n and _holds(ctx, d, a.n_past if not n_swa else
                                      max(a.n_past, common - n_swa)):
                 donor, n = d, common

@@ -68,6 +68,13 @@ class Slot:
     adapters: tuple[str, ...] = ()  # the LoRA set the cached tokens were computed under
     active: Active | None = None
     logits_index: int = -1  # this step's output row, -1 if none
+    # Cells from this index on were computed beside tokens a context shift dropped, so
+    # another prompt must not reuse them (-1: every cell is exact).
+    exact: int = -1
+
+    def reusable(self, common: int) -> int:
+        """``common`` leading cells, limited to those another prompt may reuse."""
+        return common if self.exact < 0 else min(common, self.exact)
 
     @property
     def free(self) -> bool:
@@ -92,7 +99,7 @@ def pick_slot(slots: Sequence[Slot], prompt: Sequence[int],
     for s in slots:
         if not s.free:
             continue
-        n = common_prefix(s.cache, prompt) if s.adapters == adapters else 0
+        n = s.reusable(common_prefix(s.cache, prompt)) if s.adapters == adapters else 0
         if best is None or n > best[1] or (n == best[1] and len(s.cache) < len(best[0].cache)):
             best = (s, n)
     return best

@@ -51,3 +51,23 @@ def test_shift_with_attention_and_the_slot_serves_again(tiny_attn: Path) -> None
     assert (long.done.reason, long.done.eval_count) == ("stop", 25)
     assert all(p.logprob is not None and -1.0 < p.logprob <= 0 for p in long.pieces)
     assert again.text == "yz"
+
+
+def test_cells_after_a_shift_are_not_reused_by_the_next_prompt(tiny_attn: Path) -> None:
+    # After a shift the kept newer cells were computed beside the dropped ones.  A prompt
+    # of exactly the slot's tokens (what a truncated conversation looks like: its head
+    # and its tail) must not take them as its own prefix, only the kept head.
+    with Engine([str(tiny_attn)], opts(n_ctx=16)) as e:
+        run(e, req("first", "a", num_predict=20, num_keep=4))
+        (slot,) = [s for s in e.slots if s.cache]
+        tokens = list(slot.cache)
+        assert len(tokens) > 8
+        again = run(e, CompletionRequest(id="again", prompt=tokens, sampling=GREEDY_P,
+                                         logprobs=1, num_predict=3))["again"]
+    assert again.done is not None and again.done.cached_tokens <= 4
+    with Engine([str(tiny_attn)], opts(n_ctx=16)) as fresh:
+        cold = run(fresh, CompletionRequest(id="again", prompt=tokens, sampling=GREEDY_P,
+                                            logprobs=1, num_predict=3))["again"]
+    assert again.text == cold.text
+    for x, y in zip(again.pieces, cold.pieces, strict=True):
+        assert abs((x.logprob or 0) - (y.logprob or 0)) < 1e-5
