@@ -82,3 +82,16 @@ async def spawn_async(module: str, *args: str, env: dict[str, str] | None = None
     """``python -m module args...`` as an asyncio subprocess."""
     return await asyncio.create_subprocess_exec(
         *argv(module, *args), env=_env(env, dies_with_parent), **kw)
+
+
+def describe_exit(returncode: int | None) -> str:
+    """How a child ended, for messages: "exit status 1", "signal 9, SIGKILL"."""
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "unknown signal"
+        return f"signal {-returncode}, {name}"
+    return f"exit status {returncode}"

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Literal, TypeVar
 
 from localllm.config import FlashAttention, KVType
+from localllm.errors import InvalidRequest, LocalLLMError, NotFound
 
 T = TypeVar("T")
 
@@ -152,3 +153,12 @@ class Failed:
 
 
 Event = Piece | Done | Failed
+
+
+def error_for(failed: Failed) -> LocalLLMError:
+    """A ``failed`` event as the matching error class (routes read ``status``)."""
+    if failed.status == 400:
+        return InvalidRequest(failed.message)
+    if failed.status == 404:
+        return NotFound(failed.message)
+    return LocalLLMError(failed.message, status=failed.status)

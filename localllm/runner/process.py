@@ -35,39 +35,24 @@ from localllm.errors import (
     InvalidRequest,
     LocalLLMError,
     ModelLoadError,
-    NotFound,
     RunnerCrashed,
     ShuttingDown,
 )
 from localllm.runner import protocol as P
-from localllm.runner.messages import CompletionRequest, Done, Failed, LoadOptions, Piece
+from localllm.runner.messages import (
+    CompletionRequest,
+    Done,
+    Failed,
+    LoadOptions,
+    Piece,
+    error_for,
+)
 from localllm.runner.resident import held_now
 from localllm.runner.watchdog import CLOSE_MISSED_BEATS, Watchdog
 
 log = logging.getLogger("localllm.runner")
 
 _TAIL_LINES = 40
-
-
-def describe_exit(returncode: int | None) -> str:
-    if returncode is None:
-        return "still running"
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = "unknown signal"
-        return f"signal {-returncode}, {name}"
-    return f"exit status {returncode}"
-
-
-def error_for(failed: Failed) -> LocalLLMError:
-    """A ``failed`` event as the matching error class (routes read ``status``)."""
-    if failed.status == 400:
-        return InvalidRequest(failed.message)
-    if failed.status == 404:
-        return NotFound(failed.message)
-    return LocalLLMError(failed.message, status=failed.status)
 
 
 class RunnerProcess:
@@ -151,7 +136,7 @@ class RunnerProcess:
                 reason = P.parse_failed(msg).message
             else:
                 reason = (f"model runner exited during load "
-                          f"({describe_exit(runner._proc.returncode)}){runner._tail_text()}")
+                          f"({children.describe_exit(runner._proc.returncode)}){runner._tail_text()}")
             raise ModelLoadError(f"failed to load {name}: {reason}")
         runner.info = dict(msg["info"])
         runner.logged_memory = dict(msg["memory"])
@@ -190,7 +175,8 @@ class RunnerProcess:
         """Why the child died when it was not ended by ``close()``; None otherwise."""
         if self._closing or self.alive:
             return None
-        return self._death or f"model runner exited ({describe_exit(self._proc.returncode)})"
+        how = children.describe_exit(self._proc.returncode)
+        return self._death or f"model runner exited ({how})"
 
     def stderr_tail(self) -> list[str]:
         """The child's last log lines (llama.cpp's included)."""
@@ -413,7 +399,7 @@ class RunnerProcess:
         self._alive = False
         if self._death is None:
             self._death = (f"model runner exited unexpectedly "
-                           f"({describe_exit(self._proc.returncode)}){self._lost_workers()}"
+                           f"({children.describe_exit(self._proc.returncode)}){self._lost_workers()}"
                            f"{self._tail_text()}")
             if not self._closing:
                 log.error("runner %d: %s", self.pid, self._death)
