@@ -290,6 +290,12 @@ SHUTDOWN_GRACE = Setting("LOCALLLM_SHUTDOWN_GRACE", parse_duration, 30.0,
                          "Seconds in-flight generations get to finish on shutdown.")
 NUM_THREAD = Setting("LOCALLLM_NUM_THREAD", _nonneg_int, 0,
                      "CPU threads for inference (0 = physical cores).")
+STEP_TOKENS = Setting(
+    "LOCALLLM_STEP_TOKENS", _nonneg_int, 0,
+    "Tokens one engine step may carry while requests are generating: their own tokens "
+    "plus new prompts' up to this total (at least a quarter of it for prompts). Lower "
+    "keeps running streams' inter-token latency steady while prompts arrive, at the cost "
+    "of the new prompts' time to first token; 0 = a whole batch, as llama-server.")
 ALLOWED_PATHS: Setting[list[str]] = Setting(
     "LOCALLLM_ALLOWED_PATHS", _list, [],
     "Folders (comma-separated) the daemon may read model files from when /api/create names a "
@@ -353,7 +359,7 @@ REGISTRY: tuple[Setting[object], ...] = (
     GPU_OVERHEAD, SCHED_SPREAD,
     NOPRUNE, DEBUG, API_KEY, SHUTDOWN_GRACE, NUM_THREAD, ALLOWED_PATHS, MAX_BODY, MAX_BLOB_SIZE,
     MIN_FREE_DISK, LOG_FORMAT, BACKENDS, CACHE, RPC_WORKERS, LLAMA_PREFIX, RUNNER_ENGINE,
-    FETCH_IMAGE_URLS,
+    FETCH_IMAGE_URLS, STEP_TOKENS,
 )  # type: ignore[assignment]
 
 

@@ -51,6 +51,7 @@ CASES: dict[str, tuple[str, Any, str | None]] = {
     "LOCALLLM_RPC_WORKERS": ("10.0.0.2:50052", ["10.0.0.2:50052"], None),
     "LOCALLLM_LLAMA_PREFIX": ("/opt/llama", "/opt/llama", None),
     "LOCALLLM_FETCH_IMAGE_URLS": ("1", "public", "sometimes"),
+    "LOCALLLM_STEP_TOKENS": ("128", 128, "-3"),
     "LOCALLLM_RUNNER_ENGINE": ("tests.runner.fake_engine:FakeEngine",
                                "tests.runner.fake_engine:FakeEngine", "tests.runner.fake_engine"),
 }

@@ -140,7 +140,7 @@ class Engine:
             share_prefixes(self.ctx, self.slots, self.model.n_swa)
         only = self.adapters.for_step(self.slots) if self.adapters.any else None
         part = fill_batch(self.batch, self.slots, self.n_batch, self._steps, only,
-                          self.n_ctx_slot)
+                          self.n_ctx_slot, self.opts.step_tokens)
         if part:
             events.extend(self._decode(part))
         if self.projector is not None:  # at most one image chunk per step (see vision.py)

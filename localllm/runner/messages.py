@@ -66,6 +66,9 @@ class LoadOptions:
     # A prefilling slot takes prompt cells another slot already holds (engine/sharing.py);
     # off only to measure what sharing saves.
     share_prefix: bool = True
+    # Decode-first steps (LOCALLLM_STEP_TOKENS): while slots generate, a step holds their
+    # tokens plus prompt tokens up to this total (0: a whole batch).
+    step_tokens: int = 0
 
 
 @dataclass
