@@ -89,6 +89,8 @@ class ChatBase(Screen[None]):
             running = await self.llm.client.ps()
         except LocalLLMError:
             return
+        if not self.is_attached or not self.query(StatusLine):
+            return  # the app closed while ps was on its way: nothing left to update
         entry = next((m for m in running if m.get("name") == self.model), None)
         status.loaded = entry is not None
         if entry is not None:
