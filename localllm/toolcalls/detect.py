@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from localllm.toolcalls import command_r, granite
 from localllm.toolcalls.base import FormatParser, Syntax
@@ -74,6 +75,7 @@ class ChatFormat:
                             name=self.name)
 
 
+@lru_cache(maxsize=64)
 def format_named(name: str, template: str = "") -> ChatFormat:
     """The format called ``name`` (one of :data:`FORMATS`), with the template's think tags."""
     if name not in FORMATS:
@@ -86,8 +88,12 @@ def format_named(name: str, template: str = "") -> ChatFormat:
     return ChatFormat(name, markers, tags)
 
 
+@lru_cache(maxsize=64)
 def detect_format(template: str) -> ChatFormat:
-    """The output format a chat template (Jinja or Go) teaches; ``generic`` if none."""
+    """The output format a chat template (Jinja or Go) teaches; ``generic`` if none.
+
+    Cached: every chat request asks (its plan for the markers, its shaper for the
+    parser), and a model's template does not change between requests."""
     return format_named(_detect_name(template), template)
 
 
