@@ -63,6 +63,9 @@ class LoadOptions:
     embedding: bool = False  # load for embeddings (pooled outputs)
     seed: int = -1
     projector: str | None = None  # a vision projector (mmproj GGUF) loaded next to the model
+    # A draft model (Modelfile DRAFT): a small GGUF of the same vocabulary, loaded in the
+    # same runner on the same devices, that proposes tokens for the model to verify.
+    draft: str | None = None
     # A prefilling slot takes prompt cells another slot already holds (engine/sharing.py);
     # off only to measure what sharing saves.
     share_prefix: bool = True
@@ -108,8 +111,12 @@ class CompletionRequest:
     # control token, its text is kept in the output, because GGUFs store many markers as
     # control tokens, which render as "" and would leave the parser a bare JSON object.
     markers: list[str] = field(default_factory=list)
-    # Prompt-lookup speculation: up to this many drafted tokens verified per step (0: off).
+    # Speculation: up to this many drafted tokens verified per step (0: off), drafted by
+    # prompt lookup ("ngram") or by the runner's draft model ("draft").
     draft_tokens: int = 0
+    draft_mode: Literal["ngram", "draft"] = "ngram"
+    draft_min: int = 0  # draft model: fewer drafted tokens than this are not verified
+    draft_p_min: float = 0.0  # draft model: stop drafting below this top-token probability
     # When the slot's context fills during generation, drop the older half after the
     # first num_keep tokens and go on (Ollama's "shift"); False: stop with "length".
     shift: bool = True
