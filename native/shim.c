@@ -412,6 +412,18 @@ int ll_top_logprobs(ll_context *c, int32_t i, int32_t token, int n, int32_t *ids
     return k;
 }
 
+int32_t ll_greedy(ll_context *c, int32_t i, float *p_top) {
+    const float *lg = llama_get_logits_ith(c->ctx, i);
+    if (lg == NULL) return -1;
+    const int32_t nv = c->n_vocab;
+    int32_t best = 0;
+    for (int32_t t = 1; t < nv; t++) if (lg[t] > lg[best]) best = t;
+    double sum = 0.0;
+    for (int32_t t = 0; t < nv; t++) sum += exp((double)(lg[t] - lg[best]));
+    if (p_top) *p_top = (float)(1.0 / sum);
+    return best;
+}
+
 /* ---- batch --------------------------------------------------------------- */
 
 ll_batch *ll_batch_new(int n_tokens_max) {

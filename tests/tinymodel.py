@@ -157,11 +157,16 @@ def make_tiny_model(
     seed: int = 0,
     splits: int = 1,
     n_layer: int = N_LAYER,
+    overrides: dict[str, str] | None = None,
+    sharpness: float = SHARPNESS,
 ) -> Path:
     """Write the tiny model into ``dir`` and return its path (see the module docstring).
 
     ``n_layer`` > 1 stacks more identical-role blocks (placement tests split them
-    over devices); the greedy text is the same for any count.
+    over devices); the greedy text is the same for any count.  ``overrides``
+    changes successors (``{"e": "x"}``: after "e" comes "x"), and ``sharpness``
+    the winning logit: together they make draft models that agree with the
+    alphabet model only in part, or only unsurely.
     """
     import gguf  # heavy import kept out of module import
 
@@ -201,8 +206,11 @@ def make_tiny_model(
     emb[np.arange(N_VOCAB), np.arange(N_VOCAB)] = 1.0
     out = np.zeros((N_VOCAB, N_EMBD), dtype=f32)
     # After the final RMS norm a one-hot row has value sqrt(N_EMBD) in its slot.
-    for t, nxt in successors().items():
-        out[nxt, t] = SHARPNESS / np.sqrt(N_EMBD)
+    table = successors()
+    for a, b in (overrides or {}).items():
+        table[token_id(a)] = token_id(b)
+    for t, nxt in table.items():
+        out[nxt, t] = sharpness / np.sqrt(N_EMBD)
     w.add_tensor("token_embd.weight", emb)
     w.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=f32))
     w.add_tensor("output.weight", out)

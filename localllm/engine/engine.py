@@ -19,6 +19,7 @@ from typing import Any
 
 from localllm.engine import plugins
 from localllm.engine.adapters import Adapters, AdapterSet
+from localllm.engine.draft import Drafter
 from localllm.engine.model import Batch, Context, Model, buffer_sizes
 from localllm.engine.positions import cut
 from localllm.engine.sampling import Sampler
@@ -73,9 +74,14 @@ class Engine:
             self.batch = Batch(n_batch)
             self.projector = load_projector(opts, self.model, placement["devices"],
                                             opts.n_threads or default_threads())
+            self.drafter = (Drafter(opts.draft, self.model, opts, placement, n_seq=n_par,
+                                    n_ctx_slot=min(max(opts.n_ctx, 8), self.ctx.n_ctx // n_par),
+                                    n_batch=n_batch, n_threads=opts.n_threads or default_threads())
+                            if opts.draft else None)
         except BaseException:
-            if getattr(self, "ctx", None) is not None:
-                self.ctx.close()
+            for h in ("projector", "batch", "ctx"):  # whatever was made before the failure
+                if getattr(self, h, None) is not None:
+                    getattr(self, h).close()
             self.model.close()
             raise
         if opts.embedding:
@@ -140,7 +146,7 @@ class Engine:
             share_prefixes(self.ctx, self.slots, self.model.n_swa)
         only = self.adapters.for_step(self.slots) if self.adapters.any else None
         part = fill_batch(self.batch, self.slots, self.n_batch, self._steps, only,
-                          self.n_ctx_slot, self.opts.step_tokens)
+                          self.n_ctx_slot, self.opts.step_tokens, self.drafter)
         if part:
             events.extend(self._decode(part))
         if self.projector is not None:  # at most one image chunk per step (see vision.py)
@@ -202,13 +208,15 @@ class Engine:
             "description": m.description,
             "embedding": self.opts.embedding,
             "vision": self.projector is not None and self.projector.vision,
+            "draft": self.drafter is not None,
         }
 
     def memory_report(self) -> dict[str, dict[str, int]]:
-        """Bytes llama.cpp allocated per device, from its load-time log lines."""
+        """Bytes llama.cpp allocated per device, from its load-time log lines, with the
+        projector's and the draft model's (each on its own device)."""
         report = buffer_sizes(self._load_log)
-        if self.projector is not None:  # its weights and compute buffer, on its device
-            for dev, use in self.projector.memory().items():
+        for extra in (self.projector, self.drafter):
+            for dev, use in (extra.memory() if extra is not None else {}).items():
                 d = report.setdefault(dev, {"model": 0, "kv": 0, "compute": 0})
                 for k, v in use.items():
                     d[k] += v
@@ -220,7 +228,7 @@ class Engine:
                 s.active.sampler.close()
                 s.active = None
         # Adapters after the context that applies them, before the model they belong to.
-        for h in ("batch", "ctx", "adapters", "projector", "model"):
+        for h in ("drafter", "batch", "ctx", "adapters", "projector", "model"):
             obj = getattr(self, h, None)
             if obj is not None:
                 obj.close()

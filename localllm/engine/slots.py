@@ -23,6 +23,7 @@ from localllm.errors import InvalidRequest
 from localllm.runner.messages import CompletionRequest
 
 if TYPE_CHECKING:
+    from localllm.engine.draft import Drafter
     from localllm.engine.model import Batch, Model
 
 OVERFLOW = "the input length exceeds the context length"
@@ -135,7 +136,8 @@ def prompt_tokens(model: Model, req: CompletionRequest, n_ctx_slot: int) -> list
 
 def fill_batch(batch: Batch, slots: Sequence[Slot], n_batch: int, step: int,
                only: tuple[str, ...] | None = None,
-               n_ctx_slot: int = 0, step_tokens: int = 0) -> list[tuple[Slot, int, bool]]:
+               n_ctx_slot: int = 0, step_tokens: int = 0,
+               drafter: Drafter | None = None) -> list[tuple[Slot, int, bool]]:
     """Decode tokens, their drafts, then prompt chunks into the batch:
     [(slot, len before, prefill)].
 
@@ -156,7 +158,7 @@ def fill_batch(batch: Batch, slots: Sequence[Slot], n_batch: int, step: int,
             s.logits_index = batch.add(a.pending, s.pos.add_text(1), s.seq, True)
             s.cache.append(a.pending)
             a.pending = -1
-    add_drafts(batch, slots, n_batch, n_ctx_slot)
+    add_drafts(batch, slots, n_batch, n_ctx_slot, drafter)
     budget = n_batch - len(batch)
     if step_tokens and len(batch):
         # Decode first: generating slots' tokens set the pace, prompts fill the rest of the

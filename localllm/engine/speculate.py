@@ -1,8 +1,9 @@
-"""Speculative decoding with prompt-lookup drafts, inside the batched engine.
+"""Speculative decoding inside the batched engine: drafts in, verified tokens out.
 
 A decoding slot whose request speculates (``CompletionRequest.draft_tokens``)
 puts its pending token *and* up to that many drafted tokens (``ngram``: what
-followed the last time its history looked like this) into the same batch as
+followed the last time its history looked like this; ``draft``: what the
+runner's draft model guesses, see ``draft.py``) into the same batch as
 every other slot's tokens, each with an output row.  After the one
 ``llama_decode``, :func:`verify` samples row by row with the request's own
 sampler: the token sampled after position *i* is exactly what plain decoding
@@ -19,11 +20,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from localllm.engine.draft import Want
 from localllm.engine.ngram import NgramIndex
 from localllm.engine.positions import cut
 from localllm.runner.messages import CompletionRequest, Event
 
 if TYPE_CHECKING:
+    from localllm.engine.draft import Drafter
     from localllm.engine.engine import Engine
     from localllm.engine.model import Batch
     from localllm.engine.slots import Slot
@@ -31,29 +34,53 @@ if TYPE_CHECKING:
 
 def speculation(req: CompletionRequest, prompt: list[int]) -> NgramIndex | None:
     """The lookup index a request drafts from, seeded with its prompt; None if it doesn't."""
-    if req.draft_tokens <= 0 or any(t < 0 for t in prompt):
+    if req.draft_tokens <= 0 or req.draft_mode != "ngram" or any(t < 0 for t in prompt):
         return None  # images: their cells are keys, not tokens a draft could copy
     index = NgramIndex()
     index.extend(prompt)
     return index
 
 
-def add_drafts(batch: Batch, slots: Sequence[Slot], n_batch: int, n_ctx_slot: int) -> None:
-    """Append each speculating decoding slot's drafted tokens (after its pending one)."""
+def add_drafts(batch: Batch, slots: Sequence[Slot], n_batch: int, n_ctx_slot: int,
+               drafter: Drafter | None = None) -> None:
+    """Append each speculating decoding slot's drafted tokens (after its pending one):
+    prompt-lookup drafts, or the draft model's for requests that ask for it (all those
+    slots drafted together, see ``draft.py``)."""
+    wants: list[tuple[Slot, Want]] = []
     for s in slots:
         a = s.active
-        if a is None or a.ngram is None or s.logits_index < 0 or a.prefilling:
+        if a is None or s.logits_index < 0 or a.prefilling:
+            continue
+        by_model = (drafter is not None and a.req.draft_mode == "draft"
+                    and a.req.draft_tokens > 0 and a.media is None)
+        if a.ngram is None and not by_model:
             continue
         room = min(a.req.draft_tokens, n_batch - len(batch))
         if n_ctx_slot:
             room = min(room, n_ctx_slot - len(s.cache) - 1)  # one cell for the next token
         if a.req.num_predict > 0:
             room = min(room, a.req.num_predict - len(a.generated) - 1)
-        drafts = a.ngram.draft(room) if room > 0 else []
-        for t in drafts:
-            a.draft_rows.append(batch.add(t, s.pos.add_text(1), s.seq, True))
-            s.cache.append(t)
-        a.drafts = drafts
+        if room <= 0:
+            a.drafts = []
+        elif by_model:
+            wants.append((s, Want(s.seq, s.cache, room, a.req.draft_p_min, a.req.draft_min)))
+            continue
+        else:
+            assert a.ngram is not None
+            _append(batch, s, a.ngram.draft(room))
+    if wants and drafter is not None:
+        drafter.propose([w for _, w in wants])
+        for s, w in wants:  # each slot's room was checked against the batch's before
+            _append(batch, s, w.drafts[:n_batch - len(batch)])
+
+
+def _append(batch: Batch, s: Slot, drafts: list[int]) -> None:
+    a = s.active
+    assert a is not None
+    for t in drafts:
+        a.draft_rows.append(batch.add(t, s.pos.add_text(1), s.seq, True))
+        s.cache.append(t)
+    a.drafts = drafts
 
 
 def verify(engine: Engine, s: Slot) -> list[Event]:
