@@ -159,6 +159,7 @@ def make_tiny_model(
     n_layer: int = N_LAYER,
     overrides: dict[str, str] | None = None,
     sharpness: float = SHARPNESS,
+    n_ff: int = N_FF,
 ) -> Path:
     """Write the tiny model into ``dir`` and return its path (see the module docstring).
 
@@ -166,7 +167,8 @@ def make_tiny_model(
     over devices); the greedy text is the same for any count.  ``overrides``
     changes successors (``{"e": "x"}``: after "e" comes "x"), and ``sharpness``
     the winning logit: together they make draft models that agree with the
-    alphabet model only in part, or only unsurely.
+    alphabet model only in part, or only unsurely.  ``n_ff`` widens the (zero,
+    so inert) feed-forward blocks: a model that costs more per token, same text.
     """
     import gguf  # heavy import kept out of module import
 
@@ -179,7 +181,7 @@ def make_tiny_model(
     w.add_context_length(n_ctx_train)
     w.add_embedding_length(N_EMBD)
     w.add_block_count(n_layer)
-    w.add_feed_forward_length(N_FF)
+    w.add_feed_forward_length(n_ff)
     w.add_head_count(N_HEAD)
     w.add_head_count_kv(N_HEAD)
     w.add_rope_dimension_count(N_EMBD // N_HEAD)
@@ -230,9 +232,9 @@ def make_tiny_model(
         w.add_tensor(p + "attn_v.weight", attn(0.02))
         w.add_tensor(p + "attn_output.weight", attn(0.002))
         w.add_tensor(p + "ffn_norm.weight", np.ones(N_EMBD, dtype=f32))
-        w.add_tensor(p + "ffn_gate.weight", np.zeros((N_FF, N_EMBD), dtype=f32))
-        w.add_tensor(p + "ffn_up.weight", np.zeros((N_FF, N_EMBD), dtype=f32))
-        w.add_tensor(p + "ffn_down.weight", np.zeros((N_EMBD, N_FF), dtype=f32))
+        w.add_tensor(p + "ffn_gate.weight", np.zeros((n_ff, N_EMBD), dtype=f32))
+        w.add_tensor(p + "ffn_up.weight", np.zeros((n_ff, N_EMBD), dtype=f32))
+        w.add_tensor(p + "ffn_down.weight", np.zeros((N_EMBD, n_ff), dtype=f32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
