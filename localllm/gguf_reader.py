@@ -6,13 +6,15 @@ the bytes actually left in the file, so a hostile header is refused in
 milliseconds with bounded memory (``InvalidModelFile``).  Long arrays (the
 vocabulary, merges) are counted and skipped, not kept: ``kv`` holds scalars and
 short arrays; only the texts of the BOS/EOS/EOT tokens are fetched from the
-vocabulary.  ``gguf_info`` turns headers into ``ModelInfo``.
+vocabulary (``iter_string_array`` walks a whole one, for the draft model's
+vocabulary check).  ``gguf_info`` turns headers into ``ModelInfo``.
 """
 
 from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -267,3 +269,19 @@ def _pick_tokens(fh: BinaryIO, size: int, where: str, h: Header) -> None:
                 h.kv[f"_token.{role}"] = text
         else:
             r.skip_string("token")
+
+
+def iter_string_array(path: Path, h: Header, key: str) -> Iterator[str]:
+    """The strings of the long array ``key`` of ``path``'s header ``h``, one at a time.
+
+    The header reader skips such arrays (the vocabulary); this walks one again
+    through the bounded buffer, so comparing two vocabularies never holds either.
+    """
+    offset = h.array_offsets.get(key)
+    if offset is None:
+        return
+    where = f"{path.name}: not a valid GGUF file"
+    with open(path, "rb") as fh:
+        r = _Reader(fh, h.file_size, where, offset)
+        for _ in range(h.array_lengths[key]):
+            yield r.string(f"element of {key}")

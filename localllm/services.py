@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from localllm.store.local import PartialsReport, Store
-from localllm.store.manifests import MEDIA_LICENSE, Entry
+from localllm.store.manifests import MEDIA_DRAFT, MEDIA_LICENSE, Entry
 from localllm.store.names import parse_digest, parse_name
 
 log = logging.getLogger(__name__)
@@ -168,7 +168,30 @@ class ModelService:
         }
         if projector_info is not None:
             out["projector_info"] = projector_info
+        draft = self._draft(entry)
+        if draft is not None:
+            out["draft"] = draft
         return out
+
+    def _draft(self, entry: Entry) -> dict[str, Any] | None:
+        """The draft model (Modelfile ``DRAFT``; ours): its blob and, from its GGUF
+        header, the details ``/api/show`` gives for a model."""
+        from localllm.errors import InvalidModelFile
+        from localllm.gguf_info import read_model_info
+
+        layer = entry.manifest.first(MEDIA_DRAFT)
+        if layer is None:
+            return None
+        details = {"format": "gguf", "family": "", "parameter_size": "",
+                   "quantization_level": ""}
+        try:
+            info = read_model_info(self.store.blobs.path(layer.digest))
+        except (InvalidModelFile, OSError) as exc:
+            log.warning("%s: draft model not readable: %s", entry.name.display, exc)
+        else:
+            details.update(family=info.architecture, parameter_size=info.parameter_size,
+                           quantization_level=info.file_type)
+        return {"digest": layer.digest, "size": layer.size, "details": details}
 
     def _projector_info(self, entry: Entry) -> dict[str, Any] | None:
         """The projector's GGUF key/values (Ollama's ``projector_info``), or None when the

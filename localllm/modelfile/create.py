@@ -1,14 +1,14 @@
 """Build a model from a structured create request (the daemon side of ``/api/create``).
 
 Two phases.  ``Creator.plan`` checks everything that can be checked without
-writing (name, base model or files, adapters, a vision projector, parameters,
-template, messages, quantization type) and raises a 4xx error; routes call it before the response
-starts, so bad input is a plain HTTP error.  ``Creator.run`` then writes blobs,
-emitting Ollama's statuses (``parsing GGUF``, ``quantizing F16 model to Q4_K_M``,
-``using existing layer sha256:…``, ``creating new layer sha256:…``, ``writing
-manifest``, ``success``), and writes the manifest last: a failure on the way
-leaves only content-addressed blobs, which the store's GC removes, never a
-half-made model.
+writing (name, base model or files, adapters, a vision projector, a draft model,
+parameters, template, messages, quantization type) and raises a 4xx error;
+routes call it before the response starts, so bad input is a plain HTTP error.
+``Creator.run`` then writes blobs, emitting Ollama's statuses (``parsing GGUF``,
+``quantizing F16 model to Q4_K_M``, ``using existing layer sha256:…``,
+``creating new layer sha256:…``, ``writing manifest``, ``success``), and writes
+the manifest last: a failure on the way leaves only content-addressed blobs,
+which the store's GC removes, never a half-made model.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from localllm.modelfile.checks import (
     check_template,
     check_text_sizes,
 )
+from localllm.modelfile.draft_check import Draft, check_vocabulary, resolve_draft
 from localllm.modelfile.lora_check import check_adapter_fits
 from localllm.modelfile.paths import allowed_path, looks_like_path, model_files
 from localllm.modelfile.quantize import QUANTIZABLE, quant_type, quantize_file
@@ -35,6 +36,7 @@ from localllm.store.importer import config_for
 from localllm.store.local import Store
 from localllm.store.manifests import (
     MEDIA_ADAPTER,
+    MEDIA_DRAFT,
     MEDIA_LICENSE,
     MEDIA_MESSAGES,
     MEDIA_MODEL,
@@ -62,6 +64,7 @@ class CreateSpec:
     files: dict[str, str] = field(default_factory=dict)
     adapters: dict[str, str] = field(default_factory=dict)
     projector: dict[str, str] = field(default_factory=dict)  # {file name: digest}, at most one
+    draft: str | dict[str, str] | None = None  # a store model's name, or {file name: digest}
     template: str | None = None
     system: str | None = None
     license: list[str] = field(default_factory=list)
@@ -83,6 +86,7 @@ class Plan:
     adapters: list[tuple[str, str, int]] = field(default_factory=list)  # (file, digest, size)
     quantize: str | None = None  # libllama type name
     projector: Layer | None = None  # replaces the base model's projector
+    draft: Draft | None = None  # replaces the base model's draft
     spec: CreateSpec = field(default_factory=lambda: CreateSpec(""))
 
 
@@ -114,6 +118,9 @@ class Creator:
         if spec.template is not None:
             check_template(spec.template, spec.messages or [], spec.system)
         plan.projector = self._check_projector(spec.projector, plan.projector)
+        if spec.draft is not None:
+            plan.draft = resolve_draft(self.store, spec.draft, self._blob)
+            self._check_draft_vocabulary(plan)
         for fname, digest in spec.adapters.items():
             plan.adapters.append(self._check_adapter(fname, digest, plan))
         if plan.quantize and plan.info is not None:
@@ -179,6 +186,13 @@ class Creator:
             return Layer(MEDIA_PROJECTOR, parse_digest(digest), path.stat().st_size, fname)
         return found
 
+    def _check_draft_vocabulary(self, plan: Plan) -> None:
+        # (No base yet: an hf.co base not pulled; checked again after the pull.)
+        bases = [self.store.blobs.path(ly.digest) for ly in plan.model_layers]
+        bases += plan.import_paths
+        if plan.draft is not None and bases:
+            check_vocabulary(plan.draft, bases[0])  # the first part holds the tokenizer
+
     def _check_adapter(self, fname: str, digest: str, plan: Plan) -> tuple[str, str, int]:
         base = plan.info
         path = self._blob(digest, f"ADAPTER {fname}")
@@ -220,6 +234,7 @@ class Creator:
             # Checks that needed the base's metadata.
             assert plan.info is not None
             plan.adapters = [self._check_adapter(f, d, plan) for f, d, _ in plan.adapters]
+            self._check_draft_vocabulary(plan)
             if plan.quantize:
                 self._check_quantizable(plan, plan.info)
         emit({"status": "parsing GGUF"})
@@ -236,6 +251,10 @@ class Creator:
             layers.append(self._existing(plan.projector, emit))
         elif base is not None:
             layers += base.manifest.by_type(MEDIA_PROJECTOR)
+        if plan.draft is not None:
+            layers.append(self._existing(plan.draft.layer, emit))
+        elif base is not None:
+            layers += base.manifest.by_type(MEDIA_DRAFT)
         if base is not None:
             layers += [self._existing(a, emit) for a in base.manifest.by_type(MEDIA_ADAPTER)]
         for fname, digest, size in plan.adapters:

@@ -20,9 +20,10 @@ from localllm.api.options import OPTION_TYPES, resolve_options
 from localllm.errors import InvalidRequest
 from localllm.modelfile.checks import ROLES
 
-# "projector" is ours (Ollama has no Modelfile line for it): a vision projector file.
+# "projector" and "draft" are ours (Ollama has no Modelfile line for them): a vision
+# projector file, and a draft model for speculative decoding.
 INSTRUCTIONS = ("from", "parameter", "template", "system", "adapter", "license", "message",
-                "requires", "projector")
+                "requires", "projector", "draft")
 # Newer Ollama instructions naming built-in Go renderers/parsers we do not have: accepted and
 # ignored so that Modelfiles printed by a recent Ollama still build (the template still applies).
 IGNORED = ("renderer", "parser")
@@ -49,6 +50,7 @@ class Modelfile:
     system: str | None = None
     adapters: list[str] = field(default_factory=list)
     projector: str | None = None  # a vision projector (mmproj GGUF) path
+    draft: str | None = None  # a draft model: a model name or a GGUF path
     licenses: list[str] = field(default_factory=list)
     messages: list[dict[str, str]] = field(default_factory=list)
     requires: str | None = None
@@ -219,6 +221,10 @@ def _simple(mf: Modelfile, cur: _Cursor, command: str, line: int) -> None:
         if mf.projector is not None:
             raise cur.error("only one PROJECTOR line is allowed", line, 1)
         mf.projector = value.strip()
+    elif command == "draft":
+        if mf.draft is not None:
+            raise cur.error("only one DRAFT line is allowed", line, 1)
+        mf.draft = value.strip()
     elif command == "license":
         mf.licenses.append(value)
     elif command == "requires":

@@ -49,6 +49,8 @@ def to_text(mf: Modelfile, *, header: list[str] | None = None) -> str:
         lines.append(f"ADAPTER {quote(adapter)}")
     if mf.projector is not None:
         lines.append(f"PROJECTOR {quote(mf.projector)}")
+    if mf.draft is not None:
+        lines.append(f"DRAFT {quote(mf.draft)}")
     if mf.template is not None:
         lines.append(f"TEMPLATE {quote(mf.template, block=True)}")
     if mf.system is not None:

@@ -3,8 +3,9 @@
 It is built as a :class:`Modelfile` and written by ``serialize.to_text``, so
 ``create`` from the printed text gives the same layers back.  ``FROM`` names
 the model's GGUF blob (a split model, whose parts one path cannot name, is
-referred to by its model name); ``TEMPLATE`` appears only when the model has a
-template layer, since the GGUF's own chat template travels inside the blob.
+referred to by its model name), as ``ADAPTER``, ``PROJECTOR`` and ``DRAFT`` name
+theirs; ``TEMPLATE`` appears only when the model has a template layer, since the
+GGUF's own chat template travels inside the blob.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ def modelfile_of(store: Store, entry: Entry) -> Modelfile:
                    for ly in entry.manifest.by_type(MEDIA_ADAPTER)]
     projector = store.projector_path(entry)
     mf.projector = str(projector) if projector is not None else None
+    draft = store.draft_path(entry)
+    mf.draft = str(draft) if draft is not None else None
     mf.template = store.template(entry)
     mf.system = store.system(entry)
     mf.parameters = parameters_from_layer(store.params(entry))

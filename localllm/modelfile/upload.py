@@ -1,10 +1,11 @@
 """The client side of ``create``: turn a parsed Modelfile into an ``/api/create`` request.
 
 Local files (``FROM ./model.gguf``, ``FROM ./folder-of-split-ggufs``,
-``ADAPTER ./lora.gguf``) are resolved relative to the Modelfile, hashed, and
-uploaded with ``POST /api/blobs/<digest>`` only when ``HEAD`` says the daemon
-lacks them; the request then names them by digest.  ``FROM`` anything else
-(a model name, ``hf.co/…``) is passed on for the daemon to resolve.
+``ADAPTER ./lora.gguf``, ``PROJECTOR``, ``DRAFT ./small.gguf``) are resolved
+relative to the Modelfile, hashed, and uploaded with ``POST /api/blobs/<digest>``
+only when ``HEAD`` says the daemon lacks them; the request then names them by
+digest.  ``FROM`` or ``DRAFT`` anything else (a model name, ``hf.co/…``) is
+passed on for the daemon to resolve.
 """
 
 from __future__ import annotations
@@ -48,9 +49,14 @@ def push_file(client: BlobClient, path: Path, emit: Event) -> str:
 
 def local_from(mf: Modelfile, base_dir: Path) -> Path | None:
     """The local file or folder ``FROM`` names, or None when it names a model."""
-    if looks_like_path(mf.from_):
-        return resolve_local(mf.from_, base_dir)
-    candidate = resolve_local(mf.from_, base_dir)
+    return local_path(mf.from_, base_dir)
+
+
+def local_path(value: str, base_dir: Path) -> Path | None:
+    """The local file or folder a ``FROM`` or ``DRAFT`` value names, or None for a model."""
+    if looks_like_path(value):
+        return resolve_local(value, base_dir)
+    candidate = resolve_local(value, base_dir)
     # As Ollama's CLI: an existing file or folder of that name wins over a model name.
     return candidate if candidate.exists() else None
 
@@ -80,6 +86,8 @@ def build_request(mf: Modelfile, model: str, base_dir: Path, client: BlobClient,
         if not path.is_file():
             raise InvalidRequest(f'PROJECTOR file "{mf.projector}" does not exist')
         body["projector"] = {path.name: push_file(client, path, emit)}
+    if mf.draft is not None:
+        body["draft"] = _draft(mf.draft, base_dir, client, emit)
     if mf.template is not None:
         body["template"] = mf.template
     if mf.system is not None:
@@ -93,3 +101,15 @@ def build_request(mf: Modelfile, model: str, base_dir: Path, client: BlobClient,
     if quantize:
         body["quantize"] = quantize
     return body
+
+
+def _draft(value: str, base_dir: Path, client: BlobClient, emit: Event) -> str | dict[str, str]:
+    """``DRAFT``: ``{file name: digest}`` of an uploaded GGUF, or a model name as given."""
+    path = local_path(value, base_dir)
+    if path is None:
+        return value
+    if not path.is_file():
+        raise InvalidRequest(f'DRAFT file "{value}" does not exist'
+                             + (" (a draft model must be a single GGUF file)"
+                                if path.is_dir() else ""))
+    return {path.name: push_file(client, path, emit)}

@@ -3,9 +3,10 @@
 The request is Ollama's structured one (the CLI parses the Modelfile and
 uploads blobs first): ``model``, ``from``, ``files``, ``adapters``,
 ``template``, ``system``, ``license``, ``parameters``, ``messages``,
-``quantize``, ``stream``.  Validation (``Creator.plan``) runs before the
-response starts, so bad input is a 4xx with ``{"error": …}``; the writing
-phase streams NDJSON statuses (or returns the last one with ``stream: false``).
+``quantize``, ``stream``, and ours: ``projector`` and ``draft``.  Validation
+(``Creator.plan``) runs before the response starts, so bad input is a 4xx with
+``{"error": …}``; the writing phase streams NDJSON statuses (or returns the last
+one with ``stream: false``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ class CreateRequest(_ModelRequest):
     adapters: dict[str, str] | None = None
     # Not in Ollama: {file name: digest} of an uploaded vision projector (Modelfile PROJECTOR).
     projector: dict[str, str] | None = None
+    # Not in Ollama: the draft model (Modelfile DRAFT), a store model's name or
+    # {file name: digest} of an uploaded GGUF.
+    draft: str | dict[str, str] | None = None
     template: str | None = None
     system: str | None = None
     license: str | list[str] | None = None
@@ -49,6 +53,7 @@ def _spec(req: CreateRequest) -> CreateSpec:
     return CreateSpec(
         model=req.model, from_=req.from_, files=dict(req.files or {}),
         adapters=dict(req.adapters or {}), projector=dict(req.projector or {}),
+        draft=dict(req.draft) if isinstance(req.draft, dict) else req.draft,
         template=req.template, system=req.system,
         license=licenses, parameters=req.parameters, messages=req.messages,
         quantize=req.quantize or req.quantization,

@@ -20,6 +20,7 @@ from localllm.store.blobs import BlobStore, open_by_live_process, pid_alive
 from localllm.store.manifests import (
     CONFIG_MEDIA_TYPE,
     MEDIA_ADAPTER,
+    MEDIA_DRAFT,
     MEDIA_MODEL,
     MEDIA_PARAMS,
     MEDIA_PROJECTOR,
@@ -91,6 +92,11 @@ class Store:
     def projector_path(self, entry: Entry) -> Path | None:
         """Path of the manifest's vision projector (``mmproj``) layer, if it has one."""
         layer = entry.manifest.first(MEDIA_PROJECTOR)
+        return self.blobs.path(layer.digest) if layer is not None else None
+
+    def draft_path(self, entry: Entry) -> Path | None:
+        """Path of the manifest's draft model GGUF (Modelfile ``DRAFT``), if it has one."""
+        layer = entry.manifest.first(MEDIA_DRAFT)
         return self.blobs.path(layer.digest) if layer is not None else None
 
     def read_json_layer(self, entry: Entry, media_type: str) -> Any:

@@ -31,6 +31,9 @@ MEDIA_SYSTEM = _PREFIX + "system"
 MEDIA_PARAMS = _PREFIX + "params"
 MEDIA_LICENSE = _PREFIX + "license"
 MEDIA_MESSAGES = _PREFIX + "messages"
+# Ours (Ollama has none): a draft model for speculative decoding (Modelfile DRAFT), a GGUF
+# of the same vocabulary; the layer points at that GGUF's blob, shared with its own model.
+MEDIA_DRAFT = "application/vnd.localllm.draft"
 MAX_MANIFEST_BYTES = 4 << 20
 
 
