@@ -415,13 +415,26 @@ int ll_top_logprobs(ll_context *c, int32_t i, int32_t token, int n, int32_t *ids
 int32_t ll_greedy(ll_context *c, int32_t i, float *p_top) {
     const float *lg = llama_get_logits_ith(c->ctx, i);
     if (lg == NULL) return -1;
-    const int32_t nv = c->n_vocab;
-    int32_t best = 0;
-    for (int32_t t = 1; t < nv; t++) if (lg[t] > lg[best]) best = t;
+    /* As llama.cpp's own drafting: the probability among the 10 likeliest tokens
+       (so draft_p_min means what llama-server's --spec-draft-p-min means), found
+       in one pass instead of a softmax over the whole vocabulary. */
+    enum { K = 10 };
+    int32_t ids[K];
+    float vals[K];
+    int n = 0;
+    for (int32_t t = 0; t < c->n_vocab; t++) {
+        float v = lg[t];
+        if (n == K && v <= vals[K - 1]) continue;
+        int j = n < K ? n++ : K - 1;
+        while (j > 0 && vals[j - 1] < v) { vals[j] = vals[j - 1]; ids[j] = ids[j - 1]; j--; }
+        vals[j] = v;
+        ids[j] = t;
+    }
+    if (n == 0) return -1;
     double sum = 0.0;
-    for (int32_t t = 0; t < nv; t++) sum += exp((double)(lg[t] - lg[best]));
+    for (int j = 0; j < n; j++) sum += exp((double)(vals[j] - vals[0]));
     if (p_top) *p_top = (float)(1.0 / sum);
-    return best;
+    return ids[0];
 }
 
 /* ---- batch --------------------------------------------------------------- */

@@ -136,8 +136,9 @@ float *ll_embeddings_ith(ll_context *c, int32_t i);
  * and the n most likely tokens into ids/lps (best first).  Returns n written. */
 int ll_top_logprobs(ll_context *c, int32_t i, int32_t token, int n, int32_t *ids,
                     float *lps, float *token_lp);
-/* The most likely token of output i, and its softmax probability into *p_top
- * (a draft model's greedy guess and how sure it is).  -1 if i has no logits. */
+/* The most likely token of output i, and its probability among the 10 likeliest
+ * into *p_top (a draft model's greedy guess and how sure it is, as llama.cpp's
+ * drafting measures it).  -1 if i has no logits. */
 int32_t ll_greedy(ll_context *c, int32_t i, float *p_top);
 
 /* ---- batch --------------------------------------------------------------- */
