@@ -17,6 +17,9 @@ Needs bench/build_llama_tools.sh (anchors); models come from gen_models.py.  Run
   .venv/bin/python bench/engine_bench.py --model 0.5b-q4_k_m
   .venv/bin/python bench/engine_bench.py --quick      # smoke run, a minute or two
   .venv/bin/python bench/engine_bench.py --ours-only  # e.g. under py-spy
+  .venv/bin/python bench/engine_bench.py --runner-shape --parallel 1 \
+      --model ~/.cache/localllm-bench/models/gemma-3-270m-q4_k_m.gguf
+      # decode in the daemon's own context: 4 slots x 4096 cells
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ class Cfg:
     npl: list[int]
     greedy: bool
     ours_only: bool
+    runner_shape: bool = False
 
 
 @dataclass
@@ -209,8 +213,11 @@ def report(cfg: Cfg, res: Results, load: tuple[float, float]) -> None:
     for k in cfg.npl:
         row(f"aggregate decode x{k}", f"agg{k}", None)
     print()
+    shape = ("4 slots x 4096 cells (the runner's default)" if cfg.runner_shape
+             else f"1 slot x {cfg.pp + cfg.tg + 64} cells")
     print(f"model {cfg.model.name}  threads {cfg.threads}  rounds {cfg.rounds} x reps {cfg.reps}"
-          f"  sampling {'greedy' if cfg.greedy else 'ollama defaults'}")
+          f"  sampling {'greedy' if cfg.greedy else 'ollama defaults'}  single-stream context "
+          f"{shape}")
     head = ("metric", "ours tok/s", "llama.cpp", "ratio", "goal", "spread ours/theirs")
     w = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     for r in [head, tuple("-" * n for n in w), *rows]:
@@ -243,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sampling", choices=["greedy", "ollama"], default="greedy")
     ap.add_argument("--parallel", default="1,4,8", help="concurrent sequence counts")
     ap.add_argument("--ours-only", action="store_true", help="skip the llama.cpp tools")
+    ap.add_argument("--runner-shape", action="store_true",
+                    help="single stream in the daemon's default context: 4 slots x 4096 "
+                         "cells (else one slot just big enough, as llama-bench's)")
     a = ap.parse_args(argv)
 
     if a.model.endswith(".gguf"):
@@ -257,10 +267,12 @@ def main(argv: list[str] | None = None) -> int:
     cfg = Cfg(model=model, threads=threads, rounds=a.rounds or (1 if q else 3), reps=1 if q else 3,
               pp=128 if q else 512, tg=32 if q else 128, npp=32 if q else 128,
               ntg=32 if q else 128, npl=[int(x) for x in a.parallel.split(",")],
-              greedy=a.sampling == "greedy", ours_only=a.ours_only)
+              greedy=a.sampling == "greedy", ours_only=a.ours_only,
+              runner_shape=a.runner_shape)
     res = Results()
     load0 = os.getloadavg()[0]
-    single = make_engine(cfg, 1, cfg.pp + cfg.tg + 64)
+    single = (make_engine(cfg, 4, 4096) if cfg.runner_shape
+              else make_engine(cfg, 1, cfg.pp + cfg.tg + 64))
     run_requests(single, [rand_prompt(16)], 8, cfg.greedy)  # warm-up, like both tools do
     # Pair each measurement of ours with the same one of theirs, back to back, and
     # swap who goes first every round, so load from other users drifts out evenly.
