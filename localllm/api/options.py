@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from localllm.api.speculation import Speculation, check_speculation, speculation
 from localllm.config import parse_duration
 from localllm.errors import InvalidRequest
 from localllm.runner.messages import LoadOptions, SamplingParams
@@ -56,9 +57,12 @@ OPTION_TYPES: dict[str, str] = {
     # Ours, not Ollama's: slots of the model's runner.  Only a Modelfile PARAMETER
     # sets it (see MODEL_ONLY_OPTIONS).
     "num_parallel": "integer",
-    # Ours: "ngram" drafts tokens from the conversation itself (prompt lookup) and
-    # verifies them in one batch; draft_num_predict caps the drafts per step.
+    # Ours: speculative decoding, "off", "ngram" (prompt lookup) or "draft" (the model's
+    # DRAFT model), and llama-server's draft limits (see api/speculation.py).
     "speculative": "string",
+    "draft_max": "integer",
+    "draft_min": "integer",
+    "draft_p_min": "float32",
 }
 
 # Options a model's params layer may set but a request may not.  Ollama has no
@@ -95,10 +99,12 @@ OLLAMA_DEFAULTS: dict[str, Any] = {
     "frequency_penalty": 0.0,
     "stop": [],
     "num_parallel": None,  # None: LOCALLLM_NUM_PARALLEL
-    "speculative": "off",
+    # None: the mode's own default (api/speculation.py); speculative's depends on the model.
+    "speculative": None,
+    "draft_max": 0,
+    "draft_min": None,
+    "draft_p_min": None,
 }
-SPECULATIVE_MODES = ("off", "ngram")
-DEFAULT_DRAFT_TOKENS = 8  # per step, when speculating and draft_num_predict is unset
 
 
 @dataclass(frozen=True)
@@ -144,8 +150,7 @@ class ResolvedOptions:
     num_predict: int = -1
     stop: list[str] = field(default_factory=list)
     num_keep: int = 4
-    draft_num_predict: int = 0
-    draft_tokens: int = 0  # speculation: drafted tokens per step (0: off)
+    speculation: Speculation = field(default_factory=Speculation)
     values: dict[str, Any] = field(default_factory=dict)  # the merged map, for /api/show etc.
 
 
@@ -238,7 +243,7 @@ def _check_ranges(v: dict[str, Any]) -> None:
     if not 0 < v["num_batch"] <= MAX_NUM_BATCH:
         raise bad("num_batch", f"must be between 1 and {MAX_NUM_BATCH}")
     for key, low in (("num_gpu", -1), ("num_thread", 0), ("num_predict", -2), ("top_k", 0),
-                     ("repeat_last_n", -1), ("num_keep", -1), ("draft_num_predict", 0)):
+                     ("repeat_last_n", -1), ("num_keep", -1)):
         if v[key] < low:
             raise bad(key, f"must be >= {low}")
     if v["main_gpu"] is not None and v["main_gpu"] < 0:
@@ -251,18 +256,19 @@ def _check_ranges(v: dict[str, Any]) -> None:
     for key in ("temperature", "repeat_penalty"):
         if v[key] < 0:
             raise bad(key, "must be >= 0")
-    if v["speculative"] not in SPECULATIVE_MODES:
-        raise bad("speculative", 'must be "ngram" or "off"')
+    check_speculation(v)
 
 
 def resolve_options(model_params: Mapping[str, Any] | None,
                     request_options: Mapping[str, Any] | None,
-                    *, defaults: Mapping[str, Any] | None = None) -> ResolvedOptions:
+                    *, defaults: Mapping[str, Any] | None = None,
+                    has_draft: bool = False) -> ResolvedOptions:
     """Merge Ollama's defaults <- ``defaults`` (server settings) <- model params <- request.
 
     ``model_params`` is the model's params layer (Modelfile PARAMETERs; numeric
     strings are accepted there); ``request_options`` is the request's
-    ``options`` object, typed strictly.  Raises :class:`InvalidRequest`.
+    ``options`` object, typed strictly.  ``has_draft``: the model has a draft
+    model, so speculation defaults to it.  Raises :class:`InvalidRequest`.
     """
     values: dict[str, Any] = {k: (list(v) if isinstance(v, list) else v)
                               for k, v in OLLAMA_DEFAULTS.items()}
@@ -284,9 +290,7 @@ def resolve_options(model_params: Mapping[str, Any] | None,
                       num_parallel=values["num_parallel"])
     return ResolvedOptions(sampling=sampling, load=load, num_predict=values["num_predict"],
                            stop=list(values["stop"]), num_keep=values["num_keep"],
-                           draft_num_predict=values["draft_num_predict"],
-                           draft_tokens=(values["draft_num_predict"] or DEFAULT_DRAFT_TOKENS
-                                         if values["speculative"] == "ngram" else 0),
+                           speculation=speculation(values, has_draft=has_draft),
                            values=values)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from localllm import config
 from localllm.api.options import ResolvedOptions, parse_keep_alive, resolve_options
+from localllm.api.speculation import require_draft
 from localllm.errors import InvalidRequest
 from localllm.gguf_info import ModelInfo, read_model_info_split
 from localllm.inference.ps import ps_entry, utc_rfc3339
@@ -87,6 +88,8 @@ class InferenceService:
         stamp = tuple(_stamp(p) for p in paths)
         info = _model_info(paths, stamp)
         projector = _projector(self.store.projector_path(entry))
+        draft_path = self.store.draft_path(entry)
+        draft = str(draft_path) if draft_path is not None else None
         details = {
             "parent_model": "",
             "format": "gguf",
@@ -97,16 +100,19 @@ class InferenceService:
         }
         spec = ModelSpec(
             name=name.display,
-            # The base weights (and projector) only: adapters are chosen per request.
-            # A projector is part of what is loaded, so the same GGUF with and without
-            # one are two loads.
-            key="|".join(paths + ((projector,) if projector else ())),
+            # The base weights (and projector, draft model) only: adapters are chosen per
+            # request.  A projector or draft is part of what is loaded, so the same GGUF
+            # with and without one are two loads.
+            key="|".join(paths + ((projector,) if projector else ())
+                         + (("draft=" + draft,) if draft else ())),
             model_paths=paths,
             digest=entry.digest,
             info=info,
             details=details,
             adapters=tuple(str(p) for p in self.store.adapter_paths(entry)),
             projector=projector,  # the scheduler loads it next to the model
+            draft=draft,  # and this one too
+            draft_info=_model_info((draft,), (_stamp(draft),)) if draft else None,
         )
         history = self.store.read_json_layer(entry, MEDIA_MESSAGES)
         return Target(entry, spec, info, self.store.params(entry), self.store.system(entry),
@@ -130,7 +136,10 @@ class InferenceService:
         logprobs: int = 0,
         truncate: bool | None = None,
     ) -> Prepared:
-        resolved = resolve_options(target.params, options)
+        has_draft = target.spec.draft is not None
+        resolved = resolve_options(target.params, options, has_draft=has_draft)
+        spec = resolved.speculation
+        require_draft(spec, has_draft=has_draft, model=target.spec.name)
         sampling = resolved.sampling
         if grammar is not None:
             sampling.grammar = grammar
@@ -146,7 +155,10 @@ class InferenceService:
             truncate=True if truncate is None else truncate,
             num_keep=resolved.num_keep,
             adapters=list(target.spec.adapters),
-            draft_tokens=resolved.draft_tokens,
+            draft_tokens=spec.tokens,
+            draft_mode="draft" if spec.mode == "draft" else "ngram",
+            draft_min=spec.min,
+            draft_p_min=spec.p_min,
         )
         return Prepared(target, base_load(resolved), completion,
                         self.keep_alive(keep_alive),

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from localllm.gguf_info import read_model_info
 from localllm.modelfile.parser import parse
@@ -170,3 +171,39 @@ def test_modelfile_draft_line_round_trips() -> None:
     assert parse("FROM x\nDRAFT ./small.gguf\n").draft == "./small.gguf"
     with pytest.raises(Exception, match="only one DRAFT line"):
         parse("FROM x\nDRAFT a.gguf\nDRAFT b.gguf\n")
+
+
+async def test_requests_draft_by_default_on_a_model_with_a_draft(
+        app: FastAPI, client: httpx.AsyncClient, store: Store, tiny_gguf: Path,
+        tmp_path: Path) -> None:
+    small = make_tiny_model(tmp_path / "small", attention=True, name="small.gguf")
+    assert (await make(client, "tiny-draft", small)).status_code == 200
+    assert (await make(client, "fast", tiny_gguf, draft="tiny-draft")).status_code == 200
+    assert (await make(client, "plain", tiny_gguf)).status_code == 200
+    svc = app.state.inference
+    fast, plain = svc.target("fast"), svc.target("plain")
+    assert fast.spec.draft == str(store.blobs.path(draft_layers(store, "fast")[0][0]))
+    assert fast.spec.draft_info == read_model_info(small)  # for the planner
+    assert plain.spec.draft is None
+    assert fast.spec.key != plain.spec.key  # with and without a draft: two loads
+
+    def asked(target: Any, options: dict[str, Any] | None) -> tuple[str, int, int, float]:
+        c = svc.prepare(target, "abc", options, None).completion
+        return c.draft_mode, c.draft_tokens, c.draft_min, c.draft_p_min
+
+    assert asked(fast, None) == ("draft", 16, 0, 0.75)
+    assert asked(fast, {"draft_max": 4, "draft_min": 2, "draft_p_min": 0.5}) == (
+        "draft", 4, 2, 0.5)
+    assert asked(fast, {"speculative": "ngram"}) == ("ngram", 8, 0, 0.0)
+    assert asked(fast, {"speculative": "off"})[1] == 0
+    assert asked(plain, None)[1] == 0
+
+    # Refused before anything loads.
+    body = {"model": "plain", "prompt": "abc", "stream": False}
+    r = await client.post("/api/generate", json={**body, "options": {"speculative": "draft"}})
+    assert r.status_code == 400
+    assert r.json()["error"] == ('model "plain:latest" has no draft model (add a DRAFT line '
+                                 "to its Modelfile)")
+    r = await client.post("/api/generate", json={**body, "model": "fast",
+                                                 "options": {"draft_p_min": 2}})
+    assert r.status_code == 400 and "draft_p_min" in r.json()["error"]

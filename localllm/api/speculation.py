@@ -1,0 +1,81 @@
+"""Speculative decoding options: who drafts (``speculative``) and how much (``draft_*``).
+
+``speculative`` is ``"off"``, ``"ngram"`` (prompt lookup: drafts copied from
+what followed an earlier occurrence of the recent tokens) or ``"draft"`` (the
+model's draft model, Modelfile ``DRAFT``, proposes them).  Unset, it is
+``"draft"`` for a model with a draft model, since whoever added the DRAFT line
+asked for it, and ``"off"`` otherwise.
+
+``draft_max`` caps the drafted tokens per step (``draft_num_predict`` is its
+older name; ``draft_max`` wins when both are set), ``draft_min`` is the fewest
+drafted tokens worth verifying and ``draft_p_min`` the draft model's confidence
+below which it stops drafting.  Unset (or ``draft_max`` 0) they take the
+mode's defaults: 8, 0, 0 for lookup (a probability means nothing there), and
+llama-server's 16, 0, 0.75 for a draft model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from localllm.errors import InvalidRequest
+
+SPECULATIVE_MODES = ("off", "ngram", "draft")
+DEFAULT_DRAFT_TOKENS = 8  # lookup: drafted tokens per step when draft_max is unset
+# Per mode: (draft_max, draft_min, draft_p_min) when the options leave them unset.
+MODE_DEFAULTS: dict[str, tuple[int, int, float]] = {
+    "ngram": (DEFAULT_DRAFT_TOKENS, 0, 0.0),
+    "draft": (16, 0, 0.75),  # llama-server's --draft-max, --draft-min, --draft-p-min
+}
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """What a request's completion asks of the runner's drafting."""
+
+    mode: Literal["off", "ngram", "draft"] = "off"
+    tokens: int = 0  # drafted tokens per step; 0 with mode "off"
+    min: int = 0
+    p_min: float = 0.0
+
+
+def check_speculation(values: Mapping[str, Any]) -> None:
+    """400 for a value no mode can use (``values``: the merged options)."""
+    def bad(key: str, why: str) -> InvalidRequest:
+        return InvalidRequest(f'option "{key}" {why}, got {values[key]!r}')
+
+    mode = values["speculative"]
+    if mode is not None and mode not in SPECULATIVE_MODES:
+        raise bad("speculative", 'must be "off", "ngram" or "draft"')
+    for key in ("draft_max", "draft_num_predict", "draft_min"):
+        if values[key] is not None and values[key] < 0:
+            raise bad(key, "must be >= 0")
+    p_min = values["draft_p_min"]
+    if p_min is not None and not 0.0 <= p_min <= 1.0:
+        raise bad("draft_p_min", "must be between 0 and 1")
+
+
+def speculation(values: Mapping[str, Any], *, has_draft: bool) -> Speculation:
+    """The effective speculation of checked option ``values`` for a model that has a
+    draft model or not (a request for ``"draft"`` without one: see ``require_draft``)."""
+    asked = values["speculative"] or ("draft" if has_draft else "off")
+    if asked == "off":
+        return Speculation()
+    mode: Literal["ngram", "draft"] = "draft" if asked == "draft" else "ngram"
+    tokens, low, p_min = MODE_DEFAULTS[mode]
+    tokens = values["draft_max"] or values["draft_num_predict"] or tokens
+    if values["draft_min"] is not None:
+        low = values["draft_min"]
+    if values["draft_p_min"] is not None:
+        p_min = values["draft_p_min"]
+    # As llama-server: a minimum above the maximum is the maximum.
+    return Speculation(mode, tokens, min(low, tokens), p_min)
+
+
+def require_draft(spec: Speculation, *, has_draft: bool, model: str) -> None:
+    """400 for ``speculative: "draft"`` on a model without a draft model."""
+    if spec.mode == "draft" and not has_draft:
+        raise InvalidRequest(f'model "{model}" has no draft model (add a DRAFT line to its '
+                             "Modelfile)")
