@@ -19,8 +19,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from localllm.errors import ModelLoadError
+from localllm.gguf_info import read_model_info
 from localllm.hardware.detect import Hardware, refresh_memory
 from localllm.hardware.rpc import endpoint_of
 from localllm.runner.messages import LoadOptions
@@ -45,10 +47,12 @@ def make_plan_fn(hardware: Callable[[], Hardware] = refresh_memory) -> PlanFn:
                    if (ep := endpoint_of(d.name)) is None or ep in ready]
         loaded: list[LoadPlan] = [o.placement.plan for o in others
                                   if isinstance(o.placement.plan, LoadPlan)]
-        extra = {}
+        extra: dict[str, Any] = {}
         if spec.projector:  # counted on the device the runner will load it on
             cost = projector_cost(spec.projector, opts.flash_attn != "off")
             extra = {"projector_weights": cost.weights, "projector_compute": cost.compute}
+        if spec.draft:  # so is a draft model (scheduler/draft.py)
+            extra["draft"] = spec.draft_info or read_model_info(spec.draft)
         fits, plan = fits_alongside(spec.info, devices, PlanOptions.from_load(opts, **extra),
                                     loaded)
         reason = plan.reason

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
+from localllm.gguf_info import ModelInfo
 from localllm.runner.messages import LoadOptions
 
 REMOTE_LIBRARY = "RPC"  # devices another machine serves over ggml RPC
@@ -33,6 +34,9 @@ class PlanOptions:
     # and compute buffer go on the first offload device, or in RAM without one.
     projector_weights: int = 0
     projector_compute: int = 0
+    # A draft model loaded next to the model (scheduler/draft.py): sized per context tried,
+    # on the first device holding the model's layers, or in RAM without one.
+    draft: ModelInfo | None = None
 
     @classmethod
     def from_config(cls, **overrides: Any) -> PlanOptions:

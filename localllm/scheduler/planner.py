@@ -24,6 +24,7 @@ from functools import partial
 
 from localllm.gguf_info import ModelInfo
 from localllm.hardware.detect import Device
+from localllm.scheduler.draft import draft_cost
 from localllm.scheduler.estimate import (
     KV_BLOCKS,
     QUANTIZED_KV,
@@ -127,6 +128,10 @@ def _layout(r: _Request, gpus: Sequence[Device], ctx: int, n_cpu_moe: int = 0) -
     proj = opts.projector_weights + opts.projector_compute
     if caps and proj:  # llama.cpp's first device (filled last) holds the projector
         caps[-1] -= proj
+    cost = partial(draft_cost, opts.draft, ctx, np_, opts.num_batch, r.kv_type, r.fa
+                   ) if opts.draft is not None else None
+    if caps and cost is not None:  # and the draft model
+        caps[-1] -= cost(on_gpu=True).gpu_total
     fills, placed = assign(caps, gpu_layer_bytes(lb, eb, n_cpu_moe), kv_l, target,
                            opts.num_gpu >= 0, info.output_bytes, shrinkable(gpus, opts.spread))
     full = placed > n_rep
@@ -155,6 +160,10 @@ def _layout(r: _Request, gpus: Sequence[Device], ctx: int, n_cpu_moe: int = 0) -
         cpu_graph += opts.projector_compute
     cpu = DeviceUse("CPU", "CPU", cpu_layers + (0 if full else 1), cpu_weights,
                     kv_l * cpu_layers, cpu_graph, avail)
+    if cost is not None:
+        draft = cost(on_gpu=bool(gpu_uses))
+        cpu = draft.onto(cpu)
+        gpu_uses = (draft.onto(gpu_uses[0]), *gpu_uses[1:]) if gpu_uses else gpu_uses
     notes = [f"estimate exceeds free memory on {g.name} by {fmt_bytes(f.used - c)}"
              for g, f, c in zip(gpus, fills, caps, strict=True) if f.layers and f.used > c]
     # Unified GPU memory is RAM: counted here once, with the CPU side.

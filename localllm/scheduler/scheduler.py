@@ -47,6 +47,8 @@ class ModelSpec:
     details: dict[str, Any] = field(default_factory=dict)
     adapters: tuple[str, ...] = ()  # LoRA adapter paths this model name applies
     projector: str | None = None  # vision projector (mmproj GGUF) path, from the manifest
+    draft: str | None = None  # draft model (Modelfile DRAFT) GGUF path, from the manifest
+    draft_info: Any = None  # the draft's ModelInfo, for the planner
 
 
 @dataclass(frozen=True)
@@ -188,7 +190,8 @@ class Scheduler:
 
     # -- internals -----------------------------------------------------------
     async def _get(self, spec: ModelSpec, opts: LoadOptions) -> Loaded:
-        opts = replace(opts, projector=spec.projector)  # another projector means a reload
+        # Another projector or draft model means a reload.
+        opts = replace(opts, projector=spec.projector, draft=spec.draft)
         model = self._loaded.get(spec.key)
         if (model is not None and model.runner.alive and not model.stopping
                 and load_key(model.requested) == load_key(opts)):
