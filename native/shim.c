@@ -45,6 +45,9 @@ struct ll_sampler {
     struct llama_sampler *chain;
     struct llama_sampler *penalties; /* owned by chain; NULL when off */
     int32_t argmax_vocab;            /* > 0: plain greedy, sampled by argmax over logits */
+    int32_t top_k;                   /* > 0: top-k is the chain's first cut (see sample) */
+    int32_t n_vocab;
+    llama_token_data *cand;          /* top_k candidates, reused every token */
 };
 
 struct ll_lora {
@@ -512,6 +515,15 @@ ll_sampler *ll_sampler_new(const ll_model *m, const ll_context *c, float temp, i
         return s;
     }
     if (top_k > 0) llama_sampler_chain_add(s->chain, llama_sampler_init_top_k(top_k));
+    /* With nothing before top-k, the chain only ever sees the top_k likeliest tokens:
+       hand it just those, found in one pass, instead of a vocabulary-sized array. */
+    if (top_k > 0 && top_k <= 256 && !pen_on && (grammar == NULL || grammar[0] == '\0')) {
+        s->cand = malloc(sizeof *s->cand * (size_t)top_k);
+        if (s->cand != NULL) {
+            s->top_k = top_k;
+            s->n_vocab = llama_vocab_n_tokens(m->vocab);
+        }
+    }
     if (typical_p > 0.0f && typical_p < 1.0f)
         llama_sampler_chain_add(s->chain, llama_sampler_init_typical(typical_p, 1));
     if (top_p > 0.0f && top_p < 1.0f)
@@ -525,6 +537,7 @@ ll_sampler *ll_sampler_new(const ll_model *m, const ll_context *c, float temp, i
 void ll_sampler_free(ll_sampler *s) {
     if (s == NULL) return;
     if (s->chain) llama_sampler_free(s->chain);
+    free(s->cand);
     free(s);
 }
 
@@ -541,6 +554,29 @@ int32_t ll_sampler_sample(ll_sampler *s, ll_context *c, int32_t i) {
             for (int32_t t = 1; t < s->argmax_vocab; t++)
                 if (logits[t] > logits[best]) best = t; /* first maximum, as the greedy sampler */
             return best;
+        }
+    }
+    if (s->top_k > 0) {
+        const float *lg = llama_get_logits_ith(c->ctx, i);
+        if (lg != NULL) {
+            llama_token_data *d = s->cand;
+            int k = s->top_k, n = 0;
+            for (int32_t t = 0; t < s->n_vocab; t++) {
+                float v = lg[t];
+                if (n == k && v <= d[k - 1].logit) continue;
+                int j = n < k ? n++ : k - 1;
+                while (j > 0 && d[j - 1].logit < v) { d[j] = d[j - 1]; j--; }
+                d[j].id = t;
+                d[j].logit = v;
+                d[j].p = 0.0f;
+            }
+            llama_token_data_array cur = {d, (size_t)n, -1, false};
+            llama_sampler_apply(s->chain, &cur);
+            if (cur.selected >= 0 && cur.selected < (int64_t)cur.size) {
+                llama_token tok = cur.data[cur.selected].id;
+                llama_sampler_accept(s->chain, tok);
+                return tok;
+            }
         }
     }
     return llama_sampler_sample(s->chain, c->ctx, i);
