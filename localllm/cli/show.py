@@ -66,6 +66,11 @@ def render(info: dict[str, Any], *, verbose: bool = False) -> str:
         ("quantization", str(details.get("quantization_level") or "")),
     ]
     out = _section("Model", [(k, v) for k, v in model_rows if v])
+    draft = (info.get("draft") or {}).get("details") or {}
+    draft_rows = [("architecture", str(draft.get("family") or "")),
+                  ("parameters", str(draft.get("parameter_size") or "")),
+                  ("quantization", str(draft.get("quantization_level") or ""))]
+    out += _section("Draft model", [(k, v) for k, v in draft_rows if v])
     out += _section("Loaded", info.get("loaded") or [])
     out += _section("Capabilities", [(c, "") for c in info.get("capabilities") or []])
     params = [ln.split(None, 1) for ln in str(info.get("parameters") or "").splitlines()]

@@ -53,7 +53,8 @@ def _spec(req: CreateRequest) -> CreateSpec:
     return CreateSpec(
         model=req.model, from_=req.from_, files=dict(req.files or {}),
         adapters=dict(req.adapters or {}), projector=dict(req.projector or {}),
-        draft=dict(req.draft) if isinstance(req.draft, dict) else req.draft,
+        # {} names no file, as for projector: no draft (a model name is checked as given).
+        draft=(dict(req.draft) or None) if isinstance(req.draft, dict) else req.draft,
         template=req.template, system=req.system,
         license=licenses, parameters=req.parameters, messages=req.messages,
         quantize=req.quantize or req.quantization,

@@ -88,6 +88,16 @@ def test_show_render_sections() -> None:
     assert "    context length      8192" in text
     assert '    stop    "<|eot_id|>"' in text
     assert "  License\n    L1\n    L2\n    L3\n    ..." in text
+    assert "Draft model" not in text
+
+
+def test_show_render_names_the_draft_model() -> None:
+    text = render({"details": {"family": "llama"}, "draft": {
+        "digest": "sha256:" + "0" * 64, "size": 1,
+        "details": {"format": "gguf", "family": "llama", "parameter_size": "1.2B",
+                    "quantization_level": "Q8_0"}}})
+    assert "  Draft model\n    architecture    llama\n    parameters      1.2B\n" \
+           "    quantization    Q8_0\n" in text
 
 
 def test_processor_names_every_place_when_rpc_workers_hold_layers() -> None:

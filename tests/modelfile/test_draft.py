@@ -70,6 +70,8 @@ async def test_draft_by_name_and_by_file_make_one_layer_shown_by_show(
     assert parse(shown["modelfile"]).draft == path
     assert f"\nDRAFT {path}\n" in shown["modelfile"]
     assert "draft" not in await show(client, "tiny-draft")
+    r = await make(client, "none", tiny_gguf, draft={})  # no file: no draft, as projector {}
+    assert r.status_code == 200 and draft_layers(store, "none") == []
 
     # FROM a model with a draft keeps it; a draft field replaces it.
     r = await create(client, {"model": "child", "from": "fast", "stream": False})
