@@ -35,6 +35,7 @@ import gen_models  # sibling scripts, not a package: hence the sys.path line
 import real_model
 
 from localllm.engine.engine import Engine
+from localllm.engine.positions import cut
 from localllm.runner.messages import CompletionRequest, Done, LoadOptions, Piece, SamplingParams
 
 CODE = '''def parse_line(line):
@@ -70,6 +71,11 @@ LOOKUP = gen_models.cache_dir() / "llama-tools" / "bin" / "llama-lookup"
 
 
 def run_ours(engine: Engine, prompt: str, tokens: int, draft: int) -> tuple[str, float, Done]:
+    # From an empty cache each time: a reused prefix was computed in other batch shapes,
+    # whose last-bit differences can flip a near-tie late in a greedy run, which would
+    # hide whether speculation itself keeps the text.
+    for s in engine.slots:
+        cut(engine.ctx, s, 0)
     req = CompletionRequest(id=f"r{time.monotonic_ns()}", prompt=prompt, num_predict=tokens,
                             sampling=SamplingParams(temperature=0.0), draft_tokens=draft)
     engine.submit(req)

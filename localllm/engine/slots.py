@@ -53,6 +53,7 @@ class Active:
     draft_rows: list[int] = field(default_factory=list)  # their output rows in the batch
     drafted: int = 0
     accepted: int = 0
+    draft_run: float = -1.0  # drafted tokens accepted per step, averaged (speculate.py)
 
     @property
     def prefilling(self) -> bool:

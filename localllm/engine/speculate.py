@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from localllm.engine.draft import Drafter
     from localllm.engine.engine import Engine
     from localllm.engine.model import Batch
-    from localllm.engine.slots import Slot
+    from localllm.engine.slots import Active, Slot
 
 
 def speculation(req: CompletionRequest, prompt: list[int]) -> NgramIndex | None:
@@ -55,7 +55,7 @@ def add_drafts(batch: Batch, slots: Sequence[Slot], n_batch: int, n_ctx_slot: in
                     and a.req.draft_tokens > 0 and a.media is None)
         if a.ngram is None and not by_model:
             continue
-        room = min(a.req.draft_tokens, n_batch - len(batch))
+        room = min(draft_window(a), n_batch - len(batch))
         if n_ctx_slot:
             room = min(room, n_ctx_slot - len(s.cache) - 1)  # one cell for the next token
         if a.req.num_predict > 0:
@@ -83,6 +83,20 @@ def _append(batch: Batch, s: Slot, drafts: list[int]) -> None:
     a.drafts = drafts
 
 
+def draft_window(a: Active) -> int:
+    """How many tokens to draft this step: about twice the accepted run of late.
+
+    Every drafted token costs a row in the batch (and a draft-model decode), so a
+    draft that keeps missing after a token or two should not make every step verify
+    sixteen; one that keeps agreeing drafts the request's maximum.  ``a.draft_run``
+    (a moving average of tokens accepted per step) starts at that maximum, so
+    drafting starts at full length.  Never below ``draft_min``, which would stop
+    drafting, and with it what this window learns, for good."""
+    req = a.req
+    run = req.draft_tokens if a.draft_run < 0 else a.draft_run
+    return min(req.draft_tokens, max(1, req.draft_min, int(2 * run + 1)))
+
+
 def verify(engine: Engine, s: Slot) -> list[Event]:
     """Sample the pending token's row and the drafts' rows in order; keep what agrees."""
     a = s.active
@@ -100,6 +114,11 @@ def verify(engine: Engine, s: Slot) -> list[Event]:
             break
         a.accepted += 1
         a.pending = -1  # the drafted token's cell is in the cache already
+    if drafts:
+        if i < len(drafts):  # a miss after i accepted tokens
+            a.draft_run = i if a.draft_run < 0 else (a.draft_run + i) / 2
+        else:  # all accepted: the run was at least this long, so the average must not fall
+            a.draft_run = max(a.draft_run, i)
     if len(s.cache) > base + i:
         cut(engine.ctx, s, base + i)  # the drafts after the first disagreement
     return out

@@ -18,11 +18,11 @@ def spec(params: dict[str, object] | None = None, request: dict[str, object] | N
 
 def test_unset_speculation_follows_the_model() -> None:
     assert spec() == Speculation("off", 0, 0, 0.0)
-    assert spec(has_draft=True) == Speculation("draft", 16, 0, 0.75)  # llama-server's
+    assert spec(has_draft=True) == Speculation("draft", 16, 0, 0.75)
     assert spec(None, {"speculative": "off"}, has_draft=True) == Speculation()
     assert spec({"speculative": "off"}, None, has_draft=True) == Speculation()
     assert spec({"speculative": "off"}, {"speculative": "draft"}, has_draft=True).mode == "draft"
-    assert spec(None, {"speculative": "ngram"}, has_draft=True) == Speculation("ngram", 8, 0, 0.0)
+    assert spec(None, {"speculative": "ngram"}, has_draft=True) == Speculation("ngram", 16, 0, 0.0)
 
 
 def test_draft_max_wins_over_its_older_name() -> None:
@@ -30,7 +30,7 @@ def test_draft_max_wins_over_its_older_name() -> None:
     assert spec(None, {**ngram, "draft_num_predict": 6}).tokens == 6
     assert spec(None, {**ngram, "draft_num_predict": 6, "draft_max": 3}).tokens == 3
     assert spec({"draft_max": 3}, {**ngram, "draft_num_predict": 6}).tokens == 3
-    assert spec(None, {**ngram, "draft_max": 0, "draft_num_predict": 0}).tokens == 8
+    assert spec(None, {**ngram, "draft_max": 0, "draft_num_predict": 0}).tokens == 16
     assert spec(None, {"draft_max": 4}, has_draft=True).tokens == 4
 
 
