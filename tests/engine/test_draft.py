@@ -32,6 +32,9 @@ def drafts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "same": make_tiny_model(d, name="same.gguf", attention=True, seed=3),
         "partial": make_tiny_model(d, name="partial.gguf", overrides={"h": "x", "q": "b"}),
         "unsure": make_tiny_model(d, name="unsure.gguf", sharpness=1.0),
+        # Wrong after every other letter: accepted runs of 0 or 1 token.
+        "mostly wrong": make_tiny_model(d, name="wrong.gguf",
+                                        overrides={c: "x" for c in "acegikmoqsuwy"}),
     }
 
 
@@ -132,3 +135,13 @@ def test_memory_report_counts_the_draft(tiny: Path, drafts: dict[str, Path]) -> 
     with Engine([str(tiny)], opts(draft=str(drafts["same"]))) as e:
         both_ = e.memory_report()["CPU"]
     assert both_["model"] > alone["model"] and both_["kv"] > alone["kv"]
+
+
+def test_a_draft_that_keeps_missing_drafts_less(tiny: Path, drafts: dict[str, Path]) -> None:
+    # 16 drafts a step would verify about 16 x 13 tokens for 25 letters; the window
+    # follows the accepted runs (0 or 1) down to one or two a step instead.
+    with Engine([str(tiny)], opts(draft=str(drafts["mostly wrong"]))) as e:
+        spec, plain = both(e, req("a", "a", 16))
+    same_results(spec, plain)
+    a = spec["a"].done
+    assert a is not None and 0 < a.accepted and a.drafted <= 50
