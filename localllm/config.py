@@ -95,6 +95,27 @@ def _str(raw: str) -> str:
     return raw
 
 
+@dataclass(frozen=True)
+class StepBudget:
+    """LOCALLLM_STEP_BUDGET: tokens per step, or a step time in ms (both 0: no budget)."""
+
+    tokens: int = 0
+    ms: float = 0.0
+
+    def __str__(self) -> str:
+        return f"{self.ms:g}ms" if self.ms else str(self.tokens)
+
+
+def _step_budget(raw: str) -> StepBudget:
+    text = raw.strip().lower()
+    if text.endswith("ms"):
+        ms = float(text[:-2])
+        if not 0 < ms < 3_600_000:
+            raise ValueError("must be a positive number of milliseconds")
+        return StepBudget(ms=ms)
+    return StepBudget(tokens=_nonneg_int(text))
+
+
 def _list(raw: str) -> list[str]:
     return [part.strip() for part in raw.split(",") if part.strip()]
 
@@ -290,12 +311,13 @@ SHUTDOWN_GRACE = Setting("LOCALLLM_SHUTDOWN_GRACE", parse_duration, 30.0,
                          "Seconds in-flight generations get to finish on shutdown.")
 NUM_THREAD = Setting("LOCALLLM_NUM_THREAD", _nonneg_int, 0,
                      "CPU threads for inference (0 = physical cores).")
-STEP_TOKENS = Setting(
-    "LOCALLLM_STEP_TOKENS", _nonneg_int, 0,
-    "Tokens one engine step may carry while requests are generating: their own tokens "
-    "plus new prompts' up to this total (at least a quarter of it for prompts). Lower "
-    "keeps running streams' inter-token latency steady while prompts arrive, at the cost "
-    "of the new prompts' time to first token; 0 = a whole batch, as llama-server.")
+STEP_BUDGET = Setting(
+    "LOCALLLM_STEP_BUDGET", _step_budget, StepBudget(),
+    "How much one engine step may carry while requests are generating: N tokens (their "
+    "own plus new prompts', prompts getting at least a quarter), or Nms, a step time the "
+    "engine keeps to from its measured step costs. Lower keeps running streams' "
+    "inter-token latency steady while prompts arrive, at the cost of the new prompts' "
+    "time to first token; 0 = prompts take a whole batch (2048 tokens), as llama-server.")
 ALLOWED_PATHS: Setting[list[str]] = Setting(
     "LOCALLLM_ALLOWED_PATHS", _list, [],
     "Folders (comma-separated) the daemon may read model files from when /api/create names a "
@@ -359,7 +381,7 @@ REGISTRY: tuple[Setting[object], ...] = (
     GPU_OVERHEAD, SCHED_SPREAD,
     NOPRUNE, DEBUG, API_KEY, SHUTDOWN_GRACE, NUM_THREAD, ALLOWED_PATHS, MAX_BODY, MAX_BLOB_SIZE,
     MIN_FREE_DISK, LOG_FORMAT, BACKENDS, CACHE, RPC_WORKERS, LLAMA_PREFIX, RUNNER_ENGINE,
-    FETCH_IMAGE_URLS, STEP_TOKENS,
+    FETCH_IMAGE_URLS, STEP_BUDGET,
 )  # type: ignore[assignment]
 
 

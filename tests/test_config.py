@@ -51,7 +51,7 @@ CASES: dict[str, tuple[str, Any, str | None]] = {
     "LOCALLLM_RPC_WORKERS": ("10.0.0.2:50052", ["10.0.0.2:50052"], None),
     "LOCALLLM_LLAMA_PREFIX": ("/opt/llama", "/opt/llama", None),
     "LOCALLLM_FETCH_IMAGE_URLS": ("1", "public", "sometimes"),
-    "LOCALLLM_STEP_TOKENS": ("128", 128, "-3"),
+    "LOCALLLM_STEP_BUDGET": ("128", config.StepBudget(tokens=128), "-3"),
     "LOCALLLM_RUNNER_ENGINE": ("tests.runner.fake_engine:FakeEngine",
                                "tests.runner.fake_engine:FakeEngine", "tests.runner.fake_engine"),
 }
@@ -309,3 +309,15 @@ def test_doctor_says_which_ollama_variables_are_used(monkeypatch: pytest.MonkeyP
     report = collect()
     assert {"setting": "LOCALLLM_NUM_PARALLEL", "from": "OLLAMA_NUM_PARALLEL"} in \
         report["ollama_settings"]
+
+
+def test_step_budget_takes_tokens_or_milliseconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    for raw, want in (("0", config.StepBudget()), ("256", config.StepBudget(tokens=256)),
+                      ("250ms", config.StepBudget(ms=250.0)),
+                      (" 1.5MS", config.StepBudget(ms=1.5))):
+        monkeypatch.setenv("LOCALLLM_STEP_BUDGET", raw)
+        assert config.STEP_BUDGET.get() == want
+    for bad in ("0ms", "-5ms", "fast", "ms"):
+        monkeypatch.setenv("LOCALLLM_STEP_BUDGET", bad)
+        assert config.STEP_BUDGET.get() == config.StepBudget()  # warned, default kept
+    assert str(config.StepBudget(ms=250.0)) == "250ms" and str(config.StepBudget()) == "0"

@@ -125,7 +125,9 @@ class LoadFields:
 
     def apply(self, base: LoadOptions) -> LoadOptions:
         """``base`` with every explicitly chosen field overridden."""
-        out = replace(base, n_batch=self.num_batch, n_ubatch=min(base.n_ubatch, self.num_batch))
+        # num_batch is the micro-batch (Ollama's runner computes one num_batch at a time);
+        # a step may still hold several of them (LoadOptions.n_batch).
+        out = replace(base, n_batch=max(base.n_batch, self.num_batch), n_ubatch=self.num_batch)
         if self.num_ctx is not None:
             out.n_ctx = self.num_ctx
         if self.num_gpu >= 0:

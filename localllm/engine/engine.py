@@ -19,6 +19,7 @@ from typing import Any
 
 from localllm.engine import plugins
 from localllm.engine.adapters import Adapters, AdapterSet
+from localllm.engine.budget import StepCost, prompt_budget
 from localllm.engine.draft import Drafter
 from localllm.engine.model import Batch, Context, Model, buffer_sizes
 from localllm.engine.positions import cut
@@ -63,8 +64,8 @@ class Engine:
                            use_mmap=opts.use_mmap, **placement)
         n_par = max(1, opts.n_parallel)
         # Every decoding slot adds one token per step, so a batch must hold them all.
-        n_batch = max(opts.n_batch, n_par, 1)
-        # Pooled embeddings need a whole input in one micro-batch.
+        # Pooled embeddings need a whole input in one micro-batch: there the step is one.
+        n_batch = max(opts.n_ubatch if opts.embedding else opts.n_batch, n_par, 1)
         n_ubatch = n_batch if opts.embedding else max(1, min(opts.n_ubatch, n_batch))
         try:
             self.ctx = Context(
@@ -86,7 +87,9 @@ class Engine:
             raise
         if opts.embedding:
             self.ctx.set_embeddings(False)  # switched on only while embedding
-        self.n_batch = n_batch
+        self.n_batch, self.n_ubatch = n_batch, n_ubatch
+        self.cost = StepCost(n_ubatch)
+        self._budget = prompt_budget(opts.step_tokens, opts.step_ms, self.cost)
         # One unified KV buffer (as llama-server does): per-sequence streams would make
         # llama.cpp split every mixed batch into equal per-sequence micro-batches.  The
         # per-slot limit is then ours to keep, and keeping it means the buffer never fills.
@@ -146,7 +149,7 @@ class Engine:
             share_prefixes(self.ctx, self.slots, self.model.n_swa)
         only = self.adapters.for_step(self.slots) if self.adapters.any else None
         part = fill_batch(self.batch, self.slots, self.n_batch, self._steps, only,
-                          self.n_ctx_slot, self.opts.step_tokens, self.drafter)
+                          self.n_ctx_slot, self._budget, self.drafter)
         if part:
             events.extend(self._decode(part))
         if self.projector is not None:  # at most one image chunk per step (see vision.py)
@@ -158,6 +161,8 @@ class Engine:
         t0 = time.perf_counter_ns()
         rc = self.ctx.decode(self.batch)
         dt = time.perf_counter_ns() - t0
+        prompt = sum(len(s.cache) - before for s, before, prefill in part if prefill)
+        self.cost.observe(dt, len(self.batch) - prompt, prompt)
         if rc != 0:
             for s, before, _ in part:
                 events.append(self._fail(s, before, rc))

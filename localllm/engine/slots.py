@@ -10,7 +10,7 @@ for what fits in a slot sit in one place.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -137,7 +137,7 @@ def prompt_tokens(model: Model, req: CompletionRequest, n_ctx_slot: int) -> list
 
 def fill_batch(batch: Batch, slots: Sequence[Slot], n_batch: int, step: int,
                only: tuple[str, ...] | None = None,
-               n_ctx_slot: int = 0, step_tokens: int = 0,
+               n_ctx_slot: int = 0, prompt_budget: Callable[[int], int] | None = None,
                drafter: Drafter | None = None) -> list[tuple[Slot, int, bool]]:
     """Decode tokens, their drafts, then prompt chunks into the batch:
     [(slot, len before, prefill)].
@@ -161,10 +161,10 @@ def fill_batch(batch: Batch, slots: Sequence[Slot], n_batch: int, step: int,
             a.pending = -1
     add_drafts(batch, slots, n_batch, n_ctx_slot, drafter)
     budget = n_batch - len(batch)
-    if step_tokens and len(batch):
-        # Decode first: generating slots' tokens set the pace, prompts fill the rest of the
-        # step budget, and always get a quarter of it so they are never starved.
-        budget = min(budget, max(step_tokens - len(batch), step_tokens // 4))
+    if prompt_budget is not None and len(batch):
+        # Decode first: generating slots' tokens set the pace, prompts get what the step
+        # budget leaves them (budget.py); with no slot generating they fill the batch.
+        budget = min(budget, prompt_budget(len(batch)))
     for s in slots:
         a = s.active
         if a is None or not a.prefilling or budget <= 0 or (only is not None

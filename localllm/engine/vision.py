@@ -12,7 +12,7 @@ Owns everything the engine does with images:
   reuses its KV cells and never re-encodes it, while a different picture
   diverges at its first position.
 * ``image_step`` advances ONE slot's image per engine step: it encodes the image
-  when the slot reaches it, then decodes at most ``n_batch`` of its embeddings
+  when the slot reaches it, then decodes at most ``n_ubatch`` of its embeddings
   (a separate ``llama_decode``: a llama batch holds tokens or embeddings, not
   both), so other slots wait at most one encode plus one chunk, about what a
   text prefill chunk costs them.  Its positions come from the slot's ``Positions``
@@ -263,7 +263,7 @@ def _advance(eng: Engine, s: Slot, span: Span) -> list[Event]:
         a.sampler.close()
         return [Failed(a.req.id, exc.message, exc.status)]
     # A non-causal image attends within itself: it must go in one batch.
-    n = span.n - off if proj.non_causal else min(eng.n_batch, span.n - off)
+    n = span.n - off if proj.non_causal else min(eng.n_ubatch, span.n - off)
     last = a.n_past + n == len(a.prompt)
     before = len(s.cache)
     pos0 = s.pos.add_image(n, span.n_pos, off == 0)

@@ -253,7 +253,8 @@ def base_load(resolved: ResolvedOptions) -> LoadOptions:
         n_threads=config.NUM_THREAD.get(),
         flash_attn=config.FLASH_ATTENTION.get(),  # parsed and checked by config
         kv_type=config.KV_CACHE_TYPE.get(),
-        step_tokens=config.STEP_TOKENS.get(),
+        step_tokens=config.STEP_BUDGET.get().tokens,
+        step_ms=config.STEP_BUDGET.get().ms,
     )
     return resolved.load.apply(base)
 

@@ -45,7 +45,10 @@ class LoadOptions:
 
     n_ctx: int = 4096  # per slot
     n_parallel: int = 1  # slots; the llama context gets n_ctx * n_parallel cells
-    n_batch: int = 512
+    # Tokens one engine step (one llama_decode) may hold, which llama.cpp computes in
+    # micro-batches of n_ubatch: as llama-server's -b 2048 -ub 512, so prompts that
+    # arrive together are evaluated together (Ollama's num_batch sets n_ubatch).
+    n_batch: int = 2048
     n_ubatch: int = 512
     n_gpu_layers: int = 0
     main_gpu: int = 0  # index into ``devices`` used with split_mode "none"
@@ -69,9 +72,11 @@ class LoadOptions:
     # A prefilling slot takes prompt cells another slot already holds (engine/sharing.py);
     # off only to measure what sharing saves.
     share_prefix: bool = True
-    # Decode-first steps (LOCALLLM_STEP_TOKENS): while slots generate, a step holds their
-    # tokens plus prompt tokens up to this total (0: a whole batch).
+    # Decode-first steps (LOCALLLM_STEP_BUDGET, engine/budget.py): while slots generate,
+    # a step holds at most step_tokens tokens, or should take about step_ms; 0 and 0:
+    # prompts fill the whole batch, as llama-server.
     step_tokens: int = 0
+    step_ms: float = 0.0
 
 
 @dataclass

@@ -63,7 +63,7 @@ class PlanOptions:
         from localllm.config import parse_flash_attention, parse_kv_type
 
         return cls.from_config(num_ctx=load.n_ctx, num_parallel=max(load.n_parallel, 1),
-                               num_batch=load.n_batch, num_gpu=load.n_gpu_layers,
+                               num_batch=load.n_ubatch, num_gpu=load.n_gpu_layers,
                                kv_type=parse_kv_type(load.kv_type),
                                flash_attention=parse_flash_attention(load.flash_attn),
                                **overrides)

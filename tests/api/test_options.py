@@ -45,7 +45,8 @@ def test_split_into_engine_types() -> None:
     assert (r.num_predict, r.stop, r.num_keep) == (128, ["\n\n", "User:"], 8)
     assert r.load == LoadFields(2048, 256, 0, 1, False, 3)
     lo = r.load.apply(LoadOptions(n_ubatch=512, n_threads=0))
-    assert (lo.n_ctx, lo.n_batch, lo.n_ubatch, lo.n_gpu_layers) == (2048, 256, 256, 0)
+    # num_batch is the micro-batch; a step still holds up to 2048 tokens.
+    assert (lo.n_ctx, lo.n_batch, lo.n_ubatch, lo.n_gpu_layers) == (2048, 2048, 256, 0)
     assert (lo.main_gpu, lo.use_mmap, lo.n_threads) == (1, False, 3)
 
 
