@@ -64,6 +64,7 @@ class Drafter:
             self.close()
             raise
         self.n_batch = n_batch
+        self.n_target_vocab = target.n_vocab
         self.cache: list[list[int]] = [[] for _ in range(n_seq)]
         self.load_log = self.model.load_log + self.ctx.load_log
         self._p = self.model.ffi.new("float *")
@@ -140,8 +141,8 @@ class Drafter:
             for w in going:
                 assert w._next is not None
                 t, p = w._next
-                if p < w.p_min or self.model.is_eog(t):
-                    continue
+                if p < w.p_min or self.model.is_eog(t) or t >= self.n_target_vocab:
+                    continue  # unsure, the end, or a padding id the model lacks
                 w.drafts.append(t)
                 if len(w.drafts) >= w.room:
                     continue  # the last guess need not be evaluated here
@@ -182,17 +183,21 @@ class _DecodeFailed(Exception):
     pass
 
 
+VOCAB_SLACK = 128  # as llama.cpp: families pad their vocabularies to different sizes
+
+
 def check_vocab(draft: Model, target: Model) -> None:
-    """A draft must speak the target's tokens: same size, same special tokens, same texts
-    (sampled across the vocabulary; the daemon compares the whole list at create)."""
+    """A draft must speak the target's tokens: within 128 of its size, the same special
+    tokens, the same texts (sampled across the vocabulary from id 5, as llama.cpp
+    compares; the daemon compares the whole list at create)."""
     why = ""
-    if draft.n_vocab != target.n_vocab:
+    n = min(draft.n_vocab, target.n_vocab)
+    if abs(draft.n_vocab - target.n_vocab) > VOCAB_SLACK:
         why = f"{draft.n_vocab} tokens against {target.n_vocab}"
     elif (draft.bos, draft.eos) != (target.bos, target.eos):
         why = "different BOS/EOS tokens"
     else:
-        step = max(1, target.n_vocab // 97)
-        for t in range(0, target.n_vocab, step):
+        for t in range(5, n, max(1, n // 97)):
             if draft.token_text(t) != target.token_text(t):
                 why = f"token {t} is {draft.token_text(t)!r} against {target.token_text(t)!r}"
                 break

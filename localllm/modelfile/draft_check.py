@@ -5,8 +5,9 @@ llama-server's ``-md``), so it must be a whole GGUF model (not a LoRA adapter,
 a vision projector or one part of a split GGUF: the runner loads one file) and
 must speak the model's vocabulary: a drafted token id has to mean the same text
 to both.  That is checked at create from the GGUF headers alone, so a model
-never fails on its first request for it: the same ``tokenizer.ggml.model`` and
-the same token list, compared string by string without holding either list.
+never fails on its first request for it: the same ``tokenizer.ggml.model``, BOS
+and EOS, and the same token list (as llama.cpp: up to 128 tokens more or fewer,
+equal from id 5 on), compared string by string without holding either list.
 
 The draft is stored as a layer of media type ``application/vnd.localllm.draft``
 pointing at the GGUF's blob.  It carries no file name, so a DRAFT given as a
@@ -30,6 +31,13 @@ from localllm.store.names import parse_digest, parse_name
 
 TOKENS = "tokenizer.ggml.tokens"
 TOKENIZER = "tokenizer.ggml.model"
+SPECIAL_IDS = ("tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+               "tokenizer.ggml.add_bos_token")
+# As llama.cpp's speculative decoding: the lists may differ in length by up to 128
+# (families pad the vocabulary to different sizes: Qwen2.5 0.5B has 151936 tokens,
+# its 7B 152064) and are compared from id 5 on (some rename their first specials).
+VOCAB_SLACK = 128
+FIRST_CHECKED = 5
 
 
 @dataclass(frozen=True)
@@ -98,11 +106,15 @@ def _difference(dpath: Path, dh: Header, bpath: Path, bh: Header) -> str:
     if TOKENS not in dh.array_offsets or TOKENS not in bh.array_offsets:
         return "one of them has no token list"
     dn, bn = dh.array_lengths[TOKENS], bh.array_lengths[TOKENS]
-    if dn != bn:
+    if abs(dn - bn) > VOCAB_SLACK:
         return f"it has {dn} tokens, the model has {bn}"
+    for key in SPECIAL_IDS:
+        if dh.kv.get(key) != bh.kv.get(key):
+            return f"its {key} is {dh.kv.get(key)!r}, the model's is {bh.kv.get(key)!r}"
+    # Not strict: the longer list's padding is compared with nothing.
     pairs = zip(iter_string_array(dpath, dh, TOKENS), iter_string_array(bpath, bh, TOKENS),
-                strict=True)
+                strict=False)
     for i, (a, b) in enumerate(pairs):
-        if a != b:
+        if i >= FIRST_CHECKED and a != b:
             return f"token {i} is {a!r}, the model's is {b!r}"
     return ""

@@ -115,7 +115,7 @@ async def test_a_draft_must_share_the_vocabulary(client: httpx.AsyncClient, stor
     assert r.status_code == 400
     error = r.json()["error"]
     assert error.startswith('DRAFT model "script.gguf" does not share the model\'s vocabulary')
-    assert "tokens, the model has" in error
+    assert "(token 259 is " in error  # the first id past the byte tokens both have
     # As many tokens, one of them another text.
     names = ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(3, 64)]
     base = write_gguf(tmp_path / "base.gguf", Shape())
@@ -125,6 +125,16 @@ async def test_a_draft_must_share_the_vocabulary(client: httpx.AsyncClient, stor
     assert r.status_code == 400
     assert "(token 40 is 'other', the model's is 't40')" in r.json()["error"]
     assert not store.manifests.exists(parse_name("bad"))
+    # As llama.cpp: a vocabulary padded by up to 128 tokens still drafts; more does not.
+    names[40] = "t40"
+    padded = write_gguf(tmp_path / "padded.gguf",
+                        Shape(n_layers=1, tokens=(*names, *(f"<pad{i}>" for i in range(128)))))
+    r = await make(client, "ok", base, draft={"padded.gguf": await upload(client, padded)})
+    assert r.status_code == 200, r.text
+    wide = write_gguf(tmp_path / "wide.gguf",
+                      Shape(n_layers=1, tokens=(*names, *(f"<pad{i}>" for i in range(129)))))
+    r = await make(client, "bad", base, draft={"wide.gguf": await upload(client, wide)})
+    assert r.status_code == 400 and "it has 193 tokens, the model has 64" in r.json()["error"]
 
 
 async def test_what_cannot_be_a_draft(client: httpx.AsyncClient, store: Store,
@@ -196,7 +206,7 @@ async def test_requests_draft_by_default_on_a_model_with_a_draft(
     assert asked(fast, None) == ("draft", 16, 0, 0.75)
     assert asked(fast, {"draft_max": 4, "draft_min": 2, "draft_p_min": 0.5}) == (
         "draft", 4, 2, 0.5)
-    assert asked(fast, {"speculative": "ngram"}) == ("ngram", 8, 0, 0.0)
+    assert asked(fast, {"speculative": "ngram"}) == ("ngram", 16, 0, 0.0)
     assert asked(fast, {"speculative": "off"})[1] == 0
     assert asked(plain, None)[1] == 0
 
