@@ -160,6 +160,7 @@ def make_tiny_model(
     overrides: dict[str, str] | None = None,
     sharpness: float = SHARPNESS,
     n_ff: int = N_FF,
+    padding: int = 0,
 ) -> Path:
     """Write the tiny model into ``dir`` and return its path (see the module docstring).
 
@@ -169,6 +170,8 @@ def make_tiny_model(
     the winning logit: together they make draft models that agree with the
     alphabet model only in part, or only unsurely.  ``n_ff`` widens the (zero,
     so inert) feed-forward blocks: a model that costs more per token, same text.
+    ``padding`` appends that many unused tokens ``<pad0>``.. (at most 51), as
+    families pad their vocabularies; ``overrides`` may name them as successors.
     """
     import gguf  # heavy import kept out of module import
 
@@ -190,6 +193,12 @@ def make_tiny_model(
     if pooling is not None:
         w.add_pooling_type(gguf.PoolingType[pooling.upper()])
     tokens, scores, types = _vocab()
+    n_vocab = N_VOCAB + padding
+    if n_vocab > N_EMBD:
+        raise ValueError(f"at most {N_EMBD - N_VOCAB} padding tokens")
+    tokens += [f"<pad{i}>" for i in range(padding)]
+    scores += [0.0] * padding
+    types += [1] * padding
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)
     w.add_token_scores(scores)
@@ -204,13 +213,13 @@ def make_tiny_model(
         w.add_chat_template(chat_template)
 
     f32 = np.float32
-    emb = np.zeros((N_VOCAB, N_EMBD), dtype=f32)
-    emb[np.arange(N_VOCAB), np.arange(N_VOCAB)] = 1.0
-    out = np.zeros((N_VOCAB, N_EMBD), dtype=f32)
+    emb = np.zeros((n_vocab, N_EMBD), dtype=f32)
+    emb[np.arange(n_vocab), np.arange(n_vocab)] = 1.0
+    out = np.zeros((n_vocab, N_EMBD), dtype=f32)
     # After the final RMS norm a one-hot row has value sqrt(N_EMBD) in its slot.
     table = successors()
     for a, b in (overrides or {}).items():
-        table[token_id(a)] = token_id(b)
+        table[token_id(a)] = N_VOCAB + int(b[4:-1]) if b.startswith("<pad") else token_id(b)
     for t, nxt in table.items():
         out[nxt, t] = sharpness / np.sqrt(N_EMBD)
     w.add_tensor("token_embd.weight", emb)

@@ -32,6 +32,10 @@ def drafts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "same": make_tiny_model(d, name="same.gguf", attention=True, seed=3),
         "partial": make_tiny_model(d, name="partial.gguf", overrides={"h": "x", "q": "b"}),
         "unsure": make_tiny_model(d, name="unsure.gguf", sharpness=1.0),
+        # 40 tokens more, as padded vocabularies have, and one of them its guess after
+        # "f": an id the model does not have, which must never reach its batch.
+        "padded": make_tiny_model(d, name="padded.gguf", padding=40,
+                                  overrides={"f": "<pad3>"}),
         # Wrong after every other letter: accepted runs of 0 or 1 token.
         "mostly wrong": make_tiny_model(d, name="wrong.gguf",
                                         overrides={c: "x" for c in "acegikmoqsuwy"}),
@@ -146,3 +150,12 @@ def test_a_draft_that_keeps_missing_drafts_less(tiny: Path, drafts: dict[str, Pa
     same_results(spec, plain)
     a = spec["a"].done
     assert a is not None and 0 < a.accepted and a.drafted <= 50
+
+
+def test_a_padded_draft_never_drafts_an_id_the_model_lacks(tiny: Path,
+                                                           drafts: dict[str, Path]) -> None:
+    with Engine([str(tiny)], opts(draft=str(drafts["padded"]))) as e:
+        spec, plain = both(e, req("a", "a"), req("k", "k"))
+    same_results(spec, plain)
+    a = spec["a"].done
+    assert a is not None and 0 < a.accepted <= a.drafted
