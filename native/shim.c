@@ -390,6 +390,22 @@ int32_t ll_model_n_swa(const ll_model *m) { return llama_model_n_swa(m->model); 
 float *ll_embeddings_seq(ll_context *c, int32_t seq) { return llama_get_embeddings_seq(c->ctx, seq); }
 float *ll_embeddings_ith(ll_context *c, int32_t i) { return llama_get_embeddings_ith(c->ctx, i); }
 
+/* The n largest logits (n small: an insertion into a short best-first list), their
+ * ids and values into ids/vals, best first.  Returns how many (n, or the vocab size). */
+static int top_n(const float *lg, int32_t nv, int n, int32_t *ids, float *vals) {
+    int k = 0;
+    if (n > nv) n = nv;
+    for (int32_t t = 0; t < nv && n > 0; t++) {
+        float v = lg[t];
+        if (k == n && v <= vals[k - 1]) continue;
+        int j = k < n ? k++ : n - 1;
+        while (j > 0 && vals[j - 1] < v) { vals[j] = vals[j - 1]; ids[j] = ids[j - 1]; j--; }
+        vals[j] = v;
+        ids[j] = t;
+    }
+    return k;
+}
+
 int ll_top_logprobs(ll_context *c, int32_t i, int32_t token, int n, int32_t *ids, float *lps,
                     float *token_lp) {
     const float *lg = llama_get_logits_ith(c->ctx, i);
@@ -401,16 +417,7 @@ int ll_top_logprobs(ll_context *c, int32_t i, int32_t token, int n, int32_t *ids
     for (int32_t t = 0; t < nv; t++) sum += exp((double)(lg[t] - mx));
     const float lse = mx + (float)log(sum);
     if (token_lp && token >= 0 && token < nv) *token_lp = lg[token] - lse;
-    if (n > nv) n = nv;
-    int k = 0; /* insertion into a short best-first list: n is small (<= 20) */
-    for (int32_t t = 0; t < nv && n > 0; t++) {
-        float v = lg[t];
-        if (k == n && v <= lps[k - 1]) continue;
-        int j = k < n ? k++ : n - 1;
-        while (j > 0 && lps[j - 1] < v) { lps[j] = lps[j - 1]; ids[j] = ids[j - 1]; j--; }
-        lps[j] = v;
-        ids[j] = t;
-    }
+    int k = top_n(lg, nv, n, ids, lps);
     for (int j = 0; j < k; j++) lps[j] -= lse;
     return k;
 }
@@ -424,15 +431,7 @@ int32_t ll_greedy(ll_context *c, int32_t i, float *p_top) {
     enum { K = 10 };
     int32_t ids[K];
     float vals[K];
-    int n = 0;
-    for (int32_t t = 0; t < c->n_vocab; t++) {
-        float v = lg[t];
-        if (n == K && v <= vals[K - 1]) continue;
-        int j = n < K ? n++ : K - 1;
-        while (j > 0 && vals[j - 1] < v) { vals[j] = vals[j - 1]; ids[j] = ids[j - 1]; j--; }
-        vals[j] = v;
-        ids[j] = t;
-    }
+    int n = top_n(lg, c->n_vocab, K, ids, vals);
     if (n == 0) return -1;
     double sum = 0.0;
     for (int j = 0; j < n; j++) sum += exp((double)(vals[j] - vals[0]));

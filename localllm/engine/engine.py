@@ -67,17 +67,21 @@ class Engine:
         # Pooled embeddings need a whole input in one micro-batch: there the step is one.
         n_batch = max(opts.n_ubatch if opts.embedding else opts.n_batch, n_par, 1)
         n_ubatch = n_batch if opts.embedding else max(1, min(opts.n_ubatch, n_batch))
+        threads = opts.n_threads or default_threads()
         try:
             self.ctx = Context(
                 self.model, n_ctx=max(opts.n_ctx, 8) * n_par, n_seq_max=n_par, n_batch=n_batch,
-                n_ubatch=n_ubatch, n_threads=opts.n_threads or default_threads(),
+                n_ubatch=n_ubatch, n_threads=threads,
                 flash_attn=opts.flash_attn, kv_type=opts.kv_type, embeddings=opts.embedding)
+            # One unified KV buffer (as llama-server does): per-sequence streams would make
+            # llama.cpp split every mixed batch into equal per-sequence micro-batches.  The
+            # per-slot limit is then ours to keep, and keeping it means the buffer never fills.
+            self.n_ctx_slot = min(max(opts.n_ctx, 8), self.ctx.n_ctx // n_par)
             self.batch = Batch(n_batch)
-            self.projector = load_projector(opts, self.model, placement["devices"],
-                                            opts.n_threads or default_threads())
+            self.projector = load_projector(opts, self.model, placement["devices"], threads)
             self.drafter = (Drafter(opts.draft, self.model, opts, placement, n_seq=n_par,
-                                    n_ctx_slot=min(max(opts.n_ctx, 8), self.ctx.n_ctx // n_par),
-                                    n_batch=n_batch, n_threads=opts.n_threads or default_threads())
+                                    n_ctx_slot=self.n_ctx_slot, n_batch=n_batch,
+                                    n_threads=threads)
                             if opts.draft else None)
         except BaseException:
             for h in ("projector", "batch", "ctx"):  # whatever was made before the failure
@@ -90,10 +94,6 @@ class Engine:
         self.n_batch, self.n_ubatch = n_batch, n_ubatch
         self.cost = StepCost(n_ubatch)
         self._budget = prompt_budget(opts.step_tokens, opts.step_ms, self.cost)
-        # One unified KV buffer (as llama-server does): per-sequence streams would make
-        # llama.cpp split every mixed batch into equal per-sequence micro-batches.  The
-        # per-slot limit is then ours to keep, and keeping it means the buffer never fills.
-        self.n_ctx_slot = min(max(opts.n_ctx, 8), self.ctx.n_ctx // n_par)
         # Context shift (engine/shift.py) needs movable cells and no sliding window.
         self.can_shift = self.ctx.can_shift() and self.model.n_swa == 0
         self.slots = [Slot(i) for i in range(n_par)]
@@ -161,8 +161,9 @@ class Engine:
         t0 = time.perf_counter_ns()
         rc = self.ctx.decode(self.batch)
         dt = time.perf_counter_ns() - t0
-        prompt = sum(len(s.cache) - before for s, before, prefill in part if prefill)
-        self.cost.observe(dt, len(self.batch) - prompt, prompt)
+        if self.opts.step_ms:  # only a step-time budget learns from the timings
+            prompt = sum(len(s.cache) - before for s, before, prefill in part if prefill)
+            self.cost.observe(dt, len(self.batch) - prompt, prompt)
         if rc != 0:
             for s, before, _ in part:
                 events.append(self._fail(s, before, rc))

@@ -61,12 +61,10 @@ def add_drafts(batch: Batch, slots: Sequence[Slot], n_batch: int, n_ctx_slot: in
         if a.req.num_predict > 0:
             room = min(room, a.req.num_predict - len(a.generated) - 1)
         if room <= 0:
-            a.drafts = []
-        elif by_model:
+            continue  # a.drafts is empty: verify() emptied it last step
+        if by_model:
             wants.append((s, Want(s.seq, s.cache, room, a.req.draft_p_min, a.req.draft_min)))
-            continue
-        else:
-            assert a.ngram is not None
+        elif a.ngram is not None:
             _append(batch, s, a.ngram.draft(room))
     if wants and drafter is not None:
         drafter.propose([w for _, w in wants])
