@@ -34,9 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import gen_models  # sibling scripts, not a package: hence the sys.path lines
 from server_bench import free_port, wait_up
+from spec_bench import decode
 
 from localllm.engine.engine import Engine
-from localllm.runner.messages import CompletionRequest, Done, LoadOptions, Piece, SamplingParams
+from localllm.runner.messages import CompletionRequest, Done, LoadOptions, SamplingParams
 from tests.tinymodel import make_tiny_model
 
 SERVER = gen_models.cache_dir() / "llama-tools" / "bin" / "llama-server"
@@ -61,21 +62,10 @@ def models(threads: int) -> tuple[Path, dict[str, Path]]:
 
 
 def run_ours(engine: Engine, tokens: int, draft: int, p_min: float) -> tuple[str, float, Done]:
-    req = CompletionRequest(id=f"r{time.monotonic_ns()}", prompt="a", num_predict=tokens,
-                            sampling=SamplingParams(temperature=0.0), draft_tokens=draft,
-                            draft_mode="draft", draft_p_min=p_min)
-    engine.submit(req)
-    text, first, done = "", 0.0, None
-    while engine.has_work():
-        for ev in engine.step():
-            if isinstance(ev, Piece):
-                text += ev.text
-                first = first or time.perf_counter()
-            elif isinstance(ev, Done):
-                done = ev
-    end = time.perf_counter()
-    assert done is not None
-    return text, (done.eval_count - 1) / (end - first), done
+    return decode(engine, CompletionRequest(
+        id=f"r{time.monotonic_ns()}", prompt="a", num_predict=tokens,
+        sampling=SamplingParams(temperature=0.0), draft_tokens=draft, draft_mode="draft",
+        draft_p_min=p_min))
 
 
 def run_theirs(target: Path, draft: Path, args: argparse.Namespace) -> tuple[float, str]:

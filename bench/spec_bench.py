@@ -71,13 +71,18 @@ LOOKUP = gen_models.cache_dir() / "llama-tools" / "bin" / "llama-lookup"
 
 
 def run_ours(engine: Engine, prompt: str, tokens: int, draft: int) -> tuple[str, float, Done]:
+    return decode(engine, CompletionRequest(
+        id=f"r{time.monotonic_ns()}", prompt=prompt, num_predict=tokens,
+        sampling=SamplingParams(temperature=0.0), draft_tokens=draft))
+
+
+def decode(engine: Engine, req: CompletionRequest) -> tuple[str, float, Done]:
+    """Run ``req`` alone: its text, decode tok/s and Done (draft_bench.py uses it too)."""
     # From an empty cache each time: a reused prefix was computed in other batch shapes,
     # whose last-bit differences can flip a near-tie late in a greedy run, which would
     # hide whether speculation itself keeps the text.
     for s in engine.slots:
         cut(engine.ctx, s, 0)
-    req = CompletionRequest(id=f"r{time.monotonic_ns()}", prompt=prompt, num_predict=tokens,
-                            sampling=SamplingParams(temperature=0.0), draft_tokens=draft)
     engine.submit(req)
     text, first, done = "", 0.0, None
     while engine.has_work():

@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tests.tinymodel import (
-    BOS,
     CHAT_TEMPLATE,
     EOS,
     LETTERS,
@@ -51,10 +50,9 @@ from tests.tinymodel import (
     N_HEAD,
     N_VOCAB,
     SHARPNESS,
-    UNK,
-    _vocab,
     successors,
     token_id,
+    write_vocab,
 )
 
 PATCH = 4
@@ -124,17 +122,7 @@ def make_qwen_model(dir: Path, *, attention: bool = False, name: str = "qwen2vl.
     w.add_rope_freq_base(1e6)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_file_type(0)
-    tokens, scores, types = _vocab()
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(BOS)
-    w.add_eos_token_id(EOS)
-    w.add_unk_token_id(UNK)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
-    w.add_add_space_prefix(False)
+    write_vocab(w)
     w.add_chat_template(CHAT_TEMPLATE)
 
     f32 = np.float32

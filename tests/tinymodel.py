@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -146,6 +147,22 @@ def _vocab() -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, types
 
 
+def write_vocab(w: Any, padding: int = 0) -> None:
+    """The SentencePiece-style vocabulary (and ``padding`` unused ``<padN>`` tokens after
+    it) into a ``gguf.GGUFWriter``: tokens, scores, types, BOS/EOS/UNK, no added space."""
+    tokens, scores, types = _vocab()
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens + [f"<pad{i}>" for i in range(padding)])
+    w.add_token_scores(scores + [0.0] * padding)
+    w.add_token_types(types + [1] * padding)
+    w.add_bos_token_id(BOS)
+    w.add_eos_token_id(EOS)
+    w.add_unk_token_id(UNK)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_add_space_prefix(False)
+
+
 def make_tiny_model(
     dir: Path,
     *,
@@ -192,23 +209,10 @@ def make_tiny_model(
     w.add_file_type(0)  # all f32
     if pooling is not None:
         w.add_pooling_type(gguf.PoolingType[pooling.upper()])
-    tokens, scores, types = _vocab()
     n_vocab = N_VOCAB + padding
     if n_vocab > N_EMBD:
         raise ValueError(f"at most {N_EMBD - N_VOCAB} padding tokens")
-    tokens += [f"<pad{i}>" for i in range(padding)]
-    scores += [0.0] * padding
-    types += [1] * padding
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(BOS)
-    w.add_eos_token_id(EOS)
-    w.add_unk_token_id(UNK)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
-    w.add_add_space_prefix(False)
+    write_vocab(w, padding)
     if chat_template:
         w.add_chat_template(chat_template)
 
