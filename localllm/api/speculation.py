@@ -27,11 +27,11 @@ from typing import Any, Literal
 from localllm.errors import InvalidRequest
 
 SPECULATIVE_MODES = ("off", "ngram", "draft")
-DEFAULT_DRAFT_TOKENS = 16  # lookup: most drafted tokens per step when draft_max is unset
+DEFAULT_DRAFT_TOKENS = 16  # most drafted tokens per step when draft_max is unset
 # Per mode: (draft_max, draft_min, draft_p_min) when the options leave them unset.
 MODE_DEFAULTS: dict[str, tuple[int, int, float]] = {
     "ngram": (DEFAULT_DRAFT_TOKENS, 0, 0.0),
-    "draft": (16, 0, 0.75),  # draft_max, draft_min, draft_p_min (see the module doc)
+    "draft": (DEFAULT_DRAFT_TOKENS, 0, 0.75),  # draft_max, draft_min, draft_p_min
 }
 
 

@@ -247,14 +247,13 @@ class Creator:
         if plan.quantize:
             layers, info = self._quantize(layers[0], info, plan.quantize, emit, cancel)
         base = plan.base
-        if plan.projector is not None:
-            layers.append(self._existing(plan.projector, emit))
-        elif base is not None:
-            layers += base.manifest.by_type(MEDIA_PROJECTOR)
-        if plan.draft is not None:
-            layers.append(self._existing(plan.draft.layer, emit))
-        elif base is not None:
-            layers += base.manifest.by_type(MEDIA_DRAFT)
+        # A projector or draft of this create's own, else the base model's.
+        for own, media in ((plan.projector, MEDIA_PROJECTOR),
+                           (plan.draft.layer if plan.draft else None, MEDIA_DRAFT)):
+            if own is not None:
+                layers.append(self._existing(own, emit))
+            elif base is not None:
+                layers += base.manifest.by_type(media)
         if base is not None:
             layers += [self._existing(a, emit) for a in base.manifest.by_type(MEDIA_ADAPTER)]
         for fname, digest, size in plan.adapters:

@@ -217,14 +217,10 @@ def _simple(mf: Modelfile, cur: _Cursor, command: str, line: int) -> None:
         mf.system = value
     elif command == "adapter":
         mf.adapters.append(value.strip())
-    elif command == "projector":
-        if mf.projector is not None:
-            raise cur.error("only one PROJECTOR line is allowed", line, 1)
-        mf.projector = value.strip()
-    elif command == "draft":
-        if mf.draft is not None:
-            raise cur.error("only one DRAFT line is allowed", line, 1)
-        mf.draft = value.strip()
+    elif command in ("projector", "draft"):  # one file each
+        if getattr(mf, command) is not None:
+            raise cur.error(f"only one {command.upper()} line is allowed", line, 1)
+        setattr(mf, command, value.strip())
     elif command == "license":
         mf.licenses.append(value)
     elif command == "requires":

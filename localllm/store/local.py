@@ -91,12 +91,14 @@ class Store:
 
     def projector_path(self, entry: Entry) -> Path | None:
         """Path of the manifest's vision projector (``mmproj``) layer, if it has one."""
-        layer = entry.manifest.first(MEDIA_PROJECTOR)
-        return self.blobs.path(layer.digest) if layer is not None else None
+        return self._first_path(entry, MEDIA_PROJECTOR)
 
     def draft_path(self, entry: Entry) -> Path | None:
         """Path of the manifest's draft model GGUF (Modelfile ``DRAFT``), if it has one."""
-        layer = entry.manifest.first(MEDIA_DRAFT)
+        return self._first_path(entry, MEDIA_DRAFT)
+
+    def _first_path(self, entry: Entry, media_type: str) -> Path | None:
+        layer = entry.manifest.first(media_type)
         return self.blobs.path(layer.digest) if layer is not None else None
 
     def read_json_layer(self, entry: Entry, media_type: str) -> Any:
