@@ -58,6 +58,7 @@ class Cfg:
     greedy: bool
     ours_only: bool
     runner_shape: bool = False
+    ngl: int = 0  # layers on the GPU, both sides (llama-bench -ngl)
 
 
 @dataclass
@@ -91,7 +92,8 @@ def make_engine(cfg: Cfg, n_parallel: int, n_ctx: int):  # -> Engine
     # Same context shape as the llama.cpp tools: f16 KV, flash attention left to
     # llama.cpp ("auto", their default too), one 512-token ubatch.
     opts = LoadOptions(n_ctx=n_ctx, n_parallel=n_parallel, n_batch=512, n_ubatch=512,
-                       n_threads=cfg.threads, flash_attn="auto", kv_type="f16")
+                       n_threads=cfg.threads, flash_attn="auto", kv_type="f16",
+                       n_gpu_layers=cfg.ngl)
     return Engine([str(cfg.model)], opts)
 
 
@@ -181,7 +183,7 @@ def json_lines(text: str) -> list[dict]:
 def theirs_single(cfg: Cfg, res: Results, what: str) -> None:
     pp, tg = (cfg.pp, 0) if what == "pp" else (0, cfg.tg)
     cmd = [str(tool("llama-bench")), "-m", str(cfg.model), "-p", str(pp), "-n", str(tg),
-           "-t", str(cfg.threads), "-r", str(cfg.reps), "-o", "json"]
+           "-t", str(cfg.threads), "-r", str(cfg.reps), "-ngl", str(cfg.ngl), "-o", "json"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=1800)
     for row in json.loads(out.stdout):
         key = "pp" if row["n_gen"] == 0 else "tg"
@@ -192,7 +194,7 @@ def theirs_parallel(cfg: Cfg, res: Results, k: int) -> None:
     cmd = [str(tool("llama-batched-bench")), "-m", str(cfg.model),
            "-c", str(k * (cfg.npp + cfg.ntg)), "-b", "2048", "-ub", "512",
            "-npp", str(cfg.npp), "-ntg", str(cfg.ntg), "-npl", str(k),
-           "-t", str(cfg.threads), "--output-format", "jsonl"]
+           "-t", str(cfg.threads), "-ngl", str(cfg.ngl), "--output-format", "jsonl"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=1800)
     for row in json_lines(out.stdout + "\n" + out.stderr):
         res.add("theirs", f"agg{row['pl']}", float(row["speed_tg"]))
@@ -222,7 +224,7 @@ def report(cfg: Cfg, res: Results, load: tuple[float, float]) -> None:
              else f"1 slot x {cfg.pp + cfg.tg + 64} cells")
     print(f"model {cfg.model.name}  threads {cfg.threads}  rounds {cfg.rounds} x reps {cfg.reps}"
           f"  sampling {'greedy' if cfg.greedy else 'ollama defaults'}  single-stream context "
-          f"{shape}")
+          f"{shape}  gpu layers {cfg.ngl}")
     head = ("metric", "ours tok/s", "llama.cpp", "ratio", "goal", "spread ours/theirs")
     w = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     for r in [head, tuple("-" * n for n in w), *rows]:
@@ -258,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runner-shape", action="store_true",
                     help="single stream in the daemon's default context: 4 slots x 4096 "
                          "cells (else one slot just big enough, as llama-bench's)")
+    ap.add_argument("--ngl", type=int, default=0,
+                    help="layers offloaded to the GPU on both sides (99: all; needs a GPU "
+                         "plugin and GPU builds of the llama.cpp tools)")
     a = ap.parse_args(argv)
 
     if a.model.endswith(".gguf"):
@@ -273,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
               pp=128 if q else 512, tg=32 if q else 128, npp=32 if q else 128,
               ntg=32 if q else 128, npl=[int(x) for x in a.parallel.split(",")],
               greedy=a.sampling == "greedy", ours_only=a.ours_only,
-              runner_shape=a.runner_shape)
+              runner_shape=a.runner_shape, ngl=a.ngl)
     res = Results()
     load0 = os.getloadavg()[0]
     single = (make_engine(cfg, 4, 4096) if cfg.runner_shape

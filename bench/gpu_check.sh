@@ -19,16 +19,21 @@
 #       of the trimmed tree in both roles, pip's view of it as an sdist, and an
 #       offline resolve of requirements.txt from DIR/wheels for CPython 3.12.
 #
-#   bench/gpu_check.sh [--skip-build] [DIR]    # on the GPU machine, offline
+#   bench/gpu_check.sh [--skip-build] [--load] [DIR]   # on the GPU machine, offline
 #       1. venv (--system-site-packages) + deps from DIR/wheels; llama-cpp-python
-#          (CPU core) built from the trimmed sdist; localllm itself (native shim)
-#       2. localllm backends build cuda --source TARBALL --also llama-bench;
+#          (CPU core) built from the trimmed sdist, or installed from
+#          DIR/prebuilt/ (bench/gpu_prebuild.sh); localllm itself (native shim)
+#       2. localllm backends build cuda --source TARBALL --also llama-bench, or
+#          the plugin and tools of DIR/prebuilt/cuda-tools.tar.xz;
 #          backends list, doctor (a CUDA device must be seen)
 #       3. the 1B Q4_K_M benchmark GGUF (bench/gen_models.py; runs during step 2)
 #       4. localllm serve + create, then /api/generate: ~512-token prefill and
 #          128-token decode, warm-up then median of N
 #       5. /api/ps size_vram against nvidia-smi's measured use
 #       6. llama-bench on the same GGUF (-ngl 99 -p 512 -n 128), ratios, summary
+#       8. --load, with the prebuilt tools: bench/engine_bench.py and
+#          bench/server_bench.py at -ngl 99 against llama-bench,
+#          llama-batched-bench and llama-server (issue 15's figures on a GPU)
 #       --skip-build reuses the venv, backend build and model of a previous run
 #       on the same machine (same GPU_CHECK_WORK); after a run cut off during
 #       step 2 (a time limit), it resumes the CUDA build where ninja stopped.
@@ -72,9 +77,9 @@ BACKEND_CMAKE_FLAGS=(
     -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_CURL=OFF
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF
 )
-# The llama-cpp-python core: CPU only; no libmtmd (localllm does not use it and
-# it is a fifth of the compile).
-CORE_CMAKE_ARGS="${GPU_CHECK_CORE_CMAKE_ARGS:--DGGML_CUDA=OFF -DLLAVA_BUILD=OFF}"
+# The llama-cpp-python core: CPU only, with libmtmd (the native shim links it
+# for images).
+CORE_CMAKE_ARGS="${GPU_CHECK_CORE_CMAKE_ARGS:--DGGML_CUDA=OFF}"
 
 # ---------------------------------------------------------------------------
 # Helpers: steps, timings, failures
@@ -589,22 +594,34 @@ cleanup() {
 
 # A venv over the image's packages.  Without ensurepip (Debian/Ubuntu's python3
 # lacking python3-venv) the venv is made --without-pip and runs the image's pip,
-# which then installs into the venv (it follows the running interpreter).
+# which then installs into the venv (it follows the running interpreter).  When
+# the image's python3 is itself a venv (the GPU image's /opt/torch/.venv), its
+# packages (numpy, pip) are not the base interpreter's "system" site: a .pth
+# file adds them after the venv's own.
 make_venv() {
     local venv=$1
-    if python3 -m venv --system-site-packages "$venv" > "$LOGS/step1-venv.log" 2>&1; then
-        return 0
+    if ! python3 -m venv --system-site-packages "$venv" > "$LOGS/step1-venv.log" 2>&1; then
+        log "    python3 -m venv failed (no ensurepip?): retrying --without-pip"
+        rm -rf "$venv"
+        python3 -m venv --system-site-packages --without-pip "$venv" >> "$LOGS/step1-venv.log" 2>&1 \
+            || { cat "$LOGS/step1-venv.log" >&2; die "cannot create a venv with python3"; }
     fi
-    log "    python3 -m venv failed (no ensurepip?): retrying --without-pip"
-    rm -rf "$venv"
-    python3 -m venv --system-site-packages --without-pip "$venv" >> "$LOGS/step1-venv.log" 2>&1 \
-        || { cat "$LOGS/step1-venv.log" >&2; die "cannot create a venv with python3"; }
+    local purelib='import sysconfig; print(sysconfig.get_paths()["purelib"])'
+    local image_site venv_site
+    image_site=$(python3 -c "$purelib")
+    venv_site=$("$venv/bin/python" -c "$purelib")
+    if [[ "$image_site" != "$venv_site" ]] && ! "$venv/bin/python" -c 'import numpy' 2>/dev/null; then
+        printf '%s\n' "$image_site" > "$venv_site/zz-image-site.pth"
+        log "    the image's packages ($image_site) added to the venv's path"
+    fi
     "$venv/bin/python" -m pip --version > /dev/null 2>&1 \
         || die "the venv has no pip and the image's python3 has no pip module either"
+    "$venv/bin/python" -c 'import numpy' 2>/dev/null \
+        || die "numpy is importable neither in the venv nor in the image's python3"
 }
 
 gpu_run() {
-    local dir=$1 skip_build=$2
+    local dir=$1 skip_build=$2 under_load=$3
     dir="$(cd "$dir" && pwd)"
     local tarball="$dir/$TARBALL_NAME"
     WORK="${GPU_CHECK_WORK:-/tmp/localllm-gpu-check}"
@@ -622,6 +639,8 @@ gpu_run() {
     # Everything localllm writes stays in WORK: home (models, plugins, logs) and
     # cache (the unpacked source and the cmake build tree of the plugin).
     export LOCALLLM_HOME="$WORK/home" LOCALLLM_CACHE="$WORK/cache"
+    # Named, so that the benchmarks' own daemons (other homes) find the plugin too.
+    export LOCALLLM_BACKENDS="$WORK/home/backends"
     export LOCALLLM_BENCH_CACHE="${LOCALLLM_BENCH_CACHE:-$WORK/bench-cache}"
     export HF_HUB_OFFLINE=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
     local model="$LOCALLLM_BENCH_CACHE/models/llama-1b-q4_k_m.gguf"
@@ -629,7 +648,14 @@ gpu_run() {
 
     step "0 preflight"
     log "    repo $REPO, DIR $dir, work $WORK, logs $LOGS, jobs $jobs, reps $reps"
-    [[ -f "$tarball" ]] || die "$tarball is missing: run 'bash bench/gpu_check.sh --prepare' first"
+    # bench/gpu_prebuild.sh's output, when there, replaces both compiles.
+    local pre="$dir/prebuilt" core_whl="" tools_xz=""
+    core_whl=$(ls "$pre"/llama_cpp_python-*.whl 2>/dev/null | head -n 1 || true)
+    [[ -f "$pre/cuda-tools.tar.xz" ]] && tools_xz="$pre/cuda-tools.tar.xz"
+    log "    prebuilt core: ${core_whl:-none}; prebuilt CUDA tools: ${tools_xz:-none}"
+    if [[ -z "$core_whl" || -z "$tools_xz" ]]; then
+        [[ -f "$tarball" ]] || die "$tarball is missing: run 'bash bench/gpu_check.sh --prepare' first"
+    fi
     [[ -d "$dir/wheels" && -f "$dir/requirements.txt" ]] \
         || die "$dir/wheels or requirements.txt is missing: run --prepare again"
     command -v nvidia-smi > /dev/null || die "nvidia-smi not found: this mode needs an NVIDIA GPU"
@@ -667,10 +693,15 @@ gpu_run() {
         make_venv "$venv"
         run_logged "$LOGS/step1-deps.log" "$PY" -m pip install --no-index \
             --find-links "$dir/wheels" -r "$dir/requirements.txt"
-        log "    building llama-cpp-python (CMAKE_ARGS=$CORE_CMAKE_ARGS)"
-        run_logged "$LOGS/step1-llama-cpp-python.log" env CMAKE_ARGS="$CORE_CMAKE_ARGS" \
-            CMAKE_BUILD_PARALLEL_LEVEL="$jobs" "$PY" -m pip install -v --no-index \
-            --no-build-isolation --find-links "$dir/wheels" "$tarball"
+        if [[ -n "$core_whl" ]]; then
+            run_logged "$LOGS/step1-llama-cpp-python.log" "$PY" -m pip install --no-index \
+                --no-deps "$core_whl"
+        else
+            log "    building llama-cpp-python (CMAKE_ARGS=$CORE_CMAKE_ARGS)"
+            run_logged "$LOGS/step1-llama-cpp-python.log" env CMAKE_ARGS="$CORE_CMAKE_ARGS" \
+                CMAKE_BUILD_PARALLEL_LEVEL="$jobs" "$PY" -m pip install -v --no-index \
+                --no-build-isolation --find-links "$dir/wheels" "$tarball"
+        fi
         run_logged "$LOGS/step1-localllm.log" "$PY" -m pip install -v --no-index \
             --no-build-isolation --no-deps "$REPO"
         (cd "$WORK" && "$PY" -c 'import localllm._native, llama_cpp, sys; print("    localllm native ok; llama_cpp", llama_cpp.__version__, "in", sys.prefix)') \
@@ -693,9 +724,18 @@ gpu_run() {
     fi
 
     step "2 CUDA backend build (+ llama-bench)"
+    local tools_dir="$WORK/cuda-tools"
+    if [[ -n "$tools_xz" ]]; then
+        rm -rf "$tools_dir"
+        tar -xJf "$tools_xz" -C "$WORK"
+        local ver
+        ver=$(cat "$tools_dir/GGML_VERSION")
+        mkdir -p "$LOCALLLM_BACKENDS/$ver"
+        cp "$tools_dir/libggml-cuda.so" "$LOCALLLM_BACKENDS/$ver/libggml-cuda.so"
+        step_skipped "prebuilt: the plugin (ggml $ver) and llama.cpp's tools from $tools_xz"
     # --skip-build reuses a finished build; an unfinished one (a run cut off by a
     # time limit) is resumed: the cmake tree in LOCALLLM_CACHE is kept.
-    if [[ "$skip_build" == 1 ]] && "$ll" backends list --json > "$LOGS/step2-before.json" 2>&1 \
+    elif [[ "$skip_build" == 1 ]] && "$ll" backends list --json > "$LOGS/step2-before.json" 2>&1 \
         && "$PY" "$MEASURE" find-bench --backends "$LOGS/step2-before.json" > /dev/null 2>&1 \
         && "$PY" -c 'import json,sys; sys.exit(not any(b.get("name") == "cuda" and b.get("built") for b in json.load(open(sys.argv[1]))))' "$LOGS/step2-before.json"; then
         step_skipped "--skip-build: the CUDA plugin and llama-bench are built"
@@ -711,8 +751,12 @@ gpu_run() {
     "$ll" backends list --json > "$LOGS/step2-backends-list.json" 2> "$LOGS/step2-backends-list.err" \
         || die "'localllm backends list --json' failed: $(tail -n 5 "$LOGS/step2-backends-list.err")"
     local bench_bin
-    bench_bin=$("$PY" "$MEASURE" find-bench --backends "$LOGS/step2-backends-list.json" \
-        --search "$LOCALLLM_CACHE" --search "$LOCALLLM_HOME") || die "no llama-bench from the CUDA backend build (see step2-backends-list.json)"
+    if [[ -n "$tools_xz" ]]; then
+        bench_bin="$tools_dir/llama-bench"
+    else
+        bench_bin=$("$PY" "$MEASURE" find-bench --backends "$LOGS/step2-backends-list.json" \
+            --search "$LOCALLLM_CACHE" --search "$LOCALLLM_HOME") || die "no llama-bench from the CUDA backend build (see step2-backends-list.json)"
+    fi
     log "    llama-bench: $bench_bin"
     "$ll" doctor 2>&1 | tee "$LOGS/step2-doctor.txt" | sed 's/^/    /' || true
     "$ll" doctor --json > "$LOGS/step2-doctor.json" 2> "$LOGS/step2-doctor.err" \
@@ -769,16 +813,53 @@ gpu_run() {
         --out "$LOGS/gpu_check.json" --text "$LOGS/summary.txt" || rc=$?
     if [[ $rc -ne 0 && $rc -ne 3 ]]; then die "summary failed"; fi
     log "    result: $LOGS/gpu_check.json"
+    if [[ "$under_load" == 1 ]]; then
+        under_load_step "$tools_dir" "$tools_xz"
+    fi
     exit "$rc"
+}
+
+# Step 8 (--load): issue 15's benchmarks on the GPU, against llama.cpp's CUDA
+# tools from the prebuilt tarball (llama-server is built only there). Its result
+# is in its logs; a failure here is reported and leaves steps 1-7's result alone.
+under_load_step() {
+    local tools_dir=$1 tools_xz=$2
+    step "8 under load: engine_bench and server_bench, -ngl 99"
+    if [[ -z "$tools_xz" || ! -x "$tools_dir/llama-server" ]]; then
+        step_skipped "needs bench/gpu_prebuild.sh's llama-server"
+        return 0
+    fi
+    # The bench scripts import localllm from the checkout: give it the native
+    # module built at step 1 (it finds libllama through the installed core).
+    local native
+    native=$(cd "$WORK" && "$PY" -c 'import localllm._native as m; print(m.__file__)')
+    cp "$native" "$REPO/localllm/"
+    mkdir -p "$LOCALLLM_BENCH_CACHE/llama-tools"
+    ln -sfn "$tools_dir" "$LOCALLLM_BENCH_CACHE/llama-tools/bin"
+    local t0=$SECONDS
+    (cd "$REPO" && timeout "${GPU_CHECK_ENGINE_S:-150}" "$PY" bench/engine_bench.py \
+        --model 1b-q4_k_m --ngl 99 --rounds 2 --parallel 1,4,16 --runner-shape) \
+        > "$LOGS/step8-engine-bench.log" 2>&1 || log "    engine_bench failed or timed out"
+    log "    engine_bench: $((SECONDS - t0))s"
+    sed -n '/^model /,$p' "$LOGS/step8-engine-bench.log" | sed 's/^/    /'
+    t0=$SECONDS
+    (cd "$REPO" && timeout "${GPU_CHECK_SERVER_S:-240}" "$PY" bench/server_bench.py \
+        --model 1b-q4_k_m --ngl 99 --rounds 1 --per-user 2 --output-tokens 64 \
+        --levels 1,4,16 --threads 4) \
+        > "$LOGS/step8-server-bench.log" 2>&1 || log "    server_bench failed or timed out"
+    log "    server_bench: $((SECONDS - t0))s"
+    sed -n '/^model /,$p' "$LOGS/step8-server-bench.log" | sed 's/^/    /'
+    step_done
 }
 
 # ---------------------------------------------------------------------------
 main() {
-    local mode=run skip_build=0 dir=""
+    local mode=run skip_build=0 under_load=0 dir=""
     while [[ $# -gt 0 ]]; do
         case "$1" in
             --prepare) mode=prepare ;;
             --skip-build) skip_build=1 ;;
+            --load) under_load=1 ;;
             -h|--help) usage; exit 0 ;;
             -*) echo "gpu_check: unknown option $1 (see --help)" >&2; exit 2 ;;
             *) [[ -z "$dir" ]] || { echo "gpu_check: one DIR only" >&2; exit 2; }
@@ -793,7 +874,7 @@ main() {
     else
         [[ -d "$dir" ]] || { echo "gpu_check: $dir does not exist (run --prepare first)" >&2; exit 2; }
         # Not in an `||` list: that would switch off errexit and the ERR trap inside.
-        gpu_run "$dir" "$skip_build"
+        gpu_run "$dir" "$skip_build" "$under_load"
     fi
 }
 

@@ -111,7 +111,8 @@ def theirs(args: argparse.Namespace, gguf: Path) -> tuple[list[str], dict[str, s
     # -c is the whole unified KV pool in llama-server; ours is per slot.
     cmd = [str(TOOLS / "llama-server"), "-m", str(gguf), "--host", "127.0.0.1",
            "--port", str(port), "-t", str(args.threads), "-np", str(args.parallel),
-           "-c", str(args.ctx * args.parallel), "-kvu", "--no-webui", "-a", MODEL_NAME]
+           "-c", str(args.ctx * args.parallel), "-kvu", "--no-webui", "-a", MODEL_NAME,
+           "-ngl", str(args.ngl)]
     return cmd, dict(os.environ), f"http://127.0.0.1:{port}"
 
 
@@ -175,7 +176,8 @@ def metric(s: LevelSummary, key: str) -> float:
 def report(args: argparse.Namespace, res: dict[tuple[str, int], list[LevelSummary]],
            chats: dict[str, tuple[float, float, int]]) -> None:
     load = os.getloadavg()
-    print(f"\nmodel {args.model}, {args.threads} threads, {args.parallel} slots x {args.ctx} ctx, "
+    print(f"\nmodel {args.model}, {args.threads} threads, {args.ngl} GPU layers for llama-server, "
+          f"{args.parallel} slots x {args.ctx} ctx, "
           f"~{args.prompt_tokens} prompt + {args.output_tokens} output tokens, "
           f"{args.rounds} round(s); load average {load[0]:.1f}/{load[1]:.1f} on {os.cpu_count()} "
           "CPUs (shared machine: noisy)")
@@ -238,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--history-tokens", type=int, default=1500)
     p.add_argument("--conversations", type=int, default=3)
+    p.add_argument("--ngl", type=int, default=0,
+                   help="llama-server's -ngl (99 on a GPU); ours places layers itself")
     p.add_argument("--our-api", choices=("ollama", "openai"), default="ollama")
     p.add_argument("--quick", action="store_true", help="1 round, 2 requests per stream")
     p.add_argument("--reimport", action="store_true", help="import the GGUF into our store again")
