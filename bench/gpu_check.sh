@@ -91,6 +91,13 @@ TIMINGS=""
 DAEMON_PID=""
 GEN_PID=""
 RUN_PID=""
+# Step 8 (--load) state, global so that cleanup can still run it after a failed step.
+UNDER_LOAD=0
+STEP8_RAN=0
+VENV_READY=0
+CUDA_SEEN=0
+TOOLS_DIR=""
+TOOLS_XZ=""
 
 log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*"; }
 
@@ -588,6 +595,12 @@ cleanup() {
         # A result file even for a failed run, naming the step.
         printf '{"ok": false, "failed_step": "%s", "exit_status": %s, "logs": "%s"}\n' \
             "$STEP" "$rc" "$LOGS" > "$LOGS/gpu_check.json" || true
+        # The engine's own figures need neither the daemon nor llama-bench's step:
+        # a failure there still leaves a GPU run something to measure.
+        if [[ $UNDER_LOAD == 1 && $STEP8_RAN == 0 && $VENV_READY == 1 && $CUDA_SEEN == 1 ]]; then
+            log "    step \"$STEP\" failed; running step 8 anyway"
+            (under_load_step) || true
+        fi
     fi
     return "$rc"
 }
@@ -652,6 +665,9 @@ gpu_run() {
     local pre="$dir/prebuilt" core_whl="" tools_xz=""
     core_whl=$(ls "$pre"/llama_cpp_python-*.whl 2>/dev/null | head -n 1 || true)
     [[ -f "$pre/cuda-tools.tar.xz" ]] && tools_xz="$pre/cuda-tools.tar.xz"
+    TOOLS_XZ=$tools_xz
+    TOOLS_DIR="$WORK/cuda-tools"
+    UNDER_LOAD=$under_load
     log "    prebuilt core: ${core_whl:-none}; prebuilt CUDA tools: ${tools_xz:-none}"
     if [[ -z "$core_whl" || -z "$tools_xz" ]]; then
         [[ -f "$tarball" ]] || die "$tarball is missing: run 'bash bench/gpu_check.sh --prepare' first"
@@ -687,6 +703,7 @@ gpu_run() {
         [[ -f "$venv/.gpu-check-ok" && -x "$ll" ]] \
             || die "--skip-build: no complete venv at $venv (run once without --skip-build)"
         step_skipped "--skip-build: reusing $venv"
+        VENV_READY=1
     else
         step "1 venv + deps + llama-cpp-python + localllm"
         rm -rf "$venv" "$LOCALLLM_HOME" "$LOCALLLM_CACHE"
@@ -710,6 +727,7 @@ gpu_run() {
         "$PY" -m pip check > "$LOGS/step1-pip-check.txt" 2>&1 \
             || log "    note: pip check reports conflicts (see step1-pip-check.txt)"
         touch "$venv/.gpu-check-ok"
+        VENV_READY=1
         step_done
     fi
 
@@ -724,7 +742,7 @@ gpu_run() {
     fi
 
     step "2 CUDA backend build (+ llama-bench)"
-    local tools_dir="$WORK/cuda-tools"
+    local tools_dir=$TOOLS_DIR
     if [[ -n "$tools_xz" ]]; then
         rm -rf "$tools_dir"
         tar -xJf "$tools_xz" -C "$WORK"
@@ -763,6 +781,7 @@ gpu_run() {
         || die "'localllm doctor --json' failed (native module not loadable?)"
     "$PY" "$MEASURE" check-doctor "$LOGS/step2-doctor.json" \
         || die "localllm doctor shows no CUDA device: the backend is not loaded"
+    CUDA_SEEN=1
     step_done
 
     step "3 1B Q4_K_M model"
@@ -814,7 +833,7 @@ gpu_run() {
     if [[ $rc -ne 0 && $rc -ne 3 ]]; then die "summary failed"; fi
     log "    result: $LOGS/gpu_check.json"
     if [[ "$under_load" == 1 ]]; then
-        under_load_step "$tools_dir" "$tools_xz"
+        under_load_step
     fi
     exit "$rc"
 }
@@ -823,7 +842,8 @@ gpu_run() {
 # tools from the prebuilt tarball (llama-server is built only there). Its result
 # is in its logs; a failure here is reported and leaves steps 1-7's result alone.
 under_load_step() {
-    local tools_dir=$1 tools_xz=$2
+    local tools_dir=$TOOLS_DIR tools_xz=$TOOLS_XZ
+    STEP8_RAN=1
     step "8 under load: engine_bench and server_bench, -ngl 99"
     if [[ -z "$tools_xz" || ! -x "$tools_dir/llama-server" ]]; then
         step_skipped "needs bench/gpu_prebuild.sh's llama-server"
