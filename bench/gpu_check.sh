@@ -431,6 +431,9 @@ EOF
 # Wheels the GPU image lacks. pip resolves the whole closure for CPython 3.12 on
 # manylinux x86_64; the big packages the image already has are then dropped.
 WHEEL_EXCLUDE_RE='^(numpy|torch|triton|nvidia_|scipy|sympy|networkx|mpmath)[-_]'
+# Resolved, then dropped after the check: huggingface_hub imports without it and
+# the offline machine downloads nothing from the Hub (4 MB of the carry).
+WHEEL_DROP_AFTER_RE='^hf_xet[-_]'
 PLATFORM_ARGS=(--python-version 3.12 --implementation cp --abi cp312
     --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64
     --platform manylinux_2_28_x86_64 --only-binary :all:)
@@ -512,6 +515,10 @@ prepare() {
 
     step "verify wheels (offline resolve for cp312)"
     verify_wheels "$dir" "$work" "$cache"
+    local f
+    for f in "$dir"/wheels/*; do
+        if [[ "$(basename "$f")" =~ $WHEEL_DROP_AFTER_RE ]]; then rm -f "$f"; fi
+    done
     step_done
 
     step "summary"
@@ -633,6 +640,25 @@ make_venv() {
         || die "numpy is importable neither in the venv nor in the image's python3"
 }
 
+# The plugin links the CUDA runtime and cuBLAS by soname. An image may have them
+# only inside a Python package (PyTorch's nvidia-* wheels) or in a toolkit folder
+# the loader does not search: add the folder of each one ldd cannot find.
+find_cuda_libs() {
+    local so=$1 lib hit
+    local -a dirs=(/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib
+                   /usr/local/nvidia/lib64 /usr/lib/x86_64-linux-gnu)
+    dirs+=("$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nvidia")
+    for lib in $(ldd "$so" 2>/dev/null | awk '/not found/ {print $1}'); do
+        hit=$(find "${dirs[@]}" -name "$lib" -print -quit 2>/dev/null || true)
+        if [[ -n "$hit" ]]; then
+            export LD_LIBRARY_PATH="$(dirname "$hit")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+            log "    $lib: $hit"
+        else
+            log "    $lib: not found (the plugin will not load)"
+        fi
+    done
+}
+
 gpu_run() {
     local dir=$1 skip_build=$2 under_load=$3
     dir="$(cd "$dir" && pwd)"
@@ -708,8 +734,11 @@ gpu_run() {
         step "1 venv + deps + llama-cpp-python + localllm"
         rm -rf "$venv" "$LOCALLLM_HOME" "$LOCALLLM_CACHE"
         make_venv "$venv"
-        run_logged "$LOGS/step1-deps.log" "$PY" -m pip install --no-index \
-            --find-links "$dir/wheels" -r "$dir/requirements.txt"
+        # The closure was resolved at --prepare (verify_wheels): installed as it is,
+        # no resolver here, so a wheel the machine never needs may be left out
+        # (hf_xet, for Hub downloads).
+        run_logged "$LOGS/step1-deps.log" "$PY" -m pip install --no-index --no-deps \
+            "$dir"/wheels/*.whl
         if [[ -n "$core_whl" ]]; then
             run_logged "$LOGS/step1-llama-cpp-python.log" "$PY" -m pip install --no-index \
                 --no-deps "$core_whl"
@@ -750,6 +779,7 @@ gpu_run() {
         ver=$(cat "$tools_dir/GGML_VERSION")
         mkdir -p "$LOCALLLM_BACKENDS/$ver"
         cp "$tools_dir/libggml-cuda.so" "$LOCALLLM_BACKENDS/$ver/libggml-cuda.so"
+        find_cuda_libs "$tools_dir/libggml-cuda.so"
         step_skipped "prebuilt: the plugin (ggml $ver) and llama.cpp's tools from $tools_xz"
     # --skip-build reuses a finished build; an unfinished one (a run cut off by a
     # time limit) is resumed: the cmake tree in LOCALLLM_CACHE is kept.
