@@ -2,8 +2,9 @@
 
 Every child (runner, hardware probe, quantize, a background daemon) must
 import this same ``localllm`` — also from a source checkout that is not
-installed — so ``PYTHONPATH`` gets this package's root, and output is
-unbuffered so a crash loses no log line.  ``dies_with_parent`` has the child
+installed — so ``PYTHONPATH`` gets this package's root and the working
+directory is kept off ``sys.path``, and output is unbuffered so a crash loses
+no log line.  ``dies_with_parent`` has the child
 (through ``adopt()``, which every child entry point calls) ask Linux to SIGKILL
 it when its parent dies (``PR_SET_PDEATHSIG``), so a ``kill -9`` of the daemon
 cannot leave a quantize or a runner behind; a background daemon is started
@@ -31,6 +32,9 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"
+    # `python -m` would put the working directory ahead of PYTHONPATH: a child
+    # started inside a localllm checkout would import that copy (Python 3.11+).
+    env["PYTHONSAFEPATH"] = "1"
     env.update(extra or {})
     return env
 

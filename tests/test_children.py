@@ -68,3 +68,17 @@ def test_children_import_this_localllm(tmp_path: Path) -> None:
                        timeout=60)
     assert out.returncode == 0 and out.stdout.startswith("localllm ")
     assert children.child_env()["PYTHONPATH"].split(os.pathsep)[0] == children.PACKAGE_ROOT
+
+
+def test_a_localllm_folder_in_the_working_directory_is_not_imported(tmp_path: Path) -> None:
+    # `python -m` puts the working directory first on sys.path, before PYTHONPATH: a
+    # child started inside a source checkout (another version, no native module
+    # built) would import that one instead of its parent's.
+    decoy = tmp_path / "localllm"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text("raise SystemExit('the decoy was imported')\n")
+    (decoy / "__main__.py").write_text("raise SystemExit('the decoy was imported')\n")
+    out = children.run("localllm", "--version", capture_output=True, text=True, cwd=tmp_path,
+                       timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("localllm ")
