@@ -16,10 +16,13 @@ read back by every step even when the kernel drops their pages for a while.
 The runner sends its resident size from before the load; the daemon reads the
 current one from ``/proc`` each time it is asked, so the figure follows the
 compute pages that requests touch.  Without ``/proc`` (macOS) the logged
-sizes stand as they are.
+sizes stand as they are.  On NVIDIA GPUs the driver's per-process figure adds
+what the CUDA runtime itself holds (``with_gpu_runtime``).
 """
 
 from __future__ import annotations
+
+from localllm.hardware.nvml import process_memory
 
 HOST_KINDS = ("model", "kv")  # counted in full; "compute" is capped by what is resident
 
@@ -69,9 +72,37 @@ def resident_memory(logged: dict[str, dict[str, int]],
     return out
 
 
+def with_gpu_runtime(memory: dict[str, dict[str, int]],
+                     per_gpu: list[int] | None) -> dict[str, dict[str, int]]:
+    """``memory`` with what the CUDA runtime holds beyond llama.cpp's buffers.
+
+    ``per_gpu``: the runner's bytes on each NVIDIA GPU as the driver counts them
+    (``hardware.nvml``; ``None``: unknown, nothing added).  The extra is the
+    context, loaded kernels, cuBLAS and ggml's pool; it goes to the CUDA devices
+    as a "runtime" part, shared by the buffers each holds, because NVML numbers
+    GPUs in bus order and CUDA fastest first.
+    """
+    cuda = [dev for dev in memory if dev.upper().startswith("CUDA") and not is_host(dev)]
+    if not cuda or not per_gpu:
+        return memory
+    logged = {dev: sum(memory[dev].values()) for dev in cuda}
+    extra = sum(per_gpu) - sum(logged.values())
+    if extra <= 0:
+        return memory
+    out = {dev: dict(parts) for dev, parts in memory.items()}
+    total = sum(logged.values()) or len(cuda)
+    for dev in cuda:
+        out[dev]["runtime"] = extra * (logged[dev] or 1) // total
+    return out
+
+
 def held_now(logged: dict[str, dict[str, int]], rss_before: int | None,
              pid: int | None) -> dict[str, dict[str, int]]:
-    """``resident_memory`` with the growth of runner ``pid`` read now (``None``: gone)."""
+    """``resident_memory`` with the growth of runner ``pid`` read now (``None``: gone),
+    and on NVIDIA GPUs what the driver says the runner holds there."""
     now = rss_bytes(pid) if pid is not None and rss_before is not None else None
     growth = now - rss_before if now is not None and rss_before is not None else None
-    return resident_memory(logged, growth)
+    held = resident_memory(logged, growth)
+    if pid is not None and any(d.upper().startswith("CUDA") for d in held):
+        held = with_gpu_runtime(held, process_memory(pid))
+    return held

@@ -4,8 +4,9 @@ Pure functions, no I/O.  The estimate (scheduler/estimate.py) gives bytes per
 layer (weights + its KV cache), the output layer and the compute graph; the
 placement (scheduler/layer_fill.py) fills GPUs from the last layer down, the
 output layer last, exactly as llama.cpp's ``n_gpu_layers`` counts them
-(``L + 1`` means everything).  Each GPU keeps a fixed reserve (457 MiB, 512 MiB
-on Metal) plus ``LOCALLLM_GPU_OVERHEAD`` and room for the compute graph.
+(``L + 1`` means everything).  Each GPU keeps a fixed reserve (640 MiB on CUDA,
+as measured, 512 MiB on Metal, else 457 MiB) plus ``LOCALLLM_GPU_OVERHEAD`` and
+room for the compute graph.
 
 Several GPU sets are compared: the fewest GPUs that hold the whole model win,
 local ones before remote (RPC) devices; layers split over a set by free memory.
@@ -57,14 +58,18 @@ __all__ = [
     "subtract_loaded",
 ]
 
-MIN_RESERVE = 457 * MiB  # CUDA / ROCm / Vulkan context and driver allocations
+MIN_RESERVE = 457 * MiB  # ROCm / Vulkan context and driver allocations
 MIN_RESERVE_METAL = 512 * MiB
+# Measured: a runner on an H100 (CUDA 13, ggml 0.25.3) held 603 MiB beyond
+# llama.cpp's buffers (context, kernels, cuBLAS, ggml's pool); rounded up for pool
+# growth in long prompts.
+MIN_RESERVE_CUDA = 640 * MiB
 CTX_LADDER = (262144, 131072, 65536, 32768, 16384, 8192, 4096)
 MIN_AUTO_CTX = 4096
 
 
 def _reserve(dev: Device) -> int:
-    return MIN_RESERVE_METAL if dev.library == "Metal" else MIN_RESERVE
+    return {"Metal": MIN_RESERVE_METAL, "CUDA": MIN_RESERVE_CUDA}.get(dev.library, MIN_RESERVE)
 
 
 def usable_gpus(devices: Iterable[Device]) -> list[Device]:

@@ -18,7 +18,13 @@ import pytest
 
 from localllm.runner.messages import LoadOptions
 from localllm.runner.process import RunnerProcess
-from localllm.runner.resident import held_now, is_host, resident_memory, rss_bytes
+from localllm.runner.resident import (
+    held_now,
+    is_host,
+    resident_memory,
+    rss_bytes,
+    with_gpu_runtime,
+)
 from tests import tinymodel as tm
 from tests.runner.conftest import arun, collect, greedy, running
 
@@ -39,6 +45,22 @@ def test_host_compute_counts_only_what_is_resident() -> None:
     # Unknown growth (no /proc): the logged sizes stand.
     assert resident_memory(logged, None) == logged
     assert logged["CPU"]["compute"] == 500  # not mutated
+
+
+def test_the_cuda_runtime_s_own_bytes_are_added_to_the_cuda_devices() -> None:
+    logged = {"CPU": {"model": 100}, "CUDA0": {"model": 600, "kv": 100, "compute": 100},
+              "CUDA1": {"model": 200}, "CUDA_Host": {"compute": 50}}
+    # NVML's figure for the runner, per GPU in its own order: 1,600 bytes in all,
+    # 600 more than the 1,000 llama.cpp allocated on the two GPUs.
+    held = with_gpu_runtime(logged, [400, 1200])
+    assert held["CUDA0"]["runtime"] == 480 and held["CUDA1"]["runtime"] == 120
+    assert "runtime" not in held["CPU"] and "runtime" not in held["CUDA_Host"]
+    assert sum(sum(held[d].values()) for d in ("CUDA0", "CUDA1")) == 1600
+    assert "runtime" not in logged["CUDA0"]  # a copy
+    # Unknown (no NVIDIA driver), or nothing beyond the buffers: the logged sizes stand.
+    assert with_gpu_runtime(logged, None) == logged
+    assert with_gpu_runtime(logged, [500, 400]) == logged
+    assert with_gpu_runtime({"CPU": {"model": 1}}, [100]) == {"CPU": {"model": 1}}
 
 
 def test_host_device_names() -> None:

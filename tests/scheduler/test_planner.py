@@ -28,6 +28,7 @@ from tests.scheduler.shapes import (
     GiB,
     cpu,
     cuda,
+    gpu,
     igpu,
     metal,
     model_info,
@@ -300,6 +301,23 @@ def test_metal_reserve_is_512_mib() -> None:
     assert plan(L1B, [metal(64, exact / GiB), cpu(64)], opts(num_ctx=4096)).fully_offloaded
     short = (exact - 40 * MiB) / GiB
     assert not plan(L1B, [metal(64, short), cpu(64)], opts(num_ctx=4096)).fully_offloaded
+
+
+def test_cuda_reserve_is_what_a_cuda_runner_was_measured_to_hold() -> None:
+    # 603 MiB beyond llama.cpp's buffers on an H100 (bench/gpu_check.sh): a plan that
+    # kept only the generic 457 MiB would fill a CUDA GPU past what fits.
+    def least_free_mib(library: str) -> int:
+        lo, hi = 0, 64 * 1024
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            dev = gpu(f"{library}0", library, 64, mid / 1024)
+            if plan(L1B, [dev, cpu(64)], opts(num_ctx=4096)).fully_offloaded:
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+    assert least_free_mib("CUDA") - least_free_mib("Vulkan") == 640 - 457
 
 
 def test_cpu_only() -> None:
