@@ -191,7 +191,9 @@ def theirs_single(cfg: Cfg, res: Results, what: str) -> None:
 
 
 def theirs_parallel(cfg: Cfg, res: Results, k: int) -> None:
-    cmd = [str(tool("llama-batched-bench")), "-m", str(cfg.model),
+    # -kvu: one KV buffer for all sequences, as our engine has (its slots share
+    # prefixes through it); without it each sequence attends over its own cells only.
+    cmd = [str(tool("llama-batched-bench")), "-m", str(cfg.model), "-kvu",
            "-c", str(k * (cfg.npp + cfg.ntg)), "-b", "2048", "-ub", "512",
            "-npp", str(cfg.npp), "-ntg", str(cfg.ntg), "-npl", str(k),
            "-t", str(cfg.threads), "-ngl", str(cfg.ngl), "--output-format", "jsonl"]

@@ -365,7 +365,15 @@ void ll_context_free(ll_context *c) {
 uint32_t ll_n_ctx(const ll_context *c) { return llama_n_ctx(c->ctx); }
 int ll_pooling_type(const ll_context *c) { return (int)llama_pooling_type(c->ctx); }
 void ll_set_embeddings(ll_context *c, int on) { llama_set_embeddings(c->ctx, on != 0); }
-int ll_decode(ll_context *c, ll_batch *b) { return llama_decode(c->ctx, b->b); }
+/* On a GPU llama_decode only queues the work; the wait comes with the first read
+   of the logits.  Waiting here instead costs nothing (every decode is read at
+   once) and keeps that wait inside the time the engine charges to the step: else
+   a prompt's GPU time would be counted as its first token's. */
+int ll_decode(ll_context *c, ll_batch *b) {
+    int rc = llama_decode(c->ctx, b->b);
+    if (rc == 0) llama_synchronize(c->ctx);
+    return rc;
+}
 
 int ll_mem_seq_rm(ll_context *c, int32_t seq, int32_t p0, int32_t p1) {
     return llama_memory_seq_rm(llama_get_memory(c->ctx), seq, p0, p1);
