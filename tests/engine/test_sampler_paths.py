@@ -17,6 +17,7 @@ from localllm.engine.engine import Engine
 from localllm.engine.sampling import Sampler
 from localllm.runner.messages import SamplingParams
 from tests.engine.conftest import opts
+from tests.tinymodel import make_tiny_model
 
 
 def test_top_k_short_cut_draws_what_the_full_chain_draws(tiny_attn: Path) -> None:
@@ -40,3 +41,33 @@ def test_top_k_short_cut_draws_what_the_full_chain_draws(tiny_attn: Path) -> Non
             full.close()
     assert len(set(a)) > 20  # hot enough that the draws spread over many tokens
     assert a == b
+
+
+def test_greedy_short_cut_picks_what_llama_cpp_s_greedy_sampler_picks(
+        tiny_attn: Path, tmp_path: Path) -> None:
+    # The shim's greedy is a vectorised scan (max, then its first index); llama.cpp's
+    # greedy sampler keeps the first maximum.  On a flat model every logit ties, so
+    # both must pick token 0 at every row.
+    flat = make_tiny_model(tmp_path, name="flat.gguf", sharpness=0.0)
+    tokens = (1, 40, 41, 42, 43, 44, 45, 3, 7)
+    for model, expect_flat in ((tiny_attn, False), (flat, True)):
+        with Engine([str(model)], opts()) as e:
+            e.batch.clear()
+            for i, t in enumerate(tokens):
+                e.batch.add(t, i, 0, True)
+            assert e.ctx.decode(e.batch) == 0
+            a, b = [], []
+            for r in range(len(tokens)):
+                # Fresh samplers per row: the penalty remembers what it drew and would
+                # push the next tie elsewhere.
+                fast = Sampler(e.model, e.ctx, SamplingParams(temperature=0.0), 1)
+                full = Sampler(e.model, e.ctx,
+                               SamplingParams(temperature=0.0, presence_penalty=1e-9), 1)
+                try:
+                    a.append(fast.sample(r))
+                    b.append(full.sample(r))
+                finally:
+                    fast.close()
+                    full.close()
+        assert a == b
+        assert (a == [0] * len(tokens)) == expect_flat
