@@ -164,14 +164,14 @@ def render(report: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     report = collect()
     if args.fix:
-        import subprocess
+        from localllm import children
 
         if not report["fixes"]:
             print("Nothing to fix: every GPU found has a loaded backend.")
         for cmd in report["fixes"]:
             print(f"Running: {cmd}", flush=True)
-            argv = [sys.executable, "-m", "localllm.cli.main", *cmd.split()[1:]]
-            if subprocess.run(argv).returncode != 0:
+            # Through the one child helper: this same localllm, whatever the working folder.
+            if children.run("localllm.cli.main", *cmd.split()[1:]).returncode != 0:
                 return 1
         report = collect()
     if args.json:
