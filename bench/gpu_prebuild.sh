@@ -7,6 +7,13 @@
 # Needs the CUDA toolkit's nvcc and cuBLAS (headers and libcublas.so) under
 # CUDA_HOME (default /usr/local/cuda) and the project's .venv; no GPU.  nvcc builds
 # device code for GPU_ARCH (default 90: H100 and H200) without a device present.
+# A toolkit without cuBLAS (this VM's has only nvcc and the runtime) can be made
+# whole in a copy: `cp -a /usr/local/cuda-13.0 ~/.cache/cuda13-cublas`, then the
+# headers and libcublas*.so.13 of PyPI's nvidia-cublas wheel into its include/
+# and targets/x86_64-linux/lib/ (with libcublas.so and libcublasLt.so links), and
+# a driver stub targets/x86_64-linux/lib/stubs/libcuda.so (soname libcuda.so.1)
+# that defines the cu* functions the plugin calls (`nm -D --undefined-only` on a
+# first build lists them): an empty stub links a plugin that cannot load.
 # Writes DIR/prebuilt/:
 #   cuda-tools.tar.xz   the CUDA plugin (libggml-cuda.so) and llama.cpp's own
 #                       llama-bench, llama-server and llama-batched-bench with the
@@ -41,7 +48,8 @@ die() { say "FAILED: $*" >&2; exit 1; }
 [[ -f "$SDIST" ]] || die "no sdist at $SDIST: run bash bench/gpu_check.sh --prepare first"
 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 [[ -x "$CUDA_HOME/bin/nvcc" ]] || die "no nvcc in $CUDA_HOME/bin (set CUDA_HOME)"
-[[ -f "$CUDA_HOME/include/cublas_v2.h" ]] || die "no cuBLAS headers in $CUDA_HOME/include"
+[[ -f "$CUDA_HOME/include/cublas_v2.h" ]] \
+    || die "no cuBLAS headers in $CUDA_HOME/include (see the top of this script)"
 export CUDA_HOME PATH="$CUDA_HOME/bin:$PATH"
 mkdir -p "$WORK" "$DIR/prebuilt"
 DIR="$(cd "$DIR" && pwd)"
