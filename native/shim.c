@@ -369,14 +369,17 @@ uint32_t ll_n_ctx(const ll_context *c) { return llama_n_ctx(c->ctx); }
 int ll_pooling_type(const ll_context *c) { return (int)llama_pooling_type(c->ctx); }
 void ll_set_embeddings(ll_context *c, int on) { llama_set_embeddings(c->ctx, on != 0); }
 /* On a GPU llama_decode only queues the work; the wait comes with the first read
-   of the logits.  Waiting here instead costs nothing (every decode is read at
+   of the outputs.  Waiting here instead costs nothing (every decode is read at
    once) and keeps that wait inside the time the engine charges to the step: else
-   a prompt's GPU time would be counted as its first token's. */
-int ll_decode(ll_context *c, ll_batch *b) {
-    int rc = llama_decode(c->ctx, b->b);
-    if (rc == 0) llama_synchronize(c->ctx);
+   a prompt's (or an image's) GPU time would be counted as its first token's.
+   Every decode of the shim goes through here. */
+static int decode_and_wait(struct llama_context *ctx, struct llama_batch b) {
+    int rc = llama_decode(ctx, b);
+    if (rc == 0) llama_synchronize(ctx);
     return rc;
 }
+
+int ll_decode(ll_context *c, ll_batch *b) { return decode_and_wait(c->ctx, b->b); }
 
 int ll_mem_seq_rm(ll_context *c, int32_t seq, int32_t p0, int32_t p1) {
     return llama_memory_seq_rm(llama_get_memory(c->ctx), seq, p0, p1);
@@ -877,7 +880,7 @@ int ll_decode_embd(ll_context *c, const float *embd, int n, int n_embd, int32_t 
         b.seq_id = seq_ids;
         b.logits = logits;
         if (non_causal) llama_set_causal_attn(c->ctx, false);
-        rc = llama_decode(c->ctx, b);
+        rc = decode_and_wait(c->ctx, b);
         if (non_causal) llama_set_causal_attn(c->ctx, true);
     }
     free(pos); free(n_seq); free(seq_one); free(seq_ids); free(logits);
