@@ -69,7 +69,8 @@ read -r GGML_VERSION TREE < <("$PY" -m localllm backends list --json | "$PY" -c 
 import json, sys
 b = next(b for b in json.load(sys.stdin) if b["name"] == "cuda")
 print(b["ggml_version"], b["build_dir"])')
-[[ -n "$GGML_VERSION" && -f "$TREE/build.ninja" ]] || die "no CUDA plugin or build tree ($TREE)"
+[[ -n "$GGML_VERSION" && -f "$TREE/build.ninja" ]] \
+    || die "no CUDA plugin or build tree ($TREE): see $LOCALLLM_HOME/logs/backend-build-cuda.log"
 
 # A toolkit whose driver stub (lib64/stubs/libcuda.so) defines no symbols links a
 # plugin without libcuda.so.1 (--as-needed drops it), which then fails at load on

@@ -82,7 +82,7 @@ def with_gpu_runtime(memory: dict[str, dict[str, int]],
     as a "runtime" part, shared by the buffers each holds, because NVML numbers
     GPUs in bus order and CUDA fastest first.
     """
-    cuda = [dev for dev in memory if dev.upper().startswith("CUDA") and not is_host(dev)]
+    cuda = _cuda_devices(memory)
     if not cuda or not per_gpu:
         return memory
     logged = {dev: sum(memory[dev].values()) for dev in cuda}
@@ -90,10 +90,15 @@ def with_gpu_runtime(memory: dict[str, dict[str, int]],
     if extra <= 0:
         return memory
     out = {dev: dict(parts) for dev, parts in memory.items()}
-    total = sum(logged.values()) or len(cuda)
+    weight = {dev: logged[dev] or 1 for dev in cuda}  # a device with no buffers still shares
+    total = sum(weight.values())
     for dev in cuda:
-        out[dev]["runtime"] = extra * (logged[dev] or 1) // total
+        out[dev]["runtime"] = extra * weight[dev] // total
     return out
+
+
+def _cuda_devices(memory: dict[str, dict[str, int]]) -> list[str]:
+    return [dev for dev in memory if dev.upper().startswith("CUDA") and not is_host(dev)]
 
 
 def held_now(logged: dict[str, dict[str, int]], rss_before: int | None,
@@ -103,6 +108,6 @@ def held_now(logged: dict[str, dict[str, int]], rss_before: int | None,
     now = rss_bytes(pid) if pid is not None and rss_before is not None else None
     growth = now - rss_before if now is not None and rss_before is not None else None
     held = resident_memory(logged, growth)
-    if pid is not None and any(d.upper().startswith("CUDA") for d in held):
+    if pid is not None and _cuda_devices(held):  # NVML is asked only for CUDA models
         held = with_gpu_runtime(held, process_memory(pid))
     return held

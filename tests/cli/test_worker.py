@@ -11,14 +11,8 @@ from pathlib import Path
 
 from localllm.cli.worker import is_loopback
 from localllm.hardware.rpc import query
+from tests.cli.conftest import free_port
 from tests.rpcworker import REPO, start_worker, worker_env
-
-
-def free_port() -> str:
-    # A fixed port can be any other test's ephemeral port under xdist.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
 
 
 def run_worker(backends: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -27,7 +21,7 @@ def run_worker(backends: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_non_loopback_bind_needs_allow_remote(rpc_backends: Path) -> None:
-    out = run_worker(rpc_backends, "--host", "0.0.0.0", "--port", free_port())
+    out = run_worker(rpc_backends, "--host", "0.0.0.0", "--port", str(free_port()))
     assert out.returncode == 2
     assert "refusing to bind 0.0.0.0" in out.stderr and "--allow-remote" in out.stderr
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
@@ -43,12 +37,12 @@ def test_a_port_in_use_is_a_clear_error(rpc_backends: Path) -> None:
 
 
 def test_an_unknown_device_is_refused(rpc_backends: Path) -> None:
-    out = run_worker(rpc_backends, "--port", free_port(), "--device", "CUDA7")
+    out = run_worker(rpc_backends, "--port", str(free_port()), "--device", "CUDA7")
     assert out.returncode != 0 and "no device CUDA7" in out.stderr and "CPU" in out.stderr
 
 
 def test_without_the_rpc_plugin_it_says_how_to_build_it(tmp_path: Path) -> None:
-    out = run_worker(tmp_path / "empty-backends", "--port", free_port())
+    out = run_worker(tmp_path / "empty-backends", "--port", str(free_port()))
     assert out.returncode != 0 and "localllm backends build rpc" in out.stderr
 
 
