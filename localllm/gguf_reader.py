@@ -112,6 +112,29 @@ class _Reader:
             raise self.fail(f"{what} is {n} bytes long, over the limit of {MAX_STRING}")
         self.skip(n, what)
 
+    def skip_strings(self, count: int, what: str) -> None:
+        """Skip ``count`` strings: ``skip_string`` with the checks, minus its per-string cost.
+
+        A vocabulary is 150k-260k strings and is walked on every header read:
+        lengths are read in place from the buffer, and anything unusual (a
+        length over the cap, the buffer's end) goes through ``skip_string``,
+        which names the fault.
+        """
+        unpack, done = _U64.unpack_from, 0
+        while done < count:
+            buf, i, end = self.buf, self.i, len(self.buf) - 8
+            limit = min(self.size - self.base, len(buf))  # the file may end inside the buffer
+            while done < count and i <= end:
+                n = unpack(buf, i)[0]
+                if n > MAX_STRING or i + 8 + n > limit:
+                    break
+                i += 8 + n
+                done += 1
+            self.i = i
+            if done < count:
+                self.skip_string(what)  # refills the buffer, or raises the precise error
+                done += 1
+
 
 @dataclass
 class Header:
@@ -156,8 +179,7 @@ def _read_value(r: _Reader, key: str, vtype: int, budget: list[int], h: Header) 
         raise r.fail(f"file is truncated: array {key!r} declares {count} strings")
     if count > KEEP_STRING_ARRAY or not keep:
         h.array_offsets[key] = r.pos
-        for _ in range(count):
-            r.skip_string(f"element of {key}")
+        r.skip_strings(count, f"element of {key}")
         return None
     items = [r.string(f"element of {key}") for _ in range(count)]
     budget[0] -= sum(len(s) for s in items)
@@ -262,13 +284,13 @@ def _pick_tokens(fh: BinaryIO, size: int, where: str, h: Header) -> None:
     if not wanted:
         return
     r = _Reader(fh, size, where, h.array_offsets["tokenizer.ggml.tokens"])
-    for i in range(max(wanted) + 1):
-        if i in wanted:
-            text = r.string("token")
-            for role in wanted[i]:
-                h.kv[f"_token.{role}"] = text
-        else:
-            r.skip_string("token")
+    at = 0
+    for i in sorted(wanted):
+        r.skip_strings(i - at, "token")
+        text = r.string("token")
+        for role in wanted[i]:
+            h.kv[f"_token.{role}"] = text
+        at = i + 1
 
 
 def iter_string_array(path: Path, h: Header, key: str) -> Iterator[str]:

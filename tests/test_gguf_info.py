@@ -181,6 +181,11 @@ def test_valid_raw_file_is_accepted(tmp_path: Path) -> None:
     (_raw([ARCH, _s("a") + struct.pack("<IIQ", 9, 4, 1 << 40)], []), "over the limit"),
     (_raw([ARCH, _s("a") + struct.pack("<IIQ", 9, 8, 1 << 20)], []), "truncated"),
     (_raw([ARCH, _s("a") + struct.pack("<IIQ", 9, 9, 1)], []), "unsupported element type"),
+    # A vocabulary is skipped in bulk: its faults still stop the walk, named.
+    (_raw([ARCH, _s("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 3) + _s("a")
+           + struct.pack("<Q", 1 << 40)], []), "element of tokenizer.ggml.tokens is .* over"),
+    (_raw([ARCH, _s("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 2) + _s("a")
+           + struct.pack("<Q", 100) + b"xy"], []), "truncated: element of tokenizer"),
     (_raw([ARCH, _s("a") + struct.pack("<I", 77)], []), "unknown value type"),
     (_raw([ARCH, ARCH], []), "duplicate key"),
     (_raw([ARCH, _s("general.alignment") + struct.pack("<II", 4, 3)], []), "alignment"),
