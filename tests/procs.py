@@ -6,7 +6,9 @@ import os
 
 
 def children_of(ppid: int) -> list[int]:
-    """Pids of the processes whose parent is ``ppid``."""
+    """Pids of the processes whose parent is ``ppid`` (the tests' own fork server aside)."""
+    from tests.forkserver import server_pid
+
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -16,7 +18,7 @@ def children_of(ppid: int) -> list[int]:
                 parent = int(f.read().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
-        if parent == ppid:
+        if parent == ppid and int(entry) != server_pid():
             pids.append(int(entry))
     return pids
 

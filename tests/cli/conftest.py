@@ -6,7 +6,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +16,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
+from tests import forkserver
 from tests.hubstub import HubStub
 from tests.server.conftest import hub  # noqa: F401  (fixture shared with the route tests)
 
@@ -40,7 +40,8 @@ def cli_env(port: int, **extra: str) -> dict[str, str]:
 
 
 def wait_until_up(
-    url: str, proc: subprocess.Popen[bytes] | None = None, timeout: float = 30
+    url: str, proc: forkserver.Forked | subprocess.Popen[bytes] | None = None,
+    timeout: float = 30
 ) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -74,7 +75,7 @@ class Daemon:
     url: str
     port: int
     env: dict[str, str]
-    proc: subprocess.Popen[bytes]
+    proc: forkserver.Forked
     log: Path
     # Clients made for this daemon, closed when it stops (no leaked sockets).
     clients: list[Any] = field(default_factory=list)
@@ -91,10 +92,8 @@ class Daemon:
 def run_cli(
     *args: str, env: dict[str, str], timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "localllm", *args], cwd=REPO, env=env,
-        capture_output=True, text=True, timeout=timeout, check=False,
-    )
+    """``python -m localllm ARGS``, forked from the warm server (tests/forkserver.py)."""
+    return forkserver.run(list(args), env, cwd=REPO, timeout=timeout)
 
 
 @contextmanager
@@ -104,10 +103,7 @@ def start_daemon(tmp_path: Path) -> Iterator[Daemon]:
     env = cli_env(port)
     log = tmp_path / "daemon.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "localllm", "serve"], cwd=REPO, env=env,
-            stdout=out, stderr=subprocess.STDOUT,
-        )
+        proc = forkserver.spawn(["serve"], env, cwd=REPO, stdout=out, stderr=out)
     url = f"http://127.0.0.1:{port}"
     d: Daemon | None = None
     try:
