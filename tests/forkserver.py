@@ -246,30 +246,47 @@ def spawn(args: list[str], env: dict[str, str], *, cwd: Path = REPO,
 
 
 def run(args: list[str], env: dict[str, str], *, cwd: Path = REPO,
-        timeout: float | None = None) -> subprocess.CompletedProcess[str]:
-    """``subprocess.run(..., capture_output=True, text=True)`` for a forked command."""
+        timeout: float | None = None, input: str | None = None,
+        ) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(..., capture_output=True, text=True)`` for a forked command.
+
+    Without ``input`` the command's stdin is empty (``/dev/null``).
+    """
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
-    with open(os.devnull, "rb") as null:
-        try:
-            child = spawn(args, env, cwd=cwd, stdin=null, stdout=out_w, stderr=err_w)
-        finally:
-            os.close(out_w)
-            os.close(err_w)
+    in_r, in_w = os.pipe() if input is not None else (os.open(os.devnull, os.O_RDONLY), -1)
+    try:
+        child = spawn(args, env, cwd=cwd, stdin=in_r, stdout=out_w, stderr=err_w)
+    finally:
+        for fd in (out_w, err_w, in_r):
+            os.close(fd)
     chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
     deadline = None if timeout is None else time.monotonic() + timeout
+    pending = memoryview(input.encode()) if input is not None else memoryview(b"")
     with selectors.DefaultSelector() as sel:
         for fd in chunks:
             sel.register(fd, selectors.EVENT_READ)
+        if in_w >= 0:
+            os.set_blocking(in_w, False)
+            sel.register(in_w, selectors.EVENT_WRITE)
         while sel.get_map():
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 child.kill()
                 child.wait()
-                for fd in chunks:
-                    os.close(fd)
+                for key in list(sel.get_map().values()):
+                    os.close(key.fd)
                 raise subprocess.TimeoutExpired(args, timeout or 0)
             for key, _ in sel.select(left):
+                if key.fd == in_w:
+                    try:
+                        pending = pending[os.write(in_w, pending[:65536]):] if pending else pending
+                    except BrokenPipeError:
+                        pending = memoryview(b"")  # the command stopped reading: as run() does
+                    if not pending:
+                        sel.unregister(in_w)
+                        os.close(in_w)
+                    continue
                 data = os.read(key.fd, 65536)
                 if data:
                     chunks[key.fd].append(data)

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 
+from tests import forkserver
 from tests.api.halfstream import HalfStreamServer
 from tests.cli.conftest import REPO, cli_env
 
 
 def _cli(port: int, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "localllm", *args], cwd=REPO, env=cli_env(port),
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, check=False,
-    )
+    return forkserver.run(list(args), cli_env(port), cwd=REPO, timeout=60)
 
 
 @pytest.mark.parametrize(("mode", "args"), [

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from localllm import paths
 from localllm.server.serve import pid_file
 from localllm.store.local import Store
+from tests import forkserver
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -19,8 +19,7 @@ def _prune(*flags: str) -> subprocess.CompletedProcess[str]:
     # LOCALLLM_HOME comes from the autouse fixture in tests/conftest.py.
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    return subprocess.run([sys.executable, "-m", "localllm", "prune", *flags], env=env,
-                          capture_output=True, text=True, timeout=60, check=False)
+    return forkserver.run(["prune", *flags], env, cwd=REPO, timeout=60)
 
 
 def _partial(n: int, size: int, *, age: float = 3600.0) -> Path:

@@ -27,6 +27,7 @@ from localllm.cli.chatstream import StreamPrinter, WordWrap, go_duration, stats_
 from localllm.cli.repl import Repl
 from localllm.cli.session import Session, parse_parameter, parse_think
 from localllm.errors import InvalidRequest, NotFound
+from tests import forkserver
 from tests.cli.conftest import REPO, Daemon, start_daemon
 from tests.hubstub import HubStub
 from tests.inference.variants import serve_shared
@@ -58,10 +59,7 @@ def echo_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
 
 def run_cli_input(d: Daemon, *args: str, stdin: str, timeout: float = 60
                   ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "localllm", *args], cwd=REPO, env=d.env, input=stdin,
-        capture_output=True, text=True, timeout=timeout, check=False,
-    )
+    return forkserver.run(list(args), d.env, cwd=REPO, input=stdin, timeout=timeout)
 
 
 def stats(stderr: str) -> list[dict[str, str]]:
