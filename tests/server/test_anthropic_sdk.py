@@ -12,9 +12,8 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 import httpx
 import pytest
 
@@ -26,6 +25,9 @@ from tests.cli.conftest import Daemon
 from tests.inference.variants import serve
 from tests.scriptmodel import make_script_model
 from tests.tinymodel import GREEDY, LETTERS, expected_greedy
+
+if TYPE_CHECKING:  # the SDK is imported where used: 1.5 s at collection, in every worker
+    import anthropic
 
 CHATML_TAIL = "<|im_start|>assistant\n"
 TOOL_TAIL = "</tool_response><|im_end|>\n" + CHATML_TAIL
@@ -72,6 +74,8 @@ def daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Daemon]:
 
 def client(d: Daemon, **auth: str) -> anthropic.Anthropic:
     """The SDK pointed at the daemon (no retries, no proxy); ``api_key`` by default."""
+    import anthropic
+
     auth = auth or {"api_key": "sesame"}
     # The SDK's own client class: recent SDKs run on httpx2 and refuse an httpx one.
     http = anthropic.DefaultHttpxClient(trust_env=False, timeout=60)
@@ -205,6 +209,8 @@ def test_bad_input_gets_anthropic_errors_and_the_daemon_keeps_serving(daemon: Da
     got, doc = _error(daemon, ok, **{"x-api-key": "wrong"})
     assert (got, doc["error"]["type"]) == (401, "authentication_error")
     # What the SDK makes of such an answer.
+    import anthropic
+
     with pytest.raises(anthropic.BadRequestError) as bad:
         c.messages.create(model="tiny-plain", max_tokens=0, messages=user("x"))
     assert bad.value.status_code == 400
