@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import IO, Any
 
@@ -198,6 +199,9 @@ class Forked:
     def __init__(self, args: list[str], conn: socket.socket, pid: int) -> None:
         self.args, self.pid, self._conn = args, pid, conn
         self.returncode: int | None = None
+        # A test that never waits for its child must not leak the socket (a ResourceWarning,
+        # an error under filterwarnings = error, raised wherever the collector runs).
+        weakref.finalize(self, conn.close)
 
     def _collect(self, timeout: float | None) -> int | None:
         if self.returncode is not None:
@@ -221,8 +225,14 @@ class Forked:
         return code
 
     def send_signal(self, sig: int) -> None:
-        if self.returncode is None:
+        # As Popen does: a child that has exited is not signalled, and one that exits
+        # meanwhile (the server reaps it at once, so its pid is gone) is no error.
+        if self.poll() is not None:
+            return
+        try:
             os.kill(self.pid, sig)
+        except ProcessLookupError:
+            pass
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)

@@ -88,7 +88,7 @@ def read_rest(lines: Iterator[str]) -> list[dict[str, Any]]:
 def test_sigterm_lets_the_stream_finish_then_exits_0(long_daemon: Daemon) -> None:
     d = long_daemon
     with ExitStack() as stack:
-        lines = open_stream(stack, d.url, 400)
+        lines = open_stream(stack, d.url, 2000)
         runners = runner_pids(d.proc.pid)
         assert len(runners) == 1
         d.proc.send_signal(signal.SIGTERM)
@@ -103,7 +103,7 @@ def test_sigterm_lets_the_stream_finish_then_exits_0(long_daemon: Daemon) -> Non
         assert httpx.get(d.url + "/health", trust_env=False).status_code == 200
         rest = read_rest(lines)
     assert rest[-1]["done"] is True
-    assert rest[-1]["done_reason"] == "length" and rest[-1]["eval_count"] == 400
+    assert rest[-1]["done_reason"] == "length" and rest[-1]["eval_count"] == 2000
     assert d.proc.wait(20) == 0
     assert wait_gone(runners, 5) == []
     assert "shutting down" in d.log.read_text()
