@@ -21,6 +21,10 @@ def isolate(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
         monkeypatch.delenv(var, raising=False)
     # Nothing in the tests may reach the real Hub.
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    # One thread per model: the tiny test models need no more, and the runners of two
+    # xdist workers, two threads each on 2 cores, spin in ggml's barriers waiting for a
+    # thread that is not running. Tests of threading set their own count.
+    monkeypatch.setenv("LOCALLLM_NUM_THREAD", "1")
 
 
 @pytest.fixture(autouse=True)
