@@ -221,6 +221,8 @@ async def run(args: argparse.Namespace, urls: dict[str, str]) -> None:
     res = await concurrency_table(args, targets)
     chats = {}
     for side, t in targets.items():
+        if args.conversations < 1:
+            break  # --conversations 0: the stream table only
         chat = Target(t.url, t.model, api=t.api, mode="chat", options=t.options)
         chats[side] = await prefix_reuse(args, chat)
     report(args, res, chats)
