@@ -83,12 +83,9 @@ def _child(args: list[str], env: dict[str, str], cwd: str, fds: list[int]) -> No
 
 
 def _recv_exact(conn: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = conn.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("client went away")
-        data += chunk
+    data = conn.recv(n, socket.MSG_WAITALL)  # all n bytes, or the peer is gone
+    if len(data) < n:
+        raise ConnectionError("the other end of the fork server's socket went away")
     return data
 
 
