@@ -9,7 +9,8 @@ import pytest
 
 
 def isolate(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
-    """Point LOCALLLM_HOME at ``home`` and drop settings that would leak in from outside."""
+    """Point LOCALLLM_HOME at ``home``, drop settings that would leak in from outside, and
+    run models on one thread (below)."""
     monkeypatch.setenv("LOCALLLM_HOME", str(home))
     for var in ("LOCALLLM_MODELS", "LOCALLLM_HOST", "LOCALLLM_API_KEY", "LOCALLLM_ORIGINS",
                 "LOCALLLM_NOPRUNE", "HF_TOKEN"):

@@ -279,7 +279,6 @@ def test_run_reports_errors_without_tracebacks(echo_daemon: Daemon) -> None:
 def hub_echo_daemon(hub: HubStub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                     ) -> Iterator[Daemon]:
     monkeypatch.setenv("LOCALLLM_CONTEXT_LENGTH", "512")
-    monkeypatch.setenv("LOCALLLM_NUM_THREAD", "2")
     gguf = make_tiny_model(tmp_path / "echo-gguf", chat_template=ECHO_TEMPLATE)
     hub.add_file("someone/Echo-GGUF", "echo-Q4_K_M.gguf", gguf)
     with start_daemon(tmp_path) as d:

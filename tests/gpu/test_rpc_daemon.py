@@ -56,7 +56,6 @@ def rss(pid: int) -> int:
 def env(rpc_backends: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("LOCALLLM_BACKENDS", str(rpc_backends))
     monkeypatch.setenv("LOCALLLM_NUM_PARALLEL", "1")
-    monkeypatch.setenv("LOCALLLM_NUM_THREAD", "1")
     return rpc_backends
 
 

@@ -28,7 +28,6 @@ def tiny_daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Dae
     """The daemon with ``tiny`` (greedy-predictable) and ``tiny-embed`` (mean pooling) stored."""
     monkeypatch.setenv("LOCALLLM_NUM_PARALLEL", "4")
     monkeypatch.setenv("LOCALLLM_CONTEXT_LENGTH", "512")
-    monkeypatch.setenv("LOCALLLM_NUM_THREAD", "2")
     add_tiny(tmp_path, "tiny")
     add_tiny(tmp_path, "tiny-embed", pooling="mean")
     with start_daemon(tmp_path) as daemon:

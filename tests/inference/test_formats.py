@@ -149,7 +149,6 @@ def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
         mp.setenv("LOCALLLM_CONTEXT_LENGTH", "2048")
         # One thread: the model is tiny, and two threads spinning on a shared, busy
         # 2-core machine made single replies take seconds.
-        mp.setenv("LOCALLLM_NUM_THREAD", "1")
         for case in CASES:
             path = build(case, tmp / case.model)
             import_gguf(Store(paths.models()), parse_name(case.model), [path])

@@ -43,7 +43,6 @@ async def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                  ) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
     monkeypatch.setenv("LOCALLLM_NUM_PARALLEL", "4")
     monkeypatch.setenv("LOCALLLM_CONTEXT_LENGTH", "256")
-    monkeypatch.setenv("LOCALLLM_NUM_THREAD", "1")
     app = create_app(Store(paths.models()), bind_host="127.0.0.1")
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://localhost",

@@ -57,7 +57,6 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
             isolate(mp, tmp / "home")
             mp.setenv("LOCALLLM_NUM_PARALLEL", "2")
             mp.setenv("LOCALLLM_CONTEXT_LENGTH", "512")
-            mp.setenv("LOCALLLM_NUM_THREAD", "1")
             store = Store(paths.models())
             model = make_tiny_model(tmp / "gguf", chat_template=PLAIN_TEMPLATE)
             import_gguf(store, parse_name("tiny"), [model])

@@ -68,7 +68,6 @@ def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, parallel: int = 4,
     ``templates``: more models, each the tiny model with that chat template."""
     monkeypatch.setenv("LOCALLLM_NUM_PARALLEL", str(parallel))
     monkeypatch.setenv("LOCALLLM_CONTEXT_LENGTH", str(ctx))
-    monkeypatch.setenv("LOCALLLM_NUM_THREAD", "1")
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     for name in names:

@@ -24,7 +24,6 @@ def bench_daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Da
     # 512 tokens per slot: room for the first prompts, made before their length is calibrated.
     monkeypatch.setenv("LOCALLLM_NUM_PARALLEL", "4")
     monkeypatch.setenv("LOCALLLM_CONTEXT_LENGTH", "2048")
-    monkeypatch.setenv("LOCALLLM_NUM_THREAD", "1")
     add_tiny(tmp_path, "tiny", chat_template=LOOPING_TEMPLATE)
     with start_daemon(tmp_path) as daemon:
         yield daemon

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.cli.conftest import REPO, Daemon, start_daemon
+from tests.conftest import isolate
 from tests.inference.variants import GREEDY_OPTS, add_model
 from tests.template.corpus import corpus
 from tests.tinymodel import tokenize
@@ -27,10 +28,9 @@ EFFORT_TEMPLATE = ("{% for m in messages %}{{ m.content }}{% endfor %}"
 def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     tmp_path = tmp_path_factory.mktemp("daemon")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LOCALLLM_HOME", str(tmp_path / "home"))
+        isolate(mp, tmp_path / "home")
         mp.setenv("LOCALLLM_NUM_PARALLEL", "2")
         mp.setenv("LOCALLLM_CONTEXT_LENGTH", "512")
-        mp.setenv("LOCALLLM_NUM_THREAD", "2")
         add_model(tmp_path, "base", chat_template=None)
         add_model(tmp_path, "effort", chat_template=EFFORT_TEMPLATE)
         add_model(tmp_path, "gemma2", chat_template=corpus()["google-gemma-2-2b-it.jinja"])

@@ -27,6 +27,7 @@ from localllm.store.names import parse_name
 from localllm.tui.app import LocalLLMApp
 from localllm.tui.sessions import Sessions
 from tests.cli.conftest import Daemon, hub_daemon, start_daemon
+from tests.conftest import isolate
 from tests.inference.conftest import add_tiny
 from tests.server.conftest import hub
 from tests.tinymodel import make_tiny_model
@@ -51,12 +52,9 @@ def break_weights(name: str) -> None:
 def tui_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     tmp = tmp_path_factory.mktemp("tui-daemon")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LOCALLLM_HOME", str(tmp / "home"))
-        for var in ("LOCALLLM_MODELS", "LOCALLLM_HOST", "LOCALLLM_API_KEY"):
-            mp.delenv(var, raising=False)
+        isolate(mp, tmp / "home")
         mp.setenv("LOCALLLM_NUM_PARALLEL", "2")
         mp.setenv("LOCALLLM_CONTEXT_LENGTH", "512")
-        mp.setenv("LOCALLLM_NUM_THREAD", "1")
         add_tiny(tmp, "tiny-chat", chat_template=CONTENTS_TEMPLATE)
         add_tiny(tmp, "broken", n_ctx_train=1024)
         add_tiny(tmp, "spare", n_ctx_train=512)
