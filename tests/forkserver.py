@@ -24,6 +24,7 @@ import json
 import os
 import runpy
 import selectors
+import shutil
 import signal
 import socket
 import struct
@@ -43,6 +44,7 @@ WARM = ("localllm.cli.main", "localllm.server.app", "localllm.server.serve", "uv
         "localllm.api.client")
 _HEAD = struct.Struct("<I")
 _STATUS = struct.Struct("<i")
+_PID = struct.Struct("<q")
 
 # -- the server (its own process) ------------------------------------------------------
 
@@ -125,7 +127,7 @@ def serve(path: str) -> None:
                 _child(req["args"], req["env"], req["cwd"], fds)
             for fd in fds:
                 os.close(fd)
-            conn.sendall(struct.pack("<q", pid))
+            conn.sendall(_PID.pack(pid))
             waiting[pid] = conn
         while waiting:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -162,7 +164,7 @@ def _server_path() -> str:
             line = proc.stdout.readline()
             if line.strip() != b"ready":
                 raise RuntimeError(f"the fork server did not start: {line!r}")
-            atexit.register(_stop, proc)
+            atexit.register(_stop, proc, folder)
             _server = (proc, path)
         return _server[1]
 
@@ -172,7 +174,7 @@ def server_pid() -> int | None:
     return _server[0].pid if _server is not None else None
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def _stop(proc: subprocess.Popen[bytes], folder: str) -> None:
     if proc.stdin is not None:
         proc.stdin.close()
     try:
@@ -182,6 +184,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
     if proc.stdout is not None:
         proc.stdout.close()
+    shutil.rmtree(folder, ignore_errors=True)  # the socket's folder
 
 
 def _fd(stream: IO[Any] | int | None, default: int) -> int:
@@ -248,7 +251,7 @@ def spawn(args: list[str], env: dict[str, str], *, cwd: Path = REPO,
     body = json.dumps({"args": list(args), "env": env, "cwd": str(cwd)}).encode()
     socket.send_fds(conn, [_HEAD.pack(len(body))], fds)
     conn.sendall(body)
-    (pid,) = struct.unpack("<q", _recv_exact(conn, 8))
+    (pid,) = _PID.unpack(_recv_exact(conn, _PID.size))
     return Forked(list(args), conn, pid)
 
 
