@@ -185,29 +185,32 @@ def read_until(proc: subprocess.Popen[bytes], marker: bytes, seen: bytes = b"",
 
 
 def test_ctrl_c_stops_the_answer_and_the_session_goes_on(echo_daemon: Daemon) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "localllm", "run", "echo", "--interactive", "--verbose"],
-        cwd=REPO, env=echo_daemon.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE)
-    assert proc.stdin is not None
-    try:
-        # 2000 tokens of "AAAA..." take the tiny model many seconds: plenty of time to cut.
-        proc.stdin.write(b"/set parameter num_ctx 2048\n/set parameter num_predict 2000\nA\n")
-        proc.stdin.flush()
-        start = time.monotonic()
-        seen = read_until(proc, b"A" * 20)
-        proc.send_signal(signal.SIGINT)
-        seen = read_until(proc, b"\n\n>>> ", seen)
-        partial = seen.split(b">>> ")[-2].strip().decode()
-        assert set(partial) == {"A"} and 20 <= len(partial) < 2000
-        proc.stdin.write(b"x\n/bye\n")
-        proc.stdin.flush()
-        out, err = proc.communicate(timeout=30)
-        assert time.monotonic() - start < 15  # cut long before the 2000 tokens
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    # `with` closes the pipes even when an assertion fails: an unclosed pipe found by
+    # the garbage collector later fails whichever test is running then.
+    with subprocess.Popen(
+            [sys.executable, "-m", "localllm", "run", "echo", "--interactive", "--verbose"],
+            cwd=REPO, env=echo_daemon.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE) as proc:
+        assert proc.stdin is not None
+        try:
+            # 8000 tokens of "AAAA...": seconds even for the tiny model on one thread
+            # (2000 were once all written before the interrupt landed).
+            proc.stdin.write(b"/set parameter num_ctx 8192\n/set parameter num_predict 8000\nA\n")
+            proc.stdin.flush()
+            start = time.monotonic()
+            seen = read_until(proc, b"A" * 20)
+            proc.send_signal(signal.SIGINT)
+            seen = read_until(proc, b"\n\n>>> ", seen)
+            partial = seen.split(b">>> ")[-2].strip().decode()
+            assert set(partial) == {"A"} and 20 <= len(partial) < 8000
+            proc.stdin.write(b"x\n/bye\n")
+            proc.stdin.flush()
+            out, err = proc.communicate(timeout=30)
+            assert time.monotonic() - start < 15  # cut long before the 8000 tokens
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     assert proc.returncode == 0, err
     assert out.decode().startswith("yz\n")
     # The cut answer stays in the history: the next prompt carries it.
