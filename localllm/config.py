@@ -134,6 +134,11 @@ def parse_size(raw: str) -> int:
     return int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])
 
 
+def _prompt_cache(raw: str) -> int:
+    """LOCALLLM_PROMPT_CACHE: ``auto`` or -1 (as large as the KV cache), else a size; 0 = off."""
+    return -1 if raw.strip().lower() in ("auto", "-1") else parse_size(raw)
+
+
 KVType = Literal["f16", "q8_0", "q4_0", "f32"]
 # The KV cache types localllm offers: what the runner's LoadOptions, the planner's
 # memory arithmetic (scheduler/estimate.py) and the native shim all accept.
@@ -318,6 +323,12 @@ STEP_BUDGET = Setting(
     "engine keeps to from its measured step costs. Lower keeps running streams' "
     "inter-token latency steady while prompts arrive, at the cost of the new prompts' "
     "time to first token; 0 = prompts take a whole batch (2048 tokens), as llama-server.")
+PROMPT_CACHE = Setting(
+    "LOCALLLM_PROMPT_CACHE", _prompt_cache, -1,
+    "Host memory per loaded model for the cached prompts of idle slots, e.g. 2GiB: when a "
+    "request starts they leave the KV cache (which every step attends over) and come back "
+    "when a prompt continues them, as llama-server's --cache-ram. auto or -1 (the default) = "
+    "as much as the model's KV cache; 0 = off (idle slots keep their cells in the KV cache).")
 ALLOWED_PATHS: Setting[list[str]] = Setting(
     "LOCALLLM_ALLOWED_PATHS", _list, [],
     "Folders (comma-separated) the daemon may read model files from when /api/create names a "
@@ -381,7 +392,7 @@ REGISTRY: tuple[Setting[object], ...] = (
     GPU_OVERHEAD, SCHED_SPREAD,
     NOPRUNE, DEBUG, API_KEY, SHUTDOWN_GRACE, NUM_THREAD, ALLOWED_PATHS, MAX_BODY, MAX_BLOB_SIZE,
     MIN_FREE_DISK, LOG_FORMAT, BACKENDS, CACHE, RPC_WORKERS, LLAMA_PREFIX, RUNNER_ENGINE,
-    FETCH_IMAGE_URLS, STEP_BUDGET,
+    FETCH_IMAGE_URLS, STEP_BUDGET, PROMPT_CACHE,
 )  # type: ignore[assignment]
 
 

@@ -395,6 +395,18 @@ void ll_mem_seq_add(ll_context *c, int32_t seq, int32_t p0, int32_t p1, int32_t 
 
 int ll_mem_can_shift(ll_context *c) { return llama_memory_can_shift(llama_get_memory(c->ctx)); }
 
+size_t ll_state_seq_size(ll_context *c, int32_t seq) {
+    return llama_state_seq_get_size(c->ctx, seq);
+}
+
+size_t ll_state_seq_get(ll_context *c, int32_t seq, uint8_t *dst, size_t size) {
+    return llama_state_seq_get_data(c->ctx, dst, size, seq);
+}
+
+size_t ll_state_seq_set(ll_context *c, int32_t seq, const uint8_t *src, size_t size) {
+    return llama_state_seq_set_data(c->ctx, src, size, seq);
+}
+
 int32_t ll_mem_seq_pos_min(ll_context *c, int32_t seq) {
     return llama_memory_seq_pos_min(llama_get_memory(c->ctx), seq);
 }

@@ -129,6 +129,12 @@ int32_t ll_mem_seq_pos_min(ll_context *c, int32_t seq);
  * this memory can do that at all (not for recurrent models). */
 void ll_mem_seq_add(ll_context *c, int32_t seq, int32_t p0, int32_t p1, int32_t delta);
 int ll_mem_can_shift(ll_context *c);
+/* A sequence's cells as bytes (an idle slot parked in host memory, engine/park.py): the
+ * size they take, a copy into dst, and a copy back into seq, which is emptied first
+ * (0 when that fails, e.g. no run of free cells is long enough). */
+size_t ll_state_seq_size(ll_context *c, int32_t seq);
+size_t ll_state_seq_get(ll_context *c, int32_t seq, uint8_t *dst, size_t size);
+size_t ll_state_seq_set(ll_context *c, int32_t seq, const uint8_t *src, size_t size);
 int32_t ll_model_n_swa(const ll_model *m);
 float *ll_embeddings_seq(ll_context *c, int32_t seq);
 float *ll_embeddings_ith(ll_context *c, int32_t i);

@@ -52,6 +52,7 @@ CASES: dict[str, tuple[str, Any, str | None]] = {
     "LOCALLLM_LLAMA_PREFIX": ("/opt/llama", "/opt/llama", None),
     "LOCALLLM_FETCH_IMAGE_URLS": ("1", "public", "sometimes"),
     "LOCALLLM_STEP_BUDGET": ("128", config.StepBudget(tokens=128), "-3"),
+    "LOCALLLM_PROMPT_CACHE": ("2GiB", 2 << 30, "plenty"),
     "LOCALLLM_RUNNER_ENGINE": ("tests.runner.fake_engine:FakeEngine",
                                "tests.runner.fake_engine:FakeEngine", "tests.runner.fake_engine"),
 }
@@ -321,3 +322,9 @@ def test_step_budget_takes_tokens_or_milliseconds(monkeypatch: pytest.MonkeyPatc
         monkeypatch.setenv("LOCALLLM_STEP_BUDGET", bad)
         assert config.STEP_BUDGET.get() == config.StepBudget()  # warned, default kept
     assert str(config.StepBudget(ms=250.0)) == "250ms" and str(config.StepBudget()) == "0"
+
+
+def test_prompt_cache_is_auto_a_size_or_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    for raw, want in (("auto", -1), ("AUTO", -1), ("0", 0), ("512MiB", 512 << 20)):
+        monkeypatch.setenv("LOCALLLM_PROMPT_CACHE", raw)
+        assert config.PROMPT_CACHE.get() == want

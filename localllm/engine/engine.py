@@ -22,6 +22,7 @@ from localllm.engine.adapters import Adapters, AdapterSet
 from localllm.engine.budget import StepCost, prompt_budget
 from localllm.engine.draft import Drafter
 from localllm.engine.model import Batch, Context, Model, buffer_sizes
+from localllm.engine.park import PromptCache
 from localllm.engine.positions import cut
 from localllm.engine.sampling import Sampler
 from localllm.engine.sharing import share_prefixes
@@ -102,6 +103,11 @@ class Engine:
         self._queue: deque[tuple[CompletionRequest, list[int], AdapterSet, Any]] = deque()
         self._events: list[Event] = []
         self._load_log = self.model.load_log + self.ctx.load_log
+        # Idle slots' cells go to host memory when a request starts (park.py); by default
+        # as many bytes as the KV cache itself, so the runner grows by at most that.
+        budget = opts.prompt_cache if opts.prompt_cache >= 0 else sum(
+            d["kv"] for d in buffer_sizes(self._load_log).values())
+        self.parked = PromptCache(self.ctx, budget) if budget > 0 and not opts.embedding else None
 
     # ---- public API -----------------------------------------------------------------
     def submit(self, req: CompletionRequest) -> None:
@@ -221,6 +227,9 @@ class Engine:
         """Bytes llama.cpp allocated per device, from its load-time log lines, with the
         projector's and the draft model's (each on its own device)."""
         report = buffer_sizes(self._load_log)
+        if self.parked is not None:  # counted as it fills (runner/resident.py)
+            report.setdefault("CPU", {"model": 0, "kv": 0, "compute": 0})["cache"] = \
+                self.parked.budget
         for extra in (self.projector, self.drafter):
             for dev, use in (extra.memory() if extra is not None else {}).items():
                 d = report.setdefault(dev, {"model": 0, "kv": 0, "compute": 0})
@@ -251,6 +260,12 @@ class Engine:
         picked = pick_slot(self.slots, tokens, key)
         assert picked is not None
         slot, n = picked
+        if self.parked is not None and media is None:
+            hit = self.parked.best(tokens, key)
+            if hit is not None and hit[1] > n:
+                n = hit[1] if self.parked.restore(hit[0], slot) else 0
+            elif n < len(slot.cache):
+                self.parked.keep(slot)  # the cells past n are about to go: keep a copy
         n = min(n, len(tokens) - 1)  # re-evaluate the last prompt token for its logits
         if media is not None:  # an image is reused whole or evaluated afresh
             n = media.reusable(n)
@@ -262,6 +277,9 @@ class Engine:
                              adapters=key, last_step=self._steps,
                              keep=self.model.marker_tokens(req.markers), media=media,
                              ngram=speculation(req, tokens))
+        if self.parked is not None:  # the busy slots attend only over their own cells
+            for s in self.slots:
+                self.parked.park(s)
 
     def _sample(self, s: Slot) -> list[Event]:
         assert s.active is not None

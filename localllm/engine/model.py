@@ -269,6 +269,20 @@ class Context(_Owner):
     def can_shift(self) -> bool:
         return bool(self.lib.ll_mem_can_shift(self.handle))
 
+    def seq_save(self, seq: int) -> tuple[Any, int] | None:
+        """A copy of sequence ``seq``'s cells in host memory (a cffi buffer and its size),
+        ``None`` when llama.cpp writes none."""
+        size = int(self.lib.ll_state_seq_size(self.handle, seq))
+        if size <= 0:
+            return None
+        buf = self.ffi.new("uint8_t[]", size)
+        got = int(self.lib.ll_state_seq_get(self.handle, seq, buf, size))
+        return (buf, got) if got > 0 else None
+
+    def seq_load(self, seq: int, data: Any, size: int) -> bool:
+        """Put cells saved by ``seq_save`` back as sequence ``seq`` (emptied first)."""
+        return int(self.lib.ll_state_seq_set(self.handle, seq, data, size)) > 0
+
     def set_embeddings(self, on: bool) -> None:
         self.lib.ll_set_embeddings(self.handle, int(on))
 

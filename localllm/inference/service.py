@@ -255,6 +255,7 @@ def base_load(resolved: ResolvedOptions) -> LoadOptions:
         kv_type=config.KV_CACHE_TYPE.get(),
         step_tokens=config.STEP_BUDGET.get().tokens,
         step_ms=config.STEP_BUDGET.get().ms,
+        prompt_cache=config.PROMPT_CACHE.get(),
     )
     return resolved.load.apply(base)
 

@@ -77,6 +77,9 @@ class LoadOptions:
     # prompts fill the whole batch, as llama-server.
     step_tokens: int = 0
     step_ms: float = 0.0
+    # Bytes of host memory for idle slots' cells (LOCALLLM_PROMPT_CACHE, engine/park.py):
+    # -1 = as many as the KV cache takes, 0 = none (idle slots keep their cells).
+    prompt_cache: int = -1
 
 
 @dataclass

@@ -10,7 +10,9 @@ counting it in full made ``ps`` show 1.1 GB for a 253 MB model.
 
 So the host "compute" figure counts what the runner's resident set grew by
 since just before the load, beyond its host weights and KV cache, never more
-than llama.cpp allocated.  Weights and KV always count in full: llama.cpp
+than llama.cpp allocated; then, the same way, the host memory holding idle
+slots' prompts (``cache``, engine/park.py), never more than its budget.
+Weights and KV always count in full: llama.cpp
 zeroes the KV cache at load (it is resident at once), and mapped weights are
 read back by every step even when the kernel drops their pages for a while.
 The runner sends its resident size from before the load; the daemon reads the
@@ -24,7 +26,11 @@ from __future__ import annotations
 
 from localllm.hardware.nvml import process_memory
 
-HOST_KINDS = ("model", "kv")  # counted in full; "compute" is capped by what is resident
+HOST_KINDS = ("model", "kv")  # counted in full
+# Counted only as far as the resident set grew beyond the above, in this order: the
+# compute buffer, then the prompt cache of idle slots (engine/park.py), which holds
+# nothing until a request parks a slot and never more than its budget.
+CAPPED_KINDS = ("compute", "cache")
 
 
 def rss_bytes(pid: int | None = None) -> int | None:
@@ -64,11 +70,11 @@ def resident_memory(logged: dict[str, dict[str, int]],
     hosts = [parts for dev, parts in out.items() if is_host(dev)]
     held = sum(parts.get(k, 0) for parts in hosts for k in HOST_KINDS)
     left = max(growth - held, 0)
-    for parts in hosts:
-        used = min(parts.get("compute", 0), left)
-        if "compute" in parts:
-            parts["compute"] = used
-        left -= used
+    for kind in CAPPED_KINDS:
+        for parts in hosts:
+            if kind in parts:
+                parts[kind] = min(parts[kind], left)
+                left -= parts[kind]
     return out
 
 

@@ -47,6 +47,14 @@ def test_host_compute_counts_only_what_is_resident() -> None:
     assert logged["CPU"]["compute"] == 500  # not mutated
 
 
+def test_the_prompt_cache_counts_as_it_fills_after_the_compute_reserve() -> None:
+    logged = {"CPU": {"model": 300, "kv": 100, "compute": 500, "cache": 1000}}
+    assert resident_memory(logged, 450)["CPU"] == {"model": 300, "kv": 100, "compute": 50,
+                                                   "cache": 0}
+    assert resident_memory(logged, 1200)["CPU"]["cache"] == 300
+    assert resident_memory(logged, 10_000)["CPU"]["cache"] == 1000  # never past its budget
+
+
 def test_the_cuda_runtime_s_own_bytes_are_added_to_the_cuda_devices() -> None:
     logged = {"CPU": {"model": 100}, "CUDA0": {"model": 600, "kv": 100, "compute": 100},
               "CUDA1": {"model": 200}, "CUDA_Host": {"compute": 50}}

@@ -63,7 +63,9 @@ def llama_58m(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_cpu_estimate_within_15_percent_of_llama_cpp(llama_58m: Path, ctx: int, parallel: int,
                                                      fa: str) -> None:
     report = _allocated(llama_58m, ctx, parallel, fa)
-    actual = sum(sum(parts.values()) for parts in report.values())
+    # What llama.cpp allocated; the idle slots' prompt cache (engine/park.py) is a budget
+    # that fills as slots are parked, not planned for.
+    actual = sum(v for parts in report.values() for k, v in parts.items() if k != "cache")
     info = read_model_info(llama_58m)
     host = Device("CPU", "", "cpu", 16 << 30, 16 << 30, "CPU")
     p = plan(info, [host], PlanOptions(num_ctx=ctx, num_parallel=parallel, flash_attention=fa,
