@@ -328,7 +328,8 @@ PROMPT_CACHE = Setting(
     "Host memory per loaded model for the cached prompts of idle slots, e.g. 2GiB: when a "
     "request starts they leave the KV cache (which every step attends over) and come back "
     "when a prompt continues them, as llama-server's --cache-ram. auto or -1 (the default) = "
-    "as much as the model's KV cache; 0 = off (idle slots keep their cells in the KV cache).")
+    "as much as the model's KV cache, at most 8 GiB; 0 = off (idle slots keep their cells "
+    "in the KV cache).")
 ALLOWED_PATHS: Setting[list[str]] = Setting(
     "LOCALLLM_ALLOWED_PATHS", _list, [],
     "Folders (comma-separated) the daemon may read model files from when /api/create names a "

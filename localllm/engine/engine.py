@@ -51,6 +51,8 @@ from localllm.runner.messages import (
 
 __all__ = ["OVERFLOW", "Engine", "default_threads"]
 
+AUTO_PROMPT_CACHE_MAX = 8 << 30
+
 
 class Engine:
     """One model in one llama context with ``n_parallel`` slots (see module doc).
@@ -104,10 +106,12 @@ class Engine:
         self._events: list[Event] = []
         self._load_log = self.model.load_log + self.ctx.load_log
         # Idle slots' cells go to host memory when a request starts (park.py); by default
-        # as many bytes as the KV cache itself, so the runner grows by at most that.
-        budget = opts.prompt_cache if opts.prompt_cache >= 0 else sum(
-            d["kv"] for d in buffer_sizes(self._load_log).values())
-        self.parked = PromptCache(self.ctx, budget) if budget > 0 and not opts.embedding else None
+        # as many bytes as the KV cache itself up to AUTO_PROMPT_CACHE_MAX (llama-server's
+        # --cache-ram default), so the runner grows by at most that.
+        budget = opts.prompt_cache if opts.prompt_cache >= 0 else min(AUTO_PROMPT_CACHE_MAX, sum(
+            d["kv"] for d in buffer_sizes(self._load_log).values()))
+        self.parked = (PromptCache(self.ctx, budget, self.model.n_swa)
+                       if budget > 0 and not opts.embedding else None)
 
     # ---- public API -----------------------------------------------------------------
     def submit(self, req: CompletionRequest) -> None:
@@ -261,16 +265,15 @@ class Engine:
         assert picked is not None
         slot, n = picked
         if self.parked is not None and media is None:
-            hit = self.parked.best(tokens, key)
-            if hit is not None and hit[1] > n:
-                n = hit[1] if self.parked.restore(hit[0], slot) else 0
-            elif n < len(slot.cache):
-                self.parked.keep(slot)  # the cells past n are about to go: keep a copy
+            n = self.parked.on_admit(slot, tokens, key, n)
         n = min(n, len(tokens) - 1)  # re-evaluate the last prompt token for its logits
         if media is not None:  # an image is reused whole or evaluated afresh
             n = media.reusable(n)
         sampler = Sampler(self.model, self.ctx, req.sampling, self.opts.seed)
         n = cut(self.ctx, slot, n)  # by position; 0 when this memory cannot cut mid-sequence
+        if n and self.model.n_swa and not 0 <= self.ctx.seq_pos_min(slot.seq) <= max(
+                0, n - self.model.n_swa):
+            n = cut(self.ctx, slot, 0)  # the window before n is gone: no reuse
         slot.adapters = key
         sampler.accept_prompt([t for t in tokens if t >= 0] if media is not None else tokens)
         slot.active = Active(req, tokens, sampler, TextStream(req.stop), n_past=n, cached=n,
@@ -278,8 +281,7 @@ class Engine:
                              keep=self.model.marker_tokens(req.markers), media=media,
                              ngram=speculation(req, tokens))
         if self.parked is not None:  # the busy slots attend only over their own cells
-            for s in self.slots:
-                self.parked.park(s)
+            self.parked.park_idle(self.slots)
 
     def _sample(self, s: Slot) -> list[Event]:
         assert s.active is not None

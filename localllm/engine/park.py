@@ -17,7 +17,13 @@ slot (``llama_state_seq_set_data``): the same cells, bit for bit, so the reply
 is what it would have been had the cells never left.  A copy that does not fit
 the budget is dropped; its prompt is evaluated again if it comes back.  A
 slot that a new request takes over, keeping only part of its cells, leaves a
-copy of them all here first, as llama-server's slots do.  Slots
+copy of them all here first, as llama-server's slots do, and a copy brought
+back stays here too until a longer one contains it, since the new request may
+cut it short.  Fewer than ``MIN_SHARE`` shared tokens are not worth a copy.
+
+A sliding-window model (Gemma 3) saves only the window's cells for its window
+layers, so a copy serves a prompt only if the prompt continues it whole (the
+next position's window is all there) or it is no longer than the window.  Slots
 holding an image stay where they are: their cells' positions are not one per
 cell.  With a budget of 0 nothing is parked and idle slots keep their cells,
 as before.
@@ -29,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from localllm.engine.positions import Positions
+from localllm.engine.sharing import MIN_SHARE
 from localllm.engine.slots import common_prefix
 
 if TYPE_CHECKING:
@@ -46,21 +53,42 @@ class Parked:
     data: Any  # cffi uint8_t[]: llama.cpp's copy of the cells
     size: int
 
-    def reusable(self, prompt: list[int], adapters: tuple[str, ...]) -> int:
+    def reusable(self, prompt: list[int], adapters: tuple[str, ...], n_swa: int = 0) -> int:
+        """Leading cells a prompt may take from this copy (see the module doc on windows)."""
         if adapters != self.adapters:
             return 0
         n = common_prefix(self.tokens, prompt)
+        if n_swa and n < len(self.tokens) and len(self.tokens) > n_swa:
+            return 0
         return n if self.exact < 0 else min(n, self.exact)
 
 
 class PromptCache:
-    """Parked slot copies, least recently parked first, holding at most ``budget`` bytes."""
+    """Parked slot copies, least recently used first, holding at most ``budget`` bytes.
 
-    def __init__(self, ctx: Context, budget: int) -> None:
+    ``n_swa``: the model's attention window (0: none)."""
+
+    def __init__(self, ctx: Context, budget: int, n_swa: int = 0) -> None:
         self.ctx = ctx
         self.budget = budget
+        self.n_swa = n_swa
         self.entries: list[Parked] = []
         self.used = 0
+
+    def on_admit(self, slot: Slot, prompt: list[int], adapters: tuple[str, ...], n: int) -> int:
+        """Before free ``slot``, sharing ``n`` cells with ``prompt``, takes it: bring back
+        a copy that shares more, or keep a copy of the cells past ``n`` that are about to
+        go.  Returns the cells the prompt may reuse."""
+        hit = self.best(prompt, adapters)
+        if hit is not None and hit[1] > n:
+            return hit[1] if self.restore(hit[0], slot) else 0
+        if n < len(slot.cache):
+            self.keep(slot)
+        return n
+
+    def park_idle(self, slots: list[Slot]) -> None:
+        for s in slots:
+            self.park(s)
 
     def park(self, slot: Slot) -> None:
         """Copy a free, text-only slot's cells here (when they fit) and empty the slot."""
@@ -77,47 +105,46 @@ class PromptCache:
         if not slot.cache or not slot.pos.text_only():
             return
         reusable = len(slot.cache) if slot.exact < 0 else slot.exact
-        for e in self.entries:
-            # Already here as part of a longer copy (users sharing a system prompt park
-            # it once each): a second copy would only take room.
-            if e.adapters == slot.adapters and e.reusable(slot.cache, slot.adapters) >= reusable:
-                return
+        if any(e.reusable(slot.cache, slot.adapters, self.n_swa) >= reusable
+               for e in self.entries):
+            # Already here, whole or inside a longer copy (users sharing a system prompt
+            # park it once each): a second copy would only take room.
+            return
         saved = self.ctx.seq_save(slot.seq)
         if saved is None or saved[1] > self.budget:
             return
         data, size = saved
-        # Copies this one contains whole are redundant now.
-        self.entries = [e for e in self.entries
-                        if not self._within(e, slot.cache[:reusable], slot.adapters)]
-        self.used = sum(e.size for e in self.entries)
-        while self.entries and self.used + size > self.budget:
-            self.used -= self.entries.pop(0).size
-        self.entries.append(Parked(list(slot.cache), slot.adapters, slot.exact, data, size))
-        self.used += size
+        new = Parked(list(slot.cache), slot.adapters, slot.exact, data, size)
+        # Copies this one serves as well are redundant now.
+        self.entries = [e for e in self.entries if not (
+            e.exact < 0 and new.reusable(e.tokens, e.adapters, self.n_swa) >= len(e.tokens))]
+        self._add(new)
 
-    @staticmethod
-    def _within(e: Parked, tokens: list[int], adapters: tuple[str, ...]) -> bool:
-        return (e.adapters == adapters and len(e.tokens) <= len(tokens)
-                and common_prefix(e.tokens, tokens) == len(e.tokens) and e.exact < 0)
+    def _add(self, entry: Parked) -> None:
+        self.entries.append(entry)
+        while sum(e.size for e in self.entries) > self.budget:
+            self.entries.pop(0)  # the least recently used
+        self.used = sum(e.size for e in self.entries)
 
     def best(self, prompt: list[int], adapters: tuple[str, ...]) -> tuple[Parked, int] | None:
-        """The parked copy sharing the longest reusable prefix with ``prompt``, and its length."""
+        """The parked copy sharing the longest reusable prefix with ``prompt`` (at least
+        ``MIN_SHARE`` tokens), and its length."""
         best: tuple[Parked, int] | None = None
         for e in self.entries:
-            n = e.reusable(prompt, adapters)
-            if n > 0 and (best is None or n > best[1]):
+            n = e.reusable(prompt, adapters, self.n_swa)
+            if n >= MIN_SHARE and (best is None or n > best[1]):
                 best = (e, n)
         return best
 
     def restore(self, entry: Parked, slot: Slot) -> bool:
-        """Put ``entry`` back as free ``slot``'s cells, parking what the slot held first;
-        the copy leaves the cache either way.  False: llama.cpp found no room, and the
-        slot is left empty."""
-        # Out of the list before parking: making room for the slot's own copy could
-        # otherwise push this one out.
+        """Put ``entry`` back as free ``slot``'s cells, parking what the slot held first.
+        The copy stays here as the most recently used (the new request may keep only
+        part of it).  False: llama.cpp found no room, and the slot is left empty."""
+        # Out of the list while parking: making room for the slot's own copy must not
+        # push this one out.
         self.entries = [e for e in self.entries if e is not entry]
-        self.used = sum(e.size for e in self.entries)
         self.park(slot)
+        self._add(entry)
         ok = self.ctx.seq_load(slot.seq, entry.data, entry.size)
         slot.pos = Positions()
         if not ok:

@@ -91,7 +91,14 @@ def test_identical_prompt_reevaluates_only_the_last_token(engine: Engine) -> Non
     assert d is not None and d.cached_tokens == 5 and d.prompt_tokens == 6
 
 
-def test_request_goes_to_the_slot_with_the_longest_prefix(engine: Engine) -> None:
+def test_request_goes_to_the_slot_with_the_longest_prefix(tiny: Path) -> None:
+    # Idle slots keep their cells here (no parking, engine/park.py): this is the choice
+    # among slots.  Parked, a 4-token prefix is not worth bringing back (MIN_SHARE).
+    with Engine([str(tiny)], opts(n_parallel=2, prompt_cache=0)) as engine:
+        _longest_prefix(engine)
+
+
+def _longest_prefix(engine: Engine) -> None:
     run(engine, CompletionRequest("p0", "hello", sampling=G, num_predict=1),
         CompletionRequest("p1", "01", sampling=G, num_predict=1))
     d = run_one(engine, CompletionRequest("q", "0123", sampling=G, num_predict=1)).done

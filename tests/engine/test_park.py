@@ -53,7 +53,8 @@ def test_a_started_request_parks_the_idle_slot_which_comes_back_bit_for_bit(
         got = run(e, later)["c"]
         # The system prompt came back from host memory instead of being evaluated again.
         assert cached(got) >= len(e.tokenize(SYSTEM)) - 1
-        assert not e.parked.entries or all(x is not parked for x in e.parked.entries)
+        # The copy stays (the next prompt may want more of it), as the most recently used.
+        assert any(x is parked for x in e.parked.entries)
     same(got, alone(tiny_attn, later))
 
 
@@ -125,3 +126,32 @@ def test_parking_the_slot_to_make_way_never_pushes_out_the_copy_coming_back(
         assert cached(got) >= len(e.tokenize(SYSTEM)) - 1
         assert e.parked.used <= e.parked.budget
     same(got, alone(tiny_attn, later))
+
+
+def test_a_copy_stays_when_a_prompt_takes_only_part_of_it(tiny_attn: Path) -> None:
+    later = req("d", SYSTEM + "go")
+    with engine(tiny_attn) as e:
+        run(e, req("a", SYSTEM + "hi"))
+        run(e, other("b"))
+        (parked,) = e.parked.entries
+        run(e, req("c", "x"))  # one shared token (BOS): not worth bringing the copy back
+        assert any(x is parked for x in e.parked.entries)
+        half = req("h", SYSTEM[:120] + "zz")
+        assert cached(run(e, half)["h"]) >= 100  # brought back, then cut after ~120 cells
+        assert any(x is parked for x in e.parked.entries)  # and still whole here
+        got = run(e, later)["d"]
+        assert cached(got) >= len(e.tokenize(SYSTEM)) - 1
+    same(got, alone(tiny_attn, later))
+
+
+def test_a_sliding_window_copy_serves_only_prompts_that_continue_it_whole() -> None:
+    from localllm.engine.park import Parked
+
+    copy = Parked(tokens=list(range(100)), adapters=(), exact=-1, data=None, size=1)
+    longer = [*range(100), 7, 8]
+    diverging = [*range(60), 999]
+    assert copy.reusable(longer, (), n_swa=32) == 100  # the next position's window is there
+    assert copy.reusable(diverging, (), n_swa=32) == 0  # cells 28..59 were never saved
+    assert copy.reusable(diverging, (), n_swa=0) == 60  # no window: any prefix
+    assert copy.reusable(diverging, (), n_swa=128) == 60  # all of it fits the window
+    assert copy.reusable(longer, ("lora",), n_swa=0) == 0  # other adapters, other cells
