@@ -22,10 +22,10 @@ from localllm.engine.adapters import Adapters, AdapterSet
 from localllm.engine.budget import StepCost, prompt_budget
 from localllm.engine.draft import Drafter
 from localllm.engine.model import Batch, Context, Model, buffer_sizes
-from localllm.engine.park import PromptCache
+from localllm.engine.park import PromptCache, budget
 from localllm.engine.positions import cut
 from localllm.engine.sampling import Sampler
-from localllm.engine.sharing import share_prefixes
+from localllm.engine.sharing import holds, share_prefixes
 from localllm.engine.shift import shift
 from localllm.engine.slots import (
     OVERFLOW,
@@ -50,8 +50,6 @@ from localllm.runner.messages import (
 )
 
 __all__ = ["OVERFLOW", "Engine", "default_threads"]
-
-AUTO_PROMPT_CACHE_MAX = 8 << 30
 
 
 class Engine:
@@ -105,13 +103,11 @@ class Engine:
         self._queue: deque[tuple[CompletionRequest, list[int], AdapterSet, Any]] = deque()
         self._events: list[Event] = []
         self._load_log = self.model.load_log + self.ctx.load_log
-        # Idle slots' cells go to host memory when a request starts (park.py); by default
-        # as many bytes as the KV cache itself up to AUTO_PROMPT_CACHE_MAX (llama-server's
-        # --cache-ram default), so the runner grows by at most that.
-        budget = opts.prompt_cache if opts.prompt_cache >= 0 else min(AUTO_PROMPT_CACHE_MAX, sum(
-            d["kv"] for d in buffer_sizes(self._load_log).values()))
-        self.parked = (PromptCache(self.ctx, budget, self.model.n_swa)
-                       if budget > 0 and not opts.embedding else None)
+        # Idle slots' cells go to host memory when a request starts (park.py).
+        kv_bytes = sum(d["kv"] for d in buffer_sizes(self._load_log).values())
+        room = budget(opts.prompt_cache, kv_bytes)
+        self.parked = (PromptCache(self.ctx, room, self.model.n_swa)
+                       if room > 0 and not opts.embedding else None)
 
     # ---- public API -----------------------------------------------------------------
     def submit(self, req: CompletionRequest) -> None:
@@ -271,8 +267,7 @@ class Engine:
             n = media.reusable(n)
         sampler = Sampler(self.model, self.ctx, req.sampling, self.opts.seed)
         n = cut(self.ctx, slot, n)  # by position; 0 when this memory cannot cut mid-sequence
-        if n and self.model.n_swa and not 0 <= self.ctx.seq_pos_min(slot.seq) <= max(
-                0, n - self.model.n_swa):
+        if n and self.model.n_swa and not holds(self.ctx, slot, max(0, n - self.model.n_swa)):
             n = cut(self.ctx, slot, 0)  # the window before n is gone: no reuse
         slot.adapters = key
         sampler.accept_prompt([t for t in tokens if t >= 0] if media is not None else tokens)

@@ -42,6 +42,14 @@ if TYPE_CHECKING:
     from localllm.engine.model import Context
     from localllm.engine.slots import Slot
 
+AUTO_MAX = 8 << 30  # the automatic budget's ceiling: llama-server's --cache-ram default
+
+
+def budget(setting: int, kv_bytes: int) -> int:
+    """Bytes for parked copies: ``setting`` (LoadOptions.prompt_cache), or with -1 as
+    many as the KV cache takes, up to ``AUTO_MAX``, so the runner grows by at most that."""
+    return setting if setting >= 0 else min(AUTO_MAX, kv_bytes)
+
 
 @dataclass
 class Parked:
@@ -73,7 +81,10 @@ class PromptCache:
         self.budget = budget
         self.n_swa = n_swa
         self.entries: list[Parked] = []
-        self.used = 0
+
+    @property
+    def used(self) -> int:
+        return sum(e.size for e in self.entries)
 
     def on_admit(self, slot: Slot, prompt: list[int], adapters: tuple[str, ...], n: int) -> int:
         """Before free ``slot``, sharing ``n`` cells with ``prompt``, takes it: bring back
@@ -122,9 +133,8 @@ class PromptCache:
 
     def _add(self, entry: Parked) -> None:
         self.entries.append(entry)
-        while sum(e.size for e in self.entries) > self.budget:
+        while self.used > self.budget:
             self.entries.pop(0)  # the least recently used
-        self.used = sum(e.size for e in self.entries)
 
     def best(self, prompt: list[int], adapters: tuple[str, ...]) -> tuple[Parked, int] | None:
         """The parked copy sharing the longest reusable prefix with ``prompt`` (at least

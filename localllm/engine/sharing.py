@@ -47,7 +47,7 @@ def share_prefixes(ctx: Context, slots: Sequence[Slot], n_swa: int = 0) -> None:
                 continue
             # The last prompt token is always evaluated: its logits start the reply.
             common = min(d.reusable(common_prefix(d.cache, a.prompt)), len(a.prompt) - 1)
-            if common > n and _holds(ctx, d, a.n_past if not n_swa else
+            if common > n and holds(ctx, d, a.n_past if not n_swa else
                                      max(a.n_past, common - n_swa)):
                 donor, n = d, common
         if donor is None:
@@ -60,7 +60,8 @@ def share_prefixes(ctx: Context, slots: Sequence[Slot], n_swa: int = 0) -> None:
         a.n_past = n
 
 
-def _holds(ctx: Context, donor: Slot, first: int) -> bool:
-    """Whether the donor's sequence still holds every cell from position ``first`` on."""
-    low = ctx.seq_pos_min(donor.seq)
+def holds(ctx: Context, slot: Slot, first: int) -> bool:
+    """Whether the slot's sequence still holds every cell from position ``first`` on (a
+    sliding-window cache drops cells that fell out of the window)."""
+    low = ctx.seq_pos_min(slot.seq)
     return 0 <= low <= first

@@ -11,13 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from localllm.engine.engine import Engine
+from localllm.runner.messages import CompletionRequest
 from tests.engine.conftest import Result, opts, run
 from tests.engine.test_sharing import SYSTEM, alone, req, same
 
 OTHER = "0123456789 " * 3
 
 
-def other(id: str, text: str = OTHER) -> object:
+def other(id: str, text: str = OTHER) -> CompletionRequest:
     # No BOS either: it shares no cell with anything, so it goes to the empty slot.
     return req(id, text, add_special=False)
 
