@@ -156,8 +156,9 @@ def test_load_failures() -> None:
             await start_fake("/m/crashload.gguf")
         loop = asyncio.get_running_loop()
         t0 = loop.time()
-        with pytest.raises(ModelLoadError, match=r"timed out after 5s") as info:
-            await start_fake("/m/slowload.gguf", load_timeout=5)
+        # Long enough for the child to start and log under load, short for the suite.
+        with pytest.raises(ModelLoadError, match=r"timed out after 2s") as info:
+            await start_fake("/m/slowload.gguf", load_timeout=2)
         assert loop.time() - t0 < 20
         assert "fake engine loading" in str(info.value)  # the log tail explains it
 
