@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Make the garbage collector cheap for the rest of the run.
+
+    After collection a worker tracks some 230,000 objects (textual, schemathesis,
+    hypothesis, the parametrised items) that live until it exits, and every full
+    collection walks them all again: 5.1 s of the TUI and schemathesis modules' 51 s.
+    Frozen, they are never walked; the higher threshold makes young collections rarer
+    (3,000 -> 200), which the tests' short-lived objects do not need.  Cycles are
+    still collected, later.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
 
 
 def isolate(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
