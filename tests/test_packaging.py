@@ -17,6 +17,10 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from localllm import paths
 from localllm.store.local import Store
@@ -23,6 +24,8 @@ from tests.cli.conftest import (
     stop_pid,
 )
 from tests.server.conftest import add_model
+
+pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
 
 
 def test_list_show_cp_rm(daemon: Daemon, tmp_path: Path) -> None:

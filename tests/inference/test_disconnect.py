@@ -26,6 +26,8 @@ from tests.cli.conftest import Daemon
 from tests.inference.variants import GREEDY_OPTS, serve_shared
 from tests.tinymodel import LOOP_PROMPT
 
+pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
+
 LONG_CTX = 16384
 SLACK_S = 1.0  # the disconnect must free the slot within this, beyond the probe's own time
 GEN_LOOP = {"model": "tiny-long", "prompt": LOOP_PROMPT, "raw": True,

@@ -36,6 +36,8 @@ from tests.template.corpus import corpus
 from tests.toolcalls import samples as s
 from tests.toolcalls.helpers import TOOLS
 
+pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
+
 ASK = "Weather in Paris?"  # the question a case answers with its call
 MUSE = "Why is the sky blue?"  # ... and with its thinking + content reply
 W = s.WEATHER_ARGS

@@ -16,6 +16,8 @@ from localllm.runner.watchdog import heartbeat_interval
 from tests.runner.conftest import arun, collect, greedy, pid_alive, running, start_fake
 from tests.runner.fake_engine import LONG_S
 
+pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
+
 BOUND = 1.0  # LOCALLLM_RUNNER_TIMEOUT for these tests
 SLACK = 1.5  # the watchdog's wake-up step, the kill, a busy 2-core machine
 

@@ -19,6 +19,8 @@ from localllm.store.local import Store
 from tests.server.conftest import add_model
 from tests.server.fakes import fake_scheduler
 
+pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
+
 # Operations under test: model management and a few inference endpoints.  Pulls are
 # left out: whether the Hub answers is not the daemon's doing.
 OPERATIONS = (r"^/api/(tags|show|delete|copy|blobs/\{digest\}|create|version|ps|generate|chat"

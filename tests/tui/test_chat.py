@@ -7,6 +7,7 @@ import asyncio
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from textual.pilot import Pilot
 
 from localllm.tui.app import LocalLLMApp
@@ -18,6 +19,8 @@ from tests.cli.conftest import Daemon
 from tests.tinymodel import LOOP_PROMPT, expected_greedy
 from tests.tui.conftest import make_app, run_app, wait_for
 from tests.tui.proxy import ThrottleProxy
+
+pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
 
 MODEL = "tiny-chat:latest"
 

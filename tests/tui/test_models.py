@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Label
 
@@ -15,6 +16,8 @@ from tests.cli.conftest import Daemon
 from tests.tui.conftest import make_app, run_app, wait_for
 from tests.tui.fakes import FakeDaemon, fake_app
 from tests.tui.test_chat import MODEL, send
+
+pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
 
 
 async def open_models(pilot: Pilot[None]) -> ModelsScreen:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from textual.pilot import Pilot
 from textual.widgets import OptionList
 
@@ -15,6 +16,8 @@ from localllm.tui.screens.dialogs import AskScreen, ConfirmScreen
 from tests.cli.conftest import Daemon, free_port, stop_pid
 from tests.tui.conftest import make_app, run_app, wait_for
 from tests.tui.test_chat import MODEL, send
+
+pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
 
 
 def sidebar_titles(pilot: Pilot[None]) -> list[str]:

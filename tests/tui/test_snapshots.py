@@ -20,6 +20,8 @@ from localllm.tui.app import LocalLLMApp
 from localllm.tui.screens.models import ModelsScreen
 from tests.tui.fakes import fake_app
 
+pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
+
 SIZES = [(80, 24), (160, 48)]
 Snap = Callable[..., bool]
 
