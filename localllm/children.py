@@ -13,14 +13,16 @@ without it, in its own session.
 
 from __future__ import annotations
 
-import asyncio
 import ctypes
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import asyncio
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 PARENT_ENV = "LOCALLLM_PARENT_PID"  # set for a child that must die with its parent
@@ -84,6 +86,8 @@ def run(module: str, *args: str, env: dict[str, str] | None = None,
 async def spawn_async(module: str, *args: str, env: dict[str, str] | None = None,
                       dies_with_parent: bool = True, **kw: Any) -> asyncio.subprocess.Process:
     """``python -m module args...`` as an asyncio subprocess."""
+    import asyncio  # here: the probe and runner children import this module, not asyncio
+
     return await asyncio.create_subprocess_exec(
         *argv(module, *args), env=_env(env, dies_with_parent), **kw)
 

@@ -28,12 +28,14 @@ before the load (null without ``/proc``), which ``runner.resident`` uses.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import json
 import struct
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import asyncio
 
 from localllm import config
 from localllm.errors import InvalidRequest, LocalLLMError
@@ -159,6 +161,8 @@ def read_frame(stream: IO[bytes], *, max_frame: int = MAX_FRAME) -> Message | No
 async def read_frame_async(reader: asyncio.StreamReader, *,
                            max_frame: int = MAX_FRAME) -> Message | None:
     """Read one message; ``None`` on a clean EOF between frames."""
+    import asyncio  # here: the runner child reads synchronously and never pays for it
+
     try:
         header = await reader.readexactly(HEADER_SIZE)
     except asyncio.IncompleteReadError as exc:
