@@ -21,7 +21,7 @@ from localllm.engine import plugins
 from localllm.engine.adapters import Adapters, AdapterSet
 from localllm.engine.budget import StepCost, prompt_budget
 from localllm.engine.draft import Drafter
-from localllm.engine.model import Batch, Context, Model, buffer_sizes
+from localllm.engine.model import Batch, Context, Model, buffer_sizes, no_parts
 from localllm.engine.park import PromptCache, budget
 from localllm.engine.positions import cut
 from localllm.engine.sampling import Sampler
@@ -228,11 +228,10 @@ class Engine:
         projector's and the draft model's (each on its own device)."""
         report = buffer_sizes(self._load_log)
         if self.parked is not None:  # counted as it fills (runner/resident.py)
-            report.setdefault("CPU", {"model": 0, "kv": 0, "compute": 0})["cache"] = \
-                self.parked.budget
+            report.setdefault("CPU", no_parts())["cache"] = self.parked.budget
         for extra in (self.projector, self.drafter):
             for dev, use in (extra.memory() if extra is not None else {}).items():
-                d = report.setdefault(dev, {"model": 0, "kv": 0, "compute": 0})
+                d = report.setdefault(dev, no_parts())
                 for k, v in use.items():
                     d[k] += v
         return report

@@ -20,6 +20,11 @@ _KIND = {"model": "model", "LoRA": "model", "KV": "kv", "RS": "kv", "compute": "
          "output": "compute"}
 
 
+def no_parts() -> dict[str, int]:
+    """A device's bytes by part before anything is counted: the parts every report has."""
+    return {"model": 0, "kv": 0, "compute": 0}
+
+
 def buffer_sizes(log: str) -> dict[str, dict[str, int]]:
     """Per device, the bytes of model / KV / compute buffers llama.cpp logged allocating."""
     out: dict[str, dict[str, int]] = {}
@@ -27,7 +32,7 @@ def buffer_sizes(log: str) -> dict[str, dict[str, int]]:
         dev = name.split("_")[0]
         if name.endswith("_Host") or name.startswith("CPU"):
             dev = "CPU"  # pinned host buffers and mapped files live in RAM
-        d = out.setdefault(dev, {"model": 0, "kv": 0, "compute": 0})
+        d = out.setdefault(dev, no_parts())
         d[_KIND[kind]] += int(float(mib) * 1024 * 1024)
     return out
 

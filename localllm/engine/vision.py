@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from localllm.engine.binding import last_errors, take_log
-from localllm.engine.model import FLASH_ATTN, Model, _Owner
+from localllm.engine.model import FLASH_ATTN, Model, _Owner, no_parts
 from localllm.engine.positions import image_positions, n_pos_per_embd
 from localllm.errors import InvalidRequest, LocalLLMError
 from localllm.imageinfo import check_images
@@ -141,11 +141,10 @@ class Projector(_Owner):
         mib = 1024 * 1024
         dev = m.group(1) if (m := _BACKEND.search(self.load_log)) else "CPU"
         size = _MODEL_SIZE.search(self.load_log)
-        out = {dev: {"model": int(float(size.group(1)) * mib) if size else 0, "kv": 0,
-                     "compute": 0}}
+        out = {dev: {**no_parts(), "model": int(float(size.group(1)) * mib) if size else 0}}
         for name, val in _COMPUTE.findall(self.load_log):
             d = out.setdefault("CPU" if name.startswith("CPU") else name.split("_")[0],
-                               {"model": 0, "kv": 0, "compute": 0})
+                               no_parts())
             d["compute"] += int(float(val) * mib)
         return out
 
