@@ -34,9 +34,6 @@ import json
 import struct
 from typing import IO, TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    import asyncio
-
 from localllm import config
 from localllm.errors import InvalidRequest, LocalLLMError
 from localllm.runner.messages import (
@@ -49,6 +46,9 @@ from localllm.runner.messages import (
     from_dict,
     to_dict,
 )
+
+if TYPE_CHECKING:
+    import asyncio
 
 _HEADER = struct.Struct(">I")
 HEADER_SIZE = _HEADER.size
