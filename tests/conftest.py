@@ -27,10 +27,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
     After collection a worker tracks some 230,000 objects (textual, schemathesis,
     hypothesis, the parametrised items) that live until it exits, and every full
-    collection walks them all again: 5.1 s of the TUI and schemathesis modules' 51 s.
-    Frozen, they are never walked; the higher threshold makes young collections rarer
-    (3,000 -> 200), which the tests' short-lived objects do not need.  Cycles are
-    still collected, later.
+    collection walks them all again.  Frozen, they are never walked; the higher
+    threshold makes young collections rarer, which the tests' short-lived objects do
+    not need.  Cycles are still collected, later.  On tui/test_chat, tui/test_snapshots
+    and the schemathesis module: GC 5.1 s -> 2.0 s of 51 s, young collections
+    3,022 -> 207.
     """
     gc.collect()
     gc.freeze()

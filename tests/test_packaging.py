@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
+pytestmark = pytest.mark.slow  # 12 s when it builds the wheel: started first (tests/conftest.py)
 
 REPO = Path(__file__).resolve().parents[1]
 
