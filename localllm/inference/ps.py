@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from localllm.runner.resident import is_host
@@ -19,7 +19,7 @@ from localllm.scheduler.scheduler import Loaded
 
 
 def utc_rfc3339(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.fromtimestamp(timestamp, UTC).isoformat().replace("+00:00", "Z")
 
 
 def ps_entry(model: Loaded) -> dict[str, Any]:

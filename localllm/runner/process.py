@@ -113,7 +113,7 @@ class RunnerProcess:
         try:
             await runner._send(P.load_msg(model_paths, opts, runner._watchdog.interval))
             msg = await asyncio.wait_for(runner._read_loaded(), wait)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             await runner._abandon(wait=0)
             if runner._watchdog.enabled and runner._watchdog.silent_for() > runner_timeout:
                 raise ModelLoadError(
@@ -275,7 +275,7 @@ class RunnerProcess:
                 try:
                     await asyncio.wait_for(self._proc.wait(), wait)
                     break
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     continue
         if self._pump_task is not None:
             await self._pump_task

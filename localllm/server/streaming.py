@@ -187,7 +187,7 @@ async def events_from_thread(
         while True:
             try:
                 kind, value = await asyncio.wait_for(queue.get(), _DISCONNECT_POLL_S)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if request is not None and await request.is_disconnected():
                     log.info("client went away; cancelling %s", request.url.path)
                     return
