@@ -4,10 +4,15 @@
   can reach a loopback daemon from the victim's browser, but its requests
   carry ``Host: evil.com``.  While bound to loopback, only IP literals that are
   loopback/private, ``localhost`` and ``*.localhost`` (which never leave the
-  machine, RFC 6761), this machine's name and the hosts of ``LOCALLLM_ORIGINS``
-  pass; anything else gets 403.  ``*.local`` is refused: any device on the LAN
-  can answer an mDNS query for it, which is rebinding by another route (list
-  such a name in ``LOCALLLM_ORIGINS`` to allow it).
+  machine, RFC 6761), this machine's name and the exact host names written in
+  ``LOCALLLM_ORIGINS`` pass; anything else gets 403.  ``*.local`` is refused:
+  any device on the LAN can answer an mDNS query for it, which is rebinding by
+  another route (list such a name in ``LOCALLLM_ORIGINS`` to allow it).
+  Origins and Hosts are separate checks: a wildcard in an origin
+  (``LOCALLLM_ORIGINS=*``, ``chrome-extension://*``, ``https://*.example.com``)
+  lets pages of those origins call the API, but adds no Host — a Host pattern
+  ``*`` would let any rebinding page read ``/api/tags``, ``/api/ps`` and
+  ``/metrics``, since the rebound page's requests carry its own name.
 * CORS: browsers may call the API from ``LOCALLLM_ORIGINS`` plus local origins
   (localhost, 127.0.0.1, 0.0.0.0 on any port) and desktop/editor app schemes.
   A request from any other origin is refused with 403, so a foreign page
@@ -30,7 +35,7 @@ import ipaddress
 import json
 import re
 import socket
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -58,11 +63,15 @@ _OPEN_PATHS = frozenset({"/", "/health"})
 def origin_pattern(origins: Iterable[str]) -> re.Pattern[str]:
     """One regex for an origin list: ``:*`` is any port (digits only), other ``*`` any
     run of host characters — never ``/``, so ``http://localhost:*`` cannot match
-    ``http://localhost:1.evil.com`` and no wildcard reaches past the host."""
+    ``http://localhost:1.evil.com`` and no wildcard reaches past the host.  A lone
+    ``*`` is every origin, as in Ollama's ``OLLAMA_ORIGINS=*`` (the Host guard
+    still holds: see ``origin_hosts``)."""
     parts = []
     for origin in origins:
         text = re.escape(origin.strip().rstrip("/"))
-        if text:
+        if text == r"\*":
+            parts.append(r"\S+")
+        elif text:
             text = text.replace(r":\*", ":[0-9]+").replace(r"\*", r"[^/\s]*")
             parts.append(text)
     return re.compile("^(?:" + "|".join(parts) + ")$", re.IGNORECASE)
@@ -89,24 +98,23 @@ def split_host_header(value: str) -> str:
     return value
 
 
-def origin_hosts(origins: Iterable[str]) -> re.Pattern[str] | None:
-    """The host names of ``LOCALLLM_ORIGINS`` entries as one pattern (``*`` as in
-    ``origin_pattern``), so a name the user allowed as an origin also passes the
-    Host guard; None when there are none."""
-    parts = []
+def origin_hosts(origins: Iterable[str]) -> frozenset[str]:
+    """The exact host names of ``LOCALLLM_ORIGINS`` entries, so a name the user
+    wrote as an origin also passes the Host guard.  An entry whose host holds a
+    wildcard adds nothing: it names pages, not this machine (see the module
+    docstring), and ``*`` as a Host would turn the guard off."""
+    hosts = set()
     for origin in origins:
         rest = origin.strip().partition("://")[2] or origin.strip()
-        host = split_host_header(rest.partition("/")[0])
-        if host:
-            parts.append(re.escape(host).replace(r"\*", r"[^/\s]*"))
-    if not parts:
-        return None
-    return re.compile("^(?:" + "|".join(parts) + ")$", re.IGNORECASE)
+        host = split_host_header(rest.partition("/")[0]).rstrip(".")
+        if host and "*" not in host:
+            hosts.add(host)
+    return frozenset(hosts)
 
 
-def host_allowed(header: str, allowed: re.Pattern[str] | None = None) -> bool:
+def host_allowed(header: str, allowed: Collection[str] = ()) -> bool:
     """Whether a Host header names this machine (see the module docstring);
-    ``allowed`` adds the hosts of the configured origins."""
+    ``allowed`` adds exact names (the hosts of the configured origins)."""
     host = split_host_header(header).rstrip(".")
     if host in ("", "localhost"):
         return True  # HTTP/1.0 clients may send no Host at all
@@ -118,7 +126,7 @@ def host_allowed(header: str, allowed: re.Pattern[str] | None = None) -> bool:
         return addr.is_loopback or addr.is_private or addr.is_unspecified or addr.is_link_local
     if host == socket.gethostname().lower() or host.endswith(_LOOPBACK_SUFFIX):
         return True
-    return allowed is not None and allowed.fullmatch(host) is not None
+    return host in allowed
 
 
 def headers_allowed(requested: str) -> bool:

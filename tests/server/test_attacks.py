@@ -143,6 +143,35 @@ async def test_rebinding_hosts_are_refused(c: httpx.AsyncClient, host: str) -> N
     assert r.status_code == 403
 
 
+@pytest.mark.parametrize(("variable", "origins"), [
+    ("LOCALLLM_ORIGINS", "*"), ("LOCALLLM_ORIGINS", "chrome-extension://*"),
+    ("LOCALLLM_ORIGINS", "https://my.app, *"), ("LOCALLLM_ORIGINS", "http://*:8080"),
+    ("LOCALLLM_ORIGINS", "https://*.example.com"), ("OLLAMA_ORIGINS", "*"),
+])
+async def test_a_wildcard_origin_does_not_open_the_host_guard(
+        store: Store, monkeypatch: pytest.MonkeyPatch, variable: str, origins: str) -> None:
+    # DNS rebinding: evil.example.com resolves to 127.0.0.1 after the page loaded, so
+    # its reads arrive with "Host: evil.example.com" and, for a simple GET, no Origin
+    # header at all.  A wildcard origin must leave the Host check as it was.
+    monkeypatch.delenv("LOCALLLM_ORIGINS", raising=False)
+    monkeypatch.setenv(variable, origins)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=make_app(store)),
+                                 base_url="http://localhost") as client:
+        for path in ("/api/tags", "/api/ps", "/metrics", "/api/version"):
+            for host in ("evil.example.com", "evil.example.com:11434", "a.b.c.d.nip.io:8080"):
+                r = await client.get(path, headers={"host": host})
+                assert r.status_code == 403, (origins, path, host)
+                assert "models" not in r.text
+            r = await client.get(path, headers={"host": "evil.example.com",
+                                                "origin": "chrome-extension://abc"})
+            assert r.status_code == 403
+        # The origins themselves still work from pages on this machine.
+        if origins == "*":
+            r = await client.get("/api/tags", headers={"origin": "https://anything.example"})
+            assert r.status_code == 200
+            assert r.headers["access-control-allow-origin"] == "https://anything.example"
+
+
 @pytest.mark.parametrize("origin", ["http://evil.com", "http://localhost.evil.com",
                                     "http://localhost:80.evil.com", "null",
                                     "http://127.0.0.1:1/../evil", "https://evil.com/localhost"])

@@ -50,10 +50,15 @@ def test_host_allowed_units() -> None:
     assert host_allowed(socket.gethostname())
     allowed = origin_hosts(["http://myapp.local:3000", "https://*.example.com"])
     assert host_allowed("myapp.local:11434", allowed)
-    assert host_allowed("a.example.com", allowed)
+    assert host_allowed("MyApp.Local.", allowed)
+    # A wildcard origin names pages that may call the API, never Host names: any
+    # name under it could be rebound to 127.0.0.1.
+    assert not host_allowed("a.example.com", allowed)
     assert not host_allowed("other.local", allowed)
     assert not host_allowed("example.com.evil.com", allowed)
-    assert origin_hosts([]) is None
+    assert origin_hosts([]) == frozenset()
+    assert origin_hosts(["*", "chrome-extension://*", "http://*:8080", "https://a*b.c",
+                         "moz-extension://*/x"]) == frozenset()
 
 
 async def test_configured_origin_hosts_pass_the_host_guard(
