@@ -30,6 +30,7 @@ from localllm.errors import LocalLLMError
 from localllm.inference.service import InferenceService
 from localllm.scheduler.scheduler import Scheduler
 from localllm.server.health import Lifecycle
+from localllm.server.looplag import LoopLag
 from localllm.server.metrics import Metrics
 from localllm.server.middleware import RequestMiddleware
 from localllm.server.openapi import openapi_builder
@@ -113,7 +114,9 @@ async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    app.state.loop_lag.start()
     yield
+    app.state.loop_lag.stop()
     # Run in reverse so later components (scheduler) stop before earlier ones.
     for hook in reversed(app.state.on_shutdown):
         try:
@@ -175,7 +178,8 @@ def create_app(
         scheduler = default_scheduler()
     app.state.scheduler = scheduler
     app.state.inference = InferenceService(store, scheduler)
-    metrics = Metrics(scheduler)
+    app.state.loop_lag = LoopLag()
+    metrics = Metrics(scheduler, loop_lag=app.state.loop_lag)
     app.state.metrics = metrics
     app.state.inference.observe = metrics.generation_observer
     app.state.lifecycle = Lifecycle()

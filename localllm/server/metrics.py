@@ -11,6 +11,7 @@ one), so several apps in one process — tests — never share counters.
   last token), fed by ``InferenceService`` through ``generation_observer``.
 * Scheduler state, read at scrape time: queue depth and capacity, loaded
   models, their memory per device and their active requests.
+* The event loop's lag, max and p99 over the last minute (``server.looplag``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 from localllm.runner.messages import Done, Piece
+from localllm.server.looplag import LoopLag, LoopLagCollector
 
 router = APIRouter()
 
@@ -40,7 +42,7 @@ Observer = Callable[[Piece | Done], None]
 class Metrics:
     """Every metric the daemon exports, registered in ``self.registry``."""
 
-    def __init__(self, scheduler: Any = None) -> None:
+    def __init__(self, scheduler: Any = None, loop_lag: LoopLag | None = None) -> None:
         self.registry = CollectorRegistry()
         reg = self.registry
         self.requests = Counter(
@@ -77,6 +79,8 @@ class Metrics:
             ["model"], buckets=_LATENCY_BUCKETS, registry=reg)
         if scheduler is not None:
             reg.register(SchedulerCollector(scheduler))
+        if loop_lag is not None:
+            reg.register(LoopLagCollector(loop_lag))
 
     def observe_request(self, method: str, endpoint: str, status: int, seconds: float) -> None:
         self.requests.labels(method, endpoint, str(status)).inc()
