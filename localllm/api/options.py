@@ -6,7 +6,13 @@ PARAMETERs) <- the request's ``options``.  Types are checked the way Ollama's
 booleans, an array of strings for ``stop``) with Ollama's error text; unknown
 and removed keys are logged and ignored.  On top of Ollama we refuse values
 that can only hurt (negative context, NaN temperature, ...) with a 400 instead
-of letting them reach libllama.
+of letting them reach libllama, and give every integer an upper bound: each
+one ends up in a C ``int`` in the runner, and some size an allocation there.
+Values past what the machine or the context can use are clamped, with a note
+in the daemon's log, where a user of Ollama would expect "as much as there
+is": ``num_thread`` to this machine's CPUs, ``num_batch`` to ``num_ctx`` (as
+llama.cpp does for causal models), ``repeat_last_n`` past the context to the
+whole context (-1).  The rest are a 400 naming the limit.
 
 The result is split into the engine's :class:`SamplingParams`, the per-request
 fields of :class:`CompletionRequest` and :class:`LoadFields`, the load-time
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -31,6 +38,9 @@ log = logging.getLogger(__name__)
 MAX_NUM_CTX = 10_000_000
 MAX_NUM_BATCH = 1_000_000
 MAX_NUM_PARALLEL = 256  # llama.cpp's LLAMA_MAX_SEQ: sequences one context can hold
+MAX_INT = 2**31 - 1  # integer options reach the runner's C calls as int32
+FLOAT32_MAX = 3.4028234663852886e38
+MAX_SEED = 2**63 - 1  # a seed is taken modulo 2**32 (as Ollama's uint32 conversion), like Go's int
 
 # Ollama's option names and their wire types (api.Options, current main).
 OPTION_TYPES: dict[str, str] = {
@@ -175,7 +185,8 @@ def _coerce(key: str, value: Any, *, from_text: bool) -> Any:
     if kind == "float32":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _type_error(key, kind)
-        if not math.isfinite(value):
+        # Past float32's range the runner's C float would be infinite.
+        if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
             raise InvalidRequest(f'option "{key}" must be a finite number')
         return float(value)
     if kind == "boolean":
@@ -236,6 +247,35 @@ def _merge_layer(out: dict[str, Any], layer: Mapping[str, Any] | None, *, from_t
         out[key] = _coerce(key, value, from_text=from_text)
 
 
+def machine_threads() -> int:
+    """CPUs this process may run on: the most threads a runner can use to any gain."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _clamp(v: dict[str, Any]) -> None:
+    """Values past what the machine or context can use, cut to what it can (logged)."""
+    def note(key: str, new: int, why: str) -> None:
+        log.warning("option %s=%d is more than %s; using %d", key, v[key], why, new)
+        v[key] = new
+
+    cpus = machine_threads()
+    if v["num_thread"] > cpus:
+        # Threads past the CPUs only contend; tens of thousands would be spawned.
+        note("num_thread", cpus, f"this machine's {cpus} CPUs")
+    ctx = v["num_ctx"]
+    if ctx is not None and v["num_batch"] > ctx:
+        # llama.cpp cuts a causal model's batch to the context; a pooled-embedding
+        # model's micro-batch is the batch, and its compute buffer grows with its square.
+        note("num_batch", ctx, f"num_ctx ({ctx})")
+    if v["repeat_last_n"] > (ctx or MAX_NUM_CTX):
+        # Past the context it means the whole context, and the penalty sampler
+        # allocates a ring buffer of repeat_last_n tokens in the runner.
+        note("repeat_last_n", -1, f"the context ({ctx or MAX_NUM_CTX} tokens)")
+
+
 def _check_ranges(v: dict[str, Any]) -> None:
     def bad(key: str, why: str) -> InvalidRequest:
         return InvalidRequest(f'option "{key}" {why}, got {v[key]!r}')
@@ -258,7 +298,13 @@ def _check_ranges(v: dict[str, Any]) -> None:
     for key in ("temperature", "repeat_penalty"):
         if v[key] < 0:
             raise bad(key, "must be >= 0")
+    for key, kind in OPTION_TYPES.items():
+        if kind == "integer" and v[key] is not None:
+            top = MAX_SEED if key == "seed" else MAX_INT
+            if not -top - 1 <= v[key] <= top:
+                raise bad(key, f"must be between {-top - 1} and {top}")
     check_speculation(v)
+    _clamp(v)
 
 
 def resolve_options(model_params: Mapping[str, Any] | None,

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import re
 
 import pytest
 
-from localllm.api.options import LoadFields, parse_keep_alive, resolve_options
+from localllm.api.options import LoadFields, machine_threads, parse_keep_alive, resolve_options
 from localllm.errors import InvalidRequest
 from localllm.runner.messages import LoadOptions, SamplingParams
 
@@ -36,18 +38,18 @@ def test_split_into_engine_types() -> None:
         "repeat_last_n": -1, "repeat_penalty": 1.1, "presence_penalty": 0.5,
         "frequency_penalty": -0.5, "min_p": 0.05, "typical_p": 0.9,
         "num_ctx": 2048, "num_batch": 256, "num_gpu": 0, "main_gpu": 1, "use_mmap": False,
-        "num_thread": 3,
+        "num_thread": machine_threads(),
     })
     s = r.sampling
     assert (s.seed, s.repeat_last_n, s.repeat_penalty, s.presence_penalty) == (42, -1, 1.1, 0.5)
     assert (s.frequency_penalty, s.min_p, s.typical_p) == (-0.5, 0.05, 0.9)
     assert s.grammar is None
     assert (r.num_predict, r.stop, r.num_keep) == (128, ["\n\n", "User:"], 8)
-    assert r.load == LoadFields(2048, 256, 0, 1, False, 3)
+    assert r.load == LoadFields(2048, 256, 0, 1, False, machine_threads())
     lo = r.load.apply(LoadOptions(n_ubatch=512, n_threads=0))
     # num_batch is the micro-batch; a step still holds up to 2048 tokens.
     assert (lo.n_ctx, lo.n_batch, lo.n_ubatch, lo.n_gpu_layers) == (2048, 2048, 256, 0)
-    assert (lo.main_gpu, lo.use_mmap, lo.n_threads) == (1, False, 3)
+    assert (lo.main_gpu, lo.use_mmap, lo.n_threads) == (1, False, machine_threads())
 
 
 def test_automatic_load_fields_keep_base() -> None:
@@ -179,3 +181,66 @@ def test_num_parallel_range(value: object) -> None:
     with pytest.raises(InvalidRequest, match="num_parallel"):
         resolve_options({"num_parallel": value}, None)
     assert resolve_options({"num_parallel": 256}, None).load.num_parallel == 256
+
+
+# -- upper bounds: nothing a request sets makes the runner allocate or spawn without bound --
+
+def test_num_thread_is_clamped_to_the_machine(caplog: pytest.LogCaptureFixture) -> None:
+    # Each thread is a real one in the runner's ggml thread pool.
+    cpus = machine_threads()
+    assert 1 <= cpus <= (os.cpu_count() or 1)
+    with caplog.at_level(logging.WARNING, logger="localllm.api.options"):
+        r = resolve_options(None, {"num_thread": 100_000})
+    assert r.load.num_thread == cpus
+    assert r.load.apply(LoadOptions()).n_threads == cpus
+    assert "num_thread=100000" in caplog.text and f"using {cpus}" in caplog.text
+    # From a Modelfile PARAMETER too, and a value the machine has stays as asked.
+    assert resolve_options({"num_thread": "99999"}, None).load.num_thread == cpus
+    assert resolve_options(None, {"num_thread": 1}).load.num_thread == 1
+    # Two requests past the machine load the same runner (no reload between them).
+    assert (resolve_options(None, {"num_thread": 5000}).load
+            == resolve_options(None, {"num_thread": 7000}).load)
+
+
+def test_num_batch_past_the_context_is_the_context(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="localllm.api.options"):
+        r = resolve_options(None, {"num_ctx": 2048, "num_batch": 1_000_000})
+    assert r.load.num_batch == 2048 and "num_batch=1000000" in caplog.text
+    assert r.load.apply(LoadOptions()).n_ubatch == 2048
+    assert resolve_options(None, {"num_ctx": 2048, "num_batch": 256}).load.num_batch == 256
+
+
+def test_repeat_last_n_past_the_context_means_the_whole_context() -> None:
+    # The penalty sampler allocates repeat_last_n tokens of ring buffer in the runner.
+    assert resolve_options(None, {"repeat_last_n": 2**31 - 1}).sampling.repeat_last_n == -1
+    assert resolve_options(None, {"num_ctx": 4096, "repeat_last_n": 5000}
+                           ).sampling.repeat_last_n == -1
+    assert resolve_options(None, {"num_ctx": 4096, "repeat_last_n": 4096}
+                           ).sampling.repeat_last_n == 4096
+    assert resolve_options(None, {"repeat_last_n": 64}).sampling.repeat_last_n == 64
+
+
+@pytest.mark.parametrize("key", ["num_gpu", "main_gpu", "top_k", "num_predict", "num_keep",
+                                 "draft_max", "draft_min", "draft_num_predict", "num_thread",
+                                 "repeat_last_n", "num_batch", "num_ctx"])
+@pytest.mark.parametrize("value", [2**31, 1e300, 2**80])
+def test_integers_past_int32_are_400_naming_the_limit(key: str, value: float) -> None:
+    # They all reach a C int in the runner (a cffi OverflowError there, or a wrapped value).
+    with pytest.raises(InvalidRequest) as info:
+        resolve_options(None, {key: value})
+    message = str(info.value)
+    assert key in message and info.value.status == 400
+    assert re.search(r"between -?\d+ and \d+", message), message
+
+
+def test_seed_takes_any_64_bit_value_and_no_more() -> None:
+    assert resolve_options(None, {"seed": 2**40}).sampling.seed == 2**40
+    with pytest.raises(InvalidRequest, match=r'"seed" must be between .* and 9223372036854775807'):
+        resolve_options(None, {"seed": 1e300})
+
+
+@pytest.mark.parametrize("key", ["temperature", "repeat_penalty", "presence_penalty",
+                                 "frequency_penalty", "draft_p_min"])
+def test_floats_past_float32_are_400(key: str) -> None:
+    with pytest.raises(InvalidRequest, match=f'"{key}" must be a finite number'):
+        resolve_options(None, {key: 1e300})
