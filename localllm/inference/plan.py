@@ -185,8 +185,13 @@ def chat_plan(svc: InferenceService, req: ChatRequest, *,
     return plan
 
 
-async def generate_plan(svc: InferenceService, target: Target, req: GenerateRequest) -> Plan:
-    """A ``/api/generate`` request with a prompt or suffix as a plan."""
+def generate_plan(svc: InferenceService, target: Target, req: GenerateRequest,
+                  fim: list[int] | None = None) -> Plan:
+    """A ``/api/generate`` request with a prompt or suffix as a plan.
+
+    ``fim``: the fill-in-the-middle prompt ``fim_prompt`` made for a request with a
+    ``suffix`` (it needs the model's tokenizer, hence the runner: made first, apart).
+    """
     check_top_logprobs(req.top_logprobs)
     think = think_flag(req.think)
     images = Images()
@@ -200,7 +205,9 @@ async def generate_plan(svc: InferenceService, target: Target, req: GenerateRequ
     if req.raw:
         prompt: str | list[int] = text
     elif req.suffix:
-        prompt = await _fill_in_middle(svc, target, req)
+        if fim is None:
+            raise InvalidRequest("a suffix needs the fill-in-the-middle prompt")
+        prompt = fim
     else:
         messages: list[dict[str, Any]] = []
         system = req.system if req.system is not None else target.system
@@ -219,15 +226,20 @@ async def generate_plan(svc: InferenceService, target: Target, req: GenerateRequ
     return plan
 
 
-async def _fill_in_middle(svc: InferenceService, target: Target,
-                          req: GenerateRequest) -> list[int]:
+async def fim_prompt(svc: InferenceService, target: Target,
+                     req: GenerateRequest) -> list[int] | None:
+    """The fill-in-the-middle tokens a ``suffix`` request runs on, else None."""
+    if req.raw or not req.suffix or req.images:
+        return None  # images with a suffix are refused by ``generate_plan``
+    check_top_logprobs(req.top_logprobs)
+    think_flag(req.think)
     kv = target.info.kv
     ids = [kv.get(f"tokenizer.ggml.fim_{part}_token_id") for part in ("pre", "suf", "mid")]
     if not all(isinstance(i, int) for i in ids):
         raise InvalidRequest(f'"{req.model}" does not support insert')
     resolved = svc.prepare(target, "", req.options, req.keep_alive)
     pre = await svc.tokenize(target, req.prompt, resolved.load, resolved.keep_alive)
-    suf = await svc.tokenize(target, req.suffix or "", resolved.load, resolved.keep_alive)
+    suf = await svc.tokenize(target, req.suffix, resolved.load, resolved.keep_alive)
     return [int(ids[0]), *pre, int(ids[1]), *suf, int(ids[2])]  # type: ignore[arg-type]
 
 
@@ -268,13 +280,12 @@ def _normalise(vector: list[float], dimensions: int | None) -> list[float]:
     return [x / norm for x in vector] if norm > 0 else vector
 
 
-async def embed_native(svc: InferenceService, req: EmbedRequest) -> dict[str, Any]:
-    """``/api/embed``'s answer (also what ``/v1/embeddings`` converts)."""
-    if not req.model:
-        raise InvalidRequest("model is required")
+async def embed_native(svc: InferenceService, req: EmbedRequest,
+                       target: Target) -> dict[str, Any]:
+    """``/api/embed``'s answer (also what ``/v1/embeddings`` converts), for the model
+    ``req.model`` resolved as ``target``."""
     if req.dimensions is not None and req.dimensions <= 0:
         raise InvalidRequest("dimensions must be a positive integer")
-    target = svc.target(req.model)
     inputs = [req.input] if isinstance(req.input, str) else list(req.input)
     start = time.monotonic_ns()
     vectors, n_tokens, load_ns = await svc.embed(

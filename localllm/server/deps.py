@@ -8,12 +8,15 @@ becomes ``InvalidRequest`` (400) with a message a person can act on.
 Size is capped once, by ``RequestMiddleware`` (``LOCALLLM_MAX_BODY``, 413);
 depth and the number of values by ``jsonparse``, which never runs one C call
 over more than a slice of the body.  A body over ``INLINE`` bytes is parsed and
-validated in a worker thread (at most ``PARSERS`` at once), so the event loop
-keeps serving while a large request is read.
+validated in a worker thread, so the event loop keeps serving while a large
+request is read.  Routes hand the rest of their CPU work (converting a foreign
+API's body, resolving the model in the store, rendering the template, building
+the grammar) to ``offload``: the same threads, at most ``CPU_THREADS`` at once.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -32,21 +35,29 @@ from localllm.services import ModelService
 __all__ = ["MAX_JSON_DEPTH", "json_depth"]
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 # Up to here a parse and its validation take under ~3 ms whatever the shape: not worth a
 # thread hop.
 INLINE = 64 << 10
-# Parsing threads take turns with the event loop for the interpreter lock; a few of them
-# keep the loop's turn frequent (and bound the memory of bodies being parsed).
-PARSERS = 2
+# Worker threads take turns with the event loop for the interpreter lock (5 ms each, the
+# switch interval): two keep the loop's turn frequent, and bound the memory of bodies
+# being parsed.  More would not run Python any faster.
+CPU_THREADS = 2
 
 
-def _parsers(request: Request) -> anyio.CapacityLimiter:
-    """The app's limiter for parsing threads, made on first use (inside its event loop)."""
+def _cpu_threads(request: Request) -> anyio.CapacityLimiter:
+    """The app's limiter for CPU work in threads, made on first use (inside its loop)."""
     state = request.app.state
-    limiter: anyio.CapacityLimiter | None = getattr(state, "json_parsers", None)
+    limiter: anyio.CapacityLimiter | None = getattr(state, "cpu_threads", None)
     if limiter is None:
-        limiter = state.json_parsers = anyio.CapacityLimiter(PARSERS)
+        limiter = state.cpu_threads = anyio.CapacityLimiter(CPU_THREADS)
     return limiter
+
+
+async def offload(request: Request, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` in one of the app's worker threads, off the event loop."""
+    return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs),
+                                          limiter=_cpu_threads(request))
 
 
 def describe_validation(exc: ValidationError) -> str:
@@ -66,7 +77,7 @@ async def parse_json(request: Request, model: type[M]) -> M:
     raw = b"".join(chunks)
     if len(raw) <= INLINE:
         return decode(raw, model)
-    return await anyio.to_thread.run_sync(decode, raw, model, limiter=_parsers(request))
+    return await offload(request, decode, raw, model)
 
 
 def decode(raw: bytes, model: type[M]) -> M:

@@ -35,7 +35,8 @@ from localllm.compat.anthropic_stream import (
 from localllm.errors import InvalidRequest, LocalLLMError
 from localllm.inference.fanout import gather
 from localllm.inference.plan import Plan, chat_plan, fold
-from localllm.server.deps import inference_service, parse_json, validate
+from localllm.inference.service import InferenceService
+from localllm.server.deps import inference_service, offload, parse_json, validate
 from localllm.server.streaming import (
     ClientGone,
     first_of,
@@ -51,10 +52,15 @@ Body = RootModel[Any]
 
 async def _plan(request: Request, *, count_only: bool = False) -> tuple[Plan, bool]:
     """The chat plan of this request's body, and whether it asked to stream."""
-    conv = messages_request_to_native((await parse_json(request, Body)).root,
-                                      count_only=count_only)
+    body = (await parse_json(request, Body)).root
+    return await offload(request, _build, inference_service(request), body, count_only)
+
+
+def _build(svc: InferenceService, body: Any, count_only: bool) -> tuple[Plan, bool]:
+    """Convert, validate and plan (a worker thread's work: see ``deps.offload``)."""
+    conv = messages_request_to_native(body, count_only=count_only)
     req = validate(ChatRequest, conv.native)
-    plan = chat_plan(inference_service(request), req, forced_tools=conv.forced_tools)
+    plan = chat_plan(svc, req, forced_tools=conv.forced_tools)
     plan.report_stop = True
     return plan, conv.stream
 

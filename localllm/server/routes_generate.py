@@ -27,11 +27,12 @@ from localllm.inference.plan import (
     chat_plan,
     check_top_logprobs,
     embed_native,
+    fim_prompt,
     fold,
     generate_plan,
 )
 from localllm.inference.service import now_rfc3339
-from localllm.server.deps import inference_service, parse_json
+from localllm.server.deps import inference_service, offload, parse_json
 from localllm.server.streaming import (
     ClientGone,
     gone_response,
@@ -73,7 +74,7 @@ async def generate(request: Request) -> Response:
     _require_model(req.model)
     check_top_logprobs(req.top_logprobs)
     svc = inference_service(request)
-    target = svc.target(req.model)
+    target = await offload(request, svc.target, req.model)
     if req.raw and (req.template or req.system or req.context):
         raise InvalidRequest("raw mode does not support template, system, or context")
     if req.template:
@@ -83,7 +84,8 @@ async def generate(request: Request) -> Response:
         reason = await svc.load_only(target, req.options, req.keep_alive)
         return await _respond(request, _single(_load_reply(req.model, reason, False)),
                               req.stream, False)
-    plan = await generate_plan(svc, target, req)
+    fim = await fim_prompt(svc, target, req)
+    plan = await offload(request, generate_plan, svc, target, req, fim)
     return await _respond(request, plan.events(plan.prepare()), req.stream, False)
 
 
@@ -97,18 +99,21 @@ async def chat(request: Request) -> Response:
     _require_model(req.model)
     svc = inference_service(request)
     if not req.messages:
-        target = svc.target(req.model)
+        target = await offload(request, svc.target, req.model)
         reason = await svc.load_only(target, req.options, req.keep_alive)
         return await _respond(request, _single(_load_reply(req.model, reason, True)),
                               req.stream, True)
-    plan = chat_plan(svc, req)
+    plan = await offload(request, chat_plan, svc, req)
     return await _respond(request, plan.events(plan.prepare()), req.stream, True)
 
 
 @router.post("/api/embed")
 async def embed(request: Request) -> Response:
     req = await parse_json(request, EmbedRequest)
-    return JSONResponse(await embed_native(inference_service(request), req))
+    svc = inference_service(request)
+    _require_model(req.model)
+    return JSONResponse(await embed_native(svc, req, await offload(request, svc.target,
+                                                                   req.model)))
 
 
 @router.post("/api/embeddings")
@@ -116,7 +121,7 @@ async def embeddings(request: Request) -> Response:
     req = await parse_json(request, EmbeddingsRequest)
     _require_model(req.model)
     svc = inference_service(request)
-    target = svc.target(req.model)
+    target = await offload(request, svc.target, req.model)
     if not req.prompt:
         return JSONResponse({"embedding": []})
     vectors, _, _ = await svc.embed(target, [req.prompt], truncate=True,

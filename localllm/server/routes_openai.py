@@ -28,6 +28,7 @@ from pydantic import RootModel
 from localllm.api.schemas_infer import ChatRequest, EmbedRequest, GenerateRequest
 from localllm.compat.openai_chat import (
     SSE_DONE,
+    ChatConversion,
     chat_request_to_native,
     completion_request_to_native,
     embedding_request_to_native,
@@ -45,8 +46,16 @@ from localllm.compat.openai_responses import (
 )
 from localllm.errors import InvalidRequest, ModelNotFound
 from localllm.inference.fanout import gather, merge
-from localllm.inference.plan import Plan, chat_plan, embed_native, fold, generate_plan
-from localllm.server.deps import inference_service, model_service, parse_json, validate
+from localllm.inference.plan import (
+    Plan,
+    chat_plan,
+    embed_native,
+    fim_prompt,
+    fold,
+    generate_plan,
+)
+from localllm.inference.service import InferenceService
+from localllm.server.deps import inference_service, model_service, offload, parse_json, validate
 from localllm.server.streaming import (
     ClientGone,
     first_of,
@@ -122,16 +131,22 @@ async def _sse(request: Request, plan: Plan, n: int, include_usage: bool,
                              headers={"Cache-Control": "no-cache"})
 
 
-@router.post("/v1/chat/completions")
-async def chat_completions(request: Request) -> Response:
-    conv = chat_request_to_native(await _body(request))
+def _chat_build(svc: InferenceService, body: dict[str, Any]) -> tuple[Plan, ChatConversion]:
+    """Convert, validate and plan (a worker thread's work: see ``deps.offload``)."""
+    conv = chat_request_to_native(body)
     if not conv.native["messages"]:
         raise InvalidRequest("messages must be a non-empty array")
     req = validate(ChatRequest, conv.native)
     forced = req.tools and conv.tool_choice == "required"
-    plan = chat_plan(inference_service(request), req,
-                     forced_tools=conv.native["tools"] if forced else None)
-    model = req.model
+    plan = chat_plan(svc, req, forced_tools=conv.native["tools"] if forced else None)
+    return plan, conv
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request) -> Response:
+    plan, conv = await offload(request, _chat_build, inference_service(request),
+                               await _body(request))
+    model = plan.model
     if conv.stream:
         return await _sse(request, plan, conv.n, conv.include_usage,
                           lambda **kw: ChatStream(model, **kw))
@@ -147,7 +162,9 @@ async def completions(request: Request) -> Response:
     conv = completion_request_to_native(await _body(request))
     req = validate(GenerateRequest, conv.native)
     svc = inference_service(request)
-    plan = await generate_plan(svc, svc.target(req.model), req)
+    target = await offload(request, svc.target, req.model)
+    fim = await fim_prompt(svc, target, req)
+    plan = await offload(request, generate_plan, svc, target, req, fim)
     model = req.model
     if conv.stream:
         return await _sse(request, plan, conv.n, conv.include_usage,
@@ -166,7 +183,10 @@ async def completions(request: Request) -> Response:
 async def embeddings(request: Request) -> Response:
     native, encoding = embedding_request_to_native(await _body(request))
     req = validate(EmbedRequest, native)
-    result = await embed_native(inference_service(request), req)
+    if not req.model:
+        raise InvalidRequest("model is required")
+    svc = inference_service(request)
+    result = await embed_native(svc, req, await offload(request, svc.target, req.model))
     return JSONResponse(embeddings_response(result, req.model, encoding))
 
 

@@ -31,7 +31,8 @@ from localllm.compat.responses_request import ResponsesConversion, responses_req
 from localllm.compat.responses_stream import ResponsesStream, final_response, sse_event
 from localllm.errors import InvalidRequest, LocalLLMError
 from localllm.inference.plan import Plan, chat_plan, fold
-from localllm.server.deps import inference_service, parse_json, validate
+from localllm.inference.service import InferenceService
+from localllm.server.deps import inference_service, offload, parse_json, validate
 from localllm.server.streaming import ClientGone, first_of, gone_response, guarded, until_disconnect
 
 log = logging.getLogger(__name__)
@@ -71,13 +72,19 @@ async def _stream(request: Request, plan: Plan, conv: ResponsesConversion) -> Re
                              headers={"Cache-Control": "no-cache"})
 
 
-@router.post("/v1/responses")
-async def create_response(request: Request) -> Response:
-    conv = responses_request_to_native((await parse_json(request, Body)).root)
+def _build(svc: InferenceService, body: Any) -> tuple[Plan, ChatRequest, ResponsesConversion]:
+    """Convert, validate and plan (a worker thread's work: see ``deps.offload``)."""
+    conv = responses_request_to_native(body)
     req = validate(ChatRequest, conv.native)
     forced = req.tools and conv.tool_choice == "required"
-    plan = chat_plan(inference_service(request), req,
-                     forced_tools=conv.native["tools"] if forced else None)
+    plan = chat_plan(svc, req, forced_tools=conv.native["tools"] if forced else None)
+    return plan, req, conv
+
+
+@router.post("/v1/responses")
+async def create_response(request: Request) -> Response:
+    body = (await parse_json(request, Body)).root
+    plan, req, conv = await offload(request, _build, inference_service(request), body)
     if conv.stream:
         return await _stream(request, plan, conv)
     try:
