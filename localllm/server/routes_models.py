@@ -5,10 +5,14 @@ Blocking store work runs in worker threads (sync route functions, or a
 dedicated thread for pulls), so the event loop keeps serving other clients.
 A worker thread is never held while waiting on a client: uploads await each
 chunk on the loop (``BODY_READ_TIMEOUT`` between chunks) and write it in a thread.
+An upload that would leave the store's disk below ``LOCALLLM_MIN_FREE_DISK`` is
+refused with 507: by its ``Content-Length`` before a byte is stored, else as the
+bytes arrive; its temp file goes with it.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Annotated, Any
 
@@ -18,12 +22,13 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.requests import ClientDisconnect
 
-from localllm import __version__
+from localllm import __version__, config
 from localllm.api.schemas import CopyRequest, DeleteRequest, PullRequest, ShowRequest
 from localllm.errors import BlobNotFound
 from localllm.server.deps import json_body, model_service
 from localllm.server.streaming import Emit, events_from_thread, progress_response
 from localllm.services import ModelService
+from localllm.store.blobs import NoSpace
 from localllm.store.names import parse_digest, parse_name
 
 router = APIRouter()
@@ -97,7 +102,12 @@ async def blob_upload(digest: str, request: Request, svc: Service) -> Response:
     want = parse_digest(digest)
     if await anyio.to_thread.run_sync(svc.blob_exists, want):
         return Response(status_code=200)
-    writer = await anyio.to_thread.run_sync(svc.store.blobs.writer, want)
+    try:
+        writer = await anyio.to_thread.run_sync(functools.partial(
+            svc.store.blobs.writer, want, keep_free=config.MIN_FREE_DISK.get(),
+            size=_declared_size(request)))
+    except NoSpace as exc:
+        return _no_space(want, exc)
     try:
         stream = request.stream()
         while True:
@@ -114,6 +124,8 @@ async def blob_upload(digest: str, request: Request, svc: Service) -> Response:
         # ``close``: the rest of the body will not be read on this connection.
         return JSONResponse({"error": f"no request data for {BODY_READ_TIMEOUT:g}s"},
                             status_code=408, headers={"connection": "close"})
+    except NoSpace as exc:
+        return _no_space(want, exc)
     except ClientDisconnect:
         # Routine (a cancelled `localllm create`), not a server fault: one line, no traceback.
         log.info("blob upload %s: client disconnected after %d bytes", want, writer.size)
@@ -121,3 +133,18 @@ async def blob_upload(digest: str, request: Request, svc: Service) -> Response:
     finally:
         writer.abort()  # inline: a cancelled request must not skip the clean-up
     return Response(status_code=201)
+
+
+def _declared_size(request: Request) -> int | None:
+    try:
+        size = int(request.headers.get("content-length", ""))
+    except ValueError:
+        return None  # chunked: the room is checked as bytes arrive
+    return size if size >= 0 else None
+
+
+def _no_space(want: str, exc: NoSpace) -> Response:
+    log.warning("blob upload %s refused: %s", want, exc.message)
+    # ``close``: the rest of the body will not be read on this connection.
+    return JSONResponse({"error": exc.message}, status_code=exc.status,
+                        headers={"connection": "close"})

@@ -6,10 +6,17 @@ fsync, and rename.  Partial downloads live beside it as
 ``sha256-<hex>-partial`` so a pull can resume; they are never read as blobs.
 Start-up keeps them; ``localllm prune --partials`` removes those no live process
 is writing (``BlobStore.partials`` and ``open_by_live_process``).
+
+A ``BlobWriter`` given ``keep_free`` (the daemon's ``LOCALLLM_MIN_FREE_DISK``)
+refuses, with ``NoSpace`` (507), a blob that would leave less than that free:
+up front for a declared size, and again every few MiB as bytes arrive, since an
+upload may declare nothing and other writers share the disk.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
 import re
@@ -20,10 +27,14 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from localllm.errors import BlobNotFound, DigestMismatch
+from localllm.errors import BlobNotFound, DigestMismatch, LocalLLMError
+from localllm.format import format_bytes
 from localllm.store.names import digest_filename, parse_digest
 
 CHUNK = 1 << 20
+# How many bytes a keep_free writer takes between two looks at the free space: the
+# most it can overshoot by, and a statvfs per this many bytes is nothing.
+ROOM_CHECK_BYTES = 4 << 20
 # Temp files are ``.tmp-<pid>-…``: start-up clean-up removes those whose writer process
 # is gone at once, and only old ones of an unknown writer (older names without a pid).
 # Largest text layer (template, system, license, params, messages) the store reads back
@@ -212,10 +223,14 @@ class BlobStore:
         finally:
             tmp.unlink(missing_ok=True)
 
-    def writer(self, expected: str | None = None) -> BlobWriter:
+    def writer(self, expected: str | None = None, *, keep_free: int = 0,
+               size: int | None = None) -> BlobWriter:
         """A blob written piece by piece (``write``, then ``commit`` or ``abort``): for
-        callers that receive the bytes asynchronously and must not hold a thread."""
-        return BlobWriter(self, parse_digest(expected) if expected else None)
+        callers that receive the bytes asynchronously and must not hold a thread.
+        ``keep_free``: bytes the disk must keep free (``NoSpace`` otherwise), checked
+        first against ``size`` when the caller knows it, then as the blob grows."""
+        return BlobWriter(self, parse_digest(expected) if expected else None,
+                          keep_free=keep_free, size=size)
 
     def write_bytes(self, data: bytes) -> str:
         digest, _ = self.write_stream([data])
@@ -303,6 +318,34 @@ class BlobStore:
         return shutil.disk_usage(self.root).free
 
 
+class NoSpace(LocalLLMError):
+    """Storing this would leave the store's disk below the free space it must keep."""
+
+    status = 507  # Insufficient Storage (RFC 4918)
+
+
+def check_room(root: Path, incoming: int, keep_free: int, *, stored: int = 0) -> None:
+    """Raise ``NoSpace`` when ``incoming`` more bytes under ``root`` would leave less
+    than ``keep_free`` free (nothing to check when ``keep_free`` is 0); ``stored``:
+    what the writer holds already, for the message.  The message names sizes and
+    the setting, not the folder: it goes to clients."""
+    if keep_free <= 0:
+        return
+    _, free = free_space(root)
+    if free - incoming >= keep_free:
+        return
+    if stored:
+        what = f"after {format_bytes(stored)} of this blob, {format_bytes(free)} is"
+    elif incoming:
+        what = (f"storing {format_bytes(incoming)} would leave "
+                f"{format_bytes(max(free - incoming, 0))}")
+    else:
+        what = f"only {format_bytes(free)} is"
+    raise NoSpace(f"not enough disk space: {what} free on the model store's disk, below "
+                  f"LOCALLLM_MIN_FREE_DISK ({format_bytes(keep_free)}); free some space "
+                  "(localllm rm, localllm prune) or lower the setting")
+
+
 def free_space(path: Path) -> tuple[Path, int]:
     """Free bytes on the disk that holds ``path`` (or, before it exists, its nearest
     existing parent), and the folder actually measured; creates nothing."""
@@ -312,31 +355,57 @@ def free_space(path: Path) -> tuple[Path, int]:
     return probe, shutil.disk_usage(probe).free
 
 
+@contextlib.contextmanager
+def _disk_full_is_no_space() -> Iterator[None]:
+    # A full disk is the client's answer (507), not an internal error with our paths in it.
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise NoSpace("not enough disk space: the model store's disk is full") from None
+        raise
+
+
 class BlobWriter:
     """One blob in the making: a temp file hashed as it grows; nothing visible until
     ``commit`` verifies the digest.  Each method is short blocking work (one chunk)."""
 
-    def __init__(self, blobs: BlobStore, expected: str | None) -> None:
+    def __init__(self, blobs: BlobStore, expected: str | None, *, keep_free: int = 0,
+                 size: int | None = None) -> None:
         self.blobs = blobs
         self.expected = expected
-        self.tmp = blobs._tmp()
         self.size = 0
+        self.keep_free = keep_free
+        self.declared = size
+        self._checked = 0  # self.size at the last look at the free space
+        self._fh: BinaryIO | None = None
+        blobs.root.mkdir(parents=True, exist_ok=True)
+        check_room(blobs.root, size or 0, keep_free)  # before any byte is accepted
+        self.tmp = blobs._tmp()
         self._hash = hashlib.sha256()
-        self._fh: BinaryIO | None = open(self.tmp, "wb")
+        self._fh = open(self.tmp, "wb")
 
     def write(self, chunk: bytes) -> None:
         assert self._fh is not None, "write after commit/abort"
+        if self.keep_free and self.size + len(chunk) - self._checked >= ROOM_CHECK_BYTES:
+            self._fh.flush()  # what is written counts as used, not as still to come
+            # What is still to come: the rest of a declared size (at least this chunk).
+            coming = max(len(chunk), (self.declared or 0) - self.size)
+            check_room(self.blobs.root, coming, self.keep_free, stored=self.size)
+            self._checked = self.size
+        with _disk_full_is_no_space():
+            self._fh.write(chunk)
         self._hash.update(chunk)
-        self._fh.write(chunk)
         self.size += len(chunk)
 
     def commit(self) -> str:
         """Verify and publish the blob; on a mismatch nothing is left behind."""
         assert self._fh is not None, "commit after commit/abort"
         try:
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-            self._close()
+            with _disk_full_is_no_space():
+                self._fh.flush()
+                os.fsync(self._fh.fileno())
+                self._close()
             got = f"sha256:{self._hash.hexdigest()}"
             if self.expected is not None and got != self.expected:
                 raise DigestMismatch(f'digest mismatch, expected "{self.expected}", got "{got}"')

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import struct
 from collections.abc import AsyncIterator, Iterator
@@ -249,6 +250,76 @@ async def test_blob_uploads_have_their_own_larger_cap(store: Store, tmp_path: Pa
         assert (await client.post(f"/api/blobs/{digest}", content=chunks())).status_code == 413
         assert (await client.head(f"/api/blobs/{digest}")).status_code == 404
     assert files_under(tmp_path) == before  # no partial file left behind
+
+
+# -- uploads cannot fill the disk ---------------------------------------------------------
+
+@pytest.fixture
+def small_disk(monkeypatch: pytest.MonkeyPatch, store: Store) -> int:
+    """A 40 MiB disk under the store: its free space falls as files there grow."""
+    import localllm.store.blobs as blobs_module
+
+    size = 40 << 20
+
+    def free_space(path: Path) -> tuple[Path, int]:
+        used = sum(f.stat().st_size for f in files_under(store.root))
+        return path, size - used
+
+    monkeypatch.setattr(blobs_module, "free_space", free_space)
+    monkeypatch.setenv("LOCALLLM_MIN_FREE_DISK", "24MiB")
+    return size
+
+
+@pytest.mark.usefixtures("small_disk")
+async def test_an_upload_that_would_fill_the_disk_is_refused(store: Store) -> None:
+    import hashlib
+
+    big = os.urandom(20 << 20)  # 20 MiB on a 40 MiB disk that must keep 24 MiB free
+    digest = f"sha256:{hashlib.sha256(big).hexdigest()}"
+    sent = [0]
+
+    async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: checked as it arrives
+        for i in range(0, len(big), 256 << 10):
+            sent[0] += 256 << 10
+            yield big[i:i + (256 << 10)]
+
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=make_app(store)),
+                                 base_url="http://localhost") as client:
+        # Declared up front: refused before a byte is stored.
+        r = await client.post(f"/api/blobs/{digest}", content=big)
+        assert r.status_code == 507, r.text
+        message = r.json()["error"]
+        assert "LOCALLLM_MIN_FREE_DISK" in message and "disk space" in message
+        assert str(store.root) not in message  # no paths of the user's home
+        assert files_under(store.root) == set()
+        # Streamed with no length: cut off once the free space reaches the floor
+        # (within one 4 MiB look), and the temp file is gone.
+        r = await client.post(f"/api/blobs/{digest}", content=chunks())
+        assert r.status_code == 507, r.text
+        assert sent[0] <= (16 + 4 + 1) << 20
+        assert files_under(store.root) == set()
+        assert (await client.head(f"/api/blobs/{digest}")).status_code == 404
+        # What leaves enough room still goes in, either way.
+        small = os.urandom(8 << 20)
+        ok = f"sha256:{hashlib.sha256(small).hexdigest()}"
+        assert (await client.post(f"/api/blobs/{ok}", content=small)).status_code == 201
+        assert (await client.head(f"/api/blobs/{ok}")).status_code == 200
+
+
+async def test_a_store_already_below_the_floor_takes_no_upload(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCALLLM_MIN_FREE_DISK", "1000000T")  # more than any disk has
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=make_app(store)),
+                                 base_url="http://localhost") as client:
+        async def one() -> AsyncIterator[bytes]:
+            yield b"x"
+
+        digest = "sha256:" + "ab" * 32
+        for body in (b"x", one()):
+            r = await client.post(f"/api/blobs/{digest}", content=body)
+            assert r.status_code == 507 and "LOCALLLM_MIN_FREE_DISK" in r.json()["error"]
+            assert r.headers["connection"] == "close"
+    assert files_under(store.root) == set()
 
 
 # -- hostile GGUF ------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from localllm.errors import BlobNotFound, DigestMismatch, InvalidDigest
-from localllm.store.blobs import BlobStore
+from localllm.store.blobs import ROOM_CHECK_BYTES, BlobStore, NoSpace
 
 
 def _digest(data: bytes) -> str:
@@ -117,3 +117,59 @@ def test_partials_open_files_and_free_space(tmp_path: Path) -> None:
         assert open_by_live_process([part, tmp_path / "gone"]) == {part}
     where, free = free_space(tmp_path / "not" / "yet")
     assert where == tmp_path and free > 0 and not (tmp_path / "not").exists()
+
+
+# -- the free space a writer must keep ---------------------------------------------------
+
+def test_a_writer_keeps_the_disk_floor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import localllm.store.blobs as blobs_module
+
+    root = tmp_path / "blobs"
+    disk = 20 << 20
+
+    def free_space(path: Path) -> tuple[Path, int]:
+        return path, disk - sum(f.stat().st_size for f in root.iterdir())
+
+    monkeypatch.setattr(blobs_module, "free_space", free_space)
+    blobs = BlobStore(root)
+    # Declared too large: refused before a temp file exists.
+    with pytest.raises(NoSpace, match=r"storing 13 MB would leave 8.4 MB free .* "
+                                      r"LOCALLLM_MIN_FREE_DISK \(10 MB\)") as info:
+        blobs.writer(keep_free=10 << 20, size=12 << 20)
+    assert info.value.status == 507 and _names(root) == set()
+    # Undeclared (or under-declared): refused as it grows, within one look.
+    w = blobs.writer(keep_free=10 << 20, size=1)
+    with pytest.raises(NoSpace):
+        for _ in range(64):
+            w.write(b"z" * (1 << 20))
+    assert 10 << 20 <= w.size <= (10 << 20) + ROOM_CHECK_BYTES
+    w.abort()
+    assert _names(root) == set()
+    # keep_free 0: no checks at all (the CLI's own imports, tests).
+    w = blobs.writer(size=100 << 20)
+    w.write(b"ok")
+    assert w.commit() == _digest(b"ok")
+
+
+def test_a_full_disk_is_no_space_not_an_internal_error(tmp_path: Path) -> None:
+    import errno
+
+    blobs = BlobStore(tmp_path / "blobs")
+    w = blobs.writer()
+
+    class Full:
+        def write(self, data: bytes) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device", str(w.tmp))
+
+        def close(self) -> None:
+            pass
+
+    real = w._fh
+    w._fh = Full()  # type: ignore[assignment]
+    with pytest.raises(NoSpace, match="disk is full") as info:
+        w.write(b"x")
+    assert str(tmp_path) not in info.value.message
+    assert real is not None
+    real.close()
+    w.abort()
+    assert _names(blobs.root) == set()
