@@ -6,7 +6,9 @@ When the child dies for any reason other than ``close()`` (segfault, OOM kill,
 ``kill -9``), every request in flight gets ``RunnerCrashed`` and ``alive``
 turns False; the scheduler then drops this runner and loads afresh.  The
 child's stderr (llama.cpp's log) is drained continuously into the
-``localllm.runner`` logger at DEBUG and its last lines are kept for errors.
+``localllm.runner`` logger at DEBUG and its last lines are kept: a failure
+logs them whole, and the client's error gets how the child ended plus the one
+line that says why, without paths (see ``runner.lastwords``).
 
 A child that stops showing signs of life (its heartbeat thread goes silent:
 SIGSTOP, a native call holding the GIL, a hung driver) for
@@ -39,6 +41,7 @@ from localllm.errors import (
     ShuttingDown,
 )
 from localllm.runner import protocol as P
+from localllm.runner.lastwords import for_log, lost_workers, scrub_paths, with_reason
 from localllm.runner.messages import (
     CompletionRequest,
     Done,
@@ -91,10 +94,11 @@ class RunnerProcess:
                     env: dict[str, str] | None = None) -> RunnerProcess:
         """Spawn a child, load the model, return once it answered ``loaded``.
 
-        Raises ``ModelLoadError`` (with the child's last log lines) when the load
-        fails, the child dies, ``load_timeout`` (default LOCALLLM_LOAD_TIMEOUT)
-        passes, or the child shows no sign of life for ``runner_timeout``
-        (default LOCALLLM_RUNNER_TIMEOUT); the child is gone by then.
+        Raises ``ModelLoadError`` (with the log's line that says why; the whole
+        tail goes to the daemon's log) when the load fails, the child dies,
+        ``load_timeout`` (default LOCALLLM_LOAD_TIMEOUT) passes, or the child shows
+        no sign of life for ``runner_timeout`` (default LOCALLLM_RUNNER_TIMEOUT);
+        the child is gone by then.
         """
         if runner_timeout is None:
             runner_timeout = config.RUNNER_TIMEOUT.get()
@@ -116,15 +120,14 @@ class RunnerProcess:
         except TimeoutError:
             await runner._abandon(wait=0)
             if runner._watchdog.enabled and runner._watchdog.silent_for() > runner_timeout:
-                raise ModelLoadError(
+                raise runner._load_error(
                     f"loading {name} failed: the model runner stopped responding (no sign of "
                     f"life for {runner._watchdog.silent_for():.1f}s, LOCALLLM_RUNNER_TIMEOUT is "
-                    f"{runner_timeout:g}s){runner._tail_text()}") from None
-            raise ModelLoadError(f"loading {name} timed out after {timeout:g}s"
-                                 f"{runner._tail_text()}") from None
+                    f"{runner_timeout:g}s)") from None
+            raise runner._load_error(f"loading {name} timed out after {timeout:g}s") from None
         except (P.ProtocolError, ConnectionError) as exc:
             await runner._abandon(wait=1.0)
-            raise ModelLoadError(f"loading {name} failed: {exc}{runner._tail_text()}") from None
+            raise runner._load_error(f"loading {name} failed: {exc}", why=True) from None
         except BaseException:
             await runner._abandon(wait=0)  # cancelled by the scheduler: leave nothing behind
             raise
@@ -133,11 +136,10 @@ class RunnerProcess:
             await runner._abandon(wait=5.0)
             if msg is not None and msg["type"] == "failed":
                 # The engine said why; the log would only repeat it.
-                reason = P.parse_failed(msg).message
-            else:
-                reason = (f"model runner exited during load "
-                          f"({children.describe_exit(runner._proc.returncode)}){runner._tail_text()}")
-            raise ModelLoadError(f"failed to load {name}: {reason}")
+                raise runner._load_error(f"failed to load {name}: {P.parse_failed(msg).message}")
+            raise runner._load_error(
+                f"failed to load {name}: model runner exited during load "
+                f"({children.describe_exit(runner._proc.returncode)})", why=True)
         runner.info = dict(msg["info"])
         runner.logged_memory = dict(msg["memory"])
         before = msg.get("rss_before")
@@ -178,6 +180,13 @@ class RunnerProcess:
         how = children.describe_exit(self._proc.returncode)
         return self._death or f"model runner exited ({how})"
 
+    def _load_error(self, message: str, *, why: bool = False) -> ModelLoadError:
+        """The client's error for a failed load (``why``: add the log's reason line);
+        the daemon's log gets the message as it was and the child's whole tail."""
+        log.error("runner %d: %s%s", self.pid, message, for_log(self.stderr_tail()))
+        text = scrub_paths(message)
+        return ModelLoadError(with_reason(text, self.stderr_tail()) if why else text)
+
     def stderr_tail(self) -> list[str]:
         """The child's last log lines (llama.cpp's included)."""
         return list(self._tail)
@@ -210,7 +219,7 @@ class RunnerProcess:
                 event.id = req.id
                 if isinstance(event, Failed):
                     finished = True
-                    raise error_for(event)
+                    raise self._failure(event)
                 if isinstance(event, Done):
                     finished = True
                     yield event
@@ -381,6 +390,13 @@ class RunnerProcess:
     def _model_file(self) -> str:
         return Path(self.model_paths[0]).name if self.model_paths else "<no model>"
 
+    def _failure(self, event: Failed) -> LocalLLMError:
+        """A request's ``failed`` event as its error; a server-side one loses its paths."""
+        if event.status >= 500:  # a 4xx is about the request: the client's own words back
+            log.error("runner %d: request failed: %s", self.pid, event.message)
+            event = dataclasses.replace(event, message=scrub_paths(event.message))
+        return error_for(event)
+
     async def _pump(self) -> None:
         try:
             while (msg := await self._read()) is not None:
@@ -393,16 +409,20 @@ class RunnerProcess:
         await self._proc.wait()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._stderr_task), 1.0)
-        self._on_death()
+        # Connecting to each worker takes up to half a second: not on the event loop.
+        lost = (await asyncio.to_thread(lost_workers, self.options.rpc_workers)
+                if self._death is None and not self._closing and self.options.rpc_workers
+                else "")
+        self._on_death(lost)
 
-    def _on_death(self) -> None:
+    def _on_death(self, lost: str = "") -> None:
         self._alive = False
         if self._death is None:
-            self._death = (f"model runner exited unexpectedly "
-                           f"({children.describe_exit(self._proc.returncode)}){self._lost_workers()}"
-                           f"{self._tail_text()}")
+            ended = f"model runner exited unexpectedly ({children.describe_exit(self.returncode)})"
+            # A lost worker is the reason (ggml aborts when one vanishes); else the log's line.
+            self._death = ended + lost if lost else with_reason(ended, self.stderr_tail())
             if not self._closing:
-                log.error("runner %d: %s", self.pid, self._death)
+                log.error("runner %d: %s%s", self.pid, ended + lost, for_log(self.stderr_tail()))
         for q in self._streams.values():
             q.put_nowait(self._death_error())
         for fut in self._calls.values():
@@ -418,7 +438,7 @@ class RunnerProcess:
             fut = self._calls.get(event.id)
             if isinstance(event, Failed) and fut is not None:
                 if not fut.done():
-                    fut.set_exception(error_for(event))
+                    fut.set_exception(self._failure(event))
                 return
             q = self._streams.get(event.id)
             if q is not None:  # else the consumer already left: drop it
@@ -453,17 +473,6 @@ class RunnerProcess:
         if line:
             self._tail.append(line)
             log.debug("runner %d: %s", self.pid, line)
-
-    def _tail_text(self, n: int = 6) -> str:
-        lines = list(self._tail)[-n:]
-        return "; last log lines:\n" + "\n".join(lines) if lines else ""
-
-    def _lost_workers(self) -> str:
-        """Which RPC workers are unreachable now: ggml aborts the runner when one vanishes."""
-        from localllm.hardware.rpc import reachable
-
-        gone = [ep for ep in self.options.rpc_workers if reachable(ep, timeout=0.5)]
-        return f": lost RPC worker {', '.join(gone)}" if gone else ""
 
     async def _abandon(self, wait: float) -> None:
         """End a child that did not load (after ``wait`` seconds) and collect its last words."""

@@ -32,7 +32,7 @@ from localllm.scheduler.scheduler import Scheduler
 from localllm.server.health import Lifecycle
 from localllm.server.looplag import LoopLag
 from localllm.server.metrics import Metrics
-from localllm.server.middleware import RequestMiddleware
+from localllm.server.middleware import SCOPE_REQUEST_ID, RequestMiddleware, internal_error
 from localllm.server.openapi import openapi_builder
 from localllm.server.security import SecurityMiddleware, is_loopback_bind
 from localllm.services import ModelService
@@ -108,8 +108,12 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
-    log.exception("%s %s crashed", request.method, request.url.path)
-    return error_response(request, 500, f"internal error: {exc}")
+    # The detail (paths, file names) goes to the log under the request id; the
+    # client gets the id (see middleware.internal_error).
+    rid = request.scope.get(SCOPE_REQUEST_ID)
+    log.error("%s %s crashed", request.method, request.url.path, exc_info=exc,
+              extra={"request_id": rid} if rid else None)
+    return error_response(request, 500, internal_error(rid))
 
 
 @asynccontextmanager

@@ -17,7 +17,9 @@ For every HTTP request it
   exception even after its 500 went out, and uvicorn answers that by closing
   the socket — a keep-alive client's next request then meets ECONNRESET.  So an
   exception before any response becomes a JSON 500 here, one after a complete
-  response is only logged.
+  response is only logged.  The 500 says only "internal error" and the request
+  id (``internal_error``): an exception's text can carry paths of the user's
+  home or a model's file names; it goes to the log, under that id.
 
 A pure ASGI middleware, so streaming responses pass through untouched.
 """
@@ -46,6 +48,15 @@ _LIVENESS = frozenset({"/", "/health", "/health/ready", "/metrics"})
 _QUIET = frozenset({"/health", "/health/ready", "/metrics"})  # probes: DEBUG, not INFO
 _BLOB_PREFIX = "/api/blobs/"
 _DEBUG_BODY_BYTES = 4096
+# The request's id in its ASGI scope, for error handlers that run outside this
+# middleware (Starlette's ServerErrorMiddleware), after the context variable is reset.
+SCOPE_REQUEST_ID = "localllm.request_id"
+
+
+def internal_error(rid: str | None = None) -> str:
+    """What a client is told about an unexpected failure: nothing but where to look."""
+    return (f"internal error (request id {rid or request_id.get()}); "
+            "the daemon's log has the details")
 
 
 class BodyTooLarge(LocalLLMError):
@@ -70,6 +81,7 @@ class RequestMiddleware:
         headers = Headers(scope=scope)
         rid = new_request_id(headers.get("x-request-id"))
         token = request_id.set(rid)
+        scope[SCOPE_REQUEST_ID] = rid
         path: str = scope["path"]
         status = [0]
         done = [False]
@@ -102,7 +114,7 @@ class RequestMiddleware:
             try:
                 await self.app(scope, _capped(receive, limit, body_seen if keep else None),
                                send_tagged)
-            except Exception as exc:
+            except Exception:
                 if done[0]:
                     log.exception("%s %s failed after answering", scope["method"], path)
                     return  # answered in full; see the module docstring
@@ -111,7 +123,7 @@ class RequestMiddleware:
                 # Starlette's error handler sits outside this middleware: answer here,
                 # or it would answer and then re-raise into uvicorn (see above).
                 log.exception("%s %s crashed", scope["method"], path)
-                await _refuse(send_tagged, path, 500, f"internal error: {exc}", close=False)
+                await _refuse(send_tagged, path, 500, internal_error(rid), close=False)
         finally:
             if counted:
                 self.lifecycle.in_flight -= 1

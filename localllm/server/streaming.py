@@ -31,6 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from localllm.errors import LocalLLMError
+from localllm.server.middleware import internal_error
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ def ndjson_line(obj: Any) -> bytes:
 def error_message(exc: BaseException) -> str:
     if isinstance(exc, LocalLLMError):
         return exc.message
-    return str(exc) or type(exc).__name__
+    return internal_error()  # the detail is in the log, under the request id
 
 
 async def events_from_thread(

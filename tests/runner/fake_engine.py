@@ -3,8 +3,11 @@
 It lets the process tests provoke what the real engine should never do on
 purpose: slow loads, crashes during load or mid-step, a step that raises.  The
 behaviour is chosen by words in the model path (``slowload``, ``crashload``,
-``failload``, ``longload`` takes ``LONG_S``, ``stopload`` stops the process)
-and in the prompt (``boom`` raises in ``step``, ``segv`` kills the process,
+``failload``, ``longload`` takes ``LONG_S``, ``stopload`` stops the process,
+``abortload`` dies as llama.cpp does when an allocation fails: log lines with
+paths, a backtrace, SIGABRT) and in the prompt (``boom`` raises in ``step``,
+``pathboom`` raises with a path in the message, ``abort`` dies as ``abortload``
+does, ``segv`` kills the process,
 ``longstep`` makes its second step take ``LONG_S``, ``hangstep`` never ends
 it).  Long loads and steps sleep, which releases the GIL as a native call does.  Each step emits one
 piece ``"<n> "`` per active request after a short sleep, so streams last long
@@ -23,6 +26,25 @@ from localllm.runner.messages import CompletionRequest, Done, Failed, LoadOption
 
 STEP_S = 0.02
 LONG_S = 1.5
+HOME_PATH = "/home/alice/private/models/blobs/sha256-1234abcd"
+# What llama.cpp and ggml print when a buffer cannot be allocated: the reason, then
+# an assertion with a source path, then gdb's backtrace (ggml_print_backtrace).
+LAST_WORDS = (
+    f"llama_model_load_from_file_impl: loading {HOME_PATH}",
+    "ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 1099511627776",
+    "/home/alice/src/llama.cpp/ggml/src/ggml-backend.cpp:1234: GGML_ASSERT(buf != NULL) failed",
+    "[New LWP 4242]",
+    "0x00007feb2c8ea42f in __GI___wait4 (pid=4243) at ../sysdeps/unix/sysv/linux/wait4.c:30",
+    "#0  0x00007feb2c8ea42f in __GI___wait4 () at ../sysdeps/unix/sysv/linux/wait4.c:30",
+    "#1  0x00007feb2cb1f2a9 in ggml_abort () from /home/alice/.venv/lib/libggml-base.so",
+    "#28 0x00007feb2c829d90 in __libc_start_call_main () from /lib/x86_64-linux-gnu/libc.so.6",
+)
+
+
+def die_like_llama_cpp() -> None:
+    for line in LAST_WORDS:
+        print(line, file=sys.stderr, flush=True)
+    os.kill(os.getpid(), signal.SIGABRT)
 
 
 class FakeEngine:
@@ -39,6 +61,8 @@ class FakeEngine:
             os.kill(os.getpid(), signal.SIGSTOP)
         if "crashload" in path:
             os.kill(os.getpid(), signal.SIGSEGV)
+        if "abortload" in path:
+            die_like_llama_cpp()
         if "failload" in path:
             raise ModelLoadError(f"{path}: not a GGUF file")
         self.opts = opts
@@ -70,6 +94,10 @@ class FakeEngine:
                 continue
             if req.prompt == "boom" and n == 2:
                 raise RuntimeError("boom")
+            if req.prompt == "pathboom" and n == 1:
+                raise RuntimeError(f"cannot read {HOME_PATH}.lora")
+            if req.prompt == "abort" and n == 2:
+                die_like_llama_cpp()
             if req.prompt == "longstep" and n == 1:
                 time.sleep(LONG_S)
             if req.prompt == "hangstep" and n == 1:

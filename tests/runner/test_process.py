@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
+import socket
 
 import pytest
 
@@ -15,9 +17,11 @@ from localllm.errors import (
     RunnerCrashed,
     ShuttingDown,
 )
-from localllm.runner.messages import Done, Piece
+from localllm.runner.messages import Done, LoadOptions, Piece
+from localllm.runner.process import RunnerProcess
 from tests.procs import children_of
 from tests.runner.conftest import (
+    FAKE_ENV,
     arun,
     collect,
     greedy,
@@ -25,6 +29,7 @@ from tests.runner.conftest import (
     running,
     start_fake,
 )
+from tests.runner.fake_engine import HOME_PATH, LAST_WORDS
 
 
 def test_stream_calls_and_close() -> None:
@@ -148,7 +153,15 @@ def test_segfault_and_engine_exception_fail_in_flight() -> None:
     arun(go())
 
 
-def test_load_failures() -> None:
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_load_failures(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR, logger="localllm.runner")
+
     async def go() -> None:
         with pytest.raises(ModelLoadError, match=r"failed to load x-failload\.gguf: .*not a GGUF"):
             await start_fake("/m/x-failload.gguf")
@@ -160,7 +173,76 @@ def test_load_failures() -> None:
         with pytest.raises(ModelLoadError, match=r"timed out after 2s") as info:
             await start_fake("/m/slowload.gguf", load_timeout=2)
         assert loop.time() - t0 < 20
-        assert "fake engine loading" in str(info.value)  # the log tail explains it
+        # The log tail explains it in the daemon's log, not in the client's message.
+        assert "fake engine loading" not in str(info.value)
+        assert "fake engine loading /m/slowload.gguf" in caplog.text
+
+    arun(go())
+
+
+# -- what a failure tells the client: how and why, never the log tail or a path --------
+
+def _no_log_tail(message: str) -> None:
+    assert "/home/alice" not in message and "#28" not in message and "0x0000" not in message
+    assert "last log lines" not in message and "\n" not in message
+
+
+def test_a_load_that_aborts_says_why_in_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    async def go() -> None:
+        with pytest.raises(ModelLoadError) as info:
+            await start_fake("/home/alice/models/abortload.gguf")
+        message = str(info.value)
+        assert message == ("failed to load abortload.gguf: model runner exited during load "
+                           "(signal 6, SIGABRT): ggml_backend_cpu_buffer_type_alloc_buffer: "
+                           "failed to allocate buffer of size 1099511627776")
+        _no_log_tail(message)
+        # The daemon's log has all of it.
+        assert all(line in caplog.text for line in LAST_WORDS)
+
+    caplog.set_level(logging.ERROR, logger="localllm.runner")
+    arun(go())
+
+
+def test_a_runner_that_dies_mid_stream_tells_the_client_how_not_its_backtrace(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR, logger="localllm.runner")
+
+    async def go() -> None:
+        # ggml aborts the runner when an RPC worker vanishes: that worker is the reason.
+        gone = f"127.0.0.1:{free_port()}"
+        runner = await RunnerProcess.start(
+            ["/m/fake.gguf"], LoadOptions(n_ctx=128, n_parallel=2, n_threads=1,
+                                          rpc_workers=[gone]), env=FAKE_ENV)
+        with pytest.raises(RunnerCrashed) as info:
+            await collect(runner, greedy("a", "abort", -1))
+        assert str(info.value) == (f"model runner exited unexpectedly (signal 6, SIGABRT): "
+                                   f"lost RPC worker {gone}")
+        await runner.close()
+        # Without workers, the log's line that says why, paths cut to file names.
+        runner = await start_fake()
+        with pytest.raises(RunnerCrashed) as info:
+            await collect(runner, greedy("a", "abort", -1))
+        message = str(info.value)
+        assert message.startswith("model runner exited unexpectedly (signal 6, SIGABRT): ")
+        assert "failed to allocate buffer" in message
+        _no_log_tail(message)
+        await runner.close()
+        assert all(line in caplog.text for line in LAST_WORDS)
+
+    arun(go())
+
+
+def test_a_failed_request_loses_its_paths_not_its_reason(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR, logger="localllm.runner")
+
+    async def go() -> None:
+        async with running(start_fake()) as runner:
+            with pytest.raises(LocalLLMError) as info:
+                await collect(runner, greedy("p", "pathboom", -1))
+            assert info.value.status == 500
+            assert str(info.value) == "engine error: cannot read sha256-1234abcd.lora"
+        assert f"cannot read {HOME_PATH}.lora" in caplog.text
 
     arun(go())
 

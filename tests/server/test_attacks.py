@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -11,12 +12,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.routing import APIRoute
 from starlette.routing import BaseRoute, Route
 
 from localllm.server.app import create_app
+from localllm.server.logs import RequestIdFilter
 from localllm.server.serve import warn_if_exposed
+from localllm.server.streaming import Emit, events_from_thread, progress_response
 from localllm.store.local import Store
 from localllm.store.manifests import MEDIA_MODEL, Layer, Manifest
 from localllm.store.names import parse_name
@@ -382,6 +385,52 @@ async def test_request_id_is_echoed_or_made(c: httpx.AsyncClient) -> None:
     hostile = (await c.get("/api/version", headers={"x-request-id": "a b" + "x" * 500})
                ).headers["x-request-id"]
     assert re.fullmatch(r"[0-9a-f]{16}", hostile)
+
+
+async def test_an_unexpected_error_tells_the_client_only_its_request_id(
+        store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    # An exception's text can carry paths of the user's home: it goes to the log under
+    # the request id, and the client gets that id to quote.
+    secret = "/home/alice/.local/share/localllm/models/blobs/sha256-ff00"
+    router = APIRouter()
+
+    @router.get("/api/crash")
+    @router.get("/v1/crash")
+    def crash() -> None:
+        raise RuntimeError(f"cannot open {secret}")
+
+    @router.post("/api/crashstream")
+    async def crash_stream(request: Request) -> Response:
+        def work(emit: Emit, cancel: object) -> None:
+            emit({"status": "working"})
+            raise OSError(2, "No such file or directory", secret)
+
+        return await progress_response(events_from_thread(work, request=request), True)
+
+    app = create_app(store, bind_host="127.0.0.1", scheduler=fake_scheduler(), routers=[router])
+    caplog.set_level(logging.ERROR)
+    caplog.handler.addFilter(RequestIdFilter())  # as the daemon's handlers do
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://localhost") as client:
+        for path, rid in (("/api/crash", "rid-a"), ("/v1/crash", None)):
+            r = await client.get(path, headers={"x-request-id": rid} if rid else {})
+            assert r.status_code == 500
+            rid = r.headers["x-request-id"]
+            body = r.json()
+            message = body["error"] if path.startswith("/api/") else body["error"]["message"]
+            assert message == (f"internal error (request id {rid}); "
+                               "the daemon's log has the details")
+            assert secret not in r.text and "alice" not in r.text
+            logged = [rec for rec in caplog.records if getattr(rec, "request_id", None) == rid
+                      and rec.exc_info and secret in str(rec.exc_info[1])]
+            assert logged, f"the detail is not in the log under {rid}"
+        r = await client.post("/api/crashstream", headers={"x-request-id": "rid-s"})
+        lines = [json.loads(line) for line in r.text.splitlines()]
+        assert lines == [{"status": "working"},
+                         {"error": "internal error (request id rid-s); "
+                                   "the daemon's log has the details"}]
+        assert any(getattr(rec, "request_id", None) == "rid-s" and rec.exc_info
+                   and secret in str(rec.exc_info[1]) for rec in caplog.records)
 
 
 @pytest.mark.parametrize("debug", [False, True])
