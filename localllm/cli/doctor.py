@@ -85,8 +85,9 @@ def collect() -> dict[str, Any]:
         "local_workers": local_workers(),
         "hints": list(hw.hints) + [
             f"localllm worker on {w['endpoint']} accepts connections from other hosts: "
-            "ggml RPC has no authentication, so anyone who can reach it can run code on "
-            "this machine's devices; firewall it or use an SSH tunnel"
+            "ggml RPC has no authentication, so anyone who can reach it can read and write "
+            "the worker's memory (remote code execution as its user); firewall it or use an "
+            "SSH tunnel"
             for w in local_workers() if w.get("exposed")],
         "fixes": [w.command for w in wanted],
         "ollama_settings": [{"setting": ours, "from": theirs}

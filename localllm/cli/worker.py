@@ -2,10 +2,22 @@
 
 The server is llama.cpp's own (``ggml_backend_rpc_start_server`` from the RPC
 plugin), run in this process on a thread while the main thread waits for
-SIGINT/SIGTERM.  ggml RPC has no authentication, so the worker binds
-loopback unless ``--allow-remote`` is given, and then warns loudly.  A small
-state file under the run folder lets ``localllm doctor`` see running workers
-(and repeat the warning for an exposed one).
+SIGINT/SIGTERM.  ggml RPC has no authentication, and its commands read and
+write the worker's memory at addresses the client names: anyone who can reach
+the port can run code as the worker's user.  So the worker binds loopback
+unless ``--allow-remote`` is given, and then says so loudly.  A small state
+file under the run folder lets ``localllm doctor`` see running workers (and
+repeat the warning for an exposed one).
+
+``--cache DIR`` is ggml's tensor cache (rpc-server ``-c``), shared by every
+client: ggml names each cached tensor by the 64-bit FNV-1a hash of its bytes,
+and a client asks for one by sending a hash.  FNV-1a is not collision
+resistant, so a client can store crafted bytes under the hash of another
+model's weights and every later load of that model, by any client and after
+restarts, gets them.  So the folder must be this user's and writable by no one
+else (a file planted there needs no collision at all; it is created 0700), and
+the worker warns that its cache is only as trustworthy as every client that
+can reach it (docs/multi-machine.md).
 """
 
 from __future__ import annotations
@@ -17,6 +29,7 @@ import logging
 import os
 import signal
 import socket
+import stat
 import sys
 import threading
 from pathlib import Path
@@ -24,9 +37,15 @@ from typing import Any
 
 log = logging.getLogger("localllm.worker")
 
-EXPOSED_WARNING = ("ggml RPC has no authentication: anyone who can reach {addr} can run "
-                   "code on this machine's devices and read what they hold. Allow only "
+EXPOSED_WARNING = ("ggml RPC has no authentication: anyone who can reach {addr} can read "
+                   "and write this worker's memory, which is remote code execution as "
+                   "{user}, and can read or change what the devices hold. Allow only "
                    "trusted hosts in a firewall, or bind 127.0.0.1 and use an SSH tunnel.")
+CACHE_WARNING = ("--cache: ggml keys cached tensors by a 64-bit FNV-1a hash the client "
+                 "sends, which is not collision resistant: any client of this worker can "
+                 "plant data that later loads of another model (by any client, after "
+                 "restarts too) will use as weights. Use it only when every client that "
+                 "can reach {addr} is trusted, and empty {path} when in doubt.")
 
 
 def register(sub: Any) -> None:
@@ -35,7 +54,8 @@ def register(sub: Any) -> None:
     p.add_argument("--port", type=int, default=50052, help="port (default 50052)")
     p.add_argument("--device", action="append", default=[], metavar="NAME",
                    help="device to serve (repeatable; default: every GPU, else the CPU)")
-    p.add_argument("--cache", help="local tensor cache folder (llama.cpp's rpc-server -c)")
+    p.add_argument("--cache", help="local tensor cache folder (llama.cpp's rpc-server -c); "
+                   "shared by every client: use it only when all of them are trusted")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: cores)")
     p.add_argument("--allow-remote", action="store_true",
                    help="allow binding a non-loopback address (unauthenticated!)")
@@ -79,6 +99,28 @@ def choose(devs: list[Any], wanted: list[str]) -> list[Any]:
     return gpus or [d for d in local if d.type == "cpu"][:1]
 
 
+def check_cache_dir(path: str) -> tuple[Path, str]:
+    """The cache folder (created 0700 if missing) and "" when it is fit, else why not:
+    it must be a folder this user owns that no one else can write, or anyone on this
+    machine could plant tensors in it without crafting a hash collision."""
+    folder = Path(path).expanduser().absolute()
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = folder.stat()  # the folder a symlink names is the one ggml writes into
+    except OSError as exc:
+        return folder, f"cannot use {folder} as the tensor cache: {exc.strerror or exc}"
+    if not stat.S_ISDIR(st.st_mode):
+        return folder, f"--cache {folder} is not a folder"
+    if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+        return folder, (f"--cache {folder} belongs to another user: its tensors could be "
+                        "replaced by them; use a folder of your own")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return folder, (f"--cache {folder} is writable by other users (mode "
+                        f"{stat.S_IMODE(st.st_mode):o}), who could plant tensors in it: "
+                        f"run 'chmod go-w {folder}' or use another folder")
+    return folder, ""
+
+
 def state_file(port: int) -> Path:
     from localllm import paths
 
@@ -100,6 +142,12 @@ def run(args: argparse.Namespace) -> int:
     if why:
         print(f"Error: {why}", file=sys.stderr)
         return 1
+    cache: Path | None = None
+    if args.cache:
+        cache, why = check_cache_dir(args.cache)
+        if why:
+            print(f"Error: {why}", file=sys.stderr)
+            return 2
     from localllm.engine import plugins
     from localllm.hardware.cpu import default_threads
 
@@ -112,8 +160,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"localllm worker on {endpoint} (ggml {plugins.ggml_version()}), serving:")
     for d in served:
         print(f"  {d.name}: {d.description} ({d.total >> 20} MiB, {d.free >> 20} MiB free)")
+    warnings = []
     if not is_loopback(args.host):
-        warning = EXPOSED_WARNING.format(addr=endpoint)
+        warnings.append(EXPOSED_WARNING.format(addr=endpoint, user=_user()))
+    if cache is not None:
+        warnings.append(CACHE_WARNING.format(addr=endpoint, path=cache))
+    for warning in warnings:
         print(f"WARNING: {warning}", file=sys.stderr)
         log.warning(warning)
     sys.stdout.flush()
@@ -126,7 +178,8 @@ def run(args: argparse.Namespace) -> int:
     result: list[int] = []
 
     def serve() -> None:
-        result.append(plugins.serve_rpc(endpoint, [d.index for d in served], args.cache,
+        result.append(plugins.serve_rpc(endpoint, [d.index for d in served],
+                                        str(cache) if cache else None,
                                         args.threads or default_threads()))
         done.set()
 
@@ -148,6 +201,15 @@ def run(args: argparse.Namespace) -> int:
     # The server loop lives in native code with no stop call: leaving the process is the
     # clean way out (sockets and device memory are released by the OS).
     os._exit(0)
+
+
+def _user() -> str:
+    try:
+        import getpass
+
+        return f"user {getpass.getuser()}"
+    except (ImportError, KeyError, OSError):
+        return "the user running it"
 
 
 def _registries(plugins: Any) -> list[str]:

@@ -185,7 +185,11 @@ def serve_rpc(endpoint: str, devices_: list[int], cache_dir: str | None, threads
 
     cffi releases the GIL around the call, so a Python thread can run this while
     the main thread waits for signals.  -1: no RPC plugin; -2: bad device; 0: the
-    server ended (it could not bind, or its accept loop failed).
+    server ended (it could not bind, or its accept loop failed).  Every client of
+    the server can read and write this process's memory, and ``cache_dir`` (ggml's
+    tensor cache, keyed by a 64-bit FNV-1a hash each client sends) is shared by all
+    of them: the caller binds loopback unless told otherwise and passes only a
+    folder no other user can write (``cli.worker.check_cache_dir``).
     """
     ffi, lib = native()
     arr = ffi.new("int[]", devices_)
