@@ -10,6 +10,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from localllm import children
 from tests.runner.conftest import pid_alive
 
@@ -82,3 +84,50 @@ def test_a_localllm_folder_in_the_working_directory_is_not_imported(tmp_path: Pa
                        timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("localllm ")
+
+
+HOSTILE = ("json", "struct", "socket", "cffi", "platform")
+
+
+def plant_decoys(folder: Path) -> Path:
+    """Modules a child imports (stdlib, cffi, localllm itself) as files in ``folder``, each
+    leaving a mark when imported; returns the mark's folder."""
+    marks = folder / "marks"
+    marks.mkdir()
+    for name in HOSTILE:
+        (folder / f"{name}.py").write_text(
+            f"open({str(marks / name)!r}, 'w').close()\nraise SystemExit('decoy {name}')\n")
+    decoy = folder / "localllm"
+    decoy.mkdir()
+    for part in ("__init__.py", "__main__.py"):
+        (decoy / part).write_text(
+            f"open({str(marks / 'localllm')!r}, 'w').close()\nraise SystemExit('decoy')\n")
+    return marks
+
+
+def test_the_probe_and_runner_children_ignore_modules_in_the_working_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The daemon starts its children in its own working directory, which is wherever
+    # the user ran `localllm serve`: a json.py there must not run in the runner.
+    # (Python 3.10 ignores PYTHONSAFEPATH, which is why 3.11 is the floor.)
+    from localllm.hardware.detect import run_probe
+    from localllm.runner.messages import LoadOptions
+    from localllm.runner.process import RunnerProcess
+    from tests.runner.conftest import FAKE_ENV, arun, collect, greedy
+
+    marks = plant_decoys(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    answer = run_probe(timeout=120)
+    assert answer["ok"] is True, answer
+    assert answer["devices"]
+
+    async def go() -> str:
+        runner = await RunnerProcess.start(["/m/fake.gguf"], LoadOptions(n_ctx=64, n_threads=1),
+                                           env=FAKE_ENV)
+        try:
+            return (await collect(runner, greedy("a", "x", 2)))[0]
+        finally:
+            await runner.close()
+
+    assert arun(go()) == "0 1 "
+    assert sorted(p.name for p in marks.iterdir()) == []
