@@ -705,10 +705,6 @@ struct ll_mtmd {
     int n_embd;
 };
 
-struct ll_chunks {
-    mtmd_input_chunks *chunks;
-};
-
 const char *ll_mtmd_default_marker(void) { return mtmd_default_marker(); }
 
 ll_mtmd *ll_mtmd_load(const char *path, const ll_model *m, int use_gpu, int dev, int n_threads,
@@ -743,56 +739,247 @@ int ll_mtmd_n_embd(const ll_mtmd *x) { return x->n_embd; }
 
 #define LL_MAX_MEDIA 256
 
+/* A tokenized prompt: its chunks in prompt order (at[0..n)), pointing into the chunk
+ * lists of the tokenize passes that made them (owned, see ll_mtmd_tokenize). */
+struct ll_chunks {
+    mtmd_input_chunks **lists;
+    int n_lists;
+    const mtmd_input_chunk **at;
+    size_t n;
+};
+
+void ll_chunks_free(ll_chunks *c) {
+    if (c == NULL) return;
+    for (int k = 0; k < c->n_lists; k++) mtmd_input_chunks_free(c->lists[k]);
+    free(c->lists);
+    free((void *)c->at);
+    free(c);
+}
+
+/* One encoded image file decoded (stb_image, through libmtmd's helper, which sets the
+ * bitmap's id to the file's sha256: what KV-cache reuse keys on).  NULL with *err set
+ * when it is not an image. */
+static mtmd_bitmap *ll_decode_image(ll_mtmd *x, const unsigned char *buf, size_t len,
+                                    int *err) {
+    struct mtmd_helper_bitmap_wrapper w = mtmd_helper_bitmap_init_from_buf(
+        x->ctx, buf, len, false, mtmd_helper_init_opt_default());
+    if (w.video_ctx != NULL) {
+        /* A video (only with libmtmd's video support): its lazy bitmap reads frames
+         * through the video context, so both go together, and it is not an image. */
+        if (w.bitmap != NULL) mtmd_bitmap_free(w.bitmap);
+        mtmd_helper_video_free(w.video_ctx);
+        *err = LL_MEDIA_DECODE;
+        return NULL;
+    }
+    if (w.bitmap == NULL) { *err = LL_MEDIA_DECODE; return NULL; }
+    if (mtmd_bitmap_is_audio(w.bitmap)) {
+        mtmd_bitmap_free(w.bitmap);
+        *err = LL_MEDIA_AUDIO;
+        return NULL;
+    }
+    return w.bitmap;
+}
+
+static int32_t ll_tokenize_pass(ll_mtmd *x, const char *text, size_t len, int add_special,
+                                int parse_special, mtmd_bitmap **bitmaps, size_t n,
+                                mtmd_input_chunks **out) {
+    mtmd_input_chunks *chunks = mtmd_input_chunks_init();
+    if (chunks == NULL) return 2;
+    struct mtmd_input_text t = {text, len, add_special != 0, parse_special != 0};
+    int32_t rc = mtmd_tokenize(x->ctx, chunks, &t, (const mtmd_bitmap *const *)bitmaps, n);
+    if (rc != 0) { mtmd_input_chunks_free(chunks); return rc; }
+    *out = chunks;
+    return 0;
+}
+
+/* Where each media marker of text ends, left to right as libmtmd splits the text;
+ * 0 when there are exactly n of them. */
+static int ll_marker_ends(const char *text, const char *marker, size_t *ends, int n) {
+    size_t ml = strlen(marker);
+    int k = 0;
+    for (const char *p = strstr(text, marker); p != NULL; p = strstr(p, marker)) {
+        if (k == n) return -1;
+        p += ml;
+        ends[k++] = (size_t)(p - text);
+    }
+    return k == n ? 0 : -1;
+}
+
+static int ll_is_real_media(const mtmd_input_chunk *ch) {
+    if (mtmd_input_chunk_get_type(ch) == MTMD_INPUT_CHUNK_TYPE_TEXT) return 0;
+    const char *id = mtmd_input_chunk_get_id(ch);
+    return id != NULL && id[0] != '\0';
+}
+
+/* The next real image chunk of lists[*pass..last) from position *pos, or NULL. */
+static const mtmd_input_chunk *ll_next_real(const ll_chunks *c, int last, int *pass,
+                                            size_t *pos) {
+    for (; *pass < last; (*pass)++, *pos = 0) {
+        const mtmd_input_chunks *l = c->lists[*pass];
+        while (*pos < mtmd_input_chunks_size(l)) {
+            const mtmd_input_chunk *ch = mtmd_input_chunks_get(l, (*pos)++);
+            if (ll_is_real_media(ch)) return ch;
+        }
+    }
+    return NULL;
+}
+
+/* Put the chunks in prompt order.  The last pass holds every chunk in its place, the
+ * images before its own as placeholders (no id); each placeholder takes the next real
+ * chunk of the earlier passes, which must match it in kind, tokens and positions (it
+ * was made from an image of the same size at the same place).  -1 when they do not. */
+static int ll_chunks_order(ll_chunks *c) {
+    const int last = c->n_lists - 1;
+    const mtmd_input_chunks *whole = c->lists[last];
+    size_t n = mtmd_input_chunks_size(whole);
+    c->at = malloc((n ? n : 1) * sizeof *c->at);
+    if (c->at == NULL) return -1;
+    int pass = 0;
+    size_t pos = 0;
+    for (size_t i = 0; i < n; i++) {
+        const mtmd_input_chunk *ch = mtmd_input_chunks_get(whole, i);
+        if (mtmd_input_chunk_get_type(ch) == MTMD_INPUT_CHUNK_TYPE_TEXT
+                || ll_is_real_media(ch)) {
+            c->at[i] = ch;
+            continue;
+        }
+        const mtmd_input_chunk *real = ll_next_real(c, last, &pass, &pos);
+        if (real == NULL || mtmd_input_chunk_get_type(real) != mtmd_input_chunk_get_type(ch)
+                || mtmd_input_chunk_get_n_tokens(real) != mtmd_input_chunk_get_n_tokens(ch)
+                || mtmd_input_chunk_get_n_pos(real) != mtmd_input_chunk_get_n_pos(ch))
+            return -1;
+        c->at[i] = real;
+    }
+    if (ll_next_real(c, last, &pass, &pos) != NULL) return -1;  /* one left over */
+    c->n = n;
+    return 0;
+}
+
+/* libmtmd's own way: every image decoded, then one tokenization.  Only when the image
+ * by image passes could not be matched up (a preprocessor that sizes a placeholder
+ * differently from its image); the daemon's pixel cap per request bounds it. */
+static ll_chunks *ll_tokenize_at_once(ll_mtmd *x, const char *text, int add_special,
+                                      int parse_special, const unsigned char **bufs,
+                                      const size_t *lens, int n, int *err, int *bad,
+                                      int suspect) {
+    *err = LL_MEDIA_OK;
+    *bad = -1;
+    if (n < 0 || n > LL_MAX_MEDIA) { *err = LL_MEDIA_COUNT; return NULL; }
+    mtmd_bitmap *bitmaps[LL_MAX_MEDIA];
+    int made = 0;
+    ll_chunks *out = calloc(1, sizeof *out);
+    if (out == NULL || (out->lists = calloc(1, sizeof *out->lists)) == NULL) {
+        *err = LL_MEDIA_PREPROC;
+        goto fail;
+    }
+    for (; made < n; made++) {
+        bitmaps[made] = ll_decode_image(x, bufs[made], lens[made], err);
+        if (bitmaps[made] == NULL) { *bad = made; goto fail; }
+    }
+    int32_t rc = ll_tokenize_pass(x, text, strlen(text), add_special, parse_special, bitmaps,
+                                  (size_t)n, &out->lists[0]);
+    if (rc != 0) {
+        *err = rc == 1 ? LL_MEDIA_COUNT : LL_MEDIA_PREPROC;
+        *bad = rc == 1 ? -1 : suspect; /* the image whose own pass failed, if one did */
+        goto fail;
+    }
+    out->n_lists = 1;
+    if (ll_chunks_order(out) != 0) { *err = LL_MEDIA_PREPROC; goto fail; }
+    for (int k = 0; k < made; k++) mtmd_bitmap_free(bitmaps[k]);
+    return out;
+fail:
+    for (int k = 0; k < made; k++) mtmd_bitmap_free(bitmaps[k]);
+    ll_chunks_free(out);
+    return NULL;
+}
+
 ll_chunks *ll_mtmd_tokenize(ll_mtmd *x, const char *text, int add_special, int parse_special,
                             const unsigned char **bufs, const size_t *lens, int n, int *err,
                             int *bad) {
     *err = LL_MEDIA_OK;
     *bad = -1;
     if (n < 0 || n > LL_MAX_MEDIA) { *err = LL_MEDIA_COUNT; return NULL; }
+    size_t ends[LL_MAX_MEDIA];
+    if (ll_marker_ends(text, mtmd_get_marker(x->ctx), ends, n) != 0) {
+        *err = LL_MEDIA_COUNT;
+        return NULL;
+    }
+    /* One image decoded at a time, so the peak is one decoded bitmap (plus libmtmd's
+     * copy of it), not all of them: pass k tokenizes the text up to image k's marker
+     * with image k itself and, for the images before it, placeholders of their sizes
+     * (no pixels), so the chunks it makes for image k are exactly those a single pass
+     * over everything would make (positions, slices, image index), and its bitmap is
+     * freed before the next is decoded.  The last pass takes the whole text and gives
+     * the prompt's order (ll_chunks_order). */
+    const int passes = n > 0 ? n : 1;
     mtmd_bitmap *bitmaps[LL_MAX_MEDIA];
-    int made = 0;
-    ll_chunks *out = NULL;
-    for (; made < n; made++) {
-        /* The helper decodes with stb_image and sets the bitmap's id to the file's
-         * sha256, which is what KV-cache reuse keys on. */
-        struct mtmd_helper_bitmap_wrapper w = mtmd_helper_bitmap_init_from_buf(
-            x->ctx, bufs[made], lens[made], false, mtmd_helper_init_opt_default());
-        if (w.video_ctx != NULL) mtmd_helper_video_free(w.video_ctx);
-        if (w.bitmap == NULL) { *err = LL_MEDIA_DECODE; *bad = made; goto done; }
-        bitmaps[made] = w.bitmap;
-        if (mtmd_bitmap_is_audio(w.bitmap)) { *err = LL_MEDIA_AUDIO; *bad = made; made++; goto done; }
+    int held = 0;     /* bitmaps[0..held) are placeholders */
+    int suspect = -1; /* the image whose pass libmtmd refused */
+    ll_chunks *out = calloc(1, sizeof *out);
+    if (out == NULL || (out->lists = calloc((size_t)passes, sizeof *out->lists)) == NULL) {
+        *err = LL_MEDIA_PREPROC;
+        goto fail;
     }
-    mtmd_input_chunks *chunks = mtmd_input_chunks_init();
-    if (chunks == NULL) { *err = LL_MEDIA_PREPROC; goto done; }
-    struct mtmd_input_text t = {text, strlen(text), add_special != 0, parse_special != 0};
-    int32_t rc = mtmd_tokenize(x->ctx, chunks, &t, (const mtmd_bitmap *const *)bitmaps,
-                               (size_t)n);
-    if (rc != 0) {
-        mtmd_input_chunks_free(chunks);
-        *err = rc == 1 ? LL_MEDIA_COUNT : LL_MEDIA_PREPROC;
-        goto done;
+    for (int k = 0; k < passes; k++) {
+        size_t upto = k == passes - 1 ? strlen(text) : ends[k];
+        mtmd_bitmap *real = NULL;
+        if (n > 0) {
+            real = ll_decode_image(x, bufs[k], lens[k], err);
+            if (real == NULL) { *bad = k; goto fail; }
+            bitmaps[k] = real;
+        }
+        int32_t rc = ll_tokenize_pass(x, text, upto, add_special, parse_special, bitmaps,
+                                      (size_t)(n > 0 ? k + 1 : 0), &out->lists[k]);
+        if (real != NULL) {
+            bitmaps[k] = mtmd_bitmap_init(mtmd_bitmap_get_nx(real), mtmd_bitmap_get_ny(real),
+                                          NULL);
+            mtmd_bitmap_free(real);
+            if (bitmaps[k] == NULL) { *err = LL_MEDIA_PREPROC; goto fail; }
+            held = k + 1;
+        }
+        if (rc != 0) {
+            if (rc == 1 || k == 0) {
+                /* No placeholder took part: image k itself is what libmtmd refused. */
+                *err = rc == 1 ? LL_MEDIA_COUNT : LL_MEDIA_PREPROC;
+                *bad = rc == 1 ? -1 : k;
+                goto fail;
+            }
+            suspect = k;
+            goto at_once;
+        }
+        out->n_lists = k + 1;
     }
-    out = calloc(1, sizeof *out);
-    if (out == NULL) { mtmd_input_chunks_free(chunks); *err = LL_MEDIA_PREPROC; goto done; }
-    out->chunks = chunks;
-done:
-    /* The chunks hold their own preprocessed copies of the images. */
-    for (int k = 0; k < made; k++) mtmd_bitmap_free(bitmaps[k]);
+    if (ll_chunks_order(out) != 0) goto at_once;
+    for (int k = 0; k < held; k++) mtmd_bitmap_free(bitmaps[k]);
     return out;
+at_once:
+    for (int k = 0; k < held; k++) mtmd_bitmap_free(bitmaps[k]);
+    ll_chunks_free(out);
+    return ll_tokenize_at_once(x, text, add_special, parse_special, bufs, lens, n, err, bad,
+                               suspect);
+fail:
+    for (int k = 0; k < held; k++) mtmd_bitmap_free(bitmaps[k]);
+    ll_chunks_free(out);
+    return NULL;
 }
 
-void ll_chunks_free(ll_chunks *c) {
-    if (c == NULL) return;
-    mtmd_input_chunks_free(c->chunks);
-    free(c);
+ll_chunks *ll_mtmd_tokenize_at_once(ll_mtmd *x, const char *text, int add_special,
+                                    int parse_special, const unsigned char **bufs,
+                                    const size_t *lens, int n, int *err, int *bad) {
+    return ll_tokenize_at_once(x, text, add_special, parse_special, bufs, lens, n, err, bad,
+                               -1);
 }
 
-int ll_chunks_count(const ll_chunks *c) { return (int)mtmd_input_chunks_size(c->chunks); }
+int ll_chunks_count(const ll_chunks *c) { return (int)c->n; }
+
+static const mtmd_input_chunk *ll_chunk_at(const ll_chunks *c, int i) {
+    return i < 0 || (size_t)i >= c->n ? NULL : c->at[i];
+}
 
 int ll_chunk_info(const ll_chunks *c, int i, int *type, int *n_tokens, int *n_pos, char *id,
                   int id_len) {
-    if (i < 0 || (size_t)i >= mtmd_input_chunks_size(c->chunks)) return -1;
-    const mtmd_input_chunk *ch = mtmd_input_chunks_get(c->chunks, (size_t)i);
+    const mtmd_input_chunk *ch = ll_chunk_at(c, i);
+    if (ch == NULL) return -1;
     *type = (int)mtmd_input_chunk_get_type(ch);
     *n_tokens = (int)mtmd_input_chunk_get_n_tokens(ch);
     *n_pos = (int)mtmd_input_chunk_get_n_pos(ch);
@@ -801,8 +988,8 @@ int ll_chunk_info(const ll_chunks *c, int i, int *type, int *n_tokens, int *n_po
 }
 
 int ll_chunk_text_tokens(const ll_chunks *c, int i, int32_t *out, int cap) {
-    if (i < 0 || (size_t)i >= mtmd_input_chunks_size(c->chunks)) return -1;
-    const mtmd_input_chunk *ch = mtmd_input_chunks_get(c->chunks, (size_t)i);
+    const mtmd_input_chunk *ch = ll_chunk_at(c, i);
+    if (ch == NULL) return -1;
     size_t n = 0;
     const llama_token *toks = mtmd_input_chunk_get_tokens_text(ch, &n);
     if (toks == NULL) return 0;
@@ -811,9 +998,8 @@ int ll_chunk_text_tokens(const ll_chunks *c, int i, int32_t *out, int cap) {
 }
 
 int ll_mtmd_encode(ll_mtmd *x, const ll_chunks *c, int i, float *out, size_t cap) {
-    if (i < 0 || (size_t)i >= mtmd_input_chunks_size(c->chunks)) return -1;
-    const mtmd_input_chunk *ch = mtmd_input_chunks_get(c->chunks, (size_t)i);
-    if (mtmd_input_chunk_get_type(ch) == MTMD_INPUT_CHUNK_TYPE_TEXT) return -1;
+    const mtmd_input_chunk *ch = ll_chunk_at(c, i);
+    if (ch == NULL || mtmd_input_chunk_get_type(ch) == MTMD_INPUT_CHUNK_TYPE_TEXT) return -1;
     size_t need = mtmd_input_chunk_get_n_tokens(ch) * (size_t)x->n_embd;
     if (need > cap) return -1;
     int32_t rc = mtmd_encode_chunk(x->ctx, ch);
@@ -830,9 +1016,8 @@ int ll_model_n_pos_per_embd(const ll_model *m) {
 }
 
 int ll_chunk_image_pos(const ll_chunks *c, int i, int32_t pos0, int32_t *out, int cap) {
-    if (i < 0 || (size_t)i >= mtmd_input_chunks_size(c->chunks)) return -1;
-    const mtmd_input_chunk *ch = mtmd_input_chunks_get(c->chunks, (size_t)i);
-    const mtmd_image_tokens *img = mtmd_input_chunk_get_tokens_image(ch);
+    const mtmd_input_chunk *ch = ll_chunk_at(c, i);
+    const mtmd_image_tokens *img = ch != NULL ? mtmd_input_chunk_get_tokens_image(ch) : NULL;
     if (img == NULL) return -1;
     size_t n = mtmd_image_tokens_get_n_tokens(img);
     if (n * 4 > (size_t)cap) return -1;
@@ -854,11 +1039,15 @@ int32_t ll_mem_seq_pos_max(ll_context *c, int32_t seq) {
 
 int ll_mtmd_eval_chunks(ll_mtmd *x, ll_context *c, const ll_chunks *ch, int32_t seq,
                         int n_batch, int32_t *n_past) {
+    /* What mtmd_helper_eval_chunks does over one chunk list, over the prompt's order. */
     llama_pos next = *n_past;
-    int32_t rc = mtmd_helper_eval_chunks(x->ctx, c->ctx, ch->chunks, *n_past, seq, n_batch,
-                                         true, &next);
-    *n_past = next;
-    return rc;
+    for (size_t i = 0; i < ch->n; i++) {
+        int32_t rc = mtmd_helper_eval_chunk_single(x->ctx, c->ctx, ch->at[i], next, seq,
+                                                   n_batch, i + 1 == ch->n, &next);
+        if (rc != 0) return rc;
+        *n_past = next;
+    }
+    return 0;
 }
 
 int ll_decode_embd(ll_context *c, const float *embd, int n, int n_embd, int32_t pos0,

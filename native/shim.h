@@ -210,11 +210,19 @@ int ll_mtmd_uses_mrope(const ll_mtmd *x);
 int ll_mtmd_non_causal(const ll_mtmd *x);   /* images decode with non-causal attention */
 int ll_mtmd_n_embd(const ll_mtmd *x);       /* floats per image token (the text model's input width) */
 /* Decode n encoded image files (PNG, JPEG, GIF, BMP...) and tokenize the text with
- * them, one per media marker in order; each image's id is its sha256 (hex).
- * NULL on failure with *err = LL_MEDIA_* and *bad = the failing image's index. */
+ * them, one per media marker in order; each image's id is its sha256 (hex).  The
+ * images are decoded one at a time, each freed before the next (the chunks keep only
+ * their preprocessed copies); the chunks are those one libmtmd tokenization of the
+ * whole text would make.  NULL on failure with *err = LL_MEDIA_* and *bad = the failing
+ * image's index (-1 when not known). */
 ll_chunks *ll_mtmd_tokenize(ll_mtmd *x, const char *text, int add_special, int parse_special,
                             const unsigned char **bufs, const size_t *lens, int n,
                             int *err, int *bad);
+/* The same with every image decoded first and one libmtmd tokenization: what
+ * ll_mtmd_tokenize falls back to, and the reference the tests hold it to. */
+ll_chunks *ll_mtmd_tokenize_at_once(ll_mtmd *x, const char *text, int add_special,
+                                    int parse_special, const unsigned char **bufs,
+                                    const size_t *lens, int n, int *err, int *bad);
 void ll_chunks_free(ll_chunks *c);
 int ll_chunks_count(const ll_chunks *c);
 /* Chunk i: its type (LL_CHUNK_*), tokens, positions and id (images only; "" for text). */

@@ -10,7 +10,8 @@ Owns everything the engine does with images:
   negative pseudo-token derived from the image's sha256 (libmtmd's bitmap id)
   and its offset.  Prefix reuse compares keys, so turn 2 about the same picture
   reuses its KV cells and never re-encodes it, while a different picture
-  diverges at its first position.
+  diverges at its first position.  The shim decodes the images one at a time
+  (``ll_mtmd_tokenize``), so the runner holds one decoded bitmap, not all of them.
 * ``image_step`` advances ONE slot's image per engine step: it encodes the image
   when the slot reaches it, then decodes at most ``n_ubatch`` of its embeddings
   (a separate ``llama_decode``: a llama batch holds tokens or embeddings, not
@@ -149,18 +150,25 @@ class Projector(_Owner):
         return out
 
     def tokenize(self, text: str, images: Sequence[bytes], add_special: bool,
-                 parse_special: bool) -> tuple[list[int], Media]:
+                 parse_special: bool, *, at_once: bool = False) -> tuple[list[int], Media]:
+        """The prompt's keys and chunks; the shim decodes one image at a time.
+
+        ``at_once``: every image decoded first, as libmtmd's own single tokenization
+        (the reference the tests hold the default to)."""
         ffi = self.ffi
-        bufs = [ffi.new("unsigned char[]", b) for b in images]
+        bufs = [ffi.from_buffer(b) for b in images]  # the request's bytes, not copies
         arr = ffi.new("const unsigned char *[]", bufs or [ffi.NULL])
         lens = ffi.new("size_t[]", [len(b) for b in images] or [0])
         err, bad = ffi.new("int *"), ffi.new("int *")
-        h = self.lib.ll_mtmd_tokenize(self.handle, text.encode(), int(add_special),
-                                      int(parse_special), arr, lens, len(images), err, bad)
+        fn = self.lib.ll_mtmd_tokenize_at_once if at_once else self.lib.ll_mtmd_tokenize
+        h = fn(self.handle, text.encode(), int(add_special), int(parse_special), arr, lens,
+               len(images), err, bad)
         if h == ffi.NULL:
             take_log()  # libmtmd's own lines say no more than the message below
             msg = _ERRORS.get(int(err[0]), "the images could not be tokenized")
-            raise InvalidRequest(msg.format(n=int(bad[0]) + 1))
+            which = int(bad[0])
+            raise InvalidRequest(msg.format(n=which + 1) if which >= 0
+                                 else msg.replace("image {n}", "an image"))
         chunks = _Chunks(self.lib, h)
         keys: list[int] = []
         spans: list[Span] = []
