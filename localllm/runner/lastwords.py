@@ -18,10 +18,12 @@ from collections.abc import Sequence
 
 # An absolute POSIX path (or ~/...) not inside a URL or a longer word: "/home/a/b.gguf".
 _PATH = re.compile(r"(?<![\w.~:/-])~?/(?:[^\s/'\"():;,<>\[\]]+/)+(?=[^\s/'\"():;,<>\[\]]*)")
-# Lines that are a backtrace or debugger chatter, never the reason.
+# Lines that are a backtrace, debugger chatter or the runner's own routine logging
+# (runner/worker.py's format: an earlier request's "failed" is not why it died).
 _NOISE = re.compile(
     r"^\s*#\d+\s|0x[0-9a-fA-F]{6,}|^\s*\[(New|Thread|Inferior)\b|^\s*File \"|"
-    r"^Traceback \(most recent call last\)|^\s*(warning: )?(ptrace|Couldn't|Could not attach)",
+    r"^Traceback \(most recent call last\)|^\s*(warning: )?(ptrace|Couldn't|Could not attach)|"
+    r"^runner\[\d+\] (DEBUG|INFO) ",
 )
 # Why a runner failed, best first: memory, then assertions and aborts, then errors.
 _REASONS = (

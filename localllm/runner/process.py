@@ -6,9 +6,8 @@ When the child dies for any reason other than ``close()`` (segfault, OOM kill,
 ``kill -9``), every request in flight gets ``RunnerCrashed`` and ``alive``
 turns False; the scheduler then drops this runner and loads afresh.  The
 child's stderr (llama.cpp's log) is drained continuously into the
-``localllm.runner`` logger at DEBUG and its last lines are kept: a failure
-logs them whole, and the client's error gets how the child ended plus the one
-line that says why, without paths (see ``runner.lastwords``).
+``localllm.runner`` logger at DEBUG; a failure logs its last lines whole and
+tells the client how it ended and why, in one line (see ``runner.lastwords``).
 
 A child that stops showing signs of life (its heartbeat thread goes silent:
 SIGSTOP, a native call holding the GIL, a hung driver) for
@@ -419,8 +418,9 @@ class RunnerProcess:
         self._alive = False
         if self._death is None:
             ended = f"model runner exited unexpectedly ({children.describe_exit(self.returncode)})"
-            # A lost worker is the reason (ggml aborts when one vanishes); else the log's line.
-            self._death = ended + lost if lost else with_reason(ended, self.stderr_tail())
+            # Why: a lost worker (ggml aborts then), else the log's line; SIGKILL leaves none.
+            killed = self.returncode == -signal.SIGKILL
+            self._death = ended + lost if lost or killed else with_reason(ended, self.stderr_tail())
             if not self._closing:
                 log.error("runner %d: %s%s", self.pid, ended + lost, for_log(self.stderr_tail()))
         for q in self._streams.values():

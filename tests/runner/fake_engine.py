@@ -7,7 +7,7 @@ behaviour is chosen by words in the model path (``slowload``, ``crashload``,
 ``abortload`` dies as llama.cpp does when an allocation fails: log lines with
 paths, a backtrace, SIGABRT) and in the prompt (``boom`` raises in ``step``,
 ``pathboom`` raises with a path in the message, ``abort`` dies as ``abortload``
-does, ``segv`` kills the process,
+does, ``noisy`` logs an error line and goes on, ``segv`` kills the process,
 ``longstep`` makes its second step take ``LONG_S``, ``hangstep`` never ends
 it).  Long loads and steps sleep, which releases the GIL as a native call does.  Each step emits one
 piece ``"<n> "`` per active request after a short sleep, so streams last long
@@ -98,6 +98,9 @@ class FakeEngine:
                 raise RuntimeError(f"cannot read {HOME_PATH}.lora")
             if req.prompt == "abort" and n == 2:
                 die_like_llama_cpp()
+            if req.prompt == "noisy" and n == 1:  # an error line that is not fatal
+                print("ggml_fake: error: a transient failure, retried", file=sys.stderr,
+                      flush=True)
             if req.prompt == "longstep" and n == 1:
                 time.sleep(LONG_S)
             if req.prompt == "hangstep" and n == 1:

@@ -228,6 +228,18 @@ def test_a_runner_that_dies_mid_stream_tells_the_client_how_not_its_backtrace(
         _no_log_tail(message)
         await runner.close()
         assert all(line in caplog.text for line in LAST_WORDS)
+        # SIGKILL (the OOM killer, kill -9) leaves the child no time to say why: an
+        # earlier error line in its log is not the reason.
+        runner = await start_fake()
+        n = 0
+        with pytest.raises(RunnerCrashed) as info:
+            async for _ in runner.complete(greedy("n", "noisy", -1)):
+                n += 1
+                if n == 4:
+                    os.kill(runner.pid, signal.SIGKILL)
+        assert any("transient failure" in line for line in runner.stderr_tail())
+        assert str(info.value) == "model runner exited unexpectedly (signal 9, SIGKILL)"
+        await runner.close()
 
     arun(go())
 
