@@ -136,6 +136,9 @@ def test_two_workers_and_the_cpu_share_a_model(env: Path, tmp_path: Path,
             assert "error" in last, last
             assert b.endpoint in str(last["error"]), last
             assert waited < 10
+            # How it ended and why, in one line; the backtrace stays in the daemon's log.
+            assert last["error"] == (f"tiny:latest: model runner exited unexpectedly "
+                                     f"(signal 6, SIGABRT): lost RPC worker {b.endpoint}"), last
 
             # The daemon keeps serving; the next load plans without the dead worker.
             assert httpx.get(d.url + "/health", trust_env=False).status_code == 200
