@@ -387,13 +387,28 @@ FETCH_IMAGE_URLS = Setting(
     "loopback address, redirects included; 10 s and 20 MiB per image), all = any address "
     "(a trusted network); off by default.")
 
+
+def _pixels(raw: str) -> int:
+    value = int(raw.replace("_", ""), 10)
+    if value < 1:
+        raise ValueError("must be a positive number of pixels")
+    return value
+
+
+MAX_REQUEST_PIXELS = Setting(
+    "LOCALLLM_MAX_REQUEST_PIXELS", _pixels, 100_000_000,
+    "Pixels (width x height, summed) all the images of one request may declare, e.g. "
+    "100000000 (two images at the 50-megapixel limit each, or eight 12-megapixel photos). "
+    "The runner decodes one image at a time; this bounds the request's decoding work. "
+    "The daemon and its runners read the same value.")
+
 REGISTRY: tuple[Setting[object], ...] = (
     HOST, HOME, MODELS, ORIGINS, KEEP_ALIVE, NUM_PARALLEL, MAX_LOADED_MODELS, MAX_QUEUE,
     CONTEXT_LENGTH, FLASH_ATTENTION, KV_CACHE_TYPE, LOAD_TIMEOUT, RUNNER_TIMEOUT,
     GPU_OVERHEAD, SCHED_SPREAD,
     NOPRUNE, DEBUG, API_KEY, SHUTDOWN_GRACE, NUM_THREAD, ALLOWED_PATHS, MAX_BODY, MAX_BLOB_SIZE,
     MIN_FREE_DISK, LOG_FORMAT, BACKENDS, CACHE, RPC_WORKERS, LLAMA_PREFIX, RUNNER_ENGINE,
-    FETCH_IMAGE_URLS, STEP_BUDGET, PROMPT_CACHE,
+    FETCH_IMAGE_URLS, STEP_BUDGET, PROMPT_CACHE, MAX_REQUEST_PIXELS,
 )  # type: ignore[assignment]
 
 

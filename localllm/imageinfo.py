@@ -1,16 +1,24 @@
-"""Image files checked from their headers: format and size, before anything is decoded.
+"""Image files checked before anything decodes them: format, size, and what the data decodes to.
 
-Owns the image-input limits' enforcement (the limits themselves are constants in
+Owns the image-input limits' enforcement (the limits themselves are in
 ``localllm.config``): ``check_images`` refuses too many images, too many bytes,
-an unknown or unsupported format, a truncated header, and a declared size
-over ``MAX_IMAGE_PIXELS`` / ``MAX_IMAGE_SIDE``, each with an ``InvalidRequest``
-that names the image.  Pure and cheap (it reads a few header bytes), so the
-daemon calls it to answer 400 early and the runner calls it again before
-libmtmd decodes (stb_image would allocate whatever a header claims).
+an unknown or unsupported format, a truncated header, a declared size over
+``MAX_IMAGE_PIXELS`` / ``MAX_IMAGE_SIDE``, more pixels in one request than
+``LOCALLLM_MAX_REQUEST_PIXELS``, and data that would make the decoder (stb_image,
+in libmtmd) do more than the header says, each with an ``InvalidRequest`` that
+names the image.  The daemon calls it to answer 400 early and the runner calls it
+again before libmtmd decodes (stb_image would allocate whatever a header claims).
 
 Formats: PNG (IHDR), JPEG (the first SOFn segment), GIF (logical screen), BMP
 (the DIB header) are decodable; WebP is recognised (RIFF/VP8, VP8L, VP8X) but
 refused, since the pinned libmtmd decodes it only through ffmpeg.
+
+Beyond the header (``imagedata``): a PNG's image data must inflate to what its
+IHDR implies (stb grows its buffer to whatever the stream inflates to: 2 GiB from a
+1x1 header), and a JPEG may hold at most ``MAX_JPEG_SCANS`` scans (stb makes a pass
+over every coefficient per scan).  Both walks are one linear pass with a
+bounded buffer; the headers of all of a request's images are checked, and their
+pixels counted, before any image data is inflated.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from localllm import config
+from localllm import config, imagedata
 from localllm.errors import InvalidRequest
 
 DECODABLE = ("png", "jpeg", "gif", "bmp")
@@ -38,10 +46,6 @@ class BadImage(ValueError):
     """The bytes are not an image this module can read (the message says why)."""
 
 
-def _u16be(b: bytes, i: int) -> int:
-    return int(struct.unpack_from(">H", b, i)[0])
-
-
 def _png(b: bytes) -> ImageInfo:
     if len(b) < 24 or b[12:16] != b"IHDR":
         raise BadImage("truncated or corrupt PNG")
@@ -50,26 +54,17 @@ def _png(b: bytes) -> ImageInfo:
 
 
 def _jpeg(b: bytes) -> ImageInfo:
-    i = 2
-    while i + 4 <= len(b):
-        if b[i] != 0xFF:
-            raise BadImage("corrupt JPEG")
-        marker = b[i + 1]
-        if marker == 0xFF:  # fill byte
-            i += 1
-            continue
-        if marker in (0x01, 0xD8) or 0xD0 <= marker <= 0xD7:  # no length field
-            i += 2
-            continue
-        if marker in (0xD9, 0xDA):  # end of image / start of scan before any frame header
-            break
-        length = _u16be(b, i + 2)
-        if marker in _JPEG_SOF:
-            if i + 9 > len(b) or length < 7:
+    try:
+        for marker, i, length in imagedata.jpeg_segments(b):
+            if marker == 0xDA:  # a scan before any frame header
                 break
-            h, w = struct.unpack_from(">HH", b, i + 5)
-            return ImageInfo("jpeg", w, h)
-        i += 2 + length
+            if marker in _JPEG_SOF:
+                if i + 9 > len(b) or length < 7:
+                    break
+                h, w = struct.unpack_from(">HH", b, i + 5)
+                return ImageInfo("jpeg", w, h)
+    except (imagedata.OverLimit, imagedata.Undecodable) as exc:
+        raise BadImage(str(exc)) from None
     raise BadImage("truncated or corrupt JPEG (no frame header)")
 
 
@@ -122,8 +117,8 @@ def probe(data: bytes) -> ImageInfo:
     raise BadImage("not a PNG, JPEG, GIF or BMP file")
 
 
-def check_image(data: bytes, index: int = 0) -> ImageInfo:
-    """One image's header, or ``InvalidRequest`` naming image ``index`` (0-based)."""
+def check_header(data: bytes, index: int = 0) -> ImageInfo:
+    """One image's bytes and header, or ``InvalidRequest`` naming image ``index`` (0-based)."""
     what = f"image {index + 1}"
     if not data:
         raise InvalidRequest(f"{what} is empty")
@@ -148,8 +143,34 @@ def check_image(data: bytes, index: int = 0) -> ImageInfo:
     return info
 
 
+def check_data(data: bytes, info: ImageInfo, index: int = 0) -> None:
+    """The image's data decodes to what its header declares (``imagedata``), or
+    ``InvalidRequest`` naming image ``index``.  Costs a pass over the data (a PNG's is
+    inflated), so it comes after every cheaper check."""
+    check = {"png": imagedata.check_png, "jpeg": imagedata.check_jpeg}.get(info.format)
+    if check is None:
+        return
+    try:
+        check(data)
+    except imagedata.Undecodable as exc:
+        raise InvalidRequest(f"image {index + 1} could not be decoded: {exc}") from None
+    except imagedata.OverLimit as exc:
+        raise InvalidRequest(f"image {index + 1}: {exc}") from None
+
+
+def check_image(data: bytes, index: int = 0) -> ImageInfo:
+    """One image checked (header, then data), or ``InvalidRequest`` naming image ``index``."""
+    info = check_header(data, index)
+    check_data(data, info, index)
+    return info
+
+
 def check_images(images: Sequence[bytes]) -> list[ImageInfo]:
-    """Every image of one request checked (count, bytes, headers); their infos in order."""
+    """Every image of one request checked; their infos in order.
+
+    Count and bytes, every header, the request's pixels together
+    (``LOCALLLM_MAX_REQUEST_PIXELS``), and only then each image's data, so a request
+    refused for its size costs no inflating."""
     if len(images) > config.MAX_IMAGES:
         raise InvalidRequest(f"{len(images)} images in one request; the limit is "
                              f"{config.MAX_IMAGES}")
@@ -157,4 +178,14 @@ def check_images(images: Sequence[bytes]) -> list[ImageInfo]:
     if total > config.MAX_IMAGES_BYTES:
         raise InvalidRequest(f"the request's images take {total} bytes; the limit is "
                              f"{config.MAX_IMAGES_BYTES} bytes together")
-    return [check_image(b, i) for i, b in enumerate(images)]
+    infos = [check_header(b, i) for i, b in enumerate(images)]
+    pixels = sum(info.width * info.height for info in infos)
+    cap = config.MAX_REQUEST_PIXELS.get()
+    if pixels > cap:
+        raise InvalidRequest(
+            f"the request's images hold {pixels} pixels together "
+            f"({', '.join(f'{i.width}x{i.height}' for i in infos)}); the limit is {cap} "
+            "pixels a request (LOCALLLM_MAX_REQUEST_PIXELS)")
+    for i, (data, info) in enumerate(zip(images, infos, strict=True)):
+        check_data(data, info, i)
+    return infos
