@@ -8,6 +8,13 @@ the grammar.  Keywords that only constrain values (``minimum``, ``format``,
 ``pattern``, ...) are not enforced: they are logged and the grammar is looser
 than the schema.  Structure we can't express (``not``, ``if``, external
 ``$ref``) is refused with ``invalid format``.
+
+Schemas arrive in request bodies, so the conversion is bounded (``rules``):
+its size is linear in the schema (an object's optional members share one rule
+per suffix instead of repeating the later members in every alternative), the
+walk is capped in depth (``MAX_DEPTH``), nodes, properties per object
+(``MAX_PROPERTIES``) and output bytes, and a ``$ref`` cycle that matches
+nothing before recursing (left recursion, which llama.cpp refuses) is a 400.
 """
 
 from __future__ import annotations
@@ -15,36 +22,30 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from localllm.errors import InvalidRequest
+from localllm.grammar.rules import (
+    GrammarTooLarge,
+    Rules,
+    hint,
+    left_cycle,
+    literal,
+    render_rules,
+)
+
+__all__ = ["MAX_DEPTH", "MAX_PROPERTIES", "GrammarTooLarge", "SchemaConverter",
+           "grammar_for_format", "json_grammar", "literal", "render_rules", "schema_to_grammar"]
 
 log = logging.getLogger(__name__)
 
 MAX_REPEAT = 256  # larger {m,n} bounds would expand into huge grammars inside llama.cpp
 MAX_DEPTH = 64
-MAX_RULES = 4096
+MAX_PROPERTIES = 1000
+_INLINE = 80  # an object's member suffixes shorter than this are written in place, not named
+_REF = re.compile(r"#/(\$defs|definitions)/([^/]+)")
 
-_PRIMITIVES: dict[str, str] = {
-    "ws": '(" " | "\\n" [ \\t]{0,16})?',
-    # A surrogate pair escape is one character, as JSON Schema lengths count code points.
-    "char": ('[^"\\\\\\x00-\\x1f] | "\\\\" (["\\\\/bfnrt] | "u" [0-9a-fA-F]{4})'
-             ' | "\\\\u" [dD] [89abAB] [0-9a-fA-F]{2} "\\\\u" [dD] [c-fC-F] [0-9a-fA-F]{2}'),
-    "string": '"\\"" char* "\\""',
-    "integer": '"-"? ("0" | [1-9] [0-9]{0,15})',
-    "number": 'integer ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?',
-    "boolean": '"true" | "false"',
-    "null": '"null"',
-    "value": "object | array | string | number | boolean | null",
-    "object": '"{" ws (string ws ":" ws value ws ("," ws string ws ":" ws value ws)*)? "}"',
-    "array": '"[" ws (value ws ("," ws value ws)*)? "]"',
-}
-_DEPENDS: dict[str, tuple[str, ...]] = {
-    "string": ("char",), "number": ("integer",),
-    "value": ("object", "array", "string", "number", "boolean", "null"),
-    "object": ("ws", "string", "value"), "array": ("ws", "value"),
-}
 _TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 # Annotations that don't change what is valid.
 _IGNORED = frozenset({"title", "description", "default", "examples", "$schema", "$id",
@@ -57,33 +58,12 @@ _LOOSENED = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaxim
 _HANDLED = frozenset({"type", "properties", "required", "additionalProperties", "enum",
                       "const", "anyOf", "oneOf", "allOf", "items", "prefixItems", "minItems",
                       "maxItems", "minLength", "maxLength", "$ref"})
+_REFUSED = frozenset({"not", "if", "then", "else", "patternProperties", "dependentSchemas",
+                      "dependentRequired", "unevaluatedProperties", "unevaluatedItems"})
 
 
 def invalid(why: str) -> InvalidRequest:
     return InvalidRequest(f"invalid format: {why}")
-
-
-def literal(text: str) -> str:
-    """A GBNF string literal matching ``text`` exactly."""
-    out = []
-    for ch in text:
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\x{ord(ch):02x}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
-
-
-def _json_literal(value: Any) -> str:
-    return literal(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 
 
 def _repeat(item: str, low: int, high: int | None) -> str:
@@ -117,81 +97,76 @@ def _bounds(schema: Mapping[str, Any], low_key: str, high_key: str) -> tuple[int
     return low, high
 
 
-class SchemaConverter:
+class SchemaConverter(Rules):
     """JSON Schema nodes to GBNF rules, collected in ``rules`` (shared with grammar/tools)."""
 
     def __init__(self, root: Mapping[str, Any]) -> None:
+        super().__init__()
         self.root = root
-        self.rules: dict[str, str] = {}
         self.refs: dict[str, str] = {}
+        # Left-recursion check: the $ref whose body is being walked with nothing matched
+        # yet, and the $refs each one reaches that way.
+        self._left: str | None = None
+        self._left_edges: dict[str, set[str]] = {}
+        self._unenforced: dict[str, str] = {}  # keyword -> where first seen (logged once)
 
-    # -- rule bookkeeping -------------------------------------------------------------
-    def use(self, name: str) -> str:
-        if name not in self.rules:
-            self.rules[name] = _PRIMITIVES[name]
-            for dep in _DEPENDS.get(name, ()):
-                self.use(dep)
-        return name
-
-    def fresh(self, hint: str) -> str:
-        base = re.sub(r"[^a-zA-Z0-9-]+", "-", hint).strip("-").lower() or "rule"
-        name, n = base, 1
-        while name in self.rules or name in _PRIMITIVES:
-            n += 1
-            name = f"{base}-{n}"
-        if len(self.rules) >= MAX_RULES:
-            raise invalid("schema is too large")
-        self.rules[name] = ""  # reserved; filled by the caller
-        return name
-
-    def define(self, hint: str, body: str) -> str:
-        name = self.fresh(hint)
-        self.rules[name] = body
-        return name
+    def finish(self) -> str:
+        """The grammar text; refuses a left-recursive ``$ref`` cycle.  Logs what is loose."""
+        cycle = left_cycle(self._left_edges)
+        if cycle is not None:
+            raise invalid(f"$ref {cycle!r} refers back to itself before matching anything")
+        if self._unenforced:
+            shown = sorted(self._unenforced.items())[:16]
+            log.warning("format: not enforced or unknown: %s%s",
+                        ", ".join(f"{k!r} (at {w})" for k, w in shown),
+                        " ..." if len(self._unenforced) > len(shown) else "")
+        return render_rules(self.rules)
 
     # -- schema walk ------------------------------------------------------------------
-    def visit(self, schema: Any, hint: str, depth: int = 0) -> str:
+    def visit(self, schema: Any, where: str, depth: int = 0) -> str:
         """A GBNF expression for ``schema`` (a rule name or an inline alternation)."""
         if depth > MAX_DEPTH:
-            raise invalid("schema nests too deeply")
-        if schema is True or schema == {}:
+            raise invalid(f"schema nests deeper than {MAX_DEPTH} levels")
+        if schema is True or (isinstance(schema, Mapping) and not schema):
             return self.use("value")
         if schema is False:
             raise invalid("a false schema matches nothing")
         if not isinstance(schema, Mapping):
-            raise invalid(f"expected a schema object at {hint!r}")
+            raise invalid(f"expected a schema object at {where!r}")
+        self.walked(1 + len(schema))
         for key in schema:
-            if key in _LOOSENED:
-                log.warning("format: %r is not enforced (at %s)", key, hint)
-            elif key not in _IGNORED and key not in _HANDLED:
-                if key in ("not", "if", "then", "else", "patternProperties",
-                           "dependentSchemas", "dependentRequired", "unevaluatedProperties",
-                           "unevaluatedItems"):
-                    raise invalid(f"{key!r} is not supported")
-                log.warning("format: ignoring unknown keyword %r (at %s)", key, hint)
+            if key in _HANDLED or key in _IGNORED:
+                continue
+            if key in _REFUSED:
+                raise invalid(f"{key!r} is not supported")
+            self._unenforced.setdefault(str(key)[:64], where)
         if "$ref" in schema:
             return self.ref(schema["$ref"], depth)
         if "const" in schema:
-            return _json_literal(schema["const"])
+            return self.json_literal(schema["const"])
         if "enum" in schema:
             values = schema["enum"]
             if not isinstance(values, list) or not values:
                 raise invalid("enum must be a non-empty array")
-            return "(" + " | ".join(_json_literal(v) for v in values) + ")"
+            self.walked(len(values))
+            return "(" + self.join((self.json_literal(v) for v in values), " | ") + ")"
         for key in ("anyOf", "oneOf"):
             if key in schema:
-                return self.alternatives(schema[key], hint, depth, key)
+                return self.alternatives(schema[key], where, depth, key)
         if "allOf" in schema:
             parts = schema["allOf"]
             if not isinstance(parts, list) or len(parts) != 1:
                 raise invalid("allOf is supported with exactly one schema")
-            return self.visit(parts[0], hint, depth + 1)
+            return self.visit(parts[0], where, depth + 1)
         kind = schema.get("type")
         if isinstance(kind, list):
             if not kind:
                 raise invalid("type must not be an empty array")
-            alts = [self.typed(dict(schema, type=k), hint, depth) for k in kind]
-            return "(" + " | ".join(alts) + ")"
+            if not all(isinstance(k, str) for k in kind):
+                raise invalid("type must name types")
+            kinds = list(dict.fromkeys(kind))  # each type once: a repeated one adds nothing
+            alts = [self.typed(dict(schema, type=k), where, depth) for k in kinds]
+            return "(" + self.join(alts, " | ") + ")"
         if kind is None:
             if "properties" in schema or "additionalProperties" in schema:
                 kind = "object"
@@ -199,99 +174,132 @@ class SchemaConverter:
                 kind = "array"
             else:
                 return self.use("value")
-            return self.typed(dict(schema, type=kind), hint, depth)
-        return self.typed(schema, hint, depth)
+            return self.typed(dict(schema, type=kind), where, depth)
+        return self.typed(schema, where, depth)
 
-    def alternatives(self, options: Any, hint: str, depth: int, key: str) -> str:
+    def json_literal(self, value: Any) -> str:
+        if isinstance(value, str):
+            self.room(len(value))  # before encoding a text too long to fit
+        try:
+            text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        except RecursionError:
+            raise invalid("a const or enum value nests too deeply") from None
+        except (TypeError, ValueError) as exc:
+            raise invalid(f"a const or enum value is not JSON: {exc}") from None
+        return self.lit(text)
+
+    def alternatives(self, options: Any, where: str, depth: int, key: str) -> str:
         if not isinstance(options, list) or not options:
             raise invalid(f"{key} must be a non-empty array")
-        alts = [self.visit(o, f"{hint}-{i}", depth + 1) for i, o in enumerate(options)]
-        return "(" + " | ".join(alts) + ")"
+        alts = (self.visit(o, hint(where, str(i)), depth + 1) for i, o in enumerate(options))
+        return "(" + self.join(alts, " | ") + ")"
 
     def ref(self, target: Any, depth: int) -> str:
         if not isinstance(target, str):
             raise invalid("$ref must be a string")
+        if self._left is not None:
+            self._left_edges.setdefault(self._left, set()).add(target)
         if target in self.refs:
             return self.refs[target]
-        match = re.fullmatch(r"#/(\$defs|definitions)/([^/]+)", target)
+        match = _REF.fullmatch(target)
         if target == "#":
             sub: Any = self.root
         elif match:
             defs = self.root.get(match.group(1))
             name = match.group(2).replace("~1", "/").replace("~0", "~")
             if not isinstance(defs, Mapping) or name not in defs:
-                raise invalid(f"$ref {target!r} does not resolve")
+                raise invalid(f"$ref {target[:200]!r} does not resolve")
             sub = defs[name]
         else:
-            raise invalid(f"only local $ref to $defs/definitions is supported, got {target!r}")
+            raise invalid(f"only local $ref to $defs/definitions is supported, "
+                          f"got {target[:200]!r}")
         # Reserve the name first so a recursive reference finds it.
         rule = self.fresh(target.rsplit("/", 1)[-1] if target != "#" else "root-ref")
         self.refs[target] = rule
-        self.rules[rule] = self.visit(sub, rule, depth + 1)
+        left, self._left = self._left, target
+        try:
+            self.set(rule, self.visit(sub, rule, depth + 1))
+        finally:
+            self._left = left
         return rule
 
-    def typed(self, schema: Mapping[str, Any], hint: str, depth: int) -> str:
+    def typed(self, schema: Mapping[str, Any], where: str, depth: int) -> str:
         kind = schema.get("type")
         if kind not in _TYPES:
-            raise invalid(f"unknown type {kind!r}")
-        if kind == "object":
-            return self.object(schema, hint, depth)
-        if kind == "array":
-            return self.array(schema, hint, depth)
+            raise invalid(f"unknown type {str(kind)[:64]!r}")
+        if kind in ("object", "array"):
+            # Both match "{" or "[" first, so a $ref below them is not left recursion.
+            left, self._left = self._left, None
+            try:
+                if kind == "object":
+                    return self.object(schema, where, depth)
+                return self.array(schema, where, depth)
+            finally:
+                self._left = left
         if kind == "string" and ("minLength" in schema or "maxLength" in schema):
             low, high = _bounds(schema, "minLength", "maxLength")
             self.use("char")
             return f'"\\"" {_repeat("char", low, high)} "\\""'
         return self.use(str(kind))
 
-    def object(self, schema: Mapping[str, Any], hint: str, depth: int) -> str:
+    def object(self, schema: Mapping[str, Any], where: str, depth: int) -> str:
         props = schema.get("properties", {})
         required = schema.get("required", [])
         if not isinstance(props, Mapping):
             raise invalid("properties must be an object")
         if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
             raise invalid("required must be an array of strings")
+        if len(props) > MAX_PROPERTIES or len(required) > MAX_PROPERTIES:
+            raise GrammarTooLarge(
+                f"invalid format: an object may have at most {MAX_PROPERTIES} properties")
+        must = set(required)
         extra = schema.get("additionalProperties", not props)
         if not props and extra is True:
             return self.use("object")
         ws = self.use("ws")
         items: list[tuple[str, bool, bool]] = []  # (key-value rule, required, repeats)
         for key, sub in props.items():
-            value = self.visit(sub, f"{hint}-{key}", depth + 1)
-            name = literal(json.dumps(key, ensure_ascii=False))
-            kv = self.define(f"{hint}-{key}-kv", f'{name} {ws} ":" {ws} {value} {ws}')
-            items.append((kv, key in required, False))
+            self.room(len(key))  # the name is written whole: refuse before hashing it
+            child = hint(where, str(key))
+            value = self.visit(sub, child, depth + 1)
+            name = self.lit(json.dumps(key, ensure_ascii=False))
+            kv = self.define(f"{child}-kv", f'{name} {ws} ":" {ws} {value} {ws}')
+            items.append((kv, key in must, False))
         if extra is not False:
-            value = self.visit(extra, f"{hint}-additional", depth + 1)
-            kv = self.define(f"{hint}-additional-kv",
+            value = self.visit(extra, f"{where}-additional", depth + 1)
+            kv = self.define(f"{where}-additional-kv",
                              f'{self.use("string")} {ws} ":" {ws} {value} {ws}')
             items.append((kv, False, True))
-        return self.define(hint, f'"{{" {ws} {self.members(items)} "}}"')
+        return self.define(where, f'"{{" {ws} {self.members(items, where)} "}}"')
 
-    def members(self, items: list[tuple[str, bool, bool]]) -> str:
-        """Comma-separated members in schema order; required ones present, optional ones not."""
-        def tail(i: int) -> str:
-            parts = []
-            for kv, req, many in items[i:]:
-                sep = f'"," {self.use("ws")} {kv}'
-                parts.append(sep if req else (f"({sep})*" if many else f"({sep})?"))
-            return " ".join(parts)
+    def members(self, items: list[tuple[str, bool, bool]], where: str) -> str:
+        """Comma-separated members in schema order; required ones present, optional ones not.
 
-        def head(i: int) -> str:
-            if i == len(items):
-                return ""
+        ``tail[i]``: members i.. after one has been written (each with its comma);
+        ``head[i]``: members i.. when none has been written yet (the first has no
+        comma).  Each is built from the next one by reference, as a rule of its own
+        once it is longer than a few names, so the grammar is linear in the members.
+        """
+        ws = self.use("ws")
+        tail, head = "", ""
+        for i in range(len(items) - 1, -1, -1):
             kv, req, many = items[i]
-            first = f'{kv} ("," {self.use("ws")} {kv})*' if many else kv
-            rest = tail(i + 1)
-            this = f"{first} {rest}".strip()
+            sep = f'"," {ws} {kv}'
+            part = sep if req else (f"({sep})*" if many else f"({sep})?")
+            first = f'{kv} ("," {ws} {kv})*' if many else kv
+            this = f"{first} {tail}".strip()
             if req:
-                return this
-            other = head(i + 1)
-            return f"({this} | {other})" if other else f"({this})?"
+                head = this  # the members after a required one always follow it
+            else:
+                if len(head) > _INLINE:
+                    head = self.define(f"{where}-head", head)
+                head = f"({this} | {head})" if head else f"({this})?"
+            tail = f"{part} {tail}".strip()
+            if i and len(tail) > _INLINE:
+                tail = self.define(f"{where}-tail", tail)
+        return head
 
-        return head(0)
-
-    def array(self, schema: Mapping[str, Any], hint: str, depth: int) -> str:
+    def array(self, schema: Mapping[str, Any], where: str, depth: int) -> str:
         ws = self.use("ws")
         low, high = _bounds(schema, "minItems", "maxItems")
         prefix = schema.get("prefixItems")
@@ -299,32 +307,27 @@ class SchemaConverter:
         if prefix is not None:
             if not isinstance(prefix, list):
                 raise invalid("prefixItems must be an array")
-            fixed = [self.visit(p, f"{hint}-{i}", depth + 1) for i, p in enumerate(prefix)]
+            fixed: Iterable[str] = (f"{self.visit(p, hint(where, str(i)), depth + 1)} {ws}"
+                                    for i, p in enumerate(prefix))
+            body = self.join(fixed, f' "," {ws} ')
             if items is not False:
-                log.warning("format: items after prefixItems are not allowed (at %s)", hint)
-            body = f' "," {ws} '.join(f"{f} {ws}" for f in fixed)
-            return self.define(hint, f'"[" {ws} {body} "]"' if fixed else f'"[" {ws} "]"')
+                log.warning("format: items after prefixItems are not allowed (at %s)", where)
+            return self.define(where, f'"[" {ws} {body} "]"' if body else f'"[" {ws} "]"')
         if items is False or high == 0:
-            return self.define(hint, f'"[" {ws} "]"')
-        item = self.visit(items, f"{hint}-item", depth + 1)
+            return self.define(where, f'"[" {ws} "]"')
+        item = self.visit(items, f"{where}-item", depth + 1)
         more = _repeat(f'"," {ws} {item} {ws}', max(low - 1, 0),
                        None if high is None else high - 1)
         body = f"{item} {ws} {more}"
         if low == 0:
             body = f"({body})?"
-        return self.define(hint, f'"[" {ws} {body} "]"')
-
-
-def render_rules(rules: Mapping[str, str]) -> str:
-    """The rules as a GBNF grammar text, ``root`` first."""
-    ordered = ["root", *(name for name in rules if name != "root")]
-    return "".join(f"{name} ::= {rules[name]}\n" for name in ordered)
+        return self.define(where, f'"[" {ws} {body} "]"')
 
 
 def json_grammar() -> str:
     """Ollama's ``format: "json"``: a JSON object, whose values may be any JSON value."""
     conv = SchemaConverter({})
-    conv.rules["root"] = conv.use("object")
+    conv.set("root", conv.use("object"))
     return render_rules(conv.rules)
 
 
@@ -333,9 +336,12 @@ def schema_to_grammar(schema: Mapping[str, Any]) -> str:
     if not isinstance(schema, Mapping):
         raise invalid("a JSON schema must be an object")
     conv = SchemaConverter(schema)
-    conv.rules["root"] = ""  # reserve the name
-    conv.rules["root"] = conv.visit(schema, "root-value")
-    return render_rules(conv.rules)
+    conv.set("root", "")  # reserve the name
+    try:
+        conv.set("root", conv.visit(schema, "root-value"))
+    except RecursionError:  # a safety net: MAX_DEPTH keeps the walk far from the limit
+        raise invalid("schema nests too deeply") from None
+    return conv.finish()
 
 
 def grammar_for_format(fmt: Any) -> str | None:

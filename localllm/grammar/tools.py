@@ -14,7 +14,10 @@ Limits, by design: a parameters schema our JSON-Schema converter refuses
 are still offered to the model and its calls still parsed) rather than failing
 the request; ``$defs`` of all forced tools share one namespace; and the
 grammar leaves no room for a thinking block before the call (only for closing
-one the prompt opened).
+one the prompt opened).  The tool list comes from the request, so the grammar has
+the converter's budget (``grammar.rules``) over all tools together: tools, schemas
+or names too large for it are a 400 (``GrammarTooLarge``), not an unconstrained
+call, and so are more than ``MAX_TOOLS`` forced tools.
 """
 
 from __future__ import annotations
@@ -25,10 +28,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from localllm.errors import InvalidRequest
-from localllm.grammar.json_schema import SchemaConverter, literal, render_rules
+from localllm.grammar.json_schema import MAX_PROPERTIES, SchemaConverter
+from localllm.grammar.rules import GrammarTooLarge, hint, literal
 from localllm.toolcalls import Family, detect_format
 
 log = logging.getLogger(__name__)
+
+MAX_TOOLS = 1000
 
 N, J, A = "\0name", "\0json-name", "\0args"  # placeholders: raw name, JSON-quoted name, args
 _DS_CALL = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>"
@@ -63,6 +69,8 @@ _XML: dict[str, tuple[str, ...]] = {
 def forced_tool_grammar(tools: list[dict[str, Any]], template: str
                         ) -> tuple[str, Family] | None:
     """(GBNF, format to parse) forcing one call of one of ``tools``; None if not expressible."""
+    if len(tools) > MAX_TOOLS:
+        raise GrammarTooLarge(f"tool_choice: at most {MAX_TOOLS} tools can be forced")
     fmt = detect_format(template)
     name = fmt.name if fmt.name in _SHAPES or fmt.name in _XML else "hermes"
     defs: dict[str, Any] = {}
@@ -72,19 +80,23 @@ def forced_tool_grammar(tools: list[dict[str, Any]], template: str
             if isinstance(params.get(key), Mapping):
                 defs.setdefault(key, {}).update(params[key])
     conv = SchemaConverter(defs)
-    conv.rules["root"] = ""  # reserve the name
+    conv.set("root", "")  # reserve the name
     try:
-        alts = [_call(conv, name, tool) for tool in tools]
+        body = conv.join((f"({_call(conv, name, tool)})" for tool in tools), " | ")
+        close = fmt.think_tags[1] if fmt.think_tags else ""
+        if close and close in template:
+            # The prompt may have opened a thinking block: the model may close it first.
+            body = f'({conv.lit(close)} "\\n"{{0,2}})? ({body})'
+        conv.set("root", body)
+        return conv.finish(), name
+    except GrammarTooLarge:
+        raise
+    except RecursionError:  # a safety net: the converter's depth cap comes first
+        log.warning("tool_choice not enforced by a grammar: a schema nests too deeply")
+        return None
     except InvalidRequest as exc:
         log.warning("tool_choice not enforced by a grammar: %s", exc.message)
         return None
-    body = " | ".join(f"({alt})" for alt in alts)
-    close = fmt.think_tags[1] if fmt.think_tags else ""
-    if close and close in template:
-        # The prompt may have opened a thinking block: the model may close it first.
-        body = f'({literal(close)} "\\n"{{0,2}})? ({body})'
-    conv.rules["root"] = body
-    return render_rules(conv.rules), name
 
 
 def _params(tool: Mapping[str, Any]) -> dict[str, Any]:
@@ -99,8 +111,8 @@ def _call(conv: SchemaConverter, fmt: str, tool: Mapping[str, Any]) -> str:
     params = {k: v for k, v in _params(tool).items() if k not in ("$defs", "definitions")}
     if fmt in _XML:
         return _xml_call(conv, _XML[fmt], name, params)
-    args = conv.visit(params, f"{name}-args")
-    parts = {N: literal(name), J: literal(json.dumps(name, ensure_ascii=False)), A: args}
+    args = conv.visit(params, hint(name, "args"))
+    parts = {N: conv.lit(name), J: conv.lit(json.dumps(name, ensure_ascii=False)), A: args}
     return " ".join(parts.get(p) or literal(p) for p in _SHAPES[fmt])
 
 
@@ -109,15 +121,22 @@ def _xml_call(conv: SchemaConverter, shape: tuple[str, ...], name: str,
     call_open, head_end, key_open, key_end, value_end, close = shape
     props = params.get("properties")
     props = props if isinstance(props, Mapping) else {}
-    required = [k for k in params.get("required") or [] if k in props]
-    order = required + [k for k in props if k not in required]
-    parts = [literal(call_open + name + head_end)]
+    listed = params.get("required")
+    listed = listed if isinstance(listed, list) else []
+    if len(props) > MAX_PROPERTIES or len(listed) > MAX_PROPERTIES:
+        raise GrammarTooLarge(
+            f"invalid format: an object may have at most {MAX_PROPERTIES} properties")
+    conv.walked(1 + len(params))
+    required = list(dict.fromkeys(k for k in listed if isinstance(k, str) and k in props))
+    must = set(required)
+    order = required + [k for k in props if k not in must]
+    parts = [conv.lit(call_open + name + head_end)]
     for key in order:
-        value = _xml_value(conv, props[key], f"{name}-{key}")
-        one = f"{literal(key_open + key + key_end)} {value} {literal(value_end)}"
-        parts.append(one if key in required else f"({one})?")
+        value = _xml_value(conv, props[key], hint(name, str(key)))
+        one = f"{conv.lit(key_open + str(key) + key_end)} {value} {literal(value_end)}"
+        parts.append(one if key in must else f"({one})?")
     parts.append(literal(close))
-    return " ".join(parts)
+    return conv.join(parts, " ")
 
 
 def _xml_value(conv: SchemaConverter, schema: Any, hint: str) -> str:
@@ -125,9 +144,11 @@ def _xml_value(conv: SchemaConverter, schema: Any, hint: str) -> str:
     if isinstance(schema, Mapping):
         raw = schema.get("enum", [schema["const"]] if "const" in schema else None)
         if isinstance(raw, list) and raw and all(isinstance(v, str) for v in raw):
-            return "(" + " | ".join(literal(v) for v in raw) + ")"
+            conv.walked(len(raw))
+            return "(" + conv.join((conv.lit(v) for v in raw), " | ") + ")"
         kind = schema.get("type")
         if kind == "string" or (isinstance(kind, list) and "string" in kind):
-            conv.rules.setdefault("xml-text", "[^<]*")
+            if "xml-text" not in conv.rules:
+                conv.set("xml-text", "[^<]*")
             return "xml-text"
     return conv.visit(schema, hint)
