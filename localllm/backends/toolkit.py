@@ -4,7 +4,14 @@ Each check returns a ``Toolkit`` (paths, versions, the cmake arguments it
 adds) or raises ``ToolkitMissing`` with what is missing and how to get it:
 a missing toolkit is a sentence for a person, not a cmake error 300 lines
 into a log.  cmake and ninja come from the package index when the machine
-has none (they are on PyPI as wheels).
+has none (they are on PyPI as wheels); the build says so first, with what goes
+where and how to avoid it.
+
+Every Python tool runs as ``python -I`` in a folder of ours (``pip_argv``,
+``work_dir``): ``python -m pip`` would otherwise put the working folder first on
+``sys.path``, and a ``pip.py`` where the user stands would run instead of pip.
+For the same reason a relative entry in ``PATH`` ("." or an empty one) is not
+searched for tools.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,38 +44,66 @@ class Toolkit:
     env: dict[str, str] = field(default_factory=dict)
 
 
+def pip_argv(*args: str) -> list[str]:
+    """This Python's pip, isolated: ``-I`` keeps the working folder (and PYTHON* variables)
+    off ``sys.path``, so no ``pip.py`` lying around can stand in for pip."""
+    return [sys.executable, "-I", "-m", "pip", *args]
+
+
+def work_dir() -> Path:
+    """A folder of ours to start tools in (the cache), never the user's working folder."""
+    from localllm import paths
+
+    folder = paths.cache()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def _run(argv: list[str], timeout: float = 10.0) -> str:
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                             cwd=work_dir())
     except (OSError, subprocess.SubprocessError):
         return ""
     return out.stdout if out.returncode == 0 else ""
 
 
 def _which(name: str, *extra_dirs: str) -> str:
-    """On PATH, next to this Python (a venv's bin/), or in one of ``extra_dirs``."""
-    found = shutil.which(name)
+    """On PATH, next to this Python (a venv's bin/), or in one of ``extra_dirs``; only
+    absolute folders count, so a tool in the working folder is never picked up."""
+    dirs = [d for d in os.environ.get("PATH", os.defpath).split(os.pathsep)
+            if os.path.isabs(d)]
+    found = shutil.which(name, path=os.pathsep.join(dirs))
     if found:
         return found
     for d in (str(Path(sys.executable).parent), *extra_dirs):
         cand = Path(d) / name
-        if cand.is_file() and os.access(cand, os.X_OK):
+        if d and cand.is_absolute() and cand.is_file() and os.access(cand, os.X_OK):
             return str(cand)
     return ""
 
 
-def build_tools(install: bool = True) -> tuple[str, str]:
-    """Paths of cmake and ninja; installed from the package index into this Python if absent."""
+def build_tools(install: bool = True,
+                notice: Callable[[str], None] | None = None) -> tuple[str, str]:
+    """Paths of cmake and ninja; installed from the package index into this Python if absent,
+    after ``notice`` has told the user what will be installed, where, and how to avoid it."""
     cmake, ninja = _which("cmake"), _which("ninja")
     missing = [n for n, p in (("cmake", cmake), ("ninja", ninja)) if not p]
+    argv = pip_argv("install", "--quiet", *missing)
     if missing and install:
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", *missing], check=False)
+        if notice:
+            notice(f"{' and '.join(missing)} not found on PATH: installing "
+                   f"{', '.join(missing)} from the package index into this Python "
+                   f"({sys.prefix}) with '{' '.join(argv)}'. To avoid this, install them "
+                   "yourself (e.g. apt install cmake ninja-build, brew install cmake ninja) "
+                   "and run the build again.")
+        subprocess.run(argv, check=False, cwd=work_dir())
         cmake, ninja = cmake or _which("cmake"), ninja or _which("ninja")
     if not cmake or not ninja:
+        tried = f"installing them with pip failed ({' '.join(argv)}). " if install else ""
         raise ToolkitMissing(
-            "building a backend needs cmake and ninja; installing them with pip failed "
-            f"({sys.executable} -m pip install cmake ninja). Install them with your package "
-            "manager and try again.")
+            f"building a backend needs cmake and ninja; {tried}Install them with your "
+            "package manager (e.g. apt install cmake ninja-build) and try again.")
     return cmake, ninja
 
 
@@ -159,8 +195,10 @@ def check_rocm(arch: str | None) -> tuple[list[str], list[str], dict[str, str]]:
                                                      f"targets {', '.join(targets)}"], env)
 
 
-def check(backend: Backend, arch: str | None = None, install_tools: bool = True) -> Toolkit:
-    """Everything ``backend`` needs, or ``ToolkitMissing`` saying what is not there."""
+def check(backend: Backend, arch: str | None = None, install_tools: bool = True,
+          notice: Callable[[str], None] | None = None) -> Toolkit:
+    """Everything ``backend`` needs, or ``ToolkitMissing`` saying what is not there
+    (``notice``: told before anything is installed, see ``build_tools``)."""
     compiler()
     args: list[str] = []
     notes: list[str] = []
@@ -171,5 +209,5 @@ def check(backend: Backend, arch: str | None = None, install_tools: bool = True)
         args, notes, env = check_vulkan()
     elif backend.name == "rocm":
         args, notes, env = check_rocm(arch)
-    cmake, ninja = build_tools(install_tools)
+    cmake, ninja = build_tools(install_tools, notice)
     return Toolkit(cmake, ninja, args, notes, env)

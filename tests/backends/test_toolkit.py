@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ from localllm.backends import catalog, toolkit
 from localllm.backends.catalog import wanted_backends
 from localllm.errors import InvalidRequest
 from localllm.hardware.probes import GPUProbe
+from tests.backends.conftest import plant_pip
 
 NVIDIA = GPUProbe("nvidia", "NVIDIA H100", "580.1")
 AMD = GPUProbe("amd", "AMD Radeon RX 7900 XTX")
@@ -89,3 +92,52 @@ def test_rpc_needs_only_a_compiler_and_the_build_tools() -> None:
     kit = toolkit.check(catalog.get("rpc"), install_tools=False)
     assert Path(kit.cmake).name == "cmake" and Path(kit.ninja).name == "ninja"
     assert kit.cmake_args == []
+
+
+def test_installing_cmake_and_ninja_runs_pip_isolated_from_the_working_folder(
+        pip_index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    marker = tmp_path / "fake-pip-ran"
+    plant_pip(tmp_path / "here", marker)
+    monkeypatch.chdir(tmp_path / "here")
+    monkeypatch.delenv("PYTHONSAFEPATH", raising=False)
+    monkeypatch.setattr(toolkit, "_which", lambda name, *dirs: "")
+    # The index is empty, so the real pip fails at once: nothing is installed.
+    try:
+        with pytest.raises(toolkit.ToolkitMissing, match="apt install cmake ninja-build"):
+            toolkit.build_tools(True)
+    finally:
+        assert not marker.exists(), "the pip.py in the working folder ran"
+
+
+def test_installing_cmake_and_ninja_is_announced_first(
+        pip_index: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(toolkit, "_which", lambda name, *dirs: "/usr/bin/cmake"
+                        if name == "cmake" else "")
+    heard: list[str] = []
+    with pytest.raises(toolkit.ToolkitMissing) as err:
+        toolkit.build_tools(True, heard.append)
+    (note,) = heard
+    # What, where, and how not to: ninja only, into this Python, or install it yourself.
+    assert note.startswith("ninja not found on PATH: installing ninja from the package index")
+    assert f"({sys.prefix})" in note and "-I -m pip install --quiet ninja" in note
+    assert "install them yourself" in note
+    assert "installing them with pip failed" in str(err.value)
+    heard.clear()
+    with pytest.raises(toolkit.ToolkitMissing) as err:
+        toolkit.build_tools(False, heard.append)
+    assert heard == [] and "pip" not in str(err.value)
+
+
+def test_tools_in_the_working_folder_are_not_picked_up(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A "." or empty entry in PATH would find a cmake planted where the user stands."""
+    here = tmp_path / "here"
+    here.mkdir()
+    fake = here / "cmake"
+    fake.write_text("#!/bin/sh\necho planted\n")
+    fake.chmod(0o755)
+    monkeypatch.chdir(here)
+    for path in (".", "", f".{os.pathsep}/nonexistent", f"{os.pathsep}/nonexistent"):
+        monkeypatch.setenv("PATH", path)
+        found = toolkit._which("cmake")
+        assert found == "" or Path(found).resolve() != fake.resolve(), (path, found)
