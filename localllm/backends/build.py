@@ -7,7 +7,10 @@ and the CPU backend off (the core has its own), build the plugin's target with
 ninja while reporting ``[n/m]`` progress, copy the library into
 ``<backends>/<ggml version>/`` under a temporary name and rename it into place.
 An error or Ctrl-C leaves the previous plugin (or none), never half of one.
-Every line of cmake and ninja output goes to a log file.
+Every line of cmake and ninja output goes to a log file.  The tools run in the
+cache folder, not where the user stands, and the plugin and its folders are
+installed 0755 whatever the umask: a plugin others could write is refused at
+load (``trust``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pathlib import Path
 from typing import IO
 
 from localllm import paths
-from localllm.backends import catalog, source, toolkit
+from localllm.backends import catalog, source, toolkit, trust
 from localllm.errors import LocalLLMError
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
@@ -77,7 +80,7 @@ def _stream(argv: list[str], log: IO[str], env: dict[str, str], phase: str,
         progress(phase, 0, 0)
     tail: list[str] = []
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env=env, errors="replace") as proc:
+                          env=env, errors="replace", cwd=toolkit.work_dir()) as proc:
         assert proc.stdout is not None
         try:
             for line in proc.stdout:
@@ -97,11 +100,12 @@ def _stream(argv: list[str], log: IO[str], env: dict[str, str], phase: str,
 
 
 def install_atomically(built: Path, dest: Path) -> None:
-    """Copy ``built`` to ``dest`` through a temporary name in the same folder."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    """Copy ``built`` to ``dest`` through a temporary name in the same folder, 0755."""
+    trust.make_dirs(dest.parent)
     tmp = dest.with_name(f".tmp-{dest.name}-{os.getpid()}")
     try:
         shutil.copy2(built, tmp)
+        tmp.chmod(0o755)  # copy2 keeps the linker's mode, group-writable under umask 002
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
@@ -109,15 +113,24 @@ def install_atomically(built: Path, dest: Path) -> None:
 
 def build(name: str, *, arch: str | None = None, jobs: int = 0, source_file: Path | None = None,
           also: tuple[str, ...] = (), core_ggml: str = "",
-          progress: Progress | None = None) -> BuildResult:
-    """Build and install plugin ``name``; ``core_ggml`` is the core's ggml version if known."""
+          progress: Progress | None = None,
+          notice: Callable[[str], None] | None = None) -> BuildResult:
+    """Build and install plugin ``name``; ``core_ggml`` is the core's ggml version if known;
+    ``notice`` hears what the build does beyond compiling (installing cmake and ninja)."""
     backend = catalog.get(name)
-    kit = toolkit.check(backend, arch)
+    notices: list[str] = []
+
+    def tell(text: str) -> None:
+        notices.append(text)
+        if notice:
+            notice(text)
+
+    kit = toolkit.check(backend, arch, notice=tell)
     started = time.monotonic()
     log_path = build_log_path(backend.name)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as log:
-        for note in kit.notes:
+        for note in [*notices, *kit.notes]:
             log.write(f"# {note}\n")
         if progress:
             progress("source", 0, 1)

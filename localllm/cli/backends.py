@@ -1,8 +1,9 @@
 """``localllm backends list|build|remove``: the GPU and RPC plugins of this machine.
 
 ``list`` runs the hardware probe (a child process that loads every plugin)
-and shows each backend: built, loaded, its devices, or why it did not load,
-plus stray files in the backends folder.  ``build`` compiles one plugin from
+and shows each backend: built, loaded, its devices, or why it did not load
+(a plugin others could have written is refused, with the fix), plus stray
+files in the backends folder.  ``build`` compiles one plugin from
 the pinned llama.cpp source with live progress (see ``backends/build.py``).
 ``remove`` deletes a plugin.  None of them needs the daemon; a running daemon
 sees a new plugin at its next model load.
@@ -29,7 +30,9 @@ def register(sub: Any) -> None:
                                   "default: the GPUs present")
     b.add_argument("--jobs", "-j", type=int, default=0, help="parallel compile jobs")
     b.add_argument("--source", type=Path, help="a llama-cpp-python sdist (or trimmed copy) "
-                                               "to build from instead of downloading it")
+                                               "to build from instead of downloading it "
+                                               "(needed when the installed version has no "
+                                               "pinned sha256)")
     b.add_argument("--also", action="append", default=[], metavar="TARGET",
                    help="extra cmake targets to build in the same tree (e.g. llama-bench)")
     b.set_defaults(func=run_build)
@@ -104,8 +107,12 @@ def run_build(args: argparse.Namespace) -> int:
                 sys.stderr.write(f"\n  [{done}/{total}] {pct}%")
         sys.stderr.flush()
 
+    def notice(text: str) -> None:
+        sys.stderr.write(f"Note: {text}\n")
+        sys.stderr.flush()
+
     result = build(args.name, arch=args.arch, jobs=args.jobs, source_file=args.source,
-                   also=tuple(args.also), core_ggml=core, progress=progress)
+                   also=tuple(args.also), core_ggml=core, progress=progress, notice=notice)
     sys.stderr.write("\n")
     print(f"Built {result.backend} for ggml {result.ggml_version} in {result.seconds:.1f} s: "
           f"{result.path} ({result.size / 1e6:.1f} MB); log: {result.log}")

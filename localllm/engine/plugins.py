@@ -9,7 +9,10 @@ turns a plan's device names into the registry indices a load takes (``place``).
 
 Loading is idempotent per process.  A plugin that ggml refuses (wrong API
 version, missing driver library, not a plugin at all) is reported with ggml's
-own reason and skipped; nothing here raises for a bad file.
+own reason and skipped; nothing here raises for a bad file.  Before ggml sees a
+file, ``backends.trust`` checks that no other account could have written it or
+a folder above it (loading a plugin runs its code): a refused plugin is reported
+the same way, with the path and the fix, and never opened.
 """
 
 from __future__ import annotations
@@ -59,6 +62,8 @@ def plugin_folder(root: Path | None = None) -> Path:
 
 def load_plugins(folder: Path | None = None) -> list[dict[str, Any]]:
     """Load every plugin in ``folder`` (default: this core's); one report per file."""
+    from localllm.backends.trust import why_unsafe
+
     ffi, lib = native()
     folder = folder or plugin_folder()
     reports = []
@@ -66,6 +71,14 @@ def load_plugins(folder: Path | None = None) -> list[dict[str, Any]]:
     for path in files:
         key = str(path.resolve())
         if key not in _loaded:
+            # The plugins folder is <backends>/<ggml version>/: from the backends folder
+            # down, nothing may be writable by others (see backends/trust.py).
+            refused = why_unsafe(path, folder.parent)
+            if refused:
+                _loaded[key] = {"file": path.name, "path": key, "loaded": False, "backend": "",
+                                "error": refused}
+                reports.append(_loaded[key])
+                continue
             take_log()
             name = ffi.new("char[]", 128)
             rc = lib.ll_backend_load(key.encode(), name, 128)
@@ -102,7 +115,10 @@ def add_workers(endpoints: list[str]) -> list[dict[str, Any]]:
             continue
         n = lib.ll_rpc_add_server(ep.encode())
         if n == -1:
-            why = ("the RPC backend plugin is not built: run 'localllm backends build rpc'")
+            refused = [r["error"] for r in _loaded.values()
+                       if r["file"].startswith("libggml-rpc") and not r["loaded"]]
+            why = (f"the RPC backend plugin did not load: {refused[0]}" if refused else
+                   "the RPC backend plugin is not built: run 'localllm backends build rpc'")
         elif n < 1:
             why = f"RPC worker {ep} offers no devices"
         else:

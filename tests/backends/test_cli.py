@@ -8,7 +8,11 @@ copied into this test's own backends folder.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,3 +80,38 @@ def test_remove_deletes_the_plugin(backends: Path) -> None:
     assert rc == 1 and "No rpc plugin" in err
     rc, _, err = cli(backends, "backends", "build", "opencl")
     assert rc != 0 and "unknown backend 'opencl'" in err
+
+
+def test_a_plugin_in_a_folder_others_can_write_is_refused_and_shown(backends: Path) -> None:
+    """Loading a plugin runs its code: one that another account could have replaced is
+    never opened, and list, doctor and a runner's worker setup all say why and how to fix."""
+    version = next(backends.iterdir())
+    version.chmod(0o775)
+    rc, out, err = cli(backends, "backends", "list", "--json")
+    assert rc == 0, err
+    rpc = {r["name"]: r for r in json.loads(out)}["rpc"]
+    assert rpc["built"] and not rpc["loaded"]
+    assert rpc["error"] == (f"refusing to load {version / 'libggml-rpc.so'}: {version} is "
+                            f"writable by its group (mode 775): run 'chmod go-w {version}'")
+    rc, text, _ = cli(backends, "backends", "list")
+    assert "FAILED" in text and f"chmod go-w {version}" in text
+    rc, text, _ = cli(backends, "doctor")
+    assert "libggml-rpc.so: FAILED: refusing to load" in text and "chmod go-w" in text
+    # A model placed on an RPC worker: the runner's setup names the refusal, not "not built".
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        endpoint = f"127.0.0.1:{listener.getsockname()[1]}"
+        env = {**os.environ, "LOCALLLM_BACKENDS": str(backends),
+               "PYTHONPATH": str(REPO), "PYTHONSAFEPATH": "1"}
+        probe = subprocess.run([sys.executable, "-m", "localllm.hardware.probe_child", "--rpc",
+                                endpoint], env=env, cwd=REPO, capture_output=True, text=True,
+                               timeout=60)
+    report = json.loads(probe.stdout.strip().splitlines()[-1])
+    (worker,) = report["workers"]
+    assert worker["devices"] == 0
+    assert worker["error"].startswith("the RPC backend plugin did not load: refusing to load")
+    # The fix the message names works.
+    version.chmod(0o755)
+    rc, out, _ = cli(backends, "backends", "list", "--json")
+    assert {r["name"]: r for r in json.loads(out)}["rpc"]["loaded"]
