@@ -136,7 +136,8 @@ def build(name: str, *, arch: str | None = None, jobs: int = 0, source_file: Pat
             progress("source", 0, 1)
         pip_log: list[str] = []
         try:
-            tree = source.ensure(source_file, pip_log)
+            # Absolute: cmake and ninja run in the cache folder, not where the user stands.
+            tree = source.ensure(source_file, pip_log).absolute()
         finally:
             log.writelines(pip_log)
         version = source.ggml_version_of(tree)
@@ -144,7 +145,7 @@ def build(name: str, *, arch: str | None = None, jobs: int = 0, source_file: Pat
             raise BuildFailed(f"the source is ggml {version} but the installed core is ggml "
                               f"{core_ggml}: the plugin would be refused; use the "
                               f"{source.PACKAGE} {source.core_version()} source")
-        bdir = build_dir_for(backend.name + ("-tools" if also else ""), version)
+        bdir = build_dir_for(backend.name + ("-tools" if also else ""), version).absolute()
         env = {**os.environ, **kit.env}
         configure = [kit.cmake, "-S", str(tree), "-B", str(bdir),
                      f"-DCMAKE_MAKE_PROGRAM={kit.ninja}",

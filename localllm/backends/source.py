@@ -71,7 +71,8 @@ def fetch_sdist(version: str, log: list[str] | None = None) -> Path:
             f"(it knows {', '.join(sorted(PINNED_SHA256))}), so its source cannot be checked "
             f"before it is used. Install {PACKAGE}=={next(reversed(PINNED_SHA256))}, or get the "
             f"{version} sdist yourself, check it, and pass it with --source FILE.")
-    folder = paths.cache() / "sdist"
+    # Absolute: pip runs in this folder, so a relative path in its argv would miss.
+    folder = paths.cache().absolute() / "sdist"
     target = folder / f"{PACKAGE.replace('-', '_')}-{version}.tar.gz"
     if not target.exists():
         _download(version, want, folder, target, log)
@@ -125,8 +126,11 @@ def _refuse(name: str, why: str) -> SourceError:
 def _check_member(m: tarfile.TarInfo) -> list[str]:
     """The parts of ``m``'s name, or ``SourceError`` when it or its link could escape."""
     parts = m.name.split("/")
-    if parts[:1] == ["."] and len(parts) > 1:
-        parts = parts[1:]  # "./pkg/...", as `tar -C dir .` writes: no part of the destination
+    if parts[:1] == ["."]:
+        # "./" and "./pkg/...", as `tar -C dir .` writes them: the archive's own root.
+        if len(parts) == 1 and m.isdir():
+            return []
+        parts = parts[1:]
     if m.name.startswith("/") or "\\" in m.name or ":" in parts[0]:
         raise _refuse(m.name, "absolute")
     if any(p in ("", ".", "..") for p in parts):

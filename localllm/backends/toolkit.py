@@ -54,7 +54,7 @@ def work_dir() -> Path:
     """A folder of ours to start tools in (the cache), never the user's working folder."""
     from localllm import paths
 
-    folder = paths.cache()
+    folder = paths.cache().absolute()
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 

@@ -38,6 +38,22 @@ def test_a_failing_configure_installs_nothing_and_keeps_the_old_plugin(dirs: Pat
     assert phases[:2] == ["source", "configure"]
 
 
+def test_a_relative_cache_folder_still_finds_the_tree(dirs: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """cmake runs in the cache folder, not the working one: its paths must be absolute."""
+    monkeypatch.chdir(dirs)
+    monkeypatch.setenv("LOCALLLM_CACHE", "relative-cache")
+    tar = make_tar(dirs / "broken.tar.gz", {
+        "p/vendor/llama.cpp/CMakeLists.txt": b"cmake_minimum_required(VERSION 3.14)\n"
+                                             b"project(x C)\nmessage(FATAL_ERROR \"broken\")\n",
+        "p/vendor/llama.cpp/ggml/CMakeLists.txt": CMAKE,
+    })
+    with pytest.raises(build.BuildFailed, match=r"configure failed \(exit 1\): CMake Error at"):
+        build.build("rpc", source_file=tar, core_ggml="0.25.3")
+    assert "broken" in build.build_log_path("rpc").read_text()
+    assert (dirs / "relative-cache" / "build" / "0.25.3" / "rpc" / "CMakeCache.txt").exists()
+
+
 def test_a_source_of_another_ggml_version_is_refused_before_building(dirs: Path) -> None:
     tar = make_tar(dirs / "other.tar.gz", {"p/vendor/llama.cpp/ggml/CMakeLists.txt": CMAKE})
     with pytest.raises(build.BuildFailed, match=r"ggml 0\.25\.3 but the installed core is ggml 9"):

@@ -107,6 +107,7 @@ def test_unsafe_members_are_refused_and_nothing_is_written(tmp_path: Path, filte
 
 def test_links_inside_the_tree_and_a_dot_prefix_are_fine(tmp_path: Path, filters: str) -> None:
     tar = make_tar_of(tmp_path / "s.tar.gz", [
+        member(".", tarfile.DIRTYPE),
         member("./pkg/vendor/llama.cpp/CMakeLists.txt"),
         member("./pkg/vendor/llama.cpp/ggml", tarfile.DIRTYPE),
         member("./pkg/vendor/llama.cpp/ggml/x.c"),
