@@ -15,7 +15,8 @@ order survives.  Literal marker text in a request with images is refused:
 otherwise a user could shift every image by one.
 
 Images are checked before the model loads (``localllm.imageinfo``: format,
-declared pixel size, bytes, count).  Base64 is decoded exactly once per
+declared pixel size, bytes, count, the request's pixels together, and what the
+data inflates to).  Base64 is decoded exactly once per
 request, so the same image sent again in a later turn gives the runner the
 same bytes (the engine keys its prefix cache by the image's hash).  ``http(s)``
 URLs are fetched only when ``LOCALLLM_FETCH_IMAGE_URLS`` allows it
@@ -116,14 +117,20 @@ class Images:
             raise InvalidRequest(_renumber(str(exc), [i for i, _ in present])) from None
 
     async def resolve(self) -> list[bytes]:
-        """Every image's bytes, URLs fetched once (``n`` choices share them) and checked."""
+        """Every image's bytes, URLs fetched once (``n`` choices share them) and checked.
+
+        The fetches share the request's ``MAX_IMAGES_BYTES`` (what the inline images
+        leave), refused as soon as the bytes that arrive pass it; the checks inflate
+        PNG data, so they run in a worker thread, off the event loop."""
         async with self._lock:
             if self.ready is None:
-                from localllm.inference.image_fetch import fetch_image
+                from localllm.inference.image_fetch import Budget, fetch_image
 
-                out = [r if isinstance(r, bytes) else await fetch_image(r, i)
+                budget = Budget(config.MAX_IMAGES_BYTES
+                                - sum(len(r) for r in self.refs if isinstance(r, bytes)))
+                out = [r if isinstance(r, bytes) else await fetch_image(r, i, budget=budget)
                        for i, r in enumerate(self.refs)]
-                check_images(out)
+                await asyncio.to_thread(check_images, out)
                 self._resolved = out
         assert self._resolved is not None
         return self._resolved
