@@ -61,9 +61,9 @@ def why_unsafe(path: Path, backends_root: Path, uid: int | None = None) -> str:
         root = Path(os.path.realpath(backends_root))
         st = os.lstat(real)
     except OSError as exc:
-        return f"cannot check {path}: {exc.strerror or exc}"
+        return f"refusing to load {path}: cannot check it: {exc.strerror or exc}"
     if not stat.S_ISREG(st.st_mode):
-        return f"{path} is not a regular file"
+        return f"refusing to load {path}: not a regular file"
     why = _check(real, st, me, sticky_ok=False)
     if why:
         return f"refusing to load {path}: {why}"
