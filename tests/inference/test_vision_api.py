@@ -22,6 +22,7 @@ from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
 from tests.cli.conftest import Daemon, start_daemon
+from tests.inference.test_image_data import header_only, make_png, with_scans, zeros
 from tests.inference.variants import GREEDY_OPTS, PLAIN_TEMPLATE
 from tests.tinymodel import make_tiny_model
 from tests.visionmodel import (
@@ -173,3 +174,25 @@ def test_v1_refusals_are_precise(daemon: Daemon) -> None:
     assert r.status_code == 400 and "20000x20000" in r.json()["error"]["message"]
     r = oa(data_url(RED_PNG), text="<__media__>")
     assert r.status_code == 400 and "image marker" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("images,message", [
+    ([make_png(1, 1, zeros(16 << 20))],
+     "image 1: its PNG data inflates to more than the 4 bytes its 1x1 pixels need"),
+    ([RED_PNG, with_scans(5000)], "image 2: its JPEG has more than 100 scans"),
+    ([header_only(8000, 5000)] * 3,
+     "the request's images hold 120000000 pixels together (8000x5000, 8000x5000, "
+     "8000x5000); the limit is 100000000 pixels a request (LOCALLLM_MAX_REQUEST_PIXELS)"),
+])
+def test_images_that_decode_to_more_than_they_declare_are_refused(
+        daemon: Daemon, images: list[bytes], message: str) -> None:
+    for path, body in (("/api/chat", {"messages": [{"role": "user", "content": "x",
+                                                     "images": [b64(i) for i in images]}]}),
+                       ("/api/generate", {"prompt": "x", "images": [b64(i) for i in images]})):
+        r = post(daemon, path, {"model": "tiny-vision", "stream": False, **body})
+        assert r.status_code == 400, (path, r.text)
+        assert message in r.json()["error"], (path, r.text)
+    # The daemon and the model go on serving.
+    assert httpx.get(daemon.url + "/health", timeout=5).status_code == 200
+    red = chat(daemon, "", RED_PNG)
+    assert red.status_code == 200 and red.json()["message"]["content"] == RED_GREEDY[:N]
