@@ -98,7 +98,8 @@ def _rel(p: Path) -> str:
         return str(p)
 
 
-def make_ffibuilder() -> FFI:
+def make_ffibuilder(*, absolute: bool = False) -> FFI:
+    """The cffi builder; ``absolute``: source paths for a build run from another folder."""
     where = locate()
     ffi = FFI()
     ffi.cdef((HERE / "shim.h").read_text())
@@ -106,7 +107,7 @@ def make_ffibuilder() -> FFI:
     ffi.set_source(
         "localllm._native",
         '#include "shim.h"\n',
-        sources=[_rel(HERE / "shim.c")],
+        sources=[str(HERE / "shim.c") if absolute else _rel(HERE / "shim.c")],
         include_dirs=[str(HERE), where["include"]],
         library_dirs=[where["lib"]],
         libraries=["mtmd", "llama", "ggml", "ggml-base"],
@@ -126,6 +127,14 @@ def make_ffibuilder() -> FFI:
 ffibuilder = make_ffibuilder()
 
 if __name__ == "__main__":
-    # In-place build: writes localllm/_native*.so next to the sources.
-    os.chdir(HERE.parent)
-    ffibuilder.compile(tmpdir=str(HERE.parent / "build" / "cffi"), verbose=True)
+    # In-place build: localllm/_native.abi3.so (the name an editable install gives it:
+    # cffi's module uses the limited API), replaced whole, so running processes keep the
+    # copy they mapped.  cffi compiles inside tmpdir, hence absolute source paths.
+    built = Path(make_ffibuilder(absolute=True).compile(
+        tmpdir=str(HERE.parent / "build" / "cffi"), verbose=True))
+    target = HERE.parent / "localllm" / "_native.abi3.so"
+    staged = target.with_name(target.name + ".new")
+    staged.write_bytes(built.read_bytes())
+    staged.chmod(0o755)
+    os.replace(staged, target)
+    print(f"built {target}")
