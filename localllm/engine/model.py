@@ -163,7 +163,13 @@ class Model(_Owner):
 
     def tokenize(self, text: str, add_special: bool = True,
                  parse_special: bool = True) -> list[int]:
-        raw = text.encode("utf-8")
+        """The tokens of ``text``; a long one is read a chunk at a time (``tokenize``)."""
+        from localllm.engine.tokenize import tokenize_all
+
+        return tokenize_all(self.tokenize_bytes, text, add_special, parse_special)
+
+    def tokenize_bytes(self, raw: bytes, add_special: bool, parse_special: bool) -> list[int]:
+        """One libllama call over UTF-8 ``raw``."""
         cap = len(raw) + 8
         while True:
             out = self.ffi.new("int32_t[]", cap)

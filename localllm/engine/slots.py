@@ -19,6 +19,7 @@ from localllm.engine.positions import Positions
 from localllm.engine.sampling import Sampler
 from localllm.engine.speculate import add_drafts
 from localllm.engine.text import TextStream
+from localllm.engine.tokenize import slot_tokens
 from localllm.errors import InvalidRequest
 from localllm.runner.messages import CompletionRequest
 
@@ -121,7 +122,10 @@ def fit_prompt(tokens: list[int], n_ctx: int, num_keep: int) -> list[int]:
 def prompt_tokens(model: Model, req: CompletionRequest, n_ctx_slot: int) -> list[int]:
     """A request's prompt as checked token ids, shortened to fit a slot if it may be."""
     if isinstance(req.prompt, str):
-        tokens = model.tokenize(req.prompt, req.add_special, req.parse_special)
+        # Read no further than the slot needs (a text can be far longer than the context).
+        tokens, _ = slot_tokens(model.tokenize_bytes, req.prompt, req.add_special,
+                                req.parse_special, n_ctx_slot,
+                                req.num_keep if req.truncate else None)
     else:
         tokens = [int(t) for t in req.prompt]
         if any(t < 0 or t >= model.n_vocab for t in tokens):
