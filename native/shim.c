@@ -893,6 +893,84 @@ fail:
     return NULL;
 }
 
+/* Outcomes of ll_by_image besides success. */
+enum { LL_PASS_FAILED = 1, LL_PASS_MISMATCH = 2, LL_PASS_REFUSED = 3 };
+
+/* The image by image tokenization (see ll_mtmd_tokenize).  Pass k (before the last)
+ * tokenizes the text up to image k's marker with image k decoded and placeholders (its
+ * sizes, no pixels) for the images before it.  whole = 0: of that text, only image k's
+ * own segment (from the marker before it), with the earlier placeholders' markers
+ * before it, so the text is tokenized about twice in all rather than once per image;
+ * whole = 1: all of it, for a projector whose image chunks depend on the tokens before
+ * them (DeepSeek-V4 pads an image to its place; ll_chunks_order sees the other size).
+ * NULL with *how = LL_PASS_FAILED (*err and *bad set), LL_PASS_MISMATCH (the chunks
+ * did not match up) or LL_PASS_REFUSED (libmtmd refused image *bad with placeholders
+ * beside it). */
+static ll_chunks *ll_by_image(ll_mtmd *x, const char *text, const size_t *ends,
+                              int add_special, int parse_special, const unsigned char **bufs,
+                              const size_t *lens, int n, int whole, int *err, int *bad,
+                              int *how) {
+    const int passes = n > 0 ? n : 1;
+    const char *marker = mtmd_get_marker(x->ctx);
+    const size_t ml = strlen(marker);
+    mtmd_bitmap *bitmaps[LL_MAX_MEDIA];
+    int held = 0; /* bitmaps[0..held) are placeholders */
+    char *own = NULL;
+    *how = LL_PASS_FAILED;
+    ll_chunks *out = calloc(1, sizeof *out);
+    if (out == NULL || (out->lists = calloc((size_t)passes, sizeof *out->lists)) == NULL) {
+        *err = LL_MEDIA_PREPROC;
+        goto fail;
+    }
+    for (int k = 0; k < passes; k++) {
+        const char *t = text;
+        size_t len = k == passes - 1 ? strlen(text) : ends[k];
+        if (!whole && k > 0 && k < passes - 1) {
+            size_t seg = ends[k] - ends[k - 1];
+            free(own);
+            own = malloc((size_t)k * ml + seg);
+            if (own == NULL) { *err = LL_MEDIA_PREPROC; goto fail; }
+            for (int j = 0; j < k; j++) memcpy(own + (size_t)j * ml, marker, ml);
+            memcpy(own + (size_t)k * ml, text + ends[k - 1], seg);
+            t = own;
+            len = (size_t)k * ml + seg;
+        }
+        mtmd_bitmap *real = NULL;
+        if (n > 0) {
+            real = ll_decode_image(x, bufs[k], lens[k], err);
+            if (real == NULL) { *bad = k; goto fail; }
+            bitmaps[k] = real;
+        }
+        int32_t rc = ll_tokenize_pass(x, t, len, add_special, parse_special, bitmaps,
+                                      (size_t)(n > 0 ? k + 1 : 0), &out->lists[k]);
+        if (real != NULL) {
+            /* The pixels go now; a placeholder stands in for them in later passes. */
+            bitmaps[k] = mtmd_bitmap_init(mtmd_bitmap_get_nx(real), mtmd_bitmap_get_ny(real),
+                                          NULL);
+            mtmd_bitmap_free(real);
+            if (bitmaps[k] == NULL) { *err = LL_MEDIA_PREPROC; goto fail; }
+            held = k + 1;
+        }
+        if (rc != 0) {
+            *err = rc == 1 ? LL_MEDIA_COUNT : LL_MEDIA_PREPROC;
+            *bad = rc == 1 ? -1 : k;
+            /* With no placeholder beside it, image k itself is what libmtmd refused. */
+            if (rc != 1 && k > 0) *how = LL_PASS_REFUSED;
+            goto fail;
+        }
+        out->n_lists = k + 1;
+    }
+    if (ll_chunks_order(out) != 0) { *how = LL_PASS_MISMATCH; goto fail; }
+    for (int k = 0; k < held; k++) mtmd_bitmap_free(bitmaps[k]);
+    free(own);
+    return out;
+fail:
+    for (int k = 0; k < held; k++) mtmd_bitmap_free(bitmaps[k]);
+    free(own);
+    ll_chunks_free(out);
+    return NULL;
+}
+
 ll_chunks *ll_mtmd_tokenize(ll_mtmd *x, const char *text, int add_special, int parse_special,
                             const unsigned char **bufs, const size_t *lens, int n, int *err,
                             int *bad) {
@@ -905,62 +983,21 @@ ll_chunks *ll_mtmd_tokenize(ll_mtmd *x, const char *text, int add_special, int p
         return NULL;
     }
     /* One image decoded at a time, so the peak is one decoded bitmap (plus libmtmd's
-     * copy of it), not all of them: pass k tokenizes the text up to image k's marker
-     * with image k itself and, for the images before it, placeholders of their sizes
-     * (no pixels), so the chunks it makes for image k are exactly those a single pass
-     * over everything would make (positions, slices, image index), and its bitmap is
-     * freed before the next is decoded.  The last pass takes the whole text and gives
-     * the prompt's order (ll_chunks_order). */
-    const int passes = n > 0 ? n : 1;
-    mtmd_bitmap *bitmaps[LL_MAX_MEDIA];
-    int held = 0;     /* bitmaps[0..held) are placeholders */
-    int suspect = -1; /* the image whose pass libmtmd refused */
-    ll_chunks *out = calloc(1, sizeof *out);
-    if (out == NULL || (out->lists = calloc((size_t)passes, sizeof *out->lists)) == NULL) {
-        *err = LL_MEDIA_PREPROC;
-        goto fail;
+     * copy of it), not all of them; each pass is a whole libmtmd tokenization up to its
+     * image, so the chunks it makes for that image are those one tokenization of
+     * everything makes (slices, image index), and the last pass, over the whole text,
+     * gives the prompt's order (ll_chunks_order).  Should the chunks not match up,
+     * the passes take the whole text before each image, then libmtmd's own way. */
+    int how = 0;
+    for (int whole = 0; whole <= 1; whole++) {
+        ll_chunks *out = ll_by_image(x, text, ends, add_special, parse_special, bufs, lens, n,
+                                     whole, err, bad, &how);
+        if (out != NULL || how == LL_PASS_FAILED) return out;
+        if (how == LL_PASS_REFUSED) break;
     }
-    for (int k = 0; k < passes; k++) {
-        size_t upto = k == passes - 1 ? strlen(text) : ends[k];
-        mtmd_bitmap *real = NULL;
-        if (n > 0) {
-            real = ll_decode_image(x, bufs[k], lens[k], err);
-            if (real == NULL) { *bad = k; goto fail; }
-            bitmaps[k] = real;
-        }
-        int32_t rc = ll_tokenize_pass(x, text, upto, add_special, parse_special, bitmaps,
-                                      (size_t)(n > 0 ? k + 1 : 0), &out->lists[k]);
-        if (real != NULL) {
-            bitmaps[k] = mtmd_bitmap_init(mtmd_bitmap_get_nx(real), mtmd_bitmap_get_ny(real),
-                                          NULL);
-            mtmd_bitmap_free(real);
-            if (bitmaps[k] == NULL) { *err = LL_MEDIA_PREPROC; goto fail; }
-            held = k + 1;
-        }
-        if (rc != 0) {
-            if (rc == 1 || k == 0) {
-                /* No placeholder took part: image k itself is what libmtmd refused. */
-                *err = rc == 1 ? LL_MEDIA_COUNT : LL_MEDIA_PREPROC;
-                *bad = rc == 1 ? -1 : k;
-                goto fail;
-            }
-            suspect = k;
-            goto at_once;
-        }
-        out->n_lists = k + 1;
-    }
-    if (ll_chunks_order(out) != 0) goto at_once;
-    for (int k = 0; k < held; k++) mtmd_bitmap_free(bitmaps[k]);
-    return out;
-at_once:
-    for (int k = 0; k < held; k++) mtmd_bitmap_free(bitmaps[k]);
-    ll_chunks_free(out);
+    int suspect = how == LL_PASS_REFUSED ? *bad : -1;
     return ll_tokenize_at_once(x, text, add_special, parse_special, bufs, lens, n, err, bad,
                                suspect);
-fail:
-    for (int k = 0; k < held; k++) mtmd_bitmap_free(bitmaps[k]);
-    ll_chunks_free(out);
-    return NULL;
 }
 
 ll_chunks *ll_mtmd_tokenize_at_once(ll_mtmd *x, const char *text, int add_special,
