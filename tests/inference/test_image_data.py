@@ -171,9 +171,12 @@ def test_a_huge_number_of_chunks_is_refused_in_milliseconds() -> None:
 
 
 def test_compressed_chunks_stb_never_inflates_are_not_inflated() -> None:
-    # iCCP and zTXt bombs: stb_image skips ancillary chunks unread, and so do we.
+    # iCCP, zTXt and APNG frame (fdAT) bombs: stb_image skips ancillary chunks unread
+    # (of an APNG it decodes the default image, the IDAT), and so do we.
     bomb = zeros(64 << 20)
-    extra = chunk(b"iCCP", b"p\x00\x00" + bomb) + chunk(b"zTXt", b"k\x00\x00" + bomb)
+    extra = (chunk(b"iCCP", b"p\x00\x00" + bomb) + chunk(b"zTXt", b"k\x00\x00" + bomb)
+             + chunk(b"acTL", struct.pack(">II", 2, 0))
+             + chunk(b"fdAT", struct.pack(">I", 1) + bomb))
     data = make_png(4, 4, zlib.compress(bytes(4 * 13)), extra=extra)
     start = time.perf_counter()
     assert check_image(data).width == 4

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import struct
+from typing import Any
 
 import pytest
 
@@ -51,7 +52,7 @@ def test_decode_base64_data_urls_and_urls() -> None:
 
 
 def test_markers_go_where_the_images_are() -> None:
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "system", "content": "be brief"},
         {"role": "user", "content": "what is this?", "images": [b64(RED_PNG)]},
         {"role": "assistant", "content": "red"},
