@@ -6,6 +6,11 @@ Values are Python ones: ``str``, ``int``, ``float``, ``bool``, ``None`` (nil),
 the struct's json tags).  Printing follows ``fmt``'s ``%v`` and ``json``
 follows ``encoding/json`` (compact, sorted map keys, HTML characters escaped),
 because published templates were written against exactly that output.
+
+Everything that makes a new string out of its arguments (``print``, ``println``,
+``printf``, ``json`` and printing a value) takes a ``limit`` and refuses as soon
+as its result would pass it, so a template cannot build a gigabyte in one call
+(``print $x $x $x ...`` with a 4 MB ``$x``, ``printf "%9999v%9999v..."``).
 """
 
 from __future__ import annotations
@@ -20,6 +25,31 @@ from typing import Any
 from localllm.template.goparse import GoTemplateError
 
 MAX_WIDTH = 10_000  # printf width/precision: "%0999999999d" must not allocate gigabytes
+
+
+class ResultTooLong(GoTemplateError):
+    """A function's result would pass its ``limit``."""
+
+
+class _Out:
+    """A string being built, refused once it passes ``limit`` characters (None: no limit)."""
+
+    __slots__ = ("left", "limit", "parts")
+
+    def __init__(self, limit: int | None) -> None:
+        self.parts: list[str] = []
+        self.limit = limit
+        self.left = -1 if limit is None else limit
+
+    def add(self, text: str) -> None:
+        if self.limit is not None:
+            self.left -= len(text)
+            if self.left < 0:
+                raise ResultTooLong(f"result is over {self.limit} characters")
+        self.parts.append(text)
+
+    def text(self) -> str:
+        return "".join(self.parts)
 
 
 class GoStruct:
@@ -68,33 +98,56 @@ def go_float(f: float) -> str:
     return text
 
 
-def go_str(value: Any) -> str:
-    """``fmt.Sprint`` of one value."""
+def go_str(value: Any, limit: int | None = None) -> str:
+    """``fmt.Sprint`` of one value (refused past ``limit`` characters)."""
     if isinstance(value, str):
+        if limit is not None and len(value) > limit:
+            raise ResultTooLong(f"result is over {limit} characters")
         return value
-    if value is None:
-        return "<no value>"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return go_float(value)
-    if isinstance(value, JSONMap) or (isinstance(value, GoStruct) and value.stringer):
-        return go_json(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + " ".join(_inner(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "map[" + " ".join(f"{_inner(k)}:{_inner(value[k])}" for k in sorted_keys(value)) \
-            + "]"
-    if isinstance(value, GoStruct):
-        return "{" + " ".join(_inner(v) for v in value.fields.values()) + "}"
-    return str(value)
+    out = _Out(limit)
+    _put_str(value, out, False)
+    return out.text()
 
 
-def _inner(value: Any) -> str:
-    # Inside a container a nil prints as Go's typed nil, not "<no value>".
-    return "<nil>" if value is None else go_str(value)
+def _put_str(value: Any, out: _Out, inner: bool) -> None:
+    if isinstance(value, str):
+        out.add(value)
+    elif value is None:
+        # Inside a container a nil prints as Go's typed nil, not "<no value>".
+        out.add("<nil>" if inner else "<no value>")
+    elif isinstance(value, bool):
+        out.add("true" if value else "false")
+    elif isinstance(value, int):
+        out.add(str(value))
+    elif isinstance(value, float):
+        out.add(go_float(value))
+    elif isinstance(value, JSONMap) or (isinstance(value, GoStruct) and value.stringer):
+        _put_json(value, out)
+    elif isinstance(value, (list, tuple)):
+        out.add("[")
+        for i, item in enumerate(value):
+            if i:
+                out.add(" ")
+            _put_str(item, out, True)
+        out.add("]")
+    elif isinstance(value, dict):
+        out.add("map[")
+        for i, key in enumerate(sorted_keys(value)):
+            if i:
+                out.add(" ")
+            _put_str(key, out, True)
+            out.add(":")
+            _put_str(value[key], out, True)
+        out.add("]")
+    elif isinstance(value, GoStruct):
+        out.add("{")
+        for i, item in enumerate(value.fields.values()):
+            if i:
+                out.add(" ")
+            _put_str(item, out, True)
+        out.add("}")
+    else:
+        out.add(str(value))
 
 
 def sorted_keys(d: dict[Any, Any]) -> list[Any]:
@@ -130,67 +183,88 @@ def _json_str(s: str) -> str:
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
-def go_json(value: Any) -> str:
+def go_json(value: Any, limit: int | None = None) -> str:
     """``json.Marshal`` of ``value``: compact, map keys sorted, HTML escaped."""
-    v = value
+    out = _Out(limit)
+    _put_json(value, out)
+    return out.text()
+
+
+def _put_json(v: Any, out: _Out) -> None:
     if isinstance(v, GoStruct):
-        return go_json(v.json_value)
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return _json_float(v)
-    if isinstance(v, str):
-        return _json_str(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ",".join(go_json(x) for x in v) + "]"
-    if isinstance(v, dict):
+        _put_json(v.json_value, out)
+    elif v is None:
+        out.add("null")
+    elif isinstance(v, bool):
+        out.add("true" if v else "false")
+    elif isinstance(v, int):
+        out.add(str(v))
+    elif isinstance(v, float):
+        out.add(_json_float(v))
+    elif isinstance(v, str):
+        out.add(_json_str(v))
+    elif isinstance(v, (list, tuple)):
+        out.add("[")
+        for i, item in enumerate(v):
+            if i:
+                out.add(",")
+            _put_json(item, out)
+        out.add("]")
+    elif isinstance(v, dict):
         keys = list(v) if isinstance(v, StructJSON) else sorted(v, key=str)
-        return "{" + ",".join(f"{_json_str(str(k))}:{go_json(v[k])}" for k in keys) + "}"
-    return _json_str(str(v))
+        out.add("{")
+        for i, key in enumerate(keys):
+            out.add(("," if i else "") + _json_str(str(key)) + ":")
+            _put_json(v[key], out)
+        out.add("}")
+    else:
+        out.add(_json_str(str(v)))
 
 
 _VERB = re.compile(r"%([-+# 0]*)(\d+)?(?:\.(\d+)?)?([a-zA-Z%])")
 
 
-def go_sprintf(fmt: str, *args: Any) -> str:
+def go_sprintf(fmt: str, *args: Any, limit: int | None = None) -> str:
     """``fmt.Sprintf`` for the verbs templates use: %v %s %d %q %f %g %e %x %X %t %c %%."""
-    out: list[str] = []
+    out = _Out(limit)
     pos, argi = 0, 0
     for m in _VERB.finditer(fmt):
-        out.append(fmt[pos:m.start()])
+        out.add(fmt[pos:m.start()])
         pos = m.end()
         flags, width, prec, verb = m.group(1), m.group(2), m.group(3), m.group(4)
         if verb == "%":
-            out.append("%")
+            out.add("%")
             continue
         if argi >= len(args):
-            out.append(f"%!{verb}(MISSING)")
+            out.add(f"%!{verb}(MISSING)")
             continue
         arg = args[argi]
         argi += 1
-        if (width and int(width) > MAX_WIDTH) or (prec and int(prec) > MAX_WIDTH):
-            raise GoTemplateError(f"printf width or precision over {MAX_WIDTH}")
-        out.append(_format_one(flags, width, prec, verb, arg))
-    out.append(fmt[pos:])
+        for number in (width, prec):
+            # Length first: int() of a few thousand digits is itself an error.
+            if number and (len(number.lstrip("0")) > 6 or int(number) > MAX_WIDTH):
+                raise GoTemplateError(f"printf width or precision over {MAX_WIDTH}")
+        out.add(_format_one(flags, width, prec, verb, arg, limit))
+    out.add(fmt[pos:])
     if argi < len(args):
-        out.append("%!(EXTRA " + ", ".join(go_str(a) for a in args[argi:]) + ")")
-    return "".join(out)
+        out.add("%!(EXTRA ")
+        for i, extra in enumerate(args[argi:]):
+            out.add((", " if i else "") + go_str(extra, limit))
+        out.add(")")
+    return out.text()
 
 
-def _format_one(flags: str, width: str | None, prec: str | None, verb: str, arg: Any) -> str:
+def _format_one(flags: str, width: str | None, prec: str | None, verb: str, arg: Any,
+                limit: int | None) -> str:
     spec = flags.replace("#", "") + (width or "") + (f".{prec}" if prec is not None else "")
     try:
         if verb in "vs":
-            text = go_str(arg)
+            text = go_str(arg, limit)
             if prec is not None:
                 text = text[:int(prec)]
             return format(text, _align(flags, width))
         if verb == "q":
-            return format(_json_str(go_str(arg)), _align(flags, width))
+            return format(_json_str(go_str(arg, limit)), _align(flags, width))
         if verb == "t" and isinstance(arg, bool):
             return format(go_str(arg), _align(flags, width))
         if verb == "c" and isinstance(arg, int):
@@ -205,7 +279,7 @@ def _format_one(flags: str, width: str | None, prec: str | None, verb: str, arg:
             return text.upper() if verb == "X" else text
     except (ValueError, TypeError, OverflowError):
         pass
-    return f"%!{verb}({type(arg).__name__}={go_str(arg)})"
+    return f"%!{verb}({type(arg).__name__}={go_str(arg, limit)})"
 
 
 def _align(flags: str, width: str | None) -> str:
@@ -249,8 +323,10 @@ def _ordered(name: str, a: Any, b: Any) -> tuple[Any, Any]:
 
 
 def go_len(v: Any) -> int:
-    if isinstance(v, (str, list, tuple, dict)):
-        return len(v.encode() if isinstance(v, str) else v)
+    if isinstance(v, str):
+        return len(v) if v.isascii() else len(v.encode())  # Go counts bytes
+    if isinstance(v, (list, tuple, dict)):
+        return len(v)
     if v is None:
         raise GoTemplateError("len of nil pointer")
     raise GoTemplateError(f"len of type {type(v).__name__}")
@@ -283,13 +359,27 @@ def go_slice(v: Any, *idx: Any) -> Any:
     return v[lo:hi]
 
 
-def go_print(*args: Any) -> str:
-    out = []
+def go_print(*args: Any, limit: int | None = None) -> str:
+    out = _Out(limit)
     for i, a in enumerate(args):
         if i and not isinstance(a, str) and not isinstance(args[i - 1], str):
-            out.append(" ")
-        out.append(go_str(a))
-    return "".join(out)
+            out.add(" ")
+        _put_str(a, out, False)
+    return out.text()
+
+
+def go_println(*args: Any, limit: int | None = None) -> str:
+    out = _Out(limit)
+    for i, a in enumerate(args):
+        if i:
+            out.add(" ")
+        _put_str(a, out, False)
+    out.add("\n")
+    return out.text()
+
+
+def go_printf(fmt: Any, *args: Any, limit: int | None = None) -> str:
+    return go_sprintf(fmt if isinstance(fmt, str) else go_str(fmt, limit), *args, limit=limit)
 
 
 FUNCS: dict[str, Callable[..., Any]] = {
@@ -305,10 +395,12 @@ FUNCS: dict[str, Callable[..., Any]] = {
     "index": go_index,
     "slice": go_slice,
     "print": go_print,
-    "println": lambda *a: " ".join(go_str(x) for x in a) + "\n",
-    "printf": lambda f, *a: go_sprintf(f if isinstance(f, str) else go_str(f), *a),
+    "println": go_println,
+    "printf": go_printf,
     "currentDate": lambda: date.today().strftime("%Y-%m-%d"),
     "yesterdayDate": lambda: (date.today() - timedelta(days=1)).strftime("%Y-%m-%d"),
 }
 # "and"/"or" evaluate lazily, so the executor handles them; they are valid names here.
 FUNC_NAMES = {*FUNCS, "and", "or"}
+# The functions that build a new string from their arguments take ``limit=``.
+SIZED = frozenset({"json", "print", "println", "printf"})

@@ -10,12 +10,18 @@ list, map or integer, with ``$i, $e :=``), ``with``/``else with``, ``break``,
 they are how a template recurses.
 
 The tree is small plain dataclasses; ``gotemplate`` executes it.  Nesting is
-capped, so a hostile template cannot exhaust the parser's stack.
+capped, so a hostile template cannot exhaust the parser's stack, and lexing and
+parsing are linear in the template: the source is never copied from a position
+to its end, regexes match in place, and line numbers are counted once, forward
+(a 1 MiB template of actions or comments took minutes when each of these was
+redone per action).
 """
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,20 +102,28 @@ class Chain:
 
 
 # -- lexing ----------------------------------------------------------------------
+# Each token with the blanks before it (one match per token); the string and char
+# patterns are written as "unrolled loops", which the regex engine runs without
+# saving a backtracking point per character.
 _TOKEN = re.compile(r"""
-    (?P<space>[ \t\r\n]+)
-  | (?P<close>-?\}\})
+    [ \t\r\n]*
+  (?:
+    (?P<close>-?\}\})
   | (?P<declare>:=)
   | (?P<punct>[()|,=])
-  | (?P<string>"(?:[^"\\\n]|\\.)*")
+  | (?P<string>"[^"\\\n]*(?:\\.[^"\\\n]*)*")
   | (?P<raw>`[^`]*`)
-  | (?P<char>'(?:[^'\\\n]|\\.)+')
+  | (?P<char>'(?=[^'\n])[^'\\\n]*(?:\\.[^'\\\n]*)*')
   | (?P<number>[+-]?(?:0[xX][0-9a-fA-F_]+|(?:\d[\d_]*(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?))
   | (?P<var>\$[A-Za-z0-9_]*)
   | (?P<field>\.[A-Za-z_][A-Za-z0-9_]*)
   | (?P<dot>\.)
   | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
+  | (?P<end>\Z)
+  )
 """, re.VERBOSE)
+_COMMENT_END = re.compile(r"\s*(-?)\}\}")
+_BLANKS = re.compile(r"[ \t\r\n]*")
 _KEYWORDS = {"if", "else", "end", "range", "with", "break", "continue", "define",
              "template", "block", "nil", "true", "false"}
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "a": "\a",
@@ -125,7 +139,11 @@ class Tok:
 
 def unquote(text: str) -> str:
     """A Go interpreted string or char literal's value."""
-    body, out, i = text[1:-1], [], 0
+    body = text[1:-1]
+    if "\\" not in body:
+        return body
+    out: list[str] = []
+    i = 0
     while i < len(body):
         ch = body[i]
         if ch != "\\":
@@ -151,17 +169,19 @@ def unquote(text: str) -> str:
 def _lex_action(src: str, pos: int, line: int) -> tuple[list[Tok], int, bool]:
     """Tokens of the action starting at ``pos`` (after ``{{``); returns (tokens, end, trim)."""
     toks: list[Tok] = []
-    spaced = False
-    while pos < len(src):
-        m = _TOKEN.match(src, pos)
+    match = _TOKEN.match
+    while True:
+        m = match(src, pos)
         if m is None:
-            raise GoTemplateError(f"template: line {line}: unexpected {src[pos]!r} in action")
+            blanks = _BLANKS.match(src, pos)
+            bad = blanks.end() if blanks else pos
+            raise GoTemplateError(f"template: line {line}: unexpected {src[bad]!r} in action")
         kind = m.lastgroup or ""
-        text = m.group()
+        spaced = m.start(kind) > pos
         pos = m.end()
-        if kind == "space":
-            spaced = True
-            continue
+        if kind == "end":
+            raise GoTemplateError(f"template: line {line}: unclosed action")
+        text = m.group(kind)
         if kind == "close":
             if text.startswith("-") and not spaced:
                 raise GoTemplateError(f"template: line {line}: bad trim marker -}}}}")
@@ -169,16 +189,19 @@ def _lex_action(src: str, pos: int, line: int) -> tuple[list[Tok], int, bool]:
         if kind == "number" and text[0] in "+-" and toks and not spaced:
             raise GoTemplateError(f"template: line {line}: unexpected {text!r}")
         toks.append(Tok(kind, text, spaced))
-        spaced = False
-    raise GoTemplateError(f"template: line {line}: unclosed action")
 
 
-def lex(src: str) -> list[Text | tuple[int, list[Tok]]]:
-    """Split ``src`` into text pieces and actions (line, tokens), trimming as marked."""
+def lex(src: str) -> Iterator[Text | tuple[int, list[Tok]]]:
+    """Text pieces and actions (line, tokens) of ``src``, trimmed as marked.
+
+    A generator: the parser takes each action's tokens as they come, so they never
+    all exist at once (a 1 MiB template has a few hundred thousand of them, and the
+    garbage collector's passes over them cost more than the lexing).
+    """
     if len(src) > MAX_TEMPLATE_CHARS:
-        raise GoTemplateError("template is too large")
-    items: list[Text | tuple[int, list[Tok]]] = []
+        raise GoTemplateError(f"template is over {MAX_TEMPLATE_CHARS} characters")
     pos, trim_next = 0, False
+    line, counted = 1, 0  # the line number at offset ``counted``
     while True:
         start = src.find("{{", pos)
         text = src[pos:] if start < 0 else src[pos:start]
@@ -186,33 +209,33 @@ def lex(src: str) -> list[Text | tuple[int, list[Tok]]]:
             text = text.lstrip(" \t\r\n")
         if start < 0:
             if text:
-                items.append(Text(text))
-            return items
+                yield Text(text)
+            return
         inner = start + 2
-        line = src.count("\n", 0, start) + 1
+        line += src.count("\n", counted, start)
+        counted = start
         if src.startswith("-", inner) and src[inner + 1:inner + 2] in (" ", "\t", "\r", "\n"):
             text = text.rstrip(" \t\r\n")
             inner += 2
         if text:
-            items.append(Text(text))
+            yield Text(text)
         if src.startswith("/*", inner):
             end = src.find("*/", inner)
             if end < 0:
                 raise GoTemplateError(f"template: line {line}: unclosed comment")
-            tail = re.match(r"\s*(-?)\}\}", src[end + 2:])
+            tail = _COMMENT_END.match(src, end + 2)
             if tail is None:
                 raise GoTemplateError(f"template: line {line}: comment ends before closing }}}}")
-            pos, trim_next = end + 2 + tail.end(), bool(tail.group(1))
+            pos, trim_next = tail.end(), bool(tail.group(1))
             continue
         toks, pos, trim_next = _lex_action(src, inner, line)
-        items.append((line, toks))
+        yield line, toks
 
 
 # -- parsing ------------------------------------------------------------------------
 class _Parser:
-    def __init__(self, items: list[Text | tuple[int, list[Tok]]], funcs: set[str]) -> None:
+    def __init__(self, items: Iterator[Text | tuple[int, list[Tok]]], funcs: set[str]) -> None:
         self.items = items
-        self.i = 0
         self.funcs = funcs
         self.depth = 0
         self.loops = 0
@@ -228,9 +251,7 @@ class _Parser:
     def parse_list(self) -> tuple[list[Any], str, int, list[Tok]]:
         """Nodes up to an ``else``/``end`` (returned with its line and remaining tokens)."""
         nodes: list[Any] = []
-        while self.i < len(self.items):
-            item = self.items[self.i]
-            self.i += 1
+        for item in self.items:
             if isinstance(item, Text):
                 nodes.append(item)
                 continue
@@ -362,15 +383,23 @@ class _Parser:
 
 
 def _number(text: str, line: int) -> int | float:
+    """A number literal as Go reads it: an integer if it fits 64 bits, else a finite float."""
     clean = text.replace("_", "")
     try:
-        if clean.lower().lstrip("+-").startswith("0x"):
-            return int(clean, 16)
-        if re.fullmatch(r"[+-]?\d+", clean):
-            return int(clean, 10)
-        return float(clean)
+        hexa = clean.lower().lstrip("+-").startswith("0x")
+        if hexa or re.fullmatch(r"[+-]?\d+", clean):
+            # Ints print with str(): one past 64 bits could be thousands of digits long.
+            value = int(clean, 16 if hexa else 10)
+            if -(1 << 63) <= value < 1 << 64:
+                return value
+            if hexa:
+                raise ValueError(text)
+        number = float(clean)
     except ValueError:
-        raise GoTemplateError(f"template: line {line}: bad number {text}") from None
+        raise GoTemplateError(f"template: line {line}: bad number {text[:64]}") from None
+    if not math.isfinite(number):
+        raise GoTemplateError(f"template: line {line}: number out of range {text[:64]}")
+    return number
 
 
 def parse(src: str, funcs: set[str]) -> list[Any]:

@@ -12,6 +12,10 @@ Templates that never mention ``.Messages`` (older Llama 2 / Mistral style,
 ``.System``/``.Prompt``/``.Response`` and concatenated; the last turn is cut
 right after ``{{ .Response }}`` so that the prompt ends where the model's answer
 starts.
+
+One render has one budget (``gotemplate.Budget``: steps, output, seconds), however
+many turns the legacy path executes the template for, and merging a run of
+same-role messages joins their contents once (not once per message).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 
 from localllm.template.gofuncs import GoStruct, JSONMap, StructJSON
 from localllm.template.goparse import Action, Branch, Chain, Field, Pipe, Text
-from localllm.template.gotemplate import GoTemplate
+from localllm.template.gotemplate import Budget, GoTemplate
 
 
 @lru_cache(maxsize=32)
@@ -120,14 +124,19 @@ def collate(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
     """(all system text joined, messages with same-role neighbours merged), as Ollama."""
     system: list[str] = []
     out: list[dict[str, Any]] = []
+    runs: list[list[str]] = []  # the contents of each merged message, joined at the end
     for msg in messages:
         content = msg.get("content") or ""
         if msg.get("role") == "system":
             system.append(content)
         if out and out[-1].get("role") == msg.get("role"):
-            out[-1] = {**out[-1], "content": (out[-1].get("content") or "") + "\n\n" + content}
+            runs[-1].append(content)
         else:
             out.append(dict(msg))
+            runs.append([out[-1].get("content") or ""])
+    for msg, run in zip(out, runs, strict=True):
+        if len(run) > 1:
+            msg["content"] = "\n\n".join(run)
     return "\n\n".join(system), out
 
 
@@ -137,6 +146,7 @@ def render_go(source: str, messages: list[dict[str, Any]], *,
     """The prompt for ``messages`` under the Go template ``source``."""
     tpl = compiled(source)
     system, merged = collate(messages)
+    budget = Budget()
     if "messages" in tpl.field_names():
         return tpl.execute({
             "System": system,
@@ -146,16 +156,16 @@ def render_go(source: str, messages: list[dict[str, Any]], *,
             "Think": bool(think),
             "ThinkLevel": think_level,
             "IsThinkSet": think is not None,
-        })
-    return _render_legacy(tpl, merged)
+        }, budget=budget)
+    return _render_legacy(tpl, merged, budget)
 
 
-def _render_legacy(tpl: GoTemplate, messages: list[dict[str, Any]]) -> str:
+def _render_legacy(tpl: GoTemplate, messages: list[dict[str, Any]], budget: Budget) -> str:
     parts: list[str] = []
     turn = {"System": "", "Prompt": "", "Response": ""}
 
     def flush() -> None:
-        parts.append(tpl.execute(dict(turn)))
+        parts.append(tpl.execute(dict(turn), budget=budget))
         turn.update(System="", Prompt="", Response="")
 
     for msg in messages:
@@ -172,7 +182,7 @@ def _render_legacy(tpl: GoTemplate, messages: list[dict[str, Any]]) -> str:
             turn["Response"] = content
     last = GoTemplate.__new__(GoTemplate)
     last.source, last.nodes = tpl.source, _cut_after_response(tpl.nodes, [False])
-    parts.append(last.execute(dict(turn)))
+    parts.append(last.execute(dict(turn), budget=budget))
     return "".join(parts)
 
 

@@ -2,12 +2,15 @@
 
 ``GoTemplate(src)`` parses once (``goparse``); ``execute(data)`` renders with
 ``data`` as dot.  Templates are untrusted (they arrive in Modelfiles and pulled
-manifests), so execution has a budget: at most ``MAX_STEPS`` evaluated nodes,
-``MAX_OUTPUT_CHARS`` of output (and of any intermediate string), and
-``RENDER_SECONDS`` of wall time.  Crossing any of them raises
-``GoTemplateError`` (HTTP 400) instead of hanging or exhausting the daemon.
-Only the functions in ``gofuncs.FUNCS`` exist: templates cannot call methods,
-read files or reach Python objects.
+manifests), so execution has a :class:`Budget`: at most ``MAX_STEPS`` evaluated
+nodes, ``MAX_OUTPUT_CHARS`` of output (and of any intermediate string, refused
+while it is being built, not after), and ``RENDER_SECONDS`` of wall time,
+checked every few steps and after every function call.  One budget can span
+several executions (a legacy template runs once per turn of a chat).  Crossing
+any of them raises ``GoTemplateError`` (HTTP 400) instead of hanging or
+exhausting the daemon.  Variables are found by name in constant time, so many
+declarations cost no more than a few.  Only the functions in ``gofuncs.FUNCS``
+exist: templates cannot call methods, read files or reach Python objects.
 """
 
 from __future__ import annotations
@@ -15,7 +18,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from localllm.template.gofuncs import FUNC_NAMES, FUNCS, GoStruct, go_str, sorted_keys, truth
+from localllm.template.gofuncs import (
+    FUNC_NAMES,
+    FUNCS,
+    SIZED,
+    GoStruct,
+    ResultTooLong,
+    go_str,
+    sorted_keys,
+    truth,
+)
 from localllm.template.goparse import (
     Action,
     Branch,
@@ -37,6 +49,17 @@ MAX_OUTPUT_CHARS = 4 << 20
 RENDER_SECONDS = 2.0
 
 
+class Budget:
+    """What one render may spend, shared by every execution that is part of it."""
+
+    def __init__(self, steps: int = MAX_STEPS, output: int = MAX_OUTPUT_CHARS,
+                 seconds: float = RENDER_SECONDS) -> None:
+        self.steps = steps
+        self.max_output = output
+        self.output = output  # characters left
+        self.deadline = time.monotonic() + seconds
+
+
 class _Break(Exception):
     pass
 
@@ -48,30 +71,52 @@ class _Continue(Exception):
 class _Exec:
     """State of one execution: variables, output, budget."""
 
-    def __init__(self, data: Any, max_steps: int, max_output: int, seconds: float) -> None:
-        self.vars: list[tuple[str, Any]] = [("$", data)]
+    def __init__(self, data: Any, budget: Budget) -> None:
+        self.vars: list[tuple[str, Any]] = []
+        self.where: dict[str, list[int]] = {}  # name -> its indexes in vars, innermost last
+        self.push("$", data)
         self.out: list[str] = []
-        self.size = 0
-        self.steps = max_steps
-        self.max_output = max_output
-        self.deadline = time.monotonic() + seconds
+        self.budget = budget
+        self.max_output = budget.max_output
         self.line = 0
 
     def err(self, message: str) -> GoTemplateError:
         return GoTemplateError(f"template: line {self.line}: {message}")
 
     def tick(self) -> None:
-        self.steps -= 1
-        if self.steps < 0:
+        budget = self.budget
+        budget.steps -= 1
+        if budget.steps < 0:
             raise self.err("template execution exceeded its step limit (endless loop?)")
-        if self.steps % 1024 == 0 and time.monotonic() > self.deadline:
+        if budget.steps % 64 == 0:
+            self.clock()
+
+    def clock(self) -> None:
+        if time.monotonic() > self.budget.deadline:
             raise self.err("template took too long to render")
 
     def emit(self, text: str) -> None:
-        self.size += len(text)
-        if self.size > self.max_output:
+        self.budget.output -= len(text)
+        if self.budget.output < 0:
             raise self.err(f"template output exceeds {self.max_output} characters")
         self.out.append(text)
+
+    # -- variables ----------------------------------------------------------------------
+    def push(self, name: str, value: Any) -> None:
+        self.where.setdefault(name, []).append(len(self.vars))
+        self.vars.append((name, value))
+
+    def drop(self, mark: int) -> None:
+        """Forget the variables declared since ``mark`` (the end of a scope)."""
+        while len(self.vars) > mark:
+            name, _ = self.vars.pop()
+            self.where[name].pop()
+
+    def lookup(self, name: str) -> Any:
+        found = self.where.get(name)
+        if not found:
+            raise self.err(f"undefined variable: {name}")
+        return self.vars[found[-1]][1]
 
     # -- statements -------------------------------------------------------------
     def walk(self, nodes: list[Any], dot: Any) -> None:
@@ -83,7 +128,7 @@ class _Exec:
                 self.line = node.line
                 value = self.pipe(node.pipe, dot)
                 if not node.pipe.decl:
-                    self.emit(go_str(value))
+                    self.emit(self.printed(value))
             elif isinstance(node, Branch):
                 self.line = node.line
                 self.branch(node, dot)
@@ -95,7 +140,7 @@ class _Exec:
         try:
             self.walk(nodes, dot)
         finally:
-            del self.vars[mark:]
+            self.drop(mark)
 
     def branch(self, node: Branch, dot: Any) -> None:
         mark = len(self.vars)
@@ -109,7 +154,7 @@ class _Exec:
             elif node.orelse is not None:
                 self.scoped(node.orelse, dot)
         finally:
-            del self.vars[mark:]
+            self.drop(mark)
 
     def range(self, node: Branch, dot: Any) -> None:
         pipe = node.pipe
@@ -161,18 +206,24 @@ class _Exec:
         except _Continue:
             pass
         finally:
-            del self.vars[mark:]
+            self.drop(mark)
         return True
 
     def setvar(self, name: str, value: Any, assign: bool) -> None:
         if not assign:
-            self.vars.append((name, value))
+            self.push(name, value)
             return
-        for i in range(len(self.vars) - 1, -1, -1):
-            if self.vars[i][0] == name:
-                self.vars[i] = (name, value)
-                return
-        raise self.err(f"undefined variable: {name}")
+        found = self.where.get(name)
+        if not found:
+            raise self.err(f"undefined variable: {name}")
+        self.vars[found[-1]] = (name, value)
+
+    def printed(self, value: Any) -> str:
+        """``value`` as text, refused once longer than the output left."""
+        try:
+            return go_str(value, max(self.budget.output, 0))
+        except ResultTooLong:
+            raise self.err(f"template output exceeds {self.max_output} characters") from None
 
     # -- expressions -----------------------------------------------------------------
     def pipe(self, pipe: Pipe, dot: Any) -> Any:
@@ -205,7 +256,12 @@ class _Exec:
             return final[0] if final else value
         values = [self.operand(a, dot) for a in args] + list(final)
         try:
-            result = FUNCS[name](*values)
+            if name in SIZED:
+                result = FUNCS[name](*values, limit=self.max_output)
+            else:
+                result = FUNCS[name](*values)
+        except ResultTooLong:
+            raise self.err(f"{name} result exceeds {self.max_output} characters") from None
         except GoTemplateError as exc:
             raise self.err(f"error calling {name}: {exc.message}") from None
         except TypeError:
@@ -214,6 +270,7 @@ class _Exec:
             raise self.err(f"error calling {name}: value nests too deeply") from None
         if isinstance(result, str) and len(result) > self.max_output:
             raise self.err(f"{name} result exceeds {self.max_output} characters")
+        self.clock()  # one call can take a while (a long string compared, measured, sliced)
         return result
 
     def operand(self, node: Any, dot: Any) -> Any:
@@ -224,10 +281,7 @@ class _Exec:
         if isinstance(node, Field):
             return self.fields(dot, node.names)
         if isinstance(node, Var):
-            for name, value in reversed(self.vars):
-                if name == node.name:
-                    return self.fields(value, node.names)
-            raise self.err(f"undefined variable: {node.name}")
+            return self.fields(self.lookup(node.name), node.names)
         if isinstance(node, Chain):
             return self.fields(self.pipe(node.pipe, dot), node.names)
         if isinstance(node, Func):
@@ -268,8 +322,10 @@ class GoTemplate:
         self.nodes = parse(source, FUNC_NAMES)
 
     def execute(self, data: Any, *, max_steps: int = MAX_STEPS,
-                max_output: int = MAX_OUTPUT_CHARS, seconds: float = RENDER_SECONDS) -> str:
-        state = _Exec(data, max_steps, max_output, seconds)
+                max_output: int = MAX_OUTPUT_CHARS, seconds: float = RENDER_SECONDS,
+                budget: Budget | None = None) -> str:
+        """The template's output for ``data``; ``budget`` (if given) replaces the limits."""
+        state = _Exec(data, budget or Budget(max_steps, max_output, seconds))
         try:
             state.walk(self.nodes, data)
         except (_Break, _Continue):  # pragma: no cover - the parser only allows them in range
@@ -280,9 +336,12 @@ class GoTemplate:
 
     def field_names(self) -> set[str]:
         """Every field name the template mentions (lower-cased), as Ollama's ``Vars``."""
-        names: set[str] = set()
-        _collect(self.nodes, names)
-        return names
+        known: frozenset[str] | None = getattr(self, "_names", None)
+        if known is None:  # once per template, not per render (a cached one may be large)
+            names: set[str] = set()
+            _collect(self.nodes, names)
+            known = self._names = frozenset(names)
+        return set(known)
 
 
 def _collect(node: Any, names: set[str]) -> None:
