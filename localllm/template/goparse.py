@@ -36,25 +36,25 @@ class GoTemplateError(InvalidRequest):
 
 
 # -- the tree ------------------------------------------------------------------
-@dataclass
+@dataclass(slots=True)
 class Text:
     text: str
 
 
-@dataclass
+@dataclass(slots=True)
 class Pipe:
     decl: list[str]  # variable names, with "$"
     assign: bool  # "=" instead of ":="
     cmds: list[list[Any]]  # each command: operand nodes; the first may be a Func
 
 
-@dataclass
+@dataclass(slots=True)
 class Action:
     pipe: Pipe
     line: int
 
 
-@dataclass
+@dataclass(slots=True)
 class Branch:
     kind: str  # "if", "range", "with"
     pipe: Pipe
@@ -63,39 +63,39 @@ class Branch:
     line: int
 
 
-@dataclass
+@dataclass(slots=True)
 class Loop:
     kind: str  # "break" or "continue"
     line: int
 
 
-@dataclass
+@dataclass(slots=True)
 class Field:
     names: list[str]  # relative to dot: .A.B
 
 
-@dataclass
+@dataclass(slots=True)
 class Var:
     name: str  # "$" or "$x"
     names: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class Dot:
     pass
 
 
-@dataclass
+@dataclass(slots=True)
 class Func:
     name: str
 
 
-@dataclass
+@dataclass(slots=True)
 class Lit:
     value: Any
 
 
-@dataclass
+@dataclass(slots=True)
 class Chain:
     pipe: Pipe
     names: list[str]
@@ -130,7 +130,7 @@ _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "a"
             "b": "\b", "f": "\f", "v": "\v"}
 
 
-@dataclass
+@dataclass(slots=True)
 class Tok:
     kind: str
     text: str
