@@ -7,7 +7,7 @@ scheduler is unit-testable without spawning children.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from localllm.runner.messages import CompletionRequest, Done, LoadOptions, Piece
 
@@ -58,3 +58,11 @@ class StartRunner(Protocol):
 
     def __call__(self, model_paths: list[str], opts: LoadOptions, /, *,
                  load_timeout: float | None = None) -> Awaitable[Runner]: ...
+
+
+if TYPE_CHECKING:
+    # mypy checks that RunnerProcess is a Runner and its start a StartRunner.
+    from localllm.runner.process import RunnerProcess
+
+    _start: StartRunner = RunnerProcess.start
+    _runner: type[Runner] = RunnerProcess

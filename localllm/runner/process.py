@@ -40,6 +40,7 @@ from localllm.errors import (
     ShuttingDown,
 )
 from localllm.runner import protocol as P
+from localllm.runner.attach import Floats
 from localllm.runner.lastwords import for_log, lost_workers, scrub_paths, with_reason
 from localllm.runner.messages import (
     CompletionRequest,
@@ -241,7 +242,8 @@ class RunnerProcess:
                     ) -> tuple[list[list[float]], int]:
         reply = await self._call({"type": "embed", "inputs": list(inputs),
                                   "truncate": truncate})
-        return reply["vectors"], int(reply["n_tokens"])
+        vectors: Floats = reply["vectors"]  # float32 rows: Python floats made in a thread
+        return await asyncio.to_thread(vectors.tolist), int(reply["n_tokens"])
 
     async def tokenize(self, text: str, add_special: bool = True,
                        parse_special: bool = True) -> list[int]:
@@ -330,15 +332,19 @@ class RunnerProcess:
         finally:
             self._calls.pop(req_id, None)
 
-    def _write_nowait(self, msg: P.Message) -> None:
+    def _write_nowait(self, msg: P.Message | list[bytes]) -> None:
         stdin = self._proc.stdin
         if stdin is None or stdin.is_closing():
             raise ConnectionResetError("runner stdin is closed")
-        stdin.write(P.encode(msg))
+        for part in P.encode_parts(msg) if isinstance(msg, dict) else msg:
+            stdin.write(part)
 
     async def _send(self, msg: P.Message) -> None:
+        # A request's text, token ids or images can be tens of MB: framed in a thread.
+        big = msg["type"] in ("complete", "embed", "tokenize", "detokenize")
+        parts = await asyncio.to_thread(P.encode_parts, msg) if big else P.encode_parts(msg)
         try:
-            self._write_nowait(msg)
+            self._write_nowait(parts)
             async with self._drain_lock:
                 assert self._proc.stdin is not None
                 await self._proc.stdin.drain()
@@ -489,12 +495,3 @@ class RunnerProcess:
             await self._proc.wait()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._stderr_task), 2.0)
-
-
-def _satisfies_protocol() -> None:
-    # mypy checks that RunnerProcess is a Runner and its start a StartRunner.
-    from localllm.runner.interface import Runner, StartRunner
-
-    start: StartRunner = RunnerProcess.start
-    runner: type[Runner] = RunnerProcess
-    del start, runner

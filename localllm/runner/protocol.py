@@ -9,9 +9,12 @@ child moves fd 1 out of the way first (see ``worker``) so that native code which
 prints cannot corrupt the stream.
 
 Framing: a 4-byte big-endian unsigned length, then that many bytes of UTF-8 JSON
-holding one object with a ``"type"`` key.  A frame over ``MAX_FRAME`` bytes, a
-body that is not a JSON object, an unknown type or a missing field raises
-``ProtocolError``; the stream is then unusable and the peer is treated as broken.
+holding one object with a ``"type"`` key.  With the length's top bit set, the
+body is a 4-byte JSON length, the JSON, then the message's attachments: its
+images, long texts, long token lists and embedding vectors as raw bytes
+(``runner.attach``).  A frame over ``MAX_FRAME`` bytes, a body that is not a
+JSON object, an unknown type or a missing field raises ``ProtocolError``; the
+stream is then unusable and the peer is treated as broken.
 
 Messages (parent -> child): ``load``, ``complete``, ``cancel``, ``embed``,
 ``tokenize``, ``detokenize``, ``ping``, ``shutdown``.  (child -> parent):
@@ -28,14 +31,13 @@ before the load (null without ``/proc``), which ``runner.resident`` uses.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import struct
 from typing import IO, TYPE_CHECKING, Any
 
 from localllm import config
 from localllm.errors import InvalidRequest, LocalLLMError
+from localllm.runner import attach
 from localllm.runner.messages import (
     CompletionRequest,
     Done,
@@ -52,6 +54,9 @@ if TYPE_CHECKING:
 
 _HEADER = struct.Struct(">I")
 HEADER_SIZE = _HEADER.size
+# The header's top bit: the body is a JSON length, the JSON, then its attachments.
+_ATTACHED = 1 << 31
+_SIZES = "\u0000sizes"
 # Embedding batches are the biggest messages (JSON floats cost ~20 bytes each);
 # 128 MiB holds ~1500 vectors of 4096 dims, while a corrupted header (which
 # decodes to an arbitrary 32-bit length) still cannot make us allocate 4 GiB.
@@ -87,34 +92,74 @@ class ProtocolError(LocalLLMError):
 
 
 def encode(msg: Message, *, max_frame: int = MAX_FRAME) -> bytes:
-    """One frame: header + JSON body.  Refuses invalid or oversize messages."""
+    """One frame: header + JSON body (+ attachments).  Refuses invalid or oversize messages."""
+    return b"".join(encode_parts(msg, max_frame=max_frame))
+
+
+def encode_parts(msg: Message, *, max_frame: int = MAX_FRAME) -> list[bytes]:
+    """One frame as the pieces to write in order; large values travel as attachments
+    (``runner.attach``), each piece made by a short C call."""
     validate(msg)
+    small, parts = attach.split(msg)
+    if parts:
+        small[_SIZES] = [sum(len(c) for c in chunks) for chunks in parts]
     # NaN/Infinity stay allowed: both ends are Python, and a -inf logprob is legitimate.
-    body = json.dumps(msg, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    if len(body) > max_frame:
-        raise ProtocolError(f"{msg['type']} message of {len(body)} bytes exceeds the "
+    body = json.dumps(small, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    if not parts:
+        if len(body) > max_frame:
+            raise ProtocolError(f"{msg['type']} message of {len(body)} bytes exceeds the "
+                                f"{max_frame}-byte frame limit")
+        return [_HEADER.pack(len(body)) + body]
+    total = HEADER_SIZE + len(body) + sum(small[_SIZES])
+    if total > max_frame:
+        raise ProtocolError(f"{msg['type']} message of {total} bytes exceeds the "
                             f"{max_frame}-byte frame limit")
-    return _HEADER.pack(len(body)) + body
+    head = _HEADER.pack(total | _ATTACHED) + _HEADER.pack(len(body)) + body
+    return [head, *(chunk for chunks in parts for chunk in chunks)]
 
 
-def frame_length(header: bytes, *, max_frame: int = MAX_FRAME) -> int:
-    """The body length a header announces, checked against the cap."""
+def frame_length(header: bytes, *, max_frame: int = MAX_FRAME) -> tuple[int, bool]:
+    """The body length a header announces, checked against the cap, and whether the
+    body carries attachments."""
     if len(header) != HEADER_SIZE:
         raise ProtocolError("truncated frame header")
-    (length,) = _HEADER.unpack(header)
+    (word,) = _HEADER.unpack(header)
+    length = word & ~_ATTACHED
     if length > max_frame:
         raise ProtocolError(f"frame of {length} bytes exceeds the {max_frame}-byte limit")
-    return int(length)
+    return int(length), bool(word & _ATTACHED)
 
 
-def decode(body: bytes) -> Message:
+def decode(body: bytes, attached: bool = False) -> Message:
     """Parse and validate one frame body."""
+    blobs: list[memoryview] = []
+    if attached:
+        if len(body) < HEADER_SIZE:
+            raise ProtocolError("truncated attachment header")
+        (size,) = _HEADER.unpack(body[:HEADER_SIZE])
+        view = memoryview(body)
+        text, rest = view[HEADER_SIZE:HEADER_SIZE + size], view[HEADER_SIZE + size:]
+    else:
+        text = memoryview(body)
     try:
-        msg = json.loads(body.decode("utf-8"))
+        msg = json.loads(bytes(text).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProtocolError(f"frame is not UTF-8 JSON: {exc}") from None
     if not isinstance(msg, dict):
         raise ProtocolError("frame is not a JSON object")
+    if attached:
+        sizes = msg.pop(_SIZES, None)
+        if not isinstance(sizes, list) or not all(isinstance(n, int) and n >= 0
+                                                  for n in sizes) or sum(sizes) != len(rest):
+            raise ProtocolError("frame attachments do not match their sizes")
+        start = 0
+        for n in sizes:
+            blobs.append(rest[start:start + n])
+            start += n
+        try:
+            msg = attach.join(msg, blobs)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ProtocolError(f"bad attachment: {exc}") from None
     validate(msg)
     return msg
 
@@ -149,11 +194,11 @@ def read_frame(stream: IO[bytes], *, max_frame: int = MAX_FRAME) -> Message | No
     header = _read_exact(stream, HEADER_SIZE)
     if header is None:
         return None
-    length = frame_length(header, max_frame=max_frame)
+    length, attached = frame_length(header, max_frame=max_frame)
     body = _read_exact(stream, length) if length else b""
     if body is None:
         raise ProtocolError("stream ended after a frame header")
-    return decode(body)
+    return decode(body, attached)
 
 
 # -- asyncio I/O (the daemon) -------------------------------------------------
@@ -169,12 +214,12 @@ async def read_frame_async(reader: asyncio.StreamReader, *,
         if not exc.partial:
             return None
         raise ProtocolError("stream ended inside a frame header") from None
-    length = frame_length(header, max_frame=max_frame)
+    length, attached = frame_length(header, max_frame=max_frame)
     try:
         body = await reader.readexactly(length)
     except asyncio.IncompleteReadError:
         raise ProtocolError(f"stream ended inside a frame of {length} bytes") from None
-    return decode(body)
+    return decode(body, attached)
 
 
 # -- message builders and parsers ----------------------------------------------
@@ -192,11 +237,8 @@ def beat_msg(busy_ms: int) -> Message:
 
 
 def complete_msg(req: CompletionRequest) -> Message:
-    data = to_dict(req)
-    # JSON has no bytes: images travel as base64 text (4/3 of their size, which the
-    # image byte limits in config leave room for under MAX_FRAME).
-    data["images"] = [base64.b64encode(b).decode("ascii") for b in req.images]
-    return {"type": "complete", "request": data}
+    # The images stay bytes: they travel as attachments, not as base64 in the JSON.
+    return {"type": "complete", "request": to_dict(req)}
 
 
 def adapter_msg(path: str, load_ns: int) -> Message:
@@ -244,18 +286,14 @@ def parse_request(msg: Message) -> CompletionRequest:
 
 
 def _images(value: Any) -> list[bytes]:
-    """The request's base64 images as bytes, within the count and size limits."""
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ProtocolError("request images must be a list of base64 strings")
-    if len(value) > config.MAX_IMAGES or sum(len(v) for v in value) > \
-            4 * (config.MAX_IMAGES_BYTES // 3 + 1):
+    """The request's images (attachments), within the count and size limits."""
+    if not isinstance(value, list) or not all(isinstance(v, bytes) for v in value):
+        raise ProtocolError("request images must be attached bytes")
+    if len(value) > config.MAX_IMAGES or sum(len(v) for v in value) > config.MAX_IMAGES_BYTES:
         # A well-formed request (too many images) fails alone, not the stream.
         raise InvalidRequest(f"too many images or image bytes in one request (at most "
                              f"{config.MAX_IMAGES} images, {config.MAX_IMAGES_BYTES} bytes)")
-    try:
-        return [base64.b64decode(v, validate=True) for v in value]
-    except (binascii.Error, ValueError):
-        raise InvalidRequest("an image is not valid base64") from None
+    return list(value)
 
 
 def parse_piece(msg: Message) -> Piece:

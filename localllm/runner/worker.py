@@ -37,6 +37,7 @@ from typing import IO, Any, NoReturn
 from localllm import config
 from localllm.errors import LocalLLMError
 from localllm.runner import protocol as P
+from localllm.runner.attach import Floats
 from localllm.runner.messages import Done, Failed, Piece
 from localllm.runner.resident import rss_bytes
 
@@ -241,8 +242,9 @@ class Worker:
             elif kind == "embed":
                 vectors, n_tokens = engine.embed([str(s) for s in msg["inputs"]],
                                                  truncate=bool(msg["truncate"]))
+                # float32 rows as one attachment: no JSON floats to print and parse.
                 self.send({"type": "embeddings", "id": req_id, "n_tokens": int(n_tokens),
-                           "vectors": [[float(x) for x in vec] for vec in vectors]})
+                           "vectors": Floats.pack(vectors)})
             elif kind == "tokenize":
                 tokens = engine.tokenize(msg["text"], add_special=bool(msg["add_special"]),
                                          parse_special=bool(msg["parse_special"]))

@@ -37,6 +37,7 @@ from localllm.inference.fanout import gather
 from localllm.inference.plan import Plan, chat_plan, fold
 from localllm.inference.service import InferenceService
 from localllm.server.deps import inference_service, offload, parse_json, validate
+from localllm.server.jsonout import json_response
 from localllm.server.streaming import (
     ClientGone,
     first_of,
@@ -81,7 +82,8 @@ async def messages(request: Request) -> Response:
         (chunks,) = await until_disconnect(request, gather([plan.events(plan.prepare())]))
     except ClientGone:
         return gone_response()
-    return JSONResponse(message_object(await fold(_replay(chunks), True), model=plan.model))
+    return await json_response(
+        request, message_object(await fold(_replay(chunks), True), model=plan.model))
 
 
 async def _sse(request: Request, plan: Plan) -> Response:

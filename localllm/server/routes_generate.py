@@ -33,6 +33,7 @@ from localllm.inference.plan import (
 )
 from localllm.inference.service import now_rfc3339
 from localllm.server.deps import inference_service, offload, parse_json
+from localllm.server.jsonout import json_response
 from localllm.server.streaming import (
     ClientGone,
     gone_response,
@@ -53,7 +54,7 @@ async def _respond(request: Request, events: AsyncIterator[dict[str, Any]], stre
     if stream:
         return await ndjson_response(events, request=request)
     try:
-        return JSONResponse(await until_disconnect(request, fold(events, chat)))
+        return await json_response(request, await until_disconnect(request, fold(events, chat)))
     except ClientGone:
         return gone_response()
 
@@ -112,8 +113,8 @@ async def embed(request: Request) -> Response:
     req = await parse_json(request, EmbedRequest)
     svc = inference_service(request)
     _require_model(req.model)
-    return JSONResponse(await embed_native(svc, req, await offload(request, svc.target,
-                                                                   req.model)))
+    target = await offload(request, svc.target, req.model)
+    return await json_response(request, await embed_native(svc, req, target))
 
 
 @router.post("/api/embeddings")
@@ -126,7 +127,7 @@ async def embeddings(request: Request) -> Response:
         return JSONResponse({"embedding": []})
     vectors, _, _ = await svc.embed(target, [req.prompt], truncate=True,
                                     options=req.options, keep_alive=req.keep_alive)
-    return JSONResponse({"embedding": vectors[0]})
+    return await json_response(request, {"embedding": vectors[0]})
 
 
 @router.get("/api/ps")

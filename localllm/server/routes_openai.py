@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from pydantic import RootModel
 
 from localllm.api.schemas_infer import ChatRequest, EmbedRequest, GenerateRequest
@@ -56,6 +56,7 @@ from localllm.inference.plan import (
 )
 from localllm.inference.service import InferenceService
 from localllm.server.deps import inference_service, model_service, offload, parse_json, validate
+from localllm.server.jsonout import dumps, json_response
 from localllm.server.streaming import (
     ClientGone,
     first_of,
@@ -154,7 +155,7 @@ async def chat_completions(request: Request) -> Response:
         natives = await _final(request, plan, conv.n, True)
     except ClientGone:
         return gone_response()
-    return JSONResponse(chat_completion(natives, model=model))
+    return await json_response(request, chat_completion(natives, model=model))
 
 
 @router.post("/v1/completions")
@@ -176,7 +177,7 @@ async def completions(request: Request) -> Response:
     if conv.echo:
         for native in natives:
             native["response"] = req.prompt + native.get("response", "")
-    return JSONResponse(text_completion(natives, model=model))
+    return await json_response(request, text_completion(natives, model=model))
 
 
 @router.post("/v1/embeddings")
@@ -187,7 +188,10 @@ async def embeddings(request: Request) -> Response:
         raise InvalidRequest("model is required")
     svc = inference_service(request)
     result = await embed_native(svc, req, await offload(request, svc.target, req.model))
-    return JSONResponse(embeddings_response(result, req.model, encoding))
+    # Base64 packing (encoding_format) and rendering both walk every float: one thread.
+    body = await offload(request, lambda: dumps(embeddings_response(result, req.model,
+                                                                    encoding)))
+    return Response(body, media_type="application/json")
 
 
 @router.get("/v1/models")

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from pydantic import RootModel
 
 from localllm.api.schemas_infer import ChatRequest
@@ -33,6 +33,7 @@ from localllm.errors import InvalidRequest, LocalLLMError
 from localllm.inference.plan import Plan, chat_plan, fold
 from localllm.inference.service import InferenceService
 from localllm.server.deps import inference_service, offload, parse_json, validate
+from localllm.server.jsonout import json_response
 from localllm.server.streaming import ClientGone, first_of, gone_response, guarded, until_disconnect
 
 log = logging.getLogger(__name__)
@@ -91,4 +92,4 @@ async def create_response(request: Request) -> Response:
         folded = await until_disconnect(request, fold(plan.events(plan.prepare()), True))
     except ClientGone:
         return gone_response()
-    return JSONResponse(final_response(folded, req.model, conv.echo))
+    return await json_response(request, final_response(folded, req.model, conv.echo))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 from pathlib import Path
 
 import pytest
@@ -31,25 +32,28 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     return str(tm.make_tiny_model(d)), str(make_projector(d))
 
 
-def test_images_travel_as_base64_and_come_back_as_bytes() -> None:
+def test_images_travel_as_attachments_and_come_back_as_bytes() -> None:
     req = dataclasses.replace(greedy("i", MEDIA_MARKER * 2), images=[b"\x89PNG...", b"\xff\xd8"])
-    msg = P.decode(P.encode(P.complete_msg(req))[P.HEADER_SIZE:])
-    assert msg["request"]["images"] == ["iVBORy4uLg==", "/9g="]
-    assert P.parse_request(msg).images == req.images
+    frame = P.encode(P.complete_msg(req))
+    # Raw after the JSON, not base64 inside it.
+    assert frame.endswith(b"\x89PNG...\xff\xd8") and b"iVBOR" not in frame
+    msg = P.read_frame(io.BytesIO(frame))
+    assert msg is not None and P.parse_request(msg).images == req.images
     assert P.parse_request(P.complete_msg(greedy("t", "x"))).images == []
 
 
 def test_bad_image_fields_are_refused_without_breaking_the_stream() -> None:
     msg = P.complete_msg(greedy("i", "x"))
-    msg["request"]["images"] = ["not base64!"]
-    with pytest.raises(InvalidRequest, match="not valid base64"):
-        P.parse_request(msg)
-    msg["request"]["images"] = ["AAAA"] * (config.MAX_IMAGES + 1)
+    msg["request"]["images"] = [b"x"] * (config.MAX_IMAGES + 1)
     with pytest.raises(InvalidRequest, match="too many images"):
         P.parse_request(msg)
-    msg["request"]["images"] = "AAAA"
-    with pytest.raises(P.ProtocolError):
+    msg["request"]["images"] = [bytes(config.MAX_IMAGES_BYTES + 1)]
+    with pytest.raises(InvalidRequest, match="too many images or image bytes"):
         P.parse_request(msg)
+    for bad in ("AAAA", ["AAAA"]):
+        msg["request"]["images"] = bad
+        with pytest.raises(P.ProtocolError):
+            P.parse_request(msg)
 
 
 def test_the_runner_serves_images_and_survives_bad_ones(files: tuple[str, str]) -> None:
