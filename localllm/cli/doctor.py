@@ -4,10 +4,11 @@ Runs locally, without the daemon: version and Python, the native module's
 status and the llama.cpp build it was compiled for, the backend plugins
 (loaded, or why not), ggml's devices with free and total memory, the RPC
 workers configured (reachable, devices, memory) and those running here, CPU /
-RAM / ISA flags, the data paths, and hints (a GPU without its plugin and the
-one command that builds it).  ``--fix`` runs that command.  ``--json`` prints
-the report as one object.  Exit status 1 when the native module cannot load
-(nothing can run), else 0.
+RAM / ISA flags, the data paths, whether chat templates can be rendered (a
+jinja2 older than 3.1.6 is refused: its sandbox can be escaped), and hints (a
+GPU without its plugin and the one command that builds it; the jinja2 upgrade).
+``--fix`` runs that command.  ``--json`` prints the report as one object.  Exit
+status 1 when the native module cannot load (nothing can run), else 0.
 """
 
 from __future__ import annotations
@@ -50,8 +51,10 @@ def collect() -> dict[str, Any]:
     from localllm import __version__, config, paths
     from localllm.backends.catalog import wanted_backends
     from localllm.hardware.detect import detect
+    from localllm.template.jinja_version import jinja_problem, jinja_version
 
     hw = detect(refresh=True)
+    jinja = jinja_problem()
     libraries = {d.library for d in hw.devices if d.is_gpu}
     wanted = [w for w in wanted_backends(hw.gpus_present, libraries) if w.command]
     return {
@@ -76,6 +79,7 @@ def collect() -> dict[str, Any]:
                 "flags": list(hw.cpu.flags)},
         "paths": {"home": str(paths.home()), "models": str(paths.models()),
                   "backends": str(paths.backends())},
+        "templates": {"jinja2": jinja_version(), "ok": jinja is None, "problem": jinja},
         "ggml_version": hw.ggml_version,
         "plugins": list(hw.plugins),
         "workers": [{"endpoint": w.endpoint, "state": w.state, "version": w.version,
@@ -88,7 +92,7 @@ def collect() -> dict[str, Any]:
             "ggml RPC has no authentication, so anyone who can reach it can read and write "
             "the worker's memory (remote code execution as its user); firewall it or use an "
             "SSH tunnel"
-            for w in local_workers() if w.get("exposed")],
+            for w in local_workers() if w.get("exposed")] + ([jinja] if jinja else []),
         "fixes": [w.command for w in wanted],
         "ollama_settings": [{"setting": ours, "from": theirs}
                             for ours, theirs in config.ollama_fallbacks()],
@@ -117,6 +121,10 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"System:     {native['system_info']}")
     else:
         lines.append(f"Native:     NOT AVAILABLE: {native['error']}")
+    templates = report["templates"]
+    lines.append(f"Templates:  jinja2 {templates['jinja2']}, "
+                 + ("sandboxed" if templates["ok"] else
+                    "REFUSED: Jinja chat templates will not render (see hints)"))
     rows = [(d["name"], d["kind"], d["library"], fmt_bytes(d["free"]), fmt_bytes(d["total"]),
              d["description"]) for d in report["devices"]]
     lines += ["", "Devices the engine can use:"]

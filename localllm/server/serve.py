@@ -83,11 +83,13 @@ def run() -> int:
     from localllm.server.app import create_app
     from localllm.server.logs import setup_logging
     from localllm.store.local import Store
+    from localllm.template.jinja_version import warn_if_unsafe_jinja
 
     setup_logging()
     host, port = config.HOST.get()
     sock = _bind(host, port)
     warn_if_exposed(host)
+    warn_if_unsafe_jinja()  # templates in GGUFs are untrusted: jinja2 < 3.1.6 is refused
     store = Store()
     try:
         removed = store.prune()

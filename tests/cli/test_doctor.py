@@ -100,6 +100,27 @@ def test_broken_native_module_exits_1(monkeypatch: pytest.MonkeyPatch,
     assert report["devices"][0]["name"] == "CPU" and report["native"]["ok"] is False
 
 
+def test_says_when_jinja_is_too_old_to_render_templates(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """jinja2 3.1.0-3.1.5 let a GGUF's template escape the sandbox: doctor names it and the fix
+    (the installed one is new enough, so its version is faked)."""
+    import jinja2
+
+    fake_hardware(monkeypatch, {"ok": True, "devices": [CPU_DEV]}, [])
+    assert main(["doctor"]) == 0
+    assert f"Templates:  jinja2 {jinja2.__version__}, sandboxed" in capsys.readouterr().out
+    monkeypatch.setattr(jinja2, "__version__", "3.1.4")
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "Templates:  jinja2 3.1.4, REFUSED: Jinja chat templates will not render" in out
+    assert "Hints:" in out and "pip install --upgrade 'jinja2>=3.1.6'" in out
+    assert main(["doctor", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["templates"]["jinja2"] == "3.1.4" and report["templates"]["ok"] is False
+    assert "CVE-2024-56326" in report["templates"]["problem"]
+    assert report["templates"]["problem"] in report["hints"]
+
+
 def test_runs_as_a_command_without_a_daemon(tmp_path: Path) -> None:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
