@@ -50,6 +50,7 @@ from localllm.store.manifests import (
 )
 from localllm.store.names import ModelName, parse_digest, parse_name
 from localllm.store.projector import is_loadable_projector, projector_header
+from localllm.template.select import check_gguf_template
 
 Emit = Callable[[dict[str, Any]], None]
 PullFn = Callable[[str, Emit, threading.Event | None], None]
@@ -117,6 +118,8 @@ class Creator:
         spec.messages = check_messages(spec.messages)
         if spec.template is not None:
             check_template(spec.template, spec.messages or [], spec.system)
+        elif plan.info is not None:  # the GGUF's own template is untrusted input too
+            check_gguf_template(plan.info.chat_template)
         plan.projector = self._check_projector(spec.projector, plan.projector)
         if spec.draft is not None:
             plan.draft = resolve_draft(self.store, spec.draft, self._blob)

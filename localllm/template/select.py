@@ -7,7 +7,8 @@ Face Jinja templates into Modelfiles as often as Go ones: Jinja has ``{%``
 statements or bare variable names, Go names fields with a leading dot.
 With no template at all the model is a base model and gets the plain text
 (``render_plain``).  ``think`` is Ollama's value (a bool or a level); each
-renderer passes it the way its templates read it.
+renderer passes it the way its templates read it.  ``check_gguf_template`` is
+how ``/api/create`` refuses a GGUF whose own template is hostile.
 """
 
 from __future__ import annotations
@@ -56,3 +57,23 @@ def render_prompt(
                          think=None if think is None else think is not False, think_level=level)
     return render_chat(jinja_template, messages, tools=tools, think=think,
                        bos_token=bos_token, eos_token=eos_token)
+
+
+def check_gguf_template(template: str | None) -> None:
+    """A 400 if a GGUF's own chat template is hostile: a sample chat rendered with it
+    breaks a limit of the sandbox, or tries what the sandbox forbids.  A template that
+    merely refuses the sample (``raise_exception``, a syntax it cannot parse) passes:
+    such a model fails its chats with that message, as transformers would."""
+    if not template or not template.strip():
+        return
+    from localllm.errors import InvalidRequest
+    from localllm.template.chat import render_chat
+    from localllm.template.jinja import TemplateError, TemplateLimitError
+
+    try:
+        render_chat(template, [{"role": "user", "content": "Hello"}])
+    except TemplateLimitError as exc:
+        raise InvalidRequest(f"the GGUF's chat template (tokenizer.chat_template) cannot be "
+                             f"used: {exc.message}") from None
+    except TemplateError:
+        pass
