@@ -57,8 +57,11 @@ def _compiled(source: str) -> Any:
     except TemplateSyntaxError as exc:
         return TemplateError(f"invalid chat template (line {exc.lineno}): "
                              f"{shorten(exc.message or '')}")
-    except RecursionError:
+    except (RecursionError, SyntaxError):  # Python's own limits: "too many nested blocks"
         return TemplateLimitError(limit_message("the template nests too deeply to compile"))
+    except Exception as exc:  # the template is data: nothing in it may be a 500
+        return TemplateError(f"invalid chat template: {type(exc).__name__}: "
+                             f"{shorten(str(exc))}")
 
 
 def _compile(source: str) -> Any:
@@ -113,12 +116,20 @@ def render_jinja(source: str, variables: dict[str, Any],
             raise budget.failure from None
         if isinstance(exc, SecurityError):  # what the sandbox forbids: hostile too
             raise TemplateLimitError(
-                f"chat template tried something unsafe: {shorten(str(exc))}") from None
+                f"chat template tried something unsafe: {_text(exc)}") from None
         if isinstance(exc, RecursionError):
             raise TemplateLimitError(limit_message("recursed too deeply")) from None
-        raise TemplateError(f"chat template failed: {type(exc).__name__}: {shorten(str(exc))}") \
+        raise TemplateError(f"chat template failed: {type(exc).__name__}: {_text(exc)}") \
             from None
     return "".join(out)
+
+
+def _text(exc: Exception) -> str:
+    """An error's message, unless it holds values a template made (a ``KeyError`` of one):
+    printing those could take for ever."""
+    if all(isinstance(a, (str, int, float)) for a in exc.args):
+        return shorten(str(exc))
+    return "(a message about the template's own values)"
 
 
 RenderFn = Callable[[str, dict[str, Any]], str]

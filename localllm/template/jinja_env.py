@@ -29,9 +29,9 @@ from jinja2 import nodes, pass_context
 from jinja2.exceptions import SecurityError
 from jinja2.ext import Extension, loopcontrols
 from jinja2.parser import Parser
-from jinja2.runtime import Context, LoopContext, Macro
+from jinja2.runtime import Context, LoopContext, Macro, Undefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from jinja2.utils import Namespace
+from jinja2.utils import Namespace, missing, object_type_repr
 from jinja2.visitor import NodeTransformer
 
 from localllm.template.jinja_filters import check_filter
@@ -98,6 +98,26 @@ class _DictHelper:
         return dict.fromkeys(*args)
 
 
+class _Undefined(Undefined):
+    """Jinja's undefined value, whose error message never writes out an arbitrary value: the
+    key a template looked up may be anything it made (namespaces holding each other twice,
+    40 deep, print for ever), and the message is built where no check runs (``<``)."""
+
+    __slots__ = ()
+
+    @property
+    def _undefined_message(self) -> str:
+        name = self._undefined_name
+        if self._undefined_hint or name is None or isinstance(name, (bool, float)) \
+                or (isinstance(name, str) and len(name) <= 200) \
+                or (isinstance(name, int) and name.bit_length() <= 64):
+            return str(super()._undefined_message)
+        shown = f"<a {type(name).__name__}>"
+        if self._undefined_obj is missing:
+            return f"{shown} is undefined"
+        return f"{object_type_repr(self._undefined_obj)} has no element {shown}"
+
+
 def _helper(name: str, args: list[Any], lineno: int) -> nodes.Call:
     return nodes.Call(nodes.EnvironmentAttribute(name), args, [], None, None, lineno=lineno)
 
@@ -130,7 +150,7 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
 
     def __init__(self) -> None:
         super().__init__(
-            trim_blocks=True, lstrip_blocks=True, autoescape=False,
+            trim_blocks=True, lstrip_blocks=True, autoescape=False, undefined=_Undefined,
             extensions=[loopcontrols, _GenerationBlock],
         )
         # Compiled templates are cached and shared, so the budget is per thread.
@@ -231,8 +251,10 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         for value in (*args, *given.values()):
             budget.size(value, f"an argument of {what}")
         args = check_call(budget, __obj, args, given)
-        if isinstance(__obj, (BuiltinFunctionType, Macro)):
-            # C (nothing to watch inside), or template code (which ticks on its own).
+        if isinstance(__obj, Macro) or (isinstance(__obj, BuiltinFunctionType)
+                                        and __obj.__name__ not in ("encode", "decode")):
+            # Template code (which ticks on its own), or C with nothing to watch inside
+            # (codecs are Python: ``encode("punycode")``).
             out = super().call(__context, __obj, *args, **kwargs)
         else:
             out = budget.run(super().call, __context, __obj, *args, **kwargs)
@@ -245,9 +267,16 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         budget.size(left, f"the left side of {operator}")
         budget.size(right, f"the right side of {operator}")
         check_binop(budget, operator, left, right)
-        out = super().call_binop(context, operator, left, right)
+        if type(left) in _PLAIN and type(right) in _PLAIN:
+            out = super().call_binop(context, operator, left, right)
+        else:  # Markup's % escapes each value in Python, Undefined raises in Python...
+            out = budget.run(super().call_binop, context, operator, left, right)
         budget.size(out, f"the result of {operator}")
         return out
+
+
+# Types whose operators are C from start to end.
+_PLAIN = frozenset({str, bytes, int, float, bool, list, tuple, dict, type(None)})
 
 
 def _describe(obj: Any) -> str:

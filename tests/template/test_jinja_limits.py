@@ -208,11 +208,32 @@ def test_a_template_too_long_to_compile_is_refused_quickly_and_every_time() -> N
         assert time.monotonic() - start < 0.5
 
 
-def test_a_template_nested_too_deeply_to_compile_is_a_400() -> None:
-    source = "{% if x %}" * 3000 + "{% endif %}" * 3000
+@pytest.mark.parametrize("source", [
+    "{% if x %}" * 3000 + "{% endif %}" * 3000,  # Jinja's parser recurses
+    "{% for x in y %}" * 21 + "{% endfor %}" * 21,  # Python: too many nested blocks
+    "{% for x in y %}" * 100 + "{% endfor %}" * 100,  # Python: too much indentation
+], ids=["parser", "python-blocks", "python-indent"])
+def test_a_template_nested_too_deeply_to_compile_is_a_400(source: str) -> None:
     with pytest.raises(TemplateError, match="nests too deeply") as info:
-        render_jinja(source, {})
+        render_jinja(source, {"y": []})
     assert info.value.status == 400
+
+
+def test_an_undefined_lookup_never_prints_the_key_it_was_given() -> None:
+    # Namespaces holding the previous one twice, 21 deep: printing the last prints 2**21
+    # namespaces (the old code built a 113 MB message, for seconds, where no check runs).
+    source = ("{% set ns = namespace(top=namespace(a=0, b=0)) %}{% for i in range(21) %}"
+              "{% set n = namespace() %}{% set n.a = ns.top %}{% set n.b = ns.top %}"
+              "{% set ns.top = n %}{% endfor %}{{ {}[ns.top] < 1 }}")
+    start = time.monotonic()
+    with pytest.raises(TemplateError, match="UndefinedError: dict object has no element") as info:
+        render_jinja(source, {})
+    assert time.monotonic() - start < 1 and len(str(info.value)) < 200
+    # Plain keys are still named, as Jinja names them.
+    with pytest.raises(TemplateError, match="dict object has no element 5"):
+        render_jinja("{{ {}[5] < 1 }}", {})
+    with pytest.raises(TemplateError, match="'x' is undefined"):
+        render_jinja("{{ x < 1 }}", {})
 
 
 def test_a_huge_refusal_message_is_shortened() -> None:
