@@ -28,13 +28,15 @@ from localllm.template.jinja_rules import (
     text_of,
 )
 
-# Filters whose result is about as large as what they are given (or smaller).
+# Filters whose result is about as large as what they are given (or smaller), in time
+# about as long: nothing to work out before they run.  (Their numbers were read: truncate's
+# length only cuts, int's base must be 2-36, default's is a value.)
 LINEAR_FILTERS = frozenset({
     "abs", "attr", "capitalize", "count", "d", "default", "e", "escape", "filesizeformat",
     "first", "float", "forceescape", "int", "items", "last", "length", "lower", "map", "max",
-    "min", "random", "reject", "rejectattr", "reverse", "round", "safe", "select",
-    "selectattr", "string", "striptags", "title", "trim", "truncate", "unique", "upper",
-    "urlencode", "wordcount", "xmlattr",
+    "min", "random", "reject", "rejectattr", "reverse", "safe", "select", "selectattr",
+    "string", "striptags", "title", "trim", "truncate", "unique", "upper", "urlencode",
+    "wordcount", "xmlattr",
 })
 
 FilterRule = Callable[[Budget, Any, Any, Args, Kwargs], Any]
@@ -151,6 +153,8 @@ FILTER_RULES: dict[str, FilterRule] = {
     "list": _list,
     "pprint": _pprint,
     "replace": _replace,
+    # round(5, -10**7) computes 10**(10**7) in C: 5 s, and -10**8 minutes.
+    "round": _width_rule(0, "precision", "round"),
     "slice": _width_rule(0, "slices", "slice"),
     "sort": _sortable,
     "sum": _sum,

@@ -49,6 +49,7 @@ FILTERS = {
                "text urlize makes"),
     "list": ('{{ (("a" * 500000)|list)|length }}', "the list list makes"),
     "sort": ('{{ (range(100000)|list|sort)|length }}', "sorting filter was given"),
+    "round": ('{{ 5|round(-1000000) }}', "precision given to round"),
     "map-center": ('{{ (["x"]|map("center", 3000000)|first)|length }}',
                    "width given to center"),
 }
