@@ -110,6 +110,7 @@ class Budget:
         # id -> (size, the object, kept alive so that its id is not reused)
         self._memo: dict[int, tuple[Size, Any]] = {}
         self._memo_items = 0
+        self._steps = 0
         self.inside = False  # within a call that ``run`` watches
 
     # -- time ------------------------------------------------------------------------
@@ -235,6 +236,9 @@ class Budget:
         items, chars, deepest = 1, 2, 0
         pairs = isinstance(children, ItemsView)
         for child in children:
+            self._steps += 1
+            if not self._steps % 4096:  # a walk of 262,144 items takes a while
+                self.tick()
             for part in (child if pairs else (child,)):
                 i, c, d, v = self._measure(part, depth + 1, path)
                 items += i

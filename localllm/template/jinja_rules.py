@@ -85,6 +85,8 @@ def check_printf(b: Budget, fmt: str | bytes, values: Any) -> None:
         if m.group(3) == "%":
             continue
         fields += 1
+        if not fields % 4096:  # a format string of 4 MiB holds 2 million fields
+            b.tick()
         for part in (m.group(1), m.group(2)):
             star = star or part == "*"
             if part and part != "*":
@@ -110,6 +112,8 @@ def check_format(b: Budget, fmt: str, args: Args, kwargs: Mapping[Any, Any]) -> 
         if name is None:
             continue
         fields += 1 + (spec or "").count("{")
+        if not fields % 4096:
+            b.tick()
         nested = nested or "{" in (spec or "")
         for digits in _DIGITS.findall(spec or ""):
             widest = max(widest, _width(digits))
