@@ -304,7 +304,7 @@ def guard(env: BoundedEnvironment, kind: str, name: str, func: Any) -> Any:
             budget.size(arg, f"an argument of {label}")
         if kind == "filter":
             value = check_filter(budget, env, name, value, args, kwargs)
-        # Tests are predicates, over a value already sized: nothing inside to watch.
+        # Tests are predicates over values already sized: C, or Python that ticks.
         out = (budget.run if kind == "filter" else _call)(func, *first(context), value, *args,
                                                           **kwargs)
         budget.size(out, f"the result of {label}")

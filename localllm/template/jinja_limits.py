@@ -1,8 +1,8 @@
 """What one Jinja chat-template render may spend, and the errors a template gets past it.
 
 A chat template inside a GGUF is untrusted code.  ``Budget`` is one render's
-allowance, checked by the sandbox's hooks (``jinja.py``) and the filter and
-method rules (``jinja_rules.py``):
+allowance, checked by the sandbox's hooks (``jinja_env``) and the rules for
+filters (``jinja_filters``), methods and operators (``jinja_rules``):
 
 - time: a deadline, checked at each of the template's steps (loop iterations,
   attribute and item lookups, calls, operators) and, inside filters and methods,
