@@ -348,7 +348,7 @@ def embeddings_response(native: Mapping[str, Any], model: str,
     """``/api/embed`` response -> OpenAI's embeddings list with usage."""
     data = []
     for i, vector in enumerate(native.get("embeddings") or []):
-        value: Any = list(vector)
+        value: Any = vector
         if encoding_format == "base64":
             value = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
         data.append({"object": "embedding", "embedding": value, "index": i})

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,7 @@ from localllm.inference.images import (
     prompt_images,
     require_vision,
 )
+from localllm.inference.release import dismantle
 from localllm.inference.service import InferenceService, Prepared, Target, now_rfc3339
 from localllm.inference.shaping import OutputShaper, chat_format, grammar_for, think_flag
 from localllm.runner.messages import Done, Piece
@@ -274,11 +275,20 @@ async def fold(events: AsyncIterator[dict[str, Any]], chat: bool) -> dict[str, A
     return folded
 
 
-def _normalise(vector: list[float], dimensions: int | None) -> list[float]:
+def _normalise(vector: Sequence[float], dimensions: int | None) -> tuple[float, ...]:
+    # A tuple: see runner.attach.Floats.tuples (the collector walks lists of floats).
     if dimensions:
         vector = vector[:dimensions]
     norm = math.sqrt(sum(x * x for x in vector))
-    return [x / norm for x in vector] if norm > 0 else vector
+    return tuple(x / norm for x in vector) if norm > 0 else tuple(vector)
+
+
+def _normalise_all(box: list[Sequence[Sequence[float]]],
+                   dimensions: int | None) -> list[tuple[float, ...]]:
+    raw = list(box.pop())
+    out = [_normalise(v, dimensions) for v in raw]
+    dismantle(raw)  # freed row by row here, not in one long call
+    return out
 
 
 async def embed_native(svc: InferenceService, req: EmbedRequest,
@@ -291,9 +301,11 @@ async def embed_native(svc: InferenceService, req: EmbedRequest,
     start = time.monotonic_ns()
     vectors, n_tokens, load_ns = await svc.embed(
         target, inputs, truncate=req.truncate, options=req.options, keep_alive=req.keep_alive)
-    # Python arithmetic over every float (768k for a thousand inputs): off the event loop.
-    embeddings = await asyncio.to_thread(
-        lambda: [_normalise(v, req.dimensions) for v in vectors])
+    # Python arithmetic over every float (768k for a thousand inputs) off the event loop;
+    # the thread takes the only reference to the raw vectors, so they are freed there too.
+    box = [vectors]
+    del vectors
+    embeddings = await asyncio.to_thread(_normalise_all, box, req.dimensions)
     return {
         "model": req.model,
         "embeddings": embeddings,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -219,7 +219,7 @@ class InferenceService:
 
     async def embed(self, target: Target, inputs: list[str], *, truncate: bool,
                     options: dict[str, Any] | None, keep_alive: Any
-                    ) -> tuple[list[list[float]], int, int]:
+                    ) -> tuple[Sequence[Sequence[float]], int, int]:
         """Pooled, L2-normalised embeddings; returns (vectors, prompt tokens, load ns)."""
         resolved = resolve_options(target.params, options)
         load = base_load(resolved)

@@ -6,7 +6,7 @@ scheduler is unit-testable without spawning children.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from localllm.runner.messages import CompletionRequest, Done, LoadOptions, Piece
@@ -43,7 +43,7 @@ class Runner(Protocol):
     async def cancel(self, req_id: str) -> None: ...
 
     async def embed(self, inputs: list[str], truncate: bool = True
-                    ) -> tuple[list[list[float]], int]: ...
+                    ) -> tuple[Sequence[Sequence[float]], int]: ...
 
     async def tokenize(self, text: str, add_special: bool = True,
                        parse_special: bool = True) -> list[int]: ...

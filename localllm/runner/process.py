@@ -27,7 +27,7 @@ import logging
 import math
 import signal
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -239,11 +239,11 @@ class RunnerProcess:
             await self._send({"type": "cancel", "id": wire})
 
     async def embed(self, inputs: list[str], truncate: bool = True
-                    ) -> tuple[list[list[float]], int]:
+                    ) -> tuple[Sequence[Sequence[float]], int]:
         reply = await self._call({"type": "embed", "inputs": list(inputs),
                                   "truncate": truncate})
         vectors: Floats = reply["vectors"]  # float32 rows: Python floats made in a thread
-        return await asyncio.to_thread(vectors.tolist), int(reply["n_tokens"])
+        return await asyncio.to_thread(vectors.tuples), int(reply["n_tokens"])
 
     async def tokenize(self, text: str, add_special: bool = True,
                        parse_special: bool = True) -> list[int]:

@@ -32,6 +32,7 @@ from localllm.server.security import is_loopback_bind
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+SWITCH_INTERVAL = 0.001
 log = logging.getLogger("localllm.serve")
 
 
@@ -111,6 +112,11 @@ def run() -> int:
     # lock held, whichever thread's allocations set it off).
     gc.collect()
     gc.freeze()
+    # A worker thread running Python (rendering, parsing, normalising) holds the lock for
+    # the switch interval whenever the loop gives it up for a system call (epoll, send,
+    # recv), so each of a request's calls cost up to 5 ms: /health took 70-100 ms beside
+    # one busy thread.  At 1 ms it takes 15-20.
+    sys.setswitchinterval(SWITCH_INTERVAL)
     try:
         server.run(sockets=[sock])
     finally:

@@ -38,8 +38,8 @@ def test_floats_come_back_as_float32_rows() -> None:
                      "vectors": Floats.pack(rows)})
     vectors = got["vectors"]
     assert isinstance(vectors, Floats) and (vectors.rows, vectors.width) == (2, 3)
-    assert vectors.tolist() == [[0.5, -1.25, 3.0], [pytest.approx(1e-3), 2.0, 7.5]]
-    assert Floats.pack([]).tolist() == []
+    assert vectors.tuples() == [(0.5, -1.25, 3.0), (pytest.approx(1e-3), 2.0, 7.5)]
+    assert Floats.pack([]).tuples() == []
 
 
 def test_the_async_reader_takes_attachments_too() -> None:

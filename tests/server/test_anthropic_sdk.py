@@ -197,7 +197,7 @@ def test_bad_input_gets_anthropic_errors_and_the_daemon_keeps_serving(daemon: Da
         ({**ok, "model": "nope"}, 404, "not_found_error", "nope"),
         # Ten megabytes of system prompt: over the template renderer's output cap.
         ({**ok, "model": "tiny", "system": "x" * (10 << 20)}, 400, "invalid_request_error",
-         "too large"),
+         "chat template limit"),
         # Longer than the context: never silently cut, as Anthropic never does.
         ({**ok, "model": "tiny", "system": "x" * 5000}, 400, "invalid_request_error",
          "context length"),

@@ -29,7 +29,9 @@ def test_pieces_render_what_json_response_renders(value: Any, leaves: int,
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(jsonout, "LEAVES", leaves)
         mp.setattr(jsonout, "SLICE", slice_size)
+        mp.setattr(jsonout, "CHUNK", slice_size)
         assert jsonout.dumps(value) == JSONResponse(value).body
+        assert b"".join(jsonout.dumps_chunks(value)) == JSONResponse(value).body
 
 
 def test_tuples_and_non_string_keys_render_as_json_renders_them() -> None:

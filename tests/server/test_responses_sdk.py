@@ -191,7 +191,7 @@ def test_bad_input_gets_openai_errors_and_the_daemon_keeps_serving(d: Daemon) ->
         {"type": "input_image", "image_url": f"data:image/png;base64,{png}"}]}])
     _refused(c, "base64", input=[{"role": "user", "content": [
         {"type": "input_image", "image_url": "data:image/png;base64,***"}]}])
-    _refused(c, "too large", input="x" * (10 << 20))  # 10 MB
+    _refused(c, "chat template limit", input="x" * (10 << 20))  # 10 MB
     # Past the context (512 here): truncation "disabled", the API's default, refuses it,
     # and "auto" answers from the tail.
     _refused(c, "exceeds the context length", input="x" * 3000)
