@@ -54,9 +54,10 @@ from localllm.inference.plan import (
     fold,
     generate_plan,
 )
+from localllm.inference.release import dismantle
 from localllm.inference.service import InferenceService
 from localllm.server.deps import inference_service, model_service, offload, parse_json, validate
-from localllm.server.jsonout import dumps, json_response
+from localllm.server.jsonout import json_response
 from localllm.server.streaming import (
     ClientGone,
     first_of,
@@ -187,11 +188,18 @@ async def embeddings(request: Request) -> Response:
     if not req.model:
         raise InvalidRequest("model is required")
     svc = inference_service(request)
-    result = await embed_native(svc, req, await offload(request, svc.target, req.model))
-    # Base64 packing (encoding_format) and rendering both walk every float: one thread.
-    body = await offload(request, lambda: dumps(embeddings_response(result, req.model,
-                                                                    encoding)))
-    return Response(body, media_type="application/json")
+    box = [await embed_native(svc, req, await offload(request, svc.target, req.model))]
+    # Base64 packing (encoding_format) walks every float: in a thread too, which also
+    # takes the only reference to the native result (see jsonout.json_response).
+    return await json_response(request, await offload(
+        request, _openai_embeddings, box, req.model, encoding))
+
+
+def _openai_embeddings(box: list[dict[str, Any]], model: str, encoding: str) -> dict[str, Any]:
+    native = box.pop()
+    doc = embeddings_response(native, model, encoding)
+    dismantle(native)  # rows packed as base64 are freed here a row at a time
+    return doc
 
 
 @router.get("/v1/models")
