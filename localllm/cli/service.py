@@ -3,7 +3,7 @@
 Linux gets a systemd user unit (``~/.config/systemd/user/localllm.service``,
 ``systemctl --user``); macOS a launchd agent
 (``~/Library/LaunchAgents/io.localllm.serve.plist``, ``launchctl``).  Both run
-``<this python> -m localllm serve``: the interpreter of the environment the
+``<this python> -P -m localllm serve``: the interpreter of the environment the
 command runs from (pipx, Homebrew or a venv), never a ``localllm`` looked up on
 PATH, which a service manager's PATH may not have.  ``LOCALLLM_*`` variables
 set when installing are written into the service, so
@@ -105,7 +105,9 @@ def launchd_plist(command: list[str], env: Mapping[str, str], log: Path) -> str:
 def plan(platform: str, home: Path, environ: Mapping[str, str],
          command: list[str] | None = None, uid: int | None = None) -> Service:
     """The service for ``platform`` (``linux`` or ``darwin``) in user ``home``."""
-    command = command or [sys.executable, "-m", "localllm", "serve"]
+    # -P: a service starts in the home folder, where a ``localllm/`` or ``json.py``
+    # would otherwise be imported ahead of the installed package.
+    command = command or [sys.executable, "-P", "-m", "localllm", "serve"]
     env = service_env(environ)
     if platform.startswith("linux"):
         config = Path(environ.get("XDG_CONFIG_HOME") or home / ".config")

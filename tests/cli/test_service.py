@@ -117,3 +117,12 @@ def test_cli_uses_the_injected_runner(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_unsupported_platform() -> None:
     with pytest.raises(SystemExit, match="supports Linux"):
         service.plan("win32", Path("/h"), {})
+
+
+def test_the_default_command_keeps_the_working_folder_off_the_import_path(
+        tmp_path: Path) -> None:
+    # A service starts in the home folder: a localllm/ or json.py there must not win.
+    import sys
+
+    svc = service.plan("linux", tmp_path, {})
+    assert f'ExecStart="{sys.executable}" "-P" "-m" "localllm" "serve"' in svc.content
