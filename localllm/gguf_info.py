@@ -214,8 +214,15 @@ def read_model_info_split(paths: list[Path]) -> ModelInfo:
     """Read a split GGUF (``-00001-of-0000N``): metadata from the first shard, sizes summed."""
     if not paths:
         raise InvalidModelFile("a split model needs at least one file")
-    headers = [read_header(Path(p)) for p in paths]
-    total = _as_max(headers[0].kv.get("split.count"), len(paths))
-    if len(paths) > 1 and total != len(paths):
-        raise InvalidModelFile(f"split model declares {total} files, {len(paths)} given")
+    return model_info_from_headers([read_header(Path(p)) for p in paths])
+
+
+def model_info_from_headers(headers: list[Header]) -> ModelInfo:
+    """``ModelInfo`` from the headers of one GGUF or of every shard of a split one, in
+    order, however they were read (store/remote.py reads them over HTTP)."""
+    if not headers:
+        raise InvalidModelFile("a split model needs at least one file")
+    total = _as_max(headers[0].kv.get("split.count"), len(headers))
+    if len(headers) > 1 and total != len(headers):
+        raise InvalidModelFile(f"split model declares {total} files, {len(headers)} given")
     return _build(headers)

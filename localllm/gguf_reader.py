@@ -189,40 +189,48 @@ def _read_value(r: _Reader, key: str, vtype: int, budget: list[int], h: Header) 
 
 
 def read_header(path: Path) -> Header:
-    where = f"{path.name}: not a valid GGUF file"
     try:
         fh = open(path, "rb")
     except OSError as exc:
         raise InvalidModelFile(f"{path.name}: cannot open: {exc.strerror}") from None
     with fh:
-        size = path.stat().st_size
-        r = _Reader(fh, size, where)
-        if fh.read(4) != GGUF_MAGIC:
-            raise InvalidModelFile(f"{where}: missing GGUF magic")
-        r = _Reader(fh, size, where, 4)
-        version = r.u32("version")
-        if version not in (2, 3):
-            hint = " (big-endian files are not supported)" if version >= 1 << 16 else ""
-            raise InvalidModelFile(f"{where}: unsupported GGUF version {version}{hint}")
-        n_tensors, n_kv = r.u64("tensor count"), r.u64("key/value count")
-        if n_tensors > MAX_TENSORS or n_tensors * 32 > r.left:
-            raise r.fail(f"absurd tensor count {n_tensors}")
-        if n_kv > MAX_KV or n_kv * 13 > r.left:
-            raise r.fail(f"absurd key/value count {n_kv}")
-        h = Header(file_size=size)
-        budget = [MAX_KEPT_BYTES]
-        for _ in range(n_kv):
-            key = r.string("key", 65536)
-            if key in h.kv:
-                raise r.fail(f"duplicate key {key!r}")
-            h.kv[key] = _read_value(r, key, r.u32(f"type of {key}"), budget, h)
-        alignment = h.kv.get("general.alignment", 32)
-        if not isinstance(alignment, int) or alignment < 1 or alignment > 1 << 20 \
-                or alignment & (alignment - 1):
-            raise r.fail(f"invalid general.alignment {alignment!r}")
-        _read_tensor_infos(r, n_tensors, alignment, h)
-        if "tokenizer.ggml.tokens" in h.array_offsets:
-            _pick_tokens(fh, size, where, h)
+        return read_header_from(fh, path.stat().st_size, path.name)
+
+
+def read_header_from(fh: BinaryIO, size: int, name: str) -> Header:
+    """The header of the GGUF ``fh`` (``size`` bytes, called ``name`` in errors).
+
+    ``fh`` needs only ``seek`` and ``read``: a local file, or a remote one read
+    with HTTP range requests (store/remote.py); the same limits apply to both.
+    """
+    where = f"{name}: not a valid GGUF file"
+    r = _Reader(fh, size, where)
+    if fh.read(4) != GGUF_MAGIC:
+        raise InvalidModelFile(f"{where}: missing GGUF magic")
+    r = _Reader(fh, size, where, 4)
+    version = r.u32("version")
+    if version not in (2, 3):
+        hint = " (big-endian files are not supported)" if version >= 1 << 16 else ""
+        raise InvalidModelFile(f"{where}: unsupported GGUF version {version}{hint}")
+    n_tensors, n_kv = r.u64("tensor count"), r.u64("key/value count")
+    if n_tensors > MAX_TENSORS or n_tensors * 32 > r.left:
+        raise r.fail(f"absurd tensor count {n_tensors}")
+    if n_kv > MAX_KV or n_kv * 13 > r.left:
+        raise r.fail(f"absurd key/value count {n_kv}")
+    h = Header(file_size=size)
+    budget = [MAX_KEPT_BYTES]
+    for _ in range(n_kv):
+        key = r.string("key", 65536)
+        if key in h.kv:
+            raise r.fail(f"duplicate key {key!r}")
+        h.kv[key] = _read_value(r, key, r.u32(f"type of {key}"), budget, h)
+    alignment = h.kv.get("general.alignment", 32)
+    if not isinstance(alignment, int) or alignment < 1 or alignment > 1 << 20 \
+            or alignment & (alignment - 1):
+        raise r.fail(f"invalid general.alignment {alignment!r}")
+    _read_tensor_infos(r, n_tensors, alignment, h)
+    if "tokenizer.ggml.tokens" in h.array_offsets:
+        _pick_tokens(fh, size, where, h)
     return h
 
 

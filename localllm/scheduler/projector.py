@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from localllm.gguf_reader import read_header
+from localllm.gguf_reader import Header, read_header
 
 DEFAULT_PATCHES = 1024  # a projector with dynamic resolution and no fixed image size
 
@@ -41,7 +41,11 @@ def _int(kv: dict[str, object], key: str, default: int = 0) -> int:
 
 def projector_cost(path: str | Path, flash_attention: bool = True) -> ProjectorCost:
     """Weights and compute-buffer bytes of the projector at ``path`` (reads its header)."""
-    h = read_header(Path(path))
+    return header_cost(read_header(Path(path)), flash_attention)
+
+
+def header_cost(h: Header, flash_attention: bool = True) -> ProjectorCost:
+    """``projector_cost`` from a header already read (a remote one: store/remote.py)."""
     kv = h.kv
     weights = sum(t[2] for t in h.tensors)
     d = _int(kv, "clip.vision.embedding_length")
