@@ -152,6 +152,83 @@ int ll_dev_reg_name(int i, char *name, int name_len) {
     return 0;
 }
 
+int ll_dev_has_host_buffer(int i) {
+    if (i < 0 || (size_t)i >= ggml_backend_dev_count()) return -1;
+    return ggml_backend_dev_host_buffer_type(ggml_backend_dev_get((size_t)i)) != NULL;
+}
+
+/* ---- the CPU backend's extra buffer types --------------------------------- */
+
+/* The list llama.cpp's make_cpu_buft_list walks (src/llama-model.cpp): asked of the
+ * CPU registry by name, NULL-terminated, in the order llama.cpp tries them. */
+static ggml_backend_buffer_type_t *ll_cpu_extra_bufts(ggml_backend_dev_t *cpu_out) {
+    ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    if (cpu == NULL) return NULL;
+    ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(cpu);
+    if (reg == NULL) return NULL;
+    ggml_backend_dev_get_extra_bufts_t get = (ggml_backend_dev_get_extra_bufts_t)
+        ggml_backend_reg_get_proc_address(reg, "ggml_backend_dev_get_extra_bufts");
+    if (cpu_out) *cpu_out = cpu;
+    return get ? get(cpu) : NULL;
+}
+
+int ll_cpu_extra_buft_count(void) {
+    ggml_backend_buffer_type_t *b = ll_cpu_extra_bufts(NULL);
+    int n = 0;
+    while (b && b[n]) n++;
+    return n;
+}
+
+int ll_cpu_extra_buft_name(int i, char *name, int name_len) {
+    if (i < 0 || i >= ll_cpu_extra_buft_count()) return -1;
+    ll_copy(name, name_len, ggml_backend_buft_name(ll_cpu_extra_bufts(NULL)[i]));
+    return 0;
+}
+
+int ll_ggml_type_count(void) { return GGML_TYPE_COUNT; }
+
+const char *ll_ggml_type_name(int type) {
+    if (type < 0 || type >= GGML_TYPE_COUNT || ggml_blck_size((enum ggml_type)type) <= 0) return "";
+    return ggml_type_name((enum ggml_type)type);
+}
+
+int ll_cpu_extra_buft_takes(int i, int type, int64_t k, int64_t rows, int64_t n_mat,
+                            size_t *copy_size, size_t *size) {
+    ggml_backend_dev_t cpu = NULL;
+    if (i < 0 || i >= ll_cpu_extra_buft_count()) return -1;
+    ggml_backend_buffer_type_t buft = ll_cpu_extra_bufts(&cpu)[i];
+    if (type < 0 || type >= GGML_TYPE_COUNT || k <= 0 || rows <= 0 || n_mat <= 0) return -1;
+    int64_t blck = ggml_blck_size((enum ggml_type)type);
+    /* Removed types have no block; ggml asserts on a row that is not whole blocks. */
+    if (blck <= 0 || ggml_type_size((enum ggml_type)type) == 0 || k % blck) return -1;
+    struct ggml_init_params params = {ggml_tensor_overhead() * 8, NULL, true};
+    struct ggml_context *ctx = ggml_init(params);
+    if (ctx == NULL) return -1;
+    /* The test llama.cpp's weight_buft_supported makes (src/llama-model-loader.cpp):
+     * the op the weight serves, on a 512-token F32 batch, with the weight in an empty
+     * buffer of this type, asked of the CPU device. */
+    struct ggml_tensor *w, *op;
+    const int64_t n_used = 2;
+    if (n_mat > 1) {
+        w = ggml_new_tensor_3d(ctx, (enum ggml_type)type, k, rows, n_mat);
+        struct ggml_tensor *b = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, k, n_used, 512);
+        struct ggml_tensor *ids = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, n_used, 512);
+        op = ggml_mul_mat_id(ctx, w, b, ids);
+    } else {
+        w = ggml_new_tensor_2d(ctx, (enum ggml_type)type, k, rows);
+        struct ggml_tensor *b = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, k, 512, 1, 1);
+        op = ggml_mul_mat(ctx, w, b);
+    }
+    w->buffer = ggml_backend_buft_alloc_buffer(buft, 0);
+    int ok = w->buffer != NULL && ggml_backend_dev_supports_op(cpu, op);
+    if (copy_size) *copy_size = ggml_backend_buft_get_alloc_size(buft, w);
+    if (size) *size = ggml_nbytes(w);
+    if (w->buffer) ggml_backend_buffer_free(w->buffer);
+    w->buffer = NULL;
+    ggml_free(ctx);
+    return ok;
+}
+
 /* ---- backend plugins and RPC --------------------------------------------- */
 
 const char *ll_ggml_version(void) { return ggml_version(); }

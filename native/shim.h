@@ -54,6 +54,24 @@ int ll_dev_info(int i, char *name, int name_len, char *desc, int desc_len,
 /* Name of the backend registry that owns device i ("CPU", "CUDA", "RPC[host:port]"). */
 int ll_dev_reg_name(int i, char *name, int name_len);
 
+/* 1 when device i has a host (pinned) buffer type: llama.cpp then keeps the weights of
+ * CPU layers there, ahead of the CPU's extra buffer types.  -1 for a bad index. */
+int ll_dev_has_host_buffer(int i);
+
+/* ---- the CPU backend's extra buffer types --------------------------------- */
+/* The buffer types (AMX, CPU_REPACK, KleidiAI...) where llama.cpp puts a repacked copy
+ * of the CPU's weights, in the order it tries them; what ggml types they hold. */
+int ll_cpu_extra_buft_count(void);
+int ll_cpu_extra_buft_name(int i, char *name, int name_len);
+int ll_ggml_type_count(void);
+const char *ll_ggml_type_name(int type);  /* "" for a removed type */
+/* Would llama.cpp put a weight of ggml type `type`, k x rows (n_mat > 1: a stack of
+ * n_mat experts used by MUL_MAT_ID), in extra buffer type i?  Asked exactly as its
+ * loader asks.  1 yes, 0 no, -1 bad arguments; *copy_size is what the copy there
+ * takes and *size the weight's own bytes. */
+int ll_cpu_extra_buft_takes(int i, int type, int64_t k, int64_t rows, int64_t n_mat,
+                            size_t *copy_size, size_t *size);
+
 /* ---- backend plugins and RPC --------------------------------------------- */
 const char *ll_ggml_version(void);
 const char *ll_ggml_commit(void);

@@ -7,7 +7,7 @@ converts between Python values and C buffers; requests and slots are engine.py's
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -25,13 +25,21 @@ def no_parts() -> dict[str, int]:
     return {"model": 0, "kv": 0, "compute": 0}
 
 
-def buffer_sizes(log: str) -> dict[str, dict[str, int]]:
-    """Per device, the bytes of model / KV / compute buffers llama.cpp logged allocating."""
+def buffer_sizes(log: str, ram: Collection[str] | None = None) -> dict[str, dict[str, int]]:
+    """Per device, the bytes of model / KV / compute buffers llama.cpp logged allocating.
+
+    ``ram``: more buffer names that are system RAM; by default the CPU backend's
+    extra buffer types ("AMX" holds repacked weights in RAM, not on a device).
+    """
+    if ram is None:
+        from localllm.engine.cpu_buffers import host_buffer_names
+
+        ram = host_buffer_names()
     out: dict[str, dict[str, int]] = {}
     for name, kind, mib in _BUF_RE.findall(log):
         dev = name.split("_")[0]
-        if name.endswith("_Host") or name.startswith("CPU"):
-            dev = "CPU"  # pinned host buffers and mapped files live in RAM
+        if name.endswith("_Host") or name.startswith("CPU") or name in ram:
+            dev = "CPU"  # pinned host buffers, mapped files and repacked copies live in RAM
         d = out.setdefault(dev, no_parts())
         d[_KIND[kind]] += int(float(mib) * 1024 * 1024)
     return out

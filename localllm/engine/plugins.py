@@ -46,6 +46,7 @@ class NativeDevice:
     free: int
     total: int
     registry: str  # "CPU", "CUDA", "RPC[host:port]"
+    host_buffer: bool = False  # has a pinned host buffer type (llama.cpp's CPU list puts it first)
 
 
 def ggml_version() -> str:
@@ -147,7 +148,8 @@ def devices() -> list[NativeDevice]:
         raw.append((i, ffi.string(name).decode(), ffi.string(desc).decode(),
                     _DEV_TYPES.get(typ[0], "accel"), int(free[0]), int(total[0]), registry))
     names = stable_names([(r[1], r[6], r[2]) for r in raw])
-    return [NativeDevice(r[0], n, r[1], r[2], r[3], r[4], r[5], r[6])
+    return [NativeDevice(r[0], n, r[1], r[2], r[3], r[4], r[5], r[6],
+                         lib.ll_dev_has_host_buffer(r[0]) == 1)
             for r, n in zip(raw, names, strict=True)]
 
 

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from localllm.hardware.cpu import CPUInfo, available_ram, cpu_info
+from localllm.hardware.cpu_buffers import ExtraBuffer, parse_extra_buffers
 from localllm.hardware.probes import GPUProbe, probe_all
 from localllm.hardware.rpc import WorkerStatus
 
@@ -43,6 +44,10 @@ class Device:
     free: int
     total: int
     library: str  # "CPU", "CUDA", "ROCm", "Vulkan", "Metal", ...
+    # A GPU with a pinned host buffer type (CUDA, Vulkan): llama.cpp keeps CPU-side weights
+    # there, not in the CPU's extra buffers.  Those are the CPU device's (hardware/cpu_buffers.py).
+    host_buffer: bool = False
+    extra_buffers: tuple[ExtraBuffer, ...] = ()
 
     @property
     def is_gpu(self) -> bool:
@@ -86,15 +91,19 @@ def library_of(name: str) -> str:
     return _LIBRARY_ALIASES.get(base.upper(), base)
 
 
-def device_from_probe(raw: dict[str, Any]) -> Device:
+def device_from_probe(raw: dict[str, Any], cpu_buffers: tuple[ExtraBuffer, ...] = ()) -> Device:
+    """A probe's device; the CPU device carries ``cpu_buffers``, its extra buffer types."""
     name = str(raw.get("name", "?"))
+    kind = _KINDS.get(raw.get("type"), "accel")
     return Device(
         name=name,
         description=str(raw.get("description", "")),
-        kind=_KINDS.get(raw.get("type"), "accel"),
+        kind=kind,
         free=max(int(raw.get("free") or 0), 0),
         total=max(int(raw.get("total") or 0), 0),
         library=library_of(name),
+        host_buffer=raw.get("host_buffer") is True,
+        extra_buffers=cpu_buffers if kind == "cpu" else (),
     )
 
 
@@ -181,8 +190,9 @@ def build_hardware(answer: dict[str, Any], cpu: CPUInfo, gpus: list[GPUProbe],
     """Combine the probe's answer, the CPU facts, the driver probes and the workers (pure)."""
     ok = bool(answer.get("ok"))
     error = "" if ok else str(answer.get("error") or "unknown error")
-    devices = tuple(_with_ram(device_from_probe(d), cpu) for d in answer.get("devices") or []
-                    if isinstance(d, dict)) if ok else ()
+    extra = parse_extra_buffers(answer.get("cpu_buffers"))
+    devices = tuple(_with_ram(device_from_probe(d, extra), cpu)
+                    for d in answer.get("devices") or [] if isinstance(d, dict)) if ok else ()
     if not any(d.kind == "cpu" for d in devices):
         devices = (*devices, cpu_device(cpu))
     devices = (*devices, *remote_devices(workers))

@@ -9,7 +9,12 @@ does before a load, so what it reports is what a runner will see.  It always
 prints exactly one JSON object on stdout::
 
     {"ok": true, "devices": [...], "plugins": [...], "workers": [...],
-     "ggml_version": "...", "system_info": "...", "build_info": {...}}
+     "ggml_version": "...", "system_info": "...", "build_info": {...},
+     "cpu_buffers": [{"name": "AMX", "rules": [...]}, ...]}
+
+``cpu_buffers`` are the CPU backend's extra buffer types and the weights each
+takes (engine/cpu_buffers.py): the planner counts the repacked copies llama.cpp
+keeps there.
     {"ok": false, "error": "ImportError: ..."}
 """
 
@@ -26,7 +31,7 @@ from typing import Any
 def collect(workers: list[str] | None = None) -> dict[str, Any]:
     """Ask the native binding for its devices, plugins, system info and build info."""
     try:
-        from localllm.engine import binding, plugins
+        from localllm.engine import binding, cpu_buffers, plugins
     except Exception as exc:  # any failure to load the module is a status to report
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     try:
@@ -39,6 +44,7 @@ def collect(workers: list[str] | None = None) -> dict[str, Any]:
             **prepared,
             "system_info": str(binding.system_info()),
             "build_info": binding.build_info(),
+            "cpu_buffers": cpu_buffers.extra_buffers(),
         }
     except Exception as exc:
         tail = traceback.format_exc(limit=3)

@@ -1,0 +1,86 @@
+"""The CPU backend's extra buffer types, asked of ggml in a native process (the probe child).
+
+llama.cpp keeps a repacked copy of a weight the CPU holds in the first of these
+buffer types that takes it (AMX on Xeons with AMX, CPU_REPACK for Q4_0, Q4_K,
+IQ4_NL... on AVX2, AVX-512 or ARM, KleidiAI on ARM).  Which ones exist, and
+what each takes, depends on the CPU and on how ggml was built, so nothing here
+guesses from CPU flags: ``extra_buffers`` puts every ggml type, as a 2-D matrix
+and as a 3-D expert stack, to each buffer type with llama.cpp's own loader test
+(``ll_cpu_extra_buft_takes``), and finds the column and row multiples it needs.
+The answer is plain JSON for the probe's report; ``hardware.cpu_buffers`` reads
+it back for the planner, and ``host_buffer_names`` tells the runner's memory
+report that these buffers are system RAM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import lru_cache, partial
+from itertools import product
+from typing import Any
+
+from localllm.engine.binding import native
+
+# The shape each type is first tried at: a multiple of every ggml block and of every
+# row grouping a repacking kernel wants, so a "no" there is a no for any real weight.
+REF = 4096
+N_EXPERTS = 8  # the stack depth of the 3-D (MUL_MAT_ID) test; any depth > 1 answers alike
+
+
+def _smallest(ok: Callable[[int], bool]) -> int:
+    """The smallest power of two up to ``REF`` that ``ok`` accepts (``REF`` itself is)."""
+    d = 1
+    while d < REF and not ok(d):
+        d *= 2
+    return d
+
+
+def _names(n: int, get: Callable[[int, Any, int], int]) -> list[str]:
+    ffi, _ = native()
+    buf = ffi.new("char[]", 128)
+    out = []
+    for i in range(n):
+        get(i, buf, 128)
+        out.append(ffi.string(buf).decode())
+    return out
+
+
+def extra_buffers() -> list[dict[str, Any]]:
+    """Each extra buffer type, in llama.cpp's order, with the weights it takes.
+
+    A rule ``{"type", "name", "dims", "k", "rows", "copy", "size"}`` says: a weight
+    of ggml type ``type`` with ``dims`` dimensions (2: a matrix, 3: an expert
+    stack) whose rows have a multiple of ``k`` values and whose row count is a
+    multiple of ``rows`` goes there, and a ``size``-byte reference weight takes
+    ``copy`` bytes there (AMX stores some types with extra per-block sums).
+    """
+    ffi, lib = native()
+    copy, size = ffi.new("size_t *"), ffi.new("size_t *")
+    types = [(t, ffi.string(lib.ll_ggml_type_name(t)).decode())
+             for t in range(lib.ll_ggml_type_count())]
+    out = []
+    for i, name in enumerate(_names(lib.ll_cpu_extra_buft_count(), lib.ll_cpu_extra_buft_name)):
+        rules = []
+        for (t, tname), (dims, n_mat) in product(types, ((2, 1), (3, N_EXPERTS))):
+            takes = partial(_takes, lib, i, t, n_mat, copy, size)
+            if not tname or not takes(REF, REF):
+                continue
+            ref_copy, ref_size = int(copy[0]), int(size[0])
+            rules.append({"type": t, "name": tname, "dims": dims,
+                          "k": _smallest(lambda k, f=takes: f(k, REF)),  # type: ignore[misc]
+                          "rows": _smallest(lambda r, f=takes: f(REF, r)),  # type: ignore[misc]
+                          "copy": ref_copy, "size": ref_size})
+        out.append({"name": name, "rules": rules})
+    return out
+
+
+def _takes(lib: Any, i: int, t: int, n_mat: int, copy: Any, size: Any, k: int,
+           rows: int) -> bool:
+    return bool(lib.ll_cpu_extra_buft_takes(i, t, k, rows, n_mat, copy, size) == 1)
+
+
+@lru_cache(maxsize=1)
+def host_buffer_names() -> frozenset[str]:
+    """Names of the CPU's extra buffer types (``"AMX"``, ``"CPU_REPACK"``): system RAM."""
+    _, lib = native()
+    return frozenset(_names(lib.ll_cpu_extra_buft_count(), lib.ll_cpu_extra_buft_name))
