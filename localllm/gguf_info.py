@@ -9,18 +9,42 @@ on; ``gguf_reader`` reads the header itself.  ``kv`` holds scalars and short
 arrays, and a long array appears there as ``None`` with its length in
 ``array_lengths``.  Also here: whether llama.cpp's tokenizer adds BOS for a
 model (``tokenizer_adds_bos``), which decides whether a template's own BOS
-is kept.
+is kept.  ``ModelInfo.matrices`` lists the weight matrices with their types,
+shapes and place in the file, for the planner's count of the CPU backend's
+repacked copies (scheduler/repack.py).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from localllm.errors import InvalidModelFile
 from localllm.gguf_reader import BLK_RE, EXPS_RE, MAX_LAYERS, Header, read_header
+
+
+class Matrix(NamedTuple):
+    """A weight llama.cpp multiplies by (MUL_MAT; MUL_MAT_ID for experts): what the CPU
+    backend's extra buffers may keep a repacked copy of (scheduler/repack.py)."""
+
+    layer: int  # blk.<layer>; -1 outside the blocks (the output layer's)
+    ggml_type: int
+    experts: bool  # a stack of experts (EXPS_RE)
+    k: int  # values per row (ne[0])
+    rows: int  # rows (ne[1]), per expert for a stack
+    nbytes: int
+    # Lies between two vectors (1-D tensors) of its file; False for token_embd reused as
+    # the output matrix (tied embeddings), whose file pages are token_embd's.
+    inner: bool
+
+
+# Tensors of 2+ dimensions llama.cpp does not multiply by (LLM_TENSOR_INFOS in its
+# src/llama-arch.cpp): input lookups (GET_ROWS) and convolution / state-space weights.
+_NOT_MATMUL = re.compile(r"^(token_embd|position_embd|token_types|per_layer_token_embd)\.|"
+                         r"embed_tokens|rel_b|_ape\.|tid2eid|conv|ssm_a\b")
 
 
 @dataclass(frozen=True)
@@ -56,6 +80,7 @@ class ModelInfo:
     # Bytes of blk.<i>'s expert tensors (what llama.cpp's --n-cpu-moe keeps in RAM),
     # per layer; empty for a dense model.
     expert_bytes: list[int] = field(default_factory=list)
+    matrices: tuple[Matrix, ...] = ()  # every weight matrix, for the CPU's repacked copies
 
     @property
     def add_bos_token(self) -> bool:
@@ -124,6 +149,27 @@ def _as_max(value: Any, default: int = 0) -> int:
         ints = [v for v in value if isinstance(v, int)]
         return max(ints) if ints else default
     return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _matrices(headers: list[Header], tied: bool) -> tuple[Matrix, ...]:
+    out = []
+    for h in headers:
+        if len(h.layout) != len(h.tensors):  # a header put together without the layout
+            continue
+        vectors = [offset for dims, offset in h.layout if len(dims) == 1]
+        lo, hi = (min(vectors), max(vectors)) if vectors else (0, -1)
+        for (name, _n, nbytes, ttype), (dims, offset) in zip(h.tensors, h.layout, strict=True):
+            if tied and name == "token_embd.weight" and len(dims) == 2:
+                out.append(Matrix(-1, ttype, False, dims[0], dims[1], nbytes, False))
+            if len(dims) < 2 or _NOT_MATMUL.search(name):
+                continue
+            m = BLK_RE.match(name)
+            experts = bool(m and EXPS_RE.match(name, m.end()))
+            if len(dims) > 2 and not experts:
+                continue  # batched 3-D products (MLA's k_b, v_b): small, left out
+            out.append(Matrix(int(m.group(1)) if m else -1, ttype, experts, dims[0], dims[1],
+                              nbytes, lo < offset < hi))
+    return tuple(out)
 
 
 def _build(headers: list[Header]) -> ModelInfo:
@@ -202,6 +248,7 @@ def _build(headers: list[Header]) -> ModelInfo:
         array_lengths=dict(first.array_lengths),
         tensor_count=len(tensors),
         expert_bytes=[experts.get(i, 0) for i in range(count)] if experts else [],
+        matrices=_matrices(headers, not has_output),
     )
 
 

@@ -143,6 +143,8 @@ class Header:
     array_offsets: dict[str, int] = field(default_factory=dict)  # string arrays not kept
     # name, elements, bytes, ggml type
     tensors: list[tuple[str, int, int, int]] = field(default_factory=list)
+    # each tensor's dimensions and data offset, in the order of ``tensors``
+    layout: list[tuple[tuple[int, ...], int]] = field(default_factory=list)
     file_size: int = 0
 
 
@@ -268,6 +270,7 @@ def _read_tensor_infos(r: _Reader, n: int, alignment: int, h: Header) -> None:
             raise r.fail(f"tensor {name!r} offset {offset} is not aligned to {alignment}")
         spans.append((offset, nbytes, name))
         h.tensors.append((name, elems, nbytes, ttype))
+        h.layout.append((tuple(dims), offset))
     data_start = -(-r.pos // alignment) * alignment
     data_size = r.size - data_start
     end = 0

@@ -7,16 +7,20 @@ slot drafts for its own sequence).  So the planner adds, on that one device,
 the draft's weights, its KV cache for the same cells, sized from the draft's
 own header with the model's cache type, and its compute graph estimated as
 for a fully offloaded model.  Its input embedding stays in RAM when the rest
-is on a GPU, as for any model (llama.cpp runs ``get_rows`` on the CPU).
+is on a GPU, as for any model (llama.cpp runs ``get_rows`` on the CPU); in RAM
+the CPU backend keeps repacked copies of its matrices too (scheduler/repack.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from localllm.gguf_info import ModelInfo
+from localllm.hardware.cpu_buffers import ExtraBuffer
 from localllm.scheduler.estimate import graph_bytes, host_graph_bytes, kv_cells, kv_layer_bytes
 from localllm.scheduler.plan_types import DeviceUse
+from localllm.scheduler.repack import repacked_bytes
 
 
 @dataclass(frozen=True)
@@ -44,11 +48,15 @@ class DraftCost:
 
 
 def draft_cost(info: ModelInfo, n_ctx: int, n_parallel: int, n_batch: int, kv_type: str,
-               flash_attention: bool, *, on_gpu: bool) -> DraftCost:
-    """The draft ``info``'s cost for ``n_parallel`` slots of ``n_ctx`` tokens."""
+               flash_attention: bool, *, on_gpu: bool, extras: Sequence[ExtraBuffer] = (),
+               use_mmap: bool = True) -> DraftCost:
+    """The draft ``info``'s cost for ``n_parallel`` slots of ``n_ctx`` tokens; ``extras``:
+    the CPU's extra buffer types the load can use (``repack.usable_extras``)."""
     kv = kv_layer_bytes(info, kv_cells(n_ctx, n_parallel), kv_type) * info.n_layers
     graph, _ = graph_bytes(info, n_ctx, n_parallel, n_batch, flash_attention, kv)
     body = sum(info.layer_bytes) + info.output_bytes + info.other_bytes
     if not on_gpu:
-        return DraftCost(0, 0, 0, body + info.token_embd_bytes, kv, graph)
+        copies = repacked_bytes(info, extras, max(info.n_layers, len(info.layer_bytes)),
+                                use_mmap=use_mmap)
+        return DraftCost(0, 0, 0, body + info.token_embd_bytes + copies, kv, graph)
     return DraftCost(body, kv, graph, info.token_embd_bytes, 0, host_graph_bytes(info, n_batch))

@@ -37,6 +37,7 @@ class PlanOptions:
     # A draft model loaded next to the model (scheduler/draft.py): sized per context tried,
     # on the first device holding the model's layers, or in RAM without one.
     draft: ModelInfo | None = None
+    use_mmap: bool = True  # mapped weights: a repacked matrix's file pages stay mapped too
 
     @classmethod
     def from_config(cls, **overrides: Any) -> PlanOptions:
@@ -66,7 +67,7 @@ class PlanOptions:
                                num_batch=load.n_ubatch, num_gpu=load.n_gpu_layers,
                                kv_type=parse_kv_type(load.kv_type),
                                flash_attention=parse_flash_attention(load.flash_attn),
-                               **overrides)
+                               use_mmap=load.use_mmap, **overrides)
 
 
 @dataclass(frozen=True)

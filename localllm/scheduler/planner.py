@@ -45,7 +45,9 @@ from localllm.scheduler.layer_fill import (
     shrinkable,
     smallest,
 )
+from localllm.scheduler.plan_reason import plan_reason
 from localllm.scheduler.plan_types import DeviceUse, LoadPlan, PlanOptions
+from localllm.scheduler.repack import repacked_bytes, runner_default_devices, usable_extras
 
 __all__ = [
     "DeviceUse",
@@ -98,6 +100,8 @@ class _Request:
     kv_type: str
     fa: bool
     avail: int  # RAM available (0 = unknown)
+    cpu: Device | None  # the CPU device: its extra buffer types (scheduler/repack.py)
+    default_devices: tuple[Device, ...]  # what a runner passes for a plan with no GPU
 
 
 def _pad(values: Sequence[int], n: int) -> list[int]:
@@ -133,10 +137,10 @@ def _layout(r: _Request, gpus: Sequence[Device], ctx: int, n_cpu_moe: int = 0) -
     proj = opts.projector_weights + opts.projector_compute
     if caps and proj:  # llama.cpp's first device (filled last) holds the projector
         caps[-1] -= proj
-    cost = partial(draft_cost, opts.draft, ctx, np_, opts.num_batch, r.kv_type, r.fa
-                   ) if opts.draft is not None else None
+    cost = partial(draft_cost, opts.draft, ctx, np_, opts.num_batch, r.kv_type, r.fa,
+                   use_mmap=opts.use_mmap) if opts.draft is not None else None
     if caps and cost is not None:  # and the draft model
-        caps[-1] -= cost(on_gpu=True).gpu_total
+        caps[-1] -= cost(on_gpu=True, extras=()).gpu_total
     fills, placed = assign(caps, gpu_layer_bytes(lb, eb, n_cpu_moe), kv_l, target,
                            opts.num_gpu >= 0, info.output_bytes, shrinkable(gpus, opts.spread))
     full = placed > n_rep
@@ -156,6 +160,12 @@ def _layout(r: _Request, gpus: Sequence[Device], ctx: int, n_cpu_moe: int = 0) -
                    + sum(eb[cpu_layers:n_cpu_moe]))
     if not full:
         cpu_weights += info.output_bytes
+    # The CPU backend's repacked copies of what it keeps (AMX, CPU_REPACK...); a GPU with
+    # a host buffer among the model's devices rules them out (scheduler/repack.py).
+    on_gpus = [g for g, f in zip(gpus, fills, strict=True) if f.layers]
+    cpu_extras = usable_extras(r.cpu, on_gpus or r.default_devices)
+    cpu_weights += repacked_bytes(info, cpu_extras, cpu_layers, n_cpu_moe, not full,
+                                  opts.use_mmap)
     # With layers (or experts) on the CPU its compute buffer is sized for the whole
     # graph, as llama.cpp's scheduler reserves it; fully offloaded it only stages inputs.
     gpu_only = full and n_cpu_moe == 0
@@ -166,7 +176,7 @@ def _layout(r: _Request, gpus: Sequence[Device], ctx: int, n_cpu_moe: int = 0) -
     cpu = DeviceUse("CPU", "CPU", cpu_layers + (0 if full else 1), cpu_weights,
                     kv_l * cpu_layers, cpu_graph, avail)
     if cost is not None:
-        draft = cost(on_gpu=bool(gpu_uses))
+        draft = cost(on_gpu=bool(gpu_uses), extras=cpu_extras)
         cpu = draft.onto(cpu)
         gpu_uses = (draft.onto(gpu_uses[0]), *gpu_uses[1:]) if gpu_uses else gpu_uses
     notes = [f"estimate exceeds free memory on {g.name} by {fmt_bytes(f.used - c)}"
@@ -211,42 +221,6 @@ def _with_experts_in_ram(r: _Request, gpus: Sequence[Device], ctx: int) -> LoadP
     return max(found, key=lambda p: (-p.n_cpu_moe, _rank(p)), default=None)
 
 
-def _reason(p: LoadPlan, gpus: Sequence[Device], opts: PlanOptions, avail: int) -> str:
-    names = ", ".join(g.name for g in p.gpus)
-    split = ""
-    if len(p.gpus) > 1:
-        split = "split " + "/".join(str(n) for n in p.tensor_split) + " by free memory; "
-    if not p.gpus:
-        why = ("num_gpu=0" if opts.num_gpu == 0 and gpus else
-               "no GPU the engine can use" if not gpus else
-               f"no GPU has room for a layer ({gpus[0].name}: {fmt_bytes(gpus[0].free)} free)")
-        text = f"CPU only: {why}"
-        if p.fits and avail:
-            text += f" ({fmt_bytes(p.ram)} of RAM)"
-    elif p.fully_offloaded:
-        free = sum(g.free for g in p.gpus)
-        text = (f"all {p.n_layers} layers on {names} "
-                f"({split}{fmt_bytes(p.vram)} of {fmt_bytes(free)} free)")
-    else:
-        weights = p.cpu.weights + sum(g.weights for g in p.gpus)
-        text = (f"{p.n_gpu_layers}/{p.n_layers} layers on {names}, rest on CPU: {split}"
-                f"KV cache for {p.n_ctx * p.n_parallel} tokens needs {fmt_bytes(p.kv_bytes)}, "
-                f"weights {fmt_bytes(weights)}, {fmt_bytes(sum(g.free for g in p.gpus))} free")
-    if p.n_cpu_moe:
-        text = f"experts of {p.n_cpu_moe}/{p.n_layers - 1} layers in RAM (MoE), {text}"
-    if p.remote_bytes:
-        text += f"; {fmt_bytes(p.remote_bytes)} on remote (RPC) devices"
-    if opts.spread and len(p.gpus) > 1:
-        text = f"spread over {len(p.gpus)} GPUs (LOCALLLM_SCHED_SPREAD): {text}"
-    if opts.num_gpu > 0 and p.gpus:
-        text = f"num_gpu={opts.num_gpu}: {text}"
-    if p.notes:
-        text += "; does not fit: " + "; ".join(p.notes)
-    if p.ctx_reduced:
-        text += f"; context reduced to {p.n_ctx} to fit"
-    return text
-
-
 def plan(info: ModelInfo, devices: Sequence[Device], opts: PlanOptions) -> LoadPlan:
     """Decide GPU layers, context and KV type for ``info`` on ``devices``."""
     all_gpus = usable_gpus(devices)
@@ -265,7 +239,7 @@ def plan(info: ModelInfo, devices: Sequence[Device], opts: PlanOptions) -> LoadP
         ladder = [start]
         if opts.default_ctx <= 0:  # an explicit LOCALLLM_CONTEXT_LENGTH is kept as set
             ladder += [c for c in CTX_LADDER if c < start and c >= min(MIN_AUTO_CTX, start)]
-    r = _Request(info, opts, kv_type, fa, avail)
+    r = _Request(info, opts, kv_type, fa, avail, cpu_dev, runner_default_devices(devices))
     result = None
     for ctx in ladder:
         result = _best(r, gpus, ctx)
@@ -278,7 +252,7 @@ def plan(info: ModelInfo, devices: Sequence[Device], opts: PlanOptions) -> LoadP
             result = _with_experts_in_ram(r, gpus, result.n_ctx) or result
     assert result is not None
     result = replace(result, ctx_reduced=result.n_ctx != ladder[0])
-    return replace(result, reason=_reason(result, all_gpus, opts, avail))
+    return replace(result, reason=plan_reason(result, all_gpus, opts, avail))
 
 
 def subtract_loaded(devices: Sequence[Device], loaded: Iterable[LoadPlan]) -> list[Device]:

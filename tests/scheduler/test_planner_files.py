@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,18 @@ def _allocated(path: Path, ctx: int, parallel: int, fa: str) -> dict[str, dict[s
         return engine.memory_report()
 
 
+def _devices() -> list[Device]:
+    """This machine's devices as the daemon's probe reports them (the CPU's extra buffer
+    types, which GPUs have a host buffer), with 16 GiB of RAM so nothing is squeezed."""
+    from localllm.hardware.cpu import cpu_info
+    from localllm.hardware.detect import build_hardware
+    from localllm.hardware.probe_child import collect
+
+    hw = build_hardware(collect(), cpu_info(), [])
+    return [replace(d, free=16 << 30, total=16 << 30) if d.kind == "cpu" else d
+            for d in hw.devices]
+
+
 @pytest.fixture(scope="module")
 def llama_58m(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # A ~58M-parameter llama (8 layers, 512 wide, 32000 vocabulary) in F16.
@@ -67,10 +80,30 @@ def test_cpu_estimate_within_15_percent_of_llama_cpp(llama_58m: Path, ctx: int, 
     # that fills as slots are parked, not planned for.
     actual = sum(v for parts in report.values() for k, v in parts.items() if k != "cache")
     info = read_model_info(llama_58m)
-    host = Device("CPU", "", "cpu", 16 << 30, 16 << 30, "CPU")
-    p = plan(info, [host], PlanOptions(num_ctx=ctx, num_parallel=parallel, flash_attention=fa,
+    p = plan(info, _devices(), PlanOptions(num_ctx=ctx, num_parallel=parallel, flash_attention=fa,
                                        num_gpu=0))
     assert p.n_ctx == ctx and p.n_gpu_layers == 0
     assert abs(p.ram - actual) / actual < 0.15, (p.cpu, report)
     # The KV cache is exact (llama.cpp logs MiB with two decimals).
     assert abs(p.cpu.kv - report["CPU"]["kv"]) <= MiB // 100
+
+
+
+@pytest.mark.parametrize("quant", ["Q8_0", "Q4_0", "Q4_K_M", "F16"])
+def test_cpu_weights_as_llama_cpp_maps_and_repacks_them(quant: str, tmp_path: Path) -> None:
+    # Weights only, so the comparison is tight: the mapped file span plus the copies this
+    # CPU's extra buffer types (AMX, CPU_REPACK...) take, if it has any.
+    from localllm.engine.engine import Engine
+    from localllm.engine.model import buffer_sizes
+    from localllm.runner.messages import LoadOptions
+    from tests import ggufmeta
+
+    shape = ggufmeta.Shape(n_layers=3, n_embd=512, n_head=8, n_head_kv=4, n_ff=1536,
+                           n_vocab=4096)
+    path = ggufmeta.write_gguf(tmp_path / "m.gguf", shape, quant)
+    with Engine([str(path)], LoadOptions(n_ctx=512, n_gpu_layers=0, n_threads=1)) as engine:
+        logged = buffer_sizes(engine._load_log, ram=())  # each buffer type on its own
+    p = plan(read_model_info(path), _devices(), PlanOptions(num_ctx=512, num_gpu=0))
+    model = sum(v["model"] for v in logged.values())
+    # llama.cpp logs each buffer in MiB with two decimals.
+    assert abs(p.cpu.weights - model) <= len(logged) * MiB // 100, logged
