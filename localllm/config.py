@@ -429,3 +429,12 @@ def client_base_url() -> str:
     if ":" in host:
         host = f"[{host}]"
     return f"http://{host}:{port}"
+
+
+def ollama_models_env() -> str:
+    """``OLLAMA_MODELS`` read the way Ollama reads it (spaces, then quotes trimmed), or "".
+
+    Where Ollama itself keeps its models, for ``localllm import ollama``; distinct from
+    ``MODELS``, whose fallback to the same variable decides where *our* store is.
+    """
+    return os.environ.get("OLLAMA_MODELS", "").strip().strip("\"'")

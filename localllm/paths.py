@@ -68,3 +68,22 @@ def cache() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("localllm", appauthor=False))
+
+
+# The Linux install script runs Ollama as the ``ollama`` system user, whose home is here.
+OLLAMA_SYSTEM_MODELS = Path("/usr/share/ollama/.ollama/models")
+
+
+def ollama_models() -> list[Path]:
+    """Where an Ollama store may be, most likely first: ``OLLAMA_MODELS`` when set (Ollama
+    uses nothing else then), else the user's ``~/.ollama/models`` and, on Linux, the system
+    service's folder.  Nothing is checked here (see ``store/ollama_store.find_store``)."""
+    import sys
+
+    env = config.ollama_models_env()
+    if env:
+        return [Path(env).expanduser()]
+    found = [Path.home() / ".ollama" / "models"]
+    if sys.platform.startswith("linux"):
+        found.append(OLLAMA_SYSTEM_MODELS)
+    return found

@@ -19,6 +19,8 @@ from typing import Any
 from localllm.store.local import PartialsReport, Store
 from localllm.store.manifests import MEDIA_DRAFT, MEDIA_LICENSE, Entry
 from localllm.store.names import parse_digest, parse_name
+from localllm.store.ollama_import import ImportReport
+from localllm.store.ollama_store import Found
 
 log = logging.getLogger(__name__)
 
@@ -254,3 +256,52 @@ class ModelService:
             return False
         self.store.blobs.write_stream(chunks, expected=want)
         return True
+
+    def import_ollama(self, source: Path | None, *, models: Iterable[str] = (),
+                      copy: bool = False, dry_run: bool = False, force: bool = False,
+                      progress: Progress | None = None) -> ImportReport:
+        """Bring in the models of an Ollama store (``localllm import ollama``): ``source``,
+        else Ollama's own folder; only ``models`` when given.  Blobs are hard-linked where
+        they can be, else copied (``copy``: always), and verified either way; see
+        ``store/ollama_import.py``.  Needs no daemon: it only adds blobs and manifests."""
+        from localllm.store.ollama_import import import_ollama
+
+        names = [parse_name(m) for m in models]
+        return import_ollama(self.store, source, names=names, copy=copy, dry_run=dry_run,
+                             force=force, progress=progress, check=ollama_warnings)
+
+
+def ollama_warnings(found: Found) -> list[str]:
+    """What will not work as in Ollama about an imported model: a template our renderer
+    refuses, parameters we ignore or refuse, malformed messages, Ollama's built-in
+    renderers.  Warnings, not refusals: the weights are good, and ``create`` can fix the rest."""
+    from localllm.api.options import OPTION_TYPES, resolve_options
+    from localllm.errors import InvalidRequest
+    from localllm.modelfile.checks import check_messages, check_template
+
+    out: list[str] = []
+    params = found.texts.get("params") or {}
+    for key in params:
+        if key not in OPTION_TYPES:
+            out.append(f'parameter "{key}" is not supported here and is ignored')
+    try:
+        resolve_options({k: v for k, v in params.items() if k in OPTION_TYPES}, None)
+    except InvalidRequest as exc:
+        out.append(f"its parameters are refused here: {exc.message}")
+    messages: list[dict[str, Any]] = []
+    try:
+        messages = check_messages(found.texts.get("messages")) or []
+    except InvalidRequest as exc:
+        out.append(f"its MESSAGE history is refused here: {exc.message}")
+    template = found.texts.get("template")
+    if template:
+        try:
+            check_template(template, messages, found.texts.get("system"))
+        except InvalidRequest as exc:
+            out.append(f"{exc.message}: chats will fail until a new TEMPLATE replaces it")
+    for key in ("renderer", "parser"):
+        value = found.config.get(key)
+        if isinstance(value, str) and value:
+            out.append(f'Ollama uses its built-in "{value}" {key} for this model; localllm '
+                       f"uses the {'template' if template else 'GGUF chat template'} instead")
+    return out
