@@ -28,11 +28,18 @@ N_EXPERTS = 8  # the stack depth of the 3-D (MUL_MAT_ID) test; any depth > 1 ans
 
 
 def _smallest(ok: Callable[[int], bool]) -> int:
-    """The smallest power of two up to ``REF`` that ``ok`` accepts (``REF`` itself is)."""
+    """The smallest power of two that ``ok`` accepts; ``REF`` when none below it does
+    (the caller has seen ``REF`` accepted).  ggml's blocks and row groups are powers of
+    two, so a rule "a multiple of d" is found exactly."""
     d = 1
     while d < REF and not ok(d):
         d *= 2
     return d
+
+
+def _multiples(takes: Callable[[int, int], bool]) -> tuple[int, int]:
+    """The column (values per row) and row multiples a buffer type needs for a type."""
+    return _smallest(lambda k: takes(k, REF)), _smallest(lambda r: takes(REF, r))
 
 
 def _names(n: int, get: Callable[[int, Any, int], int]) -> list[str]:
@@ -66,9 +73,8 @@ def extra_buffers() -> list[dict[str, Any]]:
             if not tname or not takes(REF, REF):
                 continue
             ref_copy, ref_size = int(copy[0]), int(size[0])
-            rules.append({"type": t, "name": tname, "dims": dims,
-                          "k": _smallest(lambda k, f=takes: f(k, REF)),  # type: ignore[misc]
-                          "rows": _smallest(lambda r, f=takes: f(REF, r)),  # type: ignore[misc]
+            k, rows = _multiples(takes)
+            rules.append({"type": t, "name": tname, "dims": dims, "k": k, "rows": rows,
                           "copy": ref_copy, "size": ref_size})
         out.append({"name": name, "rules": rules})
     return out
