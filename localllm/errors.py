@@ -28,8 +28,7 @@ from __future__ import annotations
 class LocalLLMError(Exception):
     """Base of every error localllm raises on purpose."""
 
-    status: int = 500
-    openai_type: str = "api_error"
+    status: int = 500  # the HTTP status; each API's error type follows from it
 
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
@@ -43,7 +42,6 @@ class LocalLLMError(Exception):
 
 class InvalidRequest(LocalLLMError):
     status = 400
-    openai_type = "invalid_request_error"
 
 
 class InvalidName(InvalidRequest):
@@ -64,12 +62,10 @@ class InvalidModelFile(InvalidRequest):
 
 class Forbidden(LocalLLMError):
     status = 403
-    openai_type = "permission_error"
 
 
 class NotFound(LocalLLMError):
     status = 404
-    openai_type = "not_found_error"
 
 
 class ModelNotFound(NotFound):

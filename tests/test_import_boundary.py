@@ -10,6 +10,7 @@ the daemon's side of their modules uses.
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -51,3 +52,30 @@ def test_the_native_children_do_not_import_asyncio() -> None:
     out = subprocess.run([sys.executable, "-c", CHILD_PROBE], cwd=REPO, capture_output=True,
                          text=True, timeout=120, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+COMPAT_PROBE = """
+import importlib, json, pkgutil, sys
+import localllm.compat
+for info in pkgutil.walk_packages(localllm.compat.__path__, "localllm.compat."):
+    importlib.import_module(info.name)
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("localllm"))))
+"""
+
+
+def test_compat_imports_neither_the_server_nor_the_inference() -> None:
+    # compat/ holds pure converters between wire shapes: the routes call them, and they
+    # call nothing back (DESIGN.md's arrows), so they test and read on their own.
+    out = subprocess.run([sys.executable, "-c", COMPAT_PROBE], cwd=REPO, capture_output=True,
+                         text=True, timeout=120, check=True)
+    loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert {"localllm.compat.openai.stream", "localllm.compat.responses.stream",
+            "localllm.compat.anthropic.stream"} <= set(loaded)
+    assert [m for m in loaded if m.startswith(("localllm.server", "localllm.inference"))] == []
+    # Imports inside functions count too.
+    for path in (REPO / "localllm" / "compat").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not [n for n in names if n.startswith(("localllm.server",
+                                                          "localllm.inference"))], path

@@ -1,1 +1,14 @@
-"""Compatibility layers: pure converters between other APIs (OpenAI) and our native shapes."""
+"""Pure converters between foreign APIs and our native (Ollama-shaped) requests and chunks.
+
+One package per API, each split by direction: ``request`` (their body -> our
+``/api/chat`` or ``/api/generate`` body, plus what the route must do: stream,
+``n``, the forced-tool decision), ``response`` (a finished native result ->
+their object) and ``stream`` (native chunks -> their server-sent events).
+
+- ``openai/``: Chat Completions, legacy completions, embeddings, models; OpenAI's error shape.
+- ``responses/``: OpenAI's Responses API (its ``input`` items in ``responses.input``).
+- ``anthropic/``: Anthropic's Messages API; Anthropic's error shape.
+- ``frames``: what they share (SSE frames, ids, field checks, the stream interface).
+
+Nothing here imports ``server/`` or ``inference/`` (tests/test_import_boundary.py).
+"""

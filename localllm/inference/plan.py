@@ -1,38 +1,36 @@
-"""One way to run a native generate/chat request: validate, render, prepare, stream chunks.
+"""One way to run a native generate/chat request: prepare, stream chunks, fold them.
 
-``/api/generate`` and ``/api/chat`` and the OpenAI-compatible ``/v1`` routes
-all go through :class:`Plan`: the route builds one (validation, rendering and
-option checks happen here, eagerly, so they answer with a plain 4xx), then
-``plan.prepare(i)`` makes the runner request of choice ``i`` and
-``plan.events(prep)`` streams Ollama-shaped chunks (the last one with
-``done: true`` and the metrics).  ``fold`` turns such a stream into the single
-object that ``stream: false`` returns.  Embeddings share ``embed_native``.
+``/api/generate`` and ``/api/chat`` and the ``/v1`` routes (OpenAI, Responses,
+Anthropic) all go through :class:`Plan`: the route builds one with
+:func:`~localllm.inference.build.chat_plan` or
+:func:`~localllm.inference.build.generate_plan` (in a worker thread), then asks
+it for what it answers with: ``run(i)`` streams the Ollama-shaped chunks of
+choice ``i`` (the last one with ``done: true`` and the metrics), ``choices(n)``
+interleaves ``n`` of them, ``result()`` / ``results(n)`` fold them into what
+``stream: false`` returns, and ``count_tokens()`` measures the prompt.
+
+Ollama's empty requests (no prompt, no messages) are plans too: they load the
+model (or, with ``keep_alive`` 0, unload it) and answer with one ``done``
+chunk whose ``done_reason`` says which.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
-import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-from localllm.api.schemas_infer import ChatRequest, EmbedRequest, GenerateRequest
-from localllm.errors import InvalidRequest
-from localllm.grammar.tools import forced_tool_grammar
-from localllm.inference.images import (
-    Images,
-    chat_images,
-    check_rendered,
-    prompt_images,
-    require_vision,
-)
-from localllm.inference.release import dismantle
+from localllm.inference.fanout import gather, merge
+from localllm.inference.fold import fold, fold_chunks
+from localllm.inference.images import Images
 from localllm.inference.service import InferenceService, Prepared, Target, now_rfc3339
-from localllm.inference.shaping import OutputShaper, chat_format, grammar_for, think_flag
+from localllm.inference.shaping import OutputShaper, chat_format
 from localllm.runner.messages import Done, Piece
 from localllm.toolcalls import Family
+
+# Loads and unloads asked for by a request that has since gone: held until they finish.
+_SETTLING: set[asyncio.Task[str]] = set()
 
 
 def final_metrics(done: Done, prep: Prepared) -> dict[str, Any]:
@@ -50,9 +48,12 @@ def final_metrics(done: Done, prep: Prepared) -> dict[str, Any]:
     return metrics
 
 
-def check_top_logprobs(n: int) -> None:
-    if not 0 <= n <= 20:
-        raise InvalidRequest("top_logprobs must be between 0 and 20")
+class Fim(NamedTuple):
+    """A fill-in-the-middle prompt, tokenized when it runs (that needs the model loaded)."""
+
+    ids: tuple[int, int, int]  # the model's prefix, suffix and middle tokens
+    prefix: str
+    suffix: str
 
 
 @dataclass
@@ -80,7 +81,41 @@ class Plan:
     report_stop: bool = False
     shift: bool | None = None  # Ollama's "shift": False stops at a full context with "length"
     images: Images = field(default_factory=Images)  # one per media marker in the prompt
+    fim: Fim | None = None  # the prompt, once tokenized (``prompt`` is empty until then)
+    load_only: bool = False  # Ollama's empty request: load (or unload), generate nothing
     _checked: bool = field(default=False, repr=False)
+
+    # -- what routes answer with -----------------------------------------------------
+
+    def run(self, index: int = 0) -> AsyncGenerator[dict[str, Any], None]:
+        """The Ollama-shaped chunks of choice ``index``."""
+        if self.load_only:
+            return self._load()
+        return self._events(self.prepare(index))
+
+    def choices(self, n: int) -> AsyncGenerator[tuple[int, dict[str, Any]], None]:
+        """``(index, chunk)`` of ``n`` choices run at once, as their chunks come."""
+        return merge([self.run(i) for i in range(n)])
+
+    async def result(self) -> dict[str, Any]:
+        """The run folded into the one object ``stream: false`` returns."""
+        return await fold(self.run(), self.chat)
+
+    async def results(self, n: int) -> list[dict[str, Any]]:
+        """``n`` choices run at once, each folded."""
+        runs = await gather([self.run(i) for i in range(n)])
+        return [fold_chunks(chunks, self.chat) for chunks in runs]
+
+    async def count_tokens(self) -> int:
+        """The prompt's length as the model's tokenizer sees it (loads the model)."""
+        prep = self.prepare()
+        text = self.prompt if isinstance(self.prompt, str) else ""
+        # add_special as the generation adds it (BOS), so this equals its prompt count.
+        tokens = await self.svc.tokenize(self.target, text, prep.load, prep.keep_alive,
+                                         add_special=True)
+        return len(tokens)
+
+    # -- running -----------------------------------------------------------------------
 
     def prepare(self, index: int = 0) -> Prepared:
         """The runner request for choice ``index``; a fixed seed moves by the index so
@@ -107,8 +142,9 @@ class Plan:
             self.prepare()
             self._checked = True
 
-    async def events(self, prep: Prepared) -> AsyncGenerator[dict[str, Any], None]:
-        """Stream Ollama-shaped chunks for one run of this request."""
+    async def _events(self, prep: Prepared) -> AsyncGenerator[dict[str, Any], None]:
+        if self.fim is not None:
+            prep.completion.prompt = await self._fim_tokens(prep)
         if self.context and isinstance(self.prompt, str):
             tokens = await self.svc.tokenize(self.target, self.prompt, prep.load,
                                              prep.keep_alive)
@@ -133,6 +169,26 @@ class Plan:
                     body["context"] = event.context
                 yield body
 
+    async def _fim_tokens(self, prep: Prepared) -> list[int]:
+        assert self.fim is not None
+        (pre, suf, mid), tokenize = self.fim.ids, self.svc.tokenize
+        prefix = await tokenize(self.target, self.fim.prefix, prep.load, prep.keep_alive)
+        suffix = await tokenize(self.target, self.fim.suffix, prep.load, prep.keep_alive)
+        return [pre, *prefix, suf, *suffix, mid]
+
+    async def _load(self) -> AsyncGenerator[dict[str, Any], None]:
+        # A load or unload, once asked for, finishes even if the client leaves meanwhile
+        # (clients fire a preload and go; a half-done load would be wasted): the client's
+        # leaving cancels this wait, not the task.
+        task = asyncio.ensure_future(self.svc.load_only(self.target, self.options,
+                                                        self.keep_alive))
+        _SETTLING.add(task)
+        task.add_done_callback(_settled)
+        reason = await asyncio.shield(task)
+        body = self._chunk({}, True)
+        body["done_reason"] = reason
+        yield body
+
     def _chunk(self, parts: dict[str, Any], done: bool) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "created_at": now_rfc3339()}
         if self.chat:
@@ -151,165 +207,7 @@ class Plan:
         return body
 
 
-def chat_plan(svc: InferenceService, req: ChatRequest, *,
-              forced_tools: list[dict[str, Any]] | None = None) -> Plan:
-    """A ``/api/chat`` request (non-empty ``messages``) as a plan.
-
-    ``forced_tools``: the model must call one of these (OpenAI's ``tool_choice``);
-    its output is constrained by a grammar when the tools' schemas allow one.
-    """
-    check_top_logprobs(req.top_logprobs)
-    target = svc.target(req.model)
-    think = think_flag(req.think)
-    messages = [m.model_dump(exclude_none=True) for m in req.messages]
-    images = Images()
-    if any(m.images for m in req.messages):
-        require_vision(target.projector is not None, req.model)
-        messages, images = chat_images(messages)
-    if target.system and not any(m["role"] == "system" for m in messages):
-        messages.insert(0, {"role": "system", "content": target.system})
-    tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
-    # The template gets the level itself (gpt-oss's reasoning_effort); the shaper the flag.
-    prompt = svc.render(target, messages, tools=tools, think=req.think)
-    if images:
-        check_rendered(prompt, images)
-    grammar = grammar_for(req.format)
-    family: Family | None = None
-    if forced_tools:
-        forced = forced_tool_grammar(forced_tools, target.info.chat_template or "")
-        if forced is not None:
-            grammar, family = forced
-    plan = Plan(svc, target, req.model, True, prompt, req.options, req.keep_alive,
-                grammar=grammar, logprobs=req.logprobs, top_logprobs=req.top_logprobs,
-                truncate=req.truncate, think=think, tools=tools, tool_family=family,
-                images=images, shift=req.shift)
-    plan.check()
-    return plan
-
-
-def generate_plan(svc: InferenceService, target: Target, req: GenerateRequest,
-                  fim: list[int] | None = None) -> Plan:
-    """A ``/api/generate`` request with a prompt or suffix as a plan.
-
-    ``fim``: the fill-in-the-middle prompt ``fim_prompt`` made for a request with a
-    ``suffix`` (it needs the model's tokenizer, hence the runner: made first, apart).
-    """
-    check_top_logprobs(req.top_logprobs)
-    think = think_flag(req.think)
-    images = Images()
-    text = req.prompt
-    if req.images:
-        require_vision(target.projector is not None, req.model)
-        if req.suffix or req.context:
-            # Both turn the prompt into token ids, which cannot hold an image.
-            raise InvalidRequest("images cannot be combined with suffix or context")
-        text, images = prompt_images(req.prompt, req.images)
-    if req.raw:
-        prompt: str | list[int] = text
-    elif req.suffix:
-        if fim is None:
-            raise InvalidRequest("a suffix needs the fill-in-the-middle prompt")
-        prompt = fim
-    else:
-        messages: list[dict[str, Any]] = []
-        system = req.system if req.system is not None else target.system
-        if system:
-            messages.append({"role": "system", "content": system})
-        messages.append({"role": "user", "content": text})
-        prompt = svc.render(target, messages, think=req.think)
-        if images:
-            check_rendered(prompt, images)
-    plan = Plan(svc, target, req.model, False, prompt, req.options, req.keep_alive,
-                grammar=grammar_for(req.format), logprobs=req.logprobs,
-                top_logprobs=req.top_logprobs, truncate=req.truncate, think=think,
-                raw=req.raw, context=list(req.context) if req.context else None,
-                images=images, shift=req.shift)
-    plan.check()
-    return plan
-
-
-async def fim_prompt(svc: InferenceService, target: Target,
-                     req: GenerateRequest) -> list[int] | None:
-    """The fill-in-the-middle tokens a ``suffix`` request runs on, else None."""
-    if req.raw or not req.suffix or req.images:
-        return None  # images with a suffix are refused by ``generate_plan``
-    check_top_logprobs(req.top_logprobs)
-    think_flag(req.think)
-    kv = target.info.kv
-    ids = [kv.get(f"tokenizer.ggml.fim_{part}_token_id") for part in ("pre", "suf", "mid")]
-    if not all(isinstance(i, int) for i in ids):
-        raise InvalidRequest(f'"{req.model}" does not support insert')
-    resolved = svc.prepare(target, "", req.options, req.keep_alive)
-    pre = await svc.tokenize(target, req.prompt, resolved.load, resolved.keep_alive)
-    suf = await svc.tokenize(target, req.suffix, resolved.load, resolved.keep_alive)
-    return [int(ids[0]), *pre, int(ids[1]), *suf, int(ids[2])]  # type: ignore[arg-type]
-
-
-async def fold(events: AsyncIterator[dict[str, Any]], chat: bool) -> dict[str, Any]:
-    """A whole stream of chunks as the one object ``stream: false`` returns."""
-    folded: dict[str, Any] = {}
-    texts: dict[str, list[str]] = {"content": [], "thinking": []}
-    calls: list[Any] = []
-    logprobs: list[Any] = []
-    async for event in events:
-        body = event.get("message") if chat else event
-        assert isinstance(body, dict)
-        texts["content"].append(body.get("content" if chat else "response") or "")
-        texts["thinking"].append(body.get("thinking") or "")
-        calls.extend(body.get("tool_calls") or [])
-        logprobs.extend(event.get("logprobs") or [])
-        folded = event
-    if chat:
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(texts["content"])}
-        if any(texts["thinking"]):
-            message["thinking"] = "".join(texts["thinking"])
-        if calls:
-            message["tool_calls"] = calls
-        folded["message"] = message
-    else:
-        folded["response"] = "".join(texts["content"])
-        if any(texts["thinking"]):
-            folded["thinking"] = "".join(texts["thinking"])
-    if logprobs:
-        folded["logprobs"] = logprobs
-    return folded
-
-
-def _normalise(vector: Sequence[float], dimensions: int | None) -> tuple[float, ...]:
-    # A tuple: see runner.attach.Floats.tuples (the collector walks lists of floats).
-    if dimensions:
-        vector = vector[:dimensions]
-    norm = math.sqrt(sum(x * x for x in vector))
-    return tuple(x / norm for x in vector) if norm > 0 else tuple(vector)
-
-
-def _normalise_all(box: list[Sequence[Sequence[float]]],
-                   dimensions: int | None) -> list[tuple[float, ...]]:
-    raw = list(box.pop())
-    out = [_normalise(v, dimensions) for v in raw]
-    dismantle(raw)  # freed row by row here, not in one long call
-    return out
-
-
-async def embed_native(svc: InferenceService, req: EmbedRequest,
-                       target: Target) -> dict[str, Any]:
-    """``/api/embed``'s answer (also what ``/v1/embeddings`` converts), for the model
-    ``req.model`` resolved as ``target``."""
-    if req.dimensions is not None and req.dimensions <= 0:
-        raise InvalidRequest("dimensions must be a positive integer")
-    inputs = [req.input] if isinstance(req.input, str) else list(req.input)
-    start = time.monotonic_ns()
-    vectors, n_tokens, load_ns = await svc.embed(
-        target, inputs, truncate=req.truncate, options=req.options, keep_alive=req.keep_alive)
-    # Python arithmetic over every float (768k for a thousand inputs) off the event loop;
-    # the thread takes the only reference to the raw vectors, so they are freed there too.
-    box = [vectors]
-    del vectors
-    embeddings = await asyncio.to_thread(_normalise_all, box, req.dimensions)
-    return {
-        "model": req.model,
-        "embeddings": embeddings,
-        "total_duration": time.monotonic_ns() - start,
-        "load_duration": load_ns,
-        "prompt_eval_count": n_tokens,
-    }
+def _settled(task: asyncio.Task[str]) -> None:
+    _SETTLING.discard(task)
+    if not task.cancelled():
+        task.exception()  # seen here: a failure whose client has gone is not "never retrieved"

@@ -25,7 +25,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from localllm import __version__, config
-from localllm.compat.anthropic_stream import anthropic_error, is_anthropic_path
+from localllm.compat.anthropic.errors import anthropic_error, is_anthropic_path
+from localllm.compat.openai.errors import error_body, is_openai_path
 from localllm.errors import LocalLLMError
 from localllm.inference.service import InferenceService
 from localllm.scheduler.scheduler import Scheduler
@@ -50,24 +51,18 @@ ROUTER_MODULES: list[str] = [
     "localllm.server.routes_responses",
     "localllm.server.routes_anthropic",
     "localllm.server.routes_create",
+    "localllm.server.routes_search",
 ]
-_OPENAI_PREFIX = "/v1/"
 
 
-def error_response(
-    request: Request, status: int, message: str, kind: str = "api_error"
-) -> JSONResponse:
+def error_response(request: Request, status: int, message: str) -> JSONResponse:
     """The error body clients of this path expect (Ollama's, OpenAI's under /v1/,
     Anthropic's under /v1/messages)."""
     if is_anthropic_path(request.url.path):
         status, doc = anthropic_error(status, message)
         return JSONResponse(doc, status_code=status)
-    if request.url.path.startswith(_OPENAI_PREFIX):
-        body: dict[str, Any] = {
-            "error": {"message": message, "type": kind, "param": None, "code": None}
-        }
-    else:
-        body = {"error": message}
+    body: dict[str, Any] = (error_body(status, message) if is_openai_path(request.url.path)
+                            else {"error": message})
     return JSONResponse(body, status_code=status)
 
 
@@ -75,14 +70,14 @@ async def _local_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, LocalLLMError)
     if exc.status >= 500:
         log.error("%s %s failed: %s", request.method, request.url.path, exc)
-    return error_response(request, exc.status, exc.message, exc.openai_type)
+    return error_response(request, exc.status, exc.message)
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = exc.errors()
     if not errors:
-        return error_response(request, 400, "invalid request", "invalid_request_error")
+        return error_response(request, 400, "invalid request")
     first = errors[0]
     loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path")]
     if first.get("type") == "missing" and not loc:
@@ -93,7 +88,7 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         message = f'invalid value for "{".".join(loc)}": {first.get("msg", "invalid")}'
     else:
         message = f"invalid request: {first.get('msg', 'invalid')}"
-    return error_response(request, 400, message, "invalid_request_error")
+    return error_response(request, 400, message)
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
@@ -103,8 +98,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
         message = f"404 page not found: {request.url.path}"
     elif exc.status_code == 405:
         message = f"method {request.method} not allowed for {request.url.path}"
-    kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-    return error_response(request, exc.status_code, message, kind)
+    return error_response(request, exc.status_code, message)
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:

@@ -7,20 +7,24 @@ separators, ``ensure_ascii=False``, NaN refused) but walks containers in Python
 and hands ``json`` only runs of at most ``LEAVES`` scalars or ``SLICE``
 characters of a string at a time, so the loop gets the lock back between
 pieces; ``json_response`` runs it in one of the app's worker threads and sends a
-large body a chunk at a time.
+large body a chunk at a time.  ``json_result`` answers so once a piece of work
+(a generation, folded) is done, unless its client left first.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
 from localllm.inference.release import dismantle
 from localllm.server.deps import offload
+from localllm.server.streaming import ClientGone, gone_response, until_disconnect
+
+T = TypeVar("T")
 
 LEAVES = 4096
 SLICE = 1 << 20
@@ -115,3 +119,17 @@ async def json_response(request: Request, content: Any, status_code: int = 200) 
 
     return StreamingResponse(body(), status_code=status_code, media_type="application/json",
                              headers={"Content-Length": str(sum(len(c) for c in chunks))})
+
+
+def _same(result: Any) -> Any:
+    return result
+
+
+async def json_result(request: Request, work: Awaitable[T],
+                      shape: Callable[[T], Any] = _same) -> Response:
+    """``shape(work's result)`` as JSON; the client leaving first cancels ``work`` (a 499)."""
+    try:
+        result = await until_disconnect(request, work)
+    except ClientGone:
+        return gone_response()
+    return await json_response(request, shape(result))

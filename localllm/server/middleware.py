@@ -34,7 +34,8 @@ from typing import Any
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from localllm.compat.anthropic_stream import anthropic_error, is_anthropic_path
+from localllm.compat.anthropic.errors import anthropic_error, is_anthropic_path
+from localllm.compat.openai.errors import error_body, is_openai_path
 from localllm.errors import LocalLLMError
 from localllm.server.health import SHUTTING_DOWN, Lifecycle
 from localllm.server.logs import new_request_id, request_id
@@ -61,7 +62,6 @@ def internal_error(rid: str | None = None) -> str:
 
 class BodyTooLarge(LocalLLMError):
     status = 413
-    openai_type = "invalid_request_error"
 
 
 class RequestMiddleware:
@@ -194,9 +194,8 @@ async def _refuse(send: Send, path: str, status: int, message: str, *, close: bo
     doc: dict[str, Any]
     if is_anthropic_path(path):
         status, doc = anthropic_error(status, message)
-    elif path.startswith("/v1/"):
-        kind = "invalid_request_error" if status < 500 else "api_error"
-        doc = {"error": {"message": message, "type": kind, "param": None, "code": None}}
+    elif is_openai_path(path):
+        doc = error_body(status, message)
     else:
         doc = {"error": message}
     body = json.dumps(doc).encode()

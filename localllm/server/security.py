@@ -40,7 +40,8 @@ from collections.abc import Collection, Iterable
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from localllm.compat.anthropic_stream import anthropic_error, is_anthropic_path
+from localllm.compat.anthropic.errors import anthropic_error, is_anthropic_path
+from localllm.compat.openai.errors import error_body, is_openai_path
 
 DEFAULT_ORIGINS = (
     "http://localhost", "https://localhost", "http://localhost:*", "https://localhost:*",
@@ -170,7 +171,7 @@ class SecurityMiddleware:
                 return
         if self.api_key and scope["path"] not in _OPEN_PATHS and not self._authorized(headers):
             await _error(send, 401, "unauthorized: missing or wrong API key", origin,
-                         openai=scope["path"].startswith("/v1/"),
+                         openai=is_openai_path(scope["path"]),
                          anthropic=is_anthropic_path(scope["path"]))
             return
         if origin is None:
@@ -229,8 +230,7 @@ async def _error(send: Send, status: int, message: str, origin: str | None = Non
     if anthropic:
         doc = anthropic_error(status, message)[1]
     elif openai:  # OpenAI's SDKs look for error.message
-        doc = {"error": {"message": message, "type": "authentication_error", "param": None,
-                         "code": "invalid_api_key"}}
+        doc = error_body(status, message, code="invalid_api_key")
     body = json.dumps(doc).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status == 401:

@@ -1,4 +1,4 @@
-"""NDJSON streaming: run blocking work in a thread and stream its events to the client.
+"""The response pumps: NDJSON for the native API, server-sent events for the ``/v1`` ones.
 
 ``events_from_thread`` bridges a synchronous producer (a pull, later a
 generation) to an async iterator; when the consumer stops early (the client
@@ -6,6 +6,11 @@ went away, or the response was cancelled) it sets the producer's cancel event
 so the work stops too.  ``ndjson_response`` turns events into
 ``application/x-ndjson`` lines, with a failure after the first line reported
 as a final ``{"error": "..."}`` line under HTTP 200, as Ollama does.
+``sse_response`` is the one SSE pump: the foreign API's stream class (see
+:class:`localllm.compat.frames.FrameStream`) turns each native item into
+frames, and a failure after the first frame into that API's error events.
+Both await the first item before answering, so a failure before it (a full
+queue, a failed load) keeps its HTTP status through the app's handlers.
 
 Generations must stop when their client leaves, whether or not anything is
 being sent: while a request waits for a slot, before its first token, or while
@@ -30,7 +35,8 @@ from typing import Any, TypeVar
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from localllm.errors import LocalLLMError
+from localllm.compat.frames import FrameStream
+from localllm.errors import InvalidRequest, LocalLLMError
 from localllm.server.middleware import internal_error
 
 log = logging.getLogger(__name__)
@@ -275,3 +281,41 @@ async def progress_response(events: AsyncIterator[dict[str, Any]], stream: bool)
     async for event in events:
         last = event
     return JSONResponse(last)
+
+
+async def sse_response(request: Request, events: AsyncIterator[T],
+                       shaper: FrameStream[T]) -> Response:
+    """Stream ``events`` as server-sent events, each turned into frames by ``shaper``.
+
+    The client leaving cancels ``events`` (see ``guarded``); a failure after the
+    first frame is logged and sent as ``shaper.fail``'s frames.
+    """
+    items = guarded(events, request)
+    try:
+        first = await first_of(items)
+    except ClientGone:
+        return gone_response()
+
+    async def body() -> AsyncIterator[str]:
+        try:
+            for frame in shaper.start():
+                yield frame
+            item = first
+            while item is not None:
+                for frame in shaper.feed(item):
+                    yield frame
+                item = await first_of(items)
+            for frame in shaper.end():
+                yield frame
+        except ClientGone:
+            pass  # nobody to tell
+        except Exception as exc:
+            if not isinstance(exc, InvalidRequest):
+                log.warning("%s stream failed: %s", type(shaper).__name__, exc)
+            for frame in shaper.fail(exc):
+                yield frame
+        finally:
+            await items.aclose()
+
+    return StreamingResponse(body(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache"})

@@ -1,4 +1,4 @@
-"""Tests for localllm.compat.anthropic_request and anthropic_stream: Messages <-> native chat."""
+"""Tests for localllm.compat.anthropic (request, response, stream, errors): Messages <-> native."""
 
 from __future__ import annotations
 
@@ -9,15 +9,12 @@ from typing import Any
 import pytest
 
 from localllm.api.schemas_infer import ChatRequest
-from localllm.compat.anthropic_request import messages_request_to_native
-from localllm.compat.anthropic_stream import (
-    MessageStream,
-    anthropic_error,
-    is_anthropic_path,
-    message_object,
-    sse_event,
-)
-from localllm.errors import InvalidRequest
+from localllm.compat.anthropic.errors import anthropic_error, is_anthropic_path
+from localllm.compat.anthropic.request import messages_request_to_native
+from localllm.compat.anthropic.response import message_object
+from localllm.compat.anthropic.stream import MessageStream
+from localllm.compat.frames import sse
+from localllm.errors import InvalidRequest, ServerBusy
 
 BASE: dict[str, Any] = {"model": "qwen", "max_tokens": 64,
                         "messages": [{"role": "user", "content": "Hi"}]}
@@ -182,12 +179,23 @@ def test_message_object_tool_use() -> None:
     assert second == {"type": "tool_use", "id": "call_7", "name": "f", "input": {"a": 1}}
 
 
+def parse(frames: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """(event name, data) of each SSE frame."""
+    out = []
+    for frame in frames:
+        head, data, rest = frame.split("\n", 2)
+        assert head.startswith("event: ") and data.startswith("data: ") and rest == "\n"
+        out.append((head[len("event: "):], json.loads(data[len("data: "):])))
+    return out
+
+
 def _stream(chunks: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     s = MessageStream("qwen", id="msg_9")
-    events = s.start()
+    frames = s.start()
     for chunk in chunks:
-        events += s.feed(chunk)
-    return events
+        frames += s.feed(chunk)
+    frames += s.end()
+    return parse(frames)
 
 
 def test_stream_event_sequence_text_then_thinking_then_tool() -> None:
@@ -229,9 +237,14 @@ def test_stream_empty_reply_and_error_chunk() -> None:
     events = _stream([{"message": {"content": ""}, **DONE, "done_reason": "length"}])
     assert [n for n, _ in events] == ["message_start", "ping", "message_delta", "message_stop"]
     assert events[2][1]["delta"]["stop_reason"] == "max_tokens"
-    (error,) = MessageStream("m").feed({"error": "runner crashed"})
+    (error,) = parse(MessageStream("m").feed({"error": "runner crashed"}))
     assert error == ("error", {"type": "error", "error": {"type": "api_error",
                                                           "message": "runner crashed"}})
+    (busy,) = parse(MessageStream("m").fail(ServerBusy("busy")))
+    assert busy == ("error", {"type": "error", "error": {"type": "overloaded_error",
+                                                         "message": "busy"}})
+    (hidden,) = parse(MessageStream("m").fail(RuntimeError("/home/me/secret")))
+    assert hidden[1]["error"] == {"type": "api_error", "message": "internal error"}
 
 
 @pytest.mark.parametrize(("status", "out", "kind"), [
@@ -248,4 +261,4 @@ def test_errors_in_anthropic_shape(status: int, out: int, kind: str) -> None:
 def test_paths_and_sse_frames() -> None:
     assert is_anthropic_path("/v1/messages") and is_anthropic_path("/v1/messages/count_tokens")
     assert not is_anthropic_path("/v1/messagesx") and not is_anthropic_path("/v1/models")
-    assert sse_event("ping", {"type": "ping"}) == 'event: ping\ndata: {"type":"ping"}\n\n'
+    assert sse({"type": "ping"}, "ping") == 'event: ping\ndata: {"type":"ping"}\n\n'

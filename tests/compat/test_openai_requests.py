@@ -1,4 +1,5 @@
-"""Tests for localllm.compat.openai_chat: OpenAI requests -> native requests, errors, models."""
+"""Tests for localllm.compat.openai (request, response, errors) and compat.frames:
+OpenAI requests -> native requests, errors, models, SSE frames."""
 
 from __future__ import annotations
 
@@ -9,17 +10,15 @@ from typing import Any
 
 import pytest
 
-from localllm.compat.openai_chat import (
-    SSE_DONE,
+from localllm.compat.frames import new_id, sse
+from localllm.compat.openai.errors import error_body, error_from_exception, error_type
+from localllm.compat.openai.request import (
     chat_request_to_native,
     completion_request_to_native,
     embedding_request_to_native,
-    embeddings_response,
-    error_body,
-    error_from_exception,
-    models_list,
-    sse,
 )
+from localllm.compat.openai.response import embeddings_response, models_list
+from localllm.compat.openai.stream import SSE_DONE
 from localllm.errors import InvalidRequest, ModelNotFound, ServerBusy
 
 BASE = {"model": "llama3.2", "messages": [{"role": "user", "content": "Hi"}]}
@@ -139,6 +138,8 @@ def test_tool_choice(choice: Any, names: list[str] | None, mode: str, forced: st
     got = conv.native.get("tools")
     assert ([t["function"]["name"] for t in got] if got else None) == names
     assert (conv.tool_choice, conv.forced_tool) == (mode, forced)
+    # The forced-tool decision: every tool kept, when the model must call one.
+    assert conv.forced_tools == (got if mode == "required" else None)
 
 
 @pytest.mark.parametrize(("extra", "think"), [
@@ -224,3 +225,21 @@ def test_sse_frames() -> None:
     assert sse({"a": "é"}) == 'data: {"a":"é"}\n\n'
     assert json.loads(sse([1])[6:]) == [1]
     assert SSE_DONE == "data: [DONE]\n\n"
+    assert sse({"type": "ping"}, "ping") == 'event: ping\ndata: {"type":"ping"}\n\n'
+
+
+def test_ids() -> None:
+    for prefix in ("chatcmpl-", "msg_", "resp_", ""):
+        ident = new_id(prefix)
+        assert ident.startswith(prefix) and len(ident) == len(prefix) + 24
+        int(ident[len(prefix):], 16)
+    assert new_id("x") != new_id("x")
+
+
+@pytest.mark.parametrize(("status", "kind"), [
+    (400, "invalid_request_error"), (401, "authentication_error"), (403, "permission_error"),
+    (404, "not_found_error"), (405, "invalid_request_error"), (413, "invalid_request_error"),
+    (500, "api_error"), (503, "api_error"),
+])
+def test_error_type_follows_the_status(status: int, kind: str) -> None:
+    assert error_type(status) == kind

@@ -1,16 +1,13 @@
-"""Tests for localllm.compat.openai_responses: chat.completion(.chunk) and text_completion."""
+"""Tests for localllm.compat.openai.response and .stream: chat.completion(.chunk), completions."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from localllm.compat.openai_responses import (
-    ChatStream,
-    CompletionStream,
-    chat_completion,
-    text_completion,
-)
+from localllm.compat.openai.response import chat_completion, text_completion
+from localllm.compat.openai.stream import SSE_DONE, ChatStream, CompletionStream
+from localllm.errors import ServerBusy
 
 DONE = {"done": True, "done_reason": "stop", "prompt_eval_count": 10, "eval_count": 5}
 
@@ -53,11 +50,21 @@ def test_chat_completion_logprobs() -> None:
                                                  "bytes": [72, 105]}]}]}
 
 
-def feed_all(stream: Any, natives: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def parse(frames: list[str]) -> list[Any]:
+    """The objects of SSE frames without an ``event:`` line, as OpenAI sends them."""
+    assert all(f.startswith("data: ") and f.endswith("\n\n") for f in frames)
+    return [json.loads(f[len("data: "):]) for f in frames]
+
+
+def feed_all(stream: Any, natives: list[dict[str, Any]], index: int = 0
+             ) -> list[dict[str, Any]]:
+    """The chunks of a whole stream of choice ``index``, without the closing [DONE]."""
+    frames = stream.start()
     for n in natives:
-        out += stream.feed(n)
-    return out
+        frames += stream.feed((index, n))
+    frames += stream.end()
+    assert frames[-1] == SSE_DONE
+    return parse(frames[:-1])
 
 
 def test_chat_stream_shape() -> None:
@@ -80,8 +87,8 @@ def test_chat_stream_shape() -> None:
 
 
 def test_chat_stream_tool_calls_and_reasoning() -> None:
-    s = ChatStream("m", index=2)
-    chunks = feed_all(s, [
+    s = ChatStream("m", n=3)
+    chunks = feed_all(s, index=2, natives=[
         {"message": {"content": "", "thinking": "let me"}, "done": False},
         {"message": {"content": "", "tool_calls": [
             {"id": "call_a", "function": {"index": 0, "name": "f", "arguments": {"x": 1}}}]},
@@ -104,11 +111,11 @@ def test_chat_stream_tool_calls_and_reasoning() -> None:
 
 def test_chat_stream_done_at_once_and_error() -> None:
     s = ChatStream("m", id="i", created=1)
-    chunks = s.feed({"message": {"content": "all"}, **DONE, "done_reason": "length"})
+    chunks = parse(s.feed((0, {"message": {"content": "all"}, **DONE, "done_reason": "length"})))
     assert [c["choices"][0]["delta"] for c in chunks] == [{"role": "assistant", "content": "all"},
                                                          {}]
     assert chunks[1]["choices"][0]["finish_reason"] == "length"
-    err = ChatStream("m").feed({"error": "runner crashed"})
+    err = parse(ChatStream("m").feed((0, {"error": "runner crashed"})))
     assert err == [{"error": {"message": "runner crashed", "type": "api_error", "param": None,
                               "code": None}}]
 
@@ -136,3 +143,25 @@ def test_usage_chunk_for_n_streams() -> None:
                                    "choices": [],
                                    "usage": {"prompt_tokens": 3, "completion_tokens": 4,
                                              "total_tokens": 7}}
+
+
+def test_n_choices_interleaved_share_one_usage_and_fail_as_one_event() -> None:
+    s = ChatStream("m", n=2, include_usage=True, id="i", created=1)
+    frames = s.start()
+    for index, native in [(1, {"message": {"content": "b"}, "done": False}),
+                          (0, {"message": {"content": "a"}, **DONE}),
+                          (1, {"message": {"content": ""}, **DONE, "eval_count": 3})]:
+        assert not s.done
+        frames += s.feed((index, native))
+    assert s.done
+    frames += s.end()
+    assert frames[-1] == SSE_DONE
+    chunks = parse(frames[:-1])
+    assert [c["choices"][0]["index"] for c in chunks[:-1]] == [1, 0, 0, 1]
+    assert chunks[-1]["usage"] == {"prompt_tokens": 10, "completion_tokens": 8,
+                                   "total_tokens": 18}
+    (error,) = parse(ChatStream("m").fail(ServerBusy("busy")))
+    assert error == {"error": {"message": "busy", "type": "api_error", "param": None,
+                               "code": None}}
+    (hidden,) = parse(CompletionStream("m").fail(RuntimeError("/home/me/secret")))
+    assert hidden["error"]["message"] == "internal error"

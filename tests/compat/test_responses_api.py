@@ -1,17 +1,18 @@
-"""The Responses API converters (compat/responses_*): requests -> native chat, chunks -> events."""
+"""The Responses API converters (compat/responses/): requests -> native chat, chunks -> events."""
 
 from __future__ import annotations
 
 import base64
+import json
 import typing
 from typing import Any
 
 import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 
-from localllm.compat.responses_request import responses_request_to_native
-from localllm.compat.responses_stream import ResponsesStream, final_response, sse_event
-from localllm.errors import InvalidRequest
+from localllm.compat.responses.request import responses_request_to_native
+from localllm.compat.responses.stream import ResponsesStream, final_response
+from localllm.errors import InvalidRequest, LocalLLMError
 
 # The SDK's event classes by their ``type``: each event must validate as its own class.
 EVENTS = {typing.get_args(c.model_fields["type"].annotation)[0]: c
@@ -91,6 +92,7 @@ def test_tools_choice_reasoning_and_text_format() -> None:
     assert conv.native["tools"] == [{"type": "function", "function": {
         "name": "get_weather", "description": "Weather", "parameters": WEATHER["parameters"]}}]
     assert (conv.tool_choice, conv.forced_tool) == ("required", "get_weather")
+    assert conv.forced_tools == conv.native["tools"]
     assert conv.native["think"] == "low" and conv.native["format"] == {"type": "object"}
     assert conv.echo["tools"] == [WEATHER]
     assert native(input="x", text={"format": {"type": "json_object"}})["format"] == "json"
@@ -98,8 +100,12 @@ def test_tools_choice_reasoning_and_text_format() -> None:
     assert native(input="x", reasoning={"effort": "none"})["think"] is False
     assert native(input="x", reasoning={"effort": "high"})["think"] == "high"
     assert "tools" not in native(input="x", tools=[WEATHER], tool_choice="none")
-    assert responses_request_to_native({"model": "m", "input": "x", "tools": [WEATHER],
-                                        "tool_choice": "required"}).tool_choice == "required"
+    required = responses_request_to_native({"model": "m", "input": "x", "tools": [WEATHER],
+                                            "tool_choice": "required"})
+    assert required.tool_choice == "required" and required.forced_tools == required.native[
+        "tools"]
+    assert responses_request_to_native({"model": "m", "input": "x", "tools": [WEATHER]}
+                                       ).forced_tools is None
 
 
 @pytest.mark.parametrize(("body", "words"), [
@@ -152,12 +158,26 @@ def chunk(done: bool = False, **message: Any) -> dict[str, Any]:
     return out
 
 
+def parse(frames: list[str]) -> list[dict[str, Any]]:
+    """The events of SSE frames, each with an ``event:`` line naming its type."""
+    events = []
+    for frame in frames:
+        head, data, rest = frame.split("\n", 2)
+        assert data.startswith("data: ") and rest == "\n"
+        event = json.loads(data[len("data: "):])
+        assert head == f"event: {event['type']}"
+        events.append(event)
+    return events
+
+
 def run(chunks: list[dict[str, Any]], echo: dict[str, Any] | None = None
         ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     stream = ResponsesStream("m", echo or {})
-    events = stream.start()
+    frames = stream.start()
     for c in chunks:
-        events += stream.feed(c)
+        frames += stream.feed(c)
+    frames += stream.end()
+    events = parse(frames)
     for event in events:  # every event is one the official SDK parses
         EVENTS[event["type"]].model_validate(event)
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
@@ -217,10 +237,12 @@ def test_stream_tool_call_and_length_and_empty() -> None:
 def test_failure_and_sse_frame() -> None:
     stream = ResponsesStream("m", {})
     stream.start()
-    events = stream.fail("runner died")
+    frames = stream.fail(LocalLLMError("runner died"))
+    assert frames[0].startswith("event: error\ndata: {") and frames[0].endswith("}\n\n")
+    events = parse(frames)
     assert [e["type"] for e in events] == ["error", "response.failed"]
     for event in events:
         EVENTS[event["type"]].model_validate(event)
     assert events[1]["response"]["error"]["message"] == "runner died"
-    frame = sse_event(events[0])
-    assert frame.startswith("event: error\ndata: {") and frame.endswith("}\n\n")
+    hidden = parse(ResponsesStream("m", {}).fail(RuntimeError("/home/me/secret")))
+    assert hidden[0]["message"] == "internal error"

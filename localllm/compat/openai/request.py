@@ -1,37 +1,36 @@
-"""OpenAI ``/v1`` requests -> our native (Ollama-shaped) requests; errors, models, embeddings.
+"""OpenAI ``/v1`` requests (chat, completions, embeddings) -> our native (Ollama-shaped) bodies.
 
 Pure converters: the ``/v1`` routes call these, run the native use case, and
-turn the result back with :mod:`localllm.compat.openai_responses`.  Behaviour
-follows Ollama's compatibility layer, with three additions:
+turn the result back with :mod:`localllm.compat.openai.response` (whole
+answers, errors, models) or :mod:`localllm.compat.openai.stream` (SSE).
+Behaviour follows Ollama's compatibility layer, with three additions:
 
 - ``options``: an extra object passed through to the native ``options`` (so an
   OpenAI client can set ``num_ctx``); the OpenAI fields win over it.
-- ``n``: returned as :attr:`ChatConversion.n`; the route runs that many generations.
-- ``tool_choice``: ``"none"`` drops the tools; ``"required"`` keeps them and sets
-  :attr:`ChatConversion.tool_choice`; a named function keeps only that tool and
-  sets :attr:`ChatConversion.forced_tool`, so the route may force the call
-  (e.g. with a grammar).  ``"auto"`` is the default.
+- ``n``: returned as :attr:`Conversion.n`; the route runs that many generations.
+- ``tool_choice``: ``"none"`` drops the tools; ``"required"`` keeps them and
+  forces a call (:attr:`ChatConversion.forced_tools`); a named function keeps
+  only that tool and forces it (:attr:`ChatConversion.forced_tool` names it),
+  so the route may constrain the output with a grammar.  ``"auto"`` is the default.
 """
 
 from __future__ import annotations
 
-import base64
 import json
-import math
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from localllm.errors import InvalidRequest, LocalLLMError
+from localllm.compat.frames import number
+from localllm.errors import InvalidRequest
 
 MAX_N = 16
 _EFFORTS = ("low", "medium", "high", "max")
+_bad = InvalidRequest
 
 
 @dataclass
-class _Conversion:
+class Conversion:
     native: dict[str, Any]  # the native request body
     n: int = 1
     stream: bool = False
@@ -39,37 +38,24 @@ class _Conversion:
 
 
 @dataclass
-class ChatConversion(_Conversion):  # native: an /api/chat body
+class ChatConversion(Conversion):  # native: an /api/chat body
     tool_choice: str = "auto"  # "auto" | "none" | "required"
     forced_tool: str | None = None
+    forced_tools: list[dict[str, Any]] | None = None  # the model must call one of these
 
 
 @dataclass
-class CompletionConversion(_Conversion):  # native: an /api/generate body
+class CompletionConversion(Conversion):  # native: an /api/generate body
     echo: bool = False
 
 
-def _bad(message: str) -> InvalidRequest:
-    return InvalidRequest(message)
-
-
 def _number(body: Mapping[str, Any], key: str) -> float | None:
-    value = body.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _bad(f"{key} must be a number")
-    return float(value)
+    value = number(body, key)
+    return None if value is None else float(value)
 
 
 def _integer(body: Mapping[str, Any], key: str, low: int | None = None) -> int | None:
-    value = body.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _bad(f"{key} must be an integer")
-    if low is not None and value < low:
-        raise _bad(f"{key} must be >= {low}")
+    value: int | None = number(body, key, integer=True, low=low)
     return value
 
 
@@ -298,7 +284,8 @@ def chat_request_to_native(body: Mapping[str, Any]) -> ChatConversion:
     if "keep_alive" in body:
         native["keep_alive"] = body["keep_alive"]
     return ChatConversion(native, n=n, stream=stream, include_usage=include_usage,
-                          tool_choice=choice, forced_tool=forced)
+                          tool_choice=choice, forced_tool=forced,
+                          forced_tools=tools if tools and choice == "required" else None)
 
 
 def completion_request_to_native(body: Mapping[str, Any]) -> CompletionConversion:
@@ -343,71 +330,3 @@ def embedding_request_to_native(body: Mapping[str, Any]) -> tuple[dict[str, Any]
     return native, str(encoding)
 
 
-def embeddings_response(native: Mapping[str, Any], model: str,
-                        encoding_format: str = "float") -> dict[str, Any]:
-    """``/api/embed`` response -> OpenAI's embeddings list with usage."""
-    data = []
-    for i, vector in enumerate(native.get("embeddings") or []):
-        value: Any = vector
-        if encoding_format == "base64":
-            value = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
-        data.append({"object": "embedding", "embedding": value, "index": i})
-    tokens = int(native.get("prompt_eval_count") or 0)
-    return {"object": "list", "data": data, "model": model,
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
-
-
-def _unix(timestamp: Any) -> int:
-    if not isinstance(timestamp, str) or not timestamp:
-        return 0
-    text = timestamp.replace("Z", "+00:00")
-    head, dot, rest = text.partition(".")
-    if dot:  # Go writes nanoseconds; Python's parser takes at most microseconds
-        digits = len(rest) - len(rest.lstrip("0123456789"))
-        text = f"{head}.{rest[:min(digits, 6)]}{rest[digits:]}"
-    try:
-        return int(datetime.fromisoformat(text).timestamp())
-    except ValueError:
-        return 0
-
-
-def model_object(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """One ``/api/tags`` entry -> an OpenAI model object (owner = namespace, else "library")."""
-    name = str(entry.get("name") or entry.get("model") or "")
-    base = name[:name.rfind(":")] if ":" in name.rsplit("/", 1)[-1] else name
-    path = base.split("/")
-    owner = path[-2] if len(path) >= 2 else "library"
-    return {"id": name, "object": "model", "created": _unix(entry.get("modified_at")),
-            "owned_by": owner}
-
-
-def models_list(entries: list[Mapping[str, Any]]) -> dict[str, Any]:
-    return {"object": "list", "data": [model_object(e) for e in entries]}
-
-
-def error_type(status: int) -> str:
-    if status == 400:
-        return "invalid_request_error"
-    if status == 404:
-        return "not_found_error"
-    return "api_error"
-
-
-def error_body(status: int, message: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": error_type(status), "param": None,
-                      "code": None}}
-
-
-def error_from_exception(exc: BaseException) -> tuple[int, dict[str, Any]]:
-    """(HTTP status, OpenAI error body) for any exception; ours keep their status."""
-    status = exc.status if isinstance(exc, LocalLLMError) else 500
-    message = exc.message if isinstance(exc, LocalLLMError) else "internal error"
-    return status, error_body(status, message)
-
-
-def sse(obj: Any) -> str:
-    """One server-sent event frame."""
-    return f"data: {json.dumps(obj, ensure_ascii=False, separators=(',', ':'))}\n\n"
-
-
-SSE_DONE = "data: [DONE]\n\n"

@@ -1,12 +1,12 @@
 """OpenAI Responses API requests (``POST /v1/responses``) -> native ``/api/chat`` bodies.
 
 Pure converter, owned here; the route is :mod:`localllm.server.routes_responses`
-and the answer is shaped by :mod:`localllm.compat.responses_stream`.  The
+and the answer is shaped by :mod:`localllm.compat.responses.stream`.  The
 sampling, tool, format and reasoning fields are first rewritten into a Chat
-Completions body and handed to :func:`~localllm.compat.openai_chat.chat_request_to_native`,
+Completions body and handed to :func:`~localllm.compat.openai.request.chat_request_to_native`,
 so ``/v1/responses`` and ``/v1/chat/completions`` share one set of defaults and
 checks.  ``input`` items are converted apart, by
-:mod:`localllm.compat.responses_input`, because they carry things Chat
+:mod:`localllm.compat.responses.input`, because they carry things Chat
 Completions parts cannot (``input_image`` becomes the native ``images`` field,
 which the chat path itself refuses while vision is missing).
 
@@ -23,8 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from localllm.compat.openai_chat import chat_request_to_native
-from localllm.compat.responses_input import input_to_messages, string_field
+from localllm.compat.frames import string_field
+from localllm.compat.openai.request import chat_request_to_native
+from localllm.compat.responses.input import input_to_messages
 from localllm.errors import InvalidRequest
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ class ResponsesConversion:
     stream: bool = False
     tool_choice: str = "auto"  # "auto" | "none" | "required"
     forced_tool: str | None = None
+    forced_tools: list[dict[str, Any]] | None = None  # the model must call one of these
     echo: dict[str, Any] = field(default_factory=dict)  # request fields the response repeats
 
 
@@ -152,4 +154,5 @@ def responses_request_to_native(body: Any) -> ResponsesConversion:
             "text": {"format": (body.get("text") or {}).get("format") or {"type": "text"}},
             "truncation": truncation, "metadata": body.get("metadata") or {}}
     return ResponsesConversion(conv.native, stream=conv.stream, tool_choice=conv.tool_choice,
-                               forced_tool=conv.forced_tool, echo=echo)
+                               forced_tool=conv.forced_tool, forced_tools=conv.forced_tools,
+                               echo=echo)

@@ -1,9 +1,10 @@
 """Anthropic Messages requests (``/v1/messages``) -> our native ``/api/chat`` requests.
 
-Pure converters, the Anthropic twin of :mod:`localllm.compat.openai_chat`:
+Pure converters, the Anthropic twin of :mod:`localllm.compat.openai.request`:
 ``messages_request_to_native`` turns the body into an ``/api/chat`` body plus
-what the route must do (stream, force a tool).  The answer, and Anthropic's
-error shape, come from :mod:`localllm.compat.anthropic_stream`.  Where the
+what the route must do (stream, force a tool).  The answer comes from
+:mod:`localllm.compat.anthropic.response` and :mod:`localllm.compat.anthropic.stream`,
+Anthropic's error shape from :mod:`localllm.compat.anthropic.errors`.  Where the
 mapping is not one to one:
 
 - ``system`` (a string or text blocks) becomes the first ``system`` message.
@@ -26,11 +27,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from localllm.compat.frames import number
 from localllm.errors import InvalidRequest
 
 
@@ -44,15 +45,7 @@ class MessagesConversion:
 def _number(body: Mapping[str, Any], key: str, *, integer: bool = False,
             low: int = 0) -> Any:
     """``body[key]`` checked as a finite number (an integer with ``integer``) >= ``low``."""
-    value = body.get(key)
-    if value is None:
-        return None
-    kinds = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value):
-        raise InvalidRequest(f"{key}: must be {'an integer' if integer else 'a number'}")
-    if value < low:
-        raise InvalidRequest(f"{key}: must be >= {low}")
-    return value
+    return number(body, key, integer=integer, low=low, where=f"{key}:")
 
 
 def _blocks(content: Any, where: str) -> list[Mapping[str, Any]]:

@@ -1,11 +1,12 @@
 """Native ``/api/chat`` chunks -> OpenAI Responses API objects and stream events.
 
 Pure converter, owned here; the request side is
-:mod:`localllm.compat.responses_request` and the route
+:mod:`localllm.compat.responses.request` and the route
 :mod:`localllm.server.routes_responses`.  One :class:`ResponsesStream` turns a
 run's native chunks, in order, into the Responses event stream (each event
-with its ``sequence_number``); the non-streamed answer is the same machine fed
-the folded chunk (:func:`final_response`), so both shapes always agree.
+with its ``sequence_number``, framed with an ``event:`` line naming its type,
+as OpenAI sends them); the non-streamed answer is the same machine fed the
+folded chunk (:func:`final_response`), so both shapes always agree.
 
 Output items, in the order the model wrote them: ``reasoning`` (the native
 ``thinking``, as summary text), ``message`` (``output_text``), and one
@@ -19,14 +20,11 @@ from __future__ import annotations
 
 import copy
 import json
-import secrets
 import time
 from collections.abc import Mapping
 from typing import Any
 
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}_{secrets.token_hex(12)}"
+from localllm.compat.frames import failure, new_id, sse
 
 
 def _usage(native: Mapping[str, Any]) -> dict[str, Any]:
@@ -49,7 +47,7 @@ class ResponsesStream:
     def __init__(self, model: str, echo: Mapping[str, Any], *, id: str | None = None,
                  created_at: int | None = None) -> None:
         self.response: dict[str, Any] = {
-            "id": id or new_id("resp"), "object": "response",
+            "id": id or new_id("resp_"), "object": "response",
             "created_at": created_at if created_at is not None else int(time.time()),
             "status": "in_progress", "error": None, "incomplete_details": None,
             "model": model, "output": [], "usage": None, "previous_response_id": None,
@@ -72,8 +70,20 @@ class ResponsesStream:
     def _lifecycle(self, kind: str) -> dict[str, Any]:
         return self._event(kind, response=copy.deepcopy(self.response))
 
-    def start(self) -> list[dict[str, Any]]:
-        return [self._lifecycle("response.created"), self._lifecycle("response.in_progress")]
+    # -- the frames (see compat.frames.FrameStream) --------------------------------------
+
+    def start(self) -> list[str]:
+        return _frames([self._lifecycle("response.created"),
+                        self._lifecycle("response.in_progress")])
+
+    def feed(self, native: Mapping[str, Any]) -> list[str]:
+        return _frames(self.events(native))
+
+    def end(self) -> list[str]:
+        return []  # the last chunk (done) completed the response
+
+    def fail(self, exc: BaseException) -> list[str]:
+        return _frames(self.failed(failure(exc)[1]))
 
     # -- items --------------------------------------------------------------------------
 
@@ -91,13 +101,13 @@ class ResponsesStream:
             return []
         events = self._close()
         if kind == "message":
-            self._open = {"id": new_id("msg"), "type": "message", "status": "in_progress",
+            self._open = {"id": new_id("msg_"), "type": "message", "status": "in_progress",
                           "role": "assistant", "content": []}
             events += self._add(self._open)
             events.append(self._event("response.content_part.added", **self._where(),
                                       content_index=0, part=_text_part("")))
         else:
-            self._open = {"id": new_id("rs"), "type": "reasoning", "summary": [],
+            self._open = {"id": new_id("rs_"), "type": "reasoning", "summary": [],
                           "status": "in_progress"}
             events += self._add(self._open)
             events.append(self._event("response.reasoning_summary_part.added", **self._where(),
@@ -146,8 +156,8 @@ class ResponsesStream:
         fn = call.get("function") or {}
         args = fn.get("arguments", {})
         arguments = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-        item = {"id": new_id("fc"), "type": "function_call", "status": "in_progress",
-                "call_id": call.get("id") or new_id("call"), "name": fn.get("name", ""),
+        item = {"id": new_id("fc_"), "type": "function_call", "status": "in_progress",
+                "call_id": call.get("id") or new_id("call_"), "name": fn.get("name", ""),
                 "arguments": ""}
         events += self._add(item)
         where = {"item_id": item["id"], "output_index": len(self.output) - 1}
@@ -161,10 +171,10 @@ class ResponsesStream:
 
     # -- the native stream ----------------------------------------------------------------
 
-    def feed(self, native: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def events(self, native: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Events for one native chunk (a mid-stream ``error`` fails the response)."""
         if "error" in native:
-            return self.fail(str(native["error"]))
+            return self.failed(str(native["error"]))
         msg = native.get("message") or {}
         events: list[dict[str, Any]] = []
         if msg.get("thinking"):
@@ -191,7 +201,7 @@ class ResponsesStream:
         return [*events, self._lifecycle("response.incomplete" if cut
                                          else "response.completed")]
 
-    def fail(self, message: str) -> list[dict[str, Any]]:
+    def failed(self, message: str) -> list[dict[str, Any]]:
         """A failure after the stream began: an ``error`` event, then ``response.failed``."""
         self.finished = True
         self.response.update(status="failed",
@@ -204,11 +214,9 @@ def final_response(folded: Mapping[str, Any], model: str,
                    echo: Mapping[str, Any]) -> dict[str, Any]:
     """A folded native ``/api/chat`` answer -> the Responses API ``response`` object."""
     stream = ResponsesStream(model, echo)
-    stream.feed(folded)
+    stream.events(folded)
     return stream.response
 
 
-def sse_event(event: Mapping[str, Any]) -> str:
-    """One event frame as OpenAI sends them: ``event:`` names the type, ``data:`` holds it."""
-    data = json.dumps(event, ensure_ascii=False, separators=(",", ":"))
-    return f"event: {event['type']}\ndata: {data}\n\n"
+def _frames(events: list[dict[str, Any]]) -> list[str]:
+    return [sse(event, event["type"]) for event in events]

@@ -1,6 +1,6 @@
 """OpenAI Responses API ``input`` items -> native ``/api/chat`` messages.
 
-Pure converter, owned here, used by :mod:`localllm.compat.responses_request`.
+Pure converter, owned here, used by :mod:`localllm.compat.responses.request`.
 Items: messages (string content, or ``input_text``/``output_text``/``refusal``
 parts, and ``input_image`` as a data: URL or bare base64, which becomes the
 native ``images`` field), ``function_call`` (joins the assistant turn before
@@ -18,16 +18,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from localllm.compat.frames import string_field
 from localllm.errors import InvalidRequest
 
 _bad = InvalidRequest
-
-
-def string_field(value: Any, where: str) -> str:
-    """``value``, which must be a string (``where`` names it in the 400)."""
-    if not isinstance(value, str):
-        raise _bad(f"{where} must be a string")
-    return value
 
 
 def _image(part: Mapping[str, Any]) -> str:

@@ -1,0 +1,1 @@
+"""OpenAI's Chat Completions and legacy completions, embeddings and models (``/v1/*``)."""

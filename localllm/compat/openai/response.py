@@ -1,0 +1,153 @@
+"""Native (Ollama-shaped) results -> OpenAI's whole answers: completions, embeddings, models.
+
+``chat_completion`` and ``text_completion`` turn the folded native result of
+each choice into one ``chat.completion`` / ``text_completion`` object (the
+streamed twins are in :mod:`localllm.compat.openai.stream`).  Tool-call
+arguments become JSON strings and a reply with tool calls finishes with
+``"tool_calls"``, as OpenAI clients expect.  ``embeddings_response`` and the
+model objects answer ``/v1/embeddings`` and ``/v1/models``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from localllm.compat.frames import new_id
+
+FINGERPRINT = "fp_ollama"
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def native_usage(natives: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    prompt = int(natives[0].get("prompt_eval_count") or 0) if natives else 0
+    completion = sum(int(n.get("eval_count") or 0) for n in natives)
+    return usage(prompt, completion)
+
+
+def tool_calls_to_openai(calls: Sequence[Mapping[str, Any]], *, start: int = 0,
+                         with_index: bool = False) -> list[dict[str, Any]]:
+    out = []
+    for i, call in enumerate(calls, start):
+        fn = call.get("function") or {}
+        args = fn.get("arguments", {})
+        item: dict[str, Any] = {
+            "id": call.get("id") or new_id("call_"), "type": "function",
+            "function": {"name": fn.get("name", ""),
+                         "arguments": args if isinstance(args, str)
+                         else json.dumps(args, ensure_ascii=False)},
+        }
+        if with_index:
+            item = {"index": i, **item}
+        out.append(item)
+    return out
+
+
+def logprobs_to_openai(entries: Any) -> dict[str, Any] | None:
+    """Ollama's ``logprobs`` list -> OpenAI's ``{"content": [...]}``; None when absent."""
+    if not entries:
+        return None
+    content = []
+    for e in entries:
+        token = e.get("token", "")
+        item = {"token": token, "logprob": e.get("logprob", 0.0),
+                "bytes": e.get("bytes") or list(token.encode("utf-8")),
+                "top_logprobs": [
+                    {"token": t.get("token", ""), "logprob": t.get("logprob", 0.0),
+                     "bytes": t.get("bytes") or list(t.get("token", "").encode("utf-8"))}
+                    for t in e.get("top_logprobs") or []]}
+        content.append(item)
+    return {"content": content}
+
+
+def finish_reason(native: Mapping[str, Any], had_tool_calls: bool) -> str:
+    reason = native.get("done_reason") or "stop"
+    if reason == "stop" and had_tool_calls:
+        return "tool_calls"
+    return "length" if reason == "length" else "stop"
+
+
+def chat_completion(natives: Sequence[Mapping[str, Any]], *, model: str,
+                    id: str | None = None, created: int | None = None) -> dict[str, Any]:
+    """Final ``/api/chat`` responses (one per choice) -> a ``chat.completion`` object."""
+    choices = []
+    for i, native in enumerate(natives):
+        msg = native.get("message") or {}
+        calls = msg.get("tool_calls") or []
+        message: dict[str, Any] = {"role": "assistant", "content": msg.get("content", "")}
+        if msg.get("thinking"):
+            message["reasoning"] = msg["thinking"]
+        if calls:
+            message["tool_calls"] = tool_calls_to_openai(calls)
+        choices.append({"index": i, "message": message,
+                        "logprobs": logprobs_to_openai(native.get("logprobs")),
+                        "finish_reason": finish_reason(native, bool(calls))})
+    return {"id": id or new_id("chatcmpl-"), "object": "chat.completion",
+            "created": created if created is not None else int(time.time()), "model": model,
+            "system_fingerprint": FINGERPRINT, "choices": choices,
+            "usage": native_usage(natives)}
+
+
+def text_completion(natives: Sequence[Mapping[str, Any]], *, model: str,
+                    id: str | None = None, created: int | None = None,
+                    echo: str = "") -> dict[str, Any]:
+    """Final ``/api/generate`` responses (one per choice) -> a ``text_completion`` object;
+    ``echo`` (the prompt, when the request asked for it) starts each choice's text."""
+    choices = [{"index": i, "text": echo + n.get("response", ""),
+                "logprobs": logprobs_to_openai(n.get("logprobs")),
+                "finish_reason": finish_reason(n, False)} for i, n in enumerate(natives)]
+    return {"id": id or new_id("cmpl-"), "object": "text_completion",
+            "created": created if created is not None else int(time.time()), "model": model,
+            "system_fingerprint": FINGERPRINT, "choices": choices,
+            "usage": native_usage(natives)}
+
+
+def embeddings_response(native: Mapping[str, Any], model: str,
+                        encoding_format: str = "float") -> dict[str, Any]:
+    """``/api/embed`` response -> OpenAI's embeddings list with usage."""
+    data = []
+    for i, vector in enumerate(native.get("embeddings") or []):
+        value: Any = vector
+        if encoding_format == "base64":
+            value = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+        data.append({"object": "embedding", "embedding": value, "index": i})
+    tokens = int(native.get("prompt_eval_count") or 0)
+    return {"object": "list", "data": data, "model": model,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+
+def _unix(timestamp: Any) -> int:
+    if not isinstance(timestamp, str) or not timestamp:
+        return 0
+    text = timestamp.replace("Z", "+00:00")
+    head, dot, rest = text.partition(".")
+    if dot:  # Go writes nanoseconds; Python's parser takes at most microseconds
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        text = f"{head}.{rest[:min(digits, 6)]}{rest[digits:]}"
+    try:
+        return int(datetime.fromisoformat(text).timestamp())
+    except ValueError:
+        return 0
+
+
+def model_object(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """One ``/api/tags`` entry -> an OpenAI model object (owner = namespace, else "library")."""
+    name = str(entry.get("name") or entry.get("model") or "")
+    base = name[:name.rfind(":")] if ":" in name.rsplit("/", 1)[-1] else name
+    path = base.split("/")
+    owner = path[-2] if len(path) >= 2 else "library"
+    return {"id": name, "object": "model", "created": _unix(entry.get("modified_at")),
+            "owned_by": owner}
+
+
+def models_list(entries: list[Mapping[str, Any]]) -> dict[str, Any]:
+    return {"object": "list", "data": [model_object(e) for e in entries]}

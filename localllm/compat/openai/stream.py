@@ -1,0 +1,141 @@
+"""Native chunk streams -> OpenAI's server-sent events: ``chat.completion.chunk`` and
+``text_completion`` chunks, ``n`` choices interleaved.
+
+:class:`ChatStream` and :class:`CompletionStream` are fed ``(choice index,
+native chunk)`` pairs in the order the choices produced them and return SSE
+frames (the :class:`~localllm.compat.frames.FrameStream` interface).  All
+chunks share one ``id`` and one ``created``; a choice's first chunk carries
+``delta.role``, its last has an empty delta and the ``finish_reason``.  With
+``include_usage`` a chunk with ``choices: []`` and the usage of every choice
+comes last, then ``data: [DONE]``.  A failure after the first event is an
+``{"error": {...}}`` event, and the stream ends without ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from localllm.compat.frames import new_id, sse
+from localllm.compat.openai.errors import error_body, error_from_exception
+from localllm.compat.openai.response import (
+    FINGERPRINT,
+    finish_reason,
+    logprobs_to_openai,
+    tool_calls_to_openai,
+    usage,
+)
+
+SSE_DONE = "data: [DONE]\n\n"
+Item = tuple[int, Mapping[str, Any]]  # (choice index, native chunk)
+
+
+class _Stream:
+    object_name = ""
+    id_prefix = ""
+
+    def __init__(self, model: str, *, n: int = 1, include_usage: bool = False,
+                 id: str | None = None, created: int | None = None) -> None:
+        self.model = model
+        self.id = id or new_id(self.id_prefix)
+        self.created = created if created is not None else int(time.time())
+        self.include_usage = include_usage
+        self._finished = [False] * n
+        self._prompt = 0  # the prompt is the same for every choice: counted once
+        self._completion = 0
+
+    @property
+    def done(self) -> bool:
+        """Whether every choice has finished."""
+        return all(self._finished)
+
+    def _chunk(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"id": self.id, "object": self.object_name, "created": self.created,
+                "model": self.model, "system_fingerprint": FINGERPRINT, "choices": choices}
+
+    def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+        return {**self._chunk([]), "usage": usage(prompt_tokens, completion_tokens)}
+
+    def _choice(self, index: int, native: Mapping[str, Any]) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def start(self) -> list[str]:
+        return []
+
+    def feed(self, item: Item) -> list[str]:
+        """Frames for one native chunk of choice ``index`` (a mid-stream ``error`` chunk
+        becomes an error event)."""
+        index, native = item
+        if "error" in native:
+            return [sse(error_body(500, str(native["error"])))]
+        frames = [sse(chunk) for chunk in self._choice(index, native)]
+        if native.get("done"):
+            self._finished[index] = True
+            self._prompt = self._prompt or int(native.get("prompt_eval_count") or 0)
+            self._completion += int(native.get("eval_count") or 0)
+        return frames
+
+    def end(self) -> list[str]:
+        usage_frame = ([sse(self.usage_chunk(self._prompt, self._completion))]
+                       if self.include_usage else [])
+        return [*usage_frame, SSE_DONE]
+
+    def fail(self, exc: BaseException) -> list[str]:
+        return [sse(error_from_exception(exc)[1])]
+
+
+class ChatStream(_Stream):
+    """The ``/api/chat`` streams of ``n`` choices as ``chat.completion.chunk`` events."""
+
+    object_name = "chat.completion.chunk"
+    id_prefix = "chatcmpl-"
+
+    def __init__(self, model: str, *, n: int = 1, **kw: Any) -> None:
+        super().__init__(model, n=n, **kw)
+        self._sent_role = [False] * n
+        self._tool_calls = [0] * n  # calls sent so far: the next call's index
+
+    def _choice(self, index: int, native: Mapping[str, Any]) -> list[dict[str, Any]]:
+        msg = native.get("message") or {}
+        delta: dict[str, Any] = {}
+        if not self._sent_role[index]:
+            delta["role"] = "assistant"
+        if msg.get("content") or (not self._sent_role[index] and not native.get("done")):
+            delta["content"] = msg.get("content", "")
+        if msg.get("thinking"):
+            delta["reasoning"] = msg["thinking"]
+        calls = msg.get("tool_calls") or []
+        if calls:
+            delta["tool_calls"] = tool_calls_to_openai(calls, start=self._tool_calls[index],
+                                                       with_index=True)
+            self._tool_calls[index] += len(calls)
+        out = []
+        if delta:
+            self._sent_role[index] = True
+            out.append(self._chunk([{"index": index, "delta": delta,
+                                     "logprobs": logprobs_to_openai(native.get("logprobs")),
+                                     "finish_reason": None}]))
+        if native.get("done"):
+            reason = finish_reason(native, self._tool_calls[index] > 0)
+            out.append(self._chunk([{"index": index, "delta": {}, "logprobs": None,
+                                     "finish_reason": reason}]))
+        return out
+
+
+class CompletionStream(_Stream):
+    """The ``/api/generate`` streams of ``n`` choices as ``text_completion`` events."""
+
+    object_name = "text_completion"
+    id_prefix = "cmpl-"
+
+    def _choice(self, index: int, native: Mapping[str, Any]) -> list[dict[str, Any]]:
+        out = []
+        if native.get("response"):
+            out.append(self._chunk([{"index": index, "text": native["response"],
+                                     "logprobs": logprobs_to_openai(native.get("logprobs")),
+                                     "finish_reason": None}]))
+        if native.get("done"):
+            out.append(self._chunk([{"index": index, "text": "", "logprobs": None,
+                                     "finish_reason": finish_reason(native, False)}]))
+        return out

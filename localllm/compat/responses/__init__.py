@@ -1,0 +1,1 @@
+"""OpenAI's Responses API (``/v1/responses``)."""
