@@ -17,7 +17,7 @@ from localllm.errors import LocalLLMError, exit_code
 
 # Module names under localllm.cli, in the order `--help` lists them.
 COMMANDS = ["serve", "create", "run", "stop", "pull", "list", "ps", "show", "rm", "cp", "doctor",
-            "backends", "worker", "chat", "bench", "service", "prune"]
+            "backends", "worker", "chat", "bench", "service", "prune", "launch"]
 
 
 def build_parser() -> argparse.ArgumentParser:
