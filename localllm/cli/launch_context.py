@@ -19,6 +19,7 @@ was loaded.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -97,8 +98,13 @@ def agent_model(model: str, context: int) -> ModelName:
     """
     name = parse_name(model)
     namespace = name.namespace if name.host == DEFAULT_HOST else DEFAULT_NAMESPACE
-    stem = name.model[:80 - len("-agent")] + "-agent"
-    tag = context_tag(context) if name.tag == "latest" else f"{name.tag}-{context_tag(context)}"
+    base_tag = name.tag
+    if name.model.endswith("-agent"):  # launched on a derived model: re-derive its base's
+        stem = name.model
+        base_tag = re.sub(r"(^|-)\d+k?$", "", base_tag) or "latest"
+    else:
+        stem = name.model[:80 - len("-agent")] + "-agent"
+    tag = context_tag(context) if base_tag == "latest" else f"{base_tag}-{context_tag(context)}"
     return parse_name(f"{DEFAULT_HOST}/{namespace}/{stem}:{tag[-128:]}")
 
 

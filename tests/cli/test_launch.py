@@ -180,6 +180,19 @@ def test_a_model_trained_for_less_gets_its_own_limit_and_a_warning(
     assert loaded(agents_daemon.url, "short-agent:2k")["context_length"] == 2048
 
 
+def test_launching_on_the_derived_model_reuses_it(agents_daemon: Daemon, tmp_path: Path) -> None:
+    env = agent_env(agents_daemon.env, tmp_path, "aider")
+    assert run_cli("launch", "aider", "-m", "coder", env=env).returncode == 0
+    again = run_cli("launch", "aider", "-m", "coder-agent:64k", env=env)
+    assert again.returncode == 0, again.stderr
+    assert "coder-agent:64k: coder-agent:64k with a 65536-token context" in again.stderr
+    rec = json.loads(Path(env["STANDIN_RECORD"]).read_text())
+    check_aider(rec, agents_daemon.url, "coder-agent:64k", 65536)
+    names = [m["name"] for m in httpx.get(agents_daemon.url + "/api/tags",
+                                          trust_env=False).json()["models"]]
+    assert not any("agent-agent" in n for n in names)
+
+
 def test_context_flag_is_loaded_as_given(agents_daemon: Daemon, tmp_path: Path) -> None:
     env = agent_env(agents_daemon.env, tmp_path, "codex")
     out = run_cli("launch", "codex", "-m", "coder", "--context", "8192", "--", "exec", "hi",
@@ -286,6 +299,9 @@ def test_derived_names() -> None:
     assert agent_model("hf.co/bartowski/Qwen-GGUF:Q4_K_M", 65536).display == \
         "Qwen-GGUF-agent:Q4_K_M-64k"
     assert agent_model("coder", 50000).display == "coder-agent:50000"
+    # Launching on a derived model re-derives from its base's tag, never coder-agent-agent.
+    assert agent_model("coder-agent:64k", 32768).display == "coder-agent:32k"
+    assert agent_model("qwen-agent:7b-64k", 16384).display == "qwen-agent:7b-16k"
 
 
 def test_choose_prefers_all_on_gpu_then_the_floor_then_anything_that_fits() -> None:
