@@ -102,6 +102,21 @@ class OllamaStore:
         return target
 
 
+    def digests(self) -> set[str]:
+        """Every blob the manifests name but the obsolete ``embed`` layers (not imported)."""
+        out = set()
+        for path in (self.root / "manifests").rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                try:
+                    doc = json.loads(path.read_bytes())
+                except ValueError:
+                    continue
+                out.add(doc["config"]["digest"])
+                out |= {ly["digest"] for ly in doc["layers"]
+                        if ly["mediaType"] != IMAGE + "embed"}
+        return out
+
+
 def three_models(root: Path, work: Path) -> OllamaStore:
     """The store of the module docstring, its GGUFs generated into ``work``."""
     from tests.modelfile.tinylora import make_remap_lora

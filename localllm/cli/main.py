@@ -1,7 +1,7 @@
 """The ``localllm`` command: builds the argument parser from one module per command.
 
-Each module in ``COMMANDS`` exposes ``register(subparsers)``, which adds its
-sub-command and sets ``func`` (``(args) -> int``) as its handler.  Command
+Each command's module (``COMMANDS``, ``MODULES``) exposes ``register(subparsers)``,
+which adds its sub-command and sets ``func`` (``(args) -> int``) as its handler.  Command
 modules import heavy dependencies (httpx, textual, uvicorn) inside their
 handlers, so ``localllm list`` starts fast.
 """
@@ -15,9 +15,11 @@ import sys
 from localllm import __version__
 from localllm.errors import LocalLLMError, exit_code
 
-# Module names under localllm.cli, in the order `--help` lists them.
-COMMANDS = ["serve", "create", "run", "stop", "pull", "list", "ps", "show", "rm", "cp", "doctor",
-            "backends", "worker", "chat", "bench", "service", "prune", "launch"]
+# Command names, in the order `--help` lists them: each is a module under localllm.cli,
+# but for those MODULES names (``import`` is a Python keyword).
+COMMANDS = ["serve", "create", "run", "stop", "pull", "import", "list", "ps", "show", "rm", "cp",
+            "doctor", "backends", "worker", "chat", "bench", "service", "prune", "launch"]
+MODULES = {"import": "importer"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--version", action="version", version=f"localllm {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        module = importlib.import_module(f"localllm.cli.{name}")
+        module = importlib.import_module(f"localllm.cli.{MODULES.get(name, name)}")
         module.register(sub)
     return parser
 

@@ -58,17 +58,6 @@ def blob_files(store: Store) -> set[str]:
     return {p.name for p in store.blobs.root.iterdir()} if store.blobs.root.is_dir() else set()
 
 
-def unique_blobs(ollama: OllamaStore) -> set[str]:
-    """Digests the store's manifests name, the obsolete embed layers left out."""
-    out = set()
-    for path in (ollama.root / "manifests").rglob("*"):
-        if path.is_file():
-            doc = json.loads(path.read_bytes())
-            out.add(doc["config"]["digest"])
-            out |= {ly["digest"] for ly in doc["layers"] if ly["mediaType"] != IMAGE + "embed"}
-    return out
-
-
 def test_every_model_comes_over_hard_linked_and_the_ollama_store_is_untouched(
         ollama: OllamaStore) -> None:
     before = snapshot(ollama.root)
@@ -76,7 +65,7 @@ def test_every_model_comes_over_hard_linked_and_the_ollama_store_is_untouched(
     assert statuses(report) == {n: "imported" for n in NAMES}
     store = Store()
     assert sorted(e.name.display for e in store.list()) == sorted(NAMES)
-    digests = unique_blobs(ollama)
+    digests = ollama.digests()
     assert (report.linked, report.copied, report.copied_bytes) == (len(digests), 0, 0)
     assert report.seconds < 1.0, report.seconds
     for digest in digests:  # the same file, not a copy of it
@@ -233,7 +222,7 @@ def test_broken_entries_are_reported_and_skipped(ollama: OllamaStore, tmp_path: 
 def test_copies_are_verified_with_progress(ollama: OllamaStore) -> None:
     events: list[dict[str, Any]] = []
     report = run(ollama.root, copy=True, progress=events.append)
-    digests = unique_blobs(ollama)
+    digests = ollama.digests()
     assert statuses(report) == {n: "imported" for n in NAMES}
     assert (report.linked, report.copied, report.link_note) == (0, len(digests), "--copy")
     assert report.copied_bytes == sum(ollama.blob_path(d).stat().st_size for d in digests)
@@ -259,7 +248,7 @@ def test_another_filesystem_falls_back_to_copies(ollama: OllamaStore,
     monkeypatch.setattr("localllm.store.ollama_import.os.link", cross_device)
     report = run(ollama.root)
     assert statuses(report) == {n: "imported" for n in NAMES}
-    assert (report.linked, report.copied) == (0, len(unique_blobs(ollama)))
+    assert (report.linked, report.copied) == (0, len(ollama.digests()))
     assert report.link_note == "the two stores are on different filesystems"
     assert len(calls) == 1  # tried once: the other blobs are on the same other filesystem
 
@@ -295,7 +284,7 @@ def test_dry_run_changes_nothing(ollama: OllamaStore) -> None:
     before = snapshot(ollama.root)
     report = run(ollama.root, dry_run=True)
     assert statuses(report) == {n: "would import" for n in NAMES}
-    assert (report.linked, report.copied) == (len(unique_blobs(ollama)), 0)
+    assert (report.linked, report.copied) == (len(ollama.digests()), 0)
     assert Store().list() == [] and blob_files(Store()) == set()
     assert snapshot(ollama.root) == before
 
