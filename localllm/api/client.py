@@ -1,7 +1,7 @@
 """The one HTTP client of the daemon, used by the CLI and the TUI (sync and async).
 
 ``Client`` and ``AsyncClient`` offer the same named calls: ``heartbeat``,
-``version``, ``list``, ``ps``, ``show``, ``copy``, ``delete``, ``pull``,
+``version``, ``list``, ``ps``, ``show``, ``copy``, ``delete``, ``pull``, ``search``,
 ``create``, ``chat``, ``generate``, ``embed``, ``load``, ``unload``,
 ``blob_exists`` and ``upload_blob``.  Callers use those, never a route: each
 call's route and body are written once, in ``_Wire``, for both clients.
@@ -103,6 +103,12 @@ class _Wire:
         return "POST", "/api/generate", {"model": model, "keep_alive": 0, "stream": False}
 
     @staticmethod
+    def search(query: str, limit: int) -> Call:
+        from urllib.parse import urlencode
+
+        return "GET", "/api/search?" + urlencode({"q": query, "limit": limit}), None
+
+    @staticmethod
     def blob(digest: str) -> str:
         return f"/api/blobs/{digest}"
 
@@ -119,10 +125,19 @@ class _Streams(Generic[S]):
     def _streamed(self, path: str, body: JSON) -> S:
         return self._stream("POST", path, {**body, "stream": True})
 
-    def pull(self, model: str, projector: str | None = None) -> S:
+    def pull(self, model: str, projector: str | None = None, *, force: bool | None = None,
+             dry_run: bool = False) -> S:
+        """``/api/pull``'s progress.  ``force``: False refuses a model too big for the
+        daemon's machine before downloading, True pulls it anyway (None: the daemon
+        warns and pulls, as for Ollama's clients).  ``dry_run``: no download; the last
+        event holds the files and the fit (header read over range requests)."""
         body: JSON = {"model": model}
         if projector:
             body["projector"] = projector  # a vision projector file or precision, or "none"
+        if force is not None:
+            body["force"] = force
+        if dry_run:
+            body["dry_run"] = True
         return self._streamed("/api/pull", body)
 
     def create(self, body: JSON) -> S:
@@ -206,6 +221,11 @@ class Client(_Streams[Iterator[JSON]]):
     def copy(self, source: str, destination: str) -> None:
         self._request(*_Wire.copy(source, destination))
 
+    def search(self, query: str, limit: int = 10) -> Items:
+        """Hugging Face GGUF models for ``query``, each quant with its fit on the daemon's
+        machine (``GET /api/search``; shape in docs/api.md)."""
+        return list(self._request(*_Wire.search(query, limit))["models"])
+
     def delete(self, model: str) -> None:
         self._request(*_Wire.delete(model))
 
@@ -287,6 +307,11 @@ class AsyncClient(_Streams[AsyncIterator[JSON]]):
 
     async def copy(self, source: str, destination: str) -> None:
         await self._request(*_Wire.copy(source, destination))
+
+    async def search(self, query: str, limit: int = 10) -> Items:
+        """Hugging Face GGUF models for ``query``, each quant with its fit on the daemon's
+        machine (``GET /api/search``; shape in docs/api.md)."""
+        return list((await self._request(*_Wire.search(query, limit)))["models"])
 
     async def delete(self, model: str) -> None:
         await self._request(*_Wire.delete(model))

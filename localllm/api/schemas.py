@@ -41,6 +41,12 @@ class PullRequest(_ModelRequest):
     stream: bool = True
     # Not in Ollama: the vision projector file (or precision) to take, or "none".
     projector: str | None = None
+    # Not in Ollama: read the header and plan the load without downloading anything.
+    dry_run: bool = False
+    # Not in Ollama: a model too big for this machine is refused before downloading
+    # when this is false (the CLI sends it), pulled anyway when true, and pulled with
+    # a warning in the progress when absent (Ollama's clients never send it).
+    force: bool | None = None
 
 
 class DeleteRequest(_ModelRequest):

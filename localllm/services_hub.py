@@ -1,0 +1,244 @@
+"""Hub use cases that need this machine's devices: a pull's dry run and preflight, and search.
+
+Part of the model-management use cases (``services.py`` calls these): a
+model on the Hub is judged before any download by reading its GGUF header(s)
+over range requests (``store/remote.py``) and planning the load on the
+devices a load would find (``scheduler/fit.py``, the planner itself):
+
+* ``dry_run``: what ``pull NAME`` would fetch and how it would load here
+  (``localllm pull --dry-run``, ``localllm show --remote``);
+* ``preflight``: the check a real pull makes after choosing its files and
+  before downloading them; a model too big for this machine stops the pull when
+  the caller said ``force: false``, and is a warning in the progress otherwise;
+* ``search``: ``store/search.py``'s repos with a fit for every quant, weights
+  scaled from the one header read per repo.
+
+``Machine`` is the devices and plan options; ``this_machine`` reads them (the
+hardware probe may run a child process: call it off the event loop).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from localllm.errors import InvalidModelFile, LocalLLMError, PullError
+from localllm.gguf_info import ModelInfo
+from localllm.hardware.detect import Device
+from localllm.scheduler.fit import Fit, assess, describe, reclaimed, scaled, unknown
+from localllm.scheduler.planner import LoadPlan, PlanOptions
+from localllm.store import hub, remote
+from localllm.store import search as hub_search
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[dict[str, Any]], None]
+MAX_TEMPLATE_PARSE = 64 << 10  # larger templates are judged by their text (render cap too)
+
+
+class TooBig(PullError):
+    """A pull refused before downloading: the model cannot load on this machine."""
+
+    status = 409
+
+
+@dataclass(frozen=True)
+class Machine:
+    devices: tuple[Device, ...]
+    opts: PlanOptions
+
+
+def this_machine(loaded: Iterable[LoadPlan] = ()) -> Machine:
+    """This machine's devices as a new load would find them: fresh free memory, RPC
+    workers that answer, and what ``loaded`` models hold counted as free (they would
+    be evicted); the plan options from the daemon's settings, as a load uses them."""
+    from localllm.hardware.detect import refresh_memory
+    from localllm.hardware.rpc import endpoint_of
+
+    hw = refresh_memory()
+    ready = {w.endpoint for w in hw.workers if w.ready}
+    devices = [d for d in hw.devices if (ep := endpoint_of(d.name)) is None or ep in ready]
+    return Machine(tuple(reclaimed(devices, loaded)), PlanOptions.from_config())
+
+
+@dataclass(frozen=True)
+class RemotePlan:
+    repo_id: str
+    choice: hub.Choice
+    projector: hub.HubFile | None
+    info: ModelInfo
+    fit: Fit
+    header_bytes: int  # transferred to read the header(s)
+    vision: bool  # the projector is a clip GGUF
+
+
+def plan_choice(repo_id: str, choice: hub.Choice, mmproj: hub.HubFile | None,
+                machine: Machine) -> RemotePlan:
+    """Read the chosen files' headers (and the projector's) and plan the load."""
+    from localllm.scheduler.projector import header_cost
+
+    info, got = remote.read_model_info(repo_id, choice.files)
+    spent, opts, vision = got.bytes_read, machine.opts, False
+    if mmproj is not None:
+        proj = remote.read_headers(repo_id, [mmproj])
+        spent += proj.bytes_read
+        if proj.headers[0].kv.get("general.architecture") == "clip":
+            vision = True
+            fa = opts.flash_attention.lower() not in ("off", "0", "false", "no")
+            cost = header_cost(proj.headers[0], fa)
+            opts = replace(opts, projector_weights=cost.weights, projector_compute=cost.compute)
+    fit = assess(info, machine.devices, opts)
+    return RemotePlan(repo_id, choice, mmproj, info, fit, spent, vision)
+
+
+def template_caps(template: str) -> list[str]:
+    """``tools`` / ``thinking`` from a remote chat template; one past the render cap is
+    judged by its text rather than parsed."""
+    from localllm.template.caps import template_capabilities
+
+    if len(template) <= MAX_TEMPLATE_PARSE:
+        return template_capabilities(template)
+    low = template.lower()
+    return [c for c, marks in (("tools", ("tools",)), ("thinking", ("<think>", "thinking")))
+            if any(m in low for m in marks)]
+
+
+def capabilities(template: str, *, embedding: bool, vision: bool) -> list[str]:
+    caps = ["embedding"] if embedding else ["completion", *template_caps(template)]
+    return [*caps, "vision"] if vision else caps
+
+
+def dry_run_result(name: str, plan: RemotePlan) -> dict[str, Any]:
+    """The last event of a dry-run pull: the files, the model and the fit."""
+    info, choice = plan.info, plan.choice
+    files = [{"file": f.path, "size": f.size} for f in choice.files]
+    proj = {"file": plan.projector.path, "size": plan.projector.size} if plan.projector else None
+    size = sum(f.size for f in choice.files) + (plan.projector.size if plan.projector else 0)
+    kv = {k: v for k, v in info.kv.items()
+          if not k.startswith("tokenizer.") and isinstance(v, (int, float, str, bool))}
+    return {
+        "status": "success", "dry_run": True, "model": name,
+        "source": f"hf.co/{plan.repo_id}:{choice.label}", "files": files, "projector": proj,
+        "size": size,
+        "details": {"format": "gguf", "family": info.architecture,
+                    "parameter_size": info.parameter_size,
+                    "quantization_level": info.file_type},
+        "model_info": kv, "context_length": info.context_length,
+        "capabilities": capabilities(info.chat_template or "",
+                                     embedding=info.pooling_type is not None,
+                                     vision=plan.vision),
+        "fit": plan.fit.to_json(), "header_bytes": plan.header_bytes,
+    }
+
+
+def dry_run(name: str, source: str, projector: str | None, machine: Callable[[], Machine],
+            progress: Progress) -> None:
+    """A pull that stops before downloading: the same name resolution, listing and
+    choice of files as ``pull_model``, then ``dry_run_result`` as the last event."""
+    from localllm.store import projector as proj
+    from localllm.store.names import parse_name
+
+    src = parse_name(source)
+    repo_id = f"{src.namespace}/{src.model}"
+    progress({"status": "pulling manifest"})
+    listing = hub.list_repo(repo_id)
+    choice = hub.choose(repo_id, listing, src.tag)
+    mmproj = proj.choose_projector(repo_id, listing, choice.label, projector,
+                                   choice.files[0].path)
+    progress({"status": f"using {choice.label} ({choice.how}): "
+                        + ", ".join(f.path for f in choice.files)})
+    progress({"status": "reading the header with range requests (dry run: nothing is "
+                        "downloaded)"})
+    progress(dry_run_result(name, plan_choice(repo_id, choice, mmproj, machine())))
+
+
+def preflight(machine: Callable[[], Machine], force: bool | None, progress: Progress
+              ) -> Callable[[str, hub.Choice, hub.HubFile | None], None]:
+    """The check ``pull_model`` runs before downloading (see the module doc).
+
+    A header that cannot be read (the Hub, a range refused) is said and the pull goes
+    on: the download is verified anyway.  A header our reader refuses stops it.
+    """
+
+    def check(repo_id: str, choice: hub.Choice, mmproj: hub.HubFile | None) -> None:
+        progress({"status": "checking the model fits (reading its header)"})
+        try:
+            got = plan_choice(repo_id, choice, mmproj, machine())
+        except InvalidModelFile as exc:
+            raise InvalidModelFile(f"not pulling hf.co/{repo_id}:{choice.label}: {exc}"
+                                   ) from None
+        except LocalLLMError as exc:
+            progress({"status": f"could not check the fit before downloading: {exc}"})
+            return
+        fit = got.fit
+        if fit.status != "too_big":
+            progress({"status": f"fits: {describe(fit)}"})
+            return
+        text = (f"hf.co/{repo_id}:{choice.label} does not fit on this machine "
+                f"({describe(fit)})")
+        if force is False:
+            raise TooBig(f"{text}; pull it anyway with --force (\"force\": true)")
+        progress({"status": f"warning: {text}"})
+
+    return check
+
+
+def _str(v: Any) -> str:
+    return v if isinstance(v, str) else ""
+
+
+# -- search -----------------------------------------------------------------------------------
+def _catalog_entries() -> list[tuple[str, str]]:
+    """The library catalogue as (name, repo) pairs: ``llama3.2:1b`` and, for the tag
+    ``latest`` names, ``llama3.2``.  A catalogue that cannot be read adds nothing."""
+    from localllm.store import catalog
+
+    try:
+        cat = catalog.load()
+    except LocalLLMError as exc:
+        log.warning("search without the catalogue: %s", exc)
+        return []
+    out = []
+    for fam in cat.families.values():
+        for tag, entry in fam.tags.items():
+            repo = f"{entry.source.namespace}/{entry.source.model}"
+            out.append((f"{fam.name}:{tag}", repo))
+            if tag == fam.latest:
+                out.append((fam.name, repo))
+    return out
+
+
+def _quant_fit(r: hub_search.Repo, q: hub_search.Quant, machine: Machine) -> Fit:
+    if r.info is None:
+        return unknown(r.error or "the header was not read in time")
+    info = r.info if q is r.read_from else scaled(r.info, q.size, r.data_bytes)
+    return assess(info, machine.devices, machine.opts, find_max_context=False)
+
+
+def search(query: str, limit: int, machine: Callable[[], Machine],
+           catalog: Callable[[], list[tuple[str, str]]] = _catalog_entries) -> dict[str, Any]:
+    """``GET /api/search``'s answer (see docs/api.md)."""
+    repos = hub_search.search(query, limit, catalog=catalog)
+    here = machine()
+    models = []
+    for r in repos:
+        info = r.info
+        # The Hub's reading of the template, else our own from the header.
+        template = _str(r.gguf.get("chat_template")) or _str(info and info.chat_template)
+        embedding = r.pipeline_tag in ("feature-extraction", "sentence-similarity") or (
+            info is not None and info.pooling_type is not None)
+        ctx = r.gguf.get("context_length")
+        models.append({
+            "name": f"hf.co/{r.repo}", "repo": r.repo, "catalog": r.catalog,
+            "downloads": r.downloads, "likes": r.likes, "updated": r.updated,
+            "capabilities": capabilities(template, embedding=embedding,
+                                         vision=bool(r.projectors)),
+            "context_length": ctx if isinstance(ctx, int) and ctx > 0 else (
+                info.context_length if info is not None and info.context_length else None),
+            "quants": [{"tag": q.tag, "files": [f.path for f in q.files], "size": q.size,
+                        "fit": _quant_fit(r, q, here).to_json()} for q in r.quants or []],
+            "error": r.error or None,
+        })
+    return {"models": models}
