@@ -96,14 +96,17 @@ def run(args: argparse.Namespace) -> int:
     write_files(launch, folder)
     argv = [agent.executable, *launch.argv, *args.agent_args]
     env = launch.environ(os.environ)
-    say(f"Starting {agent.title}: {' '.join(argv[:1] + args.agent_args)}")
+    say(f"Starting {agent.title}: {shlex.join(argv[:1] + args.agent_args)}")
     sys.stdout.flush()
     sys.stderr.flush()
-    if sys.platform == "win32":  # no exec on Windows: run it and pass its status on
-        import subprocess
+    try:
+        if sys.platform == "win32":  # no exec on Windows: run it and pass its status on
+            import subprocess
 
-        return subprocess.call([path, *argv[1:]], env=env)
-    os.execve(path, argv, env)
+            return subprocess.call([path, *argv[1:]], env=env)
+        os.execve(path, argv, env)
+    except OSError as exc:  # not executable, a bad interpreter line, ...
+        raise LocalLLMError(f"could not start {path}: {exc.strerror or exc}") from None
     return 0  # not reached
 
 

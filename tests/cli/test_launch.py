@@ -225,6 +225,19 @@ def test_an_unknown_agent_or_a_non_chat_model_is_refused(agents_daemon: Daemon,
     assert not Path(env["STANDIN_RECORD"]).exists()  # the agent never started
 
 
+def test_an_agent_that_cannot_start_is_a_one_line_error(agents_daemon: Daemon,
+                                                         tmp_path: Path) -> None:
+    env = agent_env(agents_daemon.env, tmp_path)
+    broken = tmp_path / "bin" / "claude"
+    broken.parent.mkdir(parents=True, exist_ok=True)
+    broken.write_text("#!/nonexistent/interpreter\n")
+    broken.chmod(0o755)
+    out = run_cli("launch", "claude", "-m", "coder", env=env)
+    assert out.returncode == 1
+    assert out.stderr.splitlines()[-1] == (
+        f"Error: could not start {broken}: No such file or directory")
+
+
 def test_list_shows_installed_agents_and_what_they_get(agents_daemon: Daemon,
                                                       tmp_path: Path) -> None:
     env = agent_env(agents_daemon.env, tmp_path, "claude", "aider")
