@@ -5,7 +5,8 @@ One package per API, each split by direction: ``request`` (their body -> our
 ``n``, the forced-tool decision), ``response`` (a finished native result ->
 their object) and ``stream`` (native chunks -> their server-sent events).
 
-- ``openai/``: Chat Completions, legacy completions, embeddings, models; OpenAI's error shape.
+- ``openai/``: Chat Completions (its messages in ``openai.messages``), legacy
+  completions, embeddings, models; OpenAI's error shape.
 - ``responses/``: OpenAI's Responses API (its ``input`` items in ``responses.input``).
 - ``anthropic/``: Anthropic's Messages API; Anthropic's error shape.
 - ``frames``: what they share (SSE frames, ids, field checks, the stream interface).

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from localllm import config
-from localllm.compat.openai.request import messages_to_native
+from localllm.compat.openai.messages import messages_to_native
 from localllm.errors import InvalidRequest
 from localllm.inference.images import (
     Images,
