@@ -77,8 +77,7 @@ def print_report(report: ImportReport) -> None:
         size = format_bytes(m.size) if m.size and m.status not in ("failed", "skipped") else ""
         line = f"{m.status:<12} {m.name:<{width}}  {size}".rstrip()
         print(f"{line}: {m.reason}" if m.reason else line)
-        # (an unchanged model's warnings were said when it was imported)
-        for warning in m.warnings if m.status in ("imported", "would import") else ():
+        for warning in m.warnings:
             print(f"    warning: {warning}")
     print(_summary(report))
     if report.linked or report.copied or report.present:

@@ -144,8 +144,7 @@ class _Run:
                                                  "nothing of it is stored locally")
         assert entry.name is not None and entry.manifest is not None
         name, manifest = entry.name, entry.manifest
-        result = ModelResult(label, "imported", size=manifest.total_size,
-                             warnings=[*entry.notes, *(check(entry) if check else [])])
+        result = ModelResult(label, "imported", size=manifest.total_size)
         existing = self._existing(name)
         if existing is not None and existing == manifest:
             result.status = "unchanged"
@@ -155,6 +154,7 @@ class _Run:
                 f"localllm already has a different model named {name.display}; "
                 "--force replaces it")
             return result
+        result.warnings = [*entry.notes, *(check(entry) if check else [])]
         if existing is not None:
             result.warnings.append("replaced the model of that name (--force)")
         try:
