@@ -156,7 +156,8 @@ class _Run:
             return result
         result.warnings = [*entry.notes, *(check(entry) if check else [])]
         if existing is not None:
-            result.warnings.append("replaced the model of that name (--force)")
+            verb = "would replace" if self.dry_run else "replaced"
+            result.warnings.append(f"{verb} the model of that name (--force)")
         try:
             for blob in entry.blobs:
                 self._blob(blob)
