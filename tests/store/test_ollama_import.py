@@ -54,6 +54,10 @@ def reasons(report: ImportReport) -> dict[str, str]:
     return {m.name: m.reason for m in report.models}
 
 
+def warnings(report: ImportReport) -> dict[str, list[str]]:
+    return {m.name: m.warnings for m in report.models}
+
+
 def blob_files(store: Store) -> set[str]:
     return {p.name for p in store.blobs.root.iterdir()} if store.blobs.root.is_dir() else set()
 
@@ -119,7 +123,12 @@ def test_a_different_model_of_the_same_name_is_kept_unless_forced(
     assert report.failed
     assert store.get(parse_name("llama3.2")).digest == mine.digest
 
+    dry = run(ollama.root, force=True, dry_run=True)
+    assert statuses(dry)["llama3.2:latest"] == "would import"
+    assert "would replace the model of that name (--force)" in warnings(dry)["llama3.2:latest"]
+    assert store.get(parse_name("llama3.2")).digest == mine.digest
     forced = run(ollama.root, force=True)
+    assert "replaced the model of that name (--force)" in warnings(forced)["llama3.2:latest"]
     assert statuses(forced)["llama3.2:latest"] == "imported"
     entry = store.get(parse_name("llama3.2"))
     assert store.template(entry) == TEMPLATE_A
