@@ -351,6 +351,20 @@ BACKENDS = Setting("LOCALLLM_BACKENDS", _str, "",
 CACHE = Setting("LOCALLLM_CACHE", _str, "",
                  "Cache folder for the llama.cpp source and backend build trees; "
                  "default: the platform's cache directory.")
+
+
+_HF_REPO_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_][A-Za-z0-9_.-]{0,95}")
+
+
+def parse_hf_repo(raw: str) -> str:
+    if not _HF_REPO_RE.fullmatch(raw) or ".." in raw:
+        raise ValueError("expected a Hugging Face repo, user/name")
+    return raw
+
+
+CATALOG_REPO = Setting("LOCALLLM_CATALOG_REPO", parse_hf_repo, "localllm/catalog",
+                       "Hugging Face repo 'localllm catalog update' downloads catalog.toml from "
+                       "(checked against the catalog.toml.sha256 beside it).")
 RPC_WORKERS: Setting[list[str]] = Setting(
     "LOCALLLM_RPC_WORKERS", _list, [],
     "ggml RPC workers (host:port, comma-separated) whose devices models may be placed on; "
@@ -407,8 +421,8 @@ REGISTRY: tuple[Setting[object], ...] = (
     CONTEXT_LENGTH, FLASH_ATTENTION, KV_CACHE_TYPE, LOAD_TIMEOUT, RUNNER_TIMEOUT,
     GPU_OVERHEAD, SCHED_SPREAD,
     NOPRUNE, DEBUG, API_KEY, SHUTDOWN_GRACE, NUM_THREAD, ALLOWED_PATHS, MAX_BODY, MAX_BLOB_SIZE,
-    MIN_FREE_DISK, LOG_FORMAT, BACKENDS, CACHE, RPC_WORKERS, LLAMA_PREFIX, RUNNER_ENGINE,
-    FETCH_IMAGE_URLS, STEP_BUDGET, PROMPT_CACHE, MAX_REQUEST_PIXELS,
+    MIN_FREE_DISK, LOG_FORMAT, BACKENDS, CACHE, CATALOG_REPO, RPC_WORKERS, LLAMA_PREFIX,
+    RUNNER_ENGINE, FETCH_IMAGE_URLS, STEP_BUDGET, PROMPT_CACHE, MAX_REQUEST_PIXELS,
 )  # type: ignore[assignment]
 
 

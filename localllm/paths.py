@@ -87,3 +87,23 @@ def ollama_models() -> list[Path]:
     if sys.platform.startswith("linux"):
         found.append(OLLAMA_SYSTEM_MODELS)
     return found
+
+
+def config_dir() -> Path:
+    """The user's own settings files (the catalogue overrides): the platform's config
+    folder, or ``config/`` below ``LOCALLLM_HOME`` when that is set."""
+    if config.HOME.get():
+        return home() / "config"
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("localllm", appauthor=False))
+
+
+def user_catalog() -> Path:
+    """The user's catalogue file: adds or overrides library names (``store/catalog.py``)."""
+    return config_dir() / "catalog.toml"
+
+
+def catalog_data() -> Path:
+    """Where ``localllm catalog update`` keeps the catalogue it downloaded."""
+    return home() / "catalog"

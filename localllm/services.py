@@ -12,19 +12,30 @@ import json
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from localllm.store.local import PartialsReport, Store
 from localllm.store.manifests import MEDIA_DRAFT, MEDIA_LICENSE, Entry
-from localllm.store.names import parse_digest, parse_name
+from localllm.store.names import ModelName, parse_digest, parse_name
 from localllm.store.ollama_import import ImportReport
 from localllm.store.ollama_store import Found
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class PullTarget:
+    """A pull resolved: stored as ``name``, fetched from ``source`` (an ``hf.co`` name)."""
+
+    name: ModelName
+    source: ModelName
+    projector: str | None  # the catalogue's projector choice, if it makes one
+    via: str | None  # the catalogue entry, "llama3.2:3b", when one led here
 
 
 def rfc3339(timestamp: float) -> str:
@@ -170,6 +181,10 @@ class ModelService:
         }
         if projector_info is not None:
             out["projector_info"] = projector_info
+        # Ours, not Ollama's: where a pulled model came from (hf.co/…:quant, files, digests).
+        origin = self.store.config_json(entry).get("origin")
+        if isinstance(origin, dict):
+            out["origin"] = origin
         draft = self._draft(entry)
         if draft is not None:
             out["draft"] = draft
@@ -236,15 +251,44 @@ class ModelService:
             await self.unload(model)
         await anyio.to_thread.run_sync(self.delete, model)
 
+    def pull_target(self, model: str) -> PullTarget:
+        """What pulling ``model`` fetches: an ``hf.co`` name itself, or the catalogue's entry
+        for a library name (``llama3.2``); errors before anything is downloaded.
+
+        A library name already in the store that no pull wrote (a model created or
+        imported here) is refused rather than replaced: pulling must not destroy it.
+        """
+        from localllm.errors import InvalidRequest
+        from localllm.store import catalog
+
+        name = parse_name(model)
+        if name.is_hf:
+            return PullTarget(name, name, None, None)
+        if self.store.manifests.exists(name):
+            cfg = self.store.config_json(self.store.get(name))
+            if not isinstance(cfg.get("origin"), dict):
+                raise InvalidRequest(
+                    f"'{name.display}' is a model made here, not pulled: pulling would replace "
+                    f"it. Remove it first (localllm rm {name.display}) or copy it to another "
+                    "name", status=409)
+        found = catalog.resolve(name)
+        assert found is not None  # resolve() raises for library names it lacks
+        return PullTarget(name, found.source, found.projector, found.name)
+
     def pull(
         self, model: str, progress: Progress, *, cancel: threading.Event | None = None,
         projector: str | None = None,
     ) -> None:
         """``projector``: a projector file or precision to pull instead of the automatic
-        choice, or ``"none"`` (see ``store/projector.py``)."""
+        choice, or ``"none"`` (see ``store/projector.py``).  ``model`` may be a library
+        name from the catalogue (see ``pull_target``)."""
         from localllm.store.pull import pull_model
 
-        pull_model(self.store, parse_name(model), progress, cancel=cancel, projector=projector)
+        target = self.pull_target(model)
+        pull_model(self.store, target.name, progress, cancel=cancel,
+                   projector=projector or target.projector,
+                   source=None if target.source is target.name else target.source,
+                   via=target.via)
 
     def blob_exists(self, digest: str) -> bool:
         return self.store.blobs.exists(parse_digest(digest))

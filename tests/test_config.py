@@ -48,6 +48,7 @@ CASES: dict[str, tuple[str, Any, str | None]] = {
     "LOCALLLM_LOG_FORMAT": ("JSON", "json", "xml"),
     "LOCALLLM_BACKENDS": ("/opt/backends", "/opt/backends", None),
     "LOCALLLM_CACHE": ("/var/cache/ll", "/var/cache/ll", None),
+    "LOCALLLM_CATALOG_REPO": ("someone/catalog", "someone/catalog", "../catalog"),
     "LOCALLLM_RPC_WORKERS": ("10.0.0.2:50052", ["10.0.0.2:50052"], None),
     "LOCALLLM_LLAMA_PREFIX": ("/opt/llama", "/opt/llama", None),
     "LOCALLLM_FETCH_IMAGE_URLS": ("1", "public", "sometimes"),

@@ -11,7 +11,8 @@ if TYPE_CHECKING:
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("pull", help="Pull a model from Hugging Face")
-    parser.add_argument("model", help="model name, e.g. hf.co/user/repo:Q4_K_M")
+    parser.add_argument("model", help="model name: a library name from 'localllm catalog' "
+                                      "(llama3.2, qwen3:8b) or hf.co/user/repo[:Q4_K_M]")
     parser.add_argument("--insecure", action="store_true", help="accepted for Ollama compatibility")
     parser.add_argument(
         "--projector", metavar="FILE",

@@ -45,7 +45,8 @@ class _PromptAfterFlags(argparse.ArgumentParser):
 def register(sub: Any) -> None:
     parser = sub.add_parser("run", help="Run a model (one answer, or an interactive chat)")
     parser.__class__ = _PromptAfterFlags
-    parser.add_argument("model", help="model name; pulled first when missing")
+    parser.add_argument("model", help="model name (llama3.2, hf.co/user/repo:Q4_K_M, or one "
+                                      "made with create); pulled first when missing")
     parser.add_argument("prompt", nargs="*", help="prompt (omit for an interactive session)")
     parser.add_argument("--verbose", action="store_true",
                         help="print timings and token rates after each answer (stderr)")

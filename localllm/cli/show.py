@@ -66,6 +66,7 @@ def render(info: dict[str, Any], *, verbose: bool = False) -> str:
         ("quantization", str(details.get("quantization_level") or "")),
     ]
     out = _section("Model", [(k, v) for k, v in model_rows if v])
+    out += _section("Source", _origin_rows(info.get("origin")))
     draft = (info.get("draft") or {}).get("details") or {}
     draft_rows = [("architecture", str(draft.get("family") or "")),
                   ("parameters", str(draft.get("parameter_size") or "")),
@@ -88,6 +89,26 @@ def render(info: dict[str, Any], *, verbose: bool = False) -> str:
         rows = [(k, _short(v)) for k, v in sorted(model_info.items())]
         out += _section("Metadata", rows)
     return "\n".join(out).rstrip("\n")
+
+
+def _origin_rows(origin: Any) -> list[tuple[str, str]]:
+    """Where a pulled model came from (``/api/show``'s ``origin``): the hf.co name that
+    pulls it again, the catalogue entry that led there, its file(s) and digest."""
+    if not isinstance(origin, dict):
+        return []
+    rows = [("from", str(origin.get("source") or ""))]
+    if origin.get("catalog"):
+        rows.append(("catalogue", str(origin["catalog"])))
+    files = [f for f in origin.get("files") or [] if isinstance(f, dict)]
+    if len(files) > 1:
+        rows.append(("files", f"{files[0].get('file', '')} (+{len(files) - 1} parts)"))
+    elif files:
+        rows.append(("file", str(files[0].get("file", ""))))
+    rows.append(("digest", str(origin.get("digest") or "")))
+    projector = origin.get("projector")
+    if isinstance(projector, dict):
+        rows.append(("projector", str(projector.get("file", ""))))
+    return [(k, v) for k, v in rows if v]
 
 
 def _loaded(running: list[dict[str, Any]], model: str) -> list[tuple[str, str]]:

@@ -166,11 +166,11 @@ class Creator:
             return
         base_name = parse_name(source)
         if not self.store.manifests.exists(base_name):
-            if base_name.is_hf and self.pull is not None:
-                plan.pull = base_name.display
+            if self.pull is not None and (base_name.is_hf or _in_catalog(base_name)):
+                plan.pull = base_name.display  # pulled in run(), stored under this name
                 return
             raise ModelNotFound(f'FROM model "{source}" not found: pull it first, or give the '
-                                "path of a GGUF file")
+                                "path of a GGUF file" + _closest(base_name))
         plan.base = self.store.get(base_name)
         self._use_base(plan, plan.base)
 
@@ -348,6 +348,24 @@ def _json(value: Any) -> bytes:
     import json
 
     return json.dumps(value, sort_keys=True).encode()
+
+
+def _in_catalog(name: ModelName) -> bool:
+    """Whether the library-name catalogue pulls ``name`` (``FROM llama3.2``).  A family it
+    has with a tag it lacks is its own error (the family's tags)."""
+    from localllm.store import catalog
+
+    if name.is_hf:
+        return False
+    return catalog.load().resolve(name) is not None
+
+
+def _closest(name: ModelName) -> str:
+    from localllm.store import catalog
+
+    close = [] if name.is_hf else catalog.load().closest(name)
+    hint = f"; closest in the catalogue: {', '.join(close)}" if close else ""
+    return f"{hint} (localllm search {name.model} looks on Hugging Face)"
 
 
 def _check_cancel(cancel: threading.Event | None) -> None:

@@ -25,7 +25,7 @@ from starlette.requests import ClientDisconnect
 from localllm import __version__, config
 from localllm.api.schemas import CopyRequest, DeleteRequest, PullRequest, ShowRequest
 from localllm.errors import BlobNotFound
-from localllm.server.deps import json_body, model_service
+from localllm.server.deps import json_body, model_service, offload
 from localllm.server.streaming import Emit, events_from_thread, progress_response
 from localllm.services import ModelService
 from localllm.store.blobs import NoSpace
@@ -62,8 +62,10 @@ def show(req: Annotated[ShowRequest, Depends(json_body(ShowRequest))], svc: Serv
 async def pull(
     request: Request, req: Annotated[PullRequest, Depends(json_body(PullRequest))], svc: Service
 ) -> Response:
-    # Validate before any thread starts so a bad name is a plain 400.
+    # Validate before any thread starts so a bad name is a plain 400, and a library name
+    # the catalogue lacks a plain 404 (its files are read off the loop).
     model = parse_name(req.model).display
+    await offload(request, svc.pull_target, model)
 
     def work(emit: Emit, cancel: Any) -> None:
         svc.pull(model, emit, cancel=cancel, projector=req.projector)

@@ -7,7 +7,11 @@ progress with the same dicts as Ollama's ``/api/pull`` stream:
 manifest is written last, so a failed or cancelled pull leaves no model
 behind (completed blobs stay for the next try; partials stay for resume).
 
-Only ``hf.co/{user}/{repo}[:{quant}]`` names can be pulled: the Hub is listed
+What is pulled is an ``hf.co/{user}/{repo}[:{quant}]`` name, ``source``: the
+name itself, or what a library name (``llama3.2``) resolves to in the catalogue
+(``store/catalog.py``); the model is stored under ``name``, as typed, and its
+config blob records the ``origin`` (``hf.co/…:Q4_K_M``, files and digests) that
+``show`` reports.  The Hub is listed
 with ``huggingface_hub`` (``store/hub.py``) and files are downloaded by our own
 verifying, resuming downloader (``store/download.py``).  A repo's vision
 projector (``mmproj*.gguf``) becomes a projector layer (``store/projector.py``
@@ -44,20 +48,27 @@ MAX_EXTRA_BYTES = 1 << 20  # template / system / params files from the repo
 
 
 def pull_model(store: Store, name: ModelName, progress: ProgressFn, *,
-               cancel: threading.Event | None = None, projector: str | None = None) -> Entry:
-    """Pull ``name`` into ``store`` and return its entry; see the module docstring.
+               cancel: threading.Event | None = None, projector: str | None = None,
+               source: ModelName | None = None, via: str | None = None) -> Entry:
+    """Pull ``source`` (default: ``name``) into ``store`` as ``name`` and return its entry;
+    see the module docstring.
 
     ``projector``: the projector file (or precision label) to take instead of
-    the automatic choice, or ``"none"`` for none.
+    the automatic choice, or ``"none"`` for none.  ``via``: the catalogue entry
+    (``llama3.2:3b``) that led from ``name`` to ``source``, recorded in the origin.
     """
-    if not name.is_hf:
+    source = name if source is None else source
+    if not source.is_hf:
         raise InvalidRequest(
-            f"cannot pull '{name.display}': only Hugging Face models can be pulled, "
+            f"cannot pull '{source.display}': only Hugging Face models can be pulled, "
             f"named hf.co/{{user}}/{{repo}}[:{{quant}}]")
     progress({"status": "pulling manifest"})
-    repo_id = f"{name.namespace}/{name.model}"
+    if source is not name:
+        progress({"status": f"{name.display} is {source.display}"
+                            + (f" (catalogue entry {via})" if via else "")})
+    repo_id = f"{source.namespace}/{source.model}"
     listing = hub.list_repo(repo_id)
-    choice = hub.choose(repo_id, listing, name.tag)
+    choice = hub.choose(repo_id, listing, source.tag)
     # Chosen before any download, so a projector name that matches nothing fails fast.
     mmproj = proj.choose_projector(repo_id, listing, choice.label, projector,
                                    choice.files[0].path)
@@ -96,12 +107,31 @@ def pull_model(store: Store, name: ModelName, progress: ProgressFn, *,
     info = _model_info(store, [x for x in layers if x.media_type == MEDIA_MODEL])
     layers = _check_projector(store, layers, progress, explicit=bool(projector))
     layers += _extra_layers(store, repo_id, choice, headers, info)
-    config = store.put_config(config_for(info))
+    origin = _origin(repo_id, choice, mmproj, layers, via)
+    config = store.put_config({**config_for(info), "origin": origin})
     _check_cancel(cancel)
     progress({"status": "writing manifest"})
     store.commit(name, Manifest(config, layers))
     progress({"status": "success"})
     return store.get(name)
+
+
+def _origin(repo_id: str, choice: hub.Choice, mmproj: hub.HubFile | None, layers: list[Layer],
+            via: str | None) -> dict[str, Any]:
+    """Where the model came from, as ``show`` reports it: a name that pulls the same files
+    again (``hf.co/{repo}:{quant}``), the catalogue entry if one led here, and each file
+    with its digest (the Hub's LFS sha256, which is also the blob's name)."""
+    def item(f: hub.HubFile) -> dict[str, Any]:
+        return {"file": f.path, "digest": f"sha256:{f.sha256}", "size": f.size}
+
+    out: dict[str, Any] = {"source": f"hf.co/{repo_id}:{choice.label}",
+                           "digest": f"sha256:{choice.files[0].sha256}",
+                           "files": [item(f) for f in choice.files]}
+    if via:
+        out["catalog"] = via
+    if mmproj is not None and any(x.media_type == MEDIA_PROJECTOR for x in layers):
+        out["projector"] = item(mmproj)
+    return out
 
 
 def _check_cancel(cancel: threading.Event | None) -> None:

@@ -60,7 +60,7 @@ async def test_pull_without_stream_returns_one_object(
     app: FastAPI, client: httpx.AsyncClient
 ) -> None:
     fake_pull(app)
-    r = await client.post("/api/pull", json={"model": "x", "stream": False})
+    r = await client.post("/api/pull", json={"model": "hf.co/u/x", "stream": False})
     assert r.status_code == 200
     assert r.json() == {"status": "success"}
 
@@ -69,7 +69,7 @@ async def test_error_mid_stream_is_an_error_line_under_200(
     app: FastAPI, client: httpx.AsyncClient
 ) -> None:
     fake_pull(app, fail_after=2, exc=PullError("connection reset"))
-    r = await client.post("/api/pull", json={"model": "x"})
+    r = await client.post("/api/pull", json={"model": "hf.co/u/x"})
     assert r.status_code == 200
     lines = ndjson(r.text)
     assert lines[:2] == EVENTS[:2]
@@ -80,15 +80,15 @@ async def test_error_before_any_progress_is_a_status(
     app: FastAPI, client: httpx.AsyncClient
 ) -> None:
     fake_pull(app, fail_after=0, exc=ModelNotFound("model 'x' not found"))
-    r = await client.post("/api/pull", json={"model": "x"})
+    r = await client.post("/api/pull", json={"model": "hf.co/u/x"})
     assert (r.status_code, r.json()) == (404, {"error": "model 'x' not found"})
-    r = await client.post("/api/pull", json={"model": "x", "stream": False})
+    r = await client.post("/api/pull", json={"model": "hf.co/u/x", "stream": False})
     assert r.status_code == 404
 
 
 async def test_error_without_stream_is_a_status(app: FastAPI, client: httpx.AsyncClient) -> None:
     fake_pull(app, fail_after=3, exc=PullError("hub said no", status=502))
-    r = await client.post("/api/pull", json={"model": "x", "stream": False})
+    r = await client.post("/api/pull", json={"model": "hf.co/u/x", "stream": False})
     assert (r.status_code, r.json()) == (502, {"error": "hub said no"})
 
 

@@ -69,9 +69,11 @@ def test_default_quant_progress_and_manifest(hubstub: HubStub, store: Store, tmp
     assert [layer.digest for layer in model] == [f"sha256:{sha}"]
     assert read_model_info(store.model_path(entry)).n_layers == 3
     config = store.config_json(entry)
+    origin = {"source": f"hf.co/{REPO}:Q4_K_M", "digest": f"sha256:{sha}",
+              "files": [{"file": "Tiny-Q4_K_M.gguf", "digest": f"sha256:{sha}", "size": size}]}
     assert config == {"model_format": "gguf", "model_family": "llama",
                       "model_families": ["llama"], "model_type": config["model_type"],
-                      "file_type": "F32"}
+                      "file_type": "F32", "origin": origin}
     assert config["model_type"].endswith("K")
     assert store.params(entry) == {"stop": ["<|im_end|>"]}
     assert entry.manifest.first(MEDIA_TEMPLATE) is None  # the GGUF keeps its own template

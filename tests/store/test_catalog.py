@@ -1,0 +1,290 @@
+"""The library-name catalogue: the built-in file, name resolution, the user's file, hostile
+catalogues, and ``catalog update`` against the local Hub stand-in."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+from pathlib import Path
+
+import pytest
+
+from localllm import paths
+from localllm.errors import DigestMismatch, InvalidRequest, ModelNotFound, PullError
+from localllm.store import catalog, catalog_update
+from localllm.store.names import parse_name
+from tests.hubstub import HubStub
+
+# The names the issue and every Ollama tutorial use, and what Ollama's :latest means for
+# those with several sizes (ollama.com/library/<name>).
+ISSUE_NAMES = ("llama3.2", "llama3.2:1b", "qwen3:8b", "gemma3:4b", "deepseek-r1:7b", "mistral",
+               "phi4", "qwen2.5-coder:7b", "nomic-embed-text", "mxbai-embed-large", "llava")
+OLLAMA_LATEST = {"llama3.2": "3b", "llama3.1": "8b", "qwen3": "8b", "gemma3": "4b",
+                 "deepseek-r1": "8b", "qwen2.5-coder": "7b", "qwen2.5": "7b", "mistral": "7b",
+                 "phi4": "14b", "llava": "7b", "gemma2": "9b", "gpt-oss": "20b"}
+
+
+def resolve(name: str) -> catalog.Resolved:
+    found = catalog.resolve(parse_name(name))
+    assert found is not None
+    return found
+
+
+def write_user(text: str) -> Path:
+    path = paths.user_catalog()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+# -- the built-in catalogue ----------------------------------------------------------------
+def test_builtin_catalogue_has_the_names_people_type() -> None:
+    cat = catalog.load()
+    assert cat.base == "built-in" and cat.user_file is None
+    assert len(cat.families) >= 40
+    assert sum(len(f.tags) for f in cat.families.values()) >= 80
+    for name in ISSUE_NAMES:
+        found = resolve(name)
+        assert found.source.is_hf and found.source.tag, name
+    for family, tag in OLLAMA_LATEST.items():
+        assert resolve(family).name == f"{family}:{tag}"
+        assert resolve(f"{family}:latest") == resolve(f"{family}:{tag}")
+    for fam in cat.families.values():
+        assert fam.latest in fam.tags, fam.name
+        for entry in fam.tags.values():
+            # A quant (Q4_K_M, F16, MXFP4) or one file: never a bare repo.
+            assert entry.source.tag != "latest", fam.name
+    # Names compare case-insensitively, and the full registry form is the same name.
+    assert resolve("Llama3.2:3B") == resolve("registry.ollama.ai/library/llama3.2:3b")
+    assert resolve("gemma3:4b").projector == "mmproj-model-f16.gguf"
+
+
+def test_ollama_long_tags_swap_the_quant() -> None:
+    q8 = resolve("llama3.2:3b-instruct-q8_0")
+    assert q8.name == "llama3.2:3b-instruct-q8_0"
+    assert q8.source.display == "hf.co/bartowski/Llama-3.2-3B-Instruct-GGUF:Q8_0"
+    assert resolve("llama3.2:3b-instruct-fp16").source.tag == "F16"
+    assert resolve("qwen3:8b-q4_K_M").source.tag == "Q4_K_M"
+    assert resolve("gemma3:4b-it-q8_0").projector == "mmproj-model-f16.gguf"
+    # "text" is the base model, which the catalogue does not point at; a file entry has no
+    # quant to swap.
+    for bad in ("llama3.2:3b-text-q8_0", "phi3:3.8b-instruct-q8_0", "llama3.2:3b-huge"):
+        with pytest.raises(ModelNotFound, match="has no tag"):
+            resolve(bad)
+
+
+def test_unknown_names_get_one_line_with_the_closest_and_a_search_hint() -> None:
+    with pytest.raises(ModelNotFound) as err:
+        catalog.resolve(parse_name("lama3.2"))
+    message = str(err.value)
+    assert "\n" not in message and err.value.status == 404
+    assert message.startswith("model 'lama3.2' is not in the catalogue; closest: llama3.2")
+    assert "`localllm search lama3.2`" in message
+    with pytest.raises(ModelNotFound, match=r"qwen3 has no tag '9b' .*tags: latest, 0.6b"):
+        catalog.resolve(parse_name("qwen3:9b"))
+    with pytest.raises(ModelNotFound, match="'someone/thing' is not in the catalogue"):
+        catalog.resolve(parse_name("someone/thing"))
+    # hf.co names are not the catalogue's business.
+    assert catalog.resolve(parse_name("hf.co/someone/Repo-GGUF:Q8_0")) is None
+
+
+# -- the user's file -------------------------------------------------------------------------
+def test_user_file_adds_and_overrides_entries_and_is_reread_when_changed() -> None:
+    write_user("""
+[models."llama3.2"]
+latest = "1b"
+tags."3b" = "hf.co/someone/Tiny-GGUF:Q8_0"
+
+[models."team/coder"]
+description = "ours"
+latest = "small"
+tags.small = { source = "hf.co/someone/Coder-GGUF:Q4_K_M", projector = "none" }
+""")
+    cat = catalog.load()
+    assert cat.user_file == paths.user_catalog()
+    assert resolve("llama3.2").name == "llama3.2:1b"  # latest moved by the user
+    assert resolve("llama3.2:3b").source.display == "hf.co/someone/Tiny-GGUF:Q8_0"
+    assert cat.families["library/llama3.2"].tags["3b"].layer == "user"
+    assert cat.families["library/llama3.2"].tags["1b"].layer == "built-in"  # kept
+    coder = resolve("team/coder")
+    assert (coder.name, coder.projector) == ("team/coder:small", "none")
+    # Edited: read again, not served from the cache.
+    write_user('[models."llama3.2"]\ntags."3b" = "hf.co/someone/Other-GGUF:Q4_K_M"\n')
+    assert resolve("llama3.2").name == "llama3.2:3b"
+    assert resolve("llama3.2:3b").source.model == "Other-GGUF"
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("[models.x\n", "not a TOML file"),
+    ('[models.x]\ntags.a = "llama3.2"\n', "must be hf.co/"),
+    ('[models.x]\ntags.a = "hf.co/someone/Repo-GGUF"\n', "must be hf.co/"),
+    ('[models.x]\ntags.a = "hf.co/../etc:Q4_K_M"\n', "not a model name"),
+    ('[models."../x"]\ntags.a = "hf.co/u/r:Q4_K_M"\n', "not a model name"),
+    ('[models."hf.co/u/r"]\ntags.a = "hf.co/u/r:Q4_K_M"\n', "a family is a plain name"),
+    ('[models."x:1b"]\ntags.a = "hf.co/u/r:Q4_K_M"\n', "a family is a plain name"),
+    ('[models.x]\ntags.latest = "hf.co/u/r:Q4_K_M"\n', "set latest"),
+    ('[models.x]\ntags."a/b" = "hf.co/u/r:Q4_K_M"\n', "not a usable tag"),
+    ('[models.x]\ntags.a = { source = "hf.co/u/r:Q4_K_M", projector = "../m.gguf" }\n',
+     "projector"),
+    ('[models.x]\ntags.a = { source = "hf.co/u/r:Q4_K_M", url = "http://x" }\n',
+     "unknown key 'url'"),
+    ('[models.x]\nlatest = "b"\ntags.a = "hf.co/u/r:Q4_K_M"\n', "has no tag 'b'"),
+    ('[models.x]\ntags.a = 3\n', "must be a source string or a table"),
+    ('format = 2\n', "format 2"),
+    ('updated = "yesterday"\n', "must be a date"),
+    ('mirror = "http://x"\n', "unknown key 'mirror'"),
+    ('[models.x]\ntags.A = "hf.co/u/r:Q4_K_M"\ntags.a = "hf.co/u/r:Q8_0"\n', "listed twice"),
+])
+def test_a_broken_user_file_is_a_clear_error_naming_the_file(text: str, problem: str) -> None:
+    path = write_user(text)
+    with pytest.raises(catalog.CatalogError) as err:
+        catalog.resolve(parse_name("llama3.2"))
+    assert str(err.value).startswith(str(path)) and problem in str(err.value)
+    assert err.value.status == 400 and "\n" not in str(err.value)
+
+
+def test_huge_and_binary_catalogues_are_refused_before_parsing() -> None:
+    big = b"# " + b"x" * catalog.MAX_BYTES + b"\n"
+    with pytest.raises(catalog.CatalogError, match="larger than 1024 KiB"):
+        catalog.parse(big, "big")
+    with pytest.raises(catalog.CatalogError, match="not a TOML file"):
+        catalog.parse(b"\xff\xfe\x00bad", "binary")
+    path = write_user("")
+    path.write_bytes(big)
+    with pytest.raises(catalog.CatalogError, match="larger than"):
+        catalog.load()
+
+
+# -- the downloaded copy -------------------------------------------------------------------------
+def _updated_copy(text: str) -> Path:
+    path = paths.catalog_data() / "catalog.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_a_downloaded_copy_is_used_only_when_newer_than_the_builtin_one(
+        caplog: pytest.LogCaptureFixture) -> None:
+    builtin = catalog.load().updated
+    assert builtin is not None
+    newer = (builtin + dt.timedelta(days=1)).isoformat()
+    _updated_copy(f'format = 1\nupdated = {newer}\n[models.only]\nlatest = "1b"\n'
+                  'tags."1b" = "hf.co/u/Only-GGUF:Q4_K_M"\n')
+    cat = catalog.load()
+    assert cat.base == "updated" and list(cat.families) == ["library/only"]
+    with pytest.raises(ModelNotFound, match="not in the catalogue"):
+        catalog.resolve(parse_name("llama3.2"))
+    older = (builtin - dt.timedelta(days=1)).isoformat()
+    _updated_copy(f'format = 1\nupdated = {older}\n[models.only]\ntags.a = "hf.co/u/r:Q4_K_M"\n')
+    assert catalog.load().base == "built-in"
+    # Damaged on disk: a warning, and the built-in one keeps pulls working.
+    _updated_copy("[models.only\n")
+    with caplog.at_level(logging.WARNING, logger="localllm.store.catalog"):
+        assert catalog.load().base == "built-in"
+    assert "ignoring the downloaded catalogue" in caplog.text
+
+
+# -- catalog update ---------------------------------------------------------------------------
+GOOD = b"""format = 1
+updated = 2099-01-01
+[models.fresh]
+latest = "1b"
+tags."1b" = "hf.co/someone/Fresh-GGUF:Q4_K_M"
+"""
+
+
+def _publish(hub: HubStub, data: bytes, *, sha: str | None = None, repo: str = "localllm/catalog"
+             ) -> None:
+    hub.add_file(repo, "catalog.toml", data, lfs=False)
+    digest = sha or hashlib.sha256(data).hexdigest()
+    hub.add_file(repo, "catalog.toml.sha256", f"{digest}  catalog.toml\n".encode(), lfs=False)
+
+
+def test_update_checks_the_sha256_then_installs_atomically(hubstub: HubStub) -> None:
+    _publish(hubstub, GOOD)
+    result = catalog_update.update()
+    assert (result.repo, result.families, result.tags, result.in_use) == (
+        "localllm/catalog", 1, 1, True)
+    assert result.sha256 == hashlib.sha256(GOOD).hexdigest()
+    assert result.path.read_bytes() == GOOD
+    assert sorted(p.name for p in result.path.parent.iterdir()) == ["catalog.toml", "source.json"]
+    source = catalog_update.source()
+    assert source is not None and source["sha256"] == result.sha256
+    assert resolve("fresh").source.model == "Fresh-GGUF"
+    assert catalog.load().base == "updated"
+    # Nothing was written into the installed package.
+    assert catalog.builtin_bytes() != GOOD
+
+
+@pytest.mark.parametrize("case", ["mismatch", "no-sha-file", "invalid", "too-big", "no-models",
+                                  "no-repo", "bad-sha-file"])
+def test_a_failed_update_keeps_the_catalogue_in_use(hubstub: HubStub, case: str) -> None:
+    _publish(hubstub, GOOD)
+    catalog_update.update()
+    before = (paths.catalog_data() / "catalog.toml").read_bytes()
+    repo = "someone/catalog"
+    bad = b'format = 1\n[models.x]\ntags.a = "not-hf"\n'
+    if case == "mismatch":
+        _publish(hubstub, GOOD.replace(b"Fresh", b"Evil"), sha=hashlib.sha256(GOOD).hexdigest(),
+                 repo=repo)
+        expect: type[Exception] = DigestMismatch
+    elif case == "no-sha-file":
+        hubstub.add_file(repo, "catalog.toml", GOOD, lfs=False)
+        expect = PullError
+    elif case == "bad-sha-file":
+        hubstub.add_file(repo, "catalog.toml", GOOD, lfs=False)
+        hubstub.add_file(repo, "catalog.toml.sha256", b"<html>nope</html>", lfs=False)
+        expect = InvalidRequest
+    elif case == "invalid":
+        _publish(hubstub, bad, repo=repo)
+        expect = catalog.CatalogError
+    elif case == "too-big":
+        _publish(hubstub, b"#" * (catalog.MAX_BYTES + 10), repo=repo)
+        expect = catalog.CatalogError
+    elif case == "no-models":
+        _publish(hubstub, b"format = 1\n", repo=repo)
+        expect = catalog.CatalogError
+    else:
+        expect = PullError
+    with pytest.raises(expect) as err:
+        catalog_update.update(repo)
+    assert "\n" not in str(err.value)
+    assert (paths.catalog_data() / "catalog.toml").read_bytes() == before
+    assert sorted(p.name for p in paths.catalog_data().iterdir()) == [
+        "catalog.toml", "source.json"]  # no temp file left behind
+    assert resolve("fresh").source.model == "Fresh-GGUF"
+
+
+def test_update_with_a_pinned_sha256_needs_no_companion_file(hubstub: HubStub) -> None:
+    hubstub.add_file("someone/cat", "lib.toml", GOOD, lfs=False)
+    digest = hashlib.sha256(GOOD).hexdigest()
+    result = catalog_update.update("hf.co/someone/cat", "lib.toml", f"sha256:{digest}")
+    assert (result.repo, result.file) == ("someone/cat", "lib.toml")
+    with pytest.raises(DigestMismatch, match="does not match"):
+        catalog_update.update("someone/cat", "lib.toml", "0" * 64)
+    for bad_repo in ("../x", "a/b/c", "u/..", ""):
+        with pytest.raises(InvalidRequest, match="invalid Hugging Face repo"):
+            catalog_update.update(bad_repo)
+    with pytest.raises(InvalidRequest, match="invalid catalogue file"):
+        catalog_update.update("someone/cat", "../secrets")
+
+
+def test_update_says_when_the_builtin_catalogue_is_newer(hubstub: HubStub) -> None:
+    _publish(hubstub, GOOD.replace(b"2099-01-01", b"2000-01-01"))
+    result = catalog_update.update()
+    assert result.in_use is False
+    assert catalog.load().base == "built-in"
+
+
+def test_update_without_the_hub_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    with pytest.raises(PullError, match="cannot reach the Hub") as err:
+        catalog_update.update()
+    assert "\n" not in str(err.value)
+    assert not paths.catalog_data().exists()
