@@ -34,6 +34,16 @@ def test_the_wheel_has_every_tracked_file_of_the_package(tmp_path: Path) -> None
         names = set(z.namelist())
     missing = [f for f in tracked if f not in names]
     assert missing == [], f"not in the wheel: {missing}"
+    # The library-name catalogue is read at run time from the installed package: the
+    # wheel's copy must be the whole, valid file (store/catalog.py reads it so).
+    from localllm.store import catalog
+
+    assert "localllm/store/catalog.toml" in tracked
+    with zipfile.ZipFile(wheel) as z:
+        shipped = z.read("localllm/store/catalog.toml")
+    assert shipped == (REPO / "localllm/store/catalog.toml").read_bytes()
+    families, _ = catalog.parse(shipped, "the wheel's catalogue")
+    assert "library/llama3.2" in families and len(families) >= 40
     # The native module is built into it, next to the package.
     assert any(n.startswith("localllm/_native") and n.endswith((".so", ".pyd")) for n in names)
 
