@@ -15,13 +15,16 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from localllm.store.local import PartialsReport, Store
 from localllm.store.manifests import MEDIA_DRAFT, MEDIA_LICENSE, Entry
 from localllm.store.names import ModelName, parse_digest, parse_name
 from localllm.store.ollama_import import ImportReport
 from localllm.store.ollama_store import Found
+
+if TYPE_CHECKING:
+    from localllm.services_hub import Machine
 
 log = logging.getLogger(__name__)
 
@@ -277,18 +280,33 @@ class ModelService:
 
     def pull(
         self, model: str, progress: Progress, *, cancel: threading.Event | None = None,
-        projector: str | None = None,
+        projector: str | None = None, machine: Callable[[], Machine] | None = None,
+        force: bool | None = None, dry_run: bool = False,
     ) -> None:
         """``projector``: a projector file or precision to pull instead of the automatic
         choice, or ``"none"`` (see ``store/projector.py``).  ``model`` may be a library
-        name from the catalogue (see ``pull_target``)."""
+        name from the catalogue (see ``pull_target``).
+
+        With ``machine`` (the devices a load would find) the model's header is read
+        over range requests before downloading and planned: ``dry_run`` stops there
+        and reports it; a model too big for the machine stops the pull if ``force`` is
+        False, else is a warning (services_hub.preflight).
+        """
+        from localllm import services_hub
         from localllm.store.pull import pull_model
 
         target = self.pull_target(model)
+        if dry_run:
+            if machine is None:
+                raise ValueError("a dry run needs the machine to plan on")
+            services_hub.dry_run(target.name.display, target.source.display,
+                                 projector or target.projector, machine, progress)
+            return
+        check = services_hub.preflight(machine, force, progress) if machine else None
         pull_model(self.store, target.name, progress, cancel=cancel,
                    projector=projector or target.projector,
                    source=None if target.source is target.name else target.source,
-                   via=target.via)
+                   via=target.via, preflight=check)
 
     def blob_exists(self, digest: str) -> bool:
         return self.store.blobs.exists(parse_digest(digest))

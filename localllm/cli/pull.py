@@ -1,4 +1,11 @@
-"""``localllm pull MODEL``: download a model through the daemon, one progress bar per layer."""
+"""``localllm pull MODEL``: download a model through the daemon, one progress bar per layer.
+
+Before downloading, the daemon reads the model's GGUF header over range
+requests and plans the load on its machine: a model that cannot fit at all is
+refused unless ``--force``.  ``--dry-run`` stops there and prints the files,
+the placement, the memory by device and the largest context that fits
+(``render_plan``, shared with ``show --remote``).
+"""
 
 from __future__ import annotations
 
@@ -18,6 +25,11 @@ def register(sub: Any) -> None:
         "--projector", metavar="FILE",
         help="vision projector to pull: a file name (mmproj-F32.gguf) or precision (F32), "
              "or 'none'; default: the model's precision, else F16")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="download nothing: read the model's header and show how it would "
+                             "load here (layers on GPU, memory, largest context)")
+    parser.add_argument("--force", action="store_true",
+                        help="pull even a model that cannot fit on this machine")
     parser.set_defaults(func=run)
 
 
@@ -25,17 +37,92 @@ def run(args: argparse.Namespace) -> int:
     from localllm.api.client import Client
 
     with Client(autostart=True) as client:
-        pull_with_progress(client, args.model, projector=args.projector)
+        if args.dry_run:
+            print(render_plan(dry_run(client, args.model, args.projector)))
+            return 0
+        pull_with_progress(client, args.model, projector=args.projector, force=args.force)
     return 0
 
 
-def pull_with_progress(client: Client, model: str, projector: str | None = None) -> None:
-    """Pull ``model`` through ``client``, drawing the bars on stderr (also ``run``'s auto-pull)."""
+def pull_with_progress(client: Client, model: str, projector: str | None = None, *,
+                       force: bool = False) -> None:
+    """Pull ``model`` through ``client``, drawing the bars on stderr (also ``run``'s auto-pull).
+
+    Without ``force`` the daemon refuses a model too big for its machine before
+    downloading it."""
     from localllm.cli.output import PullProgress
 
     progress = PullProgress()
     try:
-        for event in client.pull(model, projector):
+        for event in client.pull(model, projector, force=force):
             progress.update(event)
     finally:
         progress.finish()
+
+
+def dry_run(client: Client, model: str, projector: str | None = None) -> dict[str, Any]:
+    """The daemon's dry run of pulling ``model``: its last event (files, model, fit)."""
+    result: dict[str, Any] = {}
+    for event in client.pull(model, projector, dry_run=True):
+        result = event
+    return result
+
+
+def render_plan(result: dict[str, Any]) -> str:
+    """A dry run for people: what would be downloaded, the model, and the fit here."""
+    from localllm.format import format_bytes
+
+    fit = result.get("fit") or {}
+    details = result.get("details") or {}
+    files = [f for f in result.get("files") or [] if isinstance(f, dict)]
+    rows = [("source", str(result.get("source") or ""))]
+    rows += [("file", _file(f)) for f in files]
+    proj = result.get("projector")
+    if isinstance(proj, dict):
+        rows.append(("projector", _file(proj)))
+    rows.append(("download", format_bytes(int(result.get("size") or 0))))
+    read = int(result.get("header_bytes") or 0)
+    how = f"{format_bytes(read)} of headers read" if read else "headers read before"
+    out = [f"{result.get('model', '')} (dry run: nothing downloaded, {how})", ""]
+    out += section("Files", rows)
+    out += section("Model", [("architecture", str(details.get("family") or "")),
+                             ("parameters", str(details.get("parameter_size") or "")),
+                             ("quantization", str(details.get("quantization_level") or "")),
+                             ("context length", str(result.get("context_length") or ""))])
+    out += section("Capabilities", [(c, "") for c in result.get("capabilities") or []])
+    out += section("Fit on this machine", fit_rows(fit))
+    return "\n".join(out).rstrip("\n")
+
+
+def _file(f: dict[str, Any]) -> str:
+    from localllm.format import format_bytes
+
+    return f"{f.get('file')}  {format_bytes(int(f.get('size') or 0))}"
+
+
+def fit_rows(fit: dict[str, Any]) -> list[tuple[str, str]]:
+    from localllm.format import format_bytes
+
+    memory = fit.get("memory") or {}
+    rows = [("placement", str(fit.get("summary") or "unknown"))]
+    if memory:
+        rows.append(("memory", ", ".join(f"{dev} {format_bytes(int(n))}"
+                                         for dev, n in memory.items())))
+    if fit.get("context"):
+        rows.append(("context", f"{fit['context']} tokens"))
+    if fit.get("max_context"):
+        where = {"gpu": " with every layer on GPU",
+                 "partial": f" with {fit.get('layers_on_gpu')} layers on GPU"}
+        rows.append(("largest context",
+                     f"{fit['max_context']} tokens{where.get(str(fit.get('status')), '')}"))
+    rows.append(("planner", str(fit.get("reason") or "")))
+    return rows
+
+
+def section(title: str, rows: list[tuple[str, str]]) -> list[str]:
+    if any(v for _, v in rows):  # rows with values: the empty ones say nothing
+        rows = [(k, v) for k, v in rows if v]
+    if not rows:
+        return []
+    width = max(len(k) for k, _ in rows) + 4
+    return [f"  {title}", *(f"    {k.ljust(width)}{v}".rstrip() for k, v in rows), ""]

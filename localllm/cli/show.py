@@ -1,7 +1,9 @@
 """``localllm show MODEL``: architecture, size, context, quantization, template, license.
 
 With one of ``--modelfile``, ``--template``, ``--parameters``, ``--license``
-or ``--system`` only that text is printed, ready to be piped.
+or ``--system`` only that text is printed, ready to be piped.  ``--remote``
+shows a model that is not pulled yet, from its header on the Hub, with how it
+would load here (the dry run of ``pull``; cli/pull.py renders it).
 """
 
 from __future__ import annotations
@@ -20,12 +22,21 @@ def register(sub: Any) -> None:
     for field in _ONLY:
         only.add_argument(f"--{field}", action="store_true", help=f"show the model's {field}")
     parser.add_argument("-v", "--verbose", action="store_true", help="show all metadata")
+    parser.add_argument("--remote", action="store_true",
+                        help="a model not pulled yet: read its header on Hugging Face and show "
+                             "it, and how it would load here, without downloading it")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from localllm.api.client import Client
 
+    if args.remote:
+        from localllm.cli.pull import dry_run, render_plan
+
+        with Client(autostart=True) as client:
+            print(render_plan(dry_run(client, args.model)))
+        return 0
     with Client(autostart=True) as client:
         info = client.show(args.model, verbose=args.verbose)
         if not any(getattr(args, f) for f in _ONLY):

@@ -26,6 +26,7 @@ from localllm import __version__, config
 from localllm.api.schemas import CopyRequest, DeleteRequest, PullRequest, ShowRequest
 from localllm.errors import BlobNotFound
 from localllm.server.deps import json_body, model_service, offload
+from localllm.server.routes_search import machine_of
 from localllm.server.streaming import Emit, events_from_thread, progress_response
 from localllm.services import ModelService
 from localllm.store.blobs import NoSpace
@@ -66,9 +67,11 @@ async def pull(
     # the catalogue lacks a plain 404 (its files are read off the loop).
     model = parse_name(req.model).display
     await offload(request, svc.pull_target, model)
+    machine = machine_of(request)
 
     def work(emit: Emit, cancel: Any) -> None:
-        svc.pull(model, emit, cancel=cancel, projector=req.projector)
+        svc.pull(model, emit, cancel=cancel, projector=req.projector, machine=machine,
+                 force=req.force, dry_run=req.dry_run)
 
     return await progress_response(events_from_thread(work, request=request), req.stream)
 

@@ -44,18 +44,22 @@ from localllm.store.manifests import (
 from localllm.store.names import ModelName, parse_digest
 
 ProgressFn = Callable[[dict[str, Any]], None]
+Preflight = Callable[[str, hub.Choice, hub.HubFile | None], None]
 MAX_EXTRA_BYTES = 1 << 20  # template / system / params files from the repo
 
 
 def pull_model(store: Store, name: ModelName, progress: ProgressFn, *,
                cancel: threading.Event | None = None, projector: str | None = None,
-               source: ModelName | None = None, via: str | None = None) -> Entry:
+               source: ModelName | None = None, via: str | None = None,
+               preflight: Preflight | None = None) -> Entry:
     """Pull ``source`` (default: ``name``) into ``store`` as ``name`` and return its entry;
     see the module docstring.
 
     ``projector``: the projector file (or precision label) to take instead of
     the automatic choice, or ``"none"`` for none.  ``via``: the catalogue entry
     (``llama3.2:3b``) that led from ``name`` to ``source``, recorded in the origin.
+    ``preflight(repo_id, choice, projector_file)`` runs once the files are chosen and
+    before any is downloaded; raising stops the pull (services_hub.preflight: will it fit).
     """
     source = name if source is None else source
     if not source.is_hf:
@@ -76,6 +80,8 @@ def pull_model(store: Store, name: ModelName, progress: ProgressFn, *,
     progress({"status": f"using {choice.label} ({choice.how}): {files}"})
     if mmproj is not None:
         progress({"status": f"using projector {mmproj.path}"})
+    if preflight is not None:
+        preflight(repo_id, choice, mmproj)
 
     from huggingface_hub import hf_hub_url
     from huggingface_hub.utils import build_hf_headers

@@ -22,6 +22,7 @@ integers, answers under ``MAX_ANSWER`` bytes.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 import time
@@ -36,6 +37,8 @@ from localllm.errors import InvalidRequest, LocalLLMError, PullError
 from localllm.gguf_info import ModelInfo
 from localllm.store import hub, projector, remote
 from localllm.store.hub import HubFile
+
+log = logging.getLogger(__name__)
 
 WORKERS = 8
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
@@ -201,6 +204,10 @@ def _fill(client: httpx.Client, r: Repo, lock: threading.Lock) -> None:
     except (LocalLLMError, httpx.HTTPError) as exc:
         with lock:
             r.error = str(exc)
+    except Exception as exc:  # a bug must not vanish with the worker thread
+        log.exception("search: reading %s failed", r.repo)
+        with lock:
+            r.error = f"internal error: {exc.__class__.__name__}"
 
 
 def search(query: str, limit: int = 10, *, catalog: CatalogFn | None = None,

@@ -35,7 +35,7 @@ def fake_pull(
     seen: list[str] = []
 
     def pull(model: str, progress: Any, *, cancel: threading.Event | None = None,
-             projector: str | None = None) -> None:
+             projector: str | None = None, **_fit_check: Any) -> None:
         seen.append(model)
         for i, event in enumerate(EVENTS):
             if fail_after is not None and i == fail_after:
