@@ -36,6 +36,12 @@ tags.tiny = "hf.co/someone/Echo-GGUF:Q4_K_M"
 """
 
 
+@pytest.fixture(autouse=True)
+def _default_catalog_repo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A developer's own LOCALLLM_CATALOG_REPO must not leak into these tests."""
+    monkeypatch.delenv("LOCALLLM_CATALOG_REPO", raising=False)
+
+
 def answer(prompt: str) -> str:
     """The tiny model's greedy answer to one user message under ECHO_TEMPLATE."""
     return expected_greedy(f"user:{prompt}")

@@ -25,6 +25,12 @@ OLLAMA_LATEST = {"llama3.2": "3b", "llama3.1": "8b", "qwen3": "8b", "gemma3": "4
                  "phi4": "14b", "llava": "7b", "gemma2": "9b", "gpt-oss": "20b"}
 
 
+@pytest.fixture(autouse=True)
+def _default_catalog_repo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A developer's own LOCALLLM_CATALOG_REPO must not leak into these tests."""
+    monkeypatch.delenv("LOCALLLM_CATALOG_REPO", raising=False)
+
+
 def resolve(name: str) -> catalog.Resolved:
     found = catalog.resolve(parse_name(name))
     assert found is not None
