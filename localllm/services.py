@@ -302,7 +302,7 @@ class ModelService:
             services_hub.dry_run(target.name.display, target.source.display,
                                  projector or target.projector, machine, progress)
             return
-        check = services_hub.preflight(machine, force, progress) if machine else None
+        check = services_hub.preflight(machine, force, progress, model) if machine else None
         pull_model(self.store, target.name, progress, cancel=cancel,
                    projector=projector or target.projector,
                    source=None if target.source is target.name else target.source,

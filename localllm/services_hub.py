@@ -143,6 +143,8 @@ def dry_run(name: str, source: str, projector: str | None, machine: Callable[[],
     src = parse_name(source)
     repo_id = f"{src.namespace}/{src.model}"
     progress({"status": "pulling manifest"})
+    if parse_name(name).key() != src.key():
+        progress({"status": f"{name} is {src.display}"})
     listing = hub.list_repo(repo_id)
     choice = hub.choose(repo_id, listing, src.tag)
     mmproj = proj.choose_projector(repo_id, listing, choice.label, projector,
@@ -154,8 +156,8 @@ def dry_run(name: str, source: str, projector: str | None, machine: Callable[[],
     progress(dry_run_result(name, plan_choice(repo_id, choice, mmproj, machine())))
 
 
-def preflight(machine: Callable[[], Machine], force: bool | None, progress: Progress
-              ) -> Callable[[str, hub.Choice, hub.HubFile | None], None]:
+def preflight(machine: Callable[[], Machine], force: bool | None, progress: Progress,
+              name: str = "") -> Callable[[str, hub.Choice, hub.HubFile | None], None]:
     """The check ``pull_model`` runs before downloading (see the module doc).
 
     A header that cannot be read (the Hub, a range refused) is said and the pull goes
@@ -179,7 +181,8 @@ def preflight(machine: Callable[[], Machine], force: bool | None, progress: Prog
         text = (f"hf.co/{repo_id}:{choice.label} does not fit on this machine "
                 f"({describe(fit)})")
         if force is False:
-            raise TooBig(f"{text}; pull it anyway with --force (\"force\": true)")
+            again = f"localllm pull {name} --force" if name else "--force"
+            raise TooBig(f"{text}; to pull it anyway: {again} (API: \"force\": true)")
         progress({"status": f"warning: {text}"})
 
     return check

@@ -93,6 +93,7 @@ async def test_a_dry_run_reads_the_header_and_downloads_nothing(
     r = await client.post("/api/pull", json={"model": MODEL, "dry_run": True})
     lines = ndjson(r.text)
     assert lines[0] == {"status": "pulling manifest"} and lines[-1]["fit"] == got["fit"]
+    assert lines[1] == {"status": "using Q4_K_M (default): tiny-Q4_K_M.gguf"}
     assert _files(store) == []
 
 

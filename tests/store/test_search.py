@@ -169,3 +169,26 @@ def test_each_quant_gets_its_fit_and_the_repo_its_capabilities(hub3: HubStub) ->
     tiny = Machine((cpu(0.001),), PlanOptions())
     fit = search_with_fit("tiny", 1, lambda: tiny, catalog=list)["models"][0]["quants"][0]["fit"]
     assert (fit["status"], fit["summary"]) == ("too_big", "too big")
+
+
+def test_the_search_and_the_dry_run_know_the_library_catalogue(hub3: HubStub) -> None:
+    from localllm import paths
+    from localllm.services import ModelService
+    from localllm.store.local import Store
+
+    user = paths.user_catalog()
+    user.parent.mkdir(parents=True, exist_ok=True)
+    user.write_text('format = 1\n\n[models.tinychat]\nlatest = "1b"\n'
+                    'tags."1b" = "hf.co/alice/Tiny-Chat-GGUF:Q8_0"\n')
+    machine = Machine((cpu(64),), PlanOptions())
+    (m,) = search_with_fit("tinychat", 5, lambda: machine)["models"]
+    assert m["repo"] == "alice/Tiny-Chat-GGUF" and m["catalog"] == ["tinychat", "tinychat:1b"]
+    # The dry run of the library name takes the catalogue's quant, as the pull would.
+    events: list[dict[str, object]] = []
+    ModelService(Store()).pull("tinychat", events.append, machine=lambda: machine,
+                               dry_run=True)
+    assert events[1] == {"status": "tinychat:latest is hf.co/alice/Tiny-Chat-GGUF:Q8_0"}
+    last = events[-1]
+    assert last["model"] == "tinychat:latest"
+    assert last["source"] == "hf.co/alice/Tiny-Chat-GGUF:Q8_0"
+    assert not Store().list()
