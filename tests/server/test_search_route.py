@@ -137,3 +137,17 @@ async def test_a_model_that_fits_says_so_in_the_progress(
     fits = [x["status"] for x in lines if x.get("status", "").startswith("fits: ")]
     assert fits and fits[0].startswith("fits: CPU only, ")
     assert lines[-1] == {"status": "success"}
+
+
+async def test_the_ollama_python_client_pulls_a_model_too_big_with_a_warning(
+        hub: HubStub, app: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ollama
+
+    _machine(monkeypatch, 0.001)
+    sdk = ollama.AsyncClient(host="http://localhost:11434",
+                             transport=httpx.ASGITransport(app=app))
+    statuses = [p.status async for p in await sdk.pull(MODEL, stream=True)]
+    assert statuses[0] == "pulling manifest" and statuses[-1] == "success"
+    assert any(s and s.startswith("warning: ") and "does not fit" in s for s in statuses)
+    done = await sdk.pull(MODEL)  # not streamed: the last status alone
+    assert done.status == "success"
