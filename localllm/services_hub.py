@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[dict[str, Any]], None]
 MAX_TEMPLATE_PARSE = 64 << 10  # larger templates are judged by their text (render cap too)
+MAX_INFO_TEXT = 4096  # longer header strings stay out of a dry run's model_info
 
 
 class TooBig(PullError):
@@ -116,8 +117,10 @@ def dry_run_result(name: str, plan: RemotePlan) -> dict[str, Any]:
     files = [{"file": f.path, "size": f.size} for f in choice.files]
     proj = {"file": plan.projector.path, "size": plan.projector.size} if plan.projector else None
     size = sum(f.size for f in choice.files) + (plan.projector.size if plan.projector else 0)
+    # The header's scalar keys, as show's model_info; long texts (a licence) left out.
     kv = {k: v for k, v in info.kv.items()
-          if not k.startswith("tokenizer.") and isinstance(v, (int, float, str, bool))}
+          if not k.startswith("tokenizer.") and isinstance(v, (int, float, str, bool))
+          and not (isinstance(v, str) and len(v) > MAX_INFO_TEXT)}
     return {
         "status": "success", "dry_run": True, "model": name,
         "source": f"hf.co/{plan.repo_id}:{choice.label}", "files": files, "projector": proj,
