@@ -65,9 +65,23 @@ def token() -> str | None:
     return os.environ.get("HF_TOKEN") or None
 
 
+def transport_errors() -> tuple[type[BaseException], ...]:
+    """What a failed connection raises: huggingface_hub 2 talks through httpx2, 1.x and
+    our own downloader through httpx (an unmapped httpx2 error became a bare 500)."""
+    import httpx
+
+    errors: list[type[BaseException]] = [httpx.HTTPError, OSError]
+    try:
+        import httpx2  # type: ignore[import-not-found, unused-ignore]
+
+        errors.append(httpx2.HTTPError)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
 def list_repo(repo_id: str) -> list[HubFile]:
     """Every file of the repo with its size and LFS sha256."""
-    import httpx
     from huggingface_hub import HfApi
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -91,7 +105,7 @@ def list_repo(repo_id: str) -> list[HubFile]:
         status = exc.response.status_code if exc.response is not None else 502
         raise PullError(f"the Hub answered {status} listing hf.co/{repo_id}",
                         status=status if status >= 400 else 502) from None
-    except (httpx.HTTPError, OSError) as exc:
+    except transport_errors() as exc:
         raise PullError(f"cannot reach the Hub at {endpoint()}: {exc}", status=502) from None
     out = []
     for item in items:

@@ -118,6 +118,23 @@ def test_missing_repo_and_missing_quant(hubstub: HubStub, store: Store, tmp_path
     assert store.list() == [] and _store_files(store) == []
 
 
+def test_an_unreachable_hub_is_a_clear_502(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    # huggingface_hub 2 talks through httpx2: its connection errors used to escape as a
+    # bare "internal error".  Its own retries (~23 s of back-off) are skipped here.
+    import socket
+
+    import huggingface_hub.utils._http as hf_http
+
+    monkeypatch.setattr(hf_http.time, "sleep", lambda s: None)
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    with pytest.raises(PullError, match=f"cannot reach the Hub at http://127.0.0.1:{port}") as exc:
+        _pull(store, f"hf.co/{REPO}")
+    assert exc.value.status == 502
+
+
 @pytest.mark.parametrize("status", [403, 501])
 def test_hub_errors_keep_their_status(hubstub: HubStub, store: Store, status: int) -> None:
     # (429/500/502/503/504 are retried by huggingface_hub itself for ~20 s first.)
