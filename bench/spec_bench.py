@@ -35,7 +35,7 @@ import gen_models  # sibling scripts, not a package: hence the sys.path line
 import real_model
 
 from localllm.engine.engine import Engine
-from localllm.engine.positions import cut
+from localllm.engine.slots import cut
 from localllm.runner.messages import CompletionRequest, Done, LoadOptions, Piece, SamplingParams
 
 CODE = '''def parse_line(line):

@@ -67,7 +67,6 @@ class Drafter:
         self.n_target_vocab = target.n_vocab
         self.cache: list[list[int]] = [[] for _ in range(n_seq)]
         self.load_log = self.model.load_log + self.ctx.load_log
-        self._p = self.model.ffi.new("float *")
 
     def memory(self) -> dict[str, dict[str, int]]:
         return buffer_sizes(self.load_log)
@@ -168,10 +167,10 @@ class Drafter:
 
     def _read(self, row: int) -> tuple[int, float]:
         assert self.ctx is not None
-        t = int(self.model.lib.ll_greedy(self.ctx.handle, row, self._p))
+        t, p = self.ctx.greedy(row)
         if t < 0:
             raise _DecodeFailed(f"no logits for output row {row}")
-        return t, float(self._p[0])
+        return t, p
 
     def _forget(self, seq: int) -> None:
         assert self.ctx is not None

@@ -8,13 +8,14 @@ free slots and batch room.  The slots used lose their cached prefix.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from localllm.engine.slots import OVERFLOW
+from localllm.engine.slots import OVERFLOW, Slot
 from localllm.errors import InvalidRequest, LocalLLMError, ServerBusy
 
 if TYPE_CHECKING:
-    from localllm.engine.engine import Engine
+    from localllm.engine.model import Batch, Context
 
 POOLING_NONE = 0
 
@@ -24,17 +25,18 @@ def _normalise(v: list[float]) -> list[float]:
     return [x / norm for x in v] if norm > 0 else v
 
 
-def embed(eng: Engine, inputs: list[str], *, truncate: bool = True
-          ) -> tuple[list[list[float]], int]:
-    if not eng.opts.embedding:
-        raise InvalidRequest("this model was not loaded for embeddings (embedding=True)")
-    free = [s for s in eng.slots if s.free]
+def embed(ctx: Context, batch: Batch, slots: Sequence[Slot], n_ctx_slot: int,
+          inputs: list[str], *, truncate: bool = True) -> tuple[list[list[float]], int]:
+    """Each input's vector and the prompt token count, decoded in the free ``slots``
+    (``batch``: the engine's, of n_batch tokens; ``ctx`` made with embeddings on)."""
+    free = [s for s in slots if s.free]
     if not free:
         raise ServerBusy("every slot is busy generating; retry the embedding")
-    limit = min(eng.n_ctx_slot, eng.n_batch)
+    n_batch = batch.capacity
+    limit = min(n_ctx_slot, n_batch)
     seqs: list[list[int]] = []
     for text in inputs:
-        toks = eng.model.tokenize(text, True, True)
+        toks = ctx.model.tokenize(text, True, True)
         if not toks:
             raise InvalidRequest("cannot embed an empty input")
         if len(toks) > limit:
@@ -44,32 +46,32 @@ def embed(eng: Engine, inputs: list[str], *, truncate: bool = True
         seqs.append(toks)
 
     out: list[list[float]] = []
-    pooled = eng.ctx.pooling != POOLING_NONE
-    eng.ctx.set_embeddings(True)
+    pooled = ctx.pooling != POOLING_NONE
+    ctx.set_embeddings(True)
     try:
         i = 0
         while i < len(seqs):
-            eng.batch.clear()
+            batch.clear()
             group: list[tuple[int, int]] = []  # (seq id, index of its last token)
             used = 0
-            while i < len(seqs) and len(group) < len(free) and used + len(seqs[i]) <= eng.n_batch:
+            while i < len(seqs) and len(group) < len(free) and used + len(seqs[i]) <= n_batch:
                 slot = free[len(group)]
-                eng.ctx.seq_rm(slot.seq, -1, -1)
+                ctx.seq_rm(slot.seq, -1, -1)
                 slot.cache.clear()
                 slot.pos.clear()
-                idx = eng.batch.add_seq(seqs[i], 0, slot.seq, True)
+                idx = batch.add_seq(seqs[i], 0, slot.seq, True)
                 group.append((slot.seq, idx))
                 used += len(seqs[i])
                 i += 1
-            rc = eng.ctx.decode(eng.batch)
+            rc = ctx.decode(batch)
             if rc != 0:
                 raise LocalLLMError(f"embedding failed: llama_decode returned {rc}")
             for seq, idx in group:
-                v = eng.ctx.embedding(seq=seq) if pooled else eng.ctx.embedding(index=idx)
+                v = ctx.embedding(seq=seq) if pooled else ctx.embedding(index=idx)
                 if v is None:
                     raise LocalLLMError("llama.cpp returned no embedding for this model")
                 out.append(_normalise(v))
-                eng.ctx.seq_rm(seq, -1, -1)
+                ctx.seq_rm(seq, -1, -1)
     finally:
-        eng.ctx.set_embeddings(False)
+        ctx.set_embeddings(False)
     return out, sum(len(t) for t in seqs)

@@ -3,12 +3,17 @@
 Runs inside the runner child (the daemon never imports it).  ``submit`` queues
 a request; every ``step`` admits queued requests into free slots (reusing the
 longest cached prefix), builds ONE batch holding the next token of every
-decoding slot plus a chunk of pending prompt tokens (bounded by n_batch),
-calls ``llama_decode`` once, samples each slot with its own chain and returns
-the events.  Finished requests leave their slot at once; the slot keeps its
-KV contents for the next request that shares the prefix.  Requests may name
-LoRA adapters; a step then serves one adapter set (see ``adapters.py``).  Prompts
-with images (a projector loaded) add one image chunk per step (see ``vision.py``).
+decoding slot plus a chunk of pending prompt tokens (bounded by n_batch; see
+``batching.py``), calls ``llama_decode`` once, samples each slot with its own
+chain and returns the events.  Finished requests leave their slot at once; the
+slot keeps its KV contents for the next request that shares the prefix (the
+slots and what fits in one: ``slots.py``).  Requests may name LoRA adapters; a
+step then serves one adapter set (see ``adapters.py``).  Prompts with images (a
+projector loaded) add one image chunk per step (see ``vision.py``).
+
+The helpers take what they work on (context, slots, projector) and, where they
+hand a slot back, the engine's own steps (``take``, ``_sample``, ``_fail``): none
+of them imports this module, so the engine's modules import in one direction.
 """
 
 from __future__ import annotations
@@ -19,26 +24,19 @@ from typing import Any
 
 from localllm.engine import plugins
 from localllm.engine.adapters import Adapters, AdapterSet
+from localllm.engine.batching import fill_batch
 from localllm.engine.budget import StepCost, prompt_budget
 from localllm.engine.draft import Drafter
 from localllm.engine.model import Batch, Context, Model, buffer_sizes, no_parts
 from localllm.engine.park import PromptCache, budget
-from localllm.engine.positions import cut
 from localllm.engine.sampling import Sampler
 from localllm.engine.sharing import holds, share_prefixes
 from localllm.engine.shift import shift
-from localllm.engine.slots import (
-    OVERFLOW,
-    Active,
-    Slot,
-    fill_batch,
-    pick_slot,
-    prompt_tokens,
-)
+from localllm.engine.slots import OVERFLOW, Active, Slot, cut, pick_slot, prompt_tokens
 from localllm.engine.speculate import speculation, verify
 from localllm.engine.text import TextStream
 from localllm.engine.vision import image_step, load_projector, media_prompt
-from localllm.errors import LocalLLMError
+from localllm.errors import InvalidRequest, LocalLLMError
 from localllm.hardware.cpu import default_threads
 from localllm.runner.messages import (
     CompletionRequest,
@@ -115,7 +113,7 @@ class Engine:
         try:
             media = None
             if req.images:
-                tokens, media = media_prompt(self, req)
+                tokens, media = media_prompt(self.projector, req, self.n_ctx_slot)
             else:
                 tokens = prompt_tokens(self.model, req, self.n_ctx_slot)
             key = self.adapters.resolve(req.adapters) if req.adapters else ()
@@ -159,7 +157,8 @@ class Engine:
         if part:
             events.extend(self._decode(part))
         if self.projector is not None:  # at most one image chunk per step (see vision.py)
-            events.extend(image_step(self, only))
+            events.extend(image_step(self.projector, self.ctx, self.slots, self._steps,
+                                     self.n_ubatch, only, self._sample, self._fail))
         return events
 
     def _decode(self, part: list[tuple[Slot, int, bool]]) -> list[Event]:
@@ -195,7 +194,9 @@ class Engine:
         from localllm.engine.embed import embed
 
         self.adapters.apply(())  # embeddings are the base model's
-        return embed(self, inputs, truncate=truncate)
+        if not self.opts.embedding:
+            raise InvalidRequest("this model was not loaded for embeddings (embedding=True)")
+        return embed(self.ctx, self.batch, self.slots, self.n_ctx_slot, inputs, truncate=truncate)
 
     def tokenize(self, text: str, add_special: bool = True,
                  parse_special: bool = True) -> list[int]:
@@ -280,7 +281,7 @@ class Engine:
     def _sample(self, s: Slot) -> list[Event]:
         assert s.active is not None
         if s.active.draft_rows:
-            return verify(self, s)
+            return verify(self.ctx, s, self.take)
         return self.take(s, s.logits_index, len(s.cache))[0]
 
     def take(self, s: Slot, row: int, cells: int) -> tuple[list[Event], int]:

@@ -12,6 +12,7 @@ from types import TracebackType
 from typing import Any
 
 from localllm.engine.binding import last_errors, native, take_log
+from localllm.engine.plugins import local_offload_devices
 from localllm.errors import InvalidModelFile, ModelLoadError
 
 FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
@@ -81,18 +82,6 @@ class _Owner:
 SPLIT_MODES = {"none": 0, "layer": 1, "row": 2}
 
 
-def moe_cpu_patterns(n_cpu_moe: int) -> list[str]:
-    """Tensor-name regexes that keep the experts of the first ``n_cpu_moe`` layers in RAM.
-
-    The same tensors llama.cpp's ``--n-cpu-moe`` moves: a layer's gate/up/down
-    expert weights (fused or not); attention and shared weights stay on the GPU.
-    """
-    if n_cpu_moe <= 0:
-        return []
-    layers = "|".join(str(i) for i in range(n_cpu_moe))
-    return [rf"blk\.({layers})\.ffn_(up|down|gate|gate_up)_(ch|)exps"]
-
-
 class Model(_Owner):
     """A loaded GGUF (one file or all its splits) and its vocabulary."""
 
@@ -107,8 +96,6 @@ class Model(_Owner):
         arr = self.ffi.new("const char *[]", keep)
         take_log()
         if devices is None:  # this machine's GPUs, as llama.cpp's own default would be
-            from localllm.engine.plugins import local_offload_devices
-
             devices = local_offload_devices()
         devs = self.ffi.new("int[]", list(devices) or [0])
         split = self.ffi.new("float[]", [float(x) for x in tensor_split] or [0.0])
@@ -156,6 +143,11 @@ class Model(_Owner):
     @property
     def n_embd(self) -> int:
         return int(self.lib.ll_model_n_embd(self.handle))
+
+    @property
+    def n_pos_per_embd(self) -> int:
+        """4 for an M-RoPE model (its embedding batches carry 4 positions per row), else 1."""
+        return int(self.lib.ll_model_n_pos_per_embd(self.handle))
 
     @property
     def description(self) -> str:
@@ -261,6 +253,7 @@ class Context(_Owner):
         self._ids = self.ffi.new("int32_t[]", 64)
         self._lps = self.ffi.new("float[]", 64)
         self._tlp = self.ffi.new("float *")
+        self._gp = self.ffi.new("float *")
 
     def _free(self, h: Any) -> None:
         self.lib.ll_context_free(h)
@@ -312,6 +305,12 @@ class Context(_Owner):
         if p == self.ffi.NULL:
             return None
         return list(self.ffi.unpack(p, self.model.n_embd))
+
+    def greedy(self, index: int) -> tuple[int, float]:
+        """The most likely token of output ``index`` and its probability; -1 when the
+        last decode left no logits there."""
+        t = int(self.lib.ll_greedy(self.handle, index, self._gp))
+        return t, float(self._gp[0])
 
     def top_logprobs(self, index: int, token: int, n: int) -> tuple[float, list[tuple[int, float]]]:
         """The sampled token's logprob and the n best (token, logprob), from raw logits."""

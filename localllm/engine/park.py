@@ -36,11 +36,10 @@ from typing import TYPE_CHECKING, Any
 
 from localllm.engine.positions import Positions
 from localllm.engine.sharing import MIN_SHARE
-from localllm.engine.slots import common_prefix
+from localllm.engine.slots import Slot, common_prefix
 
 if TYPE_CHECKING:
     from localllm.engine.model import Context
-    from localllm.engine.slots import Slot
 
 AUTO_MAX = 8 << 30  # the automatic budget's ceiling: llama-server's --cache-ram default
 

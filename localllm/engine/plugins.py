@@ -215,14 +215,24 @@ def serve_rpc(endpoint: str, devices_: list[int], cache_dir: str | None, threads
     return int(lib.ll_rpc_start_server(endpoint.encode(), cache, threads, arr, len(devices_)))
 
 
+def moe_cpu_patterns(n_cpu_moe: int) -> list[str]:
+    """Tensor-name regexes that keep the experts of the first ``n_cpu_moe`` layers in RAM.
+
+    The same tensors llama.cpp's ``--n-cpu-moe`` moves: a layer's gate/up/down
+    expert weights (fused or not); attention and shared weights stay on the GPU.
+    """
+    if n_cpu_moe <= 0:
+        return []
+    layers = "|".join(str(i) for i in range(n_cpu_moe))
+    return [rf"blk\.({layers})\.ffn_(up|down|gate|gate_up)_(ch|)exps"]
+
+
 def place(opts: LoadOptions) -> dict[str, Any]:
     """Plugins and RPC workers into the registry, then the planner's placement as load args.
 
     A worker that cannot be added fails the load with its name: placing its
     layers elsewhere would silently break the plan the daemon made.
     """
-    from localllm.engine.model import moe_cpu_patterns  # model imports this module
-
     ready = prepare(opts.rpc_workers)
     bad = [w for w in ready["workers"] if w["error"]]
     if bad:

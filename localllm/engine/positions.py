@@ -7,26 +7,19 @@ The two are equal for text and for the images of most models, but an M-RoPE mode
 starts at one temporal position and moves the next position on by only libmtmd's
 ``n_pos`` (max(nx, ny)), so after an image the two differ for good.
 
-* ``Positions`` records a slot's cells as runs (text, or one image) and gives the
-  next position; ``cut`` removes cells from an index on.  llama.cpp's memory removes
-  by position, and an image's cells share or interleave positions, so a cut that
-  falls inside an image moves back to the image's start: the image goes whole.
-* ``image_positions`` asks libmtmd where each embedding of an image chunk goes (4
-  components per token: temporal, row, column, spare) for models whose batches carry
-  4 positions per embedding.  Text tokens need one each: llama.cpp copies it into
-  every section of a token batch, which is what libmtmd's own helper relies on too.
+``Positions`` records a slot's cells as runs (text, or one image) and gives the
+next position; ``truncate`` keeps cells up to an index (``slots.cut`` drops the rest
+from the memory).  llama.cpp's memory removes by position, and an image's cells
+share or interleave positions, so a cut that falls inside an image moves back to
+the image's start: the image goes whole.  Where an image's embeddings go (libmtmd's
+4-component grid for M-RoPE models) is the projector's to ask (vision.py); text
+tokens need one position each: llama.cpp copies it into every section of a token
+batch, which is what libmtmd's own helper relies on too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-from localllm.errors import LocalLLMError
-
-if TYPE_CHECKING:
-    from localllm.engine.model import Context, Model
-    from localllm.engine.slots import Slot
 
 
 @dataclass
@@ -96,32 +89,3 @@ class Positions:
     def clear(self) -> None:
         self._runs.clear()
         self.cells = self.next = 0
-
-
-def cut(ctx: Context, slot: Slot, n: int) -> int:
-    """Drop the slot's cells from ``n`` on (from the start of an image ``n`` is inside);
-    returns the cells kept.  A memory that cannot cut mid-sequence is emptied."""
-    kept, p = slot.pos.truncate(n)
-    if p is not None and not ctx.seq_rm(slot.seq, p, -1):
-        ctx.seq_rm(slot.seq, -1, -1)
-        slot.pos.clear()
-        kept = 0
-    del slot.cache[kept:]
-    if 0 <= slot.exact and kept <= slot.exact:
-        slot.exact = -1  # what is left was computed in its own context
-    return kept
-
-
-def n_pos_per_embd(model: Model) -> int:
-    """4 for an M-RoPE text model (its embedding batches carry 4 positions per row), else 1."""
-    return int(model.lib.ll_model_n_pos_per_embd(model.handle))
-
-
-def image_positions(ffi: Any, lib: Any, chunks: Any, chunk: int, n: int, pos0: int) -> Any:
-    """The 4-component positions of image chunk ``chunk`` (``n`` tokens) starting at
-    ``pos0``, row-major, as a cffi int32_t[4 * n]."""
-    out = ffi.new("int32_t[]", 4 * n)
-    got = lib.ll_chunk_image_pos(chunks, chunk, pos0, out, 4 * n)
-    if got != n:
-        raise LocalLLMError(f"libmtmd gave positions for {got} of the image's {n} tokens")
-    return out

@@ -20,11 +20,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from localllm.engine.slots import common_prefix
+from localllm.engine.slots import Slot, common_prefix
 
 if TYPE_CHECKING:
     from localllm.engine.model import Context
-    from localllm.engine.slots import Slot
 
 MIN_SHARE = 16  # tokens: fewer are as cheap to evaluate as to look for
 

@@ -1,31 +1,33 @@
-"""Slots (one KV sequence each) and the per-request state that occupies them.
+"""Slots (one KV sequence each), the request state that occupies them, and what fits in one.
 
 A slot remembers which tokens its sequence holds in the KV cache (``cache``,
 one key per cell) and where those cells sit (``pos``, see positions.py: after an
 M-RoPE image the next position is not the cell count); a new request goes to
 the free slot sharing the longest prefix with its prompt, so only the rest is
-evaluated.  Prompt checks and truncation on overflow live here too, so the rules
-for what fits in a slot sit in one place.
+evaluated.  Prompt checks, truncation on overflow and ``cut`` (dropping a slot's
+cells from an index on) live here too, so the rules for what a slot holds sit in
+one place.
+
+A leaf of the engine: every module that reads or edits a slot imports this one,
+and it imports none of them (batching.py builds a step's batch from the slots).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from localllm.engine.ngram import NgramIndex
 from localllm.engine.positions import Positions
-from localllm.engine.sampling import Sampler
-from localllm.engine.speculate import add_drafts
-from localllm.engine.text import TextStream
 from localllm.engine.tokenize import slot_tokens
 from localllm.errors import InvalidRequest
-from localllm.runner.messages import CompletionRequest
 
 if TYPE_CHECKING:
-    from localllm.engine.draft import Drafter
-    from localllm.engine.model import Batch, Model
+    from localllm.engine.model import Context, Model
+    from localllm.engine.ngram import NgramIndex
+    from localllm.engine.sampling import Sampler
+    from localllm.engine.text import TextStream
+    from localllm.runner.messages import CompletionRequest
 
 OVERFLOW = "the input length exceeds the context length"
 
@@ -108,6 +110,20 @@ def pick_slot(slots: Sequence[Slot], prompt: Sequence[int],
     return best
 
 
+def cut(ctx: Context, slot: Slot, n: int) -> int:
+    """Drop the slot's cells from ``n`` on (from the start of an image ``n`` is inside);
+    returns the cells kept.  A memory that cannot cut mid-sequence is emptied."""
+    kept, p = slot.pos.truncate(n)
+    if p is not None and not ctx.seq_rm(slot.seq, p, -1):
+        ctx.seq_rm(slot.seq, -1, -1)
+        slot.pos.clear()
+        kept = 0
+    del slot.cache[kept:]
+    if 0 <= slot.exact and kept <= slot.exact:
+        slot.exact = -1  # what is left was computed in its own context
+    return kept
+
+
 def fit_prompt(tokens: list[int], n_ctx: int, num_keep: int) -> list[int]:
     """Shorten a prompt that does not fit a slot: keep ``num_keep`` head tokens and
     the tail, dropping enough of the middle to leave half the rest for generation
@@ -137,54 +153,3 @@ def prompt_tokens(model: Model, req: CompletionRequest, n_ctx_slot: int) -> list
             raise InvalidRequest(OVERFLOW)
         tokens = fit_prompt(tokens, n_ctx_slot, req.num_keep)
     return tokens
-
-
-def fill_batch(batch: Batch, slots: Sequence[Slot], n_batch: int, step: int,
-               only: tuple[str, ...] | None = None,
-               n_ctx_slot: int = 0, prompt_budget: Callable[[int], int] | None = None,
-               drafter: Drafter | None = None) -> list[tuple[Slot, int, bool]]:
-    """Decode tokens, their drafts, then prompt chunks into the batch:
-    [(slot, len before, prefill)].
-
-    ``only``: just the slots of that adapter set (None: every slot).  A prompt's
-    text stops at its next image: images are decoded by ``vision.image_step``.
-    Drafts (``speculate.add_drafts``) go before prompt chunks: a decoding slot's
-    next tokens are what its user is waiting for."""
-    batch.clear()
-    part: list[tuple[Slot, int, bool]] = []
-    for s in slots:
-        s.logits_index = -1
-        a = s.active
-        if a is None or (only is not None and a.adapters != only):
-            continue
-        if not a.prefilling and a.pending >= 0:
-            a.last_step = step
-            part.append((s, len(s.cache), False))
-            s.logits_index = batch.add(a.pending, s.pos.add_text(1), s.seq, True)
-            s.cache.append(a.pending)
-            a.pending = -1
-    add_drafts(batch, slots, n_batch, n_ctx_slot, drafter)
-    budget = n_batch - len(batch)
-    if prompt_budget is not None and len(batch):
-        # Decode first: generating slots' tokens set the pace, prompts get what the step
-        # budget leaves them (budget.py); with no slot generating they fill the batch.
-        budget = min(budget, prompt_budget(len(batch)))
-    for s in slots:
-        a = s.active
-        if a is None or not a.prefilling or budget <= 0 or (only is not None
-                                                            and a.adapters != only):
-            continue
-        a.last_step = step
-        end = a.n_past + budget
-        if a.media is not None and (end := a.media.text_end(a.n_past, end)) == a.n_past:
-            continue
-        chunk = a.prompt[a.n_past:end]
-        last = a.n_past + len(chunk) == len(a.prompt)
-        part.append((s, len(s.cache), True))
-        idx = batch.add_seq(chunk, s.pos.add_text(len(chunk)), s.seq, last)
-        s.cache.extend(chunk)
-        a.n_past += len(chunk)
-        budget -= len(chunk)
-        if last:
-            s.logits_index = idx
-    return part

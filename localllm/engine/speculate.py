@@ -17,19 +17,21 @@ prefix, which is the sample-and-compare check llama.cpp's server uses too.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from localllm.engine.draft import Want
 from localllm.engine.ngram import NgramIndex
-from localllm.engine.positions import cut
+from localllm.engine.slots import Active, Slot, cut
 from localllm.runner.messages import CompletionRequest, Event
 
 if TYPE_CHECKING:
     from localllm.engine.draft import Drafter
-    from localllm.engine.engine import Engine
-    from localllm.engine.model import Batch
-    from localllm.engine.slots import Active, Slot
+    from localllm.engine.model import Batch, Context
+
+# Engine.take: sample output row ``row`` as the token after the slot's first ``cells``
+# cells and handle it; its events and the token (-1: the request ended before it).
+Take = Callable[[Slot, int, int], tuple[list[Event], int]]
 
 
 def speculation(req: CompletionRequest, prompt: list[int]) -> NgramIndex | None:
@@ -95,8 +97,9 @@ def draft_window(a: Active) -> int:
     return min(req.draft_tokens, max(1, req.draft_min, int(2 * run + 1)))
 
 
-def verify(engine: Engine, s: Slot) -> list[Event]:
-    """Sample the pending token's row and the drafts' rows in order; keep what agrees."""
+def verify(ctx: Context, s: Slot, take: Take) -> list[Event]:
+    """Sample the pending token's row and the drafts' rows in order (``take``, the
+    engine's own sampling step); keep what agrees and cut the rest from ``ctx``."""
     a = s.active
     assert a is not None
     drafts, rows = a.drafts, [s.logits_index, *a.draft_rows]
@@ -106,7 +109,7 @@ def verify(engine: Engine, s: Slot) -> list[Event]:
     out: list[Event] = []
     i = 0
     for i, row in enumerate(rows):
-        events, t = engine.take(s, row, base + i)
+        events, t = take(s, row, base + i)
         out.extend(events)
         if s.active is not a or i == len(drafts) or t != drafts[i]:
             break
@@ -118,5 +121,5 @@ def verify(engine: Engine, s: Slot) -> list[Event]:
         else:  # all accepted: the run was at least this long, so the average must not fall
             a.draft_run = max(a.draft_run, i)
     if len(s.cache) > base + i:
-        cut(engine.ctx, s, base + i)  # the drafts after the first disagreement
+        cut(ctx, s, base + i)  # the drafts after the first disagreement
     return out

@@ -18,8 +18,11 @@ Owns everything the engine does with images:
   both), so other slots wait at most one encode plus one chunk, about what a
   text prefill chunk costs them.  Its positions come from the slot's ``Positions``
   (positions.py): for an M-RoPE text model (Qwen2/2.5/3-VL) libmtmd's 4-component
-  grid from the image's start position, after which the slot's next position moves
-  on by the image's ``n_pos``, not its token count.
+  grid from the image's start position (temporal, row, column, spare per token:
+  ``_Chunks.image_positions``), after which the slot's next position moves on by
+  the image's ``n_pos``, not its token count.  It takes the engine's pieces it
+  works with (projector, context, slots) and hands sampling and failures back to
+  the engine's own steps.
 
 No image layout is refused for its positions: libmtmd picks M-RoPE from the text
 model's rope type and gives each image token's place (Qwen's grid, HunyuanVL's rows),
@@ -31,20 +34,24 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from localllm.engine.binding import last_errors, take_log
 from localllm.engine.model import FLASH_ATTN, Model, _Owner, no_parts
-from localllm.engine.positions import image_positions, n_pos_per_embd
+from localllm.engine.slots import OVERFLOW, Slot
 from localllm.errors import InvalidRequest, LocalLLMError
 from localllm.imageinfo import check_images
 from localllm.runner.messages import MEDIA_MARKER, CompletionRequest, Event, Failed, LoadOptions
 
 if TYPE_CHECKING:
-    from localllm.engine.engine import Engine
-    from localllm.engine.slots import Slot
+    from localllm.engine.model import Context
+
+# The engine's steps an image hands back to: sampling a slot whose prompt just ended,
+# and failing a slot whose decode failed (slot, cells before, llama_decode's code).
+Sample = Callable[[Slot], list[Event]]
+Fail = Callable[[Slot, int, int], Failed]
 
 _CHUNK_TEXT, _CHUNK_IMAGE = 0, 1
 _ERRORS = {1: "the prompt's image markers do not match its images",
@@ -104,11 +111,22 @@ class Media:
 
 
 class _Chunks(_Owner):
-    def __init__(self, lib: Any, h: Any) -> None:
-        self.lib, self._h = lib, h
+    """libmtmd's tokenized prompt: its text and image chunks."""
+
+    def __init__(self, ffi: Any, lib: Any, h: Any) -> None:
+        self.ffi, self.lib, self._h = ffi, lib, h
 
     def _free(self, h: Any) -> None:
         self.lib.ll_chunks_free(h)
+
+    def image_positions(self, chunk: int, n: int, pos0: int) -> Any:
+        """The 4-component positions of image chunk ``chunk`` (``n`` tokens) starting at
+        ``pos0``, row-major, as a cffi int32_t[4 * n]."""
+        out = self.ffi.new("int32_t[]", 4 * n)
+        got = self.lib.ll_chunk_image_pos(self.handle, chunk, pos0, out, 4 * n)
+        if got != n:
+            raise LocalLLMError(f"libmtmd gave positions for {got} of the image's {n} tokens")
+        return out
 
 
 class Projector(_Owner):
@@ -132,7 +150,7 @@ class Projector(_Owner):
         self.vision = bool(self.lib.ll_mtmd_supports_vision(h))
         # The text model's positions per embedding row: 4 for M-RoPE (then every image
         # goes with libmtmd's grid positions), else 1.
-        self.n_pos_per_embd = n_pos_per_embd(model)
+        self.n_pos_per_embd = model.n_pos_per_embd
 
     def _free(self, h: Any) -> None:
         self.lib.ll_mtmd_free(h)
@@ -169,7 +187,7 @@ class Projector(_Owner):
             which = int(bad[0])
             raise InvalidRequest(msg.format(n=which + 1) if which >= 0
                                  else msg.replace("image {n}", "an image"))
-        chunks = _Chunks(self.lib, h)
+        chunks = _Chunks(ffi, self.lib, h)
         keys: list[int] = []
         spans: list[Span] = []
         seen: dict[str, int] = {}
@@ -212,9 +230,9 @@ def load_projector(opts: LoadOptions, model: Model, devices: Sequence[int],
                      flash_attn=opts.flash_attn)
 
 
-def media_prompt(eng: Engine, req: CompletionRequest) -> tuple[list[int], Media]:
+def media_prompt(proj: Projector | None, req: CompletionRequest,
+                 n_ctx_slot: int) -> tuple[list[int], Media]:
     """A request with images as checked keys and its tokenized images."""
-    proj = eng.projector
     if proj is None or not proj.vision:
         raise InvalidRequest("this model does not support images")
     if not isinstance(req.prompt, str):
@@ -227,33 +245,34 @@ def media_prompt(eng: Engine, req: CompletionRequest) -> tuple[list[int], Media]
     text = req.prompt.replace(MEDIA_MARKER, proj.marker) if proj.marker != MEDIA_MARKER \
         else req.prompt
     keys, media = proj.tokenize(text, req.images, req.add_special, req.parse_special)
-    if len(keys) >= eng.n_ctx_slot:
+    if len(keys) >= n_ctx_slot:
         # Truncating could cut an image in half: refuse instead.
-        from localllm.engine.slots import OVERFLOW
-
         raise InvalidRequest(OVERFLOW)
     return keys, media
 
 
-def image_step(eng: Engine, only: tuple[str, ...] | None) -> list[Event]:
-    """Advance one slot whose prompt is at an image (round-robin); its events."""
-    n = len(eng.slots)
+def image_step(proj: Projector, ctx: Context, slots: Sequence[Slot], step: int, n_ubatch: int,
+               only: tuple[str, ...] | None, sample: Sample, fail: Fail) -> list[Event]:
+    """Advance one slot whose prompt is at an image (round-robin by ``step``, the
+    engine's step count): at most ``n_ubatch`` embeddings decoded; its events."""
+    n = len(slots)
     for k in range(n):
-        s = eng.slots[(eng._steps + k) % n]
+        s = slots[(step + k) % n]
         a = s.active
         if a is None or a.media is None or (only is not None and a.adapters != only):
             continue
         span = a.media.span_at(a.n_past)
         if span is not None:
-            return _advance(eng, s, span)
+            return _advance(proj, ctx, s, span, step, n_ubatch, sample, fail)
     return []
 
 
-def _advance(eng: Engine, s: Slot, span: Span) -> list[Event]:
-    a, proj = s.active, eng.projector
-    assert a is not None and a.media is not None and proj is not None
+def _advance(proj: Projector, ctx: Context, s: Slot, span: Span, step: int, n_ubatch: int,
+             sample: Sample, fail: Fail) -> list[Event]:
+    a = s.active
+    assert a is not None and a.media is not None
     t0 = time.perf_counter_ns()
-    a.last_step = eng._steps
+    a.last_step = step
     off = a.n_past - span.start
     # The image's start position: the slot's next one, or (for its later parts) the one
     # before the image, the next having moved past the whole image with its first part.
@@ -262,30 +281,29 @@ def _advance(eng: Engine, s: Slot, span: Span) -> list[Event]:
         embd = a.media.embd if a.media.held == span.chunk else proj.encode(a.media, span)
         grid = pos4 = proj.ffi.NULL  # grid owns the positions pos4 points into
         if proj.n_pos_per_embd == 4:
-            grid = image_positions(proj.ffi, proj.lib, a.media.chunks.handle, span.chunk,
-                                   span.n, start)
+            grid = a.media.chunks.image_positions(span.chunk, span.n, start)
             pos4 = grid + 4 * off
     except LocalLLMError as exc:
         s.active = None
         a.sampler.close()
         return [Failed(a.req.id, exc.message, exc.status)]
     # A non-causal image attends within itself: it must go in one batch.
-    n = span.n - off if proj.non_causal else min(eng.n_ubatch, span.n - off)
+    n = span.n - off if proj.non_causal else min(n_ubatch, span.n - off)
     last = a.n_past + n == len(a.prompt)
     before = len(s.cache)
     pos0 = s.pos.add_image(n, span.n_pos, off == 0)
     assert pos0 == start
     s.cache.extend(a.prompt[a.n_past:a.n_past + n])
-    rc = eng.ctx.decode_embd(embd, off * proj.n_embd, n, proj.n_embd, pos0 + off, pos4, s.seq,
-                             last, proj.non_causal)
+    rc = ctx.decode_embd(embd, off * proj.n_embd, n, proj.n_embd, pos0 + off, pos4, s.seq,
+                         last, proj.non_causal)
     del grid
     a.prompt_ns += time.perf_counter_ns() - t0
     if rc != 0:
-        return [eng._fail(s, before, rc)]
+        return [fail(s, before, rc)]
     a.n_past += n
     if off + n == span.n:
         a.media.release()
     if not last:
         return []
     s.logits_index = n - 1
-    return eng._sample(s)
+    return sample(s)

@@ -1,0 +1,70 @@
+"""One step's batch: every decoding slot's next token, its drafts, then prompt chunks.
+
+``fill_batch`` is the per-step half of continuous batching (engine.py decodes the
+batch once and samples each slot): decoding slots go first, one token each, since
+their tokens are what users are waiting for; speculating slots add their drafts
+(``speculate.add_drafts``); prompts then take what the step's budget (budget.py)
+and ``n_batch`` leave.  A prompt's text stops at its next image: images are
+decoded by ``vision.image_step``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from localllm.engine.speculate import add_drafts
+
+if TYPE_CHECKING:
+    from localllm.engine.draft import Drafter
+    from localllm.engine.model import Batch
+    from localllm.engine.slots import Slot
+
+
+def fill_batch(batch: Batch, slots: Sequence[Slot], n_batch: int, step: int,
+               only: tuple[str, ...] | None = None,
+               n_ctx_slot: int = 0, prompt_budget: Callable[[int], int] | None = None,
+               drafter: Drafter | None = None) -> list[tuple[Slot, int, bool]]:
+    """Decode tokens, their drafts, then prompt chunks into the batch:
+    [(slot, len before, prefill)].
+
+    ``only``: just the slots of that adapter set (None: every slot).  Drafts go before
+    prompt chunks: a decoding slot's next tokens are what its user is waiting for."""
+    batch.clear()
+    part: list[tuple[Slot, int, bool]] = []
+    for s in slots:
+        s.logits_index = -1
+        a = s.active
+        if a is None or (only is not None and a.adapters != only):
+            continue
+        if not a.prefilling and a.pending >= 0:
+            a.last_step = step
+            part.append((s, len(s.cache), False))
+            s.logits_index = batch.add(a.pending, s.pos.add_text(1), s.seq, True)
+            s.cache.append(a.pending)
+            a.pending = -1
+    add_drafts(batch, slots, n_batch, n_ctx_slot, drafter)
+    budget = n_batch - len(batch)
+    if prompt_budget is not None and len(batch):
+        # Decode first: generating slots' tokens set the pace, prompts get what the step
+        # budget leaves them (budget.py); with no slot generating they fill the batch.
+        budget = min(budget, prompt_budget(len(batch)))
+    for s in slots:
+        a = s.active
+        if a is None or not a.prefilling or budget <= 0 or (only is not None
+                                                            and a.adapters != only):
+            continue
+        a.last_step = step
+        end = a.n_past + budget
+        if a.media is not None and (end := a.media.text_end(a.n_past, end)) == a.n_past:
+            continue
+        chunk = a.prompt[a.n_past:end]
+        last = a.n_past + len(chunk) == len(a.prompt)
+        part.append((s, len(s.cache), True))
+        idx = batch.add_seq(chunk, s.pos.add_text(len(chunk)), s.seq, last)
+        s.cache.extend(chunk)
+        a.n_past += len(chunk)
+        budget -= len(chunk)
+        if last:
+            s.logits_index = idx
+    return part
