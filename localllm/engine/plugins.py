@@ -207,7 +207,7 @@ def serve_rpc(endpoint: str, devices_: list[int], cache_dir: str | None, threads
     the server can read and write this process's memory, and ``cache_dir`` (ggml's
     tensor cache, keyed by a 64-bit FNV-1a hash each client sends) is shared by all
     of them: the caller binds loopback unless told otherwise and passes only a
-    folder no other user can write (``cli.worker.check_cache_dir``).
+    folder no other user can write (``rpc_worker.check_cache_dir``).
     """
     ffi, lib = native()
     arr = ffi.new("int[]", devices_)

@@ -1,6 +1,6 @@
 """What this machine offers the engine: ggml's devices, the CPU, and hints about the rest.
 
-``detect()`` runs ``python -m localllm.hardware.probe_child`` in a child process with
+``detect()`` runs ``python -m localllm.engine.probe_child`` in a child process with
 a timeout (the daemon never imports the native module: a crash while ggml
 initialises a GPU backend or loads a plugin must not take it down), merges the
 answer with the CPU facts, the driver probes and the RPC workers' devices
@@ -128,7 +128,7 @@ def run_probe(timeout: float = PROBE_TIMEOUT_S, argv: list[str] | None = None) -
 
     try:
         out = subprocess.run(
-            argv or children.argv("localllm.hardware.probe_child"),
+            argv or children.argv("localllm.engine.probe_child"),
             capture_output=True, text=True, timeout=timeout, env=children.child_env(),
             stdin=subprocess.DEVNULL,
         )

@@ -1,7 +1,7 @@
 """Quantize a GGUF for ``create --quantize``, in a child process, with progress.
 
 The daemon must never load the native module (a crash there would take the
-daemon down), so the work runs in ``python -m localllm.modelfile.quantize_child``
+daemon down), so the work runs in ``python -m localllm.engine.quantize_child``
 and its per-tensor progress lines come back over a pipe.
 """
 
@@ -38,7 +38,7 @@ def quantize_file(src: Path, dst: Path, ftype: str,
     threads = config.NUM_THREAD.get()
     # Dies with the daemon: a kill -9 must not leave it writing a temporary blob.
     proc = children.spawn(
-        "localllm.modelfile.quantize_child", str(src), str(dst), ftype, str(threads),
+        "localllm.engine.quantize_child", str(src), str(dst), ftype, str(threads),
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     errors: list[str] = []

@@ -104,7 +104,7 @@ def test_a_plugin_in_a_folder_others_can_write_is_refused_and_shown(backends: Pa
         endpoint = f"127.0.0.1:{listener.getsockname()[1]}"
         env = {**os.environ, "LOCALLLM_BACKENDS": str(backends),
                "PYTHONPATH": str(REPO), "PYTHONSAFEPATH": "1"}
-        probe = subprocess.run([sys.executable, "-m", "localllm.hardware.probe_child", "--rpc",
+        probe = subprocess.run([sys.executable, "-m", "localllm.engine.probe_child", "--rpc",
                                 endpoint], env=env, cwd=REPO, capture_output=True, text=True,
                                timeout=60)
     report = json.loads(probe.stdout.strip().splitlines()[-1])

@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from localllm.cli.worker import CACHE_WARNING, EXPOSED_WARNING, check_cache_dir, is_loopback
+from localllm.engine.rpc_worker import (
+    CACHE_WARNING,
+    EXPOSED_WARNING,
+    check_cache_dir,
+    is_loopback,
+)
 from localllm.hardware.rpc import query
 from tests.cli.conftest import free_port
 from tests.rpcworker import REPO, start_worker, worker_env

@@ -59,7 +59,7 @@ def test_a_load_reports_every_host_buffer_under_cpu(tiny: Path) -> None:
 
 
 def test_the_probe_reports_them_with_the_devices() -> None:
-    from localllm.hardware.probe_child import collect
+    from localllm.engine.probe_child import collect
 
     answer = collect()
     assert answer["ok"], answer

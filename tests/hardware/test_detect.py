@@ -140,7 +140,7 @@ def test_probe_loads_plugins_reports_refusals_and_adds_workers(
     from tests.rpcworker import free_port
 
     dead = f"127.0.0.1:{free_port()}"
-    answer = run_probe(argv=[sys.executable, "-m", "localllm.hardware.probe_child", "--rpc", dead])
+    answer = run_probe(argv=[sys.executable, "-m", "localllm.engine.probe_child", "--rpc", dead])
     assert answer["ok"], answer
     assert answer["ggml_version"] == src.parent.name
     by_file = {p["file"]: p for p in answer["plugins"]}

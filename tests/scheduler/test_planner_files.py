@@ -57,7 +57,7 @@ def _devices() -> list[Device]:
     types, which GPUs have a host buffer), with 16 GiB of RAM so nothing is squeezed."""
     from localllm.hardware.cpu import cpu_info
     from localllm.hardware.detect import build_hardware
-    from localllm.hardware.probe_child import collect
+    from localllm.engine.probe_child import collect
 
     hw = build_hardware(collect(), cpu_info(), [])
     return [replace(d, free=16 << 30, total=16 << 30) if d.kind == "cpu" else d

@@ -1,11 +1,12 @@
-"""Child process quantizing a GGUF with libllama (``python -m localllm.modelfile.quantize_child``).
+"""Child process quantizing a GGUF with libllama (``python -m localllm.engine.quantize_child``).
 
-The daemon never imports the native module, so ``create --quantize`` runs this
-instead.  Arguments: ``IN OUT TYPE THREADS``.  While libllama works (cffi drops
-the GIL during the call), a thread reads llama.cpp's captured log and prints
-one JSON line per tensor, ``{"completed": i, "total": n}``, from its
-``[ i/ n]`` progress lines.  Exit status 0 on success; otherwise the error
-text is the last stderr line.
+The daemon never imports the native module, so ``create --quantize``
+(``modelfile/quantize.py``) runs this instead, by module name: it sits beside
+the engine, the one floor that loads libllama.  Arguments: ``IN OUT TYPE
+THREADS``.  While libllama works (cffi drops the GIL during the call), a thread
+reads llama.cpp's captured log and prints one JSON line per tensor,
+``{"completed": i, "total": n}``, from its ``[ i/ n]`` progress lines.  Exit
+status 0 on success; otherwise the error text is the last stderr line.
 """
 
 from __future__ import annotations

@@ -1,19 +1,20 @@
-"""Child entry point: ``python -m localllm.hardware.probe_child`` prints the native view as JSON.
+"""Child entry point: ``python -m localllm.engine.probe_child`` prints the native view as JSON.
 
-This is the only place in hardware/ that imports the native binding, and it
-runs in its own process: a crash while ggml initialises its backends (a bad
-driver, a missing CUDA runtime, a broken plugin) kills this child, never the
-daemon.  Before listing devices it loads the backend plugins built for this
-core and adds the RPC workers named with ``--rpc host:port``, exactly as a runner
-does before a load, so what it reports is what a runner will see.  It always
-prints exactly one JSON object on stdout::
+``hardware.detect`` starts it by module name and reads its answer: hardware/
+sits below the engine and imports none of it, and this child, like a runner,
+loads the native module in its own process, so a crash while ggml initialises
+its backends (a bad driver, a missing CUDA runtime, a broken plugin) kills this
+child, never the daemon.  Before listing devices it loads the backend plugins
+built for this core and adds the RPC workers named with ``--rpc host:port``,
+exactly as a runner does before a load, so what it reports is what a runner
+will see.  It always prints exactly one JSON object on stdout::
 
     {"ok": true, "devices": [...], "plugins": [...], "workers": [...],
      "ggml_version": "...", "system_info": "...", "build_info": {...},
      "cpu_buffers": [{"name": "AMX", "rules": [...]}, ...]}
 
 ``cpu_buffers`` are the CPU backend's extra buffer types and the weights each
-takes (engine/cpu_buffers.py): the planner counts the repacked copies llama.cpp
+takes (cpu_buffers.py): the planner counts the repacked copies llama.cpp
 keeps there.
     {"ok": false, "error": "ImportError: ..."}
 """
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     from localllm.children import adopt
 
     adopt()
-    parser = argparse.ArgumentParser(prog="python -m localllm.hardware.probe_child")
+    parser = argparse.ArgumentParser(prog="python -m localllm.engine.probe_child")
     parser.add_argument("--rpc", action="append", default=[], help="RPC worker host:port")
     args = parser.parse_args(argv)
     result = collect(args.rpc)
