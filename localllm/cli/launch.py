@@ -140,7 +140,7 @@ def prepare(agent: Agent, model: str | None, context: int | None) -> Setup:
         param_context,
         trained_context,
     )
-    from localllm.cli.run import ensure_model
+    from localllm.cli.pull import ensure_model
     from localllm.errors import InvalidRequest
 
     with Client(autostart=True) as client:

@@ -60,6 +60,19 @@ def pull_with_progress(client: Client, model: str, projector: str | None = None,
         progress.finish()
 
 
+def ensure_model(client: Client, model: str) -> dict[str, Any]:
+    """``show`` of ``model``, pulled first (with the progress above) when missing: how
+    ``run``, the REPL's ``/load`` and ``launch`` start."""
+    from localllm.errors import ModelNotFound
+
+    try:
+        return client.show(model)
+    except ModelNotFound:
+        pass
+    pull_with_progress(client, model)
+    return client.show(model)
+
+
 def dry_run(client: Client, model: str, projector: str | None = None) -> dict[str, Any]:
     """The daemon's dry run of pulling ``model``: its last event (files, model, fit)."""
     result: dict[str, Any] = {}

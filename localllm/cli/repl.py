@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from localllm.cli.chatstream import StreamPrinter, print_stats, stream_chat
 from localllm.cli.repl_text import HELP_SET, HELP_SHOW, help_text, parameters_text
-from localllm.cli.session import Session, parse_parameter, parse_think
+from localllm.cli.session import Session, parse_parameter, parse_think, preload
 from localllm.errors import LocalLLMError
 
 if TYPE_CHECKING:
@@ -247,7 +247,7 @@ class Repl:
         if len(args) != 1:
             print("Usage: /load <model>")
             return
-        from localllm.cli.run import ensure_model, preload
+        from localllm.cli.pull import ensure_model
 
         ensure_model(self.client, args[0])
         print(f"Loading model '{args[0]}'")

@@ -68,7 +68,8 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from localllm.api.client import Client
-    from localllm.cli.session import session_from_args
+    from localllm.cli.pull import ensure_model
+    from localllm.cli.session import preload, session_from_args
 
     session = session_from_args(args)
     prompt = " ".join(args.prompt)
@@ -118,21 +119,3 @@ def embed(client: Client, session: Session, text: str, interactive: bool) -> int
     print(json.dumps(result["embeddings"][0]))
     return 0
 
-
-def ensure_model(client: Client, model: str) -> dict[str, Any]:
-    """``show`` of ``model``, pulled first (with ``localllm pull``'s progress) when missing."""
-    from localllm.errors import ModelNotFound
-
-    try:
-        return client.show(model)
-    except ModelNotFound:
-        pass
-    from localllm.cli.pull import pull_with_progress
-
-    pull_with_progress(client, model)
-    return client.show(model)
-
-
-def preload(client: Client, session: Session) -> None:
-    """Load the model now so the first answer starts quickly."""
-    client.load(session.model, keep_alive=session.keep_alive)

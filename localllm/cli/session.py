@@ -3,16 +3,21 @@
 One ``Session`` serves both the one-shot mode and the interactive REPL: the
 model, the history, the user's ``/set`` options, and how answers are shown.
 Also here: parsing of the values ``run`` accepts (``--think``, ``--keepalive``,
-``/set parameter`` values typed as Ollama types its options).
+``/set parameter`` values typed as Ollama types its options), and ``preload``,
+which ``run`` and the REPL's ``/load`` both send (``ensure_model``, their other
+shared step, is ``pull.py``'s).
 """
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from localllm.errors import InvalidRequest
+
+if TYPE_CHECKING:
+    from localllm.api.client import Client
 
 THINK_LEVELS = ("low", "medium", "high", "max")
 
@@ -114,3 +119,8 @@ def parse_parameter(name: str, values: list[str]) -> Any:
             return False
         raise InvalidRequest(f"parameter '{name}' needs true or false, not '{text}'")
     return text
+
+
+def preload(client: Client, session: Session) -> None:
+    """Load the model now so the first answer starts quickly."""
+    client.load(session.model, keep_alive=session.keep_alive)
