@@ -2,8 +2,8 @@
 
 It owns the HTTP client (``api.client.AsyncClient``), the chat store and the
 start-up check: when nothing answers at the daemon's address it offers to
-start one (local addresses only) instead of failing.  The conversation itself
-lives in ``screens/chat.py``.
+start one (local addresses only) instead of failing.  Chats are managed in
+``screens/chat.py``; the conversation itself lives in ``widgets/conversation.py``.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class LocalLLMApp(App[None]):
         self.export_dir = export_dir or Path.cwd()
         self.initial_model = model
         self.starter = starter
-        self.chat_screen = ChatScreen()
+        self.chat_screen = ChatScreen(self.client, self.sessions, self.export_dir)
         self.ready = asyncio.Event()  # set once the model is resolved (tests, the bench)
         if theme:
             self.theme = theme

@@ -1,44 +1,46 @@
-"""The chat screen: sidebar of chats, the conversation, the prompt and the status line.
+"""The chat screen: the list of chats, the conversation, the status line; managing chats.
 
-This module owns the conversation and its streaming; managing chats (open,
-rename, delete, export, settings, model choice) lives in ``chat_base.py``,
-attaching images (``/image``, pasted paths) in ``chat_images.py``.
-
-A reply streams in an async worker (``group="generate"``, exclusive).  Escape
-cancels it; the stream is closed explicitly so the daemon stops generating at
-once.  What happens to a reply that does not finish:
-
-* stopped by the user, or the connection dropped after some text arrived:
-  the partial reply is kept, saved and marked;
-* nothing arrived (the model failed to load, the daemon is gone, a text-only
-  model refused the images): the user's message is taken back and put into
-  the prompt again, its images attached again, with an error notice.
+The screen decides which chat is shown, with which model and settings:
+opening, starting, renaming, deleting and exporting chats, the settings
+dialog and the model picker.  The conversation itself (its messages, the
+prompt, the reply worker, edit and regenerate) is the ``Conversation``
+widget (``widgets/conversation.py``), which posts ``ReplyStarted`` and
+``ReplyEnded`` for the status line and the chat list; images waiting for the
+next message are the ``PendingImages`` widget's (``widgets/attachments.py``).
+The keys are bound here, so they work whatever has focus.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
-from typing import Any, ClassVar
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Footer
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import Footer, OptionList
 
 from localllm.errors import LocalLLMError
-from localllm.tui.reply import Reply
-from localllm.tui.screens.chat_images import ImageAttaching
-from localllm.tui.sessions import Chat, StoredMessage
+from localllm.tui.format import export_json, export_markdown
+from localllm.tui.screens.dialogs import AskScreen, ConfirmScreen
+from localllm.tui.screens.models import ModelsScreen
+from localllm.tui.screens.settings import SettingsScreen
+from localllm.tui.sessions import Chat, ChatSettings, Sessions, StoredMessage
 from localllm.tui.widgets.attachments import PendingImages
+from localllm.tui.widgets.conversation import Conversation
 from localllm.tui.widgets.message import MessageView
 from localllm.tui.widgets.prompt import PromptInput
 from localllm.tui.widgets.sidebar import ChatList
 from localllm.tui.widgets.status import StatusLine
 
+if TYPE_CHECKING:
+    from localllm.api.client import AsyncClient
 
-class ChatScreen(ImageAttaching):
+
+class ChatScreen(Screen[None]):
     # Below 100 columns the chat list hides (Ctrl+B shows it) so 80x24 stays readable.
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]  # noqa: RUF012
     # Priority: the prompt (a TextArea) would otherwise take Ctrl+E (end of line) and
@@ -55,13 +57,18 @@ class ChatScreen(ImageAttaching):
         Binding("f2", "rename", "Rename", show=False),
     ]
 
+    def __init__(self, client: AsyncClient, sessions: Sessions, export_dir: Path) -> None:
+        super().__init__()
+        self.client = client
+        self.sessions = sessions
+        self.export_dir = export_dir
+        # Made here, not in compose: the app may choose the model before it is mounted.
+        self.conversation = Conversation(client, sessions, id="chat-pane")
+
     def compose(self) -> ComposeResult:
         with Horizontal(id="main"):
             yield ChatList(id="sidebar")
-            with Vertical(id="chat-pane"):
-                yield VerticalScroll(id="log")
-                yield PendingImages(id="pending")
-                yield PromptInput(id="prompt")
+            yield self.conversation
         yield StatusLine(id="status")
         yield Footer()
 
@@ -71,175 +78,205 @@ class ChatScreen(ImageAttaching):
         self.prompt.focus()
         self.show_status()
 
-    # -- sending ----------------------------------------------------------------------
-    @on(PromptInput.Submitted)
-    async def on_submit(self, event: PromptInput.Submitted) -> None:
-        if self.image_command(event.text):
-            return
-        # Images alone make a message; an empty prompt without any does nothing.
-        text = event.text if event.text.strip() else ""
-        if not text and not self.pending.images:
-            return
-        if self.generating:
-            self.notify("A reply is still being generated (Escape stops it)", severity="warning")
-            return
-        if not self.model:
-            self.notify("No model chosen: press Ctrl+O to pick or pull one", severity="error")
-            return
-        chat = self.ensure_chat(title_from=text or self.pending.images[0].name)
-        message = StoredMessage("user", text, images=self.pending.take())
-        user = self.llm.sessions.add(chat.id, message)
-        self.history.append(user)
-        self.prompt.clear()
-        await self.log_view.mount(MessageView(user, self.model))
-        self.log_view.scroll_end(animate=False)
-        self.generate()
+    # -- the conversation and what it is made of ----------------------------------------
+    @property
+    def chat(self) -> Chat | None:
+        return self.conversation.chat
+
+    @property
+    def model(self) -> str:
+        return self.conversation.model
+
+    @property
+    def settings(self) -> ChatSettings:
+        return self.conversation.settings
+
+    @settings.setter
+    def settings(self, settings: ChatSettings) -> None:
+        self.conversation.settings = settings
+
+    @property
+    def history(self) -> list[StoredMessage]:
+        return self.conversation.history
+
+    @property
+    def generating(self) -> bool:
+        return self.conversation.generating
+
+    @property
+    def prompt(self) -> PromptInput:
+        return self.query_one(PromptInput)
+
+    @property
+    def pending(self) -> PendingImages:
+        return self.query_one(PendingImages)
+
+    def message_views(self) -> list[MessageView]:
+        return self.conversation.message_views()
 
     def request(self) -> dict[str, Any]:
-        messages = [m.wire() for m in self.history]
-        if self.settings.system:
-            messages.insert(0, {"role": "system", "content": self.settings.system})
-        payload: dict[str, Any] = {"model": self.model, "messages": messages}
-        if options := self.settings.options():
-            payload["options"] = options
-        if self.settings.keep_alive:
-            payload["keep_alive"] = self.settings.keep_alive
-        return payload
+        return self.conversation.request()
 
-    @work(exclusive=True, group="generate")
-    async def generate(self) -> None:
-        chat = self.ensure_chat()
-        self.generating = True
+    # -- the status line ------------------------------------------------------------------
+    @property
+    def status(self) -> StatusLine:
+        return self.query_one(StatusLine)
+
+    def show_status(self) -> None:
+        self.status.status.model = self.model
+        self.status.show()
+
+    def _show_reply_stats(self, stats: dict[str, Any]) -> None:
+        status = self.status.status
+        status.ttft, status.tok_s = stats.get("ttft"), stats.get("tok_s")
+        if "tokens" in stats:
+            status.ctx_used = stats.get("prompt_tokens", 0) + stats["tokens"]
+        self.show_status()
+
+    def _clear_reply_stats(self) -> None:
+        status = self.status.status
+        status.ttft = status.tok_s = status.ctx_used = None
+
+    @on(Conversation.ReplyStarted)
+    def on_reply_started(self) -> None:
         self.status.status.note = "generating…"
         self.status.show()
-        reply = Reply()
-        message = StoredMessage("assistant")
-        view = MessageView(message, self.model)
-        await self.log_view.mount(view)
-        view.start_stream(reply)
-        stream = self.llm.client.chat(self.request())
-        error: str | None = None
-        try:
-            async for chunk in stream:
-                reply.feed(chunk)
-        except asyncio.CancelledError:
-            error = "stopped"
-        except LocalLLMError as exc:  # a lost connection too, mid-stream or not
-            error = str(exc)
-        finally:
-            await _close(stream)
-            self.generating = False
-            self.status.status.note = ""
-        await self._finish(chat, view, message, reply, error)
 
-    async def _finish(self, chat: Chat, view: MessageView, message: StoredMessage,
-                      reply: Reply, error: str | None) -> None:
-        got_text = bool(reply.content or reply.thinking or reply.tool_calls)
-        if self.chat is not chat:
-            # The user opened another chat meanwhile (which stopped this reply): file
-            # what arrived under the chat it belongs to, and leave the screen alone.
-            message.content, message.partial = reply.content, True
-            message.stats = {**reply.stats(), "interrupted": "stopped"}
-            if got_text:
-                self.llm.sessions.add(chat.id, message)
+    @on(Conversation.ReplyEnded)
+    def on_reply_ended(self, event: Conversation.ReplyEnded) -> None:
+        self.status.status.note = ""
+        if event.reply is None:
+            self.show_status()
             return
-        if error is not None and error != "stopped" and not got_text:
-            await self._take_back(view, error)
+        self._show_reply_stats(event.reply.stats)
+        self.refresh_sidebar()  # the chat was used last: it goes to the top
+        self.refresh_placement()
+
+    @work(exclusive=True, group="placement")
+    async def refresh_placement(self) -> None:
+        """Where the model runs and its context, from ``ps``."""
+        status = self.status.status
+        try:
+            running = await self.client.ps()
+        except LocalLLMError:
             return
-        message.content, message.thinking = reply.content, reply.thinking
-        message.tool_calls, message.stats = reply.tool_calls, reply.stats()
-        if error is not None:
-            message.partial = True
-            message.stats["interrupted"] = error if error == "stopped" else "interrupted"
-            if error != "stopped":
-                self.notify(f"Reply interrupted: {error}", severity="error", timeout=8)
-        self.llm.sessions.add(chat.id, message)
-        self.history.append(message)
-        await view.finish_stream()
-        self._show_reply_stats(message.stats)
+        if not self.is_attached or not self.query(StatusLine):
+            return  # the app closed while ps was on its way: nothing left to update
+        entry = next((m for m in running if m.get("name") == self.model), None)
+        status.loaded = entry is not None
+        if entry is not None:
+            status.size, status.size_vram = entry.get("size", 0), entry.get("size_vram", 0)
+            status.num_ctx = self.settings.num_ctx or entry.get("context_length")
+        else:
+            status.num_ctx = self.settings.num_ctx
+        self.show_status()
+
+    # -- chats ------------------------------------------------------------------------
+    def refresh_sidebar(self) -> None:
+        self.query_one("#sidebar", ChatList).show(
+            self.sessions.chats(), self.chat.id if self.chat else None)
+
+    async def open_chat(self, chat_id: int) -> None:
+        chat = self.sessions.get(chat_id)
+        conversation = self.conversation
+        conversation.model = chat.model or conversation.model
+        conversation.settings = chat.settings
+        await conversation.show_chat(chat, self.sessions.messages(chat_id))
+        last = next((m for m in reversed(self.history) if m.role == "assistant"), None)
+        self._clear_reply_stats()
+        if last is not None:
+            self._show_reply_stats(last.stats)
         self.refresh_sidebar()
         self.refresh_placement()
 
-    async def _take_back(self, view: MessageView, error: str) -> None:
-        """The request failed before any text: drop the turn, give the prompt back."""
-        await view.remove()
-        last = self.history.pop() if self.history and self.history[-1].role == "user" else None
-        if last is not None:
-            self.llm.sessions.truncate(last_chat_id(self), last.id)
-            views = self.message_views()
-            if views:
-                await views[-1].remove()
-            if not self.prompt.text.strip():
-                self.prompt.load_text(last.content)
-                self.prompt.move_cursor(self.prompt.document.end)
-            self.pending.put_back(last.images)
-        self.notify(error, title="Request failed", severity="error", timeout=10)
+    @on(OptionList.OptionSelected, "#sidebar")
+    async def on_chat_picked(self, event: OptionList.OptionSelected) -> None:
+        if event.option.id is not None:
+            await self.open_chat(int(event.option.id))
+            self.prompt.focus()
+
+    async def action_new_chat(self) -> None:
+        self.settings = ChatSettings()
+        await self.conversation.show_chat(None, [])
+        self._clear_reply_stats()
+        self.refresh_sidebar()
+        self.prompt.focus()
         self.show_status()
 
-    # -- actions on the conversation --------------------------------------------------
-    def action_stop(self) -> None:
-        if self.generating:
-            self.workers.cancel_group(self, "generate")
+    def action_toggle_sidebar(self) -> None:
+        # On a narrow screen the list is hidden unless asked for, on a wide one shown
+        # unless hidden: one class per intent keeps both sizes right.
+        narrow = self.has_class("-narrow")
+        self.toggle_class("-show-sidebar" if narrow else "-hide-sidebar")
 
-    async def action_edit_last(self) -> None:
-        if self.generating:
+    @work(group="dialog")
+    async def action_rename(self) -> None:
+        if self.chat is None:
+            self.notify("Send a message first: this chat is not saved yet")
             return
-        index = next((i for i in range(len(self.history) - 1, -1, -1)
-                      if self.history[i].role == "user"), None)
-        if index is None:
-            self.notify("Nothing to edit yet")
+        title = await self.app.push_screen_wait(AskScreen("Rename chat", self.chat.title))
+        if title:
+            self.sessions.rename(self.chat.id, title)
+            self.chat.title = title
+            self.refresh_sidebar()
+
+    @work(group="dialog")
+    async def action_delete_chat(self) -> None:
+        if self.chat is None:
             return
-        dropped = await self._drop_from(index)
-        self.prompt.load_text(dropped[0].content)
-        self.pending.put_back(dropped[0].images)
-        self.prompt.move_cursor(self.prompt.document.end)
+        if await self.app.push_screen_wait(ConfirmScreen(f"Delete chat “{self.chat.title}”?")):
+            self.sessions.delete(self.chat.id)
+            await self.action_new_chat()
+
+    def action_export(self, kind: str) -> Path | None:
+        if self.chat is None:
+            self.notify("Nothing to export yet")
+            return None
+        render = export_json if kind == "json" else export_markdown
+        slug = re.sub(r"[^A-Za-z0-9]+", "-", self.chat.title).strip("-").lower() or "chat"
+        path = self.export_dir / f"chat-{self.chat.id}-{slug}.{kind}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render(self.chat, self.history), encoding="utf-8")
+        self.notify(f"Exported to {path}")
+        return path
+
+    @work(group="dialog")
+    async def action_settings(self) -> None:
+        settings = await self.app.push_screen_wait(SettingsScreen(self.settings))
+        if settings is None:
+            return
+        self.settings = settings
+        if self.chat is not None:
+            self.sessions.save_settings(self.chat.id, settings)
+            self.chat.settings = settings
+        self.status.status.num_ctx = settings.num_ctx or self.status.status.num_ctx
+        self.show_status()
+        self.notify("Settings saved with this chat")
+
+    @work(group="dialog")
+    async def action_models(self) -> None:
+        model = await self.app.push_screen_wait(ModelsScreen(self.model))
+        if model:
+            self.use_model(model)
         self.prompt.focus()
 
-    async def action_regenerate(self) -> None:
-        if self.generating or not self.history or self.history[-1].role != "assistant":
-            self.notify("No reply to regenerate")
-            return
-        await self._drop_from(len(self.history) - 1)
-        self.generate()
+    def use_model(self, model: str) -> None:
+        self.conversation.model = model
+        if self.chat is not None:
+            self.sessions.set_model(self.chat.id, model)
+        self._clear_reply_stats()
+        self.show_status()
+        self.refresh_placement()
 
-    async def _drop_from(self, index: int) -> list[StoredMessage]:
-        """Forget ``history[index:]`` in the store and on screen; returns what went."""
-        dropped = self.history[index:]
-        self.llm.sessions.truncate(last_chat_id(self), self.history[index].id)
-        del self.history[index:]
-        for view in self.message_views()[index:]:
-            await view.remove()
-        return dropped
+    # -- keys for the conversation ----------------------------------------------------
+    def action_stop(self) -> None:
+        self.conversation.stop()
+
+    async def action_edit_last(self) -> None:
+        await self.conversation.edit_last()
+
+    async def action_regenerate(self) -> None:
+        await self.conversation.regenerate()
 
     def action_copy_last(self) -> None:
-        reply = next((m for m in reversed(self.history) if m.role == "assistant"), None)
-        if reply is None:
-            self.notify("No reply to copy yet")
-            return
-        self._copy(reply.content)
-
-    @on(MessageView.CopyRequested)
-    def on_copy_requested(self, event: MessageView.CopyRequested) -> None:
-        self._copy(event.text)
-
-    def _copy(self, text: str) -> None:
-        self.app.copy_to_clipboard(text)
-        self.notify(f"Copied {len(text)} characters")
-
-    @on(MessageView.Grew)
-    def follow(self) -> None:
-        # Follow the reply only while the user is at (or near) the bottom; someone
-        # scrolled up to read must not be dragged down by every redraw.
-        log = self.log_view
-        if log.max_scroll_y - log.scroll_y <= 3:
-            log.scroll_end(animate=False)
-
-
-def last_chat_id(screen: ChatScreen) -> int:
-    return screen.chat.id if screen.chat is not None else 0
-
-
-async def _close(stream: AsyncIterator[dict[str, Any]]) -> None:
-    aclose = getattr(stream, "aclose", None)
-    if aclose is not None:
-        await aclose()
+        self.conversation.copy_last()

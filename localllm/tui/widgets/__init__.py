@@ -1,1 +1,2 @@
-"""Reusable widgets of the TUI: messages, prompt, sidebar, status line."""
+"""Reusable widgets of the TUI: the conversation, messages, prompt, attachments, sidebar,
+status line."""
