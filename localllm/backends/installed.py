@@ -3,7 +3,9 @@
 Pure bookkeeping over files and the probe's report: which plugins are built
 for the core's ggml version, which of them loaded (or why not), which files
 sit in folders of other ggml versions (ignored, with the reason), and which
-files are not plugins of ours at all.  ``remove`` deletes a plugin's files.
+files are not plugins of ours at all.  A plugin installed from a pack says so
+(its record, while the file is still the one the pack brought); its libraries
+folder is not a stray.  ``remove`` deletes a plugin's files, pack ones too.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from localllm import paths
 from localllm.backends import catalog
 from localllm.backends.build import build_dir_for
+from localllm.backends.pack import installed_record, libs_folder, record_path
 from localllm.hardware.detect import Hardware
 
 
@@ -33,6 +36,7 @@ class BackendRow:
     wanted: bool  # hardware here that this backend would serve
     needs: str
     build_dir: str  # the cmake tree (llama-bench etc. live there when built with --also)
+    pack: str = ""  # where the pack it was installed from came from; "" when built here
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -59,14 +63,27 @@ def rows(hw: Hardware) -> list[BackendRow]:
             path=str(path) if path and built else "",
             size=path.stat().st_size if path and built else 0,
             error=str(rep.get("error") or "") if built else "",
-            wanted=b.name in wanted, needs=b.needs, build_dir=str(tree or "")))
+            wanted=b.name in wanted, needs=b.needs, build_dir=str(tree or ""),
+            pack=pack_origin(path) if path and built else ""))
     return out
+
+
+def pack_origin(plugin: Path) -> str:
+    """Where the pack that installed ``plugin`` came from, while the file is still its own."""
+    rec = installed_record(plugin)
+    if rec is None:
+        return ""
+    st = plugin.stat()
+    if (rec.get("plugin_size"), rec.get("plugin_mtime_ns")) != (st.st_size, st.st_mtime_ns):
+        return ""  # built or replaced since
+    return f"{rec.get('origin', '?')} (sha256 {str(rec.get('pack_sha256', '?'))[:12]}...)"
 
 
 def strays(hw: Hardware) -> list[dict[str, str]]:
     """Files in the backends folder that are not loadable plugins of ours, with the reason."""
     root = paths.backends()
     known = {b.filename for b in catalog.BACKENDS.values()}
+    libs = {libs_folder(b) for b in catalog.BACKENDS}
     out: list[dict[str, str]] = []
     if not root.is_dir():
         return out
@@ -82,7 +99,7 @@ def strays(hw: Hardware) -> list[dict[str, str]]:
         else:
             reports = {Path(str(p.get("path", ""))).name: p for p in hw.plugins}
             for f in sorted(entry.iterdir()):
-                if f.name.startswith("."):
+                if f.name.startswith(".") or (f.name in libs and f.is_dir()):
                     continue
                 rep = reports.get(f.name)
                 if rep is not None and not rep.get("loaded") and f.name not in known:
@@ -93,16 +110,24 @@ def strays(hw: Hardware) -> list[dict[str, str]]:
 
 
 def remove(name: str) -> list[Path]:
-    """Delete backend ``name``'s plugin from every ggml version folder; what was removed."""
+    """Delete backend ``name``'s plugin from every ggml version folder, with the libraries
+    and the record its pack brought; what was removed."""
     b = catalog.get(name)
     root = paths.backends()
     gone = []
     if root.is_dir():
         for folder in root.iterdir():
+            if not folder.is_dir():
+                continue
             f = folder / b.filename
-            if folder.is_dir() and f.exists():
+            if f.exists():
                 f.unlink()
                 gone.append(f)
-            if folder.is_dir() and not any(folder.iterdir()):
+            record_path(f).unlink(missing_ok=True)
+            libs = folder / libs_folder(b.name)
+            if libs.is_dir():
+                shutil.rmtree(libs, ignore_errors=True)
+                gone.append(libs)
+            if not any(folder.iterdir()):
                 shutil.rmtree(folder, ignore_errors=True)
     return gone
