@@ -365,6 +365,10 @@ def parse_hf_repo(raw: str) -> str:
 CATALOG_REPO = Setting("LOCALLLM_CATALOG_REPO", parse_hf_repo, "localllm/catalog",
                        "Hugging Face repo 'localllm catalog update' downloads catalog.toml from "
                        "(checked against the catalog.toml.sha256 beside it).")
+BACKENDS_REPO = Setting("LOCALLLM_BACKENDS_REPO", parse_hf_repo, "localllm/backends",
+                        "Hugging Face repo 'localllm backends get' (and 'doctor --fix') fetches "
+                        "prebuilt plugin packs from; a pack is installed only if its sha256 is in "
+                        "the table this release ships, or is given with --trust.")
 RPC_WORKERS: Setting[list[str]] = Setting(
     "LOCALLLM_RPC_WORKERS", _list, [],
     "ggml RPC workers (host:port, comma-separated) whose devices models may be placed on; "
@@ -421,8 +425,8 @@ REGISTRY: tuple[Setting[object], ...] = (
     CONTEXT_LENGTH, FLASH_ATTENTION, KV_CACHE_TYPE, LOAD_TIMEOUT, RUNNER_TIMEOUT,
     GPU_OVERHEAD, SCHED_SPREAD,
     NOPRUNE, DEBUG, API_KEY, SHUTDOWN_GRACE, NUM_THREAD, ALLOWED_PATHS, MAX_BODY, MAX_BLOB_SIZE,
-    MIN_FREE_DISK, LOG_FORMAT, BACKENDS, CACHE, CATALOG_REPO, RPC_WORKERS, LLAMA_PREFIX,
-    RUNNER_ENGINE, FETCH_IMAGE_URLS, STEP_BUDGET, PROMPT_CACHE, MAX_REQUEST_PIXELS,
+    MIN_FREE_DISK, LOG_FORMAT, BACKENDS, CACHE, CATALOG_REPO, BACKENDS_REPO, RPC_WORKERS,
+    LLAMA_PREFIX, RUNNER_ENGINE, FETCH_IMAGE_URLS, STEP_BUDGET, PROMPT_CACHE, MAX_REQUEST_PIXELS,
 )  # type: ignore[assignment]
 
 

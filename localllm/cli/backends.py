@@ -1,11 +1,12 @@
-"""``localllm backends list|build|remove``: the GPU and RPC plugins of this machine.
+"""``localllm backends list|build|remove`` (and ``pack|install|get``): this machine's plugins.
 
 ``list`` runs the hardware probe (a child process that loads every plugin)
 and shows each backend: built, loaded, its devices, or why it did not load
 (a plugin others could have written is refused, with the fix), plus stray
 files in the backends folder.  ``build`` compiles one plugin from
 the pinned llama.cpp source with live progress (see ``backends/build.py``).
-``remove`` deletes a plugin.  None of them needs the daemon; a running daemon
+``remove`` deletes a plugin; ``pack``, ``install`` and ``get`` (prebuilt, verified
+plugins) live in ``backend_packs``.  None of them needs the daemon; a running daemon
 sees a new plugin at its next model load.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser("backends", help="List, build or remove GPU/RPC backend plugins")
+    parser = sub.add_parser("backends", help="List, build, get or remove GPU/RPC backend plugins")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB")
     ls = verbs.add_parser("list", help="Show every backend: built, loaded, devices")
     ls.add_argument("--json", action="store_true", help="print the list as JSON")
@@ -36,9 +37,12 @@ def register(sub: Any) -> None:
     b.add_argument("--also", action="append", default=[], metavar="TARGET",
                    help="extra cmake targets to build in the same tree (e.g. llama-bench)")
     b.set_defaults(func=run_build)
-    rm = verbs.add_parser("remove", help="Delete a built plugin")
+    rm = verbs.add_parser("remove", help="Delete a plugin (and the libraries its pack brought)")
     rm.add_argument("name")
     rm.set_defaults(func=run_remove)
+    from localllm.cli import backend_packs  # pack, install, get: prebuilt plugins
+
+    backend_packs.register(verbs)
     parser.set_defaults(func=lambda args: (parser.print_help(), 0)[1])
 
 

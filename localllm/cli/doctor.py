@@ -7,7 +7,8 @@ workers configured (reachable, devices, memory) and those running here, CPU /
 RAM / ISA flags, the data paths, whether chat templates can be rendered (a
 jinja2 older than 3.1.6 is refused: its sandbox can be escaped), and hints (a
 GPU without its plugin and the one command that builds it; the jinja2 upgrade).
-``--fix`` runs that command.  ``--json`` prints the report as one object.  Exit
+``--fix`` installs a verified prebuilt plugin (``backends get``) and builds only when
+none fits.  ``--json`` prints the report as one object.  Exit
 status 1 when the native module cannot load (nothing can run), else 0.
 """
 
@@ -24,7 +25,7 @@ def register(sub: Any) -> None:
     parser = sub.add_parser("doctor", help="Check the native engine, devices and settings")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--fix", action="store_true",
-                        help="build the backend plugin the hardware wants")
+                        help="get (else build) the backend plugin the hardware wants")
     parser.set_defaults(func=run)
 
 
@@ -170,18 +171,31 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def fix(commands: list[str]) -> int:
+    """Each build command, after ``backends get`` of the same plugin failed: a verified
+    prebuilt pack takes seconds, a build minutes to an hour (DESIGN §3)."""
+    from localllm import children
+
+    for cmd in commands:
+        name = cmd.split()[-1]
+        print(f"Running: localllm backends get {name}", flush=True)
+        # Through the one child helper: this same localllm, whatever the working folder.
+        if children.run("localllm.cli.main", "backends", "get", name).returncode == 0:
+            continue
+        print(f"No prebuilt {name} plugin was installed (see above); building it instead.")
+        print(f"Running: {cmd}", flush=True)
+        if children.run("localllm.cli.main", *cmd.split()[1:]).returncode != 0:
+            return 1
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     report = collect()
     if args.fix:
-        from localllm import children
-
         if not report["fixes"]:
             print("Nothing to fix: every GPU found has a loaded backend.")
-        for cmd in report["fixes"]:
-            print(f"Running: {cmd}", flush=True)
-            # Through the one child helper: this same localllm, whatever the working folder.
-            if children.run("localllm.cli.main", *cmd.split()[1:]).returncode != 0:
-                return 1
+        if fix(report["fixes"]) != 0:
+            return 1
         report = collect()
     if args.json:
         print(json.dumps(report, indent=2))

@@ -65,7 +65,8 @@ def test_text_report_with_an_unusable_nvidia_gpu(monkeypatch: pytest.MonkeyPatch
 
 def test_fix_runs_the_build_the_hint_names(monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    """No GPU answers nvidia-smi here, so the CUDA build stops at its toolkit check."""
+    """No GPU answers nvidia-smi here, so no pack fits and the CUDA build stops at its
+    toolkit check."""
     import subprocess as sp
 
     fake_hardware(monkeypatch, {"ok": True, "devices": [CPU_DEV]},
@@ -84,8 +85,12 @@ def test_fix_runs_the_build_the_hint_names(monkeypatch: pytest.MonkeyPatch,
 
     monkeypatch.setattr(sp, "run", spy)
     assert main(["doctor", "--fix"]) == 1
-    assert ran and ran[0][-3:] == ["backends", "build", "cuda"]
-    assert "Running: localllm backends build cuda" in capsys.readouterr().out
+    # A prebuilt pack first (none fits: no GPU answers, so its architecture is unknown).
+    assert [argv[-3:] for argv in ran] == [["backends", "get", "cuda"],
+                                           ["backends", "build", "cuda"]]
+    out = capsys.readouterr().out
+    assert "Running: localllm backends get cuda" in out and "building it instead" in out
+    assert "Running: localllm backends build cuda" in out
 
 
 def test_broken_native_module_exits_1(monkeypatch: pytest.MonkeyPatch,
