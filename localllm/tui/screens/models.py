@@ -1,7 +1,10 @@
 """The model picker: local models with size, quantization, context and whether loaded.
 
-Enter picks the highlighted model for the chat, ``p`` pulls a new one, ``d``
-deletes (after a confirmation), ``i`` shows details, ``r`` refreshes.
+Enter picks the highlighted model for the chat, ``s`` (or ``/``) searches
+Hugging Face for a new one (``screens/search.py``: quants, their fit, pull),
+``p`` pulls one by name, ``d`` deletes (after a confirmation), ``i`` shows
+details, ``r`` refreshes.  A model pulled from the search comes back
+highlighted, one Enter away from the chat.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from localllm.format import format_bytes, processor
 from localllm.tui.format import context_length
 from localllm.tui.screens.dialogs import AskScreen, ConfirmScreen
 from localllm.tui.screens.pull import PullScreen
+from localllm.tui.screens.search import SearchScreen
 
 if TYPE_CHECKING:
     from localllm.tui.app import LocalLLMApp
@@ -68,6 +72,7 @@ class ModelsScreen(Screen[str | None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "close", "Back"),
         Binding("enter", "pick", "Use", priority=True),
+        Binding("s,slash", "search", "Search"),
         Binding("p", "pull", "Pull"),
         Binding("d,delete", "delete", "Delete"),
         Binding("i", "details", "Details"),
@@ -111,7 +116,8 @@ class ModelsScreen(Screen[str | None]):
         if self.current in names:
             table.move_cursor(row=names.index(self.current))
         self.query_one("#empty", Label).update(
-            "" if self.rows else "No local models yet: press p to pull one.")
+            "" if self.rows else
+            "No local models yet: press s to search Hugging Face, or p to pull one by name.")
 
     def selected(self) -> ModelRow | None:
         table = self.query_one(DataTable)
@@ -128,9 +134,17 @@ class ModelsScreen(Screen[str | None]):
         self.dismiss(None)
 
     @work(group="models-dialog")
+    async def action_search(self) -> None:
+        name = await self.app.push_screen_wait(SearchScreen(local=[r.name for r in self.rows]))
+        if name:
+            self.current = name
+            self.action_refresh()
+            self.notify(f"{name} is here: Enter to chat with it")
+
+    @work(group="models-dialog")
     async def action_pull(self) -> None:
         name = await self.app.push_screen_wait(
-            AskScreen("Model to pull", placeholder="hf.co/user/repo:Q4_K_M"))
+            AskScreen("Model to pull", placeholder="llama3.2, qwen3:8b or hf.co/user/repo:Q4_K_M"))
         if name and await self.app.push_screen_wait(PullScreen(name)):  # type: ignore[arg-type]
             self.current = name
             self.action_refresh()

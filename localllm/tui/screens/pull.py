@@ -1,7 +1,11 @@
 """Pulling a model with a live progress bar (bytes, speed, ETA); Escape cancels.
 
-Cancelling closes the pull stream, which makes the daemon stop the
-download (a later pull resumes from the partial file).
+Cancelling closes the pull stream, which makes the daemon stop the download
+(a later pull resumes from the partial file).  The pull is sent with
+``force: false``, as ``localllm pull`` does: a model too big for the daemon's
+machine is refused before any byte is downloaded, and the dialog shows why
+and offers ``f`` to pull it anyway.  Any other failure stays in the dialog
+too, with ``r`` to try again.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -18,9 +23,14 @@ from textual.widgets import Label, ProgressBar
 
 from localllm.errors import LocalLLMError
 from localllm.tui.format import pull_line
+from localllm.tui.search_format import refusal
 
 if TYPE_CHECKING:
     from localllm.tui.app import LocalLLMApp
+
+RUNNING_HINT = "Escape: cancel"
+REFUSED_HINT = "f: pull it anyway · Escape: close"
+FAILED_HINT = "r: try again · Escape: close"
 
 
 class RateMeter:
@@ -42,22 +52,32 @@ class RateMeter:
 
 
 class PullScreen(ModalScreen[bool]):
-    """Dismissed with True when the pull finished, False when cancelled or failed."""
+    """Dismissed with True when the pull finished, False when cancelled or given up.
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel pull")]
+    ``failed`` holds the last error's text, ``refused`` the reason when the daemon
+    refused the model for its size (then ``f`` pulls with ``force: true``).
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel pull"),
+        Binding("f", "force", "Pull anyway"),
+        Binding("r", "retry", "Try again"),
+    ]
 
     def __init__(self, model: str) -> None:
         super().__init__(classes="dialog-screen")
         self.model = model
         self.failed: str | None = None
+        self.refused: str | None = None
+        self.forced = False
         self.status_lines: list[str] = []
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog pull"):
-            yield Label(f"Pulling {self.model}", classes="question")
+            yield Label(Text(f"Pulling {self.model}"), classes="question", id="title")
             yield ProgressBar(total=None, show_eta=False, id="bar")
             yield Label("starting…", id="line")
-            yield Label("Escape: cancel", classes="hint")
+            yield Label(RUNNING_HINT, classes="hint", id="hint")
 
     def on_mount(self) -> None:
         self.run_pull()
@@ -66,18 +86,31 @@ class PullScreen(ModalScreen[bool]):
     def llm(self) -> LocalLLMApp:
         return self.app  # type: ignore[return-value]
 
+    @property
+    def running(self) -> bool:
+        return self.failed is None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # f only after a refusal, r only after another failure: the footer and the
+        # keys offer what can be done now.
+        if action == "force":
+            return self.refused is not None
+        if action == "retry":
+            return self.failed is not None and self.refused is None
+        return True
+
     @work(exclusive=True, group="pull")
     async def run_pull(self) -> None:
         meters: dict[str, RateMeter] = {}
         bar = self.query_one("#bar", ProgressBar)
         line = self.query_one("#line", Label)
         try:
-            async for event in self.llm.client.pull(self.model):
+            # force=False: refused before downloading when it cannot fit; True once the
+            # user said to pull anyway (the daemon then warns in the progress).
+            async for event in self.llm.client.pull(self.model, force=self.forced):
                 self._show(event, meters, bar, line)
         except LocalLLMError as exc:
-            self.failed = str(exc)
-            self.notify(f"Pull failed: {exc}", severity="error", timeout=8)
-            self.dismiss(False)
+            self._failed(str(exc))
             return
         self.notify(f"Pulled {self.model}")
         self.dismiss(True)
@@ -93,9 +126,49 @@ class PullScreen(ModalScreen[bool]):
             meter = meters.setdefault(str(event.get("digest", "")), RateMeter())
             rate = meter.update(int(done or 0), time.monotonic())
             bar.update(total=total, progress=done or 0)
-        line.update(pull_line(event, rate))
+        # Text, not markup: file names come from the Hub.
+        line.update(Text(pull_line(event, rate)))
+
+    def _failed(self, message: str) -> None:
+        """Show the error in place, with what can be done next."""
+        self.failed = message
+        self.refused = refusal(message)
+        self.query_one("#bar", ProgressBar).display = False
+        title = ("Not pulled: too big for this machine" if self.refused is not None
+                 else f"Pull of {self.model} failed")
+        self.query_one("#title", Label).update(Text(title))
+        line = self.query_one("#line", Label)
+        line.update(Text(self.refused or message))
+        line.add_class("error")
+        self.query_one("#hint", Label).update(
+            REFUSED_HINT if self.refused is not None else FAILED_HINT)
+        self.refresh_bindings()
+
+    def _restart(self, force: bool) -> None:
+        self.forced = self.forced or force
+        self.failed = self.refused = None
+        bar = self.query_one("#bar", ProgressBar)
+        bar.display = True
+        bar.update(total=None, progress=0)
+        self.query_one("#title", Label).update(Text(
+            f"Pulling {self.model}" + (" anyway" if self.forced else "")))
+        line = self.query_one("#line", Label)
+        line.remove_class("error")
+        line.update("starting…")
+        self.query_one("#hint", Label).update(RUNNING_HINT)
+        self.refresh_bindings()
+        self.run_pull()
+
+    def action_force(self) -> None:
+        if self.refused is not None:
+            self._restart(force=True)
+
+    def action_retry(self) -> None:
+        if self.failed is not None and self.refused is None:
+            self._restart(force=False)
 
     def action_cancel(self) -> None:
-        self.workers.cancel_group(self, "pull")
-        self.notify(f"Pull of {self.model} cancelled", severity="warning")
+        if self.running:
+            self.workers.cancel_group(self, "pull")
+            self.notify(f"Pull of {self.model} cancelled", severity="warning")
         self.dismiss(False)
