@@ -1,4 +1,5 @@
-"""Smoke test of an installed localllm (a pipx install): daemon, create, and the TUI replying.
+"""Smoke test of an installed localllm (a pipx install): daemon, create, the TUI replying, and
+the TUI's search → pull → chat flow.
 
 Run with the installed environment's Python, from outside the source tree, so
 nothing of the checkout can be imported by accident::
@@ -9,7 +10,11 @@ It writes the tests' tiny model (tests/tinymodel.py, loaded by file path: it
 needs only numpy and gguf), starts ``localllm serve`` from the same install on
 a free port with a throw-away LOCALLLM_HOME, creates the model with
 ``localllm create``, then runs the Textual app headless (``run_test``), sends
-"hello" and checks the exact reply.  Exit status 0 on success.
+"hello" and checks the exact reply.  Then, with the tests' Hugging Face stand-in
+(tests/hubstub.py, standard library only) serving the same model as a GGUF repo,
+it drives the model picker as a user would: Ctrl+O, ``s``, type a query, Enter,
+Enter on the repo, Enter on the quant (pulled with the progress bar), Enter on
+the new model, "hello", and checks that reply too.  Exit status 0 on success.
 """
 
 from __future__ import annotations
@@ -27,15 +32,22 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 TINY = HERE.parent / "tests" / "tinymodel.py"
+HUBSTUB = HERE.parent / "tests" / "hubstub.py"
+HUB_REPO, HUB_FILE = "smoke/Tiny-GGUF", "tiny-Q8_0.gguf"
 CONTENTS_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 
 
-def load_tinymodel() -> Any:
-    spec = importlib.util.spec_from_file_location("tinymodel", TINY)
+def load_by_path(name: str, path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
+
+
+def load_tinymodel() -> Any:
+    return load_by_path("tinymodel", TINY)
 
 
 def free_port() -> int:
@@ -72,6 +84,55 @@ async def chat(url: str, tmp: Path, model: str) -> str:
         return str(screen.history[-1].content)
 
 
+async def until(condition: Any, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"smoke: {what} not seen within {timeout:.0f} s")
+        await asyncio.sleep(0.05)
+
+
+async def search_pull_chat(url: str, tmp: Path) -> tuple[str, str]:
+    """Search the stand-in Hub from the model picker, pull the quant, chat with it:
+    the pulled name and the reply."""
+    from dataclasses import replace
+
+    from localllm.tui.app import LocalLLMApp
+    from localllm.tui.screens.models import ModelsScreen
+    from localllm.tui.screens.search import SearchScreen
+    from localllm.tui.sessions import Sessions
+
+    app = LocalLLMApp(url, sessions=Sessions(tmp / "chats-search.sqlite3"),
+                      export_dir=tmp / "exports")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await asyncio.wait_for(app.ready.wait(), 60)
+        await pilot.press("ctrl+o", "s")
+        await until(lambda: isinstance(app.screen, SearchScreen), "the search screen")
+        search = app.screen
+        assert isinstance(search, SearchScreen)
+        await pilot.press(*"tiny", "enter")
+        await until(lambda: bool(search.results) and not search.searching, "search results")
+        await pilot.pause()
+        if not search.quants:
+            raise SystemExit(f"smoke: the search found no quants: {search.results!r}")
+        await pilot.press("enter", "enter")  # to the quants, then pull the first
+        await until(lambda: isinstance(app.screen, ModelsScreen), "the pulled model", 120)
+        models = app.screen
+        assert isinstance(models, ModelsScreen)
+        await until(lambda: bool(models.rows), "the model list")
+        picked = models.selected()
+        if picked is None:
+            raise SystemExit("smoke: nothing highlighted after the pull")
+        await pilot.press("enter")
+        await pilot.pause()
+        screen = app.chat_screen
+        screen.settings = replace(screen.settings, temperature=0.0, seed=1)
+        screen.prompt.load_text("hello")
+        await pilot.press("enter")
+        await until(lambda: len(screen.history) >= 2 and not screen.generating, "a reply")
+        return picked.name, str(screen.history[-1].content)
+
+
 def main() -> int:
     import localllm
 
@@ -79,12 +140,15 @@ def main() -> int:
         raise SystemExit(f"smoke: imported localllm from the checkout ({localllm.__file__}); "
                          "run it with the installed environment's Python")
     tm = load_tinymodel()
+    hub = load_by_path("hubstub", HUBSTUB)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         gguf = tm.make_tiny_model(tmp / "gguf", chat_template=CONTENTS_TEMPLATE)
         (tmp / "Modelfile").write_text(f"FROM {gguf}\n")
+        stub = hub.HubStub(tmp / "hub").start()
+        stub.add_file(HUB_REPO, HUB_FILE, gguf)
         port = free_port()
-        env = {**os.environ, "LOCALLLM_HOME": str(tmp / "home"),
+        env = {**os.environ, "HF_ENDPOINT": stub.url, "LOCALLLM_HOME": str(tmp / "home"),
                "LOCALLLM_HOST": f"127.0.0.1:{port}", "LOCALLLM_NUM_THREAD": "1",
                "LOCALLLM_CONTEXT_LENGTH": "512", "LOCALLLM_NUM_PARALLEL": "1"}
         env.pop("PYTHONPATH", None)
@@ -100,13 +164,19 @@ def main() -> int:
                 raise SystemExit(f"smoke: create failed: {created.stderr}\n"
                                  f"{(tmp / 'serve.log').read_text()[-2000:]}")
             reply = asyncio.run(chat(f"http://127.0.0.1:{port}", tmp, "smoke:latest"))
+            pulled, searched = asyncio.run(search_pull_chat(f"http://127.0.0.1:{port}", tmp))
         finally:
             daemon.terminate()
             daemon.wait(30)
+            stub.stop()
         want = tm.expected_greedy("hello")
         if reply != want:
             raise SystemExit(f"smoke: the TUI showed {reply!r}, expected {want!r}")
         print(f"smoke: installed localllm served a model and the TUI replied {reply!r}")
+        if (pulled, searched) != (f"hf.co/{HUB_REPO}:Q8_0", want):
+            raise SystemExit(f"smoke: the TUI's search pulled {pulled!r} and replied "
+                             f"{searched!r}, expected hf.co/{HUB_REPO}:Q8_0 and {want!r}")
+        print(f"smoke: the TUI searched the Hub, pulled {pulled} and it replied {searched!r}")
     return 0
 
 
