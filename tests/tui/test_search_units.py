@@ -1,9 +1,11 @@
-"""The search screen's text helpers (pure), the dry-run table, and the pull dialog's
-in-place errors with the scripted daemon: a refusal offers ``f`` (and sends ``force: true``),
-any other failure offers ``r``; hostile fields from the daemon never raise."""
+"""The search screen's text helpers (pure), the dry-run table, and with the scripted daemon:
+the pull dialog's in-place errors (a refusal offers ``f`` and sends ``force: true``, any
+other failure offers ``r``), searches replaced or left while running, quants already
+pulled; hostile fields from the daemon never raise."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -11,9 +13,11 @@ from pathlib import Path
 import httpx
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Label
+from textual.widgets import DataTable, Input, Label
 
+from localllm.tui.screens.models import ModelsScreen
 from localllm.tui.screens.pull import FAILED_HINT, REFUSED_HINT, PullScreen
+from localllm.tui.screens.search import SearchScreen
 from localllm.tui.screens.search_details import plan_rows
 from localllm.tui.search_format import (
     count,
@@ -25,7 +29,7 @@ from localllm.tui.search_format import (
     updated,
 )
 from tests.tui.conftest import run_app, wait_for
-from tests.tui.fakes import fake_app
+from tests.tui.fakes import fake_app, model_entry
 from tests.tui.search_fakes import QUANTS, REFUSAL, RESULTS, TOO_BIG, SearchFake
 
 
@@ -153,5 +157,75 @@ def test_another_failure_stays_in_place_and_r_tries_again(tmp_path: Path) -> Non
         await wait_for(lambda: app.screen is not pull)
         assert pull.failed is None and pull.status_lines[-1] == "success"
         assert [b["force"] for _, p, b in fake.requests if p == "/api/pull"] == [False, False]
+
+    run_app(app, scenario)
+
+
+class SlowSearch(SearchFake):
+    """A search that takes its time: long enough to leave or to search again."""
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/search":
+            await asyncio.sleep(1.0 if request.url.params["q"] == "slow" else 0)
+        return await super().handle(request)
+
+
+async def _search(pilot: Pilot[None], query: str) -> SearchScreen:
+    if not isinstance(pilot.app.screen, SearchScreen):
+        await pilot.press("ctrl+o")
+        await wait_for(lambda: isinstance(pilot.app.screen, ModelsScreen))
+        await pilot.press("s")
+        await wait_for(lambda: isinstance(pilot.app.screen, SearchScreen))
+    search = pilot.app.screen
+    assert isinstance(search, SearchScreen)
+    search.query_one("#query", Input).value = ""
+    search.action_focus_query()
+    await pilot.press(*query, "enter")
+    await pilot.pause()
+    return search
+
+
+def test_escape_leaves_a_running_search_and_a_new_search_replaces_one(tmp_path: Path) -> None:
+    fake = SlowSearch()
+    app = fake_app(tmp_path, fake)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        search = await _search(pilot, "slow")
+        assert search.searching and search.query_one("#repos").loading
+        await _search(pilot, "fast")  # replaces the slow one, whose answer never shows
+        await wait_for(lambda: not search.searching)
+        await asyncio.sleep(1.2)
+        await pilot.pause()
+        assert "for “fast”" in str(search.query_one("#note", Label).render())
+        await _search(pilot, "slow")
+        await pilot.press("escape")
+        await wait_for(lambda: isinstance(app.screen, ModelsScreen))
+        await asyncio.sleep(1.2)  # the cancelled search's answer finds no screen: no error
+        await pilot.pause()
+        assert isinstance(app.screen, ModelsScreen)
+
+    run_app(app, scenario)
+
+
+def test_a_quant_already_pulled_is_marked_and_picked_not_pulled_again(tmp_path: Path) -> None:
+    fake = SearchFake()
+    local = "hf.co/unsloth/Llama-3.2-1B-Instruct-GGUF:Q4_K_M"
+    fake.models.append(model_entry(local, 807_694_464, "Q4_K_M", "1.2B"))
+    app = fake_app(tmp_path, fake)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await pilot.press("ctrl+o")
+        models = app.screen
+        assert isinstance(models, ModelsScreen)
+        await wait_for(lambda: len(models.rows) == 3)
+        search = await _search(pilot, "llama")
+        await wait_for(lambda: bool(search.results))
+        await pilot.press("down", "enter")  # the second repo, then its quants
+        quants = search.query_one("#quants", DataTable)
+        assert app.focused is quants and str(quants.get_row_at(0)[4]) == "pulled"
+        await pilot.press("enter")
+        await wait_for(lambda: app.screen is models)
+        await wait_for(lambda: getattr(models.selected(), "name", None) == local)
+        assert not [p for _, p, _ in fake.requests if p == "/api/pull"]
 
     run_app(app, scenario)
