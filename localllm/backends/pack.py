@@ -245,8 +245,9 @@ def _tar(stage: Path, names: list[str], out: Path) -> None:
 
 def make(name: str, *, ggml_version: str, ggml_commit: str, out: Path | None = None,
          arch: str | None = None) -> Packed:
-    """Pack the installed plugin ``name`` for the core's ggml version into ``out`` (a file
-    or a folder; default: the working folder, under ``pack_name``)."""
+    """Pack the installed plugin ``name`` for the core's ggml version into ``out``: a file
+    named ``*.tar.gz``, else a folder, where it gets ``pack_name`` (default: the working
+    folder)."""
     backend = catalog.get(name)
     plugin = paths.backends() / ggml_version / backend.filename
     if not plugin.is_file():
@@ -284,12 +285,15 @@ def make(name: str, *, ggml_version: str, ggml_commit: str, out: Path | None = N
         }
         (stage / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         target = (out or Path.cwd()).expanduser()
-        if target.is_dir():
+        if target.is_dir() or not target.name.endswith(SUFFIX):  # a folder, maybe a new one
             target = target / pack_name(manifest)
-        tmp_out = Path(tmp) / "pack"
-        folders = [libs_folder(backend.name)] if carry else []
-        _tar(stage, [MANIFEST, *folders, *files], tmp_out)
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(tmp_out, target)
+        tmp_out = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        folders = [libs_folder(backend.name)] if carry else []
+        try:
+            _tar(stage, [MANIFEST, *folders, *files], tmp_out)
+            os.replace(tmp_out, target)  # never half a pack under the final name
+        finally:
+            tmp_out.unlink(missing_ok=True)
     return Packed(target, sha256_of(target), target.stat().st_size, manifest)
 
