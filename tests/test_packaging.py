@@ -44,6 +44,16 @@ def test_the_wheel_has_every_tracked_file_of_the_package(tmp_path: Path) -> None
     assert shipped == (REPO / "localllm/store/catalog.toml").read_bytes()
     families, _ = catalog.parse(shipped, "the wheel's catalogue")
     assert "library/llama3.2" in families and len(families) >= 40
+    # So is the table of plugin packs this release trusts (backends/install.py): without it
+    # every 'backends get' would need --trust.
+    import tomllib
+
+    assert "localllm/backends/trusted.toml" in tracked
+    with zipfile.ZipFile(wheel) as z:
+        table = z.read("localllm/backends/trusted.toml")
+    assert table == (REPO / "localllm/backends/trusted.toml").read_bytes()
+    packs = tomllib.loads(table.decode())["pack"]
+    assert isinstance(packs, list) and all(len(p["sha256"]) == 64 for p in packs)
     # The native module is built into it, next to the package.
     assert any(n.startswith("localllm/_native") and n.endswith((".so", ".pyd")) for n in names)
 
