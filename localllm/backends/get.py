@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from localllm import config, paths
 from localllm.backends import catalog
-from localllm.backends.install import MAX_BYTES, Core, Installed, check_trust, install, uncovered
+from localllm.backends.install import Installed, check_trust, install
+from localllm.backends.manifest import MAX_BYTES, Core, uncovered
 from localllm.backends.pack import SUFFIX, PackError
 from localllm.errors import ModelNotFound, PullError
 
@@ -137,7 +139,9 @@ def fetch_url(url: str, progress: Progress | None = None) -> Path:
 
     folder = paths.cache() / "packs"
     folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f".url-{os.getpid()}{SUFFIX}"
+    fd, name = tempfile.mkstemp(prefix=".url-", suffix=SUFFIX, dir=folder)
+    os.close(fd)
+    target = Path(name)
     done = 0
     try:
         with httpx.Client(follow_redirects=True, timeout=httpx.Timeout(30.0)) as client, \

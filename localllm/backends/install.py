@@ -3,12 +3,12 @@
 A pack's code runs in every runner, so nothing of it is used before three
 checks pass, in this order: the sha256 of the whole file is in the table this
 release ships (``trusted.toml``, package data) or is the one the user passed
-with ``--trust`` after seeing it; its manifest is for this platform, this
-core's ggml version and commit, and covers the GPU architectures here (each
-refusal says which and what to do instead); and, while it is unpacked, every
-member is a regular file or folder the manifest lists, with a safe name (the
-member checks of ``source``: no absolute or ``..`` names, no links, no
-devices), of the listed size and sha256.  The manifest must come first, so the
+with ``--trust`` after seeing it; its manifest is well formed and for this
+platform, this core's ggml version and commit, and the GPU architectures here
+(``manifest``: each refusal says why and what to do instead); and, while it is
+unpacked, every member is a regular file or folder the manifest lists, with a
+safe name (the member checks of ``source``: no absolute or ``..`` names, no
+links, no devices), of the listed size and sha256.  The manifest must come first, so the
 file is read once, as a stream.
 
 Installing is all or nothing: the files land in a temporary folder inside the
@@ -22,61 +22,22 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tarfile
 import tomllib
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib.resources import files as package_files
 from pathlib import Path
 from typing import IO, Any
 
 from localllm import paths
-from localllm.backends import catalog, source, trust
-from localllm.backends.pack import (
-    FORMAT,
-    MANIFEST,
-    PackError,
-    check_archs,
-    libs_folder,
-    platform_tag,
-    record_path,
-)
-from localllm.errors import LocalLLMError
+from localllm.backends import source, trust
+from localllm.backends.manifest import Core, check_fits, check_manifest
+from localllm.backends.pack import MANIFEST, PackError, record_path
 from localllm.store.blobs import atomic_write_bytes
 
 MAX_MANIFEST = 1 << 20
-MAX_FILES = 64
-MAX_BYTES = 16 << 30  # all files together, unpacked
-_SHA = re.compile(r"[0-9a-f]{64}")
-_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")
-
-
-@dataclass(frozen=True)
-class Core:
-    """What a pack must fit: this core's ggml, this platform, the GPUs here."""
-
-    ggml_version: str
-    ggml_commit: str = ""
-    archs: list[str] | None = None  # GPU architectures (--arch); None: ask the drivers
-    platform: str = field(default_factory=platform_tag)
-
-    def archs_for(self, backend: str) -> list[str]:
-        return self.archs if self.archs is not None else machine_archs(backend)
-
-
-def machine_archs(backend: str) -> list[str]:
-    """The architectures of this machine's GPUs for ``backend`` (cuda, rocm), else []."""
-    from localllm.backends.toolkit import cuda_archs
-    from localllm.hardware.probes import run_tool
-
-    if backend == "cuda":
-        return cuda_archs(run_tool(["nvidia-smi", "--query-gpu=compute_cap",
-                                    "--format=csv,noheader"]) or "")
-    if backend == "rocm":
-        return sorted(set(re.findall(r"\bgfx[0-9a-f]+\b", run_tool(["rocminfo"]) or "")))
-    return []
 
 
 @dataclass(frozen=True)
@@ -108,100 +69,6 @@ def check_trust(sha256: str, trust_arg: str | None, where: str) -> str:
     raise PackError(f"{where} has sha256 {sha256}, which is not in this localllm's table of "
                     "known packs. A plugin runs with your rights: install it only if you "
                     f"know where it comes from, with --trust {sha256}")
-
-
-def uncovered(backend: str, pack_archs: list[str], here: list[str]) -> list[str]:
-    """The GPU architectures ``here`` that a pack built for ``pack_archs`` cannot run on.
-
-    CUDA: an architecture runs its own machine code ("90" or "90-real"), or the PTX
-    of an older plain one ("80" or "80-virtual") compiled at load; "90a" only on 90.
-    """
-    if backend not in ("cuda", "rocm"):
-        return []
-    if backend == "rocm":
-        return [a for a in here if a not in {p.split(":")[0] for p in pack_archs}]
-    out = []
-    for gpu in here:
-        ok = False
-        for a in pack_archs:
-            base, _, kind = a.partition("-")
-            if kind != "virtual" and base == gpu:
-                ok = True
-            elif kind != "real" and base.isdigit() and gpu.isdigit() and int(base) <= int(gpu):
-                ok = True
-        if not ok:
-            out.append(gpu)
-    return out
-
-
-def _refuse(manifest: dict[str, Any], why: str) -> PackError:
-    return PackError(f"this {manifest.get('backend', '?')} pack does not fit: {why}; nothing was "
-                     "installed")
-
-
-def check_manifest(m: Any) -> dict[str, Any]:
-    """``m`` if it is a well-formed manifest, else ``PackError`` naming the fault."""
-    if not isinstance(m, dict) or m.get("format") != FORMAT:
-        fmt = m.get("format") if isinstance(m, dict) else None
-        raise PackError(f"the pack's manifest is format {fmt!r}; this localllm reads format "
-                        f"{FORMAT} (a newer localllm made it?)")
-    try:
-        backend = catalog.get(str(m["backend"]))
-        strings = [m[k] for k in ("plugin", "ggml_version", "ggml_commit", "toolkit",
-                                  "platform", "libs_folder")]
-        if not all(isinstance(s, str) for s in strings) or m["plugin"] != backend.filename \
-                or m["libs_folder"] != libs_folder(backend.name):
-            raise PackError("its plugin or libraries folder is misnamed")
-        archs = m["architectures"]
-        if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
-            raise PackError("architectures is not a list of names")
-        check_archs(backend.name, archs)
-        listed = m["files"]
-        if not isinstance(listed, dict) or m["plugin"] not in listed or \
-                len(listed) > MAX_FILES:
-            raise PackError("its file list does not hold the plugin")
-        total = 0
-        for name, entry in listed.items():
-            parts = name.split("/")
-            lib = len(parts) == 2 and parts[0] == m["libs_folder"] and _FILE.fullmatch(parts[1])
-            if name != m["plugin"] and not lib:
-                raise PackError(f"it lists a file outside its folders: {name!r}")
-            if not (isinstance(entry, dict) and isinstance(entry.get("sha256"), str)
-                    and _SHA.fullmatch(entry["sha256"]) and isinstance(entry.get("size"), int)
-                    and entry["size"] >= 0):
-                raise PackError(f"the entry of {name!r} has no sha256 and size")
-            total += entry["size"]
-        if total > MAX_BYTES:
-            raise PackError(f"its files add up to {total} bytes, more than {MAX_BYTES}")
-    except (KeyError, TypeError) as exc:
-        raise PackError(f"the pack's manifest is malformed ({exc})") from None
-    except LocalLLMError as exc:  # ours, or catalog.get's for an unknown backend
-        raise PackError(f"the pack's manifest is malformed: {exc}") from None
-    return m
-
-
-def check_fits(m: dict[str, Any], core: Core) -> None:
-    """``PackError`` with the reason when the pack is for another machine or core."""
-    if m["platform"] != core.platform:
-        raise _refuse(m, f"it is for {m['platform']}, this machine is {core.platform}")
-    if m["ggml_version"] != core.ggml_version:
-        raise _refuse(m, f"it is for ggml {m['ggml_version']}, but this localllm's core is ggml "
-                         f"{core.ggml_version or 'unknown'} (a plugin of another version is "
-                         f"refused at load). Get a pack for ggml {core.ggml_version}, or build "
-                         f"it: 'localllm backends build {m['backend']}'")
-    have, want = m["ggml_commit"], core.ggml_commit.removesuffix("-dirty")
-    if have and want and not (have.startswith(want) or want.startswith(have)):
-        raise _refuse(m, f"it was built from ggml commit {have}, the core from {want}: the "
-                         "same version number, other code. Build it here instead")
-    archs = core.archs_for(m["backend"])
-    if m["backend"] in ("cuda", "rocm") and not archs:
-        raise _refuse(m, "no GPU of this machine answered, so its architecture is unknown: "
-                         "pass --arch (e.g. --arch 90 for an H100)")
-    missing = uncovered(m["backend"], m["architectures"], archs)
-    if missing:
-        raise _refuse(m, f"it is built for {', '.join(m['architectures'])}, but this "
-                         f"machine's GPUs are {', '.join(archs)} ({', '.join(missing)} "
-                         "not covered)")
 
 
 def _read_manifest(tar: tarfile.TarFile, where: str) -> tuple[dict[str, Any], tarfile.TarInfo]:

@@ -45,7 +45,7 @@ def register(verbs: Any) -> None:
 
 
 def _core(args: argparse.Namespace) -> Any:
-    from localllm.backends.install import Core
+    from localllm.backends.manifest import Core
     from localllm.hardware.detect import detect
 
     hw = detect(refresh=True)
@@ -67,6 +67,11 @@ def _progress() -> Any:
         sys.stderr.flush()
 
     return show
+
+
+def _end_progress() -> None:
+    if sys.stderr.isatty():  # the progress line was rewritten in place: end it
+        sys.stderr.write("\n")
 
 
 def run_pack(args: argparse.Namespace) -> int:
@@ -115,7 +120,10 @@ def run_install(args: argparse.Namespace) -> int:
 
     core = _core(args)
     if args.pack.startswith(("http://", "https://")):
-        path = fetch_url(args.pack, _progress())
+        try:
+            path = fetch_url(args.pack, _progress())
+        finally:
+            _end_progress()
         try:
             done = install(path, core, trust_arg=args.trust, origin=args.pack)
         finally:
@@ -135,6 +143,9 @@ def run_get(args: argparse.Namespace) -> int:
     def notice(text: str) -> None:
         sys.stderr.write(f"{text[0].upper()}{text[1:]}\n")
 
-    done = get(args.name, _core(args), repo=args.repo, trust_arg=args.trust,
-               progress=_progress(), notice=notice)
+    try:
+        done = get(args.name, _core(args), repo=args.repo, trust_arg=args.trust,
+                   progress=_progress(), notice=notice)
+    finally:
+        _end_progress()
     return _loaded(done)

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from localllm.backends import install, pack
+from localllm.backends import install, manifest, pack
 
 COMMIT = "0c1e570"
 
@@ -105,6 +105,6 @@ def trust_only(monkeypatch: pytest.MonkeyPatch, *hashes: str) -> None:
     monkeypatch.setattr(install, "trusted_table", lambda: {h: "test pack" for h in hashes})
 
 
-def core(version: str, **over: Any) -> install.Core:
-    return install.Core(**{"ggml_version": version, "ggml_commit": COMMIT, "archs": [],
+def core(version: str, **over: Any) -> manifest.Core:
+    return manifest.Core(**{"ggml_version": version, "ggml_commit": COMMIT, "archs": [],
                            **over})

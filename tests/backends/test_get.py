@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,7 @@ import pytest
 
 from localllm.backends import get, install, installed, pack
 from localllm.backends.pack import PackError
-from localllm.errors import DigestMismatch
+from localllm.errors import DigestMismatch, PullError
 from localllm.store import download
 from tests.backends.packs import (
     Member,
@@ -204,3 +205,19 @@ def test_the_command_gets_and_loads_it(hub: HubStub, rpc_backends: Path, tmp_pat
     row = {r["name"]: r for r in json.loads(out.stdout)}["rpc"]
     assert row["loaded"] and row["pack"].startswith(f"hf.co/{REPO_ID}/packs/{p.path.name}")
     assert install.trusted_table() == {}  # what the release ships: nothing yet
+
+
+def test_install_takes_a_url_too(hub: HubStub, packed: tuple[Path, str, pack.Packed],
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    root, version, p = packed
+    publish(hub, p.path.name, p.path)
+    url = f"{hub.url}/{REPO_ID}/resolve/main/packs/{p.path.name}"
+    path = get.fetch_url(url)
+    trust_only(monkeypatch)
+    with pytest.raises(PackError, match=f"{re.escape(url)} has sha256 {p.sha256}, which is not"):
+        install.install(path, core(version), origin=url)
+    done = install.install(path, core(version), origin=url, trust_arg=p.sha256)
+    assert done.plugin == root / version / "libggml-rpc.so"
+    with pytest.raises(PullError, match="answered 404"):
+        get.fetch_url(url + ".missing")
+    assert [f.name for f in path.parent.iterdir()] == [path.name]  # the failed one is gone

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from localllm.backends import elf, install, installed, pack
+from localllm.backends import elf, install, installed, manifest, pack
 from localllm.backends.pack import PackError
 from tests.backends.packs import (
     Member,
@@ -200,11 +200,13 @@ def test_a_backends_folder_others_can_write_is_refused_before_anything_is_rename
 
 
 def test_architectures_a_cuda_pack_covers() -> None:
-    assert install.uncovered("cuda", ["90-real"], ["90"]) == []
-    assert install.uncovered("cuda", ["90-real"], ["89", "90"]) == ["89"]
-    assert install.uncovered("cuda", ["80"], ["90"]) == []  # PTX of 80, compiled at load
-    assert install.uncovered("cuda", ["80-real"], ["90"]) == ["90"]
-    assert install.uncovered("cuda", ["90a"], ["100"]) == ["100"]
-    assert install.uncovered("cuda", ["100-virtual"], ["90"]) == ["90"]
-    assert install.uncovered("rocm", ["gfx1100"], ["gfx1100", "gfx90a"]) == ["gfx90a"]
-    assert install.uncovered("rpc", [], ["90"]) == []
+    assert manifest.uncovered("cuda", ["90-real"], ["90"]) == []
+    assert manifest.uncovered("cuda", ["90-real"], ["89", "90"]) == ["89"]
+    assert manifest.uncovered("cuda", ["80"], ["90"]) == []  # PTX of 80, compiled at load
+    assert manifest.uncovered("cuda", ["80-real"], ["90"]) == ["90"]
+    assert manifest.uncovered("cuda", ["90a"], ["100"]) == ["100"]
+    assert manifest.uncovered("cuda", ["90a-real"], ["90"]) == []
+    assert manifest.uncovered("cuda", ["100f"], ["103", "120"]) == ["120"]
+    assert manifest.uncovered("cuda", ["100-virtual"], ["90"]) == ["90"]
+    assert manifest.uncovered("rocm", ["gfx1100"], ["gfx1100", "gfx90a"]) == ["gfx90a"]
+    assert manifest.uncovered("rpc", [], ["90"]) == []

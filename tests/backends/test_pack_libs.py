@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from localllm.backends import elf, install, pack
+from localllm.backends import elf, install, manifest, pack
 from localllm.backends.pack import PackError
 
 VERSION = "9.9.9"
@@ -90,11 +90,11 @@ def test_the_pack_carries_the_toolkit_libraries_and_loads_without_the_toolkit(
     monkeypatch.setattr(install, "trusted_table", lambda: {packed.sha256: "t"})
     with pytest.raises(PackError, match=r"built for 90-real, but this machine's GPUs are "
                                         r"89 \(89 not covered\)"):
-        install.install(packed.path, install.Core(VERSION, "abc1234", ["89"]))
+        install.install(packed.path, manifest.Core(VERSION, "abc1234", ["89"]))
     with pytest.raises(PackError, match=r"no GPU of this machine answered.*--arch"):
-        install.install(packed.path, install.Core(VERSION, "abc1234", []))
+        install.install(packed.path, manifest.Core(VERSION, "abc1234", []))
     assert not plugin.exists()
-    done = install.install(packed.path, install.Core(VERSION, "abc1234-dirty", ["90"]))
+    done = install.install(packed.path, manifest.Core(VERSION, "abc1234-dirty", ["90"]))
     answer, where = loads(done.plugin).split()
     assert answer == "42" and where == str(plugin.parent / "cuda-libs" / "libcublas.so.99")
 
