@@ -228,7 +228,8 @@ def _stage(plugin: Path, carry: dict[str, Path], backend: str, stage: Path) -> N
 def _tar(stage: Path, names: list[str], out: Path) -> None:
     """A deterministic tar.gz of ``names`` (files and folders below ``stage``) at ``out``."""
     with open(out, "wb") as raw, \
-            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz, \
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0,
+                          compresslevel=6) as gz, \
             tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name in names:
             path = stage / name

@@ -132,6 +132,23 @@ def test_a_download_cut_short_resumes_where_it_stopped(
     assert ranges == [f"bytes={p.size // 3}-"]
 
 
+def test_a_get_that_gave_up_resumes_next_time(
+        hub: HubStub, packed: tuple[Path, str, pack.Packed],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    root, version, p = packed
+    publish(hub, p.path.name, p.path)
+    hub.cut_once[f"packs/{p.path.name}"] = 1000
+    trust_only(monkeypatch, p.sha256)
+    monkeypatch.setattr(download, "RETRIES", 0)
+    with pytest.raises(PullError, match="giving up"):
+        get.get("rpc", core(version))
+    assert not list(root.rglob("*.so"))
+    partial = Path(os.environ["LOCALLLM_CACHE"]) / "packs" / f"sha256-{p.sha256}-partial"
+    assert partial.stat().st_size == 1000
+    assert get.get("rpc", core(version)).plugin.is_file()
+    assert [r.range for r in hub.requests if r.path.endswith(p.sha256)][-1] == "bytes=1000-"
+
+
 def test_a_published_pack_that_is_truncated_installs_nothing(
         hub: HubStub, packed: tuple[Path, str, pack.Packed],
         monkeypatch: pytest.MonkeyPatch) -> None:

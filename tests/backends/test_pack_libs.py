@@ -44,7 +44,7 @@ def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     cc(kit / "libcublasLt.so.99", "int lt(void) { return 40; }", "-Wl,-soname,libcublasLt.so.99")
     cc(kit / "libcublas.so.99", "extern int lt(void); int blas(void) { return lt() + 2; }",
        "-Wl,-soname,libcublas.so.99", f"-L{kit}", "-l:libcublasLt.so.99",
-       "-Wl,-rpath,$ORIGIN", "-Wl,--enable-new-dtags")
+       "-Wl,-rpath,$ORIGIN", "-Wl,--disable-new-dtags")  # DT_RPATH, as NVIDIA's wheels
     tree = tmp_path / "cache" / "build" / VERSION / "cuda"
     (tree / "bin").mkdir(parents=True)
     built = cc(tree / "bin" / "libggml-cuda.so",
