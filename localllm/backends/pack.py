@@ -131,6 +131,8 @@ def build_facts(backend: catalog.Backend, ggml_version: str, plugin_sha: str
             ident = re.search(rf'set\(CMAKE_{lang}_COMPILER_ID "([^"]*)"\)', body)
             ver = re.search(rf'set\(CMAKE_{lang}_COMPILER_VERSION "([^"]*)"\)', body)
             toolkit = " ".join(m.group(1) for m in (ident, ver) if m and m.group(1))
+            if lang == "CUDA" and ver:  # nvcc's version is the CUDA toolkit's
+                toolkit = f"CUDA {ver.group(1)} (nvcc)"
         try:
             return check_archs(backend.name, archs), toolkit
         except PackError:

@@ -77,7 +77,7 @@ def test_the_pack_carries_the_toolkit_libraries_and_loads_without_the_toolkit(
     packed = pack.make("cuda", ggml_version=VERSION, ggml_commit="abc1234", out=tmp_path)
     m = packed.manifest
     assert packed.path.name == f"cuda-ggml{VERSION}-{pack.platform_tag()}-sm90.tar.gz"
-    assert m["architectures"] == ["90-real"] and m["toolkit"] == "NVIDIA 13.0.88"
+    assert m["architectures"] == ["90-real"] and m["toolkit"] == "CUDA 13.0.88 (nvcc)"
     assert set(m["files"]) == {"libggml-cuda.so", "cuda-libs/libcublas.so.99",
                                "cuda-libs/libcublasLt.so.99"}
     with tarfile.open(packed.path) as tar:
