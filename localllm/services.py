@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from localllm.api.wire import Details, Draft, ShowResponse, TagsEntry
 from localllm.store.local import PartialsReport, Store
 from localllm.store.manifests import MEDIA_DRAFT, MEDIA_LICENSE, Entry
 from localllm.store.names import ModelName, parse_digest, parse_name
@@ -24,11 +25,14 @@ from localllm.store.ollama_import import ImportReport
 from localllm.store.ollama_store import Found
 
 if TYPE_CHECKING:
+    from localllm.gguf_info import ModelInfo
     from localllm.services_hub import Machine
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[dict[str, Any]], None]
+# Where progress events go (a route's NDJSON stream): it takes any JSON object, so it
+# can be handed on to the store's pulls as well as to services_hub's typed events.
+Progress = Callable[[Mapping[str, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,27 @@ def format_parameters(params: dict[str, Any]) -> str:
         for item in value if isinstance(value, list) else [value]:
             lines.append(f"{key:<30} {_param_value(item)}")
     return "\n".join(lines)
+
+
+def model_details(info: ModelInfo | None = None, config: Mapping[str, Any] | None = None,
+                  *, brief: bool = False) -> Details:
+    """A model's ``details``: the config layer's values (``config``) first, the GGUF
+    header's (``info``) where the config says nothing.  ``brief``: without
+    ``parent_model`` and ``families``, as a draft model or a Hub file is described."""
+    cfg = config or {}
+    family = str(cfg.get("model_family") or "") or (info.architecture if info else "")
+    size = str(cfg.get("model_type") or "") or (info.parameter_size if info else "")
+    quant = str(cfg.get("file_type") or "") or (info.file_type if info else "")
+    fmt = str(cfg.get("model_format") or "gguf")
+    if brief:
+        return {"format": fmt, "family": family, "parameter_size": size,
+                "quantization_level": quant}
+    listed = cfg.get("model_families")
+    families = [str(f) for f in listed] if isinstance(listed, list) else None
+    if info is not None:  # a header read: it names the family when the config does not
+        families = families or [info.architecture]
+    return {"parent_model": "", "format": fmt, "family": family, "families": families,
+            "parameter_size": size, "quantization_level": quant}
 
 
 def _param_value(value: Any) -> str:
@@ -114,20 +139,11 @@ class ModelService:
         self.unload = unload
 
     # -- reading -------------------------------------------------------------
-    def details(self, entry: Entry) -> dict[str, Any]:
-        cfg = self.store.config_json(entry)
-        families = cfg.get("model_families")
-        return {
-            "parent_model": "",
-            "format": str(cfg.get("model_format") or "gguf"),
-            "family": str(cfg.get("model_family") or ""),
-            "families": [str(f) for f in families] if isinstance(families, list) else None,
-            "parameter_size": str(cfg.get("model_type") or ""),
-            "quantization_level": str(cfg.get("file_type") or ""),
-        }
+    def details(self, entry: Entry) -> Details:
+        return model_details(None, self.store.config_json(entry))
 
-    def list_models(self) -> list[dict[str, Any]]:
-        out = []
+    def list_models(self) -> list[TagsEntry]:
+        out: list[TagsEntry] = []
         for entry in self.store.list():
             display = entry.name.display
             out.append({
@@ -140,14 +156,15 @@ class ModelService:
             })
         return out
 
-    def show(self, model: str, *, verbose: bool = False) -> dict[str, Any]:
+    def show(self, model: str, *, verbose: bool = False) -> ShowResponse:
         # One writer for Modelfiles (the parser's twin), so the text round-trips through create.
         from localllm.modelfile.show import modelfile_text
 
         name = parse_name(model)
         entry = self.store.get(name)
         info = self._model_info(entry)
-        details = self.details(entry)
+        # Manifests written without a rich config still get useful details (the header's).
+        details = model_details(info, self.store.config_json(entry))
         model_info: dict[str, Any] = {}
         chat_template = ""
         embedding = False
@@ -157,11 +174,6 @@ class ModelService:
             model_info.setdefault("general.parameter_count", info.parameter_count)
             chat_template = info.chat_template or ""
             embedding = info.pooling_type is not None
-            # Manifests written without a rich config still get useful details.
-            details["family"] = details["family"] or info.architecture
-            details["families"] = details["families"] or [info.architecture]
-            details["parameter_size"] = details["parameter_size"] or info.parameter_size
-            details["quantization_level"] = details["quantization_level"] or info.file_type
         template = self.store.template(entry) or chat_template
         system = self.store.system(entry) or ""
         params = self.store.params(entry)
@@ -170,7 +182,7 @@ class ModelService:
             for layer in entry.manifest.by_type(MEDIA_LICENSE)
         ]
         projector_info = self._projector_info(entry)
-        out: dict[str, Any] = {
+        out: ShowResponse = {
             "modelfile": modelfile_text(self.store, entry),
             "parameters": format_parameters(params),
             "template": template,
@@ -193,7 +205,7 @@ class ModelService:
             out["draft"] = draft
         return out
 
-    def _draft(self, entry: Entry) -> dict[str, Any] | None:
+    def _draft(self, entry: Entry) -> Draft | None:
         """The draft model (Modelfile ``DRAFT``; ours): its blob and, from its GGUF
         header, the details ``/api/show`` gives for a model."""
         from localllm.errors import InvalidModelFile
@@ -202,16 +214,13 @@ class ModelService:
         layer = entry.manifest.first(MEDIA_DRAFT)
         if layer is None:
             return None
-        details = {"format": "gguf", "family": "", "parameter_size": "",
-                   "quantization_level": ""}
+        info: ModelInfo | None = None
         try:
             info = read_model_info(self.store.blobs.path(layer.digest))
         except (InvalidModelFile, OSError) as exc:
             log.warning("%s: draft model not readable: %s", entry.name.display, exc)
-        else:
-            details.update(family=info.architecture, parameter_size=info.parameter_size,
-                           quantization_level=info.file_type)
-        return {"digest": layer.digest, "size": layer.size, "details": details}
+        return {"digest": layer.digest, "size": layer.size,
+                "details": model_details(info, brief=True)}
 
     def _projector_info(self, entry: Entry) -> dict[str, Any] | None:
         """The projector's GGUF key/values (Ollama's ``projector_info``), or None when the
@@ -230,7 +239,7 @@ class ModelService:
             return None
         return {k: _jsonable(v) for k, v in kv.items()}
 
-    def _model_info(self, entry: Entry) -> Any:
+    def _model_info(self, entry: Entry) -> ModelInfo:
         from localllm.gguf_info import read_model_info_split  # one shard or several
 
         return read_model_info_split(self.store.model_paths(entry))
@@ -321,7 +330,8 @@ class ModelService:
 
     def import_ollama(self, source: Path | None, *, models: Iterable[str] = (),
                       copy: bool = False, dry_run: bool = False, force: bool = False,
-                      progress: Progress | None = None) -> ImportReport:
+                      progress: Callable[[dict[str, Any]], None] | None = None
+                      ) -> ImportReport:
         """Bring in the models of an Ollama store (``localllm import ollama``): ``source``,
         else Ollama's own folder; only ``models`` when given.  Blobs are hard-linked where
         they can be, else copied (``copy``: always), and verified either way; see

@@ -24,17 +24,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from localllm.api.wire import DryRun, FileSize, ProgressEvent
 from localllm.errors import InvalidModelFile, LocalLLMError, PullError
 from localllm.gguf_info import ModelInfo
 from localllm.hardware.detect import Device
 from localllm.scheduler.fit import Fit, assess, describe, reclaimed, scaled, unknown
 from localllm.scheduler.planner import LoadPlan, PlanOptions
+from localllm.services import model_details
 from localllm.store import hub, remote
 from localllm.store import search as hub_search
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[dict[str, Any]], None]
+Progress = Callable[[ProgressEvent], None]
 MAX_TEMPLATE_PARSE = 64 << 10  # larger templates are judged by their text (render cap too)
 MAX_INFO_TEXT = 4096  # longer header strings stay out of a dry run's model_info
 
@@ -111,11 +113,12 @@ def capabilities(template: str, *, embedding: bool, vision: bool) -> list[str]:
     return [*caps, "vision"] if vision else caps
 
 
-def dry_run_result(name: str, plan: RemotePlan) -> dict[str, Any]:
+def dry_run_result(name: str, plan: RemotePlan) -> DryRun:
     """The last event of a dry-run pull: the files, the model and the fit."""
     info, choice = plan.info, plan.choice
-    files = [{"file": f.path, "size": f.size} for f in choice.files]
-    proj = {"file": plan.projector.path, "size": plan.projector.size} if plan.projector else None
+    files: list[FileSize] = [{"file": f.path, "size": f.size} for f in choice.files]
+    proj: FileSize | None = ({"file": plan.projector.path, "size": plan.projector.size}
+                             if plan.projector else None)
     size = sum(f.size for f in choice.files) + (plan.projector.size if plan.projector else 0)
     # The header's scalar keys, as show's model_info; long texts (a licence) left out.
     kv = {k: v for k, v in info.kv.items()
@@ -125,9 +128,7 @@ def dry_run_result(name: str, plan: RemotePlan) -> dict[str, Any]:
         "status": "success", "dry_run": True, "model": name,
         "source": f"hf.co/{plan.repo_id}:{choice.label}", "files": files, "projector": proj,
         "size": size,
-        "details": {"format": "gguf", "family": info.architecture,
-                    "parameter_size": info.parameter_size,
-                    "quantization_level": info.file_type},
+        "details": model_details(info, brief=True),
         "model_info": kv, "context_length": info.context_length,
         "capabilities": capabilities(info.chat_template or "",
                                      embedding=info.pooling_type is not None,

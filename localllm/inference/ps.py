@@ -12,8 +12,8 @@ import math
 import re
 import time
 from datetime import UTC, datetime
-from typing import Any
 
+from localllm.api.wire import PsEntry
 from localllm.runner.resident import is_host
 from localllm.scheduler.scheduler import Loaded
 
@@ -22,7 +22,7 @@ def utc_rfc3339(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, UTC).isoformat().replace("+00:00", "Z")
 
 
-def ps_entry(model: Loaded) -> dict[str, Any]:
+def ps_entry(model: Loaded) -> PsEntry:
     placement = model.placement
     expires = model.expires_at
     if math.isinf(expires) and model.refcount == 0:

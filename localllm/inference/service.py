@@ -19,11 +19,13 @@ from typing import Any
 from localllm import config
 from localllm.api.options import ResolvedOptions, parse_keep_alive, resolve_options
 from localllm.api.speculation import require_draft
+from localllm.api.wire import PsEntry
 from localllm.errors import InvalidRequest
 from localllm.gguf_info import ModelInfo, read_model_info_split
 from localllm.inference.ps import ps_entry, utc_rfc3339
 from localllm.runner.messages import CompletionRequest, Done, LoadOptions, Piece
 from localllm.scheduler.scheduler import ModelSpec, Scheduler
+from localllm.services import model_details
 from localllm.store.local import Store
 from localllm.store.manifests import MEDIA_MESSAGES, Entry
 from localllm.store.names import parse_name
@@ -33,8 +35,6 @@ from localllm.template.select import render_prompt
 
 def now_rfc3339() -> str:
     return utc_rfc3339(time.time())
-
-
 
 
 @lru_cache(maxsize=64)
@@ -90,14 +90,6 @@ class InferenceService:
         projector = _projector(self.store.projector_path(entry))
         draft_path = self.store.draft_path(entry)
         draft = str(draft_path) if draft_path is not None else None
-        details = {
-            "parent_model": "",
-            "format": "gguf",
-            "family": info.architecture,
-            "families": [info.architecture],
-            "parameter_size": info.parameter_size,
-            "quantization_level": info.file_type,
-        }
         spec = ModelSpec(
             name=name.display,
             # The base weights (and projector, draft model) only: adapters are chosen per
@@ -108,7 +100,7 @@ class InferenceService:
             model_paths=paths,
             digest=entry.digest,
             info=info,
-            details=details,
+            details=model_details(info),
             adapters=tuple(str(p) for p in self.store.adapter_paths(entry)),
             projector=projector,  # the scheduler loads it next to the model
             draft=draft,  # and this one too
@@ -233,7 +225,7 @@ class InferenceService:
             vectors, n_tokens = await model.runner.embed(inputs, truncate)
         return vectors, n_tokens, waited
 
-    def ps(self) -> list[dict[str, Any]]:
+    def ps(self) -> list[PsEntry]:
         out = []
         models = sorted(self.scheduler.loaded(), key=lambda m: m.expires_at, reverse=True)
         for model in models:

@@ -26,7 +26,7 @@ from localllm.gguf_info import read_model_info
 from localllm.hardware.detect import Hardware, refresh_memory
 from localllm.hardware.rpc import endpoint_of
 from localllm.runner.messages import LoadOptions
-from localllm.scheduler.planner import LoadPlan, PlanOptions, fits_alongside
+from localllm.scheduler.planner import PlanOptions, fits_alongside
 from localllm.scheduler.projector import projector_cost
 from localllm.scheduler.scheduler import Loaded, ModelSpec, Placement, PlanFn
 
@@ -45,14 +45,14 @@ def make_plan_fn(hardware: Callable[[], Hardware] = refresh_memory) -> PlanFn:
                         w.endpoint, w.error)
         devices = [d for d in hw.devices
                    if (ep := endpoint_of(d.name)) is None or ep in ready]
-        loaded: list[LoadPlan] = [o.placement.plan for o in others
-                                  if isinstance(o.placement.plan, LoadPlan)]
+        loaded = [o.placement.plan for o in others if o.placement.plan is not None]
         extra: dict[str, Any] = {}
         if spec.projector:  # counted on the device the runner will load it on
             cost = projector_cost(spec.projector, opts.flash_attn != "off")
             extra = {"projector_weights": cost.weights, "projector_compute": cost.compute}
         if spec.draft:  # so is a draft model (scheduler/draft.py)
             extra["draft"] = spec.draft_info or read_model_info(spec.draft)
+        assert spec.info is not None, "a spec to place carries its header (see Target)"
         fits, plan = fits_alongside(spec.info, devices, PlanOptions.from_load(opts, **extra),
                                     loaded)
         reason = plan.reason

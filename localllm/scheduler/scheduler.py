@@ -21,11 +21,16 @@ import math
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from localllm.errors import RunnerCrashed, ServerBusy
 from localllm.runner.interface import Runner, StartRunner
 from localllm.runner.messages import LoadOptions
+
+if TYPE_CHECKING:  # types only: the scheduler runs on fakes without reading a GGUF
+    from localllm.api.wire import Details
+    from localllm.gguf_info import ModelInfo
+    from localllm.scheduler.planner import LoadPlan
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +48,13 @@ class ModelSpec:
     key: str
     model_paths: tuple[str, ...]
     digest: str = ""
-    info: Any = None  # ModelInfo, for the planner
-    details: dict[str, Any] = field(default_factory=dict)
+    info: ModelInfo | None = None  # the GGUF header, for the planner
+    # What /api/ps shows; empty for a spec made without a store entry (tests' fakes).
+    details: Details = field(default_factory=lambda: cast("Details", {}))
     adapters: tuple[str, ...] = ()  # LoRA adapter paths this model name applies
     projector: str | None = None  # vision projector (mmproj GGUF) path, from the manifest
     draft: str | None = None  # draft model (Modelfile DRAFT) GGUF path, from the manifest
-    draft_info: Any = None  # the draft's ModelInfo, for the planner
+    draft_info: ModelInfo | None = None  # the draft's header, for the planner
 
 
 @dataclass(frozen=True)
@@ -60,7 +66,7 @@ class Placement:
     size_vram: int = 0
     fits: bool = True  # fits next to the models passed in
     reason: str = ""
-    plan: Any = None  # the planner's LoadPlan, kept for the next placement decision
+    plan: LoadPlan | None = None  # the planner's answer, kept for the next placement decision
 
 
 # (spec, requested options, models that stay loaded) -> placement

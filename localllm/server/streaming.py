@@ -29,7 +29,7 @@ import asyncio
 import json
 import logging
 import threading
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from starlette.requests import Request
@@ -42,7 +42,8 @@ from localllm.server.middleware import internal_error
 log = logging.getLogger(__name__)
 
 NDJSON = "application/x-ndjson"
-Emit = Callable[[dict[str, Any]], None]
+JSONObject = Mapping[str, Any]  # an NDJSON line: any of api.wire's shapes, or a plain dict
+Emit = Callable[[JSONObject], None]
 Work = Callable[[Emit, threading.Event], Any]
 
 T = TypeVar("T")
@@ -161,7 +162,7 @@ def error_message(exc: BaseException) -> str:
 
 async def events_from_thread(
     work: Work, *, request: Request | None = None
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncIterator[JSONObject]:
     """Run ``work(emit, cancel)`` in a daemon thread and yield what it emits.
 
     An exception raised by ``work`` is re-raised here after the events before
@@ -178,7 +179,7 @@ async def events_from_thread(
         except RuntimeError:  # loop closed: nobody is listening any more
             cancel.set()
 
-    def emit(event: dict[str, Any]) -> None:
+    def emit(event: JSONObject) -> None:
         put(("event", event))
 
     def run() -> None:
@@ -209,12 +210,12 @@ async def events_from_thread(
         cancel.set()
 
 
-async def run_to_completion(work: Work) -> list[dict[str, Any]]:
+async def run_to_completion(work: Work) -> list[JSONObject]:
     """Run ``work`` in a thread and collect its events (for ``stream: false``)."""
     return [event async for event in events_from_thread(work)]
 
 
-async def _lines(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+async def _lines(events: AsyncIterator[JSONObject]) -> AsyncIterator[bytes]:
     try:
         async for event in events:
             yield ndjson_line(event)
@@ -243,7 +244,7 @@ async def first_of(items: AsyncGenerator[T, None]) -> T | None:
 
 
 async def ndjson_response(
-    events: AsyncIterator[dict[str, Any]], *, status_code: int = 200,
+    events: AsyncIterator[JSONObject], *, status_code: int = 200,
     request: Request | None = None,
 ) -> Response:
     """Stream ``events`` as NDJSON; with ``request``, its client leaving cancels them.
@@ -273,11 +274,11 @@ async def ndjson_response(
     return StreamingResponse(body(), status_code=status_code, media_type=NDJSON)
 
 
-async def progress_response(events: AsyncIterator[dict[str, Any]], stream: bool) -> Response:
+async def progress_response(events: AsyncIterator[JSONObject], stream: bool) -> Response:
     """A progress stream (pull, create) as NDJSON, or only its last status when not streaming."""
     if stream:
         return await ndjson_response(events)
-    last: dict[str, Any] = {"status": "success"}
+    last: JSONObject = {"status": "success"}
     async for event in events:
         last = event
     return JSONResponse(last)

@@ -1,0 +1,225 @@
+"""The shapes of Ollama's responses, as ``TypedDict``s: what the daemon sends and clients read.
+
+Requests are pydantic models (``api/schemas*.py``) because the daemon must
+check them; responses are built by the daemon itself, so they only need names
+that mypy can check at both ends: the producers (``inference/plan.py``,
+``inference/fold.py``, ``inference/ps.py``, ``services.py``,
+``services_hub.py``) return these, and the consumers (the compat stream
+classes, ``api/client.py``, ``cli/chatstream.py``, ``loadtest/protocols.py``)
+take them.  They are plain dicts at run time: this module imports nothing but
+``typing``, so a client that only lists models pays nothing for it.
+
+Field names are Ollama's (``/api/chat``, ``/api/generate``, ``/api/tags``,
+``/api/ps``, ``/api/show``, ``/api/pull``); a key Ollama leaves out when empty
+is ``NotRequired``.  Keys that are ours, not Ollama's, say so: clients ignore
+fields they do not know.  ``details`` is built in one place,
+:func:`localllm.services.model_details`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired, TypedDict, final
+
+# -- generation: /api/chat and /api/generate ---------------------------------------------
+
+
+class ToolCallFunction(TypedDict):
+    index: NotRequired[int]  # the call's position in the reply
+    name: str
+    arguments: dict[str, Any]  # an object, not a JSON string (unlike OpenAI's)
+
+
+class ToolCall(TypedDict):
+    """One entry of ``message.tool_calls``."""
+
+    id: NotRequired[str]
+    function: ToolCallFunction
+
+
+class TopLogprob(TypedDict):
+    token: str
+    logprob: float
+    bytes: NotRequired[list[int]]
+
+
+class Logprob(TypedDict):
+    """One generated token's log probability, with the ``top_logprobs`` alternatives."""
+
+    token: str
+    logprob: float
+    bytes: NotRequired[list[int]]
+    top_logprobs: NotRequired[list[TopLogprob]]
+
+
+class Message(TypedDict):
+    """The assistant's ``message`` in a ``/api/chat`` chunk (a delta while streaming)."""
+
+    role: str
+    content: str
+    thinking: NotRequired[str]
+    tool_calls: NotRequired[list[ToolCall]]
+
+
+class Metrics(TypedDict, total=False):
+    """What the last chunk (``done: true``) adds: why it ended, and times in nanoseconds."""
+
+    done_reason: str  # stop | length | load | unload
+    total_duration: int
+    load_duration: int
+    prompt_eval_count: int
+    prompt_eval_duration: int
+    eval_count: int
+    eval_duration: int
+    draft_count: int  # ours: tokens a draft model proposed (speculation on)
+    draft_accepted_count: int  # ours: how many of them were kept
+
+
+@final
+class ChatChunk(Metrics):
+    """One ``/api/chat`` stream line, or the folded ``stream: false`` answer."""
+
+    model: str
+    created_at: str
+    message: Message
+    done: bool
+    logprobs: NotRequired[list[Logprob]]
+    stop_sequence: NotRequired[str]  # ours: the stop string that ended the reply
+
+
+@final
+class GenerateChunk(Metrics):
+    """One ``/api/generate`` stream line, or the folded ``stream: false`` answer."""
+
+    model: str
+    created_at: str
+    response: str
+    thinking: NotRequired[str]
+    done: bool
+    logprobs: NotRequired[list[Logprob]]
+    context: NotRequired[list[int]]  # the conversation's tokens (legacy; not in raw mode)
+    stop_sequence: NotRequired[str]  # ours, as in ChatChunk
+
+
+Chunk = ChatChunk | GenerateChunk
+
+
+@final
+class StreamError(TypedDict):
+    """A failure after a stream began: one last line, under HTTP 200."""
+
+    error: str
+
+
+class EmbedResponse(TypedDict):
+    """``/api/embed``'s answer: one L2-normalised vector per input."""
+
+    model: str
+    embeddings: list[tuple[float, ...]]
+    total_duration: int
+    load_duration: int
+    prompt_eval_count: int
+
+
+# -- models: /api/tags, /api/ps, /api/show ------------------------------------------------
+
+
+class Details(TypedDict):
+    """A model's ``details``.  ``parent_model`` and ``families`` are absent from the
+    shorter form that describes a draft model or a Hub file (ours)."""
+
+    parent_model: NotRequired[str]
+    format: str
+    family: str
+    families: NotRequired[list[str] | None]
+    parameter_size: str
+    quantization_level: str
+
+
+class TagsEntry(TypedDict):
+    """One model of ``/api/tags``."""
+
+    name: str
+    model: str
+    modified_at: str
+    size: int
+    digest: str  # sha256 hex of the manifest, without the ``sha256:`` prefix
+    details: Details
+
+
+class PsEntry(TypedDict):
+    """One loaded model of ``/api/ps``."""
+
+    name: str
+    model: str
+    size: int  # bytes in RAM and VRAM
+    size_vram: int
+    digest: str
+    details: Details
+    expires_at: str
+    context_length: int
+    num_parallel: NotRequired[int]  # ours: requests served at once, each with context_length
+    devices: NotRequired[dict[str, int]]  # ours: bytes per place (a GPU, "CPU", an RPC worker)
+
+
+class Draft(TypedDict):
+    """Ours: the draft model of ``/api/show`` (Modelfile ``DRAFT``)."""
+
+    digest: str
+    size: int
+    details: Details
+
+
+class ShowResponse(TypedDict):
+    """``/api/show``'s answer."""
+
+    modelfile: str
+    parameters: str
+    template: str
+    system: str
+    license: str
+    details: Details
+    model_info: dict[str, Any]  # the GGUF header's key/values
+    capabilities: list[str]
+    modified_at: str
+    projector_info: NotRequired[dict[str, Any]]
+    origin: NotRequired[dict[str, Any]]  # ours: where a pulled model came from
+    draft: NotRequired[Draft]
+
+
+# -- progress: /api/pull and /api/create ---------------------------------------------------
+
+
+class Progress(TypedDict):
+    """One progress line of a pull or a create."""
+
+    status: str
+    digest: NotRequired[str]
+    total: NotRequired[int]
+    completed: NotRequired[int]
+
+
+class FileSize(TypedDict):
+    file: str
+    size: int
+
+
+class DryRun(TypedDict):
+    """Ours: the last line of a dry-run pull (``"dry_run": true``): the files, the model
+    and how it would load on the daemon's machine (``fit``: ``scheduler/fit.py``)."""
+
+    status: Literal["success"]
+    dry_run: Literal[True]
+    model: str
+    source: str
+    files: list[FileSize]
+    projector: FileSize | None
+    size: int
+    details: Details
+    model_info: dict[str, Any]
+    context_length: int
+    capabilities: list[str]
+    fit: dict[str, Any]
+    header_bytes: int
+
+
+ProgressEvent = Progress | DryRun
