@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from localllm.api.schemas_infer import ChatRequest, GenerateRequest
+from localllm.api.wire import ChatChunk, GenerateChunk
 from localllm.errors import InvalidRequest
 from localllm.grammar.tools import forced_tool_grammar
 from localllm.inference.images import (
@@ -40,7 +41,7 @@ def require_model(model: str) -> None:
 
 def chat_plan(svc: InferenceService, req: ChatRequest, *,
               forced_tools: list[dict[str, Any]] | None = None,
-              report_stop: bool = False) -> Plan:
+              report_stop: bool = False) -> Plan[ChatChunk]:
     """A ``/api/chat`` request as a plan (no ``messages``: a load-only one).
 
     ``forced_tools``: the model must call one of these (the converters' forced-tool
@@ -49,8 +50,8 @@ def chat_plan(svc: InferenceService, req: ChatRequest, *,
     """
     require_model(req.model)
     if not req.messages:
-        return Plan(svc, svc.target(req.model), req.model, True, "", req.options,
-                    req.keep_alive, load_only=True)
+        return Plan[ChatChunk](svc, svc.target(req.model), req.model, True, "", req.options,
+                               req.keep_alive, load_only=True)
     check_top_logprobs(req.top_logprobs)
     target = svc.target(req.model)
     think = think_flag(req.think)
@@ -72,16 +73,17 @@ def chat_plan(svc: InferenceService, req: ChatRequest, *,
         forced = forced_tool_grammar(forced_tools, target.info.chat_template or "")
         if forced is not None:
             grammar, family = forced
-    plan = Plan(svc, target, req.model, True, prompt, req.options, req.keep_alive,
-                grammar=grammar, logprobs=req.logprobs, top_logprobs=req.top_logprobs,
-                truncate=req.truncate, think=think, tools=tools, tool_family=family,
-                images=images, shift=req.shift, report_stop=report_stop)
+    plan = Plan[ChatChunk](
+        svc, target, req.model, True, prompt, req.options, req.keep_alive, grammar=grammar,
+        logprobs=req.logprobs, top_logprobs=req.top_logprobs, truncate=req.truncate,
+        think=think, tools=tools, tool_family=family, images=images, shift=req.shift,
+        report_stop=report_stop)
     plan.check()
     return plan
 
 
 def generate_plan(svc: InferenceService, req: GenerateRequest, *,
-                  load_if_empty: bool = True) -> Plan:
+                  load_if_empty: bool = True) -> Plan[GenerateChunk]:
     """A ``/api/generate`` request as a plan.
 
     With neither prompt, suffix nor images it is load-only, as Ollama's, unless
@@ -97,8 +99,8 @@ def generate_plan(svc: InferenceService, req: GenerateRequest, *,
         raise InvalidRequest(
             "per-request Go templates are not supported; the model's own chat template is used")
     if load_if_empty and not req.prompt and not req.suffix and not req.images:
-        return Plan(svc, target, req.model, False, "", req.options, req.keep_alive,
-                    load_only=True)
+        return Plan[GenerateChunk](svc, target, req.model, False, "", req.options,
+                                   req.keep_alive, load_only=True)
     think = think_flag(req.think)
     images = Images()
     text = req.prompt
@@ -123,11 +125,12 @@ def generate_plan(svc: InferenceService, req: GenerateRequest, *,
         prompt = svc.render(target, messages, think=req.think)
         if images:
             check_rendered(prompt, images)
-    plan = Plan(svc, target, req.model, False, prompt, req.options, req.keep_alive,
-                grammar=grammar_for(req.format), logprobs=req.logprobs,
-                top_logprobs=req.top_logprobs, truncate=req.truncate, think=think,
-                raw=req.raw, context=list(req.context) if req.context else None,
-                images=images, shift=req.shift, fim=fim)
+    plan = Plan[GenerateChunk](
+        svc, target, req.model, False, prompt, req.options, req.keep_alive,
+        grammar=grammar_for(req.format), logprobs=req.logprobs,
+        top_logprobs=req.top_logprobs, truncate=req.truncate, think=think, raw=req.raw,
+        context=list(req.context) if req.context else None, images=images, shift=req.shift,
+        fim=fim)
     plan.check()
     return plan
 

@@ -11,9 +11,9 @@ import asyncio
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from localllm.api.schemas_infer import EmbedRequest
+from localllm.api.wire import EmbedResponse
 from localllm.errors import InvalidRequest
 from localllm.inference.release import dismantle
 from localllm.inference.service import InferenceService, Target
@@ -36,7 +36,7 @@ def _normalise_all(box: list[Sequence[Sequence[float]]],
 
 
 async def embed_native(svc: InferenceService, req: EmbedRequest,
-                       target: Target) -> dict[str, Any]:
+                       target: Target) -> EmbedResponse:
     """``/api/embed``'s answer (also what ``/v1/embeddings`` converts), for the model
     ``req.model`` resolved as ``target``."""
     if req.dimensions is not None and req.dimensions <= 0:

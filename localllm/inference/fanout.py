@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 _END = object()
+T = TypeVar("T")  # a chunk: the native API's, whichever it is
 
 
-async def merge(streams: Sequence[AsyncGenerator[dict[str, Any], None]]
-                ) -> AsyncGenerator[tuple[int, dict[str, Any]], None]:
+async def merge(streams: Sequence[AsyncGenerator[T, None]]
+                ) -> AsyncGenerator[tuple[int, T], None]:
     """Yield ``(index, chunk)`` from all ``streams`` as they come; the first error is raised."""
     if len(streams) == 1:  # the common case needs no tasks
         try:
@@ -28,7 +29,7 @@ async def merge(streams: Sequence[AsyncGenerator[dict[str, Any], None]]
         return
     queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
 
-    async def drive(index: int, stream: AsyncGenerator[dict[str, Any], None]) -> None:
+    async def drive(index: int, stream: AsyncGenerator[T, None]) -> None:
         try:
             async for chunk in stream:
                 await queue.put((index, chunk))
@@ -56,10 +57,9 @@ async def merge(streams: Sequence[AsyncGenerator[dict[str, Any], None]]
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def gather(streams: Sequence[AsyncGenerator[dict[str, Any], None]]
-                 ) -> list[list[dict[str, Any]]]:
+async def gather(streams: Sequence[AsyncGenerator[T, None]]) -> list[list[T]]:
     """Every chunk of every stream, run concurrently, grouped by stream."""
-    out: list[list[dict[str, Any]]] = [[] for _ in streams]
+    out: list[list[T]] = [[] for _ in streams]
     async for index, chunk in merge(streams):
         out[index].append(chunk)
     return out

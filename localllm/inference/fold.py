@@ -9,56 +9,68 @@ thinking, tool calls and logprobs of every chunk before it gathered into it.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from typing import TypeVar, cast
+
+from localllm.api.wire import ChatChunk, Chunk, GenerateChunk, Logprob, Message, ToolCall
+
+C = TypeVar("C", bound=Chunk)
 
 
 class _Fold:
     def __init__(self, chat: bool) -> None:
         self.chat = chat
-        self.last: dict[str, Any] = {}
-        self.texts: dict[str, list[str]] = {"content": [], "thinking": []}
-        self.calls: list[Any] = []
-        self.logprobs: list[Any] = []
+        self.last: Chunk | None = None
+        self.content: list[str] = []
+        self.thinking: list[str] = []
+        self.calls: list[ToolCall] = []
+        self.logprobs: list[Logprob] = []
 
-    def add(self, chunk: dict[str, Any]) -> None:
-        body = chunk.get("message") if self.chat else chunk
-        assert isinstance(body, dict)
-        self.texts["content"].append(body.get("content" if self.chat else "response") or "")
-        self.texts["thinking"].append(body.get("thinking") or "")
-        self.calls.extend(body.get("tool_calls") or [])
+    def add(self, chunk: Chunk) -> None:
+        if "message" in chunk:  # /api/chat's
+            body: Message | GenerateChunk = chunk["message"]
+            self.content.append(chunk["message"].get("content") or "")
+        else:
+            body = chunk
+            self.content.append(chunk.get("response") or "")
+        self.thinking.append(body.get("thinking") or "")
+        if "tool_calls" in body:
+            self.calls.extend(body["tool_calls"] or [])
         self.logprobs.extend(chunk.get("logprobs") or [])
         self.last = chunk
 
-    def result(self) -> dict[str, Any]:
-        folded, texts = self.last, self.texts
+    def result(self) -> Chunk:
+        # No chunk at all (a run always ends with one): the texts on an empty object.
+        folded = self.last if self.last is not None else cast(Chunk, {})
+        content, thinking = "".join(self.content), "".join(self.thinking)
         if self.chat:
-            message: dict[str, Any] = {"role": "assistant",
-                                       "content": "".join(texts["content"])}
-            if any(texts["thinking"]):
-                message["thinking"] = "".join(texts["thinking"])
+            chat = cast(ChatChunk, folded)
+            message: Message = {"role": "assistant", "content": content}
+            if thinking:
+                message["thinking"] = thinking
             if self.calls:
                 message["tool_calls"] = self.calls
-            folded["message"] = message
+            chat["message"] = message
         else:
-            folded["response"] = "".join(texts["content"])
-            if any(texts["thinking"]):
-                folded["thinking"] = "".join(texts["thinking"])
+            generated = cast(GenerateChunk, folded)
+            generated["response"] = content
+            if thinking:
+                generated["thinking"] = thinking
         if self.logprobs:
             folded["logprobs"] = self.logprobs
         return folded
 
 
-async def fold(chunks: AsyncIterator[dict[str, Any]], chat: bool) -> dict[str, Any]:
+async def fold(chunks: AsyncIterator[C], chat: bool) -> C:
     """A stream of ``/api/chat`` (``chat``) or ``/api/generate`` chunks, folded."""
     into = _Fold(chat)
     async for chunk in chunks:
         into.add(chunk)
-    return into.result()
+    return cast(C, into.result())  # the last chunk, of the stream's own kind
 
 
-def fold_chunks(chunks: Iterable[dict[str, Any]], chat: bool) -> dict[str, Any]:
+def fold_chunks(chunks: Iterable[C], chat: bool) -> C:
     """Collected chunks, folded as :func:`fold` folds a stream."""
     into = _Fold(chat)
     for chunk in chunks:
         into.add(chunk)
-    return into.result()
+    return cast(C, into.result())

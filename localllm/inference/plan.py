@@ -19,33 +19,36 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar, cast
 
+from localllm.api.wire import Chunk, GenerateChunk, Message
 from localllm.inference.fanout import gather, merge
 from localllm.inference.fold import fold, fold_chunks
 from localllm.inference.images import Images
 from localllm.inference.service import InferenceService, Prepared, Target, now_rfc3339
-from localllm.inference.shaping import OutputShaper, chat_format
+from localllm.inference.shaping import OutputShaper, Parts, chat_format
 from localllm.runner.messages import Done, Piece
 from localllm.toolcalls import Family
 
 # Loads and unloads asked for by a request that has since gone: held until they finish.
 _SETTLING: set[asyncio.Task[str]] = set()
 
+# The chunks a plan yields: ChatChunk for /api/chat's plans, GenerateChunk for /api/generate's.
+C = TypeVar("C", bound=Chunk)
 
-def final_metrics(done: Done, prep: Prepared) -> dict[str, Any]:
-    metrics = {
-        "done_reason": "stop" if done.reason == "cancel" else done.reason,
-        "total_duration": prep.total_ns,
-        "load_duration": prep.load_ns,
-        "prompt_eval_count": done.prompt_tokens,
-        "prompt_eval_duration": done.prompt_eval_ns,
-        "eval_count": done.eval_count,
-        "eval_duration": done.eval_ns,
-    }
+
+def add_metrics(body: Chunk, done: Done, prep: Prepared) -> None:
+    """The last chunk's metrics (:class:`~localllm.api.wire.Metrics`), after ``done``."""
+    body["done_reason"] = "stop" if done.reason == "cancel" else done.reason
+    body["total_duration"] = prep.total_ns
+    body["load_duration"] = prep.load_ns
+    body["prompt_eval_count"] = done.prompt_tokens
+    body["prompt_eval_duration"] = done.prompt_eval_ns
+    body["eval_count"] = done.eval_count
+    body["eval_duration"] = done.eval_ns
     if done.drafted:  # speculation was on: how many drafted tokens were accepted
-        metrics.update(draft_count=done.drafted, draft_accepted_count=done.accepted)
-    return metrics
+        body["draft_count"] = done.drafted
+        body["draft_accepted_count"] = done.accepted
 
 
 class Fim(NamedTuple):
@@ -57,8 +60,11 @@ class Fim(NamedTuple):
 
 
 @dataclass
-class Plan:
-    """A validated request, ready to run any number of times (``n`` choices)."""
+class Plan(Generic[C]):
+    """A validated request, ready to run any number of times (``n`` choices).
+
+    ``Plan[ChatChunk]`` (``chat``) or ``Plan[GenerateChunk]``: the kind of chunk it yields.
+    """
 
     svc: InferenceService
     target: Target
@@ -87,21 +93,21 @@ class Plan:
 
     # -- what routes answer with -----------------------------------------------------
 
-    def run(self, index: int = 0) -> AsyncGenerator[dict[str, Any], None]:
+    def run(self, index: int = 0) -> AsyncGenerator[C, None]:
         """The Ollama-shaped chunks of choice ``index``."""
         if self.load_only:
             return self._load()
         return self._events(self.prepare(index))
 
-    def choices(self, n: int) -> AsyncGenerator[tuple[int, dict[str, Any]], None]:
+    def choices(self, n: int) -> AsyncGenerator[tuple[int, C], None]:
         """``(index, chunk)`` of ``n`` choices run at once, as their chunks come."""
         return merge([self.run(i) for i in range(n)])
 
-    async def result(self) -> dict[str, Any]:
+    async def result(self) -> C:
         """The run folded into the one object ``stream: false`` returns."""
         return await fold(self.run(), self.chat)
 
-    async def results(self, n: int) -> list[dict[str, Any]]:
+    async def results(self, n: int) -> list[C]:
         """``n`` choices run at once, each folded."""
         runs = await gather([self.run(i) for i in range(n)])
         return [fold_chunks(chunks, self.chat) for chunks in runs]
@@ -142,7 +148,7 @@ class Plan:
             self.prepare()
             self._checked = True
 
-    async def _events(self, prep: Prepared) -> AsyncGenerator[dict[str, Any], None]:
+    async def _events(self, prep: Prepared) -> AsyncGenerator[C, None]:
         if self.fim is not None:
             prep.completion.prompt = await self._fim_tokens(prep)
         if self.context and isinstance(self.prompt, str):
@@ -161,12 +167,12 @@ class Plan:
                     yield self._chunk(parts, False)
             elif isinstance(event, Done):
                 body = self._chunk(shaper.finish(), True)
-                body.update(final_metrics(event, prep))
+                add_metrics(body, event, prep)
                 if self.report_stop and event.stop:
                     body["stop_sequence"] = event.stop
                 if not self.chat and not prep.raw:
                     # Ollama returns the conversation's tokens (legacy ``context``), except raw.
-                    body["context"] = event.context
+                    cast(GenerateChunk, body)["context"] = event.context
                 yield body
 
     async def _fim_tokens(self, prep: Prepared) -> list[int]:
@@ -176,7 +182,7 @@ class Plan:
         suffix = await tokenize(self.target, self.fim.suffix, prep.load, prep.keep_alive)
         return [pre, *prefix, suf, *suffix, mid]
 
-    async def _load(self) -> AsyncGenerator[dict[str, Any], None]:
+    async def _load(self) -> AsyncGenerator[C, None]:
         # A load or unload, once asked for, finishes even if the client leaves meanwhile
         # (clients fire a preload and go; a half-done load would be wasted): the client's
         # leaving cancels this wait, not the task.
@@ -189,13 +195,15 @@ class Plan:
         body["done_reason"] = reason
         yield body
 
-    def _chunk(self, parts: dict[str, Any], done: bool) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "created_at": now_rfc3339()}
+    def _chunk(self, parts: Parts, done: bool) -> C:
+        # Built key by key, in the order Ollama's chunks have always had them on the wire.
+        body: dict[str, object] = {"model": self.model, "created_at": now_rfc3339()}
         if self.chat:
-            message: dict[str, Any] = {"role": "assistant", "content": parts.get("content", "")}
-            for key in ("thinking", "tool_calls"):
-                if parts.get(key):
-                    message[key] = parts[key]
+            message: Message = {"role": "assistant", "content": parts.get("content", "")}
+            if parts.get("thinking"):
+                message["thinking"] = parts["thinking"]
+            if parts.get("tool_calls"):
+                message["tool_calls"] = parts["tool_calls"]
             body["message"] = message
         else:
             body["response"] = parts.get("content", "")
@@ -204,7 +212,7 @@ class Plan:
         if parts.get("logprobs"):
             body["logprobs"] = parts["logprobs"]
         body["done"] = done
-        return body
+        return cast(C, body)  # a ChatChunk when ``chat``, else a GenerateChunk
 
 
 def _settled(task: asyncio.Task[str]) -> None:

@@ -10,13 +10,23 @@ formatted.  ``grammar_for`` turns a request's ``format`` into a GBNF grammar.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict, cast
 
+from localllm.api.wire import Logprob, ToolCall
 from localllm.errors import InvalidRequest
 from localllm.grammar.json_schema import grammar_for_format
 from localllm.inference.service import Target
 from localllm.runner.messages import Piece
 from localllm.toolcalls import ChatFormat, Family, Parsed, detect_format, format_named
+
+
+class Parts(TypedDict, total=False):
+    """What one piece (or the end) adds to the reply; a chunk is built from it."""
+
+    content: str
+    thinking: str
+    tool_calls: list[ToolCall]
+    logprobs: list[Logprob]
 
 
 def grammar_for(fmt: str | dict[str, Any] | None) -> str | None:
@@ -59,27 +69,28 @@ class OutputShaper:
         self._logprobs = logprobs
         self.tool_calls_seen = False
 
-    def feed(self, piece: Piece) -> dict[str, Any]:
-        parts: dict[str, Any] = {}
+    def feed(self, piece: Piece) -> Parts:
+        parts: Parts = {}
         text = piece.text
         if self._logprobs and piece.logprob is not None:
-            entry: dict[str, Any] = {"token": piece.text, "logprob": piece.logprob}
+            entry: Logprob = {"token": piece.text, "logprob": piece.logprob}
             if piece.top_logprobs:
                 entry["top_logprobs"] = [{"token": t, "logprob": lp}
                                          for t, lp in piece.top_logprobs]
             parts["logprobs"] = [entry]
         return self._split(text, parts, final=False)
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self) -> Parts:
         return self._split("", {}, final=True)
 
-    def _split(self, text: str, parts: dict[str, Any], *, final: bool) -> dict[str, Any]:
+    def _split(self, text: str, parts: Parts, *, final: bool) -> Parts:
         result: Parsed = self._parser.finish() if final else self._parser.feed(text)
         if result.thinking:
             parts["thinking"] = result.thinking
         if result.calls:
             self.tool_calls_seen = True
-            parts["tool_calls"] = [c.to_ollama() for c in result.calls]
+            # to_ollama() is the wire's ToolCall (toolcalls/ keeps to plain dicts).
+            parts["tool_calls"] = [cast(ToolCall, c.to_ollama()) for c in result.calls]
         if result.content:
             parts["content"] = result.content
         return parts if (parts or final) else {}

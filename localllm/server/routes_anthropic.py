@@ -23,6 +23,7 @@ from fastapi.responses import Response
 from pydantic import RootModel
 
 from localllm.api.schemas_infer import ChatRequest
+from localllm.api.wire import ChatChunk
 from localllm.compat.anthropic.request import MessagesConversion, messages_request_to_native
 from localllm.compat.anthropic.response import message_object
 from localllm.compat.anthropic.stream import MessageStream
@@ -38,14 +39,14 @@ Body = RootModel[Any]
 
 
 async def _plan(request: Request, *, count_only: bool = False
-                ) -> tuple[Plan, MessagesConversion]:
+                ) -> tuple[Plan[ChatChunk], MessagesConversion]:
     """The chat plan of this request's body, and its conversion."""
     body = (await parse_json(request, Body)).root
     return await offload(request, _build, inference_service(request), body, count_only)
 
 
 def _build(svc: InferenceService, body: Any, count_only: bool
-           ) -> tuple[Plan, MessagesConversion]:
+           ) -> tuple[Plan[ChatChunk], MessagesConversion]:
     """Convert, validate and plan (a worker thread's work: see ``deps.offload``)."""
     conv = messages_request_to_native(body, count_only=count_only)
     req = validate(ChatRequest, conv.native)

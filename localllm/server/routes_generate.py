@@ -12,6 +12,8 @@ releases the scheduler slot (see :mod:`localllm.server.streaming`).
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
@@ -21,6 +23,7 @@ from localllm.api.schemas_infer import (
     EmbedRequest,
     GenerateRequest,
 )
+from localllm.api.wire import Chunk
 from localllm.inference.build import chat_plan, generate_plan, require_model
 from localllm.inference.embed import embed_native
 from localllm.inference.plan import Plan
@@ -29,9 +32,10 @@ from localllm.server.jsonout import json_response, json_result
 from localllm.server.streaming import ndjson_response
 
 router = APIRouter()
+C = TypeVar("C", bound=Chunk)
 
 
-async def _respond(request: Request, plan: Plan, stream: bool) -> Response:
+async def _respond(request: Request, plan: Plan[C], stream: bool) -> Response:
     if stream:
         return await ndjson_response(plan.run(), request=request)
     return await json_result(request, plan.result())

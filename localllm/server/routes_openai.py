@@ -16,7 +16,6 @@ cancels every choice's generation (see :mod:`localllm.server.streaming`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -24,6 +23,7 @@ from fastapi.responses import Response
 from pydantic import RootModel
 
 from localllm.api.schemas_infer import ChatRequest, EmbedRequest, GenerateRequest
+from localllm.api.wire import ChatChunk, EmbedResponse, GenerateChunk
 from localllm.compat.frames import new_id
 from localllm.compat.openai.request import (
     ChatConversion,
@@ -59,7 +59,8 @@ async def _body(request: Request) -> dict[str, Any]:
     return (await parse_json(request, Body)).root
 
 
-def _chat_build(svc: InferenceService, body: dict[str, Any]) -> tuple[Plan, ChatConversion]:
+def _chat_build(svc: InferenceService, body: dict[str, Any]
+                ) -> tuple[Plan[ChatChunk], ChatConversion]:
     """Convert, validate and plan (a worker thread's work: see ``deps.offload``)."""
     conv = chat_request_to_native(body)
     if not conv.native["messages"]:
@@ -69,7 +70,7 @@ def _chat_build(svc: InferenceService, body: dict[str, Any]) -> tuple[Plan, Chat
 
 
 def _completion_build(svc: InferenceService, body: dict[str, Any]
-                      ) -> tuple[Plan, CompletionConversion]:
+                      ) -> tuple[Plan[GenerateChunk], CompletionConversion]:
     """Convert, validate and plan (a worker thread's work: see ``deps.offload``)."""
     conv = completion_request_to_native(body)
     req = validate(GenerateRequest, conv.native)
@@ -118,7 +119,7 @@ async def embeddings(request: Request) -> Response:
         request, _openai_embeddings, box, req.model, encoding))
 
 
-def _openai_embeddings(box: list[dict[str, Any]], model: str, encoding: str) -> dict[str, Any]:
+def _openai_embeddings(box: list[EmbedResponse], model: str, encoding: str) -> dict[str, Any]:
     native = box.pop()
     doc = embeddings_response(native, model, encoding)
     dismantle(native)  # rows packed as base64 are freed here a row at a time
@@ -127,8 +128,7 @@ def _openai_embeddings(box: list[dict[str, Any]], model: str, encoding: str) -> 
 
 @router.get("/v1/models")
 def list_models(request: Request) -> dict[str, Any]:
-    entries: list[Mapping[str, Any]] = list(model_service(request).list_models())
-    return models_list(entries)
+    return models_list(model_service(request).list_models())
 
 
 @router.get("/v1/models/{model:path}")

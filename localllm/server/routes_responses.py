@@ -25,6 +25,7 @@ from fastapi.responses import Response
 from pydantic import RootModel
 
 from localllm.api.schemas_infer import ChatRequest
+from localllm.api.wire import ChatChunk
 from localllm.compat.responses.request import ResponsesConversion, responses_request_to_native
 from localllm.compat.responses.stream import ResponsesStream, final_response
 from localllm.inference.build import chat_plan
@@ -38,7 +39,7 @@ router = APIRouter()
 Body = RootModel[Any]
 
 
-def _build(svc: InferenceService, body: Any) -> tuple[Plan, ResponsesConversion]:
+def _build(svc: InferenceService, body: Any) -> tuple[Plan[ChatChunk], ResponsesConversion]:
     """Convert, validate and plan (a worker thread's work: see ``deps.offload``)."""
     conv = responses_request_to_native(body)
     req = validate(ChatRequest, conv.native)

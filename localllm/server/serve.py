@@ -30,6 +30,7 @@ from localllm.errors import LocalLLMError
 from localllm.server.security import is_loopback_bind
 
 if TYPE_CHECKING:
+    import uvicorn
     from fastapi import FastAPI
 
 SWITCH_INTERVAL = 0.001
@@ -80,7 +81,6 @@ def warn_if_exposed(host: str) -> bool:
 
 def run() -> int:
     """Serve until interrupted; returns the process exit status."""
-    import uvicorn
 
     from localllm.server.app import create_app
     from localllm.server.logs import setup_logging
@@ -102,7 +102,7 @@ def run() -> int:
 
     app = create_app(store, bind_host=host)
     pid_path = _write_pid()
-    server = _make_server(uvicorn, app, pid_path)
+    server = _make_server(app, pid_path)
     log.info("localllm %s listening on %s:%d (models: %s)", _version(), host, port, store.root)
     for ours, theirs in config.ollama_fallbacks():
         log.info("%s is unset: using %s", ours, theirs)
@@ -161,8 +161,10 @@ def report_hardware() -> None:
             marker.touch()
 
 
-def _make_server(uvicorn: Any, app: FastAPI, pid_path: Path) -> Any:
+def _make_server(app: FastAPI, pid_path: Path) -> uvicorn.Server:
     """A uvicorn server whose signal handling drains first (see the module docstring)."""
+    import uvicorn  # imported by run() already: the daemon's, not every importer's, cost
+
     lifecycle = app.state.lifecycle
     grace = config.SHUTDOWN_GRACE.get()
 

@@ -15,18 +15,18 @@ today's engine reports a stop string and the end-of-generation token alike as
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any
 
+from localllm.api.wire import ChatChunk, Metrics, ToolCall
 from localllm.compat.frames import new_id
 
 
-def usage(native: Mapping[str, Any]) -> dict[str, int]:
+def usage(native: Metrics) -> dict[str, int]:
     return {"input_tokens": int(native.get("prompt_eval_count") or 0),
             "output_tokens": int(native.get("eval_count") or 0)}
 
 
-def stop_reason(native: Mapping[str, Any], called_tools: bool) -> tuple[str, str | None]:
+def stop_reason(native: ChatChunk, called_tools: bool) -> tuple[str, str | None]:
     """(stop_reason, stop_sequence) of a finished native result."""
     if called_tools:
         return "tool_use", None
@@ -38,7 +38,7 @@ def stop_reason(native: Mapping[str, Any], called_tools: bool) -> tuple[str, str
     return "end_turn", None
 
 
-def tool_use_block(call: Mapping[str, Any]) -> dict[str, Any]:
+def tool_use_block(call: ToolCall) -> dict[str, Any]:
     fn = call.get("function") or {}
     args = fn.get("arguments")
     if isinstance(args, str):  # a parser that kept the model's text: give back its object
@@ -50,7 +50,7 @@ def tool_use_block(call: Mapping[str, Any]) -> dict[str, Any]:
             "name": fn.get("name", ""), "input": args if isinstance(args, dict) else {}}
 
 
-def message_object(native: Mapping[str, Any], *, model: str,
+def message_object(native: ChatChunk, *, model: str,
                    id: str | None = None) -> dict[str, Any]:
     """A final ``/api/chat`` result -> an Anthropic ``message``."""
     msg = native.get("message") or {}

@@ -15,9 +15,9 @@ a call only once it is complete).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any
 
+from localllm.api.wire import ChatChunk, StreamError
 from localllm.compat.anthropic.errors import anthropic_error
 from localllm.compat.anthropic.response import stop_reason, tool_use_block, usage
 from localllm.compat.frames import failure, new_id, sse
@@ -47,7 +47,7 @@ class MessageStream:
         return _frames([("message_start", {"type": "message_start", "message": message}),
                         ("ping", {"type": "ping"})])
 
-    def feed(self, native: Mapping[str, Any]) -> list[str]:
+    def feed(self, native: ChatChunk | StreamError) -> list[str]:
         return _frames(self.events(native))
 
     def end(self) -> list[str]:
@@ -58,7 +58,7 @@ class MessageStream:
 
     # -- the events ---------------------------------------------------------------------
 
-    def events(self, native: Mapping[str, Any]) -> list[Event]:
+    def events(self, native: ChatChunk | StreamError) -> list[Event]:
         """Events for one native chunk (a mid-stream ``error`` becomes an error event)."""
         if "error" in native:
             return [error_event(500, str(native["error"]))]

@@ -14,10 +14,19 @@ import base64
 import json
 import struct
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from localllm.api.wire import (
+    ChatChunk,
+    EmbedResponse,
+    GenerateChunk,
+    Logprob,
+    Metrics,
+    TagsEntry,
+    ToolCall,
+)
 from localllm.compat.frames import new_id
 
 FINGERPRINT = "fp_ollama"
@@ -28,13 +37,13 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
-def native_usage(natives: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+def native_usage(natives: Sequence[Metrics]) -> dict[str, int]:
     prompt = int(natives[0].get("prompt_eval_count") or 0) if natives else 0
     completion = sum(int(n.get("eval_count") or 0) for n in natives)
     return usage(prompt, completion)
 
 
-def tool_calls_to_openai(calls: Sequence[Mapping[str, Any]], *, start: int = 0,
+def tool_calls_to_openai(calls: Sequence[ToolCall], *, start: int = 0,
                          with_index: bool = False) -> list[dict[str, Any]]:
     out = []
     for i, call in enumerate(calls, start):
@@ -52,7 +61,7 @@ def tool_calls_to_openai(calls: Sequence[Mapping[str, Any]], *, start: int = 0,
     return out
 
 
-def logprobs_to_openai(entries: Any) -> dict[str, Any] | None:
+def logprobs_to_openai(entries: Sequence[Logprob] | None) -> dict[str, Any] | None:
     """Ollama's ``logprobs`` list -> OpenAI's ``{"content": [...]}``; None when absent."""
     if not entries:
         return None
@@ -69,14 +78,14 @@ def logprobs_to_openai(entries: Any) -> dict[str, Any] | None:
     return {"content": content}
 
 
-def finish_reason(native: Mapping[str, Any], had_tool_calls: bool) -> str:
+def finish_reason(native: Metrics, had_tool_calls: bool) -> str:
     reason = native.get("done_reason") or "stop"
     if reason == "stop" and had_tool_calls:
         return "tool_calls"
     return "length" if reason == "length" else "stop"
 
 
-def chat_completion(natives: Sequence[Mapping[str, Any]], *, model: str,
+def chat_completion(natives: Sequence[ChatChunk], *, model: str,
                     id: str | None = None, created: int | None = None) -> dict[str, Any]:
     """Final ``/api/chat`` responses (one per choice) -> a ``chat.completion`` object."""
     choices = []
@@ -97,7 +106,7 @@ def chat_completion(natives: Sequence[Mapping[str, Any]], *, model: str,
             "usage": native_usage(natives)}
 
 
-def text_completion(natives: Sequence[Mapping[str, Any]], *, model: str,
+def text_completion(natives: Sequence[GenerateChunk], *, model: str,
                     id: str | None = None, created: int | None = None,
                     echo: str = "") -> dict[str, Any]:
     """Final ``/api/generate`` responses (one per choice) -> a ``text_completion`` object;
@@ -111,7 +120,7 @@ def text_completion(natives: Sequence[Mapping[str, Any]], *, model: str,
             "usage": native_usage(natives)}
 
 
-def embeddings_response(native: Mapping[str, Any], model: str,
+def embeddings_response(native: EmbedResponse, model: str,
                         encoding_format: str = "float") -> dict[str, Any]:
     """``/api/embed`` response -> OpenAI's embeddings list with usage."""
     data = []
@@ -139,7 +148,7 @@ def _unix(timestamp: Any) -> int:
         return 0
 
 
-def model_object(entry: Mapping[str, Any]) -> dict[str, Any]:
+def model_object(entry: TagsEntry) -> dict[str, Any]:
     """One ``/api/tags`` entry -> an OpenAI model object (owner = namespace, else "library")."""
     name = str(entry.get("name") or entry.get("model") or "")
     base = name[:name.rfind(":")] if ":" in name.rsplit("/", 1)[-1] else name
@@ -149,5 +158,5 @@ def model_object(entry: Mapping[str, Any]) -> dict[str, Any]:
             "owned_by": owner}
 
 
-def models_list(entries: list[Mapping[str, Any]]) -> dict[str, Any]:
+def models_list(entries: Sequence[TagsEntry]) -> dict[str, Any]:
     return {"object": "list", "data": [model_object(e) for e in entries]}

@@ -14,9 +14,9 @@ comes last, then ``data: [DONE]``.  A failure after the first event is an
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+from localllm.api.wire import ChatChunk, GenerateChunk, StreamError
 from localllm.compat.frames import new_id, sse
 from localllm.compat.openai.errors import error_body, error_from_exception
 from localllm.compat.openai.response import (
@@ -28,10 +28,10 @@ from localllm.compat.openai.response import (
 )
 
 SSE_DONE = "data: [DONE]\n\n"
-Item = tuple[int, Mapping[str, Any]]  # (choice index, native chunk)
+C = TypeVar("C", ChatChunk, GenerateChunk)
 
 
-class _Stream:
+class _Stream(Generic[C]):
     object_name = ""
     id_prefix = ""
 
@@ -57,13 +57,13 @@ class _Stream:
     def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
         return {**self._chunk([]), "usage": usage(prompt_tokens, completion_tokens)}
 
-    def _choice(self, index: int, native: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def _choice(self, index: int, native: C) -> list[dict[str, Any]]:
         raise NotImplementedError
 
     def start(self) -> list[str]:
         return []
 
-    def feed(self, item: Item) -> list[str]:
+    def feed(self, item: tuple[int, C | StreamError]) -> list[str]:
         """Frames for one native chunk of choice ``index`` (a mid-stream ``error`` chunk
         becomes an error event)."""
         index, native = item
@@ -77,15 +77,15 @@ class _Stream:
         return frames
 
     def end(self) -> list[str]:
-        usage_frame = ([sse(self.usage_chunk(self._prompt, self._completion))]
-                       if self.include_usage else [])
+        usage_frame: list[str] = ([sse(self.usage_chunk(self._prompt, self._completion))]
+                                  if self.include_usage else [])
         return [*usage_frame, SSE_DONE]
 
     def fail(self, exc: BaseException) -> list[str]:
         return [sse(error_from_exception(exc)[1])]
 
 
-class ChatStream(_Stream):
+class ChatStream(_Stream[ChatChunk]):
     """The ``/api/chat`` streams of ``n`` choices as ``chat.completion.chunk`` events."""
 
     object_name = "chat.completion.chunk"
@@ -96,7 +96,7 @@ class ChatStream(_Stream):
         self._sent_role = [False] * n
         self._tool_calls = [0] * n  # calls sent so far: the next call's index
 
-    def _choice(self, index: int, native: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def _choice(self, index: int, native: ChatChunk) -> list[dict[str, Any]]:
         msg = native.get("message") or {}
         delta: dict[str, Any] = {}
         if not self._sent_role[index]:
@@ -123,13 +123,13 @@ class ChatStream(_Stream):
         return out
 
 
-class CompletionStream(_Stream):
+class CompletionStream(_Stream[GenerateChunk]):
     """The ``/api/generate`` streams of ``n`` choices as ``text_completion`` events."""
 
     object_name = "text_completion"
     id_prefix = "cmpl-"
 
-    def _choice(self, index: int, native: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def _choice(self, index: int, native: GenerateChunk) -> list[dict[str, Any]]:
         out = []
         if native.get("response"):
             out.append(self._chunk([{"index": index, "text": native["response"],

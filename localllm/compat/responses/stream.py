@@ -24,10 +24,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from localllm.api.wire import ChatChunk, Metrics, StreamError, ToolCall
 from localllm.compat.frames import failure, new_id, sse
 
 
-def _usage(native: Mapping[str, Any]) -> dict[str, Any]:
+def _usage(native: Metrics) -> dict[str, Any]:
     prompt = int(native.get("prompt_eval_count") or 0)
     output = int(native.get("eval_count") or 0)
     # Prefix reuse is not reported per request, so no cached tokens are claimed.
@@ -76,7 +77,7 @@ class ResponsesStream:
         return _frames([self._lifecycle("response.created"),
                         self._lifecycle("response.in_progress")])
 
-    def feed(self, native: Mapping[str, Any]) -> list[str]:
+    def feed(self, native: ChatChunk | StreamError) -> list[str]:
         return _frames(self.events(native))
 
     def end(self) -> list[str]:
@@ -151,7 +152,7 @@ class ResponsesStream:
                                      output_index=where["output_index"],
                                      item=copy.deepcopy(item))]
 
-    def _call(self, call: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def _call(self, call: ToolCall) -> list[dict[str, Any]]:
         events = self._close()
         fn = call.get("function") or {}
         args = fn.get("arguments", {})
@@ -171,7 +172,7 @@ class ResponsesStream:
 
     # -- the native stream ----------------------------------------------------------------
 
-    def events(self, native: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def events(self, native: ChatChunk | StreamError) -> list[dict[str, Any]]:
         """Events for one native chunk (a mid-stream ``error`` fails the response)."""
         if "error" in native:
             return self.failed(str(native["error"]))
@@ -187,7 +188,7 @@ class ResponsesStream:
             events += self._finish(native)
         return events
 
-    def _finish(self, native: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def _finish(self, native: ChatChunk) -> list[dict[str, Any]]:
         cut = native.get("done_reason") == "length"
         status = "incomplete" if cut else "completed"
         events = self._close(status)
@@ -210,7 +211,7 @@ class ResponsesStream:
                 self._lifecycle("response.failed")]
 
 
-def final_response(folded: Mapping[str, Any], model: str,
+def final_response(folded: ChatChunk, model: str,
                    echo: Mapping[str, Any]) -> dict[str, Any]:
     """A folded native ``/api/chat`` answer -> the Responses API ``response`` object."""
     stream = ResponsesStream(model, echo)
