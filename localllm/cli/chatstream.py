@@ -13,8 +13,11 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any, TextIO
+
+from localllm.api.wire import ChatChunk, Message, Metrics, ToolCall
 
 _DIM = "\x1b[2m"
 _RESET = "\x1b[0m"
@@ -100,7 +103,7 @@ class StreamPrinter:
             self.out.flush()
         self.last = text[-1]
 
-    def feed(self, message: dict[str, Any]) -> None:
+    def feed(self, message: Message) -> None:
         thinking = str(message.get("thinking") or "")
         content = str(message.get("content") or "")
         if thinking and not self.hide_thinking:
@@ -136,10 +139,10 @@ class Turn:
 
     content: str = ""
     thinking: str = ""
-    final: dict[str, Any] | None = None
+    final: ChatChunk | None = None
     interrupted: bool = False
     ttft: float | None = None  # seconds from sending to the first text
-    tool_calls: list[Any] = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)
 
 
 def stream_chat(client: Any, payload: dict[str, Any], printer: StreamPrinter) -> Turn:
@@ -148,11 +151,12 @@ def stream_chat(client: Any, payload: dict[str, Any], printer: StreamPrinter) ->
     parts: dict[str, list[str]] = {"content": [], "thinking": []}
     start = time.monotonic()
     try:
-        with contextlib.closing(client.chat(payload)) as chunks:
+        stream: Generator[ChatChunk, None, None] = client.chat(payload)
+        with contextlib.closing(stream) as chunks:
             for chunk in chunks:
-                message = chunk.get("message") or {}
-                for key in ("content", "thinking"):
-                    text = message.get(key)
+                message: Message = chunk.get("message") or {"role": "", "content": ""}
+                for key, text in (("content", message.get("content")),
+                                  ("thinking", message.get("thinking"))):
                     if text:
                         if turn.ttft is None:
                             turn.ttft = time.monotonic() - start
@@ -196,21 +200,20 @@ def _rate(count: int, ns: int) -> str:
     return f"{count / (ns / 1e9):.2f} tokens/s" if ns > 0 else "n/a"
 
 
-def stats_text(final: dict[str, Any], ttft: float | None) -> str:
+def stats_text(final: Metrics, ttft: float | None) -> str:
     """The ``--verbose`` block printed after an answer."""
-    def ns(key: str) -> int:
-        return int(final.get(key) or 0)
-
-    prompt_n, eval_n = ns("prompt_eval_count"), ns("eval_count")
+    prompt_n, eval_n = int(final.get("prompt_eval_count") or 0), int(final.get("eval_count") or 0)
+    prompt_ns = int(final.get("prompt_eval_duration") or 0)
+    eval_ns = int(final.get("eval_duration") or 0)
     rows = [
-        ("total duration", go_duration(ns("total_duration"))),
-        ("load duration", go_duration(ns("load_duration"))),
+        ("total duration", go_duration(int(final.get("total_duration") or 0))),
+        ("load duration", go_duration(int(final.get("load_duration") or 0))),
         ("prompt eval count", f"{prompt_n} token(s)"),
-        ("prompt eval duration", go_duration(ns("prompt_eval_duration"))),
-        ("prompt eval rate", _rate(prompt_n, ns("prompt_eval_duration"))),
+        ("prompt eval duration", go_duration(prompt_ns)),
+        ("prompt eval rate", _rate(prompt_n, prompt_ns)),
         ("eval count", f"{eval_n} token(s)"),
-        ("eval duration", go_duration(ns("eval_duration"))),
-        ("eval rate", _rate(eval_n, ns("eval_duration"))),
+        ("eval duration", go_duration(eval_ns)),
+        ("eval rate", _rate(eval_n, eval_ns)),
     ]
     if ttft is not None:
         rows.append(("time to first token", go_duration(ttft * 1e9)))

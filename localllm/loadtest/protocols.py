@@ -13,8 +13,9 @@ comparing two servers on one model needs: both then see identical tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
+from localllm.api import wire
 from localllm.api.daemon import json_object
 
 APIS = ("ollama", "openai")
@@ -94,19 +95,23 @@ def _parse_ollama(line: str) -> Chunk | None:
     obj = json_object(line)
     if "error" in obj:
         return Chunk(error=str(obj["error"]), done=True)
-    message = obj.get("message")
-    text = message.get("content") or "" if isinstance(message, dict) else obj.get("response") or ""
+    # Another server's line, read as /api/chat's or /api/generate's (api/wire.py): what
+    # is not checked here (a text's type) is made a str, and counts go through _int/_ns.
+    chat, generated = cast(wire.ChatChunk, obj), cast(wire.GenerateChunk, obj)
+    message = chat.get("message")
+    text = message.get("content") or "" if isinstance(message, dict) else (
+        generated.get("response") or "")
     # Thinking text is output the user waits for as well.
     if isinstance(message, dict) and message.get("thinking"):
         text = message["thinking"] + text
-    elif obj.get("thinking"):
-        text = obj["thinking"] + text
-    chunk = Chunk(text=str(text), done=bool(obj.get("done")))
+    elif generated.get("thinking"):
+        text = generated["thinking"] + text
+    chunk = Chunk(text=str(text), done=bool(chat.get("done")))
     if chunk.done:
-        chunk.prompt_tokens = _int(obj.get("prompt_eval_count"))
-        chunk.output_tokens = _int(obj.get("eval_count"))
-        chunk.prefill_s = _ns(obj.get("prompt_eval_duration"))
-        chunk.decode_s = _ns(obj.get("eval_duration"))
+        chunk.prompt_tokens = _int(chat.get("prompt_eval_count"))
+        chunk.output_tokens = _int(chat.get("eval_count"))
+        chunk.prefill_s = _ns(chat.get("prompt_eval_duration"))
+        chunk.decode_s = _ns(chat.get("eval_duration"))
     return chunk
 
 
