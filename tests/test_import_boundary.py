@@ -140,3 +140,24 @@ def test_the_engine_imports_nothing_above_the_runners_messages() -> None:
         assert [n for n in names if within(n, *ABOVE_THE_ENGINE)] == [], path
         runner = [n for n in names if within(n, "localllm.runner")]
         assert all(within(n, "localllm.runner.messages") for n in runner), path
+
+
+WIRE_PROBE = """
+import json, sys
+import localllm.api.wire
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("localllm"))))
+"""
+
+
+def test_the_wire_types_cost_no_import() -> None:
+    # api/wire.py is TypedDicts only: every client and the CLI's fastest commands import
+    # it (`localllm list`), so it must not pull in anything of the daemon's.
+    out = subprocess.run([sys.executable, "-c", WIRE_PROBE], cwd=REPO, capture_output=True,
+                         text=True, timeout=120, check=True)
+    loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert loaded == ["localllm", "localllm.api", "localllm.api.wire"]
+    tree = ast.parse((REPO / "localllm" / "api" / "wire.py").read_text())
+    imported = {n.module if isinstance(n, ast.ImportFrom) else a.name
+                for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in n.names}
+    assert imported <= {"__future__", "typing"}
