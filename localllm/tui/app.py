@@ -118,7 +118,7 @@ class LocalLLMApp(App[None]):
         if model is not None:
             self.chat_screen.use_model(model)
         elif not local:
-            self.notify("No local models yet: press Ctrl+O, then p to pull one")
+            self.notify("No local models yet: press Ctrl+O, then s to search or p to pull one")
 
     # -- app-wide actions ---------------------------------------------------------------
     def action_help(self) -> None:
@@ -133,7 +133,7 @@ class LocalLLMApp(App[None]):
         chat = self.chat_screen
         commands: list[tuple[str, str, Callable[[], Any]]] = [
             ("New chat", "Start a new conversation (Ctrl+N)", chat.action_new_chat),
-            ("Models", "Pick, pull, delete or inspect models (Ctrl+O)", chat.action_models),
+            ("Models", "Pick, search, pull, delete or inspect models (Ctrl+O)", chat.action_models),
             ("Chat settings", "System prompt, sampling, keep-alive (Ctrl+S)",
              chat.action_settings),
             ("Rename chat", "Give this chat a new title (F2)", chat.action_rename),

@@ -75,7 +75,7 @@ HELP = """\
 | Ctrl+R | regenerate the last reply |
 | Ctrl+Y | copy the last reply (focus a message and press `c` to copy that one) |
 | Ctrl+N | new chat |
-| Ctrl+O | models: pick, pull, delete, details |
+| Ctrl+O | models: pick, search, pull, delete, details |
 | Ctrl+S | settings of this chat (system prompt, sampling, keep-alive) |
 | Ctrl+B | show or hide the chat list |
 | F2 | rename this chat |
@@ -85,7 +85,8 @@ HELP = """\
 | Ctrl+Q | quit |
 
 In the chat list: Enter opens a chat, Delete deletes it.
-In the model list: Enter picks, `p` pulls, `d` deletes, `i` shows details.
+In the model list: Enter picks, `s` searches Hugging Face (with what fits here), `p` pulls,
+`d` deletes, `i` shows details.
 """
 
 
