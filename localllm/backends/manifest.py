@@ -6,8 +6,9 @@ libraries folder, architectures valid for it, and files that are the plugin or
 plain names inside that folder, each with a sha256 and a size.
 ``check_fits`` then says, for a person, why a pack is for another machine: its
 platform, its ggml version (a plugin of another version is refused at load),
-its ggml commit (the same version number, other code), or GPU architectures
-it does not cover (``uncovered``), with what to do instead.
+its ggml commit (the same version number, other code), GPU architectures it
+does not cover (``uncovered``), or, for CUDA, a toolkit newer than the driver
+supports, with what to do instead.
 """
 
 from __future__ import annotations
@@ -34,9 +35,19 @@ class Core:
     ggml_commit: str = ""
     archs: list[str] | None = None  # GPU architectures (--arch); None: ask the drivers
     platform: str = field(default_factory=platform_tag)
+    cuda_driver: str | None = None  # the CUDA version the driver supports; None: ask it
 
     def archs_for(self, backend: str) -> list[str]:
         return self.archs if self.archs is not None else machine_archs(backend)
+
+    def driver_cuda(self) -> str:
+        """"13.0" from nvidia-smi's banner, "" when no driver answers."""
+        if self.cuda_driver is not None:
+            return self.cuda_driver
+        from localllm.hardware.probes import run_tool
+
+        m = re.search(r"CUDA Version\s*:\s*(\d+\.\d+)", run_tool(["nvidia-smi"]) or "")
+        return m.group(1) if m else ""
 
 
 def machine_archs(backend: str) -> list[str]:
@@ -145,5 +156,12 @@ def check_fits(m: dict[str, Any], core: Core) -> None:
         raise _refuse(m, f"it is built for {', '.join(m['architectures'])}, but this "
                          f"machine's GPUs are {', '.join(archs)} ({', '.join(missing)} "
                          "not covered)")
+    need = re.match(r"CUDA (\d+)\.", m["toolkit"]) if m["backend"] == "cuda" else None
+    driver = core.driver_cuda() if need else ""
+    # CUDA's minor version compatibility: a driver runs the runtime of its own major version.
+    if need and driver and int(need.group(1)) > int(driver.split(".")[0]):
+        raise _refuse(m, f"it is built with {m['toolkit']}, and this NVIDIA driver supports "
+                         f"CUDA {driver}: update the driver, or build the plugin here "
+                         "('localllm backends build cuda')")
 
 

@@ -94,7 +94,12 @@ def test_the_pack_carries_the_toolkit_libraries_and_loads_without_the_toolkit(
     with pytest.raises(PackError, match=r"no GPU of this machine answered.*--arch"):
         install.install(packed.path, manifest.Core(VERSION, "abc1234", []))
     assert not plugin.exists()
-    done = install.install(packed.path, manifest.Core(VERSION, "abc1234-dirty", ["90"]))
+    with pytest.raises(PackError, match=r"built with CUDA 13\.0\.88 \(nvcc\), and this NVIDIA "
+                                        r"driver supports CUDA 12\.8: update the driver"):
+        install.install(packed.path, manifest.Core(VERSION, "abc1234", ["90"],
+                                                   cuda_driver="12.8"))
+    done = install.install(packed.path, manifest.Core(VERSION, "abc1234-dirty", ["90"],
+                                                      cuda_driver="13.0"))
     answer, where = loads(done.plugin).split()
     assert answer == "42" and where == str(plugin.parent / "cuda-libs" / "libcublas.so.99")
 
