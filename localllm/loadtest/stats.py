@@ -109,7 +109,7 @@ class LevelSummary:
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["error_samples"] = list(self.error_samples)
-        return finite_json(out)
+        return {k: finite_json(v) for k, v in out.items()}
 
 
 def finite_json(value: Any) -> Any:
