@@ -11,6 +11,12 @@ Every line of cmake and ninja output goes to a log file.  The tools run in the
 cache folder, not where the user stands, and the plugin and its folders are
 installed 0755 whatever the umask: a plugin others could write is refused at
 load (``trust``).
+
+CUDA without a toolkit: the package-index set ``toolkit.check_cuda`` chose is
+described (what, how big, where) and installed only when ``confirm`` accepts
+it; the plugin is linked with runpath ``$ORIGIN/cuda-libs`` and the CUDA
+runtime and cuBLAS are put in that folder before the plugin is renamed into
+place (``cuda_wheels.install_runtime``).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from pathlib import Path
 from typing import IO
 
 from localllm import paths
-from localllm.backends import catalog, source, toolkit, trust
+from localllm.backends import catalog, cuda_wheels, source, toolkit, trust
 from localllm.errors import LocalLLMError
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
@@ -46,6 +52,7 @@ class BuildResult:
     size: int
     build_dir: Path
     log: Path
+    runtime: Path | None = None  # the libraries put beside the plugin (cuda-libs/), if any
 
 
 def base_flags(backend: catalog.Backend, with_tools: bool) -> list[str]:
@@ -111,12 +118,37 @@ def install_atomically(built: Path, dest: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def _accept_wheels(kit: toolkit.Toolkit, tell: Callable[[str], None],
+                   confirm: Callable[[str], bool] | None) -> None:
+    """Say what the package-index toolkit costs; ``ToolkitMissing`` unless it is accepted
+    (or already installed)."""
+    if kit.wheels is None:
+        return
+    ws, why = kit.wheels
+    root = cuda_wheels.installed(ws)
+    if root is not None:
+        tell(f"using NVIDIA's CUDA {ws.cuda} compiler from the package index, installed in {root}")
+        return
+    cuda_wheels.check_space(ws)
+    text = cuda_wheels.plan_text(ws, why)
+    tell(text)
+    if confirm is None or not confirm(text):
+        raise toolkit.ToolkitMissing("nothing was downloaded: run the build again with --yes "
+                                     "to accept the download, or install the CUDA toolkit and "
+                                     "put its nvcc on PATH")
+
+
 def build(name: str, *, arch: str | None = None, jobs: int = 0, source_file: Path | None = None,
-          also: tuple[str, ...] = (), core_ggml: str = "",
+          also: tuple[str, ...] = (), core_ggml: str = "", cuda: str | None = None,
           progress: Progress | None = None,
-          notice: Callable[[str], None] | None = None) -> BuildResult:
+          notice: Callable[[str], None] | None = None,
+          confirm: Callable[[str], bool] | None = None) -> BuildResult:
     """Build and install plugin ``name``; ``core_ggml`` is the core's ggml version if known;
-    ``notice`` hears what the build does beyond compiling (installing cmake and ninja)."""
+    ``notice`` hears what the build does beyond compiling (installing cmake and ninja, the
+    CUDA toolkit); ``confirm`` is asked before a download of the CUDA toolkit (None: no);
+    ``cuda``: the CUDA version asked for (``--cuda``)."""
+    from localllm.backends.pack import libs_folder
+
     backend = catalog.get(name)
     notices: list[str] = []
 
@@ -125,13 +157,20 @@ def build(name: str, *, arch: str | None = None, jobs: int = 0, source_file: Pat
         if notice:
             notice(text)
 
-    kit = toolkit.check(backend, arch, notice=tell)
+    kit = toolkit.check(backend, arch, notice=tell, cuda=cuda)
+    _accept_wheels(kit, tell, confirm)
     started = time.monotonic()
     log_path = build_log_path(backend.name)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as log:
         for note in [*notices, *kit.notes]:
             log.write(f"# {note}\n")
+        wheels_root = None
+        if kit.wheels is not None:
+            wheels_root = cuda_wheels.install(kit.wheels[0], toolkit.compiler(), log, progress)
+            args, env = cuda_wheels.cmake_args(wheels_root, libs_folder(backend.name))
+            kit.cmake_args += args
+            kit.env.update(env)
         if progress:
             progress("source", 0, 1)
         pip_log: list[str] = []
@@ -159,7 +198,12 @@ def build(name: str, *, arch: str | None = None, jobs: int = 0, source_file: Pat
         if built is None:
             raise BuildFailed(f"the build finished but {backend.filename} is not in {bdir}/bin")
         dest = paths.backends() / version / backend.filename
+        runtime = None
+        if wheels_root is not None:  # before the plugin: it looks there from its first load
+            runtime = cuda_wheels.install_runtime(wheels_root, dest.parent,
+                                                  libs_folder(backend.name))
         install_atomically(built, dest)
         seconds = time.monotonic() - started
         log.write(f"# installed {dest} ({dest.stat().st_size} bytes) in {seconds:.1f} s\n")
-    return BuildResult(backend.name, dest, version, seconds, dest.stat().st_size, bdir, log_path)
+    return BuildResult(backend.name, dest, version, seconds, dest.stat().st_size, bdir, log_path,
+                       runtime)

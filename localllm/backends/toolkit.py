@@ -12,6 +12,13 @@ Every Python tool runs as ``python -I`` in a folder of ours (``pip_argv``,
 ``sys.path``, and a ``pip.py`` where the user stands would run instead of pip.
 For the same reason a relative entry in ``PATH`` ("." or an empty one) is not
 searched for tools.
+
+CUDA without ``nvcc`` is not a dead end: ``check_cuda`` then picks NVIDIA's
+compiler from the package index (``cuda_wheels``) and leaves the download to the
+build, which says what and how big first.  Either way a CUDA build compiles only
+what this machine runs: machine code for its GPUs' own architectures (no PTX for
+others), the flash-attention kernels of the KV cache types localllm offers, and
+no NCCL (one process drives every local GPU).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from localllm.backends import cuda_wheels
 from localllm.backends.catalog import Backend
 from localllm.errors import LocalLLMError
 
@@ -42,6 +50,8 @@ class Toolkit:
     cmake_args: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # e.g. "nvcc 12.4 at /usr/local/cuda"
     env: dict[str, str] = field(default_factory=dict)
+    # CUDA from the package index, and why that set: the build installs it (after asking).
+    wheels: tuple[cuda_wheels.WheelSet, str] | None = None
 
 
 def pip_argv(*args: str) -> list[str]:
@@ -126,25 +136,50 @@ def cuda_archs(smi_output: str) -> list[str]:
     return out
 
 
-def check_cuda(arch: str | None) -> tuple[list[str], list[str], dict[str, str]]:
+def cuda_flags(archs: list[str]) -> list[str]:
+    """The cmake flags every CUDA build gets (see the module docstring)."""
+    from localllm.config import KV_TYPES
+
+    # "90" would be machine code and PTX; "90-real" is the machine code this GPU runs.
+    real = [a if not re.fullmatch(r"\d+[af]?", a) else f"{a}-real" for a in archs]
+    # f16-f16 is always built; f32 has no vector kernels.
+    quants = ";".join(f"{t}-{t}" for t in KV_TYPES if t not in ("f16", "f32"))
+    return [f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(real)}", f"-DGGML_CUDA_FA_QUANTS={quants}",
+            "-DGGML_CUDA_NCCL=OFF"]
+
+
+def check_cuda(arch: str | None, cuda: str | None = None) -> tuple[
+        list[str], list[str], dict[str, str], tuple[cuda_wheels.WheelSet, str] | None]:
+    """(cmake args, notes, environment, package-index set or None) of a CUDA build.
+
+    The system's nvcc when there is one (of the major ``cuda`` asks for, if given), else
+    the package-index set for the driver (``cuda_wheels.choose``)."""
     home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
     nvcc = _which("nvcc", str(Path(home) / "bin"))
-    if not nvcc:
-        raise ToolkitMissing(
-            "the CUDA plugin needs the CUDA toolkit's compiler (nvcc), which is not on PATH "
-            f"or in {home}/bin: install the CUDA toolkit (the driver alone is not enough) or "
-            "set CUDA_HOME")
-    m = re.search(r"release (\d+\.\d+)", _run([nvcc, "--version"]))
-    archs = arch.split(",") if arch else cuda_archs(
+    m = re.search(r"release (\d+\.\d+)", _run([nvcc, "--version"])) if nvcc else None
+    version = m.group(1) if m else "?"
+    archs = [a.strip() for a in arch.split(",") if a.strip()] if arch else cuda_archs(
         _run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"]))
     if not archs:
         raise ToolkitMissing("no NVIDIA GPU answered nvidia-smi, so the architecture to build "
                              "for is unknown: pass --arch (e.g. --arch 89 for an RTX 4090, "
                              "--arch 90 for an H100)")
-    env = {"CUDACXX": nvcc}
-    args = [f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(a.strip() for a in archs)}"]
-    notes = [f"nvcc {m.group(1) if m else '?'} at {nvcc}", f"CUDA architectures {', '.join(archs)}"]
-    return args, notes, env
+    flags = cuda_flags(archs)
+    notes = [f"CUDA architectures {', '.join(archs)}"]
+    if nvcc and (not cuda or version.split(".")[0] == cuda.split(".")[0]):
+        # A tree configured for the package-index toolkit before must not keep its runpath.
+        return ([*flags, "-DCMAKE_BUILD_WITH_INSTALL_RPATH=OFF"],
+                [f"nvcc {version} at {nvcc}", *notes], {"CUDACXX": nvcc}, None)
+    where = (f"the nvcc at {nvcc} is CUDA {version}" if nvcc else
+             f"no CUDA toolkit (nvcc) on PATH or in {home}/bin")
+    try:
+        ws, why = cuda_wheels.choose(cuda, cuda_wheels.driver_cuda(_run(["nvidia-smi"])),
+                                     archs)
+    except cuda_wheels.CudaWheelError as exc:
+        raise ToolkitMissing(f"the CUDA plugin needs NVIDIA's compiler: {where}, and {exc}") \
+            from None
+    return flags, [f"CUDA {ws.cuda} from the package index ({why}; {where})", *notes], {}, \
+        (ws, why)
 
 
 def vulkan_header_version(include_dirs: list[str]) -> tuple[int, str]:
@@ -196,18 +231,20 @@ def check_rocm(arch: str | None) -> tuple[list[str], list[str], dict[str, str]]:
 
 
 def check(backend: Backend, arch: str | None = None, install_tools: bool = True,
-          notice: Callable[[str], None] | None = None) -> Toolkit:
+          notice: Callable[[str], None] | None = None, cuda: str | None = None) -> Toolkit:
     """Everything ``backend`` needs, or ``ToolkitMissing`` saying what is not there
-    (``notice``: told before anything is installed, see ``build_tools``)."""
+    (``notice``: told before anything is installed, see ``build_tools``; ``cuda``: the
+    CUDA version asked for, ``--cuda``)."""
     compiler()
     args: list[str] = []
     notes: list[str] = []
     env: dict[str, str] = {}
+    wheels = None
     if backend.name == "cuda":
-        args, notes, env = check_cuda(arch)
+        args, notes, env, wheels = check_cuda(arch, cuda)
     elif backend.name == "vulkan":
         args, notes, env = check_vulkan()
     elif backend.name == "rocm":
         args, notes, env = check_rocm(arch)
     cmake, ninja = build_tools(install_tools, notice)
-    return Toolkit(cmake, ninja, args, notes, env)
+    return Toolkit(cmake, ninja, args, notes, env, wheels)
