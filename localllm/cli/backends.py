@@ -3,8 +3,11 @@
 ``list`` runs the hardware probe (a child process that loads every plugin)
 and shows each backend: built, loaded, its devices, or why it did not load
 (a plugin others could have written is refused, with the fix), plus stray
-files in the backends folder.  ``build`` compiles one plugin from
-the pinned llama.cpp source with live progress (see ``backends/build.py``).
+files in the backends folder; a CUDA plugin that cannot load for want of a
+driver or GPU says "no CUDA device" (``backends/cuda_runtime.py``).  ``build``
+compiles one plugin from the pinned llama.cpp source with live progress (see
+``backends/build.py``); a CUDA build without a toolkit asks before it downloads
+NVIDIA's from the package index (``--yes`` answers for it).
 ``remove`` deletes a plugin; ``pack``, ``install`` and ``get`` (prebuilt, verified
 plugins) live in ``backend_packs``.  None of them needs the daemon; a running daemon
 sees a new plugin at its next model load.
@@ -36,6 +39,12 @@ def register(sub: Any) -> None:
                                                "pinned sha256)")
     b.add_argument("--also", action="append", default=[], metavar="TARGET",
                    help="extra cmake targets to build in the same tree (e.g. llama-bench)")
+    b.add_argument("--cuda", metavar="VERSION",
+                   help="CUDA version (13 or 13.0) of NVIDIA's compiler from the package index,"
+                        " used when no nvcc is found; default: what the driver supports")
+    b.add_argument("--yes", "-y", action="store_true",
+                   help="download what the build needs (NVIDIA's CUDA compiler and libraries, "
+                        "about 530 MB) without asking")
     b.set_defaults(func=run_build)
     rm = verbs.add_parser("remove", help="Delete a plugin (and the libraries its pack brought)")
     rm.add_argument("name")
@@ -47,17 +56,22 @@ def register(sub: Any) -> None:
 
 
 def report() -> dict[str, Any]:
+    from localllm.backends.cuda_runtime import explain
     from localllm.backends.installed import rows, strays
     from localllm.hardware.detect import detect
 
     hw = detect(refresh=True)
+    backends = [r.to_dict() for r in rows(hw)]
+    for b in backends:
+        if b["name"] == "cuda" and b["built"]:
+            b["error"] = explain(b["error"], b["loaded"], b["devices"])
     return {"ggml_version": hw.ggml_version, "native_ok": hw.native_ok,
-            "native_error": hw.native_error,
-            "backends": [r.to_dict() for r in rows(hw)], "strays": strays(hw)}
+            "native_error": hw.native_error, "backends": backends, "strays": strays(hw)}
 
 
 def run_list(args: argparse.Namespace) -> int:
     from localllm import paths
+    from localllm.backends.cuda_runtime import no_device
     from localllm.cli.output import table
     from localllm.format import format_bytes
 
@@ -75,8 +89,9 @@ def run_list(args: argparse.Namespace) -> int:
           f"{paths.backends() / (rep['ggml_version'] or '<ggml version>')}")
     rows = []
     for b in rep["backends"]:
-        state = ("loaded" if b["loaded"] else "FAILED" if b["built"] and b["error"]
-                 else "built" if b["built"] else "not built")
+        state = ("no device" if no_device(b["error"]) else "loaded" if b["loaded"]
+                 else "FAILED" if b["built"] and b["error"] else "built" if b["built"]
+                 else "not built")
         rows.append((b["name"], state, ", ".join(b["devices"]) or "-",
                      format_bytes(b["size"]) if b["size"] else "-",
                      "yes" if b["wanted"] else "", b["error"] or b["path"] or b["needs"]))
@@ -99,9 +114,13 @@ def run_build(args: argparse.Namespace) -> int:
             if last["phase"]:
                 sys.stderr.write("\n")
             last["phase"], last["shown"] = phase, -1
-            sys.stderr.write({"source": "Getting the llama.cpp source...",
+            sys.stderr.write({"toolkit": "Downloading NVIDIA's CUDA wheels...",
+                              "unpack": "Unpacking them...",
+                              "source": "Getting the llama.cpp source...",
                               "configure": "Configuring...", "build": "Building..."}
                              .get(phase, phase))
+        if phase == "toolkit" and total and tty:
+            sys.stderr.write(f"\rDownloading NVIDIA's CUDA wheels [{done}/{total}]")
         if phase == "build" and total:
             pct = 100 * done // total
             if tty:
@@ -116,18 +135,41 @@ def run_build(args: argparse.Namespace) -> int:
         sys.stderr.flush()
 
     result = build(args.name, arch=args.arch, jobs=args.jobs, source_file=args.source,
-                   also=tuple(args.also), core_ggml=core, progress=progress, notice=notice)
+                   also=tuple(args.also), core_ggml=core, cuda=args.cuda, progress=progress,
+                   notice=notice, confirm=lambda text: confirm(args.yes))
     sys.stderr.write("\n")
     print(f"Built {result.backend} for ggml {result.ggml_version} in {result.seconds:.1f} s: "
           f"{result.path} ({result.size / 1e6:.1f} MB); log: {result.log}")
     # Prove it loads, in a child process like every runner does.
     rep = {r["name"]: r for r in report()["backends"]}[result.backend]
+    if result.backend == "cuda":
+        from localllm.backends.cuda_runtime import describe, no_device
+
+        print(f"CUDA runtime: {describe(result.path)}")
+        if no_device(rep["error"]):
+            # Built right, on a machine that cannot run it (a builder for others, CI).
+            print(f"On this machine: {rep['error']}.")
+            return 0
     if not rep["loaded"]:
         print(f"The plugin was built but does not load: {rep['error']}", file=sys.stderr)
         return 1
     devs = ", ".join(rep["devices"])
     print(f"Loaded: {devs or 'no local devices (RPC devices come from workers)'}")
     return 0
+
+
+def confirm(yes: bool) -> bool:
+    """The answer to a download the build described (in a note just printed): ``--yes``, or
+    the user's at a terminal; elsewhere no (a script must say --yes)."""
+    if yes:
+        return True
+    if not sys.stdin.isatty():
+        return False
+    try:
+        answer = input("Download it and build? [y/N] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")
 
 
 def run_remove(args: argparse.Namespace) -> int:

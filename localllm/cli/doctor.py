@@ -2,9 +2,10 @@
 
 Runs locally, without the daemon: version and Python, the native module's
 status and the llama.cpp build it was compiled for, the backend plugins
-(loaded, or why not), ggml's devices with free and total memory, the RPC
-workers configured (reachable, devices, memory) and those running here, CPU /
-RAM / ISA flags, the data paths, whether chat templates can be rendered (a
+(loaded, or why not; for CUDA, where cuBLAS and the CUDA runtime come from,
+and "no CUDA device" where no driver or GPU is), ggml's devices with free and
+total memory, the RPC workers configured (reachable, devices, memory) and those
+running here, CPU / RAM / ISA flags, the data paths, whether chat templates can be rendered (a
 jinja2 older than 3.1.6 is refused: its sandbox can be escaped), and hints (a
 GPU without its plugin and the one command that builds it; the jinja2 upgrade).
 ``--fix`` installs a verified prebuilt plugin (``backends get``) and builds only when
@@ -18,7 +19,10 @@ import argparse
 import json
 import platform
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from localllm.hardware.detect import Hardware
 
 
 def register(sub: Any) -> None:
@@ -45,6 +49,23 @@ def local_workers() -> list[dict[str, Any]]:
             continue
         out.append(info)
     return out
+
+
+def cuda_report(hw: Hardware) -> dict[str, str] | None:
+    """Where the installed CUDA plugin takes cuBLAS and the CUDA runtime from, and its state
+    ("no CUDA device" where no driver or GPU is); None when there is no CUDA plugin."""
+    from localllm import paths
+    from localllm.backends import catalog, cuda_runtime
+
+    cuda = catalog.get("cuda")
+    plugin = paths.backends() / hw.ggml_version / cuda.filename if hw.ggml_version else None
+    if plugin is None or not plugin.is_file():
+        return None
+    rep: dict[str, Any] = next((p for p in hw.plugins if p.get("file") == plugin.name), {})
+    devices = [d.name for d in hw.devices if d.library in cuda.libraries]
+    return {"plugin": str(plugin), "runtime": cuda_runtime.describe(plugin),
+            "state": cuda_runtime.explain(str(rep.get("error") or ""), bool(rep.get("loaded")),
+                                          devices)}
 
 
 def collect() -> dict[str, Any]:
@@ -83,6 +104,7 @@ def collect() -> dict[str, Any]:
         "templates": {"jinja2": jinja_version(), "ok": jinja is None, "problem": jinja},
         "ggml_version": hw.ggml_version,
         "plugins": list(hw.plugins),
+        "cuda": cuda_report(hw),
         "workers": [{"endpoint": w.endpoint, "state": w.state, "version": w.version,
                      "error": w.error,
                      "devices": [{"name": d.name, "free": d.free, "total": d.total}
@@ -136,6 +158,9 @@ def render(report: dict[str, Any]) -> str:
         for p in report["plugins"]:
             state = f"loaded ({p['backend']})" if p["loaded"] else f"FAILED: {p['error']}"
             lines.append(f"  {p['file']}: {state}")
+    if report.get("cuda"):
+        c = report["cuda"]
+        lines.append(f"CUDA runtime: {c['runtime']}" + (f"; {c['state']}" if c["state"] else ""))
     if report["workers"]:
         lines += ["", "RPC workers (LOCALLLM_RPC_WORKERS):"]
         for w in report["workers"]:
