@@ -36,7 +36,7 @@ class Backend:
 BACKENDS: dict[str, Backend] = {
     b.name: b for b in (
         Backend("cuda", "NVIDIA CUDA", "GGML_CUDA", "ggml-cuda", ("CUDA",), ("nvidia",),
-                "the CUDA toolkit (nvcc)"),
+                "the NVIDIA driver (the build uses nvcc, or fetches NVIDIA's wheels)"),
         Backend("rocm", "AMD ROCm", "GGML_HIP", "ggml-hip", ("ROCm", "HIP"), ("amd",),
                 "ROCm (hipcc, hipBLAS, rocBLAS)"),
         Backend("vulkan", "Vulkan", "GGML_VULKAN", "ggml-vulkan", ("Vulkan",),
