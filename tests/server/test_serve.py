@@ -32,7 +32,7 @@ async def test_client_disconnect_cancels_a_quiet_pull(app: FastAPI) -> None:
     started = threading.Event()
 
     def pull(model: str, progress: Any, *, cancel: threading.Event | None = None,
-             projector: str | None = None) -> None:
+             projector: str | None = None, **fit: Any) -> None:
         assert cancel is not None
         progress({"status": "pulling manifest"})
         started.set()
