@@ -203,6 +203,8 @@ def build(name: str, *, arch: str | None = None, jobs: int = 0, source_file: Pat
             runtime = cuda_wheels.install_runtime(wheels_root, dest.parent,
                                                   libs_folder(backend.name))
         install_atomically(built, dest)
+        if runtime is None:  # libraries an earlier build or pack put there: this one does not
+            shutil.rmtree(dest.parent / libs_folder(backend.name), ignore_errors=True)
         seconds = time.monotonic() - started
         log.write(f"# installed {dest} ({dest.stat().st_size} bytes) in {seconds:.1f} s\n")
     return BuildResult(backend.name, dest, version, seconds, dest.stat().st_size, bdir, log_path,

@@ -167,8 +167,9 @@ def check_cuda(arch: str | None, cuda: str | None = None) -> tuple[
     flags = cuda_flags(archs)
     notes = [f"CUDA architectures {', '.join(archs)}"]
     if nvcc and (not cuda or version.split(".")[0] == cuda.split(".")[0]):
-        # A tree configured for the package-index toolkit before must not keep its runpath.
-        return ([*flags, "-DCMAKE_BUILD_WITH_INSTALL_RPATH=OFF"],
+        # Named, not left to CUDACXX (which a configured tree ignores), and without the
+        # runpath of a package-index build configured in the same tree before.
+        return ([*flags, f"-DCMAKE_CUDA_COMPILER={nvcc}", "-DCMAKE_BUILD_WITH_INSTALL_RPATH=OFF"],
                 [f"nvcc {version} at {nvcc}", *notes], {"CUDACXX": nvcc}, None)
     where = (f"the nvcc at {nvcc} is CUDA {version}" if nvcc else
              f"no CUDA toolkit (nvcc) on PATH or in {home}/bin")

@@ -105,6 +105,7 @@ def test_a_system_nvcc_is_used_when_there_is_one(bare_path: Path) -> None:
     args, notes, env, wheels = toolkit.check_cuda("89,90")
     assert wheels is None and env["CUDACXX"] == str(nvcc) and "nvcc 12.4" in notes[0]
     assert args[0] == "-DCMAKE_CUDA_ARCHITECTURES=89-real;90-real"
+    assert f"-DCMAKE_CUDA_COMPILER={nvcc}" in args  # a configured tree ignores CUDACXX
     assert "-DCMAKE_BUILD_WITH_INSTALL_RPATH=OFF" in args
     # Asking for another CUDA than the system's takes the package index's.
     *_, wheels = toolkit.check_cuda("90", cuda="13")
