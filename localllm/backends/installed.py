@@ -76,7 +76,7 @@ def pack_origin(plugin: Path) -> str:
     st = plugin.stat()
     if (rec.get("plugin_size"), rec.get("plugin_mtime_ns")) != (st.st_size, st.st_mtime_ns):
         return ""  # built or replaced since
-    return f"{rec.get('origin', '?')} (sha256 {str(rec.get('pack_sha256', '?'))[:12]}...)"
+    return f"{rec.get('origin', '?')}, sha256 {str(rec.get('pack_sha256', '?'))[:12]}"
 
 
 def strays(hw: Hardware) -> list[dict[str, str]]:

@@ -94,11 +94,16 @@ def run_list(args: argparse.Namespace) -> int:
                  else "not built")
         rows.append((b["name"], state, ", ".join(b["devices"]) or "-",
                      format_bytes(b["size"]) if b["size"] else "-",
-                     "yes" if b["wanted"] else "", b["error"] or b["path"] or b["needs"]))
+                     "yes" if b["wanted"] else "", b["error"] or _where(b) or b["needs"]))
     print(table(["NAME", "STATE", "DEVICES", "SIZE", "WANTED", "DETAIL"], rows, gap=2))
     for s in rep["strays"]:
         print(f"  ! {s['path']}: {s['reason']}")
     return 0
+
+
+def _where(row: dict[str, Any]) -> str:
+    """The plugin's path, and the pack it came from when it was not built here."""
+    return row["path"] + (f" (from {row['pack']})" if row["path"] and row["pack"] else "")
 
 
 def run_build(args: argparse.Namespace) -> int:

@@ -51,6 +51,8 @@ def test_pack_remove_install_and_the_rpc_tests_pass_on_it(rpc_backends: Path,
     assert row["loaded"] and row["ggml_version"] == version
     assert row["pack"].startswith(str(file)) and not [r for r in json.loads(out.stdout)
                                                       if r.get("stray")]
+    out = run_cli("backends", "list", env=env)
+    assert f"(from {file}, sha256 {sha.group(1)[:12]})" in out.stdout
 
     rpc_tests = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
