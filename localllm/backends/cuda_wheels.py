@@ -180,8 +180,8 @@ def installed(ws: WheelSet) -> Path | None:
 def plan_text(ws: WheelSet, why: str) -> str:
     """What ``install`` downloads, how big, and where: said before it starts."""
     names = ", ".join(f"{w.name} {w.version}" for w in ws.wheels)
-    return (f"No CUDA toolkit (nvcc) was found, so the plugin is built with NVIDIA's CUDA "
-            f"{ws.cuda} compiler and libraries from the package index ({why}): {names}. That "
+    return (f"The CUDA plugin is built with NVIDIA's CUDA {ws.cuda} compiler and libraries "
+            f"from the package index ({why}): {names}. That "
             f"is {format_bytes(ws.download_size(machine()))} to download, about "
             f"{format_bytes(ws.unpacked)} on disk in {root_for(ws)} (localllm's cache; no "
             "Python environment is changed; delete the folder to remove it). To use your own "

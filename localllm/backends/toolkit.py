@@ -179,8 +179,8 @@ def check_cuda(arch: str | None, cuda: str | None = None) -> tuple[
     except cuda_wheels.CudaWheelError as exc:
         raise ToolkitMissing(f"the CUDA plugin needs NVIDIA's compiler: {where}, and {exc}") \
             from None
-    return flags, [f"CUDA {ws.cuda} from the package index ({why}; {where})", *notes], {}, \
-        (ws, why)
+    why = f"{why}; {where}"
+    return flags, [f"CUDA {ws.cuda} from the package index ({why})", *notes], {}, (ws, why)
 
 
 def vulkan_header_version(include_dirs: list[str]) -> tuple[int, str]:

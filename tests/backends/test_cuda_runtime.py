@@ -126,7 +126,8 @@ def test_build_without_a_toolkit_asks_and_a_script_must_say_yes(tmp_path: Path) 
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     out = run_cli("backends", "build", "cuda", "--arch", "90", env=env)
     assert out.returncode == 1
-    assert "Note: No CUDA toolkit (nvcc) was found" in out.stderr
+    assert "Note: The CUDA plugin is built with NVIDIA's CUDA 13.0 compiler" in out.stderr
+    assert "no CUDA toolkit (nvcc) on PATH" in out.stderr
     assert "nvidia-cublas 13.1.0.3" in out.stderr and "MB to download" in out.stderr
     assert "run the build again with --yes" in out.stderr
     assert not (tmp_path / "cache" / "cuda").exists()
