@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from localllm.api.wire import DryRun, FileSize, ProgressEvent
+from localllm.api.wire import DryRun, FileSize, ProgressEvent, SearchModel, SearchResponse
 from localllm.errors import InvalidModelFile, LocalLLMError, PullError
 from localllm.gguf_info import ModelInfo
 from localllm.hardware.detect import Device
@@ -225,11 +225,11 @@ def _quant_fit(r: hub_search.Repo, q: hub_search.Quant, machine: Machine) -> Fit
 
 
 def search(query: str, limit: int, machine: Callable[[], Machine],
-           catalog: Callable[[], list[tuple[str, str]]] = _catalog_entries) -> dict[str, Any]:
+           catalog: Callable[[], list[tuple[str, str]]] = _catalog_entries) -> SearchResponse:
     """``GET /api/search``'s answer (see docs/api.md)."""
     repos = hub_search.search(query, limit, catalog=catalog)
     here = machine()
-    models = []
+    models: list[SearchModel] = []
     for r in repos:
         info = r.info
         # The Hub's reading of the template, else our own from the header.

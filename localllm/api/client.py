@@ -4,21 +4,24 @@
 ``version``, ``list``, ``ps``, ``show``, ``copy``, ``delete``, ``pull``, ``search``,
 ``create``, ``chat``, ``generate``, ``embed``, ``load``, ``unload``,
 ``blob_exists`` and ``upload_blob``.  Callers use those, never a route: each
-call's route and body are written once, in ``_Wire``, for both clients.
+call's route and body are written once, in ``api/calls.py``, for both clients.
 Answers come back as plain JSON values (dicts), streams as iterators of
-NDJSON objects; how answers and failures turn into ``localllm.errors`` lives
-in ``api.daemon``.  ``Client(autostart=True)`` starts a local daemon on its
-first failure to connect.
+NDJSON objects, both typed with ``api.wire``'s shapes (the daemon's answers
+are trusted, not checked: they are dicts at run time); how answers and
+failures turn into ``localllm.errors`` lives in ``api.daemon``.
+``Client(autostart=True)`` starts a local daemon on its first failure to
+connect.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Generic, TypeVar
+from typing import Any
 
 from localllm import config
 from localllm.api._httpx import httpx
+from localllm.api.calls import Body, Calls, Sent, body_kwargs, file_pieces
 from localllm.api.daemon import (
     DaemonConnectionLost,
     DaemonTimeout,
@@ -32,20 +35,26 @@ from localllm.api.daemon import (
     stream_item,
     transport_errors,
 )
+from localllm.api.wire import (
+    ChatChunk,
+    EmbedResponse,
+    GenerateChunk,
+    Progress,
+    ProgressEvent,
+    PsEntry,
+    SearchModel,
+    ShowResponse,
+    TagsEntry,
+)
 
 # The errors callers catch, importable from here with the client.
 __all__ = ["AsyncClient", "Client", "DaemonConnectionLost", "DaemonTimeout",
            "DaemonUnreachable", "ensure_daemon", "error_for"]
 
-JSON = dict[str, Any]
-Items = list[JSON]
-Call = tuple[str, str, Any]  # HTTP method, path, JSON body (None: no body)
-Progress = Callable[[int], None]
-_CHUNK = 1 << 20
-
-
-def _body(payload: Any) -> dict[str, Any]:
-    return {"json": payload} if payload is not None else {}
+# The answers that are lists (named here: in the classes ``list`` is a method's name).
+Models = list[TagsEntry]
+Loaded = list[PsEntry]
+Found = list[SearchModel]
 
 
 def _blob_found(resp: httpx.Response) -> bool:
@@ -55,106 +64,8 @@ def _blob_found(resp: httpx.Response) -> bool:
     return True
 
 
-def _chunks(fh: BinaryIO, progress: Progress | None) -> Iterator[bytes]:
-    """The file in 1 MiB pieces; ``progress(bytes sent so far)`` once each piece is taken."""
-    sent = 0
-    while chunk := fh.read(_CHUNK):
-        yield chunk
-        sent += len(chunk)
-        if progress is not None:
-            progress(sent)
-
-
-# -- what each call sends ---------------------------------------------------------------
-class _Wire:
-    """Route and body of each call that answers once, written once for both clients."""
-
-    version: Call = ("GET", "/api/version", None)
-    tags: Call = ("GET", "/api/tags", None)
-    ps: Call = ("GET", "/api/ps", None)
-
-    @staticmethod
-    def show(model: str, verbose: bool) -> Call:
-        return "POST", "/api/show", {"model": model, "verbose": verbose}
-
-    @staticmethod
-    def copy(source: str, destination: str) -> Call:
-        return "POST", "/api/copy", {"source": source, "destination": destination}
-
-    @staticmethod
-    def delete(model: str) -> Call:
-        return "DELETE", "/api/delete", {"model": model}
-
-    @staticmethod
-    def embed(body: JSON) -> Call:
-        return "POST", "/api/embed", body
-
-    @staticmethod
-    def load(model: str, keep_alive: str | float | None) -> Call:
-        # As Ollama: a chat without messages loads the model and answers at once.
-        body: JSON = {"model": model, "messages": [], "stream": False}
-        if keep_alive is not None:
-            body["keep_alive"] = keep_alive
-        return "POST", "/api/chat", body
-
-    @staticmethod
-    def unload(model: str) -> Call:
-        # As Ollama's ``stop``: a request with keep_alive 0 unloads the model now.
-        return "POST", "/api/generate", {"model": model, "keep_alive": 0, "stream": False}
-
-    @staticmethod
-    def search(query: str, limit: int) -> Call:
-        from urllib.parse import urlencode
-
-        return "GET", "/api/search?" + urlencode({"q": query, "limit": limit}), None
-
-    @staticmethod
-    def blob(digest: str) -> str:
-        return f"/api/blobs/{digest}"
-
-
-S = TypeVar("S")
-
-
-class _Streams(Generic[S]):
-    """The streamed calls, the same code for both clients: ``_stream`` makes the iterator S."""
-
-    def _stream(self, method: str, path: str, payload: Any = None) -> S:
-        raise NotImplementedError
-
-    def _streamed(self, path: str, body: JSON) -> S:
-        return self._stream("POST", path, {**body, "stream": True})
-
-    def pull(self, model: str, projector: str | None = None, *, force: bool | None = None,
-             dry_run: bool = False) -> S:
-        """``/api/pull``'s progress.  ``force``: False refuses a model too big for the
-        daemon's machine before downloading, True pulls it anyway (None: the daemon
-        warns and pulls, as for Ollama's clients).  ``dry_run``: no download; the last
-        event holds the files and the fit (header read over range requests)."""
-        body: JSON = {"model": model}
-        if projector:
-            body["projector"] = projector  # a vision projector file or precision, or "none"
-        if force is not None:
-            body["force"] = force
-        if dry_run:
-            body["dry_run"] = True
-        return self._streamed("/api/pull", body)
-
-    def create(self, body: JSON) -> S:
-        """``/api/create`` with ``body`` as the request: its progress events."""
-        return self._streamed("/api/create", body)
-
-    def chat(self, body: JSON) -> S:
-        """``/api/chat`` with ``body`` as the whole request: its chunks."""
-        return self._streamed("/api/chat", body)
-
-    def generate(self, body: JSON) -> S:
-        """``/api/generate`` with ``body`` as the whole request: its chunks."""
-        return self._streamed("/api/generate", body)
-
-
 # -- the sync client (CLI) ------------------------------------------------------------
-class Client(_Streams[Iterator[JSON]]):
+class Client:
     """Blocking client: ``with Client() as c: c.list()``."""
 
     def __init__(
@@ -187,11 +98,11 @@ class Client(_Streams[Iterator[JSON]]):
 
     def _request(self, method: str, path: str, payload: Any = None) -> Any:
         """Send JSON, return the decoded JSON answer (None for an empty body)."""
-        return answer(self._send(method, path, **_body(payload)))
+        return answer(self._send(method, path, **body_kwargs(payload)))
 
-    def _stream(self, method: str, path: str, payload: Any = None) -> Iterator[JSON]:
+    def _stream(self, method: str, path: str, payload: Any = None) -> Iterator[Any]:
         """Send JSON and yield each NDJSON object of the answer."""
-        resp = self._send(method, path, stream=True, **_body(payload))
+        resp = self._send(method, path, stream=True, **body_kwargs(payload))
         try:
             with transport_errors(self.base_url):
                 if resp.status_code >= 400:
@@ -206,50 +117,73 @@ class Client(_Streams[Iterator[JSON]]):
         return self._send("GET", "/").status_code == 200
 
     def version(self) -> str:
-        return str(self._request(*_Wire.version)["version"])
+        return str(self._request(*Calls.version)["version"])
 
-    def list(self) -> Items:
-        return list(self._request(*_Wire.tags)["models"])
+    def list(self) -> Models:
+        return list(self._request(*Calls.tags)["models"])
 
-    def ps(self) -> Items:
+    def ps(self) -> Loaded:
         """The loaded models: size, size_vram, context_length, expires_at."""
-        return list(self._request(*_Wire.ps)["models"])
+        return list(self._request(*Calls.ps)["models"])
 
-    def show(self, model: str, *, verbose: bool = False) -> JSON:
-        return dict(self._request(*_Wire.show(model, verbose)))
+    def show(self, model: str, *, verbose: bool = False) -> ShowResponse:
+        got: ShowResponse = self._request(*Calls.show(model, verbose))
+        return got
 
     def copy(self, source: str, destination: str) -> None:
-        self._request(*_Wire.copy(source, destination))
+        self._request(*Calls.copy(source, destination))
 
-    def search(self, query: str, limit: int = 10) -> Items:
+    def search(self, query: str, limit: int = 10) -> Found:
         """Hugging Face GGUF models for ``query``, each quant with its fit on the daemon's
         machine (``GET /api/search``; shape in docs/api.md)."""
-        return list(self._request(*_Wire.search(query, limit))["models"])
+        return list(self._request(*Calls.search(query, limit))["models"])
 
     def delete(self, model: str) -> None:
-        self._request(*_Wire.delete(model))
+        self._request(*Calls.delete(model))
 
-    def embed(self, body: JSON) -> JSON:
-        return dict(self._request(*_Wire.embed(body)))
+    def embed(self, body: Body) -> EmbedResponse:
+        got: EmbedResponse = self._request(*Calls.embed(body))
+        return got
 
     def load(self, model: str, *, keep_alive: str | float | None = None) -> None:
-        self._request(*_Wire.load(model, keep_alive))
+        self._request(*Calls.load(model, keep_alive))
 
     def unload(self, model: str) -> None:
-        self._request(*_Wire.unload(model))
+        self._request(*Calls.unload(model))
 
     def blob_exists(self, digest: str) -> bool:
-        return _blob_found(self._send("HEAD", _Wire.blob(digest)))
+        return _blob_found(self._send("HEAD", Calls.blob(digest)))
 
-    def upload_blob(self, digest: str, path: Path, progress: Progress | None = None) -> None:
+    def upload_blob(self, digest: str, path: Path, progress: Sent | None = None) -> None:
         """Upload a file as a blob; ``progress(bytes sent so far)`` after each chunk."""
         with open(path, "rb") as fh:
-            resp = self._send("POST", _Wire.blob(digest), content=_chunks(fh, progress))
+            resp = self._send("POST", Calls.blob(digest), content=file_pieces(fh, progress))
         raise_for(resp, resp.content)
+
+    def pull(self, model: str, projector: str | None = None, *, force: bool | None = None,
+             dry_run: bool = False) -> Iterator[ProgressEvent]:
+        """``/api/pull``'s progress.  ``force``: False refuses a model too big for the
+        daemon's machine before downloading, True pulls it anyway (None: the daemon
+        warns and pulls, as for Ollama's clients).  ``dry_run``: no download; the last
+        event (``wire.DryRun``) holds the files and the fit (header read over range
+        requests)."""
+        return self._stream(*Calls.pull(model, projector, force, dry_run))
+
+    def create(self, body: Body) -> Iterator[Progress]:
+        """``/api/create`` with ``body`` as the request: its progress events."""
+        return self._stream(*Calls.streamed("/api/create", body))
+
+    def chat(self, body: Body) -> Iterator[ChatChunk]:
+        """``/api/chat`` with ``body`` as the whole request: its chunks."""
+        return self._stream(*Calls.streamed("/api/chat", body))
+
+    def generate(self, body: Body) -> Iterator[GenerateChunk]:
+        """``/api/generate`` with ``body`` as the whole request: its chunks."""
+        return self._stream(*Calls.streamed("/api/generate", body))
 
 
 # -- the async client (TUI) -------------------------------------------------------------
-class AsyncClient(_Streams[AsyncIterator[JSON]]):
+class AsyncClient:
     """Non-blocking twin of ``Client``: ``async with AsyncClient() as c: await c.list()``."""
 
     def __init__(
@@ -275,10 +209,11 @@ class AsyncClient(_Streams[AsyncIterator[JSON]]):
             return await self.http.send(self.http.build_request(method, path, **kw), stream=stream)
 
     async def _request(self, method: str, path: str, payload: Any = None) -> Any:
-        return answer(await self._send(method, path, **_body(payload)))
+        return answer(await self._send(method, path, **body_kwargs(payload)))
 
-    async def _stream(self, method: str, path: str, payload: Any = None) -> AsyncIterator[JSON]:
-        resp = await self._send(method, path, stream=True, **_body(payload))
+    async def _stream(self, method: str, path: str, payload: Any = None
+                      ) -> AsyncIterator[Any]:
+        resp = await self._send(method, path, stream=True, **body_kwargs(payload))
         try:
             with transport_errors(self.base_url):
                 if resp.status_code >= 400:
@@ -293,48 +228,50 @@ class AsyncClient(_Streams[AsyncIterator[JSON]]):
         return (await self._send("GET", "/")).status_code == 200
 
     async def version(self) -> str:
-        return str((await self._request(*_Wire.version))["version"])
+        return str((await self._request(*Calls.version))["version"])
 
-    async def list(self) -> Items:
-        return list((await self._request(*_Wire.tags))["models"])
+    async def list(self) -> Models:
+        return list((await self._request(*Calls.tags))["models"])
 
-    async def ps(self) -> Items:
+    async def ps(self) -> Loaded:
         """The loaded models: size, size_vram, context_length, expires_at."""
-        return list((await self._request(*_Wire.ps))["models"])
+        return list((await self._request(*Calls.ps))["models"])
 
-    async def show(self, model: str, *, verbose: bool = False) -> JSON:
-        return dict(await self._request(*_Wire.show(model, verbose)))
+    async def show(self, model: str, *, verbose: bool = False) -> ShowResponse:
+        got: ShowResponse = await self._request(*Calls.show(model, verbose))
+        return got
 
     async def copy(self, source: str, destination: str) -> None:
-        await self._request(*_Wire.copy(source, destination))
+        await self._request(*Calls.copy(source, destination))
 
-    async def search(self, query: str, limit: int = 10) -> Items:
+    async def search(self, query: str, limit: int = 10) -> Found:
         """Hugging Face GGUF models for ``query``, each quant with its fit on the daemon's
         machine (``GET /api/search``; shape in docs/api.md)."""
-        return list((await self._request(*_Wire.search(query, limit)))["models"])
+        return list((await self._request(*Calls.search(query, limit)))["models"])
 
     async def delete(self, model: str) -> None:
-        await self._request(*_Wire.delete(model))
+        await self._request(*Calls.delete(model))
 
-    async def embed(self, body: JSON) -> JSON:
-        return dict(await self._request(*_Wire.embed(body)))
+    async def embed(self, body: Body) -> EmbedResponse:
+        got: EmbedResponse = await self._request(*Calls.embed(body))
+        return got
 
     async def load(self, model: str, *, keep_alive: str | float | None = None) -> None:
-        await self._request(*_Wire.load(model, keep_alive))
+        await self._request(*Calls.load(model, keep_alive))
 
     async def unload(self, model: str) -> None:
-        await self._request(*_Wire.unload(model))
+        await self._request(*Calls.unload(model))
 
     async def blob_exists(self, digest: str) -> bool:
-        return _blob_found(await self._send("HEAD", _Wire.blob(digest)))
+        return _blob_found(await self._send("HEAD", Calls.blob(digest)))
 
-    async def upload_blob(self, digest: str, path: Path, progress: Progress | None = None
+    async def upload_blob(self, digest: str, path: Path, progress: Sent | None = None
                           ) -> None:
         """Upload a file as a blob; ``progress(bytes sent so far)`` after each chunk."""
         from anyio import to_thread
 
         with open(path, "rb") as fh:
-            pieces = _chunks(fh, None)
+            pieces = file_pieces(fh, None)
 
             async def chunks() -> AsyncIterator[bytes]:
                 # Disk reads off the event loop; ``progress`` is called on it.
@@ -345,5 +282,22 @@ class AsyncClient(_Streams[AsyncIterator[JSON]]):
                     if progress is not None:
                         progress(sent)
 
-            resp = await self._send("POST", _Wire.blob(digest), content=chunks())
+            resp = await self._send("POST", Calls.blob(digest), content=chunks())
         raise_for(resp, resp.content)
+
+    def pull(self, model: str, projector: str | None = None, *, force: bool | None = None,
+             dry_run: bool = False) -> AsyncIterator[ProgressEvent]:
+        """As ``Client.pull``."""
+        return self._stream(*Calls.pull(model, projector, force, dry_run))
+
+    def create(self, body: Body) -> AsyncIterator[Progress]:
+        """``/api/create`` with ``body`` as the request: its progress events."""
+        return self._stream(*Calls.streamed("/api/create", body))
+
+    def chat(self, body: Body) -> AsyncIterator[ChatChunk]:
+        """``/api/chat`` with ``body`` as the whole request: its chunks."""
+        return self._stream(*Calls.streamed("/api/chat", body))
+
+    def generate(self, body: Body) -> AsyncIterator[GenerateChunk]:
+        """``/api/generate`` with ``body`` as the whole request: its chunks."""
+        return self._stream(*Calls.streamed("/api/generate", body))

@@ -5,15 +5,16 @@ check them; responses are built by the daemon itself, so they only need names
 that mypy can check at both ends: the producers (``inference/plan.py``,
 ``inference/fold.py``, ``inference/ps.py``, ``services.py``,
 ``services_hub.py``) return these, and the consumers (the compat stream
-classes, ``api/client.py``, ``cli/chatstream.py``, ``loadtest/protocols.py``)
-take them.  They are plain dicts at run time: this module imports nothing but
-``typing``, so a client that only lists models pays nothing for it.
+classes, ``api/client.py`` and through it the CLI and ``tui/reply.py``,
+``cli/chatstream.py``, ``loadtest/protocols.py``) take them.  They are plain
+dicts at run time: this module imports nothing but ``typing``, so a client
+that only lists models pays nothing for it.
 
 Field names are Ollama's (``/api/chat``, ``/api/generate``, ``/api/tags``,
-``/api/ps``, ``/api/show``, ``/api/pull``); a key Ollama leaves out when empty
-is ``NotRequired``.  Keys that are ours, not Ollama's, say so: clients ignore
-fields they do not know.  ``details`` is built in one place,
-:func:`localllm.services.model_details`.
+``/api/ps``, ``/api/show``, ``/api/pull``; ``/api/search`` is ours); a key
+Ollama leaves out when empty is ``NotRequired``.  Keys that are ours, not
+Ollama's, say so: clients ignore fields they do not know.  ``details`` is
+built in one place, :func:`localllm.services.model_details`.
 """
 
 from __future__ import annotations
@@ -223,3 +224,34 @@ class DryRun(TypedDict):
 
 
 ProgressEvent = Progress | DryRun
+
+
+# -- search: /api/search (ours) ------------------------------------------------------------
+
+
+class SearchQuant(TypedDict):
+    """One quant of a search result: ``hf.co/{repo}:{tag}`` pulls ``files``."""
+
+    tag: str
+    files: list[str]
+    size: int
+    fit: dict[str, Any]  # as DryRun's: scheduler/fit.py's ``Fit.to_json``
+
+
+class SearchModel(TypedDict):
+    """One Hugging Face repo of ``/api/search``'s answer (docs/api.md)."""
+
+    name: str  # hf.co/{repo}
+    repo: str
+    catalog: list[str]  # catalogue names that pull from this repo
+    downloads: int
+    likes: int
+    updated: str
+    capabilities: list[str]
+    context_length: int | None
+    quants: list[SearchQuant]
+    error: str | None
+
+
+class SearchResponse(TypedDict):
+    models: list[SearchModel]

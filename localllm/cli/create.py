@@ -9,6 +9,7 @@ uploads and quantization.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ def register(sub: Any) -> None:
 class CreateProgress(PullProgress):
     """PullProgress, with quantization counted in tensors rather than bytes."""
 
-    def update(self, event: dict[str, Any]) -> None:
+    def update(self, event: Mapping[str, Any]) -> None:
         status = str(event.get("status", ""))
         if status.startswith("quantizing") and event.get("total"):
             event = {**event, "digest": status}  # one bar, keyed by its status

@@ -19,6 +19,7 @@ import os
 import shlex
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -161,13 +162,15 @@ def prepare(agent: Agent, model: str | None, context: int | None) -> Setup:
                                                "num_parallel": SLOTS}}):
             pass
         client.load(derived)
-        loaded = next((m for m in client.ps() if m.get("name") == derived), {})
+        loaded: Mapping[str, Any] = next(
+            (m for m in client.ps() if m.get("name") == derived), {})
         got = int(loaded.get("context_length") or choice.context)
         report(name, derived, choice, got, loaded)
         return Setup(client.base_url, derived, got, config.API_KEY.get())
 
 
-def report(name: str, derived: str, choice: Choice, got: int, loaded: dict[str, Any]) -> None:
+def report(name: str, derived: str, choice: Choice, got: int, loaded: Mapping[str, Any]
+           ) -> None:
     """What was chosen and loaded, and why (stderr)."""
     from localllm.cli.launch_context import AGENT_FLOOR
     from localllm.format import format_bytes, processor

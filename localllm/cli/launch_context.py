@@ -20,7 +20,7 @@ was loaded.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ from localllm.store.names import DEFAULT_HOST, DEFAULT_NAMESPACE, ModelName, par
 
 if TYPE_CHECKING:
     from localllm.api.client import Client
+    from localllm.api.wire import PsEntry, TagsEntry
 
 AGENT_CONTEXT = 65536  # what an agent is given when memory allows
 AGENT_FLOOR = 32768  # below this, agents' prompts may not fit
@@ -108,7 +109,7 @@ def agent_model(model: str, context: int) -> ModelName:
     return parse_name(f"{DEFAULT_HOST}/{namespace}/{stem}:{tag[-128:]}")
 
 
-def trained_context(show: dict[str, Any]) -> int:
+def trained_context(show: Mapping[str, Any]) -> int:
     """The training context from ``/api/show``'s model_info (0 when it is not there)."""
     info = show.get("model_info") or {}
     arch = info.get("general.architecture")
@@ -116,7 +117,7 @@ def trained_context(show: dict[str, Any]) -> int:
     return int(value) if isinstance(value, int) and value > 0 else 0
 
 
-def param_context(show: dict[str, Any]) -> int:
+def param_context(show: Mapping[str, Any]) -> int:
     """A ``num_ctx`` the model's own Modelfile sets (0 when none)."""
     for line in str(show.get("parameters") or "").splitlines():
         parts = line.split()
@@ -126,7 +127,7 @@ def param_context(show: dict[str, Any]) -> int:
 
 
 # -- the daemon's planner, run here ---------------------------------------------------
-def _freed(devices: Sequence[Any], loaded: list[dict[str, Any]]) -> list[Any]:
+def _freed(devices: Sequence[Any], loaded: Sequence[PsEntry]) -> list[Any]:
     """``devices`` with the bytes the loaded models hold (``/api/ps`` devices) counted free."""
     held: dict[str, int] = {}
     for m in loaded:
@@ -136,7 +137,7 @@ def _freed(devices: Sequence[Any], loaded: list[dict[str, Any]]) -> list[Any]:
     return [replace(d, free=min(d.total, d.free + held.get(d.name, 0))) for d in devices]
 
 
-def _same(listed: dict[str, Any], key: tuple[str, ...], digest: str) -> bool:
+def _same(listed: TagsEntry, key: tuple[str, ...], digest: str) -> bool:
     try:
         return parse_name(listed.get("name")).key() == key and listed.get("digest") == digest
     except LocalLLMError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from localllm.format import format_bytes, format_duration
@@ -67,7 +67,7 @@ class PullProgress:
         self.last_draw = 0.0
         self.printed: set[str] = set()
 
-    def update(self, event: dict[str, Any]) -> None:
+    def update(self, event: Mapping[str, Any]) -> None:
         status = str(event.get("status", ""))
         digest = event.get("digest")
         total = event.get("total")

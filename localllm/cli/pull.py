@@ -10,10 +10,12 @@ the placement, the memory by device and the largest context that fits
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from localllm.api.client import Client
+    from localllm.api.wire import ShowResponse
 
 
 def register(sub: Any) -> None:
@@ -60,7 +62,7 @@ def pull_with_progress(client: Client, model: str, projector: str | None = None,
         progress.finish()
 
 
-def ensure_model(client: Client, model: str) -> dict[str, Any]:
+def ensure_model(client: Client, model: str) -> ShowResponse:
     """``show`` of ``model``, pulled first (with the progress above) when missing: how
     ``run``, the REPL's ``/load`` and ``launch`` start."""
     from localllm.errors import ModelNotFound
@@ -73,15 +75,16 @@ def ensure_model(client: Client, model: str) -> dict[str, Any]:
     return client.show(model)
 
 
-def dry_run(client: Client, model: str, projector: str | None = None) -> dict[str, Any]:
-    """The daemon's dry run of pulling ``model``: its last event (files, model, fit)."""
-    result: dict[str, Any] = {}
+def dry_run(client: Client, model: str, projector: str | None = None) -> Mapping[str, Any]:
+    """The daemon's dry run of pulling ``model``: its last event (files, model, fit:
+    ``wire.DryRun``, unless the stream ended early)."""
+    result: Mapping[str, Any] = {}
     for event in client.pull(model, projector, dry_run=True):
         result = event
     return result
 
 
-def render_plan(result: dict[str, Any]) -> str:
+def render_plan(result: Mapping[str, Any]) -> str:
     """A dry run for people: what would be downloaded, the model, and the fit here."""
     from localllm.format import format_bytes
 
@@ -107,13 +110,13 @@ def render_plan(result: dict[str, Any]) -> str:
     return "\n".join(out).rstrip("\n")
 
 
-def _file(f: dict[str, Any]) -> str:
+def _file(f: Mapping[str, Any]) -> str:
     from localllm.format import format_bytes
 
     return f"{f.get('file')}  {format_bytes(int(f.get('size') or 0))}"
 
 
-def fit_rows(fit: dict[str, Any]) -> list[tuple[str, str]]:
+def fit_rows(fit: Mapping[str, Any]) -> list[tuple[str, str]]:
     from localllm.format import format_bytes
 
     memory = fit.get("memory") or {}

@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from localllm.api.wire import SearchModel
 
 
 def register(sub: Any) -> None:
@@ -63,7 +66,7 @@ def fit_text(fit: dict[str, Any]) -> str:
     return f"{summary} · {format_bytes(total)} at {fit.get('context')} tokens"
 
 
-def render(m: dict[str, Any]) -> str:
+def render(m: SearchModel) -> str:
     from localllm.cli.output import table
     from localllm.format import format_bytes, parse_timestamp, time_ago
 

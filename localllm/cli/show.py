@@ -9,7 +9,11 @@ would load here (the dry run of ``pull``; cli/pull.py renders it).
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from localllm.api.wire import PsEntry
 
 _ONLY = ("modelfile", "template", "parameters", "license", "system")
 _PREVIEW_LINES = 3
@@ -39,14 +43,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     with Client(autostart=True) as client:
         info = client.show(args.model, verbose=args.verbose)
+        loaded: list[tuple[str, str]] = []
         if not any(getattr(args, f) for f in _ONLY):
-            info["loaded"] = _loaded(client.ps(), str(info.get("model") or args.model))
+            loaded = _loaded(client.ps(), str(info.get("model") or args.model))
     for field in _ONLY:
         if getattr(args, field):
             text = str(info.get(field) or "")
             print(text if text.endswith("\n") or not text else text + "\n", end="")
             return 0
-    print(render(info, verbose=args.verbose))
+    print(render(info, verbose=args.verbose, loaded=loaded))
     return 0
 
 
@@ -65,7 +70,9 @@ def _preview(text: str) -> list[tuple[str, str]]:
     return rows
 
 
-def render(info: dict[str, Any], *, verbose: bool = False) -> str:
+def render(info: Mapping[str, Any], *, verbose: bool = False,
+           loaded: Sequence[tuple[str, str]] = ()) -> str:
+    """``/api/show``'s answer for people; ``loaded``: where it runs now (``_loaded``)."""
     details = info.get("details") or {}
     model_info = info.get("model_info") or {}
     arch = str(model_info.get("general.architecture") or details.get("family") or "")
@@ -83,7 +90,7 @@ def render(info: dict[str, Any], *, verbose: bool = False) -> str:
                   ("parameters", str(draft.get("parameter_size") or "")),
                   ("quantization", str(draft.get("quantization_level") or ""))]
     out += _section("Draft model", [(k, v) for k, v in draft_rows if v])
-    out += _section("Loaded", info.get("loaded") or [])
+    out += _section("Loaded", list(loaded))
     out += _section("Capabilities", [(c, "") for c in info.get("capabilities") or []])
     params = [ln.split(None, 1) for ln in str(info.get("parameters") or "").splitlines()]
     out += _section("Parameters", [(p[0], p[1] if len(p) > 1 else "") for p in params if p])
@@ -122,7 +129,7 @@ def _origin_rows(origin: Any) -> list[tuple[str, str]]:
     return [(k, v) for k, v in rows if v]
 
 
-def _loaded(running: list[dict[str, Any]], model: str) -> list[tuple[str, str]]:
+def _loaded(running: Sequence[PsEntry], model: str) -> list[tuple[str, str]]:
     """Where the model runs now, when it is loaded: the same words as ``ps``."""
     from localllm.format import processor
 

@@ -36,6 +36,7 @@ def machine_of(request: Request) -> Callable[[], Machine]:
 @router.get("/api/search")
 async def search(request: Request, q: str = "", limit: int = 10) -> dict[str, Any]:
     # Mostly waiting on the Hub: anyio's thread pool, not the CPU limiter of ``offload``.
-    found: dict[str, Any] = await anyio.to_thread.run_sync(
+    found = await anyio.to_thread.run_sync(
         functools.partial(services_hub.search, q, limit, machine_of(request)))
-    return found
+    # Annotated as a plain dict: FastAPI would make a response model of a TypedDict.
+    return {"models": found["models"]}

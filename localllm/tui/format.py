@@ -7,14 +7,16 @@ Kept free of Textual so they are cheap to import and easy to test.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
+from localllm.api.wire import Metrics
 from localllm.format import format_bytes, format_duration, format_file_size
 from localllm.tui.sessions import Attachment, Chat, StoredMessage
 
 
-def context_length(show: dict[str, Any]) -> int | None:
+def context_length(show: Mapping[str, Any]) -> int | None:
     """The training context from ``show``'s ``model_info`` (``<arch>.context_length``)."""
     info = show.get("model_info") or {}
     arch = info.get("general.architecture", "")
@@ -24,7 +26,7 @@ def context_length(show: dict[str, Any]) -> int | None:
     return int(value) if isinstance(value, int | float) else None
 
 
-def reply_stats(final: dict[str, Any], ttft: float | None) -> dict[str, Any]:
+def reply_stats(final: Metrics, ttft: float | None) -> dict[str, Any]:
     """The stats kept with a reply, from the final chat chunk (durations in ns).
 
     ``ttft`` is measured by the client (request sent -> first token seen), which
@@ -51,7 +53,7 @@ def stats_text(stats: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
-def pull_line(event: dict[str, Any], rate: float | None) -> str:
+def pull_line(event: Mapping[str, Any], rate: float | None) -> str:
     """One line under the progress bar: status, bytes done/total, speed, ETA."""
     status = str(event.get("status", ""))
     total, done = event.get("total"), event.get("completed")
@@ -64,7 +66,7 @@ def pull_line(event: dict[str, Any], rate: float | None) -> str:
     return text
 
 
-def tool_call_text(call: dict[str, Any]) -> str:
+def tool_call_text(call: Mapping[str, Any]) -> str:
     """``get_weather(city="Paris")`` for a tool call as a chat chunk carries it."""
     fn = call.get("function") or {}
     args = fn.get("arguments") or {}

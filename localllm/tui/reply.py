@@ -1,4 +1,4 @@
-"""One streamed reply, accumulated from chat chunks (no Textual here).
+"""One streamed reply, accumulated from ``/api/chat`` chunks (no Textual here).
 
 The streaming worker feeds every chunk in as it arrives; the message widget
 reads ``content``/``thinking`` on its own timer, so the screen is redrawn at a
@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from localllm.api.wire import ChatChunk, ToolCall
 from localllm.tui.format import reply_stats
 
 
@@ -23,10 +24,11 @@ class Reply:
         self.first_token: float | None = None
         self.content = ""
         self.thinking = ""
-        self.tool_calls: list[dict[str, Any]] = []
-        self.final: dict[str, Any] | None = None
+        self.tool_calls: list[ToolCall] = []
+        self.final: ChatChunk | None = None  # the last chunk: done_reason and the timings
 
-    def feed(self, chunk: dict[str, Any]) -> None:
+    def feed(self, chunk: ChatChunk) -> None:
+        # .get throughout: a chunk from another server may leave out what ours always sends.
         message = chunk.get("message") or {}
         content = message.get("content") or ""
         thinking = message.get("thinking") or ""

@@ -10,6 +10,7 @@ defensively: a field of the wrong type shows as ``-``, never as a traceback.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from localllm.format import format_bytes
@@ -52,17 +53,17 @@ def updated(text: Any) -> str:
     return m.group(1) if m else "-"
 
 
-def capabilities(model: dict[str, Any]) -> str:
+def capabilities(model: Mapping[str, Any]) -> str:
     caps = model.get("capabilities")
     return ", ".join(str(c) for c in caps) if isinstance(caps, list) and caps else "-"
 
 
-def pull_name(model: dict[str, Any], quant: dict[str, Any]) -> str:
+def pull_name(model: Mapping[str, Any], quant: Mapping[str, Any]) -> str:
     """The name that pulls ``quant`` of ``model``: ``hf.co/user/repo:TAG``."""
     return f"{model.get('name', '')}:{quant.get('tag', '')}"
 
 
-def fit_of(quant: dict[str, Any]) -> dict[str, Any]:
+def fit_of(quant: Mapping[str, Any]) -> dict[str, Any]:
     return as_dict(quant.get("fit"))
 
 

@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from localllm.api.wire import ToolCall
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS chats (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -112,7 +114,7 @@ class StoredMessage:
     role: str
     content: str = ""
     thinking: str = ""
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)  # as the reply carried them
     stats: dict[str, Any] = field(default_factory=dict)
     partial: bool = False
     images: list[Attachment] = field(default_factory=list)

@@ -10,6 +10,7 @@ highlighted, one Enter away from the chat.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -28,6 +29,7 @@ from localllm.tui.screens.pull import PullScreen
 from localllm.tui.screens.search import SearchScreen
 
 if TYPE_CHECKING:
+    from localllm.api.wire import ShowResponse
     from localllm.tui.app import LocalLLMApp
 
 
@@ -177,7 +179,7 @@ class ModelsScreen(Screen[str | None]):
         await self.app.push_screen_wait(DetailsScreen(row, info))
 
 
-def details_markdown(row: ModelRow, info: dict[str, Any]) -> str:
+def details_markdown(row: ModelRow, info: Mapping[str, Any]) -> str:
     details = info.get("details") or {}
     lines = [f"# {row.name}", "", "| | |", "|---|---|"]
     facts = [("Size", format_bytes(row.size)), ("Family", details.get("family", "")),
@@ -196,7 +198,7 @@ def details_markdown(row: ModelRow, info: dict[str, Any]) -> str:
 class DetailsScreen(ModalScreen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,i,q", "close", "Close")]
 
-    def __init__(self, row: ModelRow, info: dict[str, Any]) -> None:
+    def __init__(self, row: ModelRow, info: ShowResponse) -> None:
         super().__init__(classes="dialog-screen")
         self.text = details_markdown(row, info)
 

@@ -11,6 +11,7 @@ too, with ``r`` to try again.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
@@ -115,7 +116,7 @@ class PullScreen(ModalScreen[bool]):
         self.notify(f"Pulled {self.model}")
         self.dismiss(True)
 
-    def _show(self, event: dict[str, Any], meters: dict[str, RateMeter],
+    def _show(self, event: Mapping[str, Any], meters: dict[str, RateMeter],
               bar: ProgressBar, line: Label) -> None:
         status = str(event.get("status", ""))
         if not self.status_lines or self.status_lines[-1] != status:

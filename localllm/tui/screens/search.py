@@ -20,7 +20,7 @@ Hub.  Dismissed with the name pulled (``hf.co/user/repo:QUANT``), or None.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
@@ -50,6 +50,7 @@ from localllm.tui.search_format import (
 )
 
 if TYPE_CHECKING:
+    from localllm.api.wire import SearchModel
     from localllm.tui.app import LocalLLMApp
 
 LIMIT = 10  # repos per search, as `localllm search`: each costs one header read
@@ -78,7 +79,7 @@ class SearchScreen(Screen[str | None]):
         super().__init__()
         self.local = {n.lower() for n in local}
         self.query_text = query
-        self.results: list[dict[str, Any]] = []
+        self.results: list[SearchModel] = []
         self.quants: list[dict[str, Any]] = []
         self.searching = False
 
@@ -152,7 +153,7 @@ class SearchScreen(Screen[str | None]):
         note.set_class(error, "error")
 
     @staticmethod
-    def _repo_cells(m: dict[str, Any]) -> tuple[Text, ...]:
+    def _repo_cells(m: Mapping[str, Any]) -> tuple[Text, ...]:
         # Text, not markup: every field comes from the Hub.
         return (Text(str(m.get("repo") or m.get("name") or "")),
                 Text(count(as_int(m.get("downloads"))), justify="right"),
@@ -184,7 +185,7 @@ class SearchScreen(Screen[str | None]):
                           Text(memory_text(fit)), Text("pulled" if here else ""), key=str(i))
         self._fit_line(0 if self.quants else None)
 
-    def _repo_info(self, m: dict[str, Any]) -> str:
+    def _repo_info(self, m: Mapping[str, Any]) -> str:
         parts = [str(m.get("name", ""))]
         if catalog := as_list(m.get("catalog")):
             parts.append("library: " + ", ".join(str(c) for c in catalog))
@@ -215,7 +216,7 @@ class SearchScreen(Screen[str | None]):
         if event.data_table.id == "repos" and self.quants:
             self.query_one("#quants", DataTable).focus()
 
-    def selected(self) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    def selected(self) -> tuple[SearchModel, dict[str, Any]] | None:
         """The highlighted repo and quant, if there is one."""
         repos, quants = self.query_one("#repos", DataTable), self.query_one("#quants", DataTable)
         if not self.results or not self.quants:

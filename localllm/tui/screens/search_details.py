@@ -9,6 +9,7 @@ and the planner's reason, as ``localllm pull NAME --dry-run`` prints them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.table import Table
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from localllm.tui.app import LocalLLMApp
 
 
-def plan_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
+def plan_rows(result: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The dry run's last event as (label, value) rows, empty values left out."""
     fit = fit_of(result)
 
@@ -74,7 +75,7 @@ class RemoteDetailsScreen(ModalScreen[None]):
     def __init__(self, model: str) -> None:
         super().__init__(classes="dialog-screen")
         self.model = model
-        self.result: dict[str, Any] | None = None
+        self.result: Mapping[str, Any] | None = None  # the dry run's last event
         self.failed: str | None = None
 
     def compose(self) -> ComposeResult:

@@ -276,7 +276,7 @@ class Conversation(Vertical):
             log.scroll_end(animate=False)
 
 
-async def _close(stream: AsyncIterator[dict[str, Any]]) -> None:
+async def _close(stream: AsyncIterator[object]) -> None:
     aclose = getattr(stream, "aclose", None)
     if aclose is not None:
         await aclose()
