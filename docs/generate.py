@@ -43,6 +43,9 @@ def _default(value: object) -> str:
 
 
 def configuration() -> str:
+    from localllm.ollama_env import IGNORED
+
+    ignored = "\n".join(f"| `{var}` | {why} |" for var, why in IGNORED.items())
     rows = "\n".join(
         f"| `{s.name}` | {_default(s.default)} | {s.description.replace('|', '&#124;')}"
         + (f" Falls back to `{s.ollama}`." if s.ollama else "") + " |"
@@ -62,6 +65,29 @@ doctor` and the daemon's start-up log say which were used.
 | Variable | Default | What it does |
 |----------|---------|--------------|
 {rows}
+
+## Ollama's variables
+
+Each `OLLAMA_*` variable named above is read when ours is unset, the way Ollama
+reads it, so the `Environment=` lines of an Ollama service override can be copied
+into localllm's unchanged and mean what they meant there: quotes around a value
+are trimmed; a switch (`OLLAMA_NOPRUNE`, `OLLAMA_SCHED_SPREAD`, `OLLAMA_NOHISTORY`)
+is false only for Go's `0`, `f`, `false` (or `F`, `FALSE`, `False`) and true for
+any other text; `OLLAMA_GPU_OVERHEAD` and `OLLAMA_MAX_QUEUE` are digits only (a
+value Ollama would ignore, such as `1GiB`, is ignored, with a warning);
+`OLLAMA_LOAD_TIMEOUT` is a duration or whole seconds, 0 or negative for no limit;
+`OLLAMA_DEBUG` is a level (`1` or `true` debug, `2` trace, `-1` warnings only);
+`OLLAMA_LLM_LIBRARY` takes Ollama's library folder names (`cuda_v12`, `cuda_v13`,
+`rocm`, `vulkan`, `cpu_avx2`; `mlx_*` is left to detection, and a name that is
+none of them leaves only the CPU, as it does in Ollama). Our own variables keep
+their own syntax (`LOCALLLM_GPU_OVERHEAD=1GiB`, `LOCALLLM_DEBUG=on`).
+
+These Ollama variables mean nothing here; the daemon's start-up log names each
+one that is set:
+
+| Variable | Why it is not used |
+|----------|--------------------|
+{ignored}
 
 Durations accept seconds (`300`) or Go-style strings (`5m`, `1h30m`, `500ms`);
 a negative duration means "forever". `LOCALLLM_HOST` takes `host[:port]`

@@ -14,6 +14,11 @@ Values that requests and settings share have one parser here: the KV cache
 types (``KV_TYPES``, ``parse_kv_type``) and flash attention
 (``parse_flash_attention``).
 
+Where Ollama has a variable of the same meaning, it is read when ours is unset,
+the way Ollama reads it (``ollama_env.py``), so a copied Ollama service file
+behaves as it did there; ``ollama_fallbacks`` and ``ollama_ignored`` say which
+were used and which mean nothing here, for the start-up log and ``doctor``.
+
 ``REGISTRY`` feeds ``localllm serve --help`` and docs/configuration.md.
 """
 
@@ -25,7 +30,9 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, Literal, TypeVar, get_args
+from typing import Generic, Literal, TypeVar, cast, get_args
+
+from localllm.ollama_env import GO_INT, IGNORED, debug_level, go_bool, go_uint
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +52,21 @@ class Setting(Generic[T]):
     # Ollama's variable of the same meaning, read when ours is unset, so an existing
     # Ollama setup (a service file, a shell profile) and its clients agree with us.
     ollama: str = ""
+    # How Ollama reads its variable, where that differs from ``parse`` (Go's booleans,
+    # where any other text means true; levels; bytes only): a copied setup means what it
+    # meant to Ollama.  None: ``parse`` reads both.
+    ollama_parse: Callable[[str], T] | None = None
 
     def source(self) -> tuple[str, str] | None:
         """(variable, value) this setting comes from, or None when it is the default."""
         for var in (self.name, self.ollama):
             raw = os.environ.get(var) if var else None
-            if raw is not None and raw.strip():
-                return var, raw.strip()
+            if raw is None:
+                continue
+            # Ollama trims spaces, then quotes (a compose file's OLLAMA_X="1" keeps them).
+            text = raw.strip().strip("\"'") if var == self.ollama else raw.strip()
+            if text:
+                return var, text
         return None
 
     def get(self) -> T:
@@ -59,8 +74,9 @@ class Setting(Generic[T]):
         if src is None:
             return self.default
         var, raw = src
+        parse = self.ollama_parse if var == self.ollama and self.ollama_parse else self.parse
         try:
-            return self.parse(raw)
+            return parse(raw)
         except ValueError as exc:
             log.warning("ignoring %s=%r (%s); using %r", var, raw, exc, self.default)
             return self.default
@@ -69,6 +85,11 @@ class Setting(Generic[T]):
 def ollama_fallbacks() -> list[tuple[str, str]]:
     """(our setting, Ollama variable) for each setting now taken from an OLLAMA_* variable."""
     return [(st.name, src[0]) for st in REGISTRY if (src := st.source()) and src[0] == st.ollama]
+
+
+def ollama_ignored() -> list[tuple[str, str]]:
+    """(variable, why) for each Ollama variable that is set but means nothing here."""
+    return [(var, why) for var, why in IGNORED.items() if os.environ.get(var, "").strip()]
 
 
 def _bool(raw: str) -> bool:
@@ -233,6 +254,75 @@ def parse_duration(raw: str | int | float) -> float:
     return seconds
 
 
+def _load_timeout(raw: str) -> float:
+    """A duration; 0 or negative = no limit (as Ollama's OLLAMA_LOAD_TIMEOUT)."""
+    seconds = parse_duration(raw)
+    return math.inf if seconds <= 0 else seconds
+
+
+TRACE = 5  # the logging level of LOCALLLM_DEBUG=2, below DEBUG (Ollama's TRACE)
+
+
+def parse_debug_level(raw: str) -> int:
+    """LOCALLLM_DEBUG: a boolean (on = 1) or a level: 1 debug, 2 trace, -1 warnings only."""
+    low = raw.strip().lower()
+    if low in ("true", "yes", "on"):
+        return 1
+    if low in ("false", "no", "off"):
+        return 0
+    if low == "trace":
+        return 2
+    if not GO_INT.fullmatch(low):
+        raise ValueError("expected a boolean or a level: 1 (debug), 2 (trace), -1 (warnings)")
+    return int(low, 10)
+
+
+def log_level() -> int:
+    """The ``logging`` level LOCALLLM_DEBUG asks for, stepping as Ollama's slog levels do.
+
+    0 INFO, 1 DEBUG, 2 and more TRACE; each step below 0 is one level quieter
+    (-1 WARNING, -2 ERROR, -3 CRITICAL), as OLLAMA_DEBUG=-1 is Ollama's WARN.
+    """
+    level = DEBUG.get()
+    return TRACE if level >= 2 else logging.INFO - 10 * level
+
+
+LLMLibrary = Literal["", "cuda", "rocm", "vulkan", "metal", "cpu"]
+# hardware.Device.library of each; RPC devices are not a library choice (LOCALLLM_RPC_WORKERS).
+LLM_LIBRARY_DEVICES: dict[str, tuple[str, ...]] = {
+    "cuda": ("CUDA",), "rocm": ("ROCm", "HIP"), "vulkan": ("Vulkan",), "metal": ("Metal",),
+    "cpu": (),
+}
+
+
+def parse_llm_library(raw: str) -> LLMLibrary:
+    """``cuda``, ``rocm``, ``vulkan``, ``metal``, ``cpu``, or ``auto`` ("").
+
+    Ollama's library folder names mean the same: ``cuda_v12``, ``cuda_v13`` and
+    ``cuda_jetpack6`` are CUDA, ``rocm_v6`` (and ``hip``) ROCm, ``cpu_avx2`` the CPU;
+    ``mlx_*`` names Ollama's MLX engine, which its GGML discovery ignores: automatic.
+    """
+    low = raw.strip().lower()
+    if low in ("", "auto") or low.startswith("mlx_"):
+        return ""
+    if low == "hip" or low.startswith("hip_"):
+        return "rocm"
+    for lib in ("cuda", "rocm", "vulkan", "metal", "cpu"):
+        if low == lib or low.startswith(lib + "_"):
+            return cast(LLMLibrary, lib)
+    raise ValueError("expected auto, cuda, rocm, vulkan, metal or cpu")
+
+
+def _ollama_llm_library(raw: str) -> LLMLibrary:
+    """A name with no library here leaves Ollama with none of its GPU libraries: the CPU."""
+    try:
+        return parse_llm_library(raw)
+    except ValueError:
+        log.warning("OLLAMA_LLM_LIBRARY=%r names no GPU library (cuda, rocm, vulkan): as "
+                    "Ollama, only the CPU is used", raw)
+        return "cpu"
+
+
 def parse_host(raw: str) -> tuple[str, int]:
     """Split ``LOCALLLM_HOST`` (``host[:port]``, optional scheme) into host and port."""
     text = raw.strip()
@@ -281,7 +371,8 @@ MAX_LOADED_MODELS = Setting("LOCALLLM_MAX_LOADED_MODELS", _nonneg_int, 0,
                             ollama="OLLAMA_MAX_LOADED_MODELS")
 MAX_LOADED_PER_GPU = 3  # what MAX_LOADED_MODELS=0 allows per GPU (and on a CPU-only machine)
 MAX_QUEUE = Setting("LOCALLLM_MAX_QUEUE", _nonneg_int, 512,
-                    "Pending requests allowed before the daemon answers 503.")
+                    "Pending requests allowed before the daemon answers 503.",
+                    ollama="OLLAMA_MAX_QUEUE", ollama_parse=go_uint)
 CONTEXT_LENGTH = Setting("LOCALLLM_CONTEXT_LENGTH", _nonneg_int, 0,
                          "Default context length (0 = chosen from available memory).",
                          ollama="OLLAMA_CONTEXT_LENGTH")
@@ -291,24 +382,43 @@ FLASH_ATTENTION: Setting[FlashAttention] = Setting(
 KV_CACHE_TYPE: Setting[KVType] = Setting(
     "LOCALLLM_KV_CACHE_TYPE", parse_kv_type, "f16",
     "KV cache type: f16, q8_0, q4_0 or f32 (quantized types need flash attention; "
-    "with it off, f16 is used).")
-LOAD_TIMEOUT = Setting("LOCALLLM_LOAD_TIMEOUT", parse_duration, 300.0,
-                       "How long a model load may take before it is abandoned.")
+    "with it off, f16 is used).", ollama="OLLAMA_KV_CACHE_TYPE")
+LOAD_TIMEOUT = Setting("LOCALLLM_LOAD_TIMEOUT", _load_timeout, 300.0,
+                       "How long a model load may take before it is abandoned (0 or negative "
+                       "= no limit).", ollama="OLLAMA_LOAD_TIMEOUT")
 RUNNER_TIMEOUT = Setting(
     "LOCALLLM_RUNNER_TIMEOUT", parse_duration, 30.0,
     "How long a runner may show no sign of life before the daemon kills it, fails its "
     "requests and reloads the model on the next one (0 or negative = never).  A thread of the "
     "runner reports every second even during a long load or step, so silence means the "
     "process is stopped or frozen, not busy; 30 s leaves room for a machine that swaps.")
-GPU_OVERHEAD = Setting("LOCALLLM_GPU_OVERHEAD", _nonneg_int, 0,
-                       "Bytes of each GPU kept free for other programs.")
+GPU_OVERHEAD = Setting("LOCALLLM_GPU_OVERHEAD", parse_size, 0,
+                       "Memory of each GPU kept free for other programs, e.g. 1GiB or bytes; "
+                       "the planner offloads less and picks a shorter automatic context.",
+                       ollama="OLLAMA_GPU_OVERHEAD", ollama_parse=go_uint)
 SCHED_SPREAD = Setting("LOCALLLM_SCHED_SPREAD", _bool, False,
                        "Spread every model over all GPUs in proportion to their free memory, "
-                       "even when fewer GPUs would hold it.")
+                       "even when fewer GPUs would hold it.",
+                       ollama="OLLAMA_SCHED_SPREAD",
+                       ollama_parse=go_bool("OLLAMA_SCHED_SPREAD"))
 NOPRUNE = Setting("LOCALLLM_NOPRUNE", _bool, False,
-                  "Keep unreferenced blobs instead of removing them.")
-DEBUG = Setting("LOCALLLM_DEBUG", _bool, False,
-                "Verbose logs, including prompts.")
+                  "Keep blobs no model uses: at start-up, and when a pull or create replaces a "
+                  "model ('rm' still removes the deleted model's own, as Ollama does).",
+                  ollama="OLLAMA_NOPRUNE", ollama_parse=go_bool("OLLAMA_NOPRUNE"))
+DEBUG = Setting("LOCALLLM_DEBUG", parse_debug_level, 0,
+                "Log level: 1 or true = debug (each runner's llama.cpp log, the body of a "
+                "request that fails), 2 = trace (also every HTTP connection event and ASGI "
+                "message), -1 = warnings and errors only, -2 = errors only.",
+                ollama="OLLAMA_DEBUG", ollama_parse=debug_level)
+NOHISTORY = Setting("LOCALLLM_NOHISTORY", _bool, False,
+                    "'localllm run' reads its line history but adds nothing to the file "
+                    "(as '/set nohistory').",
+                    ollama="OLLAMA_NOHISTORY", ollama_parse=go_bool("OLLAMA_NOHISTORY"))
+LLM_LIBRARY: Setting[LLMLibrary] = Setting(
+    "LOCALLLM_LLM_LIBRARY", parse_llm_library, "",
+    "Plan models only on this library's devices: cuda, rocm, vulkan, metal, or cpu (no GPU); "
+    "Ollama's names (cuda_v12, rocm_v6, cpu_avx2) are read too; default: every device.",
+    ollama="OLLAMA_LLM_LIBRARY", ollama_parse=_ollama_llm_library)
 API_KEY = Setting("LOCALLLM_API_KEY", _str, "",
                   "When set, every endpoint but / and /health needs the key, as "
                   "'Authorization: Bearer <key>' or 'x-api-key: <key>'.")
@@ -423,9 +533,9 @@ MAX_REQUEST_PIXELS = Setting(
 REGISTRY: tuple[Setting[object], ...] = (
     HOST, HOME, MODELS, ORIGINS, KEEP_ALIVE, NUM_PARALLEL, MAX_LOADED_MODELS, MAX_QUEUE,
     CONTEXT_LENGTH, FLASH_ATTENTION, KV_CACHE_TYPE, LOAD_TIMEOUT, RUNNER_TIMEOUT,
-    GPU_OVERHEAD, SCHED_SPREAD,
-    NOPRUNE, DEBUG, API_KEY, SHUTDOWN_GRACE, NUM_THREAD, ALLOWED_PATHS, MAX_BODY, MAX_BLOB_SIZE,
-    MIN_FREE_DISK, LOG_FORMAT, BACKENDS, CACHE, CATALOG_REPO, BACKENDS_REPO, RPC_WORKERS,
+    GPU_OVERHEAD, SCHED_SPREAD, LLM_LIBRARY, NOPRUNE, DEBUG, NOHISTORY, API_KEY,
+    SHUTDOWN_GRACE, NUM_THREAD, ALLOWED_PATHS, MAX_BODY, MAX_BLOB_SIZE, MIN_FREE_DISK,
+    LOG_FORMAT, BACKENDS, CACHE, CATALOG_REPO, BACKENDS_REPO, RPC_WORKERS,
     LLAMA_PREFIX, RUNNER_ENGINE, FETCH_IMAGE_URLS, STEP_BUDGET, PROMPT_CACHE, MAX_REQUEST_PIXELS,
 )  # type: ignore[assignment]
 

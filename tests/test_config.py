@@ -34,10 +34,12 @@ CASES: dict[str, tuple[str, Any, str | None]] = {
     "LOCALLLM_KV_CACHE_TYPE": ("Q8_0", "q8_0", "q5_1"),
     "LOCALLLM_LOAD_TIMEOUT": ("10m", 600.0, "soon"),
     "LOCALLLM_RUNNER_TIMEOUT": ("2s", 2.0, "later"),
-    "LOCALLLM_GPU_OVERHEAD": ("1073741824", 1 << 30, "-5"),
+    "LOCALLLM_GPU_OVERHEAD": ("1GiB", 1 << 30, "-5"),
     "LOCALLLM_SCHED_SPREAD": ("true", True, "maybe"),
     "LOCALLLM_NOPRUNE": ("1", True, "2"),
-    "LOCALLLM_DEBUG": ("yes", True, "verbose"),
+    "LOCALLLM_DEBUG": ("yes", 1, "verbose"),
+    "LOCALLLM_NOHISTORY": ("1", True, "maybe"),
+    "LOCALLLM_LLM_LIBRARY": ("cuda_v12", "cuda", "opencl"),
     "LOCALLLM_API_KEY": ("s3cret", "s3cret", None),
     "LOCALLLM_SHUTDOWN_GRACE": ("5s", 5.0, "5x"),
     "LOCALLLM_NUM_THREAD": ("8", 8, "eight"),
@@ -49,6 +51,7 @@ CASES: dict[str, tuple[str, Any, str | None]] = {
     "LOCALLLM_BACKENDS": ("/opt/backends", "/opt/backends", None),
     "LOCALLLM_CACHE": ("/var/cache/ll", "/var/cache/ll", None),
     "LOCALLLM_CATALOG_REPO": ("someone/catalog", "someone/catalog", "../catalog"),
+    "LOCALLLM_BACKENDS_REPO": ("someone/packs", "someone/packs", "packs"),
     "LOCALLLM_RPC_WORKERS": ("10.0.0.2:50052", ["10.0.0.2:50052"], None),
     "LOCALLLM_LLAMA_PREFIX": ("/opt/llama", "/opt/llama", None),
     "LOCALLLM_FETCH_IMAGE_URLS": ("1", "public", "sometimes"),
@@ -301,7 +304,9 @@ def test_ollama_variables_are_fallbacks_and_ours_win(monkeypatch: pytest.MonkeyP
     assert {s.ollama for s in config.REGISTRY if s.ollama} == {
         "OLLAMA_HOST", "OLLAMA_MODELS", "OLLAMA_KEEP_ALIVE", "OLLAMA_NUM_PARALLEL",
         "OLLAMA_MAX_LOADED_MODELS", "OLLAMA_ORIGINS", "OLLAMA_CONTEXT_LENGTH",
-        "OLLAMA_FLASH_ATTENTION"}
+        "OLLAMA_FLASH_ATTENTION", "OLLAMA_KV_CACHE_TYPE", "OLLAMA_MAX_QUEUE", "OLLAMA_LOAD_TIMEOUT",
+        "OLLAMA_GPU_OVERHEAD", "OLLAMA_SCHED_SPREAD", "OLLAMA_NOPRUNE", "OLLAMA_DEBUG",
+        "OLLAMA_NOHISTORY", "OLLAMA_LLM_LIBRARY"}
 
 
 def test_doctor_says_which_ollama_variables_are_used(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,6 +12,10 @@ RPC workers: a ggml RPC server serves one client at a time, so only workers
 that answer "ready" now take part (one that a loaded model holds answers
 "busy").  A worker that is down is named in the log, and in the error when
 the model does not fit without it.
+
+LOCALLLM_LLM_LIBRARY (or Ollama's OLLAMA_LLM_LIBRARY) keeps the planner to one
+library's GPUs (``cpu``: none), as Ollama's choice of library folder does; the
+CPU and the RPC workers named in LOCALLLM_RPC_WORKERS stay.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from localllm import config
 from localllm.errors import ModelLoadError
 from localllm.gguf_info import read_model_info
-from localllm.hardware.detect import Hardware, refresh_memory
+from localllm.hardware.detect import Device, Hardware, refresh_memory
 from localllm.hardware.rpc import endpoint_of
 from localllm.runner.messages import LoadOptions
 from localllm.scheduler.planner import PlanOptions, fits_alongside
@@ -43,7 +48,7 @@ def make_plan_fn(hardware: Callable[[], Hardware] = refresh_memory) -> PlanFn:
         for w in down:
             log.warning("RPC worker %s is not usable (%s): planning without it",
                         w.endpoint, w.error)
-        devices = [d for d in hw.devices
+        devices = [d for d in library_devices(hw.devices)
                    if (ep := endpoint_of(d.name)) is None or ep in ready]
         loaded = [o.placement.plan for o in others if o.placement.plan is not None]
         extra: dict[str, Any] = {}
@@ -74,3 +79,14 @@ def make_plan_fn(hardware: Callable[[], Hardware] = refresh_memory) -> PlanFn:
         )
 
     return plan_fn
+
+
+def library_devices(devices: tuple[Device, ...]) -> list[Device]:
+    """``devices`` less the GPUs of libraries LOCALLLM_LLM_LIBRARY leaves out."""
+    library = config.LLM_LIBRARY.get()
+    if not library:
+        return list(devices)
+    keep = config.LLM_LIBRARY_DEVICES[library]
+    # ggml's "accel" devices (BLAS, AMX) compute in host memory: part of the CPU's side.
+    return [d for d in devices if d.kind in ("cpu", "accel") or d.library in keep
+            or endpoint_of(d.name) is not None]

@@ -209,6 +209,6 @@ def create_app(
         metrics=metrics,
         max_body=config.MAX_BODY.get(),
         max_blob=config.MAX_BLOB_SIZE.get(),
-        debug=config.DEBUG.get(),
+        debug=config.DEBUG.get() > 0,
     )
     return app

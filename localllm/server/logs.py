@@ -96,7 +96,8 @@ def setup_logging() -> None:
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
-    root.setLevel(logging.DEBUG if config.DEBUG.get() else logging.INFO)
+    logging.addLevelName(config.TRACE, "TRACE")
+    root.setLevel(config.log_level())
     # The runner's stderr (llama.cpp's chatter) is logged at DEBUG; the access
     # log is ours, so uvicorn's own is not needed.
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)

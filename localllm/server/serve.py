@@ -106,6 +106,8 @@ def run() -> int:
     log.info("localllm %s listening on %s:%d (models: %s)", _version(), host, port, store.root)
     for ours, theirs in config.ollama_fallbacks():
         log.info("%s is unset: using %s", ours, theirs)
+    for theirs, why in config.ollama_ignored():
+        log.info("%s is not used: %s", theirs, why)
     threading.Thread(target=report_hardware, name="hardware-report", daemon=True).start()
     # Everything imported and built so far lives as long as the daemon: out of the
     # collector's full passes, each of which walked it (62,000 objects, 19 ms with the
@@ -224,10 +226,18 @@ def _h11_protocol() -> type:
     return HeaderTimeoutH11
 
 
+def _uvicorn_level(debug: int) -> str:
+    if debug >= 2:
+        return "trace"
+    return "debug" if debug == 1 else "error" if debug <= -2 else "warning"
+
+
 def uvicorn_settings() -> dict[str, Any]:
     """``uvicorn.Config`` keyword arguments, shared with the tests' live servers."""
     return {
-        "log_level": "debug" if config.DEBUG.get() else "warning", "log_config": None,
+        # LOCALLLM_DEBUG=2 is uvicorn's "trace": every connection event and ASGI message.
+        "log_level": _uvicorn_level(config.DEBUG.get()),
+        "log_config": None,
         "access_log": False,  # RequestMiddleware writes the access log, with request ids
         # The drain already waited; this only bounds closing what is left.
         "timeout_graceful_shutdown": 2,

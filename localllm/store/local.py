@@ -170,15 +170,17 @@ class Store:
     def delete(self, name: ModelName) -> None:
         with self.lock:
             removed = self.manifests.delete(name)
-            self._drop_unreferenced(removed.digests())
+            # Deleting a model frees its space even with LOCALLLM_NOPRUNE, as Ollama's
+            # delete does: the setting keeps what start-up and replacements would remove.
+            self._drop_unreferenced(removed.digests(), deleting=True)
 
-    def _drop_unreferenced(self, candidates: set[str]) -> None:
+    def _drop_unreferenced(self, candidates: set[str], *, deleting: bool = False) -> None:
         """Remove those of ``candidates`` no manifest uses any more.
 
         Only blobs of a replaced or deleted manifest are candidates, so blobs
         written by a pull or create that has not committed yet are never touched.
         """
-        if not candidates or config.NOPRUNE.get():
+        if not candidates or (config.NOPRUNE.get() and not deleting):
             return
         in_use = self.manifests.referenced()
         for digest in candidates - in_use:
