@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from localllm.api.wire import Details, Draft, ShowResponse, TagsEntry
+from localllm.api.wire import Details, Draft, ProgressEvent, ShowResponse, TagsEntry
 from localllm.store.local import PartialsReport, Store
 from localllm.store.manifests import MEDIA_DRAFT, MEDIA_LICENSE, Entry
 from localllm.store.names import ModelName, parse_digest, parse_name
@@ -30,9 +30,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Where progress events go (a route's NDJSON stream): it takes any JSON object, so it
-# can be handed on to the store's pulls as well as to services_hub's typed events.
-Progress = Callable[[Mapping[str, Any]], None]
+# Where a pull's progress events go (a route's NDJSON stream, a create's relay): the
+# store's pull lines and services_hub's dry-run result.
+Progress = Callable[[ProgressEvent], None]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ formatted.  ``grammar_for`` turns a request's ``format`` into a GBNF grammar.
 
 from __future__ import annotations
 
-from typing import Any, TypedDict, cast
+from typing import Any, TypedDict
 
 from localllm.api.wire import Logprob, ToolCall
 from localllm.errors import InvalidRequest
@@ -89,8 +89,7 @@ class OutputShaper:
             parts["thinking"] = result.thinking
         if result.calls:
             self.tool_calls_seen = True
-            # to_ollama() is the wire's ToolCall (toolcalls/ keeps to plain dicts).
-            parts["tool_calls"] = [cast(ToolCall, c.to_ollama()) for c in result.calls]
+            parts["tool_calls"] = [c.to_ollama() for c in result.calls]
         if result.content:
             parts["content"] = result.content
         return parts if (parts or final) else {}

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from localllm.errors import InvalidRequest, LocalLLMError, ModelNotFound
 from localllm.gguf_info import ModelInfo, read_model_info, read_model_info_split
@@ -52,8 +52,13 @@ from localllm.store.names import ModelName, parse_digest, parse_name
 from localllm.store.projector import is_loadable_projector, projector_header
 from localllm.template.select import check_gguf_template
 
-Emit = Callable[[dict[str, Any]], None]
-PullFn = Callable[[str, Emit, threading.Event | None], None]
+if TYPE_CHECKING:
+    from localllm.api.wire import ProgressEvent
+
+# Where a create's progress goes, a base model's pull relayed (named for mypy only: no
+# import of api/).  It takes any progress event, so a pull's sink can be handed on as is.
+Emit: TypeAlias = "Callable[[ProgressEvent], None]"
+PullFn: TypeAlias = "Callable[[str, Emit, threading.Event | None], None]"
 
 
 @dataclass
@@ -227,7 +232,7 @@ class Creator:
         spec = plan.spec
         if plan.pull is not None:
             assert self.pull is not None
-            def relay(event: dict[str, Any]) -> None:
+            def relay(event: ProgressEvent) -> None:
                 if event.get("status") != "success":  # the create's own success comes last
                     emit(event)
 

@@ -11,7 +11,7 @@ one with ``stream: false``).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Request, Response
@@ -22,7 +22,7 @@ from localllm.errors import InvalidRequest
 from localllm.modelfile.create import CreateSpec, Creator, Emit
 from localllm.server.deps import json_body, model_service
 from localllm.server.streaming import events_from_thread, progress_response
-from localllm.services import ModelService, Progress
+from localllm.services import ModelService
 
 router = APIRouter()
 
@@ -68,8 +68,7 @@ async def create(
     svc: Annotated[ModelService, Depends(model_service)],
 ) -> Response:
     def pull(model: str, emit: Emit, cancel: Any) -> None:
-        # modelfile's Emit is typed for plain dicts; every progress event is one at run time.
-        svc.pull(model, cast(Progress, emit), cancel=cancel)
+        svc.pull(model, emit, cancel=cancel)
 
     creator = Creator(svc.store, pull)
     # Reading GGUF headers and test-rendering the template touch the disk: not on the loop.

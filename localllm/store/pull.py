@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from localllm.errors import InvalidModelFile, InvalidRequest, PullError
 from localllm.gguf_info import ModelInfo, read_model_info_split
@@ -43,7 +43,11 @@ from localllm.store.manifests import (
 )
 from localllm.store.names import ModelName, parse_digest
 
-ProgressFn = Callable[[dict[str, Any]], None]
+if TYPE_CHECKING:
+    from localllm.api.wire import Progress
+
+# Where the progress goes: Ollama's /api/pull lines (named for mypy only: no import of api/).
+ProgressFn: TypeAlias = "Callable[[Progress], None]"
 Preflight = Callable[[str, hub.Choice, hub.HubFile | None], None]
 MAX_EXTRA_BYTES = 1 << 20  # template / system / params files from the repo
 

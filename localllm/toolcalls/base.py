@@ -13,7 +13,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from localllm.api import wire
 
 MAX_NAME = 256  # a "function name" longer than this is prose, not a call
 
@@ -27,10 +30,10 @@ class ToolCall:
     index: int = 0
     id: str | None = None
 
-    def to_ollama(self) -> dict[str, Any]:
+    def to_ollama(self) -> wire.ToolCall:
         """Ollama's wire shape (``message.tool_calls[i]``)."""
-        out: dict[str, Any] = {"function": {"index": self.index, "name": self.name,
-                                            "arguments": self.arguments}}
+        out: wire.ToolCall = {"function": {"index": self.index, "name": self.name,
+                                           "arguments": self.arguments}}
         if self.id:
             out["id"] = self.id
         return out
