@@ -103,7 +103,8 @@ def run_list(args: argparse.Namespace) -> int:
 
 def _where(row: dict[str, Any]) -> str:
     """The plugin's path, and the pack it came from when it was not built here."""
-    return row["path"] + (f" (from {row['pack']})" if row["path"] and row["pack"] else "")
+    path: str = row["path"]
+    return path + (f" (from {row['pack']})" if path and row["pack"] else "")
 
 
 def run_build(args: argparse.Namespace) -> int:
