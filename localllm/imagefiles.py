@@ -16,9 +16,9 @@ from urllib.parse import unquote, urlparse
 from localllm import config
 from localllm.errors import InvalidRequest
 from localllm.format import format_file_size
-from localllm.imageinfo import ImageInfo, check_image
+from localllm.imageinfo import ACCEPTED, ImageInfo, check_image
 
-EXTENSIONS = ("png", "jpg", "jpeg", "webp", "gif", "bmp")
+EXTENSIONS = ("png", "jpg", "jpeg", "webp", "avif", "gif", "bmp")
 
 
 def has_image_extension(path: Path) -> bool:
@@ -65,7 +65,8 @@ def read_image(path: Path, index: int = 0) -> tuple[bytes, ImageInfo]:
     """The bytes of image file ``path`` and its header, or ``InvalidRequest`` naming it.
 
     The size is checked before reading, so a huge file is never loaded;
-    ``check_image`` then refuses what the daemon would (format, pixel size).
+    ``check_image`` then refuses what the daemon would (format, pixel size); a WebP's
+    or AVIF's pixels are decoded by the daemon, which refuses one that does not decode.
     """
     if not path.exists():
         raise InvalidRequest(f"{path}: no such file")
@@ -80,7 +81,7 @@ def read_image(path: Path, index: int = 0) -> tuple[bytes, ImageInfo]:
     except OSError as exc:
         raise InvalidRequest(f"{path}: {exc.strerror or exc}") from None
     try:
-        info = check_image(data, index)
+        info = check_image(data, index, ACCEPTED)
     except InvalidRequest as exc:
         # check_image names the image by its number in the request; the file's
         # name is what the user knows.

@@ -10,10 +10,16 @@ names the image.  The daemon calls it to answer 400 early and the runner calls i
 again before libmtmd decodes (stb_image would allocate whatever a header claims).
 
 Formats: PNG (IHDR), JPEG (the first SOFn segment), GIF (logical screen), BMP
-(the DIB header) are decodable; WebP is recognised (RIFF/VP8, VP8L, VP8X) but
-refused, since the pinned libmtmd decodes it only through ffmpeg.
+(the DIB header) are what libmtmd decodes (``DECODABLE``, the runner's formats).
+WebP (RIFF/VP8, VP8L, VP8X) and AVIF (an ISOBMFF ``ftyp`` brand, the size from
+its ``ispe`` boxes: ``imageheif``) are what the daemon re-encodes first (``TRANSCODED``, see
+``localllm.imageconvert``): the pinned libmtmd reads neither.  HEIC is recognised
+to be refused by name (no library the daemon ships decodes HEVC).  Callers say
+which formats they take (``formats``): the daemon and the front ends
+``ACCEPTED``, the runner only ``DECODABLE``.
 
-Beyond the header (``imagedata``): a PNG's image data must inflate to what its
+Beyond the header (``imagedata``, ``imageheif``): an AVIF's AV1 stream may not make
+frames larger than its boxes declare, a PNG's image data must inflate to what its
 IHDR implies (stb grows its buffer to whatever the stream inflates to: 2 GiB from a
 1x1 header), and a JPEG may hold at most ``MAX_JPEG_SCANS`` scans (stb makes a pass
 over every coefficient per scan).  Both walks are one linear pass with a
@@ -27,23 +33,31 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from localllm import config, imagedata
+from localllm import config, imagedata, imageheif
 from localllm.errors import InvalidRequest
 
-DECODABLE = ("png", "jpeg", "gif", "bmp")
+DECODABLE = ("png", "jpeg", "gif", "bmp")  # what libmtmd (stb_image) decodes
+TRANSCODED = ("webp", "avif")  # what the daemon decodes with Pillow and re-encodes
+ACCEPTED = DECODABLE + TRANSCODED
+_NAMES = {"png": "PNG", "jpeg": "JPEG", "gif": "GIF", "bmp": "BMP", "webp": "WebP",
+          "avif": "AVIF"}
 _JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB,
                        0xCD, 0xCE, 0xCF})
 
 
 @dataclass(frozen=True)
 class ImageInfo:
-    format: str  # "png", "jpeg", "gif", "bmp", "webp"
+    format: str  # "png", "jpeg", "gif", "bmp", "webp", "avif", "heic"
     width: int
     height: int
 
 
 class BadImage(ValueError):
     """The bytes are not an image this module can read (the message says why)."""
+
+
+class UnknownFormat(BadImage):
+    """The bytes start like no format this module knows."""
 
 
 def _png(b: bytes) -> ImageInfo:
@@ -102,6 +116,14 @@ def _webp(b: bytes) -> ImageInfo:
     return ImageInfo("webp", w, h)
 
 
+def _heif(b: bytes) -> ImageInfo:
+    try:
+        fmt, width, height = imageheif.probe(b)
+    except (imagedata.Undecodable, struct.error) as exc:
+        raise BadImage(f"corrupt HEIF file ({exc})") from None
+    return ImageInfo(fmt, width, height)
+
+
 def probe(data: bytes) -> ImageInfo:
     """Format and declared size from the header; ``BadImage`` when it cannot tell."""
     if data.startswith(b"\x89PNG\r\n\x1a\n"):
@@ -114,11 +136,22 @@ def probe(data: bytes) -> ImageInfo:
         return _bmp(data)
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return _webp(data)
-    raise BadImage("not a PNG, JPEG, GIF or BMP file")
+    if data[4:8] == b"ftyp" and len(data) >= 16:
+        return _heif(data)
+    raise UnknownFormat("not a PNG, JPEG, GIF, BMP, WebP or AVIF file")
 
 
-def check_header(data: bytes, index: int = 0) -> ImageInfo:
-    """One image's bytes and header, or ``InvalidRequest`` naming image ``index`` (0-based)."""
+def _names(formats: Sequence[str]) -> str:
+    names = [_NAMES[f] for f in formats]
+    return f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def check_header(data: bytes, index: int = 0,
+                 formats: Sequence[str] = DECODABLE) -> ImageInfo:
+    """One image's bytes and header, or ``InvalidRequest`` naming image ``index`` (0-based).
+
+    ``formats``: those the caller can use (``DECODABLE`` for libmtmd, ``ACCEPTED``
+    where ``imageconvert`` runs first)."""
     what = f"image {index + 1}"
     if not data:
         raise InvalidRequest(f"{what} is empty")
@@ -127,11 +160,13 @@ def check_header(data: bytes, index: int = 0) -> ImageInfo:
                              f"{config.MAX_IMAGE_BYTES} bytes")
     try:
         info = probe(data)
+    except UnknownFormat:
+        raise InvalidRequest(f"{what}: not a {_names(formats)} file") from None
     except BadImage as exc:
         raise InvalidRequest(f"{what}: {exc}") from None
-    if info.format not in DECODABLE:
+    if info.format not in formats:
         raise InvalidRequest(f"{what}: {info.format.upper()} images are not supported "
-                             "(send PNG, JPEG, GIF or BMP)")
+                             f"(send {_names(formats)})")
     if info.width <= 0 or info.height <= 0:
         raise InvalidRequest(f"{what}: corrupt header ({info.width}x{info.height} pixels)")
     if (max(info.width, info.height) > config.MAX_IMAGE_SIDE
@@ -147,7 +182,9 @@ def check_data(data: bytes, info: ImageInfo, index: int = 0) -> None:
     """The image's data decodes to what its header declares (``imagedata``), or
     ``InvalidRequest`` naming image ``index``.  Costs a pass over the data (a PNG's is
     inflated), so it comes after every cheaper check."""
-    check = {"png": imagedata.check_png, "jpeg": imagedata.check_jpeg}.get(info.format)
+    check = {"png": imagedata.check_png, "jpeg": imagedata.check_jpeg,
+             "avif": lambda d: imageheif.check_frames(d, info.width, info.height),
+             }.get(info.format)
     if check is None:
         return
     try:
@@ -158,14 +195,18 @@ def check_data(data: bytes, info: ImageInfo, index: int = 0) -> None:
         raise InvalidRequest(f"image {index + 1}: {exc}") from None
 
 
-def check_image(data: bytes, index: int = 0) -> ImageInfo:
-    """One image checked (header, then data), or ``InvalidRequest`` naming image ``index``."""
-    info = check_header(data, index)
+def check_image(data: bytes, index: int = 0,
+                formats: Sequence[str] = DECODABLE) -> ImageInfo:
+    """One image checked (header, then data), or ``InvalidRequest`` naming image ``index``.
+
+    WebP and AVIF data is checked by decoding it (``imageconvert``), not here."""
+    info = check_header(data, index, formats)
     check_data(data, info, index)
     return info
 
 
-def check_images(images: Sequence[bytes]) -> list[ImageInfo]:
+def check_images(images: Sequence[bytes],
+                 formats: Sequence[str] = DECODABLE) -> list[ImageInfo]:
     """Every image of one request checked; their infos in order.
 
     Count and bytes, every header, the request's pixels together
@@ -178,7 +219,7 @@ def check_images(images: Sequence[bytes]) -> list[ImageInfo]:
     if total > config.MAX_IMAGES_BYTES:
         raise InvalidRequest(f"the request's images take {total} bytes; the limit is "
                              f"{config.MAX_IMAGES_BYTES} bytes together")
-    infos = [check_header(b, i) for i, b in enumerate(images)]
+    infos = [check_header(b, i, formats) for i, b in enumerate(images)]
     pixels = sum(info.width * info.height for info in infos)
     cap = config.MAX_REQUEST_PIXELS.get()
     if pixels > cap:

@@ -16,9 +16,12 @@ otherwise a user could shift every image by one.
 
 Images are checked before the model loads (``localllm.imageinfo``: format,
 declared pixel size, bytes, count, the request's pixels together, and what the
-data inflates to).  Base64 is decoded exactly once per
+data inflates to), and WebP and AVIF are re-encoded as PNG then
+(``localllm.imageconvert``: libmtmd reads neither); both run where the plan is
+built, in a worker thread.  Base64 is decoded exactly once per
 request, so the same image sent again in a later turn gives the runner the
-same bytes (the engine keys its prefix cache by the image's hash).  ``http(s)``
+same bytes (the engine keys its prefix cache by the image's hash; re-encoding
+is deterministic).  ``http(s)``
 URLs are fetched only when ``LOCALLLM_FETCH_IMAGE_URLS`` allows it
 (``image_fetch``), when the request runs.
 """
@@ -34,7 +37,7 @@ from typing import Any
 
 from localllm import config
 from localllm.errors import InvalidRequest
-from localllm.imageinfo import check_images
+from localllm.imageconvert import prepare
 from localllm.runner.messages import MEDIA_MARKER
 
 PLACEHOLDER = "[img]"  # Ollama's in-text image position
@@ -103,7 +106,8 @@ class Images:
         return self._resolved
 
     def check(self) -> None:
-        """Count and every decoded image's header, before the model loads."""
+        """Count and every decoded image checked, WebP and AVIF re-encoded, before the
+        model loads (CPU work: the plan's build step runs in a worker thread)."""
         _check_count(len(self.refs))
         for i, ref in enumerate(self.refs):
             if isinstance(ref, str):
@@ -112,16 +116,19 @@ class Images:
                 check_allowed(i)
         present = [(i, r) for i, r in enumerate(self.refs) if isinstance(r, bytes)]
         try:
-            check_images([r for _, r in present])
+            ready = prepare([r for _, r in present])
         except InvalidRequest as exc:
             raise InvalidRequest(_renumber(str(exc), [i for i, _ in present])) from None
+        for (i, _), data in zip(present, ready, strict=True):
+            self.refs[i] = data
 
     async def resolve(self) -> list[bytes]:
         """Every image's bytes, URLs fetched once (``n`` choices share them) and checked.
 
         The fetches share the request's ``MAX_IMAGES_BYTES`` (what the inline images
         leave), refused as soon as the bytes that arrive pass it; the checks inflate
-        PNG data, so they run in a worker thread, off the event loop."""
+        PNG data and re-encode WebP and AVIF, so they run in a worker thread, off the
+        event loop."""
         async with self._lock:
             if self.ready is None:
                 from localllm.inference.image_fetch import Budget, fetch_image
@@ -130,8 +137,7 @@ class Images:
                                 - sum(len(r) for r in self.refs if isinstance(r, bytes)))
                 out = [r if isinstance(r, bytes) else await fetch_image(r, i, budget=budget)
                        for i, r in enumerate(self.refs)]
-                await asyncio.to_thread(check_images, out)
-                self._resolved = out
+                self._resolved = await asyncio.to_thread(prepare, out)
         assert self._resolved is not None
         return self._resolved
 

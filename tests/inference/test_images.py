@@ -88,7 +88,7 @@ def test_limits_and_bad_images_name_the_image() -> None:
         prompt_images("x", [b64(RED_PNG), b64(huge_png(20000, 20000))])
     with pytest.raises(InvalidRequest, match=r"image 1: truncated or corrupt PNG"):
         prompt_images("x", [b64(RED_PNG[:20])])
-    with pytest.raises(InvalidRequest, match=r"image 1: not a PNG, JPEG, GIF or BMP"):
+    with pytest.raises(InvalidRequest, match=r"image 1: not a PNG, JPEG, GIF, BMP, WebP or AVIF"):
         prompt_images("x", [b64(b"hello world, no image here")])
     with pytest.raises(InvalidRequest, match='model "tiny" does not support images'):
         require_vision(False, "tiny")

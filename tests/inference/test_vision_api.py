@@ -9,6 +9,7 @@ no projector.  One daemon serves the module (no test changes the store).
 from __future__ import annotations
 
 import base64
+import io
 import struct
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -16,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from PIL import Image
 
 from localllm import paths
 from localllm.store.importer import import_gguf
@@ -36,6 +38,18 @@ from tests.visionmodel import (
 )
 
 RED_PNG, GREEN_PNG = png(32, 32, RED), png(32, 32, GREEN)
+
+
+def encoded(rgb: tuple[int, int, int], fmt: str, **kw: Any) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (32, 32), rgb).save(out, fmt, **kw)
+    return out.getvalue()
+
+
+# What browsers and phones send: the daemon re-encodes them as PNG for libmtmd.
+RED_WEBP = encoded(RED, "WEBP", quality=80)
+GREEN_WEBP = encoded(GREEN, "WEBP", lossless=True)
+GREEN_AVIF = encoded(GREEN, "AVIF", quality=80)
 N = 6  # tokens to generate: enough to tell the colours apart
 
 
@@ -195,4 +209,83 @@ def test_images_that_decode_to_more_than_they_declare_are_refused(
     # The daemon and the model go on serving.
     assert httpx.get(daemon.url + "/health", timeout=5).status_code == 200
     red = chat(daemon, "", RED_PNG)
+    assert red.status_code == 200 and red.json()["message"]["content"] == RED_GREEDY[:N]
+
+
+def test_webp_and_avif_are_seen_as_their_pixels(daemon: Daemon) -> None:
+    """Each format through /api/chat, /api/generate and the /v1 routes' own image parts."""
+    png_count = chat(daemon, "x [img]", GREEN_PNG).json()["prompt_eval_count"]
+    for image, greedy in ((RED_WEBP, RED_GREEDY), (GREEN_WEBP, GREEN_GREEDY),
+                          (GREEN_AVIF, GREEN_GREEDY)):
+        r = chat(daemon, "x [img]", image)
+        assert r.status_code == 200, r.text
+        assert r.json()["message"]["content"] == greedy[:N]
+        assert r.json()["prompt_eval_count"] == png_count  # the same image tokens
+    gen = post(daemon, "/api/generate", {
+        "model": "tiny-vision", "prompt": "", "images": [b64(GREEN_AVIF)], "stream": False,
+        "options": {**GREEDY_OPTS, "num_predict": N}})
+    assert gen.status_code == 200 and gen.json()["response"] == GREEN_GREEDY[:N], gen.text
+    oa = post(daemon, "/v1/chat/completions", {
+        "model": "tiny-vision", "max_tokens": N, "temperature": 0, "seed": 1,
+        "messages": [{"role": "user", "content": [
+            {"type": "image_url",
+             "image_url": {"url": "data:image/webp;base64," + b64(RED_WEBP)}}]}]})
+    assert oa.status_code == 200, oa.text
+    assert oa.json()["choices"][0]["message"]["content"] == RED_GREEDY[:N]
+    an = post(daemon, "/v1/messages", {
+        "model": "tiny-vision", "max_tokens": N, "temperature": 0,
+        "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/webp",
+                                         "data": b64(GREEN_WEBP)}}]}]})
+    assert an.status_code == 200 and an.json()["content"][0]["text"] == GREEN_GREEDY[:N]
+    rs = post(daemon, "/v1/responses", {
+        "model": "tiny-vision", "max_output_tokens": N, "temperature": 0,
+        "input": [{"role": "user", "content": [
+            {"type": "input_image", "image_url": "data:image/avif;base64," + b64(GREEN_AVIF)}]}]})
+    assert rs.status_code == 200, rs.text
+    assert [o for o in rs.json()["output"] if o["type"] == "message"][-1][
+        "content"][0]["text"] == GREEN_GREEDY[:N]
+
+
+def webp_bomb() -> bytes:
+    """34 bytes of lossless WebP that declare 16383x16383 pixels (1 GiB decoded)."""
+    out = io.BytesIO()
+    Image.new("RGB", (16383, 16383)).save(out, "WEBP", lossless=True, method=0)
+    return out.getvalue()
+
+
+def avif_lie() -> bytes:
+    """An AVIF whose boxes say 64x48 over a 4000x4000 AV1 stream."""
+    out = io.BytesIO()
+    Image.new("RGB", (4000, 4000)).save(out, "AVIF", speed=10)
+    data = bytearray(out.getvalue())
+    at = data.find(b"ispe")
+    data[at + 8:at + 16] = struct.pack(">II", 64, 48)
+    return bytes(data)
+
+
+@pytest.mark.parametrize("image,message", [
+    (RED_WEBP[:-8], "image 2 could not be decoded (WebP: "),  # truncated
+    (GREEN_WEBP[:30] + bytes(40), "image 2 could not be decoded (WebP: "),  # corrupt
+    (webp_bomb(), "image 2 is 16383x16383 pixels; the limit is 50 megapixels"),
+    (avif_lie(), "image 2: its AV1 data makes frames of up to 4000x4000 pixels; its header "
+                 "declares 64x48"),
+    (GREEN_AVIF.replace(b"avif", b"heic"), "image 2: HEIC images are not supported"),
+])
+def test_bad_webps_and_avifs_are_refused_and_the_daemon_serves_on(
+        daemon: Daemon, image: bytes, message: str) -> None:
+    for path, body in (("/api/chat", {"messages": [{"role": "user", "content": "x",
+                                                     "images": [b64(RED_PNG), b64(image)]}]}),
+                       ("/api/generate", {"prompt": "x",
+                                          "images": [b64(RED_PNG), b64(image)]})):
+        r = post(daemon, path, {"model": "tiny-vision", "stream": False, **body})
+        assert r.status_code == 400, (path, r.text)
+        assert message in r.json()["error"], (path, r.text)
+    r = post(daemon, "/v1/chat/completions", {"model": "tiny-vision", "messages": [
+        {"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": data_url(RED_PNG)}},
+            {"type": "image_url", "image_url": {"url": "data:image/webp;base64," + b64(image)}},
+        ]}]})
+    assert r.status_code == 400 and message in r.json()["error"]["message"], r.text
+    red = chat(daemon, "", RED_WEBP)
     assert red.status_code == 200 and red.json()["message"]["content"] == RED_GREEDY[:N]

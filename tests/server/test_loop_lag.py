@@ -14,6 +14,7 @@ issue (64 MiB bodies; Go templates are capped at 256 KiB, Jinja ones at 64 KiB).
 from __future__ import annotations
 
 import base64
+import io
 import json
 import random
 import re
@@ -174,6 +175,51 @@ def real_images() -> tuple[str, bytes]:
     return _json("/api/chat", doc)
 
 
+def _webp(im: Any, **kw: Any) -> str:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.Image.save(im, out, "WEBP", **kw)
+    return base64.b64encode(out.getvalue()).decode()
+
+
+def _vision_chat(*images: str) -> tuple[str, bytes]:
+    return _json("/api/chat", {"model": "tiny-vision", "stream": False,
+                               "options": {"num_predict": 1},
+                               "messages": [{"role": "user", "content": "x",
+                                             "images": list(images)}]})
+
+
+def webp_images() -> tuple[str, bytes]:
+    # Three 2000x1500 photos as WebP (what a browser sends): decoded and re-encoded in
+    # the daemon (as JPEGs: noise is too large as PNG), then sent to the runner.
+    from PIL import Image
+
+    return _vision_chat(*[_webp(Image.effect_noise((2000, 1500), 60).convert("RGB"),
+                                quality=80)] * 3)
+
+
+def corrupt_webp() -> tuple[str, bytes]:
+    from PIL import Image
+
+    good = base64.b64decode(_webp(Image.new("RGB", (1000, 1000)), lossless=True))
+    return _vision_chat(base64.b64encode(good[:30] + bytes(4096)).decode())
+
+
+def webp_bomb() -> tuple[str, bytes]:
+    # A 16383x16383 stream (34 bytes, 1 GiB decoded) under a canvas that declares 1x1:
+    # past the header checks, to libwebp, which refuses the mismatch.  (Declaring the
+    # size outright is refused from the header: test_vision_api.py.)
+    from PIL import Image
+
+    bomb = base64.b64decode(_webp(Image.new("RGB", (16383, 16383)), lossless=True,
+                                  method=0))
+    canvas = b"VP8X" + struct.pack("<I", 10) + bytes(10)
+    body = b"WEBP" + canvas + bomb[12:]
+    lie = b"RIFF" + struct.pack("<I", len(body)) + body
+    return _vision_chat(*[base64.b64encode(lie).decode()] * 16)
+
+
 def long_prompt() -> tuple[str, bytes]:
     # 24 MB of text for a 512-token context: cut to fit, never tokenized whole.
     return _json("/api/generate", {"model": "tiny", "raw": True, "stream": False,
@@ -188,7 +234,7 @@ def embed_batch() -> tuple[str, bytes]:
 BODIES: list[Body] = [deep_json, escape_storm, escaped_prompt, container_bomb, many_values,
                       many_messages, giant_schema, many_tools, giant_go_template,
                       giant_jinja_template, many_images, large_images, real_images,
-                      long_prompt, embed_batch]
+                      webp_images, corrupt_webp, webp_bomb, long_prompt, embed_batch]
 
 
 def _health_while(d: Daemon, path: str, body: bytes) -> tuple[float, httpx.Response]:

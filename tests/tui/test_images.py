@@ -181,7 +181,7 @@ def test_bad_files_are_refused_with_a_notice(
         errors = notices(pilot, "error")
         assert errors == [
             f"Cannot attach image: {pictures / 'missing.png'}: no such file",
-            "Cannot attach image: notes.txt: not a PNG, JPEG, GIF or BMP file",
+            "Cannot attach image: notes.txt: not a PNG, JPEG, GIF, BMP, WebP or AVIF file",
             "Cannot attach image: huge.png is 20000x20000 pixels; the limit is 50 "
             "megapixels and 16384 pixels a side",
             f"Cannot attach image: {pictures}: not a file",
