@@ -1,4 +1,4 @@
-"""Model-management use cases: list, show, copy, delete, pull and blob upload.
+"""Model-management use cases: list, show, copy, delete, pull, the blob check, Ollama import.
 
 Routes (and anything else in the daemon) call these; they validate names and
 digests, talk to the ``Store`` and return plain JSON-ready values, raising
@@ -319,14 +319,6 @@ class ModelService:
 
     def blob_exists(self, digest: str) -> bool:
         return self.store.blobs.exists(parse_digest(digest))
-
-    def upload_blob(self, digest: str, chunks: Iterable[bytes]) -> bool:
-        """Store an uploaded blob; False when it was already present (nothing read)."""
-        want = parse_digest(digest)
-        if self.store.blobs.exists(want):
-            return False
-        self.store.blobs.write_stream(chunks, expected=want)
-        return True
 
     def import_ollama(self, source: Path | None, *, models: Iterable[str] = (),
                       copy: bool = False, dry_run: bool = False, force: bool = False,

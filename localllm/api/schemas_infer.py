@@ -100,10 +100,3 @@ class EmbedRequest(_Request):
 
 class EmbeddingsRequest(_Request):
     prompt: str = ""
-
-
-class ModelRefRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    model: str = ""
-    name: str = ""

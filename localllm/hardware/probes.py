@@ -84,13 +84,6 @@ def probe_nvidia(root: Path = Path("/"), run: Runner = run_tool) -> list[GPUProb
     return gpus
 
 
-def _read_int(path: Path) -> int:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return 0
-
-
 def parse_kfd_properties(text: str) -> dict[str, int]:
     props = {}
     for line in text.splitlines():

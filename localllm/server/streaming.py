@@ -210,11 +210,6 @@ async def events_from_thread(
         cancel.set()
 
 
-async def run_to_completion(work: Work) -> list[JSONObject]:
-    """Run ``work`` in a thread and collect its events (for ``stream: false``)."""
-    return [event async for event in events_from_thread(work)]
-
-
 async def _lines(events: AsyncIterator[JSONObject]) -> AsyncIterator[bytes]:
     try:
         async for event in events:

@@ -313,10 +313,6 @@ class BlobStore:
                       if entry.name.startswith("sha256-") and entry.name.endswith("-partial")
                       and entry.is_file())
 
-    def disk_free(self) -> int:
-        self.root.mkdir(parents=True, exist_ok=True)
-        return shutil.disk_usage(self.root).free
-
 
 class NoSpace(LocalLLMError):
     """Storing this would leave the store's disk below the free space it must keep."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 
 from localllm.errors import InvalidDigest, InvalidName
 
@@ -56,10 +55,6 @@ class ModelName:
     def parts(self) -> tuple[str, str, str, str]:
         """Path components of the manifest below ``manifests/``."""
         return (self.host, self.namespace, self.model, self.tag)
-
-    @property
-    def relpath(self) -> PurePosixPath:
-        return PurePosixPath(*self.parts)
 
     def key(self) -> tuple[str, ...]:
         """Names compare case-insensitively, part by part."""
