@@ -2,6 +2,10 @@
 
 Works the same on a terminal (readline editing and a history file when the
 ``readline`` module exists) and on a pipe, so scripts and tests can drive it.
+With LOCALLLM_NOHISTORY (or Ollama's OLLAMA_NOHISTORY), as after ``/set
+nohistory``, earlier lines can still be recalled but nothing new is written to
+the history file.  ``/set think``/``nothink`` hold across ``/load``; otherwise a
+loaded model that can think does, as ``run`` decides at start.
 Each answer streams from one chat request with the whole conversation; Ctrl-C
 stops the answer in progress, Ctrl-D or ``/bye`` leaves.
 """
@@ -32,6 +36,9 @@ class Repl:
         self.s = session
         self.tty = sys.stdin.isatty() if tty is None else tty
         self.history_file: str | None = None
+        from localllm import config
+
+        self.keep_history = not config.NOHISTORY.get()  # write new lines to the file
 
     # -- input ------------------------------------------------------------------------
     def _line(self, prompt: str) -> str:
@@ -73,7 +80,7 @@ class Repl:
         readline.set_history_length(1000)
 
     def _save_history(self) -> None:
-        if self.history_file is None:
+        if self.history_file is None or not self.keep_history:
             return
         import readline
 
@@ -172,7 +179,7 @@ class Repl:
         flags: dict[str, tuple[str, Any, str]] = {
             "verbose": ("verbose", True, "Set 'verbose' mode."),
             "quiet": ("verbose", False, "Set 'quiet' mode."),
-            "nothink": ("think", False, "Set 'nothink' mode."),
+
             "wordwrap": ("wordwrap", True, "Set 'wordwrap' mode."),
             "nowordwrap": ("wordwrap", False, "Set 'nowordwrap' mode."),
             "noformat": ("format", None, "Disabled format."),
@@ -186,8 +193,12 @@ class Repl:
             else:
                 setattr(self.s, attr, value)
             print(message)
+        elif what == "nothink":
+            self.s.think, self.s.think_set = False, True
+            print("Set 'nothink' mode.")
         elif what == "think":
             self.s.think = parse_think(rest[0]) if rest else True
+            self.s.think_set = True
             level = f" (level {self.s.think})" if isinstance(self.s.think, str) else ""
             print(f"Set 'think' mode{level}.")
         elif what == "format":
@@ -218,10 +229,8 @@ class Repl:
 
     def _history(self, on: bool) -> None:
         if not on:
-            self._save_history()
-            self.history_file = None
-        else:
-            self._setup_readline()
+            self._save_history()  # what came before stays, as Ollama saves each line
+        self.keep_history = on
 
     def show(self, args: list[str]) -> None:
         if not args:
@@ -249,10 +258,11 @@ class Repl:
             return
         from localllm.cli.pull import ensure_model
 
-        ensure_model(self.client, args[0])
+        info = ensure_model(self.client, args[0])
         print(f"Loading model '{args[0]}'")
         self.s.model = args[0]
         self.s.messages.clear()
+        self.s.infer_think(info.get("capabilities") or [])
         preload(self.client, self.s)
 
     def save(self, args: list[str]) -> None:

@@ -9,6 +9,13 @@ are the same.
 Word wrap: on a terminal, answers are wrapped at spaces to the terminal's
 width (``--nowordwrap`` or ``/set nowordwrap`` turns it off); output to a
 pipe or file is never wrapped.
+
+The flags are Ollama's (its ``cmd/cmd.go``): ``--format`` json or a JSON
+schema, ``--keepalive`` for the load and every request, ``--think`` (bare, or
+``=false``/a level; without it a model that can think does, as in Ollama),
+``--hidethinking`` (it still thinks; the thinking is not shown),
+``--truncate``/``--dimensions`` for embedding models.  The REPL's ``/set``
+commands change the same session values afterwards.
 """
 
 from __future__ import annotations
@@ -28,14 +35,15 @@ class _PromptAfterFlags(argparse.ArgumentParser):
     argparse fills a ``*`` positional with the words before the first flag only;
     the words after it come back as extras, and belong to the prompt.  A bare
     ``--think`` takes no value (as in Ollama, a level needs ``--think=high``), so
-    ``run m --think why`` keeps "why" in the prompt.
+    ``run m --think why`` keeps "why" in the prompt; so does ``--truncate``, a
+    boolean flag (``--truncate=false``).
     """
 
     def parse_known_args(  # type: ignore[override]
         self, args: Any = None, namespace: Any = None
     ) -> tuple[argparse.Namespace, list[str]]:
         if args is not None:
-            args = ["--think=true" if a == "--think" else a for a in args]
+            args = [f"{a}=true" if a in ("--think", "--truncate") else a for a in args]
         ns, extras = super().parse_known_args(args, namespace)
         words = [w for w in extras if not w.startswith("-") or w == "-"]
         ns.prompt = [*(getattr(ns, "prompt", None) or []), *words]
@@ -50,7 +58,8 @@ def register(sub: Any) -> None:
     parser.add_argument("prompt", nargs="*", help="prompt (omit for an interactive session)")
     parser.add_argument("--verbose", action="store_true",
                         help="print timings and token rates after each answer (stderr)")
-    parser.add_argument("--format", choices=["json"], help="answer in JSON")
+    parser.add_argument("--format", metavar="FORMAT",
+                        help="answer format: json, or a JSON schema the answer must follow")
     parser.add_argument("--keepalive", metavar="DURATION",
                         help="how long the model stays loaded, e.g. 5m, 1h, 0, -1 (forever)")
     parser.add_argument("--think", nargs="?", const="true", metavar="LEVEL",
@@ -58,6 +67,11 @@ def register(sub: Any) -> None:
                              "--think=low|medium|high")
     parser.add_argument("--hidethinking", action="store_true",
                         help="don't show the model's thinking")
+    parser.add_argument("--truncate", nargs="?", const="true", metavar="BOOL",
+                        help="embedding models: cut input longer than the context (the "
+                             "daemon's default); --truncate=false to get an error instead")
+    parser.add_argument("--dimensions", type=int, default=0, metavar="N",
+                        help="embedding models: return the first N dimensions (normalized)")
     parser.add_argument("--nowordwrap", action="store_true",
                         help="don't wrap long lines at word boundaries")
     parser.add_argument("--insecure", action="store_true", help="accepted for Ollama compatibility")
@@ -79,8 +93,10 @@ def run(args: argparse.Namespace) -> int:
         prompt = " ".join(p for p in (piped, prompt) if p)
     with Client(autostart=True) as client:
         info = ensure_model(client, args.model)
-        if "embedding" in (info.get("capabilities") or []):
+        capabilities = info.get("capabilities") or []
+        if "embedding" in capabilities:
             return embed(client, session, prompt, interactive)
+        session.infer_think(capabilities)
         if interactive:
             from localllm.cli.repl import Repl
 
@@ -115,6 +131,10 @@ def embed(client: Client, session: Session, text: str, interactive: bool) -> int
     body: dict[str, Any] = {"model": session.model, "input": text}
     if session.keep_alive is not None:
         body["keep_alive"] = session.keep_alive
+    if session.truncate is not None:
+        body["truncate"] = session.truncate
+    if session.dimensions:
+        body["dimensions"] = session.dimensions
     result = client.embed(body)
     print(json.dumps(result["embeddings"][0]))
     return 0

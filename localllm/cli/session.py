@@ -3,7 +3,9 @@
 One ``Session`` serves both the one-shot mode and the interactive REPL: the
 model, the history, the user's ``/set`` options, and how answers are shown.
 Also here: parsing of the values ``run`` accepts (``--think``, ``--keepalive``,
-``/set parameter`` values typed as Ollama types its options), and ``preload``,
+``--format``, ``--truncate``, ``/set parameter`` values typed as Ollama types its
+options), thinking turned on for a model that can think unless the user said
+otherwise (as Ollama's ``run`` does), and ``preload``,
 which ``run`` and the REPL's ``/load`` both send (``ensure_model``, their other
 shared step, is ``pull.py``'s).
 """
@@ -11,6 +13,8 @@ shared step, is ``pull.py``'s).
 from __future__ import annotations
 
 import argparse
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,12 +32,22 @@ class Session:
     messages: list[dict[str, Any]] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
     system: str | None = None
-    format: str | None = None
+    format: str | dict[str, Any] | None = None  # "json" or a JSON schema
     keep_alive: str | None = None
     think: bool | str | None = None
+    # --think or /set think|nothink said so: a model switch keeps it (else ``infer_think``).
+    think_set: bool = False
     verbose: bool = False
     hide_thinking: bool = False
     wordwrap: bool = True
+    truncate: bool | None = None  # embedding models: None = the daemon's default (truncate)
+    dimensions: int = 0  # embedding models: 0 = the whole vector
+
+    def infer_think(self, capabilities: Sequence[str]) -> None:
+        """Think on a model that can, unless the user chose (Ollama's ``run`` does the same:
+        its thinking then arrives apart from the answer, shown or hidden)."""
+        if not self.think_set:
+            self.think = True if "thinking" in capabilities else None
 
     def payload(self, messages: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """The chat request body for ``messages`` (the history by default)."""
@@ -56,10 +70,13 @@ class Session:
 
 def session_from_args(args: argparse.Namespace) -> Session:
     session = Session(model=args.model)
-    session.format = args.format or None
+    session.format = parse_format(args.format) if args.format else None
     if args.keepalive is not None:
         session.keep_alive = parse_keepalive(args.keepalive)
     session.think = parse_think(args.think)
+    session.think_set = session.think is not None
+    session.truncate = None if args.truncate is None else parse_go_bool("truncate", args.truncate)
+    session.dimensions = max(args.dimensions or 0, 0)  # Ollama sends only a positive count
     session.verbose = bool(args.verbose)
     session.hide_thinking = bool(args.hidethinking)
     session.wordwrap = not args.nowordwrap
@@ -76,6 +93,30 @@ def parse_keepalive(text: str) -> str:
         raise InvalidRequest(
             f'invalid keepalive "{text}": use a duration such as 5m, 1h30m, 0 or -1') from None
     return text
+
+
+def parse_format(text: str) -> str | dict[str, Any]:
+    """``--format``: ``json``, or a JSON schema the answer must follow (as Ollama's flag)."""
+    if text.strip() == "json":
+        return "json"
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if value == "json":
+        return "json"
+    if not isinstance(value, dict):
+        raise InvalidRequest(f'invalid format "{text}": use json or a JSON schema object')
+    return value
+
+
+def parse_go_bool(flag: str, text: str) -> bool:
+    """A boolean flag's ``=value`` as Ollama's CLI reads it (Go's ParseBool)."""
+    if text in ("1", "t", "T", "TRUE", "true", "True"):
+        return True
+    if text in ("0", "f", "F", "FALSE", "false", "False"):
+        return False
+    raise InvalidRequest(f'invalid value "{text}" for --{flag}: use true or false')
 
 
 def parse_think(value: str | None) -> bool | str | None:

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
+from localllm.api.wire import Message
 from localllm.cli.chatstream import StreamPrinter, WordWrap, go_duration, stats_text, stream_chat
 from localllm.cli.repl import Repl
 from localllm.cli.session import Session, parse_parameter, parse_think
@@ -315,7 +316,10 @@ def test_word_wrap_breaks_at_spaces_only() -> None:
 
 
 def test_printer_shows_thinking_apart_or_hides_it() -> None:
-    chunks = [{"thinking": "hmm"}, {"thinking": " ok"}, {"content": "Hi"}, {"content": "!"}]
+    chunks: list[Message] = [
+        {"role": "assistant", "content": "", "thinking": "hmm"},
+        {"role": "assistant", "content": "", "thinking": " ok"},
+        {"role": "assistant", "content": "Hi"}, {"role": "assistant", "content": "!"}]
     out = io.StringIO()
     printer = StreamPrinter(out, wordwrap=False, color=False)
     for c in chunks:
