@@ -5,8 +5,12 @@ The public contract: :func:`detect_format` reads a chat template and returns the
 streaming :class:`FormatParser` (``feed(text)`` then ``finish()``, each returning
 :class:`Parsed` content, thinking and :class:`ToolCall` objects).  The formats live
 in their own modules (``hermes``, ``xmlcall``, ``llama3``, ``mistral``,
-``harmony``, ``deepseek``, ``glm``, ``kimi``, ``granite``, ``command_r``,
-``functionary``) on the shared streaming machinery of ``stream`` and ``thinking``.
+``harmony``, ``muse``, ``deepseek``, ``glm``, ``kimi``, ``granite``, ``command_r``,
+``functionary``, ``gemma4``, ``pythonic``, ``minimax``, and the tagged and JSON
+shapes of ``shapes``) on the shared streaming machinery of ``stream``,
+``thinking``, ``tagged`` and ``jsonlist``.  A template no dedicated format
+claims gets a format derived from the template itself (``derive``, with the
+string helpers of ``diff``).
 """
 
 from localllm.toolcalls.base import FormatParser, Parsed, ToolCall

@@ -138,11 +138,15 @@ def typed_value(tools: ToolSet | None, name: str, key: str, raw: str) -> Any:
     return tools.typed(name, key, raw) if tools is not None else _json_or_text(raw)
 
 
-def _json_or_text(raw: str) -> Any:
+def json_or_text(raw: str) -> Any:
+    """``raw`` read as JSON when it parses, else the text itself."""
     try:
         return json.loads(raw)
     except ValueError:
         return raw
+
+
+_json_or_text = json_or_text
 
 
 FAILED = object()

@@ -37,6 +37,11 @@ _RECIPIENT = re.compile(r"to=([^\s<]+)")
 class HarmonyParser:
     """A :class:`~localllm.toolcalls.base.FormatParser` for harmony replies."""
 
+    name = "gpt_oss"  # the format's name, for the log
+    body_end: tuple[str, ...] = _BODY_END  # what ends a message's body
+    closers: tuple[str, ...] = (END, CALL, RETURN)  # ... and is consumed with it
+    markup: tuple[str, ...] = MARKERS  # removed from shown text
+
     def __init__(self, tools: list[dict] | None, think: bool | None) -> None:
         self.tools = ToolSet(tools) if tools else None
         self._hide_thinking = think is False
@@ -65,18 +70,18 @@ class HarmonyParser:
     def _step(self, out: Parsed, final: bool) -> bool:
         if self._state == "header":
             return self._header(out, final)
-        ends = [at for at in (self._buf.find(m) for m in _BODY_END) if at >= 0]
+        ends = [at for at in (self._buf.find(m) for m in self.body_end) if at >= 0]
         at = min(ends, default=-1)
         if at < 0 and not final:
             if self._kind in ("thinking", "content"):  # stream it, holding a partial marker
-                keep = max(partial_tag_len(self._buf, m) for m in _BODY_END)
+                keep = max(partial_tag_len(self._buf, m) for m in self.body_end)
                 self._emit(self._buf[:len(self._buf) - keep], out)
                 self._buf = self._buf[len(self._buf) - keep:]
             return False
         body = self._buf if at < 0 else self._buf[:at]
         self._emit(body, out, closed=True)
         self._buf = "" if at < 0 else self._buf[at:]
-        for marker in (END, CALL, RETURN):  # a message's end marker; a START opens the next
+        for marker in self.closers:  # a message's end marker; a START opens the next
             if self._buf.startswith(marker):
                 self._buf = self._buf[len(marker):]
         self._state = "header"
@@ -99,13 +104,16 @@ class HarmonyParser:
         channel = channels[-1] if channels else "final"
         recipient = recipients[-1] if recipients else ""
         self._state = "body"
-        if recipient.startswith("functions."):
-            self._kind, self._name = "call", recipient.removeprefix("functions.")
-        elif recipient and recipient != "assistant":
-            self._kind = "hidden"  # a built-in tool's message: not for the user
-        else:
-            self._kind = "thinking" if channel == "analysis" else "content"
+        self._kind, self._name = self._classify(channel, recipient)
         return True
+
+    def _classify(self, channel: str, recipient: str) -> tuple[str, str]:
+        """What a message's body is (thinking, content, call, hidden) and the call's name."""
+        if recipient.startswith("functions."):
+            return "call", recipient.removeprefix("functions.")
+        if recipient and recipient != "assistant":
+            return "hidden", ""  # a built-in tool's message: not for the user
+        return ("thinking" if channel == "analysis" else "content"), ""
 
     def _emit(self, text: str, out: Parsed, closed: bool = False) -> None:
         kind = self._kind
@@ -115,30 +123,34 @@ class HarmonyParser:
             if not self._hide_thinking:
                 out.thinking += self._clean(text)
         elif kind == "call" and closed:
-            call = self._call(text)
-            if call is None:
+            calls = self._calls(text) if self.tools is not None else None
+            if calls is None:
                 out.content += self._clean(text)
             else:
-                out.calls.append(call)
+                out.calls.extend(calls)
 
-    def _call(self, body: str) -> ToolCall | None:
-        if self.tools is None:
-            return None
-        args = loads(body.strip())
+    def _calls(self, body: str) -> list[ToolCall] | None:
+        """The calls a call message's body holds (harmony: its JSON arguments)."""
+        return self._checked([(self._name, loads(body.strip()))])
+
+    def _checked(self, raw: list[tuple[str, object]]) -> list[ToolCall] | None:
         why = ""
-        if not self.tools.known(self._name):
-            why = f"unknown function {self._name!r}"
-        elif not isinstance(args, dict):
-            why = f"arguments of {self._name!r} are not a JSON object"
-        if why:
-            log.warning("gpt_oss tool call kept as content: %s", why)
+        for name, args in raw:
+            if self.tools is None or not self.tools.known(name):
+                why = f"unknown function {name!r}"
+            elif not isinstance(args, dict):
+                why = f"arguments of {name!r} are not a JSON object"
+        if why or not raw:
+            log.warning("%s tool call kept as content: %s", self.name, why or "no call")
             return None
-        call = ToolCall(self._name, args, self._count)
-        self._count += 1
-        return call
+        calls = []
+        for name, args in raw:
+            calls.append(ToolCall(name, dict(args) if isinstance(args, dict) else {},
+                                  self._count))
+            self._count += 1
+        return calls
 
-    @staticmethod
-    def _clean(text: str) -> str:
-        for marker in MARKERS:
+    def _clean(self, text: str) -> str:
+        for marker in self.markup:
             text = text.replace(marker, "")
         return text

@@ -16,12 +16,17 @@ from __future__ import annotations
 
 from localllm.toolcalls.base import partial_tag_len
 
-# Tag pairs seen in chat templates, most common first.
+# Tag pairs seen in chat templates.  Checked in this order, so a template that also
+# mentions ``</think>`` in passing (in its instructions) gets its own pair.
 KNOWN_TAGS: tuple[tuple[str, str], ...] = (
-    ("<think>", "</think>"),
     ("<seed:think>", "</seed:think>"),
     ("[THINK]", "[/THINK]"),
     ("<|START_THINKING|>", "<|END_THINKING|>"),
+    ("<mm:think>", "</mm:think>"),  # MiniMax-M3
+    ("<|channel>thought", "<channel|>"),  # Gemma 4
+    ("<|open|>think<|sep|>", "<|close|>think<|sep|>"),  # Kimi K3
+    ("Here are my reasoning steps:", "[BEGIN FINAL RESPONSE]"),  # Apriel 1.6
+    ("<think>", "</think>"),
 )
 
 

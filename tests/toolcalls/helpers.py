@@ -7,7 +7,7 @@ from typing import Any
 from localllm.toolcalls import ToolCall, format_named
 
 
-def tool(name: str, **props: Any) -> dict[str, Any]:
+def tool(name: str, /, **props: Any) -> dict[str, Any]:
     return {"type": "function", "function": {
         "name": name, "parameters": {"type": "object", "properties": props,
                                      "required": list(props)}}}
@@ -17,7 +17,15 @@ TOOLS = [tool("get_weather", location={"type": "string"}, unit={"type": "string"
          tool("special_function", arg1={"type": "integer"}),
          tool("special_function_with_opt", arg1={"type": "integer"}, arg2={"type": "integer"}),
          tool("a"), tool("b"), tool("f"), tool("noop"), tool("get_time", city={"type": "string"}),
-         tool("python", code={"type": "string"})]
+         tool("python", code={"type": "string"}),
+         tool("toggle", enabled={"type": "boolean"}),
+         tool("set_config", config={"type": "object"}),
+         tool("todo_list", todos={"type": "array", "items": {"type": "string"}}),
+         tool("amount", orig={"type": "number"}),
+         tool("empty_args"),
+         tool("Calendar.create_event", title={"type": "string"},
+              participants={"type": "array"}),
+         tool("magic_int", ref={"type": "integer"}, name={"type": "string"})]
 
 Simple = tuple[str, dict[str, Any], int, "str | None"]
 
