@@ -15,8 +15,9 @@ llama.cpp does for causal models), ``repeat_last_n`` past the context to the
 whole context (-1).  The rest are a 400 naming the limit.
 
 The result is split into the engine's :class:`SamplingParams`, the per-request
-fields of :class:`CompletionRequest` and :class:`LoadFields`, the load-time
-options the scheduler compares to decide on a reload.
+fields of :class:`~localllm.runner.messages.CompletionRequest` and
+:class:`LoadFields`, the load-time options the scheduler compares to decide on
+a reload.
 """
 
 from __future__ import annotations
