@@ -22,7 +22,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from localllm.inference.release import dismantle
 from localllm.server.deps import offload
-from localllm.server.streaming import ClientGone, gone_response, until_disconnect
+from localllm.server.disconnect import ClientGone, gone_response, until_disconnect
 
 T = TypeVar("T")
 

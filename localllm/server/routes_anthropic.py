@@ -10,7 +10,7 @@ native chunk is awaited before the response starts, so a full queue or a
 failed load keeps its HTTP status, and a failure after it is an ``error``
 event.  Errors before that are Anthropic's shape (the app's handlers do that
 for every path under ``/v1/messages``).  A client that disconnects, streaming
-or not, cancels the generation (see :mod:`localllm.server.streaming`).
+or not, cancels the generation (see :mod:`localllm.server.disconnect`).
 ``anthropic-version`` and ``anthropic-beta`` headers are ignored.
 """
 

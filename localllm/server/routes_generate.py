@@ -7,7 +7,7 @@ NDJSON (``stream: true``, the default) or folded into one JSON object.  An
 empty request (no prompt, no messages) loads or unloads the model (see
 :mod:`localllm.inference.plan`).  A client that disconnects, streaming or not,
 before or after the first token, cancels the generation in the runner and
-releases the scheduler slot (see :mod:`localllm.server.streaming`).
+releases the scheduler slot (see :mod:`localllm.server.disconnect`).
 """
 
 from __future__ import annotations

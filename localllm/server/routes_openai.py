@@ -11,7 +11,7 @@ shape the chunks back.  Streams are server-sent events ending with
 ``{"error": {...}}`` event and the stream ends without ``[DONE]``.  Errors
 before it keep their HTTP status in OpenAI's shape (the app's handlers do that
 for every path under ``/v1/``).  A client that disconnects, streaming or not,
-cancels every choice's generation (see :mod:`localllm.server.streaming`).
+cancels every choice's generation (see :mod:`localllm.server.disconnect`).
 """
 
 from __future__ import annotations

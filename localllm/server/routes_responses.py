@@ -13,7 +13,7 @@ Errors before the stream starts keep their HTTP status in OpenAI's shape (the
 app's handlers do that under ``/v1/``); the first native chunk is awaited
 before answering so a full queue or a failed load is not a 200.  A failure
 after that is an ``error`` event followed by ``response.failed``.  A client
-that disconnects cancels the generation (see :mod:`localllm.server.streaming`).
+that disconnects cancels the generation (see :mod:`localllm.server.disconnect`).
 """
 
 from __future__ import annotations
