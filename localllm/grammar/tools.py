@@ -5,9 +5,13 @@ teaches (:func:`localllm.toolcalls.detect_format`), so the format's own parser
 reads it back; a template that teaches none gets Hermes' ``<tool_call>{..}
 </tool_call>``, and the output parser is told to read that format.  JSON formats
 get the tool's name and its parameters schema as the arguments; the XML-style
-formats (Qwen3-Coder, Seed-OSS, GLM) get one tag per parameter, required ones in
-the schema's order, then the optional ones, each optional: a string parameter is
-free text without ``<``, any other is JSON for its schema.
+formats (Qwen3-Coder, Seed-OSS, GLM, and every tagged shape: MiniMax-M2, DSML,
+Kimi K3, MiniCPM5, Muse, and the template-derived ones) get one tag per
+parameter, required ones in the schema's order, then the optional ones, each
+optional: a string parameter is free text without ``<``, any other is JSON for
+its schema.  Gemma 4 gets its own literals (strings between ``<|"|>``), LFM2 a
+Python call with JSON values as keyword arguments (its parser accepts JSON's
+literals), MiniMax-M3 one namespaced tag per parameter.
 
 Limits, by design: a parameters schema our JSON-Schema converter refuses
 (``not``, ``if``, external ``$ref``) leaves the output unconstrained (the tools
@@ -24,13 +28,18 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from localllm.errors import InvalidRequest
 from localllm.grammar.json_schema import MAX_PROPERTIES, SchemaConverter
 from localllm.grammar.rules import GrammarTooLarge, hint, literal
-from localllm.toolcalls import Family, detect_format
+from localllm.toolcalls import ChatFormat, Family, detect_format
+from localllm.toolcalls.derive import JsonShape
+from localllm.toolcalls.minimax import NS
+from localllm.toolcalls.muse import CALLS as MUSE_CALLS
+from localllm.toolcalls.tagged import IDENT, WILD, Shape, Tagged
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +63,8 @@ _SHAPES: dict[str, tuple[str, ...]] = {
     "command_r7b": ('<|START_ACTION|>[{"tool_call_id": "0", "tool_name": ', J,
                     ', "parameters": ', A, "}]<|END_ACTION|>"),
     "functionary_v3_2": (N, "\n", A),
+    "nemotron_v2": ('<TOOLCALL>[{"name": ', J, ', "arguments": ', A, "}]</TOOLCALL>"),
+    "apriel": ('<tool_calls>[{"name": ', J, ', "arguments": ', A, "}]</tool_calls>"),
 }
 # XML formats: (call open, function head, head end, param open, key end, value end, close)
 _XML: dict[str, tuple[str, ...]] = {
@@ -72,7 +83,8 @@ def forced_tool_grammar(tools: list[dict[str, Any]], template: str
     if len(tools) > MAX_TOOLS:
         raise GrammarTooLarge(f"tool_choice: at most {MAX_TOOLS} tools can be forced")
     fmt = detect_format(template)
-    name = fmt.name if fmt.name in _SHAPES or fmt.name in _XML else "hermes"
+    name = fmt.name if fmt.name in _SHAPES or fmt.name in _XML or fmt.name in _OWN \
+        or isinstance(_shape(fmt), Shape | JsonShape) else "hermes"
     defs: dict[str, Any] = {}
     for tool in tools:
         params = _params(tool)
@@ -82,7 +94,7 @@ def forced_tool_grammar(tools: list[dict[str, Any]], template: str
     conv = SchemaConverter(defs)
     conv.set("root", "")  # reserve the name
     try:
-        body = conv.join((f"({_call(conv, name, tool)})" for tool in tools), " | ")
+        body = conv.join((f"({_call(conv, fmt, name, tool)})" for tool in tools), " | ")
         close = fmt.think_tags[1] if fmt.think_tags else ""
         if close and close in template:
             # The prompt may have opened a thinking block: the model may close it first.
@@ -105,20 +117,82 @@ def _params(tool: Mapping[str, Any]) -> dict[str, Any]:
     return dict(params) if isinstance(params, Mapping) else {"type": "object"}
 
 
-def _call(conv: SchemaConverter, fmt: str, tool: Mapping[str, Any]) -> str:
+def _shape(fmt: ChatFormat) -> Shape | JsonShape | None:
+    """The tagged or JSON shape of a format that has one (the dedicated tagged formats
+    and the template-derived ones)."""
+    if fmt.derived is not None:
+        return fmt.derived.shape
+    if fmt.name in _SHAPES or fmt.name in _XML or fmt.name in _OWN:
+        return None
+    syntax = fmt.syntax()
+    return syntax.shape if isinstance(syntax, Tagged) else None
+
+
+def _call(conv: SchemaConverter, fmt: ChatFormat, name: str, tool: Mapping[str, Any]) -> str:
     fn = tool.get("function") or {}
-    name = str(fn.get("name", ""))
+    tool_name = str(fn.get("name", ""))
     params = {k: v for k, v in _params(tool).items() if k not in ("$defs", "definitions")}
-    if fmt in _XML:
-        return _xml_call(conv, _XML[fmt], name, params)
+    if name in _XML:
+        return _xml_call(conv, _XML[name], tool_name, params)
+    if name in _OWN:
+        return _OWN[name](conv, tool_name, params)
+    if name in _SHAPES:
+        return _json_call(conv, _SHAPES[name], tool_name, params)
+    shape = _shape(fmt)
+    if isinstance(shape, JsonShape):
+        call: tuple[str, ...] = ("{", J, ": ", A, "}") if shape.name_as_key else (
+            "{" + json.dumps(shape.name) + ": ", J, ", " + json.dumps(shape.args) + ": ", A, "}")
+        if shape.listed:
+            call = ("[", *call, "]")
+        return _json_call(conv, (shape.open, *call, shape.close), tool_name, params)
+    assert isinstance(shape, Shape)
+    return _tagged_call(conv, shape, tool_name, params)
+
+
+def _json_call(conv: SchemaConverter, parts: tuple[str, ...], name: str,
+               params: Mapping[str, Any]) -> str:
     args = conv.visit(params, hint(name, "args"))
-    parts = {N: conv.lit(name), J: conv.lit(json.dumps(name, ensure_ascii=False)), A: args}
-    return " ".join(parts.get(p) or literal(p) for p in _SHAPES[fmt])
+    holes = {N: conv.lit(name), J: conv.lit(json.dumps(name, ensure_ascii=False)), A: args}
+    return " ".join(holes.get(p) or _piece(conv, p) for p in parts if p)
+
+
+def _piece(conv: SchemaConverter, text: str) -> str:
+    """A markup piece: its text, with a short word for each varying run and an id."""
+    out = []
+    for part in re.split(f"({WILD}|{IDENT})", text):
+        if part == WILD:
+            out.append("[a-zA-Z0-9_]{1,12}")
+        elif part == IDENT:
+            out.append("[a-zA-Z0-9]{9}")
+        elif part:
+            out.append(conv.lit(part))
+    return " ".join(out) or '""'
+
+
+def _tagged_call(conv: SchemaConverter, shape: Shape, name: str,
+                 params: Mapping[str, Any]) -> str:
+    head = (f"{_piece(conv, shape.section_open + shape.call_open)} {conv.lit(name)} "
+            f"{_piece(conv, shape.name_end)}")
+    tail = _piece(conv, shape.call_close + shape.section_close)
+    if shape.json_args:
+        return f"{head} {conv.visit(params, hint(name, 'args'))} {tail}"
+    args = _params_each(conv, name, params, lambda key, value: (
+        f"{_piece(conv, shape.param_open)} {conv.lit(key)} {_piece(conv, shape.key_end)} "
+        f"{value} {_piece(conv, shape.param_close)}"))
+    return f"{head} {args} {tail}"
 
 
 def _xml_call(conv: SchemaConverter, shape: tuple[str, ...], name: str,
               params: Mapping[str, Any]) -> str:
     call_open, head_end, key_open, key_end, value_end, close = shape
+    args = _params_each(conv, name, params, lambda key, value: (
+        f"{conv.lit(key_open + key + key_end)} {value} {literal(value_end)}"))
+    return f"{conv.lit(call_open + name + head_end)} {args} {literal(close)}"
+
+
+def _ordered(conv: SchemaConverter, params: Mapping[str, Any]
+             ) -> tuple[Mapping[str, Any], list[str], set[str]]:
+    """(properties, their order: required first, the required ones)."""
     props = params.get("properties")
     props = props if isinstance(props, Mapping) else {}
     listed = params.get("required")
@@ -129,14 +203,93 @@ def _xml_call(conv: SchemaConverter, shape: tuple[str, ...], name: str,
     conv.walked(1 + len(params))
     required = list(dict.fromkeys(k for k in listed if isinstance(k, str) and k in props))
     must = set(required)
-    order = required + [k for k in props if k not in must]
-    parts = [conv.lit(call_open + name + head_end)]
+    return props, required + [str(k) for k in props if k not in must], must
+
+
+def _params_each(conv: SchemaConverter, name: str, params: Mapping[str, Any],
+                 one: Callable[[str, str], str]) -> str:
+    """One tag per parameter (``one(key, value rule)``), the optional ones optional."""
+    props, order, must = _ordered(conv, params)
+    parts = []
     for key in order:
-        value = _xml_value(conv, props[key], hint(name, str(key)))
-        one = f"{conv.lit(key_open + str(key) + key_end)} {value} {literal(value_end)}"
-        parts.append(one if key in must else f"({one})?")
-    parts.append(literal(close))
-    return conv.join(parts, " ")
+        item = one(key, _xml_value(conv, props[key], hint(name, key)))
+        parts.append(item if key in must else f"({item})?")
+    return conv.join(parts, " ") or '""'
+
+
+def _listed(conv: SchemaConverter, name: str, params: Mapping[str, Any],
+            one: Callable[[str, Any, str], str]) -> str:
+    """The parameters as comma-separated members (Gemma's and Python's), the optional ones
+    optional; ``one(key, schema, hint)`` writes one."""
+    props, order, must = _ordered(conv, params)
+    items = [(conv.define(f"{hint(name, key)}-kv", one(key, props[key], hint(name, key))),
+              key in must, False) for key in order]
+    return conv.members(items, hint(name, "args")) if items else ""
+
+
+def _gemma(conv: SchemaConverter, name: str, params: Mapping[str, Any]) -> str:
+    args = _listed(conv, name, params, lambda key, schema, where: (
+        f"{conv.lit(key + ':')} {_gemma_value(conv, schema, where, 0)}"))
+    return f"{conv.lit('<|tool_call>call:' + name + '{')} {args} {literal('}<tool_call|>')}"
+
+
+def _gemma_value(conv: SchemaConverter, schema: Any, where: str, depth: int) -> str:
+    """A value in Gemma's literal syntax for ``schema``: strings between ``<|"|>``, keys
+    bare; numbers, booleans and null as in JSON."""
+    q = literal('<|"|>')
+    if "gemma-value" not in conv.rules:
+        ws = conv.use("ws")
+        conv.set("gemma-string", f"{q} [^<]* {q}")
+        conv.set("gemma-value", "gemma-string | gemma-object | gemma-array | "
+                 f"{conv.use('number')} | {conv.use('boolean')} | {conv.use('null')}")
+        conv.set("gemma-object", f'"{{" {ws} ([a-zA-Z_] [a-zA-Z0-9_]* ":" gemma-value '
+                                 f'("," {ws} [a-zA-Z_] [a-zA-Z0-9_]* ":" gemma-value)*)? "}}"')
+        conv.set("gemma-array", f'"[" {ws} (gemma-value ("," {ws} gemma-value)*)? "]"')
+    if not isinstance(schema, Mapping) or depth > 16:
+        return "gemma-value"
+    conv.walked(1)
+    kind = schema.get("type")
+    raw = schema.get("enum", [schema["const"]] if "const" in schema else None)
+    if isinstance(raw, list) and raw and all(isinstance(v, str) for v in raw):
+        conv.walked(len(raw))
+        return f"{q} ({conv.join(map(conv.lit, raw), ' | ')}) {q}"
+    if raw is not None or kind in ("integer", "number", "boolean", "null"):
+        return conv.visit(schema, where)
+    if kind == "string":
+        return "gemma-string"
+    if kind == "array" and isinstance(schema.get("items"), Mapping):
+        item = _gemma_value(conv, schema["items"], hint(where, "item"), depth + 1)
+        ws = conv.use("ws")
+        return conv.define(where, f'"[" {ws} ({item} ("," {ws} {item})*)? "]"')
+    if kind == "object" and isinstance(schema.get("properties"), Mapping) \
+            and schema["properties"]:
+        members = _listed(conv, where, schema, lambda key, sub, at: (
+            f"{conv.lit(key + ':')} {_gemma_value(conv, sub, at, depth + 1)}"))
+        return conv.define(where, f'"{{" {members} "}}"')
+    return "gemma-value"
+
+
+def _pythonic(conv: SchemaConverter, name: str, params: Mapping[str, Any]) -> str:
+    args = _listed(conv, name, params,
+                   lambda key, schema, where: f"{conv.lit(key + '=')} {conv.visit(schema, where)}")
+    head, tail = conv.lit("<|tool_call_start|>[" + name + "("), literal(")]<|tool_call_end|>")
+    return f"{head} {args} {tail}"
+
+
+def _minimax_m3(conv: SchemaConverter, name: str, params: Mapping[str, Any]) -> str:
+    args = _params_each(conv, name, params, lambda key, value: (
+        f"{conv.lit(f'{NS}<{key}>')} {value} {conv.lit(f'{NS}</{key}>')}"))
+    return (f"{conv.lit(f'{NS}<tool_call>{chr(10)}{NS}<invoke name={json.dumps(name)}>')} {args} "
+            f"{literal(f'{NS}</invoke>{chr(10)}{NS}</tool_call>')}")
+
+
+def _muse(conv: SchemaConverter, name: str, params: Mapping[str, Any]) -> str:
+    return f"{conv.lit(f' to={name}<|message|>')} {_tagged_call(conv, MUSE_CALLS, name, params)}"
+
+
+_OWN: dict[str, Callable[[SchemaConverter, str, Mapping[str, Any]], str]] = {
+    "gemma4": _gemma, "lfm2": _pythonic, "minimax_m3": _minimax_m3, "muse_glimmer": _muse,
+}
 
 
 def _xml_value(conv: SchemaConverter, schema: Any, hint: str) -> str:
