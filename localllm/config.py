@@ -384,8 +384,10 @@ KV_CACHE_TYPE: Setting[KVType] = Setting(
     "KV cache type: f16, q8_0, q4_0 or f32 (quantized types need flash attention; "
     "with it off, f16 is used).", ollama="OLLAMA_KV_CACHE_TYPE")
 LOAD_TIMEOUT = Setting("LOCALLLM_LOAD_TIMEOUT", _load_timeout, 300.0,
-                       "How long a model load may take before it is abandoned (0 or negative "
-                       "= no limit).", ollama="OLLAMA_LOAD_TIMEOUT")
+                       "How long a model load may go without progress (more of the file read, "
+                       "more memory filled, a log line) before it is abandoned, as Ollama's: "
+                       "a slow disk is not a stall. 0 or negative = no limit.",
+                       ollama="OLLAMA_LOAD_TIMEOUT")
 RUNNER_TIMEOUT = Setting(
     "LOCALLLM_RUNNER_TIMEOUT", parse_duration, 30.0,
     "How long a runner may show no sign of life before the daemon kills it, fails its "

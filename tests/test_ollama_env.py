@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -175,10 +176,12 @@ def test_llm_library_keeps_models_to_one_library(monkeypatch: pytest.MonkeyPatch
     assert far.opts.rpc_workers == ["10.0.0.2:50052"]
 
 
-def test_load_timeout_bounds_the_runners_load(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="progress is read from /proc")
+def test_load_timeout_bounds_a_stalled_load(monkeypatch: pytest.MonkeyPatch) -> None:
     from localllm.errors import ModelLoadError
     from localllm.runner.process import RunnerProcess
     from tests.runner.conftest import FAKE_ENV, arun
+    from tests.runner.fake_engine import READ_S
 
     opts = LoadOptions(n_ctx=128, n_parallel=1, n_threads=1)
 
@@ -188,11 +191,29 @@ def test_load_timeout_bounds_the_runners_load(monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.setenv("OLLAMA_LOAD_TIMEOUT", "2s")
     t0 = time.monotonic()
-    with pytest.raises(ModelLoadError, match=r"timed out after 2s"):
-        arun(load("/m/slowload.gguf"))  # the fake engine sleeps 60 s
+    with pytest.raises(ModelLoadError, match=r"timed out after 2s without progress"):
+        arun(load("/m/slowload.gguf"))  # the fake engine sleeps 60 s: no progress
     assert time.monotonic() - t0 < 20
+    # As Ollama's, the timeout restarts while the load moves: a load that reads for
+    # READ_S (twice the timeout) finishes.
+    t0 = time.monotonic()
+    arun(load("/m/readload.gguf"))
+    assert time.monotonic() - t0 >= READ_S
     monkeypatch.setenv("OLLAMA_LOAD_TIMEOUT", "0")  # no limit, as in Ollama (ours was 0 s)
     arun(load("/m/longload.gguf"))
+
+
+def test_activity_is_read_from_proc() -> None:
+    from localllm.runner.loadwait import activity
+
+    mark = activity(os.getpid())
+    if not Path("/proc/self/io").exists():
+        assert mark is None or mark[:2] == (0, 0)
+        return
+    assert mark is not None and mark[0] > 0 and mark[2] > 0  # read_bytes may be 0 (cached)
+    Path("/proc/self/status").read_bytes()  # reading adds to rchar
+    later = activity(os.getpid())
+    assert later is not None and later[0] > mark[0]
 
 
 def _blob_model(store: Store, name: str, payload: bytes) -> Manifest:

@@ -42,6 +42,7 @@ from localllm.errors import (
 from localllm.runner import protocol as P
 from localllm.runner.attach import Floats
 from localllm.runner.lastwords import for_log, lost_workers, scrub_paths, with_reason
+from localllm.runner.loadwait import wait_loaded
 from localllm.runner.messages import (
     CompletionRequest,
     Done,
@@ -76,6 +77,7 @@ class RunnerProcess:
         self._wire: dict[str, str] = {}  # request id -> wire id of its running stream
         self._ids = itertools.count(1)
         self._tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+        self._last_output = 0.0  # time.monotonic() of the child's latest log line
         self._drain_lock = asyncio.Lock()
         self._alive = True
         self._closing = False
@@ -96,14 +98,14 @@ class RunnerProcess:
 
         Raises ``ModelLoadError`` (with the log's line that says why; the whole
         tail goes to the daemon's log) when the load fails, the child dies,
-        ``load_timeout`` (default LOCALLLM_LOAD_TIMEOUT) passes, or the child shows
+        ``load_timeout`` (default LOCALLLM_LOAD_TIMEOUT) passes without the load
+        making progress (see ``runner.loadwait``), or the child shows
         no sign of life for ``runner_timeout`` (default LOCALLLM_RUNNER_TIMEOUT);
         the child is gone by then.
         """
         if runner_timeout is None:
             runner_timeout = config.RUNNER_TIMEOUT.get()
         timeout = config.LOAD_TIMEOUT.get() if load_timeout is None else load_timeout
-        wait = None if math.isinf(timeout) else timeout  # a negative setting means forever
         t0 = time.monotonic_ns()
         proc = await children.spawn_async(
             "localllm.runner", env=env,
@@ -116,7 +118,8 @@ class RunnerProcess:
         name = Path(model_paths[0]).name if model_paths else "<no model>"
         try:
             await runner._send(P.load_msg(model_paths, opts, runner._watchdog.interval))
-            msg = await asyncio.wait_for(runner._read_loaded(), wait)
+            msg = await wait_loaded(runner._read_loaded(), runner.pid, timeout,
+                                    last_output=lambda: runner._last_output)
         except TimeoutError:
             await runner._abandon(wait=0)
             if runner._watchdog.enabled and runner._watchdog.silent_for() > runner_timeout:
@@ -124,7 +127,8 @@ class RunnerProcess:
                     f"loading {name} failed: the model runner stopped responding (no sign of "
                     f"life for {runner._watchdog.silent_for():.1f}s, LOCALLLM_RUNNER_TIMEOUT is "
                     f"{runner_timeout:g}s)") from None
-            raise runner._load_error(f"loading {name} timed out after {timeout:g}s") from None
+            raise runner._load_error(
+                f"loading {name} timed out after {timeout:g}s without progress") from None
         except (P.ProtocolError, ConnectionError) as exc:
             await runner._abandon(wait=1.0)
             raise runner._load_error(f"loading {name} failed: {exc}", why=True) from None
@@ -478,6 +482,7 @@ class RunnerProcess:
         line = raw.decode("utf-8", "replace").rstrip()
         if line:
             self._tail.append(line)
+            self._last_output = time.monotonic()
             log.debug("runner %d: %s", self.pid, line)
 
     async def _abandon(self, wait: float) -> None:

@@ -3,7 +3,8 @@
 It lets the process tests provoke what the real engine should never do on
 purpose: slow loads, crashes during load or mid-step, a step that raises.  The
 behaviour is chosen by words in the model path (``slowload``, ``crashload``,
-``failload``, ``longload`` takes ``LONG_S``, ``stopload`` stops the process,
+``failload``, ``longload`` takes ``LONG_S``, ``readload`` reads steadily for
+``READ_S`` (a slow disk: progress), ``stopload`` stops the process,
 ``abortload`` dies as llama.cpp does when an allocation fails: log lines with
 paths, a backtrace, SIGABRT) and in the prompt (``boom`` raises in ``step``,
 ``pathboom`` raises with a path in the message, ``abort`` dies as ``abortload``
@@ -26,6 +27,7 @@ from localllm.runner.messages import CompletionRequest, Done, Failed, LoadOption
 
 STEP_S = 0.02
 LONG_S = 1.5
+READ_S = 4.0
 HOME_PATH = "/home/alice/private/models/blobs/sha256-1234abcd"
 # What llama.cpp and ggml print when a buffer cannot be allocated: the reason, then
 # an assertion with a source path, then gdb's backtrace (ggml_print_backtrace).
@@ -57,6 +59,12 @@ class FakeEngine:
             time.sleep(60)
         if "longload" in path:
             time.sleep(LONG_S)
+        if "readload" in path:
+            end = time.monotonic() + READ_S
+            with open("/dev/zero", "rb", buffering=0) as disk:
+                while time.monotonic() < end:
+                    disk.read(1 << 20)
+                    time.sleep(0.05)
         if "stopload" in path:
             os.kill(os.getpid(), signal.SIGSTOP)
         if "crashload" in path:

@@ -60,6 +60,9 @@ def test_greedy_stream_timings_and_calls(tiny: str) -> None:
             assert tokens == [tm.BOS, tm.token_id("a"), tm.token_id("b")]
             assert await runner.tokenize("ab", add_special=False) == tokens[1:]
             assert await runner.detokenize(tokens[1:]) == "ab"
+            # Control tokens are left out, or written out when asked (/api/detokenize).
+            assert await runner.detokenize(tokens) == "ab"
+            assert await runner.detokenize(tokens, special=True) == "<s>ab"
         assert runner.returncode == 0
 
     arun(go(), 120)
@@ -132,7 +135,13 @@ def test_bad_gguf_is_a_clear_load_error(tiny: str, tmp_path: Path, damage: str) 
     arun(go(), 90)
 
 
-def test_load_timeout(tiny: str) -> None:
+def test_load_timeout(tiny: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The bound is on a stall (runner/loadwait.py): with the child's progress hidden,
+    # a load longer than it is given up.
+    from localllm.runner import loadwait
+
+    monkeypatch.setattr(loadwait, "activity", lambda pid: (0, 0, 0))
+
     async def go() -> None:
         with pytest.raises(ModelLoadError, match="timed out"):
             await start(tiny, timeout=0.05)
