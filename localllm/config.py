@@ -418,8 +418,9 @@ NOHISTORY = Setting("LOCALLLM_NOHISTORY", _bool, False,
                     ollama="OLLAMA_NOHISTORY", ollama_parse=go_bool("OLLAMA_NOHISTORY"))
 LLM_LIBRARY: Setting[LLMLibrary] = Setting(
     "LOCALLLM_LLM_LIBRARY", parse_llm_library, "",
-    "Plan models only on this library's devices: cuda, rocm, vulkan, metal, or cpu (no GPU); "
-    "Ollama's names (cuda_v12, rocm_v6, cpu_avx2) are read too; default: every device.",
+    "Plan models only on this library's GPUs: cuda, rocm, vulkan, metal, or cpu (no layer on "
+    "any GPU); Ollama's names (cuda_v12, rocm_v6, cpu_avx2) are read too; default: every "
+    "device.",
     ollama="OLLAMA_LLM_LIBRARY", ollama_parse=_ollama_llm_library)
 API_KEY = Setting("LOCALLLM_API_KEY", _str, "",
                   "When set, every endpoint but / and /health needs the key, as "
