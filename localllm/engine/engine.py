@@ -202,8 +202,9 @@ class Engine:
                  parse_special: bool = True) -> list[int]:
         return self.model.tokenize(text, add_special, parse_special)
 
-    def detokenize(self, tokens: list[int]) -> str:
-        return self.model.detokenize(tokens)
+    def detokenize(self, tokens: list[int], special: bool = False) -> str:
+        """``special``: control tokens written out (``<s>``), else left out."""
+        return self.model.detokenize(tokens, unparse_special=special)
 
     def info(self) -> dict[str, Any]:
         m = self.model

@@ -255,8 +255,9 @@ class RunnerProcess:
                                   "add_special": add_special, "parse_special": parse_special})
         return [int(t) for t in reply["tokens"]]
 
-    async def detokenize(self, tokens: list[int]) -> str:
-        reply = await self._call({"type": "detokenize", "tokens": [int(t) for t in tokens]})
+    async def detokenize(self, tokens: list[int], special: bool = False) -> str:
+        reply = await self._call({"type": "detokenize", "tokens": [int(t) for t in tokens],
+                                  "special": special})
         return str(reply["text"])
 
     async def ping(self) -> float:

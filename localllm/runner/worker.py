@@ -250,7 +250,10 @@ class Worker:
                                          parse_special=bool(msg["parse_special"]))
                 self.send({"type": "tokens", "id": req_id, "tokens": [int(t) for t in tokens]})
             elif kind == "detokenize":
-                text = engine.detokenize([int(t) for t in msg["tokens"]])
+                ids = [int(t) for t in msg["tokens"]]
+                # "special" is optional: engines that never write control tokens lack it.
+                text = (engine.detokenize(ids, special=True) if msg.get("special")
+                        else engine.detokenize(ids))
                 self.send({"type": "text", "id": req_id, "text": text})
             elif kind == "ping":
                 self.send({"type": "pong", "id": req_id})

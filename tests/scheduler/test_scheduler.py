@@ -50,7 +50,7 @@ class FakeRunner:
                        parse_special: bool = True) -> list[int]:
         return []
 
-    async def detokenize(self, tokens: list[int]) -> str:
+    async def detokenize(self, tokens: list[int], special: bool = False) -> str:
         return ""
 
     async def close(self) -> None:

@@ -43,7 +43,7 @@ class FakeRunner:
                        parse_special: bool = True) -> list[int]:
         return [5] * len(text)
 
-    async def detokenize(self, tokens: list[int]) -> str:
+    async def detokenize(self, tokens: list[int], special: bool = False) -> str:
         return "x" * len(tokens)
 
     async def close(self) -> None:
