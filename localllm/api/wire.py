@@ -255,3 +255,46 @@ class SearchModel(TypedDict):
 
 class SearchResponse(TypedDict):
     models: list[SearchModel]
+
+
+# -- tokens: /api/tokenize, /api/detokenize (Ollama style), llama-server's /tokenize,
+# /detokenize, /apply-template, and the input_tokens counts ---------------------------
+
+
+class TokenizeResponse(TypedDict):
+    """``/api/tokenize``: the text's ids, as the model's tokenizer reads it."""
+
+    model: str
+    tokens: list[int]
+
+
+class DetokenizeResponse(TypedDict):
+    """``/api/detokenize``: the ids' text, control tokens written out."""
+
+    model: str
+    text: str
+
+
+class ServerTokenizeResponse(TypedDict):
+    """llama-server's ``/tokenize``."""
+
+    tokens: list[int]
+
+
+class ServerDetokenizeResponse(TypedDict):
+    """llama-server's ``/detokenize``."""
+
+    content: str
+
+
+class ApplyTemplateResponse(TypedDict):
+    """llama-server's ``/apply-template``: the prompt a chat request renders to."""
+
+    prompt: str
+
+
+class InputTokensResponse(TypedDict):
+    """OpenAI's ``/v1/responses/input_tokens`` (and llama-server's Chat Completions one)."""
+
+    object: Literal["response.input_tokens"]
+    input_tokens: int

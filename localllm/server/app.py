@@ -52,6 +52,7 @@ ROUTER_MODULES: list[str] = [
     "localllm.server.routes_anthropic",
     "localllm.server.routes_create",
     "localllm.server.routes_search",
+    "localllm.server.routes_tokens",
 ]
 
 

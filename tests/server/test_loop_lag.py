@@ -226,6 +226,16 @@ def long_prompt() -> tuple[str, bytes]:
                                    "prompt": "ab c\n" * 5_000_000, "options": {"num_predict": 1}})
 
 
+def tokenize_text() -> tuple[str, bytes]:
+    # 500 KB of text, about the limit: half a million ids back (one a character).
+    return _json("/api/tokenize", {"model": "tiny", "text": "ab c\n" * 100_000})
+
+
+def detokenize_ids() -> tuple[str, bytes]:
+    # Half a million ids (the limit), checked against the vocabulary, sent to the runner.
+    return _json("/api/detokenize", {"model": "tiny", "tokens": [5] * 500_000})
+
+
 def embed_batch() -> tuple[str, bytes]:
     # 20,000 vectors back from the runner, normalised and rendered as JSON.
     return _json("/api/embed", {"model": "tiny-embed", "input": ["abc"] * 20_000})
@@ -234,7 +244,8 @@ def embed_batch() -> tuple[str, bytes]:
 BODIES: list[Body] = [deep_json, escape_storm, escaped_prompt, container_bomb, many_values,
                       many_messages, giant_schema, many_tools, giant_go_template,
                       giant_jinja_template, many_images, large_images, real_images,
-                      webp_images, corrupt_webp, webp_bomb, long_prompt, embed_batch]
+                      webp_images, corrupt_webp, webp_bomb, long_prompt, embed_batch,
+                      tokenize_text, detokenize_ids]
 
 
 def _health_while(d: Daemon, path: str, body: bytes) -> tuple[float, httpx.Response]:

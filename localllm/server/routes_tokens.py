@@ -1,0 +1,186 @@
+"""Token routes: tokenize, detokenize, apply a chat template, count a request's input tokens.
+
+- ``POST /api/tokenize`` ``{model, text}`` -> ``{model, tokens}`` and ``POST
+  /api/detokenize`` ``{model, tokens}`` -> ``{model, text}``: Ollama has no such
+  routes; these are the shape its JavaScript client once shipped (``tokenize``,
+  ``detokenize``), in Ollama's style (``keep_alive``, ``options``, ``{"error"}``).
+- ``POST /tokenize``, ``/detokenize``, ``/apply-template``: llama-server's, at its
+  paths, with a ``model`` field as its router mode takes (clients written for
+  llama-server, e.g. SillyTavern's, count with them): ``{content, add_special,
+  parse_special}`` -> ``{tokens}``; ``{tokens}`` -> ``{content}``; a Chat
+  Completions body -> ``{prompt}``, the prompt the model would be given, rendered
+  by the same template code as a generation (nothing loads).
+- ``POST /v1/responses/input_tokens`` (OpenAI's; the SDK's
+  ``client.responses.input_tokens.count``) and ``POST
+  /v1/chat/completions/input_tokens`` (llama-server's: OpenAI has none for Chat
+  Completions): the body a generation would take -> ``{"object":
+  "response.input_tokens", "input_tokens": n}``, the same count as that
+  generation's ``usage`` (the template, BOS and all), as
+  ``/v1/messages/count_tokens`` does for Anthropic's.
+
+Parse -> convert (``compat``) -> plan (``inference``) in a worker thread, then the
+tokenizer in the model's runner (``inference/tokens.py``); bad input is a 400.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, cast
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, RootModel, StrictInt
+
+from localllm.api.schemas_infer import ChatRequest
+from localllm.api.wire import (
+    ApplyTemplateResponse,
+    DetokenizeResponse,
+    InputTokensResponse,
+    ServerDetokenizeResponse,
+    ServerTokenizeResponse,
+    TokenizeResponse,
+)
+from localllm.compat.openai.request import ChatConversion, chat_request_to_native
+from localllm.compat.responses.request import ResponsesConversion, responses_request_to_native
+from localllm.errors import InvalidRequest
+from localllm.inference.build import chat_plan
+from localllm.inference.plan import Plan
+from localllm.inference.service import InferenceService, Target
+from localllm.inference.tokens import chat_target, detokenize, text_target, tokenize
+from localllm.server.deps import inference_service, offload, parse_json, validate
+from localllm.server.jsonout import json_response, json_result
+
+router = APIRouter()
+Body = RootModel[Any]
+
+
+class TokenizeRequest(BaseModel):
+    model: str = ""
+    text: str | None = None
+    keep_alive: str | float | None = None
+    options: dict[str, Any] | None = None
+
+
+class DetokenizeRequest(BaseModel):
+    model: str = ""
+    tokens: list[StrictInt] | None = None
+    keep_alive: str | float | None = None
+    options: dict[str, Any] | None = None
+
+
+class ServerTokenizeRequest(BaseModel):
+    model: str = ""
+    content: str | None = None
+    add_special: bool = False
+    parse_special: bool = True
+    with_pieces: bool = False
+
+
+class ServerDetokenizeRequest(BaseModel):
+    model: str = ""
+    tokens: list[StrictInt] | None = None
+
+
+async def _target(request: Request, model: str) -> Target:
+    return await offload(request, text_target, inference_service(request), model)
+
+
+def _required(value: Any, name: str) -> Any:
+    if value is None:
+        raise InvalidRequest(f"{name} is required")
+    return value
+
+
+@router.post("/api/tokenize")
+async def api_tokenize(request: Request) -> Response:
+    req = await parse_json(request, TokenizeRequest)
+    text = _required(req.text, "text")
+    target = await _target(request, req.model)
+    tokens = await tokenize(inference_service(request), target, text,
+                            options=req.options, keep_alive=req.keep_alive)
+    body: TokenizeResponse = {"model": req.model, "tokens": tokens}
+    return await json_response(request, body)
+
+
+@router.post("/api/detokenize")
+async def api_detokenize(request: Request) -> Response:
+    req = await parse_json(request, DetokenizeRequest)
+    tokens = _required(req.tokens, "tokens")
+    target = await _target(request, req.model)
+    text = await detokenize(inference_service(request), target, tokens,
+                            options=req.options, keep_alive=req.keep_alive)
+    body: DetokenizeResponse = {"model": req.model, "text": text}
+    return await json_response(request, body)
+
+
+@router.post("/tokenize")
+async def server_tokenize(request: Request) -> Response:
+    req = await parse_json(request, ServerTokenizeRequest)
+    content = _required(req.content, "content")
+    if req.with_pieces:
+        raise InvalidRequest("with_pieces is not supported: /detokenize a token at a time "
+                             "for its text")
+    target = await _target(request, req.model)
+    tokens = await tokenize(inference_service(request), target, content,
+                            add_special=req.add_special, parse_special=req.parse_special)
+    body: ServerTokenizeResponse = {"tokens": tokens}
+    return await json_response(request, body)
+
+
+@router.post("/detokenize")
+async def server_detokenize(request: Request) -> Response:
+    req = await parse_json(request, ServerDetokenizeRequest)
+    tokens = _required(req.tokens, "tokens")
+    target = await _target(request, req.model)
+    body: ServerDetokenizeResponse = {
+        "content": await detokenize(inference_service(request), target, tokens)}
+    return await json_response(request, body)
+
+
+Kind = Literal["chat", "responses"]
+
+
+def _chat_plan(svc: InferenceService, body: Any, kind: Kind) -> Plan[Any]:
+    """A Chat Completions or Responses body planned as its generation would be (a worker
+    thread's work), for a model that chats."""
+    conv: ResponsesConversion | ChatConversion
+    if kind == "responses":
+        conv = responses_request_to_native(body)
+    elif isinstance(body, dict):
+        conv = chat_request_to_native(body)
+    else:
+        raise InvalidRequest("request body must be a JSON object")
+    native = conv.native
+    if not native.get("messages"):  # else the plan would be Ollama's load-only one
+        raise InvalidRequest("messages must be a non-empty array")
+    req = validate(ChatRequest, native)
+    if req.model:
+        chat_target(svc.target(req.model), req.model)
+    return chat_plan(svc, req, forced_tools=conv.forced_tools)
+
+
+async def _count(request: Request, kind: Kind) -> Response:
+    body = (await parse_json(request, Body)).root
+    plan = await offload(request, _chat_plan, inference_service(request), body, kind)
+
+    def shape(tokens: int) -> InputTokensResponse:
+        return {"object": "response.input_tokens", "input_tokens": tokens}
+
+    return await json_result(request, plan.count_tokens(), shape)
+
+
+@router.post("/v1/responses/input_tokens")
+async def responses_input_tokens(request: Request) -> Response:
+    return await _count(request, "responses")
+
+
+@router.post("/v1/chat/completions/input_tokens")
+async def chat_input_tokens(request: Request) -> Response:
+    return await _count(request, "chat")
+
+
+@router.post("/apply-template")
+async def apply_template(request: Request) -> Response:
+    body = (await parse_json(request, Body)).root
+    plan = await offload(request, _chat_plan, inference_service(request), body, "chat")
+    rendered: ApplyTemplateResponse = {"prompt": cast(str, plan.prompt)}
+    return await json_response(request, rendered)
