@@ -71,6 +71,22 @@ def test_read_image_checks_before_attaching(tmp_path: Path,
     (tmp_path / "empty.png").write_bytes(b"")
     with pytest.raises(InvalidRequest, match=r"^empty\.png is empty$"):
         read_image(tmp_path / "empty.png", 3)
+    # WebP and AVIF are attached as they are (the daemon re-encodes them); HEIC is not.
+    import io
+
+    from PIL import Image
+
+    for fmt, name in (("WEBP", "shot.webp"), ("AVIF", "photo.avif")):
+        out = io.BytesIO()
+        Image.new("RGB", (8, 6), RED).save(out, fmt)
+        (tmp_path / name).write_bytes(out.getvalue())
+        data, info = read_image(tmp_path / name)
+        assert data == out.getvalue() and (info.format, info.width, info.height) == (
+            fmt.lower(), 8, 6)
+    heic = (tmp_path / "photo.avif").read_bytes().replace(b"avif", b"heic")
+    (tmp_path / "photo.heic").write_bytes(heic)
+    with pytest.raises(InvalidRequest, match=r"^photo\.heic: HEIC images are not supported"):
+        read_image(tmp_path / "photo.heic")
     monkeypatch.setattr(config, "MAX_IMAGE_BYTES", 10)
     with pytest.raises(InvalidRequest, match=r"^red\.png is \d+ B; the limit is 10 B$"):
         read_image(red)
