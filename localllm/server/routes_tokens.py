@@ -6,7 +6,7 @@
   ``detokenize``), in Ollama's style (``keep_alive``, ``options``, ``{"error"}``).
 - ``POST /tokenize``, ``/detokenize``, ``/apply-template``: llama-server's, at its
   paths, with a ``model`` field as its router mode takes (clients written for
-  llama-server, e.g. SillyTavern's, count with them): ``{content, add_special,
+  llama-server count with them): ``{content, add_special,
   parse_special}`` -> ``{tokens}``; ``{tokens}`` -> ``{content}``; a Chat
   Completions body -> ``{prompt}``, the prompt the model would be given, rendered
   by the same template code as a generation (nothing loads).
