@@ -131,33 +131,43 @@ class ToolSet:
             enum = schema.get("enum")
             if "string" in kinds or (isinstance(enum, list) and raw in enum):
                 return None if raw == "null" and "null" in kinds else raw
-        return _json_or_text(raw)
+        return json_or_text(raw)
 
 
 def typed_value(tools: ToolSet | None, name: str, key: str, raw: str) -> Any:
-    return tools.typed(name, key, raw) if tools is not None else _json_or_text(raw)
+    return tools.typed(name, key, raw) if tools is not None else json_or_text(raw)
 
 
 def json_or_text(raw: str) -> Any:
     """``raw`` read as JSON when it parses, else the text itself."""
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return raw
+    data = loads(raw)
+    return raw if data is FAILED else data
 
 
-_json_or_text = json_or_text
+def no_surrogates(data: Any) -> Any:
+    """``data`` with every lone surrogate (JSON's ``"\\udf88"`` without its pair) made
+    U+FFFD: such a string cannot be encoded as UTF-8, so it would fail the response."""
+    if isinstance(data, str):
+        return data.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(data, list):
+        return [no_surrogates(v) for v in data]
+    if isinstance(data, dict):
+        return {no_surrogates(k): no_surrogates(v) for k, v in data.items()}
+    return data
+
 
 
 FAILED = object()
 
 
 def loads(text: str) -> Any:
-    """``json.loads`` that returns :data:`FAILED` instead of raising."""
+    """``json.loads`` that returns :data:`FAILED` instead of raising, and never a lone
+    surrogate (a model may write one as an escape)."""
     try:
-        return json.loads(text)
-    except ValueError:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
         return FAILED
+    return no_surrogates(data) if "\\u" in text else data
 
 
 def partial_tag_len(text: str, tag: str) -> int:

@@ -18,7 +18,16 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from localllm.toolcalls.base import Attempt, RawCall, Syntax, ToolSet, expect, skip_ws, to_close
+from localllm.toolcalls.base import (
+    Attempt,
+    RawCall,
+    Syntax,
+    ToolSet,
+    expect,
+    no_surrogates,
+    skip_ws,
+    to_close,
+)
 
 START, END = "<|tool_call_start|>", "<|tool_call_end|>"
 _NAMES = {"True": True, "False": False, "None": None, "true": True, "false": False,
@@ -90,7 +99,9 @@ def _dotted(node: ast.expr) -> str | None:
 
 def _literal(node: ast.expr) -> Any:
     if isinstance(node, ast.Constant):
-        if node.value is None or isinstance(node.value, str | int | float | bool):
+        if isinstance(node.value, str):
+            return no_surrogates(node.value)  # Python keeps "\\ud83d\\ude00" as two halves
+        if node.value is None or isinstance(node.value, int | float | bool):
             return node.value
         raise ValueError("not a literal")
     if isinstance(node, ast.Name) and node.id in _NAMES:

@@ -59,3 +59,8 @@ def test_markdown_links_stay_content() -> None:
 def test_anything_but_literal_keyword_calls_is_content(calls: str) -> None:
     content, _, got = run("lfm2", [wrap(calls)])
     assert got == [] and content == f"[{calls}]"
+
+
+def test_surrogate_escapes_pair_up_or_become_replacement_characters() -> None:
+    check_all_splits("lfm2", wrap('get_time(city="a\\ud83d\\ude00b\\udfc2")'), "",
+                     [("get_time", {"city": "a\U0001f600b\ufffd"}, 0, None)])

@@ -48,3 +48,15 @@ def test_stray_markers_never_reach_content() -> None:
 def test_generic_splits_think_and_passes_text() -> None:
     check_all_splits("generic", "<think>a</think>b [TOOL_CALLS] <tool_call>", "b [TOOL_CALLS] "
                      "<tool_call>", [], thinking="a")
+
+
+def test_a_lone_surrogate_escape_becomes_a_replacement_character() -> None:
+    # json.loads gives a str no UTF-8 encoder takes: the response would fail with a 500.
+    text = '<tool_call>{"name": "get_time", "arguments": {"city": "P\\udf88s \\ud83d\\ude00"}}'
+    check_all_splits("hermes", text + "</tool_call>", "",
+                     [("get_time", {"city": "P\ufffds \U0001f600"}, 0, None)])
+    text = "<|tool_call>call:get_time{city:<|\"|>x<|\"|>}<tool_call|>"
+    check_all_splits("gemma4", text, "", [("get_time", {"city": "x"}, 0, None)])
+    check_all_splits("qwen3_coder", "<tool_call>\n<function=special_function>\n"
+                     '<parameter=arg1>\n"\\udf88"\n</parameter>\n</function>\n</tool_call>', "",
+                     [("special_function", {"arg1": "\ufffd"}, 0, None)])
