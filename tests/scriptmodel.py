@@ -134,13 +134,16 @@ def make_script_model(
     bos: str = "<s>",
     add_bos: bool = True,
     name: str = "script.gguf",
+    context: int = 2048,
 ) -> Path:
     """Write a model whose greedy reply to a prompt ending in trigger ``t`` is ``scripts[t]``.
 
     ``control`` lists marker strings that are CONTROL tokens (where each first
     occurs; see the module docstring).  ``eos`` is the end-of-generation token's text
     (``"<|im_end|>"`` for a ChatML family); ``bos`` and ``add_bos`` set the
-    beginning-of-sequence token.  Returns the file's path.
+    beginning-of-sequence token; ``context`` the training context (prompts with a
+    long preamble are long here: most of their text is byte tokens).  Returns the
+    file's path.
     """
     import gguf  # heavy import kept out of module import
 
@@ -176,7 +179,7 @@ def make_script_model(
     path = dir / name
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name("script")
-    w.add_context_length(2048)
+    w.add_context_length(context)
     w.add_embedding_length(n_embd)
     w.add_block_count(1)
     w.add_feed_forward_length(64)

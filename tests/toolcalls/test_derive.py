@@ -53,7 +53,7 @@ def test_derived_reasoning_tags() -> None:
 # must read the family's reply exactly as the dedicated one does.
 AGREES = [
     ("Qwen-Qwen3-0.6B", s.HERMES_CALL), ("Qwen3-Coder", s.XML_CALL),
-    ("GLM-4.6", s.GLM_46_CALL.split("\n", 1)[1]), ("MiniMax-M2", s.MINIMAX_M2_CALL),
+    ("GLM-4.6", s.GLM_46_CALL.split("</think>\n", 1)[1]), ("MiniMax-M2", s.MINIMAX_M2_CALL),
     ("deepseek-ai-DeepSeek-V3.2", s.DSML_CALL), ("deepseek-ai-DeepSeek-V4", s.DSML_V4_CALL),
     ("deepseek-ai-DeepSeek-V3.1", s.DEEPSEEK_V31_CALLS.split("CONTENT", 1)[1]),
     ("NVIDIA-Nemotron-Nano-v2", s.NEMOTRON_V2_CALL), ("unsloth-Apriel-1.5", s.APRIEL_CALL),
