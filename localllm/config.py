@@ -467,6 +467,13 @@ CACHE = Setting("LOCALLLM_CACHE", _str, "",
 
 
 _HF_REPO_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_][A-Za-z0-9_.-]{0,95}")
+PROMPT_CACHE_DISK = Setting(
+    "LOCALLLM_PROMPT_CACHE_DISK", parse_size, 4 << 30,
+    "Disk space for cached prompts, shared by all models, e.g. 10GiB: what the prompt cache "
+    "holds in memory is also written under the cache folder (keyed by model, adapters and "
+    "tokens), so a model reload, an idle unload or a daemon restart does not evaluate a long "
+    "shared prefix again; the least recently used go first. Needs LOCALLLM_PROMPT_CACHE on; "
+    "0 = off.")
 
 
 def parse_hf_repo(raw: str) -> str:
@@ -539,7 +546,8 @@ REGISTRY: tuple[Setting[object], ...] = (
     GPU_OVERHEAD, SCHED_SPREAD, LLM_LIBRARY, NOPRUNE, DEBUG, NOHISTORY, API_KEY,
     SHUTDOWN_GRACE, NUM_THREAD, ALLOWED_PATHS, MAX_BODY, MAX_BLOB_SIZE, MIN_FREE_DISK,
     LOG_FORMAT, BACKENDS, CACHE, CATALOG_REPO, BACKENDS_REPO, RPC_WORKERS,
-    LLAMA_PREFIX, RUNNER_ENGINE, FETCH_IMAGE_URLS, STEP_BUDGET, PROMPT_CACHE, MAX_REQUEST_PIXELS,
+    LLAMA_PREFIX, RUNNER_ENGINE, FETCH_IMAGE_URLS, STEP_BUDGET, PROMPT_CACHE,
+    PROMPT_CACHE_DISK, MAX_REQUEST_PIXELS,
 )  # type: ignore[assignment]
 
 

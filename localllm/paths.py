@@ -70,6 +70,15 @@ def cache() -> Path:
     return Path(platformdirs.user_cache_dir("localllm", appauthor=False))
 
 
+def prompt_cache() -> Path:
+    """Cached prompt states (engine/diskcache.py): re-creatable, so under the cache folder
+    when LOCALLLM_CACHE names one, else under LOCALLLM_HOME when that is set (gigabytes
+    belong where the user moved localllm's data), else in the platform's cache folder."""
+    if not config.CACHE.get() and config.HOME.get():
+        return home() / "cache" / "prompts"
+    return cache() / "prompts"
+
+
 # The Linux install script runs Ollama as the ``ollama`` system user, whose home is here.
 OLLAMA_SYSTEM_MODELS = Path("/usr/share/ollama/.ollama/models")
 

@@ -57,6 +57,7 @@ CASES: dict[str, tuple[str, Any, str | None]] = {
     "LOCALLLM_FETCH_IMAGE_URLS": ("1", "public", "sometimes"),
     "LOCALLLM_STEP_BUDGET": ("128", config.StepBudget(tokens=128), "-3"),
     "LOCALLLM_PROMPT_CACHE": ("2GiB", 2 << 30, "plenty"),
+    "LOCALLLM_PROMPT_CACHE_DISK": ("10GiB", 10 << 30, "lots"),
     "LOCALLLM_MAX_REQUEST_PIXELS": ("64_000_000", 64_000_000, "0"),
     "LOCALLLM_RUNNER_ENGINE": ("tests.runner.fake_engine:FakeEngine",
                                "tests.runner.fake_engine:FakeEngine", "tests.runner.fake_engine"),

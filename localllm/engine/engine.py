@@ -26,6 +26,7 @@ from localllm.engine import plugins
 from localllm.engine.adapters import Adapters, AdapterSet
 from localllm.engine.batching import fill_batch
 from localllm.engine.budget import StepCost, prompt_budget
+from localllm.engine.diskcache import open_disk
 from localllm.engine.draft import Drafter
 from localllm.engine.model import Batch, Context, Model, buffer_sizes, no_parts
 from localllm.engine.park import PromptCache, budget
@@ -104,8 +105,10 @@ class Engine:
         # Idle slots' cells go to host memory when a request starts (park.py).
         kv_bytes = sum(d["kv"] for d in buffer_sizes(self._load_log).values())
         room = budget(opts.prompt_cache, kv_bytes)
-        self.parked = (PromptCache(self.ctx, room, self.model.n_swa)
+        self.parked = (PromptCache(self.ctx, room, self.model.n_swa,
+                                   open_disk(opts, model_paths, self.n_ctx_slot, self.model.n_swa))
                        if room > 0 and not opts.embedding else None)
+        self._unsaved = False  # a request ended since the idle slots went to disk (park.py)
 
     # ---- public API -----------------------------------------------------------------
     def submit(self, req: CompletionRequest) -> None:
@@ -134,11 +137,16 @@ class Engine:
                 s.active.cancelled = True
 
     def has_work(self) -> bool:
-        return bool(self._queue or self._events or any(not s.free for s in self.slots))
+        return bool(self._queue or self._events or self._unsaved
+                    or any(not s.free for s in self.slots))
 
     def step(self) -> list[Event]:
         """Admit, build one batch, decode once, sample every slot; return the events."""
         events, self._events = self._events, []
+        if self._unsaved and not self._queue and all(s.free for s in self.slots):
+            self._unsaved = False  # idle: copying the slots to disk delays no request
+            assert self.parked is not None
+            self.parked.save_idle(self.slots)
         for s in self.slots:
             if s.active is not None and s.active.cancelled:
                 events.extend(self._finish(s, "cancel"))
@@ -239,6 +247,10 @@ class Engine:
         return report
 
     def close(self) -> None:
+        if self.parked is not None:  # the disk's copies are written before the context goes
+            if self._unsaved:
+                self.parked.save_idle(self.slots)
+            self.parked.close()
         for s in self.slots:
             if s.active is not None:
                 s.active.sampler.close()
@@ -325,6 +337,8 @@ class Engine:
         assert a is not None
         s.active = None
         a.sampler.close()
+        if self.parked is not None and self.parked.disk is not None:
+            self._unsaved = True
         out: list[Event] = []
         rest = a.text.flush()
         if rest:

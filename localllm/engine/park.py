@@ -27,6 +27,12 @@ next position's window is all there) or it is no longer than the window.  Slots
 holding an image stay where they are: their cells' positions are not one per
 cell.  With a budget of 0 nothing is parked and idle slots keep their cells,
 as before.
+
+With a disk budget too (``diskcache.py``) every copy taken here is also written
+to disk, and so are the idle slots' cells once the engine has nothing left to do
+(``save_idle``: a runner ended for an unload or a restart has no later chance);
+a prompt that continues a copy on disk further than anything here brings it
+back through ``restore`` like any parked copy, so the same rules hold for it.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from localllm.engine.sharing import MIN_SHARE
 from localllm.engine.slots import Slot, common_prefix
 
 if TYPE_CHECKING:
+    from localllm.engine.diskcache import DiskCache
     from localllm.engine.model import Context
 
 AUTO_MAX = 8 << 30  # the automatic budget's ceiling: llama-server's --cache-ram default
@@ -57,8 +64,9 @@ class Parked:
     tokens: list[int]
     adapters: tuple[str, ...]
     exact: int  # Slot.exact: cells from here on are not reusable (after a context shift)
-    data: Any  # cffi uint8_t[]: llama.cpp's copy of the cells
+    data: Any  # cffi uint8_t[]: llama.cpp's copy of the cells (None: only on disk)
     size: int
+    file: str = ""  # its file in the disk cache, once written there
 
     def reusable(self, prompt: list[int], adapters: tuple[str, ...], n_swa: int = 0) -> int:
         """Leading cells a prompt may take from this copy (see the module doc on windows)."""
@@ -73,12 +81,14 @@ class Parked:
 class PromptCache:
     """Parked slot copies, least recently used first, holding at most ``budget`` bytes.
 
-    ``n_swa``: the model's attention window (0: none)."""
+    ``n_swa``: the model's attention window (0: none); ``disk``: the tier behind this one."""
 
-    def __init__(self, ctx: Context, budget: int, n_swa: int = 0) -> None:
+    def __init__(self, ctx: Context, budget: int, n_swa: int = 0,
+                 disk: DiskCache | None = None) -> None:
         self.ctx = ctx
         self.budget = budget
         self.n_swa = n_swa
+        self.disk = disk
         self.entries: list[Parked] = []
 
     @property
@@ -90,6 +100,12 @@ class PromptCache:
         a copy that shares more, or keep a copy of the cells past ``n`` that are about to
         go.  Returns the cells the prompt may reuse."""
         hit = self.best(prompt, adapters)
+        far = self.disk.best(prompt, adapters) if self.disk is not None else None
+        if far is not None and far[1] > max(n, hit[1] if hit else 0):
+            assert self.disk is not None
+            entry = self.disk.load(far[0])
+            if entry is not None:
+                hit = (entry, far[1])
         if hit is not None and hit[1] > n:
             return hit[1] if self.restore(hit[0], slot) else 0
         if n < len(slot.cache):
@@ -99,6 +115,18 @@ class PromptCache:
     def park_idle(self, slots: list[Slot]) -> None:
         for s in slots:
             self.park(s)
+
+    def save_idle(self, slots: list[Slot]) -> None:
+        """Copy the free slots' cells here and to disk, leaving them in place: called when
+        the engine has nothing to do, so the copy costs no request a step."""
+        for s in slots:
+            if s.free:
+                self.keep(s)
+
+    def close(self, timeout: float = 1.5) -> None:
+        """Let the disk writer finish (the runner ends 2 s after stdin closes)."""
+        if self.disk is not None:
+            self.disk.close(timeout)
 
     def park(self, slot: Slot) -> None:
         """Copy a free, text-only slot's cells here (when they fit) and empty the slot."""
@@ -121,10 +149,14 @@ class PromptCache:
             # park it once each): a second copy would only take room.
             return
         saved = self.ctx.seq_save(slot.seq)
-        if saved is None or saved[1] > self.budget:
+        if saved is None:
             return
         data, size = saved
         new = Parked(list(slot.cache), slot.adapters, slot.exact, data, size)
+        if self.disk is not None:
+            self.disk.put(new)
+        if size > self.budget:
+            return
         # Copies this one serves as well are redundant now.
         self.entries = [e for e in self.entries if not (
             e.exact < 0 and new.reusable(e.tokens, e.adapters, self.n_swa) >= len(e.tokens))]
@@ -154,6 +186,8 @@ class PromptCache:
         self.entries = [e for e in self.entries if e is not entry]
         self.park(slot)
         self._add(entry)
+        if entry.file and self.disk is not None:
+            self.disk.touch(entry)  # its file is in use: the last to go
         ok = self.ctx.seq_load(slot.seq, entry.data, entry.size)
         slot.pos = Positions()
         if not ok:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from localllm import config
+from localllm import config, paths
 from localllm.api.options import ResolvedOptions, parse_keep_alive, resolve_options
 from localllm.api.speculation import require_draft
 from localllm.api.wire import PsEntry
@@ -248,6 +248,8 @@ def base_load(resolved: ResolvedOptions) -> LoadOptions:
         step_tokens=config.STEP_BUDGET.get().tokens,
         step_ms=config.STEP_BUDGET.get().ms,
         prompt_cache=config.PROMPT_CACHE.get(),
+        prompt_cache_disk=config.PROMPT_CACHE_DISK.get(),
+        prompt_cache_dir=str(paths.prompt_cache()),
     )
     return resolved.load.apply(base)
 

@@ -83,6 +83,14 @@ class LoadOptions:
 
 
 @dataclass
+    # Bytes of disk for those copies, kept across reloads and restarts in prompt_cache_dir
+    # (LOCALLLM_PROMPT_CACHE_DISK, engine/diskcache.py); 0 = none.
+    prompt_cache_disk: int = 0
+    prompt_cache_dir: str = ""
+    # Sampling inside the decode on the device holding the output layer (engine/
+    # device_sampling.py), for the requests whose sampler chain it can run: "auto" = when
+    # that device is a GPU, "on" also on the CPU backend (tests), "off" = always on the host.
+    device_sampling: Literal["auto", "on", "off"] = "auto"
 class SamplingParams:
     """Ollama's sampling options with Ollama's defaults."""
 
