@@ -323,6 +323,22 @@ def _ollama_llm_library(raw: str) -> LLMLibrary:
         return "cpu"
 
 
+CpuRepack = Literal["auto", "on", "off"]
+CPU_REPACK_VALUES: tuple[CpuRepack, ...] = get_args(CpuRepack)
+
+
+def parse_cpu_repack(raw: str) -> CpuRepack:
+    """``auto``, ``on`` or ``off``; booleans (``1``, ``false``...) mean on or off."""
+    low = raw.strip().lower()
+    if low == "auto":
+        return "auto"
+    if low in _FLASH_ON:
+        return "on"
+    if low in _FLASH_OFF:
+        return "off"
+    raise ValueError("expected auto, on or off")
+
+
 def parse_host(raw: str) -> tuple[str, int]:
     """Split ``LOCALLLM_HOST`` (``host[:port]``, optional scheme) into host and port."""
     text = raw.strip()
@@ -422,6 +438,14 @@ LLM_LIBRARY: Setting[LLMLibrary] = Setting(
     "any GPU); Ollama's names (cuda_v12, rocm_v6, cpu_avx2) are read too; default: every "
     "device.",
     ollama="OLLAMA_LLM_LIBRARY", ollama_parse=_ollama_llm_library)
+CPU_REPACK: Setting[CpuRepack] = Setting(
+    "LOCALLLM_CPU_REPACK", parse_cpu_repack, "auto",
+    "Repacked copies of the weights the CPU computes with (llama.cpp's extra CPU buffer "
+    "types: AMX, CPU_REPACK; llama-bench's --repack): on, off, or auto, which first runs "
+    "each type's kernels on a small product in a throwaway process (once per boot) and "
+    "leaves out a type that crashes or computes wrong there, as AMX does where ggml was "
+    "built by a compiler that drops its tile setup (GCC 12). off if runners crash with "
+    "SIGILL or SIGSEGV on a CPU with AMX.")
 API_KEY = Setting("LOCALLLM_API_KEY", _str, "",
                   "When set, every endpoint but / and /health needs the key, as "
                   "'Authorization: Bearer <key>' or 'x-api-key: <key>'.")
@@ -543,7 +567,7 @@ MAX_REQUEST_PIXELS = Setting(
 REGISTRY: tuple[Setting[object], ...] = (
     HOST, HOME, MODELS, ORIGINS, KEEP_ALIVE, NUM_PARALLEL, MAX_LOADED_MODELS, MAX_QUEUE,
     CONTEXT_LENGTH, FLASH_ATTENTION, KV_CACHE_TYPE, LOAD_TIMEOUT, RUNNER_TIMEOUT,
-    GPU_OVERHEAD, SCHED_SPREAD, LLM_LIBRARY, NOPRUNE, DEBUG, NOHISTORY, API_KEY,
+    GPU_OVERHEAD, SCHED_SPREAD, LLM_LIBRARY, CPU_REPACK, NOPRUNE, DEBUG, NOHISTORY, API_KEY,
     SHUTDOWN_GRACE, NUM_THREAD, ALLOWED_PATHS, MAX_BODY, MAX_BLOB_SIZE, MIN_FREE_DISK,
     LOG_FORMAT, BACKENDS, CACHE, CATALOG_REPO, BACKENDS_REPO, RPC_WORKERS,
     LLAMA_PREFIX, RUNNER_ENGINE, FETCH_IMAGE_URLS, STEP_BUDGET, PROMPT_CACHE,

@@ -2,16 +2,23 @@
  * Python opaque handles, so no Python code mirrors a C struct layout.
  * Declarations and contracts are in shim.h (which is also the cffi cdef). */
 
+/* sigaction, nanosleep and write under -std=c11. */
+#define _POSIX_C_SOURCE 200809L
+
 #include <ctype.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
+#include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "llama.h"
 #include "mtmd-helper.h"
@@ -229,6 +236,170 @@ int ll_cpu_extra_buft_takes(int i, int type, int64_t k, int64_t rows, int64_t n_
     return ok;
 }
 
+/* Weight types the self-test can make: ggml_quantize_chunk quantizes them from floats
+ * with no importance matrix (the rest abort there, or need calibration data). */
+static int ll_selftest_type(int type) {
+    switch ((enum ggml_type)type) {
+        case GGML_TYPE_F16: case GGML_TYPE_BF16:
+        case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1:
+        case GGML_TYPE_Q8_0: case GGML_TYPE_MXFP4:
+        case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
+        case GGML_TYPE_Q6_K: case GGML_TYPE_IQ4_NL: case GGML_TYPE_IQ4_XS:
+            return !ggml_quantize_requires_imatrix((enum ggml_type)type);
+        default:
+            return 0;
+    }
+}
+
+int ll_cpu_extra_buft_selftest(int i, int type, int64_t k, int64_t rows, int64_t m,
+                               int n_threads, int rounds, double *err) {
+    ggml_backend_dev_t cpu = NULL;
+    if (err) *err = -1.0;
+    if (m < 1 || m > 512 || n_threads < 1 || rounds < 1 || k > 16384 || rows > 16384) return -1;
+    if (type < 0 || type >= GGML_TYPE_COUNT || !ll_selftest_type(type)) return -1;
+    if (ll_cpu_extra_buft_takes(i, type, k, rows, 1, NULL, NULL) != 1) return -1;
+    ggml_backend_buffer_type_t buft = ll_cpu_extra_bufts(&cpu)[i];
+    enum ggml_type t = (enum ggml_type)type;
+    int rc = -2;
+    size_t wbytes = ggml_row_size(t, k) * (size_t)rows;
+    float *w32 = malloc(sizeof(float) * (size_t)(k * rows));
+    float *x32 = malloc(sizeof(float) * (size_t)(k * m));
+    float *got = malloc(sizeof(float) * (size_t)(rows * m));
+    float *want = malloc(sizeof(float) * (size_t)(rows * m));
+    void *wq = malloc(wbytes);
+    /* Three contexts: the weight in the buffer type under test; the same weight and the
+     * input in the plain CPU buffer; the two products (the graph's own tensors). */
+    struct ggml_init_params meta = {ggml_tensor_overhead() * 4, NULL, true};
+    struct ggml_init_params graph = {ggml_tensor_overhead() * 4 + ggml_graph_overhead(), NULL,
+                                     true};
+    struct ggml_context *cw = ggml_init(meta), *cr = ggml_init(meta), *cg = ggml_init(graph);
+    ggml_backend_buffer_t bw = NULL, br = NULL, bg = NULL;
+    ggml_backend_t be = NULL;
+    if (!w32 || !x32 || !got || !want || !wq || !cw || !cr || !cg) goto done;
+    struct ggml_tensor *w = ggml_new_tensor_2d(cw, t, k, rows);
+    struct ggml_tensor *w_ref = ggml_new_tensor_2d(cr, t, k, rows);
+    struct ggml_tensor *x = ggml_new_tensor_2d(cr, GGML_TYPE_F32, k, m);
+    struct ggml_tensor *y = ggml_mul_mat(cg, w, x);
+    struct ggml_tensor *y_ref = ggml_mul_mat(cg, w_ref, x);
+    struct ggml_cgraph *gf = ggml_new_graph(cg);
+    ggml_build_forward_expand(gf, y);
+    ggml_build_forward_expand(gf, y_ref);
+    ggml_backend_buffer_type_t plain = ggml_backend_dev_buffer_type(cpu);
+    bw = ggml_backend_alloc_ctx_tensors_from_buft(cw, buft);
+    br = ggml_backend_alloc_ctx_tensors_from_buft(cr, plain);
+    bg = ggml_backend_alloc_ctx_tensors_from_buft(cg, plain);
+    be = ggml_backend_dev_init(cpu, NULL);
+    if (!bw || !br || !bg || !be) goto done;
+    /* Values from a fixed LCG in [-1, 1): the same test on every run and machine. */
+    uint32_t s = 0x9e3779b9u;
+    for (int64_t j = 0; j < k * rows; j++) {
+        s = s * 1664525u + 1013904223u;
+        w32[j] = (float)(s >> 8) / (float)(1u << 23) - 1.0f;
+    }
+    for (int64_t j = 0; j < k * m; j++) {
+        s = s * 1664525u + 1013904223u;
+        x32[j] = (float)(s >> 8) / (float)(1u << 23) - 1.0f;
+    }
+    ggml_quantize_chunk(t, w32, wq, 0, rows, k, NULL);
+    /* Setting the weight in the extra buffer is where it repacks it. */
+    ggml_backend_tensor_set(w, wq, 0, wbytes);
+    ggml_backend_tensor_set(w_ref, wq, 0, wbytes);
+    ggml_backend_tensor_set(x, x32, 0, sizeof(float) * (size_t)(k * m));
+    ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(cpu);
+    ggml_backend_set_n_threads_t set_threads = reg == NULL ? NULL : (ggml_backend_set_n_threads_t)
+        ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads");
+    if (set_threads) set_threads(be, n_threads);
+    /* Several rounds with a pause between: the same worker threads compute again after
+     * the scheduler has run something else on their cores, as between decode steps (a
+     * CPU that drops per-thread state, such as AMX's tile configuration, fails here). */
+    for (int r = 0; r < rounds; r++) {
+        if (ggml_backend_graph_compute(be, gf) != GGML_STATUS_SUCCESS) goto done;
+        if (r + 1 < rounds) {
+            struct timespec pause = {0, 2 * 1000 * 1000};
+            nanosleep(&pause, NULL);
+        }
+    }
+    ggml_backend_tensor_get(y, got, 0, sizeof(float) * (size_t)(rows * m));
+    ggml_backend_tensor_get(y_ref, want, 0, sizeof(float) * (size_t)(rows * m));
+    double scale = 0.0, diff = 0.0;
+    for (int64_t j = 0; j < rows * m; j++) {
+        double d = fabs((double)got[j] - (double)want[j]);
+        if (!isfinite(got[j]) || !isfinite(d)) { diff = INFINITY; break; }
+        if (fabs((double)want[j]) > scale) scale = fabs((double)want[j]);
+        if (d > diff) diff = d;
+    }
+    double rel = diff / (scale > 1e-6 ? scale : 1e-6);
+    if (err) *err = rel;
+    /* Both products quantize the input alike, so they differ only in summation order:
+     * far below 1% of the largest output.  A kernel that misreads its weights is off by
+     * the outputs' own size. */
+    rc = rel <= 1e-2;
+done:
+    if (be) ggml_backend_free(be);
+    if (bg) ggml_backend_buffer_free(bg);
+    if (br) ggml_backend_buffer_free(br);
+    if (bw) ggml_backend_buffer_free(bw);
+    if (cg) ggml_free(cg);
+    if (cr) ggml_free(cr);
+    if (cw) ggml_free(cw);
+    free(wq); free(want); free(got); free(x32); free(w32);
+    return rc;
+}
+
+int ll_cpu_extra_buft_drop(const char *name) {
+    ggml_backend_buffer_type_t *b = ll_cpu_extra_bufts(NULL);
+    if (b == NULL || name == NULL) return 0;
+    int j = 0;
+    while (b[j] && strcmp(ggml_backend_buft_name(b[j]), name) != 0) j++;
+    if (b[j] == NULL) return 0;
+    /* The list is the CPU backend's own NULL-terminated array (a static vector's storage
+     * in ggml-cpu.cpp, handed out by pointer on every call), which llama.cpp's loader
+     * (make_cpu_buft_list) and LoRA loader walk at each load: closing the gap there is
+     * what takes the type out of both.  ggml's compute keeps its own list, where the
+     * type only claims products whose weight lies in a buffer of that type, and no
+     * weight is put there any more. */
+    do {
+        b[j] = b[j + 1];
+        j++;
+    } while (b[j - 1] != NULL);
+    /* Asked afresh: a ggml that hands out a copy each time would still list it. */
+    b = ll_cpu_extra_bufts(NULL);
+    for (j = 0; b && b[j]; j++)
+        if (strcmp(ggml_backend_buft_name(b[j]), name) == 0) return -1;
+    return 1;
+}
+
+/* ---- crash hint ---------------------------------------------------------- */
+
+static char g_hint[512];
+static size_t g_hint_len = 0;
+static struct sigaction g_hint_prev[3];
+static const int g_hint_signals[3] = {SIGILL, SIGSEGV, SIGBUS};
+
+static void ll_hint_handler(int sig) {
+    if (g_hint_len > 0) {
+        ssize_t w = write(2, g_hint, g_hint_len);
+        (void)w;
+    }
+    /* Put the previous action back and return: the faulting instruction runs again and
+     * ends the process as it would have without us (a core, faulthandler's traceback). */
+    for (int i = 0; i < 3; i++)
+        if (g_hint_signals[i] == sig) sigaction(sig, &g_hint_prev[i], NULL);
+}
+
+int ll_crash_hint(const char *text) {
+    if (text == NULL || g_hint_len > 0) return g_hint_len > 0 ? 0 : -1;
+    snprintf(g_hint, sizeof g_hint, "%s\n", text);
+    g_hint_len = strlen(g_hint);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = ll_hint_handler;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < 3; i++)
+        if (sigaction(g_hint_signals[i], &sa, &g_hint_prev[i]) != 0) return -1;
+    return 0;
+}
+
 /* ---- backend plugins and RPC --------------------------------------------- */
 
 const char *ll_ggml_version(void) { return ggml_version(); }
@@ -288,7 +459,7 @@ int ll_rpc_start_server(const char *endpoint, const char *cache_dir, int n_threa
 ll_model *ll_model_load(const char **paths, int n_paths, int n_gpu_layers, int main_gpu,
                         int use_mmap, int vocab_only, const int *devs, int n_devs,
                         int split_mode, const float *tensor_split, int n_split,
-                        const char **cpu_patterns, int n_patterns) {
+                        const char **cpu_patterns, int n_patterns, int use_extra_bufts) {
     if (paths == NULL || n_paths <= 0) return NULL;
     if (n_devs < 0 || n_devs >= LL_MAX_DEVS || n_patterns < 0 || n_patterns >= LL_MAX_OVERRIDES)
         return NULL;
@@ -328,6 +499,7 @@ ll_model *ll_model_load(const char **paths, int n_paths, int n_gpu_layers, int m
     }
     p.load_mode = (use_mmap && llama_supports_mmap()) ? LLAMA_LOAD_MODE_MMAP : LLAMA_LOAD_MODE_NONE;
     p.vocab_only = vocab_only != 0;
+    p.use_extra_bufts = use_extra_bufts != 0;
     struct llama_model *model = n_paths == 1
         ? llama_model_load_from_file(paths[0], p)
         : llama_model_load_from_splits(paths, (size_t)n_paths, p);

@@ -72,6 +72,24 @@ const char *ll_ggml_type_name(int type);  /* "" for a removed type */
 int ll_cpu_extra_buft_takes(int i, int type, int64_t k, int64_t rows, int64_t n_mat,
                             size_t *copy_size, size_t *size);
 
+/* Multiply a k x rows weight of ggml type `type` (one ggml_quantize_chunk makes from
+ * floats) by a k x m input, with the weight once in extra buffer type i and once in the
+ * plain CPU buffer, on n_threads threads, `rounds` times with a short pause between;
+ * compare the products.  1 they agree, 0 they differ (*err: the largest difference over
+ * the largest output), -1 bad arguments or a weight type i does not take, -2 out of
+ * memory.  A broken kernel may instead crash the process: run it in a throwaway one. */
+int ll_cpu_extra_buft_selftest(int i, int type, int64_t k, int64_t rows, int64_t m,
+                               int n_threads, int rounds, double *err);
+/* Take the extra buffer type called `name` out of the list llama.cpp's loaders walk, for
+ * every later load in this process (the rest keep their order).  1 taken out, 0 not
+ * listed, -1 still listed afterwards (this ggml hands out a copy: use_extra_bufts 0 is
+ * then the only way to keep it unused). */
+int ll_cpu_extra_buft_drop(const char *name);
+/* From now on, a SIGILL, SIGSEGV or SIGBUS first writes `text` (one line) to stderr,
+ * then ends the process as before: the daemon shows a runner's last line.  Once per
+ * process; 0 armed (or already), -1 failed. */
+int ll_crash_hint(const char *text);
+
 /* ---- backend plugins and RPC --------------------------------------------- */
 const char *ll_ggml_version(void);
 const char *ll_ggml_commit(void);
@@ -95,12 +113,14 @@ int ll_rpc_start_server(const char *endpoint, const char *cache_dir, int n_threa
  * split_mode 0 none / 1 layer / 2 row, tensor_split: one proportion per device
  * (n_split 0 = by free memory), main_gpu: index into devs for split mode none.
  * cpu_patterns: tensor-name regexes kept in host memory (MoE experts).
+ * use_extra_bufts 0: the CPU keeps its weights as the file has them, in no extra buffer
+ * type (llama_model_params.use_extra_bufts, llama-bench's --repack 0).
  * NULL on failure (the reason is in the captured log). */
 ll_model *ll_model_load(const char **paths, int n_paths, int n_gpu_layers,
                         int main_gpu, int use_mmap, int vocab_only,
                         const int *devs, int n_devs, int split_mode,
                         const float *tensor_split, int n_split,
-                        const char **cpu_patterns, int n_patterns);
+                        const char **cpu_patterns, int n_patterns, int use_extra_bufts);
 void ll_model_free(ll_model *m);
 const char *ll_model_chat_template(const ll_model *m); /* NULL if none */
 int ll_model_desc(const ll_model *m, char *buf, int len);

@@ -40,6 +40,7 @@ CASES: dict[str, tuple[str, Any, str | None]] = {
     "LOCALLLM_DEBUG": ("yes", 1, "verbose"),
     "LOCALLLM_NOHISTORY": ("1", True, "maybe"),
     "LOCALLLM_LLM_LIBRARY": ("cuda_v12", "cuda", "opencl"),
+    "LOCALLLM_CPU_REPACK": ("Off", "off", "amx"),
     "LOCALLLM_API_KEY": ("s3cret", "s3cret", None),
     "LOCALLLM_SHUTDOWN_GRACE": ("5s", 5.0, "5x"),
     "LOCALLLM_NUM_THREAD": ("8", 8, "eight"),
@@ -159,6 +160,16 @@ def test_plan_options_use_the_same_parsers(monkeypatch: pytest.MonkeyPatch) -> N
     assert (o.kv_type, o.flash_attention) == ("q8_0", "on")
     with pytest.raises(ValueError):
         PlanOptions.from_load(LoadOptions(kv_type="bf16"))  # type: ignore[arg-type]
+
+
+def test_cpu_repack_reaches_the_runner_and_the_planner(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The daemon builds LoadOptions (sent to the runner) and PlanOptions from one value.
+    assert get_args(get_type_hints(LoadOptions)["cpu_repack"]) == config.CPU_REPACK_VALUES
+    assert LoadOptions().cpu_repack == "auto" == PlanOptions.from_config().cpu_repack
+    monkeypatch.setenv("LOCALLLM_CPU_REPACK", "0")
+    load = LoadOptions()
+    assert load.cpu_repack == "off" == PlanOptions.from_load(load).cpu_repack
+    assert PlanOptions.from_load(LoadOptions(cpu_repack="on")).cpu_repack == "on"
 
 
 # -- LOCALLLM_MAX_LOADED_MODELS -----------------------------------------------------

@@ -73,6 +73,7 @@ def collect() -> dict[str, Any]:
     from localllm import __version__, config, paths
     from localllm.backends.catalog import wanted_backends
     from localllm.hardware.detect import detect
+    from localllm.scheduler.repack import describe as describe_repack
     from localllm.template.jinja_version import jinja_problem, jinja_version
 
     hw = detect(refresh=True)
@@ -98,7 +99,9 @@ def collect() -> dict[str, Any]:
         "cpu": {"model": hw.cpu.model, "arch": hw.cpu.arch,
                 "physical_cores": hw.cpu.physical_cores, "logical_cores": hw.cpu.logical_cores,
                 "total_ram": hw.cpu.total_ram, "available_ram": hw.cpu.available_ram,
-                "flags": list(hw.cpu.flags)},
+                "flags": list(hw.cpu.flags),
+                "repack": describe_repack(config.CPU_REPACK.get(),
+                                          next((d for d in hw.devices if d.kind == "cpu"), None))},
         "paths": {"home": str(paths.home()), "models": str(paths.models()),
                   "backends": str(paths.backends())},
         "templates": {"jinja2": jinja_version(), "ok": jinja is None, "problem": jinja},
@@ -185,6 +188,7 @@ def render(report: dict[str, Any]) -> str:
         f"RAM:        {fmt_bytes(cpu['available_ram'])} available of "
         f"{fmt_bytes(cpu['total_ram'])}",
         f"ISA:        {' '.join(cpu['flags']) or '(none detected)'}",
+        f"Repack:     LOCALLLM_CPU_REPACK={cpu['repack']}",
         "",
         f"Home:       {report['paths']['home']}",
         f"Models:     {report['paths']['models']}",

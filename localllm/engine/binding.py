@@ -95,7 +95,8 @@ def native() -> tuple[Any, Any]:
         ) from exc
     ffi, lib = _native.ffi, _native.lib
     _check(ffi, lib)
-    lib.ll_log_capture(2, 1 if config.DEBUG.get() else 0)
+    # Echo llama.cpp's log at debug and trace (1, 2); -1 and -2 are quieter than info.
+    lib.ll_log_capture(2, 1 if config.DEBUG.get() > 0 else 0)
     lib.ll_backend_init()
     return ffi, lib
 

@@ -50,7 +50,8 @@ class Drafter:
         devices = list(placement["devices"])[:1]
         # All of it beside the target's first offloaded layers, or all in RAM with it.
         self.model = Model([path], n_gpu_layers=999 if opts.n_gpu_layers and devices else 0,
-                           use_mmap=opts.use_mmap, devices=devices, split_mode="none")
+                           use_mmap=opts.use_mmap, devices=devices, split_mode="none",
+                           use_extra_bufts=placement.get("use_extra_bufts", True))
         self.ctx: Context | None = None
         self.batch: Batch | None = None
         try:

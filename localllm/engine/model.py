@@ -88,7 +88,8 @@ class Model(_Owner):
     def __init__(self, paths: Sequence[str], *, n_gpu_layers: int = 0, main_gpu: int = 0,
                  use_mmap: bool = True, vocab_only: bool = False,
                  devices: Sequence[int] | None = None, split_mode: str = "layer",
-                 tensor_split: Sequence[float] = (), cpu_patterns: Sequence[str] = ()) -> None:
+                 tensor_split: Sequence[float] = (), cpu_patterns: Sequence[str] = (),
+                 use_extra_bufts: bool = True) -> None:
         self.ffi, self.lib = native()
         if not paths:
             raise ModelLoadError("no model file given")
@@ -104,7 +105,7 @@ class Model(_Owner):
         h = self.lib.ll_model_load(arr, len(keep), n_gpu_layers, main_gpu, int(use_mmap),
                                    int(vocab_only), devs, len(devices),
                                    SPLIT_MODES.get(split_mode, 1), split, len(tensor_split),
-                                   pat_arr, len(pats))
+                                   pat_arr, len(pats), int(use_extra_bufts))
         self.load_log = take_log()
         if h == self.ffi.NULL:
             raise InvalidModelFile(

@@ -22,8 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from localllm import config
+from localllm.engine import cpu_check
 from localllm.engine.binding import native, take_log
 from localllm.errors import LocalLLMError
+from localllm.hardware.detect import library_of
 from localllm.hardware.rpc import reachable
 from localllm.runner.messages import LoadOptions
 
@@ -186,9 +189,17 @@ def resolve(names: list[str]) -> list[int]:
 
 def local_offload_devices() -> list[int]:
     """Registry indices of this machine's GPUs and accelerators (what llama.cpp would use
-    by default), leaving out RPC devices: a model only uses the workers it was planned on."""
+    by default), leaving out RPC devices: a model only uses the workers it was planned on.
+
+    LOCALLLM_LLM_LIBRARY keeps only its library's GPUs (``cpu``: none), as the planner
+    does (scheduler/placement.py ``library_devices``): a GPU given to llama.cpp with no
+    layers still takes the CPU's weights into its pinned host buffer and its compute.
+    """
+    library = config.LLM_LIBRARY.get()
+    keep = config.LLM_LIBRARY_DEVICES.get(library, ()) if library else None
     return [d.index for d in devices()
-            if d.type in ("gpu", "igpu", "accel") and not d.registry.startswith("RPC")]
+            if d.type in ("gpu", "igpu", "accel") and not d.registry.startswith("RPC")
+            and (keep is None or d.type == "accel" or library_of(d.ggml_name) in keep)]
 
 
 def prepare(workers: list[str] | None = None) -> dict[str, Any]:
@@ -228,7 +239,8 @@ def moe_cpu_patterns(n_cpu_moe: int) -> list[str]:
 
 
 def place(opts: LoadOptions) -> dict[str, Any]:
-    """Plugins and RPC workers into the registry, then the planner's placement as load args.
+    """Plugins and RPC workers into the registry, then the planner's placement as load args
+    (and whether the CPU's weights may go to its extra buffer types, ``opts.cpu_repack``).
 
     A worker that cannot be added fails the load with its name: placing its
     layers elsewhere would silently break the plan the daemon made.
@@ -240,4 +252,5 @@ def place(opts: LoadOptions) -> dict[str, Any]:
     devices = resolve(opts.devices) if opts.devices else local_offload_devices()
     return {"devices": devices,
             "split_mode": opts.split_mode, "tensor_split": list(opts.tensor_split),
-            "cpu_patterns": moe_cpu_patterns(opts.n_cpu_moe)}
+            "cpu_patterns": moe_cpu_patterns(opts.n_cpu_moe),
+            "use_extra_bufts": cpu_check.prepare(opts.cpu_repack)}

@@ -15,7 +15,9 @@ will see.  It always prints exactly one JSON object on stdout::
 
 ``cpu_buffers`` are the CPU backend's extra buffer types and the weights each
 takes (cpu_buffers.py): the planner counts the repacked copies llama.cpp
-keeps there.
+keeps there.  With LOCALLLM_CPU_REPACK=auto each also says whether auto lets a
+load use it (``"auto"``) and what the self-test found (``"fault"``, "" when it
+works; cpu_check.py runs it in throwaway children, once per boot).
     {"ok": false, "error": "ImportError: ..."}
 """
 
@@ -32,7 +34,8 @@ from typing import Any
 def collect(workers: list[str] | None = None) -> dict[str, Any]:
     """Ask the native binding for its devices, plugins, system info and build info."""
     try:
-        from localllm.engine import binding, cpu_buffers, plugins
+        from localllm import config
+        from localllm.engine import binding, cpu_buffers, cpu_check, plugins
     except Exception as exc:  # any failure to load the module is a status to report
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     try:
@@ -45,7 +48,8 @@ def collect(workers: list[str] | None = None) -> dict[str, Any]:
             **prepared,
             "system_info": str(binding.system_info()),
             "build_info": binding.build_info(),
-            "cpu_buffers": cpu_buffers.extra_buffers(),
+            "cpu_buffers": cpu_check.annotate(cpu_buffers.extra_buffers(),
+                                              config.CPU_REPACK.get()),
         }
     except Exception as exc:
         tail = traceback.format_exc(limit=3)

@@ -6,7 +6,9 @@ before the plain CPU buffer, the CPU backend's extra types: AMX, KleidiAI,
 CPU_REPACK, each a repacked copy in anonymous memory.  The probe child asks
 ggml what each one takes (``engine.cpu_buffers``); this module holds that
 answer as ``ExtraBuffer`` rules, so the planner (scheduler/repack.py) can apply
-llama.cpp's choice to a GGUF's tensors without loading it.
+llama.cpp's choice to a GGUF's tensors without loading it.  LOCALLLM_CPU_REPACK
+changes the list (off: none; auto: the types whose self-test passed, see
+``engine.cpu_check``), and the probe says what auto keeps.
 """
 
 from __future__ import annotations
@@ -42,6 +44,10 @@ class ExtraBuffer:
 
     name: str  # ggml's buffer type name: "AMX", "CPU_REPACK", "CPU_KLEIDIAI"
     rules: tuple[BufferRule, ...] = ()
+    # What LOCALLLM_CPU_REPACK=auto makes of it here (engine/cpu_check.py): whether a load
+    # may use it, and what its self-test found ("" = works, or not tested: on and off).
+    auto: bool = True
+    fault: str = ""
 
     def rule_for(self, ggml_type: int, dims: int, k: int, rows: int) -> BufferRule | None:
         return next((r for r in self.rules if r.takes(ggml_type, dims, k, rows)), None)
@@ -69,5 +75,7 @@ def parse_extra_buffers(raw: Any) -> tuple[ExtraBuffer, ...]:
         if not isinstance(b, dict) or not isinstance(b.get("name"), str):
             continue
         rules = [r for r in map(_rule, b.get("rules") or []) if r is not None]
-        out.append(ExtraBuffer(b["name"], tuple(rules)))
+        fault = b.get("fault")
+        out.append(ExtraBuffer(b["name"], tuple(rules), b.get("auto") is not False,
+                               fault if isinstance(fault, str) else ""))
     return tuple(out)

@@ -12,7 +12,7 @@ import functools
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Literal, TypeVar
 
-from localllm.config import FlashAttention, KVType
+from localllm.config import CPU_REPACK, CpuRepack, FlashAttention, KVType
 from localllm.errors import InvalidRequest, LocalLLMError, NotFound
 
 T = TypeVar("T")
@@ -63,6 +63,9 @@ class LoadOptions:
     flash_attn: FlashAttention = "auto"
     kv_type: KVType = "f16"
     use_mmap: bool = True
+    # The CPU's extra buffer types (AMX, CPU_REPACK): LOCALLLM_CPU_REPACK as the daemon
+    # reads it, so the runner loads as the planner counted (engine/cpu_check.py).
+    cpu_repack: CpuRepack = field(default_factory=CPU_REPACK.get)
     embedding: bool = False  # load for embeddings (pooled outputs)
     seed: int = -1
     projector: str | None = None  # a vision projector (mmproj GGUF) loaded next to the model

@@ -38,6 +38,7 @@ class PlanOptions:
     # on the first device holding the model's layers, or in RAM without one.
     draft: ModelInfo | None = None
     use_mmap: bool = True  # mapped weights: a repacked matrix's file pages stay mapped too
+    cpu_repack: str = "auto"  # LOCALLLM_CPU_REPACK: which repacked copies count (repack.py)
 
     @classmethod
     def from_config(cls, **overrides: Any) -> PlanOptions:
@@ -50,7 +51,8 @@ class PlanOptions:
                    flash_attention=config.FLASH_ATTENTION.get(),
                    gpu_overhead=config.GPU_OVERHEAD.get(),
                    default_ctx=config.CONTEXT_LENGTH.get(),
-                   spread=config.SCHED_SPREAD.get())
+                   spread=config.SCHED_SPREAD.get(),
+                   cpu_repack=config.CPU_REPACK.get())
         return replace(base, **overrides)
 
     @classmethod
@@ -67,7 +69,8 @@ class PlanOptions:
                                num_batch=load.n_ubatch, num_gpu=load.n_gpu_layers,
                                kv_type=parse_kv_type(load.kv_type),
                                flash_attention=parse_flash_attention(load.flash_attn),
-                               use_mmap=load.use_mmap, **overrides)
+                               use_mmap=load.use_mmap, cpu_repack=load.cpu_repack,
+                               **overrides)
 
 
 @dataclass(frozen=True)

@@ -163,7 +163,7 @@ def _layout(r: _Request, gpus: Sequence[Device], ctx: int, n_cpu_moe: int = 0) -
     # The CPU backend's repacked copies of what it keeps (AMX, CPU_REPACK...); a GPU with
     # a host buffer among the model's devices rules them out (scheduler/repack.py).
     on_gpus = [g for g, f in zip(gpus, fills, strict=True) if f.layers]
-    cpu_extras = usable_extras(r.cpu, on_gpus or r.default_devices)
+    cpu_extras = usable_extras(r.cpu, on_gpus or r.default_devices, opts.cpu_repack)
     cpu_weights += repacked_bytes(info, cpu_extras, cpu_layers, n_cpu_moe, not full,
                                   opts.use_mmap)
     # With layers (or experts) on the CPU its compute buffer is sized for the whole

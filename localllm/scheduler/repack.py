@@ -37,18 +37,42 @@ from localllm.scheduler.plan_types import REMOTE_LIBRARY
 
 def runner_default_devices(devices: Iterable[Device]) -> tuple[Device, ...]:
     """The devices a runner gives llama.cpp for a plan with no GPU: every local offload
-    device (engine/plugins.py ``local_offload_devices``), with no layers on them."""
+    device (engine/plugins.py ``local_offload_devices``), with no layers on them.
+    ``devices`` are the planner's, which LOCALLLM_LLM_LIBRARY has already narrowed
+    (scheduler/placement.py), as the runner narrows its own."""
     return tuple(d for d in devices
                  if d.kind in ("gpu", "igpu", "accel") and d.library != REMOTE_LIBRARY)
 
 
-def usable_extras(cpu: Device | None, model_devices: Iterable[Device]) -> tuple[ExtraBuffer, ...]:
+def usable_extras(cpu: Device | None, model_devices: Iterable[Device],
+                  mode: str = "auto") -> tuple[ExtraBuffer, ...]:
     """The CPU's extra buffer types a load can use: none when one of the model's devices
     has a host buffer, which comes first in llama.cpp's CPU list and takes every matrix
-    (under mmap it then stays in the mapped file: no copy at all)."""
-    if cpu is None or any(d.host_buffer for d in model_devices):
+    (under mmap it then stays in the mapped file: no copy at all); under
+    LOCALLLM_CPU_REPACK ``mode`` none when ``off``, and with ``auto`` only those the
+    probe's self-test kept (engine/cpu_check.py: a broken AMX goes, CPU_REPACK stays)."""
+    if cpu is None or mode == "off" or any(d.host_buffer for d in model_devices):
         return ()
+    if mode == "auto":
+        return tuple(b for b in cpu.extra_buffers if b.auto)
     return cpu.extra_buffers
+
+
+def describe(mode: str, cpu: Device | None) -> str:
+    """What LOCALLLM_CPU_REPACK does here, for ``doctor``: the mode, each type kept or
+    left out, and why ("auto: CPU_REPACK; AMX off (its self-test crashed ...)")."""
+    extras = cpu.extra_buffers if cpu is not None else ()
+    if not extras:
+        return f"{mode}: this CPU backend has no extra buffer types"
+    if mode == "off":
+        return "off: weights stay as the file has them (" + ", ".join(
+            b.name for b in extras) + " unused)"
+    used = usable_extras(cpu, (), mode)
+    parts = [(", ".join(b.name for b in used) or "none") + " used"
+             + (" (not tested)" if mode == "on" else "")]
+    parts += [f"{b.name} left out ({b.fault or 'cannot be left out alone'})"
+              for b in extras if b not in used]
+    return f"{mode}: " + "; ".join(parts)
 
 
 def rule_for(extras: Sequence[ExtraBuffer], m: Matrix) -> BufferRule | None:
