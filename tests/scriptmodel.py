@@ -59,8 +59,8 @@ def segment(text: str, taken: set[str], *, longest: int = 6) -> list[str]:
     pieces: list[str] = []
     i = 0
     while i < len(text):
-        lengths = [*range(min(longest, len(text) - i), 0, -1),
-                   *range(longest + 1, len(text) - i + 1)]
+        lengths = itertools.chain(range(min(longest, len(text) - i), 0, -1),
+                                  range(longest + 1, len(text) - i + 1))
         for n in lengths:
             cand = text[i:i + n]
             if cand not in taken:
@@ -83,11 +83,11 @@ def segment(text: str, taken: set[str], *, longest: int = 6) -> list[str]:
     return pieces
 
 
-def _cut(text: str, taken: set[str]) -> list[str] | None:
+def _cut(text: str, taken: set[str], longest: int = 6) -> list[str] | None:
     """``segment`` that leaves ``taken`` as it was and answers None where it fails."""
     trial = set(taken)
     try:
-        pieces = segment(text, trial)
+        pieces = segment(text, trial, longest=longest)
     except ValueError:
         return None
     taken |= trial
@@ -95,7 +95,7 @@ def _cut(text: str, taken: set[str]) -> list[str] | None:
 
 
 def _script_tokens(text: str, control: Sequence[str], taken: set[str],
-                   used: set[str]) -> list[str]:
+                   used: set[str], longest: int = 6) -> list[str]:
     """The script as token texts: control markers whole where not ``used`` before (the
     set is updated), the rest cut into pieces.
 
@@ -106,11 +106,11 @@ def _script_tokens(text: str, control: Sequence[str], taken: set[str],
     while rest:
         hits = [(rest.find(c), c) for c in control if c in rest and c not in used]
         if not hits:
-            out += segment(head + rest, taken)
+            out += segment(head + rest, taken, longest=longest)
             break
         at, marker = min(hits, key=lambda h: (h[0], -len(h[1])))
         before = head + rest[:at]
-        pieces = _cut(before, taken) if before else []
+        pieces = _cut(before, taken, longest) if before else []
         if pieces is None:
             head = before + marker
         else:
@@ -120,7 +120,7 @@ def _script_tokens(text: str, control: Sequence[str], taken: set[str],
         rest = rest[at + len(marker):]
     else:
         if head:
-            out += segment(head, taken)
+            out += segment(head, taken, longest=longest)
     return out
 
 
@@ -135,6 +135,7 @@ def make_script_model(
     add_bos: bool = True,
     name: str = "script.gguf",
     context: int = 2048,
+    longest: int = 6,
 ) -> Path:
     """Write a model whose greedy reply to a prompt ending in trigger ``t`` is ``scripts[t]``.
 
@@ -143,7 +144,8 @@ def make_script_model(
     (``"<|im_end|>"`` for a ChatML family); ``bos`` and ``add_bos`` set the
     beginning-of-sequence token; ``context`` the training context (prompts with a
     long preamble are long here: most of their text is byte tokens).  Returns the
-    file's path.
+    file's path.  ``longest``: the longest piece a script is cut into (long replies in
+    few tokens).
     """
     import gguf  # heavy import kept out of module import
 
@@ -159,7 +161,7 @@ def make_script_model(
     chains: list[list[str]] = []
     used: set[str] = set()
     for trigger, text in scripts.items():
-        chains.append([trigger, *_script_tokens(text, control, taken, used)])
+        chains.append([trigger, *_script_tokens(text, control, taken, used, longest)])
     index = {t: i for i, t in enumerate(texts)}
     for chain in chains:
         for t in chain[1:]:

@@ -11,6 +11,7 @@ parameter schemas that type XML-style argument values), and small text helpers
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -91,6 +92,14 @@ class Syntax:
     starts: tuple[str, ...] = ()  # markers that open a call region anywhere in the content
     strip: tuple[str, ...] = ()  # markup removed from content (control tokens as text)
     markers: tuple[str, ...] = ()  # every marker of the format (see ChatFormat.markers)
+
+    @property
+    def scan(self) -> JsonScan:
+        """This syntax's :class:`JsonScan` (one per parser: each makes its own syntax)."""
+        found = self.__dict__.get("_scan")
+        if found is None:
+            found = self.__dict__["_scan"] = JsonScan()
+        return found
 
     def leading(self, text: str, first: bool) -> bool | None:
         """Whether a call region begins bare at ``text`` (the reply's start when ``first``,
@@ -178,45 +187,94 @@ def partial_tag_len(text: str, tag: str) -> int:
     return 0
 
 
-def json_end(text: str, start: int = 0) -> int | None:
+# A JSON string (its close quote in group 1: absent while the text ends inside it) or a
+# bracket; json_end walks these with the regex engine rather than a Python loop per
+# character.
+_JSON_SCAN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(")?|[][{}]', re.S)
+# The rest of a string whose opening quote was scanned before.
+_TAILS = {q: re.compile(rf"[^{q}\\]*(?:\\.[^{q}\\]*)*({q})?", re.S) for q in "'\""}
+
+
+class JsonScan:
+    """Where the scan of an unfinished value stopped: a position, the bracket depth, and
+    the quote of the string it stopped in.
+
+    A call region is read again each time a piece arrives; a syntax keeps one of these
+    (:attr:`Syntax.scan`) so that each read goes on from where the last one stopped
+    instead of from the start (a 20 KB call would otherwise cost seconds of event-loop
+    time, read whole once per token)."""
+
+    __slots__ = ("depth", "pos", "quote", "start", "text")
+
+    def __init__(self) -> None:
+        self.text, self.start, self.pos, self.depth, self.quote = "", -1, 0, 0, ""
+
+    def resume(self, text: str, start: int) -> tuple[int, int, str]:
+        """(position, depth, quote) to go on from in ``text``: where the last scan
+        stopped if ``text`` extends the text it scanned, else the start."""
+        if self.start == start and text.startswith(self.text):
+            return self.pos, self.depth, self.quote
+        return start, 0, ""
+
+    def stop(self, text: str, start: int, pos: int, depth: int, quote: str) -> None:
+        self.text, self.start, self.pos, self.depth, self.quote = text, start, pos, depth, quote
+
+
+def scan_brackets(text: str, start: int, tokens: re.Pattern[str], opening: str,
+                  scan: JsonScan | None) -> int | None:
+    """End of the bracketed value opening at ``start`` (``tokens`` finds its strings and
+    brackets, a string's close quote in a group); None while incomplete."""
+    pos, depth, quote = scan.resume(text, start) if scan is not None else (start, 0, "")
+    while True:
+        if quote:
+            m = _TAILS[quote].match(text, pos)
+            if m is None or m.group(1) is None:  # the text still ends inside the string
+                if scan is not None:
+                    scan.stop(text, start, m.end() if m else pos, depth, quote)
+                return None
+            pos, quote = m.end(), ""
+        for m in tokens.finditer(text, pos):
+            c = text[m.start()]
+            if c in "'\"":
+                if not any(m.groups()):  # the text ends inside this string
+                    pos, quote = m.end(), c
+                    break
+            elif c in opening:
+                depth += 1
+            else:
+                depth -= 1
+                if depth == 0:
+                    return m.end()
+            pos = m.end()
+        else:
+            if scan is not None:
+                scan.stop(text, start, len(text), depth, "")
+            return None
+
+
+def json_end(text: str, start: int = 0, scan: JsonScan | None = None) -> int | None:
     """End index of the JSON object/array opening at ``start``; None while incomplete.
 
-    Raises ValueError when ``text[start]`` doesn't open one.
+    Raises ValueError when ``text[start]`` doesn't open one.  With ``scan``, a text
+    that extends the one scanned last is scanned from where that scan stopped.
     """
     if start >= len(text) or text[start] not in "{[":
         raise ValueError("not a JSON object or array")
-    depth, in_string, escaped = 0, False, False
-    for i in range(start, len(text)):
-        c = text[i]
-        if in_string:
-            if escaped:
-                escaped = False
-            elif c == "\\":
-                escaped = True
-            elif c == '"':
-                in_string = False
-        elif c == '"':
-            in_string = True
-        elif c in "{[":
-            depth += 1
-        elif c in "}]":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-    return None
+    return scan_brackets(text, start, _JSON_SCAN, "{[", scan)
 
 
-def read_json(text: str, start: int, final: bool) -> tuple[Any, int] | Attempt | None:
+def read_json(text: str, start: int, final: bool,
+              scan: JsonScan | None = None) -> tuple[Any, int] | Attempt | None:
     """The JSON object/array at ``text[start:]`` (after whitespace) and where it ends.
 
     None while incomplete; a failed :class:`Attempt` (consuming everything) when the
-    text can't be JSON or the stream ended inside it.
+    text can't be JSON or the stream ended inside it.  ``scan``: see :class:`JsonScan`.
     """
-    at = start + len(text[start:]) - len(text[start:].lstrip())
+    at = skip_ws(text, start)
     if at >= len(text):
         return Attempt(len(text), None, "no arguments") if final else None
     try:
-        end = json_end(text, at)
+        end = json_end(text, at, scan)
     except ValueError:
         return Attempt(len(text) if final else at, None, "arguments are not JSON")
     if end is None:

@@ -54,8 +54,7 @@ class DeepSeek(Syntax):
             return None
         return Attempt(close if close is not None and close > 0 else at, calls)
 
-    @staticmethod
-    def _call(text: str, at: int, final: bool) -> tuple[RawCall, int] | int | str | None:
+    def _call(self, text: str, at: int, final: bool) -> tuple[RawCall, int] | int | str | None:
         begin = expect(text, at, CALL)
         if begin is None or begin == -1:
             return -1 if final else begin
@@ -74,7 +73,7 @@ class DeepSeek(Syntax):
             at = fence if fence > 0 else at
         else:
             name = head
-        got = read_json(text, at, final)
+        got = read_json(text, at, final, self.scan)
         if got is None:
             return None
         if isinstance(got, Attempt):

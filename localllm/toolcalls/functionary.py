@@ -49,7 +49,7 @@ class Functionary(Syntax):
                 return None
             code_end = len(text) if code_end < 0 else code_end
             return Attempt(code_end, [RawCall("python", {"code": text[body:code_end]})])
-        got = read_json(text, body, final)
+        got = read_json(text, body, final, self.scan)
         if got is None:
             return None
         if isinstance(got, Attempt):

@@ -27,7 +27,7 @@ class Hermes(Syntax):
     markers = (OPEN, CLOSE)
 
     def parse(self, text: str, tools: ToolSet | None, final: bool) -> Attempt | None:
-        got = read_json(text, len(OPEN), final)
+        got = read_json(text, len(OPEN), final, self.scan)
         if got is None:
             return None
         if isinstance(got, Attempt):

@@ -47,7 +47,7 @@ class JsonAfterMarker(Syntax):
             return Attempt(len(self.open.first), None, "not the call markup")
         at, data = opened[0], list[Any]()
         while True:
-            got = read_json(text, at, final)
+            got = read_json(text, at, final, self.scan)
             if got is None:
                 return None
             if isinstance(got, Attempt):

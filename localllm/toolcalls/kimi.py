@@ -54,7 +54,7 @@ class Kimi(Syntax):
                 return to_close(text, start, SECTION_END if start else CALL_END, final,
                                 "no arguments marker")
             ident = text[begin:args].strip()
-            got = read_json(text, args + len(ARGS), final)
+            got = read_json(text, args + len(ARGS), final, self.scan)
             if got is None or isinstance(got, Attempt):
                 return got
             data, at = got

@@ -31,7 +31,7 @@ class Llama3(Syntax):
         tagged = text.startswith(PYTHON_TAG, at)
         if tagged:
             at += len(PYTHON_TAG)
-        got = read_json(text, at, final)
+        got = read_json(text, at, final, self.scan)
         if got is None or isinstance(got, Attempt):
             return got
         data, end = got

@@ -33,7 +33,7 @@ class Mistral(Syntax):
         if at >= len(text):
             return Attempt(len(text), None, "nothing after [TOOL_CALLS]") if final else None
         if text[at] == "[":
-            got = read_json(text, at, final)
+            got = read_json(text, at, final, self.scan)
             if got is None or isinstance(got, Attempt):
                 return got
             data, end = got
@@ -47,7 +47,7 @@ class Mistral(Syntax):
         if args < 0:
             return Attempt(len(text), None, "no [ARGS]") if final else None
         name, _, call_id = head.partition(CALL_ID)
-        got = read_json(text, args + len(ARGS), final)
+        got = read_json(text, args + len(ARGS), final, self.scan)
         if got is None or isinstance(got, Attempt):
             return got
         data, end = got

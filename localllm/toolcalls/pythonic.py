@@ -16,15 +16,18 @@ literals are accepted: nothing is ever evaluated.  LFM2.5's reasoning is
 from __future__ import annotations
 
 import ast
+import re
 from typing import Any
 
 from localllm.toolcalls.base import (
     Attempt,
+    JsonScan,
     RawCall,
     Syntax,
     ToolSet,
     expect,
     no_surrogates,
+    scan_brackets,
     skip_ws,
     to_close,
 )
@@ -35,28 +38,16 @@ _NAMES = {"True": True, "False": False, "None": None, "true": True, "false": Fal
 _MAX_LEN = 1 << 20
 
 
-def list_end(text: str, at: int) -> int | None:
+# A Python string literal (its close quote in group 1 or 2: absent while the text ends
+# inside it) or a bracket, walked by the regex engine (see base.json_end).
+_SCAN = re.compile(r'''"[^"\\]*(?:\\.[^"\\]*)*(")?|'[^'\\]*(?:\\.[^'\\]*)*(')?|[][(){}]''',
+                   re.S)
+
+
+def list_end(text: str, at: int, scan: JsonScan | None = None) -> int | None:
     """End of the Python list opening at ``text[at]`` (strings and nesting respected);
-    None while it is incomplete."""
-    depth, quote, escaped = 0, "", False
-    for i in range(at, len(text)):
-        c = text[i]
-        if quote:
-            if escaped:
-                escaped = False
-            elif c == "\\":
-                escaped = True
-            elif c == quote:
-                quote = ""
-        elif c in "'\"":
-            quote = c
-        elif c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-    return None
+    None while it is incomplete.  ``scan``: as for :func:`~localllm.toolcalls.base.json_end`."""
+    return scan_brackets(text, at, _SCAN, "([{", scan)
 
 
 def read_calls(source: str) -> list[RawCall] | str:
@@ -134,7 +125,7 @@ class Pythonic(Syntax):
             return Attempt(len(text), None, "no call list") if final else None
         if text[at] != "[":
             return to_close(text, len(START), END, final, "no call list")
-        end = list_end(text, at)
+        end = list_end(text, at, self.scan)
         if end is None:
             return Attempt(len(text), None, "unterminated call list") if final else None
         calls = read_calls(text[at:end])

@@ -210,7 +210,7 @@ class Tagged(Syntax):
             return None if got is None else "no function name"
         at, ident = got[0], ident or got[1]
         if self.shape.json_args:
-            read = read_json(text, at, final)
+            read = read_json(text, at, final, self.scan)
             if read is None:
                 return None
             if isinstance(read, Attempt):

@@ -35,6 +35,7 @@ from localllm.store.local import Store
 from localllm.store.names import parse_name
 from tests.cli.conftest import Daemon, start_daemon
 from tests.inference.variants import PLAIN_TEMPLATE
+from tests.scriptmodel import make_script_model
 from tests.tinymodel import make_tiny_model
 from tests.visionmodel import make_projector, png
 
@@ -60,6 +61,9 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
                         projector=make_projector(tmp / "mmproj"))
             embed = make_tiny_model(tmp / "gguf-embed", pooling="mean")
             import_gguf(store, parse_name("tiny-embed"), [embed])
+            call = make_script_model(tmp / "gguf-call", {"[x]": LONG_CALL},
+                                     chat_template=CALL_TEMPLATE, longest=2048)
+            import_gguf(store, parse_name("lag-call"), [call])
             d = stack.enter_context(start_daemon(tmp))
         finally:
             mp.undo()
@@ -123,6 +127,24 @@ def many_tools() -> tuple[str, bytes]:
     return _json("/v1/chat/completions", {"model": "tiny", "max_tokens": 1, "tools": tools,
                                           "tool_choice": "required",
                                           "messages": [{"role": "user", "content": "x"}]})
+
+
+# A model that answers "x" with a 1 MB Hermes call in 2 KB pieces (its template names
+# <tool_call>, so the reply is parsed as Hermes').
+CALL_TEMPLATE = "{% for m in messages %}[{{ m.content }}]{% endfor %}{# <tool_call> #}"
+LONG_CALL = ('<tool_call>\n{"name": "write", "arguments": {"text": "'
+             + "".join(f"line {i:06d} {{[(x)]}} " + "y" * 32 + "\\n" for i in range(18_000))
+             + '"}}\n</tool_call>')
+
+
+def long_tool_call() -> tuple[str, bytes]:
+    # The call region is read again as each piece arrives: from where the last read
+    # stopped, not from its start (a whole read of 1 MB took the loop a second a piece).
+    tool = {"type": "function", "function": {"name": "write", "parameters": {
+        "type": "object", "properties": {"text": {"type": "string"}}}}}
+    return _json("/api/chat", {"model": "lag-call", "stream": True, "tools": [tool],
+                               "options": {"temperature": 0},
+                               "messages": [{"role": "user", "content": "x"}]})
 
 
 def giant_go_template() -> tuple[str, bytes]:
@@ -245,7 +267,7 @@ BODIES: list[Body] = [deep_json, escape_storm, escaped_prompt, container_bomb, m
                       many_messages, giant_schema, many_tools, giant_go_template,
                       giant_jinja_template, many_images, large_images, real_images,
                       webp_images, corrupt_webp, webp_bomb, long_prompt, embed_batch,
-                      tokenize_text, detokenize_ids]
+                      tokenize_text, detokenize_ids, long_tool_call]
 
 
 def _health_while(d: Daemon, path: str, body: bytes) -> tuple[float, httpx.Response]:
