@@ -267,13 +267,7 @@ def main(argv: list[str] | None = None) -> int:
                          "plugin and GPU builds of the llama.cpp tools)")
     a = ap.parse_args(argv)
 
-    if a.model.endswith(".gguf"):
-        model = Path(a.model)
-    else:
-        size, _, quant = a.model.partition("-")
-        if size not in gen_models.SPECS or quant not in gen_models.QUANTS:
-            ap.error(f"unknown model {a.model!r}")
-        model = gen_models.ensure(size, quant)
+    model = gen_models.resolve(a.model)
     threads = a.threads or physical_cores()
     q = a.quick
     cfg = Cfg(model=model, threads=threads, rounds=a.rounds or (1 if q else 3), reps=1 if q else 3,

@@ -76,6 +76,17 @@ def model_path(size: str, quant: str) -> Path:
     return cache_dir() / "models" / f"llama-{size}-{quant}.gguf"
 
 
+def resolve(spec: str) -> Path:
+    """A GGUF path as given, or ``<size>-<quant>`` (``0.5b-q4_k_m``), generated on first use."""
+    if spec.endswith(".gguf"):
+        return Path(spec).expanduser()
+    size, _, quant = spec.partition("-")
+    if size not in SPECS or quant not in QUANTS:
+        raise SystemExit(f"unknown model {spec!r}: a .gguf path or <size>-<quant> "
+                         f"({'|'.join(SPECS)} - {'|'.join(QUANTS)})")
+    return ensure(size, quant)
+
+
 def build_vocab(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
     """Tokens, scores and types for a synthetic SPM vocab of exactly n_vocab entries."""
     tokens = ["<unk>", "<s>", "</s>"]

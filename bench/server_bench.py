@@ -88,22 +88,48 @@ def serving(cmd: list[str], env: dict[str, str], url: str, health: str, log: Pat
             proc.wait()
 
 
+# Imports the GGUF unless the store already holds a model of that name whose blob
+# has the GGUF's size (a size check: a switched --model is imported again, a
+# regenerated one of the same shape need not be, its speed is the same).
+_IMPORT = """
+import sys
+from pathlib import Path
+from localllm import paths
+from localllm.store.importer import import_gguf
+from localllm.store.local import Store
+from localllm.store.names import parse_name
+
+store, name, gguf = Store(paths.models()), parse_name(sys.argv[1]), Path(sys.argv[2])
+try:
+    same = store.model_path(store.get(name)).stat().st_size == gguf.stat().st_size
+except Exception:  # not imported yet, or its blob is gone
+    same = False
+if not same or sys.argv[3] == "force":
+    import_gguf(store, name, [gguf])
+"""
+
+
+def import_model(home: Path, name: str, gguf: Path, force: bool = False) -> None:
+    """Put ``gguf`` into the store under ``home`` as ``name`` (a blob copy, kept for later runs)."""
+    env = {**os.environ, "LOCALLLM_HOME": str(home), "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "-c", _IMPORT, name, str(gguf), "force" if force else ""],
+                   env=env, check=True)
+
+
+def daemon(home: Path, settings: dict[str, str]) -> tuple[list[str], dict[str, str], str]:
+    """``localllm serve`` from this checkout on a free port: command, environment, URL."""
+    port = free_port()
+    env = {**os.environ, "LOCALLLM_HOME": str(home), "PYTHONPATH": str(REPO),
+           "LOCALLLM_HOST": f"127.0.0.1:{port}", **settings}
+    return [sys.executable, "-m", "localllm", "serve"], env, f"http://127.0.0.1:{port}"
+
+
 def ours(args: argparse.Namespace, gguf: Path) -> tuple[list[str], dict[str, str], str]:
     home = gen_models.cache_dir() / "server-bench-home"
-    env = {**os.environ, "LOCALLLM_HOME": str(home), "PYTHONPATH": str(REPO)}
-    # Import once; the store keeps it for later runs (a blob copy of the GGUF).
-    if not (home / "models" / "manifests").exists() or args.reimport:
-        subprocess.run([sys.executable, "-c", (
-            "import sys; from localllm import paths; from localllm.store.local import Store; "
-            "from localllm.store.names import parse_name; "
-            "from localllm.store.importer import import_gguf; "
-            "import_gguf(Store(paths.models()), parse_name(sys.argv[1]), [sys.argv[2]])"),
-            MODEL_NAME, str(gguf)], env=env, check=True)
-    port = free_port()
-    env.update(LOCALLLM_HOST=f"127.0.0.1:{port}", LOCALLLM_NUM_PARALLEL=str(args.parallel),
-               LOCALLLM_NUM_THREAD=str(args.threads), LOCALLLM_CONTEXT_LENGTH=str(args.ctx),
-               LOCALLLM_KEEP_ALIVE="-1")
-    return [sys.executable, "-m", "localllm", "serve"], env, f"http://127.0.0.1:{port}"
+    import_model(home, MODEL_NAME, gguf, args.reimport)
+    return daemon(home, {"LOCALLLM_NUM_PARALLEL": str(args.parallel),
+                         "LOCALLLM_NUM_THREAD": str(args.threads),
+                         "LOCALLLM_CONTEXT_LENGTH": str(args.ctx), "LOCALLLM_KEEP_ALIVE": "-1"})
 
 
 def theirs(args: argparse.Namespace, gguf: Path) -> tuple[list[str], dict[str, str], str]:
