@@ -68,8 +68,9 @@ OPTION_TYPES: dict[str, str] = {
     # Ours, not Ollama's: slots of the model's runner.  Only a Modelfile PARAMETER
     # sets it (see MODEL_ONLY_OPTIONS).
     "num_parallel": "integer",
-    # Ours: speculative decoding, "off", "ngram" (prompt lookup) or "draft" (the model's
-    # DRAFT model), and llama-server's draft limits (see api/speculation.py).
+    # Ours: speculative decoding, "off", "auto" (prompt lookup where it pays), "ngram"
+    # (prompt lookup) or "draft" (the model's DRAFT model), and llama-server's draft
+    # limits (see api/speculation.py).
     "speculative": "string",
     "draft_max": "integer",
     "draft_min": "integer",
@@ -110,7 +111,8 @@ OLLAMA_DEFAULTS: dict[str, Any] = {
     "frequency_penalty": 0.0,
     "stop": [],
     "num_parallel": None,  # None: LOCALLLM_NUM_PARALLEL
-    # None: the mode's own default (api/speculation.py); speculative's depends on the model.
+    # None: the mode's own default (api/speculation.py); speculative's depends on the
+    # model: "draft" with a draft model, else "auto".
     "speculative": None,
     "draft_max": 0,
     "draft_min": None,

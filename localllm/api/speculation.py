@@ -1,21 +1,25 @@
 """Speculative decoding options: who drafts (``speculative``) and how much (``draft_*``).
 
 ``speculative`` is ``"off"``, ``"ngram"`` (prompt lookup: drafts copied from
-what followed an earlier occurrence of the recent tokens) or ``"draft"`` (the
-model's draft model, Modelfile ``DRAFT``, proposes them).  Unset, it is
-``"draft"`` for a model with a draft model, since whoever added the DRAFT line
-asked for it, and ``"off"`` otherwise.
+what followed an earlier occurrence of the recent tokens), ``"auto"`` (prompt
+lookup only where it pays: greedy requests whose text offers matches, given up
+for a request after a run of rejected drafts; engine/speculate.py) or
+``"draft"`` (the model's draft model, Modelfile ``DRAFT``, proposes them).
+Unset, it is ``"draft"`` for a model with a draft model, since whoever added
+the DRAFT line asked for it, and ``"auto"`` otherwise.  Output is the same
+whichever is used: every kept token is the one the model itself picks there.
 
 ``draft_max`` caps the drafted tokens per step (``draft_num_predict`` is its
 older name; ``draft_max`` wins when both are set), ``draft_min`` is the fewest
 drafted tokens worth verifying and ``draft_p_min`` the draft model's confidence
 below which it stops drafting.  Unset (or ``draft_max`` 0) they take the
-mode's defaults: 16, 0, 0 for lookup (a probability means nothing there), and
-16, 0, 0.75 for a draft model (llama.cpp's long-standing draft defaults; the pinned
-llama-server's CLI now defaults to 3 and 0).  16 is a ceiling, not a rate: the
-engine drafts about twice the recently accepted run (engine/speculate.py), so a
-draft that keeps missing costs a row or two a step, not sixteen; bench/spec_bench.py
-measured copying code at 1.59x with 16 against 1.40x with 8.
+mode's defaults: 16, 0, 0 for lookup, auto or not (a probability means nothing
+there), and 16, 0, 0.75 for a draft model (llama.cpp's long-standing draft
+defaults; the pinned llama-server's CLI now defaults to 3 and 0).  16 is a
+ceiling, not a rate: the engine drafts about twice the recently accepted run
+(engine/speculate.py), so a draft that keeps missing costs a row or two a step,
+not sixteen; bench/spec_bench.py measured copying code at 1.59x with 16 against
+1.40x with 8.
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ from typing import Any, Literal
 
 from localllm.errors import InvalidRequest
 
-SPECULATIVE_MODES = ("off", "ngram", "draft")
+SPECULATIVE_MODES = ("off", "auto", "ngram", "draft")
 DEFAULT_DRAFT_TOKENS = 16  # most drafted tokens per step when draft_max is unset
 # Per mode: (draft_max, draft_min, draft_p_min) when the options leave them unset.
 MODE_DEFAULTS: dict[str, tuple[int, int, float]] = {
     "ngram": (DEFAULT_DRAFT_TOKENS, 0, 0.0),
+    "auto": (DEFAULT_DRAFT_TOKENS, 0, 0.0),
     "draft": (DEFAULT_DRAFT_TOKENS, 0, 0.75),  # draft_max, draft_min, draft_p_min
 }
 
@@ -39,7 +44,7 @@ MODE_DEFAULTS: dict[str, tuple[int, int, float]] = {
 class Speculation:
     """What a request's completion asks of the runner's drafting."""
 
-    mode: Literal["off", "ngram", "draft"] = "off"
+    mode: Literal["off", "auto", "ngram", "draft"] = "off"
     tokens: int = 0  # drafted tokens per step; 0 with mode "off"
     min: int = 0
     p_min: float = 0.0
@@ -52,7 +57,7 @@ def check_speculation(values: Mapping[str, Any]) -> None:
 
     mode = values["speculative"]
     if mode is not None and mode not in SPECULATIVE_MODES:
-        raise bad("speculative", 'must be "off", "ngram" or "draft"')
+        raise bad("speculative", 'must be "off", "auto", "ngram" or "draft"')
     for key in ("draft_max", "draft_num_predict", "draft_min"):
         if values[key] is not None and values[key] < 0:
             raise bad(key, "must be >= 0")
@@ -64,10 +69,11 @@ def check_speculation(values: Mapping[str, Any]) -> None:
 def speculation(values: Mapping[str, Any], *, has_draft: bool) -> Speculation:
     """The effective speculation of checked option ``values`` for a model that has a
     draft model or not (a request for ``"draft"`` without one: see ``require_draft``)."""
-    asked = values["speculative"] or ("draft" if has_draft else "off")
+    asked = values["speculative"] or ("draft" if has_draft else "auto")
     if asked == "off":
         return Speculation()
-    mode: Literal["ngram", "draft"] = "draft" if asked == "draft" else "ngram"
+    mode: Literal["auto", "ngram", "draft"] = (
+        "draft" if asked == "draft" else "auto" if asked == "auto" else "ngram")
     tokens, low, p_min = MODE_DEFAULTS[mode]
     tokens = values["draft_max"] or values["draft_num_predict"] or tokens
     if values["draft_min"] is not None:

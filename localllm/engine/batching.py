@@ -1,10 +1,13 @@
-"""One step's batch: every decoding slot's next token, its drafts, then prompt chunks.
+"""One step's batch: every decoding slot's next token, then prompt chunks, then drafts.
 
 ``fill_batch`` is the per-step half of continuous batching (engine.py decodes the
 batch once and samples each slot): decoding slots go first, one token each, since
-their tokens are what users are waiting for; speculating slots add their drafts
-(``speculate.add_drafts``); prompts then take what the step's budget (budget.py)
-and ``n_batch`` leave.  A prompt's text stops at its next image: images are
+their tokens are what users are waiting for; prompts then take what the step's
+budget (budget.py) and ``n_batch`` leave; speculating slots add their drafts in
+what is left after that (``speculate.add_drafts``).  Drafts come last so that a
+prompt is cut into the same chunks, and its first token read from the same
+logits, whether or not another slot speculates: drafts are guesses, a prompt is
+work that must be done.  A prompt's text stops at its next image: images are
 decoded by ``vision.image_step``.
 """
 
@@ -25,11 +28,10 @@ def fill_batch(batch: Batch, slots: Sequence[Slot], n_batch: int, step: int,
                only: tuple[str, ...] | None = None,
                n_ctx_slot: int = 0, prompt_budget: Callable[[int], int] | None = None,
                drafter: Drafter | None = None) -> list[tuple[Slot, int, bool]]:
-    """Decode tokens, their drafts, then prompt chunks into the batch:
+    """Decode tokens, prompt chunks, then drafts into the batch:
     [(slot, len before, prefill)].
 
-    ``only``: just the slots of that adapter set (None: every slot).  Drafts go before
-    prompt chunks: a decoding slot's next tokens are what its user is waiting for."""
+    ``only``: just the slots of that adapter set (None: every slot)."""
     batch.clear()
     part: list[tuple[Slot, int, bool]] = []
     for s in slots:
@@ -43,7 +45,6 @@ def fill_batch(batch: Batch, slots: Sequence[Slot], n_batch: int, step: int,
             s.logits_index = batch.add(a.pending, s.pos.add_text(1), s.seq, True)
             s.cache.append(a.pending)
             a.pending = -1
-    add_drafts(batch, slots, n_batch, n_ctx_slot, drafter)
     budget = n_batch - len(batch)
     if prompt_budget is not None and len(batch):
         # Decode first: generating slots' tokens set the pace, prompts get what the step
@@ -67,4 +68,8 @@ def fill_batch(batch: Batch, slots: Sequence[Slot], n_batch: int, step: int,
         budget -= len(chunk)
         if last:
             s.logits_index = idx
+    # Only slots that decode this step draft: one whose prompt ended in this batch reads
+    # its first token from the prompt's logits before any draft joins it.
+    add_drafts(batch, [s for s, _, prefill in part if not prefill], n_batch, n_ctx_slot,
+               drafter)
     return part

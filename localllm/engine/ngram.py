@@ -8,7 +8,10 @@ keeps the longest agreeing run (see ``speculate``).
 
 :class:`NgramIndex` keeps, for every n-gram of length ``min_n``..``max_n``
 that ends before the newest token, where its most recent occurrence ended, so
-a lookup costs a few dictionary probes whatever the history's length.
+a lookup costs a few dictionary probes whatever the history's length.  Tokens
+are indexed when a draft is first asked for, not when they arrive: a request's
+prompt is added at admission, and indexing it then would delay its first token
+for a lookup that may never run (a sampled request under ``"auto"`` never drafts).
 """
 
 from __future__ import annotations
@@ -28,19 +31,23 @@ class NgramIndex:
         # token (the suffix itself is indexed only once a newer token follows it, so a
         # lookup never finds the very n-gram it is looking for).
         self._after: dict[tuple[int, ...], int] = {}
+        self._indexed = 1  # the n-grams ending before history[i] are in _after for i < this
 
     def extend(self, tokens: Iterable[int]) -> None:
-        h = self.history
-        for t in tokens:
-            end = len(h)  # the n-grams ending at h[end - 1] become "earlier" now
-            for n in range(self.min_n, min(self.max_n, end) + 1):
-                self._after[tuple(h[end - n:end])] = end
-            h.append(t)
+        self.history.extend(tokens)
+
+    def _catch_up(self) -> None:
+        h, after, lo, hi = self.history, self._after, self.min_n, self.max_n
+        for end in range(self._indexed, len(h)):  # n-grams ending at h[end - 1]
+            for n in range(lo, min(hi, end) + 1):
+                after[tuple(h[end - n:end])] = end
+        self._indexed = max(self._indexed, len(h))
 
     def draft(self, k: int) -> list[int]:
         """Up to ``k`` tokens: what followed the longest matching earlier n-gram, and
         on from there while the draft runs out before ``k`` (a short cycle such as a
         repeated line is followed round more than once, as llama.cpp's lookup does)."""
+        self._catch_up()
         h, out = self.history, list[int]()
         while len(out) < k:
             tail = (h[-self.max_n:] + out)[-self.max_n:]

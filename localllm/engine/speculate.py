@@ -13,6 +13,15 @@ already right and sampling goes on from the next row; at the first difference
 cache.  Output is therefore the same as without speculation, greedy or
 sampled: every token still comes from the target distribution given the exact
 prefix, which is the sample-and-compare check llama.cpp's server uses too.
+
+Drafting starts after the prompt: a prefilling slot drafts nothing, so the
+prompt is split into batches exactly as without speculation and the first token
+comes from the same logits.  ``"auto"`` (the default without a draft model) is
+lookup that keeps out of the way where it does not pay: it drafts only when the
+request's own text offers a match (as ``"ngram"`` does), starts with a short
+window, stops for the request after ``AUTO_MISSES`` drafting steps in a row
+accepted nothing, and never runs for a sampled request (temperature > 0), where
+four streams measured 25% slower with lookup (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -33,13 +42,34 @@ if TYPE_CHECKING:
 # cells and handle it; its events and the token (-1: the request ended before it).
 Take = Callable[[Slot, int, int], tuple[list[Event], int]]
 
+# "auto": drafting steps in a row that accepted nothing before lookup stops for the
+# request.  Each rejected row costs a share of a step (on a CPU and a large vocabulary,
+# a fifth or more), so a request whose matches keep failing stops paying after a few.
+AUTO_MISSES = 4
+# "auto": the accepted run a first draft assumes, i.e. a window of 3 tokens (see
+# draft_window): a chance match in free text then costs 3 rows, not draft_max; each
+# draft accepted whole about doubles the window (3, 7, 15, 16), so copying soon ramps up.
+AUTO_START = 1.0
+
+
+class Lookup(NgramIndex):
+    """A request's prompt-lookup index and, under ``"auto"``, its run of missed steps."""
+
+    def __init__(self, *, auto: bool) -> None:
+        super().__init__()
+        self.auto = auto
+        self.misses = 0  # drafting steps in a row that accepted nothing
+
 
 def speculation(req: CompletionRequest, prompt: list[int]) -> NgramIndex | None:
     """The lookup index a request drafts from, seeded with its prompt; None if it doesn't."""
-    if req.draft_tokens <= 0 or req.draft_mode != "ngram" or any(t < 0 for t in prompt):
+    if req.draft_tokens <= 0 or req.draft_mode == "draft" or any(t < 0 for t in prompt):
         return None  # images: their cells are keys, not tokens a draft could copy
-    index = NgramIndex()
-    index.extend(prompt)
+    auto = req.draft_mode == "auto"
+    if auto and req.sampling.temperature > 0:
+        return None  # sampled: the stream strays from its text, and drafts cost the others
+    index = Lookup(auto=auto)
+    index.extend(prompt)  # indexed at its first draft (ngram.py), not before the first token
     return index
 
 
@@ -90,10 +120,12 @@ def draft_window(a: Active) -> int:
     draft that keeps missing after a token or two should not make every step verify
     sixteen; one that keeps agreeing drafts the request's maximum.  ``a.draft_run``
     (a moving average of tokens accepted per step) starts at that maximum, so
-    drafting starts at full length.  Never below ``draft_min``, which would stop
-    drafting, and with it what this window learns, for good."""
+    drafting starts at full length (under ``"auto"``, at ``AUTO_START``).  Never
+    below ``draft_min``, which would stop drafting, and with it what this window
+    learns, for good."""
     req = a.req
-    run = req.draft_tokens if a.draft_run < 0 else a.draft_run
+    start = AUTO_START if req.draft_mode == "auto" else req.draft_tokens
+    run = start if a.draft_run < 0 else a.draft_run
     return min(req.draft_tokens, max(1, req.draft_min, int(2 * run + 1)))
 
 
@@ -120,6 +152,11 @@ def verify(ctx: Context, s: Slot, take: Take) -> list[Event]:
             a.draft_run = i if a.draft_run < 0 else (a.draft_run + i) / 2
         else:  # all accepted: the run was at least this long, so the average must not fall
             a.draft_run = max(a.draft_run, i)
+        look = a.ngram
+        if isinstance(look, Lookup) and look.auto:
+            look.misses = 0 if i else look.misses + 1
+            if look.misses >= AUTO_MISSES:
+                a.ngram = None  # matches keep failing: this request goes on without lookup
     if len(s.cache) > base + i:
         cut(ctx, s, base + i)  # the drafts after the first disagreement
     return out

@@ -148,7 +148,7 @@ class InferenceService:
             num_keep=resolved.num_keep,
             adapters=list(target.spec.adapters),
             draft_tokens=spec.tokens,
-            draft_mode="draft" if spec.mode == "draft" else "ngram",
+            draft_mode="ngram" if spec.mode == "off" else spec.mode,
             draft_min=spec.min,
             draft_p_min=spec.p_min,
         )

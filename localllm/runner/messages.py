@@ -131,9 +131,10 @@ class CompletionRequest:
     # control tokens, which render as "" and would leave the parser a bare JSON object.
     markers: list[str] = field(default_factory=list)
     # Speculation: up to this many drafted tokens verified per step (0: off), drafted by
-    # prompt lookup ("ngram") or by the runner's draft model ("draft").
+    # prompt lookup ("ngram"; "auto": only where it pays, engine/speculate.py) or by
+    # the runner's draft model ("draft").
     draft_tokens: int = 0
-    draft_mode: Literal["ngram", "draft"] = "ngram"
+    draft_mode: Literal["ngram", "auto", "draft"] = "ngram"
     draft_min: int = 0  # draft model: fewer drafted tokens than this are not verified
     draft_p_min: float = 0.0  # draft model: stop drafting below this top-token probability
     # When the slot's context fills during generation, drop the older half after the

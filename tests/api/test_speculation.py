@@ -17,7 +17,9 @@ def spec(params: dict[str, object] | None = None, request: dict[str, object] | N
 
 
 def test_unset_speculation_follows_the_model() -> None:
-    assert spec() == Speculation("off", 0, 0, 0.0)
+    assert spec() == Speculation("auto", 16, 0, 0.0)
+    assert spec(None, {"speculative": "off"}) == Speculation("off", 0, 0, 0.0)
+    assert spec({"speculative": "off"}, {"speculative": "auto"}) == Speculation("auto", 16, 0, 0.0)
     assert spec(has_draft=True) == Speculation("draft", 16, 0, 0.75)
     assert spec(None, {"speculative": "off"}, has_draft=True) == Speculation()
     assert spec({"speculative": "off"}, None, has_draft=True) == Speculation()
@@ -48,7 +50,7 @@ def test_draft_min_and_p_min() -> None:
     ({"draft_min": -1}, 'option "draft_min" must be >= 0'),
     ({"draft_max": -1}, 'option "draft_max" must be >= 0'),
     ({"draft_num_predict": -1}, 'option "draft_num_predict" must be >= 0'),
-    ({"speculative": "eagle"}, 'option "speculative" must be "off", "ngram" or "draft"'),
+    ({"speculative": "eagle"}, 'option "speculative" must be "off", "auto", "ngram" or "draft"'),
     ({"draft_p_min": "high"}, 'option "draft_p_min" must be of type float32'),
 ])
 def test_bad_values_are_400(opts: dict[str, object], text: str) -> None:

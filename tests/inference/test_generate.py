@@ -67,7 +67,8 @@ def test_generate_num_predict_and_stop(shared: Daemon) -> None:
 def test_speculative_ngram_option_same_text_and_draft_counts(shared: Daemon) -> None:
     copy = "abcdefghijklmnop.abcd"  # after "abcd" the prompt went on: drafts agree
     body = {"model": "tiny", "prompt": copy, "raw": True, "stream": False}
-    plain = post(shared, "/api/generate", {**body, "options": GREEDY_OPTS}).json()
+    plain = post(shared, "/api/generate", {
+        **body, "options": {**GREEDY_OPTS, "speculative": "off"}}).json()
     spec = post(shared, "/api/generate", {
         **body, "options": {**GREEDY_OPTS, "speculative": "ngram", "draft_num_predict": 6}}).json()
     assert spec["response"] == plain["response"] == expected_greedy(copy)
