@@ -68,6 +68,7 @@ class Metrics(TypedDict, total=False):
     total_duration: int
     load_duration: int
     prompt_eval_count: int
+    prompt_cached_count: int  # ours: of prompt_eval_count, those reused from the prompt cache
     prompt_eval_duration: int
     eval_count: int
     eval_duration: int

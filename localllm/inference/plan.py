@@ -43,6 +43,7 @@ def add_metrics(body: Chunk, done: Done, prep: Prepared) -> None:
     body["total_duration"] = prep.total_ns
     body["load_duration"] = prep.load_ns
     body["prompt_eval_count"] = done.prompt_tokens
+    body["prompt_cached_count"] = done.cached_tokens
     body["prompt_eval_duration"] = done.prompt_eval_ns
     body["eval_count"] = done.eval_count
     body["eval_duration"] = done.eval_ns

@@ -163,9 +163,14 @@ def test_message_object_text_thinking_and_usage() -> None:
                    "content": [{"type": "thinking", "thinking": "hmm", "signature": ""},
                                {"type": "text", "text": "Bonjour"}],
                    "stop_reason": "end_turn", "stop_sequence": None,
-                   "usage": {"input_tokens": 12, "output_tokens": 7}}
+                   "usage": {"input_tokens": 12, "output_tokens": 7,
+                             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
     length = message_object({**native, "done_reason": "length"}, model="qwen")
     assert length["stop_reason"] == "max_tokens" and length["id"].startswith("msg_")
+    # What the prompt cache served is counted apart from input_tokens, as Anthropic does.
+    cached = message_object({**native, "prompt_cached_count": 9}, model="qwen")
+    assert cached["usage"] == {"input_tokens": 3, "output_tokens": 7,
+                               "cache_creation_input_tokens": 0, "cache_read_input_tokens": 9}
 
 
 def test_message_object_tool_use() -> None:
@@ -230,7 +235,9 @@ def test_stream_event_sequence_text_then_thinking_then_tool() -> None:
     assert stops == [0, 1, 2]
     assert events[-2][1] == {"type": "message_delta",
                              "delta": {"stop_reason": "tool_use", "stop_sequence": None},
-                             "usage": {"input_tokens": 12, "output_tokens": 7}}
+                             "usage": {"input_tokens": 12, "output_tokens": 7,
+                                       "cache_creation_input_tokens": 0,
+                                       "cache_read_input_tokens": 0}}
 
 
 def test_stream_empty_reply_and_error_chunk() -> None:

@@ -20,8 +20,18 @@ def test_chat_completion_plain() -> None:
         "system_fingerprint": "fp_ollama",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello!"},
                      "logprobs": None, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
+                  "prompt_tokens_details": {"cached_tokens": 0}},
     }
+
+
+def test_usage_says_how_much_of_the_prompt_the_cache_held() -> None:
+    native = {"message": {"content": "Hi"}, **DONE, "prompt_cached_count": 8}
+    out = chat_completion([native, {**native, "prompt_cached_count": 0}], model="m")
+    assert out["usage"]["prompt_tokens_details"] == {"cached_tokens": 8}  # the prompt's, once
+    s = ChatStream("m", include_usage=True)
+    chunks = feed_all(s, [native])
+    assert chunks[-1]["usage"]["prompt_tokens_details"] == {"cached_tokens": 8}
 
 
 def test_chat_completion_tool_calls_thinking_and_n() -> None:
@@ -37,7 +47,8 @@ def test_chat_completion_tool_calls_thinking_and_n() -> None:
     assert call["type"] == "function" and call["id"].startswith("call_")
     assert call["function"] == {"name": "f", "arguments": '{"b": 1, "a": "é"}'}
     assert (c1["index"], c1["finish_reason"], c1["message"]["content"]) == (1, "length", "cut")
-    assert out["usage"] == {"prompt_tokens": 10, "completion_tokens": 12, "total_tokens": 22}
+    assert out["usage"] == {"prompt_tokens": 10, "completion_tokens": 12, "total_tokens": 22,
+                            "prompt_tokens_details": {"cached_tokens": 0}}
 
 
 def test_chat_completion_logprobs() -> None:
@@ -82,7 +93,8 @@ def test_chat_stream_shape() -> None:
     assert chunks[2]["choices"][0]["finish_reason"] == "stop"
     assert chunks[0]["choices"][0]["finish_reason"] is None
     assert chunks[3]["choices"] == [] and chunks[3]["usage"] == {
-        "prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        "prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
+        "prompt_tokens_details": {"cached_tokens": 0}}
     assert s.done
 
 
@@ -142,7 +154,8 @@ def test_usage_chunk_for_n_streams() -> None:
                                    "model": "m", "system_fingerprint": "fp_ollama",
                                    "choices": [],
                                    "usage": {"prompt_tokens": 3, "completion_tokens": 4,
-                                             "total_tokens": 7}}
+                                             "total_tokens": 7,
+                                             "prompt_tokens_details": {"cached_tokens": 0}}}
 
 
 def test_n_choices_interleaved_share_one_usage_and_fail_as_one_event() -> None:
@@ -159,7 +172,8 @@ def test_n_choices_interleaved_share_one_usage_and_fail_as_one_event() -> None:
     chunks = parse(frames[:-1])
     assert [c["choices"][0]["index"] for c in chunks[:-1]] == [1, 0, 0, 1]
     assert chunks[-1]["usage"] == {"prompt_tokens": 10, "completion_tokens": 8,
-                                   "total_tokens": 18}
+                                   "total_tokens": 18,
+                                   "prompt_tokens_details": {"cached_tokens": 0}}
     (error,) = parse(ChatStream("m").fail(ServerBusy("busy")))
     assert error == {"error": {"message": "busy", "type": "api_error", "param": None,
                                "code": None}}

@@ -246,3 +246,10 @@ def test_failure_and_sse_frame() -> None:
     assert events[1]["response"]["error"]["message"] == "runner died"
     hidden = parse(ResponsesStream("m", {}).fail(RuntimeError("/home/me/secret")))
     assert hidden[0]["message"] == "internal error"
+
+
+def test_usage_counts_the_prompt_tokens_the_cache_held() -> None:
+    final = final_response({**chunk(True, content="Hi"), "prompt_cached_count": 4}, "m", {})
+    usage = Response.model_validate(final).usage
+    assert usage is not None and usage.input_tokens == 5
+    assert usage.input_tokens_details.cached_tokens == 4  # a part of input_tokens

@@ -22,8 +22,12 @@ from localllm.compat.frames import new_id
 
 
 def usage(native: Metrics) -> dict[str, int]:
-    return {"input_tokens": int(native.get("prompt_eval_count") or 0),
-            "output_tokens": int(native.get("eval_count") or 0)}
+    """Anthropic counts what the cache served apart: ``input_tokens`` is the rest of the
+    prompt.  Every prompt is cached without being asked to, so none is a cache write."""
+    prompt = int(native.get("prompt_eval_count") or 0)
+    cached = min(prompt, int(native.get("prompt_cached_count") or 0))
+    return {"input_tokens": prompt - cached, "output_tokens": int(native.get("eval_count") or 0),
+            "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached}
 
 
 def stop_reason(native: ChatChunk, called_tools: bool) -> tuple[str, str | None]:

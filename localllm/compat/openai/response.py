@@ -32,15 +32,19 @@ from localllm.compat.frames import new_id
 FINGERPRINT = "fp_ollama"
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
+    """OpenAI's usage; ``cached_tokens``: the part of the prompt the prompt cache held."""
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
 
 
-def native_usage(natives: Sequence[Metrics]) -> dict[str, int]:
+def native_usage(natives: Sequence[Metrics]) -> dict[str, Any]:
+    """Every choice's completion; the prompt (one for all choices) from the first."""
     prompt = int(natives[0].get("prompt_eval_count") or 0) if natives else 0
+    cached = int(natives[0].get("prompt_cached_count") or 0) if natives else 0
     completion = sum(int(n.get("eval_count") or 0) for n in natives)
-    return usage(prompt, completion)
+    return usage(prompt, completion, cached)
 
 
 def tool_calls_to_openai(calls: Sequence[ToolCall], *, start: int = 0,

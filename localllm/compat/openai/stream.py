@@ -43,6 +43,7 @@ class _Stream(Generic[C]):
         self.include_usage = include_usage
         self._finished = [False] * n
         self._prompt = 0  # the prompt is the same for every choice: counted once
+        self._cached = 0
         self._completion = 0
 
     @property
@@ -54,8 +55,10 @@ class _Stream(Generic[C]):
         return {"id": self.id, "object": self.object_name, "created": self.created,
                 "model": self.model, "system_fingerprint": FINGERPRINT, "choices": choices}
 
-    def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
-        return {**self._chunk([]), "usage": usage(prompt_tokens, completion_tokens)}
+    def usage_chunk(self, prompt_tokens: int, completion_tokens: int,
+                    cached_tokens: int = 0) -> dict[str, Any]:
+        return {**self._chunk([]), "usage": usage(prompt_tokens, completion_tokens,
+                                                  cached_tokens)}
 
     def _choice(self, index: int, native: C) -> list[dict[str, Any]]:
         raise NotImplementedError
@@ -72,13 +75,16 @@ class _Stream(Generic[C]):
         frames = [sse(chunk) for chunk in self._choice(index, native)]
         if native.get("done"):
             self._finished[index] = True
-            self._prompt = self._prompt or int(native.get("prompt_eval_count") or 0)
+            if not self._prompt:
+                self._prompt = int(native.get("prompt_eval_count") or 0)
+                self._cached = int(native.get("prompt_cached_count") or 0)
             self._completion += int(native.get("eval_count") or 0)
         return frames
 
     def end(self) -> list[str]:
-        usage_frame: list[str] = ([sse(self.usage_chunk(self._prompt, self._completion))]
-                                  if self.include_usage else [])
+        usage_frame: list[str] = (
+            [sse(self.usage_chunk(self._prompt, self._completion, self._cached))]
+            if self.include_usage else [])
         return [*usage_frame, SSE_DONE]
 
     def fail(self, exc: BaseException) -> list[str]:

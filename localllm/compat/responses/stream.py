@@ -31,9 +31,9 @@ from localllm.compat.frames import failure, new_id, sse
 def _usage(native: Metrics) -> dict[str, Any]:
     prompt = int(native.get("prompt_eval_count") or 0)
     output = int(native.get("eval_count") or 0)
-    # Prefix reuse is not reported per request, so no cached tokens are claimed.
+    cached = int(native.get("prompt_cached_count") or 0)  # a part of input_tokens
     return {"input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
             "output_tokens": output, "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": prompt + output}
 
