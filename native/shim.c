@@ -381,10 +381,12 @@ static void ll_hint_handler(int sig) {
         ssize_t w = write(2, g_hint, g_hint_len);
         (void)w;
     }
-    /* Put the previous action back and return: the faulting instruction runs again and
-     * ends the process as it would have without us (a core, faulthandler's traceback). */
+    /* Put the previous action back and send the signal again: it is blocked until this
+     * handler returns, then ends the process as it would have without us (a core dump,
+     * faulthandler's traceback), whether a fault raised it or kill(2) sent it. */
     for (int i = 0; i < 3; i++)
         if (g_hint_signals[i] == sig) sigaction(sig, &g_hint_prev[i], NULL);
+    raise(sig);
 }
 
 int ll_crash_hint(const char *text) {

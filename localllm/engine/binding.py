@@ -78,6 +78,12 @@ def _check(ffi: Any, lib: Any) -> None:
             )
 
 
+def echo_log() -> bool:
+    """Whether llama.cpp's log lines also go to stderr: at LOCALLLM_DEBUG's debug and trace
+    levels (1, 2), not at info (0) nor at the quieter -1 (warnings) and -2 (errors)."""
+    return config.DEBUG.get() > 0
+
+
 @functools.lru_cache(maxsize=1)
 def native() -> tuple[Any, Any]:
     """Return ``(ffi, lib)`` of the loaded native module, initialising llama.cpp once."""
@@ -95,8 +101,7 @@ def native() -> tuple[Any, Any]:
         ) from exc
     ffi, lib = _native.ffi, _native.lib
     _check(ffi, lib)
-    # Echo llama.cpp's log at debug and trace (1, 2); -1 and -2 are quieter than info.
-    lib.ll_log_capture(2, 1 if config.DEBUG.get() > 0 else 0)
+    lib.ll_log_capture(2, int(echo_log()))
     lib.ll_backend_init()
     return ffi, lib
 

@@ -15,7 +15,7 @@ report that these buffers are system RAM.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import lru_cache, partial
+from functools import partial
 from itertools import product
 from typing import Any
 
@@ -85,8 +85,11 @@ def _takes(lib: Any, i: int, t: int, n_mat: int, copy: Any, size: Any, k: int,
     return bool(lib.ll_cpu_extra_buft_takes(i, t, k, rows, n_mat, copy, size) == 1)
 
 
-@lru_cache(maxsize=1)
 def host_buffer_names() -> frozenset[str]:
-    """Names of the CPU's extra buffer types (``"AMX"``, ``"CPU_REPACK"``): system RAM."""
+    """Names of the CPU's extra buffer types (``"AMX"``, ``"CPU_REPACK"``): system RAM.
+
+    Asked each time: LOCALLLM_CPU_REPACK=auto may take a type out of the list before a
+    load (engine/cpu_check.py), and a few calls into the shim cost nothing next to a load.
+    """
     _, lib = native()
     return frozenset(_names(lib.ll_cpu_extra_buft_count(), lib.ll_cpu_extra_buft_name))

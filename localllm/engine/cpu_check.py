@@ -54,6 +54,10 @@ K, ROWS = 512, 128  # a multiple of every block and row grouping a repacking ker
 CHILD_TIMEOUT_S = 8.0  # per child; the probe that starts them has 30 s in all
 CACHE_VERSION = 1
 AMX = "AMX"  # ggml's name for the AMX buffer type
+# A runner's last line when it dies of a CPU fault with AMX in use (runner/lastwords.py
+# picks a line that says "crashed" for the client's error).
+CRASH_HINT = ("localllm: runner crashed (CPU fault) with llama.cpp's AMX weights in use; "
+              "if AMX is the cause, set LOCALLLM_CPU_REPACK=off (or auto)")
 
 
 @dataclass(frozen=True)
@@ -224,11 +228,11 @@ def run_checks(names: Sequence[str], timeout: float = CHILD_TIMEOUT_S) -> Verdic
     return Verdict({n: faults.get(n, "") for n in names}, drop_works, cacheable)
 
 
-def cache_key(names: Sequence[str]) -> str:
+def cache_key() -> str:
     """This boot, this CPU as ggml sees it, and this build of ggml and llama.cpp."""
     from localllm.engine.binding import build_info, system_info
 
-    parts: list[Any] = [CACHE_VERSION, list(names), system_info(), build_info()]
+    parts: list[Any] = [CACHE_VERSION, system_info(), build_info()]
     try:
         parts.append(Path("/proc/sys/kernel/random/boot_id").read_text().strip())
     except OSError:
@@ -265,19 +269,21 @@ def _cache_file(key: str) -> Path:
 
 
 def verdict(names: Sequence[str] | None = None, refresh: bool = False) -> Verdict:
-    """The cached verdict for this boot and build, else a fresh one (then cached)."""
+    """The cached verdict for this boot and build, else a fresh one (then cached).
+
+    ``names``: the types to answer for (default: this process's list); a cached verdict
+    that covers them answers (a process that took a type out asks about fewer).
+    """
     names = buffer_names() if names is None else list(names)
     if not names:
         return Verdict()
-    key = cache_key(names)
-    path = _cache_file(key)
+    path = _cache_file(cache_key())
     if not refresh:
         try:
             raw = json.loads(path.read_text())
             faults = raw["faults"]
-            if (isinstance(faults, dict) and list(faults) == list(names)
-                    and all(isinstance(v, str) for v in faults.values())):
-                return Verdict(faults, bool(raw.get("drop_works", True)))
+            if (isinstance(faults, dict) and all(isinstance(faults.get(n), str) for n in names)):
+                return Verdict({n: faults[n] for n in names}, bool(raw.get("drop_works", True)))
         except (OSError, ValueError, KeyError, TypeError):
             pass
     found = run_checks(names)
@@ -327,9 +333,7 @@ def prepare(mode: str) -> bool:
         # AMX is the type known to crash where it is advertised (see the module
         # docstring): if it does (mode on, or a fault the self-test missed), the daemon's
         # error names the way out, since it quotes the runner's last line: this one.
-        lib.ll_crash_hint(
-            f"localllm: runner crashed (CPU fault) with llama.cpp's {AMX} weights in use; "
-            f"if AMX is the cause, set LOCALLLM_CPU_REPACK=off (or auto)".encode())
+        lib.ll_crash_hint(CRASH_HINT.encode())
     return d.use_extra_bufts
 
 

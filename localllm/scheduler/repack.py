@@ -70,7 +70,7 @@ def describe(mode: str, cpu: Device | None) -> str:
     used = usable_extras(cpu, (), mode)
     parts = [(", ".join(b.name for b in used) or "none") + " used"
              + (" (not tested)" if mode == "on" else "")]
-    parts += [f"{b.name} left out ({b.fault or 'cannot be left out alone'})"
+    parts += [f"{b.name} left out ({b.fault or 'works, but only all types can be left out here'})"
               for b in extras if b not in used]
     return f"{mode}: " + "; ".join(parts)
 

@@ -46,6 +46,39 @@ def test_stable_names_make_rpc_devices_mean_the_same_everywhere() -> None:
         "CPU", "RPC[10.0.0.2:50052]", "RPC[10.0.0.2:50052]#1", "CUDA0"]
 
 
+def _dev(index: int, ggml_name: str, kind: str, registry: str) -> object:
+    from localllm.engine.plugins import NativeDevice
+
+    return NativeDevice(index, ggml_name, ggml_name, "", kind, 0, 0, registry)
+
+
+@pytest.mark.parametrize(("library", "want"), [
+    ("", [1, 2, 3, 4]), ("cpu", [4]), ("cuda", [1, 4]), ("vulkan", [2, 4]),
+    ("rocm", [3, 4]), ("metal", [4]),
+])
+def test_llm_library_narrows_what_a_load_is_given(monkeypatch: pytest.MonkeyPatch,
+                                                  library: str, want: list[int]) -> None:
+    # An empty device list means "every local GPU" (LoadOptions.devices); with
+    # LOCALLLM_LLM_LIBRARY only that library's, as the planner plans (accelerators such
+    # as BLAS compute in host memory and stay; workers only when planned on).
+    from localllm.engine import plugins
+
+    devs = [_dev(0, "CPU", "cpu", "CPU"), _dev(1, "CUDA0", "gpu", "CUDA"),
+            _dev(2, "Vulkan0", "gpu", "Vulkan"), _dev(3, "ROCm0", "gpu", "ROCm"),
+            _dev(4, "BLAS", "accel", "BLAS"), _dev(5, "RPC0", "gpu", "RPC[10.0.0.2:50052]")]
+    monkeypatch.setattr(plugins, "devices", lambda: devs)
+    monkeypatch.setenv("LOCALLLM_LLM_LIBRARY", library)
+    assert plugins.local_offload_devices() == want
+
+
+@pytest.mark.parametrize(("level", "echo"), [("", False), ("0", False), ("-1", False),
+                                             ("-2", False), ("1", True), ("2", True)])
+def test_llama_log_is_echoed_only_at_debug_levels(monkeypatch: pytest.MonkeyPatch, level: str,
+                                                  echo: bool) -> None:
+    monkeypatch.setenv("LOCALLLM_DEBUG", level)
+    assert binding.echo_log() is echo
+
+
 def test_system_info_lists_cpu_features() -> None:
     assert "CPU" in binding.system_info()
 

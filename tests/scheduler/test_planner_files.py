@@ -55,9 +55,9 @@ def _allocated(path: Path, ctx: int, parallel: int, fa: str) -> dict[str, dict[s
 def _devices() -> list[Device]:
     """This machine's devices as the daemon's probe reports them (the CPU's extra buffer
     types, which GPUs have a host buffer), with 16 GiB of RAM so nothing is squeezed."""
+    from localllm.engine.probe_child import collect
     from localllm.hardware.cpu import cpu_info
     from localllm.hardware.detect import build_hardware
-    from localllm.engine.probe_child import collect
 
     hw = build_hardware(collect(), cpu_info(), [])
     return [replace(d, free=16 << 30, total=16 << 30) if d.kind == "cpu" else d
@@ -89,10 +89,13 @@ def test_cpu_estimate_within_15_percent_of_llama_cpp(llama_58m: Path, ctx: int, 
 
 
 
+@pytest.mark.parametrize("mode", ["auto", "off"])
 @pytest.mark.parametrize("quant", ["Q8_0", "Q4_0", "Q4_K_M", "F16"])
-def test_cpu_weights_as_llama_cpp_maps_and_repacks_them(quant: str, tmp_path: Path) -> None:
+def test_cpu_weights_as_llama_cpp_maps_and_repacks_them(quant: str, mode: str,
+                                                        tmp_path: Path) -> None:
     # Weights only, so the comparison is tight: the mapped file span plus the copies this
-    # CPU's extra buffer types (AMX, CPU_REPACK...) take, if it has any.
+    # CPU's extra buffer types (AMX, CPU_REPACK...) take, if it has any, and
+    # LOCALLLM_CPU_REPACK lets them (auto: those whose self-test passed; off: none).
     from localllm.engine.engine import Engine
     from localllm.engine.model import buffer_sizes
     from localllm.runner.messages import LoadOptions
@@ -101,9 +104,12 @@ def test_cpu_weights_as_llama_cpp_maps_and_repacks_them(quant: str, tmp_path: Pa
     shape = ggufmeta.Shape(n_layers=3, n_embd=512, n_head=8, n_head_kv=4, n_ff=1536,
                            n_vocab=4096)
     path = ggufmeta.write_gguf(tmp_path / "m.gguf", shape, quant)
-    with Engine([str(path)], LoadOptions(n_ctx=512, n_gpu_layers=0, n_threads=1)) as engine:
+    load = LoadOptions(n_ctx=512, n_gpu_layers=0, n_threads=1, cpu_repack=mode)  # type: ignore[arg-type]
+    with Engine([str(path)], load) as engine:
         logged = buffer_sizes(engine._load_log, ram=())  # each buffer type on its own
-    p = plan(read_model_info(path), _devices(), PlanOptions(num_ctx=512, num_gpu=0))
+    p = plan(read_model_info(path), _devices(), PlanOptions.from_load(load))
     model = sum(v["model"] for v in logged.values())
+    if mode == "off":
+        assert set(logged) <= {"CPU", "CPU_Mapped"}, logged
     # llama.cpp logs each buffer in MiB with two decimals.
     assert abs(p.cpu.weights - model) <= len(logged) * MiB // 100, logged

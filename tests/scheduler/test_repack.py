@@ -12,7 +12,7 @@ from localllm.gguf_info import Matrix, ModelInfo, read_model_info
 from localllm.hardware.cpu_buffers import BufferRule, ExtraBuffer
 from localllm.hardware.detect import Device
 from localllm.scheduler.planner import PlanOptions, plan
-from localllm.scheduler.repack import repacked_bytes
+from localllm.scheduler.repack import describe, repacked_bytes
 from tests import ggufmeta
 from tests.scheduler.shapes import cpu, cuda, rpc
 
@@ -103,6 +103,41 @@ def test_a_gpu_with_a_host_buffer_comes_first_even_with_no_layers(info: ModelInf
     assert weights(info, [host(AMX), gpu]) == weights(info, [cpu(), gpu])
     partial = replace(OPTS, num_gpu=2)
     assert weights(info, [host(AMX), gpu], partial) == weights(info, [cpu(), gpu], partial)
+
+
+def test_cpu_repack_off_counts_no_copy(info: ModelInfo) -> None:
+    # LOCALLLM_CPU_REPACK=off: the runner loads with use_extra_bufts false.
+    off = replace(OPTS, cpu_repack="off")
+    assert weights(info, [host(AMX, REPACK)], off) == weights(info, [cpu()])
+    assert weights(info, [host(AMX, REPACK)], replace(off, use_mmap=False)) == weights(
+        info, [cpu()], replace(OPTS, use_mmap=False))
+    draft = replace(off, draft=info)
+    assert weights(info, [host(REPACK)], draft) == weights(info, [cpu()], draft)
+
+
+def test_auto_counts_only_the_types_the_self_test_kept(info: ModelInfo) -> None:
+    # A broken AMX (engine/cpu_check.py) is left out: CPU_REPACK takes its Q4_K matrices.
+    broken = replace(AMX, auto=False, fault="self-test crashed: signal 4, SIGILL")
+    assert weights(info, [host(broken, REPACK)]) == weights(info, [host(REPACK)])
+    assert weights(info, [host(broken, REPACK)], replace(OPTS, cpu_repack="on")) == weights(
+        info, [host(AMX, REPACK)])
+    # Where ggml's list cannot lose one type, auto keeps none (the probe says so).
+    none = host(broken, replace(REPACK, auto=False))
+    assert weights(info, [none]) == weights(info, [cpu()])
+
+
+def test_doctor_says_what_each_mode_does_here() -> None:
+    broken = replace(AMX, auto=False, fault="self-test crashed: signal 4, SIGILL")
+    cpu_dev = host(broken, REPACK)
+    assert describe("auto", cpu_dev) == (
+        "auto: CPU_REPACK used; AMX left out (self-test crashed: signal 4, SIGILL)")
+    assert describe("on", cpu_dev) == "on: AMX, CPU_REPACK used (not tested)"
+    assert describe("off", cpu_dev) == (
+        "off: weights stay as the file has them (AMX, CPU_REPACK unused)")
+    assert describe("auto", host()) == "auto: this CPU backend has no extra buffer types"
+    assert describe("auto", host(broken, replace(REPACK, auto=False))) == (
+        "auto: none used; AMX left out (self-test crashed: signal 4, SIGILL); "
+        "CPU_REPACK left out (works, but only all types can be left out here)")
 
 
 def test_over_rpc_the_cpu_layers_are_repacked(info: ModelInfo) -> None:
