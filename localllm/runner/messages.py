@@ -83,9 +83,6 @@ class LoadOptions:
     # Bytes of host memory for idle slots' cells (LOCALLLM_PROMPT_CACHE, engine/park.py):
     # -1 = as many as the KV cache takes, 0 = none (idle slots keep their cells).
     prompt_cache: int = -1
-
-
-@dataclass
     # Bytes of disk for those copies, kept across reloads and restarts in prompt_cache_dir
     # (LOCALLLM_PROMPT_CACHE_DISK, engine/diskcache.py); 0 = none.
     prompt_cache_disk: int = 0
@@ -94,6 +91,9 @@ class LoadOptions:
     # device_sampling.py), for the requests whose sampler chain it can run: "auto" = when
     # that device is a GPU, "on" also on the CPU backend (tests), "off" = always on the host.
     device_sampling: Literal["auto", "on", "off"] = "auto"
+
+
+@dataclass
 class SamplingParams:
     """Ollama's sampling options with Ollama's defaults."""
 
