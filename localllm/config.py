@@ -467,6 +467,13 @@ PROMPT_CACHE = Setting(
     "when a prompt continues them, as llama-server's --cache-ram. auto or -1 (the default) = "
     "as much as the model's KV cache, at most 8 GiB; 0 = off (idle slots keep their cells "
     "in the KV cache).")
+PROMPT_CACHE_DISK = Setting(
+    "LOCALLLM_PROMPT_CACHE_DISK", parse_size, 4 << 30,
+    "Disk space for cached prompts, shared by all models, e.g. 10GiB: what the prompt cache "
+    "holds in memory is also written under the cache folder (keyed by model, adapters and "
+    "tokens), so a model reload, an idle unload or a daemon restart does not evaluate a long "
+    "shared prefix again; the least recently used go first. Needs LOCALLLM_PROMPT_CACHE on; "
+    "0 = off.")
 ALLOWED_PATHS: Setting[list[str]] = Setting(
     "LOCALLLM_ALLOWED_PATHS", _list, [],
     "Folders (comma-separated) the daemon may read model files from when /api/create names a "
@@ -491,13 +498,6 @@ CACHE = Setting("LOCALLLM_CACHE", _str, "",
 
 
 _HF_REPO_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_][A-Za-z0-9_.-]{0,95}")
-PROMPT_CACHE_DISK = Setting(
-    "LOCALLLM_PROMPT_CACHE_DISK", parse_size, 4 << 30,
-    "Disk space for cached prompts, shared by all models, e.g. 10GiB: what the prompt cache "
-    "holds in memory is also written under the cache folder (keyed by model, adapters and "
-    "tokens), so a model reload, an idle unload or a daemon restart does not evaluate a long "
-    "shared prefix again; the least recently used go first. Needs LOCALLLM_PROMPT_CACHE on; "
-    "0 = off.")
 
 
 def parse_hf_repo(raw: str) -> str:
