@@ -8,12 +8,18 @@
 #include <ctype.h>
 #include <math.h>
 #include <pthread.h>
+#if !defined(_WIN32)
 #include <signal.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#if defined(_WIN32)
+#include <windows.h>
+#else
 #include <unistd.h>
+#endif
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -315,8 +321,12 @@ int ll_cpu_extra_buft_selftest(int i, int type, int64_t k, int64_t rows, int64_t
     for (int r = 0; r < rounds; r++) {
         if (ggml_backend_graph_compute(be, gf) != GGML_STATUS_SUCCESS) goto done;
         if (r + 1 < rounds) {
+#if defined(_WIN32)
+            Sleep(2);
+#else
             struct timespec pause = {0, 2 * 1000 * 1000};
             nanosleep(&pause, NULL);
+#endif
         }
     }
     ggml_backend_tensor_get(y, got, 0, sizeof(float) * (size_t)(rows * m));
@@ -371,6 +381,10 @@ int ll_cpu_extra_buft_drop(const char *name) {
 
 /* ---- crash hint ---------------------------------------------------------- */
 
+#if defined(_WIN32)
+/* No POSIX signals: the daemon's error says how the runner ended, without the hint. */
+int ll_crash_hint(const char *text) { (void)text; return -1; }
+#else
 static char g_hint[512];
 static size_t g_hint_len = 0;
 static struct sigaction g_hint_prev[3];
@@ -401,6 +415,7 @@ int ll_crash_hint(const char *text) {
         if (sigaction(g_hint_signals[i], &sa, &g_hint_prev[i]) != 0) return -1;
     return 0;
 }
+#endif
 
 /* ---- backend plugins and RPC --------------------------------------------- */
 

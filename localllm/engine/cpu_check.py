@@ -67,7 +67,7 @@ class Verdict:
 
     faults: dict[str, str] = field(default_factory=dict)
     drop_works: bool = True
-    cacheable: bool = True  # False when a child timed out: a busy machine, maybe
+    cacheable: bool = True  # False when a child ran out of time or failed in Python
 
     @property
     def broken(self) -> list[str]:
@@ -173,8 +173,8 @@ def _child(args: list[str], timeout: float) -> tuple[list[dict[str, Any]], int |
         text, rc = out.stdout, out.returncode
     except subprocess.TimeoutExpired as exc:  # run() has killed it
         text, rc = exc.stdout, None
-    except OSError:
-        return [], 1
+    except OSError:  # no process at all (out of memory, too many processes): no answer
+        return [], None
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
     lines = []
@@ -208,10 +208,13 @@ def run_checks(names: Sequence[str], timeout: float = CHILD_TIMEOUT_S) -> Verdic
         if not left:
             break
         # The child ended before it answered for every type: the one it was testing is
-        # the culprit (none started: the child could not even begin, so all are).
+        # the culprit (none started: the child could not even begin, so all are).  Only
+        # a kernel's death by a signal is a fact of this machine worth keeping; a child
+        # that ran out of time or failed in Python says as much about the moment.
         culprits = [testing] if testing in left else left
-        how = "timed out" if rc is None else f"crashed: {describe_exit(rc)}"
-        cacheable = cacheable and rc is not None
+        how = ("did not finish in time" if rc is None else
+               f"crashed: {describe_exit(rc)}" if rc < 0 else f"failed: {describe_exit(rc)}")
+        cacheable = cacheable and rc is not None and rc < 0
         for n in culprits:
             faults[n] = f"self-test {how}"
         pending = [n for n in left if n not in culprits]
@@ -224,7 +227,7 @@ def run_checks(names: Sequence[str], timeout: float = CHILD_TIMEOUT_S) -> Verdic
         passed = {str(m["name"]) for m in lines if "name" in m and not m.get("fault")}
         drop_works = (rc == 0 and all(dropped.get(n) == 1 for n in broken)
                       and set(kept) <= passed)
-        cacheable = cacheable and rc is not None
+        cacheable = cacheable and rc is not None and rc <= 0
     return Verdict({n: faults.get(n, "") for n in names}, drop_works, cacheable)
 
 

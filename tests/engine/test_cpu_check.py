@@ -105,12 +105,17 @@ def test_a_list_that_keeps_the_type_means_no_dropping(monkeypatch: pytest.Monkey
     assert cpu_check.run_checks(["AMX"]) == Verdict({"AMX": "self-test: off by 1"}, False)
 
 
-def test_a_child_that_hangs_fails_its_type_but_is_not_cached(
+def test_a_child_that_hangs_or_fails_fails_its_type_but_is_not_cached(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("LOCALLLM_CACHE", str(tmp_path))
     _children(monkeypatch, [([{"start": "AMX"}], None), ([{"dropped": "AMX", "rc": 1}], 0)])
     v = cpu_check.verdict(["AMX"])
-    assert v.faults == {"AMX": "self-test timed out"} and not v.cacheable
+    assert v.faults == {"AMX": "self-test did not finish in time"} and not v.cacheable
+    assert not list(tmp_path.iterdir())
+    # Nor is one that failed in Python rather than in a kernel.
+    _children(monkeypatch, [([], 1), ([{"dropped": "AMX", "rc": 1}], 0)])
+    v = cpu_check.verdict(["AMX"])
+    assert v.faults == {"AMX": "self-test failed: exit status 1"} and not v.cacheable
     assert not list(tmp_path.iterdir())
 
 
@@ -269,3 +274,26 @@ def test_where_amx_is_broken_the_probe_planner_and_doctor_leave_it_out(
     assert amx not in usable_extras(host, (), "auto")
     assert amx in usable_extras(host, (), "on") and not usable_extras(host, (), "off")
     assert "AMX left out (self-test crashed" in describe("auto", host)
+
+
+def test_through_a_runner_auto_answers_and_on_dies_with_the_setting_named(
+        quantized: dict[str, Path], amx_broken: None) -> None:
+    # The daemon's view: LoadOptions.cpu_repack crosses the runner protocol, and the
+    # client's error for a runner that died says what to set.
+    from localllm.errors import RunnerCrashed
+    from localllm.runner.messages import LoadOptions
+    from localllm.runner.process import RunnerProcess
+    from tests.runner.conftest import arun, collect, greedy, running
+
+    def load(mode: str) -> LoadOptions:
+        return LoadOptions(n_ctx=256, n_threads=2, cpu_repack=mode)  # type: ignore[arg-type]
+
+    async def answer(mode: str) -> str:
+        async with running(RunnerProcess.start([str(quantized["Q8_0"])], load(mode),
+                                               load_timeout=60)) as runner:
+            return (await collect(runner, greedy("g", PROMPT, 8)))[0]
+
+    assert arun(answer("auto")) == expected_greedy(PROMPT, 8)
+    with pytest.raises(RunnerCrashed, match="set LOCALLLM_CPU_REPACK=off") as err:
+        arun(answer("on"))
+    assert "SIGSEGV" in str(err.value) or "SIGILL" in str(err.value)
