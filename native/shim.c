@@ -50,7 +50,10 @@ struct ll_context {
     struct llama_context *ctx;
     ll_model *m;
     int32_t n_vocab;
+    struct llama_sampler *keeper; /* device sampling: the chain on no slot's sequence */
 };
+
+static struct llama_sampler *keeper_new(void);
 
 struct ll_batch {
     struct llama_batch b;
@@ -64,6 +67,8 @@ struct ll_sampler {
     int32_t top_k;                   /* > 0: top-k is the chain's first cut (see sample) */
     int32_t n_vocab;
     llama_token_data *cand;          /* top_k candidates, reused every token */
+    struct llama_context *on;        /* attached for sampling on the device (ll_sampler_attach) */
+    int32_t seq;                     /* the sequence it is attached to */
 };
 
 struct ll_lora {
@@ -592,7 +597,8 @@ static int ll_model_pooling(const ll_model *m) {
 
 ll_context *ll_context_new(ll_model *m, uint32_t n_ctx, uint32_t n_seq_max, uint32_t n_batch,
                            uint32_t n_ubatch, int n_threads, int n_threads_batch, int flash_attn,
-                           const char *kv_type, int embeddings, int pooling, int kv_unified) {
+                           const char *kv_type, int embeddings, int pooling, int kv_unified,
+                           int device_sampling) {
     struct llama_context_params p = llama_context_default_params();
     enum ggml_type kv = ll_kv_type(kv_type);
     if (kv == GGML_TYPE_COUNT) return NULL;
@@ -615,21 +621,43 @@ ll_context *ll_context_new(ll_model *m, uint32_t n_ctx, uint32_t n_seq_max, uint
     } else {
         p.pooling_type = (enum llama_pooling_type)pooling;
     }
+    struct llama_sampler *keeper = NULL;
+    struct llama_sampler_seq_config keep = {0};
+    if (device_sampling) {
+        /* Any number of output rows per sequence (speculation verifies several), and
+           a chain attached from the start to a sequence no batch uses: this load then
+           plans the memory the sampling graph takes (a copy of the logits tensor), and
+           it stays planned while slots attach and detach their chains. */
+        p.n_outputs_max_per_seq = 0;
+        keeper = keeper_new();
+        if (keeper == NULL) return NULL;
+        keep.seq_id = (llama_seq_id)p.n_seq_max;
+        keep.sampler = keeper;
+        p.samplers = &keep;
+        p.n_samplers = 1;
+    }
     struct llama_context *ctx = llama_init_from_model(m->model, p);
-    if (ctx == NULL) return NULL;
-    ll_context *c = calloc(1, sizeof *c);
-    if (c == NULL) { llama_free(ctx); return NULL; }
+    ll_context *c = ctx != NULL ? calloc(1, sizeof *c) : NULL;
+    if (c == NULL) {
+        if (ctx != NULL) llama_free(ctx);
+        if (keeper != NULL) llama_sampler_free(keeper);
+        return NULL;
+    }
     c->ctx = ctx;
     c->m = m;
     c->n_vocab = llama_vocab_n_tokens(m->vocab);
+    c->keeper = keeper;
     return c;
 }
 
 void ll_context_free(ll_context *c) {
     if (c == NULL) return;
     llama_free(c->ctx);
+    if (c->keeper != NULL) llama_sampler_free(c->keeper); /* after: the context points to it */
     free(c);
 }
+
+int ll_device_sampling(const ll_context *c) { return c->keeper != NULL; }
 
 uint32_t ll_n_ctx(const ll_context *c) { return llama_n_ctx(c->ctx); }
 int ll_pooling_type(const ll_context *c) { return (int)llama_pooling_type(c->ctx); }
@@ -878,6 +906,9 @@ void ll_sampler_accept_prompt(ll_sampler *s, const int32_t *tokens, int n) {
 }
 
 int32_t ll_sampler_sample(ll_sampler *s, ll_context *c, int32_t i) {
+    /* Attached: the decode drew the token (or, for a step the device cannot run, left
+       the candidates it got to); this reads it and advances the chain's state. */
+    if (s->on != NULL) return llama_sampler_sample(s->chain, c->ctx, i);
     if (s->argmax_vocab > 0) {
         const float *logits = llama_get_logits_ith(c->ctx, i);
         if (logits != NULL) return argmax_first(logits, s->argmax_vocab);
@@ -907,6 +938,196 @@ int32_t ll_sampler_sample(ll_sampler *s, ll_context *c, int32_t i) {
     }
     return llama_sampler_sample(s->chain, c->ctx, i);
 }
+
+/* ---- sampling on the device (llama.cpp's backend sampling) ------------------ */
+
+/* Two steps of our own in device chains (llama_sampler_i's backend half).
+
+   "ll-best-first" orders the candidates by logit, best first.  llama.cpp's top-k on a
+   device returns its k tokens in no particular order (the CPU backend swaps the first
+   two on purpose) where the host's leaves them best first, and dist draws by walking
+   the cumulative probabilities in that order: without it one seed would draw other
+   tokens on the device than on the host.  A chain with top-p needs none (top-p sorts).
+
+   "ll-token-only" ends every device chain: it takes the chain's logits, probabilities
+   and candidates out of the graph's outputs, so a decode copies one token id per row
+   to the host instead of a vocabulary of floats (greedy leaves the raw logits as its
+   "sampled logits") or three arrays of k.  Logprobs are never read from a device chain:
+   a request that asks for them samples on the host. */
+
+struct best_first { int32_t k; };
+
+static const char *best_first_name(const struct llama_sampler *smpl) {
+    (void)smpl;
+    return "ll-best-first";
+}
+
+static int by_logit_desc(const void *a, const void *b) {
+    const llama_token_data *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* On the host only when the device could not run the steps before it. */
+static void best_first_apply(struct llama_sampler *smpl, llama_token_data_array *cur) {
+    (void)smpl;
+    if (cur->sorted) return;
+    qsort(cur->data, cur->size, sizeof *cur->data, by_logit_desc);
+    cur->sorted = true;
+}
+
+static struct llama_sampler *best_first_new(int32_t k);
+
+static struct llama_sampler *best_first_clone(const struct llama_sampler *smpl) {
+    return best_first_new(((const struct best_first *)smpl->ctx)->k);
+}
+
+static void best_first_free(struct llama_sampler *smpl) { free(smpl->ctx); }
+
+/* A k-row tensor's rows in the given order, as a flat tensor. */
+static struct ggml_tensor *rows_in(struct ggml_context *g, struct ggml_tensor *t,
+                                   struct ggml_tensor *order) {
+    const int64_t n = ggml_nelements(t);
+    return ggml_reshape_1d(g, ggml_get_rows(g, ggml_reshape_2d(g, t, 1, n), order), n);
+}
+
+static bool best_first_backend_init(struct llama_sampler *smpl, ggml_backend_buffer_type_t buft,
+                                    uint32_t n_outputs_max_per_seq) {
+    (void)n_outputs_max_per_seq;
+    ggml_backend_dev_t dev = ggml_backend_buft_get_device(buft);
+    if (dev == NULL) return true; /* as llama.cpp's own steps: the CPU runs every op */
+    const int32_t k = ((struct best_first *)smpl->ctx)->k;
+    struct ggml_init_params ip = {16 * ggml_tensor_overhead(), NULL, true};
+    struct ggml_context *g = ggml_init(ip);
+    if (g == NULL) return false;
+    struct ggml_tensor *x = ggml_new_tensor_1d(g, GGML_TYPE_F32, k);
+    struct ggml_tensor *ids = ggml_new_tensor_1d(g, GGML_TYPE_I32, k);
+    struct ggml_tensor *order = ggml_argsort(g, x, GGML_SORT_ORDER_DESC);
+    struct ggml_tensor *ops[3] = {order, ggml_get_rows(g, ggml_reshape_2d(g, x, 1, k), order),
+                                  ggml_get_rows(g, ggml_reshape_2d(g, ids, 1, k), order)};
+    bool ok = true;
+    for (int j = 0; j < 3 && ok; j++) ok = ggml_backend_dev_supports_op(dev, ops[j]);
+    ggml_free(g);
+    return ok;
+}
+
+static void best_first_backend_apply(struct llama_sampler *smpl, struct ggml_context *g,
+                                     struct ggml_cgraph *gf, struct llama_sampler_data *d) {
+    (void)smpl;
+    (void)gf;
+    struct ggml_tensor *logits = ggml_reshape_1d(g, d->logits, ggml_nelements(d->logits));
+    struct ggml_tensor *order = ggml_argsort(g, logits, GGML_SORT_ORDER_DESC);
+    d->logits = rows_in(g, logits, order);
+    d->candidates = d->candidates != NULL ? rows_in(g, d->candidates, order) : order;
+}
+
+static struct llama_sampler_i best_first_i = {
+    .name = best_first_name,
+    .apply = best_first_apply,
+    .clone = best_first_clone,
+    .free = best_first_free,
+    .backend_init = best_first_backend_init,
+    .backend_apply = best_first_backend_apply,
+};
+
+static struct llama_sampler *best_first_new(int32_t k) {
+    struct best_first *b = malloc(sizeof *b);
+    if (b == NULL) return NULL;
+    b->k = k;
+    return llama_sampler_init(&best_first_i, b);
+}
+
+static const char *token_only_name(const struct llama_sampler *smpl) {
+    (void)smpl;
+    return "ll-token-only";
+}
+
+static void token_only_apply(struct llama_sampler *smpl, llama_token_data_array *cur) {
+    (void)smpl;
+    (void)cur;
+}
+
+static bool token_only_backend_init(struct llama_sampler *smpl, ggml_backend_buffer_type_t buft,
+                                    uint32_t n_outputs_max_per_seq) {
+    (void)smpl;
+    (void)buft;
+    (void)n_outputs_max_per_seq;
+    return true;
+}
+
+static void token_only_backend_apply(struct llama_sampler *smpl, struct ggml_context *g,
+                                     struct ggml_cgraph *gf, struct llama_sampler_data *d) {
+    (void)smpl;
+    (void)g;
+    (void)gf;
+    if (d->sampled == NULL) return; /* nothing drew a token: the host needs the rest */
+    d->logits = NULL;
+    d->probs = NULL;
+    d->candidates = NULL;
+}
+
+static struct llama_sampler_i token_only_i = {
+    .name = token_only_name,
+    .apply = token_only_apply,
+    .backend_init = token_only_backend_init,
+    .backend_apply = token_only_backend_apply,
+};
+
+ll_sampler *ll_sampler_new_device(const ll_model *m, float temp, int top_k, float top_p,
+                                  float min_p, uint32_t seed) {
+    ll_sampler *s = calloc(1, sizeof *s);
+    if (s == NULL) return NULL;
+    struct llama_sampler_chain_params cp = llama_sampler_chain_default_params();
+    cp.no_perf = true;
+    s->chain = llama_sampler_chain_init(cp);
+    if (temp <= 0.0f) {
+        llama_sampler_chain_add(s->chain, llama_sampler_init_greedy());
+    } else {
+        /* The host chain of ll_sampler_new, in its order, without the steps that have
+           no device form (grammar, penalties, typical-p: those requests stay on the host). */
+        const int32_t n_vocab = llama_vocab_n_tokens(m->vocab);
+        const int sorting = top_p > 0.0f && top_p < 1.0f;
+        if (top_k > 0) {
+            const int32_t k = top_k < n_vocab ? top_k : n_vocab; /* as the host's top-k */
+            llama_sampler_chain_add(s->chain, llama_sampler_init_top_k(k));
+            struct llama_sampler *b = sorting ? NULL : best_first_new(k);
+            if (!sorting && b == NULL) { ll_sampler_free(s); return NULL; }
+            if (b != NULL) llama_sampler_chain_add(s->chain, b);
+        }
+        if (sorting) llama_sampler_chain_add(s->chain, llama_sampler_init_top_p(top_p, 1));
+        if (min_p > 0.0f) llama_sampler_chain_add(s->chain, llama_sampler_init_min_p(min_p, 1));
+        llama_sampler_chain_add(s->chain, llama_sampler_init_temp(temp));
+        llama_sampler_chain_add(s->chain, llama_sampler_init_dist(seed));
+    }
+    llama_sampler_chain_add(s->chain, llama_sampler_init(&token_only_i, NULL));
+    return s;
+}
+
+/* Greedy, but never active: its sequence has no rows. */
+static struct llama_sampler *keeper_new(void) {
+    struct llama_sampler_chain_params cp = llama_sampler_chain_default_params();
+    cp.no_perf = true;
+    struct llama_sampler *k = llama_sampler_chain_init(cp);
+    if (k == NULL) return NULL;
+    llama_sampler_chain_add(k, llama_sampler_init_greedy());
+    llama_sampler_chain_add(k, llama_sampler_init(&token_only_i, NULL));
+    return k;
+}
+
+int ll_sampler_attach(ll_sampler *s, ll_context *c, int32_t seq) {
+    if (s->on != NULL || !llama_set_sampler(c->ctx, seq, s->chain)) return 0;
+    s->on = c->ctx;
+    s->seq = seq;
+    return 1;
+}
+
+void ll_sampler_detach(ll_sampler *s) {
+    if (s->on == NULL) return;
+    llama_set_sampler(s->on, s->seq, NULL);
+    s->on = NULL;
+}
+
+void ll_sampler_reset(ll_sampler *s) { llama_sampler_reset(s->chain); }
 
 /* ---- LoRA ------------------------------------------------------------------ */
 

@@ -145,12 +145,17 @@ int ll_detokenize(const ll_model *m, const int32_t *tokens, int n, char *buf, in
 /* kv_type: "f32", "f16", "q8_0", "q4_0" (NULL = f16).  pooling: LL_POOLING_*;
  * LL_POOLING_DEFAULT takes the model's and, for embeddings, falls back to mean.
  * kv_unified: one KV buffer shared by all sequences (mixed batches then decode
- * in whole micro-batches; per-sequence limits are the caller's to keep). */
+ * in whole micro-batches; per-sequence limits are the caller's to keep).
+ * device_sampling: plan for sampler chains attached to sequences (ll_sampler_attach):
+ * any number of output rows per sequence, and the graph memory sampling takes. */
 ll_context *ll_context_new(ll_model *m, uint32_t n_ctx, uint32_t n_seq_max,
                            uint32_t n_batch, uint32_t n_ubatch, int n_threads,
                            int n_threads_batch, int flash_attn, const char *kv_type,
-                           int embeddings, int pooling, int kv_unified);
+                           int embeddings, int pooling, int kv_unified,
+                           int device_sampling);
 void ll_context_free(ll_context *c);
+/* 1 when the context was made with device_sampling. */
+int ll_device_sampling(const ll_context *c);
 uint32_t ll_n_ctx(const ll_context *c);
 int ll_pooling_type(const ll_context *c);
 void ll_set_embeddings(ll_context *c, int on);
@@ -209,6 +214,23 @@ void ll_sampler_free(ll_sampler *s);
 void ll_sampler_accept_prompt(ll_sampler *s, const int32_t *tokens, int n);
 /* Sample from output i and accept the token into the whole chain. */
 int32_t ll_sampler_sample(ll_sampler *s, ll_context *c, int32_t i);
+
+/* ---- sampling on the device (llama.cpp's backend sampling) ------------------ */
+/* A chain that runs in the decode's own graph, on the device that holds the output
+ * layer, once attached to a sequence: greedy when temp <= 0, else top_k, top_p, min_p,
+ * temp and dist(seed) as ll_sampler_new builds them (grammar, penalties and typical-p
+ * have no device form: such requests keep host chains).  Only the token comes back. */
+ll_sampler *ll_sampler_new_device(const ll_model *m, float temp, int top_k, float top_p,
+                                  float min_p, uint32_t seed);
+/* From the next decode, seq's outputs are sampled on the device and ll_sampler_sample
+ * reads the token.  1 attached; 0 not (this context cannot).  Once per chain: a
+ * detached chain is freed, not attached again.  The context re-plans its graph memory
+ * at the next decode after every attach and detach. */
+int ll_sampler_attach(ll_sampler *s, ll_context *c, int32_t seq);
+/* Detach from its sequence (before the chain is freed: the context keeps a pointer). */
+void ll_sampler_detach(ll_sampler *s);
+/* Start over as a new chain would (a fixed seed draws its first number again). */
+void ll_sampler_reset(ll_sampler *s);
 
 /* ---- LoRA adapters -------------------------------------------------------- */
 ll_lora *ll_lora_load(ll_model *m, const char *path);

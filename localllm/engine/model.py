@@ -237,13 +237,17 @@ class Context(_Owner):
 
     def __init__(self, model: Model, *, n_ctx: int, n_seq_max: int, n_batch: int, n_ubatch: int,
                  n_threads: int, flash_attn: str = "auto", kv_type: str = "f16",
-                 embeddings: bool = False, pooling: int = -1, kv_unified: bool = True) -> None:
+                 embeddings: bool = False, pooling: int = -1, kv_unified: bool = True,
+                 device_sampling: bool = False) -> None:
+        """``device_sampling``: planned for sampler chains that run in the decode
+        (engine/device_sampling.py), whose graph takes more memory."""
         self.ffi, self.lib = model.ffi, model.lib
         self.model = model
         take_log()
         h = self.lib.ll_context_new(model.handle, n_ctx, n_seq_max, n_batch, n_ubatch, n_threads,
                                     n_threads, FLASH_ATTN.get(flash_attn, -1), kv_type.encode(),
-                                    int(embeddings), pooling, int(kv_unified))
+                                    int(embeddings), pooling, int(kv_unified),
+                                    int(device_sampling))
         self.load_log = take_log()
         if h == self.ffi.NULL:
             raise ModelLoadError(f"llama.cpp could not create a context: "
@@ -251,6 +255,7 @@ class Context(_Owner):
         self._h = h
         self.n_ctx = int(self.lib.ll_n_ctx(h))
         self.pooling = int(self.lib.ll_pooling_type(h))
+        self.device_sampling = bool(self.lib.ll_device_sampling(h))
         self._ids = self.ffi.new("int32_t[]", 64)
         self._lps = self.ffi.new("float[]", 64)
         self._tlp = self.ffi.new("float *")
