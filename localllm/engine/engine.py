@@ -26,11 +26,11 @@ from localllm.engine import plugins
 from localllm.engine.adapters import Adapters, AdapterSet
 from localllm.engine.batching import fill_batch
 from localllm.engine.budget import StepCost, prompt_budget
+from localllm.engine.device_sampling import SlotChains, wanted
 from localllm.engine.diskcache import open_disk
 from localllm.engine.draft import Drafter
 from localllm.engine.model import Batch, Context, Model, buffer_sizes, no_parts
 from localllm.engine.park import PromptCache, budget
-from localllm.engine.sampling import Sampler
 from localllm.engine.sharing import holds, share_prefixes
 from localllm.engine.shift import shift
 from localllm.engine.slots import OVERFLOW, Active, Slot, cut, pick_slot, prompt_tokens
@@ -72,7 +72,8 @@ class Engine:
             self.ctx = Context(
                 self.model, n_ctx=max(opts.n_ctx, 8) * n_par, n_seq_max=n_par, n_batch=n_batch,
                 n_ubatch=n_ubatch, n_threads=threads,
-                flash_attn=opts.flash_attn, kv_type=opts.kv_type, embeddings=opts.embedding)
+                flash_attn=opts.flash_attn, kv_type=opts.kv_type, embeddings=opts.embedding,
+                device_sampling=wanted(opts, self.model.load_log))
             # One unified KV buffer (as llama-server does): per-sequence streams would make
             # llama.cpp split every mixed batch into equal per-sequence micro-batches.  The
             # per-slot limit is then ours to keep, and keeping it means the buffer never fills.
@@ -102,6 +103,7 @@ class Engine:
         self._queue: deque[tuple[CompletionRequest, list[int], AdapterSet, Any]] = deque()
         self._events: list[Event] = []
         self._load_log = self.model.load_log + self.ctx.load_log
+        self.chains = SlotChains(self.model, self.ctx, self.ctx.device_sampling)
         # Idle slots' cells go to host memory when a request starts (park.py).
         kv_bytes = sum(d["kv"] for d in buffer_sizes(self._load_log).values())
         room = budget(opts.prompt_cache, kv_bytes)
@@ -256,7 +258,7 @@ class Engine:
                 s.active.sampler.close()
                 s.active = None
         # Adapters after the context that applies them, before the model they belong to.
-        for h in ("drafter", "batch", "ctx", "adapters", "projector", "model"):
+        for h in ("drafter", "batch", "chains", "ctx", "adapters", "projector", "model"):
             obj = getattr(self, h, None)
             if obj is not None:
                 obj.close()
@@ -278,7 +280,7 @@ class Engine:
         n = min(n, len(tokens) - 1)  # re-evaluate the last prompt token for its logits
         if media is not None:  # an image is reused whole or evaluated afresh
             n = media.reusable(n)
-        sampler = Sampler(self.model, self.ctx, req.sampling, self.opts.seed)
+        sampler = self.chains.sampler(slot.seq, req, self.opts.seed)  # device_sampling.py
         n = cut(self.ctx, slot, n)  # by position; 0 when this memory cannot cut mid-sequence
         if n and self.model.n_swa and not holds(self.ctx, slot, max(0, n - self.model.n_swa)):
             n = cut(self.ctx, slot, 0)  # the window before n is gone: no reuse
