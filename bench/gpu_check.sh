@@ -19,7 +19,7 @@
 #       of the trimmed tree in both roles, pip's view of it as an sdist, and an
 #       offline resolve of requirements.txt from DIR/wheels for CPython 3.12.
 #
-#   bench/gpu_check.sh [--skip-build] [--load] [DIR]   # on the GPU machine, offline
+#   bench/gpu_check.sh [--skip-build] [--load] [--sampling] [DIR]   # GPU machine, offline
 #       1. venv (--system-site-packages) + deps from DIR/wheels; llama-cpp-python
 #          (CPU core) built from the trimmed sdist, or installed from
 #          DIR/prebuilt/ (bench/gpu_prebuild.sh); localllm itself (native shim)
@@ -34,6 +34,12 @@
 #       8. --load, with the prebuilt tools: bench/engine_bench.py and
 #          bench/server_bench.py at -ngl 99 against llama-bench,
 #          llama-batched-bench and llama-server (issue 15's figures on a GPU)
+#       9. --load or --sampling: bench/sampling_bench.py at -ngl 99, sampling on
+#          the host against sampling on the device (in the decode's graph): step
+#          time and tokens/s at 1, 4 and 16 streams, greedy and Ollama's chain
+#          (about a minute; GPU_CHECK_SAMPLING_S bounds it, default 150)
+#       --sampling runs steps 0-3 and then only step 9: with --skip-build after a
+#       full run, `bash bench/gpu_check.sh --skip-build --sampling` takes ~2 minutes
 #       --skip-build reuses the venv, backend build and model of a previous run
 #       on the same machine (same GPU_CHECK_WORK); after a run cut off during
 #       step 2 (a time limit), it resumes the CUDA build where ninja stopped.
@@ -660,7 +666,7 @@ find_cuda_libs() {
 }
 
 gpu_run() {
-    local dir=$1 skip_build=$2 under_load=$3
+    local dir=$1 skip_build=$2 under_load=$3 sampling_only=${4:-0}
     dir="$(cd "$dir" && pwd)"
     local tarball="$dir/$TARBALL_NAME"
     WORK="${GPU_CHECK_WORK:-/tmp/localllm-gpu-check}"
@@ -827,6 +833,10 @@ gpu_run() {
     [[ -f "$model" ]] || die "$model was not written (see step3-gen-models.log)"
     log "    $model ($(mb "$(file_size "$model")"))"
     step_done
+    if [[ "$sampling_only" == 1 ]]; then
+        sampling_step
+        exit 0
+    fi
 
     step "4 serve + create + measure"
     local port="${GPU_CHECK_PORT:-$("$PY" "$MEASURE" free-port)}"
@@ -864,8 +874,27 @@ gpu_run() {
     log "    result: $LOGS/gpu_check.json"
     if [[ "$under_load" == 1 ]]; then
         under_load_step
+        sampling_step
     fi
     exit "$rc"
+}
+
+# Step 9 (--load, or alone with --sampling): host sampling against device sampling
+# in-process on the 1B model, all layers on the GPU (bench/sampling_bench.py; the
+# daemon of step 4 already samples on the device: its output layer is on the GPU).
+sampling_step() {
+    step "9 sampling on the host vs on the device, -ngl 99"
+    # The bench imports localllm from the checkout: give it step 1's native module.
+    local native
+    native=$(cd "$WORK" && "$PY" -c 'import localllm._native as m; print(m.__file__)')
+    cp "$native" "$REPO/localllm/"
+    local t0=$SECONDS
+    (cd "$REPO" && timeout "${GPU_CHECK_SAMPLING_S:-150}" "$PY" bench/sampling_bench.py \
+        --model 1b-q4_k_m --ngl 99 --parallel 1,4,16 --rounds 3 --tokens 64) \
+        > "$LOGS/step9-sampling-bench.log" 2>&1 || log "    sampling_bench failed or timed out"
+    log "    sampling_bench: $((SECONDS - t0))s"
+    sed -n '/^model /,$p' "$LOGS/step9-sampling-bench.log" | sed 's/^/    /'
+    step_done
 }
 
 # Step 8 (--load): issue 15's benchmarks on the GPU, against llama.cpp's CUDA
@@ -904,12 +933,13 @@ under_load_step() {
 
 # ---------------------------------------------------------------------------
 main() {
-    local mode=run skip_build=0 under_load=0 dir=""
+    local mode=run skip_build=0 under_load=0 sampling_only=0 dir=""
     while [[ $# -gt 0 ]]; do
         case "$1" in
             --prepare) mode=prepare ;;
             --skip-build) skip_build=1 ;;
             --load) under_load=1 ;;
+            --sampling) sampling_only=1 ;;
             -h|--help) usage; exit 0 ;;
             -*) echo "gpu_check: unknown option $1 (see --help)" >&2; exit 2 ;;
             *) [[ -z "$dir" ]] || { echo "gpu_check: one DIR only" >&2; exit 2; }
@@ -924,7 +954,7 @@ main() {
     else
         [[ -d "$dir" ]] || { echo "gpu_check: $dir does not exist (run --prepare first)" >&2; exit 2; }
         # Not in an `||` list: that would switch off errexit and the ERR trap inside.
-        gpu_run "$dir" "$skip_build" "$under_load"
+        gpu_run "$dir" "$skip_build" "$under_load" "$sampling_only"
     fi
 }
 
