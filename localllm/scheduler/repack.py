@@ -60,7 +60,7 @@ def usable_extras(cpu: Device | None, model_devices: Iterable[Device],
 
 def describe(mode: str, cpu: Device | None) -> str:
     """What LOCALLLM_CPU_REPACK does here, for ``doctor``: the mode, each type kept or
-    left out, and why ("auto: CPU_REPACK; AMX off (its self-test crashed ...)")."""
+    left out, and why ("auto: CPU_REPACK used; AMX left out (self-test crashed: ...)")."""
     extras = cpu.extra_buffers if cpu is not None else ()
     if not extras:
         return f"{mode}: this CPU backend has no extra buffer types"
