@@ -130,6 +130,8 @@ class ToolSet:
         """An XML-style argument's text as the value its schema asks for.
 
         A string-typed parameter keeps the text as written (``"1"`` stays a string);
+        one that may be a string or something else (``["string", "integer"]``) is that
+        something else when the text reads as one (``42``, ``{"a": 1}``), else the text;
         any other or unknown type is read as JSON when it parses, else kept as text.
         """
         props = self.params.get(name, {}).get("properties")
@@ -139,8 +141,28 @@ class ToolSet:
             kinds = set(kind) if isinstance(kind, list) else {kind}
             enum = schema.get("enum")
             if "string" in kinds or (isinstance(enum, list) and raw in enum):
-                return None if raw == "null" and "null" in kinds else raw
+                if raw == "null" and "null" in kinds:
+                    return None
+                data = loads(raw) if kinds - {"string", "null", None} else FAILED
+                found = _json_type(data) if data is not FAILED else ""
+                fits = found in kinds or (found == "integer" and "number" in kinds)
+                return data if fits else raw
         return json_or_text(raw)
+
+
+def _json_type(value: Any) -> str:
+    """The JSON Schema type a decoded value has (``integer`` for a whole number)."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object" if isinstance(value, dict) else "null"
 
 
 def typed_value(tools: ToolSet | None, name: str, key: str, raw: str) -> Any:

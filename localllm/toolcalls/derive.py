@@ -81,24 +81,28 @@ class JsonShape:
     name_as_key: bool = False
     listed: bool = False  # the calls are one JSON array
 
-    def syntax(self) -> JsonAfterMarker:
+    def syntax(self, strip: tuple[str, ...] = ()) -> JsonAfterMarker:
         return JsonAfterMarker(self.open, self.close, name=self.name, args=(self.args,),
                                ident=self.ident or "id", many=self.many,
-                               name_as_key=self.name_as_key)
+                               name_as_key=self.name_as_key, strip=strip)
 
 
 @dataclass(frozen=True)
 class Derived:
-    """A derived format: its call shape (tagged or JSON) and its reasoning tags."""
+    """A derived format: its call shape (tagged or JSON), its reasoning tags, and the
+    markup the template wraps an answer in (``<|content|>``, an end-of-turn token:
+    removed where the model writes it as text)."""
 
     shape: Shape | JsonShape
     think: tuple[str, str] | None = None
     markers: tuple[str, ...] = field(default=())
+    wrappers: tuple[str, ...] = field(default=())
 
     def syntax(self) -> Syntax:
         if isinstance(self.shape, JsonShape):
-            return self.shape.syntax()
-        return Tagged(self.shape)
+            return self.shape.syntax(self.wrappers)
+        return Tagged(replace(self.shape, extra_markers=(*self.shape.extra_markers,
+                                                         *self.wrappers)))
 
 
 @lru_cache(maxsize=64)
@@ -149,8 +153,9 @@ def _derive(template: str) -> Derived | None:
         m2 = _markup(two, [text, empty]) if two is not None else None
         if m2 is not None and FN2 not in m2:
             m2 = None  # the template writes only the first call
+        wrappers = _wrappers(text)
         for shape in _candidates(m1, m2):
-            found = Derived(shape, think, _markers(shape, think))
+            found = Derived(shape, think, (*_markers(shape, think), *wrappers), wrappers)
             if _checks(found, m1, m2):
                 return found
         log.debug("no tool-call format derived from the template (markup %r)", m1)
@@ -168,6 +173,19 @@ def _markup(rendered: str, others: list[str | None]) -> str:
     while stop < len(rendered) and not boundary(rendered, stop):
         stop += 1
     return rendered[start:max(start, stop)]
+
+
+_WRAPPER = re.compile(r"<[|｜][^<>\s]{1,40}[|｜]>")
+
+
+def _wrappers(text: str) -> tuple[str, ...]:
+    """The special tokens right around the answer in a text turn: what the model writes
+    around its text (``<|content|>``, ``<|END_OF_TURN_TOKEN|>``)."""
+    at = text.find(ANSWER)
+    before = _WRAPPER.findall(text[max(0, at - 80):at])
+    after = _WRAPPER.findall(text[at + len(ANSWER):at + len(ANSWER) + 80])
+    found = [t for t in (before[-1:] + after[:1]) if t not in (ASK,)]
+    return tuple(dict.fromkeys(found))
 
 
 def _think(template: str) -> tuple[str, str] | None:

@@ -43,7 +43,7 @@ _SYNTAXES: dict[str, Callable[[], Syntax]] = {
     "generic": Syntax,
     "hermes": Hermes,
     "qwen3_coder": XmlCall,
-    "seed_oss": lambda: XmlCall("<seed:tool_call>", "</seed:tool_call>"),
+    "seed_oss": lambda: XmlCall("<seed:tool_call>", "</seed:tool_call>", padded=False),
     "llama3": Llama3,
     "mistral": Mistral,
     "mistral_nemo": Mistral,

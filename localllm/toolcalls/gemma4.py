@@ -119,7 +119,7 @@ def _after_item(text: str, at: int, close: str) -> int:
 
 class Gemma4(Syntax):
     starts = (CALL,)
-    strip = (CALL, CALL_END, QUOTE, CHANNEL, CHANNEL_END)
+    strip = (CALL, CALL_END, QUOTE, THINK[0], CHANNEL, CHANNEL_END)
     markers = (CALL, CALL_END, QUOTE, CHANNEL, CHANNEL_END)
 
     def parse(self, text: str, tools: ToolSet | None, final: bool) -> Attempt | None:

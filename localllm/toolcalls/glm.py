@@ -32,7 +32,8 @@ KEY, KEY_END, VALUE, VALUE_END = "<arg_key>", "</arg_key>", "<arg_value>", "</ar
 
 class Glm(Syntax):
     starts = (OPEN,)
-    strip = (OPEN, CLOSE, KEY, KEY_END, VALUE, VALUE_END)
+    # Ling 3 ends its turns with <|role_end|>: markup wherever it shows.
+    strip = (OPEN, CLOSE, KEY, KEY_END, VALUE, VALUE_END, "<|role_end|>")
     markers = (OPEN, CLOSE, KEY, KEY_END, VALUE, VALUE_END)
 
     def parse(self, text: str, tools: ToolSet | None, final: bool) -> Attempt | None:

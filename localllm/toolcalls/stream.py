@@ -46,8 +46,14 @@ class MarkupParser:
         self.name = name
         self.tools = ToolSet(tools) if tools else None
         self._hide_thinking = think is False
-        self._splitter = ThinkingSplitter(*tags, opened=opened) if tags else None
+        exits = tuple(m for m in (*syntax.starts, *syntax.strip) if m not in (tags or ()))
+        self._splitter = ThinkingSplitter(*tags, opened=opened, exits=exits) if tags else None
         self._buf = ""
+        # Reasoning from a call marker on, held until the block closes (it was reasoning
+        # that mentions a call) or the reply ends inside it (the model called from its
+        # reasoning without closing it: the calls are read as calls).
+        self._held = ""
+        self._marked = False  # the held reasoning has a call marker
         self._first = True  # at the reply's start (the syntax may read a bare call there)
         self._after_call = False  # whitespace between calls is formatting
         self._in_region = False  # the buffer starts with a call region being read
@@ -58,7 +64,7 @@ class MarkupParser:
         out = Parsed()
         if self._splitter is not None:
             thinking, text = self._splitter.feed(text)
-            self._thinking(thinking, out)
+            self._reasoning(thinking, out, closed=not self._splitter.in_thinking)
         self._buf += text
         self._scan(out, final=False)
         return out
@@ -67,13 +73,40 @@ class MarkupParser:
         out = Parsed()
         if self._splitter is not None:
             thinking, text = self._splitter.feed("")
-            self._thinking(thinking, out)
+            self._reasoning(thinking, out, closed=not self._splitter.in_thinking)
             self._buf += text
+            unclosed = self._splitter.in_thinking
             thinking, text = self._splitter.finish()
-            self._thinking(thinking, out)
-            self._buf += text
+            if unclosed and self._marked:
+                # Calls written from inside reasoning never closed: read them as calls.
+                self._buf = (self._held + thinking + text).lstrip() + self._buf
+                self._held, self._marked = "", False
+            else:
+                self._reasoning(thinking, out, closed=True)
+                self._buf += text
         self._scan(out, final=True)
         return out
+
+    def _reasoning(self, text: str, out: Parsed, *, closed: bool) -> None:
+        """Reasoning from the splitter: shown at once, except from a call marker on (and a
+        tail that may be the start of one), held until the block closes."""
+        held = self._held + text
+        if not self._marked:
+            at = min((i for i in (held.find(m) for m in self.syntax.starts) if i >= 0),
+                     default=-1)
+            if at >= 0:
+                self._marked = True
+                keep = len(held) - len(held[:at].rstrip())  # with the whitespace before it
+            else:
+                keep = max((partial_tag_len(held, m) for m in self.syntax.starts), default=0)
+                if keep:  # the start of a marker, and the whitespace before it
+                    keep = len(held) - len(held[:len(held) - keep].rstrip())
+        else:
+            keep = len(held)
+        if closed:
+            keep, self._marked = 0, False
+        self._thinking(held[:len(held) - keep], out)
+        self._held = held[len(held) - keep:]
 
     def _thinking(self, text: str, out: Parsed) -> None:
         # think=false drops reasoning the model emitted anyway: never shown, not as content.

@@ -10,6 +10,9 @@ be the start of one is held until the next piece decides.  Whitespace right
 inside the block and right after it is formatting, and is dropped.  A reply that
 starts with the close tag alone closes a block the prompt opened without our
 knowing (a forced tool call ignores the prompt's open block): the tag is dropped.
+In a block the prompt opened, the open tag written again is dropped, and markup
+that cannot be reasoning (a call, an answer's wrapper: ``exits``) written first
+means the model skipped its reasoning.
 """
 
 from __future__ import annotations
@@ -49,20 +52,36 @@ class ThinkingSplitter:
     """Incremental splitter: ``feed(piece) -> (thinking, content)``, then ``finish()``."""
 
     def __init__(self, open_tag: str = "<think>", close_tag: str = "</think>", *,
-                 opened: bool = False) -> None:
+                 opened: bool = False, exits: tuple[str, ...] = ()) -> None:
         self.open_tag = open_tag
         self.close_tag = close_tag
-        self._state = "thinking" if opened else "start"
+        self._state = "opened" if opened else "start"
         self._trim = opened  # drop whitespace right after the (pre-)opened tag
         self._buf = ""
+        # Markup that, first thing in a block the prompt opened, means the model skipped
+        # its reasoning (a call, an answer's wrapper): the reply is content from there.
+        self._exits = exits
 
     @property
     def in_thinking(self) -> bool:
-        return self._state == "thinking"
+        return self._state in ("thinking", "opened")
 
     def feed(self, text: str) -> tuple[str, str]:
         self._buf += text
         thinking, content = "", ""
+        if self._state == "opened":
+            stripped = self._buf.lstrip()
+            if stripped.startswith(self.open_tag):  # the model opened it once more
+                self._buf = stripped[len(self.open_tag):]
+                self._state = "thinking"
+            elif any(stripped.startswith(m) for m in self._exits):
+                self._buf = stripped
+                self._state, self._trim = "content", False
+            elif not stripped or any(m.startswith(stripped) for m in (self.open_tag,
+                                                                      *self._exits)):
+                return "", ""  # still undecided
+            else:
+                self._state = "thinking"
         if self._state == "start":
             stripped = self._buf.lstrip()
             if stripped.startswith(self.open_tag):
@@ -102,7 +121,9 @@ class ThinkingSplitter:
     def finish(self) -> tuple[str, str]:
         """End of generation: an unclosed block's text is thinking; a lone partial tag content."""
         thinking, content = self.feed("")
-        if self._state == "thinking":
+        if self._state == "opened":
+            thinking += self._buf.strip()
+        elif self._state == "thinking":
             thinking += self._buf.rstrip()
         elif self._state == "start":
             content += self._buf

@@ -11,7 +11,8 @@
     </tool_call>
 
 Seed-OSS writes the same inside ``<seed:tool_call>``.  Values are text: one
-newline right inside the parameter tags is formatting; the tool's JSON schema
+newline right inside the parameter tags is formatting (Qwen3-Coder's; Seed-OSS writes
+none, so there it is the value's); the tool's JSON schema
 types the value (a string parameter keeps its text, others are read as JSON when
 they parse).  Some models leave out the opening ``<tool_call>``, so
 ``<function=`` opens a call too.
@@ -42,8 +43,12 @@ def _value(raw: str) -> str:
 
 
 class XmlCall(Syntax):
-    def __init__(self, open_tag: str = "<tool_call>", close_tag: str = "</tool_call>") -> None:
+    def __init__(self, open_tag: str = "<tool_call>", close_tag: str = "</tool_call>", *,
+                 padded: bool = True) -> None:
         self.open, self.close = open_tag, close_tag
+        # Qwen3-Coder writes a newline on each side of a value; Seed-OSS writes none, so
+        # a newline there is the value's own.
+        self.padded = padded
         self.starts = (open_tag, FUNCTION)
         self.strip = (open_tag, close_tag)
         self.markers = (open_tag, close_tag)
@@ -71,8 +76,7 @@ class XmlCall(Syntax):
     def _broken(self, text: str, start: int, final: bool, why: str) -> Attempt | None:
         return to_close(text, start, self.close if start else FUNCTION_END, final, why)
 
-    @staticmethod
-    def _function(text: str, at: int, tools: ToolSet | None, final: bool
+    def _function(self, text: str, at: int, tools: ToolSet | None, final: bool
                   ) -> tuple[RawCall, int] | int | str | None:
         """One ``<function=..>`` block from ``at``: (call, end), -1 when none is there,
         a reason when it is broken, None while incomplete."""
@@ -98,7 +102,8 @@ class XmlCall(Syntax):
             if end < 0:
                 return None
             key = text[param:pgt].strip()
-            args[key] = typed_value(tools, name, key, _value(text[pgt + 1:end]))
+            raw = text[pgt + 1:end]
+            args[key] = typed_value(tools, name, key, _value(raw) if self.padded else raw)
             at = end + len(PARAM_END)
         close = expect(text, at, FUNCTION_END)
         if close is None:
