@@ -105,7 +105,13 @@ class PromptCache:
             assert self.disk is not None
             entry = self.disk.load(far[0])
             if entry is not None:
-                hit = (entry, far[1])
+                if self.restore(entry, slot):
+                    return far[1]
+                # Whole and this model's, yet llama.cpp refused it (another V layout, with
+                # flash attention on "auto" resolved otherwise): no use reading it again.
+                self.entries = [e for e in self.entries if e is not entry]
+                self.disk.drop(far[0])
+                return 0
         if hit is not None and hit[1] > n:
             return hit[1] if self.restore(hit[0], slot) else 0
         if n < len(slot.cache):

@@ -9,6 +9,8 @@ runner restart (a reload, an idle unload, a daemon restart) does.
 
 from __future__ import annotations
 
+import json
+import struct
 from pathlib import Path
 
 import pytest
@@ -79,6 +81,32 @@ def test_a_file_from_another_model_is_refused_and_removed(tiny_attn: Path,
         got = run(e, later)["c"]
         assert cached(got) < 4
     same(got, alone(other, later))
+
+
+def test_a_whole_file_llama_cpp_refuses_is_dropped(tiny_attn: Path, tmp_path: Path) -> None:
+    with engine(tiny_attn, tmp_path / "f32", kv_type="f32") as e:
+        run(e, req("a", LONG + "hi"))
+    (theirs,) = files(tmp_path / "f32")
+    with engine(tiny_attn, tmp_path / "f16") as e:
+        assert e.parked is not None and e.parked.disk is not None
+        disk = e.parked.disk
+    # Its header rewritten to this cache's identity: every check of ours passes, and
+    # llama.cpp finds f32 cells where its cache holds f16 ones.
+    raw = theirs.read_bytes()
+    hlen = struct.unpack("<I", raw[8:12])[0]
+    meta = {**json.loads(raw[12:12 + hlen]), "identity": disk.identity}
+    head = json.dumps(meta).encode()
+    disk.dir.mkdir(parents=True)
+    forged = disk.dir / theirs.name
+    forged.write_bytes(raw[:8] + struct.pack("<I", len(head)) + head + raw[12 + hlen:])
+    later = req("c", LONG + "go")
+    with engine(tiny_attn, tmp_path / "f16") as e:
+        assert e.parked is not None and e.parked.disk is not None
+        assert len(e.parked.disk.entries) == 1
+        got = run(e, later)["c"]
+        assert cached(got) < 4 and not forged.exists()
+        assert all(x.file != theirs.name for x in e.parked.entries)
+    same(got, alone(tiny_attn, later))
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "garbage"])
