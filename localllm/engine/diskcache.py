@@ -7,16 +7,13 @@ further than anything in memory brings it back through the same restore as a
 parked copy.  An agent's long system prompt then costs one file read after a
 restart instead of a prefill (minutes on a CPU for an 8B model).
 
-Layout: ``<root>/<model key>/<prefix hash>.llpc``.  The model key hashes what
-makes saved cells valid: the model files' identity (the store's blob digest,
-else the file's content), the libllama version and format, the KV cache type and
-flash attention (llama.cpp stores V transposed without it).  A file is the
-magic, a JSON header (that identity, the adapters, ``exact``, the token count,
-the data size and a sha256 of tokens and data), the tokens and llama.cpp's
-bytes.  Writes go to a temporary name and are renamed into place, so a reader
-sees a whole file or none.  Nothing is handed to ``llama_state_seq_set_data``
-before the size, the identity and the hash are checked: a truncated, corrupt or
-foreign file is deleted and its prompt evaluated again.
+Layout: ``<root>/<model key>/<prefix hash>.llpc``; the model key hashes what
+makes saved cells valid (``cachefile.model_identity``: the model files' identity,
+the store's blob digest or the file's content, libllama, the KV cache type, flash
+attention), and the files' format and atomic writes are ``cachefile.py``'s.
+Nothing is handed to ``llama_state_seq_set_data`` before the size, the identity
+and the hash are checked: a truncated, corrupt or foreign file is deleted and
+its prompt evaluated again.
 
 The budget (``LOCALLLM_PROMPT_CACHE_DISK``) covers every model's folder: after
 each write the least recently used files go (a file's mtime is its last use),
@@ -27,17 +24,17 @@ written: evaluating them costs less than reading a file.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import os
 import queue
-import re
 import struct
+import sys
 import threading
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from localllm.engine import cachefile
+from localllm.engine.cachefile import SUFFIX
 
 if TYPE_CHECKING:
     from localllm.engine.park import Parked
@@ -45,37 +42,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"LLPCACHE"
-FORMAT = 1
-SUFFIX = ".llpc"
 MIN_TOKENS = 256
-WHOLE_HASH = 64 << 20  # model files up to this size are hashed whole
 MAX_PENDING = 4  # copies queued for the writer; more are dropped rather than held in memory
-_BLOB = re.compile(r"sha256-([0-9a-f]{64})")
-_HEAD = struct.Struct("<8sI")
-
-
-def file_identity(path: str) -> str:
-    """What a model file is: its digest when it is a store blob (verified when pulled),
-    else a hash of its content (of its first MiB with its size and mtime, when large)."""
-    m = _BLOB.fullmatch(os.path.basename(path))
-    if m:
-        return "sha256:" + m.group(1)
-    st = os.stat(path)
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        if st.st_size <= WHOLE_HASH:
-            while chunk := f.read(1 << 20):
-                h.update(chunk)
-            return "sha256:" + h.hexdigest()
-        h.update(f.read(1 << 20))
-    return f"file:{os.path.realpath(path)}:{st.st_size}:{st.st_mtime_ns}:{h.hexdigest()}"
-
-
-def model_identity(paths: list[str], llama_version: str, kv_type: str,
-                   flash_attn: str) -> dict[str, Any]:
-    return {"format": FORMAT, "llama": llama_version, "model": [file_identity(p) for p in paths],
-            "kv_type": kv_type, "flash_attn": flash_attn}
 
 
 def open_disk(opts: LoadOptions, paths: list[str], n_ctx: int, n_swa: int) -> DiskCache | None:
@@ -86,23 +54,13 @@ def open_disk(opts: LoadOptions, paths: list[str], n_ctx: int, n_swa: int) -> Di
 
     ffi, lib = native()
     try:
-        identity = model_identity(paths, ffi.string(lib.ll_llama_version()).decode(),
+        identity = cachefile.model_identity(paths, ffi.string(lib.ll_llama_version()).decode(),
                                   opts.kv_type, opts.flash_attn)
     except OSError as exc:
         log.warning("prompt cache: no disk cache for this model: %s", exc)
         return None
     return DiskCache(Path(opts.prompt_cache_dir), identity, opts.prompt_cache_disk, ffi,
                      n_ctx, n_swa)
-
-
-def _key(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:32]
-
-
-def _digest(tokens: bytes, data: Any) -> str:
-    h = hashlib.sha256(tokens)
-    h.update(data)
-    return h.hexdigest()
 
 
 class DiskCache:
@@ -114,7 +72,7 @@ class DiskCache:
                  n_ctx: int, n_swa: int = 0) -> None:
         self.root, self.identity, self.budget, self.ffi = root, identity, budget, ffi
         self.n_ctx, self.n_swa = n_ctx, n_swa
-        self.dir = root / _key(identity)
+        self.dir = root / cachefile.key(identity)
         self._lock = threading.Lock()  # entries: the engine reads, the writer adds and drops
         self._queue: queue.Queue[Parked | None] = queue.Queue()
         self._pending: list[Parked] = []
@@ -142,15 +100,15 @@ class DiskCache:
         path = self.dir / entry.file
         try:
             with open(path, "rb") as f:
-                head = self._header(f, os.fstat(f.fileno()).st_size)
+                head = cachefile.read_header(f, os.fstat(f.fileno()).st_size, self.identity)
                 if head is None or head[0]["n_tokens"] != len(entry.tokens):
                     raise ValueError("bad header")
                 meta, tokens = head
                 data = self.ffi.new("uint8_t[]", meta["size"])
                 if f.readinto(self.ffi.buffer(data)) != meta["size"]:
                     raise ValueError("truncated")
-            raw = struct.pack(f"<{len(tokens)}i", *tokens)
-            if tokens != entry.tokens or _digest(raw, self.ffi.buffer(data)) != meta["sha256"]:
+            digest = cachefile.digest(cachefile.pack_tokens(tokens), self.ffi.buffer(data))
+            if tokens != entry.tokens or digest != meta["sha256"]:
                 raise ValueError("checksum mismatch")
         except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
             log.warning("prompt cache: ignoring %s: %s", path.name, exc)
@@ -198,22 +156,7 @@ class DiskCache:
 
     # ---- files --------------------------------------------------------------------
     def _name(self, entry: Parked) -> str:
-        return _key([entry.adapters, entry.exact, entry.tokens]) + SUFFIX
-
-    def _header(self, f: Any, file_size: int) -> tuple[dict[str, Any], list[int]] | None:
-        """The header and tokens of an open cache file, None unless they are whole, of this
-        model, and the file is exactly as long as they say."""
-        magic, hlen = _HEAD.unpack(f.read(_HEAD.size))
-        if magic != MAGIC or hlen > 1 << 20:
-            return None
-        meta = json.loads(f.read(hlen))
-        n, size = int(meta["n_tokens"]), int(meta["size"])
-        if meta.get("identity") != self.identity or n <= 0 or size <= 0:
-            return None
-        if file_size != _HEAD.size + hlen + 4 * n + size:
-            return None
-        raw = f.read(4 * n)
-        return meta, list(struct.unpack(f"<{n}i", raw))
+        return cachefile.key([entry.adapters, entry.exact, entry.tokens]) + SUFFIX
 
     def _scan(self) -> list[Parked]:
         """The index: every whole file of this model here, oldest use first; what is not
@@ -228,14 +171,14 @@ class DiskCache:
         for name in names:
             path = self.dir / name
             if name.startswith("."):
-                _sweep_temp(path)
+                cachefile.sweep_temp(path)
                 continue
             if not name.endswith(SUFFIX):
                 continue
             try:
                 with open(path, "rb") as f:
                     st = os.fstat(f.fileno())
-                    head = self._header(f, st.st_size)
+                    head = cachefile.read_header(f, st.st_size, self.identity)
                 if head is None:
                     raise ValueError("not a whole cache file of this model")
                 meta, tokens = head
@@ -249,6 +192,12 @@ class DiskCache:
         return [p for _, p in sorted(found, key=lambda x: x[0])]
 
     def _write_loop(self) -> None:
+        # Hashing and writing a large copy takes a core for a second or more: let the
+        # steps of the requests running meanwhile go first.  Only Linux gives a thread its
+        # own nice (elsewhere a thread id passed as a pid could name another process).
+        if sys.platform.startswith("linux"):
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
         while (entry := self._queue.get()) is not None:
             try:
                 self._write(entry)
@@ -260,27 +209,13 @@ class DiskCache:
 
     def _write(self, entry: Parked) -> None:
         name = self._name(entry)
-        raw = struct.pack(f"<{len(entry.tokens)}i", *entry.tokens)
+        raw = cachefile.pack_tokens(entry.tokens)
         data = self.ffi.buffer(entry.data, entry.size)
-        meta = {"identity": self.identity, "adapters": list(entry.adapters),
-                "exact": entry.exact, "n_tokens": len(entry.tokens), "size": entry.size,
-                "sha256": _digest(raw, data)}
-        head = json.dumps(meta).encode()
         self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.dir / f".{os.getpid()}.{name}.tmp"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(_HEAD.pack(MAGIC, len(head)))
-                f.write(head)
-                f.write(raw)
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.dir / name)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
+        cachefile.write(self.dir / name, {
+            "identity": self.identity, "adapters": list(entry.adapters), "exact": entry.exact,
+            "n_tokens": len(entry.tokens), "size": entry.size,
+            "sha256": cachefile.digest(raw, data)}, raw, data)
         entry.file = name
         stored = type(entry)(entry.tokens, entry.adapters, entry.exact, None, entry.size, name)
         with self._lock:
@@ -302,33 +237,12 @@ class DiskCache:
                 st = path.stat()
                 files.append((st.st_mtime, st.st_size, path))
         total = sum(size for _, size, _ in files)
-        deleted = False
         for _, size, path in sorted(files):
             if total <= self.budget:
                 break
             with contextlib.suppress(OSError):
                 path.unlink()
-                deleted = True
             total -= size
-        if deleted:
+        if total < sum(size for _, size, _ in files):  # some went: this model's too?
             with self._lock:
                 self.entries = [e for e in self.entries if (self.dir / e.file).exists()]
-
-
-def _sweep_temp(path: Path) -> None:
-    """Delete a temporary file whose writer is gone (a runner ended mid-write)."""
-    try:
-        pid = int(path.name.split(".")[1])
-        alive = True
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            alive = False
-        except PermissionError:
-            pass  # someone else's process: alive
-        if alive and time.time() - path.stat().st_mtime < 3600:
-            return  # its writer may still be at it
-    except (ValueError, IndexError, OSError):
-        pass
-    with contextlib.suppress(OSError):
-        path.unlink()

@@ -1,0 +1,119 @@
+"""The disk prompt cache's files (``diskcache.py``): what a model is, and one copy's bytes.
+
+A file is ``MAGIC``, the header's length, a JSON header (the model's identity,
+the adapters, ``exact``, the token count, the data size and a sha256 of tokens
+and data), the tokens (int32) and llama.cpp's bytes.  It is written to a
+temporary name (``.<pid>.<name>.tmp``), synced and renamed into place, so a
+reader sees a whole file or none; ``read_header`` accepts only a file of the
+given identity exactly as long as its header says.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import struct
+import time
+from pathlib import Path
+from typing import Any, BinaryIO
+
+MAGIC = b"LLPCACHE"
+FORMAT = 1
+SUFFIX = ".llpc"
+WHOLE_HASH = 64 << 20  # model files up to this size are hashed whole
+_BLOB = re.compile(r"sha256-([0-9a-f]{64})")
+_HEAD = struct.Struct("<8sI")
+
+
+def file_identity(path: str) -> str:
+    """What a model file is: its digest when it is a store blob (verified when pulled),
+    else a hash of its content (of its first MiB with its size and mtime, when large)."""
+    m = _BLOB.fullmatch(os.path.basename(path))
+    if m:
+        return "sha256:" + m.group(1)
+    st = os.stat(path)
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        if st.st_size <= WHOLE_HASH:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+            return "sha256:" + h.hexdigest()
+        h.update(f.read(1 << 20))
+    return f"file:{os.path.realpath(path)}:{st.st_size}:{st.st_mtime_ns}:{h.hexdigest()}"
+
+
+def model_identity(paths: list[str], llama_version: str, kv_type: str,
+                   flash_attn: str) -> dict[str, Any]:
+    """What makes saved cells valid: the model files, libllama and this format, the KV cache
+    type and flash attention (llama.cpp stores V transposed without it)."""
+    return {"format": FORMAT, "llama": llama_version, "model": [file_identity(p) for p in paths],
+            "kv_type": kv_type, "flash_attn": flash_attn}
+
+
+def key(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def pack_tokens(tokens: list[int]) -> bytes:
+    return struct.pack(f"<{len(tokens)}i", *tokens)
+
+
+def digest(tokens: bytes, data: Any) -> str:
+    h = hashlib.sha256(tokens)
+    h.update(data)
+    return h.hexdigest()
+
+
+def read_header(f: BinaryIO, file_size: int, identity: dict[str, Any]
+                ) -> tuple[dict[str, Any], list[int]] | None:
+    """The header and tokens of an open cache file, None unless they are whole, of this
+    identity, and the file is exactly as long as they say (the data is read next)."""
+    magic, hlen = _HEAD.unpack(f.read(_HEAD.size))
+    if magic != MAGIC or hlen > 1 << 20:
+        return None
+    meta = json.loads(f.read(hlen))
+    n, size = int(meta["n_tokens"]), int(meta["size"])
+    if meta.get("identity") != identity or n <= 0 or size <= 0:
+        return None
+    if file_size != _HEAD.size + hlen + 4 * n + size:
+        return None
+    return meta, list(struct.unpack(f"<{n}i", f.read(4 * n)))
+
+
+def write(path: Path, meta: dict[str, Any], raw: bytes, data: Any) -> None:
+    """Write a cache file atomically: a temporary name, synced, renamed into place."""
+    head = json.dumps(meta).encode()
+    tmp = path.with_name(f".{os.getpid()}.{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            for part in (_HEAD.pack(MAGIC, len(head)), head, raw, data):
+                f.write(part)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def sweep_temp(path: Path) -> None:
+    """Delete a temporary file whose writer is gone: the runner (its pid is in the name)
+    ended mid-write, or the file is an hour old."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        pid = int(path.name.split(".")[1])
+        if time.time() - path.stat().st_mtime > 3600 or not _alive(pid):
+            path.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's process
+    return True
