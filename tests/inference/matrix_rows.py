@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from localllm.grammar.tools import forced_tool_grammar
@@ -145,6 +146,12 @@ def described(tool: dict[str, Any]) -> dict[str, Any]:
                                  "parameters": {**params, "properties": props}}}
 
 
+def stems() -> list[str]:
+    """Every template of the corpus (cheap: the rows are built when the tests run)."""
+    return [name.removesuffix(".jinja") for name in corpus()]
+
+
+@lru_cache(maxsize=1)
 def rows() -> tuple[list[Row], dict[str, str]]:
     """The rows, and the templates that teach calls yet cannot be rendered with tools
     (with the renderer's error)."""
