@@ -470,10 +470,10 @@ PROMPT_CACHE = Setting(
 PROMPT_CACHE_DISK = Setting(
     "LOCALLLM_PROMPT_CACHE_DISK", parse_size, 4 << 30,
     "Disk space for cached prompts, shared by all models, e.g. 10GiB: what the prompt cache "
-    "holds in memory is also written under the cache folder (keyed by model, adapters and "
-    "tokens), so a model reload, an idle unload or a daemon restart does not evaluate a long "
-    "shared prefix again; the least recently used go first. Needs LOCALLLM_PROMPT_CACHE on; "
-    "0 = off.")
+    "holds in memory is also written to prompts/ in the cache folder (LOCALLLM_CACHE; with "
+    "only LOCALLLM_HOME set, <home>/cache), keyed by model, adapters and tokens, so a model "
+    "reload, an idle unload or a daemon restart does not evaluate a long shared prefix "
+    "again; the least recently used go first. Needs LOCALLLM_PROMPT_CACHE on; 0 = off.")
 ALLOWED_PATHS: Setting[list[str]] = Setting(
     "LOCALLLM_ALLOWED_PATHS", _list, [],
     "Folders (comma-separated) the daemon may read model files from when /api/create names a "
