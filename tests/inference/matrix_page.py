@@ -39,8 +39,9 @@ tokens, as in real GGUFs) and asks the real daemon through each API with a real 
   family writes them;
 - Anthropic Messages (anthropic SDK), created and streamed: `tool_use` blocks;
 - OpenAI Responses (openai SDK), created and streamed: `function_call` items;
-- forced call: `tool_choice: "required"`; the grammar writes the call in the family's
-  own markup, on the model's own tokens, and it must come back as that call.
+- forced call: `tool_choice: "required"` and the function by name; the grammar writes
+  the call in the family's own markup, on the model's own tokens, and it must come back
+  as that call.
 
 ✓: the cell passed in the run that wrote this page; ✗: it failed.
 

@@ -12,7 +12,8 @@ format has them), the reasoning and the text:
 - OpenAI Chat Completions and streamed (the openai SDK);
 - Anthropic Messages (the anthropic SDK, created and streamed);
 - OpenAI Responses (the openai SDK, created and streamed);
-- forced: ``tool_choice: "required"`` (the grammar writes the call on the model's tokens).
+- forced: ``tool_choice: "required"`` and the function by name (the grammar writes the
+  call on the model's tokens).
 
 The last test writes the matrix to ``docs/tool-calls.md``: it fails, having rewritten the
 page, when the committed page says anything else.
@@ -193,14 +194,19 @@ def cell_responses(d: Daemon, row: Row) -> None:
 
 def cell_forced(d: Daemon, row: Row) -> None:
     c = openai_client(d)
-    kw: Any = {"model": row.model + "-forced", "temperature": 0, "tools": row.forced_tools(),
-               "messages": [{"role": "user", "content": FORCED}], "tool_choice": "required"}
-    r = c.chat.completions.create(**kw)
-    choice = r.choices[0]
-    assert choice.finish_reason == "tool_calls" and not (choice.message.content or "").strip()
-    (call,) = choice.message.tool_calls or []
-    assert call.type == "function"
-    assert (call.function.name, json.loads(call.function.arguments)) == row.forced_call
+    named = {"type": "function", "function": {"name": row.forced_call[0]}}
+    # "required" over the one tool, and the tool by name (which keeps only it): the same
+    # prompt, so the same reply of the script model, each forced by its grammar.
+    for choice_of in ("required", named):
+        kw: Any = {"model": row.model + "-forced", "temperature": 0,
+                   "tools": row.forced_tools(), "tool_choice": choice_of,
+                   "messages": [{"role": "user", "content": FORCED}]}
+        choice = c.chat.completions.create(**kw).choices[0]
+        assert choice.finish_reason == "tool_calls"
+        assert not (choice.message.content or "").strip()
+        (call,) = choice.message.tool_calls or []
+        assert call.type == "function"
+        assert (call.function.name, json.loads(call.function.arguments)) == row.forced_call
 
 
 CELLS: dict[str, Callable[[Daemon, Row], None]] = {
