@@ -70,8 +70,9 @@ _SHAPES: dict[str, tuple[str, ...]] = {
 _XML: dict[str, tuple[str, ...]] = {
     "qwen3_coder": ("<tool_call>\n<function=", ">\n", "<parameter=", ">\n", "\n</parameter>\n",
                     "</function>\n</tool_call>"),
-    "seed_oss": ("<seed:tool_call>\n<function=", ">\n", "<parameter=", ">\n",
-                 "\n</parameter>\n", "</function>\n</seed:tool_call>"),
+    # Seed-OSS writes no newline around a value (its parser keeps one as the value's).
+    "seed_oss": ("<seed:tool_call>\n<function=", ">\n", "<parameter=", ">",
+                 "</parameter>\n", "</function>\n</seed:tool_call>"),
     "glm_4_5": ("<tool_call>", "\n", "<arg_key>", "</arg_key>\n<arg_value>",
                 "</arg_value>\n", "</tool_call>"),
 }
