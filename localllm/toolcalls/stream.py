@@ -77,9 +77,10 @@ class MarkupParser:
             self._buf += text
             unclosed = self._splitter.in_thinking
             thinking, text = self._splitter.finish()
-            if unclosed and self._marked:
+            rest = (self._held + thinking + text).lstrip()
+            if unclosed and self._marked and self._has_calls(rest):
                 # Calls written from inside reasoning never closed: read them as calls.
-                self._buf = (self._held + thinking + text).lstrip() + self._buf
+                self._buf = rest + self._buf
                 self._held, self._marked = "", False
             else:
                 self._reasoning(thinking, out, closed=True)
@@ -107,6 +108,14 @@ class MarkupParser:
             keep, self._marked = 0, False
         self._thinking(held[:len(held) - keep], out)
         self._held = held[len(held) - keep:]
+
+    def _has_calls(self, text: str) -> bool:
+        """Whether ``text`` read as a reply holds a call (else it stays reasoning)."""
+        probe = MarkupParser(self.syntax, None, None, tags=None, name=self.name)
+        probe.tools = self.tools
+        found = probe.feed(text)
+        found.extend(probe.finish())
+        return bool(found.calls)
 
     def _thinking(self, text: str, out: Parsed) -> None:
         # think=false drops reasoning the model emitted anyway: never shown, not as content.

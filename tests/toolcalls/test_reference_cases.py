@@ -103,3 +103,10 @@ def test_apriel_reasoning_leaves_out_the_prompts_own_preamble() -> None:
     got = run("apriel", ["I'm\nthinking\n[BEGIN FINAL RESPONSE]\nHi"], prompt=prompt,
               template="[BEGIN FINAL RESPONSE]")
     assert got[:2] == ("Hi", "I'm\nthinking")
+
+
+def test_reasoning_cut_off_after_a_mere_marker_stays_reasoning() -> None:
+    # The reply ends inside the block (a token budget) after mentioning a marker: no call
+    # to read there, so it is all reasoning, as it would have been without the marker.
+    check_all_splits("hermes", "<think>maybe <tool_call> is the way", "", [],
+                     thinking="maybe <tool_call> is the way")
