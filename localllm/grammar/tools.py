@@ -36,7 +36,7 @@ from localllm.errors import InvalidRequest
 from localllm.grammar.json_schema import MAX_PROPERTIES, SchemaConverter
 from localllm.grammar.rules import GrammarTooLarge, hint, literal
 from localllm.toolcalls import ChatFormat, Family, detect_format
-from localllm.toolcalls.derive import JsonShape
+from localllm.toolcalls.jsonlist import JsonShape
 from localllm.toolcalls.minimax import NS
 from localllm.toolcalls.muse import CALLS as MUSE_CALLS
 from localllm.toolcalls.tagged import IDENT, WILD, Shape, Tagged

@@ -9,8 +9,9 @@ in their own modules (``hermes``, ``xmlcall``, ``llama3``, ``mistral``,
 ``functionary``, ``gemma4``, ``pythonic``, ``minimax``, and the tagged and JSON
 shapes of ``shapes``) on the shared streaming machinery of ``stream``,
 ``thinking``, ``tagged`` and ``jsonlist``.  A template no dedicated format
-claims gets a format derived from the template itself (``derive``, with the
-string helpers of ``diff``).
+claims gets a format derived from the template itself (``derive``, reading the
+call's shape with ``callshape`` and the string helpers of ``diff``).  Reading
+JSON, and where a value ends as it streams in, is ``jsonscan``'s.
 """
 
 from localllm.toolcalls.base import FormatParser, Parsed, ToolCall

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from localllm.toolcalls.base import json_end
+from localllm.toolcalls.jsonscan import json_end
 from localllm.toolcalls.tagged import WILD
 
 _OPENERS = "<[{("

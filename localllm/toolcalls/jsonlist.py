@@ -7,11 +7,13 @@ opening markup, one JSON array of calls, one call object, or (``many``) several
 objects one after another; each names the keys that hold a call's name,
 arguments and id, or (``name_as_key``, Apertus) is ``{"<name>": {arguments}}``.
 The opening and closing markup are :class:`~localllm.toolcalls.tagged.Piece` s:
-whitespace in them is lenient.
+whitespace in them is lenient.  Owns :class:`JsonAfterMarker` and :class:`JsonShape`,
+the description of such a format that a derived one is (and the grammar writes).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from localllm.toolcalls.base import (
@@ -84,3 +86,22 @@ class JsonAfterMarker(Syntax):
             ((fn, arguments),) = item.items()
             calls.append(RawCall(fn, arguments))
         return calls or None
+
+
+@dataclass(frozen=True)
+class JsonShape:
+    """A JSON call format: its markup and the keys of a call object."""
+
+    open: str
+    close: str = ""
+    name: str = "name"
+    args: str = "arguments"
+    ident: str = ""
+    many: bool = False
+    name_as_key: bool = False
+    listed: bool = False  # the calls are one JSON array
+
+    def syntax(self, strip: tuple[str, ...] = ()) -> JsonAfterMarker:
+        return JsonAfterMarker(self.open, self.close, name=self.name, args=(self.args,),
+                               ident=self.ident or "id", many=self.many,
+                               name_as_key=self.name_as_key, strip=strip)

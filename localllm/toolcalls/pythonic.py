@@ -19,18 +19,8 @@ import ast
 import re
 from typing import Any
 
-from localllm.toolcalls.base import (
-    Attempt,
-    JsonScan,
-    RawCall,
-    Syntax,
-    ToolSet,
-    expect,
-    no_surrogates,
-    scan_brackets,
-    skip_ws,
-    to_close,
-)
+from localllm.toolcalls.base import Attempt, RawCall, Syntax, ToolSet, expect, skip_ws, to_close
+from localllm.toolcalls.jsonscan import JsonScan, no_surrogates, scan_brackets
 
 START, END = "<|tool_call_start|>", "<|tool_call_end|>"
 _NAMES = {"True": True, "False": False, "None": None, "true": True, "false": False,
@@ -39,14 +29,14 @@ _MAX_LEN = 1 << 20
 
 
 # A Python string literal (its close quote in group 1 or 2: absent while the text ends
-# inside it) or a bracket, walked by the regex engine (see base.json_end).
+# inside it) or a bracket, walked by the regex engine (see jsonscan.json_end).
 _SCAN = re.compile(r'''"[^"\\]*(?:\\.[^"\\]*)*(")?|'[^'\\]*(?:\\.[^'\\]*)*(')?|[][(){}]''',
                    re.S)
 
 
 def list_end(text: str, at: int, scan: JsonScan | None = None) -> int | None:
     """End of the Python list opening at ``text[at]`` (strings and nesting respected);
-    None while it is incomplete.  ``scan``: as for :func:`~localllm.toolcalls.base.json_end`."""
+    None while it is incomplete.  ``scan``: as for :func:`~localllm.toolcalls.jsonscan.json_end`."""
     return scan_brackets(text, at, _SCAN, "([{", scan)
 
 

@@ -1,5 +1,5 @@
 """Reading a JSON value or a Python list again from where the last read stopped
-(``base.JsonScan``) finds the same end as reading it from the start, at every cut."""
+(``jsonscan.JsonScan``) finds the same end as reading it from the start, at every cut."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from localllm.toolcalls import format_named
-from localllm.toolcalls.base import JsonScan, json_end
+from localllm.toolcalls.jsonscan import JsonScan, json_end
 from localllm.toolcalls.pythonic import list_end
 from tests.toolcalls.helpers import TOOLS
 
