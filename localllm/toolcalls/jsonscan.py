@@ -59,9 +59,9 @@ class JsonScan:
     the quote of the string it stopped in.
 
     A call region is read again each time a piece arrives; a syntax keeps one of these
-    (:attr:`Syntax.scan`) so that each read goes on from where the last one stopped
-    instead of from the start (a 20 KB call would otherwise cost seconds of event-loop
-    time, read whole once per token)."""
+    (:attr:`~localllm.toolcalls.base.Syntax.scan`) so that each read goes on from where
+    the last one stopped instead of from the start (a 20 KB call would otherwise cost
+    seconds of event-loop time, read whole once per token)."""
 
     __slots__ = ("depth", "pos", "quote", "start", "text")
 
