@@ -81,6 +81,9 @@ class ModelInfo:
     # per layer; empty for a dense model.
     expert_bytes: list[int] = field(default_factory=list)
     matrices: tuple[Matrix, ...] = ()  # every weight matrix, for the CPU's repacked copies
+    # A classification head (cls.*, cls.output.* tensors): a reranker's, which llama.cpp
+    # applies with rank pooling (inference/rerank.py).
+    rank_head: bool = False
 
     @property
     def add_bos_token(self) -> bool:
@@ -249,6 +252,7 @@ def _build(headers: list[Header]) -> ModelInfo:
         tensor_count=len(tensors),
         expert_bytes=[experts.get(i, 0) for i in range(count)] if experts else [],
         matrices=_matrices(headers, not has_output),
+        rank_head=any(name.startswith("cls.") for name, *_ in tensors),
     )
 
 

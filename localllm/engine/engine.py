@@ -29,6 +29,7 @@ from localllm.engine.budget import StepCost, prompt_budget
 from localllm.engine.device_sampling import SlotChains, wanted
 from localllm.engine.diskcache import open_disk
 from localllm.engine.draft import Drafter
+from localllm.engine.embed import POOLING_RANK
 from localllm.engine.model import Batch, Context, Model, buffer_sizes, no_parts
 from localllm.engine.park import PromptCache, budget
 from localllm.engine.sharing import holds, share_prefixes
@@ -45,6 +46,7 @@ from localllm.runner.messages import (
     Event,
     Failed,
     LoadOptions,
+    PairFormat,
     Piece,
 )
 
@@ -73,6 +75,7 @@ class Engine:
                 self.model, n_ctx=max(opts.n_ctx, 8) * n_par, n_seq_max=n_par, n_batch=n_batch,
                 n_ubatch=n_ubatch, n_threads=threads,
                 flash_attn=opts.flash_attn, kv_type=opts.kv_type, embeddings=opts.embedding,
+                pooling=POOLING_RANK if opts.rerank else -1,  # -1: the GGUF's own
                 device_sampling=wanted(opts, self.model.load_log))
             # One unified KV buffer (as llama-server does): per-sequence streams would make
             # llama.cpp split every mixed batch into equal per-sequence micro-batches.  The
@@ -207,6 +210,15 @@ class Engine:
         if not self.opts.embedding:
             raise InvalidRequest("this model was not loaded for embeddings (embedding=True)")
         return embed(self.ctx, self.batch, self.slots, self.n_ctx_slot, inputs, truncate=truncate)
+
+    def rerank(self, query: str, documents: list[str], fmt: PairFormat, *,
+               truncate: bool = True) -> tuple[list[float], int]:
+        """Each document's raw score against ``query`` (engine/embed.py) and the tokens read."""
+        from localllm.engine.embed import rerank
+
+        self.adapters.apply(())
+        return rerank(self.ctx, self.batch, self.slots, self.n_ctx_slot, query, documents, fmt,
+                      truncate=truncate)
 
     def tokenize(self, text: str, add_special: bool = True,
                  parse_special: bool = True) -> list[int]:

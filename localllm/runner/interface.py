@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from localllm.runner.messages import CompletionRequest, Done, LoadOptions, Piece
+from localllm.runner.messages import CompletionRequest, Done, LoadOptions, PairFormat, Piece
 
 
 @runtime_checkable
@@ -44,6 +44,12 @@ class Runner(Protocol):
 
     async def embed(self, inputs: list[str], truncate: bool = True
                     ) -> tuple[Sequence[Sequence[float]], int]: ...
+
+    async def rerank(self, query: str, documents: list[str], fmt: PairFormat,
+                     truncate: bool = True) -> tuple[list[float], int]:
+        """Each document's raw score against ``query`` (the classification head's first
+        output) and the tokens read; only for a model loaded with ``rerank``."""
+        ...
 
     async def tokenize(self, text: str, add_special: bool = True,
                        parse_special: bool = True) -> list[int]: ...

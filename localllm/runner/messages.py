@@ -67,6 +67,9 @@ class LoadOptions:
     # reads it, so the runner loads as the planner counted (engine/cpu_check.py).
     cpu_repack: CpuRepack = field(default_factory=CPU_REPACK.get)
     embedding: bool = False  # load for embeddings (pooled outputs)
+    # Load for reranking (with embedding): rank pooling, the GGUF's classification head
+    # scoring each input, whatever pooling its metadata names (llama-server's --reranking).
+    rerank: bool = False
     seed: int = -1
     projector: str | None = None  # a vision projector (mmproj GGUF) loaded next to the model
     # A draft model (Modelfile DRAFT): a small GGUF of the same vocabulary, loaded in the
@@ -143,6 +146,24 @@ class CompletionRequest:
     # Encoded image files (PNG, JPEG, ...) as the client sent them, one per MEDIA_MARKER
     # in a text prompt, in order (base64 on the wire; see runner/protocol.py).
     images: list[bytes] = field(default_factory=list)
+
+
+@dataclass
+class PairFormat:
+    """How a reranker reads a query and a document as one input (inference/rerank.py).
+
+    With a ``template`` (the GGUF's ``tokenizer.chat_template.rerank``), its
+    ``{query}`` and ``{document}`` are filled in and the text is tokenized whole,
+    control tokens read as themselves; else llama-server's layout: ``[BOS] query
+    [EOS] [SEP] document [EOS]``, each special token where the tokenizer adds it
+    (EOS falls back to ``sep`` when the vocabulary has none).
+    """
+
+    template: str = ""
+    add_bos: bool = True
+    add_eos: bool = False
+    add_sep: bool = False
+    sep: int = -1  # the separator token's id; -1: the vocabulary has none
 
 
 @dataclass

@@ -48,6 +48,7 @@ from localllm.runner.messages import (
     Done,
     Failed,
     LoadOptions,
+    PairFormat,
     Piece,
     error_for,
 )
@@ -249,6 +250,11 @@ class RunnerProcess:
         vectors: Floats = reply["vectors"]  # float32 rows: Python floats made in a thread
         return await asyncio.to_thread(vectors.tuples), int(reply["n_tokens"])
 
+    async def rerank(self, query: str, documents: list[str], fmt: PairFormat,
+                     truncate: bool = True) -> tuple[list[float], int]:
+        reply = await self._call(P.rerank_msg(query, documents, fmt, truncate))
+        return [float(s) for s in reply["scores"]], int(reply["n_tokens"])
+
     async def tokenize(self, text: str, add_special: bool = True,
                        parse_special: bool = True) -> list[int]:
         reply = await self._call({"type": "tokenize", "text": text,
@@ -346,7 +352,7 @@ class RunnerProcess:
 
     async def _send(self, msg: P.Message) -> None:
         # A request's text, token ids or images can be tens of MB: framed in a thread.
-        big = msg["type"] in ("complete", "embed", "tokenize", "detokenize")
+        big = msg["type"] in ("complete", "embed", "rerank", "tokenize", "detokenize")
         parts = await asyncio.to_thread(P.encode_parts, msg) if big else P.encode_parts(msg)
         try:
             self._write_nowait(parts)
@@ -460,7 +466,7 @@ class RunnerProcess:
             log.info("runner %d loaded adapter %s in %.1f ms", self.pid, Path(path).name, ns / 1e6)
         elif kind == "beat":
             pass  # a sign of life; ``_read`` told the watchdog
-        elif kind in ("embeddings", "tokens", "text", "pong"):
+        elif kind in ("embeddings", "scores", "tokens", "text", "pong"):
             fut = self._calls.get(str(msg["id"]))
             if fut is not None and not fut.done():
                 fut.set_result(msg)

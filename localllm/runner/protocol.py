@@ -17,8 +17,8 @@ JSON object, an unknown type or a missing field raises ``ProtocolError``; the
 stream is then unusable and the peer is treated as broken.
 
 Messages (parent -> child): ``load``, ``complete``, ``cancel``, ``embed``,
-``tokenize``, ``detokenize``, ``ping``, ``shutdown``.  (child -> parent):
-``loaded``, ``piece``, ``done``, ``failed``, ``embeddings``, ``tokens``,
+``rerank``, ``tokenize``, ``detokenize``, ``ping``, ``shutdown``.  (child -> parent):
+``loaded``, ``piece``, ``done``, ``failed``, ``embeddings``, ``scores``, ``tokens``,
 ``text``, ``pong``, ``adapter`` (a LoRA adapter was loaded for a request:
 its path and load time), ``beat`` (the heartbeat: sent every ``heartbeat_s``
 seconds, a ``load`` field, by a thread of the child; ``busy_ms`` is how long its
@@ -43,6 +43,7 @@ from localllm.runner.messages import (
     Done,
     Failed,
     LoadOptions,
+    PairFormat,
     Piece,
     SamplingParams,
     from_dict,
@@ -68,6 +69,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
     "complete": ("request",),
     "cancel": ("id",),
     "embed": ("id", "inputs", "truncate"),
+    "rerank": ("id", "query", "documents", "format", "truncate"),
     "tokenize": ("id", "text", "add_special", "parse_special"),
     "detokenize": ("id", "tokens"),
     "ping": ("id",),
@@ -77,6 +79,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
     "done": ("done",),
     "failed": ("failed",),
     "embeddings": ("id", "vectors", "n_tokens"),
+    "scores": ("id", "scores", "n_tokens"),
     "tokens": ("id", "tokens"),
     "text": ("id", "text"),
     "pong": ("id",),
@@ -294,6 +297,23 @@ def _images(value: Any) -> list[bytes]:
         raise InvalidRequest(f"too many images or image bytes in one request (at most "
                              f"{config.MAX_IMAGES} images, {config.MAX_IMAGES_BYTES} bytes)")
     return list(value)
+
+
+def rerank_msg(query: str, documents: list[str], fmt: PairFormat, truncate: bool) -> Message:
+    return {"type": "rerank", "query": query, "documents": list(documents),
+            "format": to_dict(fmt), "truncate": bool(truncate)}
+
+
+def parse_rerank(msg: Message) -> tuple[str, list[str], PairFormat]:
+    """A ``rerank`` message's query, documents and pair format, checked for type."""
+    query, docs = msg["query"], msg["documents"]
+    if not isinstance(query, str) or not isinstance(docs, list) or not all(
+            isinstance(d, str) for d in docs):
+        raise ProtocolError("rerank takes a query string and a list of document strings")
+    fmt = _build(PairFormat, msg["format"])
+    if not isinstance(fmt.template, str) or not isinstance(fmt.sep, int):
+        raise ProtocolError("malformed PairFormat")
+    return query, docs, fmt
 
 
 def parse_piece(msg: Message) -> Piece:

@@ -245,6 +245,11 @@ class Worker:
                 # float32 rows as one attachment: no JSON floats to print and parse.
                 self.send({"type": "embeddings", "id": req_id, "n_tokens": int(n_tokens),
                            "vectors": Floats.pack(vectors)})
+            elif kind == "rerank":
+                query, docs, fmt = P.parse_rerank(msg)
+                scores, n_tokens = engine.rerank(query, docs, fmt, truncate=bool(msg["truncate"]))
+                self.send({"type": "scores", "id": req_id, "n_tokens": int(n_tokens),
+                           "scores": [float(s) for s in scores]})
             elif kind == "tokenize":
                 tokens = engine.tokenize(msg["text"], add_special=bool(msg["add_special"]),
                                          parse_special=bool(msg["parse_special"]))
