@@ -104,11 +104,14 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def capabilities(*, template: str, embedding: bool, vision: bool) -> list[str]:
-    """What a model can do, judged from its template and layers (as Ollama does)."""
+def capabilities(*, template: str, embedding: bool, vision: bool,
+                 rerank: bool = False) -> list[str]:
+    """What a model can do, judged from its template and layers (as Ollama does); a
+    reranker (a classification head) only reranks."""
     from localllm.template.caps import template_capabilities
 
-    caps = ["embedding"] if embedding else ["completion", *template_capabilities(template)]
+    caps = (["rerank"] if rerank else ["embedding"] if embedding
+            else ["completion", *template_capabilities(template)])
     if vision:
         caps.append("vision")
     return caps
@@ -167,13 +170,14 @@ class ModelService:
         details = model_details(info, self.store.config_json(entry))
         model_info: dict[str, Any] = {}
         chat_template = ""
-        embedding = False
+        embedding = rerank = False
         if info is not None:
             model_info = {str(k): _jsonable(v) for k, v in info.kv.items()}
             model_info.setdefault("general.architecture", info.architecture)
             model_info.setdefault("general.parameter_count", info.parameter_count)
             chat_template = info.chat_template or ""
             embedding = info.pooling_type is not None
+            rerank = info.rank_head
         template = self.store.template(entry) or chat_template
         system = self.store.system(entry) or ""
         params = self.store.params(entry)
@@ -191,7 +195,7 @@ class ModelService:
             "details": details,
             "model_info": model_info,
             "capabilities": capabilities(template=template, embedding=embedding,
-                                         vision=projector_info is not None),
+                                         vision=projector_info is not None, rerank=rerank),
             "modified_at": rfc3339(entry.modified),
         }
         if projector_info is not None:

@@ -108,8 +108,10 @@ def template_caps(template: str) -> list[str]:
             if any(m in low for m in marks)]
 
 
-def capabilities(template: str, *, embedding: bool, vision: bool) -> list[str]:
-    caps = ["embedding"] if embedding else ["completion", *template_caps(template)]
+def capabilities(template: str, *, embedding: bool, vision: bool,
+                 rerank: bool = False) -> list[str]:
+    caps = (["rerank"] if rerank else ["embedding"] if embedding
+            else ["completion", *template_caps(template)])
     return [*caps, "vision"] if vision else caps
 
 
@@ -132,7 +134,7 @@ def dry_run_result(name: str, plan: RemotePlan) -> DryRun:
         "model_info": kv, "context_length": info.context_length,
         "capabilities": capabilities(info.chat_template or "",
                                      embedding=info.pooling_type is not None,
-                                     vision=plan.vision),
+                                     vision=plan.vision, rerank=info.rank_head),
         "fit": plan.fit.to_json(), "header_bytes": plan.header_bytes,
     }
 
@@ -241,7 +243,9 @@ def search(query: str, limit: int, machine: Callable[[], Machine],
             "name": f"hf.co/{r.repo}", "repo": r.repo, "catalog": r.catalog,
             "downloads": r.downloads, "likes": r.likes, "updated": r.updated,
             "capabilities": capabilities(template, embedding=embedding,
-                                         vision=bool(r.projectors)),
+                                         vision=bool(r.projectors),
+                                         rerank=r.pipeline_tag == "text-ranking" or (
+                                             info is not None and info.rank_head)),
             "context_length": ctx if isinstance(ctx, int) and ctx > 0 else (
                 info.context_length if info is not None and info.context_length else None),
             "quants": [{"tag": q.tag, "files": [f.path for f in q.files], "size": q.size,

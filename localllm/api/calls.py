@@ -56,6 +56,10 @@ class Calls:
         return "POST", "/api/embed", body
 
     @staticmethod
+    def rerank(body: Body) -> Call:
+        return "POST", "/api/rerank", body
+
+    @staticmethod
     def load(model: str, keep_alive: str | float | None) -> Call:
         # As Ollama: a chat without messages loads the model and answers at once.
         body: JSON = {"model": model, "messages": [], "stream": False}

@@ -2,7 +2,7 @@
 
 ``Client`` and ``AsyncClient`` offer the same named calls: ``heartbeat``,
 ``version``, ``list``, ``ps``, ``show``, ``copy``, ``delete``, ``pull``, ``search``,
-``create``, ``chat``, ``generate``, ``embed``, ``load``, ``unload``,
+``create``, ``chat``, ``generate``, ``embed``, ``rerank``, ``load``, ``unload``,
 ``blob_exists`` and ``upload_blob``.  Callers use those, never a route: each
 call's route and body are written once, in ``api/calls.py``, for both clients.
 Answers come back as plain JSON values (dicts), streams as iterators of
@@ -42,6 +42,7 @@ from localllm.api.wire import (
     Progress,
     ProgressEvent,
     PsEntry,
+    RerankNative,
     SearchModel,
     ShowResponse,
     TagsEntry,
@@ -143,6 +144,10 @@ class Client:
 
     def embed(self, body: Body) -> EmbedResponse:
         got: EmbedResponse = self._request(*Calls.embed(body))
+        return got
+
+    def rerank(self, body: Body) -> RerankNative:
+        got: RerankNative = self._request(*Calls.rerank(body))
         return got
 
     def load(self, model: str, *, keep_alive: str | float | None = None) -> None:
@@ -254,6 +259,10 @@ class AsyncClient:
 
     async def embed(self, body: Body) -> EmbedResponse:
         got: EmbedResponse = await self._request(*Calls.embed(body))
+        return got
+
+    async def rerank(self, body: Body) -> RerankNative:
+        got: RerankNative = await self._request(*Calls.rerank(body))
         return got
 
     async def load(self, model: str, *, keep_alive: str | float | None = None) -> None:

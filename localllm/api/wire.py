@@ -122,6 +122,55 @@ class EmbedResponse(TypedDict):
     prompt_eval_count: int
 
 
+# -- rerank: /api/rerank, /v1/rerank (Jina/Cohere), /rerank (llama-server, TEI) -----------
+
+
+class RerankDocument(TypedDict):
+    text: str
+
+
+class RerankResult(TypedDict):
+    """One document's place: its index in the request and its score, highest first."""
+
+    index: int
+    relevance_score: float
+    document: NotRequired[RerankDocument]  # with return_documents
+
+
+class RerankUsage(TypedDict):
+    prompt_tokens: int  # every query-document pair, as the model read it
+    total_tokens: int
+
+
+class RerankResponse(TypedDict):
+    """``/v1/rerank``'s answer: Jina's and Cohere's shape, with llama-server's and vLLM's
+    ``id``, ``object`` and ``usage``."""
+
+    id: str
+    object: str  # "list"
+    model: str
+    results: list[RerankResult]
+    usage: RerankUsage
+
+
+class RerankNative(TypedDict):
+    """``/api/rerank``'s answer: the same results, Ollama's timings (as ``/api/embed``)."""
+
+    model: str
+    results: list[RerankResult]
+    total_duration: int
+    load_duration: int
+    prompt_eval_count: int
+
+
+class TeiRank(TypedDict):
+    """One item of Text Embeddings Inference's answer (a body with ``texts``)."""
+
+    index: int
+    score: float
+    text: NotRequired[str]  # with return_text
+
+
 # -- models: /api/tags, /api/ps, /api/show ------------------------------------------------
 
 

@@ -213,6 +213,9 @@ class InferenceService:
                     options: dict[str, Any] | None, keep_alive: Any
                     ) -> tuple[Sequence[Sequence[float]], int, int]:
         """Pooled, L2-normalised embeddings; returns (vectors, prompt tokens, load ns)."""
+        if target.info.rank_head:  # its pooled outputs are scores (inference/rerank.py)
+            raise InvalidRequest(f'model "{target.spec.name}" is a reranker: it scores '
+                                 "query-document pairs (/api/rerank), it does not embed")
         resolved = resolve_options(target.params, options)
         load = base_load(resolved)
         load.embedding = True

@@ -84,6 +84,10 @@ def check_tokens(tokens: Sequence[int], n_vocab: int) -> None:
 
 def _load(svc: InferenceService, target: Target, options: dict[str, Any] | None
           ) -> LoadOptions:
+    if target.info.rank_head:  # as /api/rerank loads it
+        from localllm.inference.rerank import rerank_load
+
+        return rerank_load(target, options)
     load = base_load(resolve_options(target.params, options))
     if target.info.pooling_type is not None:  # as /api/embed loads it
         load.embedding = True

@@ -31,6 +31,9 @@ _MODELS: dict[tuple[str, str], str] = {
     ("/api/delete", "delete"): "localllm.api.schemas:DeleteRequest",
     ("/api/copy", "post"): "localllm.api.schemas:CopyRequest",
     ("/api/create", "post"): "localllm.server.routes_create:CreateRequest",
+    **{(path, "post"): "localllm.compat.rerank:RerankBody"
+       for path in ("/api/rerank", "/v1/rerank", "/v2/rerank", "/rerank", "/reranking",
+                    "/v1/reranking")},
 }
 
 _MESSAGE = {

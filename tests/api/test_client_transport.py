@@ -44,8 +44,8 @@ def _public(cls: type) -> set[str]:
 
 def test_both_clients_offer_the_same_calls_and_only_those() -> None:
     calls = {"heartbeat", "version", "list", "ps", "show", "copy", "delete", "pull", "create",
-             "chat", "generate", "embed", "load", "unload", "blob_exists", "upload_blob",
-             "search"}
+             "chat", "generate", "embed", "rerank", "load", "unload", "blob_exists",
+             "upload_blob", "search"}
     assert _public(Client) - {"close"} == _public(AsyncClient) - {"aclose"} == calls
 
 
