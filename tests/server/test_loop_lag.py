@@ -35,6 +35,7 @@ from localllm.store.local import Store
 from localllm.store.names import parse_name
 from tests.cli.conftest import Daemon, start_daemon
 from tests.inference.variants import PLAIN_TEMPLATE
+from tests.rerankmodel import make_rerank_model
 from tests.scriptmodel import make_script_model
 from tests.tinymodel import make_tiny_model
 from tests.visionmodel import make_projector, png
@@ -61,6 +62,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
                         projector=make_projector(tmp / "mmproj"))
             embed = make_tiny_model(tmp / "gguf-embed", pooling="mean")
             import_gguf(store, parse_name("tiny-embed"), [embed])
+            import_gguf(store, parse_name("tiny-rerank"), [make_rerank_model(tmp / "rerank")])
             call = make_script_model(tmp / "gguf-call", {"[x]": LONG_CALL},
                                      chat_template=CALL_TEMPLATE, longest=2048)
             import_gguf(store, parse_name("lag-call"), [call])
@@ -263,11 +265,26 @@ def embed_batch() -> tuple[str, bytes]:
     return _json("/api/embed", {"model": "tiny-embed", "input": ["abc"] * 20_000})
 
 
+def rerank_too_many() -> tuple[str, bytes]:
+    # 10,000 documents: parsed and checked in a thread, refused (at most 4,096).
+    return _json("/v1/rerank", {"model": "tiny-rerank", "query": "find x",
+                                "documents": ["some text " * 20] * 10_000})
+
+
+def rerank_batch() -> tuple[str, bytes]:
+    # 4,096 documents (the most one request takes): scored in the runner, 256 pairs a
+    # call, sorted, rendered with each document.
+    return _json("/v1/rerank", {"model": "tiny-rerank", "query": "find x",
+                                "return_documents": True,
+                                "documents": [f"doc {i} xyz" for i in range(4_096)]})
+
+
 BODIES: list[Body] = [deep_json, escape_storm, escaped_prompt, container_bomb, many_values,
                       many_messages, giant_schema, many_tools, giant_go_template,
                       giant_jinja_template, many_images, large_images, real_images,
                       webp_images, corrupt_webp, webp_bomb, long_prompt, embed_batch,
-                      tokenize_text, detokenize_ids, long_tool_call]
+                      tokenize_text, detokenize_ids, long_tool_call, rerank_too_many,
+                      rerank_batch]
 
 
 def _health_while(d: Daemon, path: str, body: bytes) -> tuple[float, httpx.Response]:

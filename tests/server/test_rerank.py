@@ -10,6 +10,7 @@ the slots (no pair sees another's tokens) and the order are all proven at once.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Iterator
@@ -82,7 +83,7 @@ def check_results(results: list[dict[str, Any]], docs: list[str], *, template: b
     assert got == sorted(got, reverse=True)
     for r in results:
         assert r[key] == pytest.approx(score[r["index"]], abs=1e-3)
-    if all(a[1] - b[1] > 1e-3 for a, b in zip(want, want[1:], strict=False)):
+    if all(a[1] - b[1] > 1e-3 for a, b in itertools.pairwise(want)):
         assert [r["index"] for r in results] == [i for i, _ in want][:len(results)]
     else:
         assert len({r["index"] for r in results}) == len(results) == len(docs)

@@ -24,8 +24,8 @@ pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
 # Operations under test: model management and a few inference endpoints.  Pulls are
 # left out: whether the Hub answers is not the daemon's doing.
 OPERATIONS = (r"^/api/(tags|show|delete|copy|blobs/\{digest\}|create|version|ps|generate|chat"
-              r"|embed|embeddings)$|^/v1/(chat/completions|completions|models(/\{model\})?"
-              r"|responses|messages|messages/count_tokens)$"
+              r"|embed|embeddings|rerank)$|^/v1/(chat/completions|completions|models(/\{model\})?"
+              r"|responses|messages|messages/count_tokens|rerank)$"
               r"|^/health")
 
 
