@@ -11,12 +11,13 @@ adds) gets the careful default: every number it is given is held to ``MAX_WIDTH`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sized
+import itertools
+from collections.abc import Callable, Iterator, Sized
 from typing import Any
 
 from jinja2.filters import make_attrgetter
 
-from localllm.template.jinja_limits import MAX_SORT_ITEMS, Budget
+from localllm.template.jinja_limits import MAX_SORT_ITEMS, MAX_VALUE_ITEMS, Budget
 from localllm.template.jinja_rules import (
     Args,
     Kwargs,
@@ -74,6 +75,11 @@ def _sum(b: Budget, env: Any, value: Any, args: Args, kwargs: Kwargs) -> Any:
 
 
 def _tojson(b: Budget, env: Any, value: Any, args: Args, kwargs: Kwargs) -> Any:
+    if isinstance(value, Iterator):
+        # ``x|map(...)|tojson``: a generator, which llama.cpp's renderer prints as a list
+        # (templates written for it do this) and json.dumps refuses.  Read it, bounded.
+        value = list(itertools.islice(value, MAX_VALUE_ITEMS + 1))
+        b.check_items(len(value), "the list given to tojson")
     items, chars, depth = b.size(value, "the value given to tojson")
     indent = arg(args, kwargs, 0, "indent")
     b.check_width(indent, "the indent given to tojson")

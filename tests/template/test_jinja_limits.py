@@ -265,3 +265,9 @@ def test_a_filter_with_no_rule_gets_its_numbers_bounded() -> None:
     finally:
         budget.disarm()
         env.budget = None
+
+
+def test_tojson_of_a_generator_prints_a_list_as_llama_cpp_does() -> None:
+    # llama.cpp's deepseek-r1 template writes ``tools | map(...) | tojson``.
+    src = '{{ tools | map(attribute="function") | tojson }}'
+    assert render_jinja(src, {"tools": [{"function": {"name": "a"}}]}) == '[{"name": "a"}]'
