@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
-from localllm.engine.slots import OVERFLOW, Slot
+from localllm.engine.slots import OVERFLOW, Slot, common_prefix, cut
 from localllm.errors import InvalidRequest, LocalLLMError, ServerBusy
 from localllm.runner.messages import PairFormat
 
@@ -91,7 +91,8 @@ def rerank(ctx: Context, batch: Batch, slots: Sequence[Slot], n_ctx_slot: int, q
             raise LocalLLMError("llama.cpp returned no rerank score for this model")
         return float(p[0])
 
-    return _decode_all(ctx, batch, free, seqs, read, "rerank"), sum(len(t) for t in seqs)
+    return (_decode_all(ctx, batch, free, seqs, read, "rerank", reuse=True),
+            sum(len(t) for t in seqs))
 
 
 def pair_tokens(model: Model, query: str, doc: str, fmt: PairFormat, limit: int,
@@ -163,9 +164,17 @@ def fill(template: str, query: str, doc: str) -> str:
 
 
 def _decode_all(ctx: Context, batch: Batch, free: list[Slot], seqs: list[list[int]],
-                read: Callable[[int, int], T], what: str) -> list[T]:
+                read: Callable[[int, int], T], what: str, *, reuse: bool = False) -> list[T]:
     """Decode each token list in its own free slot, as many at a time as fit in the
-    batch, and ``read(seq, index of its last token)`` each one's output, in order."""
+    batch, and ``read(seq, index of its last token)`` each one's output, in order.
+
+    ``reuse`` (rank pooling, which reads only each sequence's last token): a slot keeps
+    the cells of the pair it last held, and the next pair goes to the free slot holding
+    the longest prefix of it and evaluates only the rest, as llama-server's slots do.
+    The template and the query come first in every pair, so a request's later pairs
+    cost their document only.  A model without a KV cache (bidirectional: BERT and
+    its kin) keeps no cells, and each pair is evaluated whole.
+    """
     out: list[T] = []
     n_batch = batch.capacity
     ctx.set_embeddings(True)
@@ -173,23 +182,51 @@ def _decode_all(ctx: Context, batch: Batch, free: list[Slot], seqs: list[list[in
         i = 0
         while i < len(seqs):
             batch.clear()
-            group: list[tuple[int, int]] = []  # (seq id, index of its last token)
+            group: list[tuple[Slot, int]] = []  # the slot and the index of its last token
+            idle = list(free)
             used = 0
-            while i < len(seqs) and len(group) < len(free) and used + len(seqs[i]) <= n_batch:
-                slot = free[len(group)]
-                ctx.seq_rm(slot.seq, -1, -1)
-                slot.cache.clear()
-                slot.pos.clear()
-                idx = batch.add_seq(seqs[i], 0, slot.seq, True)
-                group.append((slot.seq, idx))
-                used += len(seqs[i])
+            while i < len(seqs) and idle:
+                toks = seqs[i]
+                slot, n = _place(idle, toks) if reuse else (idle[0], 0)
+                if used + len(toks) - n > n_batch:
+                    break
+                idle.remove(slot)
+                if n:
+                    n = cut(ctx, slot, n)
+                else:
+                    ctx.seq_rm(slot.seq, -1, -1)
+                    slot.cache.clear()
+                    slot.pos.clear()
+                idx = batch.add_seq(toks[n:], n, slot.seq, True)
+                slot.cache.extend(toks[n:])
+                slot.pos.add_text(len(toks) - n)
+                group.append((slot, idx))
+                used += len(toks) - n
                 i += 1
             rc = ctx.decode(batch)
             if rc != 0:
+                for slot, _ in group:  # what the failed decode left is unknown
+                    ctx.seq_rm(slot.seq, -1, -1)
+                    slot.cache.clear()
+                    slot.pos.clear()
                 raise LocalLLMError(f"{what} failed: llama_decode returned {rc}")
-            for seq, idx in group:
-                out.append(read(seq, idx))
-                ctx.seq_rm(seq, -1, -1)
+            for slot, idx in group:
+                out.append(read(slot.seq, idx))
+                if not reuse or ctx.seq_pos_min(slot.seq) != 0:  # no cells kept
+                    ctx.seq_rm(slot.seq, -1, -1)
+                    slot.cache.clear()
+                    slot.pos.clear()
     finally:
         ctx.set_embeddings(False)
     return out
+
+
+def _place(idle: list[Slot], toks: list[int]) -> tuple[Slot, int]:
+    """The idle slot holding the longest prefix of ``toks`` (ties: the least filled) and
+    how much of it to keep: all but the last token at most, whose output is read."""
+    best, n = idle[0], -1
+    for s in idle:
+        k = common_prefix(s.cache, toks)
+        if k > n or (k == n and len(s.cache) < len(best.cache)):
+            best, n = s, k
+    return best, min(n, len(toks) - 1)

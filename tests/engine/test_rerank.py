@@ -98,3 +98,32 @@ def test_rank_pooling_is_forced_by_the_load(tmp_path: Path) -> None:
     with Engine([str(path)], opts(embedding=True, rerank=True)) as e:
         scores, _ = e.rerank("find x", ["xyz"], PairFormat(template=TEMPLATE))
     assert scores[0] == pytest.approx(expected_score(pair_ids("find x", "xyz")), abs=1e-3)
+
+
+def test_pairs_reuse_the_prefix_a_slot_holds(reranker: Engine,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # A causal reranker keeps each slot's last pair: the next pair sharing the template
+    # and query evaluates its document only, as llama-server's slots do.
+    fmt = PairFormat(template=TEMPLATE)
+    evaluated: list[int] = []
+    decode = reranker.ctx.decode
+
+    def counting(batch: object) -> int:
+        evaluated.append(len(batch))  # type: ignore[arg-type]
+        return decode(batch)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(reranker.ctx, "decode", counting)
+    docs = ["xyz", "abcabc", "zz", "hello", "y", "xay"]
+    for query in ("find x", "other query", "find x"):
+        evaluated.clear()
+        scores, n = reranker.rerank(query, docs, fmt)
+        assert scores == pytest.approx([expected_score(pair_ids(query, d)) for d in docs],
+                                       abs=1e-3)
+        assert n == sum(len(pair_ids(query, d)) for d in docs)  # usage counts whole pairs
+    # In the last round the three slots first hold the other query's pairs; after the
+    # first three pairs each finds "<s>q:find x;d:" in a slot and evaluates its document
+    # and the closing "." only.
+    shared = len(pair_ids("find x", ""))
+    assert sum(evaluated) <= n - (len(docs) - 3) * (shared - 1)
+    for slot in reranker.slots:
+        assert slot.cache and reranker.ctx.seq_pos_min(slot.seq) == 0
