@@ -1,4 +1,9 @@
-"""A tiny reranker GGUF, generated at test time, whose scores are known exactly.
+"""Tiny reranker GGUFs, generated at test time, whose scores are known exactly.
+
+Two: a causal one (``make_rerank_model``, Qwen3-Reranker's kind: a KV cache, the
+head on the last token, a softmax) and a bidirectional one (``make_bert_reranker``,
+bge-reranker's kind: no KV cache, the head on the first token, a logit); the
+second is described with its code, at the end.
 
 A one-layer ``qwen3`` model with ``pooling_type = rank``, the classifier labels
 ``yes``/``no`` and a ``cls.output`` head, as llama.cpp's converter writes
@@ -34,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.tinymodel import BOS, N_EMBD, N_VOCAB, token_id, tokenize, write_vocab
+from tests.tinymodel import BOS, EOS, N_EMBD, N_VOCAB, token_id, tokenize, write_vocab
 
 N_HEAD = 6
 RELEVANT = "xyz"
@@ -128,6 +133,110 @@ def make_rerank_model(dir: Path, *, template: str | None = TEMPLATE, head: bool 
     w.add_tensor(p + "ffn_gate.weight", np.zeros((64, N_EMBD), dtype=f32))
     w.add_tensor(p + "ffn_up.weight", np.zeros((64, N_EMBD), dtype=f32))
     w.add_tensor(p + "ffn_down.weight", np.zeros((N_EMBD, 64), dtype=f32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+# -- a bidirectional (BERT) reranker -----------------------------------------------------
+# A one-layer ``bert`` model with rank pooling and bge-reranker's head (``cls``: a dense
+# layer and tanh, ``cls.output``: one logit) over the same one-hot vocabulary.  Q and K
+# are zero, so every token attends equally to every token of its pair, both ways; the
+# head reads the first token (BOS), which so sees the whole pair.  Its tokenizer lays a
+# pair out as XLM-RoBERTa's does: ``<s> query </s> </s> document </s>`` (BOS and EOS
+# added, EOS as the separator).  The score is the logit; the daemon's relevance is its
+# sigmoid.  No KV cache: every pair is evaluated whole.
+BERT_EPS = 1e-5
+CLS_SCALE = 0.2
+
+
+def bert_weights() -> np.ndarray:
+    """The head's output row, per unit of the pooled state."""
+    w = np.full(N_EMBD, -0.05)
+    for ch in RELEVANT:
+        w[token_id(ch)] = 1.0
+    return w
+
+
+def bert_pair_ids(query: str, doc: str) -> list[int]:
+    return [BOS, *tokenize(query, bos=False), EOS, EOS, *tokenize(doc, bos=False), EOS]
+
+
+def expected_bert_logit(ids: list[int]) -> float:
+    """The BERT reranker's raw score (the head's logit) for a pair's token ids."""
+    def norm(x: np.ndarray) -> np.ndarray:
+        c = x - x.mean()
+        return c / math.sqrt(float(np.mean(c * c)) + BERT_EPS)
+
+    onehot = np.zeros((len(ids), N_EMBD))
+    onehot[np.arange(len(ids)), ids] = 1.0
+    x = np.stack([norm(r) for r in onehot])  # the embeddings' layer norm
+    attended = x.mean(axis=0)  # V and the output are the identity
+    h = norm(norm(attended + x[0]))  # attention norm, then (the FFN being zero) the output one
+    return float(bert_weights() @ np.tanh(CLS_SCALE * h))
+
+
+def make_bert_reranker(dir: Path, name: str = "bert-rerank.gguf") -> Path:
+    """Write the BERT reranker into ``dir`` and return its path (see above)."""
+    import gguf
+
+    from tests.tinymodel import EOS as _EOS
+    from tests.tinymodel import UNK, _vocab
+
+    dir.mkdir(parents=True, exist_ok=True)
+    path = dir / name
+    w = gguf.GGUFWriter(str(path), "bert")
+    w.add_name("tiny-bert-rerank")
+    w.add_context_length(512)
+    w.add_embedding_length(N_EMBD)
+    w.add_block_count(1)
+    w.add_feed_forward_length(64)
+    w.add_head_count(N_HEAD)
+    w.add_layer_norm_eps(BERT_EPS)
+    w.add_causal_attention(False)
+    w.add_file_type(0)
+    w.add_pooling_type(gguf.PoolingType.RANK)
+    tokens, scores, types = _vocab()
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_token_type_count(2)
+    w.add_bos_token_id(BOS)
+    w.add_eos_token_id(_EOS)
+    w.add_unk_token_id(UNK)
+    w.add_sep_token_id(_EOS)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(True)
+    w.add_add_sep_token(True)
+    w.add_add_space_prefix(False)
+
+    f32 = np.float32
+    d = N_EMBD
+    emb = np.zeros((N_VOCAB, d), dtype=f32)
+    emb[np.arange(N_VOCAB), np.arange(N_VOCAB)] = 1.0
+    ones, zeros = np.ones(d, dtype=f32), np.zeros(d, dtype=f32)
+    w.add_tensor("token_embd.weight", emb)
+    w.add_tensor("position_embd.weight", np.zeros((512, d), dtype=f32))
+    w.add_tensor("token_embd_norm.weight", ones)
+    w.add_tensor("token_embd_norm.bias", zeros)
+    w.add_tensor("cls.weight", np.eye(d, dtype=f32) * f32(CLS_SCALE))
+    w.add_tensor("cls.bias", zeros)
+    w.add_tensor("cls.output.weight", bert_weights().astype(f32)[None, :])
+    w.add_tensor("cls.output.bias", np.zeros(1, dtype=f32))
+    p = "blk.0."
+    w.add_tensor(p + "attn_q.weight", np.zeros((d, d), dtype=f32))
+    w.add_tensor(p + "attn_k.weight", np.zeros((d, d), dtype=f32))
+    w.add_tensor(p + "attn_v.weight", np.eye(d, dtype=f32))
+    w.add_tensor(p + "attn_output.weight", np.eye(d, dtype=f32))
+    w.add_tensor(p + "attn_output_norm.weight", ones)
+    w.add_tensor(p + "attn_output_norm.bias", zeros)
+    w.add_tensor(p + "ffn_up.weight", np.zeros((64, d), dtype=f32))
+    w.add_tensor(p + "ffn_down.weight", np.zeros((d, 64), dtype=f32))
+    w.add_tensor(p + "layer_output_norm.weight", ones)
+    w.add_tensor(p + "layer_output_norm.bias", zeros)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -17,7 +17,15 @@ from localllm.engine.engine import Engine
 from localllm.errors import InvalidRequest
 from localllm.runner.messages import PairFormat
 from tests.engine.conftest import opts
-from tests.rerankmodel import TEMPLATE, expected_score, make_rerank_model, pair_ids
+from tests.rerankmodel import (
+    TEMPLATE,
+    bert_pair_ids,
+    expected_bert_logit,
+    expected_score,
+    make_bert_reranker,
+    make_rerank_model,
+    pair_ids,
+)
 from tests.tinymodel import BOS, EOS, make_tiny_model, token_id, tokenize
 
 
@@ -127,3 +135,24 @@ def test_pairs_reuse_the_prefix_a_slot_holds(reranker: Engine,
     assert sum(evaluated) <= n - (len(docs) - 3) * (shared - 1)
     for slot in reranker.slots:
         assert slot.cache and reranker.ctx.seq_pos_min(slot.seq) == 0
+
+
+def test_a_bidirectional_reranker_evaluates_each_pair_whole(tmp_path: Path) -> None:
+    # BERT-style: no KV cache, the head on the first token, tanh then a logit; pairs laid
+    # out as XLM-RoBERTa's (<s> q </s> </s> d </s>), read from the GGUF's tokenizer keys.
+    from localllm.gguf_info import read_model_info
+    from localllm.inference.rerank import pair_format
+
+    path = make_bert_reranker(tmp_path)
+    fmt = pair_format(read_model_info(path))
+    assert fmt == PairFormat(add_bos=True, add_eos=True, add_sep=True, sep=EOS)
+    docs = [("xyz" * (i % 3)) + "abc"[: i % 4] + "h" for i in range(20)]
+    with Engine([str(path)], opts(n_parallel=3, embedding=True, rerank=True)) as e:
+        scores, n = e.rerank("find x", docs, fmt)
+        assert all(not s.cache for s in e.slots)  # nothing kept to reuse
+        again, _ = e.rerank("find x", docs[:4], fmt)
+    # Attention's values pass through float16 (flash attention): a few 1e-3 of a logit.
+    assert scores == pytest.approx(
+        [expected_bert_logit(bert_pair_ids("find x", d)) for d in docs], rel=5e-3)
+    assert again == pytest.approx(scores[:4], abs=1e-5)
+    assert n == sum(len(bert_pair_ids("find x", d)) for d in docs)

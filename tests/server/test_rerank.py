@@ -1,17 +1,20 @@
-"""Rerank through the real daemon and the tiny reranker: exact scores, every shape, real clients.
+"""Rerank through the real daemon and the tiny rerankers: exact scores, every shape, real clients.
 
-``rr`` is tests/rerankmodel.py's reranker with its pair template in the GGUF,
-``rr-plain`` the same without one (llama-server's layout), ``rr-headless`` rank
-pooling without a head, ``tiny`` a generative model and ``tiny-embed`` an embedding
-model.  Every score is checked against ``expected_score`` of the exact tokens
-the pair should become, so the pair format, the head, the batching of pairs over
-the slots (no pair sees another's tokens) and the order are all proven at once.
+``rr`` is tests/rerankmodel.py's (causal, qwen3) reranker with its pair template in
+the GGUF, ``rr-plain`` the same without one (llama-server's layout), ``rr-bert`` the
+bidirectional one (a BERT with bge-reranker's head, XLM-RoBERTa's pair layout, a
+logit for a score), ``rr-headless`` rank pooling without a head, ``tiny`` a
+generative model and ``tiny-embed`` an embedding model.  Every score is checked
+against the expected score of the exact tokens the pair should become, so the pair
+format, the head, the batching of pairs over the slots (no pair sees another's
+tokens) and the order are all proven at once.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -27,7 +30,14 @@ from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
 from tests.cli.conftest import Daemon, start_daemon
-from tests.rerankmodel import expected_score, make_rerank_model, pair_ids
+from tests.rerankmodel import (
+    bert_pair_ids,
+    expected_bert_logit,
+    expected_score,
+    make_bert_reranker,
+    make_rerank_model,
+    pair_ids,
+)
 from tests.tinymodel import make_tiny_model
 
 QUERY = "find x"
@@ -49,6 +59,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
             import_gguf(store, parse_name("rr"), [make_rerank_model(tmp / "rr")])
             import_gguf(store, parse_name("rr-plain"),
                         [make_rerank_model(tmp / "plain", template=None)])
+            import_gguf(store, parse_name("rr-bert"), [make_bert_reranker(tmp / "bert")])
             import_gguf(store, parse_name("rr-headless"),
                         [make_rerank_model(tmp / "headless", head=False)])
             import_gguf(store, parse_name("tiny"), [make_tiny_model(tmp / "tiny")])
@@ -151,6 +162,26 @@ def test_a_model_without_a_template_gets_llama_servers_layout(daemon: Daemon) ->
     r = post(daemon, "/v1/rerank", {"model": "rr-plain", "query": QUERY, "documents": DOCS})
     assert r.status_code == 200, r.text
     check_results(r.json()["results"], DOCS, template=False)
+
+
+def test_a_bert_reranker_scores_the_sigmoid_of_its_logit(daemon: Daemon) -> None:
+    # Its pairs are <s> q </s> </s> d </s> (the GGUF's add_bos/eos/sep and separator).
+    logits = [expected_bert_logit(bert_pair_ids(QUERY, d)) for d in DOCS]
+    r = post(daemon, "/v1/rerank", {"model": "rr-bert", "query": QUERY, "documents": DOCS})
+    assert r.status_code == 200, r.text
+    got = {x["index"]: x["relevance_score"] for x in r.json()["results"]}
+    assert [got[i] for i in range(len(DOCS))] == pytest.approx(
+        [1 / (1 + math.exp(-x)) for x in logits], abs=1e-3)
+    assert r.json()["usage"]["prompt_tokens"] == sum(len(bert_pair_ids(QUERY, d))
+                                                     for d in DOCS)
+    assert [x["index"] for x in r.json()["results"]] == sorted(
+        range(len(DOCS)), key=lambda i: -logits[i])
+    raw = post(daemon, "/rerank", {"model": "rr-bert", "query": QUERY, "texts": DOCS,
+                                   "raw_scores": True}).json()
+    assert {x["index"]: x["score"] for x in raw} == pytest.approx(dict(enumerate(logits)),
+                                                                   rel=5e-3)
+    assert post(daemon, "/api/show", {"model": "rr-bert"}).json()["capabilities"] == [
+        "rerank"]
 
 
 def test_many_pairs_batch_over_the_slots_and_score_alone(daemon: Daemon) -> None:
