@@ -15,6 +15,7 @@ from localllm.runner.messages import (
     Done,
     Failed,
     LoadOptions,
+    PairFormat,
     Piece,
     SamplingParams,
 )
@@ -134,3 +135,17 @@ def test_async_reader() -> None:
         asyncio.run(bad(struct.pack(">I", 10) + b"{}"))
     with pytest.raises(P.ProtocolError, match="exceeds"):
         asyncio.run(bad(b"\xff\xff\xff\xff"))
+
+
+def test_rerank_round_trip_and_checks() -> None:
+    fmt = PairFormat(template="<q>{query}<d>{document}", sep=3)
+    docs = ["d" * 100_000, "é✓"]  # a long one travels as an attachment
+    msg = one(frames({**P.rerank_msg("q?", docs, fmt, False), "id": "rerank-1"}))
+    assert P.parse_rerank(msg) == ("q?", docs, fmt) and msg["truncate"] is False
+    back = one(frames({"type": "scores", "id": "rerank-1", "scores": [0.5, -1.25],
+                       "n_tokens": 9}))
+    assert back["scores"] == [0.5, -1.25]
+    for bad in ({"query": 1}, {"documents": ["a", 2]}, {"format": {"template": 5}},
+                {"format": "x"}):
+        with pytest.raises(P.ProtocolError):
+            P.parse_rerank({**P.rerank_msg("q", ["a"], fmt, True), **bad})
