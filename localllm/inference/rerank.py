@@ -70,10 +70,17 @@ def rerank_target(svc: InferenceService, model: str) -> Target:
 
 
 def rerank_load(target: Target, options: dict[str, Any] | None) -> LoadOptions:
-    """How a reranker loads (``/api/tokenize`` loads one the same way, not twice)."""
-    load = base_load(resolve_options(target.params, options))
+    """How a reranker loads (``/api/tokenize`` loads one the same way, not twice).
+
+    A pair must fit in one micro-batch (``num_batch``), so a slot never holds more: its
+    context is that unless ``num_ctx`` says otherwise (LOCALLLM_CONTEXT_LENGTH and the
+    planner's default are for chats: cells past a pair would be KV memory never used)."""
+    resolved = resolve_options(target.params, options)
+    load = base_load(resolved)
     load.embedding = True
     load.rerank = True
+    if resolved.load.num_ctx is None:
+        load.n_ctx = load.n_ubatch
     return load
 
 

@@ -53,7 +53,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     with ExitStack() as stack:
         try:
             isolate(mp, tmp / "home")
-            mp.setenv("LOCALLLM_CONTEXT_LENGTH", "64")
+            mp.setenv("LOCALLLM_CONTEXT_LENGTH", "8192")  # a chat's: a reranker takes num_batch
             mp.setenv("LOCALLLM_NUM_PARALLEL", "4")
             store = Store(paths.models())
             import_gguf(store, parse_name("rr"), [make_rerank_model(tmp / "rr")])
@@ -194,22 +194,30 @@ def test_many_pairs_batch_over_the_slots_and_score_alone(daemon: Daemon) -> None
 
 
 def test_a_long_document_is_cut_to_fit_unless_truncate_is_false(daemon: Daemon) -> None:
-    # LOCALLLM_CONTEXT_LENGTH=64: the pair keeps the template's closing text.
+    # num_ctx 64: the pair keeps the template's closing text.
     long = "ab" * 100
-    r = post(daemon, "/v1/rerank", {"model": "rr", "query": QUERY, "documents": [long, "x"]})
+    small = {"num_ctx": 64}
+    r = post(daemon, "/v1/rerank", {"model": "rr", "query": QUERY, "documents": [long, "x"],
+                                    "options": small})
     assert r.status_code == 200, r.text
     cut = next(x for x in r.json()["results"] if x["index"] == 0)
-    ids = pair_ids(QUERY, "")
-    kept = long[:64 - len(ids)]
+    kept = long[:64 - len(pair_ids(QUERY, ""))]
     assert len(pair_ids(QUERY, kept)) == 64
     assert cut["relevance_score"] == pytest.approx(expected_score(pair_ids(QUERY, kept)),
                                                    abs=1e-3)
     r = post(daemon, "/v1/rerank", {"model": "rr", "query": QUERY, "documents": [long],
-                                    "truncate": False})
+                                    "truncate": False, "options": small})
     assert r.status_code == 400 and "context" in r.json()["error"]["message"]
     r = post(daemon, "/api/rerank", {"model": "rr-plain", "query": QUERY, "documents": [long],
-                                     "truncate": False})
+                                     "truncate": False, "options": small})
     assert r.status_code == 400 and "context" in r.json()["error"]
+    # Without num_ctx a slot holds num_batch (512) tokens, whatever LOCALLLM_CONTEXT_LENGTH.
+    r = post(daemon, "/v1/rerank", {"model": "rr", "query": QUERY, "documents": ["ab" * 240],
+                                    "truncate": False})
+    assert r.status_code == 200, r.text
+    ps = {m["name"].split(":")[0]: m for m in
+          httpx.get(daemon.url + "/api/ps", timeout=30).json()["models"]}
+    assert ps["rr"]["context_length"] == 512
 
 
 @pytest.mark.parametrize(("body", "says"), [
