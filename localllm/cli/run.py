@@ -84,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     from localllm.api.client import Client
     from localllm.cli.pull import ensure_model
     from localllm.cli.session import preload, session_from_args
+    from localllm.errors import InvalidRequest
 
     session = session_from_args(args)
     prompt = " ".join(args.prompt)
@@ -96,6 +97,9 @@ def run(args: argparse.Namespace) -> int:
         capabilities = info.get("capabilities") or []
         if "embedding" in capabilities:
             return embed(client, session, prompt, interactive)
+        if "rerank" in capabilities:
+            raise InvalidRequest(f'"{args.model}" is a reranker, it does not chat: '
+                                 f"localllm rerank {args.model} QUERY DOCUMENT...")
         session.infer_think(capabilities)
         if interactive:
             from localllm.cli.repl import Repl

@@ -296,3 +296,5 @@ def test_cli_rerank(daemon: Daemon) -> None:
     assert [float(s) for s, _, _ in rows] == pytest.approx([s for _, s in want], abs=2e-3)
     bad = daemon.cli("rerank", "tiny", QUERY, "a")
     assert bad.returncode != 0 and "classification head" in bad.stderr
+    chat = daemon.cli("run", "rr", "hello")
+    assert chat.returncode != 0 and "localllm rerank rr QUERY" in chat.stderr
