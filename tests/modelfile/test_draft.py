@@ -208,7 +208,7 @@ async def test_requests_draft_by_default_on_a_model_with_a_draft(
         "draft", 4, 2, 0.5)
     assert asked(fast, {"speculative": "ngram"}) == ("ngram", 16, 0, 0.0)
     assert asked(fast, {"speculative": "off"})[1] == 0
-    assert asked(plain, None)[1] == 0
+    assert asked(plain, None) == ("auto", 16, 0, 0.0)  # prompt lookup where it pays
 
     # Refused before anything loads.
     body = {"model": "plain", "prompt": "abc", "stream": False}
