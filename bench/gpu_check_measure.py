@@ -200,7 +200,7 @@ def rates(m: dict[str, Any]) -> tuple[float, float]:
 def planner_estimate(gguf: str) -> dict[str, Any]:
     """The planner's plan for this load, recomputed in this process (informative)."""
     try:
-        from localllm.gguf_info import read_model_info
+        from localllm.gguf.info import read_model_info
         from localllm.hardware.detect import detect
         from localllm.scheduler.planner import PlanOptions, plan
 

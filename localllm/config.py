@@ -528,7 +528,7 @@ RUNNER_ENGINE = Setting("LOCALLLM_RUNNER_ENGINE", _engine_spec, "localllm.engine
 # Image input limits (issue 14): constants, not settings, because the runner and the
 # daemon must agree on them.  The byte limits keep a request's images (base64 in one
 # runner frame, see runner/protocol.py) well under the 128 MiB frame cap; the pixel
-# limits are checked from the file header before anything is decoded (localllm.imageinfo).
+# limits are checked from the file header before anything is decoded (localllm.images.info).
 MAX_IMAGES = 16  # per request
 MAX_IMAGE_BYTES = 20 << 20  # one encoded image file
 MAX_IMAGES_BYTES = 48 << 20  # all of a request's images together

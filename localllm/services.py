@@ -25,7 +25,7 @@ from localllm.store.ollama_import import ImportReport
 from localllm.store.ollama_store import Found
 
 if TYPE_CHECKING:
-    from localllm.gguf_info import ModelInfo
+    from localllm.gguf.info import ModelInfo
     from localllm.services_hub import Machine
 
 log = logging.getLogger(__name__)
@@ -213,7 +213,7 @@ class ModelService:
         """The draft model (Modelfile ``DRAFT``; ours): its blob and, from its GGUF
         header, the details ``/api/show`` gives for a model."""
         from localllm.errors import InvalidModelFile
-        from localllm.gguf_info import read_model_info
+        from localllm.gguf.info import read_model_info
 
         layer = entry.manifest.first(MEDIA_DRAFT)
         if layer is None:
@@ -244,7 +244,7 @@ class ModelService:
         return {k: _jsonable(v) for k, v in kv.items()}
 
     def _model_info(self, entry: Entry) -> ModelInfo:
-        from localllm.gguf_info import read_model_info_split  # one shard or several
+        from localllm.gguf.info import read_model_info_split  # one shard or several
 
         return read_model_info_split(self.store.model_paths(entry))
 

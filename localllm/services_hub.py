@@ -26,7 +26,7 @@ from typing import Any
 
 from localllm.api.wire import DryRun, FileSize, ProgressEvent, SearchModel, SearchResponse
 from localllm.errors import InvalidModelFile, LocalLLMError, PullError
-from localllm.gguf_info import ModelInfo
+from localllm.gguf.info import ModelInfo
 from localllm.hardware.detect import Device
 from localllm.scheduler.fit import Fit, assess, describe, reclaimed, scaled, unknown
 from localllm.scheduler.planner import LoadPlan, PlanOptions

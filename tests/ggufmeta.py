@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter, LlamaFileType
 
-from localllm.gguf_info import ModelInfo, read_model_info
+from localllm.gguf.info import ModelInfo, read_model_info
 
 Q = GGMLQuantizationType
 # (bulk weights, "important" weights: attn_v, ffn_down, output) per file type.

@@ -20,7 +20,7 @@ from typing import Any
 from localllm import config
 from localllm.errors import InvalidRequest
 from localllm.format import format_file_size as _human
-from localllm.imagefiles import EXTENSIONS
+from localllm.images.files import EXTENSIONS
 
 _EXT = "|".join(EXTENSIONS)
 _PATH_RE = re.compile(

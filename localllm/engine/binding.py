@@ -166,3 +166,9 @@ def quantize(in_path: str | Path, out_path: str | Path, ftype: str, threads: int
     rc = lib.ll_quantize(str(in_path).encode(), str(out_path).encode(), code, threads)
     if rc != 0:
         raise LocalLLMError(f"quantizing {in_path} failed: {last_errors(take_log())}")
+
+
+def llama_version() -> str:
+    """The loaded libllama's version string (what a disk-cached state was written by)."""
+    ffi, lib = native()
+    return str(ffi.string(lib.ll_llama_version()).decode())

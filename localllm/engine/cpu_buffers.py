@@ -93,3 +93,40 @@ def host_buffer_names() -> frozenset[str]:
     """
     _, lib = native()
     return frozenset(_names(lib.ll_cpu_extra_buft_count(), lib.ll_cpu_extra_buft_name))
+
+
+# ---- what engine/cpu_check.py does with them (the calls stay with their owner) ----------
+
+
+def buffer_names() -> list[str]:
+    """The CPU backend's extra buffer types in this process, in llama.cpp's order."""
+    _, lib = native()
+    return _names(lib.ll_cpu_extra_buft_count(), lib.ll_cpu_extra_buft_name)
+
+
+def type_names() -> list[str]:
+    """ggml's weight types by id."""
+    ffi, lib = native()
+    return [ffi.string(lib.ll_ggml_type_name(t)).decode() for t in range(lib.ll_ggml_type_count())]
+
+
+def selftest(i: int, t: int, k: int, rows: int, m: int, threads: int,
+             rounds: int) -> tuple[int, float]:
+    """Extra buffer ``i``'s product of a ``t`` weight against the plain CPU's: (1 same,
+    0 different, -1 not taken or not testable; the largest relative difference)."""
+    ffi, lib = native()
+    err = ffi.new("double *")
+    rc = int(lib.ll_cpu_extra_buft_selftest(i, t, k, rows, m, threads, rounds, err))
+    return rc, float(err[0])
+
+
+def drop(name: str) -> int:
+    """Take ``name`` out of the list llama.cpp's loaders read; < 0 when it stays."""
+    _, lib = native()
+    return int(lib.ll_cpu_extra_buft_drop(name.encode()))
+
+
+def crash_hint(text: str) -> None:
+    """The line the runner writes last if it dies of a signal."""
+    _, lib = native()
+    lib.ll_crash_hint(text.encode())

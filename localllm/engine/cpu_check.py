@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from localllm.engine.binding import native
+from localllm.engine import cpu_buffers
 
 # One token (a decode step: AMX's vector path) and a prompt chunk (its tile path,
 # in blocks of 32 rows, so 48 leaves a partial block too).
@@ -83,17 +83,6 @@ class Decision:
     kept: tuple[str, ...] = ()  # what the load may still use
 
 
-def buffer_names() -> list[str]:
-    """The CPU backend's extra buffer types in this process, in llama.cpp's order."""
-    ffi, lib = native()
-    buf = ffi.new("char[]", 128)
-    out = []
-    for i in range(lib.ll_cpu_extra_buft_count()):
-        lib.ll_cpu_extra_buft_name(i, buf, 128)
-        out.append(ffi.string(buf).decode())
-    return out
-
-
 def decide(mode: str, names: Sequence[str], verdict: Verdict | None) -> Decision:
     """``off``: none; ``on``: all; ``auto``: all but the broken ones, or none when they
     cannot be left out one by one."""
@@ -114,27 +103,23 @@ def decide(mode: str, names: Sequence[str], verdict: Verdict | None) -> Decision
 
 def _test_buffer(i: int) -> str:
     """"" when every weight type buffer ``i`` takes multiplies right, else what did not."""
-    ffi, lib = native()
-    err = ffi.new("double *")
-    for t in range(lib.ll_ggml_type_count()):
-        name = ffi.string(lib.ll_ggml_type_name(t)).decode()
+    for t, name in enumerate(cpu_buffers.type_names()):
         for m in M_SIZES:
-            rc = lib.ll_cpu_extra_buft_selftest(i, t, K, ROWS, m, THREADS, ROUNDS, err)
+            rc, err = cpu_buffers.selftest(i, t, K, ROWS, m, THREADS, ROUNDS)
             if rc == -1:
                 break  # a type this buffer does not take (or the test cannot make)
             if rc == 0:
                 return (f"self-test: its {name} product for {m} token(s) differs from the "
-                        f"plain CPU's by {err[0]:.2g} of the largest output")
+                        f"plain CPU's by {err:.2g} of the largest output")
     return ""
 
 
 def child_lines(only: Sequence[str], drop: Sequence[str]) -> Iterator[dict[str, Any]]:
     """What the child prints: the drops it made, then each tested type's result, each
     preceded by a ``start`` line so a crash is pinned on the right type."""
-    _, lib = native()
     for n in drop:
-        yield {"dropped": n, "rc": int(lib.ll_cpu_extra_buft_drop(n.encode()))}
-    for i, n in enumerate(buffer_names()):
+        yield {"dropped": n, "rc": cpu_buffers.drop(n)}
+    for i, n in enumerate(cpu_buffers.buffer_names()):
         if n in only:
             yield {"start": n}
             yield {"name": n, "fault": _test_buffer(i)}
@@ -277,7 +262,7 @@ def verdict(names: Sequence[str] | None = None, refresh: bool = False) -> Verdic
     ``names``: the types to answer for (default: this process's list); a cached verdict
     that covers them answers (a process that took a type out asks about fewer).
     """
-    names = buffer_names() if names is None else list(names)
+    names = cpu_buffers.buffer_names() if names is None else list(names)
     if not names:
         return Verdict()
     path = _cache_file(cache_key())
@@ -324,19 +309,18 @@ def annotate(buffers: list[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
 def prepare(mode: str) -> bool:
     """In a runner, before its loads: apply ``mode`` to this process's list of extra
     buffer types; the ``use_extra_bufts`` the loads take."""
-    _, lib = native()
-    names = buffer_names()
+    names = cpu_buffers.buffer_names()
     if not names:
         return True
     d = decide(mode, names, verdict(names) if mode == "auto" else None)
     for n in d.drop:
-        if lib.ll_cpu_extra_buft_drop(n.encode()) < 0:
+        if cpu_buffers.drop(n) < 0:
             return False  # still listed: only switching them all off keeps it unused
     if d.use_extra_bufts and AMX in d.kept:
         # AMX is the type known to crash where it is advertised (see the module
         # docstring): if it does (mode on, or a fault the self-test missed), the daemon's
         # error names the way out, since it quotes the runner's last line: this one.
-        lib.ll_crash_hint(CRASH_HINT.encode())
+        cpu_buffers.crash_hint(CRASH_HINT)
     return d.use_extra_bufts
 
 

@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Any
 
 from localllm.engine import cachefile
 from localllm.engine.cachefile import SUFFIX
+from localllm.engine.parked import Parked
 
 if TYPE_CHECKING:
-    from localllm.engine.park import Parked
     from localllm.runner.messages import LoadOptions
 
 log = logging.getLogger(__name__)
@@ -50,11 +50,11 @@ def open_disk(opts: LoadOptions, paths: list[str], n_ctx: int, n_swa: int) -> Di
     """The disk cache a runner loaded with ``opts`` uses, None when it has none."""
     if opts.prompt_cache_disk <= 0 or not opts.prompt_cache_dir or opts.embedding:
         return None
-    from localllm.engine.binding import native
+    from localllm.engine.binding import llama_version, native
 
-    ffi, lib = native()
+    ffi, _ = native()  # buffers for the cells read back
     try:
-        identity = cachefile.model_identity(paths, ffi.string(lib.ll_llama_version()).decode(),
+        identity = cachefile.model_identity(paths, llama_version(),
                                   opts.kv_type, opts.flash_attn)
     except OSError as exc:
         log.warning("prompt cache: no disk cache for this model: %s", exc)
@@ -95,7 +95,7 @@ class DiskCache:
     def load(self, entry: Parked) -> Parked | None:
         """``entry``'s cells read back and checked; None (and the file gone) when it is
         missing, truncated, corrupt or another model's."""
-        from localllm.engine.park import Parked
+        from localllm.engine.parked import Parked
 
         path = self.dir / entry.file
         try:
@@ -161,7 +161,7 @@ class DiskCache:
     def _scan(self) -> list[Parked]:
         """The index: every whole file of this model here, oldest use first; what is not
         whole or not this model's is deleted, and so are writes a dead runner left."""
-        from localllm.engine.park import Parked
+        from localllm.engine.parked import Parked
 
         found: list[tuple[float, Parked]] = []
         try:

@@ -85,11 +85,11 @@ def rerank(ctx: Context, batch: Batch, slots: Sequence[Slot], n_ctx_slot: int, q
     seqs = [pair_tokens(ctx.model, query, doc, fmt, limit, truncate) for doc in documents]
 
     def read(seq: int, idx: int) -> float:
-        # n_cls_out floats, where an embedding's n_embd would be: read the first only.
-        p = ctx.lib.ll_embeddings_seq(ctx.handle, seq)
-        if p == ctx.ffi.NULL:
+        # n_cls_out floats, where an embedding's n_embd would be: the first only.
+        score = ctx.score(seq)
+        if score is None:
             raise LocalLLMError("llama.cpp returned no rerank score for this model")
-        return float(p[0])
+        return score
 
     return (_decode_all(ctx, batch, free, seqs, read, "rerank", reuse=True),
             sum(len(t) for t in seqs))

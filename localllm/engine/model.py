@@ -312,6 +312,12 @@ class Context(_Owner):
             return None
         return list(self.ffi.unpack(p, self.model.n_embd))
 
+    def score(self, seq: int) -> float | None:
+        """A rank-pooled sequence's score: the first of its classifier outputs (None when
+        llama.cpp pooled nothing for it)."""
+        p = self.lib.ll_embeddings_seq(self.handle, seq)
+        return None if p == self.ffi.NULL else float(p[0])
+
     def greedy(self, index: int) -> tuple[int, float]:
         """The most likely token of output ``index`` and its probability; -1 when the
         last decode left no logits there."""

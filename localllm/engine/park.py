@@ -37,12 +37,12 @@ back through ``restore`` like any parked copy, so the same rules hold for it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from localllm.engine.parked import Parked
 from localllm.engine.positions import Positions
 from localllm.engine.sharing import MIN_SHARE
-from localllm.engine.slots import Slot, common_prefix
+from localllm.engine.slots import Slot
 
 if TYPE_CHECKING:
     from localllm.engine.diskcache import DiskCache
@@ -55,27 +55,6 @@ def budget(setting: int, kv_bytes: int) -> int:
     """Bytes for parked copies: ``setting`` (LoadOptions.prompt_cache), or with -1 as
     many as the KV cache takes, up to ``AUTO_MAX``, so the runner grows by at most that."""
     return setting if setting >= 0 else min(AUTO_MAX, kv_bytes)
-
-
-@dataclass
-class Parked:
-    """One slot's cells in host memory, with what the slot knew about them."""
-
-    tokens: list[int]
-    adapters: tuple[str, ...]
-    exact: int  # Slot.exact: cells from here on are not reusable (after a context shift)
-    data: Any  # cffi uint8_t[]: llama.cpp's copy of the cells (None: only on disk)
-    size: int
-    file: str = ""  # its file in the disk cache, once written there
-
-    def reusable(self, prompt: list[int], adapters: tuple[str, ...], n_swa: int = 0) -> int:
-        """Leading cells a prompt may take from this copy (see the module doc on windows)."""
-        if adapters != self.adapters:
-            return 0
-        n = common_prefix(self.tokens, prompt)
-        if n_swa and n < len(self.tokens) and len(self.tokens) > n_swa:
-            return 0
-        return n if self.exact < 0 else min(n, self.exact)
 
 
 class PromptCache:

@@ -4,7 +4,7 @@ Owns everything the engine does with images:
 
 * ``Projector`` loads an mmproj GGUF next to the text model (``mtmd_init_from_file``,
   on the text model's first offload device when layers are offloaded).
-* ``media_prompt`` checks a request's images (``localllm.imageinfo``: count, bytes,
+* ``media_prompt`` checks a request's images (``localllm.images.info``: count, bytes,
   header size, before anything is decoded) and tokenizes its text with them into
   the slot's *keys*: text tokens as they are, and for each image position a
   negative pseudo-token derived from the image's sha256 (libmtmd's bitmap id)
@@ -42,7 +42,7 @@ from localllm.engine.binding import last_errors, take_log
 from localllm.engine.model import FLASH_ATTN, Model, _Owner, no_parts
 from localllm.engine.slots import OVERFLOW, Slot
 from localllm.errors import InvalidRequest, LocalLLMError
-from localllm.imageinfo import check_images
+from localllm.images.info import check_images
 from localllm.runner.messages import MEDIA_MARKER, CompletionRequest, Event, Failed, LoadOptions
 
 if TYPE_CHECKING:

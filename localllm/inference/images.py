@@ -14,10 +14,10 @@ text.  The ``/v1`` converters put ``[img]`` where an image part was, so part
 order survives.  Literal marker text in a request with images is refused:
 otherwise a user could shift every image by one.
 
-Images are checked before the model loads (``localllm.imageinfo``: format,
+Images are checked before the model loads (``localllm.images.info``: format,
 declared pixel size, bytes, count, the request's pixels together, and what the
 data inflates to), and WebP and AVIF are re-encoded as PNG then
-(``localllm.imageconvert``: libmtmd reads neither); both run where the plan is
+(``localllm.images.convert``: libmtmd reads neither); both run where the plan is
 built, in a worker thread.  Base64 is decoded exactly once per
 request, so the same image sent again in a later turn gives the runner the
 same bytes (the engine keys its prefix cache by the image's hash; re-encoding
@@ -37,7 +37,7 @@ from typing import Any
 
 from localllm import config
 from localllm.errors import InvalidRequest
-from localllm.imageconvert import prepare
+from localllm.images.convert import prepare
 from localllm.runner.messages import MEDIA_MARKER
 
 PLACEHOLDER = "[img]"  # Ollama's in-text image position
@@ -143,7 +143,7 @@ class Images:
 
 
 def _renumber(message: str, indices: Sequence[int]) -> str:
-    """imageinfo names images by position in the list it saw; name them as the request did."""
+    """images.info names images by position in the list it saw; name them as the request did."""
     for seen, real in sorted(enumerate(indices), reverse=True):
         message = message.replace(f"image {seen + 1}", f"image {real + 1}", 1)
     return message

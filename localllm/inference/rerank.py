@@ -31,7 +31,7 @@ from typing import Any
 
 from localllm.api.options import resolve_options
 from localllm.errors import InvalidRequest
-from localllm.gguf_info import ModelInfo, tokenizer_adds_bos
+from localllm.gguf.info import ModelInfo, tokenizer_adds_bos
 from localllm.inference.service import InferenceService, Target, base_load
 from localllm.runner.messages import LoadOptions, PairFormat
 

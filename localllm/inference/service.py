@@ -21,7 +21,7 @@ from localllm.api.options import ResolvedOptions, parse_keep_alive, resolve_opti
 from localllm.api.speculation import require_draft
 from localllm.api.wire import PsEntry
 from localllm.errors import InvalidRequest
-from localllm.gguf_info import ModelInfo, read_model_info_split
+from localllm.gguf.info import ModelInfo, read_model_info_split
 from localllm.inference.ps import ps_entry, utc_rfc3339
 from localllm.runner.messages import CompletionRequest, Done, LoadOptions, Piece
 from localllm.scheduler.scheduler import ModelSpec, Scheduler

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from localllm.errors import InvalidRequest, LocalLLMError, ModelNotFound
-from localllm.gguf_info import ModelInfo, read_model_info, read_model_info_split
+from localllm.gguf.info import ModelInfo, read_model_info, read_model_info_split
 from localllm.modelfile.checks import (
     check_messages,
     check_parameters,

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localllm.errors import InvalidRequest, ModelNotFound
-from localllm.gguf_info import read_model_info
-from localllm.gguf_reader import Header, iter_string_array, read_header
+from localllm.gguf.info import read_model_info
+from localllm.gguf.reader import Header, iter_string_array, read_header
 from localllm.store.local import Store
 from localllm.store.manifests import MEDIA_DRAFT, MEDIA_MODEL, Layer
 from localllm.store.names import parse_digest, parse_name

@@ -8,7 +8,7 @@ base ``W [n_in, n_out]``, ``lora_a`` is ``[n_in, r]`` and ``lora_b`` is
 ``[r, n_out]`` (the token embedding is stored the other way round).  The
 architecture is compared by the caller (it has the metadata already).
 
-Both files have passed ``gguf_info``'s bounded header check before this reads
+Both files have passed ``gguf.info``'s bounded header check before this reads
 them with the ``gguf`` package, which maps the file instead of reading it.
 """
 

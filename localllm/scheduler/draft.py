@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from localllm.gguf_info import ModelInfo
+from localllm.gguf.info import ModelInfo
 from localllm.hardware.cpu_buffers import ExtraBuffer
 from localllm.scheduler.estimate import graph_bytes, host_graph_bytes, kv_cells, kv_layer_bytes
 from localllm.scheduler.plan_types import DeviceUse

@@ -10,7 +10,7 @@ unified KV cache of ``max(n_ctx, 8) · n_parallel`` cells, padded to 256.
 from __future__ import annotations
 
 from localllm.config import KV_TYPES
-from localllm.gguf_info import ModelInfo
+from localllm.gguf.info import ModelInfo
 
 KiB = 1024
 MiB = 1024 * KiB

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from localllm.gguf_info import ModelInfo
+from localllm.gguf.info import ModelInfo
 from localllm.hardware.detect import Device
 from localllm.scheduler.estimate import CTX_PAD, fmt_bytes
 from localllm.scheduler.planner import LoadPlan, PlanOptions, plan

@@ -27,7 +27,7 @@ from typing import Any
 
 from localllm import config
 from localllm.errors import ModelLoadError
-from localllm.gguf_info import read_model_info
+from localllm.gguf.info import read_model_info
 from localllm.hardware.detect import Device, Hardware, refresh_memory
 from localllm.hardware.rpc import endpoint_of
 from localllm.runner.messages import LoadOptions

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
-from localllm.gguf_info import ModelInfo
+from localllm.gguf.info import ModelInfo
 from localllm.runner.messages import LoadOptions
 
 REMOTE_LIBRARY = "RPC"  # devices another machine serves over ggml RPC

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
-from localllm.gguf_info import ModelInfo
+from localllm.gguf.info import ModelInfo
 from localllm.hardware.detect import Device
 from localllm.scheduler.draft import draft_cost
 from localllm.scheduler.estimate import (

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from localllm.gguf_reader import Header, read_header
+from localllm.gguf.reader import Header, read_header
 
 DEFAULT_PATCHES = 1024  # a projector with dynamic resolution and no fixed image size
 

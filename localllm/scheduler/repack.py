@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from localllm.gguf_info import Matrix, ModelInfo
+from localllm.gguf.info import Matrix, ModelInfo
 from localllm.hardware.cpu_buffers import BufferRule, ExtraBuffer
 from localllm.hardware.detect import Device
 from localllm.scheduler.plan_types import REMOTE_LIBRARY

@@ -29,7 +29,7 @@ from localllm.runner.messages import LoadOptions
 
 if TYPE_CHECKING:  # types only: the scheduler runs on fakes without reading a GGUF
     from localllm.api.wire import Details
-    from localllm.gguf_info import ModelInfo
+    from localllm.gguf.info import ModelInfo
     from localllm.scheduler.planner import LoadPlan
 
 log = logging.getLogger(__name__)

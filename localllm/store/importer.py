@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from localllm.gguf_info import ModelInfo, read_model_info_split
+from localllm.gguf.info import ModelInfo, read_model_info_split
 from localllm.store.local import Store
 from localllm.store.manifests import (
     MEDIA_MODEL,
@@ -49,7 +49,7 @@ def import_gguf(
 ) -> Entry:
     """Copy ``files`` (one GGUF, or the parts of a split one in order) into the store as ``name``.
 
-    The files are validated with ``gguf_info`` first, so a malformed GGUF never
+    The files are validated with ``gguf.info`` first, so a malformed GGUF never
     becomes a model; ``projector`` (an ``mmproj`` GGUF) must be a clip projector.
     """
     info = read_model_info_split([Path(f) for f in files])

@@ -346,7 +346,7 @@ class OllamaStore:
 
     def _check_ggufs(self, layers: list[Layer]) -> None:
         """The weights' GGUF headers (the bounded reader: a hostile file is refused early)."""
-        from localllm.gguf_info import read_model_info, read_model_info_split
+        from localllm.gguf.info import read_model_info, read_model_info_split
         from localllm.store.projector import projector_header
 
         def path(layer: Layer) -> Path:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from localllm.errors import InvalidModelFile, ModelNotFound
-from localllm.gguf_reader import read_header
+from localllm.gguf.reader import read_header
 from localllm.store.hub import HubFile, quant_of
 
 # The order after the model's own precision (see the module docstring).

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from localllm.errors import InvalidModelFile, InvalidRequest, PullError
-from localllm.gguf_info import ModelInfo, read_model_info_split
+from localllm.gguf.info import ModelInfo, read_model_info_split
 from localllm.store import download, hub
 from localllm.store import projector as proj
 from localllm.store.importer import config_for

@@ -3,7 +3,7 @@
 ``RangeFile`` is a read-only file over one Hub file (the ``resolve`` URL, its
 redirect to the CDN followed as the downloader does): ``seek`` and ``read``
 turn into ``Range: bytes=a-b`` requests, and what arrived is kept in memory, so
-the header reader (``gguf_reader.read_header_from``, the same bounded reader
+the header reader (``gguf.reader.read_header_from``, the same bounded reader
 and limits as for local files) can walk the key/values, skip the long arrays
 and come back for the BOS/EOS texts.  Nothing is written to the store.
 
@@ -31,8 +31,8 @@ from typing import Any
 import httpx
 
 from localllm.errors import PullError
-from localllm.gguf_info import ModelInfo, model_info_from_headers
-from localllm.gguf_reader import Header, read_header_from
+from localllm.gguf.info import ModelInfo, model_info_from_headers
+from localllm.gguf.reader import Header, read_header_from
 from localllm.store import hub
 from localllm.store.hub import HubFile
 

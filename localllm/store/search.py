@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 
 from localllm.errors import InvalidRequest, LocalLLMError, PullError
-from localllm.gguf_info import ModelInfo
+from localllm.gguf.info import ModelInfo
 from localllm.store import hub, projector, remote
 from localllm.store.hub import HubFile
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from localllm.children import child_env
-from localllm.engine import cpu_check
+from localllm.engine import cpu_buffers, cpu_check
 from localllm.engine.binding import native, quantize
 from localllm.engine.cpu_check import Decision, Verdict, decide
 from localllm.engine.engine import Engine
@@ -34,7 +34,7 @@ def machine() -> Verdict:
     """This machine's verdict (cached per boot in the user's cache folder, as in use)."""
     from localllm.engine.binding import system_info
 
-    names = cpu_check.buffer_names()
+    names = cpu_buffers.buffer_names()
     if "AMX_INT8 = 1" in system_info() and cpu_check.AMX not in names:
         names.insert(0, cpu_check.AMX)  # an earlier load in this process took it out (auto)
     return cpu_check.verdict(names)
@@ -143,7 +143,7 @@ def test_the_verdict_is_kept_for_this_boot_and_build(monkeypatch: pytest.MonkeyP
 def test_this_machine_gets_an_answer_for_every_type(machine: Verdict) -> None:
     # Whatever this CPU offers; the types that passed in their child pass here too,
     # which shows the comparison with the plain CPU buffer agrees where kernels work.
-    names = cpu_check.buffer_names()
+    names = cpu_buffers.buffer_names()
     assert set(machine.faults) >= set(names)
     for i, name in enumerate(names):
         if not machine.faults[name]:
@@ -166,15 +166,15 @@ def _python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_type_taken_out_of_the_list_is_gone_for_every_later_load() -> None:
-    if not cpu_check.buffer_names():
+    if not cpu_buffers.buffer_names():
         pytest.skip("this CPU backend has no extra buffer types")
     out = _python(
-        "from localllm.engine import cpu_check\n"
+        "from localllm.engine import cpu_buffers\n"
         "from localllm.engine.binding import native\n"
         "_, lib = native()\n"
-        "names = cpu_check.buffer_names()\n"
+        "names = cpu_buffers.buffer_names()\n"
         "assert lib.ll_cpu_extra_buft_drop(names[0].encode()) == 1\n"
-        "assert cpu_check.buffer_names() == names[1:], cpu_check.buffer_names()\n"
+        "assert cpu_buffers.buffer_names() == names[1:], cpu_buffers.buffer_names()\n"
         "assert lib.ll_cpu_extra_buft_drop(names[0].encode()) == 0\n"
         "assert lib.ll_cpu_extra_buft_drop(b'NOT_A_TYPE') == 0\n")
     assert out.returncode == 0, out.stderr

@@ -19,7 +19,7 @@ import pytest
 
 from localllm.engine.engine import Engine
 from localllm.errors import InvalidRequest
-from localllm.imagedata import MAX_JPEG_SCANS, PNG_SLACK, png_data_size
+from localllm.images.data import MAX_JPEG_SCANS, PNG_SLACK, png_data_size
 from localllm.runner.messages import MEDIA_MARKER, CompletionRequest, SamplingParams
 from tests.engine.conftest import opts, run_one
 from tests.inference.test_image_data import PROGRESSIVE_JPEG, make_png, with_scans, zeros

@@ -140,7 +140,7 @@ def test_pairs_reuse_the_prefix_a_slot_holds(reranker: Engine,
 def test_a_bidirectional_reranker_evaluates_each_pair_whole(tmp_path: Path) -> None:
     # BERT-style: no KV cache, the head on the first token, tanh then a logit; pairs laid
     # out as XLM-RoBERTa's (<s> q </s> </s> d </s>), read from the GGUF's tokenizer keys.
-    from localllm.gguf_info import read_model_info
+    from localllm.gguf.info import read_model_info
     from localllm.inference.rerank import pair_format
 
     path = make_bert_reranker(tmp_path)

@@ -16,7 +16,7 @@ import pytest
 
 from localllm import config
 from localllm.engine.engine import Engine
-from localllm.imageinfo import check_image, probe
+from localllm.images.info import check_image, probe
 from localllm.runner.messages import MEDIA_MARKER, CompletionRequest, SamplingParams
 from tests.engine.conftest import collect, opts, run, run_one
 from tests.tinymodel import expected_greedy

@@ -20,10 +20,11 @@ from collections.abc import Callable
 
 import pytest
 
-from localllm import config, imagedata
+from localllm import config
 from localllm.errors import InvalidRequest
-from localllm.imagedata import MAX_JPEG_SCANS, MAX_PNG_CHUNKS, PNG_SLACK, png_data_size
-from localllm.imageinfo import check_image, check_images
+from localllm.images import data as imagedata
+from localllm.images.data import MAX_JPEG_SCANS, MAX_PNG_CHUNKS, PNG_SLACK, png_data_size
+from localllm.images.info import check_image, check_images
 from localllm.inference.images import prompt_images
 from tests.visionmodel import RED, png
 

@@ -1,7 +1,7 @@
 """WebP and AVIF in: checked from their headers and boxes, decoded by Pillow, PNG out.
 
-``imageconvert.prepare`` is what the daemon runs on a request's images;
-``imageheif`` reads an AVIF's boxes and AV1 sequence headers.  The images are made
+``images.convert.prepare`` is what the daemon runs on a request's images;
+``images.heif`` reads an AVIF's boxes and AV1 sequence headers.  The images are made
 with Pillow (the encoders clients use), the hostile ones by editing real files.
 The daemon end to end is in test_vision_api.py.
 """
@@ -14,10 +14,12 @@ import struct
 import pytest
 from PIL import Image
 
-from localllm import config, imageconvert, imageheif
+from localllm import config
 from localllm.errors import InvalidRequest
-from localllm.imageconvert import prepare
-from localllm.imageinfo import ACCEPTED, check_header, check_images, probe
+from localllm.images import convert as imageconvert
+from localllm.images import heif as imageheif
+from localllm.images.convert import prepare
+from localllm.images.info import ACCEPTED, check_header, check_images, probe
 from tests.visionmodel import png
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from localllm.compat.rerank import RerankBody, rerank_call, results, tei_results
 from localllm.errors import InvalidRequest, LocalLLMError
-from localllm.gguf_info import ModelInfo
+from localllm.gguf.info import ModelInfo
 from localllm.inference.rerank import pair_format, probability
 from localllm.runner.messages import PairFormat
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from localllm.gguf_info import read_model_info
+from localllm.gguf.info import read_model_info
 from localllm.modelfile.parser import parse
 from localllm.modelfile.serialize import to_text
 from localllm.store.local import Store

@@ -49,7 +49,8 @@ def test_stream_calls_and_close() -> None:
             assert "".join(p.text for p in pieces) == "0 1 2 3 "
             assert pieces[0].top_logprobs == [("0 ", -0.5)]
             assert done is not None and done.reason == "length" and done.eval_count == 4
-            assert await runner.embed(["ab", "cde"]) == ([(2.0, 1.0), (3.0, 1.0)], 5)  # rows as tuples
+            # Rows are tuples (the collector stops tracking them).
+            assert await runner.embed(["ab", "cde"]) == ([(2.0, 1.0), (3.0, 1.0)], 5)
             assert await runner.tokenize("hi") == [1, 104, 105]
             assert await runner.tokenize("hi", add_special=False) == [104, 105]
             assert await runner.detokenize([1, 104, 105]) == "hi"

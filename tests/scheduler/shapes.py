@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from localllm.gguf_info import ModelInfo
+from localllm.gguf.info import ModelInfo
 from localllm.hardware.detect import Device, DeviceKind
 
 Q = GGMLQuantizationType

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from localllm.gguf_info import read_model_info
-from localllm.gguf_reader import read_header
+from localllm.gguf.info import read_model_info
+from localllm.gguf.reader import read_header
 from localllm.scheduler.estimate import CTX_PAD
 from localllm.scheduler.fit import assess, describe, reclaimed, scaled
 from localllm.scheduler.planner import PlanOptions, plan

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from localllm.gguf_info import ModelInfo, read_model_info
+from localllm.gguf.info import ModelInfo, read_model_info
 from localllm.hardware.detect import Device
 from localllm.scheduler.planner import PlanOptions, plan
 from tests.scheduler import shapes

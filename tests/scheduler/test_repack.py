@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from gguf import GGMLQuantizationType as Q
 
-from localllm.gguf_info import Matrix, ModelInfo, read_model_info
+from localllm.gguf.info import Matrix, ModelInfo, read_model_info
 from localllm.hardware.cpu_buffers import BufferRule, ExtraBuffer
 from localllm.hardware.detect import Device
 from localllm.scheduler.planner import PlanOptions, plan

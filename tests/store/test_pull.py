@@ -17,7 +17,7 @@ from localllm.errors import (
     ModelNotFound,
     PullError,
 )
-from localllm.gguf_info import read_model_info
+from localllm.gguf.info import read_model_info
 from localllm.store import download
 from localllm.store.local import Store
 from localllm.store.manifests import MEDIA_MODEL, MEDIA_PARAMS, MEDIA_TEMPLATE

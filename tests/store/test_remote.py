@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from localllm.errors import InvalidModelFile
-from localllm.gguf_info import read_model_info, read_model_info_split
+from localllm.gguf.info import read_model_info, read_model_info_split
 from localllm.store import hub, remote
 from localllm.store.local import Store
 from tests.ggufmeta import SHAPES, write_gguf, write_split_gguf

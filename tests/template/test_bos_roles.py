@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from localllm.gguf_info import read_model_info, tokenizer_adds_bos
+from localllm.gguf.info import read_model_info, tokenizer_adds_bos
 from localllm.template.chat import render_chat, strip_leading_bos
 from tests.ggufmeta import Shape, write_gguf
 from tests.template.corpus import corpus

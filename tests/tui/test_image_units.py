@@ -12,7 +12,7 @@ import pytest
 from localllm import config
 from localllm.errors import InvalidRequest
 from localllm.format import format_file_size
-from localllm.imagefiles import pasted_images, read_image, to_path
+from localllm.images.files import pasted_images, read_image, to_path
 from localllm.tui.format import attachment_text, export_json, export_markdown
 from localllm.tui.sessions import Attachment, ChatSettings, Sessions, StoredMessage
 from tests.visionmodel import RED, png

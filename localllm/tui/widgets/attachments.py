@@ -1,7 +1,7 @@
 """Images attached to the next message: the ``/image`` command, pasted paths, and the line
 above the prompt that lists them.
 
-Attaching reads the file and checks it at once (``imagefiles.read_image``:
+Attaching reads the file and checks it at once (``images.files.read_image``:
 exists, size, an image header the daemon would take), so a bad file is
 refused with a notice when it is named, not when the message is sent.  The
 attachments wait here until a message takes them; a message taken back
@@ -21,7 +21,7 @@ from textual.widgets import Static
 from localllm import config
 from localllm.errors import InvalidRequest
 from localllm.format import format_file_size
-from localllm.imagefiles import read_image, to_path
+from localllm.images.files import read_image, to_path
 from localllm.tui.format import attachment_text
 from localllm.tui.sessions import Attachment
 

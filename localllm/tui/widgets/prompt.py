@@ -17,7 +17,7 @@ from textual import events
 from textual.message import Message
 from textual.widgets import TextArea
 
-from localllm.imagefiles import pasted_images
+from localllm.images.files import pasted_images
 
 _NEWLINE_KEYS = ("shift+enter", "ctrl+j")
 

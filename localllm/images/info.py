@@ -12,13 +12,13 @@ again before libmtmd decodes (stb_image would allocate whatever a header claims)
 Formats: PNG (IHDR), JPEG (the first SOFn segment), GIF (logical screen), BMP
 (the DIB header) are what libmtmd decodes (``DECODABLE``, the runner's formats).
 WebP (RIFF/VP8, VP8L, VP8X) and AVIF (an ISOBMFF ``ftyp`` brand, the size from
-its ``ispe`` boxes: ``imageheif``) are what the daemon re-encodes first (``TRANSCODED``, see
-``localllm.imageconvert``): the pinned libmtmd reads neither.  HEIC is recognised
+its ``ispe`` boxes: ``images.heif``) are what the daemon re-encodes first (``TRANSCODED``, see
+``localllm.images.convert``): the pinned libmtmd reads neither.  HEIC is recognised
 to be refused by name (no library the daemon ships decodes HEVC).  Callers say
 which formats they take (``formats``): the daemon and the front ends
 ``ACCEPTED``, the runner only ``DECODABLE``.
 
-Beyond the header (``imagedata``, ``imageheif``): an AVIF's AV1 stream may not make
+Beyond the header (``images.data``, ``images.heif``): an AVIF's AV1 stream may not make
 frames larger than its boxes declare, a PNG's image data must inflate to what its
 IHDR implies (stb grows its buffer to whatever the stream inflates to: 2 GiB from a
 1x1 header), and a JPEG may hold at most ``MAX_JPEG_SCANS`` scans (stb makes a pass
@@ -33,8 +33,10 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from localllm import config, imagedata, imageheif
+from localllm import config
 from localllm.errors import InvalidRequest
+from localllm.images import data as imagedata
+from localllm.images import heif as imageheif
 
 DECODABLE = ("png", "jpeg", "gif", "bmp")  # what libmtmd (stb_image) decodes
 TRANSCODED = ("webp", "avif")  # what the daemon decodes with Pillow and re-encodes
@@ -151,7 +153,7 @@ def check_header(data: bytes, index: int = 0,
     """One image's bytes and header, or ``InvalidRequest`` naming image ``index`` (0-based).
 
     ``formats``: those the caller can use (``DECODABLE`` for libmtmd, ``ACCEPTED``
-    where ``imageconvert`` runs first)."""
+    where ``images.convert`` runs first)."""
     what = f"image {index + 1}"
     if not data:
         raise InvalidRequest(f"{what} is empty")
@@ -179,7 +181,7 @@ def check_header(data: bytes, index: int = 0,
 
 
 def check_data(data: bytes, info: ImageInfo, index: int = 0) -> None:
-    """The image's data decodes to what its header declares (``imagedata``), or
+    """The image's data decodes to what its header declares (``images.data``), or
     ``InvalidRequest`` naming image ``index``.  Costs a pass over the data (a PNG's is
     inflated), so it comes after every cheaper check."""
     check = {"png": imagedata.check_png, "jpeg": imagedata.check_jpeg,
@@ -199,7 +201,7 @@ def check_image(data: bytes, index: int = 0,
                 formats: Sequence[str] = DECODABLE) -> ImageInfo:
     """One image checked (header, then data), or ``InvalidRequest`` naming image ``index``.
 
-    WebP and AVIF data is checked by decoding it (``imageconvert``), not here."""
+    WebP and AVIF data is checked by decoding it (``images.convert``), not here."""
     info = check_header(data, index, formats)
     check_data(data, info, index)
     return info

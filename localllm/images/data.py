@@ -1,6 +1,6 @@
 """What an image file's data decodes to, checked in one bounded pass before any decoder sees it.
 
-Owns the checks past the header that ``localllm.imageinfo`` runs on every PNG and
+Owns the checks past the header that ``localllm.images.info`` runs on every PNG and
 JPEG, against what stb_image (libmtmd's decoder) would do with the file:
 
 - **PNG**: the IDAT chunks, concatenated, must be one zlib stream that inflates to

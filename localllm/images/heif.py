@@ -1,6 +1,6 @@
 """HEIF files (AVIF, HEIC) read box by box: the codec brand, the declared size, the frames' sizes.
 
-Owns what ``localllm.imageinfo`` needs of the ISO base media file format before
+Owns what ``localllm.images.info`` needs of the ISO base media file format before
 any decoder sees an AVIF:
 
 - ``probe``: the brand (``ftyp``: AVIF, or HEIC to be refused by name) and the
@@ -15,7 +15,7 @@ any decoder sees an AVIF:
   libavif takes from the track) is refused rather than walked.
 
 Walks are bounded (``MAX_BOXES`` boxes, ``MAX_OBUS`` OBUs an item); failures are
-``imagedata.Undecodable`` (corrupt) or ``imagedata.OverLimit`` (more than declared).
+``images.data.Undecodable`` (corrupt) or ``images.data.OverLimit`` (more than declared).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 
-from localllm.imagedata import OverLimit, Undecodable
+from localllm.images.data import OverLimit, Undecodable
 
 AVIF_BRANDS = frozenset({b"avif", b"avis"})
 HEIC_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx"})

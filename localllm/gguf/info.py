@@ -5,7 +5,7 @@ bounded memory and strict limits, and refuses truncated, non-GGUF or hostile
 files with ``InvalidModelFile`` before libllama ever sees them.
 
 The dataclass is the contract the planner, the store and ``/api/show`` rely
-on; ``gguf_reader`` reads the header itself.  ``kv`` holds scalars and short
+on; ``gguf.reader`` reads the header itself.  ``kv`` holds scalars and short
 arrays, and a long array appears there as ``None`` with its length in
 ``array_lengths``.  Also here: whether llama.cpp's tokenizer adds BOS for a
 model (``tokenizer_adds_bos``), which decides whether a template's own BOS
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from localllm.errors import InvalidModelFile
-from localllm.gguf_reader import BLK_RE, EXPS_RE, MAX_LAYERS, Header, read_header
+from localllm.gguf.reader import BLK_RE, EXPS_RE, MAX_LAYERS, Header, read_header
 
 
 class Matrix(NamedTuple):

@@ -7,7 +7,7 @@ milliseconds with bounded memory (``InvalidModelFile``).  Long arrays (the
 vocabulary, merges) are counted and skipped, not kept: ``kv`` holds scalars and
 short arrays; only the texts of the BOS/EOS/EOT tokens are fetched from the
 vocabulary (``iter_string_array`` walks a whole one, for the draft model's
-vocabulary check).  ``gguf_info`` turns headers into ``ModelInfo``.
+vocabulary check).  ``gguf.info`` turns headers into ``ModelInfo``.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from urllib.parse import unquote, urlparse
 from localllm import config
 from localllm.errors import InvalidRequest
 from localllm.format import format_file_size
-from localllm.imageinfo import ACCEPTED, ImageInfo, check_image
+from localllm.images.info import ACCEPTED, ImageInfo, check_image
 
 EXTENSIONS = ("png", "jpg", "jpeg", "webp", "avif", "gif", "bmp")
 

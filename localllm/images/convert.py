@@ -1,7 +1,7 @@
 """WebP and AVIF images re-encoded as PNG (or JPEG) for libmtmd, which reads neither.
 
 Owns the one place the daemon decodes pixels: ``prepare`` checks a request's images
-(``imageinfo.check_images`` with ``ACCEPTED``: count, bytes, every header's declared
+(``images.info.check_images`` with ``ACCEPTED``: count, bytes, every header's declared
 size, the request's pixels together, and a PNG's or JPEG's data) and then turns
 each WebP or AVIF into a PNG of the same pixels; PNG, JPEG, GIF and BMP pass through
 as the same bytes (the runner's prefix cache keys images by their hash).
@@ -31,7 +31,7 @@ from typing import Any
 
 from localllm import config
 from localllm.errors import InvalidRequest
-from localllm.imageinfo import ACCEPTED, TRANSCODED, ImageInfo, check_images
+from localllm.images.info import ACCEPTED, TRANSCODED, ImageInfo, check_images
 
 PNG_LEVEL = 1  # zlib level: level 6 costs twice the time for a tenth fewer bytes
 JPEG_QUALITY = 95
@@ -116,7 +116,7 @@ def prepare(images: Sequence[bytes]) -> list[bytes]:
     """A request's images checked, WebP and AVIF re-encoded; the rest unchanged.
 
     ``InvalidRequest`` names the image (by its place in ``images``) for anything
-    ``imageinfo`` refuses, data that does not decode, and re-encoded images that
+    ``images.info`` refuses, data that does not decode, and re-encoded images that
     together pass ``MAX_IMAGES_BYTES``."""
     infos = check_images(images, ACCEPTED)
     out = [transcode(data, info, i) if info.format in TRANSCODED else data
