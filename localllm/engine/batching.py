@@ -2,7 +2,8 @@
 
 ``fill_batch`` is the per-step half of continuous batching (engine.py decodes the
 batch once and samples each slot): decoding slots go first, one token each, since
-their tokens are what users are waiting for; prompts then take what the step's
+their tokens are what users are waiting for (with, after them, the forced close of a
+thinking block whose budget is spent, thinking.py); prompts then take what the step's
 budget (budget.py) and ``n_batch`` leave; speculating slots add their drafts in
 what is left after that (``speculate.add_drafts``).  Drafts come last so that a
 prompt is cut into the same chunks, and its first token read from the same
@@ -34,17 +35,29 @@ def fill_batch(batch: Batch, slots: Sequence[Slot], n_batch: int, step: int,
     ``only``: just the slots of that adapter set (None: every slot)."""
     batch.clear()
     part: list[tuple[Slot, int, bool]] = []
+    forcing: list[Slot] = []
     for s in slots:
         s.logits_index = -1
         a = s.active
         if a is None or (only is not None and a.adapters != only):
             continue
-        if not a.prefilling and a.pending >= 0:
+        if not a.prefilling and (a.pending >= 0 or a.forced):
             a.last_step = step
             part.append((s, len(s.cache), False))
-            s.logits_index = batch.add(a.pending, s.pos.add_text(1), s.seq, True)
-            s.cache.append(a.pending)
-            a.pending = -1
+            if a.pending >= 0:
+                s.logits_index = batch.add(a.pending, s.pos.add_text(1), s.seq, not a.forced)
+                s.cache.append(a.pending)
+                a.pending = -1
+            if a.forced:
+                forcing.append(s)
+    for s in forcing:  # a thinking block's forced close (thinking.py), as a prompt chunk
+        a = s.active
+        assert a is not None
+        chunk = a.forced[:n_batch - len(batch)]
+        del a.forced[:len(chunk)]
+        idx = batch.add_seq(chunk, s.pos.add_text(len(chunk)), s.seq, True) if chunk else -1
+        s.cache.extend(chunk)
+        s.logits_index = -1 if a.forced else idx  # the model goes on after the last one
     budget = n_batch - len(batch)
     if prompt_budget is not None and len(batch):
         # Decode first: generating slots' tokens set the pace, prompts get what the step
@@ -62,14 +75,14 @@ def fill_batch(batch: Batch, slots: Sequence[Slot], n_batch: int, step: int,
         chunk = a.prompt[a.n_past:end]
         last = a.n_past + len(chunk) == len(a.prompt)
         part.append((s, len(s.cache), True))
-        idx = batch.add_seq(chunk, s.pos.add_text(len(chunk)), s.seq, last)
+        idx = batch.add_seq(chunk, s.pos.add_text(len(chunk)), s.seq, last and not a.forced)
         s.cache.extend(chunk)
         a.n_past += len(chunk)
         budget -= len(chunk)
-        if last:
+        if last and not a.forced:  # else a forced close follows the prompt next step
             s.logits_index = idx
     # Only slots that decode this step draft: one whose prompt ended in this batch reads
     # its first token from the prompt's logits before any draft joins it.
-    add_drafts(batch, [s for s, _, prefill in part if not prefill], n_batch, n_ctx_slot,
-               drafter)
+    add_drafts(batch, [s for s, _, prefill in part if not prefill and s not in forcing],
+               n_batch, n_ctx_slot, drafter)
     return part

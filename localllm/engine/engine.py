@@ -37,6 +37,7 @@ from localllm.engine.shift import shift
 from localllm.engine.slots import OVERFLOW, Active, Slot, cut, pick_slot, prompt_tokens
 from localllm.engine.speculate import speculation, verify
 from localllm.engine.text import TextStream
+from localllm.engine.thinking import close_block, think_budget
 from localllm.engine.vision import image_step, load_projector, media_prompt
 from localllm.errors import InvalidRequest, LocalLLMError
 from localllm.hardware.cpu import default_threads
@@ -158,7 +159,7 @@ class Engine:
         while self._queue and any(s.free for s in self.slots):
             req, tokens, key, media = self._queue.popleft()
             try:
-                self._admit(req, tokens, key, media)
+                events.extend(self._admit(req, tokens, key, media))
             except LocalLLMError as exc:
                 events.append(Failed(req.id, exc.message, exc.status))
         self._steps += 1
@@ -283,7 +284,8 @@ class Engine:
 
     # ---- internals ------------------------------------------------------------------
     def _admit(self, req: CompletionRequest, tokens: list[int], key: AdapterSet,
-               media: Any) -> None:
+               media: Any) -> list[Event]:
+        think = think_budget(self.model, req)
         picked = pick_slot(self.slots, tokens, key)
         assert picked is not None
         slot, n = picked
@@ -301,9 +303,12 @@ class Engine:
         slot.active = Active(req, tokens, sampler, TextStream(req.stop), n_past=n, cached=n,
                              adapters=key, last_step=self._steps,
                              keep=self.model.marker_tokens(req.markers), media=media,
-                             ngram=speculation(req, tokens))
+                             ngram=speculation(req, tokens), think=think)
         if self.parked is not None:  # the busy slots attend only over their own cells
             self.parked.park_idle(self.slots)
+        if think is not None and think.due and tokens[-1] >= 0:  # budget 0, block opened
+            return self._close_thinking(slot, len(tokens))
+        return []
 
     def _sample(self, s: Slot) -> list[Event]:
         assert s.active is not None
@@ -344,7 +349,19 @@ class Engine:
             out.extend(self._finish(s, "length"))
         else:
             a.pending = t
+            if a.think is not None and a.think.feed(self.model.piece(t, special=True)):
+                out.extend(self._close_thinking(s, cells + 1))
         return out, t
+
+    def _close_thinking(self, s: Slot, cells: int) -> list[Event]:
+        """The thinking budget is spent: the block's close, forced after ``cells`` cells."""
+        a = s.active
+        assert a is not None
+        text = close_block(self.model, a, cells, self.n_ctx_slot)
+        out: list[Event] = [Piece(a.req.id, text)] if text else []
+        if a.text.stopped:  # a stop string in the forced text
+            out.extend(self._finish(s, "stop"))
+        return out
 
     def _finish(self, s: Slot, reason: str) -> list[Event]:
         a = s.active

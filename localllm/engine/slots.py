@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from localllm.engine.ngram import NgramIndex
     from localllm.engine.sampling import Sampler
     from localllm.engine.text import TextStream
+    from localllm.engine.thinking import ThinkBudget
     from localllm.runner.messages import CompletionRequest
 
 OVERFLOW = "the input length exceeds the context length"
@@ -57,6 +58,10 @@ class Active:
     drafted: int = 0
     accepted: int = 0
     draft_run: float = -1.0  # drafted tokens accepted per step, averaged (speculate.py)
+    think: ThinkBudget | None = None  # the request's thinking budget (thinking.py)
+    # Tokens the reply holds but the KV cache not yet: a thinking block's forced close,
+    # decoded like a prompt chunk at the next step (batching.py).
+    forced: list[int] = field(default_factory=list)
 
     @property
     def prefilling(self) -> bool:

@@ -143,7 +143,8 @@ def verify(ctx: Context, s: Slot, take: Take) -> list[Event]:
     for i, row in enumerate(rows):
         events, t = take(s, row, base + i)
         out.extend(events)
-        if s.active is not a or i == len(drafts) or t != drafts[i]:
+        # A forced close of a thinking block (thinking.py) comes next, not the drafts.
+        if s.active is not a or i == len(drafts) or t != drafts[i] or a.forced:
             break
         a.accepted += 1
         a.pending = -1  # the drafted token's cell is in the cache already

@@ -146,6 +146,17 @@ class CompletionRequest:
     # Encoded image files (PNG, JPEG, ...) as the client sent them, one per MEDIA_MARKER
     # in a text prompt, in order (base64 on the wire; see runner/protocol.py).
     images: list[bytes] = field(default_factory=list)
+    # A thinking budget (engine/thinking.py): at most think_budget tokens inside the
+    # reasoning block (-1: no limit, 0: none), which opens with think_open (or at the
+    # first token, think_opened: the prompt opened it) and ends with think_end.  When the
+    # budget is spent, think_message (plain text) and think_close (the family's end
+    # marker, control tokens read as such) are written for the model, as forced tokens.
+    think_budget: int = -1
+    think_open: str = ""
+    think_end: str = ""
+    think_close: str = ""
+    think_message: str = ""
+    think_opened: bool = False
 
 
 @dataclass
