@@ -74,6 +74,10 @@ class ThinkingSplitter:
             if stripped.startswith(self.open_tag):  # the model opened it once more
                 self._buf = stripped[len(self.open_tag):]
                 self._state = "thinking"
+            elif stripped.startswith(self.close_tag):  # an empty block (a budget of 0)
+                self._state = "thinking"
+            elif self.close_tag.startswith(stripped):
+                return "", ""  # may be the close tag, which may start like an exit
             elif any(stripped.startswith(m) for m in self._exits):
                 self._buf = stripped
                 self._state, self._trim = "content", False

@@ -80,3 +80,12 @@ def test_detect_tags() -> None:
     assert detect_thinking_tags("{{ '<think>\\n' }}...{{ '</think>' }}") == ("<think>", "</think>")
     assert detect_thinking_tags("[THINK]...[/THINK]") == ("[THINK]", "[/THINK]")
     assert detect_thinking_tags("{{ messages }}") is None
+
+
+@pytest.mark.parametrize("pieces", splits("<|close|>think<|sep|>Answer."))
+def test_an_empty_opened_block_is_closed_even_where_its_close_starts_like_a_call(
+        pieces: list[str]) -> None:
+    # Kimi K3: "<|close|>" alone is call markup (an exit), the start of its close tag too.
+    kw = {"open_tag": "<|open|>think<|sep|>", "close_tag": "<|close|>think<|sep|>",
+          "opened": True, "exits": ("<|open|>", "<|close|>", "<|sep|>")}
+    assert run(pieces, **kw) == ("", "Answer.")
