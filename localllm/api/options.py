@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from localllm.api.speculation import Speculation, check_speculation, speculation
+from localllm.api.thinkbudget import check_budget_options
 from localllm.config import parse_duration
 from localllm.errors import InvalidRequest
 from localllm.runner.messages import LoadOptions, SamplingParams
@@ -75,7 +76,14 @@ OPTION_TYPES: dict[str, str] = {
     "draft_max": "integer",
     "draft_min": "integer",
     "draft_p_min": "float32",
+    # Ours: the thinking budget in tokens (-1: none, 0: no thinking) and the text written
+    # before the block's end marker when it is spent (api/thinkbudget.py).
+    "think_budget": "integer",
+    "think_budget_message": "string",
 }
+# Integer options that refuse a fraction rather than truncate it as Go does: a budget of
+# 1.5 tokens is a client's mistake worth a 400 (Anthropic's budget_tokens is one too).
+WHOLE_OPTIONS = frozenset({"think_budget"})
 
 # Options a model's params layer may set but a request may not.  Ollama has no
 # per-request num_parallel (it ignores the unknown key), and letting a client's
@@ -117,6 +125,8 @@ OLLAMA_DEFAULTS: dict[str, Any] = {
     "draft_max": 0,
     "draft_min": None,
     "draft_p_min": None,
+    "think_budget": None,  # None: no limit, unless the request's think level sets one
+    "think_budget_message": "",
 }
 
 
@@ -184,6 +194,8 @@ def _coerce(key: str, value: Any, *, from_text: bool) -> Any:
             raise _type_error(key, kind)
         if not math.isfinite(value):
             raise InvalidRequest(f'option "{key}" must be a finite number')
+        if key in WHOLE_OPTIONS and value != int(value):
+            raise InvalidRequest(f'option "{key}" must be an integer, got {value!r}')
         return int(value)
     if kind == "float32":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -307,6 +319,7 @@ def _check_ranges(v: dict[str, Any]) -> None:
             if not -top - 1 <= v[key] <= top:
                 raise bad(key, f"must be between {-top - 1} and {top}")
     check_speculation(v)
+    check_budget_options(v)
     _clamp(v)
 
 

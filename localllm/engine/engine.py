@@ -37,7 +37,7 @@ from localllm.engine.shift import shift
 from localllm.engine.slots import OVERFLOW, Active, Slot, cut, pick_slot, prompt_tokens
 from localllm.engine.speculate import speculation, verify
 from localllm.engine.text import TextStream
-from localllm.engine.thinking import close_block, think_budget
+from localllm.engine.thinking import think_budget
 from localllm.engine.vision import image_step, load_projector, media_prompt
 from localllm.errors import InvalidRequest, LocalLLMError
 from localllm.hardware.cpu import default_threads
@@ -356,8 +356,17 @@ class Engine:
     def _close_thinking(self, s: Slot, cells: int) -> list[Event]:
         """The thinking budget is spent: the block's close, forced after ``cells`` cells."""
         a = s.active
-        assert a is not None
-        text = close_block(self.model, a, cells, self.n_ctx_slot)
+        assert a is not None and a.think is not None
+        close, req = a.think.close, a.req
+        if cells + len(close) >= self.n_ctx_slot or (
+                req.num_predict >= 0 and len(a.generated) + len(close) >= req.num_predict):
+            return []  # the forced tokens and one more would not fit: the reply ends first
+        a.think.closed()
+        a.forced = list(close)
+        a.generated.extend(close)
+        if a.ngram is not None:
+            a.ngram.extend(close)
+        text = "".join(a.text.feed(self.model.piece(t, special=t in a.keep)) for t in close)
         out: list[Event] = [Piece(a.req.id, text)] if text else []
         if a.text.stopped:  # a stop string in the forced text
             out.extend(self._finish(s, "stop"))

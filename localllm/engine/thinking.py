@@ -6,9 +6,9 @@ reply: outside a thinking block until ``think_open`` appears (or inside from
 the first token, when the prompt opened the block, as Qwen3's and DeepSeek-R1's
 templates do), then inside until ``think_end``.  Every token inside counts;
 when the count reaches the budget (and the text ends on a whole UTF-8
-character, not on the start of the end marker), the block must close:
-:func:`close_block` puts the message and the family's end marker in the reply as
-*forced* tokens.  Their text is emitted at once, as a piece, so the output
+character, not on the start of the end marker), the block must close: the
+engine (``Engine._close_thinking``) puts the message and the family's end
+marker in the reply as *forced* tokens.  Their text is emitted at once, as a piece, so the output
 parser sees the block close as if the model had closed it; batching.py then
 decodes them like a prompt chunk (no sampling, the logits only after the last),
 and the model answers from there.  Forcing happens only where it fits: the
@@ -32,7 +32,6 @@ from localllm.errors import InvalidRequest
 
 if TYPE_CHECKING:
     from localllm.engine.model import Model
-    from localllm.engine.slots import Active
     from localllm.runner.messages import CompletionRequest
 
 _OUT, _IN, _DONE = 0, 1, 2  # before a block, inside one, after one
@@ -93,23 +92,6 @@ def think_budget(model: Model, req: CompletionRequest) -> ThinkBudget | None:
     close += model.tokenize(req.think_close, add_special=False, parse_special=True)
     return ThinkBudget(req.think_budget, req.think_open.encode(), req.think_end.encode(),
                        close, req.think_opened)
-
-
-def close_block(model: Model, a: Active, cells: int, n_ctx_slot: int) -> str | None:
-    """Force the end of ``a``'s thinking block after its first ``cells`` cells: the text
-    to emit, or None where the forced tokens and one more would not fit."""
-    think = a.think
-    assert think is not None
-    close, req = think.close, a.req
-    if cells + len(close) >= n_ctx_slot or (
-            req.num_predict >= 0 and len(a.generated) + len(close) >= req.num_predict):
-        return None
-    think.closed()
-    a.forced = list(close)
-    a.generated.extend(close)
-    if a.ngram is not None:
-        a.ngram.extend(close)
-    return "".join(a.text.feed(model.piece(t, special=t in a.keep)) for t in close)
 
 
 def _partial(text: bytes, tag: bytes) -> bool:

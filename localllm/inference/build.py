@@ -25,7 +25,7 @@ from localllm.inference.images import (
 )
 from localllm.inference.plan import Fim, Plan
 from localllm.inference.service import InferenceService, Target
-from localllm.inference.shaping import grammar_for, think_flag
+from localllm.inference.shaping import grammar_for, think_flag, think_level
 from localllm.toolcalls import Family
 
 
@@ -76,8 +76,8 @@ def chat_plan(svc: InferenceService, req: ChatRequest, *,
     plan = Plan[ChatChunk](
         svc, target, req.model, True, prompt, req.options, req.keep_alive, grammar=grammar,
         logprobs=req.logprobs, top_logprobs=req.top_logprobs, truncate=req.truncate,
-        think=think, tools=tools, tool_family=family, images=images, shift=req.shift,
-        report_stop=report_stop)
+        think=think, think_level=think_level(req.think), tools=tools, tool_family=family,
+        images=images, shift=req.shift, report_stop=report_stop)
     plan.check()
     return plan
 
@@ -128,7 +128,8 @@ def generate_plan(svc: InferenceService, req: GenerateRequest, *,
     plan = Plan[GenerateChunk](
         svc, target, req.model, False, prompt, req.options, req.keep_alive,
         grammar=grammar_for(req.format), logprobs=req.logprobs,
-        top_logprobs=req.top_logprobs, truncate=req.truncate, think=think, raw=req.raw,
+        top_logprobs=req.top_logprobs, truncate=req.truncate, think=think,
+        think_level=think_level(req.think), raw=req.raw,
         context=list(req.context) if req.context else None, images=images, shift=req.shift,
         fim=fim)
     plan.check()

@@ -27,6 +27,7 @@ from localllm.inference.fold import fold, fold_chunks
 from localllm.inference.images import Images
 from localllm.inference.service import InferenceService, Prepared, Target, now_rfc3339
 from localllm.inference.shaping import OutputShaper, Parts, chat_format
+from localllm.inference.thinkbudget import apply_budget
 from localllm.runner.messages import Done, Piece
 from localllm.toolcalls import Family
 
@@ -79,6 +80,7 @@ class Plan(Generic[C]):
     top_logprobs: int = 0
     truncate: bool | None = None
     think: bool | None = None
+    think_level: str | None = None  # Ollama's think level ("low", ...): a thinking budget
     tools: list[dict[str, Any]] | None = None
     tool_family: Family | None = None  # parse calls in this family whatever the template says
     raw: bool = False
@@ -132,9 +134,12 @@ class Plan(Generic[C]):
             grammar=self.grammar, logprobs=self.top_logprobs or (1 if self.logprobs else 0),
             truncate=self.truncate)
         prep.completion.shift = self.shift is not False
+        fmt = chat_format(self.target, self.tool_family)
         if not self.raw:
             # The format's markers must reach the parser as text, control tokens or not.
-            prep.completion.markers = list(chat_format(self.target, self.tool_family).markers)
+            prep.completion.markers = list(fmt.markers)
+        apply_budget(prep.completion, fmt, self.prompt if isinstance(self.prompt, str) else "",
+                     prep.values, self.options, self.think_level)
         ready = self.images.ready
         if ready:
             prep.completion.images = list(ready)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -67,6 +67,7 @@ class Prepared:
     completion: CompletionRequest
     keep_alive: float
     raw: bool = False
+    values: dict[str, Any] = field(default_factory=dict)  # the merged options
     load_ns: int = 0  # filled by ``stream``: time to get the model ready
     total_ns: int = 0  # filled by ``stream`` before it yields ``Done``
 
@@ -154,7 +155,7 @@ class InferenceService:
         )
         return Prepared(target, base_load(resolved), completion,
                         self.keep_alive(keep_alive),
-                        raw=raw_prompt)
+                        raw=raw_prompt, values=resolved.values)
 
     def render(self, target: Target, messages: list[dict[str, Any]], *,
                tools: list[dict[str, Any]] | None = None, think: bool | str | None = None) -> str:

@@ -47,6 +47,11 @@ def think_flag(value: bool | str | None) -> bool | None:
     raise InvalidRequest(f'invalid think value "{value}": use true, false, low, medium or high')
 
 
+def think_level(value: bool | str | None) -> str | None:
+    """The level of a ``think`` that names one (checked by :func:`think_flag`)."""
+    return value if isinstance(value, str) else None
+
+
 def chat_format(target: Target, tool_family: Family | None = None) -> ChatFormat:
     """The output format the reply is parsed in: ``tool_family`` when a forced call
     names one, else the one the model's chat template teaches."""

@@ -46,7 +46,7 @@ def test_sampling_stop_system_thinking_and_ignored_fields() -> None:
              thinking={"type": "enabled", "budget_tokens": 2048},
              metadata={"user_id": "u1"}, service_tier="auto")
     assert c.native["options"] == {"num_predict": 64, "temperature": 0.2, "top_p": 0.9,
-                                   "top_k": 40, "stop": ["END", "###"]}
+                                   "top_k": 40, "stop": ["END", "###"], "think_budget": 2048}
     assert c.native["messages"][0] == {"role": "system", "content": "Be terse.\nUse French."}
     assert c.native["think"] is True and c.stream and c.native["stream"]
     assert "metadata" not in c.native

@@ -48,7 +48,8 @@ def test_the_engine_modules_import_one_way() -> None:
     for mod in sorted(graph):
         walk(mod, [])
     assert "engine" not in set().union(*graph.values())  # nothing reaches back to the Engine
-    assert graph["slots"] <= {"positions", "tokenize", "model", "ngram", "sampling", "text"}
+    assert graph["slots"] <= {"positions", "tokenize", "model", "ngram", "sampling", "text",
+                              "thinking"}
 
 
 def test_only_the_owners_of_native_objects_call_libllama() -> None:

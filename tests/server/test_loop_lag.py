@@ -279,12 +279,29 @@ def rerank_batch() -> tuple[str, bytes]:
                                 "documents": [f"doc {i} xyz" for i in range(4_096)]})
 
 
+def think_budget_message() -> tuple[str, bytes]:
+    # A 16 MB thinking-budget message: refused by its length (2,000 characters at most).
+    return _json("/api/chat", {"model": "tiny", "stream": False,
+                               "messages": [{"role": "user", "content": "x"}],
+                               "options": {"think_budget": 1,
+                                           "think_budget_message": "x" * 16_000_000}})
+
+
+def think_budget_choices() -> tuple[str, bytes]:
+    # 16 choices, each with a budget of 0 and the longest message (tokenized in the
+    # runner for each), through the OpenAI converter and llama-server's field names.
+    return _json("/v1/chat/completions", {
+        "model": "tiny", "n": 16, "max_tokens": 4, "reasoning_budget_tokens": 0,
+        "reasoning_budget_message": "y " * 1000, "reasoning_effort": "minimal",
+        "messages": [{"role": "user", "content": "x"}]})
+
+
 BODIES: list[Body] = [deep_json, escape_storm, escaped_prompt, container_bomb, many_values,
                       many_messages, giant_schema, many_tools, giant_go_template,
                       giant_jinja_template, many_images, large_images, real_images,
                       webp_images, corrupt_webp, webp_bomb, long_prompt, embed_batch,
                       tokenize_text, detokenize_ids, long_tool_call, rerank_too_many,
-                      rerank_batch]
+                      rerank_batch, think_budget_message, think_budget_choices]
 
 
 def _health_while(d: Daemon, path: str, body: bytes) -> tuple[float, httpx.Response]:

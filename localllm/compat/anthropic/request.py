@@ -17,7 +17,10 @@ mapping is not one to one:
 - ``tool_choice``: ``none`` drops the tools; ``any`` and ``tool`` (only the
   named tool kept) force a call, as OpenAI's ``required`` does.
 - ``thinking``: ``enabled``/``adaptive`` turn thinking on, ``disabled`` off;
-  ``budget_tokens`` is not enforced.
+  ``budget_tokens`` is the thinking budget (``options.think_budget``, see
+  api/thinkbudget.py: the engine closes the block when it is spent).  Unlike
+  Anthropic's API, any budget from 0 (no thinking) up is taken, and -1 for none,
+  and it need not be below ``max_tokens``.
 - ``truncate`` is off: Anthropic never drops part of a prompt silently, so a
   prompt longer than the context is a 400, not a shortened conversation.
 - ``metadata``, ``cache_control`` and unknown fields are ignored.
@@ -31,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from localllm.api.thinkbudget import check_budget
 from localllm.compat.frames import number
 from localllm.errors import InvalidRequest
 
@@ -244,10 +248,14 @@ def _tools(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | None, bool]:
     raise InvalidRequest("tool_choice: type must be auto, any, tool or none")
 
 
-def _think(body: Mapping[str, Any]) -> bool | None:
+def _think(body: Mapping[str, Any], options: dict[str, Any]) -> bool | None:
+    """``think``; an enabled block's ``budget_tokens`` becomes ``options.think_budget``."""
     thinking = body.get("thinking")
     kind = thinking.get("type") if isinstance(thinking, Mapping) else None
     if thinking is None or kind in ("enabled", "adaptive", "disabled"):
+        budget = thinking.get("budget_tokens") if isinstance(thinking, Mapping) else None
+        if kind == "enabled" and budget is not None:
+            options["think_budget"] = check_budget(budget, "thinking.budget_tokens")
         return None if thinking is None else kind != "disabled"
     raise InvalidRequest("thinking: type must be enabled, adaptive or disabled")
 
@@ -286,7 +294,7 @@ def messages_request_to_native(body: Any, *, count_only: bool = False) -> Messag
     tools, forced = _tools(body)
     if tools:
         native["tools"] = tools
-    think = _think(body)
+    think = _think(body, native["options"])
     if think is not None:
         native["think"] = think
     return MessagesConversion(native, stream=stream, forced_tools=tools if forced else None)

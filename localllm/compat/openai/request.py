@@ -3,7 +3,7 @@
 Pure converters: the ``/v1`` routes call these, run the native use case, and
 turn the result back with :mod:`localllm.compat.openai.response` (whole
 answers, errors, models) or :mod:`localllm.compat.openai.stream` (SSE).
-Behaviour follows Ollama's compatibility layer, with three additions:
+Behaviour follows Ollama's compatibility layer, with four additions:
 
 - ``options``: an extra object passed through to the native ``options`` (so an
   OpenAI client can set ``num_ctx``); the OpenAI fields win over it.
@@ -12,6 +12,9 @@ Behaviour follows Ollama's compatibility layer, with three additions:
   forces a call (:attr:`ChatConversion.forced_tools`); a named function keeps
   only that tool and forces it (:attr:`ChatConversion.forced_tool` names it),
   so the route may constrain the output with a grammar.  ``"auto"`` is the default.
+- ``reasoning_effort``: a ``think`` level and a thinking budget
+  (api/thinkbudget.py), and llama-server's ``reasoning_budget_tokens`` (or
+  ``thinking_budget_tokens``) and ``reasoning_budget_message`` set the budget exactly.
 """
 
 from __future__ import annotations
@@ -20,12 +23,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from localllm.api.thinkbudget import EFFORTS, LEVELS, check_budget, check_message
 from localllm.compat.frames import number
 from localllm.compat.openai.messages import messages_to_native
 from localllm.errors import InvalidRequest
 
 MAX_N = 16
-_EFFORTS = ("low", "medium", "high", "max")
+# Effort -> the think level the template gets (gpt-oss's reasoning_effort).  Ollama's own
+# levels bring their budgets; the two it lacks set options.think_budget (api/thinkbudget.py).
+_LEVEL = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high",
+          "max": "max"}
 _bad = InvalidRequest
 
 
@@ -155,7 +162,16 @@ def _tools(body: Mapping[str, Any]) -> tuple[list[Any] | None, str, str | None]:
     return chosen, "required", name
 
 
-def _think(body: Mapping[str, Any]) -> bool | str | None:
+def _think(body: Mapping[str, Any], options: dict[str, Any]) -> bool | str | None:
+    """``think`` for the effort, whose budget (api/thinkbudget.py) the think level carries
+    or, for the efforts Ollama has no level for, ``options.think_budget``; llama-server's
+    budget fields set the option too.  An explicit ``options.think_budget`` wins."""
+    for key in ("reasoning_budget_tokens", "thinking_budget_tokens"):
+        if body.get(key) is not None:
+            options.setdefault("think_budget", check_budget(body[key], key))
+    if body.get("reasoning_budget_message") is not None:
+        options.setdefault("think_budget_message", check_message(
+            body["reasoning_budget_message"], "reasoning_budget_message"))
     effort = body.get("reasoning_effort")
     reasoning = body.get("reasoning")
     if effort is None and isinstance(reasoning, Mapping):
@@ -164,9 +180,12 @@ def _think(body: Mapping[str, Any]) -> bool | str | None:
         return None
     if effort == "none":
         return False
-    if effort in _EFFORTS:
-        return str(effort)
-    raise _bad(f"invalid reasoning effort {effort!r}, expected none, low, medium, high or max")
+    if effort in _LEVEL:
+        if effort not in LEVELS:
+            options.setdefault("think_budget", EFFORTS[effort])
+        return _LEVEL[effort]
+    raise _bad(f"invalid reasoning effort {effort!r}, expected none, minimal, low, medium, "
+               "high, xhigh or max")
 
 
 def chat_request_to_native(body: Mapping[str, Any]) -> ChatConversion:
@@ -180,7 +199,7 @@ def chat_request_to_native(body: Mapping[str, Any]) -> ChatConversion:
     tools, choice, forced = _tools(body)
     if tools:
         native["tools"] = tools
-    think = _think(body)
+    think = _think(body, native["options"])
     if think is not None:
         native["think"] = think
     if body.get("logprobs"):

@@ -30,9 +30,10 @@ from localllm.errors import InvalidRequest
 
 log = logging.getLogger(__name__)
 
-# Responses efforts -> the native think levels (``none`` turns thinking off).
-_EFFORT = {"none": "none", "minimal": "low", "low": "low", "medium": "medium",
-           "high": "high", "xhigh": "high"}
+# Responses efforts, passed on to the Chat Completions converter, which maps each to a
+# think level and a thinking budget (``none`` turns thinking off).
+_EFFORT = {"none": "none", "minimal": "minimal", "low": "low", "medium": "medium",
+           "high": "high", "xhigh": "xhigh"}
 # Fields the daemon cannot honour without state or a hosted service: refused, not ignored.
 _STATEFUL = ("previous_response_id", "conversation", "prompt")
 
