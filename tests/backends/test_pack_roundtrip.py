@@ -54,10 +54,14 @@ def test_pack_remove_install_and_the_rpc_tests_pass_on_it(rpc_backends: Path,
     out = run_cli("backends", "list", env=env)
     assert f"(from {file}, sha256 {sha.group(1)[:12]})" in out.stdout
 
+    # With plugin autoloading off (.ci/run names the plugins instead), pytest-timeout
+    # would be missing and the run would refuse pyproject's ``timeout`` option.
+    rpc_env = {k: v for k, v in env.items() if k != "PYTEST_DISABLE_PLUGIN_AUTOLOAD"}
+    rpc_env["LOCALLLM_TEST_BACKENDS"] = str(root)
     rpc_tests = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
          "tests/gpu/test_rpc_engine.py"],
-        cwd=REPO, env={**env, "LOCALLLM_TEST_BACKENDS": str(root)}, capture_output=True,
+        cwd=REPO, env=rpc_env, capture_output=True,
         text=True, timeout=300)
     assert rpc_tests.returncode == 0, rpc_tests.stdout[-3000:]
     assert " passed" in rpc_tests.stdout and "skipped" not in rpc_tests.stdout

@@ -84,8 +84,11 @@ def agent_env(base: dict[str, str], tmp: Path, *installed: str) -> dict[str, str
 
 
 def home_files(env: dict[str, str]) -> dict[str, str]:
+    """The user's files under the test's home: localllm's own cache folder (the CPU check's
+    verdict, written by the planner launch runs) is ours, not the user's."""
     home = Path(env["HOME"])
-    return {str(p.relative_to(home)): p.read_text() for p in home.rglob("*") if p.is_file()}
+    return {str(p.relative_to(home)): p.read_text() for p in home.rglob("*")
+            if p.is_file() and not p.relative_to(home).as_posix().startswith(".cache/localllm/")}
 
 
 def loaded(url: str, name: str) -> dict[str, Any]:

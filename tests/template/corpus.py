@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 import tarfile
+from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from localllm.backends.source import core_version, fetch_sdist
@@ -92,11 +94,30 @@ CONVERSATIONS: dict[str, dict[str, Any]] = {
 BOS, EOS = "<s>", "</s>"
 
 
-def reference(template: str, case: dict[str, Any]) -> str:
-    """transformers' rendering (what ``apply_chat_template`` produces as text)."""
-    from transformers.utils.chat_template_utils import render_jinja_template
+def reference(template: str, case: dict[str, Any], *, iterables: bool = False) -> str:
+    """transformers' rendering (what ``apply_chat_template`` produces as text).
 
-    rendered, _ = render_jinja_template(
-        conversations=[case["messages"]], tools=case.get("tools"), chat_template=template,
-        add_generation_prompt=True, bos_token=BOS, eos_token=EOS)
+    ``iterables``: its ``tojson`` writes a generator as a list, as llama.cpp's renderer
+    does (``json.dumps`` refuses one, so a template written for llama.cpp, such as its
+    ``tools | map(...) | tojson``, fails in transformers); nothing else changes."""
+    import transformers.utils.chat_template_utils as ctu
+
+    real = ctu.json
+    if iterables:
+        def dumps(x: Any, **kw: Any) -> str:
+            return json.dumps(x, default=_listed, **kw)
+
+        ctu.json = SimpleNamespace(dumps=dumps, loads=json.loads)  # type: ignore[assignment]
+    try:
+        rendered, _ = ctu.render_jinja_template(
+            conversations=[case["messages"]], tools=case.get("tools"), chat_template=template,
+            add_generation_prompt=True, bos_token=BOS, eos_token=EOS)
+    finally:
+        ctu.json = real
     return str(rendered[0])
+
+
+def _listed(x: Any) -> Any:
+    if isinstance(x, Iterator):
+        return list(x)
+    raise TypeError(f"Object of type {type(x).__name__} is not JSON serializable")

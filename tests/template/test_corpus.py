@@ -4,7 +4,9 @@ Each template gets several conversations (system + user, multi-turn, tools offer
 a tool call and its result, reasoning in history).  For every case transformers can
 render, our text must be identical; a case transformers refuses (``raise_exception``,
 e.g. Gemma 2 with a system role) must be refused by us too, as ``TemplateError`` (an
-``InvalidRequest``: HTTP 400) carrying the template's own message.  The figure
+``InvalidRequest``: HTTP 400) carrying the template's own message.  One difference is
+allowed, llama.cpp's: ``tojson`` writes a generator as a list (llama.cpp's own
+deepseek-r1 template pipes ``map`` into it), where transformers' ``json.dumps`` fails.  The figure
 (identical / differ / refused) is printed by ``test_corpus_figure``.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from functools import cache
+from typing import Any
 
 import jinja2
 import pytest
@@ -24,12 +27,24 @@ from tests.template.corpus import BOS, CONVERSATIONS, EOS, corpus, reference
 NAMES = list(corpus())
 
 
+def _reference(template: str, conv: dict[str, Any]) -> str:
+    """transformers' text; where it refuses only because its ``tojson`` cannot write a
+    generator (a template written for llama.cpp's renderer, which writes it as a list),
+    its text with that one difference."""
+    try:
+        return reference(template, conv)
+    except TypeError as exc:
+        if "generator is not JSON serializable" not in str(exc):
+            raise
+        return reference(template, conv, iterables=True)
+
+
 @cache
 def outcome(name: str, case: str) -> tuple[str, str]:
     """("identical" | "differ" | "refused", detail) for one template and conversation."""
     template, conv = corpus()[name], CONVERSATIONS[case]
     try:
-        want = reference(template, conv)
+        want = _reference(template, conv)
     except Exception as ref_exc:
         try:
             render_chat(template, conv["messages"], tools=conv.get("tools"),
