@@ -166,13 +166,15 @@ def check_cuda(arch: str | None, cuda: str | None = None) -> tuple[
                              "--arch 90 for an H100)")
     flags = cuda_flags(archs)
     notes = [f"CUDA architectures {', '.join(archs)}"]
-    if nvcc and (not cuda or version.split(".")[0] == cuda.split(".")[0]):
+    blas = _cublas_header(nvcc, home) if nvcc else None
+    if nvcc and blas and (not cuda or version.split(".")[0] == cuda.split(".")[0]):
         # Named, not left to CUDACXX (which a configured tree ignores), and without the
         # runpath of a package-index build configured in the same tree before.
         return ([*flags, f"-DCMAKE_CUDA_COMPILER={nvcc}", "-DCMAKE_BUILD_WITH_INSTALL_RPATH=OFF"],
                 [f"nvcc {version} at {nvcc}", *notes], {"CUDACXX": nvcc}, None)
-    where = (f"the nvcc at {nvcc} is CUDA {version}" if nvcc else
-             f"no CUDA toolkit (nvcc) on PATH or in {home}/bin")
+    where = (f"no CUDA toolkit (nvcc) on PATH or in {home}/bin" if not nvcc else
+             f"the CUDA {version} toolkit of {nvcc} has no cuBLAS (cublas_v2.h)" if not blas
+             else f"the nvcc at {nvcc} is CUDA {version}")
     try:
         ws, why = cuda_wheels.choose(cuda, cuda_wheels.driver_cuda(_run(["nvidia-smi"])),
                                      archs)
@@ -181,6 +183,16 @@ def check_cuda(arch: str | None, cuda: str | None = None) -> tuple[
             from None
     why = f"{why}; {where}"
     return flags, [f"CUDA {ws.cuda} from the package index ({why})", *notes], {}, (ws, why)
+
+
+def _cublas_header(nvcc: str, home: str) -> Path | None:
+    """cublas_v2.h of the toolkit ``nvcc`` belongs to, where CMake's FindCUDAToolkit looks
+    for it; None when it has none (an nvcc installed without the CUDA libraries: the
+    plugin links cuBLAS, and configuring would fail on ``CUDA::cublas``)."""
+    roots = {Path(nvcc).resolve().parent.parent, Path(home)}
+    dirs = [d for r in roots for d in (r / "include", *sorted(r.glob("targets/*/include")))]
+    dirs += [Path("/usr/include")]
+    return next((d / "cublas_v2.h" for d in dirs if (d / "cublas_v2.h").is_file()), None)
 
 
 def vulkan_header_version(include_dirs: list[str]) -> tuple[int, str]:

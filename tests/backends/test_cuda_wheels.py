@@ -102,6 +102,8 @@ def test_every_cuda_build_compiles_only_what_the_machine_runs() -> None:
 
 def test_a_system_nvcc_is_used_when_there_is_one(bare_path: Path) -> None:
     nvcc = script(bare_path, "nvcc", "echo 'Cuda compilation tools, release 12.4, V12.4.99'")
+    (bare_path.parent / "include").mkdir()
+    (bare_path.parent / "include" / "cublas_v2.h").write_text("")
     args, notes, env, wheels = toolkit.check_cuda("89,90")
     assert wheels is None and env["CUDACXX"] == str(nvcc) and "nvcc 12.4" in notes[0]
     assert args[0] == "-DCMAKE_CUDA_ARCHITECTURES=89-real;90-real"
@@ -110,6 +112,16 @@ def test_a_system_nvcc_is_used_when_there_is_one(bare_path: Path) -> None:
     # Asking for another CUDA than the system's takes the package index's.
     *_, wheels = toolkit.check_cuda("90", cuda="13")
     assert wheels is not None and wheels[0].cuda == "13.0"
+
+
+def test_a_system_nvcc_without_cublas_gives_way_to_the_package_index(
+        bare_path: Path) -> None:
+    """As on a machine with nvcc alone (this one): configuring would fail on CUDA::cublas."""
+    script(bare_path, "nvcc", "echo 'Cuda compilation tools, release 13.0, V13.0.88'")
+    script(bare_path, "nvidia-smi", f"echo '{SMI_13}'")
+    _args, notes, env, wheels = toolkit.check_cuda("90")
+    assert wheels is not None and wheels[0].cuda == "13.0" and env == {}
+    assert "from the package index" in notes[0] and "has no cuBLAS (cublas_v2.h)" in notes[0]
 
 
 def test_without_nvcc_the_package_index_set_is_planned(bare_path: Path) -> None:

@@ -46,10 +46,13 @@ def test_cuda_architectures_from_nvidia_smi() -> None:
 
 def test_cuda_without_a_gpu_or_arch_says_to_pass_arch(monkeypatch: pytest.MonkeyPatch,
                                                       tmp_path: Path) -> None:
-    nvcc = tmp_path / "nvcc"
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.parent.mkdir()
     nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.4, V12.4.99'\n")
     nvcc.chmod(0o755)
-    monkeypatch.setenv("PATH", str(tmp_path))
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "cublas_v2.h").write_text("")
+    monkeypatch.setenv("PATH", str(nvcc.parent))
     with pytest.raises(toolkit.ToolkitMissing, match="pass --arch"):
         toolkit.check_cuda(None)
     args, notes, env, wheels = toolkit.check_cuda("89,90")
