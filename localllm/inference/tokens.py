@@ -27,7 +27,7 @@ from localllm.runner.messages import LoadOptions
 
 # The text one request may tokenize: about 130,000 tokens of English, a novel.  The
 # ids come back through the runner's pipe and are read on the event loop (runner/
-# process.py), a tokenizer that spells byte by byte gives one a byte, and a million
+# traffic.py), a tokenizer that spells byte by byte gives one a byte, and a million
 # ids cost that loop 60 ms here: half a megabyte keeps it near 30.
 MAX_TEXT_BYTES = 512 << 10
 MAX_TOKENS = 1 << 19  # ids one detokenize request may send (a 512K context's worth)

@@ -8,13 +8,20 @@ the user's home (model blobs, the build folder, site-packages) at worst.  So
 the client gets one line: how the runner ended and, where the log has one, the
 single line that says why (``out of memory``, ``GGML_ASSERT(...) failed``,
 ``error loading model: ...``), with every absolute path cut to its last part.
-``for_log`` is the whole tail, for the log.
+``for_log`` is the whole tail, for the log; :class:`Tail` drains a child's stderr
+into the daemon's log and keeps the tail.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import logging
 import re
+import time
 from collections.abc import Sequence
+
+log = logging.getLogger("localllm.runner")
 
 # An absolute POSIX path (or ~/...) not inside a URL or a longer word: "/home/a/b.gguf".
 _PATH = re.compile(r"(?<![\w.~:/-])~?/(?:[^\s/'\"():;,<>\[\]]+/)+(?=[^\s/'\"():;,<>\[\]]*)")
@@ -71,3 +78,32 @@ def lost_workers(endpoints: Sequence[str]) -> str:
 
     gone = [ep for ep in endpoints if reachable(ep, timeout=0.5)]
     return f": lost RPC worker {', '.join(gone)}" if gone else ""
+
+
+class Tail:
+    """A child's stderr (llama.cpp's log) drained into the ``localllm.runner`` logger at
+    DEBUG: its last lines kept for a failure's message, and when it last wrote one."""
+
+    def __init__(self, pid: int, keep: int = 40) -> None:
+        self.pid = pid
+        self.lines: collections.deque[str] = collections.deque(maxlen=keep)
+        self.last_output = 0.0  # time.monotonic() of the child's latest log line
+
+    async def drain(self, stream: asyncio.StreamReader | None) -> None:
+        """Read ``stream`` line by line until it ends."""
+        assert stream is not None
+        pending = b""
+        while chunk := await stream.read(65536):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for raw in lines:
+                self._line(raw)
+        if pending:
+            self._line(pending)
+
+    def _line(self, raw: bytes) -> None:
+        line = raw.decode("utf-8", "replace").rstrip()
+        if line:
+            self.lines.append(line)
+            self.last_output = time.monotonic()
+            log.debug("runner %d: %s", self.pid, line)

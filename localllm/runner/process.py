@@ -14,15 +14,16 @@ SIGSTOP, a native call holding the GIL, a hung driver) for
 ``LOCALLLM_RUNNER_TIMEOUT`` is killed and treated as crashed, with a message
 saying it stopped responding; ``close()`` kills a silent child after a few
 missed beats instead of waiting out the grace period (see ``runner.watchdog``).
+
+This module is the child's life: start and load, state, close, wait, kill, and
+what its death means.  The requests and their frames are ``runner.traffic``'s;
+the request methods hand over to it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import dataclasses
-import itertools
 import logging
 import math
 import signal
@@ -32,32 +33,16 @@ from pathlib import Path
 from typing import Any
 
 from localllm import children, config
-from localllm.errors import (
-    InvalidRequest,
-    LocalLLMError,
-    ModelLoadError,
-    RunnerCrashed,
-    ShuttingDown,
-)
+from localllm.errors import LocalLLMError, ModelLoadError, RunnerCrashed, ShuttingDown
 from localllm.runner import protocol as P
-from localllm.runner.attach import Floats
-from localllm.runner.lastwords import for_log, lost_workers, scrub_paths, with_reason
+from localllm.runner.lastwords import Tail, for_log, lost_workers, scrub_paths, with_reason
 from localllm.runner.loadwait import wait_loaded
-from localllm.runner.messages import (
-    CompletionRequest,
-    Done,
-    Failed,
-    LoadOptions,
-    PairFormat,
-    Piece,
-    error_for,
-)
+from localllm.runner.messages import CompletionRequest, Done, LoadOptions, PairFormat, Piece
 from localllm.runner.resident import held_now
+from localllm.runner.traffic import Traffic
 from localllm.runner.watchdog import CLOSE_MISSED_BEATS, Watchdog
 
 log = logging.getLogger("localllm.runner")
-
-_TAIL_LINES = 40
 
 
 class RunnerProcess:
@@ -72,20 +57,14 @@ class RunnerProcess:
         self.logged_memory: dict[str, dict[str, int]] = {}  # llama.cpp's buffers, per device
         self.rss_before: int | None = None  # the child's resident bytes before the load
         self.load_duration = 0  # ns, spawn to loaded, as the parent saw it
-        self.adapter_loads: dict[str, int] = {}  # LoRA path -> ns its load took in the child
-        self._streams: dict[str, asyncio.Queue[Piece | Done | Failed | BaseException]] = {}
-        self._calls: dict[str, asyncio.Future[P.Message]] = {}
-        self._wire: dict[str, str] = {}  # request id -> wire id of its running stream
-        self._ids = itertools.count(1)
-        self._tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
-        self._last_output = 0.0  # time.monotonic() of the child's latest log line
-        self._drain_lock = asyncio.Lock()
+        self._tail = Tail(self.pid)
         self._alive = True
         self._closing = False
         self._death: str | None = None
-        self._stderr_task = asyncio.ensure_future(self._read_stderr())
+        self._stderr_task = asyncio.ensure_future(self._tail.drain(proc.stderr))
         self._pump_task: asyncio.Future[None] | None = None
         self._watchdog = Watchdog(runner_timeout)
+        self._traffic = Traffic(proc, self, self._watchdog)
         self._watch_task: asyncio.Future[None] | None = None
 
     # -- start ---------------------------------------------------------------
@@ -116,11 +95,11 @@ class RunnerProcess:
             # behind its back; the daemon ends them itself.
             start_new_session=True)
         runner = cls(proc, model_paths, opts, runner_timeout)
-        name = Path(model_paths[0]).name if model_paths else "<no model>"
+        name = runner._model_file()
         try:
-            await runner._send(P.load_msg(model_paths, opts, runner._watchdog.interval))
-            msg = await wait_loaded(runner._read_loaded(), runner.pid, timeout,
-                                    last_output=lambda: runner._last_output)
+            await runner._traffic.send(P.load_msg(model_paths, opts, runner._watchdog.interval))
+            msg = await wait_loaded(runner._traffic.read_loaded(), runner.pid, timeout,
+                                    last_output=lambda: runner._tail.last_output)
         except TimeoutError:
             await runner._abandon(wait=0)
             if runner._watchdog.enabled and runner._watchdog.silent_for() > runner_timeout:
@@ -178,6 +157,11 @@ class RunnerProcess:
         return self._proc.returncode
 
     @property
+    def adapter_loads(self) -> dict[str, int]:
+        """LoRA path -> nanoseconds its load took in the child."""
+        return self._traffic.adapter_loads
+
+    @property
     def death(self) -> str | None:
         """Why the child died when it was not ended by ``close()``; None otherwise."""
         if self._closing or self.alive:
@@ -194,83 +178,40 @@ class RunnerProcess:
 
     def stderr_tail(self) -> list[str]:
         """The child's last log lines (llama.cpp's included)."""
-        return list(self._tail)
+        return list(self._tail.lines)
 
-    # -- requests ------------------------------------------------------------
+    # -- requests (``runner.traffic`` carries them) ----------------------------
 
-    async def complete(self, req: CompletionRequest) -> AsyncGenerator[Piece | Done, None]:
+    def complete(self, req: CompletionRequest) -> AsyncGenerator[Piece | Done, None]:
         """Stream one generation: pieces, then one ``Done``.
 
         A ``failed`` event raises ``LocalLLMError`` with its status; the child
         dying raises ``RunnerCrashed``.  Leaving the loop early cancels the request.
         """
-        self._check_alive()
-        if req.id in self._wire:
-            raise InvalidRequest(f"request id {req.id!r} is already running")
-        # A private wire id per stream: late events of an earlier request that
-        # reused this id (e.g. the Done of an abandoned stream) cannot leak in.
-        wire = f"{req.id}@{next(self._ids)}"
-        q: asyncio.Queue[Piece | Done | Failed | BaseException] = asyncio.Queue()
-        self._streams[wire] = q
-        self._wire[req.id] = wire
-        finished = False
-        try:
-            await self._send(P.complete_msg(dataclasses.replace(req, id=wire)))
-            while True:
-                event = await q.get()
-                if isinstance(event, BaseException):
-                    finished = True
-                    raise event
-                event.id = req.id
-                if isinstance(event, Failed):
-                    finished = True
-                    raise self._failure(event)
-                if isinstance(event, Done):
-                    finished = True
-                    yield event
-                    return
-                yield event
-        finally:
-            self._streams.pop(wire, None)
-            self._wire.pop(req.id, None)
-            if not finished and self.alive:
-                with contextlib.suppress(ConnectionError):
-                    self._write_nowait({"type": "cancel", "id": wire})
+        return self._traffic.complete(req)
 
     async def cancel(self, req_id: str) -> None:
         """Ask the engine to stop ``req_id``; its stream ends with ``Done(reason="cancel")``."""
-        wire = self._wire.get(req_id)
-        if wire is not None and self.alive:
-            await self._send({"type": "cancel", "id": wire})
+        await self._traffic.cancel(req_id)
 
     async def embed(self, inputs: list[str], truncate: bool = True
                     ) -> tuple[Sequence[Sequence[float]], int]:
-        reply = await self._call({"type": "embed", "inputs": list(inputs),
-                                  "truncate": truncate})
-        vectors: Floats = reply["vectors"]  # float32 rows: Python floats made in a thread
-        return await asyncio.to_thread(vectors.tuples), int(reply["n_tokens"])
+        return await self._traffic.embed(inputs, truncate)
 
     async def rerank(self, query: str, documents: list[str], fmt: PairFormat,
                      truncate: bool = True) -> tuple[list[float], int]:
-        reply = await self._call(P.rerank_msg(query, documents, fmt, truncate))
-        return [float(s) for s in reply["scores"]], int(reply["n_tokens"])
+        return await self._traffic.rerank(query, documents, fmt, truncate)
 
     async def tokenize(self, text: str, add_special: bool = True,
                        parse_special: bool = True) -> list[int]:
-        reply = await self._call({"type": "tokenize", "text": text,
-                                  "add_special": add_special, "parse_special": parse_special})
-        return [int(t) for t in reply["tokens"]]
+        return await self._traffic.tokenize(text, add_special, parse_special)
 
     async def detokenize(self, tokens: list[int], special: bool = False) -> str:
-        reply = await self._call({"type": "detokenize", "tokens": [int(t) for t in tokens],
-                                  "special": special})
-        return str(reply["text"])
+        return await self._traffic.detokenize(tokens, special)
 
     async def ping(self) -> float:
         """Round-trip seconds; the child answers between engine steps."""
-        t0 = time.monotonic()
-        await self._call({"type": "ping"})
-        return time.monotonic() - t0
+        return await self._traffic.ping()
 
     # -- shutdown ------------------------------------------------------------
 
@@ -286,7 +227,7 @@ class RunnerProcess:
                 timeout=CLOSE_MISSED_BEATS * self._watchdog.interval))
         if self._proc.returncode is None:
             with contextlib.suppress(Exception):
-                self._write_nowait({"type": "shutdown"})
+                self._traffic.write_nowait({"type": "shutdown"})
                 if self._proc.stdin is not None:
                     self._proc.stdin.close()
             for sig, wait in ((None, grace), (signal.SIGTERM, 2.0), (signal.SIGKILL, None)):
@@ -323,62 +264,18 @@ class RunnerProcess:
 
     # -- internals -----------------------------------------------------------
 
-    def _check_alive(self) -> None:
-        if not self.alive:
-            raise self._death_error()
-
-    def _death_error(self) -> LocalLLMError:
+    def death_error(self) -> LocalLLMError:
+        """What a request gets once the child is gone (see ``runner.traffic.Peer``)."""
         if self._closing:
             return ShuttingDown("the model was unloaded while the request was running")
         return RunnerCrashed(self._death or "model runner exited unexpectedly")
 
-    async def _call(self, msg: P.Message) -> P.Message:
-        self._check_alive()
-        req_id = f"{msg['type']}-{next(self._ids)}"
-        fut: asyncio.Future[P.Message] = asyncio.get_running_loop().create_future()
-        self._calls[req_id] = fut
-        try:
-            await self._send({**msg, "id": req_id})
-            return await fut
-        finally:
-            self._calls.pop(req_id, None)
-
-    def _write_nowait(self, msg: P.Message | list[bytes]) -> None:
-        stdin = self._proc.stdin
-        if stdin is None or stdin.is_closing():
-            raise ConnectionResetError("runner stdin is closed")
-        for part in P.encode_parts(msg) if isinstance(msg, dict) else msg:
-            stdin.write(part)
-
-    async def _send(self, msg: P.Message) -> None:
-        # A request's text, token ids or images can be tens of MB: framed in a thread.
-        big = msg["type"] in ("complete", "embed", "rerank", "tokenize", "detokenize")
-        parts = await asyncio.to_thread(P.encode_parts, msg) if big else P.encode_parts(msg)
-        try:
-            self._write_nowait(parts)
-            async with self._drain_lock:
-                assert self._proc.stdin is not None
-                await self._proc.stdin.drain()
-        except ConnectionError:
-            if self._pump_task is None:
-                raise
-            await asyncio.shield(self._pump_task)  # learn how it died
-            raise self._death_error() from None
-
-    async def _read(self) -> P.Message | None:
-        assert self._proc.stdout is not None
-        msg = await P.read_frame_async(self._proc.stdout)
-        if msg is not None:
-            self._watchdog.saw(msg)
-        return msg
-
-    async def _read_loaded(self) -> P.Message | None:
-        """The first frame that is not a beat; TimeoutError once the child is silent too long."""
-        bound = self._watchdog.timeout if self._watchdog.enabled else None
-        while True:
-            msg = await asyncio.wait_for(self._read(), bound)
-            if msg is None or msg["type"] != "beat":
-                return msg
+    async def lost(self) -> LocalLLMError | None:
+        """After a failed write: the error once the reader learnt how the child died."""
+        if self._pump_task is None:
+            return None
+        await asyncio.shield(self._pump_task)  # learn how it died
+        return self.death_error()
 
     def _stopped_responding(self, silence: float) -> None:
         """The watchdog's verdict: kill the child; the reader then fails what is in flight."""
@@ -406,17 +303,9 @@ class RunnerProcess:
     def _model_file(self) -> str:
         return Path(self.model_paths[0]).name if self.model_paths else "<no model>"
 
-    def _failure(self, event: Failed) -> LocalLLMError:
-        """A request's ``failed`` event as its error; a server-side one loses its paths."""
-        if event.status >= 500:  # a 4xx is about the request: the client's own words back
-            log.error("runner %d: request failed: %s", self.pid, event.message)
-            event = dataclasses.replace(event, message=scrub_paths(event.message))
-        return error_for(event)
-
     async def _pump(self) -> None:
         try:
-            while (msg := await self._read()) is not None:
-                self._dispatch(msg)
+            await self._traffic.pump()
         except Exception as exc:  # a malformed frame, or a bug in dispatching one
             log.exception("runner %d: bad message from the runner; killing it", self.pid)
             self._death = f"model runner sent a malformed message ({exc}); it was stopped"
@@ -440,57 +329,7 @@ class RunnerProcess:
             self._death = ended + lost if lost or killed else with_reason(ended, self.stderr_tail())
             if not self._closing:
                 log.error("runner %d: %s%s", self.pid, ended + lost, for_log(self.stderr_tail()))
-        for q in self._streams.values():
-            q.put_nowait(self._death_error())
-        for fut in self._calls.values():
-            if not fut.done():
-                fut.set_exception(self._death_error())
-
-    def _dispatch(self, msg: P.Message) -> None:
-        kind = msg["type"]
-        if kind in ("piece", "done", "failed"):
-            event: Piece | Done | Failed = (
-                P.parse_piece(msg) if kind == "piece"
-                else P.parse_done(msg) if kind == "done" else P.parse_failed(msg))
-            fut = self._calls.get(event.id)
-            if isinstance(event, Failed) and fut is not None:
-                if not fut.done():
-                    fut.set_exception(self._failure(event))
-                return
-            q = self._streams.get(event.id)
-            if q is not None:  # else the consumer already left: drop it
-                q.put_nowait(event)
-        elif kind == "adapter":
-            path, ns = str(msg["path"]), int(msg["load_ns"])
-            self.adapter_loads[path] = ns
-            log.info("runner %d loaded adapter %s in %.1f ms", self.pid, Path(path).name, ns / 1e6)
-        elif kind == "beat":
-            pass  # a sign of life; ``_read`` told the watchdog
-        elif kind in ("embeddings", "scores", "tokens", "text", "pong"):
-            fut = self._calls.get(str(msg["id"]))
-            if fut is not None and not fut.done():
-                fut.set_result(msg)
-        else:
-            log.warning("runner %d sent an unexpected %s message", self.pid, kind)
-
-    async def _read_stderr(self) -> None:
-        stream = self._proc.stderr
-        assert stream is not None
-        pending = b""
-        while chunk := await stream.read(65536):
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for raw in lines:
-                self._log_line(raw)
-        if pending:
-            self._log_line(pending)
-
-    def _log_line(self, raw: bytes) -> None:
-        line = raw.decode("utf-8", "replace").rstrip()
-        if line:
-            self._tail.append(line)
-            self._last_output = time.monotonic()
-            log.debug("runner %d: %s", self.pid, line)
+        self._traffic.fail_all(self.death_error)
 
     async def _abandon(self, wait: float) -> None:
         """End a child that did not load (after ``wait`` seconds) and collect its last words."""
