@@ -5,13 +5,15 @@ Owns :class:`ToolCall` (one parsed call, with Ollama's wire shape), :class:`Pars
 :class:`Syntax` (the interface every marker-based format implements, see
 ``stream.py``), :class:`ToolSet` (the request's tools: known names and the
 parameter schemas that type XML-style argument values), and small text helpers
-(:func:`read_json`, :func:`expect`, :func:`partial_tag_len`).  Reading JSON itself
+(:func:`read_json`, :func:`expect`, :func:`partial_tag_len`, and the steps most
+formats share: :func:`read_calls`, :func:`name_until`, :func:`end_calls`,
+:func:`end_call`).  Reading JSON itself
 is ``jsonscan.py``'s; its names are re-exported here, where the formats look.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -252,3 +254,68 @@ def to_close(text: str, start: int, close: str, final: bool, why: str) -> Attemp
     if at >= 0:
         return Attempt(at + len(close), None, why)
     return Attempt(len(text), None, why) if final else None
+
+
+# One call read at a place: (the call, where it ends), -1 when no call is there, the
+# reason it is broken, or None while it is incomplete.
+Step = tuple[RawCall, int] | int | str | None
+
+
+def unterminated(text: str, final: bool) -> Attempt | None:
+    """The stream ended inside a call (None while more may come)."""
+    return Attempt(len(text), None, "unterminated call") if final else None
+
+
+def read_calls(text: str, at: int, final: bool, one: Callable[[int], Step],
+               broken: Callable[[str], Attempt | None], *, many: bool = True
+               ) -> tuple[list[RawCall], int] | Attempt | None:
+    """Calls one after another from ``at`` (only the first unless ``many``), each read
+    by ``one``: (the calls, where they end), else what the region is (``broken`` makes
+    it of a reason) or None while it is incomplete."""
+    calls: list[RawCall] = []
+    while True:
+        got = one(at)
+        if got is None:
+            return unterminated(text, final)
+        if isinstance(got, str):
+            return broken(got)
+        if isinstance(got, int):
+            return calls, at
+        calls.append(got[0])
+        at = got[1]
+        if not many:
+            return calls, at
+
+
+def name_until(text: str, begin: int, stop: str) -> tuple[str, int] | str | None:
+    """The function name from ``begin`` up to ``stop`` and where ``stop`` is; a reason
+    when there is none; None while it may still come."""
+    end = text.find(stop, begin)
+    if end < 0:
+        return None if len(text) - begin <= MAX_NAME else "no function name"
+    name = text[begin:end].strip()
+    if not name or len(name) > MAX_NAME or "\n" in name:
+        return "no function name"
+    return name, end
+
+
+def end_calls(text: str, at: int, close: str | None, final: bool,
+              calls: list[RawCall]) -> Attempt | None:
+    """Calls that end at ``at``, then ``close`` (taken when it follows; None while it may
+    still come); with no ``close`` the region ends at ``at``."""
+    end = expect(text, at, close) if close is not None else -1
+    if end is None and not final:
+        return None
+    return Attempt(end if end is not None and end > 0 else at, calls)
+
+
+def end_call(text: str, at: int, close: str, final: bool, call: RawCall, *,
+             since: int, why: str) -> Attempt | None:
+    """One call whose ``close`` must follow at ``at``: anything else breaks the region
+    from ``since`` (see :func:`to_close`, ``why``); the stream's end closes it."""
+    end = expect(text, at, close)
+    if end is None and not final:
+        return None
+    if end == -1:
+        return to_close(text, since, close, final, why)
+    return Attempt(end if end is not None else len(text), [call])

@@ -17,9 +17,12 @@ from localllm.toolcalls.base import (
     MAX_NAME,
     Attempt,
     RawCall,
+    Step,
     Syntax,
     ToolSet,
+    end_calls,
     expect,
+    read_calls,
     read_json,
     to_close,
 )
@@ -36,25 +39,17 @@ class DeepSeek(Syntax):
 
     def parse(self, text: str, tools: ToolSet | None, final: bool) -> Attempt | None:
         start = len(CALLS) if text.startswith(CALLS) else 0
-        at, calls = start, []
-        while True:
-            got = self._call(text, at, final)
-            if got is None:
-                return Attempt(len(text), None, "unterminated call") if final else None
-            if isinstance(got, str):
-                return to_close(text, start, CALLS_END if start else CALL_END, final, got)
-            if isinstance(got, int):
-                break
-            call, at = got
-            calls.append(call)
+        got = read_calls(text, start, final, lambda at: self._call(text, at, final),
+                         lambda why: to_close(text, start, CALLS_END if start else CALL_END,
+                                              final, why))
+        if not isinstance(got, tuple):
+            return got
+        calls, at = got
         if not calls:
             return to_close(text, start, CALLS_END, final, "no call inside the call list")
-        close = expect(text, at, CALLS_END) if start else -1
-        if close is None and not final:
-            return None
-        return Attempt(close if close is not None and close > 0 else at, calls)
+        return end_calls(text, at, CALLS_END if start else None, final, calls)
 
-    def _call(self, text: str, at: int, final: bool) -> tuple[RawCall, int] | int | str | None:
+    def _call(self, text: str, at: int, final: bool) -> Step:
         begin = expect(text, at, CALL)
         if begin is None or begin == -1:
             return -1 if final else begin

@@ -22,10 +22,12 @@ from localllm.toolcalls.base import (
     RawCall,
     Syntax,
     ToolSet,
+    end_call,
     expect,
     json_or_text,
     skip_ws,
     to_close,
+    unterminated,
 )
 
 CALL, CALL_END, QUOTE = "<|tool_call>", "<tool_call|>", '<|"|>'
@@ -139,12 +141,8 @@ class Gemma4(Syntax):
         try:
             args, end = read_value(text, brace)
         except _Incomplete:
-            return Attempt(len(text), None, "unterminated call") if final else None
+            return unterminated(text, final)
         except (ValueError, RecursionError) as exc:
             return to_close(text, brace, CALL_END, final, f"arguments: {exc}")
-        close = expect(text, end, CALL_END)
-        if close is None and not final:
-            return None
-        if close == -1:
-            return to_close(text, end, CALL_END, final, "text after the arguments")
-        return Attempt(close if close is not None else len(text), [RawCall(name, args)])
+        return end_call(text, end, CALL_END, final, RawCall(name, args), since=end,
+                        why="text after the arguments")

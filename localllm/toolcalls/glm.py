@@ -21,9 +21,11 @@ from localllm.toolcalls.base import (
     RawCall,
     Syntax,
     ToolSet,
+    end_call,
     expect,
     to_close,
     typed_value,
+    unterminated,
 )
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -51,7 +53,7 @@ class Glm(Syntax):
         while True:
             key = expect(text, at, KEY)
             if key is None:
-                return Attempt(len(text), None, "unterminated call") if final else None
+                return unterminated(text, final)
             if key == -1:
                 break
             key_end = text.find(KEY_END, key)
@@ -60,13 +62,9 @@ class Glm(Syntax):
             if value == -1:
                 return to_close(text, begin, CLOSE, final, "<arg_key> without <arg_value>")
             if value is None or value_end < 0:
-                return Attempt(len(text), None, "unterminated call") if final else None
+                return unterminated(text, final)
             name_of_key = text[key:key_end].strip()
             args[name_of_key] = typed_value(tools, name, name_of_key, text[value:value_end])
             at = value_end + len(VALUE_END)
-        close = expect(text, at, CLOSE)
-        if close is None and not final:
-            return None
-        if close == -1:
-            return to_close(text, begin, CLOSE, final, "text inside the call")
-        return Attempt(close if close is not None else len(text), [RawCall(name, args)])
+        return end_call(text, at, CLOSE, final, RawCall(name, args), since=begin,
+                        why="text inside the call")

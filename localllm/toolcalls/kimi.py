@@ -17,6 +17,7 @@ from localllm.toolcalls.base import (
     RawCall,
     Syntax,
     ToolSet,
+    end_calls,
     expect,
     read_json,
     to_close,
@@ -65,7 +66,4 @@ class Kimi(Syntax):
             calls.append(RawCall(name_of(ident), data, ident or None))
         if not calls:
             return to_close(text, start, SECTION_END, final, "no call in the section")
-        close = expect(text, at, SECTION_END) if start else -1
-        if close is None and not final:
-            return None
-        return Attempt(close if close is not None and close > 0 else at, calls)
+        return end_calls(text, at, SECTION_END if start else None, final, calls)

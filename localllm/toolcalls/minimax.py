@@ -25,10 +25,14 @@ from localllm.toolcalls.base import (
     MAX_NAME,
     Attempt,
     RawCall,
+    Step,
     Syntax,
     ToolSet,
+    end_calls,
     expect,
     json_or_text,
+    name_until,
+    read_calls,
     skip_ws,
     to_close,
     typed_value,
@@ -51,40 +55,26 @@ class MiniMaxM3(Syntax):
     markers = (NS, "<tool_call>", "</tool_call>", *THINK)
 
     def parse(self, text: str, tools: ToolSet | None, final: bool) -> Attempt | None:
-        at = len(SECTION) if text.startswith(SECTION) else 0
-        section, calls = at > 0, []
-        while True:
-            got = self._invoke(text, at, tools, final)
-            if got is None:
-                return Attempt(len(text), None, "unterminated call") if final else None
-            if isinstance(got, int):
-                break
-            if isinstance(got, str):
-                return to_close(text, 1, SECTION_END if section else INVOKE_END, final, got)
-            calls.append(got[0])
-            at = got[1]
-            if not section:
-                break
+        section = text.startswith(SECTION)
+        got = read_calls(text, len(SECTION) if section else 0, final,
+                         lambda at: self._invoke(text, at, tools, final),
+                         lambda why: to_close(text, 1, SECTION_END if section else INVOKE_END,
+                                              final, why), many=section)
+        if not isinstance(got, tuple):
+            return got
+        calls, at = got
         if not calls:
             return to_close(text, 1, SECTION_END, final, "no call in the section")
-        if section:
-            close = expect(text, at, SECTION_END)
-            if close is None and not final:
-                return None
-            at = close if close is not None and close > 0 else at
-        return Attempt(at, calls)
+        return end_calls(text, at, SECTION_END if section else None, final, calls)
 
-    def _invoke(self, text: str, at: int, tools: ToolSet | None, final: bool
-                ) -> tuple[RawCall, int] | int | str | None:
+    def _invoke(self, text: str, at: int, tools: ToolSet | None, final: bool) -> Step:
         begin = expect(text, at, INVOKE)
         if begin is None or begin == -1:
             return -1 if final else begin
-        quote = text.find('">', begin)
-        if quote < 0:
-            return None if len(text) - begin <= MAX_NAME else "no function name"
-        name = text[begin:quote].strip()
-        if not name or len(name) > MAX_NAME or "\n" in name:
-            return "no function name"
+        named = name_until(text, begin, '">')
+        if not isinstance(named, tuple):
+            return named
+        name, quote = named
         args: dict[str, Any] = {}
         at = quote + 2
         while True:

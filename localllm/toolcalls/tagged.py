@@ -31,8 +31,10 @@ from localllm.toolcalls.base import (
     MAX_NAME,
     Attempt,
     RawCall,
+    Step,
     Syntax,
     ToolSet,
+    read_calls,
     read_json,
     to_close,
     typed_value,
@@ -160,19 +162,11 @@ class Tagged(Syntax):
                 return None
             if isinstance(got, tuple):
                 at, section = got[0], True
-        calls: list[RawCall] = []
-        while True:
-            call = self._call(text, at, tools, final)
-            if call is None:
-                return Attempt(len(text), None, "unterminated call") if final else None
-            if isinstance(call, int):
-                break
-            if isinstance(call, str):
-                return self._broken(text, final, call, section)
-            calls.append(call[0])
-            at = call[1]
-            if not section:
-                break
+        read = read_calls(text, at, final, lambda at: self._call(text, at, tools, final),
+                          lambda why: self._broken(text, final, why, section), many=section)
+        if not isinstance(read, tuple):
+            return read
+        calls, at = read
         if not calls:
             return self._broken(text, final, "no call in the section", section)
         if section and not self.sec_close.empty:
@@ -189,10 +183,8 @@ class Tagged(Syntax):
             return Attempt(len(text) if final else 1, None, why)
         return to_close(text, 1, close, final, why)
 
-    def _call(self, text: str, at: int, tools: ToolSet | None, final: bool
-              ) -> tuple[RawCall, int] | int | str | None:
-        """One call from ``at``: (call, end), -1 when none is there, a reason when it is
-        broken, None while incomplete."""
+    def _call(self, text: str, at: int, tools: ToolSet | None, final: bool) -> Step:
+        """One call from ``at`` (see :data:`~localllm.toolcalls.base.Step`)."""
         opened = self.call_open.match(text, at, final)
         if not isinstance(opened, tuple):
             return opened

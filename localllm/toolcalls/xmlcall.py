@@ -23,12 +23,15 @@ from __future__ import annotations
 from typing import Any
 
 from localllm.toolcalls.base import (
-    MAX_NAME,
     Attempt,
     RawCall,
+    Step,
     Syntax,
     ToolSet,
+    end_calls,
     expect,
+    name_until,
+    read_calls,
     to_close,
     typed_value,
 )
@@ -55,40 +58,25 @@ class XmlCall(Syntax):
 
     def parse(self, text: str, tools: ToolSet | None, final: bool) -> Attempt | None:
         start = len(self.open) if text.startswith(self.open) else 0
-        at, calls = start, []
-        while True:
-            got = self._function(text, at, tools, final)
-            if got is None:
-                return Attempt(len(text), None, "unterminated call") if final else None
-            if isinstance(got, str):
-                return self._broken(text, start, final, got)
-            if isinstance(got, int):
-                break
-            call, at = got
-            calls.append(call)
+        got = read_calls(text, start, final, lambda at: self._function(text, at, tools, final),
+                         lambda why: to_close(text, start,
+                                              self.close if start else FUNCTION_END, final, why))
+        if not isinstance(got, tuple):
+            return got
+        calls, at = got
         if not calls:
             return to_close(text, start, self.close, final, "no <function=..> in the call")
-        close = expect(text, at, self.close)
-        if close is None and not final:
-            return None
-        return Attempt(close if close is not None and close > 0 else at, calls)
+        return end_calls(text, at, self.close, final, calls)
 
-    def _broken(self, text: str, start: int, final: bool, why: str) -> Attempt | None:
-        return to_close(text, start, self.close if start else FUNCTION_END, final, why)
-
-    def _function(self, text: str, at: int, tools: ToolSet | None, final: bool
-                  ) -> tuple[RawCall, int] | int | str | None:
-        """One ``<function=..>`` block from ``at``: (call, end), -1 when none is there,
-        a reason when it is broken, None while incomplete."""
+    def _function(self, text: str, at: int, tools: ToolSet | None, final: bool) -> Step:
+        """One ``<function=..>`` block from ``at`` (see :data:`~localllm.toolcalls.base.Step`)."""
         begin = expect(text, at, FUNCTION)
         if begin is None or begin == -1:
             return -1 if final else begin
-        gt = text.find(">", begin)
-        if gt < 0:
-            return None if len(text) - begin <= MAX_NAME else "no function name"
-        name = text[begin:gt].strip()
-        if not name or len(name) > MAX_NAME or "\n" in name:
-            return "no function name"
+        named = name_until(text, begin, ">")
+        if not isinstance(named, tuple):
+            return named
+        name, gt = named
         args: dict[str, Any] = {}
         at = gt + 1
         while True:
