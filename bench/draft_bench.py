@@ -38,7 +38,7 @@ from spec_bench import decode
 
 from localllm.engine.engine import Engine
 from localllm.runner.messages import CompletionRequest, Done, LoadOptions, SamplingParams
-from tests.tinymodel import make_tiny_model
+from tests.support.tinymodel import make_tiny_model
 
 SERVER = gen_models.cache_dir() / "llama-tools" / "bin" / "llama-server"
 CYCLE = {"z": "a"}  # the target never ends: a..z, a..z, ...

@@ -103,7 +103,7 @@ def main() -> None:
     model: Path = args.model
     targets: tuple[str, ...] = ("attn_q.weight", "attn_v.weight")
     if args.tiny or not model.exists():
-        from tests.tinymodel import make_tiny_model
+        from tests.support.tinymodel import make_tiny_model
 
         model = make_tiny_model(work)
         targets = ("attn_q.weight", "attn_v.weight", "output.weight")

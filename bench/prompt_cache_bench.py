@@ -65,7 +65,7 @@ def model_path(spec: str) -> Path:
     if spec != "tiny-attn":
         return gen_models.resolve(spec)
     sys.path.insert(0, str(REPO))
-    from tests.tinymodel import make_tiny_model
+    from tests.support.tinymodel import make_tiny_model
 
     folder = gen_models.cache_dir() / "models" / "tiny-attn"
     path = folder / "tiny.gguf"

@@ -1,6 +1,6 @@
 """Pull throughput on loopback: our downloader vs ``huggingface_hub.hf_hub_download``.
 
-Serves a ~200 MB generated GGUF from the Hub stand-in (``tests/hubstub.py``) on
+Serves a ~200 MB generated GGUF from the Hub stand-in (``tests/support/hubstub.py``) on
 127.0.0.1 and times, on the same file and server, ``localllm.store.pull.pull_model``
 (stream + sha256 while writing + verify + manifest) against
 ``hf_hub_download`` (stream, no sha256 check).  Prints MB/s for both and the
@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.ggufmeta import Shape, write_gguf
-from tests.hubstub import HubStub
+from tests.support.ggufmeta import Shape, write_gguf
+from tests.support.hubstub import HubStub
 
 REPO = "bench/Big-GGUF"
 FILE = "Big-F16.gguf"

@@ -119,7 +119,7 @@ def model(shape: str, quant: str) -> Path:
     """The bench reranker's GGUF, written (and quantized) on first use."""
     if shape == "tiny":
         sys.path.insert(0, str(REPO))
-        from tests.rerankmodel import make_rerank_model
+        from tests.support.rerankmodel import make_rerank_model
 
         out = gen_models.cache_dir() / "models" / "rerank-tiny.gguf"
         return out if out.exists() else make_rerank_model(out.parent, name=out.name)

@@ -75,8 +75,8 @@ def one_run(host: str, model_marker: str, env: dict[str, str]) -> tuple[float, f
 
 @contextlib.contextmanager
 def own_daemon() -> Iterator[tuple[str, dict[str, str]]]:
-    from tests.cli.conftest import start_daemon
-    from tests.inference.conftest import add_tiny
+    from tests.support.daemon import start_daemon
+    from tests.support.models import add_tiny
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["LOCALLLM_HOME"] = str(Path(tmp) / "home")

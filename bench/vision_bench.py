@@ -1,7 +1,7 @@
 """Vision benchmark: time to encode one image; projector memory, estimated vs allocated.
 
 Generates (once, cached outside the repo) the tiny text model, the tiny test
-projector and a SigLIP-400M-shaped projector (tests/visionmodel.py: 27 blocks of
+projector and a SigLIP-400M-shaped projector (tests/support/visionmodel.py: 27 blocks of
 width 1152, 448-pixel images in 14-pixel patches = 1024 image tokens, f16 random
 weights, ~0.8 GiB; ``--layers`` makes it shallower), loads each next to the tiny
 text model in one engine, encodes a solid image ``--runs`` times and prints:
@@ -33,8 +33,8 @@ from localllm.runner.messages import (  # noqa: E402
 )
 from localllm.scheduler.estimate import fmt_bytes  # noqa: E402
 from localllm.scheduler.projector import projector_cost  # noqa: E402
-from tests.tinymodel import make_tiny_model  # noqa: E402
-from tests.visionmodel import RED, make_projector, png  # noqa: E402
+from tests.support.tinymodel import make_tiny_model  # noqa: E402
+from tests.support.visionmodel import RED, make_projector, png  # noqa: E402
 
 CACHE = Path("/tmp/localllm-vision-bench")  # outside the repo: the big projector is ~0.8 GiB
 

@@ -6,12 +6,12 @@ nothing of the checkout can be imported by accident::
 
     $PIPX_HOME/venvs/localllm/bin/python packaging/smoke.py
 
-It writes the tests' tiny model (tests/tinymodel.py, loaded by file path: it
+It writes the tests' tiny model (tests/support/tinymodel.py, loaded by file path: it
 needs only numpy and gguf), starts ``localllm serve`` from the same install on
 a free port with a throw-away LOCALLLM_HOME, creates the model with
 ``localllm create``, then runs the Textual app headless (``run_test``), sends
 "hello" and checks the exact reply.  Then, with the tests' Hugging Face stand-in
-(tests/hubstub.py, standard library only) serving the same model as a GGUF repo,
+(tests/support/hubstub.py, standard library only) serving the same model as a GGUF repo,
 it drives the model picker as a user would: Ctrl+O, ``s``, type a query, Enter,
 Enter on the repo, Enter on the quant (pulled with the progress bar), Enter on
 the new model, "hello", and checks that reply too.  Exit status 0 on success.
@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-TINY = HERE.parent / "tests" / "tinymodel.py"
-HUBSTUB = HERE.parent / "tests" / "hubstub.py"
+TINY = HERE.parent / "tests" / "support" / "tinymodel.py"
+HUBSTUB = HERE.parent / "tests" / "support" / "hubstub.py"
 HUB_REPO, HUB_FILE = "smoke/Tiny-GGUF", "tiny-Q8_0.gguf"
 CONTENTS_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 

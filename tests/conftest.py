@@ -8,6 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.home import isolate
+
+# Fixtures that more than one folder uses (the folders' own stay in their conftest.py).
+pytest_plugins = ["tests.support.routes", "tests.support.hub", "tests.support.daemon"]
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Modules with ``slow`` tests first, each module's own order kept.
@@ -38,26 +43,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.set_threshold(20_000, 20, 20)
 
 
-def isolate(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
-    """Point LOCALLLM_HOME at ``home``, drop settings that would leak in from outside, and
-    run models on one thread (below)."""
-    monkeypatch.setenv("LOCALLLM_HOME", str(home))
-    for var in ("LOCALLLM_MODELS", "LOCALLLM_HOST", "LOCALLLM_API_KEY", "LOCALLLM_ORIGINS",
-                "LOCALLLM_NOPRUNE", "HF_TOKEN"):
-        monkeypatch.delenv(var, raising=False)
-    # Ollama's variables are fallbacks for ours: a developer's own Ollama setup must not leak in.
-    import os
-
-    for var in [v for v in os.environ if v.startswith("OLLAMA_")]:
-        monkeypatch.delenv(var, raising=False)
-    # Nothing in the tests may reach the real Hub.
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    # One thread per model: the tiny test models need no more, and the runners of two
-    # xdist workers, two threads each on 2 cores, spin in ggml's barriers waiting for a
-    # thread that is not running. Tests of threading set their own count.
-    monkeypatch.setenv("LOCALLLM_NUM_THREAD", "1")
-
-
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     home = tmp_path / "localllm-home"
@@ -67,7 +52,7 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
 
 @pytest.fixture(scope="session")
 def rpc_backends() -> Path:
-    """The shared backends folder with the RPC plugin built (see tests/rpcworker.py)."""
-    from tests.rpcworker import ensure_rpc_plugin
+    """The shared backends folder with the RPC plugin built (see tests/support/rpcworker.py)."""
+    from tests.support.rpcworker import ensure_rpc_plugin
 
     return ensure_rpc_plugin()

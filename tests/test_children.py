@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from localllm import children
-from tests.runner.conftest import pid_alive
+from tests.support.runners import pid_alive
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -113,7 +113,7 @@ def test_the_probe_and_runner_children_ignore_modules_in_the_working_directory(
     from localllm.hardware.detect import run_probe
     from localllm.runner.messages import LoadOptions
     from localllm.runner.process import RunnerProcess
-    from tests.runner.conftest import FAKE_ENV, arun, collect, greedy
+    from tests.support.runners import FAKE_ENV, arun, collect, greedy
 
     marks = plant_decoys(tmp_path)
     monkeypatch.chdir(tmp_path)

@@ -60,8 +60,8 @@ CASES: dict[str, tuple[str, Any, str | None]] = {
     "LOCALLLM_PROMPT_CACHE": ("2GiB", 2 << 30, "plenty"),
     "LOCALLLM_PROMPT_CACHE_DISK": ("10GiB", 10 << 30, "lots"),
     "LOCALLLM_MAX_REQUEST_PIXELS": ("64_000_000", 64_000_000, "0"),
-    "LOCALLLM_RUNNER_ENGINE": ("tests.runner.fake_engine:FakeEngine",
-                               "tests.runner.fake_engine:FakeEngine", "tests.runner.fake_engine"),
+    "LOCALLLM_RUNNER_ENGINE": ("tests.support.fake_engine:FakeEngine",
+                               "tests.support.fake_engine:FakeEngine", "tests.support.fake_engine"),
 }
 SETTINGS = {s.name: s for s in config.REGISTRY}
 

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from localllm import __version__
-from tests import forkserver
-from tests.cli.conftest import free_port
+from tests.support import forkserver
+from tests.support.daemon import free_port
 
 
 def test_run_reports_output_and_exit_status_like_subprocess() -> None:
@@ -35,6 +35,6 @@ def test_a_signalled_child_reads_as_popen_reads_it_and_the_server_is_no_test_chi
         child.wait(0.05)
     child.send_signal(signal.SIGKILL)
     assert child.wait(10) == -signal.SIGKILL and child.poll() == -signal.SIGKILL
-    from tests.procs import children_of
+    from tests.support.procs import children_of
 
     assert forkserver.server_pid() not in children_of(os.getpid())

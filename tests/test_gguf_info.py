@@ -13,7 +13,7 @@ from gguf import GGML_QUANT_SIZES, GGUFWriter
 
 from localllm.errors import InvalidModelFile
 from localllm.gguf.info import read_model_info, read_model_info_split
-from tests.ggufmeta import Shape, model_info_for, tensor_plan, write_gguf, write_split_gguf
+from tests.support.ggufmeta import Shape, model_info_for, tensor_plan, write_gguf, write_split_gguf
 
 
 def _bytes_of(ne: tuple[int, ...], ttype: object) -> int:

@@ -31,7 +31,7 @@ from localllm.scheduler.scheduler import ModelSpec, Placement
 from localllm.store.local import Store
 from localllm.store.manifests import MEDIA_MODEL, Manifest
 from localllm.store.names import parse_name
-from tests.scheduler.shapes import ALL_SHAPES, GiB, cpu, cuda, gpu, rpc
+from tests.support.shapes import ALL_SHAPES, GiB, cpu, cuda, gpu, rpc
 
 L8B = ALL_SHAPES["llama3.1-8b"]
 
@@ -180,8 +180,8 @@ def test_llm_library_keeps_models_to_one_library(monkeypatch: pytest.MonkeyPatch
 def test_load_timeout_bounds_a_stalled_load(monkeypatch: pytest.MonkeyPatch) -> None:
     from localllm.errors import ModelLoadError
     from localllm.runner.process import RunnerProcess
-    from tests.runner.conftest import FAKE_ENV, arun
-    from tests.runner.fake_engine import READ_S
+    from tests.support.fake_engine import READ_S
+    from tests.support.runners import FAKE_ENV, arun
 
     opts = LoadOptions(n_ctx=128, n_parallel=1, n_threads=1)
 

@@ -24,8 +24,8 @@ from localllm.api.daemon import (
     transport_error,
 )
 from localllm.errors import LocalLLMError
-from tests.api.halfstream import LINES, HalfStreamServer
-from tests.cli.conftest import free_port
+from tests.support.daemon import free_port
+from tests.support.halfstream import LINES, HalfStreamServer
 
 URL = "http://127.0.0.1:1"
 LOST = "connection to the daemon lost"

@@ -24,11 +24,3 @@ def pip_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-def plant_pip(folder: Path, marker: Path) -> None:
-    """A ``pip.py`` and a ``pip/`` package in ``folder`` that touch ``marker`` if imported."""
-    body = f"import pathlib\npathlib.Path({str(marker)!r}).touch()\nraise SystemExit(1)\n"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "pip.py").write_text(body)
-    (folder / "pip").mkdir()
-    (folder / "pip" / "__init__.py").write_text("")
-    (folder / "pip" / "__main__.py").write_text(body)

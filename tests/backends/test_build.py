@@ -8,7 +8,7 @@ import pytest
 
 from localllm import paths
 from localllm.backends import build
-from tests.backends.test_source import CMAKE, make_tar
+from tests.support.backend_build import CMAKE, make_tar
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """``localllm backends`` as a user runs it: list (text and JSON), bogus files, remove.
 
 The build itself runs once per test session through the same command
-(tests/rpcworker.py, and first of all in .ci/run); here the built plugin is
+(tests/support/rpcworker.py, and first of all in .ci/run); here the built plugin is
 copied into this test's own backends folder.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import REPO, run_cli
+from tests.support.daemon import REPO, run_cli
 
 
 @pytest.fixture

@@ -23,17 +23,8 @@ import pytest
 
 from localllm.backends import cuda_unpack, cuda_wheels, elf
 from localllm.backends.cuda_wheels import CudaWheelError, Wheel, WheelSet
+from tests.support.backend_build import CUDA_H
 
-CUDA_H = b"""typedef int CUresult;
-#define CUDAAPI
-#define cuMemAlloc cuMemAlloc_v2
-#ifdef CUDA_API_PER_THREAD_DEFAULT_STREAM
-#define cuMemcpy cuMemcpy_ptds
-#endif
-CUresult CUDAAPI cuInit(unsigned int flags);
-CUresult CUDAAPI cuMemAlloc(void **p, unsigned long n);
-CUresult CUDAAPI cuMemcpy(void *d, const void *s, unsigned long n);
-"""
 CONTENT: dict[str, dict[str, bytes]] = {
     "nvidia-cuda-nvcc": {"bin/nvcc": b"#!/bin/sh\necho nvcc\n"},
     "nvidia-nvvm": {"nvvm/bin/cicc": b"#!/bin/sh\n"},

@@ -24,8 +24,8 @@ import pytest
 
 from localllm.backends import cuda_runtime, cuda_unpack
 from localllm.backends.cuda_runtime import explain
-from tests.backends.test_cuda_install import CUDA_H
-from tests.cli.conftest import REPO, run_cli
+from tests.support.backend_build import CUDA_H
+from tests.support.daemon import REPO, run_cli
 
 NO_DRIVER = ctypes.util.find_library("cuda") is None
 

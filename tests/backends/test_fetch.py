@@ -19,7 +19,7 @@ import pytest
 
 from localllm import paths
 from localllm.backends import source
-from tests.backends.conftest import plant_pip
+from tests.support.backend_build import plant_pip
 
 VERSION = "0.3.36"
 SDIST = f"llama_cpp_python-{VERSION}.tar.gz"

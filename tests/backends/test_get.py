@@ -1,7 +1,7 @@
 """``backends get``: the pack that fits, from the stand-in Hub, checked before and after download.
 
 The packs are made by ``backends.pack`` from a copy of the RPC plugin CI builds
-(tests/rpcworker.py) and served by tests/hubstub.py as LFS files, so the
+(tests/support/rpcworker.py) and served by tests/support/hubstub.py as LFS files, so the
 listing carries their sha256 like the Hub's does.  Covered: the right pack
 among others, a hash not in the table (nothing downloaded), a download whose
 bytes are not the listed ones, a download cut short (resumed), a published pack
@@ -25,7 +25,9 @@ from localllm.backends import get, install, installed, pack
 from localllm.backends.pack import PackError
 from localllm.errors import DigestMismatch, PullError
 from localllm.store import download
-from tests.backends.packs import (
+from tests.support.daemon import REPO, run_cli
+from tests.support.hubstub import HubStub
+from tests.support.packs import (
     Member,
     core,
     manifest_for,
@@ -34,8 +36,6 @@ from tests.backends.packs import (
     use_backends,
     write_pack,
 )
-from tests.cli.conftest import REPO, run_cli
-from tests.hubstub import HubStub
 
 REPO_ID = "localllm/backends"
 

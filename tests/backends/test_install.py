@@ -2,7 +2,7 @@
 is what the manifest says, and all or nothing.
 
 Good packs are made by ``backends.pack`` from a copy of the RPC plugin CI builds;
-bad ones by hand (tests/backends/packs.py).  After every refusal the backends
+bad ones by hand (tests/support/packs.py).  After every refusal the backends
 folder is exactly as it was: the plugin there still loads and nothing else
 appeared, not even a temporary folder.
 """
@@ -17,7 +17,7 @@ import pytest
 
 from localllm.backends import elf, install, installed, manifest, pack
 from localllm.backends.pack import PackError
-from tests.backends.packs import (
+from tests.support.packs import (
     Member,
     core,
     manifest_for,

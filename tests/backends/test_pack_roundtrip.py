@@ -1,7 +1,7 @@
 """``backends pack rpc`` → ``backends remove rpc`` → ``backends install`` → the RPC tests pass.
 
 All through the command, on a copy of the RPC plugin CI builds (the shared
-folder of tests/rpcworker.py is only read): the plugin installed from the pack
+folder of tests/support/rpcworker.py is only read): the plugin installed from the pack
 loads, ``list`` says which pack it came from, and then tests/gpu/test_rpc_engine.py
 runs, in its own pytest, with that folder as its backends folder: workers
 started from the installed plugin hold layers and match the CPU's greedy text.
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.backends.packs import copy_backends
-from tests.cli.conftest import REPO, run_cli
+from tests.support.daemon import REPO, run_cli
+from tests.support.packs import copy_backends
 
 pytestmark = pytest.mark.slow  # about 12 s, most of it the RPC tests
 

@@ -10,17 +10,7 @@ import pytest
 
 from localllm import paths
 from localllm.backends import source
-
-CMAKE = b"set(GGML_VERSION_MAJOR 0)\nset(GGML_VERSION_MINOR 25)\nset(GGML_VERSION_PATCH 3)\n"
-
-
-def make_tar(path: Path, files: dict[str, bytes]) -> Path:
-    with tarfile.open(path, "w:gz") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return path
+from tests.support.backend_build import CMAKE, make_tar
 
 
 def test_unpacks_only_vendor_llama_cpp_without_models_and_docs(tmp_path: Path) -> None:

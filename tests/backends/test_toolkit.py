@@ -12,7 +12,7 @@ from localllm.backends import catalog, toolkit
 from localllm.backends.catalog import wanted_backends
 from localllm.errors import InvalidRequest
 from localllm.hardware.probes import GPUProbe
-from tests.backends.conftest import plant_pip
+from tests.support.backend_build import plant_pip
 
 NVIDIA = GPUProbe("nvidia", "NVIDIA H100", "580.1")
 AMD = GPUProbe("amd", "AMD Radeon RX 7900 XTX")

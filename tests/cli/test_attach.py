@@ -10,7 +10,7 @@ import pytest
 from localllm import config
 from localllm.cli.attach import attach, find_images
 from localllm.errors import InvalidRequest
-from tests.visionmodel import RED, png
+from tests.support.visionmodel import RED, png
 
 
 def test_paths_of_existing_images_are_attached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -20,9 +20,9 @@ import httpx
 import pytest
 
 from localllm import paths
-from tests.cli.conftest import Daemon, cli_env, free_port, run_cli, start_daemon
-from tests.hubstub import HubStub
-from tests.tinymodel import expected_greedy, make_tiny_model
+from tests.support.daemon import Daemon, cli_env, free_port, run_cli, start_daemon
+from tests.support.hubstub import HubStub
+from tests.support.tinymodel import expected_greedy, make_tiny_model
 
 ECHO_TEMPLATE = "{% for m in messages %}{{ m['role'] }}:{{ m['content'] }}{% endfor %}"
 USER_CATALOG = """

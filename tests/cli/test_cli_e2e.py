@@ -14,16 +14,8 @@ import pytest
 
 from localllm import paths
 from localllm.store.local import Store
-from tests.cli.conftest import (
-    REPO,
-    Daemon,
-    cli_env,
-    free_port,
-    run_cli,
-    start_daemon,
-    stop_pid,
-)
-from tests.server.conftest import add_model
+from tests.support.daemon import REPO, Daemon, cli_env, free_port, run_cli, start_daemon, stop_pid
+from tests.support.models import add_model
 
 pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
 

@@ -1,5 +1,5 @@
 """``localllm import ollama`` end to end: the real CLI imports a store laid out as Ollama
-writes it (tests/ollamastore.py); the real daemon lists the models under their Ollama names
+writes it (tests/support/ollamastore.py); the real daemon lists the models under their Ollama names
 and each answers through a real runner, with Ollama's template, parameters, message
 history, projector and adapter.  The Ollama store's bytes and mtimes never change."""
 
@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from localllm.template.select import render_prompt
-from tests.cli.conftest import Daemon, run_cli, start_daemon
-from tests.ollamastore import (
+from tests.support.daemon import Daemon, run_cli, start_daemon
+from tests.support.ollamastore import (
     MESSAGES_A,
     NAMES,
     REPLY_A,
@@ -27,8 +27,8 @@ from tests.ollamastore import (
     snapshot,
     three_models,
 )
-from tests.tinymodel import CHAT_TEMPLATE, tokenize
-from tests.visionmodel import RED, RED_GREEDY, png
+from tests.support.tinymodel import CHAT_TEMPLATE, tokenize
+from tests.support.visionmodel import RED, RED_GREEDY, png
 
 pytestmark = pytest.mark.slow  # three model loads: started first (tests/conftest.py)
 N = 6

@@ -1,6 +1,6 @@
 """``localllm launch AGENT``: the real CLI and daemon, stand-in agents on PATH.
 
-Each stand-in (tests/cli/agent_standin.py) records what it was started with and
+Each stand-in (tests/support/agent_standin.py) records what it was started with and
 then talks to the daemon the way its real agent would read those settings; the
 tests check each agent's documented contract, the answer that request got
 (the tiny model's greedy text), and the context the daemon serves it with.
@@ -26,10 +26,10 @@ from localllm.errors import LocalLLMError
 from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
-from tests.cli import agent_standin
-from tests.cli.conftest import Daemon, cli_env, free_port, run_cli, start_daemon, stop_pid
-from tests.hubstub import HubStub
-from tests.tinymodel import GREEDY, make_tiny_model
+from tests.support import agent_standin
+from tests.support.daemon import Daemon, cli_env, free_port, run_cli, start_daemon, stop_pid
+from tests.support.hubstub import HubStub
+from tests.support.tinymodel import GREEDY, make_tiny_model
 
 # Reads ``tools`` (so the model lists the tools capability) and renders the last message.
 CODER_TEMPLATE = "{% if tools %}{% endif %}{{ messages[-1]['content'] }}"
@@ -47,7 +47,7 @@ USER_FILES = {
 @pytest.fixture(scope="module")
 def agents_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     """``coder`` (tools template, trained for 128k tokens) and ``short`` (2048, no tools)."""
-    from tests.conftest import isolate
+    from tests.support.home import isolate
 
     tmp = tmp_path_factory.mktemp("launch-daemon")
     mp = pytest.MonkeyPatch()

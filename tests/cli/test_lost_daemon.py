@@ -6,9 +6,9 @@ import subprocess
 
 import pytest
 
-from tests import forkserver
-from tests.api.halfstream import HalfStreamServer
-from tests.cli.conftest import REPO, cli_env
+from tests.support import forkserver
+from tests.support.daemon import REPO, cli_env
+from tests.support.halfstream import HalfStreamServer
 
 
 def _cli(port: int, *args: str) -> subprocess.CompletedProcess[str]:

@@ -22,8 +22,8 @@ from localllm import paths
 from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
-from tests.cli.conftest import start_daemon
-from tests.tinymodel import make_tiny_model
+from tests.support.daemon import start_daemon
+from tests.support.tinymodel import make_tiny_model
 
 OVERRIDE = """\
 [Service]

@@ -10,7 +10,7 @@ from pathlib import Path
 from localllm import paths
 from localllm.server.serve import pid_file
 from localllm.store.local import Store
-from tests import forkserver
+from tests.support import forkserver
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,8 +7,7 @@ import re
 import httpx
 
 from localllm.cli.ps import processor, until
-from tests.cli.conftest import Daemon
-from tests.inference.conftest import tiny_daemon  # noqa: F401  (fixture)
+from tests.support.daemon import Daemon
 
 HEADER = ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "SLOTS", "UNTIL"]
 
@@ -22,7 +21,7 @@ def ps_rows(d: Daemon) -> list[list[str]]:
     return [re.split(r" {4,}", row.strip()) for row in rows]
 
 
-def test_ps_lists_the_loaded_model_and_stop_unloads_it(tiny_daemon: Daemon) -> None:  # noqa: F811
+def test_ps_lists_the_loaded_model_and_stop_unloads_it(tiny_daemon: Daemon) -> None:
     d = tiny_daemon
     assert ps_rows(d) == []
     assert d.cli("run", "tiny", "--keepalive", "10m", "a").returncode == 0

@@ -28,22 +28,12 @@ from localllm.cli.chatstream import StreamPrinter, WordWrap, go_duration, stats_
 from localllm.cli.repl import Repl
 from localllm.cli.session import Session, parse_parameter, parse_think
 from localllm.errors import InvalidRequest, NotFound
-from tests import forkserver
-from tests.cli.conftest import REPO, Daemon, start_daemon
-from tests.hubstub import HubStub
-from tests.inference.variants import serve_shared
-from tests.tinymodel import expected_greedy, make_tiny_model
-
-ECHO_TEMPLATE = "{% for m in messages %}{{ m['role'] }}:{{ m['content'] }}{% endfor %}"
-
-
-def render(messages: list[tuple[str, str]]) -> str:
-    """What ECHO_TEMPLATE makes of a conversation (mirrors the Jinja above)."""
-    return "".join(f"{role}:{content}" for role, content in messages)
-
-
-def answer(messages: list[tuple[str, str]], num_predict: int = -1) -> str:
-    return expected_greedy(render(messages), num_predict)
+from tests.support import forkserver
+from tests.support.daemon import REPO, Daemon, start_daemon
+from tests.support.echo import ECHO_TEMPLATE, answer, read_fd_until, render
+from tests.support.hubstub import HubStub
+from tests.support.tinymodel import make_tiny_model
+from tests.support.variants import serve_shared
 
 
 def prompt_tokens(messages: list[tuple[str, str]]) -> int:
@@ -229,9 +219,9 @@ def test_terminal_session_with_readline_history(echo_daemon: Daemon) -> None:
         stdin=terminal, stdout=terminal, stderr=terminal, close_fds=True)
     os.close(terminal)
     try:
-        seen = _read_fd_until(controller, b">>> ")
+        seen = read_fd_until(controller, b">>> ")
         os.write(controller, b"hello\n")
-        seen = _read_fd_until(controller, b">>> ", seen.split(b">>> ", 1)[1])
+        seen = read_fd_until(controller, b">>> ", seen.split(b">>> ", 1)[1])
         assert b"pqrstuvwxyz" in seen
         os.write(controller, b"\x04")  # Ctrl-D leaves
         assert proc.wait(30) == 0
@@ -246,16 +236,6 @@ def test_terminal_session_with_readline_history(echo_daemon: Daemon) -> None:
         return
     home = Path(echo_daemon.env["LOCALLLM_HOME"])  # the CLI's home: the daemon's env
     assert "hello" in (home / "history").read_text()
-
-
-def _read_fd_until(fd: int, marker: bytes, seen: bytes = b"", timeout: float = 30) -> bytes:
-    deadline = time.monotonic() + timeout
-    while marker not in seen:
-        left = deadline - time.monotonic()
-        assert left > 0, f"no {marker!r} in {seen[-300:]!r}"
-        if select.select([fd], [], [], left)[0]:
-            seen += os.read(fd, 4096)
-    return seen
 
 
 def test_embedding_model_prints_its_vector(echo_daemon: Daemon) -> None:

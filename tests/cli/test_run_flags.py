@@ -2,7 +2,7 @@
 --hidethinking, --truncate, --dimensions, how the REPL's /set commands change them after,
 and OLLAMA_NOHISTORY.
 
-``qwen`` is a script model (tests/scriptmodel.py) with Qwen3's real chat template:
+``qwen`` is a script model (tests/support/scriptmodel.py) with Qwen3's real chat template:
 asked ``QUESTION`` with thinking on it answers ``<think>plan</think>Answer.``; with
 thinking off (the template then closes an empty think block itself) it answers
 ``Plain answer.``.  ``echo`` and ``tiny-embed`` are the tiny model's (tests/cli/test_run.py).
@@ -27,13 +27,13 @@ from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
 from localllm.template.select import render_prompt
-from tests import forkserver
-from tests.cli.conftest import REPO, Daemon, start_daemon
-from tests.cli.test_run import ECHO_TEMPLATE, _read_fd_until, answer
-from tests.conftest import isolate
-from tests.scriptmodel import make_script_model
-from tests.template.corpus import corpus
-from tests.tinymodel import make_tiny_model
+from tests.support import forkserver
+from tests.support.daemon import REPO, Daemon, start_daemon
+from tests.support.echo import ECHO_TEMPLATE, answer, read_fd_until
+from tests.support.home import isolate
+from tests.support.scriptmodel import make_script_model
+from tests.support.template_corpus import corpus
+from tests.support.tinymodel import make_tiny_model
 
 QUESTION = "Why is the sky blue?"
 THINKING_REPLY = "<think>plan</think>Answer."
@@ -196,12 +196,12 @@ def test_nohistory_reads_the_history_but_adds_nothing(d: Daemon, nohistory: str)
                             stdin=terminal, stdout=terminal, stderr=terminal, close_fds=True)
     os.close(terminal)
     try:
-        seen = _read_fd_until(controller, b">>> ")
+        seen = read_fd_until(controller, b">>> ")
         os.write(controller, b"\x1b[A\n")  # up arrow: the line from the file comes back
-        seen = _read_fd_until(controller, b">>> ", seen.split(b">>> ", 1)[1])
+        seen = read_fd_until(controller, b">>> ", seen.split(b">>> ", 1)[1])
         assert answer([("user", "earlier")]).encode() in seen
         os.write(controller, b"hello\n")
-        _read_fd_until(controller, b">>> ", b"")
+        read_fd_until(controller, b">>> ", b"")
         os.write(controller, b"\x04")
         assert proc.wait(30) == 0
     finally:

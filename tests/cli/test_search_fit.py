@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from localllm import paths
-from tests.cli.conftest import Daemon
-from tests.ggufmeta import SHAPES, Shape, write_gguf
-from tests.hubstub import HubStub
+from tests.support.daemon import Daemon
+from tests.support.ggufmeta import SHAPES, Shape, write_gguf
+from tests.support.hubstub import HubStub
 
 TINY = "hf.co/someone/Tiny-GGUF"
 FIT_WORDS = re.compile(r"CPU only|all \d+ layers on GPU|\d+/\d+ layers on GPU")

@@ -19,8 +19,8 @@ from localllm.engine.rpc_worker import (
     is_loopback,
 )
 from localllm.hardware.rpc import query
-from tests.cli.conftest import free_port
-from tests.rpcworker import REPO, start_worker, worker_env
+from tests.support.daemon import free_port
+from tests.support.rpcworker import REPO, start_worker, worker_env
 
 
 def run_worker(backends: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -13,8 +13,8 @@ import pytest
 
 from localllm.engine.engine import Engine
 from localllm.runner.messages import CompletionRequest, Done, SamplingParams
-from tests.engine.conftest import Result, collect, opts, run, run_one
-from tests.tinymodel import LOOP_PROMPT, expected_greedy
+from tests.support.engine_steps import Result, collect, opts, run, run_one
+from tests.support.tinymodel import LOOP_PROMPT, expected_greedy
 
 G = SamplingParams(temperature=0.0)
 PROMPTS = ["a", "hello", "0", ".", "x", "abc", "5", LOOP_PROMPT]

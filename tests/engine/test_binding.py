@@ -107,7 +107,7 @@ def test_header_mismatch_raises_native_unavailable(monkeypatch: pytest.MonkeyPat
 
 def test_log_lines_are_captured(tmp_path: Path) -> None:
     from localllm.engine.model import Model
-    from tests.tinymodel import make_tiny_model
+    from tests.support.tinymodel import make_tiny_model
 
     binding.take_log()
     with Model([str(make_tiny_model(tmp_path))], vocab_only=True) as m:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from localllm.engine.engine import OVERFLOW, Engine
 from localllm.runner.messages import CompletionRequest, SamplingParams
-from tests.engine.conftest import opts, run, run_one
-from tests.tinymodel import GREEDY, LOOP_PROMPT
+from tests.support.engine_steps import opts, run, run_one
+from tests.support.tinymodel import GREEDY, LOOP_PROMPT
 
 G = SamplingParams(temperature=0.0)
 

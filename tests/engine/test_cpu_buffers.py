@@ -9,7 +9,7 @@ from localllm.engine.binding import native
 from localllm.engine.engine import Engine
 from localllm.engine.model import buffer_sizes
 from localllm.hardware.cpu_buffers import BufferRule, parse_extra_buffers
-from tests.engine.conftest import opts
+from tests.support.engine_steps import opts
 
 MiB = 1024 * 1024
 LOG = """load_tensors:          AMX model buffer size =    79.25 MiB

@@ -22,8 +22,8 @@ from localllm.engine.binding import native, quantize
 from localllm.engine.cpu_check import Decision, Verdict, decide
 from localllm.engine.engine import Engine
 from localllm.runner.messages import CompletionRequest, SamplingParams
-from tests.engine.conftest import opts, run
-from tests.tinymodel import expected_greedy, make_tiny_model
+from tests.support.engine_steps import opts, run
+from tests.support.tinymodel import expected_greedy, make_tiny_model
 
 PROMPT = "abcdefghij"  # ten tokens with BOS: a prompt batch, where AMX uses its tiles
 CRASHED = "self-test crashed: signal 4, SIGILL"
@@ -247,7 +247,7 @@ def test_where_amx_is_broken_on_crashes_and_names_the_setting(quantized: dict[st
         "import sys\n"
         "from localllm.engine.engine import Engine\n"
         "from localllm.runner.messages import CompletionRequest, SamplingParams\n"
-        "from tests.engine.conftest import opts, run\n"
+        "from tests.support.engine_steps import opts, run\n"
         "with Engine([sys.argv[1]], opts(n_threads=2)) as e:\n"
         "    run(e, CompletionRequest('a', 'abcdefghij', SamplingParams(temperature=0),\n"
         "                             num_predict=8))\n"
@@ -263,7 +263,7 @@ def test_where_amx_is_broken_the_probe_planner_and_doctor_leave_it_out(
     from localllm.hardware.cpu_buffers import parse_extra_buffers
     from localllm.hardware.detect import run_probe
     from localllm.scheduler.repack import describe, usable_extras
-    from tests.scheduler.shapes import cpu
+    from tests.support.shapes import cpu
 
     monkeypatch.setenv("LOCALLLM_CPU_REPACK", "auto")
     answer = run_probe()  # the daemon's probe child: its list is whole
@@ -283,7 +283,7 @@ def test_through_a_runner_auto_answers_and_on_dies_with_the_setting_named(
     from localllm.errors import RunnerCrashed
     from localllm.runner.messages import LoadOptions
     from localllm.runner.process import RunnerProcess
-    from tests.runner.conftest import arun, collect, greedy, running
+    from tests.support.runners import arun, collect, greedy, running
 
     def load(mode: str) -> LoadOptions:
         return LoadOptions(n_ctx=256, n_threads=2, cpu_repack=mode)  # type: ignore[arg-type]

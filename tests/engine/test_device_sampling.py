@@ -3,7 +3,7 @@
 Every test runs the same requests through two engines on the real libllama, one
 sampling on the host (``device_sampling="off"``) and one in the decode's graph
 (``"on"``: the CPU backend here, the code path a GPU takes), and compares tokens.
-Sampled chains run on the dense random model (tests/engine/densemodel.py), whose
+Sampled chains run on the dense random model (tests/support/densemodel.py), whose
 logits never tie, so the two samplers have no tie to break differently.  Its
 vocabulary is 340 tokens: the device's float cumulative sums stay close enough to
 the host's double ones that no seeded draw here moves; over a 128k vocabulary with
@@ -21,9 +21,9 @@ from localllm.engine.device_sampling import on_device, wanted
 from localllm.engine.engine import Engine
 from localllm.engine.sampling import DeviceChain, Sampler
 from localllm.runner.messages import CompletionRequest, SamplingParams
-from tests.engine.conftest import Result, opts, run
-from tests.engine.densemodel import make_dense_model
-from tests.tinymodel import LETTERS, expected_greedy
+from tests.support.densemodel import make_dense_model
+from tests.support.engine_steps import Result, opts, run
+from tests.support.tinymodel import LETTERS, expected_greedy
 
 
 @pytest.fixture(scope="module")

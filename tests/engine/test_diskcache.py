@@ -19,9 +19,8 @@ from localllm.engine import diskcache
 from localllm.engine.engine import Engine
 from localllm.engine.park import Parked
 from localllm.runner.messages import CompletionRequest
-from tests.engine.conftest import Result, opts, run
-from tests.engine.test_sharing import SYSTEM, req, same
-from tests.tinymodel import make_tiny_model
+from tests.support.engine_steps import SYSTEM, Result, opts, req, run, same
+from tests.support.tinymodel import make_tiny_model
 
 LONG = SYSTEM * 2  # 496 tokens: past MIN_TOKENS, so worth a file
 

@@ -18,9 +18,9 @@ import pytest
 from localllm.engine.engine import Engine
 from localllm.errors import ModelLoadError
 from localllm.runner.messages import CompletionRequest, SamplingParams
-from tests.engine.conftest import Result, opts, run
-from tests.scriptmodel import make_script_model
-from tests.tinymodel import LOOP_PROMPT, expected_greedy, make_tiny_model
+from tests.support.engine_steps import Result, opts, run
+from tests.support.scriptmodel import make_script_model
+from tests.support.tinymodel import LOOP_PROMPT, expected_greedy, make_tiny_model
 
 GREEDY_P = SamplingParams(temperature=0.0)
 

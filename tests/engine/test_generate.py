@@ -8,9 +8,9 @@ import pytest
 
 from localllm.engine.engine import Engine
 from localllm.runner.messages import CompletionRequest, SamplingParams
-from tests.engine.conftest import run_one
-from tests.tinymodel import GREEDY, LOOP_PROMPT, N_VOCAB, SHARPNESS, expected_greedy
-from tests.tinymodel import tokenize as tiny_tokenize
+from tests.support.engine_steps import run_one
+from tests.support.tinymodel import GREEDY, LOOP_PROMPT, N_VOCAB, SHARPNESS, expected_greedy
+from tests.support.tinymodel import tokenize as tiny_tokenize
 
 GREEDY_P = SamplingParams(temperature=0.0)
 

@@ -21,9 +21,9 @@ from localllm.engine.engine import Engine
 from localllm.errors import InvalidRequest
 from localllm.images.data import MAX_JPEG_SCANS, PNG_SLACK, png_data_size
 from localllm.runner.messages import MEDIA_MARKER, CompletionRequest, SamplingParams
-from tests.engine.conftest import opts, run_one
-from tests.inference.test_image_data import PROGRESSIVE_JPEG, make_png, with_scans, zeros
-from tests.visionmodel import RED, RED_GREEDY, make_projector, png
+from tests.support.engine_steps import opts, run_one
+from tests.support.images import PROGRESSIVE_JPEG, make_png, with_scans, zeros
+from tests.support.visionmodel import RED, RED_GREEDY, make_projector, png
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ from localllm.engine import binding
 from localllm.engine.engine import Engine
 from localllm.errors import InvalidModelFile, InvalidRequest
 from localllm.runner.messages import CompletionRequest, SamplingParams
-from tests.engine.conftest import opts, run_one
-from tests.tinymodel import BOS, GREEDY, make_tiny_model, split_paths
+from tests.support.engine_steps import opts, run_one
+from tests.support.tinymodel import BOS, GREEDY, make_tiny_model, split_paths
 
 
 def test_tokenize_detokenize_round_trip(engine: Engine) -> None:

@@ -1,6 +1,6 @@
 """LoRA adapters in the engine: per-request sets, one set per decode step, refusals.
 
-The remap adapters (``tests/modelfile/tinylora.py``) move the tiny model's
+The remap adapters (``tests/support/tinylora.py``) move the tiny model's
 successor of "a": with ``TO_C`` the greedy text after "a" is "cdef…z", with
 ``TO_D`` "def…z", and without an adapter it stays "bcd…z".
 """
@@ -15,9 +15,9 @@ import pytest
 from localllm.engine.adapters import QUANTUM, Adapters
 from localllm.engine.engine import Engine
 from localllm.runner.messages import CompletionRequest, SamplingParams
-from tests.engine.conftest import opts, run, run_one
-from tests.modelfile.tinylora import make_remap_lora, make_tiny_lora
-from tests.tinymodel import LETTERS
+from tests.support.engine_steps import opts, run, run_one
+from tests.support.tinylora import make_remap_lora, make_tiny_lora
+from tests.support.tinymodel import LETTERS
 
 BASE = LETTERS[1:]  # after "a": b..z
 TO_C = LETTERS[2:]

@@ -12,8 +12,7 @@ from pathlib import Path
 
 from localllm.engine.engine import Engine
 from localllm.runner.messages import CompletionRequest
-from tests.engine.conftest import Result, opts, run
-from tests.engine.test_sharing import SYSTEM, alone, req, same
+from tests.support.engine_steps import SYSTEM, Result, alone, opts, req, run, same
 
 OTHER = "0123456789 " * 3
 

@@ -1,6 +1,6 @@
 """Rank pooling in the engine: pair layouts, batching over slots, truncation, refusals.
 
-The tiny reranker (tests/rerankmodel.py) scores a pair from its own tokens only,
+The tiny reranker (tests/support/rerankmodel.py) scores a pair from its own tokens only,
 so ``expected_score`` of the exact token list checks the layout and the head,
 and a batch of many pairs checks that no sequence saw another's.
 """
@@ -16,8 +16,8 @@ from localllm.engine.embed import fill, pair_tokens
 from localllm.engine.engine import Engine
 from localllm.errors import InvalidRequest
 from localllm.runner.messages import PairFormat
-from tests.engine.conftest import opts
-from tests.rerankmodel import (
+from tests.support.engine_steps import opts
+from tests.support.rerankmodel import (
     TEMPLATE,
     bert_pair_ids,
     expected_bert_logit,
@@ -26,7 +26,7 @@ from tests.rerankmodel import (
     make_rerank_model,
     pair_ids,
 )
-from tests.tinymodel import BOS, EOS, make_tiny_model, token_id, tokenize
+from tests.support.tinymodel import BOS, EOS, make_tiny_model, token_id, tokenize
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,8 @@ from pathlib import Path
 from localllm.engine.engine import Engine
 from localllm.engine.sampling import Sampler
 from localllm.runner.messages import SamplingParams
-from tests.engine.conftest import opts
-from tests.tinymodel import make_tiny_model
+from tests.support.engine_steps import opts
+from tests.support.tinymodel import make_tiny_model
 
 
 def test_top_k_short_cut_draws_what_the_full_chain_draws(tiny_attn: Path) -> None:

@@ -1,4 +1,5 @@
-"""The script model (tests/scriptmodel.py) answers its scripts exactly through the real engine."""
+"""The script model (tests/support/scriptmodel.py) answers its scripts exactly through the
+real engine."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import pytest
 
 from localllm.engine.engine import Engine
 from localllm.runner.messages import CompletionRequest, SamplingParams
-from tests.engine.conftest import opts, run_one
-from tests.scriptmodel import make_script_model, segment
+from tests.support.engine_steps import opts, run_one
+from tests.support.scriptmodel import make_script_model, segment
 
 CHATML_TAIL = "<|im_start|>assistant\n"
 TOOL_TAIL = "</tool_response><|im_end|>\n" + CHATML_TAIL

@@ -11,28 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from localllm.engine.engine import Engine
-from localllm.runner.messages import CompletionRequest, SamplingParams
-from tests.engine.conftest import Result, opts, run
-
-SYSTEM = "you are a helpful assistant. answer briefly and cite nothing. " * 4  # 248 tokens
-
-
-def req(id: str, prompt: str, **kw: object) -> CompletionRequest:
-    kw.setdefault("num_predict", 12)
-    return CompletionRequest(id=id, prompt=prompt, logprobs=1,  # type: ignore[arg-type]
-                             sampling=SamplingParams(temperature=0.0), **kw)
-
-
-def alone(model: Path, r: CompletionRequest) -> Result:
-    with Engine([str(model)], opts(n_ctx=512, n_batch=64, n_ubatch=64)) as e:
-        return run(e, r)[r.id]
-
-
-def same(a: Result, b: Result) -> None:
-    # Measured: sharing matches a lone run to 1e-6; one cell left out moves it by 1.5e-5.
-    assert a.text == b.text and len(a.pieces) == len(b.pieces) > 0
-    for x, y in zip(a.pieces, b.pieces, strict=True):
-        assert x.token == y.token and abs((x.logprob or 0) - (y.logprob or 0)) < 4e-6
+from tests.support.engine_steps import SYSTEM, alone, opts, req, run, same
 
 
 def test_requests_arriving_together_share_the_first_ones_prefix(tiny_attn: Path) -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from localllm.engine.engine import Engine
 from localllm.runner.messages import CompletionRequest, SamplingParams
-from tests.engine.conftest import opts, run
-from tests.tinymodel import LETTERS, LOOP_PROMPT
+from tests.support.engine_steps import opts, run
+from tests.support.tinymodel import LETTERS, LOOP_PROMPT
 
 GREEDY_P = SamplingParams(temperature=0.0)
 

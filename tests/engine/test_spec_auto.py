@@ -20,9 +20,9 @@ from localllm.engine.engine import Engine
 from localllm.engine.slots import cut
 from localllm.engine.speculate import AUTO_MISSES, AUTO_START
 from localllm.runner.messages import CompletionRequest, SamplingParams
-from tests.engine.conftest import Result, opts, run, run_one
-from tests.scriptmodel import make_script_model
-from tests.tinymodel import LOOP_PROMPT, expected_greedy
+from tests.support.engine_steps import Result, opts, run, run_one
+from tests.support.scriptmodel import make_script_model
+from tests.support.tinymodel import LOOP_PROMPT, expected_greedy
 
 GREEDY = SamplingParams(temperature=0.0)
 MODES = ("off", "auto", "ngram")

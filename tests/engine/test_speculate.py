@@ -15,8 +15,8 @@ from pathlib import Path
 
 from localllm.engine.engine import Engine
 from localllm.runner.messages import CompletionRequest, SamplingParams
-from tests.engine.conftest import Result, opts, run
-from tests.tinymodel import LOOP_PROMPT, expected_greedy
+from tests.support.engine_steps import Result, opts, run
+from tests.support.tinymodel import LOOP_PROMPT, expected_greedy
 
 GREEDY_P = SamplingParams(temperature=0.0)
 COPY_PROMPT = "abcdefghijklmnop.abcd"  # after "abcd" the prompt went on "efghijklmnop"

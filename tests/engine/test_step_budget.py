@@ -13,8 +13,8 @@ from pathlib import Path
 from localllm.engine.budget import MIN_PROMPT_TOKENS, StepCost
 from localllm.engine.engine import Engine
 from localllm.runner.messages import CompletionRequest, Piece, SamplingParams
-from tests.engine.conftest import opts
-from tests.tinymodel import LOOP_PROMPT, expected_greedy
+from tests.support.engine_steps import opts
+from tests.support.tinymodel import LOOP_PROMPT, expected_greedy
 
 G = SamplingParams(temperature=0.0)
 LONG = "." * 200 + "x"

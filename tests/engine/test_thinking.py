@@ -16,8 +16,8 @@ import pytest
 from localllm.engine.engine import Engine
 from localllm.engine.thinking import ThinkBudget, think_budget
 from localllm.runner.messages import CompletionRequest, SamplingParams
-from tests.engine.conftest import Result, opts, run, run_one
-from tests.scriptmodel import make_script_model
+from tests.support.engine_steps import Result, opts, run, run_one
+from tests.support.scriptmodel import make_script_model
 
 TAIL = "<|im_start|>assistant\n"
 OPENED = "<|opened|>"  # a prompt that ends inside the block, as Qwen3's template renders

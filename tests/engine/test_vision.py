@@ -1,4 +1,4 @@
-"""Images through the real libllama + libmtmd: the tiny model and tests/visionmodel.py.
+"""Images through the real libllama + libmtmd: the tiny model and tests/support/visionmodel.py.
 
 The projector writes a red image's patches onto token ``a``'s one-hot dimension and
 a green one's onto ``n``'s, so a prompt ending in an image continues greedily with
@@ -18,9 +18,9 @@ from localllm import config
 from localllm.engine.engine import Engine
 from localllm.images.info import check_image, probe
 from localllm.runner.messages import MEDIA_MARKER, CompletionRequest, SamplingParams
-from tests.engine.conftest import collect, opts, run, run_one
-from tests.tinymodel import expected_greedy
-from tests.visionmodel import (
+from tests.support.engine_steps import collect, opts, run, run_one
+from tests.support.tinymodel import expected_greedy
+from tests.support.visionmodel import (
     GREEN,
     GREEN_GREEDY,
     N_IMAGE_TOKENS,

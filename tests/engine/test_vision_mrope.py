@@ -1,6 +1,6 @@
 """Images on an M-RoPE model (Qwen2-VL style) through the real libllama + libmtmd.
 
-The models are tests/qwenvlmodel.py's (Qwen2-VL's text architecture, and Qwen3-VL's
+The models are tests/support/qwenvlmodel.py's (Qwen2-VL's text architecture, and Qwen3-VL's
 with interleaved sections for the position checks): a red image steers the greedy text to
 ``RED_GREEDY``, a green one to ``GREEN_GREEDY``, and the ``attention=True`` text model
 makes every logprob depend on every position, so comparing the engine's logprobs
@@ -18,8 +18,8 @@ import pytest
 from localllm.engine.engine import Engine
 from localllm.engine.positions import Positions
 from localllm.runner.messages import MEDIA_MARKER, CompletionRequest, SamplingParams
-from tests.engine.conftest import collect, opts, run, run_one
-from tests.qwenvlmodel import (
+from tests.support.engine_steps import collect, opts, run, run_one
+from tests.support.qwenvlmodel import (
     GREEN_GREEDY,
     RED_GREEDY,
     make_qwen_model,
@@ -27,8 +27,8 @@ from tests.qwenvlmodel import (
     noise_png,
     tokens_for,
 )
-from tests.tinymodel import expected_greedy
-from tests.visionmodel import GREEN, RED, png
+from tests.support.tinymodel import expected_greedy
+from tests.support.visionmodel import GREEN, RED, png
 
 GREEDY = SamplingParams(temperature=0.0)
 VISION_START = len("<|vision_start|>")  # libmtmd's Qwen wrapper, one token per character

@@ -1,7 +1,7 @@
 """The daemon placing models on RPC devices: plan, ps, unload, several workers, a dying worker.
 
 Workers are ``localllm worker`` processes on loopback serving their CPU
-(tests/rpcworker.py), the same stand-in for a GPU that CI has.  Issue 11's
+(tests/support/rpcworker.py), the same stand-in for a GPU that CI has.  Issue 11's
 loopback check is ``test_two_workers_and_the_cpu_share_a_model``.
 """
 
@@ -21,9 +21,9 @@ from localllm import paths
 from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
-from tests.cli.conftest import Daemon, start_daemon
-from tests.rpcworker import Worker, start_worker
-from tests.tinymodel import expected_greedy, make_tiny_model
+from tests.support.daemon import Daemon, start_daemon
+from tests.support.rpcworker import Worker, start_worker
+from tests.support.tinymodel import expected_greedy, make_tiny_model
 
 pytestmark = pytest.mark.gpu
 
@@ -153,7 +153,7 @@ def test_two_workers_and_the_cpu_share_a_model(env: Path, tmp_path: Path,
 
 def test_a_worker_that_is_down_is_named_and_the_model_loads_locally(
         env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.rpcworker import free_port
+    from tests.support.rpcworker import free_port
 
     dead = f"127.0.0.1:{free_port()}"
     monkeypatch.setenv("LOCALLLM_RPC_WORKERS", dead)

@@ -19,8 +19,8 @@ from localllm.runner.messages import (
     Piece,
     SamplingParams,
 )
-from tests.rpcworker import Worker, start_worker
-from tests.tinymodel import expected_greedy, make_tiny_model
+from tests.support.rpcworker import Worker, start_worker
+from tests.support.tinymodel import expected_greedy, make_tiny_model
 
 pytestmark = pytest.mark.gpu
 
@@ -120,7 +120,7 @@ def test_tensor_overrides_keep_matching_weights_in_host_memory(
 def test_a_missing_worker_fails_the_load_with_its_name(model: Path,
                                                        workers: tuple[Worker, Worker]) -> None:
     from localllm.errors import LocalLLMError
-    from tests.rpcworker import free_port
+    from tests.support.rpcworker import free_port
 
     dead = f"127.0.0.1:{free_port()}"
     with pytest.raises(LocalLLMError, match=dead):

@@ -1,6 +1,6 @@
 """The real engine, sampling under our grammars, only ever produces valid documents.
 
-Uses the engine's tiny generated model (tests/tinymodel.py) at temperature 1
+Uses the engine's tiny generated model (tests/support/tinymodel.py) at temperature 1
 with several seeds: the model's own preferences are irrelevant under a
 grammar, so this checks that llama.cpp parses our GBNF and that what it lets
 through is JSON our schema accepts and ends by itself (bounded whitespace and
@@ -18,8 +18,8 @@ import pytest
 from localllm.engine.engine import Engine
 from localllm.grammar import json_grammar, schema_to_grammar
 from localllm.runner.messages import CompletionRequest, Done, LoadOptions, Piece, SamplingParams
-from tests.grammar.gbnf import accepts
-from tests.tinymodel import make_tiny_model
+from tests.support.gbnf import accepts
+from tests.support.tinymodel import make_tiny_model
 
 SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -11,7 +11,7 @@ import pytest
 
 from localllm.errors import InvalidRequest
 from localllm.grammar import grammar_for_format, json_grammar, schema_to_grammar
-from tests.grammar.gbnf import accepts, parse_grammar
+from tests.support.gbnf import accepts, parse_grammar
 
 # -- golden grammars ----------------------------------------------------------------------
 

@@ -25,8 +25,8 @@ from localllm.grammar.json_schema import MAX_DEPTH, MAX_PROPERTIES
 from localllm.grammar.rules import MAX_GRAMMAR_BYTES, MAX_SCHEMA_NODES
 from localllm.grammar.tools import MAX_TOOLS, forced_tool_grammar
 from localllm.runner.messages import CompletionRequest, Done, LoadOptions, Piece, SamplingParams
-from tests.grammar.gbnf import accepts, parse_grammar
-from tests.tinymodel import make_tiny_model
+from tests.support.gbnf import accepts, parse_grammar
+from tests.support.tinymodel import make_tiny_model
 
 
 def optional_object(n: int, length: int, required: tuple[int, ...] = ()) -> dict[str, Any]:

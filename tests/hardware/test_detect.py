@@ -137,7 +137,7 @@ def test_probe_loads_plugins_reports_refusals_and_adds_workers(
     shutil.copy2(src, folder / src.name)
     (folder / "libggml-cuda.so").write_bytes(b"\x7fELF not really a library")
     monkeypatch.setenv("LOCALLLM_BACKENDS", str(tmp_path / "backends"))
-    from tests.rpcworker import free_port
+    from tests.support.rpcworker import free_port
 
     dead = f"127.0.0.1:{free_port()}"
     answer = run_probe(argv=[sys.executable, "-m", "localllm.engine.probe_child", "--rpc", dead])

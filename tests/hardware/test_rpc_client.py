@@ -20,7 +20,7 @@ from localllm.hardware.rpc import (
     reachable,
     split_endpoint,
 )
-from tests.rpcworker import free_port, start_worker
+from tests.support.rpcworker import free_port, start_worker
 
 
 def test_ready_worker_reports_its_device_and_memory(rpc_backends: Path, tmp_path: Path) -> None:

@@ -22,9 +22,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.cli.conftest import Daemon
-from tests.inference.variants import GREEDY_OPTS, serve_shared
-from tests.tinymodel import LOOP_PROMPT
+from tests.support.daemon import Daemon
+from tests.support.tinymodel import LOOP_PROMPT
+from tests.support.variants import GREEDY_OPTS, serve_shared
 
 pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
 

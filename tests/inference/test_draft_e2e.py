@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.cli.conftest import Daemon
-from tests.inference.variants import GREEDY_OPTS, serve
-from tests.tinymodel import expected_greedy, make_tiny_model
+from tests.support.daemon import Daemon
+from tests.support.tinymodel import expected_greedy, make_tiny_model
+from tests.support.variants import GREEDY_OPTS, serve
 
 PROMPT = "abc"
 

@@ -1,10 +1,10 @@
 """Every tool-call format end to end: a script model per format, through the real daemon.
 
 Owns the end-to-end proof of issue 12's parsers.  Each case is a tiny script
-model (``tests/scriptmodel.py``) whose chat template is the family's real one
+model (``tests/support/scriptmodel.py``) whose chat template is the family's real one
 (read from the pinned sdist, never copied), so format detection runs as for a
 user's GGUF, and whose greedy reply to the test's question is that family's raw
-output (``tests/toolcalls/samples.py``).  Every marker of the format that the
+output (``tests/support/toolcall_samples.py``).  Every marker of the format that the
 reply uses is a CONTROL token, as real GGUFs store many of them: the runner must
 render them as text for the parser, and none may reach the user.  Checked through
 ``/api/chat`` and the openai SDK, each streamed and not: the parsed calls (name,
@@ -28,13 +28,13 @@ from localllm.store.local import Store
 from localllm.store.names import parse_name
 from localllm.template.select import render_prompt
 from localllm.toolcalls import detect_format
-from tests.cli.conftest import Daemon, start_daemon
-from tests.conftest import isolate
-from tests.inference.variants import openai_client
-from tests.scriptmodel import make_script_model
-from tests.template.corpus import corpus
-from tests.toolcalls import samples as s
-from tests.toolcalls.helpers import TOOLS
+from tests.support import toolcall_samples as s
+from tests.support.daemon import Daemon, start_daemon
+from tests.support.home import isolate
+from tests.support.scriptmodel import make_script_model
+from tests.support.template_corpus import corpus
+from tests.support.toolcall_helpers import TOOLS
+from tests.support.variants import openai_client
 
 pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
 

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.cli.conftest import Daemon
-from tests.inference.variants import serve_shared
-from tests.tinymodel import CHAT_TEMPLATE, GREEDY, LOOP_PROMPT, expected_greedy
+from tests.support.daemon import Daemon
+from tests.support.tinymodel import CHAT_TEMPLATE, GREEDY, LOOP_PROMPT, expected_greedy
+from tests.support.variants import serve_shared
 
 GREEDY_OPTS = {"temperature": 0, "seed": 1}
 

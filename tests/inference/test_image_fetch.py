@@ -29,7 +29,7 @@ from localllm.errors import InvalidRequest
 from localllm.inference import image_fetch
 from localllm.inference.image_fetch import IPAddress, fetch_image
 from localllm.inference.images import Images
-from tests.visionmodel import RED, png
+from tests.support.visionmodel import RED, png
 
 RED_PNG = png(32, 32, RED)
 MIB = 1 << 20

@@ -20,7 +20,7 @@ from localllm.images import convert as imageconvert
 from localllm.images import heif as imageheif
 from localllm.images.convert import prepare
 from localllm.images.info import ACCEPTED, check_header, check_images, probe
-from tests.visionmodel import png
+from tests.support.visionmodel import png
 
 
 def encode(im: Image.Image, fmt: str, **kw: object) -> bytes:

@@ -21,7 +21,7 @@ from localllm.inference.images import (
     require_vision,
 )
 from localllm.runner.messages import MEDIA_MARKER as M
-from tests.visionmodel import GREEN, RED, png
+from tests.support.visionmodel import GREEN, RED, png
 
 RED_PNG = png(32, 32, RED)
 GREEN_PNG = png(32, 32, GREEN)

@@ -3,7 +3,7 @@
 The app runs with the real scheduler and real runner processes (ASGI transport,
 so the test can read the scheduler's ``load_count``).  ``tuned-c`` and
 ``tuned-d`` are the tiny model plus a remap adapter (see
-``tests/modelfile/tinylora.py``): after "a" they say "cdef…z" and "def…z",
+``tests/support/tinylora.py``): after "a" they say "cdef…z" and "def…z",
 where the base says "bcd…z".
 """
 
@@ -24,8 +24,8 @@ from localllm.server.app import create_app
 from localllm.store.local import Store
 from localllm.store.manifests import MEDIA_ADAPTER, Manifest
 from localllm.store.names import parse_name
-from tests.modelfile.tinylora import make_remap_lora
-from tests.tinymodel import LETTERS, make_tiny_model
+from tests.support.tinylora import make_remap_lora
+from tests.support.tinymodel import LETTERS, make_tiny_model
 
 pytestmark = pytest.mark.anyio
 

@@ -1,7 +1,7 @@
 """The tool-call conformance matrix: every template of the pinned llama.cpp × every API.
 
 Each template that teaches tool calls (``matrix_rows.rows``) gets two script models
-(``tests/scriptmodel.py``) with that real template: one answers the question with the
+(``tests/support/scriptmodel.py``) with that real template: one answers the question with the
 family's raw call and another question with reasoning and text, one answers a third
 question with the call the forced-call grammar writes.  Every marker a reply uses is a
 CONTROL token, as in real GGUFs.  Each cell sends the question through one API of the
@@ -33,12 +33,12 @@ from localllm import paths
 from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
-from tests.cli.conftest import Daemon, start_daemon
-from tests.conftest import isolate
-from tests.inference.matrix_page import PAGE, page
-from tests.inference.matrix_rows import ASK, FORCED, MUSE, Row, rows, stems
-from tests.inference.variants import openai_client
-from tests.scriptmodel import make_script_model
+from tests.support.daemon import Daemon, start_daemon
+from tests.support.home import isolate
+from tests.support.matrix_page import PAGE, page
+from tests.support.matrix_rows import ASK, FORCED, MUSE, Row, rows, stems
+from tests.support.scriptmodel import make_script_model
+from tests.support.variants import openai_client
 
 pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
 

@@ -10,9 +10,9 @@ import httpx
 import openai
 import pytest
 
-from tests.cli.conftest import Daemon
-from tests.inference.variants import openai_client, serve_shared
-from tests.tinymodel import GREEDY
+from tests.support.daemon import Daemon
+from tests.support.tinymodel import GREEDY
+from tests.support.variants import openai_client, serve_shared
 
 GREEDY_KW = {"temperature": 0, "seed": 1}
 

@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.cli.conftest import Daemon
-from tests.inference.variants import serve
-from tests.tinymodel import LOOP_PROMPT
+from tests.support.daemon import Daemon
+from tests.support.tinymodel import LOOP_PROMPT
+from tests.support.variants import serve
 
 CTX = 32768
 

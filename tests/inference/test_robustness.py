@@ -16,10 +16,10 @@ import ollama
 import openai
 import pytest
 
-from tests import procs
-from tests.cli.conftest import Daemon
-from tests.inference.variants import GREEDY_OPTS, serve, serve_shared
-from tests.tinymodel import GREEDY, LOOP_PROMPT
+from tests.support import procs
+from tests.support.daemon import Daemon
+from tests.support.tinymodel import GREEDY, LOOP_PROMPT
+from tests.support.variants import GREEDY_OPTS, serve, serve_shared
 
 LONG_CTX = 16384  # the never-ending prompt takes seconds to fill this
 LOOP = {"model": "tiny-long", "prompt": LOOP_PROMPT, "raw": True,

@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.cli.conftest import Daemon
-from tests.inference.variants import GREEDY_OPTS, add_model, serve
-from tests.tinymodel import LOOP_PROMPT, expected_greedy
+from tests.support.daemon import Daemon
+from tests.support.tinymodel import LOOP_PROMPT, expected_greedy
+from tests.support.variants import GREEDY_OPTS, add_model, serve
 
 COPY = "abcdefghijklmnop.abcd"  # drafts copied from the prompt agree
 MISSES = "bc.cd.de.ef.fg.gh.hi.ij.jk.kl.a"  # drafts copied from the prompt all miss
@@ -29,7 +29,7 @@ MODES: tuple[str | None, ...] = (None, "off", "auto", "ngram")
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     """``tiny-attn`` (attention on) served with two slots, for tests that change nothing."""
-    from tests.conftest import isolate
+    from tests.support.home import isolate
 
     tmp = tmp_path_factory.mktemp("spec-daemon")
     mp = pytest.MonkeyPatch()

@@ -1,6 +1,6 @@
 """The thinking budget end to end: the real daemon, the real ollama, openai and anthropic SDKs.
 
-Models (tests/scriptmodel.py):
+Models (tests/support/scriptmodel.py):
 
 * ``thinker``: its template opens ``<think>`` (as DeepSeek-R1's and Qwen3's do), and it
   reasons for ``STEPS`` tokens, more than the ``low`` level's 1024, then answers;
@@ -25,10 +25,10 @@ from localllm.api.thinkbudget import EFFORTS, LEVELS
 from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
-from tests.cli.conftest import Daemon, start_daemon
-from tests.conftest import isolate
-from tests.inference.variants import openai_client
-from tests.scriptmodel import make_script_model
+from tests.support.daemon import Daemon, start_daemon
+from tests.support.home import isolate
+from tests.support.scriptmodel import make_script_model
+from tests.support.variants import openai_client
 
 pytestmark = pytest.mark.slow  # long replies, through every SDK
 

@@ -2,7 +2,7 @@
 
 For each output format of the pinned llama.cpp's templates (one template per
 format, markers and whether the prompt opens the block), a script model
-(tests/scriptmodel.py) with that real template replies ``[open] REASON close
+(tests/support/scriptmodel.py) with that real template replies ``[open] REASON close
 Answer.`` to the rendered question.  The request's budget fields come from
 ``inference.thinkbudget.apply_budget`` (what the daemon's plans call) and the
 reply, run through the real engine, is parsed by the family's own output parser:
@@ -29,10 +29,10 @@ from localllm.runner.messages import CompletionRequest, SamplingParams
 from localllm.template.jinja import TemplateError
 from localllm.template.select import render_prompt
 from localllm.toolcalls import ChatFormat, detect_format
-from tests.engine.conftest import opts, run_one
-from tests.inference.matrix_rows import EOS, VOCAB
-from tests.scriptmodel import make_script_model
-from tests.template.corpus import corpus
+from tests.support.engine_steps import opts, run_one
+from tests.support.matrix_rows import EOS, VOCAB
+from tests.support.scriptmodel import make_script_model
+from tests.support.template_corpus import corpus
 
 QUESTION = "Why is the sky blue?"
 REASON = "Light scatters off the air, and blue light scatters the most of all."

@@ -9,9 +9,9 @@ from typing import Any
 import ollama
 import pytest
 
-from tests.cli.conftest import Daemon
-from tests.inference.variants import GREEDY_OPTS, openai_client, serve_shared
-from tests.tinymodel import LETTERS, tokenize
+from tests.support.daemon import Daemon
+from tests.support.tinymodel import LETTERS, tokenize
+from tests.support.variants import GREEDY_OPTS, openai_client, serve_shared
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather in a city",

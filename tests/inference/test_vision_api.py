@@ -1,6 +1,6 @@
 """Images through the real daemon: /api/chat, /api/generate and the /v1 routes.
 
-``tiny-vision`` is the tiny model with tests/visionmodel.py's projector and a
+``tiny-vision`` is the tiny model with tests/support/visionmodel.py's projector and a
 template that renders the last message's content, so a prompt that ends in an
 image continues greedily with ``RED_GREEDY`` or ``GREEN_GREEDY``; ``tiny`` has
 no projector.  One daemon serves the module (no test changes the store).
@@ -23,11 +23,11 @@ from localllm import paths
 from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
-from tests.cli.conftest import Daemon, start_daemon
-from tests.inference.test_image_data import header_only, make_png, with_scans, zeros
-from tests.inference.variants import GREEDY_OPTS, PLAIN_TEMPLATE
-from tests.tinymodel import make_tiny_model
-from tests.visionmodel import (
+from tests.support.daemon import Daemon, start_daemon
+from tests.support.images import header_only, make_png, with_scans, zeros
+from tests.support.tinymodel import make_tiny_model
+from tests.support.variants import GREEDY_OPTS, PLAIN_TEMPLATE
+from tests.support.visionmodel import (
     GREEN,
     GREEN_GREEDY,
     N_IMAGE_TOKENS,
@@ -63,7 +63,7 @@ def data_url(data: bytes) -> str:
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    from tests.conftest import isolate
+    from tests.support.home import isolate
 
     tmp = tmp_path_factory.mktemp("vision-daemon")
     mp = pytest.MonkeyPatch()

@@ -16,10 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests import procs
-from tests.cli.conftest import Daemon
-from tests.inference.variants import GREEDY_OPTS, serve
-from tests.tinymodel import GREEDY, LOOP_PROMPT
+from tests.support import procs
+from tests.support.daemon import Daemon
+from tests.support.tinymodel import GREEDY, LOOP_PROMPT
+from tests.support.variants import GREEDY_OPTS, serve
 
 BOUND = 1.5  # LOCALLLM_RUNNER_TIMEOUT here
 SLACK = 2.0  # the watchdog's wake-up, the kill, the error's way out; a busy 2-core machine

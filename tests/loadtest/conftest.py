@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import Daemon, start_daemon
-from tests.inference.conftest import add_tiny
+from tests.support.daemon import Daemon, start_daemon
+from tests.support.models import add_tiny
 
-# The tiny model's successor of "T" is "T" (see tests/tinymodel.py): a generation
+# The tiny model's successor of "T" is "T" (see tests/support/tinymodel.py): a generation
 # prompt ending in "T" makes every answer run to num_predict, so each request
 # streams a known number of tokens instead of stopping at once.
 LOOPING_TEMPLATE = (

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from localllm.cli.main import main
-from tests.cli.conftest import Daemon
+from tests.support.daemon import Daemon
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ import pytest
 
 from localllm.loadtest.protocols import Target
 from localllm.loadtest.users import make_client
-from tests.cli.conftest import Daemon
+from tests.support.daemon import Daemon
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import daemon_bench  # bench/ is a folder of scripts, not a package

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.conftest import anyio_backend, app, client, hub, store  # noqa: F401
-from tests.tinymodel import make_tiny_model
+from tests.support.tinymodel import make_tiny_model
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ half-made model (blobs alone are content-addressed and collected later).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -26,26 +25,12 @@ from localllm.store.manifests import (
     MEDIA_TEMPLATE,
 )
 from localllm.store.names import parse_name
-from tests.modelfile.tinylora import make_tiny_lora
-from tests.server.conftest import ndjson
-from tests.tinymodel import make_tiny_model
+from tests.support.create_api import create, upload
+from tests.support.routes import ndjson
+from tests.support.tinylora import make_tiny_lora
+from tests.support.tinymodel import make_tiny_model
 
 pytestmark = pytest.mark.anyio
-
-
-def digest_of(path: Path) -> str:
-    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-async def upload(client: httpx.AsyncClient, path: Path) -> str:
-    digest = digest_of(path)
-    r = await client.post(f"/api/blobs/{digest}", content=path.read_bytes())
-    assert r.status_code in (200, 201)
-    return digest
-
-
-async def create(client: httpx.AsyncClient, body: dict[str, Any]) -> httpx.Response:
-    return await client.post("/api/create", json=body)
 
 
 FULL = {
@@ -235,7 +220,7 @@ async def test_from_path_in_allowed_folder(client: httpx.AsyncClient, store: Sto
 
 async def test_split_files_in_order(client: httpx.AsyncClient, store: Store,
                                     tmp_path: Path) -> None:
-    from tests.tinymodel import split_paths
+    from tests.support.tinymodel import split_paths
 
     parts = split_paths(make_tiny_model(tmp_path / "split", splits=3))
     files = {p.name: await upload(client, p) for p in reversed(parts)}

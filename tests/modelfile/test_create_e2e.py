@@ -20,12 +20,11 @@ import pytest
 
 from localllm.modelfile.parser import parse
 from localllm.template.select import render_prompt
-from tests.cli.conftest import Daemon
-from tests.inference.conftest import tiny_daemon  # noqa: F401
-from tests.inference.variants import serve_shared
-from tests.modelfile.test_parser import CORPUS_FILES
-from tests.modelfile.tinylora import make_tiny_lora
-from tests.tinymodel import CHAT_TEMPLATE, expected_greedy, make_tiny_model, tokenize
+from tests.support.daemon import Daemon
+from tests.support.modelfiles import CORPUS_FILES
+from tests.support.tinylora import make_tiny_lora
+from tests.support.tinymodel import CHAT_TEMPLATE, expected_greedy, make_tiny_model, tokenize
+from tests.support.variants import serve_shared
 
 
 def workdir(tmp_path: Path) -> Path:
@@ -53,7 +52,7 @@ def expected_prompt(text: str, user: str = "x") -> str:
     return render_prompt(mf.template, CHAT_TEMPLATE, messages)
 
 
-def test_corpus_creates_and_runs(tiny_daemon: Daemon, tmp_path: Path) -> None:  # noqa: F811
+def test_corpus_creates_and_runs(tiny_daemon: Daemon, tmp_path: Path) -> None:
     d = tiny_daemon
     work = workdir(tmp_path)
     for source in CORPUS_FILES:
@@ -69,7 +68,7 @@ def test_corpus_creates_and_runs(tiny_daemon: Daemon, tmp_path: Path) -> None:  
         assert body["prompt_eval_count"] == len(tokenize(prompt)), source.name
 
 
-def test_uploads_only_missing_blobs_and_show_round_trips(tiny_daemon: Daemon,  # noqa: F811
+def test_uploads_only_missing_blobs_and_show_round_trips(tiny_daemon: Daemon,
                                                          tmp_path: Path) -> None:
     d = tiny_daemon
     work = workdir(tmp_path)

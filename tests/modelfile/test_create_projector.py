@@ -13,9 +13,9 @@ from localllm.modelfile.serialize import to_text
 from localllm.store.local import Store
 from localllm.store.manifests import MEDIA_MODEL, MEDIA_PROJECTOR
 from localllm.store.names import parse_name
-from tests.hubstub import write_clip_header
-from tests.modelfile.test_create_api import create, upload
-from tests.tinymodel import make_tiny_model
+from tests.support.create_api import create, upload
+from tests.support.hubstub import write_clip_header
+from tests.support.tinymodel import make_tiny_model
 
 pytestmark = pytest.mark.anyio
 

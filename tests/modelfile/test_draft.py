@@ -16,13 +16,13 @@ from localllm.modelfile.serialize import to_text
 from localllm.store.local import Store
 from localllm.store.manifests import MEDIA_DRAFT, MEDIA_MODEL
 from localllm.store.names import parse_name
-from tests.ggufmeta import Shape, write_gguf
-from tests.hubstub import write_clip_header
-from tests.modelfile.test_create_api import create, upload
-from tests.modelfile.tinylora import make_tiny_lora
-from tests.scriptmodel import make_script_model
-from tests.server.conftest import ndjson
-from tests.tinymodel import make_tiny_model
+from tests.support.create_api import create, upload
+from tests.support.ggufmeta import Shape, write_gguf
+from tests.support.hubstub import write_clip_header
+from tests.support.routes import ndjson
+from tests.support.scriptmodel import make_script_model
+from tests.support.tinylora import make_tiny_lora
+from tests.support.tinymodel import make_tiny_model
 
 pytestmark = pytest.mark.anyio
 

@@ -9,8 +9,8 @@ import pytest
 
 from localllm.errors import InvalidRequest
 from localllm.modelfile.lora_check import check_adapter_fits
-from tests.modelfile.tinylora import make_remap_lora, make_tiny_lora
-from tests.tinymodel import N_EMBD, N_VOCAB, make_tiny_model
+from tests.support.tinylora import make_remap_lora, make_tiny_lora
+from tests.support.tinymodel import N_EMBD, N_VOCAB, make_tiny_model
 
 
 def write_lora(path: Path, tensors: dict[str, np.ndarray]) -> Path:

@@ -8,9 +8,7 @@ import pytest
 
 from localllm.modelfile.parser import ModelfileError, parse
 from localllm.modelfile.serialize import quote, to_text
-
-CORPUS = Path(__file__).resolve().parents[1] / "data" / "modelfiles"
-CORPUS_FILES = sorted(CORPUS.glob("*.Modelfile"))
+from tests.support.modelfiles import CORPUS_FILES
 
 
 def test_every_instruction() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from localllm.runner.lastwords import MAX_LINE, reason, scrub_paths, with_reason
-from tests.runner.fake_engine import LAST_WORDS
+from tests.support.fake_engine import LAST_WORDS
 
 
 @pytest.mark.parametrize(("text", "expected"), [

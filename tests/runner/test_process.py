@@ -19,17 +19,9 @@ from localllm.errors import (
 )
 from localllm.runner.messages import Done, LoadOptions, Piece
 from localllm.runner.process import RunnerProcess
-from tests.procs import children_of
-from tests.runner.conftest import (
-    FAKE_ENV,
-    arun,
-    collect,
-    greedy,
-    pid_alive,
-    running,
-    start_fake,
-)
-from tests.runner.fake_engine import HOME_PATH, LAST_WORDS
+from tests.support.fake_engine import HOME_PATH, LAST_WORDS
+from tests.support.procs import children_of
+from tests.support.runners import FAKE_ENV, arun, collect, greedy, pid_alive, running, start_fake
 
 
 def test_stream_calls_and_close() -> None:

@@ -1,4 +1,5 @@
-"""The runner around the real engine on the tiny deterministic model (tests/tinymodel.py)."""
+"""The runner around the real engine on the tiny deterministic model
+(tests/support/tinymodel.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import pytest
 from localllm.errors import ModelLoadError, RunnerCrashed
 from localllm.runner.messages import Done, LoadOptions, Piece
 from localllm.runner.process import RunnerProcess
-from tests import tinymodel as tm
-from tests.runner.conftest import arun, collect, greedy, running
-from tests.runner.test_orphans import check_parent_sigkill
+from tests.support import tinymodel as tm
+from tests.support.orphans import check_parent_sigkill
+from tests.support.runners import arun, collect, greedy, running
 
 REPO = Path(__file__).resolve().parents[2]
 

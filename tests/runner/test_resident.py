@@ -25,8 +25,8 @@ from localllm.runner.resident import (
     rss_bytes,
     with_gpu_runtime,
 )
-from tests import tinymodel as tm
-from tests.runner.conftest import arun, collect, greedy, running
+from tests.support import tinymodel as tm
+from tests.support.runners import arun, collect, greedy, running
 
 MiB = 1 << 20
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

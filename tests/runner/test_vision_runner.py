@@ -13,9 +13,9 @@ from localllm.errors import InvalidRequest, LocalLLMError
 from localllm.runner import protocol as P
 from localllm.runner.messages import MEDIA_MARKER, LoadOptions
 from localllm.runner.process import RunnerProcess
-from tests import tinymodel as tm
-from tests.runner.conftest import arun, collect, greedy, running
-from tests.visionmodel import (
+from tests.support import tinymodel as tm
+from tests.support.runners import arun, collect, greedy, running
+from tests.support.visionmodel import (
     GREEN,
     GREEN_GREEDY,
     N_IMAGE_TOKENS,

@@ -13,8 +13,8 @@ import pytest
 
 from localllm.errors import ModelLoadError, RunnerCrashed
 from localllm.runner.watchdog import heartbeat_interval
-from tests.runner.conftest import arun, collect, greedy, pid_alive, running, start_fake
-from tests.runner.fake_engine import LONG_S
+from tests.support.fake_engine import LONG_S
+from tests.support.runners import arun, collect, greedy, pid_alive, running, start_fake
 
 pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
 

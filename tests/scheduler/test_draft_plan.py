@@ -15,9 +15,9 @@ from localllm.scheduler.estimate import graph_bytes, kv_cells, kv_layer_bytes
 from localllm.scheduler.placement import make_plan_fn
 from localllm.scheduler.planner import PlanOptions, plan
 from localllm.scheduler.scheduler import ModelSpec
-from tests.scheduler.shapes import ALL_SHAPES, GiB, cpu, cuda
-from tests.scheduler.test_scheduler import Harness, run
-from tests.tinymodel import make_tiny_model
+from tests.support.sched_harness import Harness, run
+from tests.support.shapes import ALL_SHAPES, GiB, cpu, cuda
+from tests.support.tinymodel import make_tiny_model
 
 L8B = ALL_SHAPES["llama3.1-8b"]
 DRAFT = ALL_SHAPES["llama3.2-1b"]  # tied embeddings: its output duplicates token_embd

@@ -12,7 +12,7 @@ from localllm.gguf.reader import read_header
 from localllm.scheduler.estimate import CTX_PAD
 from localllm.scheduler.fit import assess, describe, reclaimed, scaled
 from localllm.scheduler.planner import PlanOptions, plan
-from tests.scheduler.shapes import LLAMA31_8B, LLAMA31_70B, QWEN2_05B, cpu, cuda, model_info
+from tests.support.shapes import LLAMA31_8B, LLAMA31_70B, QWEN2_05B, cpu, cuda, model_info
 
 GiB = 1 << 30
 OPTS = PlanOptions()
@@ -82,7 +82,7 @@ def test_memory_loaded_models_hold_counts_as_free() -> None:
 @pytest.mark.parametrize(("read", "other"), [("Q8_0", "Q4_K_M"), ("Q4_K_M", "F16")])
 def test_another_quant_scaled_by_file_size_is_close_to_its_own_header(
         tmp_path: Path, read: str, other: str) -> None:
-    from tests.ggufmeta import SHAPES, write_gguf
+    from tests.support.ggufmeta import SHAPES, write_gguf
 
     a = write_gguf(tmp_path / f"a-{read}.gguf", SHAPES["1b"], read)
     b = write_gguf(tmp_path / f"b-{other}.gguf", SHAPES["1b"], other)

@@ -22,7 +22,7 @@ from localllm.scheduler.planner import (
     plan,
     subtract_loaded,
 )
-from tests.scheduler.shapes import (
+from tests.support.shapes import (
     ALL_SHAPES,
     LLAMA31_8B,
     GiB,

@@ -10,9 +10,9 @@ import pytest
 from localllm.gguf.info import ModelInfo, read_model_info
 from localllm.hardware.detect import Device
 from localllm.scheduler.planner import PlanOptions, plan
-from tests.scheduler import shapes
-from tests.scheduler.randmodel import LlamaShape, write_llama
-from tests.scheduler.shapes import cpu, cuda
+from tests.support import shapes
+from tests.support.randmodel import LlamaShape, write_llama
+from tests.support.shapes import cpu, cuda
 
 MiB = 1024 * 1024
 FIELDS = ("architecture", "n_layers", "n_embd", "n_head", "n_head_kv", "head_dim_k",
@@ -21,7 +21,7 @@ FIELDS = ("architecture", "n_layers", "n_embd", "n_head", "n_head_kv", "head_dim
 
 
 def _written(s: shapes.Shape, quant: str, tmp_path: Path) -> ModelInfo:
-    from tests import ggufmeta
+    from tests.support import ggufmeta
 
     meta = ggufmeta.Shape(s.arch, s.name, s.n_layers, s.n_embd, s.n_head, s.n_head_kv, s.n_ff,
                           s.n_vocab, s.n_ctx_train, tied_output=s.tied, attn_bias=s.qkv_bias)
@@ -99,7 +99,7 @@ def test_cpu_weights_as_llama_cpp_maps_and_repacks_them(quant: str, mode: str,
     from localllm.engine.engine import Engine
     from localllm.engine.model import buffer_sizes
     from localllm.runner.messages import LoadOptions
-    from tests import ggufmeta
+    from tests.support import ggufmeta
 
     shape = ggufmeta.Shape(n_layers=3, n_embd=512, n_head=8, n_head_kv=4, n_ff=1536,
                            n_vocab=4096)

@@ -6,7 +6,7 @@ import pytest
 
 from localllm.runner.messages import LoadOptions
 from localllm.scheduler.planner import PlanOptions, plan
-from tests.scheduler.shapes import ALL_SHAPES, QWEN3_MOE, GiB, cpu, cuda, rpc
+from tests.support.shapes import ALL_SHAPES, QWEN3_MOE, GiB, cpu, cuda, rpc
 
 MOE = QWEN3_MOE  # Qwen3-30B-A3B Q4_K_M: 48 layers, 19.8 GB, experts 97% of each layer
 EXPERTS = MOE.expert_bytes[0]

@@ -12,9 +12,9 @@ from localllm.runner.messages import LoadOptions
 from localllm.scheduler.planner import PlanOptions, plan
 from localllm.scheduler.projector import projector_cost
 from localllm.scheduler.scheduler import ModelSpec
-from tests.scheduler.shapes import ALL_SHAPES, GiB, cpu, cuda
-from tests.scheduler.test_scheduler import Harness, run
-from tests.visionmodel import N_IMAGE_TOKENS, make_projector
+from tests.support.sched_harness import Harness, run
+from tests.support.shapes import ALL_SHAPES, GiB, cpu, cuda
+from tests.support.visionmodel import N_IMAGE_TOKENS, make_projector
 
 L8B = ALL_SHAPES["llama3.1-8b"]
 W, C = 800 * 1024 * 1024, 40 * 1024 * 1024  # a SigLIP-400M-sized projector

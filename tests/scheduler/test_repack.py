@@ -13,8 +13,8 @@ from localllm.hardware.cpu_buffers import BufferRule, ExtraBuffer
 from localllm.hardware.detect import Device
 from localllm.scheduler.planner import PlanOptions, plan
 from localllm.scheduler.repack import describe, repacked_bytes
-from tests import ggufmeta
-from tests.scheduler.shapes import cpu, cuda, rpc
+from tests.support import ggufmeta
+from tests.support.shapes import cpu, cuda, rpc
 
 # What ggml reported on a Xeon with AMX (engine/cpu_buffers.py, 4096 x 4096 weights):
 # AMX stores Q4_K with 4 extra bytes per block, Q6_K as it is.

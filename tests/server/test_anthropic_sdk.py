@@ -2,7 +2,7 @@
 
 Models: ``tiny-plain`` (the prompt is the last message, so the reply is
 ``GREEDY[text]``), ``tiny`` (a template that renders every message) and
-``agent``, a script model (tests/scriptmodel.py) with a ChatML template that
+``agent``, a script model (tests/support/scriptmodel.py) with a ChatML template that
 teaches Hermes tool calls: its reply to a user turn is a ``get_weather`` call,
 its reply after a tool result is ``ANSWER``.
 """
@@ -21,10 +21,10 @@ from localllm import paths
 from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
-from tests.cli.conftest import Daemon
-from tests.inference.variants import serve
-from tests.scriptmodel import make_script_model
-from tests.tinymodel import GREEDY, LETTERS, expected_greedy
+from tests.support.daemon import Daemon
+from tests.support.scriptmodel import make_script_model
+from tests.support.tinymodel import GREEDY, LETTERS, expected_greedy
+from tests.support.variants import serve
 
 if TYPE_CHECKING:  # the SDK is imported where used: 1.5 s at collection, in every worker
     import anthropic

@@ -23,7 +23,7 @@ from localllm.server.streaming import Emit, events_from_thread, progress_respons
 from localllm.store.local import Store
 from localllm.store.manifests import MEDIA_MODEL, Layer, Manifest
 from localllm.store.names import parse_name
-from tests.server.fakes import fake_scheduler
+from tests.support.fake_scheduler import fake_scheduler
 
 pytestmark = pytest.mark.anyio
 KEY = "k3y-for-tests"

@@ -21,7 +21,8 @@ from localllm.errors import (
     ServerBusy,
 )
 from localllm.store.local import Store
-from tests.server.conftest import BASE_URL, add_model
+from tests.support.models import add_model
+from tests.support.routes import BASE_URL
 
 pytestmark = pytest.mark.anyio
 

@@ -18,10 +18,10 @@ from localllm.runner.messages import LoadOptions
 from localllm.scheduler.scheduler import ModelSpec, Scheduler
 from localllm.server.app import create_app
 from localllm.store.local import Store
-from tests.cli.conftest import Daemon
-from tests.inference.variants import serve
-from tests.server.fakes import fake_scheduler
-from tests.tinymodel import LOOP_PROMPT
+from tests.support.daemon import Daemon
+from tests.support.fake_scheduler import fake_scheduler
+from tests.support.tinymodel import LOOP_PROMPT
+from tests.support.variants import serve
 
 pytestmark = pytest.mark.anyio
 

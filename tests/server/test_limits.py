@@ -13,9 +13,9 @@ from fastapi import APIRouter
 from localllm.server.app import create_app
 from localllm.server.deps import MAX_JSON_DEPTH, json_depth
 from localllm.store.local import Store
-from tests.server.conftest import add_model
-from tests.server.fakes import fake_scheduler
-from tests.server.live import live_server
+from tests.support.fake_scheduler import fake_scheduler
+from tests.support.live_server import live_server
+from tests.support.models import add_model
 
 pytestmark = pytest.mark.anyio
 

@@ -33,12 +33,12 @@ from localllm import paths
 from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
-from tests.cli.conftest import Daemon, start_daemon
-from tests.inference.variants import PLAIN_TEMPLATE
-from tests.rerankmodel import make_rerank_model
-from tests.scriptmodel import make_script_model
-from tests.tinymodel import make_tiny_model
-from tests.visionmodel import make_projector, png
+from tests.support.daemon import Daemon, start_daemon
+from tests.support.rerankmodel import make_rerank_model
+from tests.support.scriptmodel import make_script_model
+from tests.support.tinymodel import make_tiny_model
+from tests.support.variants import PLAIN_TEMPLATE
+from tests.support.visionmodel import make_projector, png
 
 pytestmark = pytest.mark.slow
 LIMIT_S = 0.1
@@ -47,7 +47,7 @@ Body = Callable[[], tuple[str, bytes]]  # -> (path, body)
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    from tests.conftest import isolate
+    from tests.support.home import isolate
 
     tmp = tmp_path_factory.mktemp("lag-daemon")
     mp = pytest.MonkeyPatch()

@@ -12,11 +12,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from localllm.server.app import create_app
 from localllm.store.local import Store
-from tests.cli.conftest import Daemon
-from tests.inference.variants import GREEDY_OPTS, serve
-from tests.server.conftest import add_model
-from tests.server.fakes import fake_scheduler
-from tests.tinymodel import GREEDY
+from tests.support.daemon import Daemon
+from tests.support.fake_scheduler import fake_scheduler
+from tests.support.models import add_model
+from tests.support.tinymodel import GREEDY
+from tests.support.variants import GREEDY_OPTS, serve
 
 pytestmark = pytest.mark.anyio
 

@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from localllm import paths
-from tests.cli.conftest import Daemon, start_daemon
-from tests.inference.variants import PLAIN_TEMPLATE, add_model, openai_client
+from tests.support.daemon import Daemon, start_daemon
+from tests.support.variants import PLAIN_TEMPLATE, add_model, openai_client
 
 LONG = "you are a helpful assistant. answer briefly and cite nothing. " * 8  # 496 tokens
 SHARED = len(LONG) + 1  # and BOS

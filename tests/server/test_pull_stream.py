@@ -13,8 +13,8 @@ from fastapi import FastAPI
 
 from localllm.errors import ModelNotFound, PullError
 from localllm.server.streaming import events_from_thread
-from tests.hubstub import HubStub
-from tests.server.conftest import ndjson
+from tests.support.hubstub import HubStub
+from tests.support.routes import ndjson
 
 pytestmark = pytest.mark.anyio
 

@@ -1,6 +1,6 @@
 """Rerank through the real daemon and the tiny rerankers: exact scores, every shape, real clients.
 
-``rr`` is tests/rerankmodel.py's (causal, qwen3) reranker with its pair template in
+``rr`` is tests/support/rerankmodel.py's (causal, qwen3) reranker with its pair template in
 the GGUF, ``rr-plain`` the same without one (llama-server's layout), ``rr-bert`` the
 bidirectional one (a BERT with bge-reranker's head, XLM-RoBERTa's pair layout, a
 logit for a score), ``rr-headless`` rank pooling without a head, ``tiny`` a
@@ -29,8 +29,8 @@ from localllm.inference.rerank import CHUNK
 from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
-from tests.cli.conftest import Daemon, start_daemon
-from tests.rerankmodel import (
+from tests.support.daemon import Daemon, start_daemon
+from tests.support.rerankmodel import (
     bert_pair_ids,
     expected_bert_logit,
     expected_score,
@@ -38,7 +38,7 @@ from tests.rerankmodel import (
     make_rerank_model,
     pair_ids,
 )
-from tests.tinymodel import make_tiny_model
+from tests.support.tinymodel import make_tiny_model
 
 QUERY = "find x"
 DOCS = ["abc", "xyz", "axbyc", "hello", "zzzz zz"]
@@ -46,7 +46,7 @@ DOCS = ["abc", "xyz", "axbyc", "hello", "zzzz zz"]
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    from tests.conftest import isolate
+    from tests.support.home import isolate
 
     tmp = tmp_path_factory.mktemp("rerank-daemon")
     mp = pytest.MonkeyPatch()

@@ -1,6 +1,6 @@
 """``POST /v1/responses`` end to end: the official openai SDK against the real daemon.
 
-The model is the script model (tests/scriptmodel.py) with a ChatML template
+The model is the script model (tests/support/scriptmodel.py) with a ChatML template
 that knows tools (Hermes ``<tool_call>`` markup) and ``<think>``: each test
 question ends the prompt in its own trigger, so the greedy reply is exactly
 the script's text, and the daemon's own parsers turn it into a function call,
@@ -23,9 +23,9 @@ from localllm import paths
 from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
-from tests.cli.conftest import Daemon
-from tests.inference.variants import openai_client, serve
-from tests.scriptmodel import make_script_model
+from tests.support.daemon import Daemon
+from tests.support.scriptmodel import make_script_model
+from tests.support.variants import openai_client, serve
 
 TAIL = "<|im_end|>\n<|im_start|>assistant\n"
 HELLO = "Hello there, I am a script."

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from localllm.store.local import Store
-from tests.server.conftest import add_model
+from tests.support.models import add_model
 
 pytestmark = pytest.mark.anyio
 

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, settings
 
 from localllm.server.app import create_app
 from localllm.store.local import Store
-from tests.server.conftest import add_model
-from tests.server.fakes import fake_scheduler
+from tests.support.fake_scheduler import fake_scheduler
+from tests.support.models import add_model
 
 pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
 

@@ -12,9 +12,9 @@ from localllm.server import routes_search
 from localllm.services_hub import Machine
 from localllm.store import remote
 from localllm.store.local import Store
-from tests.hubstub import HubStub
-from tests.scheduler.shapes import cpu
-from tests.server.conftest import ndjson
+from tests.support.hubstub import HubStub
+from tests.support.routes import ndjson
+from tests.support.shapes import cpu
 
 pytestmark = pytest.mark.anyio
 MODEL = "hf.co/someone/Tiny-GGUF"

@@ -10,7 +10,7 @@ import pytest
 from localllm.server.app import create_app
 from localllm.server.security import host_allowed, origin_hosts, origin_pattern
 from localllm.store.local import Store
-from tests.server.conftest import BASE_URL
+from tests.support.routes import BASE_URL
 
 pytestmark = pytest.mark.anyio
 

@@ -19,10 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.cli.conftest import Daemon
-from tests.inference.variants import serve
-from tests.procs import runner_pids
-from tests.tinymodel import LOOP_PROMPT
+from tests.support.daemon import Daemon
+from tests.support.procs import runner_pids
+from tests.support.tinymodel import LOOP_PROMPT
+from tests.support.variants import serve
 
 
 def running(pid: int) -> bool:

@@ -15,8 +15,8 @@ import pytest
 from localllm.server import routes_models
 from localllm.server.app import create_app
 from localllm.store.local import Store
-from tests.server.fakes import fake_scheduler
-from tests.server.live import live_server
+from tests.support.fake_scheduler import fake_scheduler
+from tests.support.live_server import live_server
 
 DIGEST = "sha256:" + hashlib.sha256(b"never sent").hexdigest()
 

@@ -1,6 +1,6 @@
 """Token routes through the real daemon and the tiny models: exact wire shapes, real clients.
 
-``tiny`` tokenizes one character per token (tests/tinymodel.py: ``tokenize``), so
+``tiny`` tokenizes one character per token (tests/support/tinymodel.py: ``tokenize``), so
 every id is known; ``tiny-embed`` is an embedding model; ``no-vocab`` is a GGUF
 with no tokenizer at all.  Counts are checked against what a generation of the
 same body reports in its ``usage``, so the count and the bill agree.
@@ -23,8 +23,8 @@ from localllm.inference.tokens import MAX_TEXT_BYTES, MAX_TOKENS
 from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
-from tests.cli.conftest import Daemon, start_daemon
-from tests.tinymodel import BOS, EOS, N_VOCAB, make_tiny_model, tokenize
+from tests.support.daemon import Daemon, start_daemon
+from tests.support.tinymodel import BOS, EOS, N_VOCAB, make_tiny_model, tokenize
 
 TEMPLATE = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
             "{% if add_generation_prompt %}<assistant>{% endif %}")
@@ -51,7 +51,7 @@ def no_vocab_model(dir: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    from tests.conftest import isolate
+    from tests.support.home import isolate
 
     tmp = tmp_path_factory.mktemp("tokens-daemon")
     mp = pytest.MonkeyPatch()

@@ -9,7 +9,7 @@ import pytest
 
 from localllm.store import download
 from localllm.store.local import Store
-from tests.hubstub import HubStub
+from tests.support.hubstub import HubStub
 
 
 @pytest.fixture

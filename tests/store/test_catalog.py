@@ -14,7 +14,7 @@ from localllm import paths
 from localllm.errors import DigestMismatch, InvalidRequest, ModelNotFound, PullError
 from localllm.store import catalog, catalog_update
 from localllm.store.names import parse_name
-from tests.hubstub import HubStub
+from tests.support.hubstub import HubStub
 
 # The names the issue and every Ollama tutorial use, and what Ollama's :latest means for
 # those with several sizes (ollama.com/library/<name>).

@@ -17,8 +17,8 @@ from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.manifests import MEDIA_MODEL, MEDIA_PROJECTOR
 from localllm.store.names import parse_name
-from tests.ggufmeta import Shape, write_gguf
-from tests.hubstub import HubStub, add_vision_repo
+from tests.support.ggufmeta import Shape, write_gguf
+from tests.support.hubstub import HubStub, add_vision_repo
 
 USER_CATALOG = """
 [models."llama3.2"]

@@ -1,5 +1,5 @@
 """Importing an Ollama store (``ModelService.import_ollama``) on stores laid out as Ollama
-writes them (tests/ollamastore.py): hard links, copies, broken entries, names, no-ops,
+writes them (tests/support/ollamastore.py): hard links, copies, broken entries, names, no-ops,
 and the Ollama store's bytes and mtimes never changing."""
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from localllm.store.manifests import MEDIA_DRAFT, MEDIA_MODEL, MEDIA_PARAMS, MED
 from localllm.store.names import parse_name
 from localllm.store.ollama_import import ImportReport
 from localllm.store.ollama_store import find_store
-from tests.modelfile.tinylora import make_tiny_lora
-from tests.ollamastore import (
+from tests.support.ollamastore import (
     IMAGE,
     NAMES,
     PARAMS_A,
@@ -34,7 +33,8 @@ from tests.ollamastore import (
     snapshot,
     three_models,
 )
-from tests.tinymodel import make_tiny_model
+from tests.support.tinylora import make_tiny_lora
+from tests.support.tinymodel import make_tiny_model
 
 
 @pytest.fixture

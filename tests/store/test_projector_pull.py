@@ -15,8 +15,8 @@ from localllm.store.manifests import MEDIA_MODEL, MEDIA_PROJECTOR
 from localllm.store.names import parse_name
 from localllm.store.projector import choose_projector, is_loadable_projector
 from localllm.store.pull import pull_model
-from tests.ggufmeta import Shape, write_gguf
-from tests.hubstub import HubStub, add_vision_repo
+from tests.support.ggufmeta import Shape, write_gguf
+from tests.support.hubstub import HubStub, add_vision_repo
 
 REPO = "acme/TinyVision-GGUF"
 

@@ -23,8 +23,8 @@ from localllm.store.local import Store
 from localllm.store.manifests import MEDIA_MODEL, MEDIA_PARAMS, MEDIA_TEMPLATE
 from localllm.store.names import parse_name
 from localllm.store.pull import pull_model
-from tests.ggufmeta import Shape, write_gguf, write_split_gguf
-from tests.hubstub import HubStub
+from tests.support.ggufmeta import Shape, write_gguf, write_split_gguf
+from tests.support.hubstub import HubStub
 
 REPO = "acme/Tiny-GGUF"
 TOKENS = ("<unk>", "<s>", "<|im_end|>", *(f"t{i}" for i in range(3, 64)))

@@ -11,8 +11,8 @@ from localllm.errors import InvalidModelFile
 from localllm.gguf.info import read_model_info, read_model_info_split
 from localllm.store import hub, remote
 from localllm.store.local import Store
-from tests.ggufmeta import SHAPES, write_gguf, write_split_gguf
-from tests.hubstub import HubStub
+from tests.support.ggufmeta import SHAPES, write_gguf, write_split_gguf
+from tests.support.hubstub import HubStub
 
 MiB = 1 << 20
 REPO = "someone/Big-GGUF"

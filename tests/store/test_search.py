@@ -13,9 +13,9 @@ from localllm.services_hub import Machine
 from localllm.services_hub import search as search_with_fit
 from localllm.store import remote
 from localllm.store import search as hub_search
-from tests.ggufmeta import Shape, write_gguf
-from tests.hubstub import HubStub
-from tests.scheduler.shapes import cpu, cuda
+from tests.support.ggufmeta import Shape, write_gguf
+from tests.support.hubstub import HubStub
+from tests.support.shapes import cpu, cuda
 
 GiB = 1 << 30
 TOOLS_TEMPLATE = ("{% if tools %}{{ tools | tojson }}{% endif %}"
@@ -35,7 +35,7 @@ def _repo(stub: HubStub, folder: Path, repo: str, quants: tuple[str, ...], *,
         stub.add_file(repo, name, write_gguf(folder / f"{repo.replace('/', '_')}-{name}",
                                              shape, quant))
     if projector:
-        from tests.hubstub import write_clip_header
+        from tests.support.hubstub import write_clip_header
 
         stub.add_file(repo, "mmproj-F16.gguf", write_clip_header(folder / f"{repo}-mm.gguf"
                                                                  .replace("/", "_")).read_bytes())

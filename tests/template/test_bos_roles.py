@@ -9,8 +9,8 @@ import pytest
 
 from localllm.gguf.info import read_model_info, tokenizer_adds_bos
 from localllm.template.chat import render_chat, strip_leading_bos
-from tests.ggufmeta import Shape, write_gguf
-from tests.template.corpus import corpus
+from tests.support.ggufmeta import Shape, write_gguf
+from tests.support.template_corpus import corpus
 
 NEMO = "mistralai-Mistral-Nemo-Instruct-2407.jinja"
 

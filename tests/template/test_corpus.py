@@ -22,7 +22,7 @@ import pytest
 from localllm.errors import InvalidRequest
 from localllm.template.chat import render_chat
 from localllm.template.jinja import TemplateError
-from tests.template.corpus import BOS, CONVERSATIONS, EOS, corpus, reference
+from tests.support.template_corpus import BOS, CONVERSATIONS, EOS, corpus, reference
 
 NAMES = list(corpus())
 

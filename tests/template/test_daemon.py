@@ -12,13 +12,13 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.cli.conftest import REPO, Daemon, start_daemon
-from tests.conftest import isolate
-from tests.inference.variants import GREEDY_OPTS, add_model
-from tests.template.corpus import corpus
-from tests.tinymodel import tokenize
+from tests.support.daemon import REPO, Daemon, start_daemon
+from tests.support.home import isolate
+from tests.support.template_corpus import corpus
+from tests.support.tinymodel import tokenize
+from tests.support.variants import GREEDY_OPTS, add_model
 
-# The tiny model's reply depends on the prompt's last character (see tests/tinymodel.py),
+# The tiny model's reply depends on the prompt's last character (see tests/support/tinymodel.py),
 # so ending the prompt with the effort makes the reply name it: ...high -> "ijk...z".
 EFFORT_TEMPLATE = ("{% for m in messages %}{{ m.content }}{% endfor %}"
                    " {{ reasoning_effort if reasoning_effort is defined else 'unset' }}")

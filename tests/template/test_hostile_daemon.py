@@ -19,10 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.cli.conftest import Daemon, start_daemon
-from tests.conftest import isolate
-from tests.inference.variants import GREEDY_OPTS, add_model
-from tests.tinymodel import make_tiny_model
+from tests.support.daemon import Daemon, start_daemon
+from tests.support.home import isolate
+from tests.support.tinymodel import make_tiny_model
+from tests.support.variants import GREEDY_OPTS, add_model
 
 CONTENTS = "{% for m in messages %}{{ m.content }}{% endfor %}"
 BIG = '{% set pad = "x"|center(3000000) %}' + CONTENTS

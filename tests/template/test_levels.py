@@ -8,7 +8,7 @@ from localllm.errors import InvalidRequest
 from localllm.template.chat import render_chat
 from localllm.template.levels import parse_think, think_variables
 from localllm.template.select import render_prompt
-from tests.template.corpus import corpus
+from tests.support.template_corpus import corpus
 
 HI = [{"role": "user", "content": "hi"}]
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.toolcalls.helpers import check_all_splits
-from tests.toolcalls.samples import COHERE2_TEXT, COMMAND_R_ACTION
+from tests.support.toolcall_helpers import check_all_splits
+from tests.support.toolcall_samples import COHERE2_TEXT, COMMAND_R_ACTION
 
 
 def test_thinking_then_action() -> None:

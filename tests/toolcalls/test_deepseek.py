@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.toolcalls.helpers import check_all_splits
-from tests.toolcalls.samples import DEEPSEEK_R1_CALL, DEEPSEEK_V31_CALLS
+from tests.support.toolcall_helpers import check_all_splits
+from tests.support.toolcall_samples import DEEPSEEK_R1_CALL, DEEPSEEK_V31_CALLS
 
 
 def test_r1_after_thinking_opened_by_the_prompt() -> None:

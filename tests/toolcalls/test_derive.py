@@ -11,9 +11,9 @@ import pytest
 from localllm.toolcalls import detect_format, format_named
 from localllm.toolcalls.derive import derive
 from localllm.toolcalls.tagged import IDENT, WILD, Shape
-from tests.template.corpus import corpus
-from tests.toolcalls import samples as s
-from tests.toolcalls.helpers import check_all_splits, run
+from tests.support import toolcall_samples as s
+from tests.support.template_corpus import corpus
+from tests.support.toolcall_helpers import check_all_splits, run
 
 SF = [("special_function", {"arg1": 1}, 0, None)]
 PARIS = [("get_time", {"city": "Paris"}, 0, None)]

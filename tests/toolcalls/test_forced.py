@@ -15,9 +15,9 @@ import pytest
 
 from localllm.grammar.tools import forced_tool_grammar
 from localllm.toolcalls import detect_format, format_named
-from tests.grammar.gbnf import accepts, parse_grammar
-from tests.grammar.test_tools import TOOLS, check_args, generate
-from tests.template.corpus import corpus
+from tests.support.gbnf import accepts, parse_grammar
+from tests.support.template_corpus import corpus
+from tests.support.tool_grammar import TOOLS, check_args, generate
 
 FAMILIES = {
     "gemma4": "google-gemma-4-31B-it", "lfm2": "LFM2.5-8B-A1B", "minimax_m2": "MiniMax-M2",

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.toolcalls.helpers import check_all_splits, run
-from tests.toolcalls.samples import GEMMA4_CALL, GEMMA4_THINK
+from tests.support.toolcall_helpers import check_all_splits, run
+from tests.support.toolcall_samples import GEMMA4_CALL, GEMMA4_THINK
 
 Q = '<|"|>'
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.toolcalls.helpers import check_all_splits, run
-from tests.toolcalls.samples import GLM_46_CALL
+from tests.support.toolcall_helpers import check_all_splits, run
+from tests.support.toolcall_samples import GLM_46_CALL
 
 
 def test_glm_46_with_newlines_and_thinking() -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.toolcalls.helpers import check_all_splits
-from tests.toolcalls.samples import GRANITE_CALLS, GRANITE_RESPONSE
+from tests.support.toolcall_helpers import check_all_splits
+from tests.support.toolcall_samples import GRANITE_CALLS, GRANITE_RESPONSE
 
 
 def test_call_list() -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.toolcalls.helpers import check_all_splits, run
-from tests.toolcalls.samples import HARMONY_CALL, HARMONY_FINAL, HARMONY_THOUGHT
+from tests.support.toolcall_helpers import check_all_splits, run
+from tests.support.toolcall_samples import HARMONY_CALL, HARMONY_FINAL, HARMONY_THOUGHT
 
 THOUGHT = HARMONY_THOUGHT
 CALL = [("special_function", {"arg1": 1}, 0, None)]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.toolcalls.helpers import check_all_splits
-from tests.toolcalls.samples import KIMI_CALLS
+from tests.support.toolcall_helpers import check_all_splits
+from tests.support.toolcall_samples import KIMI_CALLS
 
 CALLS = KIMI_CALLS
 

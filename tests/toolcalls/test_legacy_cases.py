@@ -12,8 +12,8 @@ import pytest
 
 from localllm.toolcalls import ToolCall
 from localllm.toolcalls.base import json_end
-from tests.toolcalls.helpers import check_all_splits, format_named, run
-from tests.toolcalls.samples import (
+from tests.support.toolcall_helpers import check_all_splits, format_named, run
+from tests.support.toolcall_samples import (
     HERMES_CALL,
     LLAMA3_JSON,
     LLAMA3_PYTHON_TAG,

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.toolcalls.helpers import check_all_splits, run
-from tests.toolcalls.samples import MINIMAX_M2_CALL, MINIMAX_M3_CALL, NS
+from tests.support.toolcall_helpers import check_all_splits, run
+from tests.support.toolcall_samples import MINIMAX_M2_CALL, MINIMAX_M3_CALL, NS
 
 
 def test_m2_call_after_reasoning_the_prompt_opened() -> None:

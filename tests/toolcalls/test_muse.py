@@ -3,8 +3,8 @@ llama.cpp's tests/test-chat.cpp."""
 
 from __future__ import annotations
 
-from tests.toolcalls.helpers import check_all_splits
-from tests.toolcalls.samples import MUSE_ANSWER, MUSE_CALL
+from tests.support.toolcall_helpers import check_all_splits
+from tests.support.toolcall_samples import MUSE_ANSWER, MUSE_CALL
 
 SF = [("special_function", {"arg1": 1}, 0, None)]
 MARKUP = MUSE_CALL.split("<|message|>", 1)[1]

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.toolcalls.helpers import check_all_splits, run
-from tests.toolcalls.samples import LFM2_CALLS
+from tests.support.toolcall_helpers import check_all_splits, run
+from tests.support.toolcall_samples import LFM2_CALLS
 
 
 def wrap(calls: str) -> str:

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.template.corpus import corpus
-from tests.toolcalls.helpers import check_all_splits, run, tool
+from tests.support.template_corpus import corpus
+from tests.support.toolcall_helpers import check_all_splits, run, tool
 
 XML = ("<tool_call>\n<function=get_time>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
        "</tool_call>")

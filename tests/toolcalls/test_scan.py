@@ -11,7 +11,7 @@ import pytest
 from localllm.toolcalls import format_named
 from localllm.toolcalls.jsonscan import JsonScan, json_end
 from localllm.toolcalls.pythonic import list_end
-from tests.toolcalls.helpers import TOOLS
+from tests.support.toolcall_helpers import TOOLS
 
 TEXTS = [
     '{"a": [1, {"b": "x}]\\"{"}], "c": "\\\\"} tail',

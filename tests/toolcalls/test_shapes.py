@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.toolcalls.helpers import check_all_splits, run
-from tests.toolcalls.samples import (
+from tests.support.toolcall_helpers import check_all_splits, run
+from tests.support.toolcall_samples import (
     APRIEL_CALL,
     DSML_CALL,
     DSML_V4_CALL,

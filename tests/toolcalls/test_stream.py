@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from tests.toolcalls.helpers import TOOLS, check_all_splits, format_named, run
-from tests.toolcalls.samples import THINK_ANSWER
+from tests.support.toolcall_helpers import TOOLS, check_all_splits, format_named, run
+from tests.support.toolcall_samples import THINK_ANSWER
 
 
 def test_reasoning_is_split_without_asking_and_dropped_when_off() -> None:

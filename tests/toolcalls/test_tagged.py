@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from localllm.toolcalls.base import ToolSet
 from localllm.toolcalls.tagged import IDENT, WILD, Piece, Shape, Tagged
-from tests.toolcalls.helpers import TOOLS
+from tests.support.toolcall_helpers import TOOLS
 
 
 def test_piece_whitespace_is_lenient() -> None:

@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from tests.toolcalls.helpers import check_all_splits, run
-from tests.toolcalls.samples import SEED_OSS_CALL, XML_CALL
+from tests.support.toolcall_helpers import check_all_splits, run
+from tests.support.toolcall_samples import SEED_OSS_CALL, XML_CALL
 
 ONE = XML_CALL
 

@@ -15,31 +15,15 @@ from localllm.tui.screens.chat import ChatScreen
 from localllm.tui.screens.settings import SettingsScreen
 from localllm.tui.sessions import Sessions
 from localllm.tui.widgets.message import REFRESH_HZ, MessageView
-from tests.cli.conftest import Daemon
-from tests.tinymodel import LOOP_PROMPT, expected_greedy
-from tests.tui.conftest import make_app, run_app, wait_for
-from tests.tui.proxy import ThrottleProxy
+from tests.support.daemon import Daemon
+from tests.support.throttle_proxy import ThrottleProxy
+from tests.support.tinymodel import LOOP_PROMPT, expected_greedy
+from tests.support.tui import MODEL, make_app, run_app, send, wait_for
 
 pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
 
-MODEL = "tiny-chat:latest"
-
-
 def chat_app(daemon: Daemon, tmp_path: Path) -> LocalLLMApp:
     return make_app(daemon.url, tmp_path, model=MODEL)
-
-
-async def send(pilot: Pilot[None], text: str, *, wait: bool = True) -> ChatScreen:
-    screen = pilot.app.chat_screen  # type: ignore[attr-defined]
-    if screen.settings.temperature is None:
-        screen.settings = replace(screen.settings, temperature=0.0, seed=1)
-    before = len(screen.history)
-    screen.prompt.load_text(text)
-    await pilot.press("enter")
-    if wait:
-        await wait_for(lambda: len(screen.history) == before + 2 and not screen.generating)
-        await pilot.pause()
-    return screen
 
 
 async def start_long_reply(pilot: Pilot[None], at_least: int) -> tuple[ChatScreen, MessageView]:

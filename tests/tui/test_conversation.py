@@ -15,8 +15,8 @@ from textual.pilot import Pilot
 from localllm.api.client import AsyncClient
 from localllm.tui.sessions import Sessions
 from localllm.tui.widgets.conversation import Conversation
-from tests.tui.conftest import wait_for
-from tests.tui.fakes import FAKE_URL, FakeDaemon, chat_reply
+from tests.support.tui import wait_for
+from tests.support.tui_fakes import FAKE_URL, FakeDaemon, chat_reply
 
 
 class Harness(App[None]):

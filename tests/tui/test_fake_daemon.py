@@ -8,8 +8,8 @@ from pathlib import Path
 from textual.pilot import Pilot
 from textual.widgets import Collapsible, Static
 
-from tests.tui.conftest import run_app, wait_for
-from tests.tui.fakes import FakeDaemon, chat_reply, fake_app
+from tests.support.tui import run_app, wait_for
+from tests.support.tui_fakes import FakeDaemon, chat_reply, fake_app
 
 
 def test_thinking_is_folded_and_tool_calls_are_shown(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from localllm.format import format_file_size
 from localllm.images.files import pasted_images, read_image, to_path
 from localllm.tui.format import attachment_text, export_json, export_markdown
 from localllm.tui.sessions import Attachment, ChatSettings, Sessions, StoredMessage
-from tests.visionmodel import RED, png
+from tests.support.visionmodel import RED, png
 
 # The schema the TUI wrote before images (user_version 1), to migrate from.
 V1_SCHEMA = """

@@ -19,11 +19,10 @@ from textual.pilot import Pilot
 
 from localllm.tui.screens.chat import ChatScreen
 from localllm.tui.widgets.message import MessageView
-from tests.cli.conftest import Daemon
-from tests.tinymodel import expected_greedy
-from tests.tui.conftest import make_app, run_app, wait_for
-from tests.tui.test_chat import send
-from tests.visionmodel import GREEN, GREEN_GREEDY, N_IMAGE_TOKENS, RED, RED_GREEDY, png
+from tests.support.daemon import Daemon
+from tests.support.tinymodel import expected_greedy
+from tests.support.tui import make_app, run_app, send, wait_for
+from tests.support.visionmodel import GREEN, GREEN_GREEDY, N_IMAGE_TOKENS, RED, RED_GREEDY, png
 
 VISION = "tiny-vision:latest"
 RED_PNG, GREEN_PNG = png(32, 32, RED), png(32, 32, GREEN)

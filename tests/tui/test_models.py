@@ -12,10 +12,9 @@ from textual.widgets import DataTable, Label
 from localllm.tui.screens.dialogs import AskScreen, ConfirmScreen
 from localllm.tui.screens.models import DetailsScreen, ModelsScreen
 from localllm.tui.screens.pull import PullScreen, RateMeter
-from tests.cli.conftest import Daemon
-from tests.tui.conftest import make_app, run_app, wait_for
-from tests.tui.fakes import FakeDaemon, fake_app
-from tests.tui.test_chat import MODEL, send
+from tests.support.daemon import Daemon
+from tests.support.tui import MODEL, make_app, run_app, send, wait_for
+from tests.support.tui_fakes import FakeDaemon, fake_app
 
 pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
 

@@ -3,7 +3,7 @@ libllama: search by a library name, see each quant's fit, read the exact plan, p
 progress bar, chat with the model; a quant too big for the machine is refused with its
 reason before any download, and ``f`` pulls it anyway.
 
-The stand-in Hub serves the tiny model (tests/tinymodel.py) under the repo and file the
+The stand-in Hub serves the tiny model (tests/support/tinymodel.py) under the repo and file the
 built-in catalogue's ``llama3.2`` points at, so ``llama3.2`` finds it through the catalogue
 as it would on the real Hub; the other ``llama3.2`` sizes point at repos the stand-in
 lacks, and are left out.  A Hub that fails shows the daemon's error in place.
@@ -26,13 +26,12 @@ from localllm.tui.screens.pull import REFUSED_HINT, PullScreen
 from localllm.tui.screens.search import SearchScreen
 from localllm.tui.screens.search_details import RemoteDetailsScreen, plan_rows
 from localllm.tui.search_format import refusal
-from tests.cli.conftest import Daemon, start_daemon
-from tests.ggufmeta import SHAPES, write_gguf
-from tests.hubstub import HubStub
-from tests.tinymodel import expected_greedy, make_tiny_model
-from tests.tui.conftest import CONTENTS_TEMPLATE, make_app, run_app, wait_for
-from tests.tui.search_fakes import REFUSAL
-from tests.tui.test_chat import send
+from tests.support.daemon import Daemon, start_daemon
+from tests.support.ggufmeta import SHAPES, write_gguf
+from tests.support.hubstub import HubStub
+from tests.support.tinymodel import expected_greedy, make_tiny_model
+from tests.support.tui import CONTENTS_TEMPLATE, make_app, run_app, send, wait_for
+from tests.support.tui_search_fakes import REFUSAL
 
 pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
 

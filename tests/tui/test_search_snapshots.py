@@ -1,7 +1,7 @@
 """Snapshots of the model search (pytest-textual-snapshot): the results with the fit column
 at 80×24 and 160×48, and a pull refused as too big with its reason and the override.
 
-They run against the scripted daemon (tests/tui/search_fakes.py: fixed repos, quants and
+They run against the scripted daemon (tests/support/tui_search_fakes.py: fixed repos, quants and
 fits on a machine with one 8 GB GPU), so nothing that varies between runs reaches the
 screen.  After a deliberate change of the look, review and update them with
 ``pytest tests/tui/test_search_snapshots.py --snapshot-update``.
@@ -18,9 +18,9 @@ from textual.pilot import Pilot
 
 from localllm.tui.screens.pull import PullScreen
 from localllm.tui.screens.search import SearchScreen
-from tests.tui.fakes import fake_app
-from tests.tui.search_fakes import TOO_BIG, SearchFake
-from tests.tui.test_snapshots import SIZES, settle
+from tests.support.tui import SIZES, settle
+from tests.support.tui_fakes import fake_app
+from tests.support.tui_search_fakes import TOO_BIG, SearchFake
 
 pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
 

@@ -28,9 +28,9 @@ from localllm.tui.search_format import (
     refusal,
     updated,
 )
-from tests.tui.conftest import run_app, wait_for
-from tests.tui.fakes import fake_app, model_entry
-from tests.tui.search_fakes import QUANTS, REFUSAL, RESULTS, TOO_BIG, SearchFake
+from tests.support.tui import run_app, wait_for
+from tests.support.tui_fakes import fake_app, model_entry
+from tests.support.tui_search_fakes import QUANTS, REFUSAL, RESULTS, TOO_BIG, SearchFake
 
 
 def test_counts_dates_and_names() -> None:

@@ -13,9 +13,8 @@ from textual.widgets import OptionList
 from localllm import paths
 from localllm.api.daemon import daemon_alive
 from localllm.tui.screens.dialogs import AskScreen, ConfirmScreen
-from tests.cli.conftest import Daemon, free_port, stop_pid
-from tests.tui.conftest import make_app, run_app, wait_for
-from tests.tui.test_chat import MODEL, send
+from tests.support.daemon import Daemon, free_port, stop_pid
+from tests.support.tui import MODEL, make_app, run_app, send, wait_for
 
 pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
 

@@ -18,23 +18,12 @@ from textual.pilot import Pilot
 
 from localllm.tui.app import LocalLLMApp
 from localllm.tui.screens.models import ModelsScreen
-from tests.tui.fakes import fake_app
+from tests.support.tui import SIZES, settle
+from tests.support.tui_fakes import fake_app
 
 pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
 
-SIZES = [(80, 24), (160, 48)]
 Snap = Callable[..., bool]
-
-
-async def settle(pilot: Pilot[None]) -> None:
-    app = pilot.app
-    assert isinstance(app, LocalLLMApp)
-    await asyncio.wait_for(app.ready.wait(), 10)
-    # A blinking cursor is drawn or not depending on when the shot is taken (a slow
-    # machine shot it "on" once): keep it steadily on.
-    app.chat_screen.prompt.cursor_blink = False
-    await app.workers.wait_for_complete()
-    await pilot.pause()
 
 
 async def open_seeded_chat(pilot: Pilot[None]) -> None:

@@ -1,4 +1,4 @@
-"""A tiny GGUF LoRA adapter for ``tests/tinymodel`` (or a mismatched one), for create tests.
+"""A tiny GGUF LoRA adapter for ``tests/support/tinymodel`` (or a mismatched one), for create tests.
 
 The adapter has the layout llama.cpp's ``convert_lora_to_gguf`` writes:
 ``general.type = "adapter"``, ``adapter.type = "lora"``, ``adapter.lora.alpha``
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.tinymodel import N_EMBD, N_VOCAB, SHARPNESS, successors, token_id
+from tests.support.tinymodel import N_EMBD, N_VOCAB, SHARPNESS, successors, token_id
 
 
 def make_tiny_lora(dir: Path, *, arch: str = "llama", name: str = "lora.gguf",

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from localllm.toolcalls import detect_format
-from tests.inference.matrix_rows import Row
-from tests.template.corpus import corpus
+from tests.support.matrix_rows import Row
+from tests.support.template_corpus import corpus
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "tool-calls.md"
 HEADS = {"api_chat": "`/api/chat`", "api_chat_stream": "streamed", "openai": "OpenAI",

@@ -3,7 +3,7 @@
 Owned by the engine; used by tests/engine/test_vision_mrope.py (and any test that needs
 images on an M-RoPE model).
 
-``make_qwen_model(dir)`` writes the text model: tests/tinymodel.py's vocabulary,
+``make_qwen_model(dir)`` writes the text model: tests/support/tinymodel.py's vocabulary,
 one-hot embeddings and successor output (so text-only prompts give
 ``tinymodel.expected_greedy``), under architecture ``qwen2vl`` with
 ``qwen2vl.rope.dimension_sections`` = [8, 12, 12, 0], so llama.cpp builds it with
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tests.tinymodel import (
+from tests.support.tinymodel import (
     CHAT_TEMPLATE,
     EOS,
     LETTERS,

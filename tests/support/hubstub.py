@@ -412,7 +412,7 @@ def add_vision_repo(stub: HubStub, folder: Path, repo: str, *,
     with a distinct trailing byte, so the files differ); default: a header-only
     clip GGUF from ``write_clip_header``.
     """
-    from tests.ggufmeta import Shape, write_gguf
+    from tests.support.ggufmeta import Shape, write_gguf
 
     folder.mkdir(parents=True, exist_ok=True)
     out: dict[str, StubFile] = {}

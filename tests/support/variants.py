@@ -1,7 +1,7 @@
 """Tiny-model variants with other chat templates, and a daemon serving them.
 
 The tiny model's greedy text depends only on the last prompt token (see
-``tests/tinymodel.py``), so a template decides what it says:
+``tests/support/tinymodel.py``), so a template decides what it says:
 
 * ``tiny-plain``: the prompt is the last message's content, so chat and
   completions give ``GREEDY[content]`` exactly.
@@ -27,8 +27,8 @@ from localllm import paths
 from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
-from tests.cli.conftest import Daemon, start_daemon
-from tests.tinymodel import CHAT_TEMPLATE, make_tiny_model
+from tests.support.daemon import Daemon, start_daemon
+from tests.support.tinymodel import CHAT_TEMPLATE, make_tiny_model
 
 if TYPE_CHECKING:
     import openai
@@ -89,7 +89,7 @@ def serve_shared(tmp_path_factory: pytest.TempPathFactory, **kw: object) -> Iter
 
     For tests that leave the store as they found it; sharing one daemon (and its
     loaded runners) saves a daemon start and a model load per test."""
-    from tests.conftest import isolate
+    from tests.support.home import isolate
 
     tmp = tmp_path_factory.mktemp("shared-daemon")
     mp = pytest.MonkeyPatch()

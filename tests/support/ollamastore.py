@@ -34,7 +34,7 @@ MANIFEST_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
 CONFIG_TYPE = "application/vnd.docker.container.image.v1+json"
 IMAGE = "application/vnd.ollama.image."
 
-# llama3.2:latest: what its chat renders to is checked token by token (tests/tinymodel.py
+# llama3.2:latest: what its chat renders to is checked token by token (tests/support/tinymodel.py
 # counts one token per character), and the reply is the tiny model's continuation of the
 # last character: "m" -> "nop..." cut by the "s" stop parameter.
 TEMPLATE_A = ("{{- if .System }}<|system|>{{ .System }}{{ end }}"
@@ -119,9 +119,9 @@ class OllamaStore:
 
 def three_models(root: Path, work: Path) -> OllamaStore:
     """The store of the module docstring, its GGUFs generated into ``work``."""
-    from tests.modelfile.tinylora import make_remap_lora
-    from tests.tinymodel import make_tiny_model
-    from tests.visionmodel import make_projector
+    from tests.support.tinylora import make_remap_lora
+    from tests.support.tinymodel import make_tiny_model
+    from tests.support.visionmodel import make_projector
 
     gguf = make_tiny_model(work)
     store = OllamaStore(root)

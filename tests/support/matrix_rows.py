@@ -2,7 +2,7 @@
 that teaches tool calls, with the reply its script model gives and what it must parse to.
 
 Owned by ``test_matrix.py``.  A row's replies are built from its format's raw call
-(``tests/toolcalls/samples.py``, after llama.cpp's tests/test-chat.cpp) and the
+(``tests/support/toolcall_samples.py``, after llama.cpp's tests/test-chat.cpp) and the
 template's own prompt: where the generation prompt opens a thinking block, the reply
 first closes it (and that reasoning must come back as thinking).  A third reply, to the
 forced question, is a call the forced-call grammar itself writes (a seeded walk over
@@ -21,11 +21,11 @@ from localllm.template.jinja import TemplateError
 from localllm.template.select import render_prompt
 from localllm.toolcalls import ChatFormat, detect_format
 from localllm.toolcalls.thinking import prompt_opens_thinking
-from tests.grammar.gbnf import accepts, parse_grammar
-from tests.grammar.test_tools import generate
-from tests.template.corpus import corpus
-from tests.toolcalls import samples as s
-from tests.toolcalls.helpers import TOOLS
+from tests.support import toolcall_samples as s
+from tests.support.gbnf import accepts, parse_grammar
+from tests.support.template_corpus import corpus
+from tests.support.tool_grammar import generate
+from tests.support.toolcall_helpers import TOOLS
 
 ASK = "Weather in Paris?"  # answered with the family's call
 MUSE = "Why is the sky blue?"  # ... with reasoning and text, tools offered

@@ -7,7 +7,7 @@ import os
 
 def children_of(ppid: int) -> list[int]:
     """Pids of the processes whose parent is ``ppid`` (the tests' own fork server aside)."""
-    from tests.forkserver import server_pid
+    from tests.support.forkserver import server_pid
 
     pids = []
     for entry in os.listdir("/proc"):

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.tinymodel import BOS, EOS, N_EMBD, N_VOCAB, token_id, tokenize, write_vocab
+from tests.support.tinymodel import BOS, EOS, N_EMBD, N_VOCAB, token_id, tokenize, write_vocab
 
 N_HEAD = 6
 RELEVANT = "xyz"
@@ -182,8 +182,8 @@ def make_bert_reranker(dir: Path, name: str = "bert-rerank.gguf") -> Path:
     """Write the BERT reranker into ``dir`` and return its path (see above)."""
     import gguf
 
-    from tests.tinymodel import EOS as _EOS
-    from tests.tinymodel import UNK, _vocab
+    from tests.support.tinymodel import EOS as _EOS
+    from tests.support.tinymodel import UNK, _vocab
 
     dir.mkdir(parents=True, exist_ok=True)
     path = dir / name

@@ -1,4 +1,4 @@
-"""The scripted daemon of tests/tui/fakes.py, answering ``GET /api/search`` too, for the
+"""The scripted daemon of tests/support/tui_fakes.py, answering ``GET /api/search`` too, for the
 snapshots of the search screen: fixed repos, quants and fits (a machine with one 8 GB GPU),
 so nothing that varies between runs reaches the screen.
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from tests.tui.fakes import FakeDaemon
+from tests.support.tui_fakes import FakeDaemon
 
 GB = 1_000_000_000
 REPO = "bartowski/Llama-3.2-3B-Instruct-GGUF"

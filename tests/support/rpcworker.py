@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localllm.hardware.rpc import query
-from tests.cli.conftest import free_port
+from tests.support.daemon import free_port
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def backends_dir() -> Path:

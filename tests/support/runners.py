@@ -1,4 +1,5 @@
-"""Helpers for runner tests: run coroutines with a deadline, spawn fake-engine runners."""
+"""Runner-test helpers: run coroutines with a deadline, spawn fake-engine runners
+(fake_engine.py), read their answers, tell whether a process lives."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from localllm.runner.process import RunnerProcess
 
 T = TypeVar("T")
 
-FAKE_ENV = {"LOCALLLM_RUNNER_ENGINE": "tests.runner.fake_engine:FakeEngine"}
+FAKE_ENV = {"LOCALLLM_RUNNER_ENGINE": "tests.support.fake_engine:FakeEngine"}
 
 
 def arun(coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:

@@ -1,6 +1,6 @@
 """Plugin packs for the tests: real ones from the RPC plugin CI builds, and hand-made bad ones.
 
-``real_pack`` packs a copy of the shared RPC plugin (tests/rpcworker.py) with
+``real_pack`` packs a copy of the shared RPC plugin (tests/support/rpcworker.py) with
 ``backends.pack`` itself, in a backends folder of the test's own; the shared
 folder is only ever read.  ``write_pack`` writes any tar.gz from a manifest
 and a list of members, so a test can make exactly the pack it needs: an

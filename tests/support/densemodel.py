@@ -1,6 +1,6 @@
 """A tiny llama GGUF with random dense weights, generated at test time: every logit differs.
 
-The alphabet model (tests/tinymodel.py) leaves most logits exactly 0, so tokens tie,
+The alphabet model (tests/support/tinymodel.py) leaves most logits exactly 0, so tokens tie,
 and the order in which two samplers list tied tokens is theirs to choose: draws
 would differ for that reason alone.  Here every weight is random (seeded), so the
 logits of a row are all distinct and spread over a few units, and samplers that
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.tinymodel import N_VOCAB, write_vocab
+from tests.support.tinymodel import N_VOCAB, write_vocab
 
 N_EMBD, N_HEAD, N_FF, N_LAYER = 64, 4, 128, 2
 

@@ -6,7 +6,7 @@ Owned by the engine; used by engine, runner and server tests of image input.
 "mlp"``): a ViT whose patch embedding is a 16-pixel convolution on a 32-pixel
 image (4 patches, so 4 image tokens), one block (which the LLaVA graph skips:
 it reads the second-to-last layer), and an MLP ``mm.0`` -> GELU -> ``mm.2`` whose
-output width is tests/tinymodel.py's ``N_EMBD``.  The weights are chosen, not
+output width is tests/support/tinymodel.py's ``N_EMBD``.  The weights are chosen, not
 random, so that the text model's greedy output after an image depends on its
 colour:
 
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.tinymodel import N_EMBD, token_id
+from tests.support.tinymodel import N_EMBD, token_id
 
 IMAGE_SIZE = 32
 PATCH = 16

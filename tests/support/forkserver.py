@@ -37,7 +37,7 @@ import weakref
 from pathlib import Path
 from typing import IO, Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # What ``localllm serve`` and the CLI commands import: done once, in the server.
 WARM = ("localllm.cli.main", "localllm.server.app", "localllm.server.serve", "uvicorn",
         "uvicorn.protocols.http.h11_impl", "uvicorn.lifespan.on", "httpx",
@@ -158,8 +158,9 @@ def _server_path() -> str:
             env = dict(os.environ)
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH"))
                                                 if p)
-            proc = subprocess.Popen([sys.executable, "-m", "tests.forkserver", path], cwd=REPO,
-                                    env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            proc = subprocess.Popen([sys.executable, "-m", "tests.support.forkserver", path],
+                                    cwd=REPO, env=env, stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE)
             assert proc.stdout is not None
             line = proc.stdout.readline()
             if line.strip() != b"ready":

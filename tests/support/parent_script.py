@@ -1,6 +1,6 @@
 """A stand-in daemon for the orphan tests: start a runner, print its pid, wait to be killed.
 
-Usage: python -m tests.runner.parent_script MODEL_PATH [fake|real] [--no-wait]
+Usage: python -m tests.support.parent_script MODEL_PATH [fake|real] [--no-wait]
 (``--no-wait`` prints the parent's pid right away and starts the load in the
 background, for killing the parent while the child is still loading).
 """
@@ -13,7 +13,7 @@ import sys
 
 from localllm.runner.messages import LoadOptions
 from localllm.runner.process import RunnerProcess
-from tests.runner.conftest import FAKE_ENV
+from tests.support.runners import FAKE_ENV
 
 
 async def main() -> None:

@@ -1,4 +1,6 @@
-"""End-to-end fixtures: the real daemon (``python -m localllm serve``) on a free loopback port."""
+"""The real daemon (``python -m localllm serve``) on a free loopback port, and the CLI run
+against it.  Also a plugin (see tests/conftest.py): the ``daemon``, ``hub_daemon`` and
+``tiny_daemon`` fixtures."""
 
 from __future__ import annotations
 
@@ -16,9 +18,9 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from tests import forkserver
-from tests.hubstub import HubStub
-from tests.server.conftest import hub  # noqa: F401  (fixture shared with the route tests)
+from tests.support import forkserver
+from tests.support.hubstub import HubStub
+from tests.support.models import add_tiny
 
 REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -92,7 +94,7 @@ class Daemon:
 def run_cli(
     *args: str, env: dict[str, str], timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m localllm ARGS``, forked from the warm server (tests/forkserver.py)."""
+    """``python -m localllm ARGS``, forked from the warm server (tests/support/forkserver.py)."""
     return forkserver.run(list(args), env, cwd=REPO, timeout=timeout)
 
 
@@ -134,3 +136,14 @@ def hub_daemon(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Daemo
     assert stub.url
     with start_daemon(tmp_path) as d:
         yield d
+
+
+@pytest.fixture
+def tiny_daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Daemon]:
+    """The daemon with ``tiny`` (greedy-predictable) and ``tiny-embed`` (mean pooling) stored."""
+    monkeypatch.setenv("LOCALLLM_NUM_PARALLEL", "4")
+    monkeypatch.setenv("LOCALLLM_CONTEXT_LENGTH", "512")
+    add_tiny(tmp_path, "tiny")
+    add_tiny(tmp_path, "tiny-embed", pooling="mean")
+    with start_daemon(tmp_path) as daemon:
+        yield daemon

@@ -27,7 +27,7 @@ def install(bin_dir: Path, name: str) -> Path:
     bin_dir.mkdir(parents=True, exist_ok=True)
     path = bin_dir / name
     path.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(REPO)!r})\n"
-                    f"from tests.cli.agent_standin import main\nsys.exit(main({name!r}))\n")
+                    f"from tests.support.agent_standin import main\nsys.exit(main({name!r}))\n")
     path.chmod(0o755)
     return path
 

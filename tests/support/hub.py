@@ -1,0 +1,27 @@
+"""The ``hub`` fixture (a plugin, see tests/conftest.py): the Hub stand-in of hubstub.py
+with one repo, ``someone/Tiny-GGUF``, holding two quants, and HF_ENDPOINT pointed at it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.ggufmeta import Shape, write_gguf
+from tests.support.hubstub import HubStub
+
+
+@pytest.fixture
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubStub]:
+    """The local Hub stand-in with one repo, ``someone/Tiny-GGUF``, holding two quants."""
+    stub = HubStub(tmp_path / "hub").start()
+    monkeypatch.setenv("HF_ENDPOINT", stub.url)
+    for quant in ("Q4_K_M", "Q8_0"):
+        gguf = write_gguf(tmp_path / f"tiny-{quant}.gguf", Shape(name=f"tiny {quant}"), quant)
+        stub.add_file("someone/Tiny-GGUF", f"tiny-{quant}.gguf", gguf)
+    stub.add_file("someone/Tiny-GGUF", "README.md", b"# tiny\n")
+    try:
+        yield stub
+    finally:
+        stub.stop()
