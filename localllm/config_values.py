@@ -95,8 +95,8 @@ KV_TYPES: tuple[KVType, ...] = get_args(KVType)
 
 FlashAttention = Literal["auto", "on", "off"]
 FLASH_ATTENTION_VALUES: tuple[FlashAttention, ...] = get_args(FlashAttention)
-_FLASH_ON = ("on", "1", "true", "yes")
-_FLASH_OFF = ("off", "0", "false", "no")
+_ON = ("on", "1", "true", "yes")
+_OFF = ("off", "0", "false", "no")
 
 
 def parse_kv_type(raw: str) -> KVType:
@@ -110,14 +110,20 @@ def parse_kv_type(raw: str) -> KVType:
 
 def parse_flash_attention(raw: str) -> FlashAttention:
     """``on``/``off``/``auto``; booleans (``1``, ``true``, ``no``, ...) mean on or off."""
+    return _auto_on_off(raw, "expected on, off or auto")
+
+
+def _auto_on_off(raw: str, expected: str) -> Literal["auto", "on", "off"]:
+    """``auto``, or a boolean's spelling (``on``, ``1``, ``false``...) as on or off;
+    anything else is a ``ValueError`` saying ``expected``."""
     low = raw.strip().lower()
     if low == "auto":
         return "auto"
-    if low in _FLASH_ON:
+    if low in _ON:
         return "on"
-    if low in _FLASH_OFF:
+    if low in _OFF:
         return "off"
-    raise ValueError("expected on, off or auto")
+    raise ValueError(expected)
 
 
 def parse_engine_spec(raw: str) -> str:
@@ -248,14 +254,7 @@ CPU_REPACK_VALUES: tuple[CpuRepack, ...] = get_args(CpuRepack)
 
 def parse_cpu_repack(raw: str) -> CpuRepack:
     """``auto``, ``on`` or ``off``; booleans (``1``, ``false``...) mean on or off."""
-    low = raw.strip().lower()
-    if low == "auto":
-        return "auto"
-    if low in _FLASH_ON:
-        return "on"
-    if low in _FLASH_OFF:
-        return "off"
-    raise ValueError("expected auto, on or off")
+    return _auto_on_off(raw, "expected auto, on or off")
 
 
 def parse_host(raw: str) -> tuple[str, int]:
