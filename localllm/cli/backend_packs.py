@@ -100,25 +100,12 @@ def run_pack(args: argparse.Namespace) -> int:
 
 
 def _loaded(installed: Any) -> int:
-    from localllm.cli.backends import report
+    from localllm.cli.backends import prove_loads
 
     m = installed.manifest
     print(f"Installed {m['backend']} for ggml {m['ggml_version']} (trusted by "
           f"{installed.trusted_by}, sha256 {installed.sha256}): {installed.plugin}")
-    rep = {r["name"]: r for r in report()["backends"]}[installed.backend]
-    if installed.backend == "cuda":
-        from localllm.backends.cuda_runtime import describe, no_device
-
-        print(f"CUDA runtime: {describe(installed.plugin)}")
-        if no_device(rep["error"]):  # installed right, on a machine that cannot run it
-            print(f"On this machine: {rep['error']}.")
-            return 0
-    if not rep["loaded"]:
-        print(f"The plugin was installed but does not load: {rep['error']}", file=sys.stderr)
-        return 1
-    devs = ", ".join(rep["devices"])
-    print(f"Loaded: {devs or 'no local devices (RPC devices come from workers)'}")
-    return 0
+    return prove_loads(installed.backend, installed.plugin, "installed")
 
 
 def run_install(args: argparse.Namespace) -> int:

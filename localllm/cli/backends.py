@@ -146,18 +146,23 @@ def run_build(args: argparse.Namespace) -> int:
     sys.stderr.write("\n")
     print(f"Built {result.backend} for ggml {result.ggml_version} in {result.seconds:.1f} s: "
           f"{result.path} ({result.size / 1e6:.1f} MB); log: {result.log}")
-    # Prove it loads, in a child process like every runner does.
-    rep = {r["name"]: r for r in report()["backends"]}[result.backend]
-    if result.backend == "cuda":
+    return prove_loads(result.backend, result.path, "built")
+
+
+def prove_loads(backend: str, plugin: Path, done: str) -> int:
+    """Whether a plugin just ``done`` (built, installed) loads, in a child process like
+    every runner does: what it found said, and the exit status."""
+    rep = {r["name"]: r for r in report()["backends"]}[backend]
+    if backend == "cuda":
         from localllm.backends.cuda_runtime import describe, no_device
 
-        print(f"CUDA runtime: {describe(result.path)}")
+        print(f"CUDA runtime: {describe(plugin)}")
         if no_device(rep["error"]):
-            # Built right, on a machine that cannot run it (a builder for others, CI).
+            # Done right, on a machine that cannot run it (a builder for others, CI).
             print(f"On this machine: {rep['error']}.")
             return 0
     if not rep["loaded"]:
-        print(f"The plugin was built but does not load: {rep['error']}", file=sys.stderr)
+        print(f"The plugin was {done} but does not load: {rep['error']}", file=sys.stderr)
         return 1
     devs = ", ".join(rep["devices"])
     print(f"Loaded: {devs or 'no local devices (RPC devices come from workers)'}")
