@@ -66,6 +66,14 @@ def _integer(body: Mapping[str, Any], key: str, low: int | None = None) -> int |
     return value
 
 
+def _logprob_count(body: Mapping[str, Any], key: str) -> int | None:
+    """How many alternatives per token ``key`` asks for: OpenAI takes 0 to 20."""
+    count = _integer(body, key, 0)
+    if count is not None and count > 20:
+        raise _bad(f"{key} must be between 0 and 20")
+    return count
+
+
 def _stop(body: Mapping[str, Any]) -> list[str] | None:
     stop = body.get("stop")
     if stop is None:
@@ -204,10 +212,8 @@ def chat_request_to_native(body: Mapping[str, Any]) -> ChatConversion:
         native["think"] = think
     if body.get("logprobs"):
         native["logprobs"] = True
-        top = _integer(body, "top_logprobs", 0)
+        top = _logprob_count(body, "top_logprobs")
         if top is not None:
-            if top > 20:
-                raise _bad("top_logprobs must be between 0 and 20")
             native["top_logprobs"] = top
     if "keep_alive" in body:
         native["keep_alive"] = body["keep_alive"]
@@ -229,10 +235,8 @@ def completion_request_to_native(body: Mapping[str, Any]) -> CompletionConversio
     suffix = body.get("suffix")
     if isinstance(suffix, str) and suffix:
         native["suffix"] = suffix
-    logprobs = _integer(body, "logprobs", 0)
+    logprobs = _logprob_count(body, "logprobs")
     if logprobs is not None:
-        if logprobs > 20:
-            raise _bad("logprobs must be between 0 and 20")
         native["logprobs"] = True
         native["top_logprobs"] = logprobs
     return CompletionConversion(native, n=n, stream=stream, include_usage=include_usage,
