@@ -105,11 +105,11 @@ class ChatScreen(Screen[None]):
 
     @property
     def prompt(self) -> PromptInput:
-        return self.query_one(PromptInput)
+        return self.conversation.prompt
 
     @property
     def pending(self) -> PendingImages:
-        return self.query_one(PendingImages)
+        return self.conversation.pending
 
     def message_views(self) -> list[MessageView]:
         return self.conversation.message_views()
