@@ -6,7 +6,7 @@ Owns :class:`ToolCall` (one parsed call, with Ollama's wire shape), :class:`Pars
 ``stream.py``), :class:`ToolSet` (the request's tools: known names and the
 parameter schemas that type XML-style argument values), and small text helpers
 (:func:`read_json`, :func:`expect`, :func:`partial_tag_len`, and the steps most
-formats share: :func:`read_calls`, :func:`name_until`, :func:`end_calls`,
+formats share: :func:`read_calls`, :func:`call_name`, :func:`end_calls`,
 :func:`end_call`).  Reading JSON itself
 is ``jsonscan.py``'s; its names are re-exported here, where the formats look.
 """
@@ -287,9 +287,14 @@ def read_calls(text: str, at: int, final: bool, one: Callable[[int], Step],
             return calls, at
 
 
-def name_until(text: str, begin: int, stop: str) -> tuple[str, int] | str | None:
-    """The function name from ``begin`` up to ``stop`` and where ``stop`` is; a reason
-    when there is none; None while it may still come."""
+def call_name(text: str, at: int, tag: str, stop: str, final: bool
+              ) -> tuple[str, int] | int | str | None:
+    """A call's ``tag`` at ``at`` (after whitespace), then its function name up to
+    ``stop``: (the name, where ``stop`` is); else as a :data:`Step`: -1 when no ``tag``
+    is there, a reason when the name is missing, None while either may still come."""
+    begin = expect(text, at, tag)
+    if begin is None or begin == -1:
+        return -1 if final else begin
     end = text.find(stop, begin)
     if end < 0:
         return None if len(text) - begin <= MAX_NAME else "no function name"

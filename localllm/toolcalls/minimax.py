@@ -28,10 +28,9 @@ from localllm.toolcalls.base import (
     Step,
     Syntax,
     ToolSet,
+    call_name,
     end_calls,
-    expect,
     json_or_text,
-    name_until,
     read_calls,
     skip_ws,
     to_close,
@@ -68,10 +67,7 @@ class MiniMaxM3(Syntax):
         return end_calls(text, at, SECTION_END if section else None, final, calls)
 
     def _invoke(self, text: str, at: int, tools: ToolSet | None, final: bool) -> Step:
-        begin = expect(text, at, INVOKE)
-        if begin is None or begin == -1:
-            return -1 if final else begin
-        named = name_until(text, begin, '">')
+        named = call_name(text, at, INVOKE, '">', final)
         if not isinstance(named, tuple):
             return named
         name, quote = named

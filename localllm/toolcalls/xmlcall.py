@@ -28,9 +28,9 @@ from localllm.toolcalls.base import (
     Step,
     Syntax,
     ToolSet,
+    call_name,
     end_calls,
     expect,
-    name_until,
     read_calls,
     to_close,
     typed_value,
@@ -70,10 +70,7 @@ class XmlCall(Syntax):
 
     def _function(self, text: str, at: int, tools: ToolSet | None, final: bool) -> Step:
         """One ``<function=..>`` block from ``at`` (see :data:`~localllm.toolcalls.base.Step`)."""
-        begin = expect(text, at, FUNCTION)
-        if begin is None or begin == -1:
-            return -1 if final else begin
-        named = name_until(text, begin, ">")
+        named = call_name(text, at, FUNCTION, ">", final)
         if not isinstance(named, tuple):
             return named
         name, gt = named
