@@ -82,6 +82,14 @@ def number(body: Mapping[str, Any], key: str, *, integer: bool = False,
     return value
 
 
+def content_parts(content: Any) -> list[tuple[str | None, Any]]:
+    """A message's content array as (type, part) pairs, the type None for a part that is
+    no object; a 400 when it is no array (a string content is the caller's: its text)."""
+    if not isinstance(content, list):
+        raise InvalidRequest("message content must be a string or an array of content parts")
+    return [(part.get("type") if isinstance(part, Mapping) else None, part) for part in content]
+
+
 def string_field(value: Any, where: str) -> str:
     """``value``, which must be a string (``where`` names it in the 400)."""
     if not isinstance(value, str):

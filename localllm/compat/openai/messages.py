@@ -14,6 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from localllm.compat.frames import content_parts
 from localllm.errors import InvalidRequest
 
 _bad = InvalidRequest
@@ -27,12 +28,9 @@ def _content(content: Any) -> tuple[str, list[str]]:
         return "", []
     if isinstance(content, str):
         return content, []
-    if not isinstance(content, list):
-        raise _bad("message content must be a string or an array of content parts")
     texts: list[str] = []
     images: list[str] = []
-    for part in content:
-        kind = part.get("type") if isinstance(part, Mapping) else None
+    for kind, part in content_parts(content):
         if kind == "text" and isinstance(part.get("text"), str):
             texts.append(part["text"])
         elif kind == "image_url":

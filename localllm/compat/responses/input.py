@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from localllm.compat.frames import string_field
+from localllm.compat.frames import content_parts, string_field
 from localllm.errors import InvalidRequest
 
 _bad = InvalidRequest
@@ -46,12 +46,9 @@ def _content(content: Any, role: str) -> tuple[str, list[str]]:
     """A message's content (string or parts) -> (text, base64 images)."""
     if isinstance(content, str):
         return content, []
-    if not isinstance(content, list):
-        raise _bad("message content must be a string or an array of content parts")
     texts: list[str] = []
     images: list[str] = []
-    for part in content:
-        kind = part.get("type") if isinstance(part, Mapping) else None
+    for kind, part in content_parts(content):
         if kind in ("input_text", "output_text", "text"):
             texts.append(string_field(part.get("text"), f"{kind}.text"))
         elif kind == "refusal" and role == "assistant":
