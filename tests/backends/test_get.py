@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,15 +40,9 @@ REPO_ID = "localllm/backends"
 
 
 @pytest.fixture
-def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubStub]:
-    stub = HubStub(tmp_path / "hub").start()
-    monkeypatch.setenv("HF_ENDPOINT", stub.url)
-    monkeypatch.setattr(download, "BACKOFF_S", 0.01)
-    try:
-        yield stub
-    finally:
-        assert download.wait_idle(10.0), "a download thread outlived its test"
-        stub.stop()
+def hub(hubstub: HubStub) -> HubStub:
+    """The empty Hub stand-in (tests/support/hub.py), under the name these tests use."""
+    return hubstub
 
 
 @pytest.fixture

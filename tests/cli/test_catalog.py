@@ -21,10 +21,10 @@ import pytest
 
 from localllm import paths
 from tests.support.daemon import Daemon, cli_env, free_port, run_cli, start_daemon
+from tests.support.echo import ECHO_TEMPLATE
 from tests.support.hubstub import HubStub
 from tests.support.tinymodel import expected_greedy, make_tiny_model
 
-ECHO_TEMPLATE = "{% for m in messages %}{{ m['role'] }}:{{ m['content'] }}{% endfor %}"
 USER_CATALOG = """
 [models."llama3.2"]
 tags."3b" = "hf.co/someone/Echo-GGUF:Q4_K_M"

@@ -12,7 +12,6 @@ import json
 import os
 import re
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +26,21 @@ from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
 from tests.support import agent_standin
-from tests.support.daemon import Daemon, cli_env, free_port, run_cli, start_daemon, stop_pid
+from tests.support.daemon import (
+    Daemon,
+    cli_env,
+    free_port,
+    own_daemon,
+    run_cli,
+    start_daemon,
+    stop_pid,
+)
 from tests.support.hubstub import HubStub
 from tests.support.tinymodel import GREEDY, make_tiny_model
+from tests.support.variants import PLAIN_TEMPLATE
 
 # Reads ``tools`` (so the model lists the tools capability) and renders the last message.
 CODER_TEMPLATE = "{% if tools %}{% endif %}{{ messages[-1]['content'] }}"
-PLAIN_TEMPLATE = "{{ messages[-1]['content'] }}"
 ANSWER = GREEDY["hello"]  # what the tiny model says to "hello"
 # What a user already has in their home: launch must leave every byte of it alone.
 USER_FILES = {
@@ -47,24 +54,17 @@ USER_FILES = {
 @pytest.fixture(scope="module")
 def agents_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     """``coder`` (tools template, trained for 128k tokens) and ``short`` (2048, no tools)."""
-    from tests.support.home import isolate
+    def stock(tmp: Path) -> None:
+        store = Store(paths.models())
+        for name, template, ctx in (("coder", CODER_TEMPLATE, 131072),
+                                    ("short", PLAIN_TEMPLATE, 2048)):
+            gguf = make_tiny_model(tmp / name, chat_template=template, n_ctx_train=ctx)
+            # Greedy, so the answer is known whatever the agent sends.
+            import_gguf(store, parse_name(name), [gguf], params={"temperature": 0})
 
-    tmp = tmp_path_factory.mktemp("launch-daemon")
-    mp = pytest.MonkeyPatch()
-    with ExitStack() as stack:
-        try:
-            isolate(mp, tmp / "localllm-home")
-            # No pull in these tests may reach the real Hub: nothing answers here.
-            mp.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")
-            store = Store(paths.models())
-            for name, template, ctx in (("coder", CODER_TEMPLATE, 131072),
-                                        ("short", PLAIN_TEMPLATE, 2048)):
-                gguf = make_tiny_model(tmp / name, chat_template=template, n_ctx_train=ctx)
-                # Greedy, so the answer is known whatever the agent sends.
-                import_gguf(store, parse_name(name), [gguf], params={"temperature": 0})
-            daemon = stack.enter_context(start_daemon(tmp))
-        finally:
-            mp.undo()
+    # No pull in these tests may reach the real Hub: nothing answers here.
+    with own_daemon(tmp_path_factory, "launch-daemon", stock, home="localllm-home",
+                    HF_ENDPOINT=f"http://127.0.0.1:{free_port()}") as daemon:
         yield daemon
 
 

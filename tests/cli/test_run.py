@@ -30,7 +30,7 @@ from localllm.cli.session import Session, parse_parameter, parse_think
 from localllm.errors import InvalidRequest, NotFound
 from tests.support import forkserver
 from tests.support.daemon import REPO, Daemon, start_daemon
-from tests.support.echo import ECHO_TEMPLATE, answer, read_fd_until, render
+from tests.support.echo import ECHO_TEMPLATE, answer, in_terminal, read_fd_until, render
 from tests.support.hubstub import HubStub
 from tests.support.tinymodel import make_tiny_model
 from tests.support.variants import serve_shared
@@ -211,25 +211,13 @@ def test_ctrl_c_stops_the_answer_and_the_session_goes_on(echo_daemon: Daemon) ->
 
 
 def test_terminal_session_with_readline_history(echo_daemon: Daemon) -> None:
-    import pty
-
-    controller, terminal = pty.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "localllm", "run", "echo"], cwd=REPO, env=echo_daemon.env,
-        stdin=terminal, stdout=terminal, stderr=terminal, close_fds=True)
-    os.close(terminal)
-    try:
+    with in_terminal(echo_daemon.env, "run", "echo") as (proc, controller):
         seen = read_fd_until(controller, b">>> ")
         os.write(controller, b"hello\n")
         seen = read_fd_until(controller, b">>> ", seen.split(b">>> ", 1)[1])
         assert b"pqrstuvwxyz" in seen
         os.write(controller, b"\x04")  # Ctrl-D leaves
         assert proc.wait(30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(controller)
     try:
         import readline  # noqa: F401
     except ImportError:  # no line editing here: no history file either

@@ -14,7 +14,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,9 +27,8 @@ from localllm.store.local import Store
 from localllm.store.names import parse_name
 from localllm.template.select import render_prompt
 from tests.support import forkserver
-from tests.support.daemon import REPO, Daemon, start_daemon
-from tests.support.echo import ECHO_TEMPLATE, answer, read_fd_until
-from tests.support.home import isolate
+from tests.support.daemon import REPO, Daemon, module_home, start_daemon
+from tests.support.echo import ECHO_TEMPLATE, answer, in_terminal, read_fd_until
 from tests.support.scriptmodel import make_script_model
 from tests.support.template_corpus import corpus
 from tests.support.tinymodel import make_tiny_model
@@ -49,11 +47,8 @@ def _tail(template: str, think: bool) -> str:
 
 @pytest.fixture(scope="module")
 def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    tmp = tmp_path_factory.mktemp("run-flags")
-    with pytest.MonkeyPatch.context() as mp:
-        isolate(mp, tmp / "home")
-        mp.setenv("LOCALLLM_NUM_PARALLEL", "1")
-        mp.setenv("LOCALLLM_CONTEXT_LENGTH", "256")
+    with module_home(tmp_path_factory, "run-flags", LOCALLLM_NUM_PARALLEL="1",
+                     LOCALLLM_CONTEXT_LENGTH="256") as tmp:
         store = Store(paths.models())
         qwen3 = corpus()["Qwen-Qwen3-0.6B.jinja"]
         scripts = {_tail(qwen3, True): THINKING_REPLY, _tail(qwen3, False): PLAIN_REPLY}
@@ -186,16 +181,10 @@ def test_dimensions_and_truncate_for_embedding_models(d: Daemon) -> None:
 @pytest.mark.parametrize("nohistory", ["1", ""])
 def test_nohistory_reads_the_history_but_adds_nothing(d: Daemon, nohistory: str) -> None:
     pytest.importorskip("readline")
-    import pty
-
     home = Path(d.env["LOCALLLM_HOME"])
     (home / "history").write_text("earlier\n")
     env = {**d.env, "OLLAMA_NOHISTORY": nohistory}
-    controller, terminal = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "localllm", "run", "echo"], cwd=REPO, env=env,
-                            stdin=terminal, stdout=terminal, stderr=terminal, close_fds=True)
-    os.close(terminal)
-    try:
+    with in_terminal(env, "run", "echo") as (proc, controller):
         seen = read_fd_until(controller, b">>> ")
         os.write(controller, b"\x1b[A\n")  # up arrow: the line from the file comes back
         seen = read_fd_until(controller, b">>> ", seen.split(b">>> ", 1)[1])
@@ -204,10 +193,5 @@ def test_nohistory_reads_the_history_but_adds_nothing(d: Daemon, nohistory: str)
         read_fd_until(controller, b">>> ", b"")
         os.write(controller, b"\x04")
         assert proc.wait(30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(controller)
     kept = (home / "history").read_text()
     assert ("hello" in kept) is (not nohistory), kept

@@ -17,20 +17,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from localllm import paths
-from localllm.store.importer import import_gguf
-from localllm.store.local import Store
-from localllm.store.names import parse_name
 from tests.support.daemon import Daemon, start_daemon
+from tests.support.models import add_tiny
 from tests.support.rpcworker import Worker, start_worker
-from tests.support.tinymodel import expected_greedy, make_tiny_model
+from tests.support.tinymodel import expected_greedy
 
 pytestmark = pytest.mark.gpu
-
-
-def add_model(tmp_path: Path, name: str, **variant: object) -> None:
-    path = make_tiny_model(tmp_path / f"gguf-{name}", **variant)  # type: ignore[arg-type]
-    import_gguf(Store(paths.models()), parse_name(name), [path])
 
 
 def generate(d: Daemon, prompt: str, n: int = 12, **options: object) -> dict[str, object]:
@@ -66,7 +58,7 @@ def one_worker(env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         monkeypatch.setenv("LOCALLLM_RPC_WORKERS", w.endpoint)
         monkeypatch.setenv("LOCALLLM_CONTEXT_LENGTH", "256")
         # 40 layers of ~2.6 MB: enough for the worker's memory to show the load.
-        add_model(tmp_path, "tiny", n_layer=40)
+        add_tiny(tmp_path, "tiny", n_layer=40)
         with start_daemon(tmp_path) as d:
             yield d, w
 
@@ -104,7 +96,7 @@ def test_two_workers_and_the_cpu_share_a_model(env: Path, tmp_path: Path,
     with start_worker(env, tmp_path) as a, start_worker(env, tmp_path) as b:
         monkeypatch.setenv("LOCALLLM_RPC_WORKERS", f"{a.endpoint},{b.endpoint}")
         monkeypatch.setenv("LOCALLLM_SCHED_SPREAD", "1")
-        add_model(tmp_path, "tiny", attention=True, n_layer=6, n_ctx_train=32768)
+        add_tiny(tmp_path, "tiny", attention=True, n_layer=6, n_ctx_train=32768)
         with start_daemon(tmp_path) as d:
             # num_gpu 5 (llama.cpp's count: 4 layers + output) spread over both workers;
             # layers 0-1 stay on the CPU.
@@ -158,7 +150,7 @@ def test_a_worker_that_is_down_is_named_and_the_model_loads_locally(
     dead = f"127.0.0.1:{free_port()}"
     monkeypatch.setenv("LOCALLLM_RPC_WORKERS", dead)
     monkeypatch.setenv("LOCALLLM_CONTEXT_LENGTH", "256")
-    add_model(tmp_path, "tiny")
+    add_tiny(tmp_path, "tiny")
     with start_daemon(tmp_path) as d:
         assert generate(d, "abc")["response"] == expected_greedy("abc", 12)
         assert d.cli("ps").stdout.splitlines()[1].find("100% CPU") > 0

@@ -17,7 +17,8 @@ import pytest
 
 from localllm.engine.engine import Engine
 from localllm.grammar import json_grammar, schema_to_grammar
-from localllm.runner.messages import CompletionRequest, Done, LoadOptions, Piece, SamplingParams
+from localllm.runner.messages import Done
+from tests.support.engine_steps import opts, sample_under
 from tests.support.gbnf import accepts
 from tests.support.tinymodel import make_tiny_model
 
@@ -38,26 +39,12 @@ SCHEMA: dict[str, Any] = {
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     model = make_tiny_model(tmp_path_factory.mktemp("tiny-grammar"))
-    opts = LoadOptions(n_ctx=1024, n_parallel=1, n_batch=64, n_ubatch=64, n_threads=1)
-    with Engine([str(model)], opts) as e:
+    with Engine([str(model)], opts(n_ctx=1024)) as e:
         yield e
 
 
 def generate(engine: Engine, grammar: str, seed: int) -> tuple[str, Done]:
-    sampling = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, seed=seed, grammar=grammar)
-    engine.submit(CompletionRequest(id=f"g{seed}", prompt="a", sampling=sampling,
-                                    num_predict=900))
-    text, done = "", None
-    while engine.has_work():
-        for ev in engine.step():
-            if isinstance(ev, Piece):
-                text += ev.text
-            elif isinstance(ev, Done):
-                done = ev
-            else:
-                raise AssertionError(ev)
-    assert done is not None
-    return text, done
+    return sample_under(engine, grammar, f"g{seed}", seed, num_predict=900)
 
 
 def check(doc: dict[str, Any]) -> None:

@@ -24,7 +24,8 @@ from localllm.grammar import schema_to_grammar
 from localllm.grammar.json_schema import MAX_DEPTH, MAX_PROPERTIES
 from localllm.grammar.rules import MAX_GRAMMAR_BYTES, MAX_SCHEMA_NODES
 from localllm.grammar.tools import MAX_TOOLS, forced_tool_grammar
-from localllm.runner.messages import CompletionRequest, Done, LoadOptions, Piece, SamplingParams
+from localllm.runner.messages import Done
+from tests.support.engine_steps import opts, sample_under
 from tests.support.gbnf import accepts, parse_grammar
 from tests.support.tinymodel import make_tiny_model
 
@@ -248,24 +249,12 @@ def test_xml_required_entries_that_are_not_names_are_ignored() -> None:
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     model = make_tiny_model(tmp_path_factory.mktemp("tiny-limits"))
-    opts = LoadOptions(n_ctx=2048, n_parallel=1, n_batch=64, n_ubatch=64, n_threads=1)
-    with Engine([str(model)], opts) as e:
+    with Engine([str(model)], opts(n_ctx=2048)) as e:
         yield e
 
 
 def generate(engine: Engine, grammar: str, seed: int) -> tuple[str, Done]:
-    sampling = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, seed=seed, grammar=grammar)
-    engine.submit(CompletionRequest(id=f"l{seed}", prompt="a", sampling=sampling,
-                                    num_predict=1500))
-    text, done = "", None
-    while engine.has_work():
-        for ev in engine.step():
-            if isinstance(ev, Piece):
-                text += ev.text
-            elif isinstance(ev, Done):
-                done = ev
-    assert done is not None
-    return text, done
+    return sample_under(engine, grammar, f"l{seed}", seed, num_predict=1500)
 
 
 @pytest.mark.parametrize("seed", range(3))

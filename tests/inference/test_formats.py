@@ -29,8 +29,7 @@ from localllm.store.names import parse_name
 from localllm.template.select import render_prompt
 from localllm.toolcalls import detect_format
 from tests.support import toolcall_samples as s
-from tests.support.daemon import Daemon, start_daemon
-from tests.support.home import isolate
+from tests.support.daemon import Daemon, module_home, start_daemon
 from tests.support.scriptmodel import make_script_model
 from tests.support.template_corpus import corpus
 from tests.support.toolcall_helpers import TOOLS
@@ -144,11 +143,8 @@ def build(case: Case, folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    tmp = tmp_path_factory.mktemp("formats")
-    with pytest.MonkeyPatch.context() as mp:
-        isolate(mp, tmp / "home")
-        mp.setenv("LOCALLLM_NUM_PARALLEL", "1")
-        mp.setenv("LOCALLLM_CONTEXT_LENGTH", "2048")
+    with module_home(tmp_path_factory, "formats", LOCALLLM_NUM_PARALLEL="1",
+                     LOCALLLM_CONTEXT_LENGTH="2048") as tmp:
         # One thread: the model is tiny, and two threads spinning on a shared, busy
         # 2-core machine made single replies take seconds.
         for case in CASES:

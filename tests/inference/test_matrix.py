@@ -33,8 +33,7 @@ from localllm import paths
 from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
-from tests.support.daemon import Daemon, start_daemon
-from tests.support.home import isolate
+from tests.support.daemon import Daemon, module_home, start_daemon
 from tests.support.matrix_page import PAGE, page
 from tests.support.matrix_rows import ASK, FORCED, MUSE, Row, rows, stems
 from tests.support.scriptmodel import make_script_model
@@ -62,11 +61,8 @@ def build(row: Row, folder: Path) -> None:
 
 @pytest.fixture(scope="module")
 def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    tmp = tmp_path_factory.mktemp("matrix")
-    with pytest.MonkeyPatch.context() as mp:
-        isolate(mp, tmp / "home")
-        mp.setenv("LOCALLLM_NUM_PARALLEL", "1")
-        mp.setenv("LOCALLLM_CONTEXT_LENGTH", str(CONTEXT))
+    with module_home(tmp_path_factory, "matrix", LOCALLLM_NUM_PARALLEL="1",
+                     LOCALLLM_CONTEXT_LENGTH=str(CONTEXT)) as tmp:
         for row in rows()[0]:
             build(row, tmp / "gguf")
         with start_daemon(tmp) as daemon:

@@ -11,15 +11,15 @@ drafted: a prompt to copy from, yes; nothing to copy, or a sampled request, no.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import ExitStack
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.daemon import Daemon
+from tests.support.daemon import Daemon, own_daemon
+from tests.support.models import add_tiny
 from tests.support.tinymodel import LOOP_PROMPT, expected_greedy
-from tests.support.variants import GREEDY_OPTS, add_model, serve
+from tests.support.variants import GREEDY_OPTS
 
 COPY = "abcdefghijklmnop.abcd"  # drafts copied from the prompt agree
 MISSES = "bc.cd.de.ef.fg.gh.hi.ij.jk.kl.a"  # drafts copied from the prompt all miss
@@ -29,17 +29,9 @@ MODES: tuple[str | None, ...] = (None, "off", "auto", "ngram")
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     """``tiny-attn`` (attention on) served with two slots, for tests that change nothing."""
-    from tests.support.home import isolate
-
-    tmp = tmp_path_factory.mktemp("spec-daemon")
-    mp = pytest.MonkeyPatch()
-    with ExitStack() as stack:
-        try:
-            isolate(mp, tmp / "localllm-home")
-            add_model(tmp, "tiny-attn", attention=True)
-            d = stack.enter_context(serve(tmp, mp, parallel=2, ctx=256, names=()))
-        finally:
-            mp.undo()  # the daemon has its own copy of the environment
+    with own_daemon(tmp_path_factory, "spec-daemon",
+                    lambda tmp: add_tiny(tmp, "tiny-attn", attention=True), home="localllm-home",
+                    LOCALLLM_NUM_PARALLEL="2", LOCALLLM_CONTEXT_LENGTH="256") as d:
         yield d
 
 

@@ -25,8 +25,7 @@ from localllm.api.thinkbudget import EFFORTS, LEVELS
 from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
-from tests.support.daemon import Daemon, start_daemon
-from tests.support.home import isolate
+from tests.support.daemon import Daemon, module_home, start_daemon
 from tests.support.scriptmodel import make_script_model
 from tests.support.variants import openai_client
 
@@ -45,11 +44,8 @@ GREEDY = {"temperature": 0}
 
 @pytest.fixture(scope="module")
 def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    tmp = tmp_path_factory.mktemp("think-budget")
-    with pytest.MonkeyPatch.context() as mp:
-        isolate(mp, tmp / "home")
-        mp.setenv("LOCALLLM_NUM_PARALLEL", "2")
-        mp.setenv("LOCALLLM_CONTEXT_LENGTH", "4096")
+    with module_home(tmp_path_factory, "think-budget", LOCALLLM_NUM_PARALLEL="2",
+                     LOCALLLM_CONTEXT_LENGTH="4096") as tmp:
         store = Store(paths.models())
         thinker = make_script_model(
             tmp / "thinker", {"<|im_start|>assistant\n<think>\n": f"{REASON}</think>\n\n{ANSWER}"},

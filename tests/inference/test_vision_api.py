@@ -12,28 +12,21 @@ import base64
 import io
 import struct
 from collections.abc import Iterator
-from contextlib import ExitStack
 from typing import Any
 
 import httpx
 import pytest
 from PIL import Image
 
-from localllm import paths
-from localllm.store.importer import import_gguf
-from localllm.store.local import Store
-from localllm.store.names import parse_name
-from tests.support.daemon import Daemon, start_daemon
+from tests.support.daemon import Daemon, own_daemon
 from tests.support.images import header_only, make_png, with_scans, zeros
-from tests.support.tinymodel import make_tiny_model
-from tests.support.variants import GREEDY_OPTS, PLAIN_TEMPLATE
+from tests.support.variants import GREEDY_OPTS, stock_vision
 from tests.support.visionmodel import (
     GREEN,
     GREEN_GREEDY,
     N_IMAGE_TOKENS,
     RED,
     RED_GREEDY,
-    make_projector,
     png,
 )
 
@@ -63,23 +56,8 @@ def data_url(data: bytes) -> str:
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    from tests.support.home import isolate
-
-    tmp = tmp_path_factory.mktemp("vision-daemon")
-    mp = pytest.MonkeyPatch()
-    with ExitStack() as stack:
-        try:
-            isolate(mp, tmp / "home")
-            mp.setenv("LOCALLLM_NUM_PARALLEL", "2")
-            mp.setenv("LOCALLLM_CONTEXT_LENGTH", "512")
-            store = Store(paths.models())
-            model = make_tiny_model(tmp / "gguf", chat_template=PLAIN_TEMPLATE)
-            import_gguf(store, parse_name("tiny"), [model])
-            import_gguf(store, parse_name("tiny-vision"), [model],
-                        projector=make_projector(tmp / "mmproj"))
-            d = stack.enter_context(start_daemon(tmp))
-        finally:
-            mp.undo()  # the daemon has its own copy of the environment
+    with own_daemon(tmp_path_factory, "vision-daemon", stock_vision, LOCALLLM_NUM_PARALLEL="2",
+                    LOCALLLM_CONTEXT_LENGTH="512") as d:
         yield d
 
 

@@ -21,28 +21,24 @@ def test_parent_sigkill_child_exits_fake() -> None:
 def test_parent_sigkill_during_long_load_child_exits() -> None:
     # The child's main thread is busy (a 60 s "load"): the reader thread's
     # deadline must end it anyway.
-    parent = spawn_parent("/m/slowload.gguf", "fake", "--no-wait")
     kids: list[int] = []
-    try:
-        assert parent.stdout is not None
-        assert parent.stdout.readline().startswith("parent ")
-        deadline = time.monotonic() + 15
-        while not kids and time.monotonic() < deadline:
-            time.sleep(0.1)
-            kids = children_of(parent.pid)
-        assert kids, "parent never spawned a runner"
-        time.sleep(1.0)  # let it get into the load
-        parent.kill()
-        parent.wait(10)
-        for kid in kids:
-            assert wait_gone(kid, 8.0), "loading runner outlived its SIGKILLed parent"
-    finally:
-        parent.kill()
-        parent.wait(10)
-        if parent.stdout is not None:
-            parent.stdout.close()
-        for kid in kids:
-            kill_quietly(kid)
+    with spawn_parent("/m/slowload.gguf", "fake", "--no-wait") as parent:
+        try:
+            assert parent.stdout is not None
+            assert parent.stdout.readline().startswith("parent ")
+            deadline = time.monotonic() + 15
+            while not kids and time.monotonic() < deadline:
+                time.sleep(0.1)
+                kids = children_of(parent.pid)
+            assert kids, "parent never spawned a runner"
+            time.sleep(1.0)  # let it get into the load
+            parent.kill()
+            parent.wait(10)
+            for kid in kids:
+                assert wait_gone(kid, 8.0), "loading runner outlived its SIGKILLed parent"
+        finally:
+            for kid in kids:
+                kill_quietly(kid)
 
 
 def run_child(stdin_bytes: bytes, env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:

@@ -23,7 +23,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -33,12 +33,12 @@ from localllm import paths
 from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
-from tests.support.daemon import Daemon, start_daemon
+from tests.support.daemon import Daemon, own_daemon
 from tests.support.rerankmodel import make_rerank_model
 from tests.support.scriptmodel import make_script_model
 from tests.support.tinymodel import make_tiny_model
-from tests.support.variants import PLAIN_TEMPLATE
-from tests.support.visionmodel import make_projector, png
+from tests.support.variants import stock_vision
+from tests.support.visionmodel import png
 
 pytestmark = pytest.mark.slow
 LIMIT_S = 0.1
@@ -47,28 +47,17 @@ Body = Callable[[], tuple[str, bytes]]  # -> (path, body)
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    from tests.support.home import isolate
+    def stock(tmp: Path) -> None:
+        stock_vision(tmp)
+        store = Store(paths.models())
+        embed = make_tiny_model(tmp / "gguf-embed", pooling="mean")
+        import_gguf(store, parse_name("tiny-embed"), [embed])
+        import_gguf(store, parse_name("tiny-rerank"), [make_rerank_model(tmp / "rerank")])
+        call = make_script_model(tmp / "gguf-call", {"[x]": LONG_CALL},
+                                 chat_template=CALL_TEMPLATE, longest=2048)
+        import_gguf(store, parse_name("lag-call"), [call])
 
-    tmp = tmp_path_factory.mktemp("lag-daemon")
-    mp = pytest.MonkeyPatch()
-    with ExitStack() as stack:
-        try:
-            isolate(mp, tmp / "home")
-            mp.setenv("LOCALLLM_CONTEXT_LENGTH", "512")
-            store = Store(paths.models())
-            model = make_tiny_model(tmp / "gguf", chat_template=PLAIN_TEMPLATE)
-            import_gguf(store, parse_name("tiny"), [model])
-            import_gguf(store, parse_name("tiny-vision"), [model],
-                        projector=make_projector(tmp / "mmproj"))
-            embed = make_tiny_model(tmp / "gguf-embed", pooling="mean")
-            import_gguf(store, parse_name("tiny-embed"), [embed])
-            import_gguf(store, parse_name("tiny-rerank"), [make_rerank_model(tmp / "rerank")])
-            call = make_script_model(tmp / "gguf-call", {"[x]": LONG_CALL},
-                                     chat_template=CALL_TEMPLATE, longest=2048)
-            import_gguf(store, parse_name("lag-call"), [call])
-            d = stack.enter_context(start_daemon(tmp))
-        finally:
-            mp.undo()
+    with own_daemon(tmp_path_factory, "lag-daemon", stock, LOCALLLM_CONTEXT_LENGTH="512") as d:
         # Loaded before any body arrives: a load is the scheduler's work, not a body's.
         r = httpx.post(d.url + "/api/generate", json={"model": "tiny", "prompt": "hi",
                        "stream": False, "options": {"num_predict": 1}}, timeout=120)

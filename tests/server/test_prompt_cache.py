@@ -20,7 +20,8 @@ import pytest
 
 from localllm import paths
 from tests.support.daemon import Daemon, start_daemon
-from tests.support.variants import PLAIN_TEMPLATE, add_model, openai_client
+from tests.support.models import add_tiny
+from tests.support.variants import PLAIN_TEMPLATE, openai_client
 
 LONG = "you are a helpful assistant. answer briefly and cite nothing. " * 8  # 496 tokens
 SHARED = len(LONG) + 1  # and BOS
@@ -32,7 +33,7 @@ def model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("LOCALLLM_NUM_PARALLEL", "2")
     monkeypatch.setenv("LOCALLLM_CONTEXT_LENGTH", "1024")
     monkeypatch.delenv("LOCALLLM_CACHE", raising=False)  # the cache goes under the test's home
-    add_model(tmp_path, "attn", attention=True, chat_template=PLAIN_TEMPLATE)
+    add_tiny(tmp_path, "attn", attention=True, chat_template=PLAIN_TEMPLATE)
     return "attn"
 
 

@@ -17,7 +17,7 @@ import json
 import math
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,7 +29,7 @@ from localllm.inference.rerank import CHUNK
 from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
-from tests.support.daemon import Daemon, start_daemon
+from tests.support.daemon import Daemon, own_daemon
 from tests.support.rerankmodel import (
     bert_pair_ids,
     expected_bert_logit,
@@ -46,28 +46,21 @@ DOCS = ["abc", "xyz", "axbyc", "hello", "zzzz zz"]
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    from tests.support.home import isolate
+    def stock(tmp: Path) -> None:
+        store = Store(paths.models())
+        import_gguf(store, parse_name("rr"), [make_rerank_model(tmp / "rr")])
+        import_gguf(store, parse_name("rr-plain"),
+                    [make_rerank_model(tmp / "plain", template=None)])
+        import_gguf(store, parse_name("rr-bert"), [make_bert_reranker(tmp / "bert")])
+        import_gguf(store, parse_name("rr-headless"),
+                    [make_rerank_model(tmp / "headless", head=False)])
+        import_gguf(store, parse_name("tiny"), [make_tiny_model(tmp / "tiny")])
+        import_gguf(store, parse_name("tiny-embed"),
+                    [make_tiny_model(tmp / "embed", pooling="mean")])
 
-    tmp = tmp_path_factory.mktemp("rerank-daemon")
-    mp = pytest.MonkeyPatch()
-    with ExitStack() as stack:
-        try:
-            isolate(mp, tmp / "home")
-            mp.setenv("LOCALLLM_CONTEXT_LENGTH", "8192")  # a chat's: a reranker takes num_batch
-            mp.setenv("LOCALLLM_NUM_PARALLEL", "4")
-            store = Store(paths.models())
-            import_gguf(store, parse_name("rr"), [make_rerank_model(tmp / "rr")])
-            import_gguf(store, parse_name("rr-plain"),
-                        [make_rerank_model(tmp / "plain", template=None)])
-            import_gguf(store, parse_name("rr-bert"), [make_bert_reranker(tmp / "bert")])
-            import_gguf(store, parse_name("rr-headless"),
-                        [make_rerank_model(tmp / "headless", head=False)])
-            import_gguf(store, parse_name("tiny"), [make_tiny_model(tmp / "tiny")])
-            import_gguf(store, parse_name("tiny-embed"),
-                        [make_tiny_model(tmp / "embed", pooling="mean")])
-            d = stack.enter_context(start_daemon(tmp))
-        finally:
-            mp.undo()
+    # The context is a chat's: a reranker takes num_batch.
+    with own_daemon(tmp_path_factory, "rerank-daemon", stock, LOCALLLM_CONTEXT_LENGTH="8192",
+                    LOCALLLM_NUM_PARALLEL="4") as d:
         yield d
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from localllm.inference.tokens import MAX_TEXT_BYTES, MAX_TOKENS
 from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
-from tests.support.daemon import Daemon, start_daemon
+from tests.support.daemon import Daemon, own_daemon
 from tests.support.tinymodel import BOS, EOS, N_VOCAB, make_tiny_model, tokenize
 
 TEMPLATE = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
@@ -51,23 +50,16 @@ def no_vocab_model(dir: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    from tests.support.home import isolate
+    def stock(tmp: Path) -> None:
+        store = Store(paths.models())
+        import_gguf(store, parse_name("tiny"),
+                    [make_tiny_model(tmp / "gguf", chat_template=TEMPLATE)])
+        import_gguf(store, parse_name("tiny-embed"),
+                    [make_tiny_model(tmp / "embed", pooling="mean")])
+        import_gguf(store, parse_name("no-vocab"), [no_vocab_model(tmp / "novocab")])
 
-    tmp = tmp_path_factory.mktemp("tokens-daemon")
-    mp = pytest.MonkeyPatch()
-    with ExitStack() as stack:
-        try:
-            isolate(mp, tmp / "home")
-            mp.setenv("LOCALLLM_CONTEXT_LENGTH", "512")
-            store = Store(paths.models())
-            import_gguf(store, parse_name("tiny"),
-                        [make_tiny_model(tmp / "gguf", chat_template=TEMPLATE)])
-            import_gguf(store, parse_name("tiny-embed"),
-                        [make_tiny_model(tmp / "embed", pooling="mean")])
-            import_gguf(store, parse_name("no-vocab"), [no_vocab_model(tmp / "novocab")])
-            d = stack.enter_context(start_daemon(tmp))
-        finally:
-            mp.undo()
+    with own_daemon(tmp_path_factory, "tokens-daemon", stock,
+                    LOCALLLM_CONTEXT_LENGTH="512") as d:
         yield d
 
 

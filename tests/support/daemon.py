@@ -9,8 +9,8 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from tests.support import forkserver
+from tests.support.home import isolate
 from tests.support.hubstub import HubStub
 from tests.support.models import add_tiny
 
@@ -121,6 +122,43 @@ def start_daemon(tmp_path: Path) -> Iterator[Daemon]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@contextmanager
+def module_home(tmp_path_factory: pytest.TempPathFactory, name: str, *, home: str = "home",
+                **env: str) -> Iterator[Path]:
+    """A fresh folder ``name`` for a module- or class-scoped fixture, its own LOCALLLM_HOME
+    (``<folder>/<home>``) and ``env`` set until the block ends: store models, then start
+    the daemon inside it."""
+    tmp = tmp_path_factory.mktemp(name)
+    with pytest.MonkeyPatch.context() as mp:
+        isolate(mp, tmp / home)
+        for key, value in env.items():
+            mp.setenv(key, value)
+        yield tmp
+
+
+@contextmanager
+def own_daemon(tmp_path_factory: pytest.TempPathFactory, name: str,
+               stock: Callable[[Path], object], *, home: str = "home",
+               **env: str) -> Iterator[Daemon]:
+    """The daemon of a module- or class-scoped fixture: a fresh folder ``name`` with its own
+    LOCALLLM_HOME and ``env`` set, the store filled by ``stock(folder)``, then ``serve``.
+
+    The settings are undone once the daemon runs: it has its own copy, and the module's
+    other tests must not inherit them."""
+    tmp = tmp_path_factory.mktemp(name)
+    mp = pytest.MonkeyPatch()
+    with ExitStack() as stack:
+        try:
+            isolate(mp, tmp / home)
+            for key, value in env.items():
+                mp.setenv(key, value)
+            stock(tmp)
+            daemon = stack.enter_context(start_daemon(tmp))
+        finally:
+            mp.undo()
+        yield daemon
 
 
 @pytest.fixture

@@ -1,5 +1,7 @@
 """Driving an Engine in-process: load options for the tiny models, submit requests and
-step until idle, the answers gathered per request id."""
+step until idle, the answers gathered per request id; a request run alone in a fresh
+engine to compare with (prefix sharing, parking, the disk cache), and one request sampled
+under a grammar."""
 
 from __future__ import annotations
 
@@ -82,3 +84,14 @@ def same(a: Result, b: Result) -> None:
     assert a.text == b.text and len(a.pieces) == len(b.pieces) > 0
     for x, y in zip(a.pieces, b.pieces, strict=True):
         assert x.token == y.token and abs((x.logprob or 0) - (y.logprob or 0)) < 4e-6
+
+
+def sample_under(engine: Engine, grammar: str, req_id: str, seed: int,
+                 num_predict: int) -> tuple[str, Done]:
+    """One request on prompt "a" sampled freely (temperature 1, no top-k or top-p) under
+    ``grammar``, run to its end: the text and the Done."""
+    sampling = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, seed=seed, grammar=grammar)
+    r = run_one(engine, CompletionRequest(id=req_id, prompt="a", sampling=sampling,
+                                          num_predict=num_predict))
+    assert r.failed is None and r.done is not None, r.failed
+    return r.text, r.done

@@ -1,5 +1,6 @@
-"""The ``hub`` fixture (a plugin, see tests/conftest.py): the Hub stand-in of hubstub.py
-with one repo, ``someone/Tiny-GGUF``, holding two quants, and HF_ENDPOINT pointed at it."""
+"""Hub fixtures (a plugin, see tests/conftest.py), HF_ENDPOINT pointed at the stand-in of
+hubstub.py: ``hubstub`` serves nothing yet and retries fast; ``hub`` holds one repo,
+``someone/Tiny-GGUF``, with two quants."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from localllm.store import download
 from tests.support.ggufmeta import Shape, write_gguf
 from tests.support.hubstub import HubStub
 
@@ -24,4 +26,17 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubStub]:
     try:
         yield stub
     finally:
+        stub.stop()
+
+
+@pytest.fixture
+def hubstub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubStub]:
+    stub = HubStub(tmp_path / "hub").start()
+    monkeypatch.setenv("HF_ENDPOINT", stub.url)
+    # Retries stay fast in tests; the logic under test is the same.
+    monkeypatch.setattr(download, "BACKOFF_S", 0.01)
+    try:
+        yield stub
+    finally:
+        assert download.wait_idle(10.0), "a download thread outlived its test"
         stub.stop()

@@ -8,16 +8,25 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+from tests.support.daemon import REPO
 from tests.support.runners import pid_alive
 
-REPO = Path(__file__).resolve().parents[2]
 
-
-def spawn_parent(model: str, kind: str, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "tests.support.parent_script", model, kind,
-                             *extra], cwd=REPO, stdout=subprocess.PIPE, text=True)
+@contextmanager
+def spawn_parent(model: str, kind: str, *extra: str) -> Iterator[subprocess.Popen[str]]:
+    """The stand-in daemon, killed (and its pipe closed) when the block ends."""
+    parent = subprocess.Popen([sys.executable, "-m", "tests.support.parent_script", model, kind,
+                               *extra], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        yield parent
+    finally:
+        parent.kill()
+        parent.wait(10)
+        if parent.stdout is not None:
+            parent.stdout.close()
 
 
 def wait_gone(pid: int, within: float) -> bool:
@@ -37,21 +46,17 @@ def kill_quietly(pid: int) -> None:
 
 
 def check_parent_sigkill(model: str, kind: str) -> None:
-    parent = spawn_parent(model, kind)
     child = 0
-    try:
-        assert parent.stdout is not None
-        line = parent.stdout.readline()
-        assert line.startswith("child "), f"parent said {line!r}"
-        child = int(line.split()[1])
-        assert pid_alive(child)
-        parent.kill()
-        parent.wait(10)
-        assert wait_gone(child, 5.0), "runner outlived its SIGKILLed parent"
-    finally:
-        parent.kill()
-        parent.wait(10)
-        if parent.stdout is not None:
-            parent.stdout.close()
-        if child:
-            kill_quietly(child)
+    with spawn_parent(model, kind) as parent:
+        try:
+            assert parent.stdout is not None
+            line = parent.stdout.readline()
+            assert line.startswith("child "), f"parent said {line!r}"
+            child = int(line.split()[1])
+            assert pid_alive(child)
+            parent.kill()
+            parent.wait(10)
+            assert wait_gone(child, 5.0), "runner outlived its SIGKILLed parent"
+        finally:
+            if child:
+                kill_quietly(child)

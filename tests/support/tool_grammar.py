@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
-from tests.support.gbnf import Alt, Cls, Lit, Node, Ref, Rep, Seq
+from localllm.toolcalls.base import FormatParser
+from tests.support.gbnf import Alt, Cls, Lit, Node, Ref, Rep, Seq, accepts, parse_grammar
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"enum": ["paris", "tokyo"]}},
@@ -49,3 +51,22 @@ def check_args(name: str, args: dict[str, Any]) -> None:
         assert isinstance(args["n"], int) and set(args) <= {"n", "label", "tags"}
         assert isinstance(args.get("label", ""), str)
         assert isinstance(args.get("tags", []), list)
+
+
+def walks_parse_back(grammar: str, new_parser: Callable[[], FormatParser]) -> None:
+    """25 random walks over ``grammar``, each accepted by the recogniser and read back by a
+    fresh ``new_parser()`` as exactly one call with arguments of its tool's schema; between
+    them, both tools are called."""
+    rules = parse_grammar(grammar)
+    names = set()
+    for seed in range(25):
+        text = generate(rules, rules["root"], random.Random(seed))
+        assert accepts(grammar, text), text
+        parser = new_parser()
+        got = parser.feed(text)
+        got.extend(parser.finish())
+        assert got.content.strip() == "" and len(got.calls) == 1, text
+        call = got.calls[0]
+        names.add(call.name)
+        check_args(call.name, call.arguments)
+    assert names == {"get_weather", "count"}

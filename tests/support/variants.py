@@ -17,7 +17,7 @@ The tiny model's greedy text depends only on the last prompt token (see
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,8 +27,10 @@ from localllm import paths
 from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
-from tests.support.daemon import Daemon, start_daemon
+from tests.support.daemon import Daemon, own_daemon, start_daemon
+from tests.support.models import add_tiny
 from tests.support.tinymodel import CHAT_TEMPLATE, make_tiny_model
+from tests.support.visionmodel import make_projector
 
 if TYPE_CHECKING:
     import openai
@@ -53,10 +55,34 @@ TEMPLATES = {"tiny-plain": PLAIN_TEMPLATE, "tiny-tools": TOOLS_TEMPLATE,
 GREEDY_OPTS = {"temperature": 0, "seed": 1}
 
 
-def add_model(tmp_path: Path, name: str, **variant: object) -> None:
-    folder = tmp_path / f"gguf-{name}"
-    path = make_tiny_model(folder, **variant)  # type: ignore[arg-type]
-    import_gguf(Store(paths.models()), parse_name(name), [path])
+def stock_vision(tmp_path: Path) -> None:
+    """``tiny`` on ``PLAIN_TEMPLATE``, and the same GGUF with the tiny projector as
+    ``tiny-vision``."""
+    store = Store(paths.models())
+    model = make_tiny_model(tmp_path / "gguf", chat_template=PLAIN_TEMPLATE)
+    import_gguf(store, parse_name("tiny"), [model])
+    import_gguf(store, parse_name("tiny-vision"), [model],
+                projector=make_projector(tmp_path / "mmproj"))
+
+
+def stock(tmp_path: Path, *, ctx: int = 512,
+          names: tuple[str, ...] = ("tiny", "tiny-embed", *TEMPLATES),
+          templates: dict[str, str] | None = None) -> None:
+    """The named variants stored; ``templates``: more models, each the tiny model with that
+    chat template."""
+    for name in names:
+        if name == "tiny-embed":
+            add_tiny(tmp_path, name, pooling="mean")
+        elif name == "tiny-long":
+            add_tiny(tmp_path, name, n_ctx_train=ctx, chat_template=PLAIN_TEMPLATE)
+        else:
+            add_tiny(tmp_path, name, chat_template=TEMPLATES.get(name, CHAT_TEMPLATE))
+    for name, template in (templates or {}).items():
+        add_tiny(tmp_path, name, chat_template=template)
+
+
+def settings(parallel: int, ctx: int, env: dict[str, str]) -> dict[str, str]:
+    return {"LOCALLLM_NUM_PARALLEL": str(parallel), "LOCALLLM_CONTEXT_LENGTH": str(ctx), **env}
 
 
 @contextmanager
@@ -66,41 +92,24 @@ def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, parallel: int = 4,
     """The real daemon with the named variants stored (and ``env`` set).
 
     ``templates``: more models, each the tiny model with that chat template."""
-    monkeypatch.setenv("LOCALLLM_NUM_PARALLEL", str(parallel))
-    monkeypatch.setenv("LOCALLLM_CONTEXT_LENGTH", str(ctx))
-    for key, value in env.items():
+    for key, value in settings(parallel, ctx, env).items():
         monkeypatch.setenv(key, value)
-    for name in names:
-        if name == "tiny-embed":
-            add_model(tmp_path, name, pooling="mean")
-        elif name == "tiny-long":
-            add_model(tmp_path, name, n_ctx_train=ctx, chat_template=PLAIN_TEMPLATE)
-        else:
-            add_model(tmp_path, name, chat_template=TEMPLATES.get(name, CHAT_TEMPLATE))
-    for name, template in (templates or {}).items():
-        add_model(tmp_path, name, chat_template=template)
+    stock(tmp_path, ctx=ctx, names=names, templates=templates)
     with start_daemon(tmp_path) as daemon:
         yield daemon
 
 
 @contextmanager
-def serve_shared(tmp_path_factory: pytest.TempPathFactory, **kw: object) -> Iterator[Daemon]:
+def serve_shared(tmp_path_factory: pytest.TempPathFactory, *, parallel: int = 4,
+                 ctx: int = 512, names: tuple[str, ...] = ("tiny", "tiny-embed", *TEMPLATES),
+                 templates: dict[str, str] | None = None, **env: str) -> Iterator[Daemon]:
     """``serve`` for a module- or class-scoped fixture: its own home, env restored after.
 
     For tests that leave the store as they found it; sharing one daemon (and its
     loaded runners) saves a daemon start and a model load per test."""
-    from tests.support.home import isolate
-
-    tmp = tmp_path_factory.mktemp("shared-daemon")
-    mp = pytest.MonkeyPatch()
-    with ExitStack() as stack:
-        try:
-            isolate(mp, tmp / "localllm-home")
-            daemon = stack.enter_context(serve(tmp, mp, **kw))  # type: ignore[arg-type]
-        finally:
-            # The daemon has its own copy (daemon.env); the module's other tests must not
-            # inherit this one's settings.
-            mp.undo()
+    with own_daemon(tmp_path_factory, "shared-daemon",
+                    lambda tmp: stock(tmp, ctx=ctx, names=names, templates=templates),
+                    home="localllm-home", **settings(parallel, ctx, env)) as daemon:
         yield daemon
 
 

@@ -12,11 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.daemon import REPO, Daemon, start_daemon
-from tests.support.home import isolate
+from tests.support.daemon import REPO, Daemon, module_home, start_daemon
+from tests.support.models import add_tiny
 from tests.support.template_corpus import corpus
 from tests.support.tinymodel import tokenize
-from tests.support.variants import GREEDY_OPTS, add_model
+from tests.support.variants import GREEDY_OPTS
 
 # The tiny model's reply depends on the prompt's last character (see tests/support/tinymodel.py),
 # so ending the prompt with the effort makes the reply name it: ...high -> "ijk...z".
@@ -26,14 +26,11 @@ EFFORT_TEMPLATE = ("{% for m in messages %}{{ m.content }}{% endfor %}"
 
 @pytest.fixture(scope="module")
 def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    tmp_path = tmp_path_factory.mktemp("daemon")
-    with pytest.MonkeyPatch.context() as mp:
-        isolate(mp, tmp_path / "home")
-        mp.setenv("LOCALLLM_NUM_PARALLEL", "2")
-        mp.setenv("LOCALLLM_CONTEXT_LENGTH", "512")
-        add_model(tmp_path, "base", chat_template=None)
-        add_model(tmp_path, "effort", chat_template=EFFORT_TEMPLATE)
-        add_model(tmp_path, "gemma2", chat_template=corpus()["google-gemma-2-2b-it.jinja"])
+    with module_home(tmp_path_factory, "daemon", LOCALLLM_NUM_PARALLEL="2",
+                     LOCALLLM_CONTEXT_LENGTH="512") as tmp_path:
+        add_tiny(tmp_path, "base", chat_template=None)
+        add_tiny(tmp_path, "effort", chat_template=EFFORT_TEMPLATE)
+        add_tiny(tmp_path, "gemma2", chat_template=corpus()["google-gemma-2-2b-it.jinja"])
         with start_daemon(tmp_path) as daemon:
             yield daemon
 

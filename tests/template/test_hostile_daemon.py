@@ -19,10 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.daemon import Daemon, start_daemon
-from tests.support.home import isolate
+from tests.support.daemon import Daemon, module_home, start_daemon
+from tests.support.models import add_tiny
 from tests.support.tinymodel import make_tiny_model
-from tests.support.variants import GREEDY_OPTS, add_model
+from tests.support.variants import GREEDY_OPTS
 
 CONTENTS = "{% for m in messages %}{{ m.content }}{% endfor %}"
 BIG = '{% set pad = "x"|center(3000000) %}' + CONTENTS
@@ -33,15 +33,12 @@ HELLO = [{"role": "user", "content": "hi"}]
 
 @pytest.fixture(scope="module")
 def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    tmp_path = tmp_path_factory.mktemp("daemon")
-    with pytest.MonkeyPatch.context() as mp:
-        isolate(mp, tmp_path / "home")
-        mp.setenv("LOCALLLM_NUM_PARALLEL", "1")
-        mp.setenv("LOCALLLM_CONTEXT_LENGTH", "256")
-        add_model(tmp_path, "ok", chat_template=CONTENTS)
+    with module_home(tmp_path_factory, "daemon", LOCALLLM_NUM_PARALLEL="1",
+                     LOCALLLM_CONTEXT_LENGTH="256") as tmp_path:
+        add_tiny(tmp_path, "ok", chat_template=CONTENTS)
         # Stored as a pull stores them: no /api/create checks on the way in.
-        add_model(tmp_path, "big", chat_template=BIG)
-        add_model(tmp_path, "slow", chat_template=SLOW)
+        add_tiny(tmp_path, "big", chat_template=BIG)
+        add_tiny(tmp_path, "slow", chat_template=SLOW)
         with start_daemon(tmp_path) as daemon:
             yield daemon
 

@@ -22,8 +22,7 @@ from localllm import paths
 from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
-from tests.support.daemon import Daemon, start_daemon
-from tests.support.home import isolate
+from tests.support.daemon import Daemon, module_home, start_daemon
 from tests.support.models import add_tiny
 from tests.support.tinymodel import make_tiny_model
 from tests.support.tui import CONTENTS_TEMPLATE, break_weights
@@ -32,11 +31,8 @@ from tests.support.visionmodel import make_projector
 
 @pytest.fixture(scope="module")
 def tui_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    tmp = tmp_path_factory.mktemp("tui-daemon")
-    with pytest.MonkeyPatch.context() as mp:
-        isolate(mp, tmp / "home")
-        mp.setenv("LOCALLLM_NUM_PARALLEL", "2")
-        mp.setenv("LOCALLLM_CONTEXT_LENGTH", "512")
+    with module_home(tmp_path_factory, "tui-daemon", LOCALLLM_NUM_PARALLEL="2",
+                     LOCALLLM_CONTEXT_LENGTH="512") as tmp:
         add_tiny(tmp, "tiny-chat", chat_template=CONTENTS_TEMPLATE)
         add_tiny(tmp, "broken", n_ctx_train=1024)
         add_tiny(tmp, "spare", n_ctx_train=512)
