@@ -10,7 +10,7 @@ import logging
 import math
 import re
 from dataclasses import dataclass
-from typing import Literal, cast, get_args
+from typing import Literal, get_args
 
 from localllm.ollama_env import GO_INT
 
@@ -234,7 +234,7 @@ def parse_llm_library(raw: str) -> LLMLibrary:
         return "rocm"
     for lib in ("cuda", "rocm", "vulkan", "metal", "cpu"):
         if low == lib or low.startswith(lib + "_"):
-            return cast(LLMLibrary, lib)
+            return lib
     raise ValueError("expected auto, cuda, rocm, vulkan, metal or cpu")
 
 

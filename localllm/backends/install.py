@@ -178,7 +178,7 @@ def install(pack_file: Path, core: Core, *, trust_arg: str | None = None,
 
 def _put_in_place(tmp: Path, folder: Path, m: dict[str, Any], origin: dict[str, str]) -> Path:
     """Rename the checked files from ``tmp`` into ``folder``: libraries, record, plugin."""
-    plugin_tmp, final = tmp / m["plugin"], folder / m["plugin"]
+    plugin_tmp, final = tmp / str(m["plugin"]), folder / str(m["plugin"])
     # Checked where it sits, one folder below where it will load from: the same chain.
     why = trust.why_unsafe(plugin_tmp, paths.backends())
     if why:

@@ -30,7 +30,7 @@ pixels counted, before any image data is inflated.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from localllm import config
@@ -184,9 +184,10 @@ def check_data(data: bytes, info: ImageInfo, index: int = 0) -> None:
     """The image's data decodes to what its header declares (``images.data``), or
     ``InvalidRequest`` naming image ``index``.  Costs a pass over the data (a PNG's is
     inflated), so it comes after every cheaper check."""
-    check = {"png": imagedata.check_png, "jpeg": imagedata.check_jpeg,
-             "avif": lambda d: imageheif.check_frames(d, info.width, info.height),
-             }.get(info.format)
+    checks: dict[str, Callable[[bytes], object]] = {
+        "png": imagedata.check_png, "jpeg": imagedata.check_jpeg,
+        "avif": lambda d: imageheif.check_frames(d, info.width, info.height)}
+    check = checks.get(info.format)
     if check is None:
         return
     try:

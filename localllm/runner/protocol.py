@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
 from localllm import config
 from localllm.errors import InvalidRequest, LocalLLMError
@@ -88,6 +88,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
 }
 
 Message = dict[str, Any]
+_T = TypeVar("_T")
 
 
 class ProtocolError(LocalLLMError):
@@ -164,7 +165,7 @@ def decode(body: bytes, attached: bool = False) -> Message:
         except (ValueError, UnicodeDecodeError) as exc:
             raise ProtocolError(f"bad attachment: {exc}") from None
     validate(msg)
-    return msg
+    return cast(Message, msg)
 
 
 def validate(msg: Message) -> None:
@@ -338,8 +339,9 @@ def _object(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
-def _build(cls: type[Any], value: Any) -> Any:
+def _build(cls: type[_T], value: Any) -> _T:
     try:
-        return from_dict(cls, _object(value, cls.__name__))
+        built: _T = from_dict(cls, _object(value, cls.__name__))
+        return built
     except TypeError as exc:  # a required field is missing
         raise ProtocolError(f"malformed {cls.__name__}: {exc}") from None

@@ -179,7 +179,8 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
 
     def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
         tree = _Bounder().visit(super()._parse(source, name, filename))
-        return tree.set_environment(self)
+        bounded: nodes.Template = tree.set_environment(self)
+        return bounded
 
     # -- what the rewritten templates call -------------------------------------------------
     def bounded_loop(self, iterable: Iterable[Any]) -> Iterator[Any]:

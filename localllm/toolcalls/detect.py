@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from localllm.toolcalls import command_r, gemma4, granite, minimax, shapes
 from localllm.toolcalls.base import FormatParser, Syntax
@@ -93,7 +94,7 @@ class ChatFormat:
             return self.derived.syntax()
         return _SYNTAXES[self.name]()
 
-    def parser(self, tools: list[dict] | None, think: bool | None,
+    def parser(self, tools: list[dict[str, Any]] | None, think: bool | None,
                prompt: str = "") -> FormatParser:
         """A streaming parser for one reply.  ``think=False`` drops reasoning from the
         output; ``prompt`` (the rendered prompt) tells whether the reply starts inside

@@ -24,11 +24,11 @@ from localllm.toolcalls.base import (
     ToolSet,
     end_call,
     expect,
-    json_or_text,
     skip_ws,
     to_close,
     unterminated,
 )
+from localllm.toolcalls.jsonscan import json_or_text
 
 CALL, CALL_END, QUOTE = "<|tool_call>", "<tool_call|>", '<|"|>'
 HEAD = "call:"

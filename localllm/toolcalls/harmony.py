@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 
-from localllm.toolcalls.base import Parsed, ToolCall, ToolSet, loads, partial_tag_len
+from localllm.toolcalls.base import Parsed, ToolCall, ToolSet, partial_tag_len
+from localllm.toolcalls.jsonscan import loads
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +44,7 @@ class HarmonyParser:
     closers: tuple[str, ...] = (END, CALL, RETURN)  # ... and is consumed with it
     markup: tuple[str, ...] = MARKERS  # removed from shown text
 
-    def __init__(self, tools: list[dict] | None, think: bool | None) -> None:
+    def __init__(self, tools: list[dict[str, Any]] | None, think: bool | None) -> None:
         self.tools = ToolSet(tools) if tools else None
         self._hide_thinking = think is False
         self._buf = ""

@@ -30,12 +30,12 @@ from localllm.toolcalls.base import (
     ToolSet,
     call_name,
     end_calls,
-    json_or_text,
     read_calls,
     skip_ws,
     to_close,
     typed_value,
 )
+from localllm.toolcalls.jsonscan import json_or_text
 
 NS = "]<]minimax[>["
 SECTION, SECTION_END = NS + "<tool_call>", NS + "</tool_call>"

@@ -19,8 +19,9 @@ Each is written out as llama.cpp's tests (``tests/test-chat.cpp``) show it:
 
 from __future__ import annotations
 
-from localllm.toolcalls.base import Attempt, RawCall, ToolSet, loads
+from localllm.toolcalls.base import Attempt, RawCall, ToolSet
 from localllm.toolcalls.jsonlist import JsonAfterMarker
+from localllm.toolcalls.jsonscan import loads
 from localllm.toolcalls.tagged import WILD, Shape, Tagged
 
 MINIMAX_M2 = Shape(section_open="<minimax:tool_call>", section_close="</minimax:tool_call>",

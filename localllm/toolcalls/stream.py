@@ -21,6 +21,7 @@ content (markers removed), as the model wrote it.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from localllm.toolcalls.base import (
     Attempt,
@@ -29,9 +30,9 @@ from localllm.toolcalls.base import (
     Syntax,
     ToolCall,
     ToolSet,
-    loads,
     partial_tag_len,
 )
+from localllm.toolcalls.jsonscan import loads
 from localllm.toolcalls.thinking import ThinkingSplitter
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ log = logging.getLogger(__name__)
 class MarkupParser:
     """A :class:`~localllm.toolcalls.base.FormatParser` for one :class:`Syntax`."""
 
-    def __init__(self, syntax: Syntax, tools: list[dict] | None, think: bool | None, *,
+    def __init__(self, syntax: Syntax, tools: list[dict[str, Any]] | None, think: bool | None, *,
                  tags: tuple[str, str] | None, opened: bool = False, name: str = "") -> None:
         self.syntax = syntax
         self.name = name
