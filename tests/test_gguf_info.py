@@ -146,14 +146,14 @@ def _rejects(tmp_path: Path, data: bytes, match: str) -> None:
     path = tmp_path / "bad.gguf"
     path.write_bytes(data)
     tracemalloc.start()
-    start = time.perf_counter()
+    start = time.process_time()
     try:
         with pytest.raises(InvalidModelFile, match=match):
             read_model_info(path)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
     assert peak < 4 << 20, f"used {peak} bytes on a hostile file"
 
 
@@ -222,12 +222,12 @@ def test_truncated_at_every_offset(tmp_path: Path) -> None:
     good = write_gguf(tmp_path / "m.gguf", Shape(n_layers=1, n_vocab=8)).read_bytes()
     assert read_model_info(tmp_path / "m.gguf").n_layers == 1
     cut = tmp_path / "cut.gguf"
-    start = time.perf_counter()
+    start = time.process_time()
     for n in [*range(0, 1200, 7), *range(1200, len(good), 997), len(good) - 1]:
         cut.write_bytes(good[:n])
         with pytest.raises(InvalidModelFile):
             read_model_info(cut)
-    assert time.perf_counter() - start < 10
+    assert time.process_time() - start < 10
 
 
 def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:

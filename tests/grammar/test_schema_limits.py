@@ -46,9 +46,9 @@ def doc(keys: list[str]) -> str:
 def test_optional_properties_make_a_linear_grammar() -> None:
     sizes = {}
     for n in (150, 300):
-        start = time.perf_counter()
+        start = time.process_time()
         sizes[n] = len(schema_to_grammar(optional_object(n, 300)))
-        assert time.perf_counter() - start < 1.0
+        assert time.process_time() - start < 1.0
     # Twice the members, twice the grammar (the old one was 4x: 3.7 MB -> 14.6 MB),
     # and about one name's worth of bytes per member, not n of them.
     assert sizes[300] < 2.2 * sizes[150]
@@ -99,10 +99,10 @@ def test_every_subset_in_order_and_nothing_else(seed: int) -> None:
 def test_the_limit_on_properties_is_a_400_that_names_it() -> None:
     grammar = schema_to_grammar(optional_object(MAX_PROPERTIES, 20))
     assert parse_grammar(grammar) and f"p{MAX_PROPERTIES - 1:04d}" in grammar
-    start = time.perf_counter()
+    start = time.process_time()
     with pytest.raises(InvalidRequest, match=f"at most {MAX_PROPERTIES} properties") as info:
         schema_to_grammar(optional_object(MAX_PROPERTIES + 1, 20))
-    assert info.value.status == 400 and time.perf_counter() - start < 0.5
+    assert info.value.status == 400 and time.process_time() - start < 0.5
     with pytest.raises(InvalidRequest, match=f"at most {MAX_PROPERTIES} properties"):
         schema_to_grammar({"properties": {"a": {}}, "required": ["a"] * (MAX_PROPERTIES + 1)})
 
@@ -118,10 +118,12 @@ def test_the_limit_on_properties_is_a_400_that_names_it() -> None:
     {"prefixItems": [{"const": "w" * 100_000}] * 50},
 ])
 def test_the_limit_on_grammar_bytes_is_a_quick_400(schema: dict[str, Any]) -> None:
-    start = time.perf_counter()
+    # CPU time, not the wall clock: on a loaded machine the wall clock says how busy the
+    # others are. Building the whole grammar before measuring it took 12 s of CPU.
+    start = time.process_time()
     with pytest.raises(InvalidRequest, match=f"would be over {MAX_GRAMMAR_BYTES} bytes"):
         schema_to_grammar(schema)
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
 
 
 @pytest.mark.parametrize("schema", [
@@ -130,10 +132,10 @@ def test_the_limit_on_grammar_bytes_is_a_quick_400(schema: dict[str, Any]) -> No
     {"type": "string", **{f"x-{i}": i for i in range(MAX_SCHEMA_NODES + 1)}},
 ])
 def test_the_limit_on_schema_nodes_is_a_quick_400(schema: dict[str, Any]) -> None:
-    start = time.perf_counter()
+    start = time.process_time()
     with pytest.raises(InvalidRequest, match=f"over {MAX_SCHEMA_NODES} nodes"):
         schema_to_grammar(schema)
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
 
 
 def test_unknown_keywords_are_logged_once(caplog: pytest.LogCaptureFixture) -> None:
@@ -221,11 +223,11 @@ def test_tool_grammars_are_linear_and_bounded(template: str) -> None:
     large = forced_tool_grammar([tool("f", optional_object(300, 300))], template)
     assert small is not None and large is not None
     assert len(large[0]) < 2.2 * len(small[0]) and len(large[0]) < 300 * 900
-    start = time.perf_counter()
+    start = time.process_time()
     with pytest.raises(InvalidRequest, match=f"would be over {MAX_GRAMMAR_BYTES} bytes"):
         forced_tool_grammar([tool(f"f{i}", optional_object(MAX_PROPERTIES, 1000))
                              for i in range(5)], template)
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
 
 
 def test_too_many_forced_tools_is_a_400() -> None:

@@ -58,10 +58,10 @@ def peak_alloc(fn: Callable[[], object]) -> int:
 def test_a_1x1_png_that_inflates_to_16_mib_is_refused_holding_one_step() -> None:
     bomb = make_png(1, 1, zeros(16 << 20))
     assert len(bomb) < 20_000
-    start = time.perf_counter()
+    start = time.process_time()
     exc = refused(bomb, r"image 1: its PNG data inflates to more than the 4 bytes its 1x1 "
                         r"pixels need \(a decompression bomb\)")
-    assert time.perf_counter() - start < 0.5
+    assert time.process_time() - start < 0.5
     assert peak_alloc(lambda: check_images([bomb])) < 3 * imagedata.INFLATE_STEP
     # The daemon's message names the image as the request does.
     with pytest.raises(InvalidRequest, match="image 2: its PNG data inflates"):
@@ -125,9 +125,9 @@ def test_corrupt_truncated_and_odd_pngs_are_undecodable() -> None:
 def test_a_huge_number_of_chunks_is_refused_in_milliseconds() -> None:
     filler = chunk(b"tEXt", b"") * (MAX_PNG_CHUNKS + 10)
     data = make_png(4, 4, zlib.compress(bytes(4 * 13)), extra=filler)
-    start = time.perf_counter()
+    start = time.process_time()
     refused(data, f"more than {MAX_PNG_CHUNKS} PNG chunks")
-    assert time.perf_counter() - start < 0.5
+    assert time.process_time() - start < 0.5
 
 
 def test_compressed_chunks_stb_never_inflates_are_not_inflated() -> None:
@@ -138,9 +138,9 @@ def test_compressed_chunks_stb_never_inflates_are_not_inflated() -> None:
              + chunk(b"acTL", struct.pack(">II", 2, 0))
              + chunk(b"fdAT", struct.pack(">I", 1) + bomb))
     data = make_png(4, 4, zlib.compress(bytes(4 * 13)), extra=extra)
-    start = time.perf_counter()
+    start = time.process_time()
     assert check_image(data).width == 4
-    assert time.perf_counter() - start < 0.1
+    assert time.process_time() - start < 0.1
 
 
 def test_a_real_progressive_jpeg_passes() -> None:
@@ -155,9 +155,9 @@ def test_a_jpeg_scan_storm_is_refused_in_one_linear_pass() -> None:
     refused(with_scans(MAX_JPEG_SCANS + 1),
             f"image 1: its JPEG has more than {MAX_JPEG_SCANS} scans")
     storm = with_scans(20_000)
-    start = time.perf_counter()
+    start = time.process_time()
     refused(storm, "scans")
-    assert time.perf_counter() - start < 0.2
+    assert time.process_time() - start < 0.2
 
 
 def test_only_real_markers_count_as_scans() -> None:
@@ -179,18 +179,18 @@ def test_the_jpeg_walk_is_linear_on_stuffing_fill_and_segments() -> None:
     at = first + 2 + struct.unpack_from(">H", PROGRESSIVE_JPEG, first + 2)[0]
     for filler in (b"\xff\x00", b"\xff\xd0", b"\x00"):
         data = PROGRESSIVE_JPEG[:at] + filler * (4 << 20) + PROGRESSIVE_JPEG[at:]
-        start = time.perf_counter()
+        start = time.process_time()
         check_image(data)
-        assert time.perf_counter() - start < 0.3, filler
+        assert time.process_time() - start < 0.3, filler
     # A run of fill bytes between segments, and a storm of empty comment segments.
     fill = PROGRESSIVE_JPEG[:2] + b"\xff" * (8 << 20) + PROGRESSIVE_JPEG[2:]
-    start = time.perf_counter()
+    start = time.process_time()
     check_image(fill)
-    assert time.perf_counter() - start < 0.3
+    assert time.process_time() - start < 0.3
     comments = PROGRESSIVE_JPEG[:2] + b"\xff\xfe\x00\x02" * 100_000 + PROGRESSIVE_JPEG[2:]
-    start = time.perf_counter()
+    start = time.process_time()
     refused(comments, "more than 4096 segments")
-    assert time.perf_counter() - start < 0.1
+    assert time.process_time() - start < 0.1
 
 
 def test_a_request_is_capped_by_its_pixels_together(monkeypatch: pytest.MonkeyPatch) -> None:

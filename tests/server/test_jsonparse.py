@@ -89,17 +89,17 @@ def test_the_escape_storm_is_scanned_in_linear_time() -> None:
     # The reproduction from issue #26, at 1 MB instead of 48 KB: the regex it replaced
     # needed ~10 s for 48 KB and grew with the square of the size (hours here).
     storm = b"[" * 101 + b'"' + b'\\"' * 500_000
-    start = time.perf_counter()
+    start = time.process_time()
     assert json_depth(storm) == 101
     with pytest.raises(InvalidRequest):
         jsonparse.loads(storm)
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 2.0
 
 
 def test_the_large_path_is_linear_in_the_length_of_one_string(
         monkeypatch: pytest.MonkeyPatch) -> None:
     body = b'{"prompt": "' + b'\\"ab\\u00e9' * 400_000 + b'"}'  # 4.4 MB of escapes
     monkeypatch.setattr(jsonparse, "SLICE", 64 << 10)
-    start = time.perf_counter()
+    start = time.process_time()
     assert jsonparse.loads(body) == json.loads(body)
-    assert time.perf_counter() - start < 5.0
+    assert time.process_time() - start < 5.0
