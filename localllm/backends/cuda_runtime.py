@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from pathlib import Path
 
 from localllm.backends import elf
@@ -49,20 +48,6 @@ def no_device(text: str) -> bool:
     return text.startswith(NO_DEVICE)
 
 
-def _ld_cache() -> dict[str, str]:
-    try:
-        out = subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True, text=True,
-                             timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    found: dict[str, str] = {}
-    for line in out.splitlines():
-        m = re.match(r"\s*(\S+) \(([^)]*)\) => (\S+)", line)
-        if m:
-            found.setdefault(m.group(1), m.group(3))
-    return found
-
-
 def sources(plugin: Path) -> list[tuple[str, str]]:
     """(library, where the loader takes it from) for each toolkit library ``plugin`` needs."""
     try:
@@ -82,7 +67,7 @@ def sources(plugin: Path) -> list[tuple[str, str]]:
             where = (f"beside the plugin ({found})" if found.parent == origin
                      else f"{found} (the plugin's runpath)")
         else:
-            cache = _ld_cache() if cache is None else cache
+            cache = elf.ld_cache() if cache is None else cache
             where = (f"{os.path.dirname(cache[name])} (the system's library path)"
                      if name in cache else "NOT FOUND: rebuild with 'localllm backends build "
                      "cuda'")

@@ -11,11 +11,17 @@ old, the rest of the old bytes become NULs, and it refuses when any other name
 in the string table shares the old string's bytes (linkers merge string
 tails), so nothing else changes meaning.  64-bit little-endian ELF only (Linux
 on x86-64 and arm64); anything else is refused with ``ElfError``.
+
+``ld_cache`` reads the dynamic linker's cache, where both look for a library the
+plugin needs that is not beside it.
 """
 
 from __future__ import annotations
 
+import platform
+import re
 import struct
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -162,3 +168,19 @@ def set_search_path(path: Path, new: str) -> None:
                                "other names in the string table; it cannot be rewritten")
             fh.seek(at)
             fh.write(encoded + b"\0" * (n - len(encoded)))
+
+
+def ld_cache() -> dict[str, str]:
+    """The dynamic linker's cache (``ldconfig -p``): library name -> path, for this
+    machine's architecture only (a 32-bit copy of a library must not be picked up)."""
+    try:
+        out = subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True, text=True,
+                             timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    found: dict[str, str] = {}
+    for line in out.splitlines():
+        m = re.match(r"\s*(\S+) \(([^)]*)\) => (\S+)", line)
+        if m and ("x86-64" in m.group(2)) == (platform.machine() == "x86_64"):
+            found.setdefault(m.group(1), m.group(3))
+    return found

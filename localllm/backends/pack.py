@@ -31,7 +31,6 @@ import os
 import platform
 import re
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -153,20 +152,6 @@ def record_path(plugin: Path) -> Path:
     return plugin.with_name(f".{plugin.name}.pack.json")
 
 
-def _ldconfig() -> dict[str, str]:
-    try:
-        out = subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True, text=True,
-                             timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    found: dict[str, str] = {}
-    for line in out.splitlines():
-        m = re.match(r"\s*(\S+) \(([^)]*)\) => (\S+)", line)
-        if m and ("x86-64" in m.group(2)) == (platform.machine() == "x86_64"):
-            found.setdefault(m.group(1), m.group(3))
-    return found
-
-
 def _search_dirs(lib: Path, info: elf.Dynamic) -> list[Path]:
     origin = str(lib.resolve().parent)
     out = []
@@ -194,7 +179,7 @@ def runtime_libs(plugin: Path) -> tuple[dict[str, Path], list[str]]:
             if name.startswith(SYSTEM_LIBS):
                 found = None
             elif found is None and name.startswith(TOOLKIT_LIBS):
-                cache = _ldconfig() if cache is None else cache
+                cache = elf.ld_cache() if cache is None else cache
                 found = Path(cache[name]) if name in cache else None
                 if found is None:
                     raise PackError(f"{lib.name} needs {name}, which is not in its search "
