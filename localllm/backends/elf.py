@@ -12,7 +12,8 @@ in the string table shares the old string's bytes (linkers merge string
 tails), so nothing else changes meaning.  64-bit little-endian ELF only (Linux
 on x86-64 and arm64); anything else is refused with ``ElfError``.
 
-``ld_cache`` reads the dynamic linker's cache, where both look for a library the
+``ld_cache`` reads the dynamic linker's cache, where ``pack`` and the CUDA runtime
+check (cuda_runtime.py) look for a library the
 plugin needs that is not beside it.
 """
 
