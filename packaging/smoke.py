@@ -119,7 +119,11 @@ async def search_pull_chat(url: str, tmp: Path) -> tuple[str, str]:
         await until(lambda: isinstance(app.screen, ModelsScreen), "the pulled model", 120)
         models = app.screen
         assert isinstance(models, ModelsScreen)
-        await until(lambda: bool(models.rows), "the model list")
+        # The picker comes back with its old rows (the model created first) and refreshes
+        # in a worker: wait for the list that holds the pulled model (the refresh
+        # highlights it in the same step), not just any list.
+        await until(lambda: any(r.name.startswith(f"hf.co/{HUB_REPO}") for r in models.rows),
+                    "the model list with the pulled model")
         picked = models.selected()
         if picked is None:
             raise SystemExit("smoke: nothing highlighted after the pull")
