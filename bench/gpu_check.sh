@@ -22,7 +22,8 @@
 #   bench/gpu_check.sh [--skip-build] [--load] [--sampling] [DIR]   # GPU machine, offline
 #       1. venv (--system-site-packages) + deps from DIR/wheels; llama-cpp-python
 #          (CPU core) built from the trimmed sdist, or installed from
-#          DIR/prebuilt/ (bench/gpu_prebuild.sh); localllm itself (native shim)
+#          DIR/prebuilt/ (bench/gpu_prebuild.sh); localllm itself (native shim,
+#          built against that core: LOCALLLM_LLAMA_PREFIX)
 #       2. localllm backends build cuda --source TARBALL --also llama-bench, or
 #          the plugin and tools of DIR/prebuilt/cuda-tools.tar.xz;
 #          backends list, doctor (a CUDA device must be seen)
@@ -410,7 +411,7 @@ EOF
 }
 
 # What step 1 installs: localllm's [project] dependencies and build requires
-# (minus llama-cpp-python, built from the tarball) plus llama-cpp-python's own
+# (minus cmake and ninja, and llama-cpp-python, built from the tarball) plus llama-cpp-python's own
 # runtime and build requirements (read from the sdist).
 write_requirements() {
     local out=$1 sdist_root=$2
@@ -423,7 +424,9 @@ reqs = [*ours["project"]["dependencies"], *ours["build-system"]["requires"],
 seen, out = set(), []
 for r in reqs:
     name = re.split(r"[\s\[<>=!~;]", r, maxsplit=1)[0].lower().replace("_", "-")
-    if name == "llama-cpp-python":
+    # cmake and ninja: the GPU machine's own (step 0 checks them); localllm's build
+    # needs neither there, built against llama-cpp-python's core (step 1).
+    if name in ("llama-cpp-python", "cmake", "ninja"):
         continue
     key = r.replace(" ", "")
     if key not in seen:
@@ -754,8 +757,29 @@ gpu_run() {
                 CMAKE_BUILD_PARALLEL_LEVEL="$jobs" "$PY" -m pip install -v --no-index \
                 --no-build-isolation --find-links "$dir/wheels" "$tarball"
         fi
-        run_logged "$LOGS/step1-localllm.log" "$PY" -m pip install -v --no-index \
-            --no-build-isolation --no-deps "$REPO"
+        # localllm's own install compiles its core from the pinned sdist, which it fetches
+        # with pip (there is no index here, and the trimmed tarball is not that file): it
+        # is built against the llama-cpp-python core just installed instead, as a prefix
+        # (LOCALLLM_LLAMA_PREFIX, native/README.md). At run time the binding finds that
+        # core again through llama_cpp's lib/, which the module's rpath names too.
+        local prefix="$WORK/llama-prefix"
+        rm -rf "$prefix"
+        "$PY" - "$prefix" <<'EOF'
+import importlib.util, sys, sysconfig
+from pathlib import Path
+spec = importlib.util.find_spec("llama_cpp")
+pkg = Path(next(iter(spec.submodule_search_locations))).resolve()
+data = Path(sysconfig.get_paths()["data"])
+include = next(d for d in (pkg.parent / "include", data / "include", pkg / "include")
+               if (d / "llama.h").is_file())
+out = Path(sys.argv[1])
+out.mkdir(parents=True)
+(out / "include").symlink_to(include)
+(out / "lib").symlink_to(pkg / "lib")
+print(f"    llama-cpp-python's core as a prefix: {include}, {pkg / 'lib'}")
+EOF
+        run_logged "$LOGS/step1-localllm.log" env LOCALLLM_LLAMA_PREFIX="$prefix" \
+            "$PY" -m pip install -v --no-index --no-build-isolation --no-deps "$REPO"
         (cd "$WORK" && "$PY" -c 'import localllm._native, llama_cpp, sys; print("    localllm native ok; llama_cpp", llama_cpp.__version__, "in", sys.prefix)') \
             || die "localllm._native does not import (see step1-localllm.log)"
         "$PY" -m pip list > "$LOGS/step1-pip-list.txt" 2>&1 || true

@@ -342,8 +342,13 @@ RPC_WORKERS: Setting[list[str]] = Setting(
     "see 'localllm worker'.")
 LLAMA_PREFIX = Setting("LOCALLLM_LLAMA_PREFIX", parse_str, "",
                        "Prefix of a llama.cpp install (include/llama.h, lib/) to build the native "
-                       "module against instead of llama-cpp-python's; at run time its lib/ is "
-                       "loaded first.")
+                       "module against instead of the core the install builds; at run time its "
+                       "lib/ is loaded first.")
+CORE_CMAKE_ARGS = Setting(
+    "LOCALLLM_CORE_CMAKE_ARGS", parse_str, "",
+    "Extra cmake flags for the llama.cpp core that installing localllm compiles, e.g. "
+    "-DGGML_NATIVE=OFF -DGGML_AVX2=ON for a core that other processors can run (the default "
+    "is built for this one); read by the build only (native/core_build.py).")
 RUNNER_ENGINE = Setting("LOCALLLM_RUNNER_ENGINE", parse_engine_spec,
                         "localllm.engine.engine:Engine",
                         "For tests only: the engine class the runner child loads (module:Class), "
@@ -394,7 +399,7 @@ REGISTRY: tuple[Setting[object], ...] = (
     GPU_OVERHEAD, SCHED_SPREAD, LLM_LIBRARY, CPU_REPACK, NOPRUNE, DEBUG, NOHISTORY, API_KEY,
     SHUTDOWN_GRACE, NUM_THREAD, ALLOWED_PATHS, MAX_BODY, MAX_BLOB_SIZE, MIN_FREE_DISK,
     LOG_FORMAT, BACKENDS, CACHE, CATALOG_REPO, BACKENDS_REPO, RPC_WORKERS,
-    LLAMA_PREFIX, RUNNER_ENGINE, FETCH_IMAGE_URLS, STEP_BUDGET, PROMPT_CACHE,
+    LLAMA_PREFIX, CORE_CMAKE_ARGS, RUNNER_ENGINE, FETCH_IMAGE_URLS, STEP_BUDGET, PROMPT_CACHE,
     PROMPT_CACHE_DISK, MAX_REQUEST_PIXELS,
 )  # type: ignore[assignment]
 

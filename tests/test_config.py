@@ -55,6 +55,7 @@ CASES: dict[str, tuple[str, Any, str | None]] = {
     "LOCALLLM_BACKENDS_REPO": ("someone/packs", "someone/packs", "packs"),
     "LOCALLLM_RPC_WORKERS": ("10.0.0.2:50052", ["10.0.0.2:50052"], None),
     "LOCALLLM_LLAMA_PREFIX": ("/opt/llama", "/opt/llama", None),
+    "LOCALLLM_CORE_CMAKE_ARGS": ("-DGGML_NATIVE=OFF", "-DGGML_NATIVE=OFF", None),
     "LOCALLLM_FETCH_IMAGE_URLS": ("1", "public", "sometimes"),
     "LOCALLLM_STEP_BUDGET": ("128", config.StepBudget(tokens=128), "-3"),
     "LOCALLLM_PROMPT_CACHE": ("2GiB", 2 << 30, "plenty"),

@@ -56,6 +56,47 @@ def test_the_wheel_has_every_tracked_file_of_the_package(tmp_path: Path) -> None
     assert isinstance(packs, list) and all(len(p["sha256"]) == 64 for p in packs)
     # The native module is built into it, next to the package.
     assert any(n.startswith("localllm/_native") and n.endswith((".so", ".pyd")) for n in names)
+    check_the_core_travels_with_it(wheel, names, tmp_path)
+
+
+def check_the_core_travels_with_it(wheel: Path, names: set[str], tmp_path: Path) -> None:
+    """The core the install built is in the wheel (``localllm/_core/``), each library once,
+    under the name the loader asks for, and the module and the libraries look for each
+    other only beside themselves: the wheel works wherever pipx unpacks it."""
+    import json
+    import sys
+
+    from localllm.backends import core, elf
+
+    if os.environ.get("LOCALLLM_LLAMA_PREFIX"):
+        pytest.skip("built against LOCALLLM_LLAMA_PREFIX: the core stays in that prefix")
+    with zipfile.ZipFile(wheel) as z:
+        manifest = json.loads(z.read("localllm/_core/core.json"))
+        libs = [f"localllm/_core/{n}" for n in manifest["libs"]]
+        assert sorted(n for n in names if n.startswith("localllm/_core/")) == sorted(
+            [*libs, "localllm/_core/core.json"])
+        stems = [n.split("/")[-1].split(".")[0] for n in libs]
+        # (macOS adds the Metal and BLAS backends, which its libggml links.)
+        assert [s for s in stems if s in core.LOAD_ORDER] == list(core.LOAD_ORDER), stems
+        native = next(n for n in names if n.startswith("localllm/_native"))
+        z.extract(native, tmp_path)
+        for lib in libs:
+            z.extract(lib, tmp_path)
+    if not sys.platform.startswith("linux"):
+        return
+    module = elf.read(tmp_path / native)
+    # (A Python built with an rpath of its own, as pyenv's, adds that one.)
+    assert "$ORIGIN/_core" in module.search and not any(
+        "localllm" in s for s in module.search if s != "$ORIGIN/_core"), module.search
+    shipped = {n.split("/")[-1] for n in libs}
+    assert {"libllama.so.0", "libmtmd.so.0"} <= set(module.needed) and not any(
+        n.startswith(("libllama", "libggml", "libmtmd")) and n not in shipped
+        for n in module.needed)
+    for lib in libs:
+        info = elf.read(tmp_path / lib)
+        assert info.search == ["$ORIGIN"] and info.soname == lib.split("/")[-1], (lib, info)
+        assert all(n in shipped for n in info.needed
+                   if n.startswith(("libllama", "libggml", "libmtmd")))
 
 
 def build_wheel(tmp_path: Path) -> Path:

@@ -86,7 +86,8 @@ def wanted_backends(gpus: Iterable[GPUProbe], libraries: set[str]) -> list[Wante
             if "Metal" not in libraries:
                 out.append(Wanted(None, gpu, (
                     f"Apple GPU found ({gpu.name}) but the core has no Metal: reinstall "
-                    "llama-cpp-python and localllm (Metal is on by default on macOS).")))
+                    "localllm without LOCALLLM_CORE_CMAKE_ARGS turning it off (Metal is on "
+                    "by default on macOS).")))
             continue
         first = {"nvidia": "cuda", "amd": "rocm"}.get(vendor, "vulkan")
         served = {lib for b in BACKENDS.values() if vendor in b.vendors for lib in b.libraries}

@@ -72,6 +72,7 @@ def collect() -> dict[str, Any]:
     """The whole report as plain data (what ``--json`` prints)."""
     from localllm import __version__, config, paths
     from localllm.backends.catalog import wanted_backends
+    from localllm.backends.core import lib_dir as core_lib_dir
     from localllm.hardware.detect import detect
     from localllm.scheduler.repack import describe as describe_repack
     from localllm.template.jinja_version import jinja_problem, jinja_version
@@ -85,7 +86,7 @@ def collect() -> dict[str, Any]:
         "python": {"version": platform.python_version(), "executable": sys.executable},
         "platform": platform.platform(),
         "native": {"ok": hw.native_ok, "error": hw.native_error, "build": hw.build_info,
-                   "system_info": hw.system_info},
+                   "system_info": hw.system_info, "core": str(core_lib_dir())},
         "devices": [
             {"name": d.name, "description": d.description, "kind": d.kind,
              "library": d.library, "free": d.free, "total": d.total}
@@ -137,11 +138,14 @@ def render(report: dict[str, Any]) -> str:
     if native["ok"]:
         b = native["build"]
         llama = b.get("llama_version") or "unknown"
-        via = b.get("llama_cpp_python")
-        lines.append(f"Native:     ok, llama.cpp {llama}"
-                     + (f" from llama-cpp-python {via}" if via else "")
-                     + (f" ({b['source']})" if b.get("source") not in (None, "",
-                                                                       "llama-cpp-python") else "")
+        via, source = b.get("llama_cpp_python"), b.get("source")
+        if source == "core":  # built by the install, from that llama-cpp-python's sdist
+            origin = f", core built from the llama-cpp-python {via} source" if via else ""
+            where = f" (in {native['core']})" if native.get("core") else ""
+        else:  # a prefix, or a module an older localllm built against llama-cpp-python
+            origin = f" from llama-cpp-python {via}" if via else ""
+            where = f" ({source})" if source not in (None, "", "llama-cpp-python") else ""
+        lines.append(f"Native:     ok, llama.cpp {llama}{origin}{where}"
                      + (", GPU offload" if b.get("gpu_offload") else ", CPU only build"))
         if native["system_info"]:
             lines.append(f"System:     {native['system_info']}")

@@ -1,10 +1,11 @@
 """Loading ``localllm._native`` (the cffi shim over libllama) and checking it fits.
 
-This module owns: preloading the installed libllama/ggml shared libraries,
-importing the compiled module, refusing a module built against a different
-llama.cpp than the one installed (``NativeUnavailable`` saying what to run),
-routing llama.cpp's log lines into a buffer, and the process-wide queries
-(system info, build info, quantize; devices and plugins are in plugins.py).
+This module owns: preloading the core's shared libraries (``localllm/_core/``, or
+``LOCALLLM_LLAMA_PREFIX``'s ``lib/``: ``backends/core.py`` says where), importing the
+compiled module, refusing a module built against a different llama.cpp than the core
+installed beside it (``NativeUnavailable`` saying what to run), routing llama.cpp's
+log lines into a buffer, and the process-wide queries (system info, build info,
+quantize; devices and plugins are in plugins.py).
 Everything else in the engine goes through ``native()``; only the runner child imports this module.
 """
 
@@ -15,11 +16,11 @@ import functools
 import hashlib
 import importlib.metadata
 import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 from localllm import config
+from localllm.backends import core
 from localllm.errors import InvalidRequest, LocalLLMError, NativeUnavailable
 
 REBUILD_HINT = "reinstall localllm so its native module is rebuilt: " \
@@ -30,7 +31,8 @@ _PRELOADED: list[ctypes.CDLL] = []
 
 
 def _llama_cpp_dirs() -> tuple[Path, Path] | None:
-    """(package dir, site dir) of the installed llama_cpp, found without importing it."""
+    """(package dir, site dir) of an installed llama_cpp, found without importing it: the
+    core of a module built by an older localllm, before it built its own."""
     spec = importlib.util.find_spec("llama_cpp")
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -38,28 +40,41 @@ def _llama_cpp_dirs() -> tuple[Path, Path] | None:
     return pkg, pkg.parent
 
 
-def _preload(libdir: Path) -> None:
-    # An editable install leaves the extension in the source tree, where its
-    # $ORIGIN rpath does not reach llama_cpp/lib; loading the libraries first
-    # with RTLD_GLOBAL lets the dynamic linker find them by soname.
-    suffix = ".dylib" if sys.platform == "darwin" else ".so"
-    for name in ("libggml-base", "libggml-cpu", "libggml", "libllama", "libmtmd"):
-        path = libdir / f"{name}{suffix}"
-        if path.exists():
-            _PRELOADED.append(ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL))
+def _preload(libs: list[Path]) -> None:
+    # The module's rpath finds the core by itself; loading it first, by path and with
+    # RTLD_GLOBAL, makes sure that this core is the one every later library (the module,
+    # the plugins, which need libggml-base by soname) binds to, whatever else is on the
+    # library path.
+    for path in libs:
+        _PRELOADED.append(ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL))
 
 
 def _check(ffi: Any, lib: Any) -> None:
     source = ffi.string(lib.ll_build_source()).decode()
+    want = ffi.string(lib.ll_build_header_sha256()).decode()
+    if source == "core":
+        m = core.manifest()
+        if not m:
+            raise NativeUnavailable(
+                f"the engine's core libraries are missing from {core.core_dir()}; "
+                f"{REBUILD_HINT}")
+        if m.get("llama_h_sha256") != want:
+            raise NativeUnavailable(
+                f"the core in {core.core_dir()} (llama.cpp from {m.get('package')} "
+                f"{m.get('version')}) is not the one the native module was built against; "
+                f"{REBUILD_HINT}")
+        return
     if source != "llama-cpp-python":
         return  # built against LOCALLLM_LLAMA_PREFIX: the rpath pins that build
+    # A module an older localllm built against llama-cpp-python's libraries (an in-tree
+    # build that was not redone): it works while that package stays installed.
     built = ffi.string(lib.ll_build_lcp_version()).decode()
     try:
         installed = importlib.metadata.version("llama-cpp-python")
     except importlib.metadata.PackageNotFoundError:
         raise NativeUnavailable(
-            "llama-cpp-python (which provides libllama) is not installed; "
-            f"pip install llama-cpp-python=={built}, then {REBUILD_HINT}"
+            "the native module was built against llama-cpp-python's libllama, which is not "
+            f"installed; {REBUILD_HINT}"
         ) from None
     if installed != built:
         raise NativeUnavailable(
@@ -68,7 +83,6 @@ def _check(ffi: Any, lib: Any) -> None:
         )
     dirs = _llama_cpp_dirs()
     header = dirs[1] / "include" / "llama.h" if dirs else None
-    want = ffi.string(lib.ll_build_header_sha256()).decode()
     if header is not None and header.exists():
         have = hashlib.sha256(header.read_bytes()).hexdigest()
         if have != want:
@@ -84,16 +98,21 @@ def echo_log() -> bool:
     return config.DEBUG.get() > 0
 
 
+def _core_libs() -> list[Path]:
+    """The libraries to preload: the prefix's, the package's core, or (a module built by
+    an older localllm) llama-cpp-python's."""
+    libs = core.libraries()
+    if libs or config.LLAMA_PREFIX.get():
+        return libs
+    dirs = _llama_cpp_dirs()
+    return core.libraries(dirs[0] / "lib") if dirs else []
+
+
 @functools.lru_cache(maxsize=1)
 def native() -> tuple[Any, Any]:
     """Return ``(ffi, lib)`` of the loaded native module, initialising llama.cpp once."""
-    prefix = config.LLAMA_PREFIX.get()
-    dirs = _llama_cpp_dirs()
     try:
-        if prefix:
-            _preload(Path(prefix) / "lib")
-        elif dirs is not None:
-            _preload(dirs[0] / "lib")
+        _preload(_core_libs())
         from localllm import _native  # type: ignore[attr-defined]
     except (ImportError, OSError) as exc:
         raise NativeUnavailable(
@@ -146,6 +165,7 @@ def build_info() -> dict[str, Any]:
     ffi, lib = native()
     return {
         "source": ffi.string(lib.ll_build_source()).decode(),
+        # The llama-cpp-python version whose sdist the core was built from.
         "llama_cpp_python": ffi.string(lib.ll_build_lcp_version()).decode(),
         "llama_h_sha256": ffi.string(lib.ll_build_header_sha256()).decode(),
         "llama_version": ffi.string(lib.ll_llama_version()).decode(),

@@ -61,6 +61,12 @@ def wheel_toolkit(monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def core_ggml_base() -> Path | None:
+    from localllm.backends import core
+
+    found = core.ggml_base()
+    if found is not None:
+        return found
+    # A module built by an older localllm, against llama-cpp-python's libraries.
     spec = importlib.util.find_spec("llama_cpp")
     for folder in (spec.submodule_search_locations or []) if spec else []:
         found = sorted(Path(folder, "lib").glob("libggml-base.so*"))

@@ -63,6 +63,23 @@ def test_text_report_with_an_unusable_nvidia_gpu(monkeypatch: pytest.MonkeyPatch
     assert json.loads(capsys.readouterr().out)["fixes"] == ["localllm backends build cuda"]
 
 
+def test_the_native_line_names_the_core_and_where_it_is(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from localllm.backends import core
+
+    fake_hardware(monkeypatch, {
+        "ok": True, "devices": [CPU_DEV], "system_info": "CPU : AVX2 = 1 |",
+        "build_info": {"llama_version": "0.5.0-dev", "llama_cpp_python": "0.3.36",
+                       "source": "core", "gpu_offload": False},
+    }, [])
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert ("Native:     ok, llama.cpp 0.5.0-dev, core built from the llama-cpp-python 0.3.36 "
+            f"source (in {core.lib_dir()}), CPU only build") in out
+    assert main(["doctor", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["native"]["core"] == str(core.lib_dir())
+
+
 def test_fix_runs_the_build_the_hint_names(monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     """No GPU answers nvidia-smi here, so no pack fits and the CUDA build stops at its

@@ -10,14 +10,63 @@ from localllm.engine import binding
 from localllm.errors import NativeUnavailable
 
 
-def test_build_info_matches_installed_llama_cpp_python() -> None:
-    import importlib.metadata
+def test_build_info_matches_the_core_beside_it() -> None:
+    from localllm.backends import core, sdist
 
     info = binding.build_info()
-    assert info["source"] == "llama-cpp-python"
-    assert info["llama_cpp_python"] == importlib.metadata.version("llama-cpp-python")
     assert len(info["llama_h_sha256"]) == 64
     assert info["llama_version"]
+    if info["source"] == "llama-cpp-python":
+        pytest.skip("this module was built by an older localllm, against llama-cpp-python")
+    assert info["source"] == "core"
+    assert info["llama_cpp_python"] == sdist.VERSION == core.manifest()["version"]
+    assert info["llama_h_sha256"] == core.manifest()["llama_h_sha256"]
+    assert info["ggml_version"] == core.manifest()["ggml_version"]
+
+
+class FakeFFI:
+    @staticmethod
+    def string(value: bytes) -> bytes:
+        return value
+
+
+class FakeLib:
+    """The build-info calls of a native module built against ``source``."""
+
+    def __init__(self, source: str, version: str = "0.3.36", header: str = "ab" * 32) -> None:
+        self.source, self.version, self.header = source, version, header
+
+    def ll_build_source(self) -> bytes:
+        return self.source.encode()
+
+    def ll_build_lcp_version(self) -> bytes:
+        return self.version.encode()
+
+    def ll_build_header_sha256(self) -> bytes:
+        return self.header.encode()
+
+
+def test_a_module_and_the_core_beside_it_must_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    from localllm.backends import core
+
+    monkeypatch.setattr(core, "manifest", lambda: {"llama_h_sha256": "ab" * 32,
+                                                   "package": "llama-cpp-python",
+                                                   "version": "0.3.36"})
+    binding._check(FakeFFI(), FakeLib("core"))
+    with pytest.raises(NativeUnavailable, match="not the one the native module was built") as e:
+        binding._check(FakeFFI(), FakeLib("core", header="cd" * 32))
+    assert "--force-reinstall" in e.value.message
+    monkeypatch.setattr(core, "manifest", dict)
+    with pytest.raises(NativeUnavailable, match="core libraries are missing") as e:
+        binding._check(FakeFFI(), FakeLib("core"))
+    assert "--force-reinstall" in e.value.message
+
+
+def test_a_prefix_build_is_not_checked_against_the_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    from localllm.backends import core
+
+    monkeypatch.setattr(core, "manifest", dict)
+    binding._check(FakeFFI(), FakeLib("prefix:/opt/llama", version=""))
 
 
 def test_devices_include_a_cpu() -> None:
@@ -87,22 +136,32 @@ def test_available() -> None:
     assert binding.available() == (True, "")
 
 
-def test_version_mismatch_raises_native_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
-    ffi, lib = binding.native()
+def test_an_older_module_needs_the_llama_cpp_python_it_was_built_against(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A module an older localllm built in the tree, against llama-cpp-python's libllama."""
+    import importlib.metadata
+
+    old = FakeLib("llama-cpp-python")
+    monkeypatch.setattr(binding, "_llama_cpp_dirs", lambda: None)
+    monkeypatch.setattr(binding.importlib.metadata, "version", lambda name: "0.3.36")
+    binding._check(FakeFFI(), old)
     monkeypatch.setattr(binding.importlib.metadata, "version", lambda name: "0.0.1")
     with pytest.raises(NativeUnavailable) as err:
-        binding._check(ffi, lib)
+        binding._check(FakeFFI(), old)
     assert "--force-reinstall" in err.value.message
 
+    def missing(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
 
-def test_header_mismatch_raises_native_unavailable(monkeypatch: pytest.MonkeyPatch,
-                                                   tmp_path: Path) -> None:
-    ffi, lib = binding.native()
+    monkeypatch.setattr(binding.importlib.metadata, "version", missing)
+    with pytest.raises(NativeUnavailable, match="not installed"):
+        binding._check(FakeFFI(), old)
+    monkeypatch.setattr(binding.importlib.metadata, "version", lambda name: "0.3.36")
     (tmp_path / "include").mkdir()
     (tmp_path / "include" / "llama.h").write_text("/* another llama.cpp */\n")
     monkeypatch.setattr(binding, "_llama_cpp_dirs", lambda: (tmp_path / "llama_cpp", tmp_path))
     with pytest.raises(NativeUnavailable, match=r"llama\.h"):
-        binding._check(ffi, lib)
+        binding._check(FakeFFI(), old)
 
 
 def test_log_lines_are_captured(tmp_path: Path) -> None:
