@@ -67,8 +67,9 @@ ROWS = (
 def machine() -> dict[str, str]:
     """lscpu's model name and flags (the SIMD a kernel may use decides its speed)."""
     try:
-        text = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10,
-                              env={**os.environ, "LC_ALL": "C"}).stdout
+        text = subprocess.run(
+            ["lscpu"], capture_output=True, text=True, timeout=10, env={**os.environ, "LC_ALL": "C"}
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         text = ""
     if "Flags" not in text:  # no lscpu: /proc/cpuinfo has the same two fields
@@ -90,8 +91,16 @@ def anchor_rates(r: dict[str, float], prompt: float, gen: int) -> dict[str, floa
     """llama-bench's figures in the units of each row: the rates a client would see."""
     t_pp, t_tg = prompt / r["pp"], (gen - 1) / r["tg"]
     e2e = (prompt + gen) / (t_pp + t_tg)
-    return {"prefill": r["pp"], "prefill_s": r["pp"], "decode": r["tg"], "decode_s": r["tg"],
-            "ttft_rate": r["pp"], "client_decode": r["tg"], "e2e": e2e, "e2e_s": e2e}
+    return {
+        "prefill": r["pp"],
+        "prefill_s": r["pp"],
+        "decode": r["tg"],
+        "decode_s": r["tg"],
+        "ttft_rate": r["pp"],
+        "client_decode": r["tg"],
+        "e2e": e2e,
+        "e2e_s": e2e,
+    }
 
 
 def summarize(rounds: list[dict[str, Any]], prompt: float, gen: int) -> list[dict[str, Any]]:
@@ -102,22 +111,35 @@ def summarize(rounds: list[dict[str, Any]], prompt: float, gen: int) -> list[dic
         theirs = [anchor_rates(r["theirs"], prompt, gen)[key] for r in rounds]
         if not ours:
             continue
-        per_round = [r["ours"][key] / anchor_rates(r["theirs"], prompt, gen)[key]
-                     for r in rounds if key in r["ours"]]
+        per_round = [
+            r["ours"][key] / anchor_rates(r["theirs"], prompt, gen)[key]
+            for r in rounds
+            if key in r["ours"]
+        ]
         ratio = statistics.median(ours) / statistics.median(theirs)
-        rows.append({"key": key, "label": label, "goal": goal, "ours": statistics.median(ours),
-                     "theirs": statistics.median(theirs), "ratio": ratio,
-                     "round_ratios": per_round, "spread_ours": spread(ours),
-                     "spread_theirs": spread(theirs),
-                     "met": None if goal is None else ratio >= goal})
+        rows.append(
+            {
+                "key": key,
+                "label": label,
+                "goal": goal,
+                "ours": statistics.median(ours),
+                "theirs": statistics.median(theirs),
+                "ratio": ratio,
+                "round_ratios": per_round,
+                "spread_ours": spread(ours),
+                "spread_theirs": spread(theirs),
+                "met": None if goal is None else ratio >= goal,
+            }
+        )
     return rows
 
 
 # ---- ours: one request through the daemon --------------------------------------------
 
 
-async def calibrate(http: httpx.AsyncClient, target: Target, tokens: int, salt: int
-                    ) -> tuple[int, int]:
+async def calibrate(
+    http: httpx.AsyncClient, target: Target, tokens: int, salt: int
+) -> tuple[int, int]:
     """Words for a prompt of about ``tokens`` tokens, and their count (the first call loads)."""
     n_words, tries = max(4, round(tokens * 0.6)), []
     for i in range(6):
@@ -133,8 +155,9 @@ async def calibrate(http: httpx.AsyncClient, target: Target, tokens: int, salt: 
     return n_words, n
 
 
-async def ours(http: httpx.AsyncClient, target: Target, prompt: str, gen: int, stream: bool
-               ) -> dict[str, float]:
+async def ours(
+    http: httpx.AsyncClient, target: Target, prompt: str, gen: int, stream: bool
+) -> dict[str, float]:
     """One request; the daemon's rates and the client's, keyed as ROWS (``_s``: streamed)."""
     sfx, client = "_s" if stream else "", {}
     if stream:
@@ -144,8 +167,11 @@ async def ours(http: httpx.AsyncClient, target: Target, prompt: str, gen: int, s
         n_prompt, n_gen = res.prompt_tokens or 0, res.output_tokens
         prefill_s, decode_s, wall = res.prefill_s, res.decode_s, res.e2e or 0.0
         if res.ttft and sum(res.itl):  # the gaps run from the first text chunk to the last
-            client = {"ttft": res.ttft, "ttft_rate": n_prompt / res.ttft,
-                      "client_decode": (n_gen - 1) / sum(res.itl)}
+            client = {
+                "ttft": res.ttft,
+                "ttft_rate": n_prompt / res.ttft,
+                "client_decode": (n_gen - 1) / sum(res.itl),
+            }
     else:
         path, body = build_request(target, prompt, gen)
         t0 = time.monotonic()
@@ -157,8 +183,13 @@ async def ours(http: httpx.AsyncClient, target: Target, prompt: str, gen: int, s
         prefill_s, decode_s = d["prompt_eval_duration"] / 1e9, d["eval_duration"] / 1e9
     if n_gen != gen:
         print(f"    note: {n_gen} tokens generated, not {gen} (the model stopped)")
-    out = {"prompt_tokens": n_prompt, "eval_count": n_gen, "wall" + sfx: wall,
-           "e2e" + sfx: (n_prompt + n_gen) / wall, **client}
+    out = {
+        "prompt_tokens": n_prompt,
+        "eval_count": n_gen,
+        "wall" + sfx: wall,
+        "e2e" + sfx: (n_prompt + n_gen) / wall,
+        **client,
+    }
     if prefill_s and decode_s:
         out |= {"prefill" + sfx: n_prompt / prefill_s, "decode" + sfx: (n_gen - 1) / decode_s}
     return out
@@ -167,12 +198,27 @@ async def ours(http: httpx.AsyncClient, target: Target, prompt: str, gen: int, s
 # ---- theirs: llama-bench -------------------------------------------------------------
 
 
-def theirs(args: argparse.Namespace, gguf: Path, what: str, prompt: int, logs: Path
-           ) -> tuple[float, str]:
+def theirs(
+    args: argparse.Namespace, gguf: Path, what: str, prompt: int, logs: Path
+) -> tuple[float, str]:
     """llama-bench's pp<prompt>, or tg<G> at depth <prompt>: median tok/s, build commit."""
     pp, tg, depth = (prompt, 0, 0) if what == "pp" else (0, args.output_tokens, prompt)
-    cmd = ["-m", str(gguf), "-p", str(pp), "-n", str(tg), "-d", str(depth),
-           "-t", str(args.threads), "-ngl", str(args.ngl), "-r", str(args.reps)]
+    cmd = [
+        "-m",
+        str(gguf),
+        "-p",
+        str(pp),
+        "-n",
+        str(tg),
+        "-d",
+        str(depth),
+        "-t",
+        str(args.threads),
+        "-ngl",
+        str(args.ngl),
+        "-r",
+        str(args.reps),
+    ]
     if args.no_repack:
         cmd += ["--repack", "0"]
     rows = gcm.run_bench(str(TOOLS / "llama-bench"), cmd, logs / f"llama-bench-{what}")
@@ -183,19 +229,21 @@ def theirs(args: argparse.Namespace, gguf: Path, what: str, prompt: int, logs: P
 # ---- the run -------------------------------------------------------------------------
 
 
-async def measure(args: argparse.Namespace, gguf: Path, url: str, logs: Path
-                  ) -> tuple[list[dict[str, Any]], int, dict[str, Any]]:
-    target = Target(url, args.name, api="ollama", mode="completion",
-                    options={"temperature": 0})
+async def measure(
+    args: argparse.Namespace, gguf: Path, url: str, logs: Path
+) -> tuple[list[dict[str, Any]], int, dict[str, Any]]:
+    target = Target(url, args.name, api="ollama", mode="completion", options={"temperature": 0})
     salt = random.randrange(10**9)  # a prompt cache kept from an earlier run must not hit
     async with make_client(target, 1, 1800) as http:
         n_words, prompt = await calibrate(http, target, args.prompt_tokens, salt)
         salt += 100
         await ours(http, target, gcm.make_prompt(n_words, salt), args.output_tokens, True)
         ps = (await http.get("/api/ps")).json().get("models") or [{}]
-        print(f"prompt: {n_words} words = {prompt} tokens; daemon context "
-              f"{ps[0].get('context_length')}, {ps[0].get('size_vram', 0) >> 20} MiB in VRAM",
-              flush=True)
+        print(
+            f"prompt: {n_words} words = {prompt} tokens; daemon context "
+            f"{ps[0].get('context_length')}, {ps[0].get('size_vram', 0) >> 20} MiB in VRAM",
+            flush=True,
+        )
         rounds: list[dict[str, Any]] = []
         tags = itertools.count(salt + 1)
         for rnd in range(args.rounds):
@@ -205,17 +253,26 @@ async def measure(args: argparse.Namespace, gguf: Path, url: str, logs: Path
                 if what in ("pp", "tg"):
                     got["theirs"][what], got["build"] = theirs(args, gguf, what, prompt, logs)
                     continue
-                vals = [await ours(http, target, gcm.make_prompt(n_words, next(tags)),
-                                   args.output_tokens, what == "stream true")
-                        for _ in range(args.reps)]
-                got["ours"] |= {k: statistics.median(v[k] for v in vals if k in v)
-                                for k in vals[0]}
+                vals = [
+                    await ours(
+                        http,
+                        target,
+                        gcm.make_prompt(n_words, next(tags)),
+                        args.output_tokens,
+                        what == "stream true",
+                    )
+                    for _ in range(args.reps)
+                ]
+                got["ours"] |= {k: statistics.median(v[k] for v in vals if k in v) for k in vals[0]}
             rounds.append(got)
             o, t = got["ours"], got["theirs"]
-            print(f"round {rnd + 1}/{args.rounds}: prefill {o.get('prefill', 0):.1f} vs "
-                  f"{t['pp']:.1f} ({o.get('prefill', 0) / t['pp']:.3f}x), decode "
-                  f"{o.get('decode', 0):.1f} vs {t['tg']:.1f} "
-                  f"({o.get('decode', 0) / t['tg']:.3f}x); load {got['load']:.2f}", flush=True)
+            print(
+                f"round {rnd + 1}/{args.rounds}: prefill {o.get('prefill', 0):.1f} vs "
+                f"{t['pp']:.1f} ({o.get('prefill', 0) / t['pp']:.3f}x), decode "
+                f"{o.get('decode', 0):.1f} vs {t['tg']:.1f} "
+                f"({o.get('decode', 0) / t['tg']:.3f}x); load {got['load']:.2f}",
+                flush=True,
+            )
     return rounds, prompt, ps[0]
 
 
@@ -236,21 +293,26 @@ def report(args: argparse.Namespace, gguf: Path, info: dict[str, Any]) -> list[s
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        goal = "" if r["goal"] is None else (
-            f">= {r['goal']:.2f} {'ok' if r['met'] else 'BELOW'}")
-        lines.append(f"| {r['label']} | {r['ours']:.1f} | {r['theirs']:.1f} | "
-                     f"{r['ratio']:.3f}x | {min(r['round_ratios']):.2f}-"
-                     f"{max(r['round_ratios']):.2f} | {r['spread_ours']:.0%}/"
-                     f"{r['spread_theirs']:.0%} | {goal} |")
+        goal = "" if r["goal"] is None else (f">= {r['goal']:.2f} {'ok' if r['met'] else 'BELOW'}")
+        lines.append(
+            f"| {r['label']} | {r['ours']:.1f} | {r['theirs']:.1f} | "
+            f"{r['ratio']:.3f}x | {min(r['round_ratios']):.2f}-"
+            f"{max(r['round_ratios']):.2f} | {r['spread_ours']:.0%}/"
+            f"{r['spread_theirs']:.0%} | {goal} |"
+        )
     ttft = [r["ours"]["ttft"] for r in info["rounds"] if "ttft" in r["ours"]]
     pp = statistics.median(r["theirs"]["pp"] for r in info["rounds"])
     if ttft:
-        lines.append(f"TTFT median {statistics.median(ttft) * 1000:.0f} ms, single rounds "
-                     f"{min(ttft) * 1000:.0f}-{max(ttft) * 1000:.0f} ms; llama-bench's "
-                     f"pp{info['prompt']} takes {info['prompt'] / pp * 1000:.0f} ms")
-    lines.append(f"llama-bench: pp{info['prompt']} and tg{args.output_tokens} at depth "
-                 f"{info['prompt']}; client rows count the TTFT against P/pp and the whole "
-                 f"request against P/pp + (G-1)/tg")
+        lines.append(
+            f"TTFT median {statistics.median(ttft) * 1000:.0f} ms, single rounds "
+            f"{min(ttft) * 1000:.0f}-{max(ttft) * 1000:.0f} ms; llama-bench's "
+            f"pp{info['prompt']} takes {info['prompt'] / pp * 1000:.0f} ms"
+        )
+    lines.append(
+        f"llama-bench: pp{info['prompt']} and tg{args.output_tokens} at depth "
+        f"{info['prompt']}; client rows count the TTFT against P/pp and the whole "
+        f"request against P/pp + (G-1)/tg"
+    )
     if args.rounds < 7:
         lines.append(f"only {args.rounds} round(s): indicative, not a measurement (use >= 7)")
     return lines
@@ -258,11 +320,13 @@ def report(args: argparse.Namespace, gguf: Path, info: dict[str, Any]) -> list[s
 
 def commit() -> str:
     def git(*a: str) -> str:
-        return subprocess.run(["git", "-C", str(REPO), *a], capture_output=True,
-                              text=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(REPO), *a], capture_output=True, text=True
+        ).stdout.strip()
 
-    return git("rev-parse", "--short", "HEAD") + (" (+changes)" if git("status", "-uno",
-                                                                      "--porcelain") else "")
+    return git("rev-parse", "--short", "HEAD") + (
+        " (+changes)" if git("status", "-uno", "--porcelain") else ""
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,23 +336,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--output-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=9)
-    ap.add_argument("--reps", type=int, default=1,
-                    help="requests per stream mode, and llama-bench -r, in each round")
+    ap.add_argument(
+        "--reps",
+        type=int,
+        default=1,
+        help="requests per stream mode, and llama-bench -r, in each round",
+    )
     ap.add_argument("--parallel", type=int, default=0, help="daemon slots (0: its default)")
     ap.add_argument("--ctx", type=int, default=0, help="daemon context per slot (0: default)")
     ap.add_argument("--ngl", type=int, default=0, help="llama-bench -ngl (99 on a GPU)")
-    ap.add_argument("--no-repack", action="store_true",
-                    help="llama-bench --repack 0, LOCALLLM_CPU_REPACK=off (where AMX crashes)")
-    ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                    help="a daemon setting (repeatable), e.g. LOCALLLM_FLASH_ATTENTION=0")
+    ap.add_argument(
+        "--no-repack",
+        action="store_true",
+        help="llama-bench --repack 0, LOCALLLM_CPU_REPACK=off (where AMX crashes)",
+    )
+    ap.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a daemon setting (repeatable), e.g. LOCALLLM_FLASH_ATTENTION=0",
+    )
     ap.add_argument("--json", type=Path, help="write every round's figures here")
     args = ap.parse_args(argv)
     gguf = gen_models.resolve(args.model)
     if not (TOOLS / "llama-bench").exists():
         sys.exit("llama-bench missing: run bench/build_llama_tools.sh")
     load0 = os.getloadavg()[0]
-    args.name = "bench-" + "".join(c if c.isalnum() or c in "._" else "-"
-                                   for c in gguf.stem.lower())
+    args.name = "bench-" + "".join(
+        c if c.isalnum() or c in "._" else "-" for c in gguf.stem.lower()
+    )
     home = gen_models.cache_dir() / "daemon-bench-home"
     server_bench.import_model(home, args.name, gguf)
     settings = {"LOCALLLM_NUM_THREAD": str(args.threads), "LOCALLLM_KEEP_ALIVE": "-1"}
@@ -302,14 +379,23 @@ def main(argv: list[str] | None = None) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     cmd, env, url = server_bench.daemon(home, settings)
     with server_bench.serving(cmd, env, url, "/", logs / "daemon.log"):
-        print(f"daemon at {url} ({' '.join(f'{k}={v}' for k, v in settings.items())}); "
-              f"logs in {logs}", flush=True)
+        print(
+            f"daemon at {url} ({' '.join(f'{k}={v}' for k, v in settings.items())}); "
+            f"logs in {logs}",
+            flush=True,
+        )
         rounds, prompt, ps = asyncio.run(measure(args, gguf, url, logs))
-    info = {"rows": summarize(rounds, prompt, args.output_tokens), "cpu": machine(),
-            "prompt": prompt, "ps": ps, "commit": commit(), "rounds": rounds,
-            "bench_commit": rounds[-1].get("build", "?"),
-            "load": (load0, os.getloadavg()[0]), "args": {k: str(v) for k, v in
-                                                           vars(args).items()}}
+    info = {
+        "rows": summarize(rounds, prompt, args.output_tokens),
+        "cpu": machine(),
+        "prompt": prompt,
+        "ps": ps,
+        "commit": commit(),
+        "rounds": rounds,
+        "bench_commit": rounds[-1].get("build", "?"),
+        "load": (load0, os.getloadavg()[0]),
+        "args": {k: str(v) for k, v in vars(args).items()},
+    }
     print("\n" + "\n".join(report(args, gguf, info)))
     if args.json:
         args.json.write_text(json.dumps(info, indent=1))

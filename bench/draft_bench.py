@@ -43,8 +43,12 @@ from tests.support.tinymodel import make_tiny_model
 SERVER = gen_models.cache_dir() / "llama-tools" / "bin" / "llama-server"
 CYCLE = {"z": "a"}  # the target never ends: a..z, a..z, ...
 # Drafts wrong at none, 2, 6 and 13 of the 26 letters.
-DRAFTS = {"agrees": {}, "2 wrong": {"g": "x", "t": "x"},
-          "6 wrong": {c: "x" for c in "cfjmpv"}, "13 wrong": {c: "x" for c in "acegikmoqsuwy"}}
+DRAFTS = {
+    "agrees": {},
+    "2 wrong": {"g": "x", "t": "x"},
+    "6 wrong": {c: "x" for c in "cfjmpv"},
+    "13 wrong": {c: "x" for c in "acegikmoqsuwy"},
+}
 
 
 def models(threads: int) -> tuple[Path, dict[str, Path]]:
@@ -62,29 +66,64 @@ def models(threads: int) -> tuple[Path, dict[str, Path]]:
 
 
 def run_ours(engine: Engine, tokens: int, draft: int, p_min: float) -> tuple[str, float, Done]:
-    return decode(engine, CompletionRequest(
-        id=f"r{time.monotonic_ns()}", prompt="a", num_predict=tokens,
-        sampling=SamplingParams(temperature=0.0), draft_tokens=draft, draft_mode="draft",
-        draft_p_min=p_min))
+    return decode(
+        engine,
+        CompletionRequest(
+            id=f"r{time.monotonic_ns()}",
+            prompt="a",
+            num_predict=tokens,
+            sampling=SamplingParams(temperature=0.0),
+            draft_tokens=draft,
+            draft_mode="draft",
+            draft_p_min=p_min,
+        ),
+    )
 
 
 def run_theirs(target: Path, draft: Path, args: argparse.Namespace) -> tuple[float, str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [str(SERVER), "-m", str(target), "-md", str(draft), "--spec-type", "draft-simple",
-           "--host", "127.0.0.1",
-           "--port", str(port), "-t", str(args.threads), "-c", "4096", "-np", "1",
-           "--spec-draft-n-max", str(args.draft), "--spec-draft-n-min", "0",
-           "--spec-draft-p-min", str(args.p_min)]
+    cmd = [
+        str(SERVER),
+        "-m",
+        str(target),
+        "-md",
+        str(draft),
+        "--spec-type",
+        "draft-simple",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-t",
+        str(args.threads),
+        "-c",
+        "4096",
+        "-np",
+        "1",
+        "--spec-draft-n-max",
+        str(args.draft),
+        "--spec-draft-n-min",
+        "0",
+        "--spec-draft-p-min",
+        str(args.p_min),
+    ]
     speeds, counts = [], ""
     with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as proc:
         try:
             wait_up(url, proc, "/health")
             for _ in range(args.rounds):
-                body = json.dumps({"prompt": "a", "n_predict": args.tokens, "temperature": 0,
-                                   "cache_prompt": False}).encode()
-                rq = urllib.request.Request(url + "/completion", body,
-                                            {"Content-Type": "application/json"})
+                body = json.dumps(
+                    {
+                        "prompt": "a",
+                        "n_predict": args.tokens,
+                        "temperature": 0,
+                        "cache_prompt": False,
+                    }
+                ).encode()
+                rq = urllib.request.Request(
+                    url + "/completion", body, {"Content-Type": "application/json"}
+                )
                 with urllib.request.urlopen(rq, timeout=600) as resp:
                     t = json.loads(resp.read())["timings"]
                 speeds.append(float(t["predicted_per_second"]))
@@ -103,12 +142,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
     target, drafts = models(args.threads)
-    print(f"target {target.name} (16 layers, ffn 2048, f32), {args.threads} threads, "
-          f"{args.tokens} tokens, draft_max {args.draft}, p_min {args.p_min}, "
-          f"load {os.getloadavg()[0]:.2f}")
+    print(
+        f"target {target.name} (16 layers, ffn 2048, f32), {args.threads} threads, "
+        f"{args.tokens} tokens, draft_max {args.draft}, p_min {args.p_min}, "
+        f"load {os.getloadavg()[0]:.2f}"
+    )
     for name, draft in drafts.items():
-        opts = LoadOptions(n_ctx=4096, n_parallel=1, n_batch=512, n_ubatch=512,
-                           n_threads=args.threads, draft=str(draft))
+        opts = LoadOptions(
+            n_ctx=4096,
+            n_parallel=1,
+            n_batch=512,
+            n_ubatch=512,
+            n_threads=args.threads,
+            draft=str(draft),
+        )
         speeds: dict[str, list[float]] = {"off": [], "draft": []}
         texts: dict[str, str] = {}
         last: Done | None = None
@@ -123,13 +170,17 @@ def main(argv: list[str] | None = None) -> int:
         assert last is not None
         off, on = statistics.median(speeds["off"]), statistics.median(speeds["draft"])
         rate = last.accepted / max(1, last.drafted)
-        print(f"{name:9s} off {off:6.1f} tok/s   draft {on:6.1f} tok/s   on/off {on / off:4.2f}x"
-              f"   accepted {last.accepted}/{last.drafted} ({rate:.0%})   "
-              f"same text: {texts['off'] == texts['draft']}")
+        print(
+            f"{name:9s} off {off:6.1f} tok/s   draft {on:6.1f} tok/s   on/off {on / off:4.2f}x"
+            f"   accepted {last.accepted}/{last.drafted} ({rate:.0%})   "
+            f"same text: {texts['off'] == texts['draft']}"
+        )
         if SERVER.exists():
             anchor, counts = run_theirs(target, draft, args)
-            print(f"{'':9s} llama-server -md {anchor:6.1f} tok/s   accepted {counts}   "
-                  f"ours/theirs {on / anchor:4.2f}x")
+            print(
+                f"{'':9s} llama-server -md {anchor:6.1f} tok/s   accepted {counts}   "
+                f"ours/theirs {on / anchor:4.2f}x"
+            )
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0
 

@@ -91,9 +91,16 @@ def make_engine(cfg: Cfg, n_parallel: int, n_ctx: int):  # -> Engine
 
     # Same context shape as the llama.cpp tools: f16 KV, flash attention left to
     # llama.cpp ("auto", their default too), one 512-token ubatch.
-    opts = LoadOptions(n_ctx=n_ctx, n_parallel=n_parallel, n_batch=512, n_ubatch=512,
-                       n_threads=cfg.threads, flash_attn="auto", kv_type="f16",
-                       n_gpu_layers=cfg.ngl)
+    opts = LoadOptions(
+        n_ctx=n_ctx,
+        n_parallel=n_parallel,
+        n_batch=512,
+        n_ubatch=512,
+        n_threads=cfg.threads,
+        flash_attn="auto",
+        kv_type="f16",
+        n_gpu_layers=cfg.ngl,
+    )
     return Engine([str(cfg.model)], opts)
 
 
@@ -182,8 +189,23 @@ def json_lines(text: str) -> list[dict]:
 
 def theirs_single(cfg: Cfg, res: Results, what: str) -> None:
     pp, tg = (cfg.pp, 0) if what == "pp" else (0, cfg.tg)
-    cmd = [str(tool("llama-bench")), "-m", str(cfg.model), "-p", str(pp), "-n", str(tg),
-           "-t", str(cfg.threads), "-r", str(cfg.reps), "-ngl", str(cfg.ngl), "-o", "json"]
+    cmd = [
+        str(tool("llama-bench")),
+        "-m",
+        str(cfg.model),
+        "-p",
+        str(pp),
+        "-n",
+        str(tg),
+        "-t",
+        str(cfg.threads),
+        "-r",
+        str(cfg.reps),
+        "-ngl",
+        str(cfg.ngl),
+        "-o",
+        "json",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=1800)
     for row in json.loads(out.stdout):
         key = "pp" if row["n_gen"] == 0 else "tg"
@@ -193,10 +215,30 @@ def theirs_single(cfg: Cfg, res: Results, what: str) -> None:
 def theirs_parallel(cfg: Cfg, res: Results, k: int) -> None:
     # -kvu: one KV buffer for all sequences, as our engine has (its slots share
     # prefixes through it); without it each sequence attends over its own cells only.
-    cmd = [str(tool("llama-batched-bench")), "-m", str(cfg.model), "-kvu",
-           "-c", str(k * (cfg.npp + cfg.ntg)), "-b", "2048", "-ub", "512",
-           "-npp", str(cfg.npp), "-ntg", str(cfg.ntg), "-npl", str(k),
-           "-t", str(cfg.threads), "-ngl", str(cfg.ngl), "--output-format", "jsonl"]
+    cmd = [
+        str(tool("llama-batched-bench")),
+        "-m",
+        str(cfg.model),
+        "-kvu",
+        "-c",
+        str(k * (cfg.npp + cfg.ntg)),
+        "-b",
+        "2048",
+        "-ub",
+        "512",
+        "-npp",
+        str(cfg.npp),
+        "-ntg",
+        str(cfg.ntg),
+        "-npl",
+        str(k),
+        "-t",
+        str(cfg.threads),
+        "-ngl",
+        str(cfg.ngl),
+        "--output-format",
+        "jsonl",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=1800)
     for row in json_lines(out.stdout + "\n" + out.stderr):
         res.add("theirs", f"agg{row['pl']}", float(row["speed_tg"]))
@@ -212,21 +254,32 @@ def report(cfg: Cfg, res: Results, load: tuple[float, float]) -> None:
         o, t = res.med("ours", key), res.med("theirs", key)
         ratio = o / t if o and t else None
         verdict = "" if goal is None or ratio is None else ("ok" if ratio >= goal else "BELOW")
-        rows.append((label, f"{o:.1f}" if o else "-", f"{t:.1f}" if t else "-",
-                     f"{ratio:.3f}" if ratio else "-",
-                     "" if goal is None else f">={goal:.2f} {verdict}",
-                     f"{res.spread('ours', key)}/{res.spread('theirs', key)}"))
+        rows.append(
+            (
+                label,
+                f"{o:.1f}" if o else "-",
+                f"{t:.1f}" if t else "-",
+                f"{ratio:.3f}" if ratio else "-",
+                "" if goal is None else f">={goal:.2f} {verdict}",
+                f"{res.spread('ours', key)}/{res.spread('theirs', key)}",
+            )
+        )
 
     row(f"prefill pp{cfg.pp}", "pp", 0.95)
     row(f"decode tg{cfg.tg}", "tg", 0.97)
     for k in cfg.npl:
         row(f"aggregate decode x{k}", f"agg{k}", None)
     print()
-    shape = ("4 slots x 4096 cells (the runner's default)" if cfg.runner_shape
-             else f"1 slot x {cfg.pp + cfg.tg + 64} cells")
-    print(f"model {cfg.model.name}  threads {cfg.threads}  rounds {cfg.rounds} x reps {cfg.reps}"
-          f"  sampling {'greedy' if cfg.greedy else 'ollama defaults'}  single-stream context "
-          f"{shape}  gpu layers {cfg.ngl}")
+    shape = (
+        "4 slots x 4096 cells (the runner's default)"
+        if cfg.runner_shape
+        else f"1 slot x {cfg.pp + cfg.tg + 64} cells"
+    )
+    print(
+        f"model {cfg.model.name}  threads {cfg.threads}  rounds {cfg.rounds} x reps {cfg.reps}"
+        f"  sampling {'greedy' if cfg.greedy else 'ollama defaults'}  single-stream context "
+        f"{shape}  gpu layers {cfg.ngl}"
+    )
     head = ("metric", "ours tok/s", "llama.cpp", "ratio", "goal", "spread ours/theirs")
     w = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     for r in [head, tuple("-" * n for n in w), *rows]:
@@ -243,42 +296,67 @@ def report(cfg: Cfg, res: Results, load: tuple[float, float]) -> None:
     # The benchmark itself adds ~threads to the load, so only the "before" figure
     # tells whether someone else was using the CPUs.
     busy = load[0] > 0.5 * (os.cpu_count() or 1)
-    print(f"load average {load[0]:.2f} before, {load[1]:.2f} after, on {os.cpu_count()} CPUs"
-          + (": SHARED machine, treat as indicative" if busy else ""))
-    print("for final figures rerun on a quiet machine: .venv/bin/python bench/engine_bench.py "
-          + " ".join(sys.argv[1:]))
+    print(
+        f"load average {load[0]:.2f} before, {load[1]:.2f} after, on {os.cpu_count()} CPUs"
+        + (": SHARED machine, treat as indicative" if busy else "")
+    )
+    print(
+        "for final figures rerun on a quiet machine: .venv/bin/python bench/engine_bench.py "
+        + " ".join(sys.argv[1:])
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="0.5b-q4_k_m",
-                    help="<size>-<quant> from gen_models (0.5b|1b, f16|q4_k_m|q8_0) or a GGUF path")
+    ap.add_argument(
+        "--model",
+        default="0.5b-q4_k_m",
+        help="<size>-<quant> from gen_models (0.5b|1b, f16|q4_k_m|q8_0) or a GGUF path",
+    )
     ap.add_argument("--threads", type=int, default=0, help="0 = physical cores (as both sides)")
     ap.add_argument("--rounds", type=int, help="ours/theirs alternations (3; --quick: 1)")
     ap.add_argument("--quick", action="store_true", help="short prompts/generations, 1 round")
     ap.add_argument("--sampling", choices=["greedy", "ollama"], default="greedy")
     ap.add_argument("--parallel", default="1,4,8", help="concurrent sequence counts")
     ap.add_argument("--ours-only", action="store_true", help="skip the llama.cpp tools")
-    ap.add_argument("--runner-shape", action="store_true",
-                    help="single stream in the daemon's default context: 4 slots x 4096 "
-                         "cells (else one slot just big enough, as llama-bench's)")
-    ap.add_argument("--ngl", type=int, default=0,
-                    help="layers offloaded to the GPU on both sides (99: all; needs a GPU "
-                         "plugin and GPU builds of the llama.cpp tools)")
+    ap.add_argument(
+        "--runner-shape",
+        action="store_true",
+        help="single stream in the daemon's default context: 4 slots x 4096 "
+        "cells (else one slot just big enough, as llama-bench's)",
+    )
+    ap.add_argument(
+        "--ngl",
+        type=int,
+        default=0,
+        help="layers offloaded to the GPU on both sides (99: all; needs a GPU "
+        "plugin and GPU builds of the llama.cpp tools)",
+    )
     a = ap.parse_args(argv)
 
     model = gen_models.resolve(a.model)
     threads = a.threads or physical_cores()
     q = a.quick
-    cfg = Cfg(model=model, threads=threads, rounds=a.rounds or (1 if q else 3), reps=1 if q else 3,
-              pp=128 if q else 512, tg=32 if q else 128, npp=32 if q else 128,
-              ntg=32 if q else 128, npl=[int(x) for x in a.parallel.split(",")],
-              greedy=a.sampling == "greedy", ours_only=a.ours_only,
-              runner_shape=a.runner_shape, ngl=a.ngl)
+    cfg = Cfg(
+        model=model,
+        threads=threads,
+        rounds=a.rounds or (1 if q else 3),
+        reps=1 if q else 3,
+        pp=128 if q else 512,
+        tg=32 if q else 128,
+        npp=32 if q else 128,
+        ntg=32 if q else 128,
+        npl=[int(x) for x in a.parallel.split(",")],
+        greedy=a.sampling == "greedy",
+        ours_only=a.ours_only,
+        runner_shape=a.runner_shape,
+        ngl=a.ngl,
+    )
     res = Results()
     load0 = os.getloadavg()[0]
-    single = (make_engine(cfg, 4, 4096) if cfg.runner_shape
-              else make_engine(cfg, 1, cfg.pp + cfg.tg + 64))
+    single = (
+        make_engine(cfg, 4, 4096) if cfg.runner_shape else make_engine(cfg, 1, cfg.pp + cfg.tg + 64)
+    )
     run_requests(single, [rand_prompt(16)], 8, cfg.greedy)  # warm-up, like both tools do
     # Pair each measurement of ours with the same one of theirs, back to back, and
     # swap who goes first every round, so load from other users drifts out evenly.
@@ -293,8 +371,10 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(cfg.rounds):
         print(f"round {r + 1}/{cfg.rounds}: parallel {cfg.npl}", flush=True)
         for k in cfg.npl:
-            pair = [partial(ours_parallel, multi, cfg, res, k),
-                    partial(theirs_parallel, cfg, res, k)]
+            pair = [
+                partial(ours_parallel, multi, cfg, res, k),
+                partial(theirs_parallel, cfg, res, k),
+            ]
             run_pair(pair, r, cfg.ours_only)
     multi.close()
     report(cfg, res, (load0, os.getloadavg()[0]))

@@ -82,8 +82,10 @@ def resolve(spec: str) -> Path:
         return Path(spec).expanduser()
     size, _, quant = spec.partition("-")
     if size not in SPECS or quant not in QUANTS:
-        raise SystemExit(f"unknown model {spec!r}: a .gguf path or <size>-<quant> "
-                         f"({'|'.join(SPECS)} - {'|'.join(QUANTS)})")
+        raise SystemExit(
+            f"unknown model {spec!r}: a .gguf path or <size>-<quant> "
+            f"({'|'.join(SPECS)} - {'|'.join(QUANTS)})"
+        )
     return ensure(size, quant)
 
 

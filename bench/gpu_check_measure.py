@@ -113,10 +113,11 @@ def cmd_find_bench(a: argparse.Namespace) -> int:
     # Fallback: any llama-bench next to a libggml-cuda under the given folders.
     for root in a.search:
         for exe in sorted(Path(root).rglob("llama-bench")):
-            if (exe.is_file() and os.access(exe, os.X_OK)
-                    and any(exe.parent.glob("libggml-cuda*"))):
-                print(f"gpu_check_measure: using {exe} (found under {root}, not via build_dir)",
-                      file=sys.stderr)
+            if exe.is_file() and os.access(exe, os.X_OK) and any(exe.parent.glob("libggml-cuda*")):
+                print(
+                    f"gpu_check_measure: using {exe} (found under {root}, not via build_dir)",
+                    file=sys.stderr,
+                )
                 print(exe)
                 return 0
     return fail("llama-bench was not found: was the backend built with --also llama-bench?")
@@ -125,14 +126,21 @@ def cmd_find_bench(a: argparse.Namespace) -> int:
 def cmd_check_doctor(a: argparse.Namespace) -> int:
     rep = json.loads(Path(a.doctor).read_text())
     devices = rep.get("devices") or []
-    cuda = [d for d in devices
-            if "cuda" in f"{d.get('name')} {d.get('library')} {d.get('description')}".lower()]
+    cuda = [
+        d
+        for d in devices
+        if "cuda" in f"{d.get('name')} {d.get('library')} {d.get('description')}".lower()
+    ]
     build = (rep.get("native") or {}).get("build") or {}
-    print(f"    doctor: native ok={rep.get('native', {}).get('ok')}, "
-          f"llama.cpp {build.get('llama_version')}, gpu_offload={build.get('gpu_offload')}")
+    print(
+        f"    doctor: native ok={rep.get('native', {}).get('ok')}, "
+        f"llama.cpp {build.get('llama_version')}, gpu_offload={build.get('gpu_offload')}"
+    )
     for d in devices:
-        print(f"    device: {d.get('name')} ({d.get('library')}, {d.get('kind')}): "
-              f"{d.get('description')}, {(d.get('total') or 0) / MiB:.0f} MiB")
+        print(
+            f"    device: {d.get('name')} ({d.get('library')}, {d.get('kind')}): "
+            f"{d.get('description')}, {(d.get('total') or 0) / MiB:.0f} MiB"
+        )
     if not cuda:
         print(f"    gpus present: {rep.get('gpus_present')}; hints: {rep.get('hints')}")
         return fail("no CUDA device in `localllm doctor --json`")
@@ -144,9 +152,13 @@ def cmd_check_doctor(a: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------
 def _smi(query: str, what: str) -> list[list[str]]:
     try:
-        out = subprocess.run(["nvidia-smi", f"--query-{what}={query}",
-                              "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=30, check=True).stdout
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-{what}={query}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         print(f"    nvidia-smi failed: {exc}", file=sys.stderr)
         return []
@@ -178,8 +190,13 @@ def make_prompt(n_words: int, tag: int) -> str:
 
 
 def generate(client: Any, model: str, prompt: str) -> dict[str, Any]:
-    body = {"model": model, "prompt": prompt, "raw": True, "stream": False,
-            "options": {"num_predict": NUM_PREDICT, "temperature": 0, "num_ctx": NUM_CTX}}
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "raw": True,
+        "stream": False,
+        "options": {"num_predict": NUM_PREDICT, "temperature": 0, "num_ctx": NUM_CTX},
+    }
     r = client.post("/api/generate", json=body)
     if r.status_code != 200:
         raise RuntimeError(f"/api/generate: HTTP {r.status_code}: {r.text[:500]}")
@@ -187,14 +204,18 @@ def generate(client: Any, model: str, prompt: str) -> dict[str, Any]:
     keys = ("prompt_eval_count", "prompt_eval_duration", "eval_count", "eval_duration")
     missing = [k for k in keys if not d.get(k)]
     if missing:
-        raise RuntimeError(f"/api/generate answer lacks {missing}: "
-                           f"{ {k: v for k, v in d.items() if k != 'response'} }")
+        raise RuntimeError(
+            f"/api/generate answer lacks {missing}: "
+            f"{ {k: v for k, v in d.items() if k != 'response'} }"
+        )
     return {k: d.get(k) for k in (*keys, "total_duration", "load_duration", "done_reason")}
 
 
 def rates(m: dict[str, Any]) -> tuple[float, float]:
-    return (m["prompt_eval_count"] / (m["prompt_eval_duration"] / 1e9),
-            m["eval_count"] / (m["eval_duration"] / 1e9))
+    return (
+        m["prompt_eval_count"] / (m["prompt_eval_duration"] / 1e9),
+        m["eval_count"] / (m["eval_duration"] / 1e9),
+    )
 
 
 def planner_estimate(gguf: str) -> dict[str, Any]:
@@ -205,14 +226,24 @@ def planner_estimate(gguf: str) -> dict[str, Any]:
         from localllm.scheduler.planner import PlanOptions, plan
 
         hw = detect(refresh=True)
-        p = plan(read_model_info(gguf), hw.devices,
-                 PlanOptions.from_config(num_ctx=NUM_CTX, num_parallel=1))
-        return {"vram": p.vram, "ram": p.ram, "n_ctx": p.n_ctx,
-                "n_gpu_layers": p.n_gpu_layers, "n_layers": p.n_layers,
-                "flash_attention": p.flash_attention, "kv_type": p.kv_type,
-                "gpus": [{"name": g.name, "weights": g.weights, "kv": g.kv, "graph": g.graph}
-                         for g in p.gpus],
-                "reason": p.reason}
+        p = plan(
+            read_model_info(gguf),
+            hw.devices,
+            PlanOptions.from_config(num_ctx=NUM_CTX, num_parallel=1),
+        )
+        return {
+            "vram": p.vram,
+            "ram": p.ram,
+            "n_ctx": p.n_ctx,
+            "n_gpu_layers": p.n_gpu_layers,
+            "n_layers": p.n_layers,
+            "flash_attention": p.flash_attention,
+            "kv_type": p.kv_type,
+            "gpus": [
+                {"name": g.name, "weights": g.weights, "kv": g.kv, "graph": g.graph} for g in p.gpus
+            ],
+            "reason": p.reason,
+        }
     except Exception as exc:  # the planner's API may move; this part is optional
         return {"error": f"{type(exc).__name__}: {exc}"}
 
@@ -220,18 +251,23 @@ def planner_estimate(gguf: str) -> dict[str, Any]:
 def cmd_measure(a: argparse.Namespace) -> int:
     import httpx
 
-    result: dict[str, Any] = {"model": a.model, "gguf": a.gguf, "reps": a.reps,
-                              "daemon_pid": a.daemon_pid,
-                              "options": {"num_predict": NUM_PREDICT, "temperature": 0,
-                                          "num_ctx": NUM_CTX, "raw": True}}
+    result: dict[str, Any] = {
+        "model": a.model,
+        "gguf": a.gguf,
+        "reps": a.reps,
+        "daemon_pid": a.daemon_pid,
+        "options": {"num_predict": NUM_PREDICT, "temperature": 0, "num_ctx": NUM_CTX, "raw": True},
+    }
     with httpx.Client(base_url=a.url, timeout=httpx.Timeout(600.0, connect=10.0)) as client:
         ps0 = client.get("/api/ps").json().get("models", [])
         if ps0:
             print(f"    note: models already loaded before the baseline: {ps0}")
         base = gpu_memory()
         result["memory_before"] = base
-        print(f"    nvidia-smi before loading: {base['used_mib']} MiB used, "
-              f"{len(base['apps_mib'])} compute process(es)")
+        print(
+            f"    nvidia-smi before loading: {base['used_mib']} MiB used, "
+            f"{len(base['apps_mib'])} compute process(es)"
+        )
 
         # Warm-up and calibration: the first request also loads the model.
         n_words, tag, warm = 300, 0, []
@@ -241,8 +277,10 @@ def cmd_measure(a: argparse.Namespace) -> int:
             tag += 1
             warm.append({**m, "n_words": n_words, "wall_s": time.monotonic() - t0})
             n = m["prompt_eval_count"]
-            print(f"    warm-up: {n_words} words -> {n} prompt tokens, "
-                  f"{m['eval_count']} generated (load {m.get('load_duration', 0) / 1e9:.2f}s)")
+            print(
+                f"    warm-up: {n_words} words -> {n} prompt tokens, "
+                f"{m['eval_count']} generated (load {m.get('load_duration', 0) / 1e9:.2f}s)"
+            )
             if abs(n - TARGET_PROMPT_TOKENS) <= 4 and len(warm) >= 2:
                 break
             n_words = max(8, round(n_words * (TARGET_PROMPT_TOKENS - 1) / max(n - 1, 1)))
@@ -255,11 +293,15 @@ def cmd_measure(a: argparse.Namespace) -> int:
             tag += 1
             pf, dc = rates(m)
             runs.append({**m, "prefill_tps": pf, "decode_tps": dc})
-            print(f"    run {i + 1}/{a.reps}: prefill {m['prompt_eval_count']} tok "
-                  f"{pf:9.1f} tok/s | decode {m['eval_count']} tok {dc:8.1f} tok/s")
+            print(
+                f"    run {i + 1}/{a.reps}: prefill {m['prompt_eval_count']} tok "
+                f"{pf:9.1f} tok/s | decode {m['eval_count']} tok {dc:8.1f} tok/s"
+            )
             if m["eval_count"] != NUM_PREDICT:
-                print(f"    note: {m['eval_count']} tokens generated, not {NUM_PREDICT} "
-                      f"(done_reason {m.get('done_reason')})")
+                print(
+                    f"    note: {m['eval_count']} tokens generated, not {NUM_PREDICT} "
+                    f"(done_reason {m.get('done_reason')})"
+                )
         result["runs"] = runs
         result["prefill_tps"] = statistics.median(r["prefill_tps"] for r in runs)
         result["decode_tps"] = statistics.median(r["decode_tps"] for r in runs)
@@ -280,16 +322,24 @@ def cmd_measure(a: argparse.Namespace) -> int:
     result["size_bytes"] = entry.get("size")
     result["context_length"] = entry.get("context_length")
     result["planner"] = planner_estimate(a.gguf)
-    print(f"    median: prefill {result['prefill_tps']:.1f} tok/s, "
-          f"decode {result['decode_tps']:.1f} tok/s")
-    print(f"    /api/ps: size {(entry.get('size') or 0) / MiB:.0f} MiB, size_vram "
-          f"{(entry.get('size_vram') or 0) / MiB:.0f} MiB, context {entry.get('context_length')}")
-    print(f"    nvidia-smi: +{result['measured']['delta_used_mib']} MiB memory.used; "
-          f"new processes {new_apps or 'none listed'}")
+    print(
+        f"    median: prefill {result['prefill_tps']:.1f} tok/s, "
+        f"decode {result['decode_tps']:.1f} tok/s"
+    )
+    print(
+        f"    /api/ps: size {(entry.get('size') or 0) / MiB:.0f} MiB, size_vram "
+        f"{(entry.get('size_vram') or 0) / MiB:.0f} MiB, context {entry.get('context_length')}"
+    )
+    print(
+        f"    nvidia-smi: +{result['measured']['delta_used_mib']} MiB memory.used; "
+        f"new processes {new_apps or 'none listed'}"
+    )
     pl = result["planner"]
     if "vram" in pl:
-        print(f"    planner (recomputed): vram {pl['vram'] / MiB:.0f} MiB, "
-              f"{pl['n_gpu_layers']}/{pl['n_layers']} layers, ctx {pl['n_ctx']}")
+        print(
+            f"    planner (recomputed): vram {pl['vram'] / MiB:.0f} MiB, "
+            f"{pl['n_gpu_layers']}/{pl['n_layers']} layers, ctx {pl['n_ctx']}"
+        )
     else:
         print(f"    planner (recomputed): unavailable ({pl.get('error')})")
     Path(a.out).write_text(json.dumps(result, indent=1))
@@ -318,11 +368,18 @@ def _row(rows: list[dict[str, Any]], n_prompt: int, n_gen: int, depth: int) -> d
     for r in rows:
         if (r.get("n_prompt"), r.get("n_gen"), r.get("n_depth", 0)) == (n_prompt, n_gen, depth):
             samples = r.get("samples_ts") or [r["avg_ts"]]
-            return {"avg_ts": r["avg_ts"], "stddev_ts": r.get("stddev_ts"),
-                    "median_ts": statistics.median(samples), "samples_ts": samples,
-                    "n_gpu_layers": r.get("n_gpu_layers"), "backends": r.get("backends"),
-                    "gpu_info": r.get("gpu_info"), "flash_attn": r.get("flash_attn"),
-                    "n_threads": r.get("n_threads"), "build_commit": r.get("build_commit")}
+            return {
+                "avg_ts": r["avg_ts"],
+                "stddev_ts": r.get("stddev_ts"),
+                "median_ts": statistics.median(samples),
+                "samples_ts": samples,
+                "n_gpu_layers": r.get("n_gpu_layers"),
+                "backends": r.get("backends"),
+                "gpu_info": r.get("gpu_info"),
+                "flash_attn": r.get("flash_attn"),
+                "n_threads": r.get("n_threads"),
+                "build_commit": r.get("build_commit"),
+            }
     raise RuntimeError(f"no pp{n_prompt}/tg{n_gen}@d{depth} row in llama-bench's output")
 
 
@@ -331,24 +388,30 @@ def cmd_anchor(a: argparse.Namespace) -> int:
     base = ["-m", a.model, "-ngl", "99", "-r", str(a.reps)]
     out: dict[str, Any] = {"bench": a.bench, "model": a.model, "reps": a.reps}
     try:
-        rows = run_bench(a.bench, [*base[:4], "-p", "512", "-n", "128", *base[4:]],
-                         logs / "llama-bench")
+        rows = run_bench(
+            a.bench, [*base[:4], "-p", "512", "-n", "128", *base[4:]], logs / "llama-bench"
+        )
         out["pp512"] = _row(rows, 512, 0, 0)
         out["tg128"] = _row(rows, 0, 128, 0)
     except (RuntimeError, ValueError, subprocess.SubprocessError) as exc:
         return fail(str(exc))
     try:  # ours decodes after a ~512-token prompt: the like-for-like llama-bench row
-        rows = run_bench(a.bench, [*base[:4], "-p", "0", "-n", "128", "-d", "512", *base[4:]],
-                         logs / "llama-bench-d512")
+        rows = run_bench(
+            a.bench,
+            [*base[:4], "-p", "0", "-n", "128", "-d", "512", *base[4:]],
+            logs / "llama-bench-d512",
+        )
         out["tg128_d512"] = _row(rows, 0, 128, 512)
     except (RuntimeError, ValueError, subprocess.SubprocessError) as exc:
         print(f"    note: tg128 @ d512 unavailable: {exc}")
     for k in ("pp512", "tg128", "tg128_d512"):
         if k in out:
             r = out[k]
-            print(f"    llama-bench {k}: {r['avg_ts']:.1f} ± {r['stddev_ts'] or 0:.1f} tok/s "
-                  f"(median {r['median_ts']:.1f}; backends {r['backends']}, "
-                  f"ngl {r['n_gpu_layers']})")
+            print(
+                f"    llama-bench {k}: {r['avg_ts']:.1f} ± {r['stddev_ts'] or 0:.1f} tok/s "
+                f"(median {r['median_ts']:.1f}; backends {r['backends']}, "
+                f"ngl {r['n_gpu_layers']})"
+            )
     Path(a.out).write_text(json.dumps(out, indent=1))
     return 0
 
@@ -385,8 +448,11 @@ def cmd_summary(a: argparse.Namespace) -> int:
     dc_d = ratio(ours["decode_tps"], (anchor.get("tg128_d512") or {}).get("median_ts"))
     meas = ours["measured"]
     measured_mib = meas["new_process_mib"] or meas["delta_used_mib"]
-    measured_src = ("nvidia-smi, the runner process" if meas["new_process_mib"]
-                    else "nvidia-smi, memory.used delta")
+    measured_src = (
+        "nvidia-smi, the runner process"
+        if meas["new_process_mib"]
+        else "nvidia-smi, memory.used delta"
+    )
     est = ours.get("estimate_bytes")
     est_ratio = ratio(est / MiB if est else None, measured_mib)
     planner = ours.get("planner") or {}
@@ -398,15 +464,19 @@ def cmd_summary(a: argparse.Namespace) -> int:
     checks = {
         "prefill": None if pf is None else pf >= GOALS["prefill"],
         "decode": None if dc is None else dc >= GOALS["decode"],
-        "estimate": None if est_ratio is None
+        "estimate": None
+        if est_ratio is None
         else abs(est_ratio - 1) <= GOALS["estimate_tolerance"],
     }
+
     def f(v: float | None, d: int = 1) -> str:
         return "n/a" if v is None else f"{v:.{d}f}"
 
     size = ours.get("size_bytes")
-    placed = (f"size_vram {f(est / MiB if est else None, 0)} of size "
-              f"{f(size / MiB if size else None, 0)} MiB")
+    placed = (
+        f"size_vram {f(est / MiB if est else None, 0)} of size "
+        f"{f(size / MiB if size else None, 0)} MiB"
+    )
     if "n_gpu_layers" in planner:
         placed += f", planner: {planner['n_gpu_layers']}/{planner['n_layers']} layers on the GPU"
     lines = [
@@ -427,34 +497,56 @@ def cmd_summary(a: argparse.Namespace) -> int:
         f"{verdict(checks['decode'])} |",
     ]
     if dc_d is not None:
-        lines.append(f"| decode vs tg128 @ depth 512 (like-for-like) | {f(ours['decode_tps'])} | "
-                     f"{f(anchor['tg128_d512']['median_ts'])} | {f(dc_d, 3)} | (info) | |")
+        lines.append(
+            f"| decode vs tg128 @ depth 512 (like-for-like) | {f(ours['decode_tps'])} | "
+            f"{f(anchor['tg128_d512']['median_ts'])} | {f(dc_d, 3)} | (info) | |"
+        )
     lines += [
         f"| VRAM: /api/ps size_vram vs measured (MiB) | {f(est / MiB if est else None, 0)} | "
         f"{measured_mib} ({measured_src}) | {f(est_ratio, 3)} | "
         f"± {GOALS['estimate_tolerance']:.0%} | {verdict(checks['estimate'])} |",
     ]
     if planner_ratio is not None:
-        lines.append(f"| VRAM: planner estimate (recomputed) vs measured (MiB) | "
-                     f"{planner['vram'] / MiB:.0f} | {measured_mib} | {f(planner_ratio, 3)} "
-                     f"| (info) | |")
-    lines += ["", f"memory.used delta {meas['delta_used_mib']} MiB; "
-              f"new GPU processes {meas['new_processes'] or 'none listed'}."]
+        lines.append(
+            f"| VRAM: planner estimate (recomputed) vs measured (MiB) | "
+            f"{planner['vram'] / MiB:.0f} | {measured_mib} | {f(planner_ratio, 3)} "
+            f"| (info) | |"
+        )
+    lines += [
+        "",
+        f"memory.used delta {meas['delta_used_mib']} MiB; "
+        f"new GPU processes {meas['new_processes'] or 'none listed'}.",
+    ]
     if timings:
-        lines.append("Steps: " + "; ".join(
-            f"{k} {v if v == 'skipped' else v + 's'}" for k, v in timings))
+        lines.append(
+            "Steps: " + "; ".join(f"{k} {v if v == 'skipped' else v + 's'}" for k, v in timings)
+        )
     block = "\n".join(lines)
     print("\n" + "=" * 78 + "\n" + block + "\n" + "=" * 78)
     missed = [k for k, ok in checks.items() if ok is False]
     unknown = [k for k, ok in checks.items() if ok is None]
-    print(f"goals: {'all met' if not missed and not unknown else ''}"
-          f"{' missed: ' + ', '.join(missed) if missed else ''}"
-          f"{' not measured: ' + ', '.join(unknown) if unknown else ''}")
-    result = {"ratios": {"prefill": pf, "decode": dc, "decode_depth512": dc_d,
-                         "estimate": est_ratio, "planner_estimate": planner_ratio},
-              "goals": GOALS, "checks": checks, "measured_vram_mib": measured_mib,
-              "measured_vram_source": measured_src, "ours": ours, "anchor": anchor,
-              "timings": dict(timings), "summary": block}
+    print(
+        f"goals: {'all met' if not missed and not unknown else ''}"
+        f"{' missed: ' + ', '.join(missed) if missed else ''}"
+        f"{' not measured: ' + ', '.join(unknown) if unknown else ''}"
+    )
+    result = {
+        "ratios": {
+            "prefill": pf,
+            "decode": dc,
+            "decode_depth512": dc_d,
+            "estimate": est_ratio,
+            "planner_estimate": planner_ratio,
+        },
+        "goals": GOALS,
+        "checks": checks,
+        "measured_vram_mib": measured_mib,
+        "measured_vram_source": measured_src,
+        "ours": ours,
+        "anchor": anchor,
+        "timings": dict(timings),
+        "summary": block,
+    }
     Path(a.out).write_text(json.dumps(result, indent=1))
     if a.text:
         Path(a.text).write_text(block + "\n")
@@ -472,8 +564,9 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_wait_health)
     p = sub.add_parser("find-bench")
     p.add_argument("--backends", required=True)
-    p.add_argument("--search", action="append", default=[],
-                   help="folders to search when build_dir has none")
+    p.add_argument(
+        "--search", action="append", default=[], help="folders to search when build_dir has none"
+    )
     p.set_defaults(func=cmd_find_bench)
     p = sub.add_parser("check-doctor")
     p.add_argument("doctor")

@@ -37,8 +37,7 @@ from localllm.runner.messages import LoadOptions  # noqa: E402
 DEFAULT = Path.home() / ".cache/localllm-bench/models/llama-0.5b-q4_k_m.gguf"
 
 
-def write_lora(model: Path, out: Path, rank: int, targets: tuple[str, ...], seed: int = 0
-               ) -> int:
+def write_lora(model: Path, out: Path, rank: int, targets: tuple[str, ...], seed: int = 0) -> int:
     """A random LoRA over ``targets`` of ``model``; returns the number of tensor pairs."""
     import gguf
     import numpy as np
@@ -110,9 +109,11 @@ def main() -> None:
     loras = [work / "a.gguf", work / "b.gguf"]
     pairs = [write_lora(model, p, args.rank, targets, seed=i) for i, p in enumerate(loras)]
     opts = LoadOptions(n_ctx=args.n_ctx, n_parallel=1, n_threads=args.threads)
-    print(f"model {model.name} ({model.stat().st_size / 2**20:.0f} MiB), LoRA rank "
-          f"{args.rank} on {pairs[0]} tensors ({loras[0].stat().st_size / 2**20:.1f} MiB), "
-          f"{args.threads} threads, n_ctx {args.n_ctx}")
+    print(
+        f"model {model.name} ({model.stat().st_size / 2**20:.0f} MiB), LoRA rank "
+        f"{args.rank} on {pairs[0]} tensors ({loras[0].stat().st_size / 2**20:.1f} MiB), "
+        f"{args.threads} threads, n_ctx {args.n_ctx}"
+    )
 
     loads: list[int] = []
     for _ in range(max(3, args.rounds // 3)):
@@ -145,11 +146,15 @@ def main() -> None:
     print(f"adapter first load (once per file)  {ms(adapter_load)}")
     # Medians and minimums: on a shared machine the minimum is the least disturbed.
     print(f"1-token decode, same set            {ms(base)}  (min {ms(min(steady)).strip()})")
-    print(f"1-token decode right after a switch {ms(switch)}  (min {ms(min(switched)).strip()}"
-          f"; switch adds {ms(extra).strip()} median, "
-          f"{ms(max(0, min(switched) - min(steady))).strip()} by minimums)")
-    print(f"switch vs engine load: {extra / load:.4f}x; "
-          f"vs runner load: {extra / statistics.median(spawn):.4f}x")
+    print(
+        f"1-token decode right after a switch {ms(switch)}  (min {ms(min(switched)).strip()}"
+        f"; switch adds {ms(extra).strip()} median, "
+        f"{ms(max(0, min(switched) - min(steady))).strip()} by minimums)"
+    )
+    print(
+        f"switch vs engine load: {extra / load:.4f}x; "
+        f"vs runner load: {extra / statistics.median(spawn):.4f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -57,8 +57,28 @@ from localllm.api._httpx import httpx
 
 GOAL = 0.1
 NAME = "bench"
-WORDS = ("tool", "call", "file", "read", "write", "search", "answer", "user", "code", "test",
-         "plan", "step", "check", "result", "error", "retry", "note", "keep", "short", "clear")
+WORDS = (
+    "tool",
+    "call",
+    "file",
+    "read",
+    "write",
+    "search",
+    "answer",
+    "user",
+    "code",
+    "test",
+    "plan",
+    "step",
+    "check",
+    "result",
+    "error",
+    "retry",
+    "note",
+    "keep",
+    "short",
+    "clear",
+)
 
 
 def model_path(spec: str) -> Path:
@@ -69,27 +89,35 @@ def model_path(spec: str) -> Path:
 
     folder = gen_models.cache_dir() / "models" / "tiny-attn"
     path = folder / "tiny.gguf"
-    return path if path.exists() else make_tiny_model(folder, attention=True, n_ctx_train=32768,
-                                                      chat_template=None)
+    return (
+        path
+        if path.exists()
+        else make_tiny_model(folder, attention=True, n_ctx_train=32768, chat_template=None)
+    )
 
 
 def body_text(n_words: int, seed: int = 0) -> str:
     """Sentences of lower-case words (every vocabulary has them, the tiny model's too)."""
     rng = random.Random(seed)
     words = [rng.choice(WORDS) for _ in range(n_words)]
-    return ". ".join(" ".join(words[i:i + 12]) for i in range(0, n_words, 12)) + "."
+    return ". ".join(" ".join(words[i : i + 12]) for i in range(0, n_words, 12)) + "."
 
 
 @contextmanager
 def ours(args: argparse.Namespace, home: Path) -> Iterator[str]:
-    cmd, env, url = server_bench.daemon(home, {
-        "LOCALLLM_NUM_PARALLEL": "1", "LOCALLLM_NUM_THREAD": str(args.threads),
-        "LOCALLLM_CONTEXT_LENGTH": str(args.ctx), "LOCALLLM_KEEP_ALIVE": "-1",
-        "LOCALLLM_CPU_REPACK": args.cpu_repack})
+    cmd, env, url = server_bench.daemon(
+        home,
+        {
+            "LOCALLLM_NUM_PARALLEL": "1",
+            "LOCALLLM_NUM_THREAD": str(args.threads),
+            "LOCALLLM_CONTEXT_LENGTH": str(args.ctx),
+            "LOCALLLM_KEEP_ALIVE": "-1",
+            "LOCALLLM_CPU_REPACK": args.cpu_repack,
+        },
+    )
     env.pop("LOCALLLM_CACHE", None)  # the prompt cache goes under the bench's home
     with server_bench.serving(cmd, env, url, "/", home / "daemon.log"):
-        load = httpx.post(url + "/api/generate", json={"model": NAME}, timeout=600,
-                          trust_env=False)
+        load = httpx.post(url + "/api/generate", json={"model": NAME}, timeout=600, trust_env=False)
         load.raise_for_status()
         yield url
 
@@ -97,9 +125,26 @@ def ours(args: argparse.Namespace, home: Path) -> Iterator[str]:
 @contextmanager
 def theirs(args: argparse.Namespace, gguf: Path, slots: Path) -> Iterator[str]:
     port = server_bench.free_port()
-    cmd = [str(TOOLS / "llama-server"), "-m", str(gguf), "--host", "127.0.0.1",
-           "--port", str(port), "-t", str(args.threads), "-np", "1", "-c", str(args.ctx),
-           "--no-webui", "-a", NAME, "--slot-save-path", str(slots)]
+    cmd = [
+        str(TOOLS / "llama-server"),
+        "-m",
+        str(gguf),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-t",
+        str(args.threads),
+        "-np",
+        "1",
+        "-c",
+        str(args.ctx),
+        "--no-webui",
+        "-a",
+        NAME,
+        "--slot-save-path",
+        str(slots),
+    ]
     if args.cpu_repack == "off":
         cmd.append("--no-repack")
     url = f"http://127.0.0.1:{port}"
@@ -126,15 +171,32 @@ def first_line(url: str, path: str, body: dict[str, Any]) -> tuple[float, dict[s
 # One token: the slot then holds exactly the prompt (the token sampled last is never
 # evaluated), so a continuing prompt continues the saved copy whole.
 def generate(url: str, prompt: str) -> tuple[float, dict[str, Any]]:
-    return first_line(url, "/api/generate", {
-        "model": NAME, "prompt": prompt, "raw": True, "stream": True,
-        "options": {"temperature": 0, "num_predict": 1}})
+    return first_line(
+        url,
+        "/api/generate",
+        {
+            "model": NAME,
+            "prompt": prompt,
+            "raw": True,
+            "stream": True,
+            "options": {"temperature": 0, "num_predict": 1},
+        },
+    )
 
 
 def complete(url: str, prompt: str) -> tuple[float, dict[str, Any]]:
-    return first_line(url, "/completion", {
-        "prompt": prompt, "n_predict": 1, "temperature": 0, "stream": True, "id_slot": 0,
-        "cache_prompt": True})
+    return first_line(
+        url,
+        "/completion",
+        {
+            "prompt": prompt,
+            "n_predict": 1,
+            "temperature": 0,
+            "stream": True,
+            "id_slot": 0,
+            "cache_prompt": True,
+        },
+    )
 
 
 def prompts(args: argparse.Namespace, prefix: str) -> tuple[str, str]:
@@ -157,12 +219,19 @@ def wait_written(folder: Path, after: float, timeout: float = 600) -> float:
 def calibrate(url: str, n: int) -> str:
     """Text of exactly ``n`` tokens of this model (cut where the tokenizer says)."""
     text = body_text(n)
-    tokens = httpx.post(url + "/api/tokenize", json={"model": NAME, "text": text},
-                        timeout=600, trust_env=False).json()["tokens"]
+    tokens = httpx.post(
+        url + "/api/tokenize", json={"model": NAME, "text": text}, timeout=600, trust_env=False
+    ).json()["tokens"]
     if len(tokens) < n:
         raise SystemExit(f"the body text makes only {len(tokens)} tokens")
-    return str(httpx.post(url + "/api/detokenize", json={"model": NAME, "tokens": tokens[:n]},
-                          timeout=600, trust_env=False).json()["text"])
+    return str(
+        httpx.post(
+            url + "/api/detokenize",
+            json={"model": NAME, "tokens": tokens[:n]},
+            timeout=600,
+            trust_env=False,
+        ).json()["text"]
+    )
 
 
 def run_ours(args: argparse.Namespace, home: Path, prefix: str) -> dict[str, float]:
@@ -176,23 +245,28 @@ def run_ours(args: argparse.Namespace, home: Path, prefix: str) -> dict[str, flo
     with ours(args, home) as url:
         restart = time.monotonic() - t1
         warm, warm_done = generate(url, second)
-    return {"cold": cold, "warm": warm, "tokens": cold_done.get("prompt_eval_count", 0),
-            "cached_cold": cold_done.get("prompt_cached_count", 0),
-            "cached": warm_done.get("prompt_cached_count", 0),
-            "eval_cold": cold_done.get("prompt_eval_duration", 0) / 1e9,
-            "eval_warm": warm_done.get("prompt_eval_duration", 0) / 1e9,
-            "written": written, "restart": restart}
+    return {
+        "cold": cold,
+        "warm": warm,
+        "tokens": cold_done.get("prompt_eval_count", 0),
+        "cached_cold": cold_done.get("prompt_cached_count", 0),
+        "cached": warm_done.get("prompt_cached_count", 0),
+        "eval_cold": cold_done.get("prompt_eval_duration", 0) / 1e9,
+        "eval_warm": warm_done.get("prompt_eval_duration", 0) / 1e9,
+        "written": written,
+        "restart": restart,
+    }
 
 
-def run_theirs(args: argparse.Namespace, gguf: Path, slots: Path, prefix: str
-               ) -> dict[str, float]:
+def run_theirs(args: argparse.Namespace, gguf: Path, slots: Path, prefix: str) -> dict[str, float]:
     save = {"filename": "bench.bin"}
     first, second = prompts(args, prefix)
     with theirs(args, gguf, slots) as url:
         cold, _ = complete(url, first)
         t0 = time.perf_counter()
-        httpx.post(url + "/slots/0?action=save", json=save, timeout=600,
-                   trust_env=False).raise_for_status()
+        httpx.post(
+            url + "/slots/0?action=save", json=save, timeout=600, trust_env=False
+        ).raise_for_status()
         saved = time.perf_counter() - t0
     with theirs(args, gguf, slots) as url:
         t0 = time.perf_counter()
@@ -200,37 +274,55 @@ def run_theirs(args: argparse.Namespace, gguf: Path, slots: Path, prefix: str
         r.raise_for_status()
         restore = time.perf_counter() - t0
         warm, done = complete(url, second)
-    return {"cold": cold, "warm": warm + restore, "restore": restore, "saved": saved,
-            "cached": float(done.get("tokens_cached", 0) or r.json().get("n_restored", 0))}
+    return {
+        "cold": cold,
+        "warm": warm + restore,
+        "restore": restore,
+        "saved": saved,
+        "cached": float(done.get("tokens_cached", 0) or r.json().get("n_restored", 0)),
+    }
 
 
-def report(args: argparse.Namespace, res: dict[str, list[dict[str, float]]],
-           load: tuple[Any, Any]) -> int:
+def report(
+    args: argparse.Namespace, res: dict[str, list[dict[str, float]]], load: tuple[Any, Any]
+) -> int:
     def med(side: str, key: str) -> float:
         return statistics.median(r[key] for r in res[side])
 
     o = res["ours"]
-    print(f"\nprompt cache across a restart: {args.model}, ~{args.prefix_tokens}-token prefix, "
-          f"warm {args.warm}, {args.threads} threads, {args.rounds} rounds; load "
-          f"{load[0]} -> {load[1]}")
-    print(f"  ours: prompt {med('ours', 'tokens'):.0f} tokens, {med('ours', 'cached'):.0f} "
-          f"cached after the restart (cold: {med('ours', 'cached_cold'):.0f})")
-    print(f"  ours: TTFT cold {med('ours', 'cold') * 1000:.0f} ms (prefill "
-          f"{med('ours', 'eval_cold') * 1000:.0f} ms), warm {med('ours', 'warm') * 1000:.0f} ms "
-          f"(prefill {med('ours', 'eval_warm') * 1000:.0f} ms); written to disk "
-          f"{med('ours', 'written'):.2f} s after the request; restart + load "
-          f"{med('ours', 'restart'):.1f} s")
+    print(
+        f"\nprompt cache across a restart: {args.model}, ~{args.prefix_tokens}-token prefix, "
+        f"warm {args.warm}, {args.threads} threads, {args.rounds} rounds; load "
+        f"{load[0]} -> {load[1]}"
+    )
+    print(
+        f"  ours: prompt {med('ours', 'tokens'):.0f} tokens, {med('ours', 'cached'):.0f} "
+        f"cached after the restart (cold: {med('ours', 'cached_cold'):.0f})"
+    )
+    print(
+        f"  ours: TTFT cold {med('ours', 'cold') * 1000:.0f} ms (prefill "
+        f"{med('ours', 'eval_cold') * 1000:.0f} ms), warm {med('ours', 'warm') * 1000:.0f} ms "
+        f"(prefill {med('ours', 'eval_warm') * 1000:.0f} ms); written to disk "
+        f"{med('ours', 'written'):.2f} s after the request; restart + load "
+        f"{med('ours', 'restart'):.1f} s"
+    )
     ratios = [r["warm"] / r["cold"] for r in o]
     ratio = statistics.median(ratios)
-    print(f"  ours: warm / cold TTFT {ratio:.3f}x (rounds {min(ratios):.3f}-{max(ratios):.3f}), "
-          f"goal <= {GOAL}x: {'ok' if ratio <= GOAL else 'MISSED'}")
+    print(
+        f"  ours: warm / cold TTFT {ratio:.3f}x (rounds {min(ratios):.3f}-{max(ratios):.3f}), "
+        f"goal <= {GOAL}x: {'ok' if ratio <= GOAL else 'MISSED'}"
+    )
     if res.get("theirs"):
-        print(f"  llama-server: TTFT cold {med('theirs', 'cold') * 1000:.0f} ms, warm after a "
-              f"manual restore {med('theirs', 'warm') * 1000:.0f} ms (restore "
-              f"{med('theirs', 'restore') * 1000:.0f} ms), {med('theirs', 'cached'):.0f} cached")
-        print(f"  ours / llama-server: cold {med('ours', 'cold') / med('theirs', 'cold'):.2f}x, "
-              f"warm {med('ours', 'warm') / med('theirs', 'warm'):.2f}x (theirs needs the "
-              f"client to save and restore)")
+        print(
+            f"  llama-server: TTFT cold {med('theirs', 'cold') * 1000:.0f} ms, warm after a "
+            f"manual restore {med('theirs', 'warm') * 1000:.0f} ms (restore "
+            f"{med('theirs', 'restore') * 1000:.0f} ms), {med('theirs', 'cached'):.0f} cached"
+        )
+        print(
+            f"  ours / llama-server: cold {med('ours', 'cold') / med('theirs', 'cold'):.2f}x, "
+            f"warm {med('ours', 'warm') / med('theirs', 'warm'):.2f}x (theirs needs the "
+            f"client to save and restore)"
+        )
     return 0 if ratio <= GOAL else 3
 
 
@@ -256,15 +348,22 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     res: dict[str, list[dict[str, float]]] = {"ours": [], "theirs": []}
     for rnd in range(args.rounds):
-        prefix = f"session {random.randrange(16 ** 8):08x}. " + body
+        prefix = f"session {random.randrange(16**8):08x}. " + body
         sides = ["ours"] if args.no_llama_server else ["ours", "theirs"]
         for side in sides if rnd % 2 == 0 else sides[::-1]:
             shutil.rmtree(home / "cache", ignore_errors=True)
-            r = (run_ours(args, home, prefix) if side == "ours"
-                 else run_theirs(args, gguf, slots, prefix))
+            r = (
+                run_ours(args, home, prefix)
+                if side == "ours"
+                else run_theirs(args, gguf, slots, prefix)
+            )
             res[side].append(r)
-            print(f"  round {rnd + 1} {side:6}: TTFT cold {r['cold'] * 1000:.0f} ms, warm "
-                  f"{r['warm'] * 1000:.0f} ms, {r['cached']:.0f} cached", flush=True)
+            print(
+                f"  round {rnd + 1} {side:6}: TTFT cold {r['cold'] * 1000:.0f} ms, warm "
+                f"{r['warm'] * 1000:.0f} ms, {r['cached']:.0f} cached",
+                flush=True,
+            )
+
     def fmt(avg: tuple[float, float, float]) -> str:
         return "/".join(f"{x:.1f}" for x in avg)
 

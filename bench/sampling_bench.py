@@ -41,8 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gen_models  # sibling script, not a package: hence the sys.path line
 
 TOKEN_LO, TOKEN_HI = 400, 20000  # ordinary tokens in any vocab we bench
-CHAINS = {"greedy": {"temperature": 0.0},
-          "ollama": {"temperature": 0.8, "top_k": 40, "top_p": 0.9}}
+CHAINS = {"greedy": {"temperature": 0.0}, "ollama": {"temperature": 0.8, "top_k": 40, "top_p": 0.9}}
 
 
 @dataclass
@@ -59,9 +58,16 @@ def make_engine(model: Path, mode: str, a: argparse.Namespace) -> Any:
     from localllm.engine.engine import Engine
     from localllm.runner.messages import LoadOptions
 
-    opts = LoadOptions(n_ctx=a.prompt + a.tokens + 64, n_parallel=max(a.parallel),
-                       n_batch=512, n_ubatch=512, n_threads=a.threads, n_gpu_layers=a.ngl,
-                       device_sampling=mode, prompt_cache=0)
+    opts = LoadOptions(
+        n_ctx=a.prompt + a.tokens + 64,
+        n_parallel=max(a.parallel),
+        n_batch=512,
+        n_ubatch=512,
+        n_threads=a.threads,
+        n_gpu_layers=a.ngl,
+        device_sampling=mode,
+        prompt_cache=0,
+    )
     eng = Engine([str(model)], opts)
     timed: list[float] = []
     decode = eng.ctx.decode
@@ -84,8 +90,11 @@ def run(eng: Any, k: int, chain: dict[str, float], a: argparse.Namespace, out: S
     hi = min(TOKEN_HI, eng.model.n_vocab)  # a tiny test model's vocabulary is smaller
     for i in range(k):
         prompt = [random.randrange(min(TOKEN_LO, hi // 2), hi) for _ in range(a.prompt)]
-        eng.submit(CompletionRequest(id=f"r{i}", prompt=prompt, num_predict=a.tokens,
-                                     sampling=SamplingParams(**chain)))  # type: ignore[arg-type]
+        eng.submit(
+            CompletionRequest(
+                id=f"r{i}", prompt=prompt, num_predict=a.tokens, sampling=SamplingParams(**chain)
+            )
+        )  # type: ignore[arg-type]
     while eng.has_work():
         eng.decode_ms.clear()
         t = time.perf_counter_ns()
@@ -101,8 +110,9 @@ def run(eng: Any, k: int, chain: dict[str, float], a: argparse.Namespace, out: S
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="0.5b-f16",
-                    help="<size>-<quant> from gen_models or a GGUF path")
+    ap.add_argument(
+        "--model", default="0.5b-f16", help="<size>-<quant> from gen_models or a GGUF path"
+    )
     ap.add_argument("--ngl", type=int, default=0, help="layers on the GPU (99: all)")
     ap.add_argument("--threads", type=int, default=0, help="0 = physical cores")
     ap.add_argument("--parallel", default="1,4,16", help="concurrent stream counts")
@@ -136,20 +146,26 @@ def main(argv: list[str] | None = None) -> int:
     load1 = os.getloadavg()
     for eng in engines.values():
         eng.close()
-    print(f"\nmodel {model.name}, ngl {a.ngl}, threads {a.threads}, {a.rounds} rounds, "
-          f"{a.tokens} tokens/stream; {platform.processor() or platform.machine()}; "
-          f"load {load0[0]:.2f} -> {load1[0]:.2f}")
-    head = (f"{'chain':8} {'k':>3} | {'step ms':>15} | {'decode ms':>15} | {'host ms':>13} | "
-            f"{'tok/s':>15} | dev/host")
+    print(
+        f"\nmodel {model.name}, ngl {a.ngl}, threads {a.threads}, {a.rounds} rounds, "
+        f"{a.tokens} tokens/stream; {platform.processor() or platform.machine()}; "
+        f"load {load0[0]:.2f} -> {load1[0]:.2f}"
+    )
+    head = (
+        f"{'chain':8} {'k':>3} | {'step ms':>15} | {'decode ms':>15} | {'host ms':>13} | "
+        f"{'tok/s':>15} | dev/host"
+    )
     print(head + "\n" + "-" * len(head))
     for name in a.chains.split(","):
         for k in a.parallel:
             h, d = res[(name, k, "off")], res[(name, k, "on")]
             hs, ds = h.med("wall"), d.med("wall")
             hh, dh = hs - h.med("decode"), ds - d.med("decode")
-            print(f"{name:8} {k:>3} | {hs:7.2f} {ds:7.2f} | {h.med('decode'):7.2f} "
-                  f"{d.med('decode'):7.2f} | {hh:6.2f} {dh:6.2f} | {k * 1e3 / hs:7.1f} "
-                  f"{k * 1e3 / ds:7.1f} | {hs / ds:.3f}x  (steps {len(h.wall)}/{len(d.wall)})")
+            print(
+                f"{name:8} {k:>3} | {hs:7.2f} {ds:7.2f} | {h.med('decode'):7.2f} "
+                f"{d.med('decode'):7.2f} | {hh:6.2f} {dh:6.2f} | {k * 1e3 / hs:7.1f} "
+                f"{k * 1e3 / ds:7.1f} | {hs / ds:.3f}x  (steps {len(h.wall)}/{len(d.wall)})"
+            )
     print("columns: host sampling, then device sampling; dev/host > 1: device is faster")
     return 0
 

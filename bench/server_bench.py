@@ -72,8 +72,9 @@ def wait_up(url: str, proc: subprocess.Popen[bytes], path: str, timeout: float =
 
 
 @contextmanager
-def serving(cmd: list[str], env: dict[str, str], url: str, health: str, log: Path
-            ) -> Iterator[None]:
+def serving(
+    cmd: list[str], env: dict[str, str], url: str, health: str, log: Path
+) -> Iterator[None]:
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -112,33 +113,64 @@ if not same or sys.argv[3] == "force":
 def import_model(home: Path, name: str, gguf: Path, force: bool = False) -> None:
     """Put ``gguf`` into the store under ``home`` as ``name`` (a blob copy, kept for later runs)."""
     env = {**os.environ, "LOCALLLM_HOME": str(home), "PYTHONPATH": str(REPO)}
-    subprocess.run([sys.executable, "-c", _IMPORT, name, str(gguf), "force" if force else ""],
-                   env=env, check=True)
+    subprocess.run(
+        [sys.executable, "-c", _IMPORT, name, str(gguf), "force" if force else ""],
+        env=env,
+        check=True,
+    )
 
 
 def daemon(home: Path, settings: dict[str, str]) -> tuple[list[str], dict[str, str], str]:
     """``localllm serve`` from this checkout on a free port: command, environment, URL."""
     port = free_port()
-    env = {**os.environ, "LOCALLLM_HOME": str(home), "PYTHONPATH": str(REPO),
-           "LOCALLLM_HOST": f"127.0.0.1:{port}", **settings}
+    env = {
+        **os.environ,
+        "LOCALLLM_HOME": str(home),
+        "PYTHONPATH": str(REPO),
+        "LOCALLLM_HOST": f"127.0.0.1:{port}",
+        **settings,
+    }
     return [sys.executable, "-m", "localllm", "serve"], env, f"http://127.0.0.1:{port}"
 
 
 def ours(args: argparse.Namespace, gguf: Path) -> tuple[list[str], dict[str, str], str]:
     home = gen_models.cache_dir() / "server-bench-home"
     import_model(home, MODEL_NAME, gguf, args.reimport)
-    return daemon(home, {"LOCALLLM_NUM_PARALLEL": str(args.parallel),
-                         "LOCALLLM_NUM_THREAD": str(args.threads),
-                         "LOCALLLM_CONTEXT_LENGTH": str(args.ctx), "LOCALLLM_KEEP_ALIVE": "-1"})
+    return daemon(
+        home,
+        {
+            "LOCALLLM_NUM_PARALLEL": str(args.parallel),
+            "LOCALLLM_NUM_THREAD": str(args.threads),
+            "LOCALLLM_CONTEXT_LENGTH": str(args.ctx),
+            "LOCALLLM_KEEP_ALIVE": "-1",
+        },
+    )
 
 
 def theirs(args: argparse.Namespace, gguf: Path) -> tuple[list[str], dict[str, str], str]:
     port = free_port()
     # -c is the whole unified KV pool in llama-server; ours is per slot.
-    cmd = [str(TOOLS / "llama-server"), "-m", str(gguf), "--host", "127.0.0.1",
-           "--port", str(port), "-t", str(args.threads), "-np", str(args.parallel),
-           "-c", str(args.ctx * args.parallel), "-kvu", "--no-webui", "-a", MODEL_NAME,
-           "-ngl", str(args.ngl)]
+    cmd = [
+        str(TOOLS / "llama-server"),
+        "-m",
+        str(gguf),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-t",
+        str(args.threads),
+        "-np",
+        str(args.parallel),
+        "-c",
+        str(args.ctx * args.parallel),
+        "-kvu",
+        "--no-webui",
+        "-a",
+        MODEL_NAME,
+        "-ngl",
+        str(args.ngl),
+    ]
     return cmd, dict(os.environ), f"http://127.0.0.1:{port}"
 
 
@@ -147,21 +179,28 @@ def median(values: list[float]) -> float:
     return statistics.median(clean) if clean else float("nan")
 
 
-async def concurrency_table(args: argparse.Namespace, targets: dict[str, Target]
-                            ) -> dict[tuple[str, int], list[LevelSummary]]:
+async def concurrency_table(
+    args: argparse.Namespace, targets: dict[str, Target]
+) -> dict[tuple[str, int], list[LevelSummary]]:
     res: dict[tuple[str, int], list[LevelSummary]] = {}
     prompts = {side: PromptMaker(args.prompt_tokens, seed=i) for i, side in enumerate(targets)}
     for rnd in range(args.rounds):
         for i, c in enumerate(args.levels):
             order = list(targets) if (rnd + i) % 2 == 0 else list(targets)[::-1]
             for side in order:
-                wl = Workload(args.prompt_tokens, args.output_tokens,
-                              requests=max(args.min_requests, args.per_user * c))
+                wl = Workload(
+                    args.prompt_tokens,
+                    args.output_tokens,
+                    requests=max(args.min_requests, args.per_user * c),
+                )
                 summary, _ = await run_level(targets[side], wl, c, prompts=prompts[side])
                 res.setdefault((side, c), []).append(summary)
-                print(f"  round {rnd + 1} {side:6} {c:2} streams: {summary.ok}/{summary.requests}"
-                      f" ok, TTFT p95 {summary.ttft.p95 * 1000:.0f} ms, "
-                      f"{summary.output_tok_s:.1f} tok/s", flush=True)
+                print(
+                    f"  round {rnd + 1} {side:6} {c:2} streams: {summary.ok}/{summary.requests}"
+                    f" ok, TTFT p95 {summary.ttft.p95 * 1000:.0f} ms, "
+                    f"{summary.output_tok_s:.1f} tok/s",
+                    flush=True,
+                )
     return res
 
 
@@ -185,8 +224,10 @@ async def prefix_reuse(args: argparse.Namespace, target: Target) -> tuple[float,
             if one.status != "ok" or two.status != "ok":
                 raise RuntimeError(f"chat failed: {one.error or two.error}")
             if not one.prompt_tokens or abs(one.prompt_tokens / args.history_tokens - 1) > 0.2:
-                print(f"  warning: turn 1 of {target.url} counted {one.prompt_tokens} prompt "
-                      f"tokens, not ~{args.history_tokens} (truncated to fit the context?)")
+                print(
+                    f"  warning: turn 1 of {target.url} counted {one.prompt_tokens} prompt "
+                    f"tokens, not ~{args.history_tokens} (truncated to fit the context?)"
+                )
             t1s.append(one.ttft or float("nan"))
             t2s.append(two.ttft or float("nan"))
             hist.append(one.prompt_tokens or 0)
@@ -195,20 +236,32 @@ async def prefix_reuse(args: argparse.Namespace, target: Target) -> tuple[float,
 
 def metric(s: LevelSummary, key: str) -> float:
     """One table cell's figure: latencies in milliseconds, throughput in tokens/s."""
-    return {"ttft50": s.ttft.p50 * 1000, "ttft95": s.ttft.p95 * 1000, "itl50": s.itl.p50 * 1000,
-            "itl95": s.itl.p95 * 1000, "toks": s.output_tok_s}[key]
+    return {
+        "ttft50": s.ttft.p50 * 1000,
+        "ttft95": s.ttft.p95 * 1000,
+        "itl50": s.itl.p50 * 1000,
+        "itl95": s.itl.p95 * 1000,
+        "toks": s.output_tok_s,
+    }[key]
 
 
-def report(args: argparse.Namespace, res: dict[tuple[str, int], list[LevelSummary]],
-           chats: dict[str, tuple[float, float, int]]) -> None:
+def report(
+    args: argparse.Namespace,
+    res: dict[tuple[str, int], list[LevelSummary]],
+    chats: dict[str, tuple[float, float, int]],
+) -> None:
     load = os.getloadavg()
-    print(f"\nmodel {args.model}, {args.threads} threads, {args.ngl} GPU layers for llama-server, "
-          f"{args.parallel} slots x {args.ctx} ctx, "
-          f"~{args.prompt_tokens} prompt + {args.output_tokens} output tokens, "
-          f"{args.rounds} round(s); load average {load[0]:.1f}/{load[1]:.1f} on {os.cpu_count()} "
-          "CPUs (shared machine: noisy)")
-    head = (f"{'streams':>7} | {'TTFT p50 ms':>18} | {'TTFT p95 ms':>18} | {'ITL p50 ms':>18} | "
-            f"{'ITL p95 ms':>18} | {'agg tok/s':>18}")
+    print(
+        f"\nmodel {args.model}, {args.threads} threads, {args.ngl} GPU layers for llama-server, "
+        f"{args.parallel} slots x {args.ctx} ctx, "
+        f"~{args.prompt_tokens} prompt + {args.output_tokens} output tokens, "
+        f"{args.rounds} round(s); load average {load[0]:.1f}/{load[1]:.1f} on {os.cpu_count()} "
+        "CPUs (shared machine: noisy)"
+    )
+    head = (
+        f"{'streams':>7} | {'TTFT p50 ms':>18} | {'TTFT p95 ms':>18} | {'ITL p50 ms':>18} | "
+        f"{'ITL p95 ms':>18} | {'agg tok/s':>18}"
+    )
     print(head + "\n" + "-" * len(head))
     worst: dict[str, float] = {}
     for c in args.levels:
@@ -225,19 +278,29 @@ def report(args: argparse.Namespace, res: dict[tuple[str, int], list[LevelSummar
         errs = sum(s.errors + s.lost for side in ("ours", "theirs") for s in res[(side, c)])
         print(f"{c:>7} | " + " | ".join(cells) + (f"  ({errs} errors)" if errs else ""))
     print("cells: ours/llama-server and the ratio ours/theirs (medians over rounds)")
-    print(f"goals: agg tok/s >= 1.0x at every level (worst {worst.get('toks', 0):.2f}x), "
-          f"p95 TTFT <= 1.1x (worst {worst.get('ttft95', 0):.2f}x)")
+    print(
+        f"goals: agg tok/s >= 1.0x at every level (worst {worst.get('toks', 0):.2f}x), "
+        f"p95 TTFT <= 1.1x (worst {worst.get('ttft95', 0):.2f}x)"
+    )
     for side, (t1, t2, hist) in chats.items():
-        print(f"prefix reuse {side:6}: turn 1 TTFT {t1 * 1000:.0f} ms ({hist} prompt tokens), "
-              f"turn 2 {t2 * 1000:.0f} ms = {t2 / t1:.3f}x of turn 1 (goal <= 0.15x)")
+        print(
+            f"prefix reuse {side:6}: turn 1 TTFT {t1 * 1000:.0f} ms ({hist} prompt tokens), "
+            f"turn 2 {t2 * 1000:.0f} ms = {t2 / t1:.3f}x of turn 1 (goal <= 0.15x)"
+        )
 
 
 async def run(args: argparse.Namespace, urls: dict[str, str]) -> None:
     targets = {
-        "ours": Target(urls["ours"], MODEL_NAME, api=args.our_api, mode="completion",
-                       options={"temperature": 0}),
-        "theirs": Target(urls["theirs"], MODEL_NAME, api="openai", mode="completion",
-                         options={"temperature": 0}),
+        "ours": Target(
+            urls["ours"],
+            MODEL_NAME,
+            api=args.our_api,
+            mode="completion",
+            options={"temperature": 0},
+        ),
+        "theirs": Target(
+            urls["theirs"], MODEL_NAME, api="openai", mode="completion", options={"temperature": 0}
+        ),
     }
     for t in targets.values():  # load the model, touch every code path once
         async with make_client(t, 1, 600) as http:
@@ -268,8 +331,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--history-tokens", type=int, default=1500)
     p.add_argument("--conversations", type=int, default=3)
-    p.add_argument("--ngl", type=int, default=0,
-                   help="llama-server's -ngl (99 on a GPU); ours places layers itself")
+    p.add_argument(
+        "--ngl",
+        type=int,
+        default=0,
+        help="llama-server's -ngl (99 on a GPU); ours places layers itself",
+    )
     p.add_argument("--our-api", choices=("ollama", "openai"), default="ollama")
     p.add_argument("--quick", action="store_true", help="1 round, 2 requests per stream")
     p.add_argument("--reimport", action="store_true", help="import the GGUF into our store again")
@@ -287,8 +354,10 @@ def main(argv: list[str] | None = None) -> int:
     logs = gen_models.cache_dir() / "server-bench-logs"
     logs.mkdir(parents=True, exist_ok=True)
     (c1, e1, u1), (c2, e2, u2) = ours(args, gguf), theirs(args, gguf)
-    with serving(c1, e1, u1, "/", logs / "ours.log"), \
-            serving(c2, e2, u2, "/health", logs / "llama-server.log"):
+    with (
+        serving(c1, e1, u1, "/", logs / "ours.log"),
+        serving(c2, e2, u2, "/health", logs / "llama-server.log"),
+    ):
         print(f"ours at {u1}, llama-server at {u2}; logs in {logs}", flush=True)
         asyncio.run(run(args, {"ours": u1, "theirs": u2}))
     return 0

@@ -42,12 +42,21 @@ import real_model
 from localllm.engine.engine import Engine
 from localllm.runner.messages import CompletionRequest, LoadOptions, Piece, SamplingParams
 
-RULES = ("You are the support assistant of a bicycle shop. Answer in two sentences at most. "
-         "Mention prices in euros, never promise delivery dates, and suggest visiting the "
-         "workshop for anything involving brakes, forks or wheels. ")
-QUESTIONS = ["How much is a new chain?", "Do you sell helmets?", "Can you fix a flat tyre?",
-             "What are your opening hours?", "Is the workshop open on Sunday?",
-             "Do you rent bikes?", "How long does a service take?", "Can I pay by card?"]
+RULES = (
+    "You are the support assistant of a bicycle shop. Answer in two sentences at most. "
+    "Mention prices in euros, never promise delivery dates, and suggest visiting the "
+    "workshop for anything involving brakes, forks or wheels. "
+)
+QUESTIONS = [
+    "How much is a new chain?",
+    "Do you sell helmets?",
+    "Can you fix a flat tyre?",
+    "What are your opening hours?",
+    "Is the workshop open on Sunday?",
+    "Do you rent bikes?",
+    "How long does a service take?",
+    "Can I pay by card?",
+]
 SERVER = gen_models.cache_dir() / "llama-tools" / "bin" / "llama-server"
 
 
@@ -58,16 +67,22 @@ def system_prompt(engine: Engine, tokens: int) -> str:
     return text
 
 
-def ours(engine: Engine, system: str, n_predict: int, after_first: bool
-         ) -> tuple[list[float], list[str]]:
+def ours(
+    engine: Engine, system: str, n_predict: int, after_first: bool
+) -> tuple[list[float], list[str]]:
     ids = [f"u{i}-{time.monotonic_ns()}" for i in range(len(QUESTIONS))]
     submitted: dict[str, float] = {}
 
     def submit(i: int) -> None:
         submitted[ids[i]] = time.perf_counter()
-        engine.submit(CompletionRequest(
-            id=ids[i], prompt=system + "\nQuestion: " + QUESTIONS[i] + "\nAnswer:",
-            num_predict=n_predict, sampling=SamplingParams(temperature=0.0)))
+        engine.submit(
+            CompletionRequest(
+                id=ids[i],
+                prompt=system + "\nQuestion: " + QUESTIONS[i] + "\nAnswer:",
+                num_predict=n_predict,
+                sampling=SamplingParams(temperature=0.0),
+            )
+        )
 
     for i in range(1 if after_first else len(ids)):
         submit(i)
@@ -84,16 +99,35 @@ def ours(engine: Engine, system: str, n_predict: int, after_first: bool
     return [first[i] for i in ids], [texts[i] for i in ids]
 
 
-def theirs(model: Path, system: str, n_predict: int, threads: int, after_first: bool
-           ) -> list[float] | None:
+def theirs(
+    model: Path, system: str, n_predict: int, threads: int, after_first: bool
+) -> list[float] | None:
     if not SERVER.exists():
         return None
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([str(SERVER), "-m", str(model), "--port", str(port), "-np", "8",
-                             "-c", str(8 * 2048), "-t", str(threads), "-b", "512", "-ub", "512"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            str(SERVER),
+            "-m",
+            str(model),
+            "--port",
+            str(port),
+            "-np",
+            "8",
+            "-c",
+            str(8 * 2048),
+            "-t",
+            str(threads),
+            "-b",
+            "512",
+            "-ub",
+            "512",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         for _ in range(300):
@@ -106,12 +140,21 @@ def theirs(model: Path, system: str, n_predict: int, threads: int, after_first: 
         first_token = threading.Event()
 
         def one(q: str) -> float:
-            body = json.dumps({"prompt": system + "\nQuestion: " + q + "\nAnswer:",
-                               "n_predict": n_predict, "temperature": 0, "stream": True,
-                               "cache_prompt": True}).encode()
+            body = json.dumps(
+                {
+                    "prompt": system + "\nQuestion: " + q + "\nAnswer:",
+                    "n_predict": n_predict,
+                    "temperature": 0,
+                    "stream": True,
+                    "cache_prompt": True,
+                }
+            ).encode()
             t0 = time.perf_counter()
-            r = urllib.request.urlopen(urllib.request.Request(
-                url + "/completion", data=body, headers={"Content-Type": "application/json"}))
+            r = urllib.request.urlopen(
+                urllib.request.Request(
+                    url + "/completion", data=body, headers={"Content-Type": "application/json"}
+                )
+            )
             for line in r:
                 if line.startswith(b"data: ") and json.loads(line[6:]).get("content"):
                     ttft = time.perf_counter() - t0
@@ -136,8 +179,10 @@ def summary(name: str, ttft: list[float], after_first: bool) -> float:
     # Arriving together, "user 1" is whoever was served first; after-first, the one who came first.
     user1, rest = (ttft[0], ttft[1:]) if after_first else (min(ttft), sorted(ttft)[1:])
     p50 = statistics.median(rest)
-    print(f"{name:16s} user 1 {user1:6.2f} s   users 2-8 p50 {p50:6.2f} s, max "
-          f"{max(rest):6.2f} s   p50/user 1 {p50 / user1:4.2f}")
+    print(
+        f"{name:16s} user 1 {user1:6.2f} s   users 2-8 p50 {p50:6.2f} s, max "
+        f"{max(rest):6.2f} s   p50/user 1 {p50 / user1:4.2f}"
+    )
     return p50
 
 
@@ -160,15 +205,23 @@ def main(argv: list[str] | None = None) -> int:
 def one_pattern(args: argparse.Namespace, model: Path, after_first: bool) -> None:
     results: dict[bool, tuple[list[float], list[str]]] = {}
     for share in (True, False):
-        opts = LoadOptions(n_ctx=2048, n_parallel=8, n_batch=512, n_ubatch=512,
-                           n_threads=args.threads, share_prefix=share)
+        opts = LoadOptions(
+            n_ctx=2048,
+            n_parallel=8,
+            n_batch=512,
+            n_ubatch=512,
+            n_threads=args.threads,
+            share_prefix=share,
+        )
         with Engine([str(model)], opts) as engine:
             system = system_prompt(engine, args.tokens)
             results[share] = ours(engine, system, args.predict, after_first)
     on = summary("ours, sharing", results[True][0], after_first)
     off = summary("ours, no sharing", results[False][0], after_first)
-    print(f"same replies: {results[True][1] == results[False][1]}   "
-          f"p50 sharing / no sharing {on / off:4.2f}")
+    print(
+        f"same replies: {results[True][1] == results[False][1]}   "
+        f"p50 sharing / no sharing {on / off:4.2f}"
+    )
     anchor = theirs(model, system, args.predict, args.threads, after_first)
     if anchor is not None:
         server = summary("llama-server", anchor, after_first)

@@ -71,14 +71,26 @@ SAMPLED: dict[str, Any] = {"temperature": 0.8, "top_k": 40, "top_p": 0.9}
 GOALS = {"copy-heavy": 1.4, "free text": 0.98, "counting": None, "4 sampled streams": 0.98}
 
 
-def generate(http: httpx.Client, prompt: str, mode: str | None, tokens: int, *,
-             logprobs: bool = False, **options: Any) -> dict[str, Any]:
+def generate(
+    http: httpx.Client,
+    prompt: str,
+    mode: str | None,
+    tokens: int,
+    *,
+    logprobs: bool = False,
+    **options: Any,
+) -> dict[str, Any]:
     """One raw request, greedy unless ``options`` say otherwise; ``mode`` None: unset."""
     opts: dict[str, Any] = {"temperature": 0, "num_predict": tokens, **options}
     if mode is not None:
         opts["speculative"] = mode
-    body: dict[str, Any] = {"model": MODEL, "prompt": prompt, "raw": True, "stream": False,
-                            "options": opts}
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "prompt": prompt,
+        "raw": True,
+        "stream": False,
+        "options": opts,
+    }
     if logprobs:
         body |= {"logprobs": True, "top_logprobs": 2}
     r = http.post("/api/generate", json=body)
@@ -87,14 +99,16 @@ def generate(http: httpx.Client, prompt: str, mode: str | None, tokens: int, *,
     return out
 
 
-def one_stream(http: httpx.Client, prompt: str, mode: str | None, tokens: int
-               ) -> tuple[float, str, dict[str, Any]]:
+def one_stream(
+    http: httpx.Client, prompt: str, mode: str | None, tokens: int
+) -> tuple[float, str, dict[str, Any]]:
     d = generate(http, prompt, mode, tokens)
     return (d["eval_count"] - 1) / (d["eval_duration"] / 1e9), d["response"], d
 
 
 def four_streams(url: str, mode: str | None, tokens: int) -> tuple[float, str, dict[str, Any]]:
     """Four sampled requests at once: generated tokens over the wall time of all four."""
+
     def go(i: int) -> dict[str, Any]:
         with httpx.Client(base_url=url, timeout=1800, trust_env=False) as http:
             return generate(http, sp.STREAMS[i], mode, tokens, seed=100 + i, **SAMPLED)
@@ -104,21 +118,47 @@ def four_streams(url: str, mode: str | None, tokens: int) -> tuple[float, str, d
         done = list(pool.map(go, range(4)))
     wall = time.monotonic() - t0
     drafted = sum(d.get("draft_count", 0) for d in done)
-    return (sum(d["eval_count"] for d in done) / wall, "".join(d["response"] for d in done),
-            {"draft_count": drafted, "draft_accepted_count":
-             sum(d.get("draft_accepted_count", 0) for d in done)})
+    return (
+        sum(d["eval_count"] for d in done) / wall,
+        "".join(d["response"] for d in done),
+        {
+            "draft_count": drafted,
+            "draft_accepted_count": sum(d.get("draft_accepted_count", 0) for d in done),
+        },
+    )
 
 
 def lookup(gguf: Path, prompt: str, tokens: int, threads: int, repack: str) -> float | None:
     """llama-lookup's decode tok/s on ``prompt`` (None without the tool or its figure)."""
     if not LOOKUP.exists():
         return None
-    cmd = [str(LOOKUP), "-m", str(gguf), "-p", prompt, "-n", str(tokens), "-t", str(threads),
-           "--spec-draft-n-max", "16", "-c", "4096", "--temp", "0"]
-    out = subprocess.run(cmd + (["--no-repack"] if repack == "off" else []),
-                         capture_output=True, text=True, timeout=900, check=False)
-    m = re.search(r"decoded\s+\d+ tokens in\s+[\d.]+ seconds, speed:\s+([\d.]+) t/s",
-                  out.stdout + out.stderr)
+    cmd = [
+        str(LOOKUP),
+        "-m",
+        str(gguf),
+        "-p",
+        prompt,
+        "-n",
+        str(tokens),
+        "-t",
+        str(threads),
+        "--spec-draft-n-max",
+        "16",
+        "-c",
+        "4096",
+        "--temp",
+        "0",
+    ]
+    out = subprocess.run(
+        cmd + (["--no-repack"] if repack == "off" else []),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    m = re.search(
+        r"decoded\s+\d+ tokens in\s+[\d.]+ seconds, speed:\s+([\d.]+) t/s", out.stdout + out.stderr
+    )
     return float(m.group(1)) if m else None
 
 
@@ -150,46 +190,70 @@ def speed(args: argparse.Namespace, url: str, gguf: Path) -> list[str]:
             if args.anchor:
                 got = lookup(gguf, sp.COPY, args.tokens, args.threads, args.repack)
                 anchor += [got] if got else []
-            print(f"round {rnd + 1}/{args.rounds}: " + ", ".join(
-                f"{n} {rates[(n, 'default')][-1] / rates[(n, 'off')][-1]:.2f}x"
-                for n in GOALS) + f"; load {os.getloadavg()[0]:.2f}", flush=True)
-    lines = ["| case | off tok/s | default tok/s | default/off | rounds | goal | same text "
-             "| accepted/drafted |", "|---|---|---|---|---|---|---|---|"]
+            print(
+                f"round {rnd + 1}/{args.rounds}: "
+                + ", ".join(
+                    f"{n} {rates[(n, 'default')][-1] / rates[(n, 'off')][-1]:.2f}x" for n in GOALS
+                )
+                + f"; load {os.getloadavg()[0]:.2f}",
+                flush=True,
+            )
+    lines = [
+        "| case | off tok/s | default tok/s | default/off | rounds | goal | same text "
+        "| accepted/drafted |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, goal in GOALS.items():
         off, on = (statistics.median(rates[(name, m)]) for m in ("off", "default"))
-        per = [a / b for a, b in zip(rates[(name, "default")], rates[(name, "off")],
-                                     strict=True)]
+        per = [a / b for a, b in zip(rates[(name, "default")], rates[(name, "off")], strict=True)]
         verdict = "" if goal is None else f">= {goal} {'ok' if on / off >= goal else 'BELOW'}"
         d = counts[name]
         # Four sampled streams share batches whose make-up depends on timing: their
         # texts may differ in any run, so only the one-stream cases are compared.
         same = (texts[(name, "off")] == texts[(name, "default")]) if name in cases else "n/a"
-        lines.append(f"| {name} | {off:.1f} | {on:.1f} | {on / off:.3f}x | {min(per):.2f}-"
-                     f"{max(per):.2f} | {verdict} | {same} | "
-                     f"{d.get('draft_accepted_count', 0)}/{d.get('draft_count', 0)} |")
+        lines.append(
+            f"| {name} | {off:.1f} | {on:.1f} | {on / off:.3f}x | {min(per):.2f}-"
+            f"{max(per):.2f} | {verdict} | {same} | "
+            f"{d.get('draft_accepted_count', 0)}/{d.get('draft_count', 0)} |"
+        )
     if anchor:
         on = statistics.median(rates[("copy-heavy", "default")])
-        lines.append(f"llama-lookup on copy-heavy: {statistics.median(anchor):.1f} tok/s; "
-                     f"ours (default) / theirs {on / statistics.median(anchor):.2f}x")
+        lines.append(
+            f"llama-lookup on copy-heavy: {statistics.median(anchor):.1f} tok/s; "
+            f"ours (default) / theirs {on / statistics.median(anchor):.2f}x"
+        )
     return lines
 
 
 def agreement(args: argparse.Namespace, url: str) -> list[str]:
     """Token agreement of unset, "ngram" and the cold run with "off", from one warm state."""
-    lines = ["| prompt | pair | same tokens | first difference at | top-2 gap there (off) |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "| prompt | pair | same tokens | first difference at | top-2 gap there (off) |",
+        "|---|---|---|---|---|",
+    ]
     same = {"default": 0, "ngram": 0, "cold": 0}
     with httpx.Client(base_url=url, timeout=1800, trust_env=False) as http:
-        for i, prompt in enumerate(sp.AGREE[:args.agree]):
+        for i, prompt in enumerate(sp.AGREE[: args.agree]):
             runs = {"cold": generate(http, prompt, "off", args.agree_tokens, logprobs=True)}
             for mode in ("off", "default", "ngram"):
-                runs[mode] = generate(http, prompt, None if mode == "default" else mode,
-                                      args.agree_tokens, logprobs=True)
+                runs[mode] = generate(
+                    http,
+                    prompt,
+                    None if mode == "default" else mode,
+                    args.agree_tokens,
+                    logprobs=True,
+                )
             base = runs["off"]["logprobs"]
             for other in ("default", "ngram", "cold"):
                 lps = runs[other]["logprobs"]
-                at = next((j for j, (x, y) in enumerate(zip(base, lps, strict=False))
-                           if x["token"] != y["token"]), None)
+                at = next(
+                    (
+                        j
+                        for j, (x, y) in enumerate(zip(base, lps, strict=False))
+                        if x["token"] != y["token"]
+                    ),
+                    None,
+                )
                 if at is None and len(base) == len(lps):
                     same[other] += 1
                     lines.append(f"| {i + 1} | {other}/off | {len(base)}/{len(base)} | - | - |")
@@ -197,13 +261,16 @@ def agreement(args: argparse.Namespace, url: str) -> list[str]:
                 at = min(len(base), len(lps)) if at is None else at
                 top = base[at]["top_logprobs"] if at < len(base) else []
                 gap = top[0]["logprob"] - top[1]["logprob"] if len(top) > 1 else float("nan")
-                lines.append(f"| {i + 1} | {other}/off | {at}/{len(base)} | {at} "
-                             f"({base[at]['token']!r} vs {lps[at]['token']!r}) | {gap:.4f} |"
-                             if at < min(len(base), len(lps)) else
-                             f"| {i + 1} | {other}/off | {at}/{len(base)} | length | - |")
+                lines.append(
+                    f"| {i + 1} | {other}/off | {at}/{len(base)} | {at} "
+                    f"({base[at]['token']!r} vs {lps[at]['token']!r}) | {gap:.4f} |"
+                    if at < min(len(base), len(lps))
+                    else f"| {i + 1} | {other}/off | {at}/{len(base)} | length | - |"
+                )
     n = min(args.agree, len(sp.AGREE))
-    lines.append("identical token sequences: " + ", ".join(f"{k}/off {v}/{n}"
-                                                           for k, v in same.items()))
+    lines.append(
+        "identical token sequences: " + ", ".join(f"{k}/off {v}/{n}" for k, v in same.items())
+    )
     return lines
 
 
@@ -216,16 +283,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--agree", type=int, default=10, help="prompts for agreement (0: none)")
     ap.add_argument("--agree-tokens", type=int, default=128)
     ap.add_argument("--repack", default="", help="LOCALLLM_CPU_REPACK for the daemon")
-    ap.add_argument("--no-anchor", dest="anchor", action="store_false",
-                    help="skip llama-lookup")
+    ap.add_argument("--no-anchor", dest="anchor", action="store_false", help="skip llama-lookup")
     args = ap.parse_args(argv)
     gguf = Path(args.model) if args.model else real_model.gemma_270m()
     home = gen_models.cache_dir() / "spec-bench-home"
     server_bench.import_model(home, MODEL, gguf)
     # No disk prompt cache: a prompt cached by an earlier run must not make "cold" warm.
-    settings = {"LOCALLLM_NUM_THREAD": str(args.threads), "LOCALLLM_KEEP_ALIVE": "-1",
-                "LOCALLLM_NUM_PARALLEL": "4", "LOCALLLM_CONTEXT_LENGTH": "4096",
-                "LOCALLLM_PROMPT_CACHE_DISK": "0"}
+    settings = {
+        "LOCALLLM_NUM_THREAD": str(args.threads),
+        "LOCALLLM_KEEP_ALIVE": "-1",
+        "LOCALLLM_NUM_PARALLEL": "4",
+        "LOCALLLM_CONTEXT_LENGTH": "4096",
+        "LOCALLLM_PROMPT_CACHE_DISK": "0",
+    }
     settings |= {"LOCALLLM_CPU_REPACK": args.repack} if args.repack else {}
     logs = gen_models.cache_dir() / "spec-bench-logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -237,10 +307,12 @@ def main(argv: list[str] | None = None) -> int:
         # Agreement first: its "cold" runs must meet prompts the daemon has not seen.
         agree = agreement(args, url) if args.agree else []
         table = speed(args, url, gguf) if args.rounds else []
-    print(f"\nmodel {gguf.name}, {args.threads} threads, {args.tokens} tokens, {args.rounds} "
-          f"round(s), 4 slots; localllm {daemon_bench.commit()}\ncpu: {cpu['model']}, "
-          f"{os.cpu_count()} CPUs; load average {load0:.2f} before, "
-          f"{os.getloadavg()[0]:.2f} after")
+    print(
+        f"\nmodel {gguf.name}, {args.threads} threads, {args.tokens} tokens, {args.rounds} "
+        f"round(s), 4 slots; localllm {daemon_bench.commit()}\ncpu: {cpu['model']}, "
+        f"{os.cpu_count()} CPUs; load average {load0:.2f} before, "
+        f"{os.getloadavg()[0]:.2f} after"
+    )
     print("\n".join(["", *table, "", *agree]))
     return 3 if any("BELOW" in line for line in table) else 0
 

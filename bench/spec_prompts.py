@@ -45,13 +45,17 @@ STREAMS = [
     COPY,
 ]
 
-QUOTE = ("The report said: \"Revenue grew by 12 percent in the third quarter, driven by "
-         "strong demand in Europe and a recovery in Asian markets, while costs stayed flat.\" "
-         "Quote the report's sentence exactly, then explain it.\nQuote: \"")
-EDIT = ("Rename the variable total to subtotal in this function.\n\n"
-        "def price(items):\n    total = 0\n    for item in items:\n"
-        "        total += item.cost * item.count\n    return total\n\nAnswer:\n\n"
-        "def price(items):\n")
+QUOTE = (
+    'The report said: "Revenue grew by 12 percent in the third quarter, driven by '
+    'strong demand in Europe and a recovery in Asian markets, while costs stayed flat." '
+    "Quote the report's sentence exactly, then explain it.\nQuote: \""
+)
+EDIT = (
+    "Rename the variable total to subtotal in this function.\n\n"
+    "def price(items):\n    total = 0\n    for item in items:\n"
+    "        total += item.cost * item.count\n    return total\n\nAnswer:\n\n"
+    "def price(items):\n"
+)
 AGREE = [
     "The quick brown fox jumps over the lazy",
     FREE,

@@ -39,9 +39,15 @@ def one_run(host: str, model_marker: str, env: dict[str, str]) -> tuple[float, f
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "localllm", "chat", "--host", host],
-                            stdin=slave, stdout=slave, stderr=slave, env=env, cwd=REPO,
-                            close_fds=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "localllm", "chat", "--host", host],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        cwd=REPO,
+        close_fds=True,
+    )
     os.close(slave)
     raw, prompt_at, model_at = b"", 0.0, 0.0
     try:
@@ -84,8 +90,9 @@ def own_daemon() -> Iterator[tuple[str, dict[str, str]]]:
         with start_daemon(Path(tmp)) as daemon:
             import httpx
 
-            httpx.post(daemon.url + "/api/generate", json={"model": "tiny"}, timeout=60,
-                       trust_env=False)  # warm: the model loaded
+            httpx.post(
+                daemon.url + "/api/generate", json={"model": "tiny"}, timeout=60, trust_env=False
+            )  # warm: the model loaded
             yield daemon.url, daemon.env
 
 

@@ -50,16 +50,19 @@ def files(layers: int) -> tuple[Path, Path, Path]:
     if not big.exists():
         t0 = time.perf_counter()
         make_projector(CACHE, realistic=True, n_layer=layers, name=big.name)
-        print(f"generated {big.name} ({fmt_bytes(big.stat().st_size)}) in "
-              f"{time.perf_counter() - t0:.0f} s")
+        print(
+            f"generated {big.name} ({fmt_bytes(big.stat().st_size)}) in "
+            f"{time.perf_counter() - t0:.0f} s"
+        )
     return text, tiny, big
 
 
 def bench(label: str, text: Path, proj: Path, runs: int, threads: int) -> None:
     cost = projector_cost(proj)
     t0 = time.perf_counter()
-    opts = LoadOptions(n_ctx=2048, n_batch=512, n_ubatch=512, n_threads=threads,
-                       projector=str(proj))
+    opts = LoadOptions(
+        n_ctx=2048, n_batch=512, n_ubatch=512, n_threads=threads, projector=str(proj)
+    )
     with Engine([str(text)], opts) as e:
         load_s = time.perf_counter() - t0
         assert e.projector is not None
@@ -72,8 +75,13 @@ def bench(label: str, text: Path, proj: Path, runs: int, threads: int) -> None:
             t1 = time.perf_counter()
             e.projector.encode(media, span)
             times.append(time.perf_counter() - t1)
-        req = CompletionRequest(id="r", prompt=MEDIA_MARKER, images=[img], num_predict=1,
-                                sampling=SamplingParams(temperature=0.0))
+        req = CompletionRequest(
+            id="r",
+            prompt=MEDIA_MARKER,
+            images=[img],
+            num_predict=1,
+            sampling=SamplingParams(temperature=0.0),
+        )
         e.submit(req)
         done = None
         while e.has_work():
@@ -82,13 +90,17 @@ def bench(label: str, text: Path, proj: Path, runs: int, threads: int) -> None:
                     done = ev
         assert done is not None
     allocated = sum(d["model"] + d["compute"] for d in mem.values())
-    print(f"{label}: {proj.name}: {span.n} image tokens; load {load_s:.2f} s; encode best "
-          f"{min(times) * 1000:.1f} ms, median {statistics.median(times) * 1000:.1f} ms "
-          f"({runs} runs, {threads} threads); whole image prefill "
-          f"{done.prompt_eval_ns / 1e6:.1f} ms")
-    print(f"  memory: planner estimate {fmt_bytes(cost.total)} (weights "
-          f"{fmt_bytes(cost.weights)} + compute {fmt_bytes(cost.compute)}); libmtmd "
-          f"allocated {fmt_bytes(allocated)} {mem}")
+    print(
+        f"{label}: {proj.name}: {span.n} image tokens; load {load_s:.2f} s; encode best "
+        f"{min(times) * 1000:.1f} ms, median {statistics.median(times) * 1000:.1f} ms "
+        f"({runs} runs, {threads} threads); whole image prefill "
+        f"{done.prompt_eval_ns / 1e6:.1f} ms"
+    )
+    print(
+        f"  memory: planner estimate {fmt_bytes(cost.total)} (weights "
+        f"{fmt_bytes(cost.weights)} + compute {fmt_bytes(cost.compute)}); libmtmd "
+        f"allocated {fmt_bytes(allocated)} {mem}"
+    )
 
 
 def main() -> None:

@@ -71,25 +71,37 @@ def _env(env: dict[str, str] | None, dies_with_parent: bool) -> dict[str, str]:
     return child_env(extra)
 
 
-def spawn(module: str, *args: str, env: dict[str, str] | None = None,
-          dies_with_parent: bool = True, **popen: Any) -> subprocess.Popen[Any]:
+def spawn(
+    module: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    dies_with_parent: bool = True,
+    **popen: Any,
+) -> subprocess.Popen[Any]:
     """``python -m module args...`` as a ``subprocess.Popen``."""
     return subprocess.Popen(argv(module, *args), env=_env(env, dies_with_parent), **popen)
 
 
-def run(module: str, *args: str, env: dict[str, str] | None = None,
-        **kwargs: Any) -> subprocess.CompletedProcess[Any]:
+def run(
+    module: str, *args: str, env: dict[str, str] | None = None, **kwargs: Any
+) -> subprocess.CompletedProcess[Any]:
     """``python -m module args...`` to completion (``subprocess.run``'s keywords)."""
     return subprocess.run(argv(module, *args), env=_env(env, True), **kwargs)
 
 
-async def spawn_async(module: str, *args: str, env: dict[str, str] | None = None,
-                      dies_with_parent: bool = True, **kw: Any) -> asyncio.subprocess.Process:
+async def spawn_async(
+    module: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    dies_with_parent: bool = True,
+    **kw: Any,
+) -> asyncio.subprocess.Process:
     """``python -m module args...`` as an asyncio subprocess."""
     import asyncio  # here: the probe and runner children import this module, not asyncio
 
     return await asyncio.create_subprocess_exec(
-        *argv(module, *args), env=_env(env, dies_with_parent), **kw)
+        *argv(module, *args), env=_env(env, dies_with_parent), **kw
+    )
 
 
 def describe_exit(returncode: int | None) -> str:

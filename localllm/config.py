@@ -125,7 +125,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-
 @dataclass(frozen=True)
 class Setting(Generic[T]):
     """One environment variable: its parser, default and a one-line description."""
@@ -187,137 +186,263 @@ def log_level() -> int:
     return TRACE if level >= 2 else logging.INFO - 10 * level
 
 
-HOST = Setting("LOCALLLM_HOST", parse_host, ("127.0.0.1", DEFAULT_PORT),
-               "Address the daemon binds to and clients connect to (host[:port]).",
-               ollama="OLLAMA_HOST")
-HOME = Setting("LOCALLLM_HOME", parse_str, "",
-               "Root folder for everything localllm writes (models, logs, chats); "
-               "default: the platform's data directory.")
-MODELS = Setting("LOCALLLM_MODELS", parse_str, "",
-                 "Model store folder (blobs/ and manifests/); default: <home>/models.",
-                 ollama="OLLAMA_MODELS")
-ORIGINS: Setting[list[str]] = Setting("LOCALLLM_ORIGINS", parse_list, [],
-                  "Extra CORS origins allowed to call the API (comma-separated).",
-                  ollama="OLLAMA_ORIGINS")
-KEEP_ALIVE = Setting("LOCALLLM_KEEP_ALIVE", parse_duration, 300.0,
-                     "How long an idle model stays loaded (duration; negative = forever).",
-                     ollama="OLLAMA_KEEP_ALIVE")
-NUM_PARALLEL = Setting("LOCALLLM_NUM_PARALLEL", parse_nonneg_int, 4,
-                       "Concurrent sequences (slots) per loaded model.",
-                       ollama="OLLAMA_NUM_PARALLEL")
-MAX_LOADED_MODELS = Setting("LOCALLLM_MAX_LOADED_MODELS", parse_nonneg_int, 0,
-                            "Most models loaded at once (0 = 3 per GPU, 3 on CPU).",
-                            ollama="OLLAMA_MAX_LOADED_MODELS")
+HOST = Setting(
+    "LOCALLLM_HOST",
+    parse_host,
+    ("127.0.0.1", DEFAULT_PORT),
+    "Address the daemon binds to and clients connect to (host[:port]).",
+    ollama="OLLAMA_HOST",
+)
+HOME = Setting(
+    "LOCALLLM_HOME",
+    parse_str,
+    "",
+    "Root folder for everything localllm writes (models, logs, chats); "
+    "default: the platform's data directory.",
+)
+MODELS = Setting(
+    "LOCALLLM_MODELS",
+    parse_str,
+    "",
+    "Model store folder (blobs/ and manifests/); default: <home>/models.",
+    ollama="OLLAMA_MODELS",
+)
+ORIGINS: Setting[list[str]] = Setting(
+    "LOCALLLM_ORIGINS",
+    parse_list,
+    [],
+    "Extra CORS origins allowed to call the API (comma-separated).",
+    ollama="OLLAMA_ORIGINS",
+)
+KEEP_ALIVE = Setting(
+    "LOCALLLM_KEEP_ALIVE",
+    parse_duration,
+    300.0,
+    "How long an idle model stays loaded (duration; negative = forever).",
+    ollama="OLLAMA_KEEP_ALIVE",
+)
+NUM_PARALLEL = Setting(
+    "LOCALLLM_NUM_PARALLEL",
+    parse_nonneg_int,
+    4,
+    "Concurrent sequences (slots) per loaded model.",
+    ollama="OLLAMA_NUM_PARALLEL",
+)
+MAX_LOADED_MODELS = Setting(
+    "LOCALLLM_MAX_LOADED_MODELS",
+    parse_nonneg_int,
+    0,
+    "Most models loaded at once (0 = 3 per GPU, 3 on CPU).",
+    ollama="OLLAMA_MAX_LOADED_MODELS",
+)
 MAX_LOADED_PER_GPU = 3  # what MAX_LOADED_MODELS=0 allows per GPU (and on a CPU-only machine)
-MAX_QUEUE = Setting("LOCALLLM_MAX_QUEUE", parse_nonneg_int, 512,
-                    "Pending requests allowed before the daemon answers 503.",
-                    ollama="OLLAMA_MAX_QUEUE", ollama_parse=go_uint)
-CONTEXT_LENGTH = Setting("LOCALLLM_CONTEXT_LENGTH", parse_nonneg_int, 0,
-                         "Default context length (0 = chosen from available memory).",
-                         ollama="OLLAMA_CONTEXT_LENGTH")
+MAX_QUEUE = Setting(
+    "LOCALLLM_MAX_QUEUE",
+    parse_nonneg_int,
+    512,
+    "Pending requests allowed before the daemon answers 503.",
+    ollama="OLLAMA_MAX_QUEUE",
+    ollama_parse=go_uint,
+)
+CONTEXT_LENGTH = Setting(
+    "LOCALLLM_CONTEXT_LENGTH",
+    parse_nonneg_int,
+    0,
+    "Default context length (0 = chosen from available memory).",
+    ollama="OLLAMA_CONTEXT_LENGTH",
+)
 FLASH_ATTENTION: Setting[FlashAttention] = Setting(
-    "LOCALLLM_FLASH_ATTENTION", parse_flash_attention, "auto",
-    "Flash attention: on, off or auto.", ollama="OLLAMA_FLASH_ATTENTION")
+    "LOCALLLM_FLASH_ATTENTION",
+    parse_flash_attention,
+    "auto",
+    "Flash attention: on, off or auto.",
+    ollama="OLLAMA_FLASH_ATTENTION",
+)
 KV_CACHE_TYPE: Setting[KVType] = Setting(
-    "LOCALLLM_KV_CACHE_TYPE", parse_kv_type, "f16",
+    "LOCALLLM_KV_CACHE_TYPE",
+    parse_kv_type,
+    "f16",
     "KV cache type: f16, q8_0, q4_0 or f32 (quantized types need flash attention; "
-    "with it off, f16 is used).", ollama="OLLAMA_KV_CACHE_TYPE")
-LOAD_TIMEOUT = Setting("LOCALLLM_LOAD_TIMEOUT", parse_load_timeout, 300.0,
-                       "How long a model load may go without progress (more of the file read, "
-                       "more memory filled, a log line) before it is abandoned, as Ollama's: "
-                       "a slow disk is not a stall. 0 or negative = no limit.",
-                       ollama="OLLAMA_LOAD_TIMEOUT")
+    "with it off, f16 is used).",
+    ollama="OLLAMA_KV_CACHE_TYPE",
+)
+LOAD_TIMEOUT = Setting(
+    "LOCALLLM_LOAD_TIMEOUT",
+    parse_load_timeout,
+    300.0,
+    "How long a model load may go without progress (more of the file read, "
+    "more memory filled, a log line) before it is abandoned, as Ollama's: "
+    "a slow disk is not a stall. 0 or negative = no limit.",
+    ollama="OLLAMA_LOAD_TIMEOUT",
+)
 RUNNER_TIMEOUT = Setting(
-    "LOCALLLM_RUNNER_TIMEOUT", parse_duration, 30.0,
+    "LOCALLLM_RUNNER_TIMEOUT",
+    parse_duration,
+    30.0,
     "How long a runner may show no sign of life before the daemon kills it, fails its "
     "requests and reloads the model on the next one (0 or negative = never).  A thread of the "
     "runner reports every second even during a long load or step, so silence means the "
-    "process is stopped or frozen, not busy; 30 s leaves room for a machine that swaps.")
-GPU_OVERHEAD = Setting("LOCALLLM_GPU_OVERHEAD", parse_size, 0,
-                       "Memory of each GPU kept free for other programs, e.g. 1GiB or bytes; "
-                       "the planner offloads less and picks a shorter automatic context.",
-                       ollama="OLLAMA_GPU_OVERHEAD", ollama_parse=go_uint)
-SCHED_SPREAD = Setting("LOCALLLM_SCHED_SPREAD", parse_bool, False,
-                       "Spread every model over all GPUs in proportion to their free memory, "
-                       "even when fewer GPUs would hold it.",
-                       ollama="OLLAMA_SCHED_SPREAD",
-                       ollama_parse=go_bool("OLLAMA_SCHED_SPREAD"))
-NOPRUNE = Setting("LOCALLLM_NOPRUNE", parse_bool, False,
-                  "Keep blobs no model uses: at start-up, and when a pull or create replaces a "
-                  "model ('rm' still removes the deleted model's own, as Ollama does).",
-                  ollama="OLLAMA_NOPRUNE", ollama_parse=go_bool("OLLAMA_NOPRUNE"))
-DEBUG = Setting("LOCALLLM_DEBUG", parse_debug_level, 0,
-                "Log level: 1 or true = debug (each runner's llama.cpp log, the body of a "
-                "request that fails), 2 = trace (also every HTTP connection event and ASGI "
-                "message), -1 = warnings and errors only, -2 = errors only.",
-                ollama="OLLAMA_DEBUG", ollama_parse=debug_level)
-NOHISTORY = Setting("LOCALLLM_NOHISTORY", parse_bool, False,
-                    "'localllm run' reads its line history but adds nothing to the file "
-                    "(as '/set nohistory').",
-                    ollama="OLLAMA_NOHISTORY", ollama_parse=go_bool("OLLAMA_NOHISTORY"))
+    "process is stopped or frozen, not busy; 30 s leaves room for a machine that swaps.",
+)
+GPU_OVERHEAD = Setting(
+    "LOCALLLM_GPU_OVERHEAD",
+    parse_size,
+    0,
+    "Memory of each GPU kept free for other programs, e.g. 1GiB or bytes; "
+    "the planner offloads less and picks a shorter automatic context.",
+    ollama="OLLAMA_GPU_OVERHEAD",
+    ollama_parse=go_uint,
+)
+SCHED_SPREAD = Setting(
+    "LOCALLLM_SCHED_SPREAD",
+    parse_bool,
+    False,
+    "Spread every model over all GPUs in proportion to their free memory, "
+    "even when fewer GPUs would hold it.",
+    ollama="OLLAMA_SCHED_SPREAD",
+    ollama_parse=go_bool("OLLAMA_SCHED_SPREAD"),
+)
+NOPRUNE = Setting(
+    "LOCALLLM_NOPRUNE",
+    parse_bool,
+    False,
+    "Keep blobs no model uses: at start-up, and when a pull or create replaces a "
+    "model ('rm' still removes the deleted model's own, as Ollama does).",
+    ollama="OLLAMA_NOPRUNE",
+    ollama_parse=go_bool("OLLAMA_NOPRUNE"),
+)
+DEBUG = Setting(
+    "LOCALLLM_DEBUG",
+    parse_debug_level,
+    0,
+    "Log level: 1 or true = debug (each runner's llama.cpp log, the body of a "
+    "request that fails), 2 = trace (also every HTTP connection event and ASGI "
+    "message), -1 = warnings and errors only, -2 = errors only.",
+    ollama="OLLAMA_DEBUG",
+    ollama_parse=debug_level,
+)
+NOHISTORY = Setting(
+    "LOCALLLM_NOHISTORY",
+    parse_bool,
+    False,
+    "'localllm run' reads its line history but adds nothing to the file (as '/set nohistory').",
+    ollama="OLLAMA_NOHISTORY",
+    ollama_parse=go_bool("OLLAMA_NOHISTORY"),
+)
 LLM_LIBRARY: Setting[LLMLibrary] = Setting(
-    "LOCALLLM_LLM_LIBRARY", parse_llm_library, "",
+    "LOCALLLM_LLM_LIBRARY",
+    parse_llm_library,
+    "",
     "Plan models only on this library's GPUs: cuda, rocm, vulkan, metal, or cpu (no layer on "
     "any GPU); Ollama's names (cuda_v12, rocm_v6, cpu_avx2) are read too; default: every "
     "device.",
-    ollama="OLLAMA_LLM_LIBRARY", ollama_parse=parse_ollama_llm_library)
+    ollama="OLLAMA_LLM_LIBRARY",
+    ollama_parse=parse_ollama_llm_library,
+)
 CPU_REPACK: Setting[CpuRepack] = Setting(
-    "LOCALLLM_CPU_REPACK", parse_cpu_repack, "auto",
+    "LOCALLLM_CPU_REPACK",
+    parse_cpu_repack,
+    "auto",
     "Repacked copies of the weights the CPU computes with (llama.cpp's extra CPU buffer "
     "types: AMX, CPU_REPACK; llama-bench's --repack): on, off, or auto, which first runs "
     "each type's kernels on a small product in a throwaway process (once per boot) and "
     "leaves out a type that crashes or computes wrong there, as AMX does where ggml was "
     "built by a compiler that drops its tile setup (GCC 12). off if runners crash with "
-    "SIGILL or SIGSEGV on a CPU with AMX.")
-API_KEY = Setting("LOCALLLM_API_KEY", parse_str, "",
-                  "When set, every endpoint but / and /health needs the key, as "
-                  "'Authorization: Bearer <key>' or 'x-api-key: <key>'.")
-SHUTDOWN_GRACE = Setting("LOCALLLM_SHUTDOWN_GRACE", parse_duration, 30.0,
-                         "Seconds in-flight generations get to finish on shutdown.")
-NUM_THREAD = Setting("LOCALLLM_NUM_THREAD", parse_nonneg_int, 0,
-                     "CPU threads for inference (0 = physical cores).")
+    "SIGILL or SIGSEGV on a CPU with AMX.",
+)
+API_KEY = Setting(
+    "LOCALLLM_API_KEY",
+    parse_str,
+    "",
+    "When set, every endpoint but / and /health needs the key, as "
+    "'Authorization: Bearer <key>' or 'x-api-key: <key>'.",
+)
+SHUTDOWN_GRACE = Setting(
+    "LOCALLLM_SHUTDOWN_GRACE",
+    parse_duration,
+    30.0,
+    "Seconds in-flight generations get to finish on shutdown.",
+)
+NUM_THREAD = Setting(
+    "LOCALLLM_NUM_THREAD", parse_nonneg_int, 0, "CPU threads for inference (0 = physical cores)."
+)
 STEP_BUDGET = Setting(
-    "LOCALLLM_STEP_BUDGET", parse_step_budget, StepBudget(),
+    "LOCALLLM_STEP_BUDGET",
+    parse_step_budget,
+    StepBudget(),
     "How much one engine step may carry while requests are generating: N tokens (their "
     "own plus new prompts', prompts getting at least a quarter), or Nms, a step time the "
     "engine keeps to from its measured step costs. Lower keeps running streams' "
     "inter-token latency steady while prompts arrive, at the cost of the new prompts' "
-    "time to first token; 0 = prompts take a whole batch (2048 tokens), as llama-server.")
+    "time to first token; 0 = prompts take a whole batch (2048 tokens), as llama-server.",
+)
 PROMPT_CACHE = Setting(
-    "LOCALLLM_PROMPT_CACHE", parse_prompt_cache, -1,
+    "LOCALLLM_PROMPT_CACHE",
+    parse_prompt_cache,
+    -1,
     "Host memory per loaded model for the cached prompts of idle slots, e.g. 2GiB: when a "
     "request starts they leave the KV cache (which every step attends over) and come back "
     "when a prompt continues them, as llama-server's --cache-ram. auto or -1 (the default) = "
     "as much as the model's KV cache, at most 8 GiB; 0 = off (idle slots keep their cells "
-    "in the KV cache).")
+    "in the KV cache).",
+)
 PROMPT_CACHE_DISK = Setting(
-    "LOCALLLM_PROMPT_CACHE_DISK", parse_size, 4 << 30,
+    "LOCALLLM_PROMPT_CACHE_DISK",
+    parse_size,
+    4 << 30,
     "Disk space for cached prompts, shared by all models, e.g. 10GiB: what the prompt cache "
     "holds in memory is also written to prompts/ in the cache folder (LOCALLLM_CACHE; with "
     "only LOCALLLM_HOME set, <home>/cache), keyed by model, adapters and tokens, so a model "
     "reload, an idle unload or a daemon restart does not evaluate a long shared prefix "
-    "again; the least recently used go first. Needs LOCALLLM_PROMPT_CACHE on; 0 = off.")
+    "again; the least recently used go first. Needs LOCALLLM_PROMPT_CACHE on; 0 = off.",
+)
 ALLOWED_PATHS: Setting[list[str]] = Setting(
-    "LOCALLLM_ALLOWED_PATHS", parse_list, [],
+    "LOCALLLM_ALLOWED_PATHS",
+    parse_list,
+    [],
     "Folders (comma-separated) the daemon may read model files from when /api/create names a "
-    "path in 'from'; the model store is always allowed. Clients normally upload files instead.")
-MAX_BODY = Setting("LOCALLLM_MAX_BODY", parse_size, 64 << 20,
-                   "Largest request body (JSON requests; images are base64 inside them), "
-                   "e.g. 64MiB; 0 = no limit.")
-MAX_BLOB_SIZE = Setting("LOCALLLM_MAX_BLOB_SIZE", parse_size, 1 << 40,
-                        "Largest file accepted by POST /api/blobs (model uploads), e.g. 200G; "
-                        "0 = no limit.")
-MIN_FREE_DISK = Setting("LOCALLLM_MIN_FREE_DISK", parse_size, 1 << 30,
-                        "Free space the model store's disk must keep for /health/ready to "
-                        "answer 200, e.g. 1GiB; 0 = no check.")
-LOG_FORMAT = Setting("LOCALLLM_LOG_FORMAT", parse_log_format, "text",
-                     "Daemon log lines: text, or json (one object per line, with request ids).")
-BACKENDS = Setting("LOCALLLM_BACKENDS", parse_str, "",
-                    "Folder of ggml backend plugins (CUDA, Vulkan, ROCm, RPC), one subfolder per "
-                    "ggml version; default: <home>/backends.")
-CACHE = Setting("LOCALLLM_CACHE", parse_str, "",
-                 "Cache folder for the llama.cpp source and backend build trees; "
-                 "default: the platform's cache directory.")
+    "path in 'from'; the model store is always allowed. Clients normally upload files instead.",
+)
+MAX_BODY = Setting(
+    "LOCALLLM_MAX_BODY",
+    parse_size,
+    64 << 20,
+    "Largest request body (JSON requests; images are base64 inside them), "
+    "e.g. 64MiB; 0 = no limit.",
+)
+MAX_BLOB_SIZE = Setting(
+    "LOCALLLM_MAX_BLOB_SIZE",
+    parse_size,
+    1 << 40,
+    "Largest file accepted by POST /api/blobs (model uploads), e.g. 200G; 0 = no limit.",
+)
+MIN_FREE_DISK = Setting(
+    "LOCALLLM_MIN_FREE_DISK",
+    parse_size,
+    1 << 30,
+    "Free space the model store's disk must keep for /health/ready to "
+    "answer 200, e.g. 1GiB; 0 = no check.",
+)
+LOG_FORMAT = Setting(
+    "LOCALLLM_LOG_FORMAT",
+    parse_log_format,
+    "text",
+    "Daemon log lines: text, or json (one object per line, with request ids).",
+)
+BACKENDS = Setting(
+    "LOCALLLM_BACKENDS",
+    parse_str,
+    "",
+    "Folder of ggml backend plugins (CUDA, Vulkan, ROCm, RPC), one subfolder per "
+    "ggml version; default: <home>/backends.",
+)
+CACHE = Setting(
+    "LOCALLLM_CACHE",
+    parse_str,
+    "",
+    "Cache folder for the llama.cpp source and backend build trees; "
+    "default: the platform's cache directory.",
+)
 
 
 _HF_REPO_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_][A-Za-z0-9_.-]{0,95}")
@@ -329,30 +454,51 @@ def parse_hf_repo(raw: str) -> str:
     return raw
 
 
-CATALOG_REPO = Setting("LOCALLLM_CATALOG_REPO", parse_hf_repo, "localllm/catalog",
-                       "Hugging Face repo 'localllm catalog update' downloads catalog.toml from "
-                       "(checked against the catalog.toml.sha256 beside it).")
-BACKENDS_REPO = Setting("LOCALLLM_BACKENDS_REPO", parse_hf_repo, "localllm/backends",
-                        "Hugging Face repo 'localllm backends get' (and 'doctor --fix') fetches "
-                        "prebuilt plugin packs from; a pack is installed only if its sha256 is in "
-                        "the table this release ships, or is given with --trust.")
+CATALOG_REPO = Setting(
+    "LOCALLLM_CATALOG_REPO",
+    parse_hf_repo,
+    "localllm/catalog",
+    "Hugging Face repo 'localllm catalog update' downloads catalog.toml from "
+    "(checked against the catalog.toml.sha256 beside it).",
+)
+BACKENDS_REPO = Setting(
+    "LOCALLLM_BACKENDS_REPO",
+    parse_hf_repo,
+    "localllm/backends",
+    "Hugging Face repo 'localllm backends get' (and 'doctor --fix') fetches "
+    "prebuilt plugin packs from; a pack is installed only if its sha256 is in "
+    "the table this release ships, or is given with --trust.",
+)
 RPC_WORKERS: Setting[list[str]] = Setting(
-    "LOCALLLM_RPC_WORKERS", parse_list, [],
+    "LOCALLLM_RPC_WORKERS",
+    parse_list,
+    [],
     "ggml RPC workers (host:port, comma-separated) whose devices models may be placed on; "
-    "see 'localllm worker'.")
-LLAMA_PREFIX = Setting("LOCALLLM_LLAMA_PREFIX", parse_str, "",
-                       "Prefix of a llama.cpp install (include/llama.h, lib/) to build the native "
-                       "module against instead of the core the install builds; at run time its "
-                       "lib/ is loaded first.")
+    "see 'localllm worker'.",
+)
+LLAMA_PREFIX = Setting(
+    "LOCALLLM_LLAMA_PREFIX",
+    parse_str,
+    "",
+    "Prefix of a llama.cpp install (include/llama.h, lib/) to build the native "
+    "module against instead of the core the install builds; at run time its "
+    "lib/ is loaded first.",
+)
 CORE_CMAKE_ARGS = Setting(
-    "LOCALLLM_CORE_CMAKE_ARGS", parse_str, "",
+    "LOCALLLM_CORE_CMAKE_ARGS",
+    parse_str,
+    "",
     "Extra cmake flags for the llama.cpp core that installing localllm compiles, e.g. "
     "-DGGML_NATIVE=OFF -DGGML_AVX2=ON for a core that other processors can run (the default "
-    "is built for this one); read by the build only (native/core_build.py).")
-RUNNER_ENGINE = Setting("LOCALLLM_RUNNER_ENGINE", parse_engine_spec,
-                        "localllm.engine.engine:Engine",
-                        "For tests only: the engine class the runner child loads (module:Class), "
-                        "e.g. a fake one that provokes crashes and slow loads.")
+    "is built for this one); read by the build only (native/core_build.py).",
+)
+RUNNER_ENGINE = Setting(
+    "LOCALLLM_RUNNER_ENGINE",
+    parse_engine_spec,
+    "localllm.engine.engine:Engine",
+    "For tests only: the engine class the runner child loads (module:Class), "
+    "e.g. a fake one that provokes crashes and slow loads.",
+)
 
 # Image input limits (issue 14): constants, not settings, because the runner and the
 # daemon must agree on them.  The byte limits keep a request's images (base64 in one
@@ -365,7 +511,6 @@ MAX_IMAGE_PIXELS = 50_000_000  # width * height (a decoded RGB copy is 3 bytes a
 MAX_IMAGE_SIDE = 16384  # pixels, either side
 
 
-
 def _fetch_mode(raw: str) -> str:
     if raw.lower() == "all":
         return "all"
@@ -373,10 +518,13 @@ def _fetch_mode(raw: str) -> str:
 
 
 FETCH_IMAGE_URLS = Setting(
-    "LOCALLLM_FETCH_IMAGE_URLS", _fetch_mode, "off",
+    "LOCALLLM_FETCH_IMAGE_URLS",
+    _fetch_mode,
+    "off",
     "Fetch http(s) image URLs sent in requests: 1 = public addresses only (no private or "
     "loopback address, redirects included; 10 s and 20 MiB per image), all = any address "
-    "(a trusted network); off by default.")
+    "(a trusted network); off by default.",
+)
 
 
 def _pixels(raw: str) -> int:
@@ -387,20 +535,57 @@ def _pixels(raw: str) -> int:
 
 
 MAX_REQUEST_PIXELS = Setting(
-    "LOCALLLM_MAX_REQUEST_PIXELS", _pixels, 100_000_000,
+    "LOCALLLM_MAX_REQUEST_PIXELS",
+    _pixels,
+    100_000_000,
     "Pixels (width x height, summed) all the images of one request may declare, e.g. "
     "100000000 (two images at the 50-megapixel limit each, or eight 12-megapixel photos). "
     "The runner decodes one image at a time; this bounds the request's decoding work. "
-    "The daemon and its runners read the same value.")
+    "The daemon and its runners read the same value.",
+)
 
 REGISTRY: tuple[Setting[object], ...] = (
-    HOST, HOME, MODELS, ORIGINS, KEEP_ALIVE, NUM_PARALLEL, MAX_LOADED_MODELS, MAX_QUEUE,
-    CONTEXT_LENGTH, FLASH_ATTENTION, KV_CACHE_TYPE, LOAD_TIMEOUT, RUNNER_TIMEOUT,
-    GPU_OVERHEAD, SCHED_SPREAD, LLM_LIBRARY, CPU_REPACK, NOPRUNE, DEBUG, NOHISTORY, API_KEY,
-    SHUTDOWN_GRACE, NUM_THREAD, ALLOWED_PATHS, MAX_BODY, MAX_BLOB_SIZE, MIN_FREE_DISK,
-    LOG_FORMAT, BACKENDS, CACHE, CATALOG_REPO, BACKENDS_REPO, RPC_WORKERS,
-    LLAMA_PREFIX, CORE_CMAKE_ARGS, RUNNER_ENGINE, FETCH_IMAGE_URLS, STEP_BUDGET, PROMPT_CACHE,
-    PROMPT_CACHE_DISK, MAX_REQUEST_PIXELS,
+    HOST,
+    HOME,
+    MODELS,
+    ORIGINS,
+    KEEP_ALIVE,
+    NUM_PARALLEL,
+    MAX_LOADED_MODELS,
+    MAX_QUEUE,
+    CONTEXT_LENGTH,
+    FLASH_ATTENTION,
+    KV_CACHE_TYPE,
+    LOAD_TIMEOUT,
+    RUNNER_TIMEOUT,
+    GPU_OVERHEAD,
+    SCHED_SPREAD,
+    LLM_LIBRARY,
+    CPU_REPACK,
+    NOPRUNE,
+    DEBUG,
+    NOHISTORY,
+    API_KEY,
+    SHUTDOWN_GRACE,
+    NUM_THREAD,
+    ALLOWED_PATHS,
+    MAX_BODY,
+    MAX_BLOB_SIZE,
+    MIN_FREE_DISK,
+    LOG_FORMAT,
+    BACKENDS,
+    CACHE,
+    CATALOG_REPO,
+    BACKENDS_REPO,
+    RPC_WORKERS,
+    LLAMA_PREFIX,
+    CORE_CMAKE_ARGS,
+    RUNNER_ENGINE,
+    FETCH_IMAGE_URLS,
+    STEP_BUDGET,
+    PROMPT_CACHE,
+    PROMPT_CACHE_DISK,
+    MAX_REQUEST_PIXELS,
 )  # type: ignore[assignment]
 
 

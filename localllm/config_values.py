@@ -68,9 +68,22 @@ def parse_list(raw: str) -> list[str]:
     return [part.strip() for part in raw.split(",") if part.strip()]
 
 
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20,
-               "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
-               "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kb": 1 << 10,
+    "kib": 1 << 10,
+    "m": 1 << 20,
+    "mb": 1 << 20,
+    "mib": 1 << 20,
+    "g": 1 << 30,
+    "gb": 1 << 30,
+    "gib": 1 << 30,
+    "t": 1 << 40,
+    "tb": 1 << 40,
+    "tib": 1 << 40,
+}
 _SIZE_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
 
 
@@ -210,12 +223,13 @@ def parse_debug_level(raw: str) -> int:
     return int(low, 10)
 
 
-
-
 LLMLibrary = Literal["", "cuda", "rocm", "vulkan", "metal", "cpu"]
 # hardware.Device.library of each; RPC devices are not a library choice (LOCALLLM_RPC_WORKERS).
 LLM_LIBRARY_DEVICES: dict[str, tuple[str, ...]] = {
-    "cuda": ("CUDA",), "rocm": ("ROCm", "HIP"), "vulkan": ("Vulkan",), "metal": ("Metal",),
+    "cuda": ("CUDA",),
+    "rocm": ("ROCm", "HIP"),
+    "vulkan": ("Vulkan",),
+    "metal": ("Metal",),
     "cpu": (),
 }
 
@@ -243,8 +257,11 @@ def parse_ollama_llm_library(raw: str) -> LLMLibrary:
     try:
         return parse_llm_library(raw)
     except ValueError:
-        log.warning("OLLAMA_LLM_LIBRARY=%r names no GPU library (cuda, rocm, vulkan): as "
-                    "Ollama, only the CPU is used", raw)
+        log.warning(
+            "OLLAMA_LLM_LIBRARY=%r names no GPU library (cuda, rocm, vulkan): as "
+            "Ollama, only the CPU is used",
+            raw,
+        )
         return "cpu"
 
 

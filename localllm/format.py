@@ -72,8 +72,11 @@ def time_ago(then: float, now: float | None = None) -> str:
     if delta < 1:
         return "Less than a second ago"
     steps = (
-        (60, 1, "second"), (3600, 60, "minute"), (86400, 3600, "hour"),
-        (7 * 86400, 86400, "day"), (30 * 86400, 7 * 86400, "week"),
+        (60, 1, "second"),
+        (3600, 60, "minute"),
+        (86400, 3600, "hour"),
+        (7 * 86400, 86400, "day"),
+        (30 * 86400, 7 * 86400, "week"),
         (365 * 86400, 30 * 86400, "month"),
     )
     for limit, size, unit in steps:

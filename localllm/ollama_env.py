@@ -30,8 +30,9 @@ def go_bool(var: str) -> Callable[[str], bool]:
         if raw in GO_FALSE:
             return False
         if raw not in GO_TRUE:
-            log.warning("%s=%r is not a Go boolean: Ollama takes it as true, and so does "
-                        "localllm", var, raw)
+            log.warning(
+                "%s=%r is not a Go boolean: Ollama takes it as true, and so does localllm", var, raw
+            )
         return True
 
     return parse
@@ -56,20 +57,20 @@ def debug_level(raw: str) -> int:
 # Ollama's variables (its envconfig) that localllm does not read, and why.
 IGNORED: dict[str, str] = {
     "OLLAMA_DEBUG_LOG_REQUESTS": "there is no request replay folder; LOCALLLM_DEBUG=1 logs the "
-                                 "body of a request that fails",
+    "body of a request that fails",
     "OLLAMA_GO_TEMPLATE": "a model's TEMPLATE always wins over the GGUF's chat template "
-                          "(Ollama's default)",
+    "(Ollama's default)",
     "OLLAMA_VULKAN": "Vulkan is used when its plugin is installed ('localllm backends'); "
-                     "LOCALLLM_LLM_LIBRARY keeps models to one library",
+    "LOCALLLM_LLM_LIBRARY keeps models to one library",
     "OLLAMA_IGPU_ENABLE": "integrated GPUs are used as ggml reports them; "
-                          "LOCALLLM_LLM_LIBRARY=cpu keeps models off every GPU",
+    "LOCALLLM_LLM_LIBRARY=cpu keeps models off every GPU",
     "OLLAMA_MAX_TRANSFER_STREAMS": "it bounds Ollama's safetensors pulls; localllm pulls GGUF "
-                                   "files",
+    "files",
     "OLLAMA_NO_CLOUD": "localllm has no cloud models",
     "OLLAMA_REMOTES": "localllm has no remote (cloud) models",
     "OLLAMA_AUTH": "Ollama's signed client requests; localllm's daemon takes LOCALLLM_API_KEY",
     "OLLAMA_EDITOR": "the 'run' prompt has no external editor key",
     "OLLAMA_NEW_ENGINE": "localllm has one engine, llama.cpp's",
     "OLLAMA_MULTIUSER_CACHE": "prompt caching is per slot and always on (LOCALLLM_PROMPT_CACHE "
-                              "sizes the idle slots' cache)",
+    "sizes the idle slots' cache)",
 }

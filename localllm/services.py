@@ -59,8 +59,9 @@ def format_parameters(params: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def model_details(info: ModelInfo | None = None, config: Mapping[str, Any] | None = None,
-                  *, brief: bool = False) -> Details:
+def model_details(
+    info: ModelInfo | None = None, config: Mapping[str, Any] | None = None, *, brief: bool = False
+) -> Details:
     """A model's ``details``: the config layer's values (``config``) first, the GGUF
     header's (``info``) where the config says nothing.  ``brief``: without
     ``parent_model`` and ``families``, as a draft model or a Hub file is described."""
@@ -70,14 +71,24 @@ def model_details(info: ModelInfo | None = None, config: Mapping[str, Any] | Non
     quant = str(cfg.get("file_type") or "") or (info.file_type if info else "")
     fmt = str(cfg.get("model_format") or "gguf")
     if brief:
-        return {"format": fmt, "family": family, "parameter_size": size,
-                "quantization_level": quant}
+        return {
+            "format": fmt,
+            "family": family,
+            "parameter_size": size,
+            "quantization_level": quant,
+        }
     listed = cfg.get("model_families")
     families = [str(f) for f in listed] if isinstance(listed, list) else None
     if info is not None:  # a header read: it names the family when the config does not
         families = families or [info.architecture]
-    return {"parent_model": "", "format": fmt, "family": family, "families": families,
-            "parameter_size": size, "quantization_level": quant}
+    return {
+        "parent_model": "",
+        "format": fmt,
+        "family": family,
+        "families": families,
+        "parameter_size": size,
+        "quantization_level": quant,
+    }
 
 
 def _param_value(value: Any) -> str:
@@ -104,21 +115,26 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def capabilities(*, template: str, embedding: bool, vision: bool,
-                 rerank: bool = False) -> list[str]:
+def capabilities(
+    *, template: str, embedding: bool, vision: bool, rerank: bool = False
+) -> list[str]:
     """What a model can do, judged from its template and layers (as Ollama does); a
     reranker (a classification head) only reranks."""
     from localllm.template.caps import template_capabilities
 
-    caps = (["rerank"] if rerank else ["embedding"] if embedding
-            else ["completion", *template_capabilities(template)])
+    caps = (
+        ["rerank"]
+        if rerank
+        else ["embedding"]
+        if embedding
+        else ["completion", *template_capabilities(template)]
+    )
     if vision:
         caps.append("vision")
     return caps
 
 
-def prune_partials(store: Store, daemon_pid_file: Path, *, dry_run: bool = False
-                   ) -> PartialsReport:
+def prune_partials(store: Store, daemon_pid_file: Path, *, dry_run: bool = False) -> PartialsReport:
     """Remove resumable partial downloads nobody is writing (``localllm prune --partials``).
 
     Runs without the daemon (it only touches files); the daemon's pid file tells
@@ -134,8 +150,9 @@ def prune_partials(store: Store, daemon_pid_file: Path, *, dry_run: bool = False
 class ModelService:
     """Model-management operations over one ``Store``."""
 
-    def __init__(self, store: Store,
-                 unload: Callable[[str], Awaitable[object]] | None = None) -> None:
+    def __init__(
+        self, store: Store, unload: Callable[[str], Awaitable[object]] | None = None
+    ) -> None:
         self.store = store
         # Ends a loaded model's runner (the inference service's unload), so a
         # deleted model stops serving, as Ollama's rm does.
@@ -149,14 +166,16 @@ class ModelService:
         out: list[TagsEntry] = []
         for entry in self.store.list():
             display = entry.name.display
-            out.append({
-                "name": display,
-                "model": display,
-                "modified_at": rfc3339(entry.modified),
-                "size": entry.manifest.total_size,
-                "digest": entry.digest.removeprefix("sha256:"),
-                "details": self.details(entry),
-            })
+            out.append(
+                {
+                    "name": display,
+                    "model": display,
+                    "modified_at": rfc3339(entry.modified),
+                    "size": entry.manifest.total_size,
+                    "digest": entry.digest.removeprefix("sha256:"),
+                    "details": self.details(entry),
+                }
+            )
         return out
 
     def show(self, model: str, *, verbose: bool = False) -> ShowResponse:
@@ -194,8 +213,12 @@ class ModelService:
             "license": "\n".join(licenses),
             "details": details,
             "model_info": model_info,
-            "capabilities": capabilities(template=template, embedding=embedding,
-                                         vision=projector_info is not None, rerank=rerank),
+            "capabilities": capabilities(
+                template=template,
+                embedding=embedding,
+                vision=projector_info is not None,
+                rerank=rerank,
+            ),
             "modified_at": rfc3339(entry.modified),
         }
         if projector_info is not None:
@@ -223,8 +246,11 @@ class ModelService:
             info = read_model_info(self.store.blobs.path(layer.digest))
         except (InvalidModelFile, OSError) as exc:
             log.warning("%s: draft model not readable: %s", entry.name.display, exc)
-        return {"digest": layer.digest, "size": layer.size,
-                "details": model_details(info, brief=True)}
+        return {
+            "digest": layer.digest,
+            "size": layer.size,
+            "details": model_details(info, brief=True),
+        }
 
     def _projector_info(self, entry: Entry) -> dict[str, Any] | None:
         """The projector's GGUF key/values (Ollama's ``projector_info``), or None when the
@@ -286,15 +312,23 @@ class ModelService:
                 raise InvalidRequest(
                     f"'{name.display}' is a model made here, not pulled: pulling would replace "
                     f"it. Remove it first (localllm rm {name.display}) or copy it to another "
-                    "name", status=409)
+                    "name",
+                    status=409,
+                )
         found = catalog.resolve(name)
         assert found is not None  # resolve() raises for library names it lacks
         return PullTarget(name, found.source, found.projector, found.name)
 
     def pull(
-        self, model: str, progress: Progress, *, cancel: threading.Event | None = None,
-        projector: str | None = None, machine: Callable[[], Machine] | None = None,
-        force: bool | None = None, dry_run: bool = False,
+        self,
+        model: str,
+        progress: Progress,
+        *,
+        cancel: threading.Event | None = None,
+        projector: str | None = None,
+        machine: Callable[[], Machine] | None = None,
+        force: bool | None = None,
+        dry_run: bool = False,
     ) -> None:
         """``projector``: a projector file or precision to pull instead of the automatic
         choice, or ``"none"`` (see ``store/projector.py``).  ``model`` may be a library
@@ -312,22 +346,39 @@ class ModelService:
         if dry_run:
             if machine is None:
                 raise ValueError("a dry run needs the machine to plan on")
-            services_hub.dry_run(target.name.display, target.source.display,
-                                 projector or target.projector, machine, progress)
+            services_hub.dry_run(
+                target.name.display,
+                target.source.display,
+                projector or target.projector,
+                machine,
+                progress,
+            )
             return
         check = services_hub.preflight(machine, force, progress, model) if machine else None
-        pull_model(self.store, target.name, progress, cancel=cancel,
-                   projector=projector or target.projector,
-                   source=None if target.source is target.name else target.source,
-                   via=target.via, preflight=check)
+        pull_model(
+            self.store,
+            target.name,
+            progress,
+            cancel=cancel,
+            projector=projector or target.projector,
+            source=None if target.source is target.name else target.source,
+            via=target.via,
+            preflight=check,
+        )
 
     def blob_exists(self, digest: str) -> bool:
         return self.store.blobs.exists(parse_digest(digest))
 
-    def import_ollama(self, source: Path | None, *, models: Iterable[str] = (),
-                      copy: bool = False, dry_run: bool = False, force: bool = False,
-                      progress: Callable[[dict[str, Any]], None] | None = None
-                      ) -> ImportReport:
+    def import_ollama(
+        self,
+        source: Path | None,
+        *,
+        models: Iterable[str] = (),
+        copy: bool = False,
+        dry_run: bool = False,
+        force: bool = False,
+        progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> ImportReport:
         """Bring in the models of an Ollama store (``localllm import ollama``): ``source``,
         else Ollama's own folder; only ``models`` when given.  Blobs are hard-linked where
         they can be, else copied (``copy``: always), and verified either way; see
@@ -335,8 +386,16 @@ class ModelService:
         from localllm.store.ollama_import import import_ollama
 
         names = [parse_name(m) for m in models]
-        return import_ollama(self.store, source, names=names, copy=copy, dry_run=dry_run,
-                             force=force, progress=progress, check=ollama_warnings)
+        return import_ollama(
+            self.store,
+            source,
+            names=names,
+            copy=copy,
+            dry_run=dry_run,
+            force=force,
+            progress=progress,
+            check=ollama_warnings,
+        )
 
 
 def ollama_warnings(found: Found) -> list[str]:
@@ -370,6 +429,8 @@ def ollama_warnings(found: Found) -> list[str]:
     for key in ("renderer", "parser"):
         value = found.config.get(key)
         if isinstance(value, str) and value:
-            out.append(f'Ollama uses its built-in "{value}" {key} for this model; localllm '
-                       f"uses the {'template' if template else 'GGUF chat template'} instead")
+            out.append(
+                f'Ollama uses its built-in "{value}" {key} for this model; localllm '
+                f"uses the {'template' if template else 'GGUF chat template'} instead"
+            )
     return out

@@ -77,8 +77,9 @@ class RemotePlan:
     vision: bool  # the projector is a clip GGUF
 
 
-def plan_choice(repo_id: str, choice: hub.Choice, mmproj: hub.HubFile | None,
-                machine: Machine) -> RemotePlan:
+def plan_choice(
+    repo_id: str, choice: hub.Choice, mmproj: hub.HubFile | None, machine: Machine
+) -> RemotePlan:
     """Read the chosen files' headers (and the projector's) and plan the load."""
     from localllm.scheduler.projector import header_cost
 
@@ -104,14 +105,23 @@ def template_caps(template: str) -> list[str]:
     if len(template) <= MAX_TEMPLATE_PARSE:
         return template_capabilities(template)
     low = template.lower()
-    return [c for c, marks in (("tools", ("tools",)), ("thinking", ("<think>", "thinking")))
-            if any(m in low for m in marks)]
+    return [
+        c
+        for c, marks in (("tools", ("tools",)), ("thinking", ("<think>", "thinking")))
+        if any(m in low for m in marks)
+    ]
 
 
-def capabilities(template: str, *, embedding: bool, vision: bool,
-                 rerank: bool = False) -> list[str]:
-    caps = (["rerank"] if rerank else ["embedding"] if embedding
-            else ["completion", *template_caps(template)])
+def capabilities(
+    template: str, *, embedding: bool, vision: bool, rerank: bool = False
+) -> list[str]:
+    caps = (
+        ["rerank"]
+        if rerank
+        else ["embedding"]
+        if embedding
+        else ["completion", *template_caps(template)]
+    )
     return [*caps, "vision"] if vision else caps
 
 
@@ -119,28 +129,47 @@ def dry_run_result(name: str, plan: RemotePlan) -> DryRun:
     """The last event of a dry-run pull: the files, the model and the fit."""
     info, choice = plan.info, plan.choice
     files: list[FileSize] = [{"file": f.path, "size": f.size} for f in choice.files]
-    proj: FileSize | None = ({"file": plan.projector.path, "size": plan.projector.size}
-                             if plan.projector else None)
+    proj: FileSize | None = (
+        {"file": plan.projector.path, "size": plan.projector.size} if plan.projector else None
+    )
     size = sum(f.size for f in choice.files) + (plan.projector.size if plan.projector else 0)
     # The header's scalar keys, as show's model_info; long texts (a licence) left out.
-    kv = {k: v for k, v in info.kv.items()
-          if not k.startswith("tokenizer.") and isinstance(v, (int, float, str, bool))
-          and not (isinstance(v, str) and len(v) > MAX_INFO_TEXT)}
+    kv = {
+        k: v
+        for k, v in info.kv.items()
+        if not k.startswith("tokenizer.")
+        and isinstance(v, (int, float, str, bool))
+        and not (isinstance(v, str) and len(v) > MAX_INFO_TEXT)
+    }
     return {
-        "status": "success", "dry_run": True, "model": name,
-        "source": f"hf.co/{plan.repo_id}:{choice.label}", "files": files, "projector": proj,
+        "status": "success",
+        "dry_run": True,
+        "model": name,
+        "source": f"hf.co/{plan.repo_id}:{choice.label}",
+        "files": files,
+        "projector": proj,
         "size": size,
         "details": model_details(info, brief=True),
-        "model_info": kv, "context_length": info.context_length,
-        "capabilities": capabilities(info.chat_template or "",
-                                     embedding=info.pooling_type is not None,
-                                     vision=plan.vision, rerank=info.rank_head),
-        "fit": plan.fit.to_json(), "header_bytes": plan.header_bytes,
+        "model_info": kv,
+        "context_length": info.context_length,
+        "capabilities": capabilities(
+            info.chat_template or "",
+            embedding=info.pooling_type is not None,
+            vision=plan.vision,
+            rerank=info.rank_head,
+        ),
+        "fit": plan.fit.to_json(),
+        "header_bytes": plan.header_bytes,
     }
 
 
-def dry_run(name: str, source: str, projector: str | None, machine: Callable[[], Machine],
-            progress: Progress) -> None:
+def dry_run(
+    name: str,
+    source: str,
+    projector: str | None,
+    machine: Callable[[], Machine],
+    progress: Progress,
+) -> None:
     """A pull that stops before downloading: the same name resolution, listing and
     choice of files as ``pull_model``, then ``dry_run_result`` as the last event."""
     from localllm.store import projector as proj
@@ -153,17 +182,20 @@ def dry_run(name: str, source: str, projector: str | None, machine: Callable[[],
         progress({"status": f"{name} is {src.display}"})
     listing = hub.list_repo(repo_id)
     choice = hub.choose(repo_id, listing, src.tag)
-    mmproj = proj.choose_projector(repo_id, listing, choice.label, projector,
-                                   choice.files[0].path)
-    progress({"status": f"using {choice.label} ({choice.how}): "
-                        + ", ".join(f.path for f in choice.files)})
-    progress({"status": "reading the header with range requests (dry run: nothing is "
-                        "downloaded)"})
+    mmproj = proj.choose_projector(repo_id, listing, choice.label, projector, choice.files[0].path)
+    progress(
+        {
+            "status": f"using {choice.label} ({choice.how}): "
+            + ", ".join(f.path for f in choice.files)
+        }
+    )
+    progress({"status": "reading the header with range requests (dry run: nothing is downloaded)"})
     progress(dry_run_result(name, plan_choice(repo_id, choice, mmproj, machine())))
 
 
-def preflight(machine: Callable[[], Machine], force: bool | None, progress: Progress,
-              name: str = "") -> Callable[[str, hub.Choice, hub.HubFile | None], None]:
+def preflight(
+    machine: Callable[[], Machine], force: bool | None, progress: Progress, name: str = ""
+) -> Callable[[str, hub.Choice, hub.HubFile | None], None]:
     """The check ``pull_model`` runs before downloading (see the module doc).
 
     A header that cannot be read (the Hub, a range refused) is said and the pull goes
@@ -175,8 +207,7 @@ def preflight(machine: Callable[[], Machine], force: bool | None, progress: Prog
         try:
             got = plan_choice(repo_id, choice, mmproj, machine())
         except InvalidModelFile as exc:
-            raise InvalidModelFile(f"not pulling hf.co/{repo_id}:{choice.label}: {exc}"
-                                   ) from None
+            raise InvalidModelFile(f"not pulling hf.co/{repo_id}:{choice.label}: {exc}") from None
         except LocalLLMError as exc:
             progress({"status": f"could not check the fit before downloading: {exc}"})
             return
@@ -184,11 +215,10 @@ def preflight(machine: Callable[[], Machine], force: bool | None, progress: Prog
         if fit.status != "too_big":
             progress({"status": f"fits: {describe(fit)}"})
             return
-        text = (f"hf.co/{repo_id}:{choice.label} does not fit on this machine "
-                f"({describe(fit)})")
+        text = f"hf.co/{repo_id}:{choice.label} does not fit on this machine ({describe(fit)})"
         if force is False:
             again = f"localllm pull {name} --force" if name else "--force"
-            raise TooBig(f"{text}; to pull it anyway: {again} (API: \"force\": true)")
+            raise TooBig(f'{text}; to pull it anyway: {again} (API: "force": true)')
         progress({"status": f"warning: {text}"})
 
     return check
@@ -226,8 +256,12 @@ def _quant_fit(r: hub_search.Repo, q: hub_search.Quant, machine: Machine) -> Fit
     return assess(info, machine.devices, machine.opts, find_max_context=False)
 
 
-def search(query: str, limit: int, machine: Callable[[], Machine],
-           catalog: Callable[[], list[tuple[str, str]]] = _catalog_entries) -> SearchResponse:
+def search(
+    query: str,
+    limit: int,
+    machine: Callable[[], Machine],
+    catalog: Callable[[], list[tuple[str, str]]] = _catalog_entries,
+) -> SearchResponse:
     """``GET /api/search``'s answer (see docs/api.md)."""
     repos = hub_search.search(query, limit, catalog=catalog)
     here = machine()
@@ -237,19 +271,37 @@ def search(query: str, limit: int, machine: Callable[[], Machine],
         # The Hub's reading of the template, else our own from the header.
         template = _str(r.gguf.get("chat_template")) or _str(info and info.chat_template)
         embedding = r.pipeline_tag in ("feature-extraction", "sentence-similarity") or (
-            info is not None and info.pooling_type is not None)
+            info is not None and info.pooling_type is not None
+        )
         ctx = r.gguf.get("context_length")
-        models.append({
-            "name": f"hf.co/{r.repo}", "repo": r.repo, "catalog": r.catalog,
-            "downloads": r.downloads, "likes": r.likes, "updated": r.updated,
-            "capabilities": capabilities(template, embedding=embedding,
-                                         vision=bool(r.projectors),
-                                         rerank=r.pipeline_tag == "text-ranking" or (
-                                             info is not None and info.rank_head)),
-            "context_length": ctx if isinstance(ctx, int) and ctx > 0 else (
-                info.context_length if info is not None and info.context_length else None),
-            "quants": [{"tag": q.tag, "files": [f.path for f in q.files], "size": q.size,
-                        "fit": _quant_fit(r, q, here).to_json()} for q in r.quants or []],
-            "error": r.error or None,
-        })
+        models.append(
+            {
+                "name": f"hf.co/{r.repo}",
+                "repo": r.repo,
+                "catalog": r.catalog,
+                "downloads": r.downloads,
+                "likes": r.likes,
+                "updated": r.updated,
+                "capabilities": capabilities(
+                    template,
+                    embedding=embedding,
+                    vision=bool(r.projectors),
+                    rerank=r.pipeline_tag == "text-ranking"
+                    or (info is not None and info.rank_head),
+                ),
+                "context_length": ctx
+                if isinstance(ctx, int) and ctx > 0
+                else (info.context_length if info is not None and info.context_length else None),
+                "quants": [
+                    {
+                        "tag": q.tag,
+                        "files": [f.path for f in q.files],
+                        "size": q.size,
+                        "fit": _quant_fit(r, q, here).to_json(),
+                    }
+                    for q in r.quants or []
+                ],
+                "error": r.error or None,
+            }
+        )
     return {"models": models}

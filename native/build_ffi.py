@@ -101,8 +101,7 @@ def locate(core: Path | None = None) -> dict[str, str]:
         "rpath": ("@loader_path" if sys.platform == "darwin" else "$ORIGIN") + "/" + CORE_FOLDER,
         "source": "core",
         "lcp_version": cb.sdist().VERSION,
-        "header_sha256": hashlib.sha256(header.read_bytes()).hexdigest()
-        if header.exists() else "",
+        "header_sha256": hashlib.sha256(header.read_bytes()).hexdigest() if header.exists() else "",
     }
 
 
@@ -168,8 +167,11 @@ if __name__ == "__main__":
     # copy they mapped.  cffi compiles inside tmpdir, hence absolute source paths.
     # The core first: into localllm/_core/ (git-ignored), where the module's rpath points.
     core = prepare_core(HERE.parent / "localllm")
-    built = Path(make_ffibuilder(absolute=True, core=core).compile(
-        tmpdir=str(HERE.parent / "build" / "cffi"), verbose=True))
+    built = Path(
+        make_ffibuilder(absolute=True, core=core).compile(
+            tmpdir=str(HERE.parent / "build" / "cffi"), verbose=True
+        )
+    )
     target = HERE.parent / "localllm" / "_native.abi3.so"
     staged = target.with_name(target.name + ".new")
     staged.write_bytes(built.read_bytes())

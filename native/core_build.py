@@ -104,10 +104,17 @@ def cmake_args() -> list[str]:
         "-DCMAKE_BUILD_TYPE=Release",
         "-DBUILD_SHARED_LIBS=ON",
         # The libraries find each other beside themselves, wherever they are copied.
-        f"-DCMAKE_INSTALL_RPATH={rpath}", "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",
-        "-DLLAMA_BUILD_COMMON=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_TOOLS=OFF",
-        "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_APP=OFF",
-        "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
+        f"-DCMAKE_INSTALL_RPATH={rpath}",
+        "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",
+        "-DLLAMA_BUILD_COMMON=OFF",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_TOOLS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_BUILD_SERVER=OFF",
+        "-DLLAMA_BUILD_APP=OFF",
+        "-DLLAMA_CURL=OFF",
+        "-DLLAMA_OPENSSL=OFF",
+        "-DLLAMA_USE_PREBUILT_UI=OFF",
         # libmtmd without the tools tree: llama.cpp's switch for library-only builds.
         "-DLLAMA_BUILD_MTMD=ON",
     ]
@@ -115,8 +122,11 @@ def cmake_args() -> list[str]:
         # As llama-cpp-python sets them: Metal in the core (with its shaders embedded),
         # and on Intel Macs no AVX family (Rosetta and old Macs lack parts of it).
         arch = platform.machine()
-        args += [f"-DCMAKE_OSX_ARCHITECTURES={arch}", "-DGGML_METAL=ON",
-                 "-DGGML_METAL_EMBED_LIBRARY=ON"]
+        args += [
+            f"-DCMAKE_OSX_ARCHITECTURES={arch}",
+            "-DGGML_METAL=ON",
+            "-DGGML_METAL_EMBED_LIBRARY=ON",
+        ]
         if arch == "x86_64":
             args += ["-DGGML_AVX=OFF", "-DGGML_AVX2=OFF", "-DGGML_FMA=OFF", "-DGGML_F16C=OFF"]
     return args + shlex.split(os.environ.get(CMAKE_ARGS_ENV, ""))
@@ -125,10 +135,12 @@ def cmake_args() -> list[str]:
 def _tool(name: str) -> str:
     found = shutil.which(name)
     if not found:
-        raise CoreBuildError(f"localllm's build needs {name}; it is a build requirement in "
-                             "pyproject.toml, so pip installs it unless the build runs "
-                             "with --no-build-isolation: then install it (pip install "
-                             f"{name}) or put it on PATH")
+        raise CoreBuildError(
+            f"localllm's build needs {name}; it is a build requirement in "
+            "pyproject.toml, so pip installs it unless the build runs "
+            "with --no-build-isolation: then install it (pip install "
+            f"{name}) or put it on PATH"
+        )
     return found
 
 
@@ -198,8 +210,13 @@ def soname_files(folder: Path) -> list[Path]:
     """The shared libraries of a build's ``bin/`` by the name the dynamic linker looks for
     (the soname: ``libllama.so.0``, ``libllama.0.dylib``), in load order."""
     out = []
-    plain = [p for p in folder.iterdir() if p.name.startswith("lib")
-             and p.name.endswith(LIB_SUFFIX) and "." not in p.name[:-len(LIB_SUFFIX)]]
+    plain = [
+        p
+        for p in folder.iterdir()
+        if p.name.startswith("lib")
+        and p.name.endswith(LIB_SUFFIX)
+        and "." not in p.name[: -len(LIB_SUFFIX)]
+    ]
     for p in sorted(plain, key=lambda p: _load_rank(p.name)):
         # cmake's name link points at the soname link, which points at the file.
         out.append(folder / os.readlink(p) if p.is_symlink() else p)
@@ -211,8 +228,9 @@ def _complete(root: Path) -> bool:
         libs = json.loads((root / "core.json").read_text())["libs"]
     except (OSError, ValueError, KeyError, TypeError):
         return False
-    return (root / "include" / "llama.h").is_file() and \
-        all((root / "lib" / str(n)).is_file() for n in libs)
+    return (root / "include" / "llama.h").is_file() and all(
+        (root / "lib" / str(n)).is_file() for n in libs
+    )
 
 
 @contextlib.contextmanager
@@ -248,27 +266,36 @@ def ensure(say: Callable[[str], None] | None = None) -> Path:
         return _build(facts, k, cache, root, say)
 
 
-def _build(facts: dict[str, object], k: str, cache: Path, root: Path,
-           say: Callable[[str], None]) -> Path:
+def _build(
+    facts: dict[str, object], k: str, cache: Path, root: Path, say: Callable[[str], None]
+) -> Path:
     s = sdist()
     started = time.monotonic()
     cmake, ninja = _tool("cmake"), _tool("ninja")
     bdir = cache / "build" / f"core-{k}"
     log_path = cache / "build" / f"core-{k}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    say(f"building llama.cpp's core for this machine (once: about 4 minutes on 2 cores; "
-        f"the log is {log_path})")
+    say(
+        f"building llama.cpp's core for this machine (once: about 4 minutes on 2 cores; "
+        f"the log is {log_path})"
+    )
     with log_path.open("w") as log:
         log.write(f"# {json.dumps(facts, sort_keys=True)}\n")
         pip_log: list[str] = []
         try:
             tarball = s.fetch(
-                s.VERSION, cache / "sdist", _pip(), extra=_download_options(),
-                hint=(f"put a copy of the {s.PACKAGE} {s.VERSION} sdist at "
-                      f"{cache / 'sdist' / s.filename(s.VERSION)} (it is checked against the "
-                      "pinned sha256), or build against your own llama.cpp with "
-                      "LOCALLLM_LLAMA_PREFIX (native/README.md)"),
-                log=pip_log)
+                s.VERSION,
+                cache / "sdist",
+                _pip(),
+                extra=_download_options(),
+                hint=(
+                    f"put a copy of the {s.PACKAGE} {s.VERSION} sdist at "
+                    f"{cache / 'sdist' / s.filename(s.VERSION)} (it is checked against the "
+                    "pinned sha256), or build against your own llama.cpp with "
+                    "LOCALLLM_LLAMA_PREFIX (native/README.md)"
+                ),
+                log=pip_log,
+            )
             tree = s.unpack(tarball, cache / "source" / f"llama.cpp-{s.VERSION}")
         except s.SdistError as exc:
             raise CoreBuildError(f"localllm's build: {exc}") from None
@@ -284,8 +311,23 @@ def _build(facts: dict[str, object], k: str, cache: Path, root: Path,
         commit = s.llama_commit(tarball)
         stamp = [f"-DLLAMA_BUILD_COMMIT={commit[:7]}", "-DGIT_EXE=OFF"] if commit else []
         # cmake from pip's build environment when it ran in it: ninja from the same place.
-        _run([cmake, "-S", str(tree), "-B", str(bdir), "-G", "Ninja",
-              f"-DCMAKE_MAKE_PROGRAM={ninja}", *cmake_args(), *stamp], log, env, "configure")
+        _run(
+            [
+                cmake,
+                "-S",
+                str(tree),
+                "-B",
+                str(bdir),
+                "-G",
+                "Ninja",
+                f"-DCMAKE_MAKE_PROGRAM={ninja}",
+                *cmake_args(),
+                *stamp,
+            ],
+            log,
+            env,
+            "configure",
+        )
         _run([ninja, "-C", str(bdir), *TARGETS], log, env, "build")
         seconds = time.monotonic() - started
         log.write(f"# built in {seconds:.1f} s\n")
@@ -321,25 +363,39 @@ def _run(argv: list[str], log: IO[str], env: dict[str, str], phase: str) -> None
     the error of a build unless it runs with -v."""
     log.write(f"$ {' '.join(argv)}\n")
     log.flush()
-    out = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                         cwd=cache_root().absolute())
+    out = subprocess.run(
+        argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cache_root().absolute()
+    )
     if out.returncode != 0:
         log.flush()
         tail = Path(log.name).read_text(errors="replace").splitlines()[-15:]
-        raise CoreBuildError(f"localllm's build: the llama.cpp core's {phase} failed "
-                             f"(exit {out.returncode}); the whole output is in {log.name}:\n"
-                             + "\n".join(tail))
+        raise CoreBuildError(
+            f"localllm's build: the llama.cpp core's {phase} failed "
+            f"(exit {out.returncode}); the whole output is in {log.name}:\n" + "\n".join(tail)
+        )
 
 
-def _keep(tree: Path, bdir: Path, root: Path, facts: dict[str, object], k: str,
-          seconds: float, s: ModuleType, commit: str) -> None:
+def _keep(
+    tree: Path,
+    bdir: Path,
+    root: Path,
+    facts: dict[str, object],
+    k: str,
+    seconds: float,
+    s: ModuleType,
+    commit: str,
+) -> None:
     """``include/``, ``lib/`` and ``core.json`` into ``root``, all at once."""
     tmp = root.with_name(f".tmp-{root.name}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "include").mkdir(parents=True)
     (tmp / "lib").mkdir()
-    headers = [*(tree / "include").glob("*.h"), *(tree / "ggml" / "include").glob("*.h"),
-               tree / "tools" / "mtmd" / "mtmd.h", tree / "tools" / "mtmd" / "mtmd-helper.h"]
+    headers = [
+        *(tree / "include").glob("*.h"),
+        *(tree / "ggml" / "include").glob("*.h"),
+        tree / "tools" / "mtmd" / "mtmd.h",
+        tree / "tools" / "mtmd" / "mtmd-helper.h",
+    ]
     for h in headers:
         shutil.copy2(h, tmp / "include" / h.name)
     built = bdir / "bin"

@@ -58,16 +58,19 @@ def free_port() -> int:
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     exe = Path(sys.executable).with_name("localllm")
-    return subprocess.run([str(exe), *args], env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run([str(exe), *args], env=env, capture_output=True, text=True, timeout=300)
 
 
 async def chat(url: str, tmp: Path, model: str) -> str:
     from localllm.tui.app import LocalLLMApp
     from localllm.tui.sessions import Sessions
 
-    app = LocalLLMApp(url, sessions=Sessions(tmp / "chats.sqlite3"),  # type: ignore[arg-type]
-                      export_dir=tmp / "exports", model=model)
+    app = LocalLLMApp(
+        url,
+        sessions=Sessions(tmp / "chats.sqlite3"),  # type: ignore[arg-type]
+        export_dir=tmp / "exports",
+        model=model,
+    )
     async with app.run_test(size=(100, 30)) as pilot:
         await asyncio.wait_for(app.ready.wait(), 60)
         screen = app.chat_screen  # type: ignore[attr-defined]
@@ -102,8 +105,9 @@ async def search_pull_chat(url: str, tmp: Path) -> tuple[str, str]:
     from localllm.tui.screens.search import SearchScreen
     from localllm.tui.sessions import Sessions
 
-    app = LocalLLMApp(url, sessions=Sessions(tmp / "chats-search.sqlite3"),
-                      export_dir=tmp / "exports")
+    app = LocalLLMApp(
+        url, sessions=Sessions(tmp / "chats-search.sqlite3"), export_dir=tmp / "exports"
+    )
     async with app.run_test(size=(120, 36)) as pilot:
         await asyncio.wait_for(app.ready.wait(), 60)
         await pilot.press("ctrl+o", "s")
@@ -122,8 +126,10 @@ async def search_pull_chat(url: str, tmp: Path) -> tuple[str, str]:
         # The picker comes back with its old rows (the model created first) and refreshes
         # in a worker: wait for the list that holds the pulled model (the refresh
         # highlights it in the same step), not just any list.
-        await until(lambda: any(r.name.startswith(f"hf.co/{HUB_REPO}") for r in models.rows),
-                    "the model list with the pulled model")
+        await until(
+            lambda: any(r.name.startswith(f"hf.co/{HUB_REPO}") for r in models.rows),
+            "the model list with the pulled model",
+        )
         picked = models.selected()
         if picked is None:
             raise SystemExit("smoke: nothing highlighted after the pull")
@@ -141,8 +147,10 @@ def main() -> int:
     import localllm
 
     if Path(localllm.__file__).resolve().is_relative_to(HERE.parent):
-        raise SystemExit(f"smoke: imported localllm from the checkout ({localllm.__file__}); "
-                         "run it with the installed environment's Python")
+        raise SystemExit(
+            f"smoke: imported localllm from the checkout ({localllm.__file__}); "
+            "run it with the installed environment's Python"
+        )
     tm = load_tinymodel()
     hub = load_by_path("hubstub", HUBSTUB)
     with tempfile.TemporaryDirectory() as d:
@@ -152,21 +160,30 @@ def main() -> int:
         stub = hub.HubStub(tmp / "hub").start()
         stub.add_file(HUB_REPO, HUB_FILE, gguf)
         port = free_port()
-        env = {**os.environ, "HF_ENDPOINT": stub.url, "LOCALLLM_HOME": str(tmp / "home"),
-               "LOCALLLM_HOST": f"127.0.0.1:{port}", "LOCALLLM_NUM_THREAD": "1",
-               "LOCALLLM_CONTEXT_LENGTH": "512", "LOCALLLM_NUM_PARALLEL": "1"}
+        env = {
+            **os.environ,
+            "HF_ENDPOINT": stub.url,
+            "LOCALLLM_HOME": str(tmp / "home"),
+            "LOCALLLM_HOST": f"127.0.0.1:{port}",
+            "LOCALLLM_NUM_THREAD": "1",
+            "LOCALLLM_CONTEXT_LENGTH": "512",
+            "LOCALLLM_NUM_PARALLEL": "1",
+        }
         env.pop("PYTHONPATH", None)
         os.environ.update({k: env[k] for k in ("LOCALLLM_HOME", "LOCALLLM_HOST")})
         exe = Path(sys.executable).with_name("localllm")
         with open(tmp / "serve.log", "wb") as log:
-            daemon = subprocess.Popen([str(exe), "serve"], env=env, stdout=log,
-                                      stderr=subprocess.STDOUT)
+            daemon = subprocess.Popen(
+                [str(exe), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT
+            )
         try:
             print(cli("--version", env=env).stdout.strip())
             created = cli("create", "smoke", "-f", str(tmp / "Modelfile"), env=env)
             if created.returncode != 0:
-                raise SystemExit(f"smoke: create failed: {created.stderr}\n"
-                                 f"{(tmp / 'serve.log').read_text()[-2000:]}")
+                raise SystemExit(
+                    f"smoke: create failed: {created.stderr}\n"
+                    f"{(tmp / 'serve.log').read_text()[-2000:]}"
+                )
             reply = asyncio.run(chat(f"http://127.0.0.1:{port}", tmp, "smoke:latest"))
             pulled, searched = asyncio.run(search_pull_chat(f"http://127.0.0.1:{port}", tmp))
         finally:
@@ -178,8 +195,10 @@ def main() -> int:
             raise SystemExit(f"smoke: the TUI showed {reply!r}, expected {want!r}")
         print(f"smoke: installed localllm served a model and the TUI replied {reply!r}")
         if (pulled, searched) != (f"hf.co/{HUB_REPO}:Q8_0", want):
-            raise SystemExit(f"smoke: the TUI's search pulled {pulled!r} and replied "
-                             f"{searched!r}, expected hf.co/{HUB_REPO}:Q8_0 and {want!r}")
+            raise SystemExit(
+                f"smoke: the TUI's search pulled {pulled!r} and replied "
+                f"{searched!r}, expected hf.co/{HUB_REPO}:Q8_0 and {want!r}"
+            )
         print(f"smoke: the TUI searched the Hub, pulled {pulled} and it replied {searched!r}")
     return 0
 

@@ -33,8 +33,13 @@ PARENT = textwrap.dedent("""
 
 def start(dies: bool) -> tuple[subprocess.Popen[str], int]:
     env = children.child_env()
-    parent = subprocess.Popen([sys.executable, "-c", PARENT.replace("DIES", str(dies))],
-                              cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT.replace("DIES", str(dies))],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert parent.stdout is not None
     pid = int(parent.stdout.readline())
     parent.stdout.close()
@@ -66,8 +71,9 @@ def test_a_background_child_outlives_its_parent() -> None:
 
 
 def test_children_import_this_localllm(tmp_path: Path) -> None:
-    out = children.run("localllm", "--version", capture_output=True, text=True, cwd=tmp_path,
-                       timeout=60)
+    out = children.run(
+        "localllm", "--version", capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
     assert out.returncode == 0 and out.stdout.startswith("localllm ")
     assert children.child_env()["PYTHONPATH"].split(os.pathsep)[0] == children.PACKAGE_ROOT
 
@@ -80,8 +86,9 @@ def test_a_localllm_folder_in_the_working_directory_is_not_imported(tmp_path: Pa
     decoy.mkdir()
     (decoy / "__init__.py").write_text("raise SystemExit('the decoy was imported')\n")
     (decoy / "__main__.py").write_text("raise SystemExit('the decoy was imported')\n")
-    out = children.run("localllm", "--version", capture_output=True, text=True, cwd=tmp_path,
-                       timeout=60)
+    out = children.run(
+        "localllm", "--version", capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("localllm ")
 
@@ -96,17 +103,20 @@ def plant_decoys(folder: Path) -> Path:
     marks.mkdir()
     for name in HOSTILE:
         (folder / f"{name}.py").write_text(
-            f"open({str(marks / name)!r}, 'w').close()\nraise SystemExit('decoy {name}')\n")
+            f"open({str(marks / name)!r}, 'w').close()\nraise SystemExit('decoy {name}')\n"
+        )
     decoy = folder / "localllm"
     decoy.mkdir()
     for part in ("__init__.py", "__main__.py"):
         (decoy / part).write_text(
-            f"open({str(marks / 'localllm')!r}, 'w').close()\nraise SystemExit('decoy')\n")
+            f"open({str(marks / 'localllm')!r}, 'w').close()\nraise SystemExit('decoy')\n"
+        )
     return marks
 
 
 def test_the_probe_and_runner_children_ignore_modules_in_the_working_directory(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The daemon starts its children in its own working directory, which is wherever
     # the user ran `localllm serve`: a json.py there must not run in the runner.
     # (Python 3.10 ignores PYTHONSAFEPATH, which is why 3.11 is the floor.)
@@ -122,8 +132,9 @@ def test_the_probe_and_runner_children_ignore_modules_in_the_working_directory(
     assert answer["devices"]
 
     async def go() -> str:
-        runner = await RunnerProcess.start(["/m/fake.gguf"], LoadOptions(n_ctx=64, n_threads=1),
-                                           env=FAKE_ENV)
+        runner = await RunnerProcess.start(
+            ["/m/fake.gguf"], LoadOptions(n_ctx=64, n_threads=1), env=FAKE_ENV
+        )
         try:
             return (await collect(runner, greedy("a", "x", 2)))[0]
         finally:

@@ -61,8 +61,11 @@ CASES: dict[str, tuple[str, Any, str | None]] = {
     "LOCALLLM_PROMPT_CACHE": ("2GiB", 2 << 30, "plenty"),
     "LOCALLLM_PROMPT_CACHE_DISK": ("10GiB", 10 << 30, "lots"),
     "LOCALLLM_MAX_REQUEST_PIXELS": ("64_000_000", 64_000_000, "0"),
-    "LOCALLLM_RUNNER_ENGINE": ("tests.support.fake_engine:FakeEngine",
-                               "tests.support.fake_engine:FakeEngine", "tests.support.fake_engine"),
+    "LOCALLLM_RUNNER_ENGINE": (
+        "tests.support.fake_engine:FakeEngine",
+        "tests.support.fake_engine:FakeEngine",
+        "tests.support.fake_engine",
+    ),
 }
 SETTINGS = {s.name: s for s in config.REGISTRY}
 
@@ -100,8 +103,9 @@ def test_typical_value(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(n for n, (_, _, bad) in CASES.items() if bad is not None))
-def test_malformed_value_warns_and_falls_back(name: str, monkeypatch: pytest.MonkeyPatch,
-                                             caplog: pytest.LogCaptureFixture) -> None:
+def test_malformed_value_warns_and_falls_back(
+    name: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     bad = CASES[name][2]
     assert bad is not None
     monkeypatch.setenv(name, bad)
@@ -111,6 +115,7 @@ def test_malformed_value_warns_and_falls_back(name: str, monkeypatch: pytest.Mon
 
 
 # -- KV cache type and flash attention: one parser each -----------------------------
+
 
 def test_kv_types_are_one_list() -> None:
     assert config.KV_TYPES == ("f16", "q8_0", "q4_0", "f32")
@@ -122,8 +127,9 @@ def test_kv_types_are_one_list() -> None:
     assert get_args(hints["flash_attn"]) == config.FLASH_ATTENTION_VALUES
 
 
-@pytest.mark.parametrize(("raw", "want"), [("f16", "f16"), ("Q8_0", "q8_0"), (" q4_0 ", "q4_0"),
-                                           ("F32", "f32")])
+@pytest.mark.parametrize(
+    ("raw", "want"), [("f16", "f16"), ("Q8_0", "q8_0"), (" q4_0 ", "q4_0"), ("F32", "f32")]
+)
 def test_parse_kv_type(raw: str, want: str) -> None:
     assert config.parse_kv_type(raw) == want
 
@@ -134,10 +140,21 @@ def test_parse_kv_type_refuses(raw: str) -> None:
         config.parse_kv_type(raw)
 
 
-@pytest.mark.parametrize(("raw", "want"), [
-    ("auto", "auto"), ("AUTO", "auto"), ("on", "on"), ("1", "on"), ("true", "on"), ("yes", "on"),
-    ("off", "off"), ("0", "off"), ("False", "off"), ("no", "off"),
-])
+@pytest.mark.parametrize(
+    ("raw", "want"),
+    [
+        ("auto", "auto"),
+        ("AUTO", "auto"),
+        ("on", "on"),
+        ("1", "on"),
+        ("true", "on"),
+        ("yes", "on"),
+        ("off", "off"),
+        ("0", "off"),
+        ("False", "off"),
+        ("no", "off"),
+    ],
+)
 def test_parse_flash_attention(raw: str, want: str) -> None:
     assert config.parse_flash_attention(raw) == want
 
@@ -175,17 +192,29 @@ def test_cpu_repack_reaches_the_runner_and_the_planner(monkeypatch: pytest.Monke
 
 # -- LOCALLLM_MAX_LOADED_MODELS -----------------------------------------------------
 
-@pytest.mark.parametrize(("setting", "gpus", "want"), [
-    ("", 0, 3), ("0", 0, 3), ("", 1, 3), ("", 2, 6), ("0", 4, 12), ("5", 0, 5), ("5", 4, 5),
-])
-def test_max_loaded_models(setting: str, gpus: int, want: int,
-                           monkeypatch: pytest.MonkeyPatch) -> None:
+
+@pytest.mark.parametrize(
+    ("setting", "gpus", "want"),
+    [
+        ("", 0, 3),
+        ("0", 0, 3),
+        ("", 1, 3),
+        ("", 2, 6),
+        ("0", 4, 12),
+        ("5", 0, 5),
+        ("5", 4, 5),
+    ],
+)
+def test_max_loaded_models(
+    setting: str, gpus: int, want: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("LOCALLLM_MAX_LOADED_MODELS", setting)
     assert config.max_loaded_models(gpus) == want
 
 
 def test_daemon_scheduler_counts_gpus_only_when_a_second_model_loads(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from localllm.hardware import detect as detect_mod
     from localllm.server.app import default_scheduler
 
@@ -216,17 +245,24 @@ def test_daemon_scheduler_counts_gpus_only_when_a_second_model_loads(
 
 # -- config.py is the only reader ---------------------------------------------------
 
+
 def _env_reads(tree: ast.Module) -> list[tuple[int, str | None]]:
     """(line, key) of each read of one environment variable; key None = not a literal."""
     consts: dict[str, str] = {}
     # Bare names count only when imported from os (a parameter called ``environ``,
     # like cli/service.py's mapping of every LOCALLLM_* variable, is not a read).
-    from_os = {alias.asname or alias.name for node in ast.walk(tree)
-               if isinstance(node, ast.ImportFrom) and node.module == "os"
-               for alias in node.names}
+    from_os = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "os"
+        for alias in node.names
+    }
     for node in tree.body:
-        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
-                and isinstance(node.value.value, str)):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
             for target in node.targets:
                 if isinstance(target, ast.Name):
                     consts[target.id] = node.value.value
@@ -239,26 +275,36 @@ def _env_reads(tree: ast.Module) -> list[tuple[int, str | None]]:
         return None
 
     def is_environ(expr: ast.expr) -> bool:
-        return ((isinstance(expr, ast.Attribute) and expr.attr == "environ")
-                or (isinstance(expr, ast.Name) and expr.id == "environ" and "environ" in from_os))
+        return (isinstance(expr, ast.Attribute) and expr.attr == "environ") or (
+            isinstance(expr, ast.Name) and expr.id == "environ" and "environ" in from_os
+        )
 
     out: list[tuple[int, str | None]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and node.args:
             func = node.func
-            getenv = ((isinstance(func, ast.Attribute) and func.attr == "getenv")
-                      or (isinstance(func, ast.Name) and func.id == "getenv"
-                          and "getenv" in from_os))
-            environ_get = (isinstance(func, ast.Attribute) and func.attr in ("get", "pop")
-                           and is_environ(func.value))
+            getenv = (isinstance(func, ast.Attribute) and func.attr == "getenv") or (
+                isinstance(func, ast.Name) and func.id == "getenv" and "getenv" in from_os
+            )
+            environ_get = (
+                isinstance(func, ast.Attribute)
+                and func.attr in ("get", "pop")
+                and is_environ(func.value)
+            )
             if getenv or environ_get:
                 out.append((node.lineno, key(node.args[0])))
-        elif (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load)
-              and is_environ(node.value)):
+        elif (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.ctx, ast.Load)
+            and is_environ(node.value)
+        ):
             out.append((node.lineno, key(node.slice)))
-        elif (isinstance(node, ast.Compare) and len(node.ops) == 1
-              and isinstance(node.ops[0], (ast.In, ast.NotIn))
-              and is_environ(node.comparators[0])):
+        elif (
+            isinstance(node, ast.Compare)
+            and len(node.ops) == 1
+            and isinstance(node.ops[0], (ast.In, ast.NotIn))
+            and is_environ(node.comparators[0])
+        ):
             out.append((node.lineno, key(node.left)))
     return out
 
@@ -272,9 +318,15 @@ def test_env_read_finder_sees_the_usual_spellings() -> None:
         'from os import getenv\nh = getenv("LOCALLLM_H")\n'
         'def copy(environ):\n    return environ["LOCALLLM_I"]\n'
     )
-    assert _env_reads(ast.parse(src)) == [(3, "LOCALLLM_A"), (4, "LOCALLLM_B"),
-                                           (5, "LOCALLLM_C"), (6, "LOCALLLM_X"),
-                                           (7, "LOCALLLM_E"), (8, None), (12, "LOCALLLM_H")]
+    assert _env_reads(ast.parse(src)) == [
+        (3, "LOCALLLM_A"),
+        (4, "LOCALLLM_B"),
+        (5, "LOCALLLM_C"),
+        (6, "LOCALLLM_X"),
+        (7, "LOCALLLM_E"),
+        (8, None),
+        (12, "LOCALLLM_H"),
+    ]
 
 
 def test_only_config_reads_localllm_settings() -> None:
@@ -290,8 +342,9 @@ def test_only_config_reads_localllm_settings() -> None:
         for line, name in _env_reads(ast.parse(path.read_text(), str(path))):
             # A non-literal key could be a LOCALLLM_* name: it is refused too.
             if name is None or name.startswith("LOCALLLM_"):
-                offenders.append(f"{path.relative_to(PACKAGE.parent)}:{line} reads "
-                                 f"{name or 'a computed name'}")
+                offenders.append(
+                    f"{path.relative_to(PACKAGE.parent)}:{line} reads {name or 'a computed name'}"
+                )
     assert not offenders, "read settings through localllm.config:\n" + "\n".join(offenders)
 
 
@@ -315,11 +368,24 @@ def test_ollama_variables_are_fallbacks_and_ours_win(monkeypatch: pytest.MonkeyP
     assert ("LOCALLLM_KEEP_ALIVE", "OLLAMA_KEEP_ALIVE") not in config.ollama_fallbacks()
     # Only the documented set: Ollama's names for things we do not share are not read.
     assert {s.ollama for s in config.REGISTRY if s.ollama} == {
-        "OLLAMA_HOST", "OLLAMA_MODELS", "OLLAMA_KEEP_ALIVE", "OLLAMA_NUM_PARALLEL",
-        "OLLAMA_MAX_LOADED_MODELS", "OLLAMA_ORIGINS", "OLLAMA_CONTEXT_LENGTH",
-        "OLLAMA_FLASH_ATTENTION", "OLLAMA_KV_CACHE_TYPE", "OLLAMA_MAX_QUEUE", "OLLAMA_LOAD_TIMEOUT",
-        "OLLAMA_GPU_OVERHEAD", "OLLAMA_SCHED_SPREAD", "OLLAMA_NOPRUNE", "OLLAMA_DEBUG",
-        "OLLAMA_NOHISTORY", "OLLAMA_LLM_LIBRARY"}
+        "OLLAMA_HOST",
+        "OLLAMA_MODELS",
+        "OLLAMA_KEEP_ALIVE",
+        "OLLAMA_NUM_PARALLEL",
+        "OLLAMA_MAX_LOADED_MODELS",
+        "OLLAMA_ORIGINS",
+        "OLLAMA_CONTEXT_LENGTH",
+        "OLLAMA_FLASH_ATTENTION",
+        "OLLAMA_KV_CACHE_TYPE",
+        "OLLAMA_MAX_QUEUE",
+        "OLLAMA_LOAD_TIMEOUT",
+        "OLLAMA_GPU_OVERHEAD",
+        "OLLAMA_SCHED_SPREAD",
+        "OLLAMA_NOPRUNE",
+        "OLLAMA_DEBUG",
+        "OLLAMA_NOHISTORY",
+        "OLLAMA_LLM_LIBRARY",
+    }
 
 
 def test_doctor_says_which_ollama_variables_are_used(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -328,14 +394,18 @@ def test_doctor_says_which_ollama_variables_are_used(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("OLLAMA_NUM_PARALLEL", "2")
     monkeypatch.delenv("LOCALLLM_NUM_PARALLEL", raising=False)
     report = collect()
-    assert {"setting": "LOCALLLM_NUM_PARALLEL", "from": "OLLAMA_NUM_PARALLEL"} in \
-        report["ollama_settings"]
+    assert {"setting": "LOCALLLM_NUM_PARALLEL", "from": "OLLAMA_NUM_PARALLEL"} in report[
+        "ollama_settings"
+    ]
 
 
 def test_step_budget_takes_tokens_or_milliseconds(monkeypatch: pytest.MonkeyPatch) -> None:
-    for raw, want in (("0", config.StepBudget()), ("256", config.StepBudget(tokens=256)),
-                      ("250ms", config.StepBudget(ms=250.0)),
-                      (" 1.5MS", config.StepBudget(ms=1.5))):
+    for raw, want in (
+        ("0", config.StepBudget()),
+        ("256", config.StepBudget(tokens=256)),
+        ("250ms", config.StepBudget(ms=250.0)),
+        (" 1.5MS", config.StepBudget(ms=1.5)),
+    ):
         monkeypatch.setenv("LOCALLLM_STEP_BUDGET", raw)
         assert config.STEP_BUDGET.get() == want
     for bad in ("0ms", "-5ms", "fast", "ms"):

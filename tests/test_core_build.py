@@ -42,14 +42,16 @@ def test_the_build_uses_the_same_pins_as_the_plugins(cb: ModuleType) -> None:
 
 
 @pytest.mark.parametrize("value", ["", "  ", "/tmp/x-cache", " ~/c "])
-def test_the_cache_folder_follows_localllm_paths(cb: ModuleType, value: str,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cache_folder_follows_localllm_paths(
+    cb: ModuleType, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("LOCALLLM_CACHE", value)
     assert cb.cache_root() == paths.cache()
 
 
-def test_without_the_setting_it_is_the_platform_cache(cb: ModuleType,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_the_setting_it_is_the_platform_cache(
+    cb: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("LOCALLLM_CACHE", raising=False)
     want = paths.cache()
     assert cb.cache_root() == want
@@ -64,8 +66,9 @@ def test_the_flags_setting_is_localllm_s(cb: ModuleType) -> None:
     assert cb.CMAKE_ARGS_ENV == config.CORE_CMAKE_ARGS.name
 
 
-def test_only_what_localllm_loads_is_configured(cb: ModuleType,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_only_what_localllm_loads_is_configured(
+    cb: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(cb.CMAKE_ARGS_ENV, raising=False)
     args = cb.cmake_args()
     for off in ("COMMON", "TESTS", "TOOLS", "EXAMPLES", "SERVER", "APP"):
@@ -77,8 +80,9 @@ def test_only_what_localllm_loads_is_configured(cb: ModuleType,
     assert cb.TARGETS == ("ggml-base", "ggml-cpu", "ggml", "llama", "mtmd")
 
 
-def test_the_key_changes_with_flags_compiler_and_source(cb: ModuleType,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_key_changes_with_flags_compiler_and_source(
+    cb: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(cb.CMAKE_ARGS_ENV, raising=False)
     monkeypatch.delenv("CC", raising=False)
     base = cb.key()
@@ -107,8 +111,9 @@ def fake_core(root: Path, cb: ModuleType, *, complete: bool = True) -> Path:
     return root
 
 
-def test_a_cached_core_is_used_without_building(cb: ModuleType, tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cached_core_is_used_without_building(
+    cb: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("LOCALLLM_CACHE", str(tmp_path / "cache"))
     root = fake_core(tmp_path / "cache" / "core" / cb.key(), cb)
 
@@ -121,8 +126,9 @@ def test_a_cached_core_is_used_without_building(cb: ModuleType, tmp_path: Path,
     assert "built before" in said[0]
 
 
-def test_an_incomplete_cached_core_is_built_again(cb: ModuleType, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_incomplete_cached_core_is_built_again(
+    cb: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("LOCALLLM_CACHE", str(tmp_path / "cache"))
     fake_core(tmp_path / "cache" / "core" / cb.key(), cb, complete=False)
     built: list[str] = []
@@ -130,8 +136,7 @@ def test_an_incomplete_cached_core_is_built_again(cb: ModuleType, tmp_path: Path
     assert cb.ensure(lambda _: None) == tmp_path and built == [cb.key()]
 
 
-def test_install_copies_the_sonames_and_drops_an_older_core(cb: ModuleType,
-                                                            tmp_path: Path) -> None:
+def test_install_copies_the_sonames_and_drops_an_older_core(cb: ModuleType, tmp_path: Path) -> None:
     root = fake_core(tmp_path / "core", cb)
     dest = tmp_path / "pkg" / "_core"
     dest.mkdir(parents=True)
@@ -152,9 +157,13 @@ def test_soname_files_follow_cmake_s_links(cb: ModuleType, tmp_path: Path) -> No
     (tmp_path / f"libggml-metal{cb.LIB_SUFFIX}").write_text("a backend libggml links")
     (tmp_path / "libvendor-hash.a").write_text("not shared")
     assert [p.name for p in cb.soname_files(tmp_path)] == [
-        f"libggml-base{cb.LIB_SUFFIX}.0", f"libggml-cpu{cb.LIB_SUFFIX}.0",
-        f"libggml-metal{cb.LIB_SUFFIX}", f"libggml{cb.LIB_SUFFIX}.0",
-        f"libllama{cb.LIB_SUFFIX}.0", f"libmtmd{cb.LIB_SUFFIX}.0"]
+        f"libggml-base{cb.LIB_SUFFIX}.0",
+        f"libggml-cpu{cb.LIB_SUFFIX}.0",
+        f"libggml-metal{cb.LIB_SUFFIX}",
+        f"libggml{cb.LIB_SUFFIX}.0",
+        f"libllama{cb.LIB_SUFFIX}.0",
+        f"libmtmd{cb.LIB_SUFFIX}.0",
+    ]
 
 
 def test_the_installed_core_is_beside_the_package_with_its_manifest() -> None:

@@ -78,11 +78,15 @@ def test_docs_index_links_every_page() -> None:
 def test_architecture_names_every_top_level_module() -> None:
     text = (DOCS / "architecture.md").read_text()
     package = ROOT / "localllm"
-    names = sorted(p.name for p in package.iterdir()
-                   if (p.is_dir() and (p / "__init__.py").exists())
-                   or (p.suffix == ".py" and not p.name.startswith("_")))
-    missing = [n for n in names if f"`localllm/{n}{'/' if (package / n).is_dir() else ''}`"
-               not in text]
+    names = sorted(
+        p.name
+        for p in package.iterdir()
+        if (p.is_dir() and (p / "__init__.py").exists())
+        or (p.suffix == ".py" and not p.name.startswith("_"))
+    )
+    missing = [
+        n for n in names if f"`localllm/{n}{'/' if (package / n).is_dir() else ''}`" not in text
+    ]
     assert not missing, f"docs/architecture.md does not name {missing}"
 
 
@@ -103,17 +107,19 @@ def _docstrings(tree: ast.Module) -> Iterator[tuple[tuple[str, ...], str]]:
     """(the classes a docstring sits in, the docstring), for the module, its classes
     (nested ones too) and its functions; a class inside a function has no scope."""
 
-    def walk(node: ast.AST, scope: tuple[str, ...] | None) -> Iterator[
-            tuple[tuple[str, ...], str]]:
+    def walk(node: ast.AST, scope: tuple[str, ...] | None) -> Iterator[tuple[tuple[str, ...], str]]:
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             doc = ast.get_docstring(node, clean=False)
             if doc and scope is not None:
                 yield scope, doc
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.ClassDef):
-                yield from walk(child, None if isinstance(node, ast.FunctionDef |
-                                                          ast.AsyncFunctionDef)
-                                else (*(scope or ()), child.name))
+                yield from walk(
+                    child,
+                    None
+                    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                    else (*(scope or ()), child.name),
+                )
             elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
                 yield from walk(child, scope)
 
@@ -122,8 +128,9 @@ def _docstrings(tree: ast.Module) -> Iterator[tuple[tuple[str, ...], str]]:
 
 def _has(obj: Any, name: str) -> bool:
     # A dataclass field or a TypedDict key without a default is only an annotation.
-    return hasattr(obj, name) or any(name in getattr(k, "__annotations__", {})
-                                     for k in getattr(obj, "__mro__", ()))
+    return hasattr(obj, name) or any(
+        name in getattr(k, "__annotations__", {}) for k in getattr(obj, "__mro__", ())
+    )
 
 
 def _found(obj: Any, parts: list[str]) -> bool:
@@ -155,7 +162,7 @@ def _absolute(target: str) -> bool:
 
 def _resolves(role: str, target: str, module: ModuleType, scope: tuple[str, ...]) -> bool:
     if target.endswith(">") and "<" in target:
-        target = target[target.rindex("<") + 1:-1]
+        target = target[target.rindex("<") + 1 : -1]
     target = target.strip().lstrip("~!").removesuffix("()").lstrip(".")
     if role == "mod":
         try:
@@ -181,13 +188,23 @@ def test_docstring_references_resolve() -> None:
         docs = list(_docstrings(ast.parse(text)))
         if any(ROLE.search(doc) for _, doc in docs):
             module = importlib.import_module(
-                ".".join(rel.with_suffix("").parts).removesuffix(".__init__"))
-            broken += [f"{rel}: :{role}:`{target}`" for scope, doc in docs
-                       for role, target in ROLE.findall(doc)
-                       if not _resolves(role, target, module, scope)]
-        broken += [f"{rel}: ``{t}``" for _, doc in docs for t in DOTTED.findall(doc)
-                   if not _absolute(t)]
-        broken += [f"{rel}: ``{t}``" for _, doc in docs for t in SOURCE_PATH.findall(doc)
-                   if not any((base / t).is_file()
-                              for base in (PACKAGE, path.parent, path.parent.parent, ROOT))]
+                ".".join(rel.with_suffix("").parts).removesuffix(".__init__")
+            )
+            broken += [
+                f"{rel}: :{role}:`{target}`"
+                for scope, doc in docs
+                for role, target in ROLE.findall(doc)
+                if not _resolves(role, target, module, scope)
+            ]
+        broken += [
+            f"{rel}: ``{t}``" for _, doc in docs for t in DOTTED.findall(doc) if not _absolute(t)
+        ]
+        broken += [
+            f"{rel}: ``{t}``"
+            for _, doc in docs
+            for t in SOURCE_PATH.findall(doc)
+            if not any(
+                (base / t).is_file() for base in (PACKAGE, path.parent, path.parent.parent, ROOT)
+            )
+        ]
     assert not broken, "docstrings name what does not exist:\n" + "\n".join(broken)

@@ -19,10 +19,19 @@ def test_run_reports_output_and_exit_status_like_subprocess() -> None:
     ok = forkserver.run(["--version"], env, timeout=30)
     assert (ok.returncode, ok.stdout.strip()) == (0, f"localllm {__version__}")
     bad = forkserver.run(["no-such-command"], env, timeout=30)
-    fresh = subprocess.run([sys.executable, "-m", "localllm", "no-such-command"], env=env,
-                           cwd=forkserver.REPO, capture_output=True, text=True, timeout=30)
-    assert (bad.returncode, bad.stdout, bad.stderr) == (fresh.returncode, fresh.stdout,
-                                                         fresh.stderr)
+    fresh = subprocess.run(
+        [sys.executable, "-m", "localllm", "no-such-command"],
+        env=env,
+        cwd=forkserver.REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert (bad.returncode, bad.stdout, bad.stderr) == (
+        fresh.returncode,
+        fresh.stdout,
+        fresh.stderr,
+    )
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
 
 

@@ -22,8 +22,16 @@ def _bytes_of(ne: tuple[int, ...], ttype: object) -> int:
 
 
 def test_reads_tiny_model(tmp_path: Path) -> None:
-    shape = Shape(n_layers=3, n_embd=64, n_head=8, n_head_kv=2, n_vocab=40, eot_id=5,
-                  context_length=4096, chat_template="{{ x }}")
+    shape = Shape(
+        n_layers=3,
+        n_embd=64,
+        n_head=8,
+        n_head_kv=2,
+        n_vocab=40,
+        eot_id=5,
+        context_length=4096,
+        chat_template="{{ x }}",
+    )
     info = read_model_info(write_gguf(tmp_path / "m.gguf", shape))
     plan = tensor_plan(shape)
     assert info.architecture == "llama" and info.name == "tiny-test"
@@ -85,8 +93,16 @@ def test_expert_bytes_per_layer_follow_llama_cpp_n_cpu_moe_pattern(tmp_path: Pat
     f32 = np.zeros((4, 32), dtype=np.float32)  # 512 bytes
     w.add_tensor("blk.0.ffn_up.weight", f32)  # layer 0 is dense
     for i in (1, 2):
-        for name in ("ffn_up_exps", "ffn_down_exps", "ffn_gate_exps", "ffn_gate_up_exps",
-                     "ffn_up_chexps", "ffn_up_shexp", "ffn_gate_inp", "attn_q"):
+        for name in (
+            "ffn_up_exps",
+            "ffn_down_exps",
+            "ffn_gate_exps",
+            "ffn_gate_up_exps",
+            "ffn_up_chexps",
+            "ffn_up_shexp",
+            "ffn_gate_inp",
+            "attn_q",
+        ):
             w.add_tensor(f"blk.{i}.{name}.weight", f32)
     w.add_tensor("output.weight", f32)
     w.write_header_to_file()
@@ -117,6 +133,7 @@ def test_split_sums_over_shards(tmp_path: Path) -> None:
 
 # -- hostile and broken files -------------------------------------------------
 
+
 def _s(text: str | bytes) -> bytes:
     raw = text.encode() if isinstance(text, str) else text
     return struct.pack("<Q", len(raw)) + raw
@@ -126,17 +143,32 @@ def _kv_str(key: str, value: str) -> bytes:
     return _s(key) + struct.pack("<I", 8) + _s(value)
 
 
-def _raw(kvs: list[bytes], tensors: list[bytes], *, n_tensors: int | None = None,
-         n_kv: int | None = None, version: int = 3, magic: bytes = b"GGUF",
-         tail: bytes = b"\0" * 64) -> bytes:
-    head = magic + struct.pack("<IQQ", version, len(tensors) if n_tensors is None else n_tensors,
-                               len(kvs) if n_kv is None else n_kv)
+def _raw(
+    kvs: list[bytes],
+    tensors: list[bytes],
+    *,
+    n_tensors: int | None = None,
+    n_kv: int | None = None,
+    version: int = 3,
+    magic: bytes = b"GGUF",
+    tail: bytes = b"\0" * 64,
+) -> bytes:
+    head = magic + struct.pack(
+        "<IQQ",
+        version,
+        len(tensors) if n_tensors is None else n_tensors,
+        len(kvs) if n_kv is None else n_kv,
+    )
     return head + b"".join(kvs) + b"".join(tensors) + tail
 
 
 def _tensor(name: str, dims: list[int], ttype: int = 0, offset: int = 0) -> bytes:
-    return (_s(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
-            + struct.pack("<IQ", ttype, offset))
+    return (
+        _s(name)
+        + struct.pack("<I", len(dims))
+        + b"".join(struct.pack("<Q", d) for d in dims)
+        + struct.pack("<IQ", ttype, offset)
+    )
 
 
 ARCH = _kv_str("general.architecture", "llama")
@@ -164,48 +196,82 @@ def test_valid_raw_file_is_accepted(tmp_path: Path) -> None:
     assert read_model_info(path).layer_bytes == [64]
 
 
-@pytest.mark.parametrize(("data", "match"), [
-    (b"", "magic"),
-    (b"GGML" + b"\0" * 60, "magic"),
-    (b"PK\x03\x04" + b"\0" * 60, "magic"),
-    (_raw([ARCH], [], version=1), "version 1"),
-    (_raw([ARCH], [], version=4), "version 4"),
-    (_raw([ARCH], [], version=3 << 24), "big-endian"),
-    (_raw([ARCH], [], n_tensors=1 << 62), "absurd tensor count"),
-    (_raw([ARCH], [], n_tensors=1000), "absurd tensor count"),
-    (_raw([ARCH], [], n_kv=1 << 40), "absurd key/value count"),
-    (_raw([ARCH, _s("k") + struct.pack("<I", 8) + struct.pack("<Q", 1 << 60)], []),
-     "over the limit"),
-    (_raw([ARCH, _s("k") + struct.pack("<I", 8) + struct.pack("<Q", 1000)], []), "truncated"),
-    (_raw([struct.pack("<Q", 1 << 50)], []), "over the limit"),
-    (_raw([ARCH, _s("a") + struct.pack("<IIQ", 9, 4, 1 << 40)], []), "over the limit"),
-    (_raw([ARCH, _s("a") + struct.pack("<IIQ", 9, 8, 1 << 20)], []), "truncated"),
-    (_raw([ARCH, _s("a") + struct.pack("<IIQ", 9, 9, 1)], []), "unsupported element type"),
-    # A vocabulary is skipped in bulk: its faults still stop the walk, named.
-    (_raw([ARCH, _s("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 3) + _s("a")
-           + struct.pack("<Q", 1 << 40)], []), "element of tokenizer.ggml.tokens is .* over"),
-    (_raw([ARCH, _s("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 2) + _s("a")
-           + struct.pack("<Q", 100) + b"xy"], []), "truncated: element of tokenizer"),
-    (_raw([ARCH, _s("a") + struct.pack("<I", 77)], []), "unknown value type"),
-    (_raw([ARCH, ARCH], []), "duplicate key"),
-    (_raw([ARCH, _s("general.alignment") + struct.pack("<II", 4, 3)], []), "alignment"),
-    (_raw([ARCH], [_tensor("t", [4, 4], offset=1 << 40)]), "past the end"),
-    (_raw([ARCH], [_tensor("t", [4, 4], offset=32)]), "past the end"),
-    (_raw([ARCH], [_tensor("t", [4, 4], offset=3)]), "not aligned"),
-    (_raw([ARCH], [_tensor("t", [1 << 39, 1 << 39])]), "too many elements"),
-    (_raw([ARCH], [_tensor("t", [0, 4])]), "invalid dimension"),
-    (_raw([ARCH], [_tensor("t", [4] * 5)]), "dimensions"),
-    (_raw([ARCH], [_tensor("t", [4], ttype=999)]), "unknown type"),
-    (_raw([ARCH], [_tensor("t", [33], ttype=12)]), "not a multiple"),
-    (_raw([ARCH], [_tensor("t", [4]), _tensor("t", [4], offset=32)], tail=b"\0" * 256),
-     "duplicate tensor"),
-    (_raw([ARCH], [_tensor("a", [8]), _tensor("b", [8], offset=0)], tail=b"\0" * 256),
-     "overlaps"),
-    (_raw([ARCH], [_tensor("x" * 300, [4])]), "over the limit"),
-    (_raw([], [_tensor("t", [4])]), "architecture is missing"),
-    (_raw([ARCH, _s("llama.block_count") + struct.pack("<IQ", 10, 1 << 40)], []),
-     "block_count"),
-])
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        (b"", "magic"),
+        (b"GGML" + b"\0" * 60, "magic"),
+        (b"PK\x03\x04" + b"\0" * 60, "magic"),
+        (_raw([ARCH], [], version=1), "version 1"),
+        (_raw([ARCH], [], version=4), "version 4"),
+        (_raw([ARCH], [], version=3 << 24), "big-endian"),
+        (_raw([ARCH], [], n_tensors=1 << 62), "absurd tensor count"),
+        (_raw([ARCH], [], n_tensors=1000), "absurd tensor count"),
+        (_raw([ARCH], [], n_kv=1 << 40), "absurd key/value count"),
+        (
+            _raw([ARCH, _s("k") + struct.pack("<I", 8) + struct.pack("<Q", 1 << 60)], []),
+            "over the limit",
+        ),
+        (_raw([ARCH, _s("k") + struct.pack("<I", 8) + struct.pack("<Q", 1000)], []), "truncated"),
+        (_raw([struct.pack("<Q", 1 << 50)], []), "over the limit"),
+        (_raw([ARCH, _s("a") + struct.pack("<IIQ", 9, 4, 1 << 40)], []), "over the limit"),
+        (_raw([ARCH, _s("a") + struct.pack("<IIQ", 9, 8, 1 << 20)], []), "truncated"),
+        (_raw([ARCH, _s("a") + struct.pack("<IIQ", 9, 9, 1)], []), "unsupported element type"),
+        # A vocabulary is skipped in bulk: its faults still stop the walk, named.
+        (
+            _raw(
+                [
+                    ARCH,
+                    _s("tokenizer.ggml.tokens")
+                    + struct.pack("<IIQ", 9, 8, 3)
+                    + _s("a")
+                    + struct.pack("<Q", 1 << 40),
+                ],
+                [],
+            ),
+            "element of tokenizer.ggml.tokens is .* over",
+        ),
+        (
+            _raw(
+                [
+                    ARCH,
+                    _s("tokenizer.ggml.tokens")
+                    + struct.pack("<IIQ", 9, 8, 2)
+                    + _s("a")
+                    + struct.pack("<Q", 100)
+                    + b"xy",
+                ],
+                [],
+            ),
+            "truncated: element of tokenizer",
+        ),
+        (_raw([ARCH, _s("a") + struct.pack("<I", 77)], []), "unknown value type"),
+        (_raw([ARCH, ARCH], []), "duplicate key"),
+        (_raw([ARCH, _s("general.alignment") + struct.pack("<II", 4, 3)], []), "alignment"),
+        (_raw([ARCH], [_tensor("t", [4, 4], offset=1 << 40)]), "past the end"),
+        (_raw([ARCH], [_tensor("t", [4, 4], offset=32)]), "past the end"),
+        (_raw([ARCH], [_tensor("t", [4, 4], offset=3)]), "not aligned"),
+        (_raw([ARCH], [_tensor("t", [1 << 39, 1 << 39])]), "too many elements"),
+        (_raw([ARCH], [_tensor("t", [0, 4])]), "invalid dimension"),
+        (_raw([ARCH], [_tensor("t", [4] * 5)]), "dimensions"),
+        (_raw([ARCH], [_tensor("t", [4], ttype=999)]), "unknown type"),
+        (_raw([ARCH], [_tensor("t", [33], ttype=12)]), "not a multiple"),
+        (
+            _raw([ARCH], [_tensor("t", [4]), _tensor("t", [4], offset=32)], tail=b"\0" * 256),
+            "duplicate tensor",
+        ),
+        (
+            _raw([ARCH], [_tensor("a", [8]), _tensor("b", [8], offset=0)], tail=b"\0" * 256),
+            "overlaps",
+        ),
+        (_raw([ARCH], [_tensor("x" * 300, [4])]), "over the limit"),
+        (_raw([], [_tensor("t", [4])]), "architecture is missing"),
+        (
+            _raw([ARCH, _s("llama.block_count") + struct.pack("<IQ", 10, 1 << 40)], []),
+            "block_count",
+        ),
+    ],
+)
 def test_hostile_headers_rejected(tmp_path: Path, data: bytes, match: str) -> None:
     _rejects(tmp_path, data, match)
 
@@ -236,9 +302,12 @@ def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_large_vocabulary_read_with_bounded_memory(tmp_path: Path) -> None:
-    path = write_gguf(tmp_path / "v.gguf", Shape(n_vocab=200_000, n_embd=32, n_head=2,
-                                                  n_head_kv=2, n_ff=32, n_layers=1,
-                                                  eos_id=199_999))
+    path = write_gguf(
+        tmp_path / "v.gguf",
+        Shape(
+            n_vocab=200_000, n_embd=32, n_head=2, n_head_kv=2, n_ff=32, n_layers=1, eos_id=199_999
+        ),
+    )
     tracemalloc.start()
     try:
         info = read_model_info(path)

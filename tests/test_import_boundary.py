@@ -36,8 +36,14 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith("localllm"))))
 
 
 def test_daemon_cli_and_tui_do_not_load_the_engine() -> None:
-    out = subprocess.run([sys.executable, "-c", PROBE], cwd=REPO, capture_output=True,
-                         text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     loaded = json.loads(out.stdout.strip().splitlines()[-1])
     assert "localllm.server.app" in loaded and "localllm.tui.app" in loaded
     forbidden = [m for m in loaded if m.startswith(("localllm.engine", "localllm._native"))]
@@ -55,8 +61,14 @@ print(json.dumps(sorted(m for m in sys.modules if m == "asyncio" or m.startswith
 def test_the_native_children_do_not_import_asyncio() -> None:
     # A runner starts at every model load and a probe at every daemon start: asyncio was
     # half of the runner's imports (94 ms -> 41 ms) and only the daemon's side uses it.
-    out = subprocess.run([sys.executable, "-c", CHILD_PROBE], cwd=REPO, capture_output=True,
-                         text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD_PROBE],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
 
 
@@ -72,19 +84,34 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith("localllm"))))
 def test_compat_imports_neither_the_server_nor_the_inference() -> None:
     # compat/ holds pure converters between wire shapes: the routes call them, and they
     # call nothing back (DESIGN.md's arrows), so they test and read on their own.
-    out = subprocess.run([sys.executable, "-c", COMPAT_PROBE], cwd=REPO, capture_output=True,
-                         text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", COMPAT_PROBE],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     loaded = json.loads(out.stdout.strip().splitlines()[-1])
-    assert {"localllm.compat.openai.stream", "localllm.compat.responses.stream",
-            "localllm.compat.anthropic.stream"} <= set(loaded)
+    assert {
+        "localllm.compat.openai.stream",
+        "localllm.compat.responses.stream",
+        "localllm.compat.anthropic.stream",
+    } <= set(loaded)
     assert [m for m in loaded if m.startswith(("localllm.server", "localllm.inference"))] == []
     # Imports inside functions count too.
     for path in (REPO / "localllm" / "compat").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            assert not [n for n in names if n.startswith(("localllm.server",
-                                                          "localllm.inference"))], path
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            assert not [
+                n for n in names if n.startswith(("localllm.server", "localllm.inference"))
+            ], path
 
 
 PACKAGE = REPO / "localllm"
@@ -115,21 +142,36 @@ def test_only_the_native_side_imports_the_engine() -> None:
     # engine/ holds everything that loads libllama (the runner's engine, the probe,
     # quantize and RPC-worker children); the floors below it (hardware/, modelfile/,
     # store/, ...) start those children by module name and import none of it.
-    wrong = sorted(str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
-                   if path.relative_to(PACKAGE).parts[0] != "engine"
-                   and path.relative_to(PACKAGE) not in ENGINE_IMPORTERS
-                   and any(within(n, "localllm.engine") for n in imported(path)))
+    wrong = sorted(
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if path.relative_to(PACKAGE).parts[0] != "engine"
+        and path.relative_to(PACKAGE) not in ENGINE_IMPORTERS
+        and any(within(n, "localllm.engine") for n in imported(path))
+    )
     assert wrong == []
     hardware = [n for path in (PACKAGE / "hardware").rglob("*.py") for n in imported(path)]
     assert [n for n in hardware if within(n, "localllm.engine")] == []
-    natives = sorted(str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
-                     if any(within(n, "localllm._native") for n in imported(path)))
+    natives = sorted(
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if any(within(n, "localllm._native") for n in imported(path))
+    )
     assert natives == ["engine/binding.py"]
 
 
-ABOVE_THE_ENGINE = ("localllm.server", "localllm.compat", "localllm.inference",
-                    "localllm.services", "localllm.services_hub", "localllm.scheduler",
-                    "localllm.api", "localllm.cli", "localllm.tui", "localllm.loadtest")
+ABOVE_THE_ENGINE = (
+    "localllm.server",
+    "localllm.compat",
+    "localllm.inference",
+    "localllm.services",
+    "localllm.services_hub",
+    "localllm.scheduler",
+    "localllm.api",
+    "localllm.cli",
+    "localllm.tui",
+    "localllm.loadtest",
+)
 
 
 def test_the_engine_imports_nothing_above_the_runners_messages() -> None:
@@ -152,12 +194,21 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith("localllm"))))
 def test_the_wire_types_cost_no_import() -> None:
     # api/wire.py is TypedDicts only: every client and the CLI's fastest commands import
     # it (`localllm list`), so it must not pull in anything of the daemon's.
-    out = subprocess.run([sys.executable, "-c", WIRE_PROBE], cwd=REPO, capture_output=True,
-                         text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", WIRE_PROBE],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     loaded = json.loads(out.stdout.strip().splitlines()[-1])
     assert loaded == ["localllm", "localllm.api", "localllm.api.wire"]
     tree = ast.parse((REPO / "localllm" / "api" / "wire.py").read_text())
-    imported = {n.module if isinstance(n, ast.ImportFrom) else a.name
-                for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
-                for a in n.names}
+    imported = {
+        n.module if isinstance(n, ast.ImportFrom) else a.name
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in n.names
+    }
     assert imported <= {"__future__", "typing"}

@@ -84,8 +84,9 @@ BY_OLLAMA = {s.ollama: s for s in config.REGISTRY if s.ollama}
 
 
 @pytest.mark.parametrize(("var", "raw", "want"), CASES, ids=[f"{v}={r}" for v, r, _ in CASES])
-def test_ollama_value_syntax(var: str, raw: str, want: Any,
-                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ollama_value_syntax(
+    var: str, raw: str, want: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     setting = BY_OLLAMA[var]
     monkeypatch.setenv(var, raw)
     assert setting.get() == want
@@ -94,8 +95,9 @@ def test_ollama_value_syntax(var: str, raw: str, want: Any,
     assert setting.get() == setting.default  # ours, even at its default, wins
 
 
-def test_odd_values_say_what_they_became(monkeypatch: pytest.MonkeyPatch,
-                                         caplog: pytest.LogCaptureFixture) -> None:
+def test_odd_values_say_what_they_became(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setenv("OLLAMA_NOPRUNE", "no")
     monkeypatch.setenv("OLLAMA_LLM_LIBRARY", "opencl")
     monkeypatch.setenv("OLLAMA_GPU_OVERHEAD", "1GiB")
@@ -126,6 +128,7 @@ def test_unused_ollama_variables_are_named(monkeypatch: pytest.MonkeyPatch) -> N
 
 # -- where each takes effect ---------------------------------------------------------
 
+
 def test_kv_cache_type_reaches_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OLLAMA_KV_CACHE_TYPE", "q8_0")
     monkeypatch.setenv("OLLAMA_FLASH_ATTENTION", "1")
@@ -135,9 +138,14 @@ def test_kv_cache_type_reaches_the_plan(monkeypatch: pytest.MonkeyPatch) -> None
 
 def _plan(devices: list[Device], **opts: Any) -> Placement:
     workers = tuple(WorkerStatus(ep, "ready") for d in devices if (ep := endpoint_of(d.name)))
-    hw = Hardware(devices=tuple(devices),
-                  cpu=CPUInfo("test", "x86_64", 2, 2, 64 * GiB, 64 * GiB, ()),
-                  native_ok=True, native_error="", system_info="", workers=workers)
+    hw = Hardware(
+        devices=tuple(devices),
+        cpu=CPUInfo("test", "x86_64", 2, 2, 64 * GiB, 64 * GiB, ()),
+        native_ok=True,
+        native_error="",
+        system_info="",
+        workers=workers,
+    )
     spec = ModelSpec(name="m", key="m", model_paths=("m",), info=L8B)
     # n_gpu_layers -1: the planner chooses (LoadOptions' own default, 0, is CPU only).
     return make_plan_fn(lambda: hw)(spec, LoadOptions(n_ctx=4096, n_gpu_layers=-1, **opts), [])
@@ -245,10 +253,13 @@ def test_debug_levels_set_the_log_levels(monkeypatch: pytest.MonkeyPatch) -> Non
     root = logging.getLogger()
     saved = root.level, list(root.handlers)
     try:
-        for raw, level, uvicorn in (("2", config.TRACE, "trace"), ("1", logging.DEBUG, "debug"),
-                                    ("0", logging.INFO, "warning"),
-                                    ("-1", logging.WARNING, "warning"),
-                                    ("-2", logging.ERROR, "error")):
+        for raw, level, uvicorn in (
+            ("2", config.TRACE, "trace"),
+            ("1", logging.DEBUG, "debug"),
+            ("0", logging.INFO, "warning"),
+            ("-1", logging.WARNING, "warning"),
+            ("-2", logging.ERROR, "error"),
+        ):
             monkeypatch.setenv("OLLAMA_DEBUG", raw)
             setup_logging()
             assert (root.level, uvicorn_settings()["log_level"]) == (level, uvicorn), raw

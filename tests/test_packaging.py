@@ -25,8 +25,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_the_wheel_has_every_tracked_file_of_the_package(tmp_path: Path) -> None:
-    tracked = subprocess.run(["git", "ls-files", "localllm"], cwd=REPO, capture_output=True,
-                             text=True, check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files", "localllm"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
     assert "localllm/tui/localllm.tcss" in tracked
     built = os.environ.get("LOCALLLM_TEST_WHEEL")
     wheel = Path(built) if built else build_wheel(tmp_path)
@@ -74,7 +75,8 @@ def check_the_core_travels_with_it(wheel: Path, names: set[str], tmp_path: Path)
         manifest = json.loads(z.read("localllm/_core/core.json"))
         libs = [f"localllm/_core/{n}" for n in manifest["libs"]]
         assert sorted(n for n in names if n.startswith("localllm/_core/")) == sorted(
-            [*libs, "localllm/_core/core.json"])
+            [*libs, "localllm/_core/core.json"]
+        )
         stems = [n.split("/")[-1].split(".")[0] for n in libs]
         # (macOS adds the Metal and BLAS backends, which its libggml links.)
         assert [s for s in stems if s in core.LOAD_ORDER] == list(core.LOAD_ORDER), stems
@@ -87,28 +89,35 @@ def check_the_core_travels_with_it(wheel: Path, names: set[str], tmp_path: Path)
     module = elf.read(tmp_path / native)
     # (A Python built with an rpath of its own, as pyenv's, adds that one.)
     assert "$ORIGIN/_core" in module.search and not any(
-        "localllm" in s for s in module.search if s != "$ORIGIN/_core"), module.search
+        "localllm" in s for s in module.search if s != "$ORIGIN/_core"
+    ), module.search
     shipped = {n.split("/")[-1] for n in libs}
     assert {"libllama.so.0", "libmtmd.so.0"} <= set(module.needed) and not any(
-        n.startswith(("libllama", "libggml", "libmtmd")) and n not in shipped
-        for n in module.needed)
+        n.startswith(("libllama", "libggml", "libmtmd")) and n not in shipped for n in module.needed
+    )
     for lib in libs:
         info = elf.read(tmp_path / lib)
         assert info.search == ["$ORIGIN"] and info.soname == lib.split("/")[-1], (lib, info)
-        assert all(n in shipped for n in info.needed
-                   if n.startswith(("libllama", "libggml", "libmtmd")))
+        assert all(
+            n in shipped for n in info.needed if n.startswith(("libllama", "libggml", "libmtmd"))
+        )
 
 
 def build_wheel(tmp_path: Path) -> Path:
     """The wheel, built from a clean copy of the tracked files (in-tree would reuse build/)."""
     src = tmp_path / "src"
-    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True,
-                           check=True).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
     for f in files:
         (src / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / f, src / f)
-    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(src),
-                          "-w", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(src), "-w", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     (wheel,) = tmp_path.glob("localllm-*.whl")
     return wheel

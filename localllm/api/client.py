@@ -49,8 +49,15 @@ from localllm.api.wire import (
 )
 
 # The errors callers catch, importable from here with the client.
-__all__ = ["AsyncClient", "Client", "DaemonConnectionLost", "DaemonTimeout",
-           "DaemonUnreachable", "ensure_daemon", "error_for"]
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "DaemonConnectionLost",
+    "DaemonTimeout",
+    "DaemonUnreachable",
+    "ensure_daemon",
+    "error_for",
+]
 
 # The answers that are lists (named here: in the classes ``list`` is a method's name).
 Models = list[TagsEntry]
@@ -70,7 +77,10 @@ class Client:
     """Blocking client: ``with Client() as c: c.list()``."""
 
     def __init__(
-        self, base_url: str | None = None, *, autostart: bool = False,
+        self,
+        base_url: str | None = None,
+        *,
+        autostart: bool = False,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.base_url = base_url or config.client_base_url()
@@ -165,8 +175,14 @@ class Client:
             resp = self._send("POST", Calls.blob(digest), content=file_pieces(fh, progress))
         raise_for(resp, resp.content)
 
-    def pull(self, model: str, projector: str | None = None, *, force: bool | None = None,
-             dry_run: bool = False) -> Iterator[ProgressEvent]:
+    def pull(
+        self,
+        model: str,
+        projector: str | None = None,
+        *,
+        force: bool | None = None,
+        dry_run: bool = False,
+    ) -> Iterator[ProgressEvent]:
         """``/api/pull``'s progress.  ``force``: False refuses a model too big for the
         daemon's machine before downloading, True pulls it anyway (None: the daemon
         warns and pulls, as for Ollama's clients).  ``dry_run``: no download; the last
@@ -216,8 +232,7 @@ class AsyncClient:
     async def _request(self, method: str, path: str, payload: Any = None) -> Any:
         return answer(await self._send(method, path, **body_kwargs(payload)))
 
-    async def _stream(self, method: str, path: str, payload: Any = None
-                      ) -> AsyncIterator[Any]:
+    async def _stream(self, method: str, path: str, payload: Any = None) -> AsyncIterator[Any]:
         resp = await self._send(method, path, stream=True, **body_kwargs(payload))
         try:
             with transport_errors(self.base_url):
@@ -274,8 +289,7 @@ class AsyncClient:
     async def blob_exists(self, digest: str) -> bool:
         return _blob_found(await self._send("HEAD", Calls.blob(digest)))
 
-    async def upload_blob(self, digest: str, path: Path, progress: Sent | None = None
-                          ) -> None:
+    async def upload_blob(self, digest: str, path: Path, progress: Sent | None = None) -> None:
         """Upload a file as a blob; ``progress(bytes sent so far)`` after each chunk."""
         from anyio import to_thread
 
@@ -294,8 +308,14 @@ class AsyncClient:
             resp = await self._send("POST", Calls.blob(digest), content=chunks())
         raise_for(resp, resp.content)
 
-    def pull(self, model: str, projector: str | None = None, *, force: bool | None = None,
-             dry_run: bool = False) -> AsyncIterator[ProgressEvent]:
+    def pull(
+        self,
+        model: str,
+        projector: str | None = None,
+        *,
+        force: bool | None = None,
+        dry_run: bool = False,
+    ) -> AsyncIterator[ProgressEvent]:
         """As ``Client.pull``."""
         return self._stream(*Calls.pull(model, projector, force, dry_run))
 

@@ -64,9 +64,11 @@ def http_kwargs(base_url: str) -> dict[str, Any]:
     # trust_env=False: a proxy from the environment must not carry loopback
     # traffic; verify=False on plain http skips loading CA certificates at start.
     return {
-        "base_url": base_url, "timeout": DEFAULT_TIMEOUT,
+        "base_url": base_url,
+        "timeout": DEFAULT_TIMEOUT,
         "headers": {"Authorization": f"Bearer {key}"} if key else {},
-        "trust_env": False, "verify": not base_url.startswith("http://"),
+        "trust_env": False,
+        "verify": not base_url.startswith("http://"),
     }
 
 
@@ -247,9 +249,16 @@ def _spawn_serve(url: str, log_path: Path) -> subprocess.Popen[bytes]:
     with open(log_path, "ab") as log:
         # The daemon outlives the command that started it: no death signal.
         return children.spawn(
-            "localllm", "serve", env={"LOCALLLM_HOST": parts.netloc}, dies_with_parent=False,
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, close_fds=True,
-            **kwargs)
+            "localllm",
+            "serve",
+            env={"LOCALLLM_HOST": parts.netloc},
+            dies_with_parent=False,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            close_fds=True,
+            **kwargs,
+        )
 
 
 def _tail(path: Path, lines: int = 10) -> str:

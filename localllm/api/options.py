@@ -91,10 +91,21 @@ WHOLE_OPTIONS = frozenset({"think_budget"})
 MODEL_ONLY_OPTIONS = frozenset({"num_parallel"})
 
 # Options Ollama removed (2025-05); requests still send them, so they are ignored quietly-ish.
-REMOVED_OPTIONS = frozenset({
-    "mirostat", "mirostat_tau", "mirostat_eta", "tfs_z", "penalize_newline", "numa",
-    "low_vram", "f16_kv", "logits_all", "vocab_only", "use_mlock",
-})
+REMOVED_OPTIONS = frozenset(
+    {
+        "mirostat",
+        "mirostat_tau",
+        "mirostat_eta",
+        "tfs_z",
+        "penalize_newline",
+        "numa",
+        "low_vram",
+        "f16_kv",
+        "logits_all",
+        "vocab_only",
+        "use_mlock",
+    }
+)
 
 # Ollama's defaults; load-time ones left as None mean "automatic" (decided by the planner).
 OLLAMA_DEFAULTS: dict[str, Any] = {
@@ -240,8 +251,14 @@ def _parse_text(key: str, kind: str, text: str) -> Any:
     return text
 
 
-def _merge_layer(out: dict[str, Any], layer: Mapping[str, Any] | None, *, from_text: bool,
-                 origin: str, request: bool = False) -> None:
+def _merge_layer(
+    out: dict[str, Any],
+    layer: Mapping[str, Any] | None,
+    *,
+    from_text: bool,
+    origin: str,
+    request: bool = False,
+) -> None:
     if layer is None:
         return
     if not isinstance(layer, Mapping):
@@ -254,8 +271,7 @@ def _merge_layer(out: dict[str, Any], layer: Mapping[str, Any] | None, *, from_t
             log.warning("ignoring unknown option %r in %s", key, origin)
             continue
         if key in MODEL_ONLY_OPTIONS and request:
-            log.warning("ignoring option %r in %s: only a Modelfile PARAMETER sets it",
-                        key, origin)
+            log.warning("ignoring option %r in %s: only a Modelfile PARAMETER sets it", key, origin)
             continue
         if value is None:  # JSON null: leave the lower layer's value
             continue
@@ -272,6 +288,7 @@ def machine_threads() -> int:
 
 def _clamp(v: dict[str, Any]) -> None:
     """Values past what the machine or context can use, cut to what it can (logged)."""
+
     def note(key: str, new: int, why: str) -> None:
         log.warning("option %s=%d is more than %s; using %d", key, v[key], why, new)
         v[key] = new
@@ -299,8 +316,14 @@ def _check_ranges(v: dict[str, Any]) -> None:
         raise bad("num_ctx", f"must be between 1 and {MAX_NUM_CTX}")
     if not 0 < v["num_batch"] <= MAX_NUM_BATCH:
         raise bad("num_batch", f"must be between 1 and {MAX_NUM_BATCH}")
-    for key, low in (("num_gpu", -1), ("num_thread", 0), ("num_predict", -2), ("top_k", 0),
-                     ("repeat_last_n", -1), ("num_keep", -1)):
+    for key, low in (
+        ("num_gpu", -1),
+        ("num_thread", 0),
+        ("num_predict", -2),
+        ("top_k", 0),
+        ("repeat_last_n", -1),
+        ("num_keep", -1),
+    ):
         if v[key] < low:
             raise bad(key, f"must be >= {low}")
     if v["main_gpu"] is not None and v["main_gpu"] < 0:
@@ -323,10 +346,13 @@ def _check_ranges(v: dict[str, Any]) -> None:
     _clamp(v)
 
 
-def resolve_options(model_params: Mapping[str, Any] | None,
-                    request_options: Mapping[str, Any] | None,
-                    *, defaults: Mapping[str, Any] | None = None,
-                    has_draft: bool = False) -> ResolvedOptions:
+def resolve_options(
+    model_params: Mapping[str, Any] | None,
+    request_options: Mapping[str, Any] | None,
+    *,
+    defaults: Mapping[str, Any] | None = None,
+    has_draft: bool = False,
+) -> ResolvedOptions:
     """Merge Ollama's defaults <- ``defaults`` (server settings) <- model params <- request.
 
     ``model_params`` is the model's params layer (Modelfile PARAMETERs; numeric
@@ -334,28 +360,43 @@ def resolve_options(model_params: Mapping[str, Any] | None,
     ``options`` object, typed strictly.  ``has_draft``: the model has a draft
     model, so speculation defaults to it.  Raises :class:`InvalidRequest`.
     """
-    values: dict[str, Any] = {k: (list(v) if isinstance(v, list) else v)
-                              for k, v in OLLAMA_DEFAULTS.items()}
+    values: dict[str, Any] = {
+        k: (list(v) if isinstance(v, list) else v) for k, v in OLLAMA_DEFAULTS.items()
+    }
     _merge_layer(values, defaults, from_text=True, origin="defaults")
     _merge_layer(values, model_params, from_text=True, origin="model parameters")
-    _merge_layer(values, request_options, from_text=False, origin="request options",
-                 request=True)
+    _merge_layer(values, request_options, from_text=False, origin="request options", request=True)
     _check_ranges(values)
     sampling = SamplingParams(
-        temperature=values["temperature"], top_k=values["top_k"], top_p=values["top_p"],
-        min_p=values["min_p"], typical_p=values["typical_p"],
-        repeat_last_n=values["repeat_last_n"], repeat_penalty=values["repeat_penalty"],
+        temperature=values["temperature"],
+        top_k=values["top_k"],
+        top_p=values["top_p"],
+        min_p=values["min_p"],
+        typical_p=values["typical_p"],
+        repeat_last_n=values["repeat_last_n"],
+        repeat_penalty=values["repeat_penalty"],
         presence_penalty=values["presence_penalty"],
-        frequency_penalty=values["frequency_penalty"], seed=values["seed"],
+        frequency_penalty=values["frequency_penalty"],
+        seed=values["seed"],
     )
-    load = LoadFields(num_ctx=values["num_ctx"], num_batch=values["num_batch"],
-                      num_gpu=values["num_gpu"], main_gpu=values["main_gpu"],
-                      use_mmap=values["use_mmap"], num_thread=values["num_thread"],
-                      num_parallel=values["num_parallel"])
-    return ResolvedOptions(sampling=sampling, load=load, num_predict=values["num_predict"],
-                           stop=list(values["stop"]), num_keep=values["num_keep"],
-                           speculation=speculation(values, has_draft=has_draft),
-                           values=values)
+    load = LoadFields(
+        num_ctx=values["num_ctx"],
+        num_batch=values["num_batch"],
+        num_gpu=values["num_gpu"],
+        main_gpu=values["main_gpu"],
+        use_mmap=values["use_mmap"],
+        num_thread=values["num_thread"],
+        num_parallel=values["num_parallel"],
+    )
+    return ResolvedOptions(
+        sampling=sampling,
+        load=load,
+        num_predict=values["num_predict"],
+        stop=list(values["stop"]),
+        num_keep=values["num_keep"],
+        speculation=speculation(values, has_draft=has_draft),
+        values=values,
+    )
 
 
 def parse_keep_alive(value: Any) -> float | None:

@@ -52,6 +52,7 @@ class Speculation:
 
 def check_speculation(values: Mapping[str, Any]) -> None:
     """400 for a value no mode can use (``values``: the merged options)."""
+
     def bad(key: str, why: str) -> InvalidRequest:
         return InvalidRequest(f'option "{key}" {why}, got {values[key]!r}')
 
@@ -73,7 +74,8 @@ def speculation(values: Mapping[str, Any], *, has_draft: bool) -> Speculation:
     if asked == "off":
         return Speculation()
     mode: Literal["auto", "ngram", "draft"] = (
-        "draft" if asked == "draft" else "auto" if asked == "auto" else "ngram")
+        "draft" if asked == "draft" else "auto" if asked == "auto" else "ngram"
+    )
     tokens, low, p_min = MODE_DEFAULTS[mode]
     tokens = values["draft_max"] or values["draft_num_predict"] or tokens
     if values["draft_min"] is not None:
@@ -87,5 +89,6 @@ def speculation(values: Mapping[str, Any], *, has_draft: bool) -> Speculation:
 def require_draft(spec: Speculation, *, has_draft: bool, model: str) -> None:
     """400 for ``speculative: "draft"`` on a model without a draft model."""
     if spec.mode == "draft" and not has_draft:
-        raise InvalidRequest(f'model "{model}" has no draft model (add a DRAFT line to its '
-                             "Modelfile)")
+        raise InvalidRequest(
+            f'model "{model}" has no draft model (add a DRAFT line to its Modelfile)'
+        )

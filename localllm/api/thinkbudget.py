@@ -47,8 +47,9 @@ def check_budget(value: Any, name: str = "think_budget") -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidRequest(f"{name} must be an integer (-1: no limit, 0: no thinking)")
     if not UNLIMITED <= value <= MAX_THINK_BUDGET:
-        raise InvalidRequest(f"{name} must be between -1 (no limit) and {MAX_THINK_BUDGET}, "
-                             f"got {value}")
+        raise InvalidRequest(
+            f"{name} must be between -1 (no limit) and {MAX_THINK_BUDGET}, got {value}"
+        )
     return value
 
 
@@ -67,8 +68,9 @@ def check_budget_options(values: Mapping[str, Any]) -> None:
     check_message(values["think_budget_message"], 'option "think_budget_message"')
 
 
-def effective_budget(values: Mapping[str, Any], request_options: Mapping[str, Any] | None,
-                     level: str | None) -> int:
+def effective_budget(
+    values: Mapping[str, Any], request_options: Mapping[str, Any] | None, level: str | None
+) -> int:
     """The budget a request runs with: its own ``options.think_budget``, else its ``think``
     level's, else the model's ``PARAMETER think_budget``, else no limit."""
     asked = (request_options or {}).get("think_budget")

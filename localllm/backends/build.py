@@ -58,16 +58,24 @@ class BuildResult:
 def base_flags(backend: catalog.Backend, with_tools: bool) -> list[str]:
     """cmake flags of a plugin build: DL backends, no native CPU code, nothing but ggml."""
     return [
-        "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
-        "-DGGML_BACKEND_DL=ON", "-DGGML_NATIVE=OFF", "-DBUILD_SHARED_LIBS=ON",
+        "-G",
+        "Ninja",
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DGGML_BACKEND_DL=ON",
+        "-DGGML_NATIVE=OFF",
+        "-DBUILD_SHARED_LIBS=ON",
         f"-D{backend.cmake_flag}=ON",
         # The core's CPU backend serves the engine; one here would only be needed by
         # tools built in the same tree (llama-bench for gpu_check).
         f"-DGGML_CPU={'ON' if with_tools else 'OFF'}",
         f"-DLLAMA_BUILD_TOOLS={'ON' if with_tools else 'OFF'}",
-        "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_BUILD_SERVER=OFF",
         "-DLLAMA_BUILD_APP=OFF",
-        "-DLLAMA_CURL=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF",
+        "-DLLAMA_CURL=OFF",
+        "-DLLAMA_USE_PREBUILT_UI=OFF",
+        "-DLLAMA_OPENSSL=OFF",
     ]
 
 
@@ -79,15 +87,23 @@ def build_log_path(name: str) -> Path:
     return paths.logs() / f"backend-build-{name}.log"
 
 
-def _stream(argv: list[str], log: IO[str], env: dict[str, str], phase: str,
-            progress: Progress | None) -> None:
+def _stream(
+    argv: list[str], log: IO[str], env: dict[str, str], phase: str, progress: Progress | None
+) -> None:
     log.write(f"$ {' '.join(argv)}\n")
     log.flush()
     if progress:
         progress(phase, 0, 0)
     tail: list[str] = []
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env=env, errors="replace", cwd=toolkit.work_dir()) as proc:
+    with subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        errors="replace",
+        cwd=toolkit.work_dir(),
+    ) as proc:
         assert proc.stdout is not None
         try:
             for line in proc.stdout:
@@ -102,8 +118,10 @@ def _stream(argv: list[str], log: IO[str], env: dict[str, str], phase: str,
             raise
     if rc != 0:
         errors = [ln for ln in tail if "error" in ln.lower()] or tail[-4:]
-        raise BuildFailed(f"{phase} failed (exit {rc}): {' | '.join(errors)[-600:]}; "
-                          f"the whole output is in {log.name}")
+        raise BuildFailed(
+            f"{phase} failed (exit {rc}): {' | '.join(errors)[-600:]}; "
+            f"the whole output is in {log.name}"
+        )
 
 
 def install_atomically(built: Path, dest: Path) -> None:
@@ -118,8 +136,9 @@ def install_atomically(built: Path, dest: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _accept_wheels(kit: toolkit.Toolkit, tell: Callable[[str], None],
-                   confirm: Callable[[str], bool] | None) -> None:
+def _accept_wheels(
+    kit: toolkit.Toolkit, tell: Callable[[str], None], confirm: Callable[[str], bool] | None
+) -> None:
     """Say what the package-index toolkit costs; ``ToolkitMissing`` unless it is accepted
     (or already installed)."""
     if kit.wheels is None:
@@ -133,16 +152,26 @@ def _accept_wheels(kit: toolkit.Toolkit, tell: Callable[[str], None],
     text = cuda_wheels.plan_text(ws, why)
     tell(text)
     if confirm is None or not confirm(text):
-        raise toolkit.ToolkitMissing("nothing was downloaded: run the build again with --yes "
-                                     "to accept the download, or install the CUDA toolkit and "
-                                     "put its nvcc on PATH")
+        raise toolkit.ToolkitMissing(
+            "nothing was downloaded: run the build again with --yes "
+            "to accept the download, or install the CUDA toolkit and "
+            "put its nvcc on PATH"
+        )
 
 
-def build(name: str, *, arch: str | None = None, jobs: int = 0, source_file: Path | None = None,
-          also: tuple[str, ...] = (), core_ggml: str = "", cuda: str | None = None,
-          progress: Progress | None = None,
-          notice: Callable[[str], None] | None = None,
-          confirm: Callable[[str], bool] | None = None) -> BuildResult:
+def build(
+    name: str,
+    *,
+    arch: str | None = None,
+    jobs: int = 0,
+    source_file: Path | None = None,
+    also: tuple[str, ...] = (),
+    core_ggml: str = "",
+    cuda: str | None = None,
+    progress: Progress | None = None,
+    notice: Callable[[str], None] | None = None,
+    confirm: Callable[[str], bool] | None = None,
+) -> BuildResult:
     """Build and install plugin ``name``; ``core_ggml`` is the core's ggml version if known;
     ``notice`` hears what the build does beyond compiling (installing cmake and ninja, the
     CUDA toolkit); ``confirm`` is asked before a download of the CUDA toolkit (None: no);
@@ -181,31 +210,44 @@ def build(name: str, *, arch: str | None = None, jobs: int = 0, source_file: Pat
             log.writelines(pip_log)
         version = source.ggml_version_of(tree)
         if core_ggml and version != core_ggml:
-            raise BuildFailed(f"the source is ggml {version} but the installed core is ggml "
-                              f"{core_ggml}: the plugin would be refused; use the "
-                              f"{source.PACKAGE} {source.core_version()} source")
+            raise BuildFailed(
+                f"the source is ggml {version} but the installed core is ggml "
+                f"{core_ggml}: the plugin would be refused; use the "
+                f"{source.PACKAGE} {source.core_version()} source"
+            )
         bdir = build_dir_for(backend.name + ("-tools" if also else ""), version).absolute()
         env = {**os.environ, **kit.env}
-        configure = [kit.cmake, "-S", str(tree), "-B", str(bdir),
-                     f"-DCMAKE_MAKE_PROGRAM={kit.ninja}",
-                     *base_flags(backend, bool(also)), *kit.cmake_args]
+        configure = [
+            kit.cmake,
+            "-S",
+            str(tree),
+            "-B",
+            str(bdir),
+            f"-DCMAKE_MAKE_PROGRAM={kit.ninja}",
+            *base_flags(backend, bool(also)),
+            *kit.cmake_args,
+        ]
         _stream(configure, log, env, "configure", progress)
         targets = [backend.target, *also]
         jobs_arg = ["-j", str(jobs)] if jobs > 0 else []
         _stream([kit.ninja, "-C", str(bdir), *jobs_arg, *targets], log, env, "build", progress)
-        built = next((p for p in (bdir / "bin" / backend.filename, bdir / backend.filename)
-                      if p.exists()), None)
+        built = next(
+            (p for p in (bdir / "bin" / backend.filename, bdir / backend.filename) if p.exists()),
+            None,
+        )
         if built is None:
             raise BuildFailed(f"the build finished but {backend.filename} is not in {bdir}/bin")
         dest = paths.backends() / version / backend.filename
         runtime = None
         if wheels_root is not None:  # before the plugin: it looks there from its first load
-            runtime = cuda_wheels.install_runtime(wheels_root, dest.parent,
-                                                  libs_folder(backend.name))
+            runtime = cuda_wheels.install_runtime(
+                wheels_root, dest.parent, libs_folder(backend.name)
+            )
         install_atomically(built, dest)
         if runtime is None:  # libraries an earlier build or pack put there: this one does not
             shutil.rmtree(dest.parent / libs_folder(backend.name), ignore_errors=True)
         seconds = time.monotonic() - started
         log.write(f"# installed {dest} ({dest.stat().st_size} bytes) in {seconds:.1f} s\n")
-    return BuildResult(backend.name, dest, version, seconds, dest.stat().st_size, bdir, log_path,
-                       runtime)
+    return BuildResult(
+        backend.name, dest, version, seconds, dest.stat().st_size, bdir, log_path, runtime
+    )

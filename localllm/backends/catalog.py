@@ -34,15 +34,44 @@ class Backend:
 
 
 BACKENDS: dict[str, Backend] = {
-    b.name: b for b in (
-        Backend("cuda", "NVIDIA CUDA", "GGML_CUDA", "ggml-cuda", ("CUDA",), ("nvidia",),
-                "the NVIDIA driver (the build uses nvcc, or fetches NVIDIA's wheels)"),
-        Backend("rocm", "AMD ROCm", "GGML_HIP", "ggml-hip", ("ROCm", "HIP"), ("amd",),
-                "ROCm (hipcc, hipBLAS, rocBLAS)"),
-        Backend("vulkan", "Vulkan", "GGML_VULKAN", "ggml-vulkan", ("Vulkan",),
-                ("nvidia", "amd", "intel"), "Vulkan headers (1.3.261 or newer) and glslc"),
-        Backend("rpc", "ggml RPC (remote devices, localllm worker)", "GGML_RPC", "ggml-rpc",
-                ("RPC",), (), "nothing beyond a C++ compiler"),
+    b.name: b
+    for b in (
+        Backend(
+            "cuda",
+            "NVIDIA CUDA",
+            "GGML_CUDA",
+            "ggml-cuda",
+            ("CUDA",),
+            ("nvidia",),
+            "the NVIDIA driver (the build uses nvcc, or fetches NVIDIA's wheels)",
+        ),
+        Backend(
+            "rocm",
+            "AMD ROCm",
+            "GGML_HIP",
+            "ggml-hip",
+            ("ROCm", "HIP"),
+            ("amd",),
+            "ROCm (hipcc, hipBLAS, rocBLAS)",
+        ),
+        Backend(
+            "vulkan",
+            "Vulkan",
+            "GGML_VULKAN",
+            "ggml-vulkan",
+            ("Vulkan",),
+            ("nvidia", "amd", "intel"),
+            "Vulkan headers (1.3.261 or newer) and glslc",
+        ),
+        Backend(
+            "rpc",
+            "ggml RPC (remote devices, localllm worker)",
+            "GGML_RPC",
+            "ggml-rpc",
+            ("RPC",),
+            (),
+            "nothing beyond a C++ compiler",
+        ),
     )
 }
 
@@ -52,8 +81,7 @@ def get(name: str) -> Backend:
 
     b = BACKENDS.get(name.lower())
     if b is None:
-        raise InvalidRequest(f"unknown backend {name!r}; choose one of "
-                             f"{', '.join(BACKENDS)}")
+        raise InvalidRequest(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
     return b
 
 
@@ -84,10 +112,17 @@ def wanted_backends(gpus: Iterable[GPUProbe], libraries: set[str]) -> list[Wante
     for vendor, gpu in by_vendor.items():
         if vendor == "apple":
             if "Metal" not in libraries:
-                out.append(Wanted(None, gpu, (
-                    f"Apple GPU found ({gpu.name}) but the core has no Metal: reinstall "
-                    "localllm without LOCALLLM_CORE_CMAKE_ARGS turning it off (Metal is on "
-                    "by default on macOS).")))
+                out.append(
+                    Wanted(
+                        None,
+                        gpu,
+                        (
+                            f"Apple GPU found ({gpu.name}) but the core has no Metal: reinstall "
+                            "localllm without LOCALLLM_CORE_CMAKE_ARGS turning it off (Metal is on "
+                            "by default on macOS)."
+                        ),
+                    )
+                )
             continue
         first = {"nvidia": "cuda", "amd": "rocm"}.get(vendor, "vulkan")
         served = {lib for b in BACKENDS.values() if vendor in b.vendors for lib in b.libraries}
@@ -96,8 +131,15 @@ def wanted_backends(gpus: Iterable[GPUProbe], libraries: set[str]) -> list[Wante
         b = BACKENDS[first]
         driver = f", driver {gpu.driver}" if gpu.driver else ""
         alt = " (or 'localllm backends build vulkan')" if first != "vulkan" else ""
-        out.append(Wanted(b, gpu, (
-            f"{_VENDOR_LABEL.get(vendor, vendor)} GPU found "
-            f"({gpu.name}{driver}) but no {b.title} plugin is loaded: run "
-            f"'localllm backends build {b.name}'{alt}, or 'localllm doctor --fix'.")))
+        out.append(
+            Wanted(
+                b,
+                gpu,
+                (
+                    f"{_VENDOR_LABEL.get(vendor, vendor)} GPU found "
+                    f"({gpu.name}{driver}) but no {b.title} plugin is loaded: run "
+                    f"'localllm backends build {b.name}'{alt}, or 'localllm doctor --fix'."
+                ),
+            )
+        )
     return out

@@ -31,16 +31,25 @@ _MISSING = re.compile(r"(lib(?:cudart|cublas|cublasLt)\.so[.\d]*): cannot open")
 def explain(error: str, loaded: bool, devices: list[str]) -> str:
     """The CUDA plugin's state in words; "" when it loaded and brought devices."""
     if loaded:
-        return "" if devices else (
-            f"{NO_DEVICE}: the plugin loaded, but the NVIDIA driver reports no GPU (check "
-            "nvidia-smi; in a container, pass the GPU through)")
+        return (
+            ""
+            if devices
+            else (
+                f"{NO_DEVICE}: the plugin loaded, but the NVIDIA driver reports no GPU (check "
+                "nvidia-smi; in a container, pass the GPU through)"
+            )
+        )
     if "libcuda.so" in error and "cannot open" in error:
-        return (f"{NO_DEVICE}: this machine has no NVIDIA driver (its libcuda.so.1 is not "
-                "installed); the plugin loads where the driver and a GPU are")
+        return (
+            f"{NO_DEVICE}: this machine has no NVIDIA driver (its libcuda.so.1 is not "
+            "installed); the plugin loads where the driver and a GPU are"
+        )
     m = _MISSING.search(error)
     if m:
-        return (f"{error} (the CUDA runtime library {m.group(1)} is missing: run 'localllm "
-                "backends build cuda' again, which puts it beside the plugin)")
+        return (
+            f"{error} (the CUDA runtime library {m.group(1)} is missing: run 'localllm "
+            "backends build cuda' again, which puts it beside the plugin)"
+        )
     return error
 
 
@@ -55,8 +64,11 @@ def sources(plugin: Path) -> list[tuple[str, str]]:
     except (OSError, elf.ElfError) as exc:
         return [("?", f"cannot read {plugin.name}: {exc}")]
     origin = plugin.resolve().parent
-    dirs = [Path(d.replace("${ORIGIN}", str(origin)).replace("$ORIGIN", str(origin)))
-            for d in info.search if d]
+    dirs = [
+        Path(d.replace("${ORIGIN}", str(origin)).replace("$ORIGIN", str(origin)))
+        for d in info.search
+        if d
+    ]
     cache: dict[str, str] | None = None
     out = []
     for name in info.needed:
@@ -64,13 +76,18 @@ def sources(plugin: Path) -> list[tuple[str, str]]:
             continue
         found = next((d for d in dirs if d.is_absolute() and (d / name).is_file()), None)
         if found is not None:
-            where = (f"beside the plugin ({found})" if found.parent == origin
-                     else f"{found} (the plugin's runpath)")
+            where = (
+                f"beside the plugin ({found})"
+                if found.parent == origin
+                else f"{found} (the plugin's runpath)"
+            )
         else:
             cache = elf.ld_cache() if cache is None else cache
-            where = (f"{os.path.dirname(cache[name])} (the system's library path)"
-                     if name in cache else "NOT FOUND: rebuild with 'localllm backends build "
-                     "cuda'")
+            where = (
+                f"{os.path.dirname(cache[name])} (the system's library path)"
+                if name in cache
+                else "NOT FOUND: rebuild with 'localllm backends build cuda'"
+            )
         out.append((name, where))
     return out
 

@@ -32,26 +32,52 @@ _DRIVER_FN = re.compile(r"\bCUresult\s+(cu\w+)\s*\(")
 _EXEC = stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
 
 
-def download(ws: WheelSet, machine: str, dest: Path, log: IO[str],
-             progress: Callable[[str, int, int], None] | None = None) -> list[Path]:
+def download(
+    ws: WheelSet,
+    machine: str,
+    dest: Path,
+    log: IO[str],
+    progress: Callable[[str, int, int], None] | None = None,
+) -> list[Path]:
     """The set's wheels for ``machine`` in ``dest``, each checked by pip against its pin."""
     if any(machine not in w.files for w in ws.wheels):
-        raise CudaWheelError(f"NVIDIA's CUDA {ws.cuda} wheels are pinned here for "
-                             f"{', '.join(sorted(ws.wheels[0].files))}, not {machine}")
+        raise CudaWheelError(
+            f"NVIDIA's CUDA {ws.cuda} wheels are pinned here for "
+            f"{', '.join(sorted(ws.wheels[0].files))}, not {machine}"
+        )
     dest.mkdir(parents=True, exist_ok=True)
     req = dest.parent / "pinned.txt"
-    req.write_text("".join(f"{w.name}=={w.version} --hash=sha256:{w.files[machine][0]}\n"
-                           for w in ws.wheels))
-    argv = pip_argv("download", "--no-deps", "--only-binary", ":all:", "--require-hashes",
-                    "--no-cache-dir", "--progress-bar", "off", "-r", str(req), "-d", str(dest))
+    req.write_text(
+        "".join(f"{w.name}=={w.version} --hash=sha256:{w.files[machine][0]}\n" for w in ws.wheels)
+    )
+    argv = pip_argv(
+        "download",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "--require-hashes",
+        "--no-cache-dir",
+        "--progress-bar",
+        "off",
+        "-r",
+        str(req),
+        "-d",
+        str(dest),
+    )
     log.write(f"$ {' '.join(argv)}\n")
     log.flush()
     started = 0
     tail: list[str] = []
     if progress:
         progress("toolkit", 0, len(ws.wheels))
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          errors="replace", cwd=work_dir()) as proc:
+    with subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        cwd=work_dir(),
+    ) as proc:
         assert proc.stdout is not None
         try:
             for line in proc.stdout:
@@ -69,13 +95,16 @@ def download(ws: WheelSet, machine: str, dest: Path, log: IO[str],
         raise CudaWheelError(
             "a CUDA wheel the package index served does not have the sha256 pinned in this "
             "localllm; pip refused it before anything of it was used. Check the index "
-            "(pip config list) or its proxy; the whole output is in the build log")
+            "(pip config list) or its proxy; the whole output is in the build log"
+        )
     got = sorted(dest.glob("*.whl"))
     if rc != 0 or len(got) != len(ws.wheels):
         last = " | ".join(ln for ln in tail[-3:] if ln)
-        raise CudaWheelError(f"could not download the CUDA {ws.cuda} wheels with pip: "
-                             f"{last or 'no file'}. Without a package index, install the CUDA "
-                             "toolkit and put its nvcc on PATH")
+        raise CudaWheelError(
+            f"could not download the CUDA {ws.cuda} wheels with pip: "
+            f"{last or 'no file'}. Without a package index, install the CUDA "
+            "toolkit and put its nvcc on PATH"
+        )
     order = {w.name.replace("-", "_"): i for i, w in enumerate(ws.wheels)}
     return sorted(got, key=lambda p: order.get(p.name.split("-")[0], len(order)))
 
@@ -139,20 +168,36 @@ def driver_stub(tree: Path, cxx: str, log: IO[str]) -> Path:
     stubs = tree / "lib" / "stubs"
     stubs.mkdir(parents=True, exist_ok=True)
     src = stubs / "libcuda-stub.c"
-    src.write_text("/* Link-time stand-in for the NVIDIA driver's libcuda.so.1, never loaded:"
-                   " see localllm/backends/cuda_unpack.py. */\n"
-                   + "".join(f"int {n}(void) {{ return 999; }}\n" for n in sorted(names)))
+    src.write_text(
+        "/* Link-time stand-in for the NVIDIA driver's libcuda.so.1, never loaded:"
+        " see localllm/backends/cuda_unpack.py. */\n"
+        + "".join(f"int {n}(void) {{ return 999; }}\n" for n in sorted(names))
+    )
     out_path = stubs / "libcuda.so"
-    _run([cxx, "-x", "c", "-shared", "-fPIC", "-o", str(out_path), "-Wl,-soname,libcuda.so.1",
-          str(src)], None, log)
+    _run(
+        [
+            cxx,
+            "-x",
+            "c",
+            "-shared",
+            "-fPIC",
+            "-o",
+            str(out_path),
+            "-Wl,-soname,libcuda.so.1",
+            str(src),
+        ],
+        None,
+        log,
+    )
     return out_path
 
 
 def _run(argv: list[str], stdin: str | None, log: IO[str]) -> str:
     log.write(f"$ {' '.join(argv)}\n")
     try:
-        out = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=300,
-                             cwd=work_dir())
+        out = subprocess.run(
+            argv, input=stdin, capture_output=True, text=True, timeout=300, cwd=work_dir()
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         raise CudaWheelError(f"{Path(argv[0]).name} failed: {exc}") from exc
     log.write(out.stderr)

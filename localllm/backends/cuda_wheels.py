@@ -44,8 +44,10 @@ from localllm.format import format_bytes
 
 MARKER = ".complete"
 RUNTIME = re.compile(r"lib(cudart|cublas|cublasLt)\.so\.\d+")  # what the plugin loads
-CU12_HAS_NO_NVCC = ("the package index has NVIDIA's compiler only for CUDA 13 (the CUDA 12 "
-                    "wheel nvidia-cuda-nvcc-cu12 holds ptxas alone, not nvcc)")
+CU12_HAS_NO_NVCC = (
+    "the package index has NVIDIA's compiler only for CUDA 13 (the CUDA 12 "
+    "wheel nvidia-cuda-nvcc-cu12 holds ptxas alone, not nvcc)"
+)
 
 
 class CudaWheelError(LocalLLMError):
@@ -82,26 +84,56 @@ def _w(name: str, version: str, x86: tuple[str, int], arm: tuple[str, int]) -> W
 
 # CUDA 13.0 Update 2, the release the pinned llama.cpp is built and tested with upstream.
 # Hashes and sizes as the package index lists them; cuBLAS goes last (the bulk of it).
-SETS: dict[str, WheelSet] = {s.cuda: s for s in (WheelSet("13.0", "cu13", "580", 75, 875_698_735, (
-    _w("nvidia-cuda-nvcc", "13.0.88",
-       ("56fe502eb77625a12f25172caa3cdddb4e4c8ba2c8c17dba44b164761b380f03", 37384532),
-       ("c7ff28f86a24effdc6c034fa15230c549a273e4771b10a7fec14996f8cf3307f", 32455430)),
-    _w("nvidia-nvvm", "13.0.88",
-       ("c5f41ffeb6466944a026dfa5317d7d85355c119bbec279205d22f1869d1054e0", 61601415),
-       ("c4376a291d72d22a315d9d2f69bdae8f8cd83a627f75bad395cee49a0fe65dc1", 59234185)),
-    _w("nvidia-cuda-crt", "13.0.88",
-       ("2c8043c7c9e02492716426e9919fc78d2c5b3b2a7a768a88e952676b08aa55a4", 134086),
-       ("ee2ea2a97073e02ee62bb27841f437332be2c248e3eac013df07997ada39c003", 134086)),
-    _w("nvidia-cuda-cccl", "13.0.85",
-       ("e0da7ad981f3a8aff08241b5bfc1af868742a63e2762f53a5171c492ef242649", 3120526),
-       ("6f0203e29fed809ee2b7fe9b1344df66ecab990c37d6a2e0e189b26d6c97ed7c", 3120528)),
-    _w("nvidia-cuda-runtime", "13.0.96",
-       ("7f82250d7782aa23b6cfe765ecc7db554bd3c2870c43f3d1821f1d18aebf0548", 2243632),
-       ("ef9bcbe90493a2b9d810e43d249adb3d02e98dd30200d86607d8d02687c43f55", 2261060)),
-    _w("nvidia-cublas", "13.1.0.3",
-       ("ee8722c1f0145ab246bccb9e452153b5e0515fd094c3678df50b2a0888b8b171", 423133236),
-       ("c86fc7f7ae36d7528288c5d88098edcb7b02c633d262e7ddbb86b0ad91be5df2", 542851226)),
-)),)}
+SETS: dict[str, WheelSet] = {
+    s.cuda: s
+    for s in (
+        WheelSet(
+            "13.0",
+            "cu13",
+            "580",
+            75,
+            875_698_735,
+            (
+                _w(
+                    "nvidia-cuda-nvcc",
+                    "13.0.88",
+                    ("56fe502eb77625a12f25172caa3cdddb4e4c8ba2c8c17dba44b164761b380f03", 37384532),
+                    ("c7ff28f86a24effdc6c034fa15230c549a273e4771b10a7fec14996f8cf3307f", 32455430),
+                ),
+                _w(
+                    "nvidia-nvvm",
+                    "13.0.88",
+                    ("c5f41ffeb6466944a026dfa5317d7d85355c119bbec279205d22f1869d1054e0", 61601415),
+                    ("c4376a291d72d22a315d9d2f69bdae8f8cd83a627f75bad395cee49a0fe65dc1", 59234185),
+                ),
+                _w(
+                    "nvidia-cuda-crt",
+                    "13.0.88",
+                    ("2c8043c7c9e02492716426e9919fc78d2c5b3b2a7a768a88e952676b08aa55a4", 134086),
+                    ("ee2ea2a97073e02ee62bb27841f437332be2c248e3eac013df07997ada39c003", 134086),
+                ),
+                _w(
+                    "nvidia-cuda-cccl",
+                    "13.0.85",
+                    ("e0da7ad981f3a8aff08241b5bfc1af868742a63e2762f53a5171c492ef242649", 3120526),
+                    ("6f0203e29fed809ee2b7fe9b1344df66ecab990c37d6a2e0e189b26d6c97ed7c", 3120528),
+                ),
+                _w(
+                    "nvidia-cuda-runtime",
+                    "13.0.96",
+                    ("7f82250d7782aa23b6cfe765ecc7db554bd3c2870c43f3d1821f1d18aebf0548", 2243632),
+                    ("ef9bcbe90493a2b9d810e43d249adb3d02e98dd30200d86607d8d02687c43f55", 2261060),
+                ),
+                _w(
+                    "nvidia-cublas",
+                    "13.1.0.3",
+                    ("ee8722c1f0145ab246bccb9e452153b5e0515fd094c3678df50b2a0888b8b171", 423133236),
+                    ("c86fc7f7ae36d7528288c5d88098edcb7b02c633d262e7ddbb86b0ad91be5df2", 542851226),
+                ),
+            ),
+        ),
+    )
+}
 
 
 def machine() -> str:
@@ -125,26 +157,33 @@ def _version(ws: WheelSet) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def choose(requested: str | None, driver: tuple[int, int] | None,
-           archs: list[str]) -> tuple[WheelSet, str]:
+def choose(
+    requested: str | None, driver: tuple[int, int] | None, archs: list[str]
+) -> tuple[WheelSet, str]:
     """(the set to use, why it was chosen), or ``CudaWheelError`` with the ways out."""
     oldest = min(SETS.values(), key=_version)
     if requested:
         want = requested.strip()
         if want.split(".")[0] == "12":
-            raise CudaWheelError(f"--cuda 12: {CU12_HAS_NO_NVCC}. Install the CUDA 12 toolkit "
-                                 "(this build then uses its nvcc), or build with --cuda 13 for "
-                                 f"a driver {oldest.min_driver} or newer")
+            raise CudaWheelError(
+                f"--cuda 12: {CU12_HAS_NO_NVCC}. Install the CUDA 12 toolkit "
+                "(this build then uses its nvcc), or build with --cuda 13 for "
+                f"a driver {oldest.min_driver} or newer"
+            )
         same_major = [s for s in SETS.values() if want.isdigit() and s.major == int(want)]
         chosen = SETS.get(want) or (max(same_major, key=_version) if same_major else None)
         if chosen is None:
-            raise CudaWheelError(f"--cuda {want}: this localllm knows CUDA "
-                                 f"{', '.join(sorted(SETS))} from the package index")
+            raise CudaWheelError(
+                f"--cuda {want}: this localllm knows CUDA "
+                f"{', '.join(sorted(SETS))} from the package index"
+            )
         why = f"asked for with --cuda {want}"
     elif driver is None:
         chosen = oldest
-        why = (f"no driver answered nvidia-smi: CUDA {chosen.cuda}, which every driver "
-               f"{chosen.min_driver} or newer runs")
+        why = (
+            f"no driver answered nvidia-smi: CUDA {chosen.cuda}, which every driver "
+            f"{chosen.min_driver} or newer runs"
+        )
     else:
         fits = [s for s in SETS.values() if _version(s) <= driver]
         if not fits:
@@ -152,18 +191,22 @@ def choose(requested: str | None, driver: tuple[int, int] | None,
                 f"this NVIDIA driver supports CUDA {driver[0]}.{driver[1]}, and "
                 f"{CU12_HAS_NO_NVCC}. Update the driver to {oldest.min_driver} or newer and "
                 "run this again, or install the CUDA toolkit for your driver (this build then "
-                "uses its nvcc), or build the Vulkan plugin instead")
+                "uses its nvcc), or build the Vulkan plugin instead"
+            )
         chosen = max(fits, key=_version)
         why = f"for the driver's CUDA {driver[0]}.{driver[1]} (nvidia-smi)"
     if driver is not None and _version(chosen) > driver:
-        raise CudaWheelError(f"CUDA {chosen.cuda} needs a driver {chosen.min_driver} or newer; "
-                             f"this one supports CUDA {driver[0]}.{driver[1]}: update the driver")
+        raise CudaWheelError(
+            f"CUDA {chosen.cuda} needs a driver {chosen.min_driver} or newer; "
+            f"this one supports CUDA {driver[0]}.{driver[1]}: update the driver"
+        )
     old = [a for a in archs if 0 < arch_number(a) < chosen.min_arch]
     if old:
         raise CudaWheelError(
             f"CUDA {chosen.major} cannot compile for sm_{', sm_'.join(old)} (its oldest is "
             f"sm_{chosen.min_arch}), and {CU12_HAS_NO_NVCC}: install the CUDA 12 toolkit for "
-            "these GPUs, or build the Vulkan plugin")
+            "these GPUs, or build the Vulkan plugin"
+        )
     return chosen, why
 
 
@@ -180,12 +223,14 @@ def installed(ws: WheelSet) -> Path | None:
 def plan_text(ws: WheelSet, why: str) -> str:
     """What ``install`` downloads, how big, and where: said before it starts."""
     names = ", ".join(f"{w.name} {w.version}" for w in ws.wheels)
-    return (f"The CUDA plugin is built with NVIDIA's CUDA {ws.cuda} compiler and libraries "
-            f"from the package index ({why}): {names}. That "
-            f"is {format_bytes(ws.download_size(machine()))} to download, about "
-            f"{format_bytes(ws.unpacked)} on disk in {root_for(ws)} (localllm's cache; no "
-            "Python environment is changed; delete the folder to remove it). To use your own "
-            "toolkit instead, put its nvcc on PATH or set CUDA_HOME.")
+    return (
+        f"The CUDA plugin is built with NVIDIA's CUDA {ws.cuda} compiler and libraries "
+        f"from the package index ({why}): {names}. That "
+        f"is {format_bytes(ws.download_size(machine()))} to download, about "
+        f"{format_bytes(ws.unpacked)} on disk in {root_for(ws)} (localllm's cache; no "
+        "Python environment is changed; delete the folder to remove it). To use your own "
+        "toolkit instead, put its nvcc on PATH or set CUDA_HOME."
+    )
 
 
 def check_space(ws: WheelSet, build_bytes: int = 2 << 30) -> None:
@@ -196,13 +241,16 @@ def check_space(ws: WheelSet, build_bytes: int = 2 << 30) -> None:
         folder = folder.parent
     free = shutil.disk_usage(folder).free
     if free < need:
-        raise CudaWheelError(f"the CUDA toolkit and the build need about {format_bytes(need)} "
-                             f"free in {paths.cache()}, and {format_bytes(free)} is free: make "
-                             "room or point LOCALLLM_CACHE at a bigger disk")
+        raise CudaWheelError(
+            f"the CUDA toolkit and the build need about {format_bytes(need)} "
+            f"free in {paths.cache()}, and {format_bytes(free)} is free: make "
+            "room or point LOCALLLM_CACHE at a bigger disk"
+        )
 
 
-def install(ws: WheelSet, cxx: str, log: IO[str],
-            progress: Callable[[str, int, int], None] | None = None) -> Path:
+def install(
+    ws: WheelSet, cxx: str, log: IO[str], progress: Callable[[str, int, int], None] | None = None
+) -> Path:
     """The set's tree (see the module docstring), downloaded and unpacked when missing."""
     from localllm.backends.cuda_unpack import complete_tree, download, unpack_wheel
 
@@ -231,8 +279,9 @@ def install(ws: WheelSet, cxx: str, log: IO[str],
             if not installed(ws):  # else another build put it there meanwhile
                 raise
     except (OSError, zipfile.BadZipFile) as exc:
-        raise CudaWheelError(f"could not install the CUDA {ws.cuda} wheels into {root}: "
-                             f"{exc}") from exc
+        raise CudaWheelError(
+            f"could not install the CUDA {ws.cuda} wheels into {root}: {exc}"
+        ) from exc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return root
@@ -242,19 +291,26 @@ def cmake_args(root: Path, libs_folder: str) -> tuple[list[str], dict[str, str]]
     """cmake arguments and environment of a build with the tree at ``root``: its nvcc and
     libraries, the stand-in driver to link, and a runpath to the folder beside the plugin."""
     nvcc = root / "bin" / "nvcc"
-    return ([f"-DCMAKE_CUDA_COMPILER={nvcc}", f"-DCUDAToolkit_ROOT={root}",
-             f"-DCUDA_cuda_driver_LIBRARY={root / 'lib' / 'stubs' / 'libcuda.so'}",
-             # The installed plugin searches only its own folder's cuda-libs/, never the
-             # cache (which the user may clear) nor the build tree.
-             "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON", f"-DCMAKE_INSTALL_RPATH=$ORIGIN/{libs_folder}"],
-            {"CUDACXX": str(nvcc)})
+    return (
+        [
+            f"-DCMAKE_CUDA_COMPILER={nvcc}",
+            f"-DCUDAToolkit_ROOT={root}",
+            f"-DCUDA_cuda_driver_LIBRARY={root / 'lib' / 'stubs' / 'libcuda.so'}",
+            # The installed plugin searches only its own folder's cuda-libs/, never the
+            # cache (which the user may clear) nor the build tree.
+            "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",
+            f"-DCMAKE_INSTALL_RPATH=$ORIGIN/{libs_folder}",
+        ],
+        {"CUDACXX": str(nvcc)},
+    )
 
 
 def runtime_files(root: Path) -> list[Path]:
     """The CUDA runtime and cuBLAS libraries of the tree (real files, by soname)."""
     lib = root / "lib"
-    return sorted(p for p in lib.iterdir()
-                  if RUNTIME.fullmatch(p.name) and p.is_file() and not p.is_symlink())
+    return sorted(
+        p for p in lib.iterdir() if RUNTIME.fullmatch(p.name) and p.is_file() and not p.is_symlink()
+    )
 
 
 def install_runtime(root: Path, folder: Path, libs_folder: str) -> Path:

@@ -73,8 +73,10 @@ def read(path: Path) -> Dynamic:
     """The dynamic section of ``path``; ``ElfError`` when it is not a 64-bit LE ELF."""
     data = path.read_bytes()
     if data[:4] != b"\x7fELF" or data[4:6] != b"\x02\x01":
-        raise ElfError(f"{path.name} is not a 64-bit little-endian ELF file (packs are for "
-                       "Linux on x86-64 and arm64)")
+        raise ElfError(
+            f"{path.name} is not a 64-bit little-endian ELF file (packs are for "
+            "Linux on x86-64 and arm64)"
+        )
     phoff, shoff = _u("QQ", data, 0x20)
     phentsize, phnum, shentsize, shnum = _u("HHHH", data, 0x36)
     loads: list[tuple[int, int, int]] = []
@@ -115,7 +117,7 @@ def read(path: Path) -> Dynamic:
     chosen = [t for t in out.search_strings if t[0] == DT_RUNPATH] or out.search_strings
     if chosen:
         _, at, n = chosen[0]
-        out.search = data[at:at + n].decode("utf-8", "replace").split(":")
+        out.search = data[at : at + n].decode("utf-8", "replace").split(":")
     out.string_refs += _section_refs(data, shoff, shentsize, shnum)
     return out
 
@@ -125,7 +127,8 @@ def _section_refs(data: bytes, shoff: int, shentsize: int, shnum: int) -> list[i
     refs: list[int] = []
     for i in range(shnum):
         _, sh_type, _, _, off, size, _, info, _, entsize = _u(
-            "IIQQQQIIQQ", data, shoff + i * shentsize)
+            "IIQQQQIIQQ", data, shoff + i * shentsize
+        )
         if sh_type == _SHT_DYNSYM and entsize:
             refs += [_u("I", data, off + k * entsize)[0] for k in range(size // entsize)]
         elif sh_type == _SHT_VERNEED:
@@ -161,12 +164,16 @@ def set_search_path(path: Path, new: str) -> None:
     with open(path, "r+b") as fh:
         for _, at, n in info.search_strings:
             if len(encoded) > n:
-                raise ElfError(f"{path.name}: its library search path ({n} bytes) is shorter "
-                               f"than {new!r}; it cannot be rewritten in place")
+                raise ElfError(
+                    f"{path.name}: its library search path ({n} bytes) is shorter "
+                    f"than {new!r}; it cannot be rewritten in place"
+                )
             start = at - str_off
             if any(start < ref <= start + n for ref in info.string_refs):
-                raise ElfError(f"{path.name}: its library search path shares bytes with "
-                               "other names in the string table; it cannot be rewritten")
+                raise ElfError(
+                    f"{path.name}: its library search path shares bytes with "
+                    "other names in the string table; it cannot be rewritten"
+                )
             fh.seek(at)
             fh.write(encoded + b"\0" * (n - len(encoded)))
 
@@ -175,8 +182,9 @@ def ld_cache() -> dict[str, str]:
     """The dynamic linker's cache (``ldconfig -p``): library name -> path, for this
     machine's architecture only (a 32-bit copy of a library must not be picked up)."""
     try:
-        out = subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True, text=True,
-                             timeout=10).stdout
+        out = subprocess.run(
+            ["/sbin/ldconfig", "-p"], capture_output=True, text=True, timeout=10
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return {}
     found: dict[str, str] = {}

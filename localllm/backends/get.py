@@ -30,8 +30,10 @@ from localllm.backends.pack import SUFFIX, PackError
 from localllm.errors import ModelNotFound, PullError
 
 Progress = Callable[[int, int], None]  # (bytes done, total)
-_NAME = re.compile(r"(?P<backend>[a-z]+)-ggml(?P<version>\d+\.\d+\.\d+)-(?P<os>[a-z0-9]+)-"
-                   r"(?P<machine>[a-z0-9_]+?)(?:-(?P<archs>[a-z0-9_]+))?" + re.escape(SUFFIX))
+_NAME = re.compile(
+    r"(?P<backend>[a-z]+)-ggml(?P<version>\d+\.\d+\.\d+)-(?P<os>[a-z0-9]+)-"
+    r"(?P<machine>[a-z0-9_]+?)(?:-(?P<archs>[a-z0-9_]+))?" + re.escape(SUFFIX)
+)
 
 
 @dataclass(frozen=True)
@@ -52,10 +54,16 @@ def candidates(files: list[tuple[str, int, str | None]]) -> list[Candidate]:
         m = _NAME.fullmatch(path.rsplit("/", 1)[-1])
         if m is None:
             continue
-        archs = [a.removeprefix("sm") if m["backend"] == "cuda" else a
-                 for a in (m["archs"] or "").split("_") if a]
-        out.append(Candidate(path, size, sha, m["backend"], m["version"],
-                             f"{m['os']}-{m['machine']}", archs))
+        archs = [
+            a.removeprefix("sm") if m["backend"] == "cuda" else a
+            for a in (m["archs"] or "").split("_")
+            if a
+        ]
+        out.append(
+            Candidate(
+                path, size, sha, m["backend"], m["version"], f"{m['os']}-{m['machine']}", archs
+            )
+        )
     return out
 
 
@@ -64,45 +72,63 @@ def choose(repo: str, found: list[Candidate], backend: str, core: Core) -> Candi
     where = f"hf.co/{repo}"
     mine = [c for c in found if c.backend == backend and c.platform == core.platform]
     if not mine:
-        raise PackError(f"{where} has no {backend} pack for {core.platform}; build the plugin "
-                        f"here: 'localllm backends build {backend}'")
+        raise PackError(
+            f"{where} has no {backend} pack for {core.platform}; build the plugin "
+            f"here: 'localllm backends build {backend}'"
+        )
     same = [c for c in mine if c.version == core.ggml_version]
     if not same:
         have = ", ".join(sorted({c.version for c in mine}))
-        raise PackError(f"{where} has {backend} packs for ggml {have}, not for this core's "
-                        f"ggml {core.ggml_version}; build the plugin here: 'localllm backends "
-                        f"build {backend}'")
+        raise PackError(
+            f"{where} has {backend} packs for ggml {have}, not for this core's "
+            f"ggml {core.ggml_version}; build the plugin here: 'localllm backends "
+            f"build {backend}'"
+        )
     archs = core.archs_for(backend)
     if backend in ("cuda", "rocm") and not archs:
-        raise PackError(f"no GPU answered, so which {backend} pack fits is unknown: pass "
-                        "--arch (e.g. --arch 90 for an H100)")
+        raise PackError(
+            f"no GPU answered, so which {backend} pack fits is unknown: pass "
+            "--arch (e.g. --arch 90 for an H100)"
+        )
     fits = [c for c in same if not uncovered(backend, c.archs, archs)]
     if not fits:
         have = "; ".join(",".join(c.archs) for c in same)
-        raise PackError(f"{where} has {backend} packs for ggml {core.ggml_version} built for "
-                        f"{have}, but this machine's GPUs are {', '.join(archs)}; build "
-                        f"the plugin here: 'localllm backends build {backend}'")
+        raise PackError(
+            f"{where} has {backend} packs for ggml {core.ggml_version} built for "
+            f"{have}, but this machine's GPUs are {', '.join(archs)}; build "
+            f"the plugin here: 'localllm backends build {backend}'"
+        )
     return min(fits, key=lambda c: (len(c.archs), c.size, c.path))
 
 
-def get(name: str, core: Core, *, repo: str | None = None, trust_arg: str | None = None,
-        progress: Progress | None = None, notice: Callable[[str], None] | None = None
-        ) -> Installed:
+def get(
+    name: str,
+    core: Core,
+    *,
+    repo: str | None = None,
+    trust_arg: str | None = None,
+    progress: Progress | None = None,
+    notice: Callable[[str], None] | None = None,
+) -> Installed:
     """Fetch the pack of backend ``name`` that fits ``core`` and install it."""
     from localllm.store import hub
 
     backend = catalog.get(name)
     repo = config.BACKENDS_REPO.get() if repo is None else config.parse_hf_repo(repo)
     if backend.name in ("cuda", "rocm") and not core.archs_for(backend.name):
-        raise PackError(f"no GPU answered, so which {backend.name} pack fits is unknown: pass "
-                        "--arch (e.g. --arch 90 for an H100)")
+        raise PackError(
+            f"no GPU answered, so which {backend.name} pack fits is unknown: pass "
+            "--arch (e.g. --arch 90 for an H100)"
+        )
     try:
         listing = hub.list_repo(repo)
     except ModelNotFound:
-        raise PackError(f"hf.co/{repo} (LOCALLLM_BACKENDS_REPO) not found, or private (set "
-                        "HF_TOKEN)") from None
-    pick = choose(repo, candidates([(f.path, f.size, f.sha256) for f in listing]),
-                  backend.name, core)
+        raise PackError(
+            f"hf.co/{repo} (LOCALLLM_BACKENDS_REPO) not found, or private (set HF_TOKEN)"
+        ) from None
+    pick = choose(
+        repo, candidates([(f.path, f.size, f.sha256) for f in listing]), backend.name, core
+    )
     where = f"hf.co/{repo}/{pick.path}"
     if not pick.sha256:
         raise PackError(f"{where} has no LFS sha256 to check it against; not downloaded")
@@ -128,8 +154,14 @@ def _download(repo: str, pick: Candidate, progress: Progress | None) -> Path:
     digest = f"sha256:{pick.sha256}"
     url = hf_hub_url(repo, pick.path, revision=hub.REVISION, endpoint=hub.endpoint())
     headers = dict(build_hf_headers(token=hub.token()))
-    download.fetch(blobs, digest, pick.size, url, headers,
-                   lambda done: progress(done, pick.size) if progress else None)
+    download.fetch(
+        blobs,
+        digest,
+        pick.size,
+        url,
+        headers,
+        lambda done: progress(done, pick.size) if progress else None,
+    )
     return blobs.path(digest)
 
 
@@ -144,8 +176,11 @@ def fetch_url(url: str, progress: Progress | None = None) -> Path:
     target = Path(name)
     done = 0
     try:
-        with httpx.Client(follow_redirects=True, timeout=httpx.Timeout(30.0)) as client, \
-                client.stream("GET", url) as r, open(target, "wb") as out:
+        with (
+            httpx.Client(follow_redirects=True, timeout=httpx.Timeout(30.0)) as client,
+            client.stream("GET", url) as r,
+            open(target, "wb") as out,
+        ):
             if r.status_code != 200:
                 raise PullError(f"{url}: the server answered {r.status_code}", status=502)
             total = int(r.headers.get("content-length") or 0)

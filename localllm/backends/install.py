@@ -52,8 +52,10 @@ class Installed:
 def trusted_table() -> dict[str, str]:
     """sha256 -> pack file name, for every pack this release accepts without ``--trust``."""
     text = (package_files("localllm.backends") / "trusted.toml").read_text()
-    return {str(p["sha256"]).lower(): str(p.get("file", "")) for p in
-            tomllib.loads(text).get("pack", [])}
+    return {
+        str(p["sha256"]).lower(): str(p.get("file", ""))
+        for p in tomllib.loads(text).get("pack", [])
+    }
 
 
 def check_trust(sha256: str, trust_arg: str | None, where: str) -> str:
@@ -64,17 +66,20 @@ def check_trust(sha256: str, trust_arg: str | None, where: str) -> str:
         given = trust_arg.strip().lower().removeprefix("sha256:")
         if given == sha256:
             return "--trust"
-        raise PackError(f"{where} has sha256 {sha256}, not the {given} given with --trust; "
-                        "nothing was installed")
-    raise PackError(f"{where} has sha256 {sha256}, which is not in this localllm's table of "
-                    "known packs. A plugin runs with your rights: install it only if you "
-                    f"know where it comes from, with --trust {sha256}")
+        raise PackError(
+            f"{where} has sha256 {sha256}, not the {given} given with --trust; "
+            "nothing was installed"
+        )
+    raise PackError(
+        f"{where} has sha256 {sha256}, which is not in this localllm's table of "
+        "known packs. A plugin runs with your rights: install it only if you "
+        f"know where it comes from, with --trust {sha256}"
+    )
 
 
 def _read_manifest(tar: tarfile.TarFile, where: str) -> tuple[dict[str, Any], tarfile.TarInfo]:
     first = tar.next()
-    if first is None or first.name != MANIFEST or not first.isfile() or \
-            first.size > MAX_MANIFEST:
+    if first is None or first.name != MANIFEST or not first.isfile() or first.size > MAX_MANIFEST:
         raise PackError(f"{where} is not a plugin pack: it does not start with a {MANIFEST}")
     fh = tar.extractfile(first)
     try:
@@ -97,8 +102,7 @@ def _copy(src: IO[bytes], dst: Path, size: int) -> str:
     return h.hexdigest()
 
 
-def _unpack(tar: tarfile.TarFile, m: dict[str, Any], manifest: tarfile.TarInfo,
-            tmp: Path) -> None:
+def _unpack(tar: tarfile.TarFile, m: dict[str, Any], manifest: tarfile.TarInfo, tmp: Path) -> None:
     """Every member into ``tmp``, each checked against the manifest as it streams by."""
     listed: dict[str, Any] = m["files"]
     seen: set[str] = set()
@@ -113,24 +117,30 @@ def _unpack(tar: tarfile.TarFile, m: dict[str, Any], manifest: tarfile.TarInfo,
         if member.isdir() and name == m["libs_folder"]:
             continue
         if not member.isfile():
-            raise PackError(f"refusing the pack: {member.name!r} is a link or a folder it "
-                            "does not list")
+            raise PackError(
+                f"refusing the pack: {member.name!r} is a link or a folder it does not list"
+            )
         if name not in listed or name in seen:
-            raise PackError(f"refusing the pack: {member.name!r} is not in its manifest"
-                            + (" (or twice in the pack)" if name in seen else ""))
+            raise PackError(
+                f"refusing the pack: {member.name!r} is not in its manifest"
+                + (" (or twice in the pack)" if name in seen else "")
+            )
         seen.add(name)
         want = listed[name]
         if member.size != want["size"]:
-            raise PackError(f"refusing the pack: {name} is {member.size} bytes, the manifest "
-                            f"says {want['size']}")
+            raise PackError(
+                f"refusing the pack: {name} is {member.size} bytes, the manifest "
+                f"says {want['size']}"
+            )
         dst = tmp / name
         dst.parent.mkdir(mode=0o755, exist_ok=True)
         dst.parent.chmod(0o755)
         fh = tar.extractfile(member)
         got = _copy(fh, dst, member.size) if fh else ""
         if got != want["sha256"]:
-            raise PackError(f"refusing the pack: {name} has sha256 {got}, the manifest says "
-                            f"{want['sha256']}")
+            raise PackError(
+                f"refusing the pack: {name} has sha256 {got}, the manifest says {want['sha256']}"
+            )
         dst.chmod(0o755)
     if seen != set(listed):
         gone = ", ".join(sorted(set(listed) - seen))
@@ -146,8 +156,9 @@ def _swap_in(new: Path, final: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def install(pack_file: Path, core: Core, *, trust_arg: str | None = None,
-            origin: str = "", sha256: str = "") -> Installed:
+def install(
+    pack_file: Path, core: Core, *, trust_arg: str | None = None, origin: str = "", sha256: str = ""
+) -> Installed:
     """Check and install the pack at ``pack_file`` (see the module docstring); ``sha256``:
     the file's hash when the caller has just checked it (a download), else computed."""
     where = origin or str(pack_file)
@@ -164,11 +175,13 @@ def install(pack_file: Path, core: Core, *, trust_arg: str | None = None,
             tmp.mkdir(mode=0o755)
             tmp.chmod(0o755)
             _unpack(tar, m, first, tmp)
-        final = _put_in_place(tmp, folder, m, {"pack_sha256": sha, "origin": where,
-                                               "trusted_by": how})
+        final = _put_in_place(
+            tmp, folder, m, {"pack_sha256": sha, "origin": where, "trusted_by": how}
+        )
     except (tarfile.TarError, EOFError, zlib.error) as exc:
-        raise PackError(f"{where} is not a readable plugin pack ({exc}); nothing was "
-                        "installed") from None
+        raise PackError(
+            f"{where} is not a readable plugin pack ({exc}); nothing was installed"
+        ) from None
     except OSError as exc:
         raise PackError(f"installing {where} into {folder} failed: {exc}") from None
     finally:
@@ -189,8 +202,13 @@ def _put_in_place(tmp: Path, folder: Path, m: dict[str, Any], origin: dict[str, 
         _swap_in(tmp / m["libs_folder"], libs)
     os.replace(plugin_tmp, final)
     st = final.stat()
-    record = {**m, **origin, "plugin_size": st.st_size, "plugin_mtime_ns": st.st_mtime_ns,
-              "plugin_sha256": m["files"][m["plugin"]]["sha256"]}
+    record = {
+        **m,
+        **origin,
+        "plugin_size": st.st_size,
+        "plugin_mtime_ns": st.st_mtime_ns,
+        "plugin_sha256": m["files"][m["plugin"]]["sha256"],
+    }
     atomic_write_bytes(record_path(final), json.dumps(record, indent=2).encode() + b"\n")
     if not has_libs:
         shutil.rmtree(libs, ignore_errors=True)  # an earlier pack's, now unused

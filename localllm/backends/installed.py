@@ -46,8 +46,7 @@ def rows(hw: Hardware) -> list[BackendRow]:
     """One row per backend in the catalog."""
     folder = paths.backends() / hw.ggml_version if hw.ggml_version else None
     reports = {Path(str(p.get("path", ""))).name: p for p in hw.plugins}
-    wanted = {w.backend.name for w in catalog.wanted_backends(hw.gpus_present, set())
-              if w.backend}
+    wanted = {w.backend.name for w in catalog.wanted_backends(hw.gpus_present, set()) if w.backend}
     out = []
     for b in catalog.BACKENDS.values():
         path = folder / b.filename if folder else None
@@ -57,14 +56,23 @@ def rows(hw: Hardware) -> list[BackendRow]:
         bdir = build_dir_for(b.name, hw.ggml_version) if hw.ggml_version else None
         tools = build_dir_for(b.name + "-tools", hw.ggml_version) if hw.ggml_version else None
         tree = next((d for d in (tools, bdir) if d and d.is_dir()), None)
-        out.append(BackendRow(
-            name=b.name, title=b.title, built=built, loaded=bool(rep.get("loaded")),
-            devices=devs, ggml_version=hw.ggml_version if built else "",
-            path=str(path) if path and built else "",
-            size=path.stat().st_size if path and built else 0,
-            error=str(rep.get("error") or "") if built else "",
-            wanted=b.name in wanted, needs=b.needs, build_dir=str(tree or ""),
-            pack=pack_origin(path) if path and built else ""))
+        out.append(
+            BackendRow(
+                name=b.name,
+                title=b.title,
+                built=built,
+                loaded=bool(rep.get("loaded")),
+                devices=devs,
+                ggml_version=hw.ggml_version if built else "",
+                path=str(path) if path and built else "",
+                size=path.stat().st_size if path and built else 0,
+                error=str(rep.get("error") or "") if built else "",
+                wanted=b.name in wanted,
+                needs=b.needs,
+                build_dir=str(tree or ""),
+                pack=pack_origin(path) if path and built else "",
+            )
+        )
     return out
 
 
@@ -93,9 +101,16 @@ def strays(hw: Hardware) -> list[dict[str, str]]:
         if not entry.is_dir():
             out.append({"path": str(entry), "reason": "not a ggml version folder; ignored"})
         elif hw.ggml_version and entry.name != hw.ggml_version:
-            out.append({"path": str(entry), "reason": (
-                f"built for ggml {entry.name}, but the core is ggml {hw.ggml_version}; ignored "
-                "(rebuild with 'localllm backends build NAME', then remove this folder)")})
+            out.append(
+                {
+                    "path": str(entry),
+                    "reason": (
+                        f"built for ggml {entry.name}, but the core is ggml {hw.ggml_version}; "
+                        "ignored "
+                        "(rebuild with 'localllm backends build NAME', then remove this folder)"
+                    ),
+                }
+            )
         else:
             reports = {Path(str(p.get("path", ""))).name: p for p in hw.plugins}
             for f in sorted(entry.iterdir()):

@@ -41,7 +41,7 @@ class Core:
         return self.archs if self.archs is not None else machine_archs(backend)
 
     def driver_cuda(self) -> str:
-        """"13.0" from nvidia-smi's banner, "" when no driver answers."""
+        """ "13.0" from nvidia-smi's banner, "" when no driver answers."""
         if self.cuda_driver is not None:
             return self.cuda_driver
         from localllm.hardware.probes import run_tool
@@ -56,8 +56,9 @@ def machine_archs(backend: str) -> list[str]:
     from localllm.hardware.probes import run_tool
 
     if backend == "cuda":
-        return cuda_archs(run_tool(["nvidia-smi", "--query-gpu=compute_cap",
-                                    "--format=csv,noheader"]) or "")
+        return cuda_archs(
+            run_tool(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"]) or ""
+        )
     if backend == "rocm":
         return sorted(set(re.findall(r"\bgfx[0-9a-f]+\b", run_tool(["rocminfo"]) or "")))
     return []
@@ -89,30 +90,37 @@ def _runs(arch: str, gpu: str) -> bool:
 
 
 def _refuse(manifest: dict[str, Any], why: str) -> PackError:
-    return PackError(f"this {manifest.get('backend', '?')} pack does not fit: {why}; nothing was "
-                     "installed")
+    return PackError(
+        f"this {manifest.get('backend', '?')} pack does not fit: {why}; nothing was installed"
+    )
 
 
 def check_manifest(m: Any) -> dict[str, Any]:
     """``m`` if it is a well-formed manifest, else ``PackError`` naming the fault."""
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         fmt = m.get("format") if isinstance(m, dict) else None
-        raise PackError(f"the pack's manifest is format {fmt!r}; this localllm reads format "
-                        f"{FORMAT} (a newer localllm made it?)")
+        raise PackError(
+            f"the pack's manifest is format {fmt!r}; this localllm reads format "
+            f"{FORMAT} (a newer localllm made it?)"
+        )
     try:
         backend = catalog.get(str(m["backend"]))
-        strings = [m[k] for k in ("plugin", "ggml_version", "ggml_commit", "toolkit",
-                                  "platform", "libs_folder")]
-        if not all(isinstance(s, str) for s in strings) or m["plugin"] != backend.filename \
-                or m["libs_folder"] != libs_folder(backend.name):
+        strings = [
+            m[k]
+            for k in ("plugin", "ggml_version", "ggml_commit", "toolkit", "platform", "libs_folder")
+        ]
+        if (
+            not all(isinstance(s, str) for s in strings)
+            or m["plugin"] != backend.filename
+            or m["libs_folder"] != libs_folder(backend.name)
+        ):
             raise PackError("its plugin or libraries folder is misnamed")
         archs = m["architectures"]
         if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
             raise PackError("architectures is not a list of names")
         check_archs(backend.name, archs)
         listed = m["files"]
-        if not isinstance(listed, dict) or m["plugin"] not in listed or \
-                len(listed) > MAX_FILES:
+        if not isinstance(listed, dict) or m["plugin"] not in listed or len(listed) > MAX_FILES:
             raise PackError("its file list does not hold the plugin")
         total = 0
         for name, entry in listed.items():
@@ -120,9 +128,13 @@ def check_manifest(m: Any) -> dict[str, Any]:
             lib = len(parts) == 2 and parts[0] == m["libs_folder"] and _FILE.fullmatch(parts[1])
             if name != m["plugin"] and not lib:
                 raise PackError(f"it lists a file outside its folders: {name!r}")
-            if not (isinstance(entry, dict) and isinstance(entry.get("sha256"), str)
-                    and _SHA.fullmatch(entry["sha256"]) and isinstance(entry.get("size"), int)
-                    and entry["size"] >= 0):
+            if not (
+                isinstance(entry, dict)
+                and isinstance(entry.get("sha256"), str)
+                and _SHA.fullmatch(entry["sha256"])
+                and isinstance(entry.get("size"), int)
+                and entry["size"] >= 0
+            ):
                 raise PackError(f"the entry of {name!r} has no sha256 and size")
             total += entry["size"]
         if total > MAX_BYTES:
@@ -139,29 +151,42 @@ def check_fits(m: dict[str, Any], core: Core) -> None:
     if m["platform"] != core.platform:
         raise _refuse(m, f"it is for {m['platform']}, this machine is {core.platform}")
     if m["ggml_version"] != core.ggml_version:
-        raise _refuse(m, f"it is for ggml {m['ggml_version']}, but this localllm's core is ggml "
-                         f"{core.ggml_version or 'unknown'} (a plugin of another version is "
-                         f"refused at load). Get a pack for ggml {core.ggml_version}, or build "
-                         f"it: 'localllm backends build {m['backend']}'")
+        raise _refuse(
+            m,
+            f"it is for ggml {m['ggml_version']}, but this localllm's core is ggml "
+            f"{core.ggml_version or 'unknown'} (a plugin of another version is "
+            f"refused at load). Get a pack for ggml {core.ggml_version}, or build "
+            f"it: 'localllm backends build {m['backend']}'",
+        )
     have, want = m["ggml_commit"], core.ggml_commit.removesuffix("-dirty")
     if have and want and not (have.startswith(want) or want.startswith(have)):
-        raise _refuse(m, f"it was built from ggml commit {have}, the core from {want}: the "
-                         "same version number, other code. Build it here instead")
+        raise _refuse(
+            m,
+            f"it was built from ggml commit {have}, the core from {want}: the "
+            "same version number, other code. Build it here instead",
+        )
     archs = core.archs_for(m["backend"])
     if m["backend"] in ("cuda", "rocm") and not archs:
-        raise _refuse(m, "no GPU of this machine answered, so its architecture is unknown: "
-                         "pass --arch (e.g. --arch 90 for an H100)")
+        raise _refuse(
+            m,
+            "no GPU of this machine answered, so its architecture is unknown: "
+            "pass --arch (e.g. --arch 90 for an H100)",
+        )
     missing = uncovered(m["backend"], m["architectures"], archs)
     if missing:
-        raise _refuse(m, f"it is built for {', '.join(m['architectures'])}, but this "
-                         f"machine's GPUs are {', '.join(archs)} ({', '.join(missing)} "
-                         "not covered)")
+        raise _refuse(
+            m,
+            f"it is built for {', '.join(m['architectures'])}, but this "
+            f"machine's GPUs are {', '.join(archs)} ({', '.join(missing)} "
+            "not covered)",
+        )
     need = re.match(r"CUDA (\d+)\.", m["toolkit"]) if m["backend"] == "cuda" else None
     driver = core.driver_cuda() if need else ""
     # CUDA's minor version compatibility: a driver runs the runtime of its own major version.
     if need and driver and int(need.group(1)) > int(driver.split(".")[0]):
-        raise _refuse(m, f"it is built with {m['toolkit']}, and this NVIDIA driver supports "
-                         f"CUDA {driver}: update the driver, or build the plugin here "
-                         "('localllm backends build cuda')")
-
-
+        raise _refuse(
+            m,
+            f"it is built with {m['toolkit']}, and this NVIDIA driver supports "
+            f"CUDA {driver}: update the driver, or build the plugin here "
+            "('localllm backends build cuda')",
+        )

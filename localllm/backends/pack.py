@@ -51,12 +51,33 @@ SUFFIX = ".tar.gz"
 # Provided by the core, which the engine has loaded before any plugin.
 CORE_LIBS = ("libggml-base.", "libggml.", "libllama.", "libmtmd.")
 # The system's or the driver's own: never carried (a copy would fight the installed driver).
-SYSTEM_LIBS = ("libc.", "libm.", "libdl.", "libpthread.", "librt.", "ld-linux", "libstdc++.",
-               "libgcc_s.", "libgomp.", "libcuda.", "libnvidia-", "libvulkan.", "libdrm")
+SYSTEM_LIBS = (
+    "libc.",
+    "libm.",
+    "libdl.",
+    "libpthread.",
+    "librt.",
+    "ld-linux",
+    "libstdc++.",
+    "libgcc_s.",
+    "libgomp.",
+    "libcuda.",
+    "libnvidia-",
+    "libvulkan.",
+    "libdrm",
+)
 # Runtime libraries of the vendor toolkits: a plugin cannot load without them, and a machine
 # with only the driver does not have them.
-TOOLKIT_LIBS = ("libcudart.", "libcublas.", "libcublasLt.", "libnvrtc", "libamdhip64.",
-                "libhipblas.", "librocblas.", "libhipblaslt.")
+TOOLKIT_LIBS = (
+    "libcudart.",
+    "libcublas.",
+    "libcublasLt.",
+    "libnvrtc",
+    "libamdhip64.",
+    "libhipblas.",
+    "librocblas.",
+    "libhipblaslt.",
+)
 _CUDA_ARCH = re.compile(r"\d+[af]?(-real|-virtual)?")
 _HIP_ARCH = re.compile(r"gfx[0-9a-f]+(:[a-z+-]+)?")
 
@@ -84,10 +105,15 @@ def libs_folder(backend: str) -> str:
 def pack_name(manifest: dict[str, Any]) -> str:
     """``cuda-ggml0.25.3-linux-x86_64-sm90.tar.gz``: what ``get`` looks for in a repo."""
     # Base names only ("90-real" is sm90): a name is a hint, the manifest decides.
-    archs = "_".join(("sm" if manifest["backend"] == "cuda" else "") + re.split("[-:]", a)[0]
-                     for a in manifest["architectures"])
-    return (f"{manifest['backend']}-ggml{manifest['ggml_version']}-{manifest['platform']}"
-            + (f"-{archs}" if archs else "") + SUFFIX)
+    archs = "_".join(
+        ("sm" if manifest["backend"] == "cuda" else "") + re.split("[-:]", a)[0]
+        for a in manifest["architectures"]
+    )
+    return (
+        f"{manifest['backend']}-ggml{manifest['ggml_version']}-{manifest['platform']}"
+        + (f"-{archs}" if archs else "")
+        + SUFFIX
+    )
 
 
 def check_archs(backend: str, archs: list[str]) -> list[str]:
@@ -99,8 +125,10 @@ def check_archs(backend: str, archs: list[str]) -> list[str]:
         return []
     bad = [a for a in archs if not pattern.fullmatch(a)]
     if bad or not archs:
-        raise PackError(f"{', '.join(bad) or 'none'}: not {backend} architectures "
-                        f"(e.g. {'90 or 90-real' if backend == 'cuda' else 'gfx1100'})")
+        raise PackError(
+            f"{', '.join(bad) or 'none'}: not {backend} architectures "
+            f"(e.g. {'90 or 90-real' if backend == 'cuda' else 'gfx1100'})"
+        )
     return archs
 
 
@@ -109,13 +137,18 @@ def _cmake_value(text: str, key: str) -> str:
     return m.group(1).strip() if m else ""
 
 
-def build_facts(backend: catalog.Backend, ggml_version: str, plugin_sha: str
-                ) -> tuple[list[str], str] | None:
+def build_facts(
+    backend: catalog.Backend, ggml_version: str, plugin_sha: str
+) -> tuple[list[str], str] | None:
     """(architectures, toolkit) from the cmake tree whose output is the installed plugin."""
-    for tree in (build_dir_for(backend.name, ggml_version),
-                 build_dir_for(backend.name + "-tools", ggml_version)):
-        out = next((p for p in (tree / "bin" / backend.filename, tree / backend.filename)
-                    if p.is_file()), None)
+    for tree in (
+        build_dir_for(backend.name, ggml_version),
+        build_dir_for(backend.name + "-tools", ggml_version),
+    ):
+        out = next(
+            (p for p in (tree / "bin" / backend.filename, tree / backend.filename) if p.is_file()),
+            None,
+        )
         cache = tree / "CMakeCache.txt"
         if out is None or not cache.is_file() or sha256_of(out) != plugin_sha:
             continue
@@ -174,17 +207,18 @@ def runtime_libs(plugin: Path) -> tuple[dict[str, Path], list[str]]:
         for name in info.needed:
             if name in carry or name.startswith(CORE_LIBS):
                 continue
-            found = next((d / name for d in _search_dirs(lib, info) if (d / name).is_file()),
-                         None)
+            found = next((d / name for d in _search_dirs(lib, info) if (d / name).is_file()), None)
             if name.startswith(SYSTEM_LIBS):
                 found = None
             elif found is None and name.startswith(TOOLKIT_LIBS):
                 cache = elf.ld_cache() if cache is None else cache
                 found = Path(cache[name]) if name in cache else None
                 if found is None:
-                    raise PackError(f"{lib.name} needs {name}, which is not in its search "
-                                    "path nor in the loader's cache: the pack would not load "
-                                    "on a machine without the toolkit")
+                    raise PackError(
+                        f"{lib.name} needs {name}, which is not in its search "
+                        "path nor in the loader's cache: the pack would not load "
+                        "on a machine without the toolkit"
+                    )
             if found is None:
                 if name not in system:
                     system.append(name)
@@ -208,16 +242,19 @@ def _stage(plugin: Path, carry: dict[str, Path], backend: str, stage: Path) -> N
         if elf.read(path).search_strings:
             elf.set_search_path(path, search)
         elif path.parent == stage and carry:
-            raise PackError(f"{plugin.name} has no runpath, so it would not find the "
-                            f"libraries packed beside it ({', '.join(carry)}); rebuild it")
+            raise PackError(
+                f"{plugin.name} has no runpath, so it would not find the "
+                f"libraries packed beside it ({', '.join(carry)}); rebuild it"
+            )
 
 
 def _tar(stage: Path, names: list[str], out: Path) -> None:
     """A deterministic tar.gz of ``names`` (files and folders below ``stage``) at ``out``."""
-    with open(out, "wb") as raw, \
-            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0,
-                          compresslevel=6) as gz, \
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    with (
+        open(out, "wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
         for name in names:
             path = stage / name
             info = tarfile.TarInfo(name)
@@ -231,31 +268,42 @@ def _tar(stage: Path, names: list[str], out: Path) -> None:
                 tar.addfile(info, fh)
 
 
-def make(name: str, *, ggml_version: str, ggml_commit: str, out: Path | None = None,
-         arch: str | None = None) -> Packed:
+def make(
+    name: str,
+    *,
+    ggml_version: str,
+    ggml_commit: str,
+    out: Path | None = None,
+    arch: str | None = None,
+) -> Packed:
     """Pack the installed plugin ``name`` for the core's ggml version into ``out``: a file
     named ``*.tar.gz``, else a folder, where it gets ``pack_name`` (default: the working
     folder)."""
     backend = catalog.get(name)
     plugin = paths.backends() / ggml_version / backend.filename
     if not plugin.is_file():
-        raise PackError(f"no {backend.name} plugin is installed for ggml {ggml_version} "
-                        f"({plugin}): build it first with 'localllm backends build "
-                        f"{backend.name}'")
+        raise PackError(
+            f"no {backend.name} plugin is installed for ggml {ggml_version} "
+            f"({plugin}): build it first with 'localllm backends build "
+            f"{backend.name}'"
+        )
     facts = build_facts(backend, ggml_version, sha256_of(plugin))
     record = installed_record(plugin)
-    if facts is None and record is not None and record.get("plugin_sha256") == \
-            sha256_of(plugin):
+    if facts is None and record is not None and record.get("plugin_sha256") == sha256_of(plugin):
         facts = list(record["architectures"]), str(record.get("toolkit", ""))
     given = check_archs(backend.name, arch.split(",")) if arch else None
     if facts is not None and given is not None and sorted(given) != sorted(facts[0]):
-        raise PackError(f"{plugin.name} was built for {', '.join(facts[0]) or 'no'} "
-                        f"architectures, not {arch}: rebuild it with --arch {arch}")
+        raise PackError(
+            f"{plugin.name} was built for {', '.join(facts[0]) or 'no'} "
+            f"architectures, not {arch}: rebuild it with --arch {arch}"
+        )
     if facts is None:
         if given is None and backend.name in ("cuda", "rocm"):
-            raise PackError(f"cannot tell which GPU architectures {plugin} was built for (its "
-                            "build tree is gone or holds another build): say them with --arch,"
-                            " or build it again and pack")
+            raise PackError(
+                f"cannot tell which GPU architectures {plugin} was built for (its "
+                "build tree is gone or holds another build): say them with --arch,"
+                " or build it again and pack"
+            )
         facts = (given or [], "")
     carry, system = runtime_libs(plugin)
     with tempfile.TemporaryDirectory(prefix=".pack-", dir=work_dir()) as tmp:
@@ -263,13 +311,21 @@ def make(name: str, *, ggml_version: str, ggml_commit: str, out: Path | None = N
         _stage(plugin, carry, backend.name, stage)
         files = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file())
         manifest: dict[str, Any] = {
-            "format": FORMAT, "backend": backend.name, "plugin": plugin.name,
-            "ggml_version": ggml_version, "ggml_commit": ggml_commit.removesuffix("-dirty"),
-            "architectures": facts[0], "toolkit": facts[1], "platform": platform_tag(),
-            "libs_folder": libs_folder(backend.name), "system_libs": system,
+            "format": FORMAT,
+            "backend": backend.name,
+            "plugin": plugin.name,
+            "ggml_version": ggml_version,
+            "ggml_commit": ggml_commit.removesuffix("-dirty"),
+            "architectures": facts[0],
+            "toolkit": facts[1],
+            "platform": platform_tag(),
+            "libs_folder": libs_folder(backend.name),
+            "system_libs": system,
             "made_by": f"localllm {__version__}",
-            "files": {f: {"sha256": sha256_of(stage / f), "size": (stage / f).stat().st_size}
-                      for f in files},
+            "files": {
+                f: {"sha256": sha256_of(stage / f), "size": (stage / f).stat().st_size}
+                for f in files
+            },
         }
         (stage / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         target = (out or Path.cwd()).expanduser()
@@ -284,4 +340,3 @@ def make(name: str, *, ggml_version: str, ggml_commit: str, out: Path | None = N
         finally:
             tmp_out.unlink(missing_ok=True)
     return Packed(target, sha256_of(target), target.stat().st_size, manifest)
-

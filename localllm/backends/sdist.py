@@ -55,8 +55,15 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def fetch(version: str, folder: Path, pip: Sequence[str], *, extra: Sequence[str] = (),
-          hint: str = "", log: list[str] | None = None) -> Path:
+def fetch(
+    version: str,
+    folder: Path,
+    pip: Sequence[str],
+    *,
+    extra: Sequence[str] = (),
+    hint: str = "",
+    log: list[str] | None = None,
+) -> Path:
     """The sdist of ``version`` in ``folder``, downloaded with ``pip`` (an argv prefix that
     runs pip) when missing, hash-checked either way.  ``extra``: more ``pip download``
     options; ``hint``: what the user can do instead, appended to download errors.
@@ -75,13 +82,23 @@ def fetch(version: str, folder: Path, pip: Sequence[str], *, extra: Sequence[str
     have = sha256_file(target)
     if have != want:
         target.unlink(missing_ok=True)
-        raise SdistError(f"the {PACKAGE} {version} sdist has sha256 {have}, expected {want}; "
-                         "the corrupt download was removed, try again")
+        raise SdistError(
+            f"the {PACKAGE} {version} sdist has sha256 {have}, expected {want}; "
+            "the corrupt download was removed, try again"
+        )
     return target
 
 
-def _download(version: str, want: str, folder: Path, target: Path, pip: Sequence[str],
-              extra: Sequence[str], hint: str, log: list[str] | None) -> None:
+def _download(
+    version: str,
+    want: str,
+    folder: Path,
+    target: Path,
+    pip: Sequence[str],
+    extra: Sequence[str],
+    hint: str,
+    log: list[str] | None,
+) -> None:
     """``pip download`` of the pinned sdist into ``target``; pip refuses another file."""
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".tmp-{os.getpid()}"
@@ -93,8 +110,19 @@ def _download(version: str, want: str, folder: Path, target: Path, pip: Sequence
         # its metadata (which runs the sdist's build backend).
         req = tmp / "pinned.txt"
         req.write_text(f"{PACKAGE}=={version} --hash=sha256:{want}\n")
-        argv = [*pip, "download", "--no-deps", "--no-binary", ":all:", "--require-hashes",
-                *extra, "-r", str(req), "-d", str(tmp / "dl")]
+        argv = [
+            *pip,
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--require-hashes",
+            *extra,
+            "-r",
+            str(req),
+            "-d",
+            str(tmp / "dl"),
+        ]
         # In our folder, never where the user stands: see the callers' ``pip`` argv.
         out = subprocess.run(argv, capture_output=True, text=True, cwd=folder)
         if log is not None:
@@ -105,12 +133,15 @@ def _download(version: str, want: str, folder: Path, target: Path, pip: Sequence
             raise SdistError(
                 f"the {PACKAGE} {version} sdist the package index served does not have the "
                 f"pinned sha256 {want}; pip refused it before running any of it. Check the "
-                f"index (pip config list){', or ' + hint if hint else ''}.")
+                f"index (pip config list){', or ' + hint if hint else ''}."
+            )
         if out.returncode != 0 or len(got) != 1:
             tail = " | ".join(text.strip().splitlines()[-3:])
             instead = f" Without a package index, {hint}." if hint else ""
-            raise SdistError(f"could not download the {PACKAGE} {version} source with pip: "
-                             f"{tail or 'no file'}.{instead}")
+            raise SdistError(
+                f"could not download the {PACKAGE} {version} source with pip: "
+                f"{tail or 'no file'}.{instead}"
+            )
         os.replace(got[0], target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -151,11 +182,14 @@ def _members(tar: tarfile.TarFile) -> list[tuple[tarfile.TarInfo, str]]:
     for m in tar.getmembers():
         parts = _check_member(m)
         try:
-            i = next(k for k in range(len(parts) - 1)
-                     if parts[k] == "vendor" and parts[k + 1] == "llama.cpp")
+            i = next(
+                k
+                for k in range(len(parts) - 1)
+                if parts[k] == "vendor" and parts[k + 1] == "llama.cpp"
+            )
         except StopIteration:
             continue
-        rel = parts[i + 2:]
+        rel = parts[i + 2 :]
         if not rel or rel[0] in SKIP_TOP or not (m.isfile() or m.isdir()):
             continue
         out.append((m, "/".join(rel)))
@@ -187,8 +221,10 @@ def unpack(tarball: Path, dest: Path) -> Path:
         with tarfile.open(tarball, "r:*") as tar:
             members = _members(tar)
             if not members:
-                raise SdistError(f"{tarball} holds no vendor/llama.cpp/ folder; pass the "
-                                 f"{PACKAGE} sdist or a trimmed copy of it")
+                raise SdistError(
+                    f"{tarball} holds no vendor/llama.cpp/ folder; pass the "
+                    f"{PACKAGE} sdist or a trimmed copy of it"
+                )
             tmp.mkdir(parents=True)
             for m, rel in members:
                 target = _target(tmp, m, rel)
@@ -242,8 +278,9 @@ def llama_commit(tarball: Path) -> str:
 def ggml_version_of(tree: Path) -> str:
     """GGML_VERSION_MAJOR.MINOR.PATCH from ggml/CMakeLists.txt."""
     text = (tree / "ggml" / "CMakeLists.txt").read_text(errors="replace")
-    parts = [re.search(rf"set\(GGML_VERSION_{k}\s+(\d+)\)", text) for k in
-             ("MAJOR", "MINOR", "PATCH")]
+    parts = [
+        re.search(rf"set\(GGML_VERSION_{k}\s+(\d+)\)", text) for k in ("MAJOR", "MINOR", "PATCH")
+    ]
     if not all(parts):
         raise SdistError(f"{tree} has no GGML_VERSION in ggml/CMakeLists.txt")
     return ".".join(p.group(1) for p in parts if p)

@@ -58,10 +58,16 @@ def fetch_sdist(version: str, log: list[str] | None = None) -> Path:
             f"(it knows {', '.join(sorted(PINNED_SHA256))}), so its source cannot be checked "
             f"before it is used. Reinstall localllm (its core is built from "
             f"{PACKAGE}=={next(reversed(PINNED_SHA256))}), or get the {version} sdist "
-            "yourself, check it, and pass it with --source FILE.")
+            "yourself, check it, and pass it with --source FILE."
+        )
     try:
-        return sdist.fetch(version, paths.cache() / "sdist", pip_argv(),
-                           hint="pass --source with a copy of the sdist", log=log)
+        return sdist.fetch(
+            version,
+            paths.cache() / "sdist",
+            pip_argv(),
+            hint="pass --source with a copy of the sdist",
+            log=log,
+        )
     except sdist.SdistError as exc:
         raise SourceError(str(exc)) from None
 

@@ -71,8 +71,7 @@ def work_dir() -> Path:
 
 def _run(argv: list[str], timeout: float = 10.0) -> str:
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                             cwd=work_dir())
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=work_dir())
     except (OSError, subprocess.SubprocessError):
         return ""
     return out.stdout if out.returncode == 0 else ""
@@ -81,8 +80,7 @@ def _run(argv: list[str], timeout: float = 10.0) -> str:
 def _which(name: str, *extra_dirs: str) -> str:
     """On PATH, next to this Python (a venv's bin/), or in one of ``extra_dirs``; only
     absolute folders count, so a tool in the working folder is never picked up."""
-    dirs = [d for d in os.environ.get("PATH", os.defpath).split(os.pathsep)
-            if os.path.isabs(d)]
+    dirs = [d for d in os.environ.get("PATH", os.defpath).split(os.pathsep) if os.path.isabs(d)]
     found = shutil.which(name, path=os.pathsep.join(dirs))
     if found:
         return found
@@ -93,8 +91,9 @@ def _which(name: str, *extra_dirs: str) -> str:
     return ""
 
 
-def build_tools(install: bool = True,
-                notice: Callable[[str], None] | None = None) -> tuple[str, str]:
+def build_tools(
+    install: bool = True, notice: Callable[[str], None] | None = None
+) -> tuple[str, str]:
     """Paths of cmake and ninja; installed from the package index into this Python if absent,
     after ``notice`` has told the user what will be installed, where, and how to avoid it."""
     cmake, ninja = _which("cmake"), _which("ninja")
@@ -102,27 +101,32 @@ def build_tools(install: bool = True,
     argv = pip_argv("install", "--quiet", *missing)
     if missing and install:
         if notice:
-            notice(f"{' and '.join(missing)} not found on PATH: installing "
-                   f"{', '.join(missing)} from the package index into this Python "
-                   f"({sys.prefix}) with '{' '.join(argv)}'. To avoid this, install them "
-                   "yourself (e.g. apt install cmake ninja-build, brew install cmake ninja) "
-                   "and run the build again.")
+            notice(
+                f"{' and '.join(missing)} not found on PATH: installing "
+                f"{', '.join(missing)} from the package index into this Python "
+                f"({sys.prefix}) with '{' '.join(argv)}'. To avoid this, install them "
+                "yourself (e.g. apt install cmake ninja-build, brew install cmake ninja) "
+                "and run the build again."
+            )
         subprocess.run(argv, check=False, cwd=work_dir())
         cmake, ninja = cmake or _which("cmake"), ninja or _which("ninja")
     if not cmake or not ninja:
         tried = f"installing them with pip failed ({' '.join(argv)}). " if install else ""
         raise ToolkitMissing(
             f"building a backend needs cmake and ninja; {tried}Install them with your "
-            "package manager (e.g. apt install cmake ninja-build) and try again.")
+            "package manager (e.g. apt install cmake ninja-build) and try again."
+        )
     return cmake, ninja
 
 
 def compiler() -> str:
     cxx = os.environ.get("CXX") or _which("c++") or _which("g++") or _which("clang++")
     if not cxx:
-        raise ToolkitMissing("building a backend needs a C++ compiler (g++ or clang++): "
-                             "install build-essential (Debian/Ubuntu) or Xcode's command line "
-                             "tools (macOS)")
+        raise ToolkitMissing(
+            "building a backend needs a C++ compiler (g++ or clang++): "
+            "install build-essential (Debian/Ubuntu) or Xcode's command line "
+            "tools (macOS)"
+        )
     return cxx
 
 
@@ -144,12 +148,16 @@ def cuda_flags(archs: list[str]) -> list[str]:
     real = [a if not re.fullmatch(r"\d+[af]?", a) else f"{a}-real" for a in archs]
     # f16-f16 is always built; f32 has no vector kernels.
     quants = ";".join(f"{t}-{t}" for t in KV_TYPES if t not in ("f16", "f32"))
-    return [f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(real)}", f"-DGGML_CUDA_FA_QUANTS={quants}",
-            "-DGGML_CUDA_NCCL=OFF"]
+    return [
+        f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(real)}",
+        f"-DGGML_CUDA_FA_QUANTS={quants}",
+        "-DGGML_CUDA_NCCL=OFF",
+    ]
 
 
-def check_cuda(arch: str | None, cuda: str | None = None) -> tuple[
-        list[str], list[str], dict[str, str], tuple[cuda_wheels.WheelSet, str] | None]:
+def check_cuda(
+    arch: str | None, cuda: str | None = None
+) -> tuple[list[str], list[str], dict[str, str], tuple[cuda_wheels.WheelSet, str] | None]:
     """(cmake args, notes, environment, package-index set or None) of a CUDA build.
 
     The system's nvcc when there is one (of the major ``cuda`` asks for, if given), else
@@ -158,29 +166,42 @@ def check_cuda(arch: str | None, cuda: str | None = None) -> tuple[
     nvcc = _which("nvcc", str(Path(home) / "bin"))
     m = re.search(r"release (\d+\.\d+)", _run([nvcc, "--version"])) if nvcc else None
     version = m.group(1) if m else "?"
-    archs = [a.strip() for a in arch.split(",") if a.strip()] if arch else cuda_archs(
-        _run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"]))
+    archs = (
+        [a.strip() for a in arch.split(",") if a.strip()]
+        if arch
+        else cuda_archs(_run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"]))
+    )
     if not archs:
-        raise ToolkitMissing("no NVIDIA GPU answered nvidia-smi, so the architecture to build "
-                             "for is unknown: pass --arch (e.g. --arch 89 for an RTX 4090, "
-                             "--arch 90 for an H100)")
+        raise ToolkitMissing(
+            "no NVIDIA GPU answered nvidia-smi, so the architecture to build "
+            "for is unknown: pass --arch (e.g. --arch 89 for an RTX 4090, "
+            "--arch 90 for an H100)"
+        )
     flags = cuda_flags(archs)
     notes = [f"CUDA architectures {', '.join(archs)}"]
     blas = _cublas_header(nvcc, home) if nvcc else None
     if nvcc and blas and (not cuda or version.split(".")[0] == cuda.split(".")[0]):
         # Named, not left to CUDACXX (which a configured tree ignores), and without the
         # runpath of a package-index build configured in the same tree before.
-        return ([*flags, f"-DCMAKE_CUDA_COMPILER={nvcc}", "-DCMAKE_BUILD_WITH_INSTALL_RPATH=OFF"],
-                [f"nvcc {version} at {nvcc}", *notes], {"CUDACXX": nvcc}, None)
-    where = (f"no CUDA toolkit (nvcc) on PATH or in {home}/bin" if not nvcc else
-             f"the CUDA {version} toolkit of {nvcc} has no cuBLAS (cublas_v2.h)" if not blas
-             else f"the nvcc at {nvcc} is CUDA {version}")
+        return (
+            [*flags, f"-DCMAKE_CUDA_COMPILER={nvcc}", "-DCMAKE_BUILD_WITH_INSTALL_RPATH=OFF"],
+            [f"nvcc {version} at {nvcc}", *notes],
+            {"CUDACXX": nvcc},
+            None,
+        )
+    where = (
+        f"no CUDA toolkit (nvcc) on PATH or in {home}/bin"
+        if not nvcc
+        else f"the CUDA {version} toolkit of {nvcc} has no cuBLAS (cublas_v2.h)"
+        if not blas
+        else f"the nvcc at {nvcc} is CUDA {version}"
+    )
     try:
-        ws, why = cuda_wheels.choose(cuda, cuda_wheels.driver_cuda(_run(["nvidia-smi"])),
-                                     archs)
+        ws, why = cuda_wheels.choose(cuda, cuda_wheels.driver_cuda(_run(["nvidia-smi"])), archs)
     except cuda_wheels.CudaWheelError as exc:
-        raise ToolkitMissing(f"the CUDA plugin needs NVIDIA's compiler: {where}, and {exc}") \
-            from None
+        raise ToolkitMissing(
+            f"the CUDA plugin needs NVIDIA's compiler: {where}, and {exc}"
+        ) from None
     why = f"{why}; {where}"
     return flags, [f"CUDA {ws.cuda} from the package index ({why})", *notes], {}, (ws, why)
 
@@ -200,8 +221,7 @@ def vulkan_header_version(include_dirs: list[str]) -> tuple[int, str]:
     for d in include_dirs:
         path = Path(d) / "vulkan" / "vulkan_core.h"
         if path.is_file():
-            m = re.search(r"#define\s+VK_HEADER_VERSION\s+(\d+)",
-                          path.read_text(errors="replace"))
+            m = re.search(r"#define\s+VK_HEADER_VERSION\s+(\d+)", path.read_text(errors="replace"))
             return (int(m.group(1)) if m else 0), str(path)
     return 0, ""
 
@@ -212,17 +232,22 @@ def check_vulkan() -> tuple[list[str], list[str], dict[str, str]]:
     dirs += ["/usr/include", "/usr/local/include"]
     version, path = vulkan_header_version(dirs)
     if not path:
-        raise ToolkitMissing("the Vulkan plugin needs the Vulkan headers (vulkan/vulkan_core.h):"
-                             " install libvulkan-dev or the LunarG Vulkan SDK and set VULKAN_SDK")
+        raise ToolkitMissing(
+            "the Vulkan plugin needs the Vulkan headers (vulkan/vulkan_core.h):"
+            " install libvulkan-dev or the LunarG Vulkan SDK and set VULKAN_SDK"
+        )
     if version < MIN_VULKAN_HEADER:
         raise ToolkitMissing(
             f"the Vulkan headers at {path} are 1.3.{version}, and this llama.cpp's Vulkan "
             f"backend needs 1.3.{MIN_VULKAN_HEADER} or newer (vk::LayerSettingEXT): install the "
-            "LunarG Vulkan SDK and set VULKAN_SDK, or use a newer distribution's packages")
+            "LunarG Vulkan SDK and set VULKAN_SDK, or use a newer distribution's packages"
+        )
     glslc = _which("glslc", str(Path(sdk) / "bin") if sdk else "")
     if not glslc:
-        raise ToolkitMissing("the Vulkan plugin needs glslc to compile its shaders: install "
-                             "glslc (Debian/Ubuntu package 'glslc') or the LunarG Vulkan SDK")
+        raise ToolkitMissing(
+            "the Vulkan plugin needs glslc to compile its shaders: install "
+            "glslc (Debian/Ubuntu package 'glslc') or the LunarG Vulkan SDK"
+        )
     return [], [f"Vulkan headers 1.3.{version} ({path})", f"glslc at {glslc}"], {}
 
 
@@ -230,21 +255,43 @@ def check_rocm(arch: str | None) -> tuple[list[str], list[str], dict[str, str]]:
     rocm = os.environ.get("ROCM_PATH", "/opt/rocm")
     hipcc = _which("hipcc", str(Path(rocm) / "bin"))
     if not hipcc:
-        raise ToolkitMissing(f"the ROCm plugin needs ROCm's hipcc (not on PATH or in {rocm}/bin):"
-                             " install ROCm with hipBLAS and rocBLAS, or set ROCM_PATH")
-    targets = arch.split(",") if arch else sorted(set(re.findall(
-        r"\bgfx[0-9a-f]+\b", _run([_which("rocminfo", str(Path(rocm) / "bin")) or "rocminfo"]))))
+        raise ToolkitMissing(
+            f"the ROCm plugin needs ROCm's hipcc (not on PATH or in {rocm}/bin):"
+            " install ROCm with hipBLAS and rocBLAS, or set ROCM_PATH"
+        )
+    targets = (
+        arch.split(",")
+        if arch
+        else sorted(
+            set(
+                re.findall(
+                    r"\bgfx[0-9a-f]+\b",
+                    _run([_which("rocminfo", str(Path(rocm) / "bin")) or "rocminfo"]),
+                )
+            )
+        )
+    )
     if not targets:
-        raise ToolkitMissing("rocminfo reported no AMD GPU, so the target is unknown: pass "
-                             "--arch (e.g. --arch gfx1100)")
+        raise ToolkitMissing(
+            "rocminfo reported no AMD GPU, so the target is unknown: pass "
+            "--arch (e.g. --arch gfx1100)"
+        )
     clang = Path(rocm) / "llvm" / "bin" / "clang"
     env = {"HIPCXX": str(clang)} if clang.exists() else {}
-    return ([f"-DGPU_TARGETS={';'.join(targets)}"], [f"hipcc at {hipcc}",
-                                                     f"targets {', '.join(targets)}"], env)
+    return (
+        [f"-DGPU_TARGETS={';'.join(targets)}"],
+        [f"hipcc at {hipcc}", f"targets {', '.join(targets)}"],
+        env,
+    )
 
 
-def check(backend: Backend, arch: str | None = None, install_tools: bool = True,
-          notice: Callable[[str], None] | None = None, cuda: str | None = None) -> Toolkit:
+def check(
+    backend: Backend,
+    arch: str | None = None,
+    install_tools: bool = True,
+    notice: Callable[[str], None] | None = None,
+    cuda: str | None = None,
+) -> Toolkit:
     """Everything ``backend`` needs, or ``ToolkitMissing`` saying what is not there
     (``notice``: told before anything is installed, see ``build_tools``; ``cuda``: the
     CUDA version asked for, ``--cuda``)."""

@@ -34,19 +34,26 @@ def _owner(uid: int) -> str:
 def _check(path: Path, st: os.stat_result, uid: int, sticky_ok: bool) -> str:
     """Why ``path`` (already lstat'ed) could be written by another account, or ""."""
     if st.st_uid not in (uid, 0):
-        return (f"{path} belongs to {_owner(st.st_uid)}, not to you or root: move the "
-                "backends folder (LOCALLLM_BACKENDS) to a folder of your own, or have it "
-                "chown'ed to you")
+        return (
+            f"{path} belongs to {_owner(st.st_uid)}, not to you or root: move the "
+            "backends folder (LOCALLLM_BACKENDS) to a folder of your own, or have it "
+            "chown'ed to you"
+        )
     mode = stat.S_IMODE(st.st_mode)
     if mode & _OTHERS_WRITE and not (sticky_ok and mode & stat.S_ISVTX):
-        who = "group and others" if mode & _OTHERS_WRITE == _OTHERS_WRITE else \
-            "its group" if mode & stat.S_IWGRP else "others"
+        who = (
+            "group and others"
+            if mode & _OTHERS_WRITE == _OTHERS_WRITE
+            else "its group"
+            if mode & stat.S_IWGRP
+            else "others"
+        )
         return f"{path} is writable by {who} (mode {mode:o}): run 'chmod go-w {path}'"
     return ""
 
 
 def why_unsafe(path: Path, backends_root: Path, uid: int | None = None) -> str:
-    """"" when the plugin at ``path`` may be loaded, else why not (a sentence with the fix).
+    """ "" when the plugin at ``path`` may be loaded, else why not (a sentence with the fix).
 
     ``backends_root`` is the backends folder: from there down, no folder may be
     writable by others even with the sticky bit.  ``uid`` is the account that

@@ -108,9 +108,14 @@ def _key(setup: Setup) -> str:
 # window, 200k for a model it does not know); CLAUDE_CODE_MAX_OUTPUT_TOKENS the reply
 # limit.  ANTHROPIC_API_KEY would win over the token and be sent to the daemon, and
 # the CLAUDE_CODE_USE_{BEDROCK,VERTEX,FOUNDRY} switches would send requests elsewhere.
-_CLAUDE_MODEL_VARS = ("ANTHROPIC_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL",
-                      "ANTHROPIC_DEFAULT_SONNET_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL",
-                      "ANTHROPIC_SMALL_FAST_MODEL", "CLAUDE_CODE_SUBAGENT_MODEL")
+_CLAUDE_MODEL_VARS = (
+    "ANTHROPIC_MODEL",
+    "ANTHROPIC_DEFAULT_OPUS_MODEL",
+    "ANTHROPIC_DEFAULT_SONNET_MODEL",
+    "ANTHROPIC_DEFAULT_HAIKU_MODEL",
+    "ANTHROPIC_SMALL_FAST_MODEL",
+    "CLAUDE_CODE_SUBAGENT_MODEL",
+)
 
 
 def _claude(setup: Setup, folder: Path) -> Launch:
@@ -118,8 +123,16 @@ def _claude(setup: Setup, folder: Path) -> Launch:
     env.update(dict.fromkeys(_CLAUDE_MODEL_VARS, setup.model))
     env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] = str(setup.context)
     env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = str(output_budget(setup.context))
-    return Launch([], env, unset=("ANTHROPIC_API_KEY", "CLAUDE_CODE_USE_BEDROCK",
-                                  "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CODE_USE_FOUNDRY"))
+    return Launch(
+        [],
+        env,
+        unset=(
+            "ANTHROPIC_API_KEY",
+            "CLAUDE_CODE_USE_BEDROCK",
+            "CLAUDE_CODE_USE_VERTEX",
+            "CLAUDE_CODE_USE_FOUNDRY",
+        ),
+    )
 
 
 # -- Codex ---------------------------------------------------------------------------
@@ -137,17 +150,25 @@ def _toml(value: str) -> str:
 
 
 def _codex(setup: Setup, folder: Path) -> Launch:
-    provider = (f"{{name = {_toml(PROVIDER)}, base_url = {_toml(setup.base_url + '/v1')}, "
-                f"wire_api = \"responses\"")
+    provider = (
+        f"{{name = {_toml(PROVIDER)}, base_url = {_toml(setup.base_url + '/v1')}, "
+        f'wire_api = "responses"'
+    )
     env: dict[str, str] = {}
     if setup.api_key:
         provider += ', env_key = "LOCALLLM_API_KEY"'
         env["LOCALLLM_API_KEY"] = setup.api_key
     provider += "}"
-    argv = ["-c", f"model_provider={_toml(PROVIDER)}",
-            "-c", f"model_providers.{PROVIDER}={provider}",
-            "-c", f"model={_toml(setup.model)}",
-            "-c", f"model_context_window={setup.context}"]
+    argv = [
+        "-c",
+        f"model_provider={_toml(PROVIDER)}",
+        "-c",
+        f"model_providers.{PROVIDER}={provider}",
+        "-c",
+        f"model={_toml(setup.model)}",
+        "-c",
+        f"model_context_window={setup.context}",
+    ]
     return Launch(argv, env)
 
 
@@ -165,16 +186,20 @@ def _opencode_config(setup: Setup) -> dict[str, object]:
         "$schema": "https://opencode.ai/config.json",
         "model": model,
         "small_model": model,
-        "provider": {PROVIDER: {
-            "npm": "@ai-sdk/openai-compatible",
-            "name": "localllm",
-            "options": {"baseURL": setup.base_url + "/v1", "apiKey": _key(setup)},
-            "models": {setup.model: {
-                "name": setup.model,
-                "tool_call": True,
-                "limit": {"context": setup.context, "output": output_budget(setup.context)},
-            }},
-        }},
+        "provider": {
+            PROVIDER: {
+                "npm": "@ai-sdk/openai-compatible",
+                "name": "localllm",
+                "options": {"baseURL": setup.base_url + "/v1", "apiKey": _key(setup)},
+                "models": {
+                    setup.model: {
+                        "name": setup.model,
+                        "tool_call": True,
+                        "limit": {"context": setup.context, "output": output_budget(setup.context)},
+                    }
+                },
+            }
+        },
     }
 
 
@@ -208,31 +233,74 @@ def _aider(setup: Setup, folder: Path) -> Launch:
     metadata = folder / "aider.model.metadata.json"
     out = output_budget(setup.context)
     files = {
-        settings: json.dumps([{"name": name, "extra_params": {"num_ctx": setup.context}}],
-                             indent=2) + "\n",
-        metadata: json.dumps({name: {
-            "max_input_tokens": setup.context, "max_output_tokens": out, "max_tokens": out,
-            "input_cost_per_token": 0.0, "output_cost_per_token": 0.0,
-            "litellm_provider": "ollama_chat", "mode": "chat",
-        }}, indent=2) + "\n",
+        settings: json.dumps([{"name": name, "extra_params": {"num_ctx": setup.context}}], indent=2)
+        + "\n",
+        metadata: json.dumps(
+            {
+                name: {
+                    "max_input_tokens": setup.context,
+                    "max_output_tokens": out,
+                    "max_tokens": out,
+                    "input_cost_per_token": 0.0,
+                    "output_cost_per_token": 0.0,
+                    "litellm_provider": "ollama_chat",
+                    "mode": "chat",
+                }
+            },
+            indent=2,
+        )
+        + "\n",
     }
     env = {"OLLAMA_API_BASE": setup.base_url}
     if setup.api_key:
         env["OLLAMA_API_KEY"] = setup.api_key
-    argv = ["--model", name, "--model-settings-file", str(settings),
-            "--model-metadata-file", str(metadata)]
+    argv = [
+        "--model",
+        name,
+        "--model-settings-file",
+        str(settings),
+        "--model-metadata-file",
+        str(metadata),
+    ]
     return Launch(argv, env, files=files)
 
 
-AGENTS: dict[str, Agent] = {a.name: a for a in (
-    Agent("claude", "Claude Code", "claude", "npm install -g @anthropic-ai/claude-code",
-          "Anthropic Messages (/v1/messages)", _claude,
-          fallbacks=("~/.claude/local/claude",)),
-    Agent("codex", "Codex", "codex", "npm install -g @openai/codex",
-          "OpenAI Responses (/v1/responses)", _codex),
-    Agent("opencode", "opencode", "opencode", "npm install -g opencode-ai",
-          "OpenAI Chat Completions (/v1/chat/completions)", _opencode),
-    Agent("aider", "aider", "aider",
-          "python -m pip install aider-install && aider-install",
-          "Ollama chat (/api/chat)", _aider, tools=False),
-)}
+AGENTS: dict[str, Agent] = {
+    a.name: a
+    for a in (
+        Agent(
+            "claude",
+            "Claude Code",
+            "claude",
+            "npm install -g @anthropic-ai/claude-code",
+            "Anthropic Messages (/v1/messages)",
+            _claude,
+            fallbacks=("~/.claude/local/claude",),
+        ),
+        Agent(
+            "codex",
+            "Codex",
+            "codex",
+            "npm install -g @openai/codex",
+            "OpenAI Responses (/v1/responses)",
+            _codex,
+        ),
+        Agent(
+            "opencode",
+            "opencode",
+            "opencode",
+            "npm install -g opencode-ai",
+            "OpenAI Chat Completions (/v1/chat/completions)",
+            _opencode,
+        ),
+        Agent(
+            "aider",
+            "aider",
+            "aider",
+            "python -m pip install aider-install && aider-install",
+            "Ollama chat (/api/chat)",
+            _aider,
+            tools=False,
+        ),
+    )
+}

@@ -26,7 +26,8 @@ _EXT = "|".join(EXTENSIONS)
 _PATH_RE = re.compile(
     rf"""'([^']+\.(?:{_EXT}))'|"([^"]+\.(?:{_EXT}))"|((?:\\ |[^\s'"])+\.(?:{_EXT}))"""
     r"""(?=$|[\s,;:!?)])""",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 
 
 def find_images(text: str) -> tuple[str, list[Path]]:
@@ -39,7 +40,7 @@ def find_images(text: str) -> tuple[str, list[Path]]:
         path = Path(raw).expanduser()
         if not path.is_file():
             continue
-        kept.append(text[last:m.start()])
+        kept.append(text[last : m.start()])
         last = m.end()
         found.append(path)
     kept.append(text[last:])
@@ -57,8 +58,9 @@ def attach(text: str, *, quiet: bool = False) -> dict[str, Any]:
     for path in paths:
         size = path.stat().st_size
         if size > config.MAX_IMAGE_BYTES:
-            raise InvalidRequest(f"image {path} is {_human(size)}; the limit is "
-                                 f"{_human(config.MAX_IMAGE_BYTES)}")
+            raise InvalidRequest(
+                f"image {path} is {_human(size)}; the limit is {_human(config.MAX_IMAGE_BYTES)}"
+            )
         images.append(base64.b64encode(path.read_bytes()).decode("ascii"))
         if not quiet:
             print(f"Added image '{path}' ({_human(size)})", file=sys.stderr)

@@ -16,27 +16,37 @@ import sys
 from pathlib import Path
 from typing import Any
 
-_TRUST_HELP = ("the sha256 of a pack that is not in this release's table, to install it "
-               "anyway (the refusal prints it): only for a pack you know the origin of")
+_TRUST_HELP = (
+    "the sha256 of a pack that is not in this release's table, to install it "
+    "anyway (the refusal prints it): only for a pack you know the origin of"
+)
 _ARCH_HELP = "GPU architectures to match (CUDA: 89,90; ROCm: gfx1100); default: the GPUs here"
 
 
 def register(verbs: Any) -> None:
-    p = verbs.add_parser("pack", help="Write an installed plugin, its libraries and a manifest "
-                                      "to one file for other machines")
+    p = verbs.add_parser(
+        "pack",
+        help="Write an installed plugin, its libraries and a manifest "
+        "to one file for other machines",
+    )
     p.add_argument("name", help="cuda, vulkan, rocm or rpc")
-    p.add_argument("--output", "-o", type=Path, help="file or folder to write (default: the "
-                                                     "working folder)")
-    p.add_argument("--arch", help="the GPU architectures the plugin was built for, when its "
-                                  "build tree is gone and cannot say")
+    p.add_argument(
+        "--output", "-o", type=Path, help="file or folder to write (default: the working folder)"
+    )
+    p.add_argument(
+        "--arch",
+        help="the GPU architectures the plugin was built for, when its "
+        "build tree is gone and cannot say",
+    )
     p.set_defaults(func=run_pack)
     i = verbs.add_parser("install", help="Install a plugin pack from a file or URL")
     i.add_argument("pack", help="a pack file, or an http(s) URL of one")
     i.add_argument("--trust", metavar="SHA256", help=_TRUST_HELP)
     i.add_argument("--arch", help=_ARCH_HELP)
     i.set_defaults(func=run_install)
-    g = verbs.add_parser("get", help="Download and install the prebuilt plugin pack that fits "
-                                     "this machine")
+    g = verbs.add_parser(
+        "get", help="Download and install the prebuilt plugin pack that fits this machine"
+    )
     g.add_argument("name", help="cuda, vulkan, rocm or rpc")
     g.add_argument("--repo", help="Hugging Face repo of packs (default: LOCALLLM_BACKENDS_REPO)")
     g.add_argument("--trust", metavar="SHA256", help=_TRUST_HELP)
@@ -79,23 +89,33 @@ def run_pack(args: argparse.Namespace) -> int:
     from localllm.hardware.detect import detect
 
     hw = detect(refresh=True)
-    packed = make(args.name, ggml_version=hw.ggml_version,
-                  ggml_commit=str(hw.build_info.get("ggml_commit") or ""), out=args.output,
-                  arch=args.arch)
+    packed = make(
+        args.name,
+        ggml_version=hw.ggml_version,
+        ggml_commit=str(hw.build_info.get("ggml_commit") or ""),
+        out=args.output,
+        arch=args.arch,
+    )
     m = packed.manifest
     archs = ", ".join(m["architectures"]) or "any"
-    print(f"Packed {m['backend']} for ggml {m['ggml_version']} ({m['platform']}, architectures "
-          f"{archs}, toolkit {m['toolkit'] or 'unknown'}): {packed.path} "
-          f"({packed.size / 1e6:.1f} MB)")
+    print(
+        f"Packed {m['backend']} for ggml {m['ggml_version']} ({m['platform']}, architectures "
+        f"{archs}, toolkit {m['toolkit'] or 'unknown'}): {packed.path} "
+        f"({packed.size / 1e6:.1f} MB)"
+    )
     for name, entry in m["files"].items():
         print(f"  {name}  {entry['size']} bytes  sha256 {entry['sha256']}")
     if m["system_libs"]:
         print(f"  needs from the system: {', '.join(m['system_libs'])}")
     print(f"sha256 {packed.sha256}")
-    print(f"Install elsewhere with: localllm backends install {packed.path.name} "
-          f"--trust {packed.sha256}")
-    print("Or list it in localllm/backends/trusted.toml:\n"
-          f'    {{ file = "{packed.path.name}", sha256 = "{packed.sha256}" }},')
+    print(
+        f"Install elsewhere with: localllm backends install {packed.path.name} "
+        f"--trust {packed.sha256}"
+    )
+    print(
+        "Or list it in localllm/backends/trusted.toml:\n"
+        f'    {{ file = "{packed.path.name}", sha256 = "{packed.sha256}" }},'
+    )
     return 0
 
 
@@ -103,8 +123,10 @@ def _loaded(installed: Any) -> int:
     from localllm.cli.backends import prove_loads
 
     m = installed.manifest
-    print(f"Installed {m['backend']} for ggml {m['ggml_version']} (trusted by "
-          f"{installed.trusted_by}, sha256 {installed.sha256}): {installed.plugin}")
+    print(
+        f"Installed {m['backend']} for ggml {m['ggml_version']} (trusted by "
+        f"{installed.trusted_by}, sha256 {installed.sha256}): {installed.plugin}"
+    )
     return prove_loads(installed.backend, installed.plugin, "installed")
 
 
@@ -138,8 +160,14 @@ def run_get(args: argparse.Namespace) -> int:
         sys.stderr.write(f"{text[0].upper()}{text[1:]}\n")
 
     try:
-        done = get(args.name, _core(args), repo=args.repo, trust_arg=args.trust,
-                   progress=_progress(), notice=notice)
+        done = get(
+            args.name,
+            _core(args),
+            repo=args.repo,
+            trust_arg=args.trust,
+            progress=_progress(),
+            notice=notice,
+        )
     finally:
         _end_progress()
     return _loaded(done)

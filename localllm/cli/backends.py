@@ -30,21 +30,38 @@ def register(sub: Any) -> None:
     ls.set_defaults(func=run_list)
     b = verbs.add_parser("build", help="Build a plugin from the pinned llama.cpp source")
     b.add_argument("name", help="cuda, vulkan, rocm or rpc")
-    b.add_argument("--arch", help="GPU architectures (CUDA: 89,90; ROCm: gfx1100); "
-                                  "default: the GPUs present")
+    b.add_argument(
+        "--arch", help="GPU architectures (CUDA: 89,90; ROCm: gfx1100); default: the GPUs present"
+    )
     b.add_argument("--jobs", "-j", type=int, default=0, help="parallel compile jobs")
-    b.add_argument("--source", type=Path, help="a llama-cpp-python sdist (or trimmed copy) "
-                                               "to build from instead of downloading it "
-                                               "(needed when the installed version has no "
-                                               "pinned sha256)")
-    b.add_argument("--also", action="append", default=[], metavar="TARGET",
-                   help="extra cmake targets to build in the same tree (e.g. llama-bench)")
-    b.add_argument("--cuda", metavar="VERSION",
-                   help="CUDA version (13 or 13.0) of NVIDIA's compiler from the package index,"
-                        " used when no nvcc is found; default: what the driver supports")
-    b.add_argument("--yes", "-y", action="store_true",
-                   help="download what the build needs (NVIDIA's CUDA compiler and libraries, "
-                        "about 530 MB) without asking")
+    b.add_argument(
+        "--source",
+        type=Path,
+        help="a llama-cpp-python sdist (or trimmed copy) "
+        "to build from instead of downloading it "
+        "(needed when the installed version has no "
+        "pinned sha256)",
+    )
+    b.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="TARGET",
+        help="extra cmake targets to build in the same tree (e.g. llama-bench)",
+    )
+    b.add_argument(
+        "--cuda",
+        metavar="VERSION",
+        help="CUDA version (13 or 13.0) of NVIDIA's compiler from the package index,"
+        " used when no nvcc is found; default: what the driver supports",
+    )
+    b.add_argument(
+        "--yes",
+        "-y",
+        action="store_true",
+        help="download what the build needs (NVIDIA's CUDA compiler and libraries, "
+        "about 530 MB) without asking",
+    )
     b.set_defaults(func=run_build)
     rm = verbs.add_parser("remove", help="Delete a plugin (and the libraries its pack brought)")
     rm.add_argument("name")
@@ -65,8 +82,13 @@ def report() -> dict[str, Any]:
     for b in backends:
         if b["name"] == "cuda" and b["built"]:
             b["error"] = explain(b["error"], b["loaded"], b["devices"])
-    return {"ggml_version": hw.ggml_version, "native_ok": hw.native_ok,
-            "native_error": hw.native_error, "backends": backends, "strays": strays(hw)}
+    return {
+        "ggml_version": hw.ggml_version,
+        "native_ok": hw.native_ok,
+        "native_error": hw.native_error,
+        "backends": backends,
+        "strays": strays(hw),
+    }
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -78,23 +100,48 @@ def run_list(args: argparse.Namespace) -> int:
     rep = report()
     if args.json:
         # One list: the backends, then any stray file as a row flagged "stray".
-        strays = [{"name": Path(s["path"]).name, "stray": True, "built": False,
-                   "loaded": False, "path": s["path"], "error": s["reason"]}
-                  for s in rep["strays"]]
+        strays = [
+            {
+                "name": Path(s["path"]).name,
+                "stray": True,
+                "built": False,
+                "loaded": False,
+                "path": s["path"],
+                "error": s["reason"],
+            }
+            for s in rep["strays"]
+        ]
         print(json.dumps(rep["backends"] + strays, indent=2))
         return 0
     if not rep["native_ok"]:
         print(f"Native module not usable: {rep['native_error']}", file=sys.stderr)
-    print(f"Core: ggml {rep['ggml_version'] or 'unknown'}; plugins in "
-          f"{paths.backends() / (rep['ggml_version'] or '<ggml version>')}")
+    print(
+        f"Core: ggml {rep['ggml_version'] or 'unknown'}; plugins in "
+        f"{paths.backends() / (rep['ggml_version'] or '<ggml version>')}"
+    )
     rows = []
     for b in rep["backends"]:
-        state = ("no device" if no_device(b["error"]) else "loaded" if b["loaded"]
-                 else "FAILED" if b["built"] and b["error"] else "built" if b["built"]
-                 else "not built")
-        rows.append((b["name"], state, ", ".join(b["devices"]) or "-",
-                     format_bytes(b["size"]) if b["size"] else "-",
-                     "yes" if b["wanted"] else "", b["error"] or _where(b) or b["needs"]))
+        state = (
+            "no device"
+            if no_device(b["error"])
+            else "loaded"
+            if b["loaded"]
+            else "FAILED"
+            if b["built"] and b["error"]
+            else "built"
+            if b["built"]
+            else "not built"
+        )
+        rows.append(
+            (
+                b["name"],
+                state,
+                ", ".join(b["devices"]) or "-",
+                format_bytes(b["size"]) if b["size"] else "-",
+                "yes" if b["wanted"] else "",
+                b["error"] or _where(b) or b["needs"],
+            )
+        )
     print(table(["NAME", "STATE", "DEVICES", "SIZE", "WANTED", "DETAIL"], rows, gap=2))
     for s in rep["strays"]:
         print(f"  ! {s['path']}: {s['reason']}")
@@ -120,11 +167,15 @@ def run_build(args: argparse.Namespace) -> int:
             if last["phase"]:
                 sys.stderr.write("\n")
             last["phase"], last["shown"] = phase, -1
-            sys.stderr.write({"toolkit": "Downloading NVIDIA's CUDA wheels...",
-                              "unpack": "Unpacking them...",
-                              "source": "Getting the llama.cpp source...",
-                              "configure": "Configuring...", "build": "Building..."}
-                             .get(phase, phase))
+            sys.stderr.write(
+                {
+                    "toolkit": "Downloading NVIDIA's CUDA wheels...",
+                    "unpack": "Unpacking them...",
+                    "source": "Getting the llama.cpp source...",
+                    "configure": "Configuring...",
+                    "build": "Building...",
+                }.get(phase, phase)
+            )
         if phase == "toolkit" and total and tty:
             sys.stderr.write(f"\rDownloading NVIDIA's CUDA wheels [{done}/{total}]")
         if phase == "build" and total:
@@ -140,12 +191,23 @@ def run_build(args: argparse.Namespace) -> int:
         sys.stderr.write(f"Note: {text}\n")
         sys.stderr.flush()
 
-    result = build(args.name, arch=args.arch, jobs=args.jobs, source_file=args.source,
-                   also=tuple(args.also), core_ggml=core, cuda=args.cuda, progress=progress,
-                   notice=notice, confirm=lambda text: confirm(args.yes))
+    result = build(
+        args.name,
+        arch=args.arch,
+        jobs=args.jobs,
+        source_file=args.source,
+        also=tuple(args.also),
+        core_ggml=core,
+        cuda=args.cuda,
+        progress=progress,
+        notice=notice,
+        confirm=lambda text: confirm(args.yes),
+    )
     sys.stderr.write("\n")
-    print(f"Built {result.backend} for ggml {result.ggml_version} in {result.seconds:.1f} s: "
-          f"{result.path} ({result.size / 1e6:.1f} MB); log: {result.log}")
+    print(
+        f"Built {result.backend} for ggml {result.ggml_version} in {result.seconds:.1f} s: "
+        f"{result.path} ({result.size / 1e6:.1f} MB); log: {result.log}"
+    )
     return prove_loads(result.backend, result.path, "built")
 
 

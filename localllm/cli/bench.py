@@ -43,36 +43,64 @@ def _seconds(text: str) -> float:
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
-        "bench", help="Load-test a model server (ours, Ollama or OpenAI-compatible)",
+        "bench",
+        help="Load-test a model server (ours, Ollama or OpenAI-compatible)",
         description=__doc__.split("\n\n")[1] if __doc__ else None,
     )
     p.add_argument("--model", "-m", required=True, help="model name as the server knows it")
     p.add_argument("--url", help="server base URL (default: the localllm daemon)")
-    p.add_argument("--api", choices=("ollama", "openai"), default="ollama",
-                   help="wire protocol: /api/* NDJSON or /v1/* SSE (default ollama)")
-    p.add_argument("--mode", choices=("chat", "completion"), default="chat",
-                   help="chat endpoint, or raw completion (no chat template)")
-    p.add_argument("--concurrency", "-c", type=_levels, default=[1, 10, 50],
-                   help="comma-separated concurrent users per level (default 1,10,50)")
+    p.add_argument(
+        "--api",
+        choices=("ollama", "openai"),
+        default="ollama",
+        help="wire protocol: /api/* NDJSON or /v1/* SSE (default ollama)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=("chat", "completion"),
+        default="chat",
+        help="chat endpoint, or raw completion (no chat template)",
+    )
+    p.add_argument(
+        "--concurrency",
+        "-c",
+        type=_levels,
+        default=[1, 10, 50],
+        help="comma-separated concurrent users per level (default 1,10,50)",
+    )
     p.add_argument("--prompt-tokens", type=int, default=128, help="prompt length (default 128)")
-    p.add_argument("--output-tokens", type=int, default=64,
-                   help="tokens to generate per request (default 64)")
+    p.add_argument(
+        "--output-tokens", type=int, default=64, help="tokens to generate per request (default 64)"
+    )
     stop = p.add_mutually_exclusive_group()
-    stop.add_argument("--requests", "-n", type=int,
-                      help="requests per level, raised to the user count if fewer "
-                           "(default 4 per user, at least 10)")
+    stop.add_argument(
+        "--requests",
+        "-n",
+        type=int,
+        help="requests per level, raised to the user count if fewer "
+        "(default 4 per user, at least 10)",
+    )
     stop.add_argument("--duration", "-d", type=_seconds, help="time per level, e.g. 30s or 2m")
     p.add_argument("--timeout", type=_seconds, default=600.0, help="per-request timeout")
     p.add_argument("--temperature", type=float, help="sampling temperature sent with requests")
     p.add_argument("--api-key", help="Bearer key (default: $LOCALLLM_API_KEY)")
-    p.add_argument("--budget-p95", type=_seconds, metavar="DURATION",
-                   help="answer how many users fit this p95 end-to-end latency (e.g. 1.5s)")
-    p.add_argument("--max-users", type=int, default=256,
-                   help="largest user count --budget-p95 will measure (default 256)")
+    p.add_argument(
+        "--budget-p95",
+        type=_seconds,
+        metavar="DURATION",
+        help="answer how many users fit this p95 end-to-end latency (e.g. 1.5s)",
+    )
+    p.add_argument(
+        "--max-users",
+        type=int,
+        default=256,
+        help="largest user count --budget-p95 will measure (default 256)",
+    )
     p.add_argument("--json", type=Path, metavar="FILE", help="write all figures as JSON")
     p.add_argument("--plot", type=Path, metavar="FILE", help="write a PNG of latency vs users")
-    p.add_argument("--no-warmup", action="store_true",
-                   help="don't send a first request to load the model")
+    p.add_argument(
+        "--no-warmup", action="store_true", help="don't send a first request to load the model"
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="no live progress line")
     p.set_defaults(func=run)
 
@@ -91,8 +119,9 @@ def run(args: argparse.Namespace) -> int:
         ensure_daemon(url)
     options = {} if args.temperature is None else {"temperature": args.temperature}
     key = args.api_key if args.api_key is not None else config.API_KEY.get()
-    target = Target(url=url, model=args.model, api=args.api, mode=args.mode, api_key=key,
-                    options=options)
+    target = Target(
+        url=url, model=args.model, api=args.api, mode=args.mode, api_key=key, options=options
+    )
     return asyncio.run(_bench(args, target))
 
 
@@ -100,12 +129,19 @@ async def _bench(args: argparse.Namespace, target: Any) -> int:
     from localllm.loadtest import report
     from localllm.loadtest.users import PromptMaker, Workload, run_level, warm_up
 
-    workload = Workload(prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens,
-                        requests=args.requests, duration=args.duration, timeout=args.timeout)
+    workload = Workload(
+        prompt_tokens=args.prompt_tokens,
+        output_tokens=args.output_tokens,
+        requests=args.requests,
+        duration=args.duration,
+        timeout=args.timeout,
+    )
     show = not args.quiet and sys.stderr.isatty()
-    print(f"bench {target.model} at {target.url} ({target.api} {target.mode}): "
-          f"~{workload.prompt_tokens} prompt tokens, {workload.output_tokens} output tokens",
-          flush=True)
+    print(
+        f"bench {target.model} at {target.url} ({target.api} {target.mode}): "
+        f"~{workload.prompt_tokens} prompt tokens, {workload.output_tokens} output tokens",
+        flush=True,
+    )
     prompts = PromptMaker(workload.prompt_tokens)
     if not args.no_warmup:
         first = await warm_up(target, workload.timeout, prompts)
@@ -116,8 +152,11 @@ async def _bench(args: argparse.Namespace, target: Any) -> int:
     async def level(c: int) -> Any:
         total = workload.requests_for(c)
         if workload.raised_for(c):
-            print(f"  note: {c} users need at least {c} requests; running {total} "
-                  f"instead of {workload.requests} at this level", flush=True)
+            print(
+                f"  note: {c} users need at least {c} requests; running {total} "
+                f"instead of {workload.requests} at this level",
+                flush=True,
+            )
 
         def progress(conc: int, results: list[Any], running: int, elapsed: float) -> None:
             if show:
@@ -128,10 +167,13 @@ async def _bench(args: argparse.Namespace, target: Any) -> int:
         summary, _ = await run_level(target, workload, c, prompts=prompts, progress=progress)
         if show:
             sys.stderr.write("\r\x1b[2K")
-        print(f"  {c} users (peak {summary.peak_in_flight} in flight): "
-              f"{summary.ok}/{summary.requests} ok, p95 TTFT "
-              f"{report.fmt_s(summary.ttft.p95)}, p95 E2E {report.fmt_s(summary.e2e.p95)}, "
-              f"{summary.output_tok_s:.1f} tok/s", flush=True)
+        print(
+            f"  {c} users (peak {summary.peak_in_flight} in flight): "
+            f"{summary.ok}/{summary.requests} ok, p95 TTFT "
+            f"{report.fmt_s(summary.ttft.p95)}, p95 E2E {report.fmt_s(summary.e2e.p95)}, "
+            f"{summary.output_tok_s:.1f} tok/s",
+            flush=True,
+        )
         return summary
 
     levels = [await level(c) for c in args.concurrency]
@@ -146,10 +188,16 @@ async def _bench(args: argparse.Namespace, target: Any) -> int:
     if args.json:
         doc = report.document(
             {"url": target.url, "api": target.api, "mode": target.mode, "model": target.model},
-            {"prompt_tokens": workload.prompt_tokens, "output_tokens": workload.output_tokens,
-             "requests": workload.requests, "duration_s": workload.duration,
-             "concurrency": args.concurrency},
-            levels, budget)
+            {
+                "prompt_tokens": workload.prompt_tokens,
+                "output_tokens": workload.output_tokens,
+                "requests": workload.requests,
+                "duration_s": workload.duration,
+                "concurrency": args.concurrency,
+            },
+            levels,
+            budget,
+        )
         args.json.write_text(json.dumps(doc, indent=2) + "\n")
         print(f"figures written to {args.json}")
     if args.plot:
@@ -160,8 +208,9 @@ async def _bench(args: argparse.Namespace, target: Any) -> int:
     return 1 if any(lv.errors or lv.lost for lv in levels) else 0
 
 
-async def _budget(args: argparse.Namespace, levels: list[Any], level: Any
-                  ) -> tuple[dict[str, Any], list[Any]]:
+async def _budget(
+    args: argparse.Namespace, levels: list[Any], level: Any
+) -> tuple[dict[str, Any], list[Any]]:
     """Predict the user count for the budget, then measure to confirm or correct it."""
     from localllm.loadtest.budget import max_users, predict_p95, rates_from
     from localllm.loadtest.stats import finite_json
@@ -186,8 +235,9 @@ async def _budget(args: argparse.Namespace, levels: list[Any], level: Any
     if predicted >= 1:
         # Confirm the prediction; when it misses, bisect down between the largest
         # user count already measured within budget and the prediction.
-        lo = max((c for c, lv in measured.items() if c < predicted and lv.e2e.p95 <= budget_s),
-                 default=0)
+        lo = max(
+            (c for c, lv in measured.items() if c < predicted and lv.e2e.p95 <= budget_s), default=0
+        )
         hi = predicted
         while hi > lo:
             p95 = await p95_at(hi)
@@ -198,17 +248,29 @@ async def _budget(args: argparse.Namespace, levels: list[Any], level: Any
             hi = max(lo, (lo + hi) // 2) if hi - lo > 1 else lo
         answer = answer or lo
     pred_p95 = predict_p95(max(predicted, 1), prompt, output, rates)
-    verdict = ("confirmed by measurement" if checks and checks[0]["within"]
-               else f"measurement says {answer}")
+    verdict = (
+        "confirmed by measurement"
+        if checks and checks[0]["within"]
+        else f"measurement says {answer}"
+    )
     summary = (
         f"budget p95 {budget_s:g}s: predicted {predicted} concurrent users "
         f"(prefill {rates.prefill_tok_s:.0f} tok/s, decode "
         + ", ".join(f"{r:.0f} tok/s at {c}" for c, r in rates.decode_tok_s)
-        + f", tail x{rates.tail:.2f}; predicted p95 {pred_p95:.2f}s); {verdict}")
-    return finite_json({
-        "budget_p95_s": budget_s, "prefill_tok_s": rates.prefill_tok_s,
-        "decode_tok_s": [list(p) for p in rates.decode_tok_s], "tail": rates.tail,
-        "prompt_tokens": prompt, "output_tokens": output, "predicted_users": predicted,
-        "predicted_p95_s": pred_p95, "checks": checks, "answer_users": answer,
-        "summary": summary,
-    }), extra
+        + f", tail x{rates.tail:.2f}; predicted p95 {pred_p95:.2f}s); {verdict}"
+    )
+    return finite_json(
+        {
+            "budget_p95_s": budget_s,
+            "prefill_tok_s": rates.prefill_tok_s,
+            "decode_tok_s": [list(p) for p in rates.decode_tok_s],
+            "tail": rates.tail,
+            "prompt_tokens": prompt,
+            "output_tokens": output,
+            "predicted_users": predicted,
+            "predicted_p95_s": pred_p95,
+            "checks": checks,
+            "answer_users": answer,
+            "summary": summary,
+        }
+    ), extra

@@ -15,28 +15,36 @@ from typing import Any
 
 def register(sub: Any) -> None:
     parser = sub.add_parser(
-        "catalog", help="List the library names pull and run accept, or update them",
+        "catalog",
+        help="List the library names pull and run accept, or update them",
         description="The catalogue maps library names such as llama3.2, qwen3:8b or "
-                    "nomic-embed-text to GGUF files on Hugging Face. Your own entries go in "
-                    "catalog.toml in the config folder (see docs/quickstart.md).")
+        "nomic-embed-text to GGUF files on Hugging Face. Your own entries go in "
+        "catalog.toml in the config folder (see docs/quickstart.md).",
+    )
     verbs = parser.add_subparsers(dest="verb", metavar="VERB")
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
     ls = verbs.add_parser("list", help="List the catalogue's names (the default)")
-    ls.add_argument("query", nargs="?", default="",
-                    help="only names (or sources) containing this text")
+    ls.add_argument(
+        "query", nargs="?", default="", help="only names (or sources) containing this text"
+    )
     ls.add_argument("--json", action="store_true", help="print JSON for scripts")
     ls.set_defaults(func=run_list)
     up = verbs.add_parser(
-        "update", help="Download the newest catalogue from Hugging Face",
+        "update",
+        help="Download the newest catalogue from Hugging Face",
         description="Download catalog.toml from a Hugging Face repo (LOCALLLM_CATALOG_REPO), "
-                    "check its sha256 against catalog.toml.sha256 beside it (or --sha256) "
-                    "and validate it; the catalogue in use is kept on any failure.")
-    up.add_argument("--repo", help="Hugging Face repo, user/name (default: "
-                                   "LOCALLLM_CATALOG_REPO)")
-    up.add_argument("--file", default="catalog.toml", help="file in the repo "
-                                                           "(default: catalog.toml)")
-    up.add_argument("--sha256", metavar="HEX", help="expected sha256 of the file; then no "
-                                                    ".sha256 file is needed")
+        "check its sha256 against catalog.toml.sha256 beside it (or --sha256) "
+        "and validate it; the catalogue in use is kept on any failure.",
+    )
+    up.add_argument("--repo", help="Hugging Face repo, user/name (default: LOCALLLM_CATALOG_REPO)")
+    up.add_argument(
+        "--file", default="catalog.toml", help="file in the repo (default: catalog.toml)"
+    )
+    up.add_argument(
+        "--sha256",
+        metavar="HEX",
+        help="expected sha256 of the file; then no .sha256 file is needed",
+    )
     up.set_defaults(func=run_update)
     parser.set_defaults(func=run_list, query="")
 
@@ -53,8 +61,12 @@ def rows(query: str = "") -> list[dict[str, Any]]:
             name = f"{fam.name}:{tag}"
             if q and q not in name.lower() and q not in entry.source.display.lower():
                 continue
-            row: dict[str, Any] = {"name": name, "source": entry.source.display,
-                                   "latest": tag == fam.latest, "from": entry.layer}
+            row: dict[str, Any] = {
+                "name": name,
+                "source": entry.source.display,
+                "latest": tag == fam.latest,
+                "from": entry.layer,
+            }
             if entry.projector:
                 row["projector"] = entry.projector
             if fam.description:
@@ -76,9 +88,15 @@ def run_list(args: argparse.Namespace) -> int:
     cat = catalog.load()
     table_rows = []
     for r in found:
-        notes = [n for n in ("latest" if r["latest"] else "",
-                             f"projector {r['projector']}" if r.get("projector") else "",
-                             "your file" if r["from"] == "user" else "") if n]
+        notes = [
+            n
+            for n in (
+                "latest" if r["latest"] else "",
+                f"projector {r['projector']}" if r.get("projector") else "",
+                "your file" if r["from"] == "user" else "",
+            )
+            if n
+        ]
         table_rows.append((r["name"], r["source"], ", ".join(notes)))
     print(table(["NAME", "SOURCE", "NOTES"], table_rows))
     where = "built-in"
@@ -96,8 +114,10 @@ def run_update(args: argparse.Namespace) -> int:
 
     result = catalog_update.update(args.repo, args.file, args.sha256)
     date = result.updated.isoformat() if result.updated else "undated"
-    print(f"downloaded hf.co/{result.repo}/{result.file} (sha256 {result.sha256[:12]}…): "
-          f"{result.families} models, {result.tags} tags, dated {date}")
+    print(
+        f"downloaded hf.co/{result.repo}/{result.file} (sha256 {result.sha256[:12]}…): "
+        f"{result.families} models, {result.tags} tags, dated {date}"
+    )
     if result.in_use:
         print(f"now in use; saved as {result.path}")
     else:

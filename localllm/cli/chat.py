@@ -13,9 +13,11 @@ from typing import Any
 def register(sub: Any) -> None:
     parser = sub.add_parser("chat", aliases=["tui"], help="Chat in a terminal UI")
     parser.add_argument("model", nargs="?", help="model to start with (default: the last used)")
-    parser.add_argument("--host", metavar="URL",
-                        help="daemon address, e.g. http://127.0.0.1:11434 "
-                             "(default: LOCALLLM_HOST)")
+    parser.add_argument(
+        "--host",
+        metavar="URL",
+        help="daemon address, e.g. http://127.0.0.1:11434 (default: LOCALLLM_HOST)",
+    )
     parser.add_argument("--theme", help="Textual theme, e.g. textual-light, textual-dark")
     parser.set_defaults(func=run)
 

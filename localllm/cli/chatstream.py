@@ -81,8 +81,14 @@ class WordWrap:
 class StreamPrinter:
     """Writes thinking (dimmed on a terminal, between markers) and then the answer."""
 
-    def __init__(self, out: TextIO | None = None, *, hide_thinking: bool = False,
-                 wordwrap: bool = True, color: bool | None = None) -> None:
+    def __init__(
+        self,
+        out: TextIO | None = None,
+        *,
+        hide_thinking: bool = False,
+        wordwrap: bool = True,
+        color: bool | None = None,
+    ) -> None:
         self.out = out if out is not None else sys.stdout
         tty = self.out.isatty()
         self.color = tty if color is None else color
@@ -155,8 +161,10 @@ def stream_chat(client: Any, payload: dict[str, Any], printer: StreamPrinter) ->
         with contextlib.closing(stream) as chunks:
             for chunk in chunks:
                 message: Message = chunk.get("message") or {"role": "", "content": ""}
-                for key, text in (("content", message.get("content")),
-                                  ("thinking", message.get("thinking"))):
+                for key, text in (
+                    ("content", message.get("content")),
+                    ("thinking", message.get("thinking")),
+                ):
                     if text:
                         if turn.ttft is None:
                             turn.ttft = time.monotonic() - start
@@ -180,7 +188,7 @@ def go_duration(ns: int | float) -> str:
     n = float(ns)
     for limit, unit, digits in ((1e3, "ns", 0), (1e6, "µs", 3), (1e9, "ms", 6)):
         if abs(n) < limit:
-            return f"{_trim(n / 10 ** digits, digits)}{unit}"
+            return f"{_trim(n / 10**digits, digits)}{unit}"
     seconds = n / 1e9
     if seconds < 60:
         return f"{_trim(seconds, 9)}s"

@@ -19,10 +19,12 @@ from localllm.cli.output import PullProgress, bar
 def register(sub: Any) -> None:
     parser = sub.add_parser("create", help="Create a model from a Modelfile")
     parser.add_argument("model", help="name of the new model")
-    parser.add_argument("-f", "--file", default="Modelfile",
-                        help="the Modelfile (default: ./Modelfile)")
-    parser.add_argument("-q", "--quantize", metavar="TYPE",
-                        help="quantize the model: q4_K_M, q4_K_S, q8_0 or f16")
+    parser.add_argument(
+        "-f", "--file", default="Modelfile", help="the Modelfile (default: ./Modelfile)"
+    )
+    parser.add_argument(
+        "-q", "--quantize", metavar="TYPE", help="quantize the model: q4_K_M, q4_K_S, q8_0 or f16"
+    )
     parser.set_defaults(func=run)
 
 
@@ -57,8 +59,14 @@ def run(args: argparse.Namespace) -> int:
     progress = CreateProgress()
     try:
         with Client(autostart=True) as client:
-            body = build_request(mf, args.model, path.resolve().parent, client,
-                                 progress.update, quantize=args.quantize)
+            body = build_request(
+                mf,
+                args.model,
+                path.resolve().parent,
+                client,
+                progress.update,
+                quantize=args.quantize,
+            )
             # An {"error": ...} line is raised by the client as a LocalLLMError.
             for event in client.create(body):
                 progress.update(event)

@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 def register(sub: Any) -> None:
     parser = sub.add_parser("doctor", help="Check the native engine, devices and settings")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--fix", action="store_true",
-                        help="get (else build) the backend plugin the hardware wants")
+    parser.add_argument(
+        "--fix", action="store_true", help="get (else build) the backend plugin the hardware wants"
+    )
     parser.set_defaults(func=run)
 
 
@@ -63,9 +64,13 @@ def cuda_report(hw: Hardware) -> dict[str, str] | None:
         return None
     rep: dict[str, Any] = next((p for p in hw.plugins if p.get("file") == plugin.name), {})
     devices = [d.name for d in hw.devices if d.library in cuda.libraries]
-    return {"plugin": str(plugin), "runtime": cuda_runtime.describe(plugin),
-            "state": cuda_runtime.explain(str(rep.get("error") or ""), bool(rep.get("loaded")),
-                                          devices)}
+    return {
+        "plugin": str(plugin),
+        "runtime": cuda_runtime.describe(plugin),
+        "state": cuda_runtime.explain(
+            str(rep.get("error") or ""), bool(rep.get("loaded")), devices
+        ),
+    }
 
 
 def collect() -> dict[str, Any]:
@@ -85,44 +90,80 @@ def collect() -> dict[str, Any]:
         "version": __version__,
         "python": {"version": platform.python_version(), "executable": sys.executable},
         "platform": platform.platform(),
-        "native": {"ok": hw.native_ok, "error": hw.native_error, "build": hw.build_info,
-                   "system_info": hw.system_info, "core": str(core_lib_dir())},
+        "native": {
+            "ok": hw.native_ok,
+            "error": hw.native_error,
+            "build": hw.build_info,
+            "system_info": hw.system_info,
+            "core": str(core_lib_dir()),
+        },
         "devices": [
-            {"name": d.name, "description": d.description, "kind": d.kind,
-             "library": d.library, "free": d.free, "total": d.total}
+            {
+                "name": d.name,
+                "description": d.description,
+                "kind": d.kind,
+                "library": d.library,
+                "free": d.free,
+                "total": d.total,
+            }
             for d in hw.devices
         ],
         "gpus_present": [
-            {"vendor": g.vendor, "name": g.name, "driver": g.driver, "total": g.total,
-             "free": g.free}
+            {
+                "vendor": g.vendor,
+                "name": g.name,
+                "driver": g.driver,
+                "total": g.total,
+                "free": g.free,
+            }
             for g in hw.gpus_present
         ],
-        "cpu": {"model": hw.cpu.model, "arch": hw.cpu.arch,
-                "physical_cores": hw.cpu.physical_cores, "logical_cores": hw.cpu.logical_cores,
-                "total_ram": hw.cpu.total_ram, "available_ram": hw.cpu.available_ram,
-                "flags": list(hw.cpu.flags),
-                "repack": describe_repack(config.CPU_REPACK.get(),
-                                          next((d for d in hw.devices if d.kind == "cpu"), None))},
-        "paths": {"home": str(paths.home()), "models": str(paths.models()),
-                  "backends": str(paths.backends())},
+        "cpu": {
+            "model": hw.cpu.model,
+            "arch": hw.cpu.arch,
+            "physical_cores": hw.cpu.physical_cores,
+            "logical_cores": hw.cpu.logical_cores,
+            "total_ram": hw.cpu.total_ram,
+            "available_ram": hw.cpu.available_ram,
+            "flags": list(hw.cpu.flags),
+            "repack": describe_repack(
+                config.CPU_REPACK.get(), next((d for d in hw.devices if d.kind == "cpu"), None)
+            ),
+        },
+        "paths": {
+            "home": str(paths.home()),
+            "models": str(paths.models()),
+            "backends": str(paths.backends()),
+        },
         "templates": {"jinja2": jinja_version(), "ok": jinja is None, "problem": jinja},
         "ggml_version": hw.ggml_version,
         "plugins": list(hw.plugins),
         "cuda": cuda_report(hw),
-        "workers": [{"endpoint": w.endpoint, "state": w.state, "version": w.version,
-                     "error": w.error,
-                     "devices": [{"name": d.name, "free": d.free, "total": d.total}
-                                 for d in w.devices]} for w in hw.workers],
+        "workers": [
+            {
+                "endpoint": w.endpoint,
+                "state": w.state,
+                "version": w.version,
+                "error": w.error,
+                "devices": [{"name": d.name, "free": d.free, "total": d.total} for d in w.devices],
+            }
+            for w in hw.workers
+        ],
         "local_workers": local_workers(),
-        "hints": list(hw.hints) + [
+        "hints": list(hw.hints)
+        + [
             f"localllm worker on {w['endpoint']} accepts connections from other hosts: "
             "ggml RPC has no authentication, so anyone who can reach it can read and write "
             "the worker's memory (remote code execution as its user); firewall it or use an "
             "SSH tunnel"
-            for w in local_workers() if w.get("exposed")] + ([jinja] if jinja else []),
+            for w in local_workers()
+            if w.get("exposed")
+        ]
+        + ([jinja] if jinja else []),
         "fixes": [w.command for w in wanted],
-        "ollama_settings": [{"setting": ours, "from": theirs}
-                            for ours, theirs in config.ollama_fallbacks()],
+        "ollama_settings": [
+            {"setting": ours, "from": theirs} for ours, theirs in config.ollama_fallbacks()
+        ],
     }
 
 
@@ -133,8 +174,10 @@ def render(report: dict[str, Any]) -> str:
 
     py = report["python"]
     native = report["native"]
-    lines = [f"localllm {report['version']}  (Python {py['version']}, {py['executable']})",
-             f"Platform:   {report['platform']}"]
+    lines = [
+        f"localllm {report['version']}  (Python {py['version']}, {py['executable']})",
+        f"Platform:   {report['platform']}",
+    ]
     if native["ok"]:
         b = native["build"]
         llama = b.get("llama_version") or "unknown"
@@ -145,21 +188,41 @@ def render(report: dict[str, Any]) -> str:
         else:  # a prefix, or a module an older localllm built against llama-cpp-python
             origin = f" from llama-cpp-python {via}" if via else ""
             where = f" ({source})" if source not in (None, "", "llama-cpp-python") else ""
-        lines.append(f"Native:     ok, llama.cpp {llama}{origin}{where}"
-                     + (", GPU offload" if b.get("gpu_offload") else ", CPU only build"))
+        lines.append(
+            f"Native:     ok, llama.cpp {llama}{origin}{where}"
+            + (", GPU offload" if b.get("gpu_offload") else ", CPU only build")
+        )
         if native["system_info"]:
             lines.append(f"System:     {native['system_info']}")
     else:
         lines.append(f"Native:     NOT AVAILABLE: {native['error']}")
     templates = report["templates"]
-    lines.append(f"Templates:  jinja2 {templates['jinja2']}, "
-                 + ("sandboxed" if templates["ok"] else
-                    "REFUSED: Jinja chat templates will not render (see hints)"))
-    rows = [(d["name"], d["kind"], d["library"], fmt_bytes(d["free"]), fmt_bytes(d["total"]),
-             d["description"]) for d in report["devices"]]
+    lines.append(
+        f"Templates:  jinja2 {templates['jinja2']}, "
+        + (
+            "sandboxed"
+            if templates["ok"]
+            else "REFUSED: Jinja chat templates will not render (see hints)"
+        )
+    )
+    rows = [
+        (
+            d["name"],
+            d["kind"],
+            d["library"],
+            fmt_bytes(d["free"]),
+            fmt_bytes(d["total"]),
+            d["description"],
+        )
+        for d in report["devices"]
+    ]
     lines += ["", "Devices the engine can use:"]
-    lines += ["  " + ln for ln in table(["NAME", "TYPE", "LIBRARY", "FREE", "TOTAL",
-                                         "DESCRIPTION"], rows, gap=2).splitlines()]
+    lines += [
+        "  " + ln
+        for ln in table(
+            ["NAME", "TYPE", "LIBRARY", "FREE", "TOTAL", "DESCRIPTION"], rows, gap=2
+        ).splitlines()
+    ]
     if report["plugins"]:
         lines += ["", f"Backend plugins (ggml {report['ggml_version']}):"]
         for p in report["plugins"]:
@@ -171,13 +234,16 @@ def render(report: dict[str, Any]) -> str:
     if report["workers"]:
         lines += ["", "RPC workers (LOCALLLM_RPC_WORKERS):"]
         for w in report["workers"]:
-            devs = ", ".join(f"{d['name']} {fmt_bytes(d['free'])} free of "
-                             f"{fmt_bytes(d['total'])}" for d in w["devices"])
+            devs = ", ".join(
+                f"{d['name']} {fmt_bytes(d['free'])} free of {fmt_bytes(d['total'])}"
+                for d in w["devices"]
+            )
             detail = devs if w["state"] == "ready" else f"{w['error']} {devs}".strip()
             lines.append(f"  {w['endpoint']}: {w['state']}; {detail}")
     for w in report["local_workers"]:
-        lines.append(f"Worker running here: {w['endpoint']} serving "
-                     f"{', '.join(w.get('devices', []))}")
+        lines.append(
+            f"Worker running here: {w['endpoint']} serving {', '.join(w.get('devices', []))}"
+        )
     if report["gpus_present"]:
         lines += ["", "GPUs reported by drivers:"]
         for g in report["gpus_present"]:
@@ -189,8 +255,7 @@ def render(report: dict[str, Any]) -> str:
         "",
         f"CPU:        {cpu['model']} ({cpu['arch']}), {cpu['physical_cores']} physical / "
         f"{cpu['logical_cores']} logical cores",
-        f"RAM:        {fmt_bytes(cpu['available_ram'])} available of "
-        f"{fmt_bytes(cpu['total_ram'])}",
+        f"RAM:        {fmt_bytes(cpu['available_ram'])} available of {fmt_bytes(cpu['total_ram'])}",
         f"ISA:        {' '.join(cpu['flags']) or '(none detected)'}",
         f"Repack:     LOCALLLM_CPU_REPACK={cpu['repack']}",
         "",

@@ -38,7 +38,7 @@ class _AgentArgs(argparse.ArgumentParser):
         args = list(sys.argv[1:] if args is None else args)
         cut = args.index("--") if "--" in args else len(args)
         ns, extras = super().parse_known_args(args[:cut], namespace)
-        ns.agent_args = args[cut + 1:]
+        ns.agent_args = args[cut + 1 :]
         return ns, extras
 
 
@@ -46,21 +46,33 @@ def register(sub: Any) -> None:
     from localllm.cli.agents import AGENTS
 
     parser = sub.add_parser(
-        "launch", help="Start a coding agent (" + ", ".join(AGENTS) + ") on a local model",
+        "launch",
+        help="Start a coding agent (" + ", ".join(AGENTS) + ") on a local model",
         usage="localllm launch [-h] [-m MODEL] [--context TOKENS] [--list] [--json] "
-              "[AGENT] [-- ARGS ...]",
+        "[AGENT] [-- ARGS ...]",
         description="Start a coding agent on a local model: the daemon, the model (pulled if "
-                    "needed) and a context large enough for the agent are set up first.  "
-                    "Arguments after -- go to the agent.")
+        "needed) and a context large enough for the agent are set up first.  "
+        "Arguments after -- go to the agent.",
+    )
     parser.__class__ = _AgentArgs
     parser.add_argument("agent", nargs="?", metavar="AGENT", help=", ".join(AGENTS))
-    parser.add_argument("-m", "--model", help="model to use; pulled first when missing "
-                                              "(default: pick one of the installed models)")
-    parser.add_argument("--context", type=_positive, metavar="TOKENS",
-                        help="context length to load the model with, as given (default: the "
-                             "largest that fits, from 65536 down)")
-    parser.add_argument("--list", action="store_true",
-                        help="list the agents, whether each is installed and what it sets")
+    parser.add_argument(
+        "-m",
+        "--model",
+        help="model to use; pulled first when missing (default: pick one of the installed models)",
+    )
+    parser.add_argument(
+        "--context",
+        type=_positive,
+        metavar="TOKENS",
+        help="context length to load the model with, as given (default: the "
+        "largest that fits, from 65536 down)",
+    )
+    parser.add_argument(
+        "--list",
+        action="store_true",
+        help="list the agents, whether each is installed and what it sets",
+    )
     parser.add_argument("--json", action="store_true", help="with --list: print JSON")
     parser.set_defaults(func=run)
 
@@ -82,15 +94,20 @@ def run(args: argparse.Namespace) -> int:
     if args.list:
         return list_agents(args)
     if not args.agent:
-        raise InvalidRequest("name an agent: localllm launch " + "|".join(AGENTS)
-                             + " (localllm launch --list shows them)")
+        raise InvalidRequest(
+            "name an agent: localllm launch "
+            + "|".join(AGENTS)
+            + " (localllm launch --list shows them)"
+        )
     agent = AGENTS.get(args.agent)
     if agent is None:
         raise InvalidRequest(f"unknown agent {args.agent!r}; known: {', '.join(AGENTS)}")
     path = agent.find()
     if path is None:
-        raise LocalLLMError(f"{agent.title} is not installed ({agent.executable} is not on "
-                            f"PATH); install it with: {agent.install}")
+        raise LocalLLMError(
+            f"{agent.title} is not installed ({agent.executable} is not on "
+            f"PATH); install it with: {agent.install}"
+        )
     setup = prepare(agent, args.model, args.context)
     folder = Path(tempfile.mkdtemp(prefix="localllm-launch-"))
     launch = agent.configure(setup, folder)
@@ -151,33 +168,38 @@ def prepare(agent: Agent, model: str | None, context: int | None) -> Setup:
         if "embedding" in capabilities or "completion" not in capabilities:
             raise InvalidRequest(f"{name} is not a chat model; {agent.title} needs one")
         if agent.tools and "tools" not in capabilities:
-            say(f"warning: {name}'s chat template has no tool calls; {agent.title} needs them "
-                "to read files and run commands (localllm show MODEL lists capabilities)")
+            say(
+                f"warning: {name}'s chat template has no tool calls; {agent.title} needs them "
+                "to read files and run commands (localllm show MODEL lists capabilities)"
+            )
         asked = context or max(AGENT_CONTEXT, param_context(show))
         fit = None if context else local_fit(client, name)
         choice = choose(asked, trained_context(show), fit)
         derived = agent_model(name, choice.context).display
-        for _ in client.create({"model": derived, "from": name,
-                                "parameters": {"num_ctx": choice.context,
-                                               "num_parallel": SLOTS}}):
+        for _ in client.create(
+            {
+                "model": derived,
+                "from": name,
+                "parameters": {"num_ctx": choice.context, "num_parallel": SLOTS},
+            }
+        ):
             pass
         client.load(derived)
-        loaded: Mapping[str, Any] = next(
-            (m for m in client.ps() if m.get("name") == derived), {})
+        loaded: Mapping[str, Any] = next((m for m in client.ps() if m.get("name") == derived), {})
         got = int(loaded.get("context_length") or choice.context)
         report(name, derived, choice, got, loaded)
         return Setup(client.base_url, derived, got, config.API_KEY.get())
 
 
-def report(name: str, derived: str, choice: Choice, got: int, loaded: Mapping[str, Any]
-           ) -> None:
+def report(name: str, derived: str, choice: Choice, got: int, loaded: Mapping[str, Any]) -> None:
     """What was chosen and loaded, and why (stderr)."""
     from localllm.cli.launch_context import AGENT_FLOOR
     from localllm.format import format_bytes, processor
 
     size, vram = int(loaded.get("size") or 0), int(loaded.get("size_vram") or 0)
-    where = f", {processor(size, vram, loaded.get('devices'))}, {format_bytes(size)}" \
-        if size else ""
+    where = (
+        f", {processor(size, vram, loaded.get('devices'))}, {format_bytes(size)}" if size else ""
+    )
     say(f"{derived}: {name} with a {got}-token context{where}")
     notes = choice.notes()
     if got != choice.context:
@@ -187,22 +209,33 @@ def report(name: str, derived: str, choice: Choice, got: int, loaded: Mapping[st
     for note in notes:
         say(f"  {note}")
     if got < AGENT_FLOOR:
-        say(f"warning: agents send 10-30k-token prompts; a {got}-token context may be too "
-            "small (a longer prompt is refused with a 400)")
+        say(
+            f"warning: agents send 10-30k-token prompts; a {got}-token context may be too "
+            "small (a longer prompt is refused with a 400)"
+        )
 
 
 def pick_model(client: Client) -> str:
     """Ask which installed model to use (on a terminal); else say to name one."""
     from localllm.errors import InvalidRequest
 
-    names = [m["name"] for m in client.list()
-             if not str(m.get("name", "")).split(":")[0].endswith("-agent")]
+    names = [
+        m["name"]
+        for m in client.list()
+        if not str(m.get("name", "")).split(":")[0].endswith("-agent")
+    ]
     if not names:
-        raise InvalidRequest("no models installed: name one to pull with --model "
-                             "(e.g. --model hf.co/user/repo:Q4_K_M)")
+        raise InvalidRequest(
+            "no models installed: name one to pull with --model "
+            "(e.g. --model hf.co/user/repo:Q4_K_M)"
+        )
     if not sys.stdin.isatty():
-        raise InvalidRequest("name the model with --model (installed: "
-                             + ", ".join(names[:10]) + (", ..." if len(names) > 10 else "") + ")")
+        raise InvalidRequest(
+            "name the model with --model (installed: "
+            + ", ".join(names[:10])
+            + (", ..." if len(names) > 10 else "")
+            + ")"
+        )
     for i, n in enumerate(names, 1):
         say(f"  {i:>2}. {n}")
     while True:
@@ -223,9 +256,15 @@ def describe(agent: Agent, setup: Setup, folder: Path) -> dict[str, Any]:
     env = launch.environ({})
     path = agent.find()
     return {
-        "name": agent.name, "title": agent.title, "installed": path is not None,
-        "path": path, "install": agent.install, "protocol": agent.protocol,
-        "argv": [agent.executable, *launch.argv], "env": env, "unset": list(launch.unset),
+        "name": agent.name,
+        "title": agent.title,
+        "installed": path is not None,
+        "path": path,
+        "install": agent.install,
+        "protocol": agent.protocol,
+        "argv": [agent.executable, *launch.argv],
+        "env": env,
+        "unset": list(launch.unset),
         "files": {str(p): text for p, text in launch.files.items()},
     }
 
@@ -245,9 +284,15 @@ def list_agents(args: argparse.Namespace) -> int:
         return 0
     from localllm.cli.output import table
 
-    print(table(["AGENT", "NAME", "INSTALLED", "SPEAKS"], [
-        (e["name"], e["title"], e["path"] or f"no: {e['install']}", e["protocol"])
-        for e in entries]))
+    print(
+        table(
+            ["AGENT", "NAME", "INSTALLED", "SPEAKS"],
+            [
+                (e["name"], e["title"], e["path"] or f"no: {e['install']}", e["protocol"])
+                for e in entries
+            ],
+        )
+    )
     for e in entries:
         print(f"\n{e['name']}: {shlex.join(e['argv'])} [ARGS]")
         for k, v in e["env"].items():
@@ -256,6 +301,8 @@ def list_agents(args: argparse.Namespace) -> int:
             print(f"  unsets {' '.join(e['unset'])}")
         for p in e["files"]:
             print(f"  writes {p}")
-    print(f"\nThe model is served with a {AGENT_CONTEXT}-token context when memory allows "
-          "(launch says what it chose).")
+    print(
+        f"\nThe model is served with a {AGENT_CONTEXT}-token context when memory allows "
+        "(launch says what it chose)."
+    )
     return 0

@@ -81,9 +81,11 @@ def choose(asked: int, limit: int, fit_at: Callable[[int], Fit] | None) -> Choic
         if f.fits:
             return Choice(c, asked, limit, f)
     smallest = verdicts[-1][1]
-    raise LocalLLMError(f"the model does not fit in this machine's memory even with a "
-                        f"{candidates[-1]}-token context ({smallest.reason}); "
-                        "try a smaller model or quantization, or force one with --context")
+    raise LocalLLMError(
+        f"the model does not fit in this machine's memory even with a "
+        f"{candidates[-1]}-token context ({smallest.reason}); "
+        "try a smaller model or quantization, or force one with --context"
+    )
 
 
 def context_tag(context: int) -> str:
@@ -104,7 +106,7 @@ def agent_model(model: str, context: int) -> ModelName:
         stem = name.model
         base_tag = re.sub(r"(^|-)\d+k?$", "", base_tag) or "latest"
     else:
-        stem = name.model[:80 - len("-agent")] + "-agent"
+        stem = name.model[: 80 - len("-agent")] + "-agent"
     tag = context_tag(context) if base_tag == "latest" else f"{base_tag}-{context_tag(context)}"
     return parse_name(f"{DEFAULT_HOST}/{namespace}/{stem}:{tag[-128:]}")
 

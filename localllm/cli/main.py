@@ -17,9 +17,30 @@ from localllm.errors import LocalLLMError, exit_code
 
 # Command names, in the order `--help` lists them: each is a module under localllm.cli,
 # but for those MODULES names (``import`` is a Python keyword).
-COMMANDS = ["serve", "create", "run", "rerank", "stop", "pull", "import", "list", "ps", "show",
-            "rm", "cp", "doctor", "backends", "worker", "chat", "bench", "service", "prune",
-            "catalog", "launch", "search"]
+COMMANDS = [
+    "serve",
+    "create",
+    "run",
+    "rerank",
+    "stop",
+    "pull",
+    "import",
+    "list",
+    "ps",
+    "show",
+    "rm",
+    "cp",
+    "doctor",
+    "backends",
+    "worker",
+    "chat",
+    "bench",
+    "service",
+    "prune",
+    "catalog",
+    "launch",
+    "search",
+]
 MODULES = {"import": "importer"}
 
 

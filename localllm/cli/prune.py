@@ -14,14 +14,20 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser("prune", help="Remove interrupted partial downloads",
-                            description="Free disk space the store holds for nothing: partial "
-                                        "downloads of interrupted pulls.")
-    parser.add_argument("--partials", action="store_true",
-                        help="remove resumable partial downloads no process is writing "
-                             "(the default)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="list what would be removed, remove nothing")
+    parser = sub.add_parser(
+        "prune",
+        help="Remove interrupted partial downloads",
+        description="Free disk space the store holds for nothing: partial "
+        "downloads of interrupted pulls.",
+    )
+    parser.add_argument(
+        "--partials",
+        action="store_true",
+        help="remove resumable partial downloads no process is writing (the default)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="list what would be removed, remove nothing"
+    )
     parser.set_defaults(func=run)
 
 
@@ -40,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
     count = len(report.removed)
     noun = "partial download" if count == 1 else "partial downloads"
     freed = report.freed
-    print(f"{'would free' if args.dry_run else 'freed'} {freed} bytes ({format_bytes(freed)}) "
-          f"from {count} {noun}")
+    print(
+        f"{'would free' if args.dry_run else 'freed'} {freed} bytes ({format_bytes(freed)}) "
+        f"from {count} {noun}"
+    )
     return 0

@@ -29,8 +29,13 @@ def until(expires_at: float, now: float | None = None) -> str:
         return "Forever"
     if delta < 1:
         return "less than a second from now"
-    steps = ((60, 1, "second"), (3600, 60, "minute"), (86400, 3600, "hour"),
-             (30 * 86400, 86400, "day"), (365 * 86400, 30 * 86400, "month"))
+    steps = (
+        (60, 1, "second"),
+        (3600, 60, "minute"),
+        (86400, 3600, "hour"),
+        (30 * 86400, 86400, "day"),
+        (365 * 86400, 30 * 86400, "month"),
+    )
     n, unit = int(delta // (365 * 86400)), "year"
     for limit, size, name in steps:
         if delta < limit:
@@ -52,14 +57,16 @@ def run(args: argparse.Namespace) -> int:
     for m in models:
         size, vram = int(m.get("size") or 0), int(m.get("size_vram") or 0)
         expires = parse_timestamp(str(m.get("expires_at", "")))
-        rows.append((
-            str(m.get("name", "")),
-            str(m.get("digest", "")).removeprefix("sha256:")[:12],
-            format_bytes(size),
-            processor(size, vram, m.get("devices")),
-            str(m.get("context_length") or ""),
-            str(m.get("num_parallel") or ""),
-            until(expires) if expires else "",
-        ))
+        rows.append(
+            (
+                str(m.get("name", "")),
+                str(m.get("digest", "")).removeprefix("sha256:")[:12],
+                format_bytes(size),
+                processor(size, vram, m.get("devices")),
+                str(m.get("context_length") or ""),
+                str(m.get("num_parallel") or ""),
+                until(expires) if expires else "",
+            )
+        )
     print(table(["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "SLOTS", "UNTIL"], rows))
     return 0

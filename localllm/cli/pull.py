@@ -20,18 +20,27 @@ if TYPE_CHECKING:
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("pull", help="Pull a model from Hugging Face")
-    parser.add_argument("model", help="model name: a library name from 'localllm catalog' "
-                                      "(llama3.2, qwen3:8b) or hf.co/user/repo[:Q4_K_M]")
+    parser.add_argument(
+        "model",
+        help="model name: a library name from 'localllm catalog' "
+        "(llama3.2, qwen3:8b) or hf.co/user/repo[:Q4_K_M]",
+    )
     parser.add_argument("--insecure", action="store_true", help="accepted for Ollama compatibility")
     parser.add_argument(
-        "--projector", metavar="FILE",
+        "--projector",
+        metavar="FILE",
         help="vision projector to pull: a file name (mmproj-F32.gguf) or precision (F32), "
-             "or 'none'; default: the model's precision, else F16")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="download nothing: read the model's header and show how it would "
-                             "load here (layers on GPU, memory, largest context)")
-    parser.add_argument("--force", action="store_true",
-                        help="pull even a model that cannot fit on this machine")
+        "or 'none'; default: the model's precision, else F16",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="download nothing: read the model's header and show how it would "
+        "load here (layers on GPU, memory, largest context)",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="pull even a model that cannot fit on this machine"
+    )
     parser.set_defaults(func=run)
 
 
@@ -46,8 +55,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def pull_with_progress(client: Client, model: str, projector: str | None = None, *,
-                       force: bool = False) -> None:
+def pull_with_progress(
+    client: Client, model: str, projector: str | None = None, *, force: bool = False
+) -> None:
     """Pull ``model`` through ``client``, drawing the bars on stderr (also ``run``'s auto-pull).
 
     Without ``force`` the daemon refuses a model too big for its machine before
@@ -101,10 +111,15 @@ def render_plan(result: Mapping[str, Any]) -> str:
     how = f"{format_bytes(read)} of headers read" if read else "headers read before"
     out = [f"{result.get('model', '')} (dry run: nothing downloaded, {how})", ""]
     out += section("Files", rows)
-    out += section("Model", [("architecture", str(details.get("family") or "")),
-                             ("parameters", str(details.get("parameter_size") or "")),
-                             ("quantization", str(details.get("quantization_level") or "")),
-                             ("context length", str(result.get("context_length") or ""))])
+    out += section(
+        "Model",
+        [
+            ("architecture", str(details.get("family") or "")),
+            ("parameters", str(details.get("parameter_size") or "")),
+            ("quantization", str(details.get("quantization_level") or "")),
+            ("context length", str(result.get("context_length") or "")),
+        ],
+    )
     out += section("Capabilities", [(c, "") for c in result.get("capabilities") or []])
     out += section("Fit on this machine", fit_rows(fit))
     return "\n".join(out).rstrip("\n")
@@ -122,15 +137,22 @@ def fit_rows(fit: Mapping[str, Any]) -> list[tuple[str, str]]:
     memory = fit.get("memory") or {}
     rows = [("placement", str(fit.get("summary") or "unknown"))]
     if memory:
-        rows.append(("memory", ", ".join(f"{dev} {format_bytes(int(n))}"
-                                         for dev, n in memory.items())))
+        rows.append(
+            ("memory", ", ".join(f"{dev} {format_bytes(int(n))}" for dev, n in memory.items()))
+        )
     if fit.get("context"):
         rows.append(("context", f"{fit['context']} tokens"))
     if fit.get("max_context"):
-        where = {"gpu": " with every layer on GPU",
-                 "partial": f" with {fit.get('layers_on_gpu')} layers on GPU"}
-        rows.append(("largest context",
-                     f"{fit['max_context']} tokens{where.get(str(fit.get('status')), '')}"))
+        where = {
+            "gpu": " with every layer on GPU",
+            "partial": f" with {fit.get('layers_on_gpu')} layers on GPU",
+        }
+        rows.append(
+            (
+                "largest context",
+                f"{fit['max_context']} tokens{where.get(str(fit.get('status')), '')}",
+            )
+        )
     rows.append(("planner", str(fit.get("reason") or "")))
     return rows
 

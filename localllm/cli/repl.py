@@ -179,7 +179,6 @@ class Repl:
         flags: dict[str, tuple[str, Any, str]] = {
             "verbose": ("verbose", True, "Set 'verbose' mode."),
             "quiet": ("verbose", False, "Set 'quiet' mode."),
-
             "wordwrap": ("wordwrap", True, "Set 'wordwrap' mode."),
             "nowordwrap": ("wordwrap", False, "Set 'nowordwrap' mode."),
             "noformat": ("format", None, "Disabled format."),
@@ -270,11 +269,16 @@ class Repl:
             print("Usage: /save <model>")
             return
         if not _has_create(self.client):
-            print("Couldn't save: /save needs a daemon with model creation, "
-                  "which this daemon does not offer.")
+            print(
+                "Couldn't save: /save needs a daemon with model creation, "
+                "which this daemon does not offer."
+            )
             return
-        body: dict[str, Any] = {"model": args[0], "from": self.s.model,
-                                "messages": list(self.s.messages)}
+        body: dict[str, Any] = {
+            "model": args[0],
+            "from": self.s.model,
+            "messages": list(self.s.messages),
+        }
         if self.s.system is not None:
             body["system"] = self.s.system
         if self.s.options:
@@ -296,7 +300,7 @@ def _has_create(client: Client) -> bool:
 
 def _unquote(text: str) -> str:
     if text.startswith(QUOTES):
-        text = text[len(QUOTES):]
+        text = text[len(QUOTES) :]
         end = text.rfind(QUOTES)
         if end >= 0:
             text = text[:end]

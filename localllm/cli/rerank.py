@@ -19,13 +19,22 @@ def register(sub: Any) -> None:
     parser = sub.add_parser("rerank", help="Rank documents by relevance to a query")
     parser.add_argument("model")
     parser.add_argument("query")
-    parser.add_argument("documents", nargs="*", metavar="DOCUMENT",
-                        help="documents to rank (default: the lines of standard input)")
-    parser.add_argument("--top", type=int, default=None, metavar="N",
-                        help="show only the N most relevant documents")
+    parser.add_argument(
+        "documents",
+        nargs="*",
+        metavar="DOCUMENT",
+        help="documents to rank (default: the lines of standard input)",
+    )
+    parser.add_argument(
+        "--top", type=int, default=None, metavar="N", help="show only the N most relevant documents"
+    )
     parser.add_argument("--json", action="store_true", help="print the daemon's JSON answer")
-    parser.add_argument("--keepalive", default=None, metavar="DURATION",
-                        help="how long the model stays loaded (e.g. 5m)")
+    parser.add_argument(
+        "--keepalive",
+        default=None,
+        metavar="DURATION",
+        help="how long the model stays loaded (e.g. 5m)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -40,8 +49,9 @@ def run(args: argparse.Namespace) -> int:
     if not docs and not sys.stdin.isatty():
         docs = [line.rstrip("\n") for line in sys.stdin if line.strip()]
     if not docs:
-        raise InvalidRequest("no documents to rank: give them after the query, or one a "
-                             "line on standard input")
+        raise InvalidRequest(
+            "no documents to rank: give them after the query, or one a line on standard input"
+        )
     body: dict[str, Any] = {"model": args.model, "query": args.query, "documents": docs}
     if args.top is not None:
         if args.top < 1:
@@ -54,8 +64,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(got, ensure_ascii=False, indent=2))
         return 0
-    rows = [(f"{r['relevance_score']:.4f}", str(r["index"]), _line(docs[r["index"]]))
-            for r in got["results"]]
+    rows = [
+        (f"{r['relevance_score']:.4f}", str(r["index"]), _line(docs[r["index"]]))
+        for r in got["results"]
+    ]
     print(table(("SCORE", "#", "DOCUMENT"), rows, gap=3))
     return 0
 
@@ -63,4 +75,4 @@ def run(args: argparse.Namespace) -> int:
 def _line(text: str, width: int = 100) -> str:
     """A document on one line, cut to ``width`` characters."""
     flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[:width - 1] + "…"
+    return flat if len(flat) <= width else flat[: width - 1] + "…"

@@ -53,30 +53,62 @@ class _PromptAfterFlags(argparse.ArgumentParser):
 def register(sub: Any) -> None:
     parser = sub.add_parser("run", help="Run a model (one answer, or an interactive chat)")
     parser.__class__ = _PromptAfterFlags
-    parser.add_argument("model", help="model name (llama3.2, hf.co/user/repo:Q4_K_M, or one "
-                                      "made with create); pulled first when missing")
+    parser.add_argument(
+        "model",
+        help="model name (llama3.2, hf.co/user/repo:Q4_K_M, or one "
+        "made with create); pulled first when missing",
+    )
     parser.add_argument("prompt", nargs="*", help="prompt (omit for an interactive session)")
-    parser.add_argument("--verbose", action="store_true",
-                        help="print timings and token rates after each answer (stderr)")
-    parser.add_argument("--format", metavar="FORMAT",
-                        help="answer format: json, or a JSON schema the answer must follow")
-    parser.add_argument("--keepalive", metavar="DURATION",
-                        help="how long the model stays loaded, e.g. 5m, 1h, 0, -1 (forever)")
-    parser.add_argument("--think", nargs="?", const="true", metavar="LEVEL",
-                        help="think before answering; --think=false, or a level: "
-                             "--think=low|medium|high")
-    parser.add_argument("--hidethinking", action="store_true",
-                        help="don't show the model's thinking")
-    parser.add_argument("--truncate", nargs="?", const="true", metavar="BOOL",
-                        help="embedding models: cut input longer than the context (the "
-                             "daemon's default); --truncate=false to get an error instead")
-    parser.add_argument("--dimensions", type=int, default=0, metavar="N",
-                        help="embedding models: return the first N dimensions (normalized)")
-    parser.add_argument("--nowordwrap", action="store_true",
-                        help="don't wrap long lines at word boundaries")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print timings and token rates after each answer (stderr)",
+    )
+    parser.add_argument(
+        "--format",
+        metavar="FORMAT",
+        help="answer format: json, or a JSON schema the answer must follow",
+    )
+    parser.add_argument(
+        "--keepalive",
+        metavar="DURATION",
+        help="how long the model stays loaded, e.g. 5m, 1h, 0, -1 (forever)",
+    )
+    parser.add_argument(
+        "--think",
+        nargs="?",
+        const="true",
+        metavar="LEVEL",
+        help="think before answering; --think=false, or a level: --think=low|medium|high",
+    )
+    parser.add_argument(
+        "--hidethinking", action="store_true", help="don't show the model's thinking"
+    )
+    parser.add_argument(
+        "--truncate",
+        nargs="?",
+        const="true",
+        metavar="BOOL",
+        help="embedding models: cut input longer than the context (the "
+        "daemon's default); --truncate=false to get an error instead",
+    )
+    parser.add_argument(
+        "--dimensions",
+        type=int,
+        default=0,
+        metavar="N",
+        help="embedding models: return the first N dimensions (normalized)",
+    )
+    parser.add_argument(
+        "--nowordwrap", action="store_true", help="don't wrap long lines at word boundaries"
+    )
     parser.add_argument("--insecure", action="store_true", help="accepted for Ollama compatibility")
-    parser.add_argument("-i", "--interactive", action="store_true",
-                        help="interactive session even when stdin is not a terminal")
+    parser.add_argument(
+        "-i",
+        "--interactive",
+        action="store_true",
+        help="interactive session even when stdin is not a terminal",
+    )
     parser.set_defaults(func=run)
 
 
@@ -98,8 +130,10 @@ def run(args: argparse.Namespace) -> int:
         if "embedding" in capabilities:
             return embed(client, session, prompt, interactive)
         if "rerank" in capabilities:
-            raise InvalidRequest(f'"{args.model}" is a reranker, it does not chat: '
-                                 f"localllm rerank {args.model} QUERY DOCUMENT...")
+            raise InvalidRequest(
+                f'"{args.model}" is a reranker, it does not chat: '
+                f"localllm rerank {args.model} QUERY DOCUMENT..."
+            )
         session.infer_think(capabilities)
         if interactive:
             from localllm.cli.repl import Repl
@@ -130,8 +164,10 @@ def embed(client: Client, session: Session, text: str, interactive: bool) -> int
     from localllm.errors import InvalidRequest
 
     if interactive or not text:
-        raise InvalidRequest(f"embedding models need input text: localllm run {session.model} "
-                             "'your text here' (or pipe it in)")
+        raise InvalidRequest(
+            f"embedding models need input text: localllm run {session.model} "
+            "'your text here' (or pipe it in)"
+        )
     body: dict[str, Any] = {"model": session.model, "input": text}
     if session.keep_alive is not None:
         body["keep_alive"] = session.keep_alive
@@ -142,4 +178,3 @@ def embed(client: Client, session: Session, text: str, interactive: bool) -> int
     result = client.embed(body)
     print(json.dumps(result["embeddings"][0]))
     return 0
-

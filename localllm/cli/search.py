@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 def register(sub: Any) -> None:
     parser = sub.add_parser("search", help="Search Hugging Face for GGUF models that fit here")
     parser.add_argument("query", nargs="+", help="words to look for in repo names")
-    parser.add_argument("-n", "--limit", type=int, default=10, metavar="N",
-                        help="repos to show (1-50, default 10)")
+    parser.add_argument(
+        "-n", "--limit", type=int, default=10, metavar="N", help="repos to show (1-50, default 10)"
+    )
     parser.add_argument("--json", action="store_true", help="print the answer as JSON")
     parser.set_defaults(func=run)
 
@@ -73,8 +74,10 @@ def render(m: SearchModel) -> str:
     head = str(m.get("name", ""))
     if m.get("catalog"):
         head += "  " + ", ".join(m["catalog"])
-    facts = [f"{count(int(m.get('downloads') or 0))} downloads",
-             f"{count(int(m.get('likes') or 0))} likes"]
+    facts = [
+        f"{count(int(m.get('downloads') or 0))} downloads",
+        f"{count(int(m.get('likes') or 0))} likes",
+    ]
     if m.get("updated"):
         facts.append("updated " + time_ago(parse_timestamp(str(m["updated"]))).lower())
     if m.get("context_length"):
@@ -83,8 +86,14 @@ def render(m: SearchModel) -> str:
     lines = [head, "  " + " · ".join(f for f in facts if f)]
     quants = m.get("quants") or []
     if quants:
-        rows = [(str(q.get("tag", "")), format_bytes(int(q.get("size") or 0)),
-                 fit_text(q.get("fit") or {})) for q in quants]
+        rows = [
+            (
+                str(q.get("tag", "")),
+                format_bytes(int(q.get("size") or 0)),
+                fit_text(q.get("fit") or {}),
+            )
+            for q in quants
+        ]
         lines += ["  " + ln for ln in table(["QUANT", "SIZE", "FIT"], rows).splitlines()]
     elif m.get("error"):
         lines.append(f"  (files not listed: {m['error']})")

@@ -17,13 +17,19 @@ def _epilog() -> str:
 
 def register(sub: Any) -> None:
     parser = sub.add_parser(
-        "serve", aliases=["start"], help="Start the localllm daemon",
+        "serve",
+        aliases=["start"],
+        help="Start the localllm daemon",
         description="Start the localllm daemon (listens on LOCALLLM_HOST, "
         "default 127.0.0.1:11434).",
-        epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--rpc", metavar="HOST:PORT[,...]",
-                        help="RPC workers to place layers on (sets LOCALLLM_RPC_WORKERS)")
+    parser.add_argument(
+        "--rpc",
+        metavar="HOST:PORT[,...]",
+        help="RPC workers to place layers on (sets LOCALLLM_RPC_WORKERS)",
+    )
     parser.set_defaults(func=run)
 
 

@@ -102,8 +102,13 @@ def launchd_plist(command: list[str], env: Mapping[str, str], log: Path) -> str:
 """
 
 
-def plan(platform: str, home: Path, environ: Mapping[str, str],
-         command: list[str] | None = None, uid: int | None = None) -> Service:
+def plan(
+    platform: str,
+    home: Path,
+    environ: Mapping[str, str],
+    command: list[str] | None = None,
+    uid: int | None = None,
+) -> Service:
     """The service for ``platform`` (``linux`` or ``darwin``) in user ``home``."""
     # -P: a service starts in the home folder, where a ``localllm/`` or ``json.py``
     # would otherwise be imported ahead of the installed package.
@@ -113,7 +118,9 @@ def plan(platform: str, home: Path, environ: Mapping[str, str],
         config = Path(environ.get("XDG_CONFIG_HOME") or home / ".config")
         ctl = ("systemctl", "--user")
         return Service(
-            "linux", config / "systemd" / "user" / UNIT_NAME, systemd_unit(command, env),
+            "linux",
+            config / "systemd" / "user" / UNIT_NAME,
+            systemd_unit(command, env),
             register=((*ctl, "daemon-reload"), (*ctl, "enable", "--now", UNIT_NAME)),
             unregister=((*ctl, "disable", "--now", UNIT_NAME),),
             status=(*ctl, "status", "--no-pager", UNIT_NAME),
@@ -123,13 +130,17 @@ def plan(platform: str, home: Path, environ: Mapping[str, str],
         path = home / "Library" / "LaunchAgents" / f"{LAUNCHD_LABEL}.plist"
         log = home / "Library" / "Logs" / "localllm" / "serve.log"
         return Service(
-            "darwin", path, launchd_plist(command, env, log),
+            "darwin",
+            path,
+            launchd_plist(command, env, log),
             register=(("launchctl", "bootstrap", domain, str(path)),),
             unregister=(("launchctl", "bootout", f"{domain}/{LAUNCHD_LABEL}"),),
             status=("launchctl", "print", f"{domain}/{LAUNCHD_LABEL}"),
         )
-    raise SystemExit(f"localllm service supports Linux (systemd) and macOS (launchd), "
-                     f"not {platform}; run 'localllm serve' under your own supervisor")
+    raise SystemExit(
+        f"localllm service supports Linux (systemd) and macOS (launchd), "
+        f"not {platform}; run 'localllm serve' under your own supervisor"
+    )
 
 
 def _real_runner(argv: list[str]) -> subprocess.CompletedProcess[str]:
@@ -141,18 +152,24 @@ def _real_runner(argv: list[str]) -> subprocess.CompletedProcess[str]:
 
 def _hint(svc: Service) -> str:
     if svc.platform == "linux":
-        return ("is there a systemd user session? (containers and SSH logins often lack one: "
-                "try 'loginctl enable-linger $USER', or run 'localllm serve' yourself)")
+        return (
+            "is there a systemd user session? (containers and SSH logins often lack one: "
+            "try 'loginctl enable-linger $USER', or run 'localllm serve' yourself)"
+        )
     return "see 'launchctl print gui/$(id -u)' for the agent's state"
 
 
-def _run_all(cmds: tuple[tuple[str, ...], ...], runner: Runner, svc: Service,
-             tolerate: bool = False) -> bool:
+def _run_all(
+    cmds: tuple[tuple[str, ...], ...], runner: Runner, svc: Service, tolerate: bool = False
+) -> bool:
     for cmd in cmds:
         done = runner(list(cmd))
         if done.returncode != 0 and not tolerate:
-            print(f"Error: '{' '.join(cmd)}' failed ({done.returncode}): "
-                  f"{(done.stderr or done.stdout).strip()}\n{_hint(svc)}", file=sys.stderr)
+            print(
+                f"Error: '{' '.join(cmd)}' failed ({done.returncode}): "
+                f"{(done.stderr or done.stdout).strip()}\n{_hint(svc)}",
+                file=sys.stderr,
+            )
             return False
     return True
 
@@ -210,11 +227,15 @@ def status(svc: Service, runner: Runner) -> int:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("service", help="Install the daemon as a user service (systemd/launchd)",
-                       description=__doc__.split("\n\n")[1] if __doc__ else None)
+    p = sub.add_parser(
+        "service",
+        help="Install the daemon as a user service (systemd/launchd)",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
     p.add_argument("action", choices=("install", "uninstall", "status"))
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the service file and commands; change nothing")
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the service file and commands; change nothing"
+    )
     p.add_argument("--platform", choices=("linux", "darwin"), help=argparse.SUPPRESS)
     p.set_defaults(func=run)
 

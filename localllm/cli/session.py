@@ -91,7 +91,8 @@ def parse_keepalive(text: str) -> str:
         parse_duration(text)
     except ValueError:
         raise InvalidRequest(
-            f'invalid keepalive "{text}": use a duration such as 5m, 1h30m, 0 or -1') from None
+            f'invalid keepalive "{text}": use a duration such as 5m, 1h30m, 0 or -1'
+        ) from None
     return text
 
 

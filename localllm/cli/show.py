@@ -26,9 +26,12 @@ def register(sub: Any) -> None:
     for field in _ONLY:
         only.add_argument(f"--{field}", action="store_true", help=f"show the model's {field}")
     parser.add_argument("-v", "--verbose", action="store_true", help="show all metadata")
-    parser.add_argument("--remote", action="store_true",
-                        help="a model not pulled yet: read its header on Hugging Face and show "
-                             "it, and how it would load here, without downloading it")
+    parser.add_argument(
+        "--remote",
+        action="store_true",
+        help="a model not pulled yet: read its header on Hugging Face and show "
+        "it, and how it would load here, without downloading it",
+    )
     parser.set_defaults(func=run)
 
 
@@ -70,8 +73,9 @@ def _preview(text: str) -> list[tuple[str, str]]:
     return rows
 
 
-def render(info: Mapping[str, Any], *, verbose: bool = False,
-           loaded: Sequence[tuple[str, str]] = ()) -> str:
+def render(
+    info: Mapping[str, Any], *, verbose: bool = False, loaded: Sequence[tuple[str, str]] = ()
+) -> str:
     """``/api/show``'s answer for people; ``loaded``: where it runs now (``_loaded``)."""
     details = info.get("details") or {}
     model_info = info.get("model_info") or {}
@@ -86,9 +90,11 @@ def render(info: Mapping[str, Any], *, verbose: bool = False,
     out = _section("Model", [(k, v) for k, v in model_rows if v])
     out += _section("Source", _origin_rows(info.get("origin")))
     draft = (info.get("draft") or {}).get("details") or {}
-    draft_rows = [("architecture", str(draft.get("family") or "")),
-                  ("parameters", str(draft.get("parameter_size") or "")),
-                  ("quantization", str(draft.get("quantization_level") or ""))]
+    draft_rows = [
+        ("architecture", str(draft.get("family") or "")),
+        ("parameters", str(draft.get("parameter_size") or "")),
+        ("quantization", str(draft.get("quantization_level") or "")),
+    ]
     out += _section("Draft model", [(k, v) for k, v in draft_rows if v])
     out += _section("Loaded", list(loaded))
     out += _section("Capabilities", [(c, "") for c in info.get("capabilities") or []])
@@ -137,8 +143,10 @@ def _loaded(running: Sequence[PsEntry], model: str) -> list[tuple[str, str]]:
     for m in running:
         if m.get("name") in want or m.get("model") in want:
             size, vram = int(m.get("size") or 0), int(m.get("size_vram") or 0)
-            return [("processor", processor(size, vram, m.get("devices"))),
-                    ("context", str(m.get("context_length") or ""))]
+            return [
+                ("processor", processor(size, vram, m.get("devices"))),
+                ("context", str(m.get("context_length") or "")),
+            ]
     return []
 
 

@@ -62,8 +62,14 @@ def failure(exc: BaseException) -> tuple[int, str]:
     return 500, "internal error"
 
 
-def number(body: Mapping[str, Any], key: str, *, integer: bool = False,
-           low: float | None = None, where: str | None = None) -> Any:
+def number(
+    body: Mapping[str, Any],
+    key: str,
+    *,
+    integer: bool = False,
+    low: float | None = None,
+    where: str | None = None,
+) -> Any:
     """``body[key]``, None when absent, else a finite number (``integer``: an int) >= ``low``.
 
     ``where`` is how the 400 names the field (default: ``key``).
@@ -74,8 +80,11 @@ def number(body: Mapping[str, Any], key: str, *, integer: bool = False,
     name = key if where is None else where
     kinds = int if integer else (int, float)
     # Only a float can be inf or nan (a huge int is finite, and too large for isfinite).
-    if (isinstance(value, bool) or not isinstance(value, kinds)
-            or (isinstance(value, float) and not math.isfinite(value))):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, kinds)
+        or (isinstance(value, float) and not math.isfinite(value))
+    ):
         raise InvalidRequest(f"{name} must be {'an integer' if integer else 'a number'}")
     if low is not None and value < low:
         raise InvalidRequest(f"{name} must be >= {low}")

@@ -84,8 +84,10 @@ def rerank_call(body: RerankBody) -> RerankCall:
     if not docs:
         raise InvalidRequest('"documents" must be a non-empty list of texts')
     if len(docs) > MAX_DOCUMENTS:
-        raise InvalidRequest(f"{len(docs)} documents; at most {MAX_DOCUMENTS} can be ranked "
-                             "in one request (rank them in batches)")
+        raise InvalidRequest(
+            f"{len(docs)} documents; at most {MAX_DOCUMENTS} can be ranked "
+            "in one request (rank them in batches)"
+        )
     top_n = body.top_n
     if top_n is not None and top_n < 0:
         raise InvalidRequest("top_n must be a positive number of results (0 or none: all)")
@@ -94,10 +96,15 @@ def rerank_call(body: RerankBody) -> RerankCall:
         _check_text(text, f"document {i}")
     _check_text(body.query, "query")
     return RerankCall(
-        model=body.model, query=body.query, documents=texts,
-        top_n=len(texts) if not top_n else min(top_n, len(texts)), tei=tei,
+        model=body.model,
+        query=body.query,
+        documents=texts,
+        top_n=len(texts) if not top_n else min(top_n, len(texts)),
+        tei=tei,
         return_documents=body.return_text if tei else body.return_documents,
-        raw=body.raw_scores, truncate=body.truncate)
+        raw=body.raw_scores,
+        truncate=body.truncate,
+    )
 
 
 def _check_text(text: str, what: str) -> None:

@@ -48,8 +48,7 @@ class Lora(_Owner):
         if h == self.ffi.NULL:
             why = last_errors(log, limit=1)
             why = why.split(_LLAMA_PREFIX, 1)[-1] if why else "not a LoRA adapter GGUF"
-            raise InvalidRequest(f"the LoRA adapter {_short(path)} does not fit this model: "
-                                 f"{why}")
+            raise InvalidRequest(f"the LoRA adapter {_short(path)} does not fit this model: {why}")
         self._h = h
 
     def _free(self, h: Any) -> None:
@@ -97,9 +96,11 @@ class Adapters:
 
     def for_step(self, slots: Iterable[Slot]) -> AdapterSet | None:
         """Choose and apply the set this step serves; None when no slot has work."""
-        key = self.choose((s.active.adapters, s.active.last_step) for s in slots
-                          if s.active is not None
-                          and (s.active.prefilling or s.active.pending >= 0))
+        key = self.choose(
+            (s.active.adapters, s.active.last_step)
+            for s in slots
+            if s.active is not None and (s.active.prefilling or s.active.pending >= 0)
+        )
         if key is not None:
             self.apply(key)
         return key

@@ -25,10 +25,16 @@ if TYPE_CHECKING:
     from localllm.engine.slots import Slot
 
 
-def fill_batch(batch: Batch, slots: Sequence[Slot], n_batch: int, step: int,
-               only: tuple[str, ...] | None = None,
-               n_ctx_slot: int = 0, prompt_budget: Callable[[int], int] | None = None,
-               drafter: Drafter | None = None) -> list[tuple[Slot, int, bool]]:
+def fill_batch(
+    batch: Batch,
+    slots: Sequence[Slot],
+    n_batch: int,
+    step: int,
+    only: tuple[str, ...] | None = None,
+    n_ctx_slot: int = 0,
+    prompt_budget: Callable[[int], int] | None = None,
+    drafter: Drafter | None = None,
+) -> list[tuple[Slot, int, bool]]:
     """Decode tokens, prompt chunks, then drafts into the batch:
     [(slot, len before, prefill)].
 
@@ -53,8 +59,8 @@ def fill_batch(batch: Batch, slots: Sequence[Slot], n_batch: int, step: int,
     for s in forcing:  # a thinking block's forced close (thinking.py), as a prompt chunk
         a = s.active
         assert a is not None
-        chunk = a.forced[:n_batch - len(batch)]
-        del a.forced[:len(chunk)]
+        chunk = a.forced[: n_batch - len(batch)]
+        del a.forced[: len(chunk)]
         idx = batch.add_seq(chunk, s.pos.add_text(len(chunk)), s.seq, True) if chunk else -1
         s.cache.extend(chunk)
         s.logits_index = -1 if a.forced else idx  # the model goes on after the last one
@@ -65,14 +71,18 @@ def fill_batch(batch: Batch, slots: Sequence[Slot], n_batch: int, step: int,
         budget = min(budget, prompt_budget(len(batch)))
     for s in slots:
         a = s.active
-        if a is None or not a.prefilling or budget <= 0 or (only is not None
-                                                            and a.adapters != only):
+        if (
+            a is None
+            or not a.prefilling
+            or budget <= 0
+            or (only is not None and a.adapters != only)
+        ):
             continue
         a.last_step = step
         end = a.n_past + budget
         if a.media is not None and (end := a.media.text_end(a.n_past, end)) == a.n_past:
             continue
-        chunk = a.prompt[a.n_past:end]
+        chunk = a.prompt[a.n_past : end]
         last = a.n_past + len(chunk) == len(a.prompt)
         part.append((s, len(s.cache), True))
         idx = batch.add_seq(chunk, s.pos.add_text(len(chunk)), s.seq, last and not a.forced)
@@ -83,6 +93,11 @@ def fill_batch(batch: Batch, slots: Sequence[Slot], n_batch: int, step: int,
             s.logits_index = idx
     # Only slots that decode this step draft: one whose prompt ended in this batch reads
     # its first token from the prompt's logits before any draft joins it.
-    add_drafts(batch, [s for s, _, prefill in part if not prefill and s not in forcing],
-               n_batch, n_ctx_slot, drafter)
+    add_drafts(
+        batch,
+        [s for s, _, prefill in part if not prefill and s not in forcing],
+        n_batch,
+        n_ctx_slot,
+        drafter,
+    )
     return part

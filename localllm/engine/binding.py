@@ -23,8 +23,10 @@ from localllm import config
 from localllm.backends import core
 from localllm.errors import InvalidRequest, LocalLLMError, NativeUnavailable
 
-REBUILD_HINT = "reinstall localllm so its native module is rebuilt: " \
+REBUILD_HINT = (
+    "reinstall localllm so its native module is rebuilt: "
     "pip install --force-reinstall --no-cache-dir -e .  (or without -e for a normal install)"
+)
 
 # Keep the preloaded handles alive for the life of the process.
 _PRELOADED: list[ctypes.CDLL] = []
@@ -56,13 +58,14 @@ def _check(ffi: Any, lib: Any) -> None:
         m = core.manifest()
         if not m:
             raise NativeUnavailable(
-                f"the engine's core libraries are missing from {core.core_dir()}; "
-                f"{REBUILD_HINT}")
+                f"the engine's core libraries are missing from {core.core_dir()}; {REBUILD_HINT}"
+            )
         if m.get("llama_h_sha256") != want:
             raise NativeUnavailable(
                 f"the core in {core.core_dir()} (llama.cpp from {m.get('package')} "
                 f"{m.get('version')}) is not the one the native module was built against; "
-                f"{REBUILD_HINT}")
+                f"{REBUILD_HINT}"
+            )
         return
     if source != "llama-cpp-python":
         return  # built against LOCALLLM_LLAMA_PREFIX: the rpath pins that build

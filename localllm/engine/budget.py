@@ -48,8 +48,7 @@ class StepCost:
         return max(MIN_PROMPT_TOKENS, int(room))
 
 
-def prompt_budget(step_tokens: int, step_ms: float,
-                  cost: StepCost) -> Callable[[int], int] | None:
+def prompt_budget(step_tokens: int, step_ms: float, cost: StepCost) -> Callable[[int], int] | None:
     """The prompt tokens a step may add after ``n`` decode rows (None: no limit)."""
     if step_tokens > 0:
         return lambda n: max(step_tokens - n, step_tokens // 4)

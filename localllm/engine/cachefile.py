@@ -45,12 +45,18 @@ def file_identity(path: str) -> str:
     return f"file:{os.path.realpath(path)}:{st.st_size}:{st.st_mtime_ns}:{h.hexdigest()}"
 
 
-def model_identity(paths: list[str], llama_version: str, kv_type: str,
-                   flash_attn: str) -> dict[str, Any]:
+def model_identity(
+    paths: list[str], llama_version: str, kv_type: str, flash_attn: str
+) -> dict[str, Any]:
     """What makes saved cells valid: the model files, libllama and this format, the KV cache
     type and flash attention (llama.cpp stores V transposed without it)."""
-    return {"format": FORMAT, "llama": llama_version, "model": [file_identity(p) for p in paths],
-            "kv_type": kv_type, "flash_attn": flash_attn}
+    return {
+        "format": FORMAT,
+        "llama": llama_version,
+        "model": [file_identity(p) for p in paths],
+        "kv_type": kv_type,
+        "flash_attn": flash_attn,
+    }
 
 
 def key(obj: Any) -> str:
@@ -67,8 +73,9 @@ def digest(tokens: bytes, data: Any) -> str:
     return h.hexdigest()
 
 
-def read_header(f: BinaryIO, file_size: int, identity: dict[str, Any]
-                ) -> tuple[dict[str, Any], list[int]] | None:
+def read_header(
+    f: BinaryIO, file_size: int, identity: dict[str, Any]
+) -> tuple[dict[str, Any], list[int]] | None:
     """The header and tokens of an open cache file, None unless they are whole, of this
     identity, and the file is exactly as long as they say (the data is read next)."""
     magic, hlen = _HEAD.unpack(f.read(_HEAD.size))

@@ -63,8 +63,9 @@ def extra_buffers() -> list[dict[str, Any]]:
     """
     ffi, lib = native()
     copy, size = ffi.new("size_t *"), ffi.new("size_t *")
-    types = [(t, ffi.string(lib.ll_ggml_type_name(t)).decode())
-             for t in range(lib.ll_ggml_type_count())]
+    types = [
+        (t, ffi.string(lib.ll_ggml_type_name(t)).decode()) for t in range(lib.ll_ggml_type_count())
+    ]
     out = []
     for i, name in enumerate(_names(lib.ll_cpu_extra_buft_count(), lib.ll_cpu_extra_buft_name)):
         rules = []
@@ -74,14 +75,22 @@ def extra_buffers() -> list[dict[str, Any]]:
                 continue
             ref_copy, ref_size = int(copy[0]), int(size[0])
             k, rows = _multiples(takes)
-            rules.append({"type": t, "name": tname, "dims": dims, "k": k, "rows": rows,
-                          "copy": ref_copy, "size": ref_size})
+            rules.append(
+                {
+                    "type": t,
+                    "name": tname,
+                    "dims": dims,
+                    "k": k,
+                    "rows": rows,
+                    "copy": ref_copy,
+                    "size": ref_size,
+                }
+            )
         out.append({"name": name, "rules": rules})
     return out
 
 
-def _takes(lib: Any, i: int, t: int, n_mat: int, copy: Any, size: Any, k: int,
-           rows: int) -> bool:
+def _takes(lib: Any, i: int, t: int, n_mat: int, copy: Any, size: Any, k: int, rows: int) -> bool:
     return bool(lib.ll_cpu_extra_buft_takes(i, t, k, rows, n_mat, copy, size) == 1)
 
 
@@ -110,8 +119,9 @@ def type_names() -> list[str]:
     return [ffi.string(lib.ll_ggml_type_name(t)).decode() for t in range(lib.ll_ggml_type_count())]
 
 
-def selftest(i: int, t: int, k: int, rows: int, m: int, threads: int,
-             rounds: int) -> tuple[int, float]:
+def selftest(
+    i: int, t: int, k: int, rows: int, m: int, threads: int, rounds: int
+) -> tuple[int, float]:
     """Extra buffer ``i``'s product of a ``t`` weight against the plain CPU's: (1 same,
     0 different, -1 not taken or not testable; the largest relative difference)."""
     ffi, lib = native()

@@ -56,8 +56,10 @@ CACHE_VERSION = 1
 AMX = "AMX"  # ggml's name for the AMX buffer type
 # A runner's last line when it dies of a CPU fault with AMX in use (runner/lastwords.py
 # picks a line that says "crashed" for the client's error).
-CRASH_HINT = ("localllm: runner crashed (CPU fault) with llama.cpp's AMX weights in use; "
-              "if AMX is the cause, set LOCALLLM_CPU_REPACK=off (or auto)")
+CRASH_HINT = (
+    "localllm: runner crashed (CPU fault) with llama.cpp's AMX weights in use; "
+    "if AMX is the cause, set LOCALLLM_CPU_REPACK=off (or auto)"
+)
 
 
 @dataclass(frozen=True)
@@ -102,15 +104,17 @@ def decide(mode: str, names: Sequence[str], verdict: Verdict | None) -> Decision
 
 
 def _test_buffer(i: int) -> str:
-    """"" when every weight type buffer ``i`` takes multiplies right, else what did not."""
+    """ "" when every weight type buffer ``i`` takes multiplies right, else what did not."""
     for t, name in enumerate(cpu_buffers.type_names()):
         for m in M_SIZES:
             rc, err = cpu_buffers.selftest(i, t, K, ROWS, m, THREADS, ROUNDS)
             if rc == -1:
                 break  # a type this buffer does not take (or the test cannot make)
             if rc == 0:
-                return (f"self-test: its {name} product for {m} token(s) differs from the "
-                        f"plain CPU's by {err:.2g} of the largest output")
+                return (
+                    f"self-test: its {name} product for {m} token(s) differs from the "
+                    f"plain CPU's by {err:.2g} of the largest output"
+                )
     return ""
 
 
@@ -153,8 +157,13 @@ def _child(args: list[str], timeout: float) -> tuple[list[dict[str, Any]], int |
     from localllm import children
 
     try:
-        out = children.run("localllm.engine.cpu_check", *args, capture_output=True,
-                           timeout=timeout, stdin=subprocess.DEVNULL)
+        out = children.run(
+            "localllm.engine.cpu_check",
+            *args,
+            capture_output=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
         text, rc = out.stdout, out.returncode
     except subprocess.TimeoutExpired as exc:  # run() has killed it
         text, rc = exc.stdout, None
@@ -197,8 +206,13 @@ def run_checks(names: Sequence[str], timeout: float = CHILD_TIMEOUT_S) -> Verdic
         # a kernel's death by a signal is a fact of this machine worth keeping; a child
         # that ran out of time or failed in Python says as much about the moment.
         culprits = [testing] if testing in left else left
-        how = ("did not finish in time" if rc is None else
-               f"crashed: {describe_exit(rc)}" if rc < 0 else f"failed: {describe_exit(rc)}")
+        how = (
+            "did not finish in time"
+            if rc is None
+            else f"crashed: {describe_exit(rc)}"
+            if rc < 0
+            else f"failed: {describe_exit(rc)}"
+        )
         cacheable = cacheable and rc is not None and rc < 0
         for n in culprits:
             faults[n] = f"self-test {how}"
@@ -210,8 +224,7 @@ def run_checks(names: Sequence[str], timeout: float = CHILD_TIMEOUT_S) -> Verdic
         lines, rc = _child(["--drop", *broken, "--only", *kept], timeout)
         dropped = {str(m["dropped"]): m.get("rc") for m in lines if "dropped" in m}
         passed = {str(m["name"]) for m in lines if "name" in m and not m.get("fault")}
-        drop_works = (rc == 0 and all(dropped.get(n) == 1 for n in broken)
-                      and set(kept) <= passed)
+        drop_works = rc == 0 and all(dropped.get(n) == 1 for n in broken) and set(kept) <= passed
         cacheable = cacheable and rc is not None and rc <= 0
     return Verdict({n: faults.get(n, "") for n in names}, drop_works, cacheable)
 
@@ -226,8 +239,7 @@ def cache_key() -> str:
     except OSError:
         pass
     parts.append(_libraries())
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str)
-                          .encode()).hexdigest()[:20]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
 def _libraries() -> list[tuple[str, int, int]]:
@@ -270,7 +282,7 @@ def verdict(names: Sequence[str] | None = None, refresh: bool = False) -> Verdic
         try:
             raw = json.loads(path.read_text())
             faults = raw["faults"]
-            if (isinstance(faults, dict) and all(isinstance(faults.get(n), str) for n in names)):
+            if isinstance(faults, dict) and all(isinstance(faults.get(n), str) for n in names):
                 return Verdict({n: faults[n] for n in names}, bool(raw.get("drop_works", True)))
         except (OSError, ValueError, KeyError, TypeError):
             pass
@@ -302,8 +314,10 @@ def annotate(buffers: list[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
     names = [str(b.get("name")) for b in buffers]
     v = verdict(names)
     d = decide("auto", names, v)
-    return [{**b, "auto": d.use_extra_bufts and n in d.kept, "fault": v.faults.get(n, "")}
-            for b, n in zip(buffers, names, strict=True)]
+    return [
+        {**b, "auto": d.use_extra_bufts and n in d.kept, "fault": v.faults.get(n, "")}
+        for b, n in zip(buffers, names, strict=True)
+    ]
 
 
 def prepare(mode: str) -> bool:

@@ -57,16 +57,22 @@ def wanted(opts: LoadOptions, load_log: str) -> bool:
 
 def on_device(p: SamplingParams, logprobs: int, default_seed: int = -1) -> Key | None:
     """The device chain's settings for a request, or None when it samples on the host."""
-    penalties = p.repeat_last_n != 0 and (p.repeat_penalty != 1.0 or p.frequency_penalty != 0.0
-                                          or p.presence_penalty != 0.0)
+    penalties = p.repeat_last_n != 0 and (
+        p.repeat_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
+    )
     if p.grammar or penalties or 0.0 < p.typical_p < 1.0 or logprobs > 0:
         return None
     if p.temperature <= 0:
         return (0.0, 0, 1.0, 0.0, 0)  # greedy: every other setting is moot
     seed = p.seed if p.seed >= 0 else default_seed
     top_p = p.top_p if 0.0 < p.top_p < 1.0 else 1.0
-    return (float(p.temperature), max(0, int(p.top_k)), float(top_p), max(0.0, float(p.min_p)),
-            (seed & 0xFFFFFFFF) if seed >= 0 else DEFAULT_SEED)
+    return (
+        float(p.temperature),
+        max(0, int(p.top_k)),
+        float(top_p),
+        max(0.0, float(p.min_p)),
+        (seed & 0xFFFFFFFF) if seed >= 0 else DEFAULT_SEED,
+    )
 
 
 class SlotChains:

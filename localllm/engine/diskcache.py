@@ -54,13 +54,13 @@ def open_disk(opts: LoadOptions, paths: list[str], n_ctx: int, n_swa: int) -> Di
 
     ffi, _ = native()  # buffers for the cells read back
     try:
-        identity = cachefile.model_identity(paths, llama_version(),
-                                  opts.kv_type, opts.flash_attn)
+        identity = cachefile.model_identity(paths, llama_version(), opts.kv_type, opts.flash_attn)
     except OSError as exc:
         log.warning("prompt cache: no disk cache for this model: %s", exc)
         return None
-    return DiskCache(Path(opts.prompt_cache_dir), identity, opts.prompt_cache_disk, ffi,
-                     n_ctx, n_swa)
+    return DiskCache(
+        Path(opts.prompt_cache_dir), identity, opts.prompt_cache_disk, ffi, n_ctx, n_swa
+    )
 
 
 class DiskCache:
@@ -68,8 +68,15 @@ class DiskCache:
 
     ``n_ctx`` bounds the copies this context can take back; ``n_swa`` as in park.py."""
 
-    def __init__(self, root: Path, identity: dict[str, Any], budget: int, ffi: Any,
-                 n_ctx: int, n_swa: int = 0) -> None:
+    def __init__(
+        self,
+        root: Path,
+        identity: dict[str, Any],
+        budget: int,
+        ffi: Any,
+        n_ctx: int,
+        n_swa: int = 0,
+    ) -> None:
         self.root, self.identity, self.budget, self.ffi = root, identity, budget, ffi
         self.n_ctx, self.n_swa = n_ctx, n_swa
         self.dir = root / cachefile.key(identity)
@@ -87,8 +94,11 @@ class DiskCache:
         with self._lock:
             for e in self.entries:
                 n = e.reusable(prompt, adapters, self.n_swa)
-                if n >= MIN_TOKENS and len(e.tokens) <= self.n_ctx and (
-                        best is None or n > best[1]):
+                if (
+                    n >= MIN_TOKENS
+                    and len(e.tokens) <= self.n_ctx
+                    and (best is None or n > best[1])
+                ):
                     best = (e, n)
         return best
 
@@ -136,15 +146,18 @@ class DiskCache:
         if n < MIN_TOKENS or entry.size > self.budget or entry.data is None:
             return
         with self._lock:
-            if any(e.reusable(entry.tokens, entry.adapters, self.n_swa) >= n
-                   for e in (*self.entries, *self._pending)):
+            if any(
+                e.reusable(entry.tokens, entry.adapters, self.n_swa) >= n
+                for e in (*self.entries, *self._pending)
+            ):
                 return
             if len(self._pending) >= MAX_PENDING:
                 return
             self._pending.append(entry)
         if self._writer is None:
-            self._writer = threading.Thread(target=self._write_loop, name="prompt-cache-disk",
-                                            daemon=True)
+            self._writer = threading.Thread(
+                target=self._write_loop, name="prompt-cache-disk", daemon=True
+            )
             self._writer.start()
         self._queue.put(entry)
 
@@ -182,9 +195,19 @@ class DiskCache:
                 if head is None:
                     raise ValueError("not a whole cache file of this model")
                 meta, tokens = head
-                found.append((st.st_mtime, Parked(tokens, tuple(meta["adapters"]),
-                                                  int(meta["exact"]), None,
-                                                  int(meta["size"]), name)))
+                found.append(
+                    (
+                        st.st_mtime,
+                        Parked(
+                            tokens,
+                            tuple(meta["adapters"]),
+                            int(meta["exact"]),
+                            None,
+                            int(meta["size"]),
+                            name,
+                        ),
+                    )
+                )
             except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
                 log.warning("prompt cache: removing %s: %s", name, exc)
                 with contextlib.suppress(OSError):
@@ -212,16 +235,30 @@ class DiskCache:
         raw = cachefile.pack_tokens(entry.tokens)
         data = self.ffi.buffer(entry.data, entry.size)
         self.dir.mkdir(parents=True, exist_ok=True)
-        cachefile.write(self.dir / name, {
-            "identity": self.identity, "adapters": list(entry.adapters), "exact": entry.exact,
-            "n_tokens": len(entry.tokens), "size": entry.size,
-            "sha256": cachefile.digest(raw, data)}, raw, data)
+        cachefile.write(
+            self.dir / name,
+            {
+                "identity": self.identity,
+                "adapters": list(entry.adapters),
+                "exact": entry.exact,
+                "n_tokens": len(entry.tokens),
+                "size": entry.size,
+                "sha256": cachefile.digest(raw, data),
+            },
+            raw,
+            data,
+        )
         entry.file = name
         stored = type(entry)(entry.tokens, entry.adapters, entry.exact, None, entry.size, name)
         with self._lock:
             # Copies this one serves as well are redundant now (the rule park.py keeps).
-            gone = [e for e in self.entries if e.exact < 0 and e.file != name and
-                    stored.reusable(e.tokens, e.adapters, self.n_swa) >= len(e.tokens)]
+            gone = [
+                e
+                for e in self.entries
+                if e.exact < 0
+                and e.file != name
+                and stored.reusable(e.tokens, e.adapters, self.n_swa) >= len(e.tokens)
+            ]
             self.entries = [e for e in self.entries if e not in gone and e.file != name]
             self.entries.append(stored)
         for e in gone:

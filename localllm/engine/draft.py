@@ -45,21 +45,42 @@ class Want:
 class Drafter:
     """The draft model, its context (one sequence per slot) and what each sequence holds."""
 
-    def __init__(self, path: str, target: Model, opts: LoadOptions, placement: dict[str, Any],
-                 *, n_seq: int, n_ctx_slot: int, n_batch: int, n_threads: int) -> None:
+    def __init__(
+        self,
+        path: str,
+        target: Model,
+        opts: LoadOptions,
+        placement: dict[str, Any],
+        *,
+        n_seq: int,
+        n_ctx_slot: int,
+        n_batch: int,
+        n_threads: int,
+    ) -> None:
         devices = list(placement["devices"])[:1]
         # All of it beside the target's first offloaded layers, or all in RAM with it.
-        self.model = Model([path], n_gpu_layers=999 if opts.n_gpu_layers and devices else 0,
-                           use_mmap=opts.use_mmap, devices=devices, split_mode="none",
-                           use_extra_bufts=placement.get("use_extra_bufts", True))
+        self.model = Model(
+            [path],
+            n_gpu_layers=999 if opts.n_gpu_layers and devices else 0,
+            use_mmap=opts.use_mmap,
+            devices=devices,
+            split_mode="none",
+            use_extra_bufts=placement.get("use_extra_bufts", True),
+        )
         self.ctx: Context | None = None
         self.batch: Batch | None = None
         try:
             check_vocab(self.model, target)
-            self.ctx = Context(self.model, n_ctx=n_ctx_slot * n_seq, n_seq_max=n_seq,
-                               n_batch=n_batch, n_ubatch=min(512, n_batch),
-                               n_threads=n_threads, flash_attn=opts.flash_attn,
-                               kv_type=opts.kv_type)
+            self.ctx = Context(
+                self.model,
+                n_ctx=n_ctx_slot * n_seq,
+                n_seq_max=n_seq,
+                n_batch=n_batch,
+                n_ubatch=min(512, n_batch),
+                n_threads=n_threads,
+                flash_attn=opts.flash_attn,
+                kv_type=opts.kv_type,
+            )
             self.batch = Batch(n_batch)
         except BaseException:
             self.close()
@@ -117,7 +138,7 @@ class Drafter:
             rows: list[tuple[Want, int]] = []
             later: list[tuple[Want, int]] = []
             for w, i in todo:
-                chunk = list(w.tokens[i:i + self.n_batch - len(batch)])
+                chunk = list(w.tokens[i : i + self.n_batch - len(batch)])
                 if not chunk:
                     later.append((w, i))
                     continue

@@ -41,14 +41,23 @@ def _free(slots: Sequence[Slot], what: str) -> list[Slot]:
     return free
 
 
-def embed(ctx: Context, batch: Batch, slots: Sequence[Slot], n_ctx_slot: int,
-          inputs: list[str], *, truncate: bool = True) -> tuple[list[list[float]], int]:
+def embed(
+    ctx: Context,
+    batch: Batch,
+    slots: Sequence[Slot],
+    n_ctx_slot: int,
+    inputs: list[str],
+    *,
+    truncate: bool = True,
+) -> tuple[list[list[float]], int]:
     """Each input's vector and the prompt token count, decoded in the free ``slots``
     (``batch``: the engine's, of n_batch tokens; ``ctx`` made with embeddings on)."""
     if ctx.pooling == POOLING_RANK:
         # Its outputs are relevance scores, not vectors: refused, never passed off as one.
-        raise InvalidRequest("this model is a reranker (its head scores query-document "
-                             "pairs); it cannot embed: use /api/rerank")
+        raise InvalidRequest(
+            "this model is a reranker (its head scores query-document "
+            "pairs); it cannot embed: use /api/rerank"
+        )
     free = _free(slots, "embedding")
     limit = min(n_ctx_slot, batch.capacity)
     seqs: list[list[int]] = []
@@ -69,13 +78,20 @@ def embed(ctx: Context, batch: Batch, slots: Sequence[Slot], n_ctx_slot: int,
             raise LocalLLMError("llama.cpp returned no embedding for this model")
         return _normalise(v)
 
-    return (_decode_all(ctx, batch, free, seqs, read, "embedding"),
-            sum(len(t) for t in seqs))
+    return (_decode_all(ctx, batch, free, seqs, read, "embedding"), sum(len(t) for t in seqs))
 
 
-def rerank(ctx: Context, batch: Batch, slots: Sequence[Slot], n_ctx_slot: int, query: str,
-           documents: list[str], fmt: PairFormat, *, truncate: bool = True
-           ) -> tuple[list[float], int]:
+def rerank(
+    ctx: Context,
+    batch: Batch,
+    slots: Sequence[Slot],
+    n_ctx_slot: int,
+    query: str,
+    documents: list[str],
+    fmt: PairFormat,
+    *,
+    truncate: bool = True,
+) -> tuple[list[float], int]:
     """Each document's score against ``query`` (the head's first output, as it comes:
     the caller turns it into a probability) and the token count of all the pairs."""
     if ctx.pooling != POOLING_RANK:
@@ -91,16 +107,20 @@ def rerank(ctx: Context, batch: Batch, slots: Sequence[Slot], n_ctx_slot: int, q
             raise LocalLLMError("llama.cpp returned no rerank score for this model")
         return score
 
-    return (_decode_all(ctx, batch, free, seqs, read, "rerank", reuse=True),
-            sum(len(t) for t in seqs))
+    return (
+        _decode_all(ctx, batch, free, seqs, read, "rerank", reuse=True),
+        sum(len(t) for t in seqs),
+    )
 
 
-def pair_tokens(model: Model, query: str, doc: str, fmt: PairFormat, limit: int,
-                truncate: bool) -> list[int]:
+def pair_tokens(
+    model: Model, query: str, doc: str, fmt: PairFormat, limit: int, truncate: bool
+) -> list[int]:
     """One query–document pair as the model reads it, at most ``limit`` tokens: a long
     document loses its end (the template's closing text, which tells the head where
     to answer, is kept); without ``truncate`` that is a 400 instead."""
     if fmt.template:
+
         def render(d: str) -> list[int]:
             return model.tokenize(fill(fmt.template, query, d), False, True)
 
@@ -108,8 +128,10 @@ def pair_tokens(model: Model, query: str, doc: str, fmt: PairFormat, limit: int,
         if len(toks) <= limit:
             return toks
         if not truncate:
-            raise InvalidRequest(f"{OVERFLOW}: a query-document pair takes {len(toks)} "
-                                 f"tokens, the context holds {limit}")
+            raise InvalidRequest(
+                f"{OVERFLOW}: a query-document pair takes {len(toks)} "
+                f"tokens, the context holds {limit}"
+            )
         # Cut the document's tokens by the overshoot and render again; a cut can
         # tokenize differently at its edge, so a few rounds settle it.
         doc_toks = model.tokenize(doc, False, False)
@@ -121,8 +143,10 @@ def pair_tokens(model: Model, query: str, doc: str, fmt: PairFormat, limit: int,
                 return toks
             if keep == 0:
                 break
-        raise InvalidRequest(f"{OVERFLOW}: the query and the pair template alone take "
-                             f"{len(toks)} tokens, the context holds {limit}")
+        raise InvalidRequest(
+            f"{OVERFLOW}: the query and the pair template alone take "
+            f"{len(toks)} tokens, the context holds {limit}"
+        )
     eos = model.eos if model.eos >= 0 else fmt.sep
     head = [model.bos] if fmt.add_bos and model.bos >= 0 else []
     head += model.tokenize(query, False, False)
@@ -135,9 +159,11 @@ def pair_tokens(model: Model, query: str, doc: str, fmt: PairFormat, limit: int,
     room = limit - len(head) - len(tail)
     if len(body) > room:
         if not truncate or room < 0:
-            raise InvalidRequest(f"{OVERFLOW}: a query-document pair takes "
-                                 f"{len(head) + len(body) + len(tail)} tokens, the context "
-                                 f"holds {limit}")
+            raise InvalidRequest(
+                f"{OVERFLOW}: a query-document pair takes "
+                f"{len(head) + len(body) + len(tail)} tokens, the context "
+                f"holds {limit}"
+            )
         body = body[:room]
     toks = head + body + tail
     if not toks:
@@ -163,8 +189,16 @@ def fill(template: str, query: str, doc: str) -> str:
             i = d + len("{document}")
 
 
-def _decode_all(ctx: Context, batch: Batch, free: list[Slot], seqs: list[list[int]],
-                read: Callable[[int, int], T], what: str, *, reuse: bool = False) -> list[T]:
+def _decode_all(
+    ctx: Context,
+    batch: Batch,
+    free: list[Slot],
+    seqs: list[list[int]],
+    read: Callable[[int, int], T],
+    what: str,
+    *,
+    reuse: bool = False,
+) -> list[T]:
     """Decode each token list in its own free slot, as many at a time as fit in the
     batch, and ``read(seq, index of its last token)`` each one's output, in order.
 

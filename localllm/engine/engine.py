@@ -63,8 +63,13 @@ class Engine:
     def __init__(self, model_paths: list[str], opts: LoadOptions) -> None:
         self.opts = opts
         placement = plugins.place(opts)
-        self.model = Model(model_paths, n_gpu_layers=opts.n_gpu_layers, main_gpu=opts.main_gpu,
-                           use_mmap=opts.use_mmap, **placement)
+        self.model = Model(
+            model_paths,
+            n_gpu_layers=opts.n_gpu_layers,
+            main_gpu=opts.main_gpu,
+            use_mmap=opts.use_mmap,
+            **placement,
+        )
         n_par = max(1, opts.n_parallel)
         # Every decoding slot adds one token per step, so a batch must hold them all.
         # Pooled embeddings need a whole input in one micro-batch: there the step is one.
@@ -73,21 +78,38 @@ class Engine:
         threads = opts.n_threads or default_threads()
         try:
             self.ctx = Context(
-                self.model, n_ctx=max(opts.n_ctx, 8) * n_par, n_seq_max=n_par, n_batch=n_batch,
-                n_ubatch=n_ubatch, n_threads=threads,
-                flash_attn=opts.flash_attn, kv_type=opts.kv_type, embeddings=opts.embedding,
+                self.model,
+                n_ctx=max(opts.n_ctx, 8) * n_par,
+                n_seq_max=n_par,
+                n_batch=n_batch,
+                n_ubatch=n_ubatch,
+                n_threads=threads,
+                flash_attn=opts.flash_attn,
+                kv_type=opts.kv_type,
+                embeddings=opts.embedding,
                 pooling=POOLING_RANK if opts.rerank else -1,  # -1: the GGUF's own
-                device_sampling=wanted(opts, self.model.load_log))
+                device_sampling=wanted(opts, self.model.load_log),
+            )
             # One unified KV buffer (as llama-server does): per-sequence streams would make
             # llama.cpp split every mixed batch into equal per-sequence micro-batches.  The
             # per-slot limit is then ours to keep, and keeping it means the buffer never fills.
             self.n_ctx_slot = min(max(opts.n_ctx, 8), self.ctx.n_ctx // n_par)
             self.batch = Batch(n_batch)
             self.projector = load_projector(opts, self.model, placement["devices"], threads)
-            self.drafter = (Drafter(opts.draft, self.model, opts, placement, n_seq=n_par,
-                                    n_ctx_slot=self.n_ctx_slot, n_batch=n_batch,
-                                    n_threads=threads)
-                            if opts.draft else None)
+            self.drafter = (
+                Drafter(
+                    opts.draft,
+                    self.model,
+                    opts,
+                    placement,
+                    n_seq=n_par,
+                    n_ctx_slot=self.n_ctx_slot,
+                    n_batch=n_batch,
+                    n_threads=threads,
+                )
+                if opts.draft
+                else None
+            )
         except BaseException:
             for h in ("projector", "batch", "ctx"):  # whatever was made before the failure
                 if getattr(self, h, None) is not None:
@@ -111,9 +133,16 @@ class Engine:
         # Idle slots' cells go to host memory when a request starts (park.py).
         kv_bytes = sum(d["kv"] for d in buffer_sizes(self._load_log).values())
         room = budget(opts.prompt_cache, kv_bytes)
-        self.parked = (PromptCache(self.ctx, room, self.model.n_swa,
-                                   open_disk(opts, model_paths, self.n_ctx_slot, self.model.n_swa))
-                       if room > 0 and not opts.embedding else None)
+        self.parked = (
+            PromptCache(
+                self.ctx,
+                room,
+                self.model.n_swa,
+                open_disk(opts, model_paths, self.n_ctx_slot, self.model.n_swa),
+            )
+            if room > 0 and not opts.embedding
+            else None
+        )
         self._unsaved = False  # a request ended since the idle slots went to disk (park.py)
 
     # ---- public API -----------------------------------------------------------------
@@ -143,8 +172,9 @@ class Engine:
                 s.active.cancelled = True
 
     def has_work(self) -> bool:
-        return bool(self._queue or self._events or self._unsaved
-                    or any(not s.free for s in self.slots))
+        return bool(
+            self._queue or self._events or self._unsaved or any(not s.free for s in self.slots)
+        )
 
     def step(self) -> list[Event]:
         """Admit, build one batch, decode once, sample every slot; return the events."""
@@ -166,13 +196,31 @@ class Engine:
         if self.opts.share_prefix:
             share_prefixes(self.ctx, self.slots, self.model.n_swa)
         only = self.adapters.for_step(self.slots) if self.adapters.any else None
-        part = fill_batch(self.batch, self.slots, self.n_batch, self._steps, only,
-                          self.n_ctx_slot, self._budget, self.drafter)
+        part = fill_batch(
+            self.batch,
+            self.slots,
+            self.n_batch,
+            self._steps,
+            only,
+            self.n_ctx_slot,
+            self._budget,
+            self.drafter,
+        )
         if part:
             events.extend(self._decode(part))
         if self.projector is not None:  # at most one image chunk per step (see vision.py)
-            events.extend(image_step(self.projector, self.ctx, self.slots, self._steps,
-                                     self.n_ubatch, only, self._sample, self._fail))
+            events.extend(
+                image_step(
+                    self.projector,
+                    self.ctx,
+                    self.slots,
+                    self._steps,
+                    self.n_ubatch,
+                    only,
+                    self._sample,
+                    self._fail,
+                )
+            )
         return events
 
     def _decode(self, part: list[tuple[Slot, int, bool]]) -> list[Event]:
@@ -212,17 +260,27 @@ class Engine:
             raise InvalidRequest("this model was not loaded for embeddings (embedding=True)")
         return embed(self.ctx, self.batch, self.slots, self.n_ctx_slot, inputs, truncate=truncate)
 
-    def rerank(self, query: str, documents: list[str], fmt: PairFormat, *,
-               truncate: bool = True) -> tuple[list[float], int]:
+    def rerank(
+        self, query: str, documents: list[str], fmt: PairFormat, *, truncate: bool = True
+    ) -> tuple[list[float], int]:
         """Each document's raw score against ``query`` (engine/embed.py) and the tokens read."""
         from localllm.engine.embed import rerank
 
         self.adapters.apply(())
-        return rerank(self.ctx, self.batch, self.slots, self.n_ctx_slot, query, documents, fmt,
-                      truncate=truncate)
+        return rerank(
+            self.ctx,
+            self.batch,
+            self.slots,
+            self.n_ctx_slot,
+            query,
+            documents,
+            fmt,
+            truncate=truncate,
+        )
 
-    def tokenize(self, text: str, add_special: bool = True,
-                 parse_special: bool = True) -> list[int]:
+    def tokenize(
+        self, text: str, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
         return self.model.tokenize(text, add_special, parse_special)
 
     def detokenize(self, tokens: list[int], special: bool = False) -> str:
@@ -283,8 +341,9 @@ class Engine:
         self.close()
 
     # ---- internals ------------------------------------------------------------------
-    def _admit(self, req: CompletionRequest, tokens: list[int], key: AdapterSet,
-               media: Any) -> list[Event]:
+    def _admit(
+        self, req: CompletionRequest, tokens: list[int], key: AdapterSet, media: Any
+    ) -> list[Event]:
         think = think_budget(self.model, req)
         picked = pick_slot(self.slots, tokens, key)
         assert picked is not None
@@ -300,10 +359,20 @@ class Engine:
             n = cut(self.ctx, slot, 0)  # the window before n is gone: no reuse
         slot.adapters = key
         sampler.accept_prompt([t for t in tokens if t >= 0] if media is not None else tokens)
-        slot.active = Active(req, tokens, sampler, TextStream(req.stop), n_past=n, cached=n,
-                             adapters=key, last_step=self._steps,
-                             keep=self.model.marker_tokens(req.markers), media=media,
-                             ngram=speculation(req, tokens), think=think)
+        slot.active = Active(
+            req,
+            tokens,
+            sampler,
+            TextStream(req.stop),
+            n_past=n,
+            cached=n,
+            adapters=key,
+            last_step=self._steps,
+            keep=self.model.marker_tokens(req.markers),
+            media=media,
+            ngram=speculation(req, tokens),
+            think=think,
+        )
         if self.parked is not None:  # the busy slots attend only over their own cells
             self.parked.park_idle(self.slots)
         if think is not None and think.due and tokens[-1] >= 0:  # budget 0, block opened
@@ -334,18 +403,21 @@ class Engine:
         out: list[Event] = []
         if req.logprobs > 0:
             lp, top = self.ctx.top_logprobs(row, t, req.logprobs)
-            out.append(Piece(req.id, text, t, lp,
-                             [(self.model.token_text(i), v) for i, v in top]))
+            out.append(Piece(req.id, text, t, lp, [(self.model.token_text(i), v) for i, v in top]))
         elif text:
             out.append(Piece(req.id, text, t))
         if a.text.stopped:
             out.extend(self._finish(s, "stop"))
-        elif (0 < req.num_predict <= len(a.generated)
-              # Unlimited: at most a context's worth of reply, shifted or not, so a model
-              # that never ends its turn cannot hold a slot for ever.
-              or (req.num_predict < 0 and len(a.generated) >= self.n_ctx_slot)
-              or (cells >= self.n_ctx_slot and not (req.shift and self.can_shift
-                                                    and shift(self.ctx, s, req.num_keep)))):
+        elif (
+            0 < req.num_predict <= len(a.generated)
+            # Unlimited: at most a context's worth of reply, shifted or not, so a model
+            # that never ends its turn cannot hold a slot for ever.
+            or (req.num_predict < 0 and len(a.generated) >= self.n_ctx_slot)
+            or (
+                cells >= self.n_ctx_slot
+                and not (req.shift and self.can_shift and shift(self.ctx, s, req.num_keep))
+            )
+        ):
             out.extend(self._finish(s, "length"))
         else:
             a.pending = t
@@ -359,7 +431,8 @@ class Engine:
         assert a is not None and a.think is not None
         close, req = a.think.close, a.req
         if cells + len(close) >= self.n_ctx_slot or (
-                req.num_predict >= 0 and len(a.generated) + len(close) >= req.num_predict):
+            req.num_predict >= 0 and len(a.generated) + len(close) >= req.num_predict
+        ):
             return []  # the forced tokens and one more would not fit: the reply ends first
         a.think.closed()
         a.forced = list(close)
@@ -383,13 +456,22 @@ class Engine:
         rest = a.text.flush()
         if rest:
             out.append(Piece(a.req.id, rest))
-        out.append(Done(
-            a.req.id, reason,  # type: ignore[arg-type]
-            prompt_tokens=len(a.prompt), cached_tokens=a.cached, prompt_eval_ns=a.prompt_ns,
-            eval_count=len(a.generated), eval_ns=a.eval_ns, stop=a.text.matched,
-            drafted=a.drafted, accepted=a.accepted,
-            context=(a.prompt if a.media is None else [t for t in a.prompt if t >= 0])
-            + a.generated))
+        out.append(
+            Done(
+                a.req.id,
+                reason,  # type: ignore[arg-type]
+                prompt_tokens=len(a.prompt),
+                cached_tokens=a.cached,
+                prompt_eval_ns=a.prompt_ns,
+                eval_count=len(a.generated),
+                eval_ns=a.eval_ns,
+                stop=a.text.matched,
+                drafted=a.drafted,
+                accepted=a.accepted,
+                context=(a.prompt if a.media is None else [t for t in a.prompt if t >= 0])
+                + a.generated,
+            )
+        )
         return out
 
     def _fail(self, s: Slot, before: int, rc: int) -> Failed:

@@ -17,8 +17,14 @@ from localllm.errors import InvalidModelFile, ModelLoadError
 
 FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
 _BUF_RE = re.compile(r"(\S+)\s+(model|KV|RS|compute|output|LoRA) buffer size =\s*([\d.]+) MiB")
-_KIND = {"model": "model", "LoRA": "model", "KV": "kv", "RS": "kv", "compute": "compute",
-         "output": "compute"}
+_KIND = {
+    "model": "model",
+    "LoRA": "model",
+    "KV": "kv",
+    "RS": "kv",
+    "compute": "compute",
+    "output": "compute",
+}
 
 
 def no_parts() -> dict[str, int]:
@@ -62,8 +68,9 @@ class _Owner:
     def __enter__(self) -> _Owner:
         return self
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def __del__(self) -> None:
@@ -85,11 +92,20 @@ SPLIT_MODES = {"none": 0, "layer": 1, "row": 2}
 class Model(_Owner):
     """A loaded GGUF (one file or all its splits) and its vocabulary."""
 
-    def __init__(self, paths: Sequence[str], *, n_gpu_layers: int = 0, main_gpu: int = 0,
-                 use_mmap: bool = True, vocab_only: bool = False,
-                 devices: Sequence[int] | None = None, split_mode: str = "layer",
-                 tensor_split: Sequence[float] = (), cpu_patterns: Sequence[str] = (),
-                 use_extra_bufts: bool = True) -> None:
+    def __init__(
+        self,
+        paths: Sequence[str],
+        *,
+        n_gpu_layers: int = 0,
+        main_gpu: int = 0,
+        use_mmap: bool = True,
+        vocab_only: bool = False,
+        devices: Sequence[int] | None = None,
+        split_mode: str = "layer",
+        tensor_split: Sequence[float] = (),
+        cpu_patterns: Sequence[str] = (),
+        use_extra_bufts: bool = True,
+    ) -> None:
         self.ffi, self.lib = native()
         if not paths:
             raise ModelLoadError("no model file given")
@@ -102,14 +118,27 @@ class Model(_Owner):
         split = self.ffi.new("float[]", [float(x) for x in tensor_split] or [0.0])
         pats = [self.ffi.new("char[]", p.encode()) for p in cpu_patterns]
         pat_arr = self.ffi.new("const char *[]", pats or [self.ffi.NULL])
-        h = self.lib.ll_model_load(arr, len(keep), n_gpu_layers, main_gpu, int(use_mmap),
-                                   int(vocab_only), devs, len(devices),
-                                   SPLIT_MODES.get(split_mode, 1), split, len(tensor_split),
-                                   pat_arr, len(pats), int(use_extra_bufts))
+        h = self.lib.ll_model_load(
+            arr,
+            len(keep),
+            n_gpu_layers,
+            main_gpu,
+            int(use_mmap),
+            int(vocab_only),
+            devs,
+            len(devices),
+            SPLIT_MODES.get(split_mode, 1),
+            split,
+            len(tensor_split),
+            pat_arr,
+            len(pats),
+            int(use_extra_bufts),
+        )
         self.load_log = take_log()
         if h == self.ffi.NULL:
             raise InvalidModelFile(
-                f"llama.cpp could not load {paths[0]}: {last_errors(self.load_log)}")
+                f"llama.cpp could not load {paths[0]}: {last_errors(self.load_log)}"
+            )
         self._h = h
         self.n_vocab = int(self.lib.ll_model_n_vocab(h))
         self.bos = int(self.lib.ll_token_bos(h))
@@ -162,8 +191,9 @@ class Model(_Owner):
             v = self._eog[token] = bool(self.lib.ll_token_is_eog(self.handle, token))
         return v
 
-    def tokenize(self, text: str, add_special: bool = True,
-                 parse_special: bool = True) -> list[int]:
+    def tokenize(
+        self, text: str, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
         """The tokens of ``text``; a long one is read a chunk at a time (``tokenize``)."""
         from localllm.engine.tokenize import tokenize_all
 
@@ -174,8 +204,9 @@ class Model(_Owner):
         cap = len(raw) + 8
         while True:
             out = self.ffi.new("int32_t[]", cap)
-            n = self.lib.ll_tokenize(self.handle, raw, len(raw), out, cap, int(add_special),
-                                     int(parse_special))
+            n = self.lib.ll_tokenize(
+                self.handle, raw, len(raw), out, cap, int(add_special), int(parse_special)
+            )
             if n >= 0:
                 return list(self.ffi.unpack(out, n))
             cap = -n
@@ -219,14 +250,16 @@ class Model(_Owner):
         n = self.lib.ll_token_to_piece(self.handle, token, buf, 256, int(special))
         return "" if n < 0 else bytes(self.ffi.buffer(buf, n)).decode("utf-8", "replace")
 
-    def detokenize(self, tokens: Sequence[int], remove_special: bool = False,
-                   unparse_special: bool = False) -> str:
+    def detokenize(
+        self, tokens: Sequence[int], remove_special: bool = False, unparse_special: bool = False
+    ) -> str:
         arr = self.ffi.new("int32_t[]", list(tokens))
         cap = max(16, 8 * len(tokens))
         while True:
             buf = self.ffi.new("char[]", cap)
-            n = self.lib.ll_detokenize(self.handle, arr, len(tokens), buf, cap,
-                                       int(remove_special), int(unparse_special))
+            n = self.lib.ll_detokenize(
+                self.handle, arr, len(tokens), buf, cap, int(remove_special), int(unparse_special)
+            )
             if n >= 0:
                 return bytes(self.ffi.buffer(buf, n)).decode("utf-8", "replace")
             cap = -n
@@ -235,23 +268,47 @@ class Model(_Owner):
 class Context(_Owner):
     """A llama context: KV cache with ``n_seq_max`` sequences, decode, outputs."""
 
-    def __init__(self, model: Model, *, n_ctx: int, n_seq_max: int, n_batch: int, n_ubatch: int,
-                 n_threads: int, flash_attn: str = "auto", kv_type: str = "f16",
-                 embeddings: bool = False, pooling: int = -1, kv_unified: bool = True,
-                 device_sampling: bool = False) -> None:
+    def __init__(
+        self,
+        model: Model,
+        *,
+        n_ctx: int,
+        n_seq_max: int,
+        n_batch: int,
+        n_ubatch: int,
+        n_threads: int,
+        flash_attn: str = "auto",
+        kv_type: str = "f16",
+        embeddings: bool = False,
+        pooling: int = -1,
+        kv_unified: bool = True,
+        device_sampling: bool = False,
+    ) -> None:
         """``device_sampling``: planned for sampler chains that run in the decode
         (engine/device_sampling.py), whose graph takes more memory."""
         self.ffi, self.lib = model.ffi, model.lib
         self.model = model
         take_log()
-        h = self.lib.ll_context_new(model.handle, n_ctx, n_seq_max, n_batch, n_ubatch, n_threads,
-                                    n_threads, FLASH_ATTN.get(flash_attn, -1), kv_type.encode(),
-                                    int(embeddings), pooling, int(kv_unified),
-                                    int(device_sampling))
+        h = self.lib.ll_context_new(
+            model.handle,
+            n_ctx,
+            n_seq_max,
+            n_batch,
+            n_ubatch,
+            n_threads,
+            n_threads,
+            FLASH_ATTN.get(flash_attn, -1),
+            kv_type.encode(),
+            int(embeddings),
+            pooling,
+            int(kv_unified),
+            int(device_sampling),
+        )
         self.load_log = take_log()
         if h == self.ffi.NULL:
-            raise ModelLoadError(f"llama.cpp could not create a context: "
-                                 f"{last_errors(self.load_log)}")
+            raise ModelLoadError(
+                f"llama.cpp could not create a context: {last_errors(self.load_log)}"
+            )
         self._h = h
         self.n_ctx = int(self.lib.ll_n_ctx(h))
         self.pooling = int(self.lib.ll_pooling_type(h))
@@ -267,10 +324,23 @@ class Context(_Owner):
     def decode(self, batch: Batch) -> int:
         return int(self.lib.ll_decode(self.handle, batch.handle))
 
-    def decode_embd(self, embd: Any, offset: int, n: int, n_embd: int, pos0: int, pos4: Any,
-                    seq: int, last: bool, non_causal: bool) -> int:  # cffi float[], int32_t*
-        return int(self.lib.ll_decode_embd(self.handle, embd + offset, n, n_embd, pos0, pos4,
-                                           seq, last, non_causal))
+    def decode_embd(
+        self,
+        embd: Any,
+        offset: int,
+        n: int,
+        n_embd: int,
+        pos0: int,
+        pos4: Any,
+        seq: int,
+        last: bool,
+        non_causal: bool,
+    ) -> int:  # cffi float[], int32_t*
+        return int(
+            self.lib.ll_decode_embd(
+                self.handle, embd + offset, n, n_embd, pos0, pos4, seq, last, non_causal
+            )
+        )
 
     def seq_rm(self, seq: int, p0: int = -1, p1: int = -1) -> bool:
         return bool(self.lib.ll_mem_seq_rm(self.handle, seq, p0, p1))
@@ -306,8 +376,11 @@ class Context(_Owner):
 
     def embedding(self, *, seq: int = -1, index: int = -1) -> list[float] | None:
         """A pooled embedding by sequence, or one output's embedding by batch index."""
-        p = (self.lib.ll_embeddings_seq(self.handle, seq) if seq >= 0
-             else self.lib.ll_embeddings_ith(self.handle, index))
+        p = (
+            self.lib.ll_embeddings_seq(self.handle, seq)
+            if seq >= 0
+            else self.lib.ll_embeddings_ith(self.handle, index)
+        )
         if p == self.ffi.NULL:
             return None
         return list(self.ffi.unpack(p, self.model.n_embd))
@@ -357,5 +430,6 @@ class Batch(_Owner):
 
     def add_seq(self, tokens: Sequence[int], pos0: int, seq: int, logits_last: bool) -> int:
         arr = self.ffi.new("int32_t[]", list(tokens))
-        return int(self.lib.ll_batch_add_seq(self.handle, arr, len(tokens), pos0, seq,
-                                             int(logits_last)))
+        return int(
+            self.lib.ll_batch_add_seq(self.handle, arr, len(tokens), pos0, seq, int(logits_last))
+        )

@@ -40,7 +40,7 @@ class NgramIndex:
         h, after, lo, hi = self.history, self._after, self.min_n, self.max_n
         for end in range(self._indexed, len(h)):  # n-grams ending at h[end - 1]
             for n in range(lo, min(hi, end) + 1):
-                after[tuple(h[end - n:end])] = end
+                after[tuple(h[end - n : end])] = end
         self._indexed = max(self._indexed, len(h))
 
     def draft(self, k: int) -> list[int]:
@@ -50,13 +50,13 @@ class NgramIndex:
         self._catch_up()
         h, out = self.history, list[int]()
         while len(out) < k:
-            tail = (h[-self.max_n:] + out)[-self.max_n:]
+            tail = (h[-self.max_n :] + out)[-self.max_n :]
             at = None
             for n in range(len(tail), self.min_n - 1, -1):
-                at = self._after.get(tuple(tail[len(tail) - n:]))
+                at = self._after.get(tuple(tail[len(tail) - n :]))
                 if at is not None:
                     break
             if at is None:
                 break
-            out.extend(h[at:at + k - len(out)])
+            out.extend(h[at : at + k - len(out)])
         return out

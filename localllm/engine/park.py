@@ -62,8 +62,9 @@ class PromptCache:
 
     ``n_swa``: the model's attention window (0: none); ``disk``: the tier behind this one."""
 
-    def __init__(self, ctx: Context, budget: int, n_swa: int = 0,
-                 disk: DiskCache | None = None) -> None:
+    def __init__(
+        self, ctx: Context, budget: int, n_swa: int = 0, disk: DiskCache | None = None
+    ) -> None:
         self.ctx = ctx
         self.budget = budget
         self.n_swa = n_swa
@@ -128,8 +129,7 @@ class PromptCache:
         if not slot.cache or not slot.pos.text_only():
             return
         reusable = len(slot.cache) if slot.exact < 0 else slot.exact
-        if any(e.reusable(slot.cache, slot.adapters, self.n_swa) >= reusable
-               for e in self.entries):
+        if any(e.reusable(slot.cache, slot.adapters, self.n_swa) >= reusable for e in self.entries):
             # Already here, whole or inside a longer copy (users sharing a system prompt
             # park it once each): a second copy would only take room.
             return
@@ -143,8 +143,11 @@ class PromptCache:
         if size > self.budget:
             return
         # Copies this one serves as well are redundant now.
-        self.entries = [e for e in self.entries if not (
-            e.exact < 0 and new.reusable(e.tokens, e.adapters, self.n_swa) >= len(e.tokens))]
+        self.entries = [
+            e
+            for e in self.entries
+            if not (e.exact < 0 and new.reusable(e.tokens, e.adapters, self.n_swa) >= len(e.tokens))
+        ]
         self._add(new)
 
     def _add(self, entry: Parked) -> None:

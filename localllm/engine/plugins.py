@@ -30,8 +30,9 @@ from localllm.hardware.detect import library_of
 from localllm.hardware.rpc import reachable
 from localllm.runner.messages import LoadOptions
 
-PLUGIN_SUFFIX = ".dll" if sys.platform == "win32" else ".dylib" if sys.platform == "darwin" \
-    else ".so"
+PLUGIN_SUFFIX = (
+    ".dll" if sys.platform == "win32" else ".dylib" if sys.platform == "darwin" else ".so"
+)
 _DEV_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
 _loaded: dict[str, dict[str, Any]] = {}  # plugin path -> its report
 _workers: dict[str, int] = {}  # endpoint -> devices it brought
@@ -79,8 +80,13 @@ def load_plugins(folder: Path | None = None) -> list[dict[str, Any]]:
             # down, nothing may be writable by others (see backends/trust.py).
             refused = why_unsafe(path, folder.parent)
             if refused:
-                _loaded[key] = {"file": path.name, "path": key, "loaded": False, "backend": "",
-                                "error": refused}
+                _loaded[key] = {
+                    "file": path.name,
+                    "path": key,
+                    "loaded": False,
+                    "backend": "",
+                    "error": refused,
+                }
                 reports.append(_loaded[key])
                 continue
             take_log()
@@ -88,11 +94,21 @@ def load_plugins(folder: Path | None = None) -> list[dict[str, Any]]:
             rc = lib.ll_backend_load(key.encode(), name, 128)
             log = take_log()
             if rc == 0:
-                _loaded[key] = {"file": path.name, "path": key, "loaded": True,
-                                "backend": ffi.string(name).decode(), "error": ""}
+                _loaded[key] = {
+                    "file": path.name,
+                    "path": key,
+                    "loaded": True,
+                    "backend": ffi.string(name).decode(),
+                    "error": "",
+                }
             else:
-                _loaded[key] = {"file": path.name, "path": key, "loaded": False, "backend": "",
-                                "error": _reason(log, path)}
+                _loaded[key] = {
+                    "file": path.name,
+                    "path": key,
+                    "loaded": False,
+                    "backend": "",
+                    "error": _reason(log, path),
+                }
         reports.append(_loaded[key])
     return reports
 
@@ -114,15 +130,22 @@ def add_workers(endpoints: list[str]) -> list[dict[str, Any]]:
             continue
         why = reachable(ep, timeout=3.0)
         if why:
-            reports.append({"endpoint": ep, "devices": 0,
-                            "error": f"cannot connect to RPC worker {ep}: {why}"})
+            reports.append(
+                {"endpoint": ep, "devices": 0, "error": f"cannot connect to RPC worker {ep}: {why}"}
+            )
             continue
         n = lib.ll_rpc_add_server(ep.encode())
         if n == -1:
-            refused = [r["error"] for r in _loaded.values()
-                       if r["file"].startswith("libggml-rpc") and not r["loaded"]]
-            why = (f"the RPC backend plugin did not load: {refused[0]}" if refused else
-                   "the RPC backend plugin is not built: run 'localllm backends build rpc'")
+            refused = [
+                r["error"]
+                for r in _loaded.values()
+                if r["file"].startswith("libggml-rpc") and not r["loaded"]
+            ]
+            why = (
+                f"the RPC backend plugin did not load: {refused[0]}"
+                if refused
+                else "the RPC backend plugin is not built: run 'localllm backends build rpc'"
+            )
         elif n < 1:
             why = f"RPC worker {ep} offers no devices"
         else:
@@ -145,15 +168,38 @@ def devices() -> list[NativeDevice]:
         # worker is gone); the daemon asks workers itself (hardware/rpc.py).
         remote = registry.startswith("RPC")
         free[0] = total[0] = 0
-        if lib.ll_dev_info(i, name, 256, desc, 512, typ, ffi.NULL if remote else free,
-                           ffi.NULL if remote else total) != 0:
+        if (
+            lib.ll_dev_info(
+                i,
+                name,
+                256,
+                desc,
+                512,
+                typ,
+                ffi.NULL if remote else free,
+                ffi.NULL if remote else total,
+            )
+            != 0
+        ):
             continue
-        raw.append((i, ffi.string(name).decode(), ffi.string(desc).decode(),
-                    _DEV_TYPES.get(typ[0], "accel"), int(free[0]), int(total[0]), registry))
+        raw.append(
+            (
+                i,
+                ffi.string(name).decode(),
+                ffi.string(desc).decode(),
+                _DEV_TYPES.get(typ[0], "accel"),
+                int(free[0]),
+                int(total[0]),
+                registry,
+            )
+        )
     names = stable_names([(r[1], r[6], r[2]) for r in raw])
-    return [NativeDevice(r[0], n, r[1], r[2], r[3], r[4], r[5], r[6],
-                         lib.ll_dev_has_host_buffer(r[0]) == 1)
-            for r, n in zip(raw, names, strict=True)]
+    return [
+        NativeDevice(
+            r[0], n, r[1], r[2], r[3], r[4], r[5], r[6], lib.ll_dev_has_host_buffer(r[0]) == 1
+        )
+        for r, n in zip(raw, names, strict=True)
+    ]
 
 
 def stable_names(devs: list[tuple[str, str, str]]) -> list[str]:
@@ -182,8 +228,10 @@ def resolve(names: list[str]) -> list[int]:
     by_name = {d.name: d.index for d in devices()}
     missing = [n for n in names if n not in by_name]
     if missing:
-        raise LocalLLMError(f"device {', '.join(missing)} is not available in this process "
-                            f"(have: {', '.join(by_name) or 'none'})")
+        raise LocalLLMError(
+            f"device {', '.join(missing)} is not available in this process "
+            f"(have: {', '.join(by_name) or 'none'})"
+        )
     return [by_name[n] for n in names]
 
 
@@ -197,9 +245,13 @@ def local_offload_devices() -> list[int]:
     """
     library = config.LLM_LIBRARY.get()
     keep = config.LLM_LIBRARY_DEVICES.get(library, ()) if library else None
-    return [d.index for d in devices()
-            if d.type in ("gpu", "igpu", "accel") and not d.registry.startswith("RPC")
-            and (keep is None or d.type == "accel" or library_of(d.ggml_name) in keep)]
+    return [
+        d.index
+        for d in devices()
+        if d.type in ("gpu", "igpu", "accel")
+        and not d.registry.startswith("RPC")
+        and (keep is None or d.type == "accel" or library_of(d.ggml_name) in keep)
+    ]
 
 
 def prepare(workers: list[str] | None = None) -> dict[str, Any]:
@@ -250,7 +302,10 @@ def place(opts: LoadOptions) -> dict[str, Any]:
     if bad:
         raise LocalLLMError("; ".join(w["error"] for w in bad))
     devices = resolve(opts.devices) if opts.devices else local_offload_devices()
-    return {"devices": devices,
-            "split_mode": opts.split_mode, "tensor_split": list(opts.tensor_split),
-            "cpu_patterns": moe_cpu_patterns(opts.n_cpu_moe),
-            "use_extra_bufts": cpu_check.prepare(opts.cpu_repack)}
+    return {
+        "devices": devices,
+        "split_mode": opts.split_mode,
+        "tensor_split": list(opts.tensor_split),
+        "cpu_patterns": moe_cpu_patterns(opts.n_cpu_moe),
+        "use_extra_bufts": cpu_check.prepare(opts.cpu_repack),
+    }

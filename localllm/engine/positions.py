@@ -78,7 +78,7 @@ class Positions:
             n = r.cell
         p = r.pos if r.image else r.pos + n - r.cell
         r.n = n - r.cell
-        del self._runs[i + (r.n > 0):]
+        del self._runs[i + (r.n > 0) :]
         self.cells, self.next = n, p
         return n, p
 

@@ -48,8 +48,7 @@ def collect(workers: list[str] | None = None) -> dict[str, Any]:
             **prepared,
             "system_info": str(binding.system_info()),
             "build_info": binding.build_info(),
-            "cpu_buffers": cpu_check.annotate(cpu_buffers.extra_buffers(),
-                                              config.CPU_REPACK.get()),
+            "cpu_buffers": cpu_check.annotate(cpu_buffers.extra_buffers(), config.CPU_REPACK.get()),
         }
     except Exception as exc:
         tail = traceback.format_exc(limit=3)

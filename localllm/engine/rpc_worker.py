@@ -41,15 +41,19 @@ from localllm.hardware.cpu import default_threads
 
 log = logging.getLogger("localllm.worker")
 
-EXPOSED_WARNING = ("ggml RPC has no authentication: anyone who can reach {addr} can read "
-                   "and write this worker's memory, which is remote code execution as "
-                   "{user}, and can read or change what the devices hold. Allow only "
-                   "trusted hosts in a firewall, or bind 127.0.0.1 and use an SSH tunnel.")
-CACHE_WARNING = ("--cache: ggml keys cached tensors by a 64-bit FNV-1a hash the client "
-                 "sends, which is not collision resistant: any client of this worker can "
-                 "plant data that later loads of another model (by any client, after "
-                 "restarts too) will use as weights. Use it only when every client that "
-                 "can reach {addr} is trusted, and empty {path} when in doubt.")
+EXPOSED_WARNING = (
+    "ggml RPC has no authentication: anyone who can reach {addr} can read "
+    "and write this worker's memory, which is remote code execution as "
+    "{user}, and can read or change what the devices hold. Allow only "
+    "trusted hosts in a firewall, or bind 127.0.0.1 and use an SSH tunnel."
+)
+CACHE_WARNING = (
+    "--cache: ggml keys cached tensors by a 64-bit FNV-1a hash the client "
+    "sends, which is not collision resistant: any client of this worker can "
+    "plant data that later loads of another model (by any client, after "
+    "restarts too) will use as weights. Use it only when every client that "
+    "can reach {addr} is trusted, and empty {path} when in doubt."
+)
 
 
 def is_loopback(host: str) -> bool:
@@ -62,7 +66,7 @@ def is_loopback(host: str) -> bool:
 
 
 def check_bind(host: str, port: int) -> str:
-    """"" when ``host:port`` can be bound now, else why not (ggml only prints a line)."""
+    """ "" when ``host:port`` can be bound now, else why not (ggml only prints a line)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
         with socket.socket(family, socket.SOCK_STREAM) as s:
@@ -79,8 +83,10 @@ def choose(devs: list[Any], wanted: list[str]) -> list[Any]:
         by_name = {d.name.lower(): d for d in devs}
         missing = [w for w in wanted if w.lower() not in by_name]
         if missing:
-            raise InvalidRequest(f"no device {', '.join(missing)}; this machine has "
-                                 f"{', '.join(d.name for d in devs)}")
+            raise InvalidRequest(
+                f"no device {', '.join(missing)}; this machine has "
+                f"{', '.join(d.name for d in devs)}"
+            )
         return [by_name[w.lower()] for w in wanted]
     local = [d for d in devs if not d.registry.startswith("RPC")]
     gpus = [d for d in local if d.type in ("gpu", "igpu")]
@@ -100,12 +106,16 @@ def check_cache_dir(path: str) -> tuple[Path, str]:
     if not stat.S_ISDIR(st.st_mode):
         return folder, f"--cache {folder} is not a folder"
     if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
-        return folder, (f"--cache {folder} belongs to another user: its tensors could be "
-                        "replaced by them; use a folder of your own")
+        return folder, (
+            f"--cache {folder} belongs to another user: its tensors could be "
+            "replaced by them; use a folder of your own"
+        )
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return folder, (f"--cache {folder} is writable by other users (mode "
-                        f"{stat.S_IMODE(st.st_mode):o}), who could plant tensors in it: "
-                        f"run 'chmod go-w {folder}' or use another folder")
+        return folder, (
+            f"--cache {folder} is writable by other users (mode "
+            f"{stat.S_IMODE(st.st_mode):o}), who could plant tensors in it: "
+            f"run 'chmod go-w {folder}' or use another folder"
+        )
     return folder, ""
 
 
@@ -113,14 +123,18 @@ def state_file(port: int) -> Path:
     return paths.run_dir() / f"worker-{port}.json"
 
 
-def serve(host: str, port: int, *, devices: list[str], cache: str | None, threads: int,
-          allow_remote: bool) -> int:
+def serve(
+    host: str, port: int, *, devices: list[str], cache: str | None, threads: int, allow_remote: bool
+) -> int:
     """Serve ``devices`` (names; none: every GPU, else the CPU) on ``host:port`` until
     SIGINT/SIGTERM; the exit status (the process leaves with ``os._exit`` once serving)."""
     if not is_loopback(host) and not allow_remote:
-        print(f"Error: refusing to bind {host}: ggml RPC has no authentication, so a "
-              "worker listens on loopback only unless you pass --allow-remote (see "
-              "docs/multi-machine.md for firewall and SSH-tunnel setups).", file=sys.stderr)
+        print(
+            f"Error: refusing to bind {host}: ggml RPC has no authentication, so a "
+            "worker listens on loopback only unless you pass --allow-remote (see "
+            "docs/multi-machine.md for firewall and SSH-tunnel setups).",
+            file=sys.stderr,
+        )
         return 2
     if not 0 < port < 65536:
         print(f"Error: port {port} out of range", file=sys.stderr)
@@ -137,8 +151,10 @@ def serve(host: str, port: int, *, devices: list[str], cache: str | None, thread
             return 2
     plugins.prepare()
     if not any(r.startswith("RPC") for r in _registries()):
-        raise LocalLLMError("the RPC backend plugin is not built or does not load: run "
-                            "'localllm backends build rpc' (about a minute), then try again")
+        raise LocalLLMError(
+            "the RPC backend plugin is not built or does not load: run "
+            "'localllm backends build rpc' (about a minute), then try again"
+        )
     served = choose(plugins.devices(), devices)
     endpoint = f"{host}:{port}"
     print(f"localllm worker on {endpoint} (ggml {plugins.ggml_version()}), serving:")
@@ -155,16 +171,28 @@ def serve(host: str, port: int, *, devices: list[str], cache: str | None, thread
     sys.stdout.flush()
     path = state_file(port)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"pid": os.getpid(), "endpoint": endpoint,
-                                "devices": [d.name for d in served],
-                                "exposed": not is_loopback(host)}))
+    path.write_text(
+        json.dumps(
+            {
+                "pid": os.getpid(),
+                "endpoint": endpoint,
+                "devices": [d.name for d in served],
+                "exposed": not is_loopback(host),
+            }
+        )
+    )
     done = threading.Event()
     result: list[int] = []
 
     def rpc_server() -> None:
-        result.append(plugins.serve_rpc(endpoint, [d.index for d in served],
-                                        str(folder) if folder else None,
-                                        threads or default_threads()))
+        result.append(
+            plugins.serve_rpc(
+                endpoint,
+                [d.index for d in served],
+                str(folder) if folder else None,
+                threads or default_threads(),
+            )
+        )
         done.set()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -176,8 +204,10 @@ def serve(host: str, port: int, *, devices: list[str], cache: str | None, thread
         path.unlink(missing_ok=True)
     sys.stdout.flush()
     if result:
-        print(f"Error: the RPC server on {endpoint} stopped (code {result[0]}); see the "
-              "lines above", file=sys.stderr)
+        print(
+            f"Error: the RPC server on {endpoint} stopped (code {result[0]}); see the lines above",
+            file=sys.stderr,
+        )
         sys.stderr.flush()
         os._exit(1)
     print("Worker stopped.")

@@ -22,16 +22,27 @@ DEFAULT_SEED = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: llama.cpp picks a random seed
 class Sampler(_Owner):
     """A sampler chain; ``sample`` picks and accepts one token from a batch output."""
 
-    def __init__(self, model: Model, ctx: Context, p: SamplingParams,
-                 default_seed: int = -1) -> None:
+    def __init__(
+        self, model: Model, ctx: Context, p: SamplingParams, default_seed: int = -1
+    ) -> None:
         self.ffi, self.lib = model.ffi, model.lib
         seed = p.seed if p.seed >= 0 else default_seed
         grammar = p.grammar.encode() if p.grammar else self.ffi.NULL
         h = self.lib.ll_sampler_new(
-            model.handle, ctx.handle, float(p.temperature), int(p.top_k), float(p.top_p),
-            float(p.min_p), float(p.typical_p), int(p.repeat_last_n), float(p.repeat_penalty),
-            float(p.frequency_penalty), float(p.presence_penalty),
-            (seed & 0xFFFFFFFF) if seed >= 0 else DEFAULT_SEED, grammar)
+            model.handle,
+            ctx.handle,
+            float(p.temperature),
+            int(p.top_k),
+            float(p.top_p),
+            float(p.min_p),
+            float(p.typical_p),
+            int(p.repeat_last_n),
+            float(p.repeat_penalty),
+            float(p.frequency_penalty),
+            float(p.presence_penalty),
+            (seed & 0xFFFFFFFF) if seed >= 0 else DEFAULT_SEED,
+            grammar,
+        )
         if h == self.ffi.NULL:
             raise InvalidRequest("invalid grammar: it does not parse as GBNF with a 'root' rule")
         self._h = h
@@ -56,8 +67,16 @@ class DeviceChain(Sampler):
     It stays with its slot across requests (device_sampling.py): ``close`` only
     hands it back; ``free`` detaches it from the context and frees it."""
 
-    def __init__(self, model: Model, ctx: Context, temp: float, top_k: int, top_p: float,
-                 min_p: float, seed: int) -> None:
+    def __init__(
+        self,
+        model: Model,
+        ctx: Context,
+        temp: float,
+        top_k: int,
+        top_p: float,
+        min_p: float,
+        seed: int,
+    ) -> None:
         self.ffi, self.lib = model.ffi, model.lib
         h = self.lib.ll_sampler_new_device(model.handle, temp, top_k, top_p, min_p, seed)
         if h == self.ffi.NULL:

@@ -46,14 +46,15 @@ def share_prefixes(ctx: Context, slots: Sequence[Slot], n_swa: int = 0) -> None:
                 continue
             # The last prompt token is always evaluated: its logits start the reply.
             common = min(d.reusable(common_prefix(d.cache, a.prompt)), len(a.prompt) - 1)
-            if common > n and holds(ctx, d, a.n_past if not n_swa else
-                                     max(a.n_past, common - n_swa)):
+            if common > n and holds(
+                ctx, d, a.n_past if not n_swa else max(a.n_past, common - n_swa)
+            ):
                 donor, n = d, common
         if donor is None:
             continue
         # Text only on both sides: cell i sits at position i.
         ctx.seq_cp(donor.seq, s.seq, a.n_past, n)
-        s.cache.extend(a.prompt[a.n_past:n])
+        s.cache.extend(a.prompt[a.n_past : n])
         s.pos.add_text(n - a.n_past)
         a.cached += n - a.n_past
         a.n_past = n

@@ -32,7 +32,7 @@ def shift(ctx: Context, slot: Slot, num_keep: int) -> bool:
     if not ctx.seq_rm(slot.seq, keep, keep + discard):
         return False
     ctx.seq_add(slot.seq, keep + discard, cells, -discard)
-    del slot.cache[keep:keep + discard]
+    del slot.cache[keep : keep + discard]
     slot.exact = keep if slot.exact < 0 else min(slot.exact, keep)
     slot.pos.clear()
     slot.pos.add_text(len(slot.cache))

@@ -99,8 +99,9 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
-def pick_slot(slots: Sequence[Slot], prompt: Sequence[int],
-              adapters: tuple[str, ...] = ()) -> tuple[Slot, int] | None:
+def pick_slot(
+    slots: Sequence[Slot], prompt: Sequence[int], adapters: tuple[str, ...] = ()
+) -> tuple[Slot, int] | None:
     """The free slot with the longest common prefix (ties: the least filled), and that prefix.
 
     A cache computed under another adapter set shares no prefix: its keys and values differ.
@@ -144,9 +145,14 @@ def prompt_tokens(model: Model, req: CompletionRequest, n_ctx_slot: int) -> list
     """A request's prompt as checked token ids, shortened to fit a slot if it may be."""
     if isinstance(req.prompt, str):
         # Read no further than the slot needs (a text can be far longer than the context).
-        tokens, _ = slot_tokens(model.tokenize_bytes, req.prompt, req.add_special,
-                                req.parse_special, n_ctx_slot,
-                                req.num_keep if req.truncate else None)
+        tokens, _ = slot_tokens(
+            model.tokenize_bytes,
+            req.prompt,
+            req.add_special,
+            req.parse_special,
+            n_ctx_slot,
+            req.num_keep if req.truncate else None,
+        )
     else:
         tokens = [int(t) for t in req.prompt]
         if any(t < 0 or t >= model.n_vocab for t in tokens):

@@ -73,8 +73,13 @@ def speculation(req: CompletionRequest, prompt: list[int]) -> NgramIndex | None:
     return index
 
 
-def add_drafts(batch: Batch, slots: Sequence[Slot], n_batch: int, n_ctx_slot: int,
-               drafter: Drafter | None = None) -> None:
+def add_drafts(
+    batch: Batch,
+    slots: Sequence[Slot],
+    n_batch: int,
+    n_ctx_slot: int,
+    drafter: Drafter | None = None,
+) -> None:
     """Append each speculating decoding slot's drafted tokens (after its pending one):
     prompt-lookup drafts, or the draft model's for requests that ask for it (all those
     slots drafted together, see ``draft.py``)."""
@@ -83,8 +88,12 @@ def add_drafts(batch: Batch, slots: Sequence[Slot], n_batch: int, n_ctx_slot: in
         a = s.active
         if a is None or s.logits_index < 0 or a.prefilling:
             continue
-        by_model = (drafter is not None and a.req.draft_mode == "draft"
-                    and a.req.draft_tokens > 0 and a.media is None)
+        by_model = (
+            drafter is not None
+            and a.req.draft_mode == "draft"
+            and a.req.draft_tokens > 0
+            and a.media is None
+        )
         if a.ngram is None and not by_model:
             continue
         room = min(draft_window(a), n_batch - len(batch))
@@ -101,7 +110,7 @@ def add_drafts(batch: Batch, slots: Sequence[Slot], n_batch: int, n_ctx_slot: in
     if wants and drafter is not None:
         drafter.propose([w for _, w in wants])
         for s, w in wants:  # each slot's room was checked against the batch's before
-            _append(batch, s, w.drafts[:n_batch - len(batch)])
+            _append(batch, s, w.drafts[: n_batch - len(batch)])
 
 
 def _append(batch: Batch, s: Slot, drafts: list[int]) -> None:

@@ -40,8 +40,9 @@ _OUT, _IN, _DONE = 0, 1, 2  # before a block, inside one, after one
 class ThinkBudget:
     """One request's count of thinking tokens (see the module docstring)."""
 
-    def __init__(self, budget: int, open_tag: bytes, end_tag: bytes, close: list[int],
-                 opened: bool) -> None:
+    def __init__(
+        self, budget: int, open_tag: bytes, end_tag: bytes, close: list[int], opened: bool
+    ) -> None:
         self.left = budget  # thinking tokens still allowed in this reply
         self.open_tag, self.end_tag = open_tag, end_tag
         self.close = close  # message + end marker, as token ids
@@ -66,8 +67,11 @@ class ThinkBudget:
         keep = max(len(self.open_tag), len(self.end_tag)) - 1
         self._tail = seen[-keep:] if keep > 0 else b""
         # Not mid-character, nor while the model may be writing the end marker itself.
-        return self.due and self._utf8 == 0 and not (
-            self.state == _IN and _partial(self._tail, self.end_tag))
+        return (
+            self.due
+            and self._utf8 == 0
+            and not (self.state == _IN and _partial(self._tail, self.end_tag))
+        )
 
     def _found(self, seen: bytes, tag: bytes) -> bool:
         """Whether ``tag`` occurs in ``seen`` ending within the newest piece (occurrences
@@ -87,11 +91,15 @@ def think_budget(model: Model, req: CompletionRequest) -> ThinkBudget | None:
     if not all(isinstance(f, str) for f in fields) or not isinstance(req.think_budget, int):
         raise InvalidRequest("malformed thinking budget")
     # The message is the client's text: never read as control tokens.  The marker is.
-    close = (model.tokenize(req.think_message, add_special=False, parse_special=False)
-             if req.think_message else [])
+    close = (
+        model.tokenize(req.think_message, add_special=False, parse_special=False)
+        if req.think_message
+        else []
+    )
     close += model.tokenize(req.think_close, add_special=False, parse_special=True)
-    return ThinkBudget(req.think_budget, req.think_open.encode(), req.think_end.encode(),
-                       close, req.think_opened)
+    return ThinkBudget(
+        req.think_budget, req.think_open.encode(), req.think_end.encode(), close, req.think_opened
+    )
 
 
 def _partial(text: bytes, tag: bytes) -> bool:

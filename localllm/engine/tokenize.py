@@ -54,7 +54,8 @@ class Chunker:
         lo = _char_start(raw, max(0, pos - WINDOW))
         hi = _char_start(raw, min(len(raw), pos + WINDOW))
         return tok(raw[lo:hi], False, ps) == tok(raw[lo:pos], False, ps) + tok(
-            raw[pos:hi], False, ps)
+            raw[pos:hi], False, ps
+        )
 
     def cut(self, k: int) -> int | None:
         """Where chunk ``k`` (k >= 1) starts, or None where no clean cut lies near
@@ -64,11 +65,16 @@ class Chunker:
             end = min(len(self.raw), start + SEARCH)
             found: int | None = None
             # After a newline or before a space first: where tokens rarely span.
-            for candidate in (self.raw.find(b"\n", start, end) + 1 or None,
-                              self.raw.find(b" ", start, end) if b" " in self.raw[start:end]
-                              else None, _char_start(self.raw, start)):
-                if candidate is not None and 0 < candidate < len(self.raw) \
-                        and self._clean(candidate):
+            for candidate in (
+                self.raw.find(b"\n", start, end) + 1 or None,
+                self.raw.find(b" ", start, end) if b" " in self.raw[start:end] else None,
+                _char_start(self.raw, start),
+            ):
+                if (
+                    candidate is not None
+                    and 0 < candidate < len(self.raw)
+                    and self._clean(candidate)
+                ):
                     found = candidate
                     break
             self._cuts[k] = found
@@ -105,13 +111,12 @@ def _specials(tok: Tokenize, probe: bytes, parse_special: bool) -> tuple[list[in
     with_ = tok(probe, True, parse_special)
     without = tok(probe, False, parse_special)
     for i in range(len(with_) - len(without) + 1):
-        if with_[i:i + len(without)] == without:
-            return with_[:i], with_[i + len(without):]
+        if with_[i : i + len(without)] == without:
+            return with_[:i], with_[i + len(without) :]
     return with_[:1], []  # not expected: treat the first as a BOS
 
 
-def tokenize_all(tok: Tokenize, text: str, add_special: bool,
-                 parse_special: bool) -> list[int]:
+def tokenize_all(tok: Tokenize, text: str, add_special: bool, parse_special: bool) -> list[int]:
     """Every token of ``text``, as one libllama call would give them, in linear time."""
     raw = text.encode("utf-8")
     if len(raw) <= LONG:
@@ -126,8 +131,9 @@ def tokenize_all(tok: Tokenize, text: str, add_special: bool,
     return head + out + tail
 
 
-def slot_tokens(tok: Tokenize, text: str, add_special: bool, parse_special: bool,
-                n_ctx: int, keep: int | None) -> tuple[list[int], bool]:
+def slot_tokens(
+    tok: Tokenize, text: str, add_special: bool, parse_special: bool, n_ctx: int, keep: int | None
+) -> tuple[list[int], bool]:
     """The tokens of ``text`` for a slot of ``n_ctx``, and whether they fit.
 
     Fitting: all of them.  Not fitting and ``keep`` is None (no shortening): the

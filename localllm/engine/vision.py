@@ -54,10 +54,12 @@ Sample = Callable[[Slot], list[Event]]
 Fail = Callable[[Slot, int, int], Failed]
 
 _CHUNK_TEXT, _CHUNK_IMAGE = 0, 1
-_ERRORS = {1: "the prompt's image markers do not match its images",
-           2: "image {n} could not be preprocessed for this model",
-           3: "image {n} could not be decoded (corrupt, truncated or an unsupported format)",
-           4: "image {n} is audio; this model takes images"}
+_ERRORS = {
+    1: "the prompt's image markers do not match its images",
+    2: "image {n} could not be preprocessed for this model",
+    3: "image {n} could not be decoded (corrupt, truncated or an unsupported format)",
+    4: "image {n} is audio; this model takes images",
+}
 _MODEL_SIZE = re.compile(r"model size:\s*([\d.]+) MiB")
 _BACKEND = re.compile(r"CLIP using (\S+) backend")
 _COMPUTE = re.compile(r"(\S+) compute buffer size =\s*([\d.]+) MiB")
@@ -132,16 +134,32 @@ class _Chunks(_Owner):
 class Projector(_Owner):
     """A loaded mmproj GGUF, tied to the text model it was loaded for."""
 
-    def __init__(self, path: str, model: Model, *, use_gpu: bool, device: int, n_threads: int,
-                 flash_attn: str = "auto") -> None:
+    def __init__(
+        self,
+        path: str,
+        model: Model,
+        *,
+        use_gpu: bool,
+        device: int,
+        n_threads: int,
+        flash_attn: str = "auto",
+    ) -> None:
         self.ffi, self.lib = model.ffi, model.lib
         take_log()
-        h = self.lib.ll_mtmd_load(path.encode(), model.handle, int(use_gpu), device, n_threads,
-                                  FLASH_ATTN.get(flash_attn, -1), 1)
+        h = self.lib.ll_mtmd_load(
+            path.encode(),
+            model.handle,
+            int(use_gpu),
+            device,
+            n_threads,
+            FLASH_ATTN.get(flash_attn, -1),
+            1,
+        )
         self.load_log = take_log()
         if h == self.ffi.NULL:
-            raise LocalLLMError(f"libmtmd could not load the projector {path}: "
-                                f"{last_errors(self.load_log)}")
+            raise LocalLLMError(
+                f"libmtmd could not load the projector {path}: {last_errors(self.load_log)}"
+            )
         self._h = h
         self.marker = self.ffi.string(self.lib.ll_mtmd_default_marker()).decode()
         self.n_embd = int(self.lib.ll_mtmd_n_embd(h))
@@ -162,13 +180,19 @@ class Projector(_Owner):
         size = _MODEL_SIZE.search(self.load_log)
         out = {dev: {**no_parts(), "model": int(float(size.group(1)) * mib) if size else 0}}
         for name, val in _COMPUTE.findall(self.load_log):
-            d = out.setdefault("CPU" if name.startswith("CPU") else name.split("_")[0],
-                               no_parts())
+            d = out.setdefault("CPU" if name.startswith("CPU") else name.split("_")[0], no_parts())
             d["compute"] += int(float(val) * mib)
         return out
 
-    def tokenize(self, text: str, images: Sequence[bytes], add_special: bool,
-                 parse_special: bool, *, at_once: bool = False) -> tuple[list[int], Media]:
+    def tokenize(
+        self,
+        text: str,
+        images: Sequence[bytes],
+        add_special: bool,
+        parse_special: bool,
+        *,
+        at_once: bool = False,
+    ) -> tuple[list[int], Media]:
         """The prompt's keys and chunks; the shim decodes one image at a time.
 
         ``at_once``: every image decoded first, as libmtmd's own single tokenization
@@ -179,14 +203,24 @@ class Projector(_Owner):
         lens = ffi.new("size_t[]", [len(b) for b in images] or [0])
         err, bad = ffi.new("int *"), ffi.new("int *")
         fn = self.lib.ll_mtmd_tokenize_at_once if at_once else self.lib.ll_mtmd_tokenize
-        h = fn(self.handle, text.encode(), int(add_special), int(parse_special), arr, lens,
-               len(images), err, bad)
+        h = fn(
+            self.handle,
+            text.encode(),
+            int(add_special),
+            int(parse_special),
+            arr,
+            lens,
+            len(images),
+            err,
+            bad,
+        )
         if h == ffi.NULL:
             take_log()  # libmtmd's own lines say no more than the message below
             msg = _ERRORS.get(int(err[0]), "the images could not be tokenized")
             which = int(bad[0])
-            raise InvalidRequest(msg.format(n=which + 1) if which >= 0
-                                 else msg.replace("image {n}", "an image"))
+            raise InvalidRequest(
+                msg.format(n=which + 1) if which >= 0 else msg.replace("image {n}", "an image")
+            )
         chunks = _Chunks(ffi, self.lib, h)
         keys: list[int] = []
         spans: list[Span] = []
@@ -219,19 +253,26 @@ class Projector(_Owner):
         return out
 
 
-def load_projector(opts: LoadOptions, model: Model, devices: Sequence[int],
-                   n_threads: int) -> Projector | None:
+def load_projector(
+    opts: LoadOptions, model: Model, devices: Sequence[int], n_threads: int
+) -> Projector | None:
     """The projector ``opts`` names, on the first offload device when layers are offloaded."""
     if not opts.projector:
         return None
     use_gpu = opts.n_gpu_layers != 0 and bool(devices)
-    return Projector(opts.projector, model, use_gpu=use_gpu,
-                     device=devices[0] if use_gpu else -1, n_threads=n_threads,
-                     flash_attn=opts.flash_attn)
+    return Projector(
+        opts.projector,
+        model,
+        use_gpu=use_gpu,
+        device=devices[0] if use_gpu else -1,
+        n_threads=n_threads,
+        flash_attn=opts.flash_attn,
+    )
 
 
-def media_prompt(proj: Projector | None, req: CompletionRequest,
-                 n_ctx_slot: int) -> tuple[list[int], Media]:
+def media_prompt(
+    proj: Projector | None, req: CompletionRequest, n_ctx_slot: int
+) -> tuple[list[int], Media]:
     """A request with images as checked keys and its tokenized images."""
     if proj is None or not proj.vision:
         raise InvalidRequest("this model does not support images")
@@ -240,10 +281,10 @@ def media_prompt(proj: Projector | None, req: CompletionRequest,
     check_images(req.images)
     markers = req.prompt.count(MEDIA_MARKER)
     if markers != len(req.images):
-        raise InvalidRequest(f"the prompt has {markers} image markers for "
-                             f"{len(req.images)} images")
-    text = req.prompt.replace(MEDIA_MARKER, proj.marker) if proj.marker != MEDIA_MARKER \
-        else req.prompt
+        raise InvalidRequest(f"the prompt has {markers} image markers for {len(req.images)} images")
+    text = (
+        req.prompt.replace(MEDIA_MARKER, proj.marker) if proj.marker != MEDIA_MARKER else req.prompt
+    )
     keys, media = proj.tokenize(text, req.images, req.add_special, req.parse_special)
     if len(keys) >= n_ctx_slot:
         # Truncating could cut an image in half: refuse instead.
@@ -251,8 +292,16 @@ def media_prompt(proj: Projector | None, req: CompletionRequest,
     return keys, media
 
 
-def image_step(proj: Projector, ctx: Context, slots: Sequence[Slot], step: int, n_ubatch: int,
-               only: tuple[str, ...] | None, sample: Sample, fail: Fail) -> list[Event]:
+def image_step(
+    proj: Projector,
+    ctx: Context,
+    slots: Sequence[Slot],
+    step: int,
+    n_ubatch: int,
+    only: tuple[str, ...] | None,
+    sample: Sample,
+    fail: Fail,
+) -> list[Event]:
     """Advance one slot whose prompt is at an image (round-robin by ``step``, the
     engine's step count): at most ``n_ubatch`` embeddings decoded; its events."""
     n = len(slots)
@@ -267,8 +316,16 @@ def image_step(proj: Projector, ctx: Context, slots: Sequence[Slot], step: int, 
     return []
 
 
-def _advance(proj: Projector, ctx: Context, s: Slot, span: Span, step: int, n_ubatch: int,
-             sample: Sample, fail: Fail) -> list[Event]:
+def _advance(
+    proj: Projector,
+    ctx: Context,
+    s: Slot,
+    span: Span,
+    step: int,
+    n_ubatch: int,
+    sample: Sample,
+    fail: Fail,
+) -> list[Event]:
     a = s.active
     assert a is not None and a.media is not None
     t0 = time.perf_counter_ns()
@@ -293,9 +350,10 @@ def _advance(proj: Projector, ctx: Context, s: Slot, span: Span, step: int, n_ub
     before = len(s.cache)
     pos0 = s.pos.add_image(n, span.n_pos, off == 0)
     assert pos0 == start
-    s.cache.extend(a.prompt[a.n_past:a.n_past + n])
-    rc = ctx.decode_embd(embd, off * proj.n_embd, n, proj.n_embd, pos0 + off, pos4, s.seq,
-                         last, proj.non_causal)
+    s.cache.extend(a.prompt[a.n_past : a.n_past + n])
+    rc = ctx.decode_embd(
+        embd, off * proj.n_embd, n, proj.n_embd, pos0 + off, pos4, s.seq, last, proj.non_causal
+    )
     del grid
     a.prompt_ns += time.perf_counter_ns() - t0
     if rc != 0:

@@ -43,8 +43,10 @@ class Matrix(NamedTuple):
 
 # Tensors of 2+ dimensions llama.cpp does not multiply by (LLM_TENSOR_INFOS in its
 # src/llama-arch.cpp): input lookups (GET_ROWS) and convolution / state-space weights.
-_NOT_MATMUL = re.compile(r"^(token_embd|position_embd|token_types|per_layer_token_embd)\.|"
-                         r"embed_tokens|rel_b|_ape\.|tid2eid|conv|ssm_a\b")
+_NOT_MATMUL = re.compile(
+    r"^(token_embd|position_embd|token_types|per_layer_token_embd)\.|"
+    r"embed_tokens|rel_b|_ape\.|tid2eid|conv|ssm_a\b"
+)
 
 
 @dataclass(frozen=True)
@@ -102,10 +104,23 @@ class ModelInfo:
 
 
 # BPE pre-tokenizers for which llama.cpp adds BOS when the GGUF does not say.
-_BPE_PRE_WITH_BOS = frozenset({
-    "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
-    "jina-v5-nano", "tekken", "chameleon", "gemma4", "granite-embed-multi-311m",
-})
+_BPE_PRE_WITH_BOS = frozenset(
+    {
+        "llama3",
+        "llama-v3",
+        "llama-bpe",
+        "falcon3",
+        "falcon-h1",
+        "pixtral",
+        "midm-2.0",
+        "lfm2",
+        "jina-v5-nano",
+        "tekken",
+        "chameleon",
+        "gemma4",
+        "granite-embed-multi-311m",
+    }
+)
 
 
 def tokenizer_adds_bos(kv: dict[str, Any]) -> bool:
@@ -170,8 +185,17 @@ def _matrices(headers: list[Header], tied: bool) -> tuple[Matrix, ...]:
             experts = bool(m and EXPS_RE.match(name, m.end()))
             if len(dims) > 2 and not experts:
                 continue  # batched 3-D products (MLA's k_b, v_b): small, left out
-            out.append(Matrix(int(m.group(1)) if m else -1, ttype, experts, dims[0], dims[1],
-                              nbytes, lo < offset < hi))
+            out.append(
+                Matrix(
+                    int(m.group(1)) if m else -1,
+                    ttype,
+                    experts,
+                    dims[0],
+                    dims[1],
+                    nbytes,
+                    lo < offset < hi,
+                )
+            )
     return tuple(out)
 
 

@@ -39,10 +39,17 @@ KEEP_STRING_ARRAY = 64
 _CHUNK = 1 << 20
 
 _SCALARS: dict[int, struct.Struct] = {
-    0: struct.Struct("<B"), 1: struct.Struct("<b"), 2: struct.Struct("<H"),
-    3: struct.Struct("<h"), 4: struct.Struct("<I"), 5: struct.Struct("<i"),
-    6: struct.Struct("<f"), 7: struct.Struct("<?"), 10: struct.Struct("<Q"),
-    11: struct.Struct("<q"), 12: struct.Struct("<d"),
+    0: struct.Struct("<B"),
+    1: struct.Struct("<b"),
+    2: struct.Struct("<H"),
+    3: struct.Struct("<h"),
+    4: struct.Struct("<I"),
+    5: struct.Struct("<i"),
+    6: struct.Struct("<f"),
+    7: struct.Struct("<?"),
+    10: struct.Struct("<Q"),
+    11: struct.Struct("<q"),
+    12: struct.Struct("<d"),
 }
 _T_STRING, _T_ARRAY = 8, 9
 _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
@@ -74,13 +81,13 @@ class _Reader:
         if n > self.left:
             raise self.fail(f"file is truncated: {what} needs {n} bytes, {self.left} left")
         if self.i + n > len(self.buf):
-            rest = self.buf[self.i:]
+            rest = self.buf[self.i :]
             self.base += self.i
             self.buf = rest + self.fh.read(max(n - len(rest), _CHUNK))
             self.i = 0
             if len(self.buf) < n:
                 raise self.fail(f"file is truncated while reading {what}")
-        out = self.buf[self.i:self.i + n]
+        out = self.buf[self.i : self.i + n]
         self.i += n
         return out
 
@@ -227,8 +234,12 @@ def read_header_from(fh: BinaryIO, size: int, name: str) -> Header:
             raise r.fail(f"duplicate key {key!r}")
         h.kv[key] = _read_value(r, key, r.u32(f"type of {key}"), budget, h)
     alignment = h.kv.get("general.alignment", 32)
-    if not isinstance(alignment, int) or alignment < 1 or alignment > 1 << 20 \
-            or alignment & (alignment - 1):
+    if (
+        not isinstance(alignment, int)
+        or alignment < 1
+        or alignment > 1 << 20
+        or alignment & (alignment - 1)
+    ):
         raise r.fail(f"invalid general.alignment {alignment!r}")
     _read_tensor_infos(r, n_tensors, alignment, h)
     if "tokenizer.ggml.tokens" in h.array_offsets:
@@ -278,7 +289,8 @@ def _read_tensor_infos(r: _Reader, n: int, alignment: int, h: Header) -> None:
         if offset + nbytes > data_size:
             raise InvalidModelFile(
                 f"{r.where}: tensor {name!r} ({nbytes} bytes at data offset {offset}) "
-                f"lies past the end of the file (truncated download?)")
+                f"lies past the end of the file (truncated download?)"
+            )
         if offset < end:
             raise InvalidModelFile(f"{r.where}: tensor {name!r} overlaps another tensor")
         end = offset + nbytes

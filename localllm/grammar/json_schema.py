@@ -35,8 +35,17 @@ from localllm.grammar.rules import (
     render_rules,
 )
 
-__all__ = ["MAX_DEPTH", "MAX_PROPERTIES", "GrammarTooLarge", "SchemaConverter",
-           "grammar_for_format", "json_grammar", "literal", "render_rules", "schema_to_grammar"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_PROPERTIES",
+    "GrammarTooLarge",
+    "SchemaConverter",
+    "grammar_for_format",
+    "json_grammar",
+    "literal",
+    "render_rules",
+    "schema_to_grammar",
+]
 
 log = logging.getLogger(__name__)
 
@@ -48,18 +57,77 @@ _REF = re.compile(r"#/(\$defs|definitions)/([^/]+)")
 
 _TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 # Annotations that don't change what is valid.
-_IGNORED = frozenset({"title", "description", "default", "examples", "$schema", "$id",
-                      "$comment", "$defs", "definitions", "deprecated", "readOnly",
-                      "writeOnly", "nullable", "strict"})
-_LOOSENED = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-                       "multipleOf", "format", "pattern", "uniqueItems", "minProperties",
-                       "maxProperties", "contentEncoding", "contentMediaType",
-                       "propertyNames", "contains", "minContains", "maxContains"})
-_HANDLED = frozenset({"type", "properties", "required", "additionalProperties", "enum",
-                      "const", "anyOf", "oneOf", "allOf", "items", "prefixItems", "minItems",
-                      "maxItems", "minLength", "maxLength", "$ref"})
-_REFUSED = frozenset({"not", "if", "then", "else", "patternProperties", "dependentSchemas",
-                      "dependentRequired", "unevaluatedProperties", "unevaluatedItems"})
+_IGNORED = frozenset(
+    {
+        "title",
+        "description",
+        "default",
+        "examples",
+        "$schema",
+        "$id",
+        "$comment",
+        "$defs",
+        "definitions",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "nullable",
+        "strict",
+    }
+)
+_LOOSENED = frozenset(
+    {
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "format",
+        "pattern",
+        "uniqueItems",
+        "minProperties",
+        "maxProperties",
+        "contentEncoding",
+        "contentMediaType",
+        "propertyNames",
+        "contains",
+        "minContains",
+        "maxContains",
+    }
+)
+_HANDLED = frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "enum",
+        "const",
+        "anyOf",
+        "oneOf",
+        "allOf",
+        "items",
+        "prefixItems",
+        "minItems",
+        "maxItems",
+        "minLength",
+        "maxLength",
+        "$ref",
+    }
+)
+_REFUSED = frozenset(
+    {
+        "not",
+        "if",
+        "then",
+        "else",
+        "patternProperties",
+        "dependentSchemas",
+        "dependentRequired",
+        "unevaluatedProperties",
+        "unevaluatedItems",
+    }
+)
 
 
 def invalid(why: str) -> InvalidRequest:
@@ -117,9 +185,11 @@ class SchemaConverter(Rules):
             raise invalid(f"$ref {cycle!r} refers back to itself before matching anything")
         if self._unenforced:
             shown = sorted(self._unenforced.items())[:16]
-            log.warning("format: not enforced or unknown: %s%s",
-                        ", ".join(f"{k!r} (at {w})" for k, w in shown),
-                        " ..." if len(self._unenforced) > len(shown) else "")
+            log.warning(
+                "format: not enforced or unknown: %s%s",
+                ", ".join(f"{k!r} (at {w})" for k, w in shown),
+                " ..." if len(self._unenforced) > len(shown) else "",
+            )
         return render_rules(self.rules)
 
     # -- schema walk ------------------------------------------------------------------
@@ -211,8 +281,9 @@ class SchemaConverter(Rules):
                 raise invalid(f"$ref {target[:200]!r} does not resolve")
             sub = defs[name]
         else:
-            raise invalid(f"only local $ref to $defs/definitions is supported, "
-                          f"got {target[:200]!r}")
+            raise invalid(
+                f"only local $ref to $defs/definitions is supported, got {target[:200]!r}"
+            )
         # Reserve the name first so a recursive reference finds it.
         rule = self.fresh(target.rsplit("/", 1)[-1] if target != "#" else "root-ref")
         self.refs[target] = rule
@@ -251,7 +322,8 @@ class SchemaConverter(Rules):
             raise invalid("required must be an array of strings")
         if len(props) > MAX_PROPERTIES or len(required) > MAX_PROPERTIES:
             raise GrammarTooLarge(
-                f"invalid format: an object may have at most {MAX_PROPERTIES} properties")
+                f"invalid format: an object may have at most {MAX_PROPERTIES} properties"
+            )
         must = set(required)
         extra = schema.get("additionalProperties", not props)
         if not props and extra is True:
@@ -267,8 +339,9 @@ class SchemaConverter(Rules):
             items.append((kv, key in must, False))
         if extra is not False:
             value = self.visit(extra, f"{where}-additional", depth + 1)
-            kv = self.define(f"{where}-additional-kv",
-                             f'{self.use("string")} {ws} ":" {ws} {value} {ws}')
+            kv = self.define(
+                f"{where}-additional-kv", f'{self.use("string")} {ws} ":" {ws} {value} {ws}'
+            )
             items.append((kv, False, True))
         return self.define(where, f'"{{" {ws} {self.members(items, where)} "}}"')
 
@@ -307,8 +380,10 @@ class SchemaConverter(Rules):
         if prefix is not None:
             if not isinstance(prefix, list):
                 raise invalid("prefixItems must be an array")
-            fixed: Iterable[str] = (f"{self.visit(p, hint(where, str(i)), depth + 1)} {ws}"
-                                    for i, p in enumerate(prefix))
+            fixed: Iterable[str] = (
+                f"{self.visit(p, hint(where, str(i)), depth + 1)} {ws}"
+                for i, p in enumerate(prefix)
+            )
             body = self.join(fixed, f' "," {ws} ')
             if items is not False:
                 log.warning("format: items after prefixItems are not allowed (at %s)", where)
@@ -316,8 +391,7 @@ class SchemaConverter(Rules):
         if items is False or high == 0:
             return self.define(where, f'"[" {ws} "]"')
         item = self.visit(items, f"{where}-item", depth + 1)
-        more = _repeat(f'"," {ws} {item} {ws}', max(low - 1, 0),
-                       None if high is None else high - 1)
+        more = _repeat(f'"," {ws} {item} {ws}', max(low - 1, 0), None if high is None else high - 1)
         body = f"{item} {ws} {more}"
         if low == 0:
             body = f"({body})?"

@@ -31,8 +31,10 @@ _UNSAFE = re.compile(r"[^a-zA-Z0-9-]+")
 _PRIMITIVES: dict[str, str] = {
     "ws": '(" " | "\\n" [ \\t]{0,16})?',
     # A surrogate pair escape is one character, as JSON Schema lengths count code points.
-    "char": ('[^"\\\\\\x00-\\x1f] | "\\\\" (["\\\\/bfnrt] | "u" [0-9a-fA-F]{4})'
-             ' | "\\\\u" [dD] [89abAB] [0-9a-fA-F]{2} "\\\\u" [dD] [c-fC-F] [0-9a-fA-F]{2}'),
+    "char": (
+        '[^"\\\\\\x00-\\x1f] | "\\\\" (["\\\\/bfnrt] | "u" [0-9a-fA-F]{4})'
+        ' | "\\\\u" [dD] [89abAB] [0-9a-fA-F]{2} "\\\\u" [dD] [c-fC-F] [0-9a-fA-F]{2}'
+    ),
     "string": '"\\"" char* "\\""',
     "integer": '"-"? ("0" | [1-9] [0-9]{0,15})',
     "number": 'integer ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?',
@@ -43,16 +45,19 @@ _PRIMITIVES: dict[str, str] = {
     "array": '"[" ws (value ws ("," ws value ws)*)? "]"',
 }
 _DEPENDS: dict[str, tuple[str, ...]] = {
-    "string": ("char",), "number": ("integer",),
+    "string": ("char",),
+    "number": ("integer",),
     "value": ("object", "array", "string", "number", "boolean", "null"),
-    "object": ("ws", "string", "value"), "array": ("ws", "value"),
+    "object": ("ws", "string", "value"),
+    "array": ("ws", "value"),
 }
 PRIMITIVES = frozenset(_PRIMITIVES)
 
 # GBNF string-literal escapes; str.translate does the whole text in C.
 _ESCAPES: dict[int, str] = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)}
-_ESCAPES.update({ord('"'): '\\"', ord("\\"): "\\\\", ord("\n"): "\\n", ord("\r"): "\\r",
-                 ord("\t"): "\\t"})
+_ESCAPES.update(
+    {ord('"'): '\\"', ord("\\"): "\\\\", ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
+)
 
 
 class GrammarTooLarge(InvalidRequest):
@@ -96,13 +101,15 @@ class Rules:
         self.nodes += count
         if self.nodes > MAX_SCHEMA_NODES:
             raise GrammarTooLarge(
-                f"invalid format: the schema has over {MAX_SCHEMA_NODES} nodes and keywords")
+                f"invalid format: the schema has over {MAX_SCHEMA_NODES} nodes and keywords"
+            )
 
     def room(self, size: int) -> None:
         """Refuse before making ``size`` more bytes of grammar that would not fit."""
         if self.size + size > MAX_GRAMMAR_BYTES:
             raise GrammarTooLarge(
-                f"invalid format: the grammar would be over {MAX_GRAMMAR_BYTES} bytes")
+                f"invalid format: the grammar would be over {MAX_GRAMMAR_BYTES} bytes"
+            )
 
     def join(self, parts: Iterable[str], sep: str) -> str:
         """``sep.join(parts)``, refused as soon as it could no longer fit the grammar."""

@@ -56,36 +56,68 @@ _SHAPES: dict[str, tuple[str, ...]] = {
     "gpt_oss": ("<|channel|>commentary to=functions.", N, " <|constrain|>json<|message|>", A),
     "deepseek_r1": (_DS_CALL + "function<｜tool▁sep｜>", N, "\n```json\n", A, "\n```" + _DS_END),
     "deepseek_v3_1": (_DS_CALL, N, "<｜tool▁sep｜>", A, _DS_END),
-    "kimi_k2": ("<|tool_calls_section_begin|><|tool_call_begin|>functions.", N,
-                ":0<|tool_call_argument_begin|>", A,
-                "<|tool_call_end|><|tool_calls_section_end|>"),
+    "kimi_k2": (
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.",
+        N,
+        ":0<|tool_call_argument_begin|>",
+        A,
+        "<|tool_call_end|><|tool_calls_section_end|>",
+    ),
     "granite": ('<|tool_call|>[{"name": ', J, ', "arguments": ', A, "}]"),
-    "command_r7b": ('<|START_ACTION|>[{"tool_call_id": "0", "tool_name": ', J,
-                    ', "parameters": ', A, "}]<|END_ACTION|>"),
+    "command_r7b": (
+        '<|START_ACTION|>[{"tool_call_id": "0", "tool_name": ',
+        J,
+        ', "parameters": ',
+        A,
+        "}]<|END_ACTION|>",
+    ),
     "functionary_v3_2": (N, "\n", A),
     "nemotron_v2": ('<TOOLCALL>[{"name": ', J, ', "arguments": ', A, "}]</TOOLCALL>"),
     "apriel": ('<tool_calls>[{"name": ', J, ', "arguments": ', A, "}]</tool_calls>"),
 }
 # XML formats: (call open, function head, head end, param open, key end, value end, close)
 _XML: dict[str, tuple[str, ...]] = {
-    "qwen3_coder": ("<tool_call>\n<function=", ">\n", "<parameter=", ">\n", "\n</parameter>\n",
-                    "</function>\n</tool_call>"),
+    "qwen3_coder": (
+        "<tool_call>\n<function=",
+        ">\n",
+        "<parameter=",
+        ">\n",
+        "\n</parameter>\n",
+        "</function>\n</tool_call>",
+    ),
     # Seed-OSS writes no newline around a value (its parser keeps one as the value's).
-    "seed_oss": ("<seed:tool_call>\n<function=", ">\n", "<parameter=", ">",
-                 "</parameter>\n", "</function>\n</seed:tool_call>"),
-    "glm_4_5": ("<tool_call>", "\n", "<arg_key>", "</arg_key>\n<arg_value>",
-                "</arg_value>\n", "</tool_call>"),
+    "seed_oss": (
+        "<seed:tool_call>\n<function=",
+        ">\n",
+        "<parameter=",
+        ">",
+        "</parameter>\n",
+        "</function>\n</seed:tool_call>",
+    ),
+    "glm_4_5": (
+        "<tool_call>",
+        "\n",
+        "<arg_key>",
+        "</arg_key>\n<arg_value>",
+        "</arg_value>\n",
+        "</tool_call>",
+    ),
 }
 
 
-def forced_tool_grammar(tools: list[dict[str, Any]], template: str
-                        ) -> tuple[str, Family] | None:
+def forced_tool_grammar(tools: list[dict[str, Any]], template: str) -> tuple[str, Family] | None:
     """(GBNF, format to parse) forcing one call of one of ``tools``; None if not expressible."""
     if len(tools) > MAX_TOOLS:
         raise GrammarTooLarge(f"tool_choice: at most {MAX_TOOLS} tools can be forced")
     fmt = detect_format(template)
-    name = fmt.name if fmt.name in _SHAPES or fmt.name in _XML or fmt.name in _OWN \
-        or isinstance(_shape(fmt), Shape | JsonShape) else "hermes"
+    name = (
+        fmt.name
+        if fmt.name in _SHAPES
+        or fmt.name in _XML
+        or fmt.name in _OWN
+        or isinstance(_shape(fmt), Shape | JsonShape)
+        else "hermes"
+    )
     defs: dict[str, Any] = {}
     for tool in tools:
         params = _params(tool)
@@ -141,8 +173,17 @@ def _call(conv: SchemaConverter, fmt: ChatFormat, name: str, tool: Mapping[str, 
         return _json_call(conv, _SHAPES[name], tool_name, params)
     shape = _shape(fmt)
     if isinstance(shape, JsonShape):
-        call: tuple[str, ...] = ("{", J, ": ", A, "}") if shape.name_as_key else (
-            "{" + json.dumps(shape.name) + ": ", J, ", " + json.dumps(shape.args) + ": ", A, "}")
+        call: tuple[str, ...] = (
+            ("{", J, ": ", A, "}")
+            if shape.name_as_key
+            else (
+                "{" + json.dumps(shape.name) + ": ",
+                J,
+                ", " + json.dumps(shape.args) + ": ",
+                A,
+                "}",
+            )
+        )
         if shape.listed:
             call = ("[", *call, "]")
         return _json_call(conv, (shape.open, *call, shape.close), tool_name, params)
@@ -150,8 +191,9 @@ def _call(conv: SchemaConverter, fmt: ChatFormat, name: str, tool: Mapping[str, 
     return _tagged_call(conv, shape, tool_name, params)
 
 
-def _json_call(conv: SchemaConverter, parts: tuple[str, ...], name: str,
-               params: Mapping[str, Any]) -> str:
+def _json_call(
+    conv: SchemaConverter, parts: tuple[str, ...], name: str, params: Mapping[str, Any]
+) -> str:
     args = conv.visit(params, hint(name, "args"))
     holes = {N: conv.lit(name), J: conv.lit(json.dumps(name, ensure_ascii=False)), A: args}
     return " ".join(holes.get(p) or _piece(conv, p) for p in parts if p)
@@ -170,29 +212,42 @@ def _piece(conv: SchemaConverter, text: str) -> str:
     return " ".join(out) or '""'
 
 
-def _tagged_call(conv: SchemaConverter, shape: Shape, name: str,
-                 params: Mapping[str, Any]) -> str:
-    head = (f"{_piece(conv, shape.section_open + shape.call_open)} {conv.lit(name)} "
-            f"{_piece(conv, shape.name_end)}")
+def _tagged_call(conv: SchemaConverter, shape: Shape, name: str, params: Mapping[str, Any]) -> str:
+    head = (
+        f"{_piece(conv, shape.section_open + shape.call_open)} {conv.lit(name)} "
+        f"{_piece(conv, shape.name_end)}"
+    )
     tail = _piece(conv, shape.call_close + shape.section_close)
     if shape.json_args:
         return f"{head} {conv.visit(params, hint(name, 'args'))} {tail}"
-    args = _params_each(conv, name, params, lambda key, value: (
-        f"{_piece(conv, shape.param_open)} {conv.lit(key)} {_piece(conv, shape.key_end)} "
-        f"{value} {_piece(conv, shape.param_close)}"))
+    args = _params_each(
+        conv,
+        name,
+        params,
+        lambda key, value: (
+            f"{_piece(conv, shape.param_open)} {conv.lit(key)} {_piece(conv, shape.key_end)} "
+            f"{value} {_piece(conv, shape.param_close)}"
+        ),
+    )
     return f"{head} {args} {tail}"
 
 
-def _xml_call(conv: SchemaConverter, shape: tuple[str, ...], name: str,
-              params: Mapping[str, Any]) -> str:
+def _xml_call(
+    conv: SchemaConverter, shape: tuple[str, ...], name: str, params: Mapping[str, Any]
+) -> str:
     call_open, head_end, key_open, key_end, value_end, close = shape
-    args = _params_each(conv, name, params, lambda key, value: (
-        f"{conv.lit(key_open + key + key_end)} {value} {literal(value_end)}"))
+    args = _params_each(
+        conv,
+        name,
+        params,
+        lambda key, value: f"{conv.lit(key_open + key + key_end)} {value} {literal(value_end)}",
+    )
     return f"{conv.lit(call_open + name + head_end)} {args} {literal(close)}"
 
 
-def _ordered(conv: SchemaConverter, params: Mapping[str, Any]
-             ) -> tuple[Mapping[str, Any], list[str], set[str]]:
+def _ordered(
+    conv: SchemaConverter, params: Mapping[str, Any]
+) -> tuple[Mapping[str, Any], list[str], set[str]]:
     """(properties, their order: required first, the required ones)."""
     props = params.get("properties")
     props = props if isinstance(props, Mapping) else {}
@@ -200,15 +255,17 @@ def _ordered(conv: SchemaConverter, params: Mapping[str, Any]
     listed = listed if isinstance(listed, list) else []
     if len(props) > MAX_PROPERTIES or len(listed) > MAX_PROPERTIES:
         raise GrammarTooLarge(
-            f"invalid format: an object may have at most {MAX_PROPERTIES} properties")
+            f"invalid format: an object may have at most {MAX_PROPERTIES} properties"
+        )
     conv.walked(1 + len(params))
     required = list(dict.fromkeys(k for k in listed if isinstance(k, str) and k in props))
     must = set(required)
     return props, required + [str(k) for k in props if k not in must], must
 
 
-def _params_each(conv: SchemaConverter, name: str, params: Mapping[str, Any],
-                 one: Callable[[str, str], str]) -> str:
+def _params_each(
+    conv: SchemaConverter, name: str, params: Mapping[str, Any], one: Callable[[str, str], str]
+) -> str:
     """One tag per parameter (``one(key, value rule)``), the optional ones optional."""
     props, order, must = _ordered(conv, params)
     parts = []
@@ -218,19 +275,30 @@ def _params_each(conv: SchemaConverter, name: str, params: Mapping[str, Any],
     return conv.join(parts, " ") or '""'
 
 
-def _listed(conv: SchemaConverter, name: str, params: Mapping[str, Any],
-            one: Callable[[str, Any, str], str]) -> str:
+def _listed(
+    conv: SchemaConverter, name: str, params: Mapping[str, Any], one: Callable[[str, Any, str], str]
+) -> str:
     """The parameters as comma-separated members (Gemma's and Python's), the optional ones
     optional; ``one(key, schema, hint)`` writes one."""
     props, order, must = _ordered(conv, params)
-    items = [(conv.define(f"{hint(name, key)}-kv", one(key, props[key], hint(name, key))),
-              key in must, False) for key in order]
+    items = [
+        (
+            conv.define(f"{hint(name, key)}-kv", one(key, props[key], hint(name, key))),
+            key in must,
+            False,
+        )
+        for key in order
+    ]
     return conv.members(items, hint(name, "args")) if items else ""
 
 
 def _gemma(conv: SchemaConverter, name: str, params: Mapping[str, Any]) -> str:
-    args = _listed(conv, name, params, lambda key, schema, where: (
-        f"{conv.lit(key + ':')} {_gemma_value(conv, schema, where, 0)}"))
+    args = _listed(
+        conv,
+        name,
+        params,
+        lambda key, schema, where: f"{conv.lit(key + ':')} {_gemma_value(conv, schema, where, 0)}",
+    )
     return f"{conv.lit('<|tool_call>call:' + name + '{')} {args} {literal('}<tool_call|>')}"
 
 
@@ -241,10 +309,16 @@ def _gemma_value(conv: SchemaConverter, schema: Any, where: str, depth: int) -> 
     if "gemma-value" not in conv.rules:
         ws = conv.use("ws")
         conv.set("gemma-string", f"{q} [^<]* {q}")
-        conv.set("gemma-value", "gemma-string | gemma-object | gemma-array | "
-                 f"{conv.use('number')} | {conv.use('boolean')} | {conv.use('null')}")
-        conv.set("gemma-object", f'"{{" {ws} ([a-zA-Z_] [a-zA-Z0-9_]* ":" gemma-value '
-                                 f'("," {ws} [a-zA-Z_] [a-zA-Z0-9_]* ":" gemma-value)*)? "}}"')
+        conv.set(
+            "gemma-value",
+            "gemma-string | gemma-object | gemma-array | "
+            f"{conv.use('number')} | {conv.use('boolean')} | {conv.use('null')}",
+        )
+        conv.set(
+            "gemma-object",
+            f'"{{" {ws} ([a-zA-Z_] [a-zA-Z0-9_]* ":" gemma-value '
+            f'("," {ws} [a-zA-Z_] [a-zA-Z0-9_]* ":" gemma-value)*)? "}}"',
+        )
         conv.set("gemma-array", f'"[" {ws} (gemma-value ("," {ws} gemma-value)*)? "]"')
     if not isinstance(schema, Mapping) or depth > 16:
         return "gemma-value"
@@ -262,26 +336,39 @@ def _gemma_value(conv: SchemaConverter, schema: Any, where: str, depth: int) -> 
         item = _gemma_value(conv, schema["items"], hint(where, "item"), depth + 1)
         ws = conv.use("ws")
         return conv.define(where, f'"[" {ws} ({item} ("," {ws} {item})*)? "]"')
-    if kind == "object" and isinstance(schema.get("properties"), Mapping) \
-            and schema["properties"]:
-        members = _listed(conv, where, schema, lambda key, sub, at: (
-            f"{conv.lit(key + ':')} {_gemma_value(conv, sub, at, depth + 1)}"))
+    if kind == "object" and isinstance(schema.get("properties"), Mapping) and schema["properties"]:
+        members = _listed(
+            conv,
+            where,
+            schema,
+            lambda key, sub, at: f"{conv.lit(key + ':')} {_gemma_value(conv, sub, at, depth + 1)}",
+        )
         return conv.define(where, f'"{{" {members} "}}"')
     return "gemma-value"
 
 
 def _pythonic(conv: SchemaConverter, name: str, params: Mapping[str, Any]) -> str:
-    args = _listed(conv, name, params,
-                   lambda key, schema, where: f"{conv.lit(key + '=')} {conv.visit(schema, where)}")
+    args = _listed(
+        conv,
+        name,
+        params,
+        lambda key, schema, where: f"{conv.lit(key + '=')} {conv.visit(schema, where)}",
+    )
     head, tail = conv.lit("<|tool_call_start|>[" + name + "("), literal(")]<|tool_call_end|>")
     return f"{head} {args} {tail}"
 
 
 def _minimax_m3(conv: SchemaConverter, name: str, params: Mapping[str, Any]) -> str:
-    args = _params_each(conv, name, params, lambda key, value: (
-        f"{conv.lit(f'{NS}<{key}>')} {value} {conv.lit(f'{NS}</{key}>')}"))
-    return (f"{conv.lit(f'{NS}<tool_call>{chr(10)}{NS}<invoke name={json.dumps(name)}>')} {args} "
-            f"{literal(f'{NS}</invoke>{chr(10)}{NS}</tool_call>')}")
+    args = _params_each(
+        conv,
+        name,
+        params,
+        lambda key, value: f"{conv.lit(f'{NS}<{key}>')} {value} {conv.lit(f'{NS}</{key}>')}",
+    )
+    return (
+        f"{conv.lit(f'{NS}<tool_call>{chr(10)}{NS}<invoke name={json.dumps(name)}>')} {args} "
+        f"{literal(f'{NS}</invoke>{chr(10)}{NS}</tool_call>')}"
+    )
 
 
 def _muse(conv: SchemaConverter, name: str, params: Mapping[str, Any]) -> str:
@@ -289,7 +376,10 @@ def _muse(conv: SchemaConverter, name: str, params: Mapping[str, Any]) -> str:
 
 
 _OWN: dict[str, Callable[[SchemaConverter, str, Mapping[str, Any]], str]] = {
-    "gemma4": _gemma, "lfm2": _pythonic, "minimax_m3": _minimax_m3, "muse_glimmer": _muse,
+    "gemma4": _gemma,
+    "lfm2": _pythonic,
+    "minimax_m3": _minimax_m3,
+    "muse_glimmer": _muse,
 }
 
 

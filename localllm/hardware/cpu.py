@@ -156,8 +156,7 @@ def parse_vm_stat(text: str, total: int) -> int:
     pages = 0
     for line in text.splitlines():
         key, _, value = line.partition(":")
-        if key.strip() in ("Pages free", "Pages inactive", "Pages speculative",
-                           "Pages purgeable"):
+        if key.strip() in ("Pages free", "Pages inactive", "Pages speculative", "Pages purgeable"):
             digits = value.strip().rstrip(".")
             if digits.isdigit():
                 pages += int(digits)
@@ -171,10 +170,13 @@ def _macos_info() -> CPUInfo:
     except (OSError, subprocess.SubprocessError):
         vm = ""
     flags = []
-    for sysctl_name, flag in (("hw.optional.arm.FEAT_DotProd", "dotprod"),
-                              ("hw.optional.arm.FEAT_I8MM", "i8mm"),
-                              ("hw.optional.arm.FEAT_BF16", "bf16"),
-                              ("hw.optional.avx2_0", "avx2"), ("hw.optional.avx1_0", "avx")):
+    for sysctl_name, flag in (
+        ("hw.optional.arm.FEAT_DotProd", "dotprod"),
+        ("hw.optional.arm.FEAT_I8MM", "i8mm"),
+        ("hw.optional.arm.FEAT_BF16", "bf16"),
+        ("hw.optional.avx2_0", "avx2"),
+        ("hw.optional.avx1_0", "avx"),
+    ):
         if _sysctl(sysctl_name) == "1":
             flags.append(flag)
     if platform.machine() == "arm64":

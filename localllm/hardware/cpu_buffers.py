@@ -30,8 +30,12 @@ class BufferRule:
     type_name: str = ""
 
     def takes(self, ggml_type: int, dims: int, k: int, rows: int) -> bool:
-        return (ggml_type == self.ggml_type and dims == self.dims
-                and k % self.k_multiple == 0 and rows % self.rows_multiple == 0)
+        return (
+            ggml_type == self.ggml_type
+            and dims == self.dims
+            and k % self.k_multiple == 0
+            and rows % self.rows_multiple == 0
+        )
 
     def copy_bytes(self, nbytes: int) -> int:
         """The copy of an ``nbytes`` weight: copies grow in step with their rows."""
@@ -76,6 +80,12 @@ def parse_extra_buffers(raw: Any) -> tuple[ExtraBuffer, ...]:
             continue
         rules = [r for r in map(_rule, b.get("rules") or []) if r is not None]
         fault = b.get("fault")
-        out.append(ExtraBuffer(b["name"], tuple(rules), b.get("auto") is not False,
-                               fault if isinstance(fault, str) else ""))
+        out.append(
+            ExtraBuffer(
+                b["name"],
+                tuple(rules),
+                b.get("auto") is not False,
+                fault if isinstance(fault, str) else "",
+            )
+        )
     return tuple(out)

@@ -26,12 +26,17 @@ from localllm.hardware.rpc import WorkerStatus
 DeviceKind = Literal["cpu", "gpu", "igpu", "accel"]
 PROBE_TIMEOUT_S = 30.0
 _KINDS: dict[Any, DeviceKind] = {
-    "cpu": "cpu", "gpu": "gpu", "igpu": "igpu", "accel": "accel",
-    0: "cpu", 1: "gpu", 2: "igpu", 3: "accel",
+    "cpu": "cpu",
+    "gpu": "gpu",
+    "igpu": "igpu",
+    "accel": "accel",
+    0: "cpu",
+    1: "gpu",
+    2: "igpu",
+    3: "accel",
 }
 # ggml device names are "<backend><index>"; a few backends use other spellings.
 _LIBRARY_ALIASES = {"MTL": "Metal", "HIP": "ROCm", "VULKAN": "Vulkan", "CANN": "CANN"}
-
 
 
 @dataclass(frozen=True)
@@ -129,7 +134,10 @@ def run_probe(timeout: float = PROBE_TIMEOUT_S, argv: list[str] | None = None) -
     try:
         out = subprocess.run(
             argv or children.argv("localllm.engine.probe_child"),
-            capture_output=True, text=True, timeout=timeout, env=children.child_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=children.child_env(),
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
@@ -158,21 +166,30 @@ def parse_probe_output(returncode: int, stdout: str, stderr: str) -> dict[str, A
     return {"ok": False, "error": f"native probe {what}" + (f": {tail}" if tail else "")}
 
 
-def hints_for(devices: tuple[Device, ...], gpus: list[GPUProbe], native_ok: bool,
-              native_error: str, plugins: tuple[dict[str, Any], ...] = ()) -> list[str]:
+def hints_for(
+    devices: tuple[Device, ...],
+    gpus: list[GPUProbe],
+    native_ok: bool,
+    native_error: str,
+    plugins: tuple[dict[str, Any], ...] = (),
+) -> list[str]:
     """Advice for a human: a GPU without its plugin, a plugin that failed, no native module."""
     from localllm.backends.catalog import wanted_backends
 
     hints = []
     if not native_ok:
-        hints.append(f"The native module is not usable ({native_error}); "
-                     "reinstall localllm (pip install --force-reinstall localllm) so native/ is "
-                     "compiled. Models cannot run until it loads.")
+        hints.append(
+            f"The native module is not usable ({native_error}); "
+            "reinstall localllm (pip install --force-reinstall localllm) so native/ is "
+            "compiled. Models cannot run until it loads."
+        )
         return hints
     for p in plugins:
         if not p.get("loaded"):
-            hints.append(f"Backend plugin {p.get('file')} did not load: {p.get('error')}. "
-                         "Rebuild it with 'localllm backends build NAME' or remove it.")
+            hints.append(
+                f"Backend plugin {p.get('file')} did not load: {p.get('error')}. "
+                "Rebuild it with 'localllm backends build NAME' or remove it."
+            )
     libraries = {d.library for d in devices if d.is_gpu}
     for want in wanted_backends(gpus, libraries):
         hints.append(want.hint)
@@ -181,18 +198,32 @@ def hints_for(devices: tuple[Device, ...], gpus: list[GPUProbe], native_ok: bool
 
 def remote_devices(workers: tuple[WorkerStatus, ...]) -> tuple[Device, ...]:
     """The devices that RPC workers serve, as planner devices (ggml reports them as GPUs)."""
-    return tuple(Device(d.name, f"{w.endpoint} (RPC worker)", "gpu", d.free, d.total, "RPC")
-                 for w in workers for d in w.devices)
+    return tuple(
+        Device(d.name, f"{w.endpoint} (RPC worker)", "gpu", d.free, d.total, "RPC")
+        for w in workers
+        for d in w.devices
+    )
 
 
-def build_hardware(answer: dict[str, Any], cpu: CPUInfo, gpus: list[GPUProbe],
-                   workers: tuple[WorkerStatus, ...] = ()) -> Hardware:
+def build_hardware(
+    answer: dict[str, Any],
+    cpu: CPUInfo,
+    gpus: list[GPUProbe],
+    workers: tuple[WorkerStatus, ...] = (),
+) -> Hardware:
     """Combine the probe's answer, the CPU facts, the driver probes and the workers (pure)."""
     ok = bool(answer.get("ok"))
     error = "" if ok else str(answer.get("error") or "unknown error")
     extra = parse_extra_buffers(answer.get("cpu_buffers"))
-    devices = tuple(_with_ram(device_from_probe(d, extra), cpu)
-                    for d in answer.get("devices") or [] if isinstance(d, dict)) if ok else ()
+    devices = (
+        tuple(
+            _with_ram(device_from_probe(d, extra), cpu)
+            for d in answer.get("devices") or []
+            if isinstance(d, dict)
+        )
+        if ok
+        else ()
+    )
     if not any(d.kind == "cpu" for d in devices):
         devices = (*devices, cpu_device(cpu))
     devices = (*devices, *remote_devices(workers))
@@ -239,8 +270,9 @@ def query_workers(endpoints: list[str] | None = None) -> tuple[WorkerStatus, ...
         if w.ready:
             _last_seen[w.endpoint] = w
         elif w.state == "busy" and w.endpoint in _last_seen:
-            w = replace(w, devices=_last_seen[w.endpoint].devices, version=_last_seen[
-                w.endpoint].version)
+            w = replace(
+                w, devices=_last_seen[w.endpoint].devices, version=_last_seen[w.endpoint].version
+            )
         out.append(w)
     return tuple(out)
 
@@ -250,8 +282,7 @@ def detect(refresh: bool = False, timeout: float = PROBE_TIMEOUT_S) -> Hardware:
     global _cached
     with _lock:
         if _cached is None or refresh:
-            _cached = build_hardware(run_probe(timeout), cpu_info(), probe_all(),
-                                     query_workers())
+            _cached = build_hardware(run_probe(timeout), cpu_info(), probe_all(), query_workers())
         return _cached
 
 
@@ -270,8 +301,8 @@ def refresh_memory(timeout: float = PROBE_TIMEOUT_S) -> Hardware:
     workers = query_workers()
     with _lock:
         cpu = replace(hw.cpu, available_ram=ram)
-        local = tuple(replace(d, free=ram) if d.kind == "cpu" else d for d in hw.devices
-                      if d.library != "RPC")
-        _cached = replace(hw, cpu=cpu, devices=(*local, *remote_devices(workers)),
-                          workers=workers)
+        local = tuple(
+            replace(d, free=ram) if d.kind == "cpu" else d for d in hw.devices if d.library != "RPC"
+        )
+        _cached = replace(hw, cpu=cpu, devices=(*local, *remote_devices(workers)), workers=workers)
         return _cached

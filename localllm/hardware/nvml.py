@@ -26,8 +26,12 @@ _INSUFFICIENT_SIZE = 7  # NVML_ERROR_INSUFFICIENT_SIZE
 
 class _ProcessInfo(ctypes.Structure):
     # nvmlProcessInfo_t as nvmlDeviceGetComputeRunningProcesses_v3 fills it.
-    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
-                ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+    ]
 
 
 _lock = threading.Lock()

@@ -75,8 +75,9 @@ def probe_nvidia(root: Path = Path("/"), run: Runner = run_tool) -> list[GPUProb
         has_driver = True
     except OSError:
         driver, has_driver = "", False
-    out = run(["nvidia-smi", "--query-gpu=name,memory.total,memory.free",
-               "--format=csv,noheader,nounits"])
+    out = run(
+        ["nvidia-smi", "--query-gpu=name,memory.total,memory.free", "--format=csv,noheader,nounits"]
+    )
     gpus = parse_nvidia_smi(out, driver) if out else []
     if not gpus and has_driver:
         # Driver loaded but no nvidia-smi (minimal containers): one entry says enough.
@@ -117,13 +118,20 @@ def probe_amd(root: Path = Path("/"), run: Runner = run_tool) -> list[GPUProbe]:
             name = ""
         gfx = props.get("gfx_target_version", 0)
         if not name or name.isdigit():
-            name = f"AMD GPU (gfx{gfx // 10000}{(gfx // 100) % 100:x}{gfx % 100:x})" \
-                if gfx else "AMD GPU"
-        total = sum(
-            parse_kfd_properties((bank / "properties").read_text()).get("size_in_bytes", 0)
-            for bank in sorted((node / "mem_banks").glob("*"))
-            if (bank / "properties").is_file()
-        ) if (node / "mem_banks").is_dir() else 0
+            name = (
+                f"AMD GPU (gfx{gfx // 10000}{(gfx // 100) % 100:x}{gfx % 100:x})"
+                if gfx
+                else "AMD GPU"
+            )
+        total = (
+            sum(
+                parse_kfd_properties((bank / "properties").read_text()).get("size_in_bytes", 0)
+                for bank in sorted((node / "mem_banks").glob("*"))
+                if (bank / "properties").is_file()
+            )
+            if (node / "mem_banks").is_dir()
+            else 0
+        )
         gpus.append(GPUProbe("amd", name, driver, total))
     if not gpus and run(["rocm-smi", "--showproductname"]):
         gpus = [GPUProbe("amd", "AMD GPU", driver)]

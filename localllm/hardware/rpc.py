@@ -102,8 +102,9 @@ def _resolve(host: str, port: int, deadline: _Deadline) -> list[tuple[int, str, 
 
     def lookup() -> None:
         try:
-            for family, _, _, _, sockaddr in socket.getaddrinfo(host, port,
-                                                                type=socket.SOCK_STREAM):
+            for family, _, _, _, sockaddr in socket.getaddrinfo(
+                host, port, type=socket.SOCK_STREAM
+            ):
                 found.append((family, str(sockaddr[0]), port))
         except OSError as exc:
             failed.append(exc)
@@ -142,8 +143,10 @@ def _recv(sock: socket.socket, n: int, deadline: _Deadline) -> bytes:
             chunk = sock.recv(n - len(out))
         except TimeoutError:
             if out:
-                raise TooSlow(f"too slow: the worker sent {len(out)} of {n} bytes of a reply "
-                              f"in {deadline.seconds:g}s") from None
+                raise TooSlow(
+                    f"too slow: the worker sent {len(out)} of {n} bytes of a reply "
+                    f"in {deadline.seconds:g}s"
+                ) from None
             raise
         if not chunk:
             raise ConnectionError("the worker closed the connection")
@@ -151,8 +154,7 @@ def _recv(sock: socket.socket, n: int, deadline: _Deadline) -> bytes:
     return out
 
 
-def _call(sock: socket.socket, cmd: int, payload: bytes, want: int,
-          deadline: _Deadline) -> bytes:
+def _call(sock: socket.socket, cmd: int, payload: bytes, want: int, deadline: _Deadline) -> bytes:
     sock.settimeout(deadline.left())
     sock.sendall(struct.pack("<BQ", cmd, len(payload)) + payload)
     (size,) = struct.unpack("<Q", _recv(sock, 8, deadline))
@@ -161,8 +163,9 @@ def _call(sock: socket.socket, cmd: int, payload: bytes, want: int,
     try:
         return _recv(sock, want, deadline)
     except TimeoutError:
-        raise TooSlow(f"too slow: the worker sent a reply's header but not the reply in "
-                      f"{deadline.seconds:g}s") from None
+        raise TooSlow(
+            f"too slow: the worker sent a reply's header but not the reply in {deadline.seconds:g}s"
+        ) from None
 
 
 def query(endpoint: str, timeout: float = 2.0) -> WorkerStatus:
@@ -181,22 +184,28 @@ def query(endpoint: str, timeout: float = 2.0) -> WorkerStatus:
         try:
             hello = _call(sock, CMD_HELLO, bytes(CONN_CAPS_SIZE), 4 + CONN_CAPS_SIZE, deadline)
         except TimeoutError:
-            return WorkerStatus(endpoint, "busy",
-                                error="connected, but it is serving another client")
+            return WorkerStatus(
+                endpoint, "busy", error="connected, but it is serving another client"
+            )
         except (OSError, ConnectionError) as exc:
             return WorkerStatus(endpoint, "down", error=f"handshake failed: {exc}")
         major, minor, patch = hello[0], hello[1], hello[2]
         version = f"{major}.{minor}.{patch}"
         if major != PROTO_MAJOR:
-            return WorkerStatus(endpoint, "incompatible", version,
-                                error=f"RPC protocol {version}, this build speaks "
-                                      f"{PROTO_MAJOR}.x: run the same localllm version there")
+            return WorkerStatus(
+                endpoint,
+                "incompatible",
+                version,
+                error=f"RPC protocol {version}, this build speaks "
+                f"{PROTO_MAJOR}.x: run the same localllm version there",
+            )
         try:
             (count,) = struct.unpack("<I", _call(sock, CMD_DEVICE_COUNT, b"", 4, deadline))
             devs = []
             for k in range(min(count, 16)):
-                free, total = struct.unpack("<QQ", _call(
-                    sock, CMD_GET_DEVICE_MEMORY, struct.pack("<I", k), 16, deadline))
+                free, total = struct.unpack(
+                    "<QQ", _call(sock, CMD_GET_DEVICE_MEMORY, struct.pack("<I", k), 16, deadline)
+                )
                 devs.append(RemoteDevice(device_name(endpoint, k), free, total))
         except (OSError, ConnectionError) as exc:
             return WorkerStatus(endpoint, "down", version, error=f"query failed: {exc}")
@@ -207,11 +216,11 @@ def endpoint_of(device_name: str) -> str | None:
     """``"RPC[host:port]#1"`` -> ``"host:port"``; None for a local device."""
     if not device_name.startswith("RPC[") or "]" not in device_name:
         return None
-    return device_name[4:device_name.index("]")]
+    return device_name[4 : device_name.index("]")]
 
 
 def reachable(endpoint: str, timeout: float = 1.0) -> str:
-    """"" when a TCP connection to ``endpoint`` opens within ``timeout`` (name lookup
+    """ "" when a TCP connection to ``endpoint`` opens within ``timeout`` (name lookup
     included), else why not (cheap; no handshake)."""
     try:
         host, port = split_endpoint(endpoint)

@@ -68,8 +68,10 @@ def _decode(data: bytes, info: ImageInfo, what: str) -> Any:
         # The parser has read the container, not the pixels: hold it to the header.
         w, h = im.size
         if w * h > info.width * info.height or max(w, h) > max(info.width, info.height):
-            raise InvalidRequest(f"{what}: its {fmt} data holds a {w}x{h} image; its "
-                                 f"header declares {info.width}x{info.height}")
+            raise InvalidRequest(
+                f"{what}: its {fmt} data holds a {w}x{h} image; its "
+                f"header declares {info.width}x{info.height}"
+            )
         im.load()
         return _flatten(im, image_mod)
     except InvalidRequest:
@@ -93,17 +95,18 @@ def _flatten(im: Any, image_mod: Any) -> Any:
 
 def encode(rgb: Any, what: str) -> bytes:
     """PNG bytes of ``rgb``, or JPEG ones when the PNG would pass ``MAX_IMAGE_BYTES``."""
-    for fmt, kw in (("PNG", {"compress_level": PNG_LEVEL}),
-                    ("JPEG", {"quality": JPEG_QUALITY})):
+    for fmt, kw in (("PNG", {"compress_level": PNG_LEVEL}), ("JPEG", {"quality": JPEG_QUALITY})):
         out = _Capped()
         try:
             rgb.save(out, fmt, **kw)
         except _TooBig:
             continue
         return out.getvalue()
-    raise InvalidRequest(f"{what} ({rgb.width}x{rgb.height} pixels) is over "
-                         f"{config.MAX_IMAGE_BYTES} bytes even as a JPEG of quality "
-                         f"{JPEG_QUALITY}; send a smaller one")
+    raise InvalidRequest(
+        f"{what} ({rgb.width}x{rgb.height} pixels) is over "
+        f"{config.MAX_IMAGE_BYTES} bytes even as a JPEG of quality "
+        f"{JPEG_QUALITY}; send a smaller one"
+    )
 
 
 def transcode(data: bytes, info: ImageInfo, index: int = 0) -> bytes:
@@ -119,11 +122,15 @@ def prepare(images: Sequence[bytes]) -> list[bytes]:
     ``images.info`` refuses, data that does not decode, and re-encoded images that
     together pass ``MAX_IMAGES_BYTES``."""
     infos = check_images(images, ACCEPTED)
-    out = [transcode(data, info, i) if info.format in TRANSCODED else data
-           for i, (data, info) in enumerate(zip(images, infos, strict=True))]
+    out = [
+        transcode(data, info, i) if info.format in TRANSCODED else data
+        for i, (data, info) in enumerate(zip(images, infos, strict=True))
+    ]
     total = sum(len(b) for b in out)
     if total > config.MAX_IMAGES_BYTES:
-        raise InvalidRequest(f"the request's images take {total} bytes once re-encoded "
-                             f"for the model; the limit is {config.MAX_IMAGES_BYTES} bytes "
-                             "together")
+        raise InvalidRequest(
+            f"the request's images take {total} bytes once re-encoded "
+            f"for the model; the limit is {config.MAX_IMAGES_BYTES} bytes "
+            "together"
+        )
     return out

@@ -49,8 +49,15 @@ _FEED = 1 << 16  # compressed bytes handed to zlib at once
 
 _CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}  # PNG colour type -> samples per pixel
 _DEPTHS = {0: (1, 2, 4, 8, 16), 2: (8, 16), 3: (1, 2, 4, 8), 4: (8, 16), 6: (8, 16)}
-_ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4),
-          (1, 0, 2, 2), (0, 1, 1, 2))  # (x0, y0, dx, dy) of each interlace pass
+_ADAM7 = (
+    (0, 0, 8, 8),
+    (4, 0, 8, 8),
+    (0, 4, 4, 8),
+    (2, 0, 4, 4),
+    (0, 2, 2, 4),
+    (1, 0, 2, 2),
+    (0, 1, 1, 2),
+)  # (x0, y0, dx, dy) of each interlace pass
 _PNG_CRITICAL = (b"IHDR", b"PLTE", b"IDAT", b"IEND")
 # A marker in entropy-coded data: 0xFF, then neither a stuffed 0x00, nor more fill,
 # nor a restart marker (RST0-7 sit inside a scan's data).
@@ -76,18 +83,19 @@ def png_data_size(width: int, height: int, depth: int, colour: int, interlace: i
 
     if not interlace:
         return rows(width, height)
-    return sum(rows((width - x0 + dx - 1) // dx, (height - y0 + dy - 1) // dy)
-               for x0, y0, dx, dy in _ADAM7)
+    return sum(
+        rows((width - x0 + dx - 1) // dx, (height - y0 + dy - 1) // dy) for x0, y0, dx, dy in _ADAM7
+    )
 
 
 def check_png(data: bytes) -> None:
     """A PNG whose IDAT stream inflates to what its IHDR implies (``PNG_SLACK`` more at most)."""
-    width, height, depth, colour, method, filt, interlace = struct.unpack_from(
-        ">IIBBBBB", data, 16)
-    if colour not in _CHANNELS or depth not in _DEPTHS[colour] or method or filt \
-            or interlace > 1:
-        raise Undecodable(f"its PNG header is invalid (bit depth {depth}, colour type "
-                          f"{colour}, interlace {interlace})")
+    width, height, depth, colour, method, filt, interlace = struct.unpack_from(">IIBBBBB", data, 16)
+    if colour not in _CHANNELS or depth not in _DEPTHS[colour] or method or filt or interlace > 1:
+        raise Undecodable(
+            f"its PNG header is invalid (bit depth {depth}, colour type "
+            f"{colour}, interlace {interlace})"
+        )
     if struct.unpack_from(">I", data, 8)[0] != 13:
         raise Undecodable("its PNG header chunk has the wrong length")
     expected = png_data_size(width, height, depth, colour, interlace)
@@ -112,7 +120,7 @@ def _idat(data: bytes) -> list[memoryview]:
                 raise Undecodable("its PNG has no image data")
             return pieces
         if kind == b"IDAT":
-            pieces.append(view[pos + 8:pos + 8 + length])
+            pieces.append(view[pos + 8 : pos + 8 + length])
         elif not kind[0] & 0x20 and kind not in _PNG_CRITICAL:
             # The case bit says critical: stb refuses one it does not know.
             raise Undecodable(f"its PNG has an unknown critical chunk {kind!r}")
@@ -148,13 +156,16 @@ def _inflate(pieces: list[memoryview], expected: int, most: int, size: str) -> N
     except zlib.error:
         raise Undecodable("its PNG data is corrupt") from None
     if total > most:
-        raise OverLimit(f"its PNG data inflates to more than the {expected} bytes its "
-                        f"{size} pixels need (a decompression bomb)")
+        raise OverLimit(
+            f"its PNG data inflates to more than the {expected} bytes its "
+            f"{size} pixels need (a decompression bomb)"
+        )
     if not inflater.eof:
         raise Undecodable("its PNG data is truncated")
     if total < expected:
-        raise Undecodable(f"its PNG data inflates to {total} bytes; its {size} pixels need "
-                          f"{expected}")
+        raise Undecodable(
+            f"its PNG data inflates to {total} bytes; its {size} pixels need {expected}"
+        )
 
 
 def _split_head(pieces: list[memoryview]) -> tuple[bytes, list[memoryview]]:
@@ -167,7 +178,7 @@ def _split_head(pieces: list[memoryview]) -> tuple[bytes, list[memoryview]]:
             take = 2 - len(head)
             head += piece[:take].tobytes()
             piece = piece[take:]
-        body += (piece[k:k + _FEED] for k in range(0, len(piece), _FEED))
+        body += (piece[k : k + _FEED] for k in range(0, len(piece), _FEED))
     return head, body
 
 
@@ -216,5 +227,7 @@ def check_jpeg(data: bytes) -> None:
         if marker == 0xDA:
             scans += 1
             if scans > MAX_JPEG_SCANS:
-                raise OverLimit(f"its JPEG has more than {MAX_JPEG_SCANS} scans, the limit "
-                                "(an encoder writes about 10)")
+                raise OverLimit(
+                    f"its JPEG has more than {MAX_JPEG_SCANS} scans, the limit "
+                    "(an encoder writes about 10)"
+                )

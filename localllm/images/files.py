@@ -74,8 +74,10 @@ def read_image(path: Path, index: int = 0) -> tuple[bytes, ImageInfo]:
         raise InvalidRequest(f"{path}: not a file")
     size = path.stat().st_size
     if size > config.MAX_IMAGE_BYTES:
-        raise InvalidRequest(f"{path.name} is {format_file_size(size)}; the limit is "
-                             f"{format_file_size(config.MAX_IMAGE_BYTES)}")
+        raise InvalidRequest(
+            f"{path.name} is {format_file_size(size)}; the limit is "
+            f"{format_file_size(config.MAX_IMAGE_BYTES)}"
+        )
     try:
         data = path.read_bytes()
     except OSError as exc:

@@ -71,7 +71,7 @@ class _Walk:
 def brand(b: bytes) -> str:
     """``"avif"`` or ``"heic"`` from the ``ftyp`` box's major and compatible brands."""
     (size,) = struct.unpack_from(">I", b, 0)
-    brands = {b[i:i + 4] for i in range(16, min(size, len(b)) - 3, 4)} | {b[8:12]}
+    brands = {b[i : i + 4] for i in range(16, min(size, len(b)) - 3, 4)} | {b[8:12]}
     if brands & AVIF_BRANDS:
         return "avif"
     if brands & HEIC_BRANDS:
@@ -122,7 +122,7 @@ def _av1_items(b: bytes, start: int, end: int) -> list[int]:
         else:
             (item,) = struct.unpack_from(">I", b, body + 4)
             kind_at = body + 10
-        if b[kind_at:kind_at + 4] == b"av01":
+        if b[kind_at : kind_at + 4] == b"av01":
             ids.append(item)
     return ids
 
@@ -135,7 +135,7 @@ def _locations(b: bytes, start: int, end: int) -> dict[int, tuple[int, int]]:
         nonlocal pos
         if pos + size > end:
             raise Undecodable("its iloc box is truncated")
-        value = int.from_bytes(b[pos:pos + size], "big")
+        value = int.from_bytes(b[pos : pos + size], "big")
         pos += size
         return value
 
@@ -191,8 +191,10 @@ def _check_frames(b: bytes, width: int, height: int) -> None:
             continue
         seen += 1
         if size[0] > width or size[1] > height:
-            raise OverLimit(f"its AV1 data makes frames of up to {size[0]}x{size[1]} "
-                            f"pixels; its header declares {width}x{height}")
+            raise OverLimit(
+                f"its AV1 data makes frames of up to {size[0]}x{size[1]} "
+                f"pixels; its header declares {width}x{height}"
+            )
     if not seen:
         raise Undecodable("its AVIF has no AV1 sequence header")
 

@@ -41,10 +41,10 @@ from localllm.images import heif as imageheif
 DECODABLE = ("png", "jpeg", "gif", "bmp")  # what libmtmd (stb_image) decodes
 TRANSCODED = ("webp", "avif")  # what the daemon decodes with Pillow and re-encodes
 ACCEPTED = DECODABLE + TRANSCODED
-_NAMES = {"png": "PNG", "jpeg": "JPEG", "gif": "GIF", "bmp": "BMP", "webp": "WebP",
-          "avif": "AVIF"}
-_JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB,
-                       0xCD, 0xCE, 0xCF})
+_NAMES = {"png": "PNG", "jpeg": "JPEG", "gif": "GIF", "bmp": "BMP", "webp": "WebP", "avif": "AVIF"}
+_JPEG_SOF = frozenset(
+    {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
+)
 
 
 @dataclass(frozen=True)
@@ -148,8 +148,7 @@ def _names(formats: Sequence[str]) -> str:
     return f"{', '.join(names[:-1])} or {names[-1]}"
 
 
-def check_header(data: bytes, index: int = 0,
-                 formats: Sequence[str] = DECODABLE) -> ImageInfo:
+def check_header(data: bytes, index: int = 0, formats: Sequence[str] = DECODABLE) -> ImageInfo:
     """One image's bytes and header, or ``InvalidRequest`` naming image ``index`` (0-based).
 
     ``formats``: those the caller can use (``DECODABLE`` for libmtmd, ``ACCEPTED``
@@ -158,8 +157,9 @@ def check_header(data: bytes, index: int = 0,
     if not data:
         raise InvalidRequest(f"{what} is empty")
     if len(data) > config.MAX_IMAGE_BYTES:
-        raise InvalidRequest(f"{what} is {len(data)} bytes; the limit is "
-                             f"{config.MAX_IMAGE_BYTES} bytes")
+        raise InvalidRequest(
+            f"{what} is {len(data)} bytes; the limit is {config.MAX_IMAGE_BYTES} bytes"
+        )
     try:
         info = probe(data)
     except UnknownFormat:
@@ -167,16 +167,20 @@ def check_header(data: bytes, index: int = 0,
     except BadImage as exc:
         raise InvalidRequest(f"{what}: {exc}") from None
     if info.format not in formats:
-        raise InvalidRequest(f"{what}: {info.format.upper()} images are not supported "
-                             f"(send {_names(formats)})")
+        raise InvalidRequest(
+            f"{what}: {info.format.upper()} images are not supported (send {_names(formats)})"
+        )
     if info.width <= 0 or info.height <= 0:
         raise InvalidRequest(f"{what}: corrupt header ({info.width}x{info.height} pixels)")
-    if (max(info.width, info.height) > config.MAX_IMAGE_SIDE
-            or info.width * info.height > config.MAX_IMAGE_PIXELS):
+    if (
+        max(info.width, info.height) > config.MAX_IMAGE_SIDE
+        or info.width * info.height > config.MAX_IMAGE_PIXELS
+    ):
         raise InvalidRequest(
             f"{what} is {info.width}x{info.height} pixels; the limit is "
             f"{config.MAX_IMAGE_PIXELS // 1_000_000} megapixels and "
-            f"{config.MAX_IMAGE_SIDE} pixels a side")
+            f"{config.MAX_IMAGE_SIDE} pixels a side"
+        )
     return info
 
 
@@ -185,8 +189,10 @@ def check_data(data: bytes, info: ImageInfo, index: int = 0) -> None:
     ``InvalidRequest`` naming image ``index``.  Costs a pass over the data (a PNG's is
     inflated), so it comes after every cheaper check."""
     checks: dict[str, Callable[[bytes], object]] = {
-        "png": imagedata.check_png, "jpeg": imagedata.check_jpeg,
-        "avif": lambda d: imageheif.check_frames(d, info.width, info.height)}
+        "png": imagedata.check_png,
+        "jpeg": imagedata.check_jpeg,
+        "avif": lambda d: imageheif.check_frames(d, info.width, info.height),
+    }
     check = checks.get(info.format)
     if check is None:
         return
@@ -198,8 +204,7 @@ def check_data(data: bytes, info: ImageInfo, index: int = 0) -> None:
         raise InvalidRequest(f"image {index + 1}: {exc}") from None
 
 
-def check_image(data: bytes, index: int = 0,
-                formats: Sequence[str] = DECODABLE) -> ImageInfo:
+def check_image(data: bytes, index: int = 0, formats: Sequence[str] = DECODABLE) -> ImageInfo:
     """One image checked (header, then data), or ``InvalidRequest`` naming image ``index``.
 
     WebP and AVIF data is checked by decoding it (``images.convert``), not here."""
@@ -208,20 +213,22 @@ def check_image(data: bytes, index: int = 0,
     return info
 
 
-def check_images(images: Sequence[bytes],
-                 formats: Sequence[str] = DECODABLE) -> list[ImageInfo]:
+def check_images(images: Sequence[bytes], formats: Sequence[str] = DECODABLE) -> list[ImageInfo]:
     """Every image of one request checked; their infos in order.
 
     Count and bytes, every header, the request's pixels together
     (``LOCALLLM_MAX_REQUEST_PIXELS``), and only then each image's data, so a request
     refused for its size costs no inflating."""
     if len(images) > config.MAX_IMAGES:
-        raise InvalidRequest(f"{len(images)} images in one request; the limit is "
-                             f"{config.MAX_IMAGES}")
+        raise InvalidRequest(
+            f"{len(images)} images in one request; the limit is {config.MAX_IMAGES}"
+        )
     total = sum(len(b) for b in images)
     if total > config.MAX_IMAGES_BYTES:
-        raise InvalidRequest(f"the request's images take {total} bytes; the limit is "
-                             f"{config.MAX_IMAGES_BYTES} bytes together")
+        raise InvalidRequest(
+            f"the request's images take {total} bytes; the limit is "
+            f"{config.MAX_IMAGES_BYTES} bytes together"
+        )
     infos = [check_header(b, i, formats) for i, b in enumerate(images)]
     pixels = sum(info.width * info.height for info in infos)
     cap = config.MAX_REQUEST_PIXELS.get()
@@ -229,7 +236,8 @@ def check_images(images: Sequence[bytes],
         raise InvalidRequest(
             f"the request's images hold {pixels} pixels together "
             f"({', '.join(f'{i.width}x{i.height}' for i in infos)}); the limit is {cap} "
-            "pixels a request (LOCALLLM_MAX_REQUEST_PIXELS)")
+            "pixels a request (LOCALLLM_MAX_REQUEST_PIXELS)"
+        )
     for i, (data, info) in enumerate(zip(images, infos, strict=True)):
         check_data(data, info, i)
     return infos

@@ -39,9 +39,13 @@ def require_model(model: str) -> None:
         raise InvalidRequest("model is required")
 
 
-def chat_plan(svc: InferenceService, req: ChatRequest, *,
-              forced_tools: list[dict[str, Any]] | None = None,
-              report_stop: bool = False) -> Plan[ChatChunk]:
+def chat_plan(
+    svc: InferenceService,
+    req: ChatRequest,
+    *,
+    forced_tools: list[dict[str, Any]] | None = None,
+    report_stop: bool = False,
+) -> Plan[ChatChunk]:
     """A ``/api/chat`` request as a plan (no ``messages``: a load-only one).
 
     ``forced_tools``: the model must call one of these (the converters' forced-tool
@@ -50,8 +54,16 @@ def chat_plan(svc: InferenceService, req: ChatRequest, *,
     """
     require_model(req.model)
     if not req.messages:
-        return Plan[ChatChunk](svc, svc.target(req.model), req.model, True, "", req.options,
-                               req.keep_alive, load_only=True)
+        return Plan[ChatChunk](
+            svc,
+            svc.target(req.model),
+            req.model,
+            True,
+            "",
+            req.options,
+            req.keep_alive,
+            load_only=True,
+        )
     check_top_logprobs(req.top_logprobs)
     target = svc.target(req.model)
     think = think_flag(req.think)
@@ -74,16 +86,32 @@ def chat_plan(svc: InferenceService, req: ChatRequest, *,
         if forced is not None:
             grammar, family = forced
     plan = Plan[ChatChunk](
-        svc, target, req.model, True, prompt, req.options, req.keep_alive, grammar=grammar,
-        logprobs=req.logprobs, top_logprobs=req.top_logprobs, truncate=req.truncate,
-        think=think, think_level=think_level(req.think), tools=tools, tool_family=family,
-        images=images, shift=req.shift, report_stop=report_stop)
+        svc,
+        target,
+        req.model,
+        True,
+        prompt,
+        req.options,
+        req.keep_alive,
+        grammar=grammar,
+        logprobs=req.logprobs,
+        top_logprobs=req.top_logprobs,
+        truncate=req.truncate,
+        think=think,
+        think_level=think_level(req.think),
+        tools=tools,
+        tool_family=family,
+        images=images,
+        shift=req.shift,
+        report_stop=report_stop,
+    )
     plan.check()
     return plan
 
 
-def generate_plan(svc: InferenceService, req: GenerateRequest, *,
-                  load_if_empty: bool = True) -> Plan[GenerateChunk]:
+def generate_plan(
+    svc: InferenceService, req: GenerateRequest, *, load_if_empty: bool = True
+) -> Plan[GenerateChunk]:
     """A ``/api/generate`` request as a plan.
 
     With neither prompt, suffix nor images it is load-only, as Ollama's, unless
@@ -97,10 +125,12 @@ def generate_plan(svc: InferenceService, req: GenerateRequest, *,
         raise InvalidRequest("raw mode does not support template, system, or context")
     if req.template:
         raise InvalidRequest(
-            "per-request Go templates are not supported; the model's own chat template is used")
+            "per-request Go templates are not supported; the model's own chat template is used"
+        )
     if load_if_empty and not req.prompt and not req.suffix and not req.images:
-        return Plan[GenerateChunk](svc, target, req.model, False, "", req.options,
-                                   req.keep_alive, load_only=True)
+        return Plan[GenerateChunk](
+            svc, target, req.model, False, "", req.options, req.keep_alive, load_only=True
+        )
     think = think_flag(req.think)
     images = Images()
     text = req.prompt
@@ -126,12 +156,25 @@ def generate_plan(svc: InferenceService, req: GenerateRequest, *,
         if images:
             check_rendered(prompt, images)
     plan = Plan[GenerateChunk](
-        svc, target, req.model, False, prompt, req.options, req.keep_alive,
-        grammar=grammar_for(req.format), logprobs=req.logprobs,
-        top_logprobs=req.top_logprobs, truncate=req.truncate, think=think,
-        think_level=think_level(req.think), raw=req.raw,
-        context=list(req.context) if req.context else None, images=images, shift=req.shift,
-        fim=fim)
+        svc,
+        target,
+        req.model,
+        False,
+        prompt,
+        req.options,
+        req.keep_alive,
+        grammar=grammar_for(req.format),
+        logprobs=req.logprobs,
+        top_logprobs=req.top_logprobs,
+        truncate=req.truncate,
+        think=think,
+        think_level=think_level(req.think),
+        raw=req.raw,
+        context=list(req.context) if req.context else None,
+        images=images,
+        shift=req.shift,
+        fim=fim,
+    )
     plan.check()
     return plan
 

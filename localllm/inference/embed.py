@@ -27,16 +27,16 @@ def _normalise(vector: Sequence[float], dimensions: int | None) -> tuple[float, 
     return tuple(x / norm for x in vector) if norm > 0 else tuple(vector)
 
 
-def _normalise_all(box: list[Sequence[Sequence[float]]],
-                   dimensions: int | None) -> list[tuple[float, ...]]:
+def _normalise_all(
+    box: list[Sequence[Sequence[float]]], dimensions: int | None
+) -> list[tuple[float, ...]]:
     raw = list(box.pop())
     out = [_normalise(v, dimensions) for v in raw]
     dismantle(raw)  # freed row by row here, not in one long call
     return out
 
 
-async def embed_native(svc: InferenceService, req: EmbedRequest,
-                       target: Target) -> EmbedResponse:
+async def embed_native(svc: InferenceService, req: EmbedRequest, target: Target) -> EmbedResponse:
     """``/api/embed``'s answer (also what ``/v1/embeddings`` converts), for the model
     ``req.model`` resolved as ``target``."""
     if req.dimensions is not None and req.dimensions <= 0:
@@ -44,7 +44,8 @@ async def embed_native(svc: InferenceService, req: EmbedRequest,
     inputs = [req.input] if isinstance(req.input, str) else list(req.input)
     start = time.monotonic_ns()
     vectors, n_tokens, load_ns = await svc.embed(
-        target, inputs, truncate=req.truncate, options=req.options, keep_alive=req.keep_alive)
+        target, inputs, truncate=req.truncate, options=req.options, keep_alive=req.keep_alive
+    )
     # Python arithmetic over every float (768k for a thousand inputs) off the event loop;
     # the thread takes the only reference to the raw vectors, so they are freed there too.
     box = [vectors]

@@ -17,8 +17,7 @@ _END = object()
 T = TypeVar("T")  # a chunk: the native API's, whichever it is
 
 
-async def merge(streams: Sequence[AsyncGenerator[T, None]]
-                ) -> AsyncGenerator[tuple[int, T], None]:
+async def merge(streams: Sequence[AsyncGenerator[T, None]]) -> AsyncGenerator[tuple[int, T], None]:
     """Yield ``(index, chunk)`` from all ``streams`` as they come; the first error is raised."""
     if len(streams) == 1:  # the common case needs no tasks
         try:

@@ -55,11 +55,22 @@ _dns_pool: ThreadPoolExecutor | None = None
 # metadata address, is link-local and 100.64.0.0/10 (CGNAT, Alibaba's metadata at
 # 100.100.100.200) shared space, neither global.  IPv4-mapped addresses are judged as
 # the IPv4 they map.
-_BLOCKED = tuple(ipaddress.ip_network(n) for n in (
-    "192.0.0.0/24", "168.63.129.16/32", "100.64.0.0/10", "192.88.99.0/24",
-    "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "2001::/32", "::ffff:0:0:0/96", "::/96",
-    "3fff::/20",
-))
+_BLOCKED = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "192.0.0.0/24",
+        "168.63.129.16/32",
+        "100.64.0.0/10",
+        "192.88.99.0/24",
+        "64:ff9b::/96",
+        "64:ff9b:1::/48",
+        "2002::/16",
+        "2001::/32",
+        "::ffff:0:0:0/96",
+        "::/96",
+        "3fff::/20",
+    )
+)
 _GLOBAL_UNICAST = ipaddress.ip_network("2000::/3")
 
 
@@ -87,7 +98,8 @@ class Budget:
         if n > self.left:
             raise InvalidRequest(
                 f"the request's images take more than {config.MAX_IMAGES_BYTES} bytes "
-                f"together, the limit (found while fetching {what})")
+                f"together, the limit (found while fetching {what})"
+            )
 
     def spend(self, n: int, what: str) -> None:
         self.check(n, what)
@@ -100,12 +112,17 @@ def check_allowed(index: int) -> None:
         raise InvalidRequest(
             f"image {index + 1} is an http(s) URL, which this server does not fetch: send "
             "the image as base64 (a data: URL), or start the daemon with "
-            "LOCALLLM_FETCH_IMAGE_URLS=1")
+            "LOCALLLM_FETCH_IMAGE_URLS=1"
+        )
 
 
-async def fetch_image(url: str, index: int, *,
-                      allow: Callable[[IPAddress], bool] | None = None,
-                      budget: Budget | None = None) -> bytes:
+async def fetch_image(
+    url: str,
+    index: int,
+    *,
+    allow: Callable[[IPAddress], bool] | None = None,
+    budget: Budget | None = None,
+) -> bytes:
     """The bytes at ``url`` within the limits, or ``InvalidRequest`` saying what went wrong.
 
     ``allow``: which addresses may be reached (default: per the setting).  ``budget``:
@@ -119,26 +136,35 @@ async def fetch_image(url: str, index: int, *,
     deadline = asyncio.get_running_loop().time() + TIMEOUT_S
     resolving: list[str] = []  # the host being looked up, while it is
     try:
-        return await asyncio.wait_for(_fetch(url, index, allow, budget, deadline, resolving),
-                                      TIMEOUT_S)
+        return await asyncio.wait_for(
+            _fetch(url, index, allow, budget, deadline, resolving), TIMEOUT_S
+        )
     except TimeoutError:
         if resolving:
             raise _dns_timeout(f"image {index + 1}", resolving[0]) from None
         raise InvalidRequest(
-            f"image {index + 1}: fetching {url} took longer than {TIMEOUT_S:g} s") from None
+            f"image {index + 1}: fetching {url} took longer than {TIMEOUT_S:g} s"
+        ) from None
 
 
 def _dns_timeout(what: str, host: str) -> InvalidRequest:
-    return InvalidRequest(f"{what}: resolving {host} took longer than the {TIMEOUT_S:g} s "
-                          "an image fetch may take")
+    return InvalidRequest(
+        f"{what}: resolving {host} took longer than the {TIMEOUT_S:g} s an image fetch may take"
+    )
 
 
 def _any(ip: IPAddress) -> bool:
     return True
 
 
-async def _fetch(url: str, index: int, allow: Callable[[IPAddress], bool], budget: Budget,
-                 deadline: float, resolving: list[str]) -> bytes:
+async def _fetch(
+    url: str,
+    index: int,
+    allow: Callable[[IPAddress], bool],
+    budget: Budget,
+    deadline: float,
+    resolving: list[str],
+) -> bytes:
     import httpx
 
     what = f"image {index + 1}"
@@ -149,16 +175,18 @@ async def _fetch(url: str, index: int, allow: Callable[[IPAddress], bool], budge
             if parts.scheme not in ("http", "https") or not parts.hostname:
                 raise InvalidRequest(f"{what}: {url!r} is not an http(s) URL")
             resolving[:] = [parts.hostname]
-            ip = await _checked_address(parts.hostname, parts.port, parts.scheme, allow, what,
-                                        deadline)
+            ip = await _checked_address(
+                parts.hostname, parts.port, parts.scheme, allow, what, deadline
+            )
             resolving.clear()
             pinned = httpx.URL(url).copy_with(host=str(ip))
             # identity: the bytes as they are, never a transfer coding to inflate.
             headers = {"Host": parts.netloc.rsplit("@", 1)[-1], "Accept-Encoding": "identity"}
             extensions = {"sni_hostname": parts.hostname} if parts.scheme == "https" else {}
             try:
-                async with client.stream("GET", pinned, headers=headers,
-                                         extensions=extensions) as resp:
+                async with client.stream(
+                    "GET", pinned, headers=headers, extensions=extensions
+                ) as resp:
                     if resp.status_code in _REDIRECTS and "location" in resp.headers:
                         url = urljoin(url, resp.headers["location"])
                         continue
@@ -176,7 +204,8 @@ async def _body(resp: Any, url: str, what: str, cap: int, budget: Budget) -> byt
     if encoding not in ("", "identity"):
         raise InvalidRequest(
             f"{what}: {url} was sent with Content-Encoding {encoding!r}; image URLs must be "
-            "served as they are (identity), image formats being compressed already")
+            "served as they are (identity), image formats being compressed already"
+        )
     declared = resp.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > cap:
         raise InvalidRequest(f"{what}: {url} is {declared} bytes; the limit is {cap} bytes")
@@ -198,15 +227,24 @@ def _pool() -> ThreadPoolExecutor:
     return _dns_pool
 
 
-async def _checked_address(host: str, port: int | None, scheme: str,
-                           allow: Callable[[IPAddress], bool], what: str,
-                           deadline: float) -> IPAddress:
+async def _checked_address(
+    host: str,
+    port: int | None,
+    scheme: str,
+    allow: Callable[[IPAddress], bool],
+    what: str,
+    deadline: float,
+) -> IPAddress:
     """The address to connect to; every address the host resolves to must be allowed."""
     loop = asyncio.get_running_loop()
     # getaddrinfo cannot be cancelled: on its own small pool, a lookup that hangs holds
     # one of its threads, never the loop's default executor (templates, grammars).
-    lookup = loop.run_in_executor(_pool(), lambda: socket.getaddrinfo(
-        host, port or (443 if scheme == "https" else 80), type=socket.SOCK_STREAM))
+    lookup = loop.run_in_executor(
+        _pool(),
+        lambda: socket.getaddrinfo(
+            host, port or (443 if scheme == "https" else 80), type=socket.SOCK_STREAM
+        ),
+    )
     try:
         infos = await asyncio.wait_for(lookup, max(0.0, deadline - loop.time()))
     except TimeoutError:
@@ -219,5 +257,6 @@ async def _checked_address(host: str, port: int | None, scheme: str,
         raise InvalidRequest(
             f"{what}: {host} resolves to {refused[0] if refused else 'nothing'}, a private, "
             "loopback or reserved address, which image URLs may not reach "
-            "(LOCALLLM_FETCH_IMAGE_URLS=all allows it on a trusted network)")
+            "(LOCALLLM_FETCH_IMAGE_URLS=all allows it on a trusted network)"
+        )
     return ips[0]

@@ -76,8 +76,10 @@ def _check_count(n: int) -> None:
 def _place(text: str, markers: int) -> str:
     """``text`` with ``markers`` media markers: at its ``[img]`` places, the rest before it."""
     if MEDIA_MARKER in text:
-        raise InvalidRequest(f"message text must not contain {MEDIA_MARKER!r}, the image "
-                             "marker, when the request has images")
+        raise InvalidRequest(
+            f"message text must not contain {MEDIA_MARKER!r}, the image "
+            "marker, when the request has images"
+        )
     lead = 0
     for _ in range(markers):
         if PLACEHOLDER in text:
@@ -133,10 +135,13 @@ class Images:
             if self.ready is None:
                 from localllm.inference.image_fetch import Budget, fetch_image
 
-                budget = Budget(config.MAX_IMAGES_BYTES
-                                - sum(len(r) for r in self.refs if isinstance(r, bytes)))
-                out = [r if isinstance(r, bytes) else await fetch_image(r, i, budget=budget)
-                       for i, r in enumerate(self.refs)]
+                budget = Budget(
+                    config.MAX_IMAGES_BYTES - sum(len(r) for r in self.refs if isinstance(r, bytes))
+                )
+                out = [
+                    r if isinstance(r, bytes) else await fetch_image(r, i, budget=budget)
+                    for i, r in enumerate(self.refs)
+                ]
                 self._resolved = await asyncio.to_thread(prepare, out)
         assert self._resolved is not None
         return self._resolved
@@ -180,13 +185,15 @@ def prompt_images(prompt: str, values: list[str] | None) -> tuple[str, Images]:
 def require_vision(has_projector: bool, model: str) -> None:
     """Images for a model without a projector: Ollama's 400, before any image is decoded."""
     if not has_projector:
-        raise InvalidRequest(f'model "{model}" does not support images (it has no vision '
-                             "projector)")
+        raise InvalidRequest(
+            f'model "{model}" does not support images (it has no vision projector)'
+        )
 
 
 def check_rendered(prompt: str, images: Images) -> None:
     """The template kept every image exactly once (one marker each, in order)."""
     count = prompt.count(MEDIA_MARKER)
     if count != len(images.refs):
-        raise InvalidRequest(f"the model's template rendered {count} image markers for "
-                             f"{len(images.refs)} images")
+        raise InvalidRequest(
+            f"the model's template rendered {count} image markers for {len(images.refs)} images"
+        )

@@ -120,8 +120,9 @@ class Plan(Generic[C]):
         prep = self.prepare()
         text = self.prompt if isinstance(self.prompt, str) else ""
         # add_special as the generation adds it (BOS), so this equals its prompt count.
-        tokens = await self.svc.tokenize(self.target, text, prep.load, prep.keep_alive,
-                                         add_special=True)
+        tokens = await self.svc.tokenize(
+            self.target, text, prep.load, prep.keep_alive, add_special=True
+        )
         return len(tokens)
 
     # -- running -----------------------------------------------------------------------
@@ -130,16 +131,28 @@ class Plan(Generic[C]):
         """The runner request for choice ``index``; a fixed seed moves by the index so
         that ``n`` seeded choices differ from each other yet stay reproducible."""
         prep = self.svc.prepare(
-            self.target, self.prompt, self.options, self.keep_alive, raw_prompt=self.raw,
-            grammar=self.grammar, logprobs=self.top_logprobs or (1 if self.logprobs else 0),
-            truncate=self.truncate)
+            self.target,
+            self.prompt,
+            self.options,
+            self.keep_alive,
+            raw_prompt=self.raw,
+            grammar=self.grammar,
+            logprobs=self.top_logprobs or (1 if self.logprobs else 0),
+            truncate=self.truncate,
+        )
         prep.completion.shift = self.shift is not False
         fmt = chat_format(self.target, self.tool_family)
         if not self.raw:
             # The format's markers must reach the parser as text, control tokens or not.
             prep.completion.markers = list(fmt.markers)
-        apply_budget(prep.completion, fmt, self.prompt if isinstance(self.prompt, str) else "",
-                     prep.values, self.options, self.think_level)
+        apply_budget(
+            prep.completion,
+            fmt,
+            self.prompt if isinstance(self.prompt, str) else "",
+            prep.values,
+            self.options,
+            self.think_level,
+        )
         ready = self.images.ready
         if ready:
             prep.completion.images = list(ready)
@@ -158,14 +171,18 @@ class Plan(Generic[C]):
         if self.fim is not None:
             prep.completion.prompt = await self._fim_tokens(prep)
         if self.context and isinstance(self.prompt, str):
-            tokens = await self.svc.tokenize(self.target, self.prompt, prep.load,
-                                             prep.keep_alive)
+            tokens = await self.svc.tokenize(self.target, self.prompt, prep.load, prep.keep_alive)
             prep.completion.prompt = list(self.context) + tokens
         if self.images and not prep.completion.images:
             prep.completion.images = await self.images.resolve()  # URLs, fetched once
-        shaper = OutputShaper(self.target, think=self.think, tools=self.tools,
-                              logprobs=self.logprobs, tool_family=self.tool_family,
-                              prompt=self.prompt if isinstance(self.prompt, str) else "")
+        shaper = OutputShaper(
+            self.target,
+            think=self.think,
+            tools=self.tools,
+            logprobs=self.logprobs,
+            tool_family=self.tool_family,
+            prompt=self.prompt if isinstance(self.prompt, str) else "",
+        )
         async for event in self.svc.stream(prep):
             if isinstance(event, Piece):
                 parts = shaper.feed(event)
@@ -192,8 +209,7 @@ class Plan(Generic[C]):
         # A load or unload, once asked for, finishes even if the client leaves meanwhile
         # (clients fire a preload and go; a half-done load would be wasted): the client's
         # leaving cancels this wait, not the task.
-        task = asyncio.ensure_future(self.svc.load_only(self.target, self.options,
-                                                        self.keep_alive))
+        task = asyncio.ensure_future(self.svc.load_only(self.target, self.options, self.keep_alive))
         _SETTLING.add(task)
         task.add_done_callback(_settled)
         reason = await asyncio.shield(task)

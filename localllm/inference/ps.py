@@ -29,8 +29,9 @@ def ps_entry(model: Loaded) -> PsEntry:
         expires_text = "2318-01-01T00:00:00Z"  # kept forever (keep_alive < 0)
     elif math.isinf(expires):
         # In use: the timer starts when the last request ends.
-        expires_text = utc_rfc3339(time.time() + model.keep_alive
-                                    if math.isfinite(model.keep_alive) else 1e10)
+        expires_text = utc_rfc3339(
+            time.time() + model.keep_alive if math.isfinite(model.keep_alive) else 1e10
+        )
     else:
         expires_text = utc_rfc3339(expires)
     memory = model.runner.memory or {}
@@ -63,4 +64,3 @@ def _by_place(memory: dict[str, dict[str, int]]) -> dict[str, int]:
         place = m.group(1) if m else "CPU" if is_host(dev) else dev
         out[place] = out.get(place, 0) + sum(parts.values())
     return out
-

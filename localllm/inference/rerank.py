@@ -57,7 +57,8 @@ def require_reranker(target: Target, model: str) -> None:
         raise InvalidRequest(
             f'model "{model}" cannot rerank: it has no classification head (a reranker '
             "GGUF such as bge-reranker, jina-reranker or Qwen3-Reranker has one); scores "
-            "read from its embeddings would look plausible and be wrong")
+            "read from its embeddings would look plausible and be wrong"
+        )
 
 
 def rerank_target(svc: InferenceService, model: str) -> Target:
@@ -98,13 +99,13 @@ def pair_format(info: ModelInfo) -> PairFormat:
 
     # llama.cpp's defaults per tokenizer (llama_vocab::load), then the GGUF's own say.
     add_eos = flag("add_eos_token", model == "t5")
-    add_sep = flag("add_sep_token", model == "bert"
-                   or (model == "gpt2" and pre in _BPE_PRE_WITH_SEP))
+    add_sep = flag(
+        "add_sep_token", model == "bert" or (model == "gpt2" and pre in _BPE_PRE_WITH_SEP)
+    )
     sep = kv.get("tokenizer.ggml.seperator_token_id")  # sic: llama.cpp's key
     if not isinstance(sep, int) or isinstance(sep, bool) or not 0 <= sep < info.n_vocab:
         sep = 102 if model == "bert" else -1  # WordPiece's [SEP] by default
-    return PairFormat(add_bos=tokenizer_adds_bos(kv), add_eos=add_eos, add_sep=add_sep,
-                      sep=sep)
+    return PairFormat(add_bos=tokenizer_adds_bos(kv), add_eos=add_eos, add_sep=add_sep, sep=sep)
 
 
 def probability(info: ModelInfo, raw: float) -> float:
@@ -117,9 +118,17 @@ def probability(info: ModelInfo, raw: float) -> float:
     return e / (1.0 + e)
 
 
-async def rerank(svc: InferenceService, target: Target, query: str, documents: Sequence[str],
-                 *, truncate: bool = True, raw: bool = False,
-                 options: dict[str, Any] | None = None, keep_alive: Any = None) -> Scored:
+async def rerank(
+    svc: InferenceService,
+    target: Target,
+    query: str,
+    documents: Sequence[str],
+    *,
+    truncate: bool = True,
+    raw: bool = False,
+    options: dict[str, Any] | None = None,
+    keep_alive: Any = None,
+) -> Scored:
     """Each document's score against ``query``, the pairs' tokens and the load time."""
     require_reranker(target, target.spec.name)
     load = rerank_load(target, options)
@@ -130,8 +139,9 @@ async def rerank(svc: InferenceService, target: Target, query: str, documents: S
     async with svc.scheduler.use(target.spec, load, svc.keep_alive(keep_alive)) as model:
         waited = time.monotonic_ns() - start
         for i in range(0, len(documents), CHUNK):
-            part, n = await model.runner.rerank(query, list(documents[i:i + CHUNK]), fmt,
-                                                truncate)
+            part, n = await model.runner.rerank(
+                query, list(documents[i : i + CHUNK]), fmt, truncate
+            )
             scores += part
             n_tokens += n
     if not raw:

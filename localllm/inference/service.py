@@ -96,8 +96,9 @@ class InferenceService:
             # The base weights (and projector, draft model) only: adapters are chosen per
             # request.  A projector or draft is part of what is loaded, so the same GGUF
             # with and without one are two loads.
-            key="|".join(paths + ((projector,) if projector else ())
-                         + (("draft=" + draft,) if draft else ())),
+            key="|".join(
+                paths + ((projector,) if projector else ()) + (("draft=" + draft,) if draft else ())
+            ),
             model_paths=paths,
             digest=entry.digest,
             info=info,
@@ -108,10 +109,16 @@ class InferenceService:
             draft_info=_model_info((draft,), (_stamp(draft),)) if draft else None,
         )
         history = self.store.read_json_layer(entry, MEDIA_MESSAGES)
-        return Target(entry, spec, info, self.store.params(entry), self.store.system(entry),
-                      template=self.store.template(entry),
-                      history=tuple(m for m in history or () if isinstance(m, dict)),
-                      projector=projector)
+        return Target(
+            entry,
+            spec,
+            info,
+            self.store.params(entry),
+            self.store.system(entry),
+            template=self.store.template(entry),
+            history=tuple(m for m in history or () if isinstance(m, dict)),
+            projector=projector,
+        )
 
     def keep_alive(self, value: Any) -> float:
         parsed = parse_keep_alive(value)
@@ -153,12 +160,23 @@ class InferenceService:
             draft_min=spec.min,
             draft_p_min=spec.p_min,
         )
-        return Prepared(target, base_load(resolved), completion,
-                        self.keep_alive(keep_alive),
-                        raw=raw_prompt, values=resolved.values)
+        return Prepared(
+            target,
+            base_load(resolved),
+            completion,
+            self.keep_alive(keep_alive),
+            raw=raw_prompt,
+            values=resolved.values,
+        )
 
-    def render(self, target: Target, messages: list[dict[str, Any]], *,
-               tools: list[dict[str, Any]] | None = None, think: bool | str | None = None) -> str:
+    def render(
+        self,
+        target: Target,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        think: bool | str | None = None,
+    ) -> str:
         info = target.info
         if target.history:
             # As Ollama: the model's MESSAGE history follows the leading system messages.
@@ -168,14 +186,20 @@ class InferenceService:
             messages = [*messages[:lead], *target.history, *messages[lead:]]
         # A TEMPLATE layer wins over the GGUF's Jinja template; its syntax picks the renderer.
         prompt = render_prompt(
-            target.template, info.chat_template, messages, tools=tools, think=think,
-            bos_token=info.bos_token or "", eos_token=info.eos_token or "",
+            target.template,
+            info.chat_template,
+            messages,
+            tools=tools,
+            think=think,
+            bos_token=info.bos_token or "",
+            eos_token=info.eos_token or "",
         )
         return strip_leading_bos(prompt, info.bos_token or "", info.add_bos_token)
 
     # -- running -----------------------------------------------------------------
-    async def load_only(self, target: Target, options: dict[str, Any] | None,
-                        keep_alive: Any) -> str:
+    async def load_only(
+        self, target: Target, options: dict[str, Any] | None, keep_alive: Any
+    ) -> str:
         """Load (or, with keep_alive 0, unload) a model: Ollama's empty-prompt requests."""
         resolved = resolve_options(target.params, options)
         keep = self.keep_alive(keep_alive)
@@ -204,19 +228,33 @@ class InferenceService:
                     watch(event)
                 yield event
 
-    async def tokenize(self, target: Target, text: str, load: LoadOptions,
-                       keep_alive: float, *, add_special: bool = False) -> list[int]:
+    async def tokenize(
+        self,
+        target: Target,
+        text: str,
+        load: LoadOptions,
+        keep_alive: float,
+        *,
+        add_special: bool = False,
+    ) -> list[int]:
         async with self.scheduler.use(target.spec, load, keep_alive) as model:
-            return await model.runner.tokenize(text, add_special=add_special,
-                                               parse_special=True)
+            return await model.runner.tokenize(text, add_special=add_special, parse_special=True)
 
-    async def embed(self, target: Target, inputs: list[str], *, truncate: bool,
-                    options: dict[str, Any] | None, keep_alive: Any
-                    ) -> tuple[Sequence[Sequence[float]], int, int]:
+    async def embed(
+        self,
+        target: Target,
+        inputs: list[str],
+        *,
+        truncate: bool,
+        options: dict[str, Any] | None,
+        keep_alive: Any,
+    ) -> tuple[Sequence[Sequence[float]], int, int]:
         """Pooled, L2-normalised embeddings; returns (vectors, prompt tokens, load ns)."""
         if target.info.rank_head:  # its pooled outputs are scores (inference/rerank.py)
-            raise InvalidRequest(f'model "{target.spec.name}" is a reranker: it scores '
-                                 "query-document pairs (/api/rerank), it does not embed")
+            raise InvalidRequest(
+                f'model "{target.spec.name}" is a reranker: it scores '
+                "query-document pairs (/api/rerank), it does not embed"
+            )
         resolved = resolve_options(target.params, options)
         load = base_load(resolved)
         load.embedding = True

@@ -62,9 +62,16 @@ def chat_format(target: Target, tool_family: Family | None = None) -> ChatFormat
 class OutputShaper:
     """Turns a stream of pieces into response parts (see the module docstring)."""
 
-    def __init__(self, target: Target, *, think: bool | None,
-                 tools: list[dict[str, Any]] | None, logprobs: bool, prompt: str = "",
-                 tool_family: Family | None = None) -> None:
+    def __init__(
+        self,
+        target: Target,
+        *,
+        think: bool | None,
+        tools: list[dict[str, Any]] | None,
+        logprobs: bool,
+        prompt: str = "",
+        tool_family: Family | None = None,
+    ) -> None:
         fmt = chat_format(target, tool_family)
         if tool_family:
             # A forced call is written in ``tool_family``'s markup (see grammar/tools.py),
@@ -80,8 +87,9 @@ class OutputShaper:
         if self._logprobs and piece.logprob is not None:
             entry: Logprob = {"token": piece.text, "logprob": piece.logprob}
             if piece.top_logprobs:
-                entry["top_logprobs"] = [{"token": t, "logprob": lp}
-                                         for t, lp in piece.top_logprobs]
+                entry["top_logprobs"] = [
+                    {"token": t, "logprob": lp} for t, lp in piece.top_logprobs
+                ]
             parts["logprobs"] = [entry]
         return self._split(text, parts, final=False)
 

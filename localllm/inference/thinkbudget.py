@@ -32,8 +32,11 @@ from localllm.toolcalls.thinking import prompt_opens_thinking
 
 # Message formats: (what opens the thinking message, what ends it, what closes it early).
 _MESSAGES: dict[str, tuple[str, str, str]] = {
-    "gpt_oss": (f"{h.CHANNEL}analysis{h.MESSAGE}", h.END,
-                f"{h.END}{h.START}assistant{h.CHANNEL}final{h.MESSAGE}"),
+    "gpt_oss": (
+        f"{h.CHANNEL}analysis{h.MESSAGE}",
+        h.END,
+        f"{h.END}{h.START}assistant{h.CHANNEL}final{h.MESSAGE}",
+    ),
     "muse_glimmer": (f"to=self{h.MESSAGE}", m.EOM, f"{m.EOM}{h.START}assistant to=user{h.MESSAGE}"),
 }
 
@@ -48,9 +51,14 @@ def block_markers(fmt: ChatFormat) -> tuple[str, str, str] | None:
     return open_tag, end_tag, end_tag
 
 
-def apply_budget(completion: CompletionRequest, fmt: ChatFormat, prompt: str,
-                 values: Mapping[str, Any], request_options: Mapping[str, Any] | None,
-                 level: str | None) -> None:
+def apply_budget(
+    completion: CompletionRequest,
+    fmt: ChatFormat,
+    prompt: str,
+    values: Mapping[str, Any],
+    request_options: Mapping[str, Any] | None,
+    level: str | None,
+) -> None:
     """Set ``completion``'s budget fields: the effective budget (see
     :func:`~localllm.api.thinkbudget.effective_budget`; ``values`` are the merged
     options) and ``fmt``'s markers, read against the rendered ``prompt``."""
@@ -62,5 +70,8 @@ def apply_budget(completion: CompletionRequest, fmt: ChatFormat, prompt: str,
     completion.think_budget = budget
     completion.think_open, completion.think_end, completion.think_close = marks
     completion.think_message = values.get("think_budget_message") or ""
-    completion.think_opened = (fmt.name not in _MESSAGES and bool(prompt)
-                               and prompt_opens_thinking(prompt, open_tag, end_tag))
+    completion.think_opened = (
+        fmt.name not in _MESSAGES
+        and bool(prompt)
+        and prompt_opens_thinking(prompt, open_tag, end_tag)
+    )

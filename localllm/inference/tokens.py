@@ -42,8 +42,9 @@ def vocabulary(target: Target, model: str) -> int:
     """The model's vocabulary size; ``InvalidRequest`` when it has none."""
     kind = target.info.kv.get("tokenizer.ggml.model")
     if not target.info.n_vocab or kind in (None, "none", ""):
-        raise InvalidRequest(f'model "{model}" has no tokenizer (its GGUF has no '
-                             "vocabulary), so it cannot tokenize")
+        raise InvalidRequest(
+            f'model "{model}" has no tokenizer (its GGUF has no vocabulary), so it cannot tokenize'
+        )
     return target.info.n_vocab
 
 
@@ -59,8 +60,9 @@ def chat_target(target: Target, model: str) -> None:
     """A chat-shaped count or render needs a model that chats."""
     vocabulary(target, model)
     if target.info.pooling_type is not None:
-        raise InvalidRequest(f'model "{model}" is an embedding model; it has no chat '
-                             "prompt to count or render")
+        raise InvalidRequest(
+            f'model "{model}" is an embedding model; it has no chat prompt to count or render'
+        )
 
 
 def check_text(text: str) -> None:
@@ -69,8 +71,9 @@ def check_text(text: str) -> None:
     except UnicodeEncodeError:
         raise InvalidRequest("text is not valid Unicode (it holds a lone surrogate)") from None
     if size > MAX_TEXT_BYTES:
-        raise InvalidRequest(f"text is {size} bytes; the limit is {MAX_TEXT_BYTES} bytes a "
-                             "request (split it)")
+        raise InvalidRequest(
+            f"text is {size} bytes; the limit is {MAX_TEXT_BYTES} bytes a request (split it)"
+        )
 
 
 def check_tokens(tokens: Sequence[int], n_vocab: int) -> None:
@@ -78,12 +81,12 @@ def check_tokens(tokens: Sequence[int], n_vocab: int) -> None:
         raise InvalidRequest(f"{len(tokens)} tokens; the limit is {MAX_TOKENS} a request")
     for i, token in enumerate(tokens):
         if not 0 <= token < n_vocab:
-            raise InvalidRequest(f"token {i} is {token}, not an id of this model's "
-                                 f"vocabulary (0 to {n_vocab - 1})")
+            raise InvalidRequest(
+                f"token {i} is {token}, not an id of this model's vocabulary (0 to {n_vocab - 1})"
+            )
 
 
-def _load(svc: InferenceService, target: Target, options: dict[str, Any] | None
-          ) -> LoadOptions:
+def _load(svc: InferenceService, target: Target, options: dict[str, Any] | None) -> LoadOptions:
     if target.info.rank_head:  # as /api/rerank loads it
         from localllm.inference.rerank import rerank_load
 
@@ -95,21 +98,34 @@ def _load(svc: InferenceService, target: Target, options: dict[str, Any] | None
     return load
 
 
-async def tokenize(svc: InferenceService, target: Target, text: str, *,
-                   add_special: bool = False, parse_special: bool = True,
-                   options: dict[str, Any] | None = None, keep_alive: Any = None
-                   ) -> list[int]:
+async def tokenize(
+    svc: InferenceService,
+    target: Target,
+    text: str,
+    *,
+    add_special: bool = False,
+    parse_special: bool = True,
+    options: dict[str, Any] | None = None,
+    keep_alive: Any = None,
+) -> list[int]:
     """``text``'s token ids; ``add_special`` adds BOS/EOS as a prompt gets them,
     ``parse_special`` reads control tokens written out (``<|im_start|>``) as themselves."""
     check_text(text)
     load = _load(svc, target, options)
     async with svc.scheduler.use(target.spec, load, svc.keep_alive(keep_alive)) as model:
-        return await model.runner.tokenize(text, add_special=add_special,
-                                           parse_special=parse_special)
+        return await model.runner.tokenize(
+            text, add_special=add_special, parse_special=parse_special
+        )
 
 
-async def detokenize(svc: InferenceService, target: Target, tokens: Sequence[int], *,
-                     options: dict[str, Any] | None = None, keep_alive: Any = None) -> str:
+async def detokenize(
+    svc: InferenceService,
+    target: Target,
+    tokens: Sequence[int],
+    *,
+    options: dict[str, Any] | None = None,
+    keep_alive: Any = None,
+) -> str:
     """The text of ``tokens``, control tokens written out (so text -> tokens -> text
     gives the text back, as llama-server's ``/detokenize``)."""
     check_tokens(tokens, vocabulary(target, target.spec.name))

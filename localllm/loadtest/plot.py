@@ -23,25 +23,58 @@ RGB = tuple[int, int, int]
 WHITE: RGB = (255, 255, 255)
 BLACK: RGB = (0, 0, 0)
 GRID: RGB = (225, 225, 225)
-PALETTE: tuple[RGB, ...] = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40),
-                            (148, 103, 189), (140, 86, 75))
+PALETTE: tuple[RGB, ...] = (
+    (31, 119, 180),
+    (255, 127, 14),
+    (44, 160, 44),
+    (214, 39, 40),
+    (148, 103, 189),
+    (140, 86, 75),
+)
 
 # 3 columns × 5 rows per glyph, rows top to bottom separated by spaces, "#" is ink.
 _GLYPHS = {
-    "0": "### #.# #.# #.# ###", "1": ".#. ##. .#. .#. ###", "2": "### ..# ### #.. ###",
-    "3": "### ..# .## ..# ###", "4": "#.# #.# ### ..# ..#", "5": "### #.. ### ..# ###",
-    "6": "### #.. ### #.# ###", "7": "### ..# .#. .#. .#.", "8": "### #.# ### #.# ###",
-    "9": "### #.# ### ..# ###", ".": "... ... ... ... .#.", "-": "... ... ### ... ...",
-    "%": "#.# ..# .#. #.. #.#", "/": "..# ..# .#. #.. #..", ":": "... .#. ... .#. ...",
-    "(": ".#. #.. #.. #.. .#.", ")": ".#. ..# ..# ..# .#.", " ": "... ... ... ... ...",
-    "A": ".#. #.# ### #.# #.#", "B": "##. #.# ##. #.# ##.", "C": "### #.. #.. #.. ###",
-    "D": "##. #.# #.# #.# ##.", "E": "### #.. ### #.. ###", "F": "### #.. ### #.. #..",
-    "G": "### #.. #.# #.# ###", "H": "#.# #.# ### #.# #.#", "I": "### .#. .#. .#. ###",
-    "K": "#.# #.# ##. #.# #.#", "L": "#.. #.. #.. #.. ###", "M": "#.# ### ### #.# #.#",
-    "N": "##. #.# #.# #.# #.#", "O": "### #.# #.# #.# ###", "P": "### #.# ### #.. #..",
-    "R": "##. #.# ##. #.# #.#", "S": "### #.. ### ..# ###", "T": "### .#. .#. .#. .#.",
-    "U": "#.# #.# #.# #.# ###", "V": "#.# #.# #.# #.# .#.", "W": "#.# #.# ### ### #.#",
-    "X": "#.# #.# .#. #.# #.#", "Y": "#.# #.# .#. .#. .#.",
+    "0": "### #.# #.# #.# ###",
+    "1": ".#. ##. .#. .#. ###",
+    "2": "### ..# ### #.. ###",
+    "3": "### ..# .## ..# ###",
+    "4": "#.# #.# ### ..# ..#",
+    "5": "### #.. ### ..# ###",
+    "6": "### #.. ### #.# ###",
+    "7": "### ..# .#. .#. .#.",
+    "8": "### #.# ### #.# ###",
+    "9": "### #.# ### ..# ###",
+    ".": "... ... ... ... .#.",
+    "-": "... ... ### ... ...",
+    "%": "#.# ..# .#. #.. #.#",
+    "/": "..# ..# .#. #.. #..",
+    ":": "... .#. ... .#. ...",
+    "(": ".#. #.. #.. #.. .#.",
+    ")": ".#. ..# ..# ..# .#.",
+    " ": "... ... ... ... ...",
+    "A": ".#. #.# ### #.# #.#",
+    "B": "##. #.# ##. #.# ##.",
+    "C": "### #.. #.. #.. ###",
+    "D": "##. #.# #.# #.# ##.",
+    "E": "### #.. ### #.. ###",
+    "F": "### #.. ### #.. #..",
+    "G": "### #.. #.# #.# ###",
+    "H": "#.# #.# ### #.# #.#",
+    "I": "### .#. .#. .#. ###",
+    "K": "#.# #.# ##. #.# #.#",
+    "L": "#.. #.. #.. #.. ###",
+    "M": "#.# ### ### #.# #.#",
+    "N": "##. #.# #.# #.# #.#",
+    "O": "### #.# #.# #.# ###",
+    "P": "### #.# ### #.. #..",
+    "R": "##. #.# ##. #.# #.#",
+    "S": "### #.. ### ..# ###",
+    "T": "### .#. .#. .#. .#.",
+    "U": "#.# #.# #.# #.# ###",
+    "V": "#.# #.# #.# #.# .#.",
+    "W": "#.# #.# ### ### #.#",
+    "X": "#.# #.# .#. #.# #.#",
+    "Y": "#.# #.# .#. .#. .#.",
 }
 SCALE = 2  # font pixels per glyph cell
 
@@ -64,10 +97,11 @@ class Canvas:
                 xx, yy = x + dx, y + dy
                 if 0 <= xx < self.w and 0 <= yy < self.h:
                     i = 3 * (yy * self.w + xx)
-                    self.px[i:i + 3] = bytes(color)
+                    self.px[i : i + 3] = bytes(color)
 
-    def line(self, x0: int, y0: int, x1: int, y1: int, color: RGB, width: int = 1,
-             dash: int = 0) -> None:
+    def line(
+        self, x0: int, y0: int, x1: int, y1: int, color: RGB, width: int = 1, dash: int = 0
+    ) -> None:
         """Bresenham; ``dash`` > 0 leaves gaps of that many pixels."""
         dx, dy = abs(x1 - x0), -abs(y1 - y0)
         sx, sy = (1 if x0 < x1 else -1), (1 if y0 < y1 else -1)
@@ -92,16 +126,21 @@ class Canvas:
                     self.dot(gx, y + (i // 3) * SCALE, color, SCALE)
 
     def png(self) -> bytes:
-        rows = b"".join(b"\x00" + bytes(self.px[3 * self.w * y:3 * self.w * (y + 1)])
-                        for y in range(self.h))
+        rows = b"".join(
+            b"\x00" + bytes(self.px[3 * self.w * y : 3 * self.w * (y + 1)]) for y in range(self.h)
+        )
 
         def chunk(kind: bytes, data: bytes) -> bytes:
             body = kind + data
             return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
 
         header = struct.pack(">IIBBBBB", self.w, self.h, 8, 2, 0, 0, 0)
-        return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
-                + chunk(b"IDAT", zlib.compress(rows, 9)) + chunk(b"IEND", b""))
+        return (
+            b"\x89PNG\r\n\x1a\n"
+            + chunk(b"IHDR", header)
+            + chunk(b"IDAT", zlib.compress(rows, 9))
+            + chunk(b"IEND", b"")
+        )
 
 
 def text_width(text: str) -> int:
@@ -123,9 +162,16 @@ def _fmt(value: float) -> str:
     return f"{value:g}" if abs(value) < 1e5 else f"{value:.0e}"
 
 
-def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: str,
-               hline: tuple[str, float] | None = None, width: int = 800,
-               height: int = 480) -> bytes:
+def line_chart(
+    series: Sequence[Series],
+    *,
+    title: str,
+    x_label: str,
+    y_label: str,
+    hline: tuple[str, float] | None = None,
+    width: int = 800,
+    height: int = 480,
+) -> bytes:
     """The PNG bytes of a line chart; x is log-scaled when it spans a factor of 8 or more."""
     cv = Canvas(width, height)
     left, right, top, bottom = 70, width - 190, 40, height - 60
@@ -174,18 +220,31 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
     return cv.png()
 
 
-def latency_plot(levels: Sequence[LevelSummary], path: Path,
-                 budget_p95: float | None = None) -> Path:
+def latency_plot(
+    levels: Sequence[LevelSummary], path: Path, budget_p95: float | None = None
+) -> Path:
     """Write TTFT and end-to-end p50/p95 against concurrency to ``path``."""
-    picks = (("TTFT P50", "ttft", "p50"), ("TTFT P95", "ttft", "p95"),
-             ("E2E P50", "e2e", "p50"), ("E2E P95", "e2e", "p95"))
+    picks = (
+        ("TTFT P50", "ttft", "p50"),
+        ("TTFT P95", "ttft", "p95"),
+        ("E2E P50", "e2e", "p50"),
+        ("E2E P95", "e2e", "p95"),
+    )
     series = [
-        Series(label, tuple((float(lv.concurrency), float(getattr(getattr(lv, dist), q)))
-                            for lv in levels), PALETTE[i])
+        Series(
+            label,
+            tuple((float(lv.concurrency), float(getattr(getattr(lv, dist), q))) for lv in levels),
+            PALETTE[i],
+        )
         for i, (label, dist, q) in enumerate(picks)
     ]
     hline = (f"P95 BUDGET {budget_p95:g} SEC", budget_p95) if budget_p95 else None
-    png = line_chart(series, title="LATENCY VS CONCURRENT USERS", x_label="CONCURRENT USERS",
-                     y_label="SECONDS", hline=hline)
+    png = line_chart(
+        series,
+        title="LATENCY VS CONCURRENT USERS",
+        x_label="CONCURRENT USERS",
+        y_label="SECONDS",
+        hline=hline,
+    )
     path.write_bytes(png)
     return path

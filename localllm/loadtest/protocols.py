@@ -56,15 +56,19 @@ def build_request(target: Target, prompt: Prompt, max_tokens: int) -> tuple[str,
     )
     if target.api == "ollama":
         body: dict[str, Any] = {
-            "model": target.model, "stream": True,
+            "model": target.model,
+            "stream": True,
             "options": {**target.options, "num_predict": max_tokens},
         }
         if target.mode == "chat":
             return "/api/chat", {**body, "messages": messages}
         return "/api/generate", {**body, "prompt": prompt, "raw": True}
     body = {
-        "model": target.model, "stream": True, "max_tokens": max_tokens,
-        "stream_options": {"include_usage": True}, **target.options,
+        "model": target.model,
+        "stream": True,
+        "max_tokens": max_tokens,
+        "stream_options": {"include_usage": True},
+        **target.options,
     }
     if target.mode == "chat":
         return "/v1/chat/completions", {**body, "messages": messages}
@@ -99,8 +103,11 @@ def _parse_ollama(line: str) -> Chunk | None:
     # is not checked here (a text's type) is made a str, and counts go through _int/_ns.
     chat, generated = cast(wire.ChatChunk, obj), cast(wire.GenerateChunk, obj)
     message = chat.get("message")
-    text = message.get("content") or "" if isinstance(message, dict) else (
-        generated.get("response") or "")
+    text = (
+        message.get("content") or ""
+        if isinstance(message, dict)
+        else (generated.get("response") or "")
+    )
     # Thinking text is output the user waits for as well.
     if isinstance(message, dict) and message.get("thinking"):
         text = message["thinking"] + text
@@ -125,8 +132,9 @@ def _parse_openai(line: str) -> Chunk | None:
     obj = json_object(data)
     if "error" in obj:
         err = obj["error"]
-        return Chunk(error=str(err.get("message", err) if isinstance(err, dict) else err),
-                     done=True)
+        return Chunk(
+            error=str(err.get("message", err) if isinstance(err, dict) else err), done=True
+        )
     text = ""
     for choice in obj.get("choices") or []:
         delta = choice.get("delta")

@@ -25,18 +25,42 @@ def _dist(d: Dist, with_p99: bool = True) -> list[str]:
 
 def table(levels: Sequence[LevelSummary]) -> str:
     """One row per concurrency level; ``peak`` is the most requests measured in flight."""
-    head = ["users", "peak", "reqs", "ok", "err", "lost",
-            "TTFT p50", "p95", "p99", "ITL p50", "p95", "p99", "E2E p50", "p95", "p99",
-            "out tok/s", "req/s"]
+    head = [
+        "users",
+        "peak",
+        "reqs",
+        "ok",
+        "err",
+        "lost",
+        "TTFT p50",
+        "p95",
+        "p99",
+        "ITL p50",
+        "p95",
+        "p99",
+        "E2E p50",
+        "p95",
+        "p99",
+        "out tok/s",
+        "req/s",
+    ]
     rows = [head]
     for lv in levels:
-        rows.append([
-            str(lv.concurrency), str(lv.peak_in_flight), str(lv.requests), str(lv.ok),
-            str(lv.errors), str(lv.lost),
-            *_dist(lv.ttft), *_dist(lv.itl), *_dist(lv.e2e),
-            f"{lv.output_tok_s:.1f}" if math.isfinite(lv.output_tok_s) else "-",
-            f"{lv.requests_per_s:.2f}" if math.isfinite(lv.requests_per_s) else "-",
-        ])
+        rows.append(
+            [
+                str(lv.concurrency),
+                str(lv.peak_in_flight),
+                str(lv.requests),
+                str(lv.ok),
+                str(lv.errors),
+                str(lv.lost),
+                *_dist(lv.ttft),
+                *_dist(lv.itl),
+                *_dist(lv.e2e),
+                f"{lv.output_tok_s:.1f}" if math.isfinite(lv.output_tok_s) else "-",
+                f"{lv.requests_per_s:.2f}" if math.isfinite(lv.requests_per_s) else "-",
+            ]
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
     for lv in levels:
@@ -45,8 +69,13 @@ def table(levels: Sequence[LevelSummary]) -> str:
     return "\n".join(lines)
 
 
-def progress_line(concurrency: int, results: Sequence[RequestResult], in_flight: int,
-                  elapsed: float, total: int | None) -> str:
+def progress_line(
+    concurrency: int,
+    results: Sequence[RequestResult],
+    in_flight: int,
+    elapsed: float,
+    total: int | None,
+) -> str:
     """``users 10 | 42/100 done, 10 running | 0 errors | 310 tok/s | TTFT p50 410ms``."""
     done = [r for r in results if r.status == "ok"]
     bad = len(results) - len(done)
@@ -54,12 +83,18 @@ def progress_line(concurrency: int, results: Sequence[RequestResult], in_flight:
     ttft = percentile([r.ttft for r in done if r.ttft is not None], 50)
     count = f"{len(results)}/{total}" if total else f"{len(results)}"
     rate = toks / elapsed if elapsed > 0 else 0.0
-    return (f"users {concurrency} | {count} done, {in_flight} running | {bad} errors | "
-            f"{rate:.0f} tok/s | TTFT p50 {fmt_s(ttft)} | {elapsed:.0f}s")
+    return (
+        f"users {concurrency} | {count} done, {in_flight} running | {bad} errors | "
+        f"{rate:.0f} tok/s | TTFT p50 {fmt_s(ttft)} | {elapsed:.0f}s"
+    )
 
 
-def document(target: dict[str, Any], workload: dict[str, Any],
-             levels: Sequence[LevelSummary], budget: dict[str, Any] | None) -> dict[str, Any]:
+def document(
+    target: dict[str, Any],
+    workload: dict[str, Any],
+    levels: Sequence[LevelSummary],
+    budget: dict[str, Any] | None,
+) -> dict[str, Any]:
     """The ``--json`` output: inputs, one object per level, the budget answer if asked."""
     return {
         "target": target,

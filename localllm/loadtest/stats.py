@@ -127,8 +127,9 @@ def _rate(tokens: float, seconds: float) -> float:
     return tokens / seconds if seconds > 0 else math.nan
 
 
-def summarize(concurrency: int, results: Sequence[RequestResult], wall_s: float, *,
-              peak_in_flight: int = 0) -> LevelSummary:
+def summarize(
+    concurrency: int, results: Sequence[RequestResult], wall_s: float, *, peak_in_flight: int = 0
+) -> LevelSummary:
     """Aggregate one level's requests; ``wall_s`` is first send to last answer.
 
     ``peak_in_flight`` is what the load generator counted (``users.run_level``).
@@ -143,23 +144,36 @@ def summarize(concurrency: int, results: Sequence[RequestResult], wall_s: float,
     # Prefill rate: prefer the server's own clock (no queueing, no network).
     timed = [r for r in counted if r.prefill_s]
     if timed:
-        prefill = _rate(sum(r.prompt_tokens or 0 for r in timed),
-                        sum(r.prefill_s or 0 for r in timed))
+        prefill = _rate(
+            sum(r.prompt_tokens or 0 for r in timed), sum(r.prefill_s or 0 for r in timed)
+        )
     else:
         prefill = _rate(prompt_tokens, sum(r.ttft or 0 for r in counted if r.ttft is not None))
-    decode_pairs = [(r.output_tokens - 1, r.e2e - r.ttft) for r in done
-                    if r.ttft is not None and r.e2e is not None and r.output_tokens > 1]
+    decode_pairs = [
+        (r.output_tokens - 1, r.e2e - r.ttft)
+        for r in done
+        if r.ttft is not None and r.e2e is not None and r.output_tokens > 1
+    ]
     decode = _rate(sum(t for t, _ in decode_pairs), sum(s for _, s in decode_pairs))
     errors = [r for r in results if r.status == "error"]
     samples = tuple(dict.fromkeys(r.error for r in errors))[:5]
     return LevelSummary(
-        concurrency=concurrency, peak_in_flight=peak_in_flight, requests=len(results),
-        ok=len(done), errors=len(errors),
-        lost=sum(1 for r in results if r.status == "lost"), wall_s=wall_s,
-        ttft=Dist.of(ttft), itl=Dist.of(itl), e2e=Dist.of(e2e),
-        output_tokens=out_tokens, prompt_tokens=prompt_tokens,
-        output_tok_s=_rate(out_tokens, wall_s), requests_per_s=_rate(len(done), wall_s),
-        prefill_tok_s=prefill, stream_decode_tok_s=decode,
+        concurrency=concurrency,
+        peak_in_flight=peak_in_flight,
+        requests=len(results),
+        ok=len(done),
+        errors=len(errors),
+        lost=sum(1 for r in results if r.status == "lost"),
+        wall_s=wall_s,
+        ttft=Dist.of(ttft),
+        itl=Dist.of(itl),
+        e2e=Dist.of(e2e),
+        output_tokens=out_tokens,
+        prompt_tokens=prompt_tokens,
+        output_tok_s=_rate(out_tokens, wall_s),
+        requests_per_s=_rate(len(done), wall_s),
+        prefill_tok_s=prefill,
+        stream_decode_tok_s=decode,
         mean_prompt_tokens=prompt_tokens / len(counted) if counted else math.nan,
         mean_output_tokens=out_tokens / len(done) if done else math.nan,
         error_samples=samples,

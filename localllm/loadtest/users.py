@@ -66,8 +66,11 @@ def make_client(target: Target, concurrency: int, timeout: float) -> httpx.Async
     """One connection per user; only connecting is bounded apart from ``timeout``."""
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     return httpx.AsyncClient(
-        base_url=target.url.rstrip("/"), headers=target.headers(), limits=limits,
-        timeout=httpx.Timeout(timeout, connect=10.0), trust_env=False,
+        base_url=target.url.rstrip("/"),
+        headers=target.headers(),
+        limits=limits,
+        timeout=httpx.Timeout(timeout, connect=10.0),
+        trust_env=False,
     )
 
 
@@ -148,8 +151,12 @@ Progress = Callable[[int, list[RequestResult], int, float], None]
 
 
 async def run_level(
-    target: Target, workload: Workload, concurrency: int, *,
-    prompts: PromptMaker | None = None, progress: Progress | None = None,
+    target: Target,
+    workload: Workload,
+    concurrency: int,
+    *,
+    prompts: PromptMaker | None = None,
+    progress: Progress | None = None,
     client: httpx.AsyncClient | None = None,
 ) -> tuple[LevelSummary, list[RequestResult]]:
     """Run one concurrency level; ``progress(concurrency, results, in_flight, elapsed)``."""
@@ -201,8 +208,9 @@ async def run_level(
     return summarize(concurrency, results, wall, peak_in_flight=peak), results
 
 
-async def warm_up(target: Target, timeout: float = 600.0,
-                  prompts: PromptMaker | None = None) -> RequestResult:
+async def warm_up(
+    target: Target, timeout: float = 600.0, prompts: PromptMaker | None = None
+) -> RequestResult:
     """One short request so that loading the model is not counted as anyone's TTFT.
 
     With ``prompts``, the request is a prompt in their style and the count the

@@ -16,8 +16,9 @@ from localllm.store.blobs import MAX_TEXT_LAYER
 ROLES = ("system", "user", "assistant", "tool")
 
 
-def check_text_sizes(*, template: str | None, system: str | None, licenses: list[str],
-                     parameters: Any, messages: Any) -> None:
+def check_text_sizes(
+    *, template: str | None, system: str | None, licenses: list[str], parameters: Any, messages: Any
+) -> None:
     """400 for a text layer larger than the store will read back (``MAX_TEXT_LAYER``):
     refused at create, never stored as a model that show and generate then reject."""
     import json
@@ -26,8 +27,11 @@ def check_text_sizes(*, template: str | None, system: str | None, licenses: list
     texts += [("LICENSE", text) for text in licenses]
     for what, text in texts:
         # Four UTF-8 bytes per character at most: most texts skip the encode.
-        if text is not None and len(text) * 4 > MAX_TEXT_LAYER \
-                and len(text.encode("utf-8", "surrogatepass")) > MAX_TEXT_LAYER:
+        if (
+            text is not None
+            and len(text) * 4 > MAX_TEXT_LAYER
+            and len(text.encode("utf-8", "surrogatepass")) > MAX_TEXT_LAYER
+        ):
             raise InvalidRequest(_too_big(what))
     for what, value in (("parameters", parameters), ("messages", messages)):
         if value is not None and len(json.dumps(value, default=str)) > MAX_TEXT_LAYER:
@@ -71,8 +75,9 @@ def check_messages(messages: Any) -> list[dict[str, Any]] | None:
         role = msg.get("role")
         content = msg.get("content", "")
         if role not in ROLES:
-            raise InvalidRequest(f'messages[{i}]: role must be one of {", ".join(ROLES)}, '
-                                 f'got "{role}"')
+            raise InvalidRequest(
+                f'messages[{i}]: role must be one of {", ".join(ROLES)}, got "{role}"'
+            )
         if not isinstance(content, str):
             raise InvalidRequest(f"messages[{i}]: content must be a string")
         out.append({"role": role, "content": content})

@@ -107,8 +107,13 @@ class Creator:
     def plan(self, spec: CreateSpec) -> Plan:
         name = parse_name(spec.model)
         plan = Plan(name=name, info=None, spec=spec)
-        check_text_sizes(template=spec.template, system=spec.system, licenses=spec.license,
-                         parameters=spec.parameters, messages=spec.messages)
+        check_text_sizes(
+            template=spec.template,
+            system=spec.system,
+            licenses=spec.license,
+            parameters=spec.parameters,
+            messages=spec.messages,
+        )
         if spec.quantize:
             plan.quantize = quant_type(spec.quantize)
         if spec.files:
@@ -138,8 +143,9 @@ class Creator:
     def _blob(self, digest: str, what: str) -> Path:
         want = parse_digest(digest)
         if not self.store.blobs.exists(want):
-            raise InvalidRequest(f'{what}: blob "{want}" not found; upload it first '
-                                 f"(POST /api/blobs/{want})")
+            raise InvalidRequest(
+                f'{what}: blob "{want}" not found; upload it first (POST /api/blobs/{want})'
+            )
         return self.store.blobs.path(want)
 
     def _plan_files(self, plan: Plan, files: dict[str, str]) -> None:
@@ -174,8 +180,10 @@ class Creator:
             if self.pull is not None and (base_name.is_hf or _in_catalog(base_name)):
                 plan.pull = base_name.display  # pulled in run(), stored under this name
                 return
-            raise ModelNotFound(f'FROM model "{source}" not found: pull it first, or give the '
-                                "path of a GGUF file" + _closest(base_name))
+            raise ModelNotFound(
+                f'FROM model "{source}" not found: pull it first, or give the '
+                "path of a GGUF file" + _closest(base_name)
+            )
         plan.base = self.store.get(base_name)
         self._use_base(plan, plan.base)
 
@@ -206,15 +214,20 @@ class Creator:
         path = self._blob(digest, f"ADAPTER {fname}")
         info = read_model_info(path)
         if not info.is_adapter:
-            raise InvalidRequest(f'ADAPTER "{fname}" is not a LoRA adapter '
-                                 '(its GGUF general.type is not "adapter")')
+            raise InvalidRequest(
+                f'ADAPTER "{fname}" is not a LoRA adapter (its GGUF general.type is not "adapter")'
+            )
         if base is not None and info.architecture != base.architecture:
             raise InvalidRequest(
                 f'ADAPTER "{fname}" was made for a "{info.architecture}" model, '
-                f'but the base model is "{base.architecture}"')
+                f'but the base model is "{base.architecture}"'
+            )
         if base is not None:  # (None: an hf.co base not pulled yet; checked again after)
-            check_adapter_fits(fname, path, [self.store.blobs.path(ly.digest)
-                                             for ly in plan.model_layers] + plan.import_paths)
+            check_adapter_fits(
+                fname,
+                path,
+                [self.store.blobs.path(ly.digest) for ly in plan.model_layers] + plan.import_paths,
+            )
         return fname, parse_digest(digest), path.stat().st_size
 
     def _check_quantizable(self, plan: Plan, info: ModelInfo) -> None:
@@ -222,8 +235,10 @@ class Creator:
             plan.quantize = None  # already that type: nothing to do
             return
         if info.file_type.upper() not in QUANTIZABLE:
-            raise InvalidRequest(f"quantization is only supported for F16, BF16 and F32 models; "
-                                 f"this one is {info.file_type}")
+            raise InvalidRequest(
+                f"quantization is only supported for F16, BF16 and F32 models; "
+                f"this one is {info.file_type}"
+            )
         if len(plan.model_layers) + len(plan.import_paths) > 1:
             raise InvalidRequest("quantizing a split GGUF is not supported")
 
@@ -232,6 +247,7 @@ class Creator:
         spec = plan.spec
         if plan.pull is not None:
             assert self.pull is not None
+
             def relay(event: ProgressEvent) -> None:
                 if event.get("status") != "success":  # the create's own success comes last
                     emit(event)
@@ -256,8 +272,10 @@ class Creator:
             layers, info = self._quantize(layers[0], info, plan.quantize, emit, cancel)
         base = plan.base
         # A projector or draft of this create's own, else the base model's.
-        for own, media in ((plan.projector, MEDIA_PROJECTOR),
-                           (plan.draft.layer if plan.draft else None, MEDIA_DRAFT)):
+        for own, media in (
+            (plan.projector, MEDIA_PROJECTOR),
+            (plan.draft.layer if plan.draft else None, MEDIA_DRAFT),
+        ):
             if own is not None:
                 layers.append(self._existing(own, emit))
             elif base is not None:
@@ -289,8 +307,9 @@ class Creator:
             self.store.blobs.import_file(path, expected=digest)
         return Layer(MEDIA_MODEL, digest, size, path.name if named else None)
 
-    def _quantize(self, layer: Layer, info: ModelInfo, ftype: str, emit: Emit,
-                  cancel: threading.Event | None) -> tuple[list[Layer], ModelInfo]:
+    def _quantize(
+        self, layer: Layer, info: ModelInfo, ftype: str, emit: Emit, cancel: threading.Event | None
+    ) -> tuple[list[Layer], ModelInfo]:
         from localllm.store.blobs import sha256_file
 
         status = f"quantizing {info.file_type.upper()} model to {ftype}"
@@ -298,9 +317,13 @@ class Creator:
         emit({"status": status, "total": total, "completed": 0})
         tmp = self.store.blobs._tmp()  # the store's temp naming: stale ones are pruned
         try:
-            quantize_file(self.store.blobs.path(layer.digest), tmp, ftype,
-                          lambda done, n: emit({"status": status, "total": n, "completed": done}),
-                          cancel)
+            quantize_file(
+                self.store.blobs.path(layer.digest),
+                tmp,
+                ftype,
+                lambda done, n: emit({"status": status, "total": n, "completed": done}),
+                cancel,
+            )
             new_info = read_model_info(tmp)
             digest = sha256_file(tmp)
             size = tmp.stat().st_size
@@ -314,8 +337,10 @@ class Creator:
     def _text_layers(self, spec: CreateSpec, base: Entry | None, emit: Emit) -> list[Layer]:
         """Template, system, params, messages and license layers: the request's, else the base's."""
         store = self.store
-        inherited = {m: base.manifest.first(m) if base is not None else None
-                     for m in (MEDIA_TEMPLATE, MEDIA_SYSTEM, MEDIA_MESSAGES)}
+        inherited = {
+            m: base.manifest.first(m) if base is not None else None
+            for m in (MEDIA_TEMPLATE, MEDIA_SYSTEM, MEDIA_MESSAGES)
+        }
         out: list[Layer] = []
 
         def add(media: str, data: bytes) -> None:

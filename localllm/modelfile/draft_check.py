@@ -31,8 +31,11 @@ from localllm.store.names import parse_digest, parse_name
 
 TOKENS = "tokenizer.ggml.tokens"
 TOKENIZER = "tokenizer.ggml.model"
-SPECIAL_IDS = ("tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
-               "tokenizer.ggml.add_bos_token")
+SPECIAL_IDS = (
+    "tokenizer.ggml.bos_token_id",
+    "tokenizer.ggml.eos_token_id",
+    "tokenizer.ggml.add_bos_token",
+)
 # As llama.cpp's speculative decoding: the lists may differ in length by up to 128
 # (families pad the vocabulary to different sizes: Qwen2.5 0.5B has 151936 tokens,
 # its 7B 152064) and are compared from id 5 on (some rename their first specials).
@@ -49,8 +52,9 @@ class Draft:
     path: Path
 
 
-def resolve_draft(store: Store, given: str | dict[str, str],
-                  blob: Callable[[str, str], Path]) -> Draft:
+def resolve_draft(
+    store: Store, given: str | dict[str, str], blob: Callable[[str, str], Path]
+) -> Draft:
     """The draft a create request names: a store model's name, or ``{file name: digest}``
     of an uploaded GGUF (``blob(digest, what)`` finds it, or raises).  400 / 404 for
     anything that cannot be a draft model."""
@@ -59,18 +63,24 @@ def resolve_draft(store: Store, given: str | dict[str, str],
         try:
             entry = store.get(parse_name(name))
         except ModelNotFound:
-            raise ModelNotFound(f'DRAFT model "{name}" not found: pull or create it first, '
-                                "or give the path of a GGUF file") from None
+            raise ModelNotFound(
+                f'DRAFT model "{name}" not found: pull or create it first, '
+                "or give the path of a GGUF file"
+            ) from None
         layers = entry.manifest.by_type(MEDIA_MODEL)
         if len(layers) != 1:
-            raise InvalidRequest(f'DRAFT model "{name}" is split into {len(layers)} files; '
-                                 "a draft model must be a single GGUF file")
+            raise InvalidRequest(
+                f'DRAFT model "{name}" is split into {len(layers)} files; '
+                "a draft model must be a single GGUF file"
+            )
         label, digest = name, layers[0].digest
         path = store.blobs.path(digest)
     else:
         if len(given) != 1:
-            raise InvalidRequest("a model takes one draft model file (a split GGUF cannot "
-                                 f"be a draft), got {len(given)}")
+            raise InvalidRequest(
+                "a model takes one draft model file (a split GGUF cannot "
+                f"be a draft), got {len(given)}"
+            )
         label, digest = next(iter(given.items()))
         path = blob(digest, f'DRAFT "{label}"')
     _check_model_file(label, path)
@@ -83,20 +93,22 @@ def _check_model_file(label: str, path: Path) -> None:
     if info.is_adapter:
         raise InvalidRequest(f"{what} is a LoRA adapter, not a model (use it with ADAPTER)")
     if info.architecture == "clip":
-        raise InvalidRequest(f"{what} is a vision projector, not a model (use it with "
-                             "PROJECTOR)")
+        raise InvalidRequest(f"{what} is a vision projector, not a model (use it with PROJECTOR)")
     parts = info.kv.get("split.count")
     if isinstance(parts, int) and parts > 1:
-        raise InvalidRequest(f"{what} is one part of a GGUF split into {parts} files; "
-                             "a draft model must be a single GGUF file")
+        raise InvalidRequest(
+            f"{what} is one part of a GGUF split into {parts} files; "
+            "a draft model must be a single GGUF file"
+        )
 
 
 def check_vocabulary(draft: Draft, base: Path) -> None:
     """400 unless ``draft`` has the vocabulary of the model whose (first) GGUF is ``base``."""
     why = _difference(draft.path, read_header(draft.path), base, read_header(base))
     if why:
-        raise InvalidRequest(f'DRAFT model "{draft.label}" does not share the model\'s '
-                             f"vocabulary ({why})")
+        raise InvalidRequest(
+            f'DRAFT model "{draft.label}" does not share the model\'s vocabulary ({why})'
+        )
 
 
 def _difference(dpath: Path, dh: Header, bpath: Path, bh: Header) -> str:
@@ -112,8 +124,9 @@ def _difference(dpath: Path, dh: Header, bpath: Path, bh: Header) -> str:
         if dh.kv.get(key) != bh.kv.get(key):
             return f"its {key} is {dh.kv.get(key)!r}, the model's is {bh.kv.get(key)!r}"
     # Not strict: the longer list's padding is compared with nothing.
-    pairs = zip(iter_string_array(dpath, dh, TOKENS), iter_string_array(bpath, bh, TOKENS),
-                strict=False)
+    pairs = zip(
+        iter_string_array(dpath, dh, TOKENS), iter_string_array(bpath, bh, TOKENS), strict=False
+    )
     for i, (a, b) in enumerate(pairs):
         if i >= FIRST_CHECKED and a != b:
             return f"token {i} is {a!r}, the model's is {b!r}"

@@ -44,19 +44,24 @@ def check_adapter_fits(fname: str, adapter: Path, base: Sequence[Path]) -> None:
     pairs: dict[str, dict[str, tuple[int, ...]]] = {}
     for name, shape in lora.items():
         if name.endswith((_A, _B)):
-            pairs.setdefault(name[:-len(_A)], {})[name[-len(_A):]] = shape
+            pairs.setdefault(name[: -len(_A)], {})[name[-len(_A) :]] = shape
         elif not name.endswith("_norm.weight"):
-            raise InvalidRequest(f'ADAPTER "{fname}": tensor "{name}" is not a LoRA tensor '
-                                 '(expected names ending in .lora_a / .lora_b)')
+            raise InvalidRequest(
+                f'ADAPTER "{fname}": tensor "{name}" is not a LoRA tensor '
+                "(expected names ending in .lora_a / .lora_b)"
+            )
     if not pairs:
         raise InvalidRequest(f'ADAPTER "{fname}" holds no LoRA tensors')
     for target, ab in sorted(pairs.items()):
         if len(ab) != 2:
-            raise InvalidRequest(f'ADAPTER "{fname}": "{target}" lacks its '
-                                 f'{_B if _A in ab else _A} tensor')
+            raise InvalidRequest(
+                f'ADAPTER "{fname}": "{target}" lacks its {_B if _A in ab else _A} tensor'
+            )
         if target not in model:
-            raise InvalidRequest(f'ADAPTER "{fname}" changes "{target}", which the base model '
-                                 "does not have: it was made for another model")
+            raise InvalidRequest(
+                f'ADAPTER "{fname}" changes "{target}", which the base model '
+                "does not have: it was made for another model"
+            )
         (w0, w1), (a0, a1), (b0, b1) = _dims(model[target]), _dims(ab[_A]), _dims(ab[_B])
         if target.endswith("token_embd.weight"):
             fits = w0 == b1 and w1 == a1
@@ -66,4 +71,5 @@ def check_adapter_fits(fname: str, adapter: Path, base: Sequence[Path]) -> None:
             raise InvalidRequest(
                 f'ADAPTER "{fname}" does not fit the base model: "{target}" is '
                 f"{w0}x{w1} there, but the adapter's lora_a is {a0}x{a1} and lora_b "
-                f"{b0}x{b1}: it was made for another model")
+                f"{b0}x{b1}: it was made for another model"
+            )

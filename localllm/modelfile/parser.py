@@ -22,8 +22,18 @@ from localllm.modelfile.checks import ROLES
 
 # "projector" and "draft" are ours (Ollama has no Modelfile line for them): a vision
 # projector file, and a draft model for speculative decoding.
-INSTRUCTIONS = ("from", "parameter", "template", "system", "adapter", "license", "message",
-                "requires", "projector", "draft")
+INSTRUCTIONS = (
+    "from",
+    "parameter",
+    "template",
+    "system",
+    "adapter",
+    "license",
+    "message",
+    "requires",
+    "projector",
+    "draft",
+)
 # Newer Ollama instructions naming built-in Go renderers/parsers we do not have: accepted and
 # ignored so that Modelfiles printed by a recent Ollama still build (the template still applies).
 IGNORED = ("renderer", "parser")
@@ -67,10 +77,10 @@ class _Cursor:
         self.col = 1
 
     def peek(self, n: int = 1) -> str:
-        return self.text[self.pos:self.pos + n]
+        return self.text[self.pos : self.pos + n]
 
     def advance(self, n: int = 1) -> str:
-        chunk = self.text[self.pos:self.pos + n]
+        chunk = self.text[self.pos : self.pos + n]
         for ch in chunk:
             if ch == "\n":
                 self.line += 1
@@ -92,17 +102,19 @@ class _Cursor:
         start = self.pos
         while not self.at_end() and self.peek() not in (" ", "\t", "\n"):
             self.advance()
-        return self.text[start:self.pos]
+        return self.text[start : self.pos]
 
     def rest_of_line(self) -> str:
         end = self.text.find("\n", self.pos)
         end = len(self.text) if end < 0 else end
         return self.advance(end - self.pos)
 
-    def error(self, message: str, line: int | None = None, col: int | None = None
-              ) -> ModelfileError:
-        return ModelfileError(message, self.line if line is None else line,
-                              self.col if col is None else col)
+    def error(
+        self, message: str, line: int | None = None, col: int | None = None
+    ) -> ModelfileError:
+        return ModelfileError(
+            message, self.line if line is None else line, self.col if col is None else col
+        )
 
 
 def _value(cur: _Cursor, what: str) -> str:
@@ -151,8 +163,9 @@ def _parameter(mf: Modelfile, cur: _Cursor) -> None:
     try:
         value = resolve_options({key: raw}, None).values[key]
     except InvalidRequest as exc:
-        raise cur.error(f"invalid value for PARAMETER {name}: {exc.message}", vline,
-                        vcol + 1) from None
+        raise cur.error(
+            f"invalid value for PARAMETER {name}: {exc.message}", vline, vcol + 1
+        ) from None
     if key == "stop":
         mf.parameters.setdefault("stop", []).extend(value)
     else:
@@ -164,8 +177,7 @@ def _message(mf: Modelfile, cur: _Cursor) -> None:
     line, col = cur.line, cur.col
     role = cur.word().lower()
     if role not in ROLES:
-        raise cur.error(f'message role must be one of {", ".join(ROLES)}, got "{role}"',
-                        line, col)
+        raise cur.error(f'message role must be one of {", ".join(ROLES)}, got "{role}"', line, col)
     mf.messages.append({"role": role, "content": _value(cur, f"MESSAGE {role}")})
 
 
@@ -197,8 +209,9 @@ def parse(text: str) -> Modelfile:
             _value(cur, word.upper())
         else:
             names = ", ".join(f'"{c}"' for c in INSTRUCTIONS)
-            raise cur.error(f'unknown instruction "{word}": command must be one of {names}',
-                            line, col)
+            raise cur.error(
+                f'unknown instruction "{word}": command must be one of {names}', line, col
+            )
     if not mf.from_:
         raise ModelfileError("no FROM line")
     return mf

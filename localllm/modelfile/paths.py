@@ -21,8 +21,12 @@ _DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
 def looks_like_path(value: str) -> bool:
     """Whether a ``FROM`` value names a file or folder rather than a model."""
     v = value.strip()
-    return (v.startswith(("/", "./", "../", "~", ".\\", "..\\")) or v in (".", "..")
-            or v.lower().endswith(".gguf") or bool(_DRIVE.match(v)))
+    return (
+        v.startswith(("/", "./", "../", "~", ".\\", "..\\"))
+        or v in (".", "..")
+        or v.lower().endswith(".gguf")
+        or bool(_DRIVE.match(v))
+    )
 
 
 def resolve_local(value: str, base_dir: Path) -> Path:
@@ -52,14 +56,18 @@ def allowed_path(value: str, store_root: Path) -> Path:
     """``value`` resolved (symlinks too) if the daemon may read it; 400/403 otherwise."""
     path = Path(os.path.expanduser(value.strip()))
     if not path.is_absolute():
-        raise InvalidRequest(f'FROM path "{value}" is relative; the server needs an absolute '
-                             "path (the localllm CLI uploads local files instead)")
+        raise InvalidRequest(
+            f'FROM path "{value}" is relative; the server needs an absolute '
+            "path (the localllm CLI uploads local files instead)"
+        )
     real = path.resolve()
     for root in allowed_roots(store_root):
         if real == root or root in real.parents:
             if not real.exists():
                 raise InvalidRequest(f'FROM path "{value}" does not exist')
             return real
-    raise Forbidden(f'FROM path "{value}" is outside the folders this server may read; '
-                    "upload the file instead (localllm create does) or add its folder to "
-                    "LOCALLLM_ALLOWED_PATHS")
+    raise Forbidden(
+        f'FROM path "{value}" is outside the folders this server may read; '
+        "upload the file instead (localllm create does) or add its folder to "
+        "LOCALLLM_ALLOWED_PATHS"
+    )

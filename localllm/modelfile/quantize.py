@@ -31,15 +31,26 @@ def quant_type(name: str) -> str:
     return ftype
 
 
-def quantize_file(src: Path, dst: Path, ftype: str,
-                  progress: Callable[[int, int], None],
-                  cancel: threading.Event | None = None) -> None:
+def quantize_file(
+    src: Path,
+    dst: Path,
+    ftype: str,
+    progress: Callable[[int, int], None],
+    cancel: threading.Event | None = None,
+) -> None:
     """Quantize ``src`` to ``ftype`` into ``dst``; ``progress(completed, total)`` per tensor."""
     threads = config.NUM_THREAD.get()
     # Dies with the daemon: a kill -9 must not leave it writing a temporary blob.
     proc = children.spawn(
-        "localllm.engine.quantize_child", str(src), str(dst), ftype, str(threads),
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        "localllm.engine.quantize_child",
+        str(src),
+        str(dst),
+        ftype,
+        str(threads),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     errors: list[str] = []
     # stderr is drained by its own thread so a chatty child can never block on a full pipe.
@@ -47,11 +58,13 @@ def quantize_file(src: Path, dst: Path, ftype: str,
     drain.start()
     watcher = None
     if cancel is not None:
+
         def watch() -> None:
             while proc.poll() is None:
                 if cancel.wait(0.2):
                     proc.kill()
                     return
+
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
     try:

@@ -24,8 +24,9 @@ Event = Callable[[dict[str, Any]], None]
 class BlobClient(Protocol):
     def blob_exists(self, digest: str) -> bool: ...
 
-    def upload_blob(self, digest: str, path: Path,
-                    progress: Callable[[int], None] | None = None) -> None: ...
+    def upload_blob(
+        self, digest: str, path: Path, progress: Callable[[int], None] | None = None
+    ) -> None: ...
 
 
 def file_digest(path: Path) -> str:
@@ -42,8 +43,11 @@ def push_file(client: BlobClient, path: Path, emit: Event) -> str:
     size = path.stat().st_size
     status = f"copying file {digest}"
     emit({"status": status, "digest": digest, "total": size, "completed": 0})
-    client.upload_blob(digest, path, lambda sent: emit(
-        {"status": status, "digest": digest, "total": size, "completed": sent}))
+    client.upload_blob(
+        digest,
+        path,
+        lambda sent: emit({"status": status, "digest": digest, "total": size, "completed": sent}),
+    )
     return digest
 
 
@@ -61,8 +65,15 @@ def local_path(value: str, base_dir: Path) -> Path | None:
     return candidate if candidate.exists() else None
 
 
-def build_request(mf: Modelfile, model: str, base_dir: Path, client: BlobClient,
-                  emit: Event, *, quantize: str | None = None) -> dict[str, Any]:
+def build_request(
+    mf: Modelfile,
+    model: str,
+    base_dir: Path,
+    client: BlobClient,
+    emit: Event,
+    *,
+    quantize: str | None = None,
+) -> dict[str, Any]:
     """The ``/api/create`` body for ``mf``, uploading the local files it names."""
     body: dict[str, Any] = {"model": model, "stream": True}
     emit({"status": "gathering model components"})
@@ -109,7 +120,8 @@ def _draft(value: str, base_dir: Path, client: BlobClient, emit: Event) -> str |
     if path is None:
         return value
     if not path.is_file():
-        raise InvalidRequest(f'DRAFT file "{value}" does not exist'
-                             + (" (a draft model must be a single GGUF file)"
-                                if path.is_dir() else ""))
+        raise InvalidRequest(
+            f'DRAFT file "{value}" does not exist'
+            + (" (a draft model must be a single GGUF file)" if path.is_dir() else "")
+        )
     return {path.name: push_file(client, path, emit)}

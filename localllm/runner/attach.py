@@ -48,8 +48,11 @@ class Floats:
         lists: the collector stops tracking a tuple of floats after one look, while every
         full pass would walk each float of a list (7M floats: ~100 ms a pass)."""
         unpack = struct.Struct(f"<{self.width}f").unpack_from
-        return [unpack(self.data, i * self.width * 4) for i in range(self.rows)] \
-            if self.width else [() for _ in range(self.rows)]
+        return (
+            [unpack(self.data, i * self.width * 4) for i in range(self.rows)]
+            if self.width
+            else [() for _ in range(self.rows)]
+        )
 
 
 def _little(block: array.array[Any]) -> array.array[Any]:
@@ -59,13 +62,13 @@ def _little(block: array.array[Any]) -> array.array[Any]:
 
 
 def _text_chunks(text: str) -> list[bytes]:
-    return [text[i:i + SLICE].encode("utf-8") for i in range(0, len(text), SLICE)]
+    return [text[i : i + SLICE].encode("utf-8") for i in range(0, len(text), SLICE)]
 
 
 def _int_chunks(values: list[Any]) -> list[bytes] | None:
     out: list[bytes] = []
     for i in range(0, len(values), SLICE // 8):
-        part = values[i:i + SLICE // 8]
+        part = values[i : i + SLICE // 8]
         try:
             out.append(_little(array.array("q", part)).tobytes())
         except (TypeError, OverflowError):  # not all integers: stays JSON
@@ -124,8 +127,11 @@ def join(msg: dict[str, Any], blobs: Sequence[memoryview]) -> dict[str, Any]:
             return _little(block).tolist()
         if kind == "f":
             rows, width = ref.get("rows"), ref.get("width")
-            if not isinstance(rows, int) or not isinstance(width, int) or \
-                    rows * width * 4 != len(blob):
+            if (
+                not isinstance(rows, int)
+                or not isinstance(width, int)
+                or rows * width * 4 != len(blob)
+            ):
                 raise ValueError("float attachment does not match its shape")
             return Floats(bytes(blob), rows, width)
         raise ValueError(f"unknown attachment kind {kind!r}")

@@ -42,17 +42,20 @@ class Runner(Protocol):
 
     async def cancel(self, req_id: str) -> None: ...
 
-    async def embed(self, inputs: list[str], truncate: bool = True
-                    ) -> tuple[Sequence[Sequence[float]], int]: ...
+    async def embed(
+        self, inputs: list[str], truncate: bool = True
+    ) -> tuple[Sequence[Sequence[float]], int]: ...
 
-    async def rerank(self, query: str, documents: list[str], fmt: PairFormat,
-                     truncate: bool = True) -> tuple[list[float], int]:
+    async def rerank(
+        self, query: str, documents: list[str], fmt: PairFormat, truncate: bool = True
+    ) -> tuple[list[float], int]:
         """Each document's raw score against ``query`` (the classification head's first
         output) and the tokens read; only for a model loaded with ``rerank``."""
         ...
 
-    async def tokenize(self, text: str, add_special: bool = True,
-                       parse_special: bool = True) -> list[int]: ...
+    async def tokenize(
+        self, text: str, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]: ...
 
     async def detokenize(self, tokens: list[int], special: bool = False) -> str:
         """``special``: control tokens written out as text (``<s>``), else left out."""
@@ -64,8 +67,9 @@ class Runner(Protocol):
 class StartRunner(Protocol):
     """How the scheduler gets a runner, e.g. ``RunnerProcess.start``."""
 
-    def __call__(self, model_paths: list[str], opts: LoadOptions, /, *,
-                 load_timeout: float | None = None) -> Awaitable[Runner]: ...
+    def __call__(
+        self, model_paths: list[str], opts: LoadOptions, /, *, load_timeout: float | None = None
+    ) -> Awaitable[Runner]: ...
 
 
 if TYPE_CHECKING:

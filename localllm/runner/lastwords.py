@@ -34,10 +34,14 @@ _NOISE = re.compile(
 )
 # Why a runner failed, best first: memory, then assertions and aborts, then errors.
 _REASONS = (
-    re.compile(r"out of memory|failed to allocate|cannot allocate|\bOOM\b|"
-               r"insufficient memory", re.IGNORECASE),
-    re.compile(r"GGML_ASSERT|assert(ion)? .*failed|terminate called|what\(\)|abort|crashed",
-               re.IGNORECASE),
+    re.compile(
+        r"out of memory|failed to allocate|cannot allocate|\bOOM\b|"
+        r"insufficient memory",
+        re.IGNORECASE,
+    ),
+    re.compile(
+        r"GGML_ASSERT|assert(ion)? .*failed|terminate called|what\(\)|abort|crashed", re.IGNORECASE
+    ),
     re.compile(r"\berror\b", re.IGNORECASE),
     re.compile(r"fail|cannot|can't|unable|invalid|not enough|unsupported", re.IGNORECASE),
 )
@@ -56,7 +60,7 @@ def reason(lines: Sequence[str]) -> str:
         for line in reversed(candidates):
             if pattern.search(line):
                 text = scrub_paths(line)
-                return text if len(text) <= MAX_LINE else text[:MAX_LINE - 1] + "…"
+                return text if len(text) <= MAX_LINE else text[: MAX_LINE - 1] + "…"
     return ""
 
 
@@ -72,7 +76,7 @@ def for_log(lines: Sequence[str]) -> str:
 
 
 def lost_workers(endpoints: Sequence[str]) -> str:
-    """": lost RPC worker host:port" for each of ``endpoints`` that takes no connection
+    """ ": lost RPC worker host:port" for each of ``endpoints`` that takes no connection
     now (ggml aborts a runner when a worker vanishes); blocking, up to 0.5 s each."""
     from localllm.hardware.rpc import reachable
 

@@ -41,8 +41,14 @@ def activity(pid: int) -> tuple[int, ...] | None:
     return read, fetched, rss or 0
 
 
-async def wait_loaded(reply: Coroutine[Any, Any, T], pid: int, timeout: float, *,
-                      last_output: Callable[[], float], poll: float = POLL_S) -> T:
+async def wait_loaded(
+    reply: Coroutine[Any, Any, T],
+    pid: int,
+    timeout: float,
+    *,
+    last_output: Callable[[], float],
+    poll: float = POLL_S,
+) -> T:
     """``reply``'s result, or ``TimeoutError`` once ``timeout`` seconds pass without activity.
 
     ``last_output`` gives the ``time.monotonic()`` of the child's latest log line.  The
@@ -62,8 +68,11 @@ async def wait_loaded(reply: Coroutine[Any, Any, T], pid: int, timeout: float, *
             if done:
                 return task.result()
             mark = activity(pid)
-            if best is not None and mark is not None and any(
-                    m > b for m, b in zip(mark, best, strict=True)):
+            if (
+                best is not None
+                and mark is not None
+                and any(m > b for m, b in zip(mark, best, strict=True))
+            ):
                 best = tuple(max(m, b) for m, b in zip(mark, best, strict=True))
                 since = time.monotonic()
             since = max(since, last_output())

@@ -48,8 +48,13 @@ log = logging.getLogger("localllm.runner")
 class RunnerProcess:
     """A live runner child.  Build with ``await RunnerProcess.start(...)``."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, model_paths: list[str],
-                 opts: LoadOptions, runner_timeout: float = math.inf) -> None:
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process,
+        model_paths: list[str],
+        opts: LoadOptions,
+        runner_timeout: float = math.inf,
+    ) -> None:
         self._proc = proc
         self.model_paths = list(model_paths)
         self.options = opts
@@ -70,10 +75,15 @@ class RunnerProcess:
     # -- start ---------------------------------------------------------------
 
     @classmethod
-    async def start(cls, model_paths: list[str], opts: LoadOptions, *,
-                    load_timeout: float | None = None,
-                    runner_timeout: float | None = None,
-                    env: dict[str, str] | None = None) -> RunnerProcess:
+    async def start(
+        cls,
+        model_paths: list[str],
+        opts: LoadOptions,
+        *,
+        load_timeout: float | None = None,
+        runner_timeout: float | None = None,
+        env: dict[str, str] | None = None,
+    ) -> RunnerProcess:
         """Spawn a child, load the model, return once it answered ``loaded``.
 
         Raises ``ModelLoadError`` (with the log's line that says why; the whole
@@ -88,27 +98,36 @@ class RunnerProcess:
         timeout = config.LOAD_TIMEOUT.get() if load_timeout is None else load_timeout
         t0 = time.monotonic_ns()
         proc = await children.spawn_async(
-            "localllm.runner", env=env,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            "localllm.runner",
+            env=env,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             # Own session: a Ctrl-C meant for the daemon must not kill runners
             # behind its back; the daemon ends them itself.
-            start_new_session=True)
+            start_new_session=True,
+        )
         runner = cls(proc, model_paths, opts, runner_timeout)
         name = runner._model_file()
         try:
             await runner._traffic.send(P.load_msg(model_paths, opts, runner._watchdog.interval))
-            msg = await wait_loaded(runner._traffic.read_loaded(), runner.pid, timeout,
-                                    last_output=lambda: runner._tail.last_output)
+            msg = await wait_loaded(
+                runner._traffic.read_loaded(),
+                runner.pid,
+                timeout,
+                last_output=lambda: runner._tail.last_output,
+            )
         except TimeoutError:
             await runner._abandon(wait=0)
             if runner._watchdog.enabled and runner._watchdog.silent_for() > runner_timeout:
                 raise runner._load_error(
                     f"loading {name} failed: the model runner stopped responding (no sign of "
                     f"life for {runner._watchdog.silent_for():.1f}s, LOCALLLM_RUNNER_TIMEOUT is "
-                    f"{runner_timeout:g}s)") from None
+                    f"{runner_timeout:g}s)"
+                ) from None
             raise runner._load_error(
-                f"loading {name} timed out after {timeout:g}s without progress") from None
+                f"loading {name} timed out after {timeout:g}s without progress"
+            ) from None
         except (P.ProtocolError, ConnectionError) as exc:
             await runner._abandon(wait=1.0)
             raise runner._load_error(f"loading {name} failed: {exc}", why=True) from None
@@ -123,7 +142,9 @@ class RunnerProcess:
                 raise runner._load_error(f"failed to load {name}: {P.parse_failed(msg).message}")
             raise runner._load_error(
                 f"failed to load {name}: model runner exited during load "
-                f"({children.describe_exit(runner._proc.returncode)})", why=True)
+                f"({children.describe_exit(runner._proc.returncode)})",
+                why=True,
+            )
         runner.info = dict(msg["info"])
         runner.logged_memory = dict(msg["memory"])
         before = msg.get("rss_before")
@@ -131,8 +152,10 @@ class RunnerProcess:
         runner.load_duration = time.monotonic_ns() - t0
         runner._pump_task = asyncio.ensure_future(runner._pump())
         runner._watch_task = asyncio.ensure_future(
-            runner._watchdog.watch(runner._stopped_responding, pid=runner.pid,
-                                   on_stuck=runner._stuck))
+            runner._watchdog.watch(
+                runner._stopped_responding, pid=runner.pid, on_stuck=runner._stuck
+            )
+        )
         log.info("runner %d loaded %s in %.2fs", runner.pid, name, runner.load_duration / 1e9)
         return runner
 
@@ -194,16 +217,19 @@ class RunnerProcess:
         """Ask the engine to stop ``req_id``; its stream ends with ``Done(reason="cancel")``."""
         await self._traffic.cancel(req_id)
 
-    async def embed(self, inputs: list[str], truncate: bool = True
-                    ) -> tuple[Sequence[Sequence[float]], int]:
+    async def embed(
+        self, inputs: list[str], truncate: bool = True
+    ) -> tuple[Sequence[Sequence[float]], int]:
         return await self._traffic.embed(inputs, truncate)
 
-    async def rerank(self, query: str, documents: list[str], fmt: PairFormat,
-                     truncate: bool = True) -> tuple[list[float], int]:
+    async def rerank(
+        self, query: str, documents: list[str], fmt: PairFormat, truncate: bool = True
+    ) -> tuple[list[float], int]:
         return await self._traffic.rerank(query, documents, fmt, truncate)
 
-    async def tokenize(self, text: str, add_special: bool = True,
-                       parse_special: bool = True) -> list[int]:
+    async def tokenize(
+        self, text: str, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
         return await self._traffic.tokenize(text, add_special, parse_special)
 
     async def detokenize(self, tokens: list[int], special: bool = False) -> str:
@@ -222,9 +248,13 @@ class RunnerProcess:
         # misses a few beats now is stopped or frozen: kill it, don't wait it out.
         quick = None
         if self._pump_task is not None and self._proc.returncode is None:
-            quick = asyncio.ensure_future(self._watchdog.watch(
-                self._stopped_responding, pid=self.pid,
-                timeout=CLOSE_MISSED_BEATS * self._watchdog.interval))
+            quick = asyncio.ensure_future(
+                self._watchdog.watch(
+                    self._stopped_responding,
+                    pid=self.pid,
+                    timeout=CLOSE_MISSED_BEATS * self._watchdog.interval,
+                )
+            )
         if self._proc.returncode is None:
             with contextlib.suppress(Exception):
                 self._traffic.write_nowait({"type": "shutdown"})
@@ -282,10 +312,15 @@ class RunnerProcess:
         if self._proc.returncode is not None:
             return
         if self._death is None:
-            bound = ("while it was being unloaded" if self._closing else
-                     f"LOCALLLM_RUNNER_TIMEOUT is {self._watchdog.timeout:g}s")
-            self._death = (f"model runner stopped responding (no sign of life for "
-                           f"{silence:.1f}s; {bound}) and was killed")
+            bound = (
+                "while it was being unloaded"
+                if self._closing
+                else f"LOCALLLM_RUNNER_TIMEOUT is {self._watchdog.timeout:g}s"
+            )
+            self._death = (
+                f"model runner stopped responding (no sign of life for "
+                f"{silence:.1f}s; {bound}) and was killed"
+            )
             log.error("runner %d (%s): %s", self.pid, self._model_file(), self._death)
         self.kill()
 
@@ -294,9 +329,11 @@ class RunnerProcess:
         if self._proc.returncode is not None:
             return
         if self._death is None:
-            self._death = (f"model runner stuck: one engine step ran {busy:.0f}s, past "
-                           f"{self._watchdog.step_bound():.0f}s (8x its slowest step, and at "
-                           "least 10x LOCALLLM_RUNNER_TIMEOUT); it was killed")
+            self._death = (
+                f"model runner stuck: one engine step ran {busy:.0f}s, past "
+                f"{self._watchdog.step_bound():.0f}s (8x its slowest step, and at "
+                "least 10x LOCALLLM_RUNNER_TIMEOUT); it was killed"
+            )
             log.error("runner %d (%s): %s", self.pid, self._model_file(), self._death)
         self.kill()
 
@@ -315,9 +352,11 @@ class RunnerProcess:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._stderr_task), 1.0)
         # Connecting to each worker takes up to half a second: not on the event loop.
-        lost = (await asyncio.to_thread(lost_workers, self.options.rpc_workers)
-                if self._death is None and not self._closing and self.options.rpc_workers
-                else "")
+        lost = (
+            await asyncio.to_thread(lost_workers, self.options.rpc_workers)
+            if self._death is None and not self._closing and self.options.rpc_workers
+            else ""
+        )
         self._on_death(lost)
 
     def _on_death(self, lost: str = "") -> None:

@@ -111,13 +111,16 @@ def encode_parts(msg: Message, *, max_frame: int = MAX_FRAME) -> list[bytes]:
     body = json.dumps(small, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     if not parts:
         if len(body) > max_frame:
-            raise ProtocolError(f"{msg['type']} message of {len(body)} bytes exceeds the "
-                                f"{max_frame}-byte frame limit")
+            raise ProtocolError(
+                f"{msg['type']} message of {len(body)} bytes exceeds the "
+                f"{max_frame}-byte frame limit"
+            )
         return [_HEADER.pack(len(body)) + body]
     total = HEADER_SIZE + len(body) + sum(small[_SIZES])
     if total > max_frame:
-        raise ProtocolError(f"{msg['type']} message of {total} bytes exceeds the "
-                            f"{max_frame}-byte frame limit")
+        raise ProtocolError(
+            f"{msg['type']} message of {total} bytes exceeds the {max_frame}-byte frame limit"
+        )
     head = _HEADER.pack(total | _ATTACHED) + _HEADER.pack(len(body)) + body
     return [head, *(chunk for chunks in parts for chunk in chunks)]
 
@@ -142,7 +145,7 @@ def decode(body: bytes, attached: bool = False) -> Message:
             raise ProtocolError("truncated attachment header")
         (size,) = _HEADER.unpack(body[:HEADER_SIZE])
         view = memoryview(body)
-        text, rest = view[HEADER_SIZE:HEADER_SIZE + size], view[HEADER_SIZE + size:]
+        text, rest = view[HEADER_SIZE : HEADER_SIZE + size], view[HEADER_SIZE + size :]
     else:
         text = memoryview(body)
     try:
@@ -153,12 +156,15 @@ def decode(body: bytes, attached: bool = False) -> Message:
         raise ProtocolError("frame is not a JSON object")
     if attached:
         sizes = msg.pop(_SIZES, None)
-        if not isinstance(sizes, list) or not all(isinstance(n, int) and n >= 0
-                                                  for n in sizes) or sum(sizes) != len(rest):
+        if (
+            not isinstance(sizes, list)
+            or not all(isinstance(n, int) and n >= 0 for n in sizes)
+            or sum(sizes) != len(rest)
+        ):
             raise ProtocolError("frame attachments do not match their sizes")
         start = 0
         for n in sizes:
-            blobs.append(rest[start:start + n])
+            blobs.append(rest[start : start + n])
             start += n
         try:
             msg = attach.join(msg, blobs)
@@ -178,6 +184,7 @@ def validate(msg: Message) -> None:
 
 
 # -- blocking I/O (the child) -------------------------------------------------
+
 
 def _read_exact(stream: IO[bytes], n: int) -> bytes | None:
     chunks: list[bytes] = []
@@ -207,8 +214,10 @@ def read_frame(stream: IO[bytes], *, max_frame: int = MAX_FRAME) -> Message | No
 
 # -- asyncio I/O (the daemon) -------------------------------------------------
 
-async def read_frame_async(reader: asyncio.StreamReader, *,
-                           max_frame: int = MAX_FRAME) -> Message | None:
+
+async def read_frame_async(
+    reader: asyncio.StreamReader, *, max_frame: int = MAX_FRAME
+) -> Message | None:
     """Read one message; ``None`` on a clean EOF between frames."""
     import asyncio  # here: the runner child reads synchronously and never pays for it
 
@@ -228,8 +237,10 @@ async def read_frame_async(reader: asyncio.StreamReader, *,
 
 # -- message builders and parsers ----------------------------------------------
 
-def load_msg(model_paths: list[str], opts: LoadOptions,
-             heartbeat_s: float | None = None) -> Message:
+
+def load_msg(
+    model_paths: list[str], opts: LoadOptions, heartbeat_s: float | None = None
+) -> Message:
     msg: Message = {"type": "load", "model_paths": list(model_paths), "options": to_dict(opts)}
     if heartbeat_s is not None:
         msg["heartbeat_s"] = float(heartbeat_s)
@@ -295,21 +306,31 @@ def _images(value: Any) -> list[bytes]:
         raise ProtocolError("request images must be attached bytes")
     if len(value) > config.MAX_IMAGES or sum(len(v) for v in value) > config.MAX_IMAGES_BYTES:
         # A well-formed request (too many images) fails alone, not the stream.
-        raise InvalidRequest(f"too many images or image bytes in one request (at most "
-                             f"{config.MAX_IMAGES} images, {config.MAX_IMAGES_BYTES} bytes)")
+        raise InvalidRequest(
+            f"too many images or image bytes in one request (at most "
+            f"{config.MAX_IMAGES} images, {config.MAX_IMAGES_BYTES} bytes)"
+        )
     return list(value)
 
 
 def rerank_msg(query: str, documents: list[str], fmt: PairFormat, truncate: bool) -> Message:
-    return {"type": "rerank", "query": query, "documents": list(documents),
-            "format": to_dict(fmt), "truncate": bool(truncate)}
+    return {
+        "type": "rerank",
+        "query": query,
+        "documents": list(documents),
+        "format": to_dict(fmt),
+        "truncate": bool(truncate),
+    }
 
 
 def parse_rerank(msg: Message) -> tuple[str, list[str], PairFormat]:
     """A ``rerank`` message's query, documents and pair format, checked for type."""
     query, docs = msg["query"], msg["documents"]
-    if not isinstance(query, str) or not isinstance(docs, list) or not all(
-            isinstance(d, str) for d in docs):
+    if (
+        not isinstance(query, str)
+        or not isinstance(docs, list)
+        or not all(isinstance(d, str) for d in docs)
+    ):
         raise ProtocolError("rerank takes a query string and a list of document strings")
     fmt = _build(PairFormat, msg["format"])
     if not isinstance(fmt.template, str) or not isinstance(fmt.sep, int):

@@ -57,8 +57,9 @@ def is_host(device: str) -> bool:
     return name.startswith("CPU") or name.endswith("_HOST") or name == "BLAS"
 
 
-def resident_memory(logged: dict[str, dict[str, int]],
-                    growth: int | None) -> dict[str, dict[str, int]]:
+def resident_memory(
+    logged: dict[str, dict[str, int]], growth: int | None
+) -> dict[str, dict[str, int]]:
     """``logged`` with the host compute buffers counted at what is resident.
 
     ``growth`` is how much the runner's resident set grew since just before the
@@ -78,8 +79,9 @@ def resident_memory(logged: dict[str, dict[str, int]],
     return out
 
 
-def with_gpu_runtime(memory: dict[str, dict[str, int]],
-                     per_gpu: list[int] | None) -> dict[str, dict[str, int]]:
+def with_gpu_runtime(
+    memory: dict[str, dict[str, int]], per_gpu: list[int] | None
+) -> dict[str, dict[str, int]]:
     """``memory`` with what the CUDA runtime holds beyond llama.cpp's buffers.
 
     ``per_gpu``: the runner's bytes on each NVIDIA GPU as the driver counts them
@@ -107,8 +109,9 @@ def _cuda_devices(memory: dict[str, dict[str, int]]) -> list[str]:
     return [dev for dev in memory if dev.upper().startswith("CUDA") and not is_host(dev)]
 
 
-def held_now(logged: dict[str, dict[str, int]], rss_before: int | None,
-             pid: int | None) -> dict[str, dict[str, int]]:
+def held_now(
+    logged: dict[str, dict[str, int]], rss_before: int | None, pid: int | None
+) -> dict[str, dict[str, int]]:
     """``resident_memory`` with the growth of runner ``pid`` read now (``None``: gone),
     and on NVIDIA GPUs what the driver says the runner holds there."""
     now = rss_bytes(pid) if pid is not None and rss_before is not None else None

@@ -59,8 +59,7 @@ class Peer(Protocol):
 class Traffic:
     """The requests in flight to one child and the pipes they travel on."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, peer: Peer,
-                 watchdog: Watchdog) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, peer: Peer, watchdog: Watchdog) -> None:
         self._proc = proc
         self._peer = peer
         self._watchdog = watchdog
@@ -114,27 +113,36 @@ class Traffic:
         if wire is not None and self._peer.alive:
             await self.send({"type": "cancel", "id": wire})
 
-    async def embed(self, inputs: list[str], truncate: bool = True
-                    ) -> tuple[Sequence[Sequence[float]], int]:
-        reply = await self.call({"type": "embed", "inputs": list(inputs),
-                                 "truncate": truncate})
+    async def embed(
+        self, inputs: list[str], truncate: bool = True
+    ) -> tuple[Sequence[Sequence[float]], int]:
+        reply = await self.call({"type": "embed", "inputs": list(inputs), "truncate": truncate})
         vectors: Floats = reply["vectors"]  # float32 rows: Python floats made in a thread
         return await asyncio.to_thread(vectors.tuples), int(reply["n_tokens"])
 
-    async def rerank(self, query: str, documents: list[str], fmt: PairFormat,
-                     truncate: bool = True) -> tuple[list[float], int]:
+    async def rerank(
+        self, query: str, documents: list[str], fmt: PairFormat, truncate: bool = True
+    ) -> tuple[list[float], int]:
         reply = await self.call(P.rerank_msg(query, documents, fmt, truncate))
         return [float(s) for s in reply["scores"]], int(reply["n_tokens"])
 
-    async def tokenize(self, text: str, add_special: bool = True,
-                       parse_special: bool = True) -> list[int]:
-        reply = await self.call({"type": "tokenize", "text": text,
-                                 "add_special": add_special, "parse_special": parse_special})
+    async def tokenize(
+        self, text: str, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
+        reply = await self.call(
+            {
+                "type": "tokenize",
+                "text": text,
+                "add_special": add_special,
+                "parse_special": parse_special,
+            }
+        )
         return [int(t) for t in reply["tokens"]]
 
     async def detokenize(self, tokens: list[int], special: bool = False) -> str:
-        reply = await self.call({"type": "detokenize", "tokens": [int(t) for t in tokens],
-                                 "special": special})
+        reply = await self.call(
+            {"type": "detokenize", "tokens": [int(t) for t in tokens], "special": special}
+        )
         return str(reply["text"])
 
     async def ping(self) -> float:
@@ -224,8 +232,12 @@ class Traffic:
         kind = msg["type"]
         if kind in ("piece", "done", "failed"):
             event: Piece | Done | Failed = (
-                P.parse_piece(msg) if kind == "piece"
-                else P.parse_done(msg) if kind == "done" else P.parse_failed(msg))
+                P.parse_piece(msg)
+                if kind == "piece"
+                else P.parse_done(msg)
+                if kind == "done"
+                else P.parse_failed(msg)
+            )
             fut = self._calls.get(event.id)
             if isinstance(event, Failed) and fut is not None:
                 if not fut.done():
@@ -237,8 +249,9 @@ class Traffic:
         elif kind == "adapter":
             path, ns = str(msg["path"]), int(msg["load_ns"])
             self.adapter_loads[path] = ns
-            log.info("runner %d loaded adapter %s in %.1f ms", self._peer.pid, Path(path).name,
-                     ns / 1e6)
+            log.info(
+                "runner %d loaded adapter %s in %.1f ms", self._peer.pid, Path(path).name, ns / 1e6
+            )
         elif kind == "beat":
             pass  # a sign of life; ``read`` told the watchdog
         elif kind in _RESULTS:

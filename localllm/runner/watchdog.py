@@ -83,9 +83,14 @@ class Watchdog:
     def silent_for(self) -> float:
         return time.monotonic() - self.last
 
-    async def watch(self, on_silence: Callable[[float], None], *, pid: int,
-                    timeout: float | None = None,
-                    on_stuck: Callable[[float], None] | None = None) -> None:
+    async def watch(
+        self,
+        on_silence: Callable[[float], None],
+        *,
+        pid: int,
+        timeout: float | None = None,
+        on_stuck: Callable[[float], None] | None = None,
+    ) -> None:
         """Call ``on_silence(seconds)`` once the child is silent past ``timeout``, or
         ``on_stuck(seconds)`` once one step runs past ``step_bound()``; then return."""
         bound = self.timeout if timeout is None else timeout
@@ -107,7 +112,11 @@ class Watchdog:
                 on_silence(silence)
                 return
             if on_stuck is not None and self.enabled and self.busy_s > self.step_bound():
-                log.error("runner %d has been inside one engine step for %.0fs (its heartbeat "
-                          "runs, so a native call is stuck)", pid, self.busy_s)
+                log.error(
+                    "runner %d has been inside one engine step for %.0fs (its heartbeat "
+                    "runs, so a native call is stuck)",
+                    pid,
+                    self.busy_s,
+                )
                 on_stuck(self.busy_s)
                 return

@@ -48,6 +48,7 @@ log = logging.getLogger("localllm.runner.worker")
 # reader thread ends the process itself so a dead daemon never leaves a runner.
 EXIT_GRACE_S = 2.0
 
+
 class ParentGone(Exception):
     """stdout is closed: nobody is listening any more."""
 
@@ -124,8 +125,12 @@ class Worker:
             self._busy_since = None
 
     def start_heartbeat(self, interval: float) -> None:
-        threading.Thread(target=heartbeat, args=(self, interval, self._stop_beats),
-                         name="runner-heartbeat", daemon=True).start()
+        threading.Thread(
+            target=heartbeat,
+            args=(self, interval, self._stop_beats),
+            name="runner-heartbeat",
+            daemon=True,
+        ).start()
 
     def send(self, *msgs: P.Message) -> None:
         """Write frames with one flush: a step's events for all slots cost one syscall."""
@@ -176,9 +181,15 @@ class Worker:
             self.fail("", exc)
             return 1
         try:
-            self.send({"type": "loaded", "info": engine.info(),
-                       "memory": engine.memory_report(),
-                       "load_ns": time.monotonic_ns() - t0, "rss_before": rss_before})
+            self.send(
+                {
+                    "type": "loaded",
+                    "info": engine.info(),
+                    "memory": engine.memory_report(),
+                    "load_ns": time.monotonic_ns() - t0,
+                    "rss_before": rss_before,
+                }
+            )
             return self.serve(engine)
         finally:
             engine.close()
@@ -240,25 +251,44 @@ class Worker:
             elif kind == "cancel":
                 engine.cancel(req_id)
             elif kind == "embed":
-                vectors, n_tokens = engine.embed([str(s) for s in msg["inputs"]],
-                                                 truncate=bool(msg["truncate"]))
+                vectors, n_tokens = engine.embed(
+                    [str(s) for s in msg["inputs"]], truncate=bool(msg["truncate"])
+                )
                 # float32 rows as one attachment: no JSON floats to print and parse.
-                self.send({"type": "embeddings", "id": req_id, "n_tokens": int(n_tokens),
-                           "vectors": Floats.pack(vectors)})
+                self.send(
+                    {
+                        "type": "embeddings",
+                        "id": req_id,
+                        "n_tokens": int(n_tokens),
+                        "vectors": Floats.pack(vectors),
+                    }
+                )
             elif kind == "rerank":
                 query, docs, fmt = P.parse_rerank(msg)
                 scores, n_tokens = engine.rerank(query, docs, fmt, truncate=bool(msg["truncate"]))
-                self.send({"type": "scores", "id": req_id, "n_tokens": int(n_tokens),
-                           "scores": [float(s) for s in scores]})
+                self.send(
+                    {
+                        "type": "scores",
+                        "id": req_id,
+                        "n_tokens": int(n_tokens),
+                        "scores": [float(s) for s in scores],
+                    }
+                )
             elif kind == "tokenize":
-                tokens = engine.tokenize(msg["text"], add_special=bool(msg["add_special"]),
-                                         parse_special=bool(msg["parse_special"]))
+                tokens = engine.tokenize(
+                    msg["text"],
+                    add_special=bool(msg["add_special"]),
+                    parse_special=bool(msg["parse_special"]),
+                )
                 self.send({"type": "tokens", "id": req_id, "tokens": [int(t) for t in tokens]})
             elif kind == "detokenize":
                 ids = [int(t) for t in msg["tokens"]]
                 # "special" is optional: engines that never write control tokens lack it.
-                text = (engine.detokenize(ids, special=True) if msg.get("special")
-                        else engine.detokenize(ids))
+                text = (
+                    engine.detokenize(ids, special=True)
+                    if msg.get("special")
+                    else engine.detokenize(ids)
+                )
                 self.send({"type": "text", "id": req_id, "text": text})
             elif kind == "ping":
                 self.send({"type": "pong", "id": req_id})
@@ -273,12 +303,16 @@ class Worker:
 
 
 def run() -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format=f"runner[{os.getpid()}] %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format=f"runner[{os.getpid()}] %(levelname)s %(name)s: %(message)s",
+    )
     out = claim_stdout()
     inbox: queue.Queue[Any] = queue.Queue()
-    threading.Thread(target=read_stdin, args=(sys.stdin.buffer, inbox),
-                     name="runner-stdin", daemon=True).start()
+    threading.Thread(
+        target=read_stdin, args=(sys.stdin.buffer, inbox), name="runner-stdin", daemon=True
+    ).start()
     try:
         return Worker(out, inbox).run()
     except ParentGone as exc:

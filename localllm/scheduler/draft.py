@@ -47,16 +47,26 @@ class DraftCost:
         return replace(use, weights=use.weights + w, kv=use.kv + kv, graph=use.graph + g)
 
 
-def draft_cost(info: ModelInfo, n_ctx: int, n_parallel: int, n_batch: int, kv_type: str,
-               flash_attention: bool, *, on_gpu: bool, extras: Sequence[ExtraBuffer] = (),
-               use_mmap: bool = True) -> DraftCost:
+def draft_cost(
+    info: ModelInfo,
+    n_ctx: int,
+    n_parallel: int,
+    n_batch: int,
+    kv_type: str,
+    flash_attention: bool,
+    *,
+    on_gpu: bool,
+    extras: Sequence[ExtraBuffer] = (),
+    use_mmap: bool = True,
+) -> DraftCost:
     """The draft ``info``'s cost for ``n_parallel`` slots of ``n_ctx`` tokens; ``extras``:
     the CPU's extra buffer types the load can use (``repack.usable_extras``)."""
     kv = kv_layer_bytes(info, kv_cells(n_ctx, n_parallel), kv_type) * info.n_layers
     graph, _ = graph_bytes(info, n_ctx, n_parallel, n_batch, flash_attention, kv)
     body = sum(info.layer_bytes) + info.output_bytes + info.other_bytes
     if not on_gpu:
-        copies = repacked_bytes(info, extras, max(info.n_layers, len(info.layer_bytes)),
-                                use_mmap=use_mmap)
+        copies = repacked_bytes(
+            info, extras, max(info.n_layers, len(info.layer_bytes)), use_mmap=use_mmap
+        )
         return DraftCost(0, 0, 0, body + info.token_embd_bytes + copies, kv, graph)
     return DraftCost(body, kv, graph, info.token_embd_bytes, 0, host_graph_bytes(info, n_batch))

@@ -31,11 +31,31 @@ QUANTIZED_KV = frozenset(k for k, (_, n) in KV_BLOCKS.items() if n > 1)
 
 # Architectures whose graph matches the llama formula closely enough: decoder-only
 # transformers with grouped-query attention and a SwiGLU FFN.
-LLAMA_FAMILY = frozenset({
-    "llama", "llama4", "mistral", "mistral3", "qwen2", "qwen3", "granite", "olmo", "olmo2",
-    "internlm2", "stablelm", "starcoder2", "exaone", "smollm3", "deepseek", "phi3",
-    "gemma", "gemma2", "gemma3", "command-r", "cohere2",
-})
+LLAMA_FAMILY = frozenset(
+    {
+        "llama",
+        "llama4",
+        "mistral",
+        "mistral3",
+        "qwen2",
+        "qwen3",
+        "granite",
+        "olmo",
+        "olmo2",
+        "internlm2",
+        "stablelm",
+        "starcoder2",
+        "exaone",
+        "smollm3",
+        "deepseek",
+        "phi3",
+        "gemma",
+        "gemma2",
+        "gemma3",
+        "command-r",
+        "cohere2",
+    }
+)
 
 CTX_PAD = 256  # llama_context pads n_ctx to this many cells
 MIN_SLOT_CTX = 8  # the engine never gives a slot fewer cells (engine.Engine)
@@ -74,8 +94,9 @@ def kv_layer_bytes(info: ModelInfo, cells: int, kv_type: str = "f16") -> int:
     return cells * (row_k + row_v)
 
 
-def estimate_kv_bytes(info: ModelInfo, n_ctx: int, n_parallel: int = 1,
-                      kv_type: str = "f16", *, pad: bool = True) -> int:
+def estimate_kv_bytes(
+    info: ModelInfo, n_ctx: int, n_parallel: int = 1, kv_type: str = "f16", *, pad: bool = True
+) -> int:
     """Whole KV cache: ``cells · n_head_kv · (head_dim_k + head_dim_v) · bytes`` per layer.
 
     ``pad=False`` gives the textbook figure (exactly ``n_ctx · n_parallel`` cells).
@@ -84,8 +105,9 @@ def estimate_kv_bytes(info: ModelInfo, n_ctx: int, n_parallel: int = 1,
     return info.n_layers * kv_layer_bytes(info, cells, kv_type)
 
 
-def graph_bytes(info: ModelInfo, n_ctx: int, n_parallel: int, n_batch: int,
-                flash_attention: bool, kv_total: int) -> tuple[int, int]:
+def graph_bytes(
+    info: ModelInfo, n_ctx: int, n_parallel: int, n_batch: int, flash_attention: bool, kv_total: int
+) -> tuple[int, int]:
     """Compute-graph reserve ``(full_offload, partial_offload)`` in bytes.
 
     Without flash attention the KQ score matrix (``ctx × batch × heads`` f32)
@@ -105,7 +127,8 @@ def graph_bytes(info: ModelInfo, n_ctx: int, n_parallel: int, n_batch: int,
     full = max(4 * b * (1 + 4 * e + attn), 4 * b * (e + v))
     head_dim = info.head_dim_k or e // h
     partial = 4 * b * e + max(
-        4 * b * (1 + e + max(c, e)) + e * e * 9 // 16
+        4 * b * (1 + e + max(c, e))
+        + e * e * 9 // 16
         + (4 * c * (b * h + head_dim * hkv) if not flash_attention else 4 * c * head_dim * hkv),
         4 * b * (e + v) + e * v * 105 // 128,
     )

@@ -45,10 +45,16 @@ class Fit:
         return sum(self.memory.values())
 
     def to_json(self) -> dict[str, Any]:
-        return {"status": self.status, "summary": self.summary,
-                "layers_on_gpu": self.layers_on_gpu, "layers": self.layers,
-                "memory": dict(self.memory), "context": self.context,
-                "max_context": self.max_context, "reason": self.reason}
+        return {
+            "status": self.status,
+            "summary": self.summary,
+            "layers_on_gpu": self.layers_on_gpu,
+            "layers": self.layers,
+            "memory": dict(self.memory),
+            "context": self.context,
+            "max_context": self.max_context,
+            "reason": self.reason,
+        }
 
 
 def unknown(why: str) -> Fit:
@@ -72,18 +78,28 @@ def _verdict(p: LoadPlan) -> tuple[Status, str]:
     return "cpu", "CPU only"
 
 
-def assess(info: ModelInfo, devices: Sequence[Device], opts: PlanOptions, *,
-           find_max_context: bool = True) -> Fit:
+def assess(
+    info: ModelInfo, devices: Sequence[Device], opts: PlanOptions, *, find_max_context: bool = True
+) -> Fit:
     """The verdict for loading ``info`` on ``devices`` with ``opts`` (see the module doc)."""
     base = plan(info, devices, opts)
     status, summary = _verdict(base)
     top = _max_context(info, devices, opts, base) if base.fits and find_max_context else 0
-    return Fit(status, summary, base.n_gpu_layers, base.n_layers, _memory(base), base.n_ctx,
-               top, base.reason)
+    return Fit(
+        status,
+        summary,
+        base.n_gpu_layers,
+        base.n_layers,
+        _memory(base),
+        base.n_ctx,
+        top,
+        base.reason,
+    )
 
 
-def _max_context(info: ModelInfo, devices: Sequence[Device], opts: PlanOptions,
-                 base: LoadPlan) -> int:
+def _max_context(
+    info: ModelInfo, devices: Sequence[Device], opts: PlanOptions, base: LoadPlan
+) -> int:
     """The largest context (up to the training context; else a multiple of 256) at which
     the plan still fits with at least ``base``'s layers on GPUs: bisection on the planner,
     whose memory only grows with the context."""
@@ -129,10 +145,15 @@ def scaled(info: ModelInfo, file_size: int, data_bytes: int) -> ModelInfo:
     def s(n: int) -> int:
         return int(n * k)
 
-    return replace(info, layer_bytes=[s(b) for b in info.layer_bytes],
-                   expert_bytes=[s(b) for b in info.expert_bytes],
-                   output_bytes=s(info.output_bytes), token_embd_bytes=s(info.token_embd_bytes),
-                   other_bytes=s(info.other_bytes), file_size=file_size)
+    return replace(
+        info,
+        layer_bytes=[s(b) for b in info.layer_bytes],
+        expert_bytes=[s(b) for b in info.expert_bytes],
+        output_bytes=s(info.output_bytes),
+        token_embd_bytes=s(info.token_embd_bytes),
+        other_bytes=s(info.other_bytes),
+        file_size=file_size,
+    )
 
 
 def reclaimed(devices: Iterable[Device], loaded: Iterable[LoadPlan]) -> list[Device]:

@@ -32,8 +32,15 @@ class Fill:
         return self.weights + self.kv
 
 
-def _place(caps: Sequence[int], sizes: Sequence[int], kv_l: int, target: int, forced: bool,
-           out_bytes: int, reserve_out: bool) -> tuple[list[Fill], int]:
+def _place(
+    caps: Sequence[int],
+    sizes: Sequence[int],
+    kv_l: int,
+    target: int,
+    forced: bool,
+    out_bytes: int,
+    reserve_out: bool,
+) -> tuple[list[Fill], int]:
     """Fill from the top layer down; the first GPU takes the top layers.
 
     With ``reserve_out`` room for the output layer (placed last) is kept on the
@@ -68,8 +75,9 @@ def _place(caps: Sequence[int], sizes: Sequence[int], kv_l: int, target: int, fo
     return fills, placed
 
 
-def _fill(caps: Sequence[int], sizes: Sequence[int], kv_l: int, target: int, forced: bool,
-          out_bytes: int) -> tuple[list[Fill], int]:
+def _fill(
+    caps: Sequence[int], sizes: Sequence[int], kv_l: int, target: int, forced: bool, out_bytes: int
+) -> tuple[list[Fill], int]:
     # First keep room for the output layer next to the top layers; if not every
     # layer fits that way, fill without it (more layers beat the output).
     fills, placed = _place(caps, sizes, kv_l, target, forced, out_bytes, True)
@@ -78,8 +86,15 @@ def _fill(caps: Sequence[int], sizes: Sequence[int], kv_l: int, target: int, for
     return fills, placed
 
 
-def assign(caps: Sequence[int], sizes: Sequence[int], kv_l: int, target: int, forced: bool,
-           out_bytes: int, shrink: Sequence[bool]) -> tuple[list[Fill], int]:
+def assign(
+    caps: Sequence[int],
+    sizes: Sequence[int],
+    kv_l: int,
+    target: int,
+    forced: bool,
+    out_bytes: int,
+    shrink: Sequence[bool],
+) -> tuple[list[Fill], int]:
     """Place up to ``target`` layers (llama.cpp's count) on GPUs with ``caps`` bytes.
 
     ``sizes`` are each layer's weights on a GPU, ``kv_l`` its KV cache.  The
@@ -151,11 +166,14 @@ def shrinkable(gpus: Sequence[Device], spread: bool) -> list[bool]:
     return [spread or not has_remote or g.library == REMOTE for g in gpus]
 
 
-def gpu_layer_bytes(layer_bytes: Sequence[int], expert_bytes: Sequence[int],
-                    n_cpu_moe: int) -> list[int]:
+def gpu_layer_bytes(
+    layer_bytes: Sequence[int], expert_bytes: Sequence[int], n_cpu_moe: int
+) -> list[int]:
     """Each layer's weights on a GPU when the experts of the first ``n_cpu_moe`` stay in RAM."""
-    return [b - (expert_bytes[i] if i < n_cpu_moe and i < len(expert_bytes) else 0)
-            for i, b in enumerate(layer_bytes)]
+    return [
+        b - (expert_bytes[i] if i < n_cpu_moe and i < len(expert_bytes) else 0)
+        for i, b in enumerate(layer_bytes)
+    ]
 
 
 def smallest(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:

@@ -46,10 +46,14 @@ def make_plan_fn(hardware: Callable[[], Hardware] = refresh_memory) -> PlanFn:
         ready = {w.endpoint for w in hw.workers if w.ready}
         down = [w for w in hw.workers if w.state in ("down", "incompatible")]
         for w in down:
-            log.warning("RPC worker %s is not usable (%s): planning without it",
-                        w.endpoint, w.error)
-        devices = [d for d in library_devices(hw.devices)
-                   if (ep := endpoint_of(d.name)) is None or ep in ready]
+            log.warning(
+                "RPC worker %s is not usable (%s): planning without it", w.endpoint, w.error
+            )
+        devices = [
+            d
+            for d in library_devices(hw.devices)
+            if (ep := endpoint_of(d.name)) is None or ep in ready
+        ]
         loaded = [o.placement.plan for o in others if o.placement.plan is not None]
         extra: dict[str, Any] = {}
         if spec.projector:  # counted on the device the runner will load it on
@@ -58,15 +62,17 @@ def make_plan_fn(hardware: Callable[[], Hardware] = refresh_memory) -> PlanFn:
         if spec.draft:  # so is a draft model (scheduler/draft.py)
             extra["draft"] = spec.draft_info or read_model_info(spec.draft)
         assert spec.info is not None, "a spec to place carries its header (see Target)"
-        fits, plan = fits_alongside(spec.info, devices, PlanOptions.from_load(opts, **extra),
-                                    loaded)
+        fits, plan = fits_alongside(
+            spec.info, devices, PlanOptions.from_load(opts, **extra), loaded
+        )
         reason = plan.reason
         if down:
-            reason += "; without RPC worker " + ", ".join(f"{w.endpoint} ({w.error})"
-                                                         for w in down)
+            reason += "; without RPC worker " + ", ".join(f"{w.endpoint} ({w.error})" for w in down)
             if not plan.fits and not others:
-                raise ModelLoadError(f"{spec.name} does not fit on this machine alone "
-                                     f"({plan.reason}), and {reason.split('; without ')[-1]}")
+                raise ModelLoadError(
+                    f"{spec.name} does not fit on this machine alone "
+                    f"({plan.reason}), and {reason.split('; without ')[-1]}"
+                )
         load = plan.apply(opts)
         workers = sorted({ep for d in load.devices if (ep := endpoint_of(d)) is not None})
         return Placement(
@@ -88,5 +94,8 @@ def library_devices(devices: tuple[Device, ...]) -> list[Device]:
         return list(devices)
     keep = config.LLM_LIBRARY_DEVICES[library]
     # ggml's "accel" devices (BLAS, AMX) compute in host memory: part of the CPU's side.
-    return [d for d in devices if d.kind in ("cpu", "accel") or d.library in keep
-            or endpoint_of(d.name) is not None]
+    return [
+        d
+        for d in devices
+        if d.kind in ("cpu", "accel") or d.library in keep or endpoint_of(d.name) is not None
+    ]

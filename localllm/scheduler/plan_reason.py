@@ -22,21 +22,29 @@ def plan_reason(p: LoadPlan, gpus: Sequence[Device], opts: PlanOptions, avail: i
     if len(p.gpus) > 1:
         split = "split " + "/".join(str(n) for n in p.tensor_split) + " by free memory; "
     if not p.gpus:
-        why = ("num_gpu=0" if opts.num_gpu == 0 and gpus else
-               "no GPU the engine can use" if not gpus else
-               f"no GPU has room for a layer ({gpus[0].name}: {fmt_bytes(gpus[0].free)} free)")
+        why = (
+            "num_gpu=0"
+            if opts.num_gpu == 0 and gpus
+            else "no GPU the engine can use"
+            if not gpus
+            else f"no GPU has room for a layer ({gpus[0].name}: {fmt_bytes(gpus[0].free)} free)"
+        )
         text = f"CPU only: {why}"
         if p.fits and avail:
             text += f" ({fmt_bytes(p.ram)} of RAM)"
     elif p.fully_offloaded:
         free = sum(g.free for g in p.gpus)
-        text = (f"all {p.n_layers} layers on {names} "
-                f"({split}{fmt_bytes(p.vram)} of {fmt_bytes(free)} free)")
+        text = (
+            f"all {p.n_layers} layers on {names} "
+            f"({split}{fmt_bytes(p.vram)} of {fmt_bytes(free)} free)"
+        )
     else:
         weights = p.cpu.weights + sum(g.weights for g in p.gpus)
-        text = (f"{p.n_gpu_layers}/{p.n_layers} layers on {names}, rest on CPU: {split}"
-                f"KV cache for {p.n_ctx * p.n_parallel} tokens needs {fmt_bytes(p.kv_bytes)}, "
-                f"weights {fmt_bytes(weights)}, {fmt_bytes(sum(g.free for g in p.gpus))} free")
+        text = (
+            f"{p.n_gpu_layers}/{p.n_layers} layers on {names}, rest on CPU: {split}"
+            f"KV cache for {p.n_ctx * p.n_parallel} tokens needs {fmt_bytes(p.kv_bytes)}, "
+            f"weights {fmt_bytes(weights)}, {fmt_bytes(sum(g.free for g in p.gpus))} free"
+        )
     if p.n_cpu_moe:
         text = f"experts of {p.n_cpu_moe}/{p.n_layers - 1} layers in RAM (MoE), {text}"
     if p.remote_bytes:

@@ -46,13 +46,15 @@ class PlanOptions:
         from localllm import config
 
         # Both settings are parsed (lower-cased, validated) by config's one parser.
-        base = cls(num_parallel=max(config.NUM_PARALLEL.get(), 1),
-                   kv_type=config.KV_CACHE_TYPE.get(),
-                   flash_attention=config.FLASH_ATTENTION.get(),
-                   gpu_overhead=config.GPU_OVERHEAD.get(),
-                   default_ctx=config.CONTEXT_LENGTH.get(),
-                   spread=config.SCHED_SPREAD.get(),
-                   cpu_repack=config.CPU_REPACK.get())
+        base = cls(
+            num_parallel=max(config.NUM_PARALLEL.get(), 1),
+            kv_type=config.KV_CACHE_TYPE.get(),
+            flash_attention=config.FLASH_ATTENTION.get(),
+            gpu_overhead=config.GPU_OVERHEAD.get(),
+            default_ctx=config.CONTEXT_LENGTH.get(),
+            spread=config.SCHED_SPREAD.get(),
+            cpu_repack=config.CPU_REPACK.get(),
+        )
         return replace(base, **overrides)
 
     @classmethod
@@ -65,12 +67,17 @@ class PlanOptions:
         """
         from localllm.config import parse_flash_attention, parse_kv_type
 
-        return cls.from_config(num_ctx=load.n_ctx, num_parallel=max(load.n_parallel, 1),
-                               num_batch=load.n_ubatch, num_gpu=load.n_gpu_layers,
-                               kv_type=parse_kv_type(load.kv_type),
-                               flash_attention=parse_flash_attention(load.flash_attn),
-                               use_mmap=load.use_mmap, cpu_repack=load.cpu_repack,
-                               **overrides)
+        return cls.from_config(
+            num_ctx=load.n_ctx,
+            num_parallel=max(load.n_parallel, 1),
+            num_batch=load.n_ubatch,
+            num_gpu=load.n_gpu_layers,
+            kv_type=parse_kv_type(load.kv_type),
+            flash_attention=parse_flash_attention(load.flash_attn),
+            use_mmap=load.use_mmap,
+            cpu_repack=load.cpu_repack,
+            **overrides,
+        )
 
 
 @dataclass(frozen=True)
@@ -162,7 +169,14 @@ class LoadPlan:
         exactly the planned layers on each device.
         """
         kv = cast(Any, self.kv_type)  # always one of LoadOptions' KV types
-        return replace(load, n_ctx=self.n_ctx, n_gpu_layers=self.n_gpu_layers, kv_type=kv,
-                       devices=[g.name for g in self.gpus], split_mode=self.split_mode,
-                       tensor_split=[float(n) for n in self.tensor_split], main_gpu=0,
-                       n_cpu_moe=self.n_cpu_moe)
+        return replace(
+            load,
+            n_ctx=self.n_ctx,
+            n_gpu_layers=self.n_gpu_layers,
+            kv_type=kv,
+            devices=[g.name for g in self.gpus],
+            split_mode=self.split_mode,
+            tensor_split=[float(n) for n in self.tensor_split],
+            main_gpu=0,
+            n_cpu_moe=self.n_cpu_moe,
+        )

@@ -126,46 +126,90 @@ def _layout(r: _Request, gpus: Sequence[Device], ctx: int, n_cpu_moe: int = 0) -
     if any(g.library == "Metal" for g in gpus):
         g_partial = g_full
     reserve_graph = max(g_full, g_partial)
-    fixed_ram = (info.token_embd_bytes + info.other_bytes + host_graph_bytes(info, opts.num_batch)
-                 + sum(eb[:n_cpu_moe]))
+    fixed_ram = (
+        info.token_embd_bytes
+        + info.other_bytes
+        + host_graph_bytes(info, opts.num_batch)
+        + sum(eb[:n_cpu_moe])
+    )
     # A unified-memory GPU's memory is the same RAM the CPU side uses.
-    frees = [min(g.free, avail - fixed_ram) if g.unified_memory and avail > 0 else g.free
-             for g in gpus]
+    frees = [
+        min(g.free, avail - fixed_ram) if g.unified_memory and avail > 0 else g.free for g in gpus
+    ]
     target = n_rep + 1 if opts.num_gpu < 0 else min(opts.num_gpu, n_rep + 1)
-    caps = [f - opts.gpu_overhead - _reserve(g) - reserve_graph
-            for g, f in zip(gpus, frees, strict=True)]
+    caps = [
+        f - opts.gpu_overhead - _reserve(g) - reserve_graph
+        for g, f in zip(gpus, frees, strict=True)
+    ]
     proj = opts.projector_weights + opts.projector_compute
     if caps and proj:  # llama.cpp's first device (filled last) holds the projector
         caps[-1] -= proj
-    cost = partial(draft_cost, opts.draft, ctx, np_, opts.num_batch, r.kv_type, r.fa,
-                   use_mmap=opts.use_mmap) if opts.draft is not None else None
+    cost = (
+        partial(
+            draft_cost,
+            opts.draft,
+            ctx,
+            np_,
+            opts.num_batch,
+            r.kv_type,
+            r.fa,
+            use_mmap=opts.use_mmap,
+        )
+        if opts.draft is not None
+        else None
+    )
     if caps and cost is not None:  # and the draft model
         caps[-1] -= cost(on_gpu=True, extras=()).gpu_total
-    fills, placed = assign(caps, gpu_layer_bytes(lb, eb, n_cpu_moe), kv_l, target,
-                           opts.num_gpu >= 0, info.output_bytes, shrinkable(gpus, opts.spread))
+    fills, placed = assign(
+        caps,
+        gpu_layer_bytes(lb, eb, n_cpu_moe),
+        kv_l,
+        target,
+        opts.num_gpu >= 0,
+        info.output_bytes,
+        shrinkable(gpus, opts.spread),
+    )
     full = placed > n_rep
     gpu_uses = tuple(
-        DeviceUse(g.name, g.library, f.layers, f.weights, f.kv, g_full if full else g_partial,
-                  max(free, 0), g.unified_memory)
-        for g, f, free in reversed(list(zip(gpus, fills, frees, strict=True))) if f.layers
+        DeviceUse(
+            g.name,
+            g.library,
+            f.layers,
+            f.weights,
+            f.kv,
+            g_full if full else g_partial,
+            max(free, 0),
+            g.unified_memory,
+        )
+        for g, f, free in reversed(list(zip(gpus, fills, frees, strict=True)))
+        if f.layers
     )
     if gpu_uses and proj:
         first = gpu_uses[0]
-        gpu_uses = (replace(first, weights=first.weights + opts.projector_weights,
-                            graph=first.graph + opts.projector_compute), *gpu_uses[1:])
+        gpu_uses = (
+            replace(
+                first,
+                weights=first.weights + opts.projector_weights,
+                graph=first.graph + opts.projector_compute,
+            ),
+            *gpu_uses[1:],
+        )
     cpu_layers = n_rep - min(placed, n_rep)
     # The input embedding always stays in RAM (llama.cpp runs get_rows on the CPU),
     # and so do the experts of offloaded layers below n_cpu_moe.
-    cpu_weights = (info.token_embd_bytes + info.other_bytes + sum(lb[:cpu_layers])
-                   + sum(eb[cpu_layers:n_cpu_moe]))
+    cpu_weights = (
+        info.token_embd_bytes
+        + info.other_bytes
+        + sum(lb[:cpu_layers])
+        + sum(eb[cpu_layers:n_cpu_moe])
+    )
     if not full:
         cpu_weights += info.output_bytes
     # The CPU backend's repacked copies of what it keeps (AMX, CPU_REPACK...); a GPU with
     # a host buffer among the model's devices rules them out (scheduler/repack.py).
     on_gpus = [g for g, f in zip(gpus, fills, strict=True) if f.layers]
     cpu_extras = usable_extras(r.cpu, on_gpus or r.default_devices, opts.cpu_repack)
-    cpu_weights += repacked_bytes(info, cpu_extras, cpu_layers, n_cpu_moe, not full,
-                                  opts.use_mmap)
+    cpu_weights += repacked_bytes(info, cpu_extras, cpu_layers, n_cpu_moe, not full, opts.use_mmap)
     # With layers (or experts) on the CPU its compute buffer is sized for the whole
     # graph, as llama.cpp's scheduler reserves it; fully offloaded it only stages inputs.
     gpu_only = full and n_cpu_moe == 0
@@ -173,27 +217,56 @@ def _layout(r: _Request, gpus: Sequence[Device], ctx: int, n_cpu_moe: int = 0) -
     if not gpu_uses:  # no layer offloaded: the runner keeps the projector in RAM too
         cpu_weights += opts.projector_weights
         cpu_graph += opts.projector_compute
-    cpu = DeviceUse("CPU", "CPU", cpu_layers + (0 if full else 1), cpu_weights,
-                    kv_l * cpu_layers, cpu_graph, avail)
+    cpu = DeviceUse(
+        "CPU",
+        "CPU",
+        cpu_layers + (0 if full else 1),
+        cpu_weights,
+        kv_l * cpu_layers,
+        cpu_graph,
+        avail,
+    )
     if cost is not None:
         draft = cost(on_gpu=bool(gpu_uses), extras=cpu_extras)
         cpu = draft.onto(cpu)
         gpu_uses = (draft.onto(gpu_uses[0]), *gpu_uses[1:]) if gpu_uses else gpu_uses
-    notes = [f"estimate exceeds free memory on {g.name} by {fmt_bytes(f.used - c)}"
-             for g, f, c in zip(gpus, fills, caps, strict=True) if f.layers and f.used > c]
+    notes = [
+        f"estimate exceeds free memory on {g.name} by {fmt_bytes(f.used - c)}"
+        for g, f, c in zip(gpus, fills, caps, strict=True)
+        if f.layers and f.used > c
+    ]
     # Unified GPU memory is RAM: counted here once, with the CPU side.
     host = cpu.total + sum(u.total for u in gpu_uses if u.unified)
     ram_short = avail > 0 and host > avail
     if ram_short:
         notes.append(f"needs {fmt_bytes(host)} of RAM, {fmt_bytes(avail)} available")
-    return LoadPlan(placed, n_rep + 1, ctx, np_, opts.num_batch, r.kv_type, r.fa, gpu_uses, cpu,
-                    fits=not notes, reason="", notes=tuple(notes), n_cpu_moe=n_cpu_moe)
+    return LoadPlan(
+        placed,
+        n_rep + 1,
+        ctx,
+        np_,
+        opts.num_batch,
+        r.kv_type,
+        r.fa,
+        gpu_uses,
+        cpu,
+        fits=not notes,
+        reason="",
+        notes=tuple(notes),
+        n_cpu_moe=n_cpu_moe,
+    )
 
 
 def _rank(p: LoadPlan) -> tuple[bool, bool, int, int, int, int]:
     """Fits fully first; else the most layers; then fewer remote bytes, fewer GPUs, less VRAM."""
-    return (p.fits and p.fully_offloaded, p.fits, p.n_gpu_layers, -p.remote_bytes,
-            -len(p.gpus), -p.vram)
+    return (
+        p.fits and p.fully_offloaded,
+        p.fits,
+        p.n_gpu_layers,
+        -p.remote_bytes,
+        -len(p.gpus),
+        -p.vram,
+    )
 
 
 def _best(r: _Request, gpus: Sequence[Device], ctx: int) -> LoadPlan:
@@ -267,12 +340,12 @@ def subtract_loaded(devices: Sequence[Device], loaded: Iterable[LoadPlan]) -> li
             used[u.name] = used.get(u.name, 0) + u.total
         # A unified-memory GPU's bytes come out of system RAM as well.
         used[p.cpu.name] = used.get(p.cpu.name, 0) + p.host_bytes
-    return [replace(d, free=max(min(d.free, d.total - used.get(d.name, 0)), 0))
-            for d in devices]
+    return [replace(d, free=max(min(d.free, d.total - used.get(d.name, 0)), 0)) for d in devices]
 
 
-def fits_alongside(info: ModelInfo, devices: Sequence[Device], opts: PlanOptions,
-                   loaded: Iterable[LoadPlan]) -> tuple[bool, LoadPlan]:
+def fits_alongside(
+    info: ModelInfo, devices: Sequence[Device], opts: PlanOptions, loaded: Iterable[LoadPlan]
+) -> tuple[bool, LoadPlan]:
     """Would ``info`` load next to ``loaded`` without evicting?  And with what plan.
 
     Like Ollama, a model joins others only if it fits fully (every layer on

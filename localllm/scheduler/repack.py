@@ -40,12 +40,14 @@ def runner_default_devices(devices: Iterable[Device]) -> tuple[Device, ...]:
     device (engine/plugins.py ``local_offload_devices``), with no layers on them.
     ``devices`` are the planner's, which LOCALLLM_LLM_LIBRARY has already narrowed
     (scheduler/placement.py), as the runner narrows its own."""
-    return tuple(d for d in devices
-                 if d.kind in ("gpu", "igpu", "accel") and d.library != REMOTE_LIBRARY)
+    return tuple(
+        d for d in devices if d.kind in ("gpu", "igpu", "accel") and d.library != REMOTE_LIBRARY
+    )
 
 
-def usable_extras(cpu: Device | None, model_devices: Iterable[Device],
-                  mode: str = "auto") -> tuple[ExtraBuffer, ...]:
+def usable_extras(
+    cpu: Device | None, model_devices: Iterable[Device], mode: str = "auto"
+) -> tuple[ExtraBuffer, ...]:
     """The CPU's extra buffer types a load can use: none when one of the model's devices
     has a host buffer, which comes first in llama.cpp's CPU list and takes every matrix
     (under mmap it then stays in the mapped file: no copy at all); under
@@ -65,13 +67,22 @@ def describe(mode: str, cpu: Device | None) -> str:
     if not extras:
         return f"{mode}: this CPU backend has no extra buffer types"
     if mode == "off":
-        return "off: weights stay as the file has them (" + ", ".join(
-            b.name for b in extras) + " unused)"
+        return (
+            "off: weights stay as the file has them ("
+            + ", ".join(b.name for b in extras)
+            + " unused)"
+        )
     used = usable_extras(cpu, (), mode)
-    parts = [(", ".join(b.name for b in used) or "none") + " used"
-             + (" (not tested)" if mode == "on" else "")]
-    parts += [f"{b.name} left out ({b.fault or 'works, but only all types can be left out here'})"
-              for b in extras if b not in used]
+    parts = [
+        (", ".join(b.name for b in used) or "none")
+        + " used"
+        + (" (not tested)" if mode == "on" else "")
+    ]
+    parts += [
+        f"{b.name} left out ({b.fault or 'works, but only all types can be left out here'})"
+        for b in extras
+        if b not in used
+    ]
     return f"{mode}: " + "; ".join(parts)
 
 
@@ -85,9 +96,14 @@ def rule_for(extras: Sequence[ExtraBuffer], m: Matrix) -> BufferRule | None:
     return None
 
 
-def repacked_bytes(info: ModelInfo, extras: Sequence[ExtraBuffer], cpu_layers: int,
-                   n_cpu_moe: int = 0, output_on_cpu: bool = True,
-                   use_mmap: bool = True) -> int:
+def repacked_bytes(
+    info: ModelInfo,
+    extras: Sequence[ExtraBuffer],
+    cpu_layers: int,
+    n_cpu_moe: int = 0,
+    output_on_cpu: bool = True,
+    use_mmap: bool = True,
+) -> int:
     """Bytes the repacked copies add to RAM beyond the weights' file bytes.
 
     ``cpu_layers`` are the lowest layers, on the CPU; the experts of the layers

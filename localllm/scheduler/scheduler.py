@@ -199,8 +199,12 @@ class Scheduler:
         # Another projector or draft model means a reload.
         opts = replace(opts, projector=spec.projector, draft=spec.draft)
         model = self._loaded.get(spec.key)
-        if (model is not None and model.runner.alive and not model.stopping
-                and load_key(model.requested) == load_key(opts)):
+        if (
+            model is not None
+            and model.runner.alive
+            and not model.stopping
+            and load_key(model.requested) == load_key(opts)
+        ):
             # Fast path: a loaded model never waits behind another model's load.
             self._claim(model)
             return model
@@ -233,8 +237,9 @@ class Scheduler:
                     continue
                 return await self._load(spec, opts, placement)
 
-    def _place(self, spec: ModelSpec, opts: LoadOptions,
-               others: list[Loaded]) -> tuple[Placement, int]:
+    def _place(
+        self, spec: ModelSpec, opts: LoadOptions, others: list[Loaded]
+    ) -> tuple[Placement, int]:
         """The placement, and the model limit when it matters (runs in a thread)."""
         placement = self._plan(spec, opts, others)
         if others and callable(self._max_loaded):

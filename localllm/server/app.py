@@ -63,8 +63,9 @@ def error_response(request: Request, status: int, message: str) -> JSONResponse:
     if is_anthropic_path(request.url.path):
         status, doc = anthropic_error(status, message)
         return JSONResponse(doc, status_code=status)
-    body: dict[str, Any] = (error_body(status, message) if is_openai_path(request.url.path)
-                            else {"error": message})
+    body: dict[str, Any] = (
+        error_body(status, message) if is_openai_path(request.url.path) else {"error": message}
+    )
     return JSONResponse(body, status_code=status)
 
 
@@ -107,8 +108,13 @@ async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     # The detail (paths, file names) goes to the log under the request id; the
     # client gets the id (see middleware.internal_error).
     rid = request.scope.get(SCOPE_REQUEST_ID)
-    log.error("%s %s crashed", request.method, request.url.path, exc_info=exc,
-              extra={"request_id": rid} if rid else None)
+    log.error(
+        "%s %s crashed",
+        request.method,
+        request.url.path,
+        exc_info=exc,
+        extra={"request_id": rid} if rid else None,
+    )
     return error_response(request, 500, internal_error(rid))
 
 
@@ -135,8 +141,9 @@ def default_scheduler() -> Scheduler:
     # when a second model would load (the planner has probed by then), so the
     # daemon starts without waiting for a probe.
     max_loaded: int | Callable[[], int] = config.MAX_LOADED_MODELS.get() or _auto_max_loaded
-    return Scheduler(RunnerProcess.start, make_plan_fn(), max_loaded=max_loaded,
-                     max_queue=config.MAX_QUEUE.get())
+    return Scheduler(
+        RunnerProcess.start, make_plan_fn(), max_loaded=max_loaded, max_queue=config.MAX_QUEUE.get()
+    )
 
 
 def _auto_max_loaded() -> int:
@@ -167,8 +174,12 @@ def create_app(
     is on — it is whenever the daemon listens on loopback only.
     """
     app = FastAPI(
-        title="localllm", version=__version__, lifespan=_lifespan,
-        docs_url=None, redoc_url=None, openapi_url="/openapi.json",
+        title="localllm",
+        version=__version__,
+        lifespan=_lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/openapi.json",
     )
     app.openapi = openapi_builder(app)  # type: ignore[method-assign]
     store = store if store is not None else Store()

@@ -56,8 +56,9 @@ def _cpu_threads(request: Request) -> anyio.CapacityLimiter:
 
 async def offload(request: Request, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)`` in one of the app's worker threads, off the event loop."""
-    return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs),
-                                          limiter=_cpu_threads(request))
+    return await anyio.to_thread.run_sync(
+        functools.partial(fn, *args, **kwargs), limiter=_cpu_threads(request)
+    )
 
 
 def describe_validation(exc: ValidationError) -> str:

@@ -73,8 +73,7 @@ async def until_disconnect(request: Request | None, work: Awaitable[T]) -> T:
     return task.result()
 
 
-async def guarded(events: AsyncIterator[T], request: Request | None
-                  ) -> AsyncGenerator[T, None]:
+async def guarded(events: AsyncIterator[T], request: Request | None) -> AsyncGenerator[T, None]:
     """Iterate ``events`` in a task of its own and yield what it yields.
 
     The client disconnecting cancels that task and raises ``ClientGone`` here,

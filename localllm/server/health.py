@@ -103,8 +103,10 @@ def _disk_problem(root: Any) -> str | None:
         return f"cannot tell free disk space of the model store: {exc.strerror or exc}"
     if free >= minimum:
         return None
-    return (f"low disk space: {format_bytes(free)} ({free} bytes) free on {where}, "
-            f"below LOCALLLM_MIN_FREE_DISK ({format_bytes(minimum)})")
+    return (
+        f"low disk space: {format_bytes(free)} ({free} bytes) free on {where}, "
+        f"below LOCALLLM_MIN_FREE_DISK ({format_bytes(minimum)})"
+    )
 
 
 def _store_problem(root: Any) -> str | None:

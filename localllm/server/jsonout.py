@@ -55,11 +55,12 @@ def _emit(value: Any, out: list[bytes]) -> None:
     elif isinstance(value, (list, tuple)):
         out.append(b"[")
         for start in range(0, len(value), LEAVES):
-            part = value[start:start + LEAVES]
+            part = value[start : start + LEAVES]
             if start:
                 out.append(b",")
-            if any(isinstance(v, _CONTAINERS) or (isinstance(v, str) and len(v) > SLICE)
-                   for v in part):
+            if any(
+                isinstance(v, _CONTAINERS) or (isinstance(v, str) and len(v) > SLICE) for v in part
+            ):
                 for i, item in enumerate(part):
                     if i:
                         out.append(b",")
@@ -71,7 +72,7 @@ def _emit(value: Any, out: list[bytes]) -> None:
         # Escaping is per character, so a long string can be escaped a slice at a time.
         out.append(b'"')
         for start in range(0, len(value), SLICE):
-            out.append(_ENC.encode(value[start:start + SLICE])[1:-1].encode("utf-8"))
+            out.append(_ENC.encode(value[start : start + SLICE])[1:-1].encode("utf-8"))
         out.append(b'"')
     else:
         out.append(_ENC.encode(value).encode("utf-8"))
@@ -117,16 +118,21 @@ async def json_response(request: Request, content: Any, status_code: int = 200) 
         for chunk in chunks:
             yield chunk
 
-    return StreamingResponse(body(), status_code=status_code, media_type="application/json",
-                             headers={"Content-Length": str(sum(len(c) for c in chunks))})
+    return StreamingResponse(
+        body(),
+        status_code=status_code,
+        media_type="application/json",
+        headers={"Content-Length": str(sum(len(c) for c in chunks))},
+    )
 
 
 def _same(result: Any) -> Any:
     return result
 
 
-async def json_result(request: Request, work: Awaitable[T],
-                      shape: Callable[[T], Any] = _same) -> Response:
+async def json_result(
+    request: Request, work: Awaitable[T], shape: Callable[[T], Any] = _same
+) -> Response:
     """``shape(work's result)`` as JSON; the client leaving first cancels ``work`` (a 499)."""
     try:
         result = await until_disconnect(request, work)

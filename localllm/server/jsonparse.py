@@ -51,15 +51,19 @@ _NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 # so a failed match never backtracks.
 _RUN = re.compile(rb'(?:[^"\\\x00-\x1f]++|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*+')
 _ESCAPE = re.compile(rb'\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})')
-_LITERALS = ((b"true", True), (b"false", False), (b"null", None),
-             (b"NaN", float("nan")), (b"Infinity", float("inf")),
-             (b"-Infinity", float("-inf")))
+_LITERALS = (
+    (b"true", True),
+    (b"false", False),
+    (b"null", None),
+    (b"NaN", float("nan")),
+    (b"Infinity", float("inf")),
+    (b"-Infinity", float("-inf")),
+)
 _NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
 
 
 def deep_error() -> InvalidRequest:
-    return InvalidRequest(
-        f"invalid JSON in request body: nested deeper than {MAX_DEPTH} levels")
+    return InvalidRequest(f"invalid JSON in request body: nested deeper than {MAX_DEPTH} levels")
 
 
 def loads(raw: bytes) -> Any:
@@ -119,8 +123,7 @@ class _Parser:
     def count(self) -> None:
         self.values += 1
         if self.values > MAX_VALUES:
-            raise InvalidRequest(
-                f"invalid JSON in request body: more than {MAX_VALUES} values")
+            raise InvalidRequest(f"invalid JSON in request body: more than {MAX_VALUES} values")
 
     def parse(self) -> Any:
         raw, n = self.raw, self.n
@@ -137,8 +140,10 @@ class _Parser:
                     raise deep_error()
                 self.containers += 1
                 if self.containers > MAX_CONTAINERS:
-                    raise InvalidRequest("invalid JSON in request body: more than "
-                                         f"{MAX_CONTAINERS} objects and arrays")
+                    raise InvalidRequest(
+                        "invalid JSON in request body: more than "
+                        f"{MAX_CONTAINERS} objects and arrays"
+                    )
                 container: dict[str, Any] | list[Any] = {} if c == 0x7B else []
                 pos = self.ws(pos + 1)
                 if pos < n and raw[pos] == c + 2:  # } or ]: empty

@@ -90,7 +90,8 @@ def setup_logging() -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(RequestIdFilter())
     formatter: logging.Formatter = (
-        JsonFormatter() if config.LOG_FORMAT.get() == "json" else TextFormatter())
+        JsonFormatter() if config.LOG_FORMAT.get() == "json" else TextFormatter()
+    )
     handler.setFormatter(formatter)
     root = logging.getLogger()
     for old in list(root.handlers):

@@ -88,8 +88,10 @@ class LoopLagCollector(Collector):
         yield GaugeMetricFamily(
             "localllm_event_loop_lag_max_seconds",
             f"Largest delay of the daemon's event loop over the last {WINDOW:.0f} s.",
-            value=worst)
+            value=worst,
+        )
         yield GaugeMetricFamily(
             "localllm_event_loop_lag_p99_seconds",
             f"99th percentile delay of the daemon's event loop over the last {WINDOW:.0f} s.",
-            value=p99)
+            value=p99,
+        )

@@ -46,37 +46,63 @@ class Metrics:
         self.registry = CollectorRegistry()
         reg = self.registry
         self.requests = Counter(
-            "localllm_http_requests", "HTTP requests answered, by endpoint and status.",
-            ["method", "endpoint", "status"], registry=reg)
+            "localllm_http_requests",
+            "HTTP requests answered, by endpoint and status.",
+            ["method", "endpoint", "status"],
+            registry=reg,
+        )
         self.request_seconds = Histogram(
             "localllm_http_request_duration_seconds",
             "Time from request to the end of the response (streams included).",
-            ["endpoint"], buckets=_LATENCY_BUCKETS, registry=reg)
+            ["endpoint"],
+            buckets=_LATENCY_BUCKETS,
+            registry=reg,
+        )
         self.in_flight = Gauge(
-            "localllm_http_requests_in_flight", "Requests being handled now.", registry=reg)
+            "localllm_http_requests_in_flight", "Requests being handled now.", registry=reg
+        )
         self.prompt_tokens = Counter(
-            "localllm_prompt_tokens", "Prompt tokens of finished generations (cached included).",
-            ["model"], registry=reg)
+            "localllm_prompt_tokens",
+            "Prompt tokens of finished generations (cached included).",
+            ["model"],
+            registry=reg,
+        )
         self.generated_tokens = Counter(
-            "localllm_generated_tokens", "Tokens generated.", ["model"], registry=reg)
+            "localllm_generated_tokens", "Tokens generated.", ["model"], registry=reg
+        )
         self.draft_tokens = Counter(
-            "localllm_draft_tokens", "Tokens drafted by speculative decoding.", ["model"],
-            registry=reg)
+            "localllm_draft_tokens",
+            "Tokens drafted by speculative decoding.",
+            ["model"],
+            registry=reg,
+        )
         self.draft_accepted = Counter(
             "localllm_draft_accepted_tokens",
-            "Drafted tokens the model agreed with (each saved a decode step).", ["model"],
-            registry=reg)
+            "Drafted tokens the model agreed with (each saved a decode step).",
+            ["model"],
+            registry=reg,
+        )
         self.ttft = Histogram(
             "localllm_time_to_first_token_seconds",
             "From a generation entering the queue to its first piece of text.",
-            ["model"], buckets=_LATENCY_BUCKETS, registry=reg)
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=reg,
+        )
         self.inter_token = Histogram(
-            "localllm_inter_token_latency_seconds", "Time between consecutive pieces of text.",
-            ["model"], buckets=_TOKEN_BUCKETS, registry=reg)
+            "localllm_inter_token_latency_seconds",
+            "Time between consecutive pieces of text.",
+            ["model"],
+            buckets=_TOKEN_BUCKETS,
+            registry=reg,
+        )
         self.generation_seconds = Histogram(
             "localllm_generation_duration_seconds",
             "From a generation entering the queue to its end (queue and load included).",
-            ["model"], buckets=_LATENCY_BUCKETS, registry=reg)
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=reg,
+        )
         if scheduler is not None:
             reg.register(SchedulerCollector(scheduler))
         if loop_lag is not None:
@@ -124,19 +150,26 @@ class SchedulerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         sched = self.scheduler
-        yield GaugeMetricFamily("localllm_queue_depth",
-                                "Requests waiting for a model or a free slot.",
-                                value=sched.pending)
-        yield GaugeMetricFamily("localllm_queue_capacity",
-                                "Pending requests allowed before the daemon answers 503.",
-                                value=sched.max_queue)
+        yield GaugeMetricFamily(
+            "localllm_queue_depth",
+            "Requests waiting for a model or a free slot.",
+            value=sched.pending,
+        )
+        yield GaugeMetricFamily(
+            "localllm_queue_capacity",
+            "Pending requests allowed before the daemon answers 503.",
+            value=sched.max_queue,
+        )
         loaded = sched.loaded()
         yield GaugeMetricFamily("localllm_loaded_models", "Models loaded now.", value=len(loaded))
-        memory = GaugeMetricFamily("localllm_model_memory_bytes",
-                                   "Memory a loaded model holds, by device.",
-                                   labels=["model", "device"])
-        active = GaugeMetricFamily("localllm_model_active_requests",
-                                   "Requests holding a loaded model.", labels=["model"])
+        memory = GaugeMetricFamily(
+            "localllm_model_memory_bytes",
+            "Memory a loaded model holds, by device.",
+            labels=["model", "device"],
+        )
+        active = GaugeMetricFamily(
+            "localllm_model_active_requests", "Requests holding a loaded model.", labels=["model"]
+        )
         for model in loaded:
             name = model.spec.name
             for device, size in _memory_by_device(model).items():

@@ -56,8 +56,9 @@ SCOPE_REQUEST_ID = "localllm.request_id"
 
 def internal_error(rid: str | None = None) -> str:
     """What a client is told about an unexpected failure: nothing but where to look."""
-    return (f"internal error (request id {rid or request_id.get()}); "
-            "the daemon's log has the details")
+    return (
+        f"internal error (request id {rid or request_id.get()}); the daemon's log has the details"
+    )
 
 
 class BodyTooLarge(LocalLLMError):
@@ -65,8 +66,16 @@ class BodyTooLarge(LocalLLMError):
 
 
 class RequestMiddleware:
-    def __init__(self, app: ASGIApp, *, lifecycle: Lifecycle, metrics: Metrics,
-                 max_body: int, max_blob: int, debug: bool = False) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        lifecycle: Lifecycle,
+        metrics: Metrics,
+        max_body: int,
+        max_blob: int,
+        debug: bool = False,
+    ) -> None:
         self.app = app
         self.lifecycle = lifecycle
         self.metrics = metrics
@@ -112,8 +121,9 @@ class RequestMiddleware:
                 return
             keep = self.debug and not path.startswith(_BLOB_PREFIX)
             try:
-                await self.app(scope, _capped(receive, limit, body_seen if keep else None),
-                               send_tagged)
+                await self.app(
+                    scope, _capped(receive, limit, body_seen if keep else None), send_tagged
+                )
             except Exception:
                 if done[0]:
                     log.exception("%s %s failed after answering", scope["method"], path)
@@ -141,14 +151,20 @@ class RequestMiddleware:
         if not access_log.isEnabledFor(level):
             return
         client = scope.get("client") or ("-", 0)
-        extra: dict[str, Any] = {"request_id": request_id.get(),
-                                 "method": scope["method"], "path": path, "status": status,
-                                 "duration_ms": round(seconds * 1000, 1), "client": client[0]}
+        extra: dict[str, Any] = {
+            "request_id": request_id.get(),
+            "method": scope["method"],
+            "path": path,
+            "status": status,
+            "duration_ms": round(seconds * 1000, 1),
+            "client": client[0],
+        }
         if body:
             # Only with LOCALLLM_DEBUG: this is where prompts would appear.
             extra["body"] = body[:_DEBUG_BODY_BYTES].decode("utf-8", "replace")
-        access_log.log(level, "%s %s %d %.1fms", scope["method"], path, status,
-                       seconds * 1000, extra=extra)
+        access_log.log(
+            level, "%s %s %d %.1fms", scope["method"], path, status, seconds * 1000, extra=extra
+        )
 
 
 def _capped(receive: Receive, limit: int, keep: bytearray | None) -> Receive:
@@ -199,8 +215,7 @@ async def _refuse(send: Send, path: str, status: int, message: str, *, close: bo
     else:
         doc = {"error": message}
     body = json.dumps(doc).encode()
-    headers = [(b"content-type", b"application/json"),
-               (b"content-length", str(len(body)).encode())]
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if close:
         # The client may still be sending a body we will not read.
         headers.append((b"connection", b"close"))

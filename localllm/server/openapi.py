@@ -31,15 +31,25 @@ _MODELS: dict[tuple[str, str], str] = {
     ("/api/delete", "delete"): "localllm.api.schemas:DeleteRequest",
     ("/api/copy", "post"): "localllm.api.schemas:CopyRequest",
     ("/api/create", "post"): "localllm.server.routes_create:CreateRequest",
-    **{(path, "post"): "localllm.compat.rerank:RerankBody"
-       for path in ("/api/rerank", "/v1/rerank", "/v2/rerank", "/rerank", "/reranking",
-                    "/v1/reranking")},
+    **{
+        (path, "post"): "localllm.compat.rerank:RerankBody"
+        for path in (
+            "/api/rerank",
+            "/v1/rerank",
+            "/v2/rerank",
+            "/rerank",
+            "/reranking",
+            "/v1/reranking",
+        )
+    },
 }
 
 _MESSAGE = {
     "type": "object",
-    "properties": {"role": {"type": "string", "enum": ["system", "user", "assistant", "tool"]},
-                   "content": {"type": "string"}},
+    "properties": {
+        "role": {"type": "string", "enum": ["system", "user", "assistant", "tool"]},
+        "content": {"type": "string"},
+    },
     "required": ["role", "content"],
 }
 _SAMPLING = {
@@ -53,45 +63,66 @@ _SAMPLING = {
 }
 _OPENAI: dict[tuple[str, str], dict[str, Any]] = {
     ("/v1/chat/completions", "post"): {
-        "type": "object", "required": ["model", "messages"],
+        "type": "object",
+        "required": ["model", "messages"],
         "properties": {**_SAMPLING, "messages": {"type": "array", "items": _MESSAGE}},
     },
     ("/v1/completions", "post"): {
-        "type": "object", "required": ["model", "prompt"],
+        "type": "object",
+        "required": ["model", "prompt"],
         "properties": {**_SAMPLING, "prompt": {"type": "string"}, "suffix": {"type": "string"}},
     },
     ("/v1/responses", "post"): {
-        "type": "object", "required": ["model", "input"],
+        "type": "object",
+        "required": ["model", "input"],
         "properties": {
-            "model": {"type": "string"}, "stream": {"type": "boolean"},
-            "instructions": {"type": "string"}, "max_output_tokens": {"type": "integer"},
-            "temperature": {"type": "number"}, "top_p": {"type": "number"},
+            "model": {"type": "string"},
+            "stream": {"type": "boolean"},
+            "instructions": {"type": "string"},
+            "max_output_tokens": {"type": "integer"},
+            "temperature": {"type": "number"},
+            "top_p": {"type": "number"},
             "input": {"oneOf": [{"type": "string"}, {"type": "array", "items": _MESSAGE}]},
-            "reasoning": {"type": "object", "properties": {
-                "effort": {"type": "string", "enum": ["low", "medium", "high"]}}},
+            "reasoning": {
+                "type": "object",
+                "properties": {"effort": {"type": "string", "enum": ["low", "medium", "high"]}},
+            },
         },
     },
     ("/v1/messages", "post"): {
-        "type": "object", "required": ["model", "max_tokens", "messages"],
+        "type": "object",
+        "required": ["model", "max_tokens", "messages"],
         "properties": {
-            "model": {"type": "string"}, "stream": {"type": "boolean"},
-            "max_tokens": {"type": "integer"}, "system": {"type": "string"},
-            "temperature": {"type": "number"}, "top_p": {"type": "number"},
+            "model": {"type": "string"},
+            "stream": {"type": "boolean"},
+            "max_tokens": {"type": "integer"},
+            "system": {"type": "string"},
+            "temperature": {"type": "number"},
+            "top_p": {"type": "number"},
             "top_k": {"type": "integer"},
             "stop_sequences": {"type": "array", "items": {"type": "string"}},
             "messages": {"type": "array", "items": _MESSAGE},
         },
     },
     ("/v1/messages/count_tokens", "post"): {
-        "type": "object", "required": ["model", "messages"],
-        "properties": {"model": {"type": "string"}, "system": {"type": "string"},
-                       "messages": {"type": "array", "items": _MESSAGE}},
+        "type": "object",
+        "required": ["model", "messages"],
+        "properties": {
+            "model": {"type": "string"},
+            "system": {"type": "string"},
+            "messages": {"type": "array", "items": _MESSAGE},
+        },
     },
     ("/v1/embeddings", "post"): {
-        "type": "object", "required": ["model", "input"],
-        "properties": {"model": {"type": "string"}, "dimensions": {"type": "integer"},
-                       "input": {"oneOf": [{"type": "string"},
-                                           {"type": "array", "items": {"type": "string"}}]}},
+        "type": "object",
+        "required": ["model", "input"],
+        "properties": {
+            "model": {"type": "string"},
+            "dimensions": {"type": "integer"},
+            "input": {
+                "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]
+            },
+        },
     },
 }
 
@@ -105,8 +136,12 @@ def openapi_builder(app: FastAPI) -> Callable[[], dict[str, Any]]:
                 # GET+HEAD routes share one function, so FastAPI's ids collide; they
                 # are replaced below by ids made of method and path.
                 warnings.simplefilter("ignore", UserWarning)
-                doc = get_openapi(title=app.title, version=app.version, routes=app.routes,
-                                  description="Ollama- and OpenAI-compatible local LLM daemon.")
+                doc = get_openapi(
+                    title=app.title,
+                    version=app.version,
+                    routes=app.routes,
+                    description="Ollama- and OpenAI-compatible local LLM daemon.",
+                )
             add_bodies(doc)
             for path, ops in doc.get("paths", {}).items():
                 for method, op in ops.items():
@@ -124,12 +159,10 @@ def add_bodies(doc: dict[str, Any]) -> None:
         model = _load(ref)
         if op is None or model is None:
             continue
-        schema = model.model_json_schema(by_alias=True,
-                                         ref_template="#/components/schemas/{model}")
+        schema = model.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
         components.update(schema.pop("$defs", {}))
         components[model.__name__] = schema
-        _set_body(op, "application/json",
-                  {"$ref": f"#/components/schemas/{model.__name__}"})
+        _set_body(op, "application/json", {"$ref": f"#/components/schemas/{model.__name__}"})
     for (path, method), schema in _OPENAI.items():
         op = doc.get("paths", {}).get(path, {}).get(method)
         if op is not None:

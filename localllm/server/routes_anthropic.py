@@ -38,15 +38,17 @@ router = APIRouter()
 Body = RootModel[Any]
 
 
-async def _plan(request: Request, *, count_only: bool = False
-                ) -> tuple[Plan[ChatChunk], MessagesConversion]:
+async def _plan(
+    request: Request, *, count_only: bool = False
+) -> tuple[Plan[ChatChunk], MessagesConversion]:
     """The chat plan of this request's body, and its conversion."""
     body = (await parse_json(request, Body)).root
     return await offload(request, _build, inference_service(request), body, count_only)
 
 
-def _build(svc: InferenceService, body: Any, count_only: bool
-           ) -> tuple[Plan[ChatChunk], MessagesConversion]:
+def _build(
+    svc: InferenceService, body: Any, count_only: bool
+) -> tuple[Plan[ChatChunk], MessagesConversion]:
     """Convert, validate and plan (a worker thread's work: see ``deps.offload``)."""
     conv = messages_request_to_native(body, count_only=count_only)
     req = validate(ChatRequest, conv.native)
@@ -58,13 +60,13 @@ async def messages(request: Request) -> Response:
     plan, conv = await _plan(request)
     if conv.stream:
         return await sse_response(request, plan.run(), MessageStream(plan.model))
-    return await json_result(request, plan.result(),
-                             lambda native: message_object(native, model=plan.model))
+    return await json_result(
+        request, plan.result(), lambda native: message_object(native, model=plan.model)
+    )
 
 
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(request: Request) -> Response:
     """The prompt's token count as the model's tokenizer sees it (loads the model)."""
     plan, _ = await _plan(request, count_only=True)
-    return await json_result(request, plan.count_tokens(),
-                             lambda tokens: {"input_tokens": tokens})
+    return await json_result(request, plan.count_tokens(), lambda tokens: {"input_tokens": tokens})

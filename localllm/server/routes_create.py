@@ -51,12 +51,18 @@ def _spec(req: CreateRequest) -> CreateSpec:
         raise InvalidRequest("model is required")
     licenses = [req.license] if isinstance(req.license, str) else list(req.license or [])
     return CreateSpec(
-        model=req.model, from_=req.from_, files=dict(req.files or {}),
-        adapters=dict(req.adapters or {}), projector=dict(req.projector or {}),
+        model=req.model,
+        from_=req.from_,
+        files=dict(req.files or {}),
+        adapters=dict(req.adapters or {}),
+        projector=dict(req.projector or {}),
         # {} names no file, as for projector: no draft (a model name is checked as given).
         draft=(dict(req.draft) or None) if isinstance(req.draft, dict) else req.draft,
-        template=req.template, system=req.system,
-        license=licenses, parameters=req.parameters, messages=req.messages,
+        template=req.template,
+        system=req.system,
+        license=licenses,
+        parameters=req.parameters,
+        messages=req.messages,
         quantize=req.quantize or req.quantization,
     )
 

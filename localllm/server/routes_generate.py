@@ -72,12 +72,12 @@ async def embeddings(request: Request) -> Response:
     target = await offload(request, svc.target, req.model)
     if not req.prompt:
         return JSONResponse({"embedding": []})
-    vectors, _, _ = await svc.embed(target, [req.prompt], truncate=True,
-                                    options=req.options, keep_alive=req.keep_alive)
+    vectors, _, _ = await svc.embed(
+        target, [req.prompt], truncate=True, options=req.options, keep_alive=req.keep_alive
+    )
     return await json_response(request, {"embedding": vectors[0]})
 
 
 @router.get("/api/ps")
 async def ps(request: Request) -> Response:
     return JSONResponse({"models": inference_service(request).ps()})
-

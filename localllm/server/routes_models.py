@@ -70,8 +70,15 @@ async def pull(
     machine = machine_of(request)
 
     def work(emit: Emit, cancel: Any) -> None:
-        svc.pull(model, emit, cancel=cancel, projector=req.projector, machine=machine,
-                 force=req.force, dry_run=req.dry_run)
+        svc.pull(
+            model,
+            emit,
+            cancel=cancel,
+            projector=req.projector,
+            machine=machine,
+            force=req.force,
+            dry_run=req.dry_run,
+        )
 
     return await progress_response(events_from_thread(work, request=request), req.stream)
 
@@ -108,9 +115,14 @@ async def blob_upload(digest: str, request: Request, svc: Service) -> Response:
     if await anyio.to_thread.run_sync(svc.blob_exists, want):
         return Response(status_code=200)
     try:
-        writer = await anyio.to_thread.run_sync(functools.partial(
-            svc.store.blobs.writer, want, keep_free=config.MIN_FREE_DISK.get(),
-            size=_declared_size(request)))
+        writer = await anyio.to_thread.run_sync(
+            functools.partial(
+                svc.store.blobs.writer,
+                want,
+                keep_free=config.MIN_FREE_DISK.get(),
+                size=_declared_size(request),
+            )
+        )
     except NoSpace as exc:
         return _no_space(want, exc)
     try:
@@ -127,8 +139,11 @@ async def blob_upload(digest: str, request: Request, svc: Service) -> Response:
     except TimeoutError:
         log.info("blob upload %s: no data for %gs, dropping the client", want, BODY_READ_TIMEOUT)
         # ``close``: the rest of the body will not be read on this connection.
-        return JSONResponse({"error": f"no request data for {BODY_READ_TIMEOUT:g}s"},
-                            status_code=408, headers={"connection": "close"})
+        return JSONResponse(
+            {"error": f"no request data for {BODY_READ_TIMEOUT:g}s"},
+            status_code=408,
+            headers={"connection": "close"},
+        )
     except NoSpace as exc:
         return _no_space(want, exc)
     except ClientDisconnect:
@@ -151,5 +166,6 @@ def _declared_size(request: Request) -> int | None:
 def _no_space(want: str, exc: NoSpace) -> Response:
     log.warning("blob upload %s refused: %s", want, exc.message)
     # ``close``: the rest of the body will not be read on this connection.
-    return JSONResponse({"error": exc.message}, status_code=exc.status,
-                        headers={"connection": "close"})
+    return JSONResponse(
+        {"error": exc.message}, status_code=exc.status, headers={"connection": "close"}
+    )

@@ -59,8 +59,9 @@ async def _body(request: Request) -> dict[str, Any]:
     return (await parse_json(request, Body)).root
 
 
-def _chat_build(svc: InferenceService, body: dict[str, Any]
-                ) -> tuple[Plan[ChatChunk], ChatConversion]:
+def _chat_build(
+    svc: InferenceService, body: dict[str, Any]
+) -> tuple[Plan[ChatChunk], ChatConversion]:
     """Convert, validate and plan (a worker thread's work: see ``deps.offload``)."""
     conv = chat_request_to_native(body)
     if not conv.native["messages"]:
@@ -69,8 +70,9 @@ def _chat_build(svc: InferenceService, body: dict[str, Any]
     return chat_plan(svc, req, forced_tools=conv.forced_tools), conv
 
 
-def _completion_build(svc: InferenceService, body: dict[str, Any]
-                      ) -> tuple[Plan[GenerateChunk], CompletionConversion]:
+def _completion_build(
+    svc: InferenceService, body: dict[str, Any]
+) -> tuple[Plan[GenerateChunk], CompletionConversion]:
     """Convert, validate and plan (a worker thread's work: see ``deps.offload``)."""
     conv = completion_request_to_native(body)
     req = validate(GenerateRequest, conv.native)
@@ -80,29 +82,34 @@ def _completion_build(svc: InferenceService, body: dict[str, Any]
 
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request) -> Response:
-    plan, conv = await offload(request, _chat_build, inference_service(request),
-                               await _body(request))
+    plan, conv = await offload(
+        request, _chat_build, inference_service(request), await _body(request)
+    )
     if conv.stream:
         # The chunks' id is bare hex, as it always was (whole answers say "chatcmpl-").
-        stream = ChatStream(plan.model, n=conv.n, include_usage=conv.include_usage,
-                            id=new_id(""))
+        stream = ChatStream(plan.model, n=conv.n, include_usage=conv.include_usage, id=new_id(""))
         return await sse_response(request, plan.choices(conv.n), stream)
-    return await json_result(request, plan.results(conv.n),
-                             lambda natives: chat_completion(natives, model=plan.model))
+    return await json_result(
+        request, plan.results(conv.n), lambda natives: chat_completion(natives, model=plan.model)
+    )
 
 
 @router.post("/v1/completions")
 async def completions(request: Request) -> Response:
-    plan, conv = await offload(request, _completion_build, inference_service(request),
-                               await _body(request))
+    plan, conv = await offload(
+        request, _completion_build, inference_service(request), await _body(request)
+    )
     if conv.stream:
-        stream = CompletionStream(plan.model, n=conv.n, include_usage=conv.include_usage,
-                                  id=new_id(""))
+        stream = CompletionStream(
+            plan.model, n=conv.n, include_usage=conv.include_usage, id=new_id("")
+        )
         return await sse_response(request, plan.choices(conv.n), stream)
     echo = conv.native["prompt"] if conv.echo else ""
-    return await json_result(request, plan.results(conv.n),
-                             lambda natives: text_completion(natives, model=plan.model,
-                                                             echo=echo))
+    return await json_result(
+        request,
+        plan.results(conv.n),
+        lambda natives: text_completion(natives, model=plan.model, echo=echo),
+    )
 
 
 @router.post("/v1/embeddings")
@@ -115,8 +122,9 @@ async def embeddings(request: Request) -> Response:
     box = [await embed_native(svc, req, await offload(request, svc.target, req.model))]
     # Base64 packing (encoding_format) walks every float: in a thread too, which also
     # takes the only reference to the native result (see jsonout.json_response).
-    return await json_response(request, await offload(
-        request, _openai_embeddings, box, req.model, encoding))
+    return await json_response(
+        request, await offload(request, _openai_embeddings, box, req.model, encoding)
+    )
 
 
 def _openai_embeddings(box: list[EmbedResponse], model: str, encoding: str) -> dict[str, Any]:

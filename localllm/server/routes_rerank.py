@@ -42,8 +42,16 @@ async def _prepared(request: Request) -> tuple[RerankBody, RerankCall]:
 async def _scored(request: Request, body: RerankBody, call: RerankCall) -> Scored:
     svc = inference_service(request)
     target = await offload(request, rerank_target, svc, call.model)
-    return await rerank(svc, target, call.query, call.documents, truncate=call.truncate,
-                        raw=call.raw, options=body.options, keep_alive=body.keep_alive)
+    return await rerank(
+        svc,
+        target,
+        call.query,
+        call.documents,
+        truncate=call.truncate,
+        raw=call.raw,
+        options=body.options,
+        keep_alive=body.keep_alive,
+    )
 
 
 @router.post("/api/rerank")
@@ -52,9 +60,13 @@ async def api_rerank(request: Request) -> Response:
     body, call = await _prepared(request)
 
     def shape(scored: Scored) -> RerankNative:
-        return {"model": call.model, "results": results(call, scored.scores),
-                "total_duration": time.monotonic_ns() - start,
-                "load_duration": scored.load_ns, "prompt_eval_count": scored.n_tokens}
+        return {
+            "model": call.model,
+            "results": results(call, scored.scores),
+            "total_duration": time.monotonic_ns() - start,
+            "load_duration": scored.load_ns,
+            "prompt_eval_count": scored.n_tokens,
+        }
 
     return await json_result(request, _scored(request, body, call), shape)
 
@@ -66,9 +78,12 @@ async def v1_rerank(request: Request) -> Response:
         if call.tei:
             return tei_results(call, scored.scores)
         out: RerankResponse = {
-            "id": f"rerank-{uuid.uuid4().hex}", "object": "list", "model": call.model,
+            "id": f"rerank-{uuid.uuid4().hex}",
+            "object": "list",
+            "model": call.model,
             "results": results(call, scored.scores),
-            "usage": {"prompt_tokens": scored.n_tokens, "total_tokens": scored.n_tokens}}
+            "usage": {"prompt_tokens": scored.n_tokens, "total_tokens": scored.n_tokens},
+        }
         return out
 
     return await json_result(request, _scored(request, body, call), shape)

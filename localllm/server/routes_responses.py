@@ -52,5 +52,6 @@ async def create_response(request: Request) -> Response:
     plan, conv = await offload(request, _build, inference_service(request), body)
     if conv.stream:
         return await sse_response(request, plan.run(), ResponsesStream(plan.model, conv.echo))
-    return await json_result(request, plan.result(),
-                             lambda folded: final_response(folded, plan.model, conv.echo))
+    return await json_result(
+        request, plan.result(), lambda folded: final_response(folded, plan.model, conv.echo)
+    )

@@ -28,8 +28,11 @@ def machine_of(request: Request) -> Callable[[], Machine]:
     from localllm.scheduler.planner import LoadPlan
 
     scheduler = request.app.state.scheduler
-    plans = [p for m in scheduler.loaded()
-             if isinstance(p := getattr(m.placement, "plan", None), LoadPlan)]
+    plans = [
+        p
+        for m in scheduler.loaded()
+        if isinstance(p := getattr(m.placement, "plan", None), LoadPlan)
+    ]
     return functools.partial(this_machine, plans)
 
 
@@ -37,6 +40,7 @@ def machine_of(request: Request) -> Callable[[], Machine]:
 async def search(request: Request, q: str = "", limit: int = 10) -> dict[str, Any]:
     # Mostly waiting on the Hub: anyio's thread pool, not the CPU limiter of ``offload``.
     found = await anyio.to_thread.run_sync(
-        functools.partial(services_hub.search, q, limit, machine_of(request)))
+        functools.partial(services_hub.search, q, limit, machine_of(request))
+    )
     # Annotated as a plain dict: FastAPI would make a response model of a TypedDict.
     return {"models": found["models"]}

@@ -95,8 +95,9 @@ async def api_tokenize(request: Request) -> Response:
     req = await parse_json(request, TokenizeRequest)
     text = _required(req.text, "text")
     target = await _target(request, req.model)
-    tokens = await tokenize(inference_service(request), target, text,
-                            options=req.options, keep_alive=req.keep_alive)
+    tokens = await tokenize(
+        inference_service(request), target, text, options=req.options, keep_alive=req.keep_alive
+    )
     body: TokenizeResponse = {"model": req.model, "tokens": tokens}
     return await json_response(request, body)
 
@@ -106,8 +107,9 @@ async def api_detokenize(request: Request) -> Response:
     req = await parse_json(request, DetokenizeRequest)
     tokens = _required(req.tokens, "tokens")
     target = await _target(request, req.model)
-    text = await detokenize(inference_service(request), target, tokens,
-                            options=req.options, keep_alive=req.keep_alive)
+    text = await detokenize(
+        inference_service(request), target, tokens, options=req.options, keep_alive=req.keep_alive
+    )
     body: DetokenizeResponse = {"model": req.model, "text": text}
     return await json_response(request, body)
 
@@ -117,11 +119,17 @@ async def server_tokenize(request: Request) -> Response:
     req = await parse_json(request, ServerTokenizeRequest)
     content = _required(req.content, "content")
     if req.with_pieces:
-        raise InvalidRequest("with_pieces is not supported: /detokenize a token at a time "
-                             "for its text")
+        raise InvalidRequest(
+            "with_pieces is not supported: /detokenize a token at a time for its text"
+        )
     target = await _target(request, req.model)
-    tokens = await tokenize(inference_service(request), target, content,
-                            add_special=req.add_special, parse_special=req.parse_special)
+    tokens = await tokenize(
+        inference_service(request),
+        target,
+        content,
+        add_special=req.add_special,
+        parse_special=req.parse_special,
+    )
     body: ServerTokenizeResponse = {"tokens": tokens}
     return await json_response(request, body)
 
@@ -132,7 +140,8 @@ async def server_detokenize(request: Request) -> Response:
     tokens = _required(req.tokens, "tokens")
     target = await _target(request, req.model)
     body: ServerDetokenizeResponse = {
-        "content": await detokenize(inference_service(request), target, tokens)}
+        "content": await detokenize(inference_service(request), target, tokens)
+    }
     return await json_response(request, body)
 
 

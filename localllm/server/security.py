@@ -44,15 +44,37 @@ from localllm.compat.anthropic.errors import anthropic_error, is_anthropic_path
 from localllm.compat.openai.errors import error_body, is_openai_path
 
 DEFAULT_ORIGINS = (
-    "http://localhost", "https://localhost", "http://localhost:*", "https://localhost:*",
-    "http://127.0.0.1", "https://127.0.0.1", "http://127.0.0.1:*", "https://127.0.0.1:*",
-    "http://0.0.0.0", "https://0.0.0.0", "http://0.0.0.0:*", "https://0.0.0.0:*",
-    "app://*", "file://*", "tauri://*", "vscode-webview://*", "vscode-file://*",
+    "http://localhost",
+    "https://localhost",
+    "http://localhost:*",
+    "https://localhost:*",
+    "http://127.0.0.1",
+    "https://127.0.0.1",
+    "http://127.0.0.1:*",
+    "https://127.0.0.1:*",
+    "http://0.0.0.0",
+    "https://0.0.0.0",
+    "http://0.0.0.0:*",
+    "https://0.0.0.0:*",
+    "app://*",
+    "file://*",
+    "tauri://*",
+    "vscode-webview://*",
+    "vscode-file://*",
 )
-ALLOWED_HEADERS = frozenset({
-    "authorization", "content-type", "user-agent", "accept", "x-requested-with",
-    "accept-language", "content-language", "cache-control", "x-api-key",
-})
+ALLOWED_HEADERS = frozenset(
+    {
+        "authorization",
+        "content-type",
+        "user-agent",
+        "accept",
+        "x-requested-with",
+        "accept-language",
+        "content-language",
+        "cache-control",
+        "x-api-key",
+    }
+)
 # OpenAI's and Anthropic's SDKs send a family of x-stainless-* headers (lang, os, arch,
 # retry-count, ...); Anthropic's also anthropic-version, anthropic-beta and the like.
 _ALLOWED_HEADER_PREFIXES = ("x-stainless-", "anthropic-")
@@ -156,8 +178,7 @@ class SecurityMiddleware:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        if self.guard_host and not host_allowed(headers.get("host", ""),
-                                                self.origin_hosts):
+        if self.guard_host and not host_allowed(headers.get("host", ""), self.origin_hosts):
             await _error(send, 403, "forbidden: host not allowed")
             return
         origin = headers.get("origin")
@@ -170,9 +191,14 @@ class SecurityMiddleware:
                 await self._preflight(send, origin, headers)
                 return
         if self.api_key and scope["path"] not in _OPEN_PATHS and not self._authorized(headers):
-            await _error(send, 401, "unauthorized: missing or wrong API key", origin,
-                         openai=is_openai_path(scope["path"]),
-                         anthropic=is_anthropic_path(scope["path"]))
+            await _error(
+                send,
+                401,
+                "unauthorized: missing or wrong API key",
+                origin,
+                openai=is_openai_path(scope["path"]),
+                anthropic=is_anthropic_path(scope["path"]),
+            )
             return
         if origin is None:
             await self.app(scope, receive, send)
@@ -194,8 +220,9 @@ class SecurityMiddleware:
         matches = hmac.compare_digest(token.strip().encode(), self.api_key.encode())
         # Anthropic's clients send the key as x-api-key (Claude Code with
         # ANTHROPIC_API_KEY); with ANTHROPIC_AUTH_TOKEN they send a Bearer header.
-        api_key = hmac.compare_digest(headers.get("x-api-key", "").strip().encode(),
-                                      self.api_key.encode())
+        api_key = hmac.compare_digest(
+            headers.get("x-api-key", "").strip().encode(), self.api_key.encode()
+        )
         return (scheme.lower() == "bearer" and matches) or api_key
 
     async def _preflight(self, send: Send, origin: str, headers: Headers) -> None:
@@ -209,11 +236,13 @@ class SecurityMiddleware:
         ]
         if requested:
             extra.append((b"access-control-allow-headers", requested.encode("latin-1")))
-        await send({
-            "type": "http.response.start",
-            "status": 204,
-            "headers": [*_cors_headers(origin), *extra],
-        })
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 204,
+                "headers": [*_cors_headers(origin), *extra],
+            }
+        )
         await send({"type": "http.response.body", "body": b""})
 
 
@@ -224,8 +253,15 @@ def _cors_headers(origin: str) -> list[tuple[bytes, bytes]]:
     ]
 
 
-async def _error(send: Send, status: int, message: str, origin: str | None = None, *,
-                 openai: bool = False, anthropic: bool = False) -> None:
+async def _error(
+    send: Send,
+    status: int,
+    message: str,
+    origin: str | None = None,
+    *,
+    openai: bool = False,
+    anthropic: bool = False,
+) -> None:
     doc: dict[str, object] = {"error": message}
     if anthropic:
         doc = anthropic_error(status, message)[1]

@@ -70,10 +70,12 @@ def warn_if_exposed(host: str) -> bool:
     if is_loopback_bind(host) or config.API_KEY.get():
         return False
     bar = "!" * 78
-    text = (f"{bar}\n"
-            f"WARNING: listening on {host}, which other machines can reach, and\n"
-            f"LOCALLLM_API_KEY is not set: anyone on the network can use, pull and\n"
-            f"delete models. Set LOCALLLM_API_KEY, or bind to 127.0.0.1.\n{bar}")
+    text = (
+        f"{bar}\n"
+        f"WARNING: listening on {host}, which other machines can reach, and\n"
+        f"LOCALLLM_API_KEY is not set: anyone on the network can use, pull and\n"
+        f"delete models. Set LOCALLLM_API_KEY, or bind to 127.0.0.1.\n{bar}"
+    )
     log.warning("listening on non-loopback %s without LOCALLLM_API_KEY", host)
     print(text, file=sys.stderr, flush=True)
     return True
@@ -181,12 +183,14 @@ def _make_server(app: FastAPI, pid_path: Path) -> uvicorn.Server:
         async def on_tick(self, counter: int) -> bool:
             if lifecycle.draining and not self.announced:
                 self.announced = True
-                log.info("shutting down: waiting up to %gs for %d request(s) in flight",
-                         grace, lifecycle.in_flight)
+                log.info(
+                    "shutting down: waiting up to %gs for %d request(s) in flight",
+                    grace,
+                    lifecycle.in_flight,
+                )
             if lifecycle.drained():
                 if lifecycle.in_flight > 0:
-                    log.warning("grace period over: cancelling %d request(s)",
-                                lifecycle.in_flight)
+                    log.warning("grace period over: cancelling %d request(s)", lifecycle.in_flight)
                 self.should_exit = True
             return bool(await super().on_tick(counter))
 
@@ -218,10 +222,14 @@ def _h11_protocol() -> type:
             self._arm_header_timeout()
 
         def _arm_header_timeout(self) -> None:
-            if (self.conn.their_state is h11.IDLE and self.timeout_keep_alive_task is None
-                    and not self.transport.is_closing()):
+            if (
+                self.conn.their_state is h11.IDLE
+                and self.timeout_keep_alive_task is None
+                and not self.transport.is_closing()
+            ):
                 self.timeout_keep_alive_task = self.loop.call_later(
-                    self.timeout_keep_alive, self.timeout_keep_alive_handler)
+                    self.timeout_keep_alive, self.timeout_keep_alive_handler
+                )
 
     return HeaderTimeoutH11
 

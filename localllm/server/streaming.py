@@ -135,7 +135,9 @@ async def first_of(items: AsyncGenerator[T, None]) -> T | None:
 
 
 async def ndjson_response(
-    events: AsyncIterator[JSONObject], *, status_code: int = 200,
+    events: AsyncIterator[JSONObject],
+    *,
+    status_code: int = 200,
     request: Request | None = None,
 ) -> Response:
     """Stream ``events`` as NDJSON; with ``request``, its client leaving cancels them.
@@ -175,8 +177,9 @@ async def progress_response(events: AsyncIterator[JSONObject], stream: bool) -> 
     return JSONResponse(last)
 
 
-async def sse_response(request: Request, events: AsyncIterator[T],
-                       shaper: FrameStream[T]) -> Response:
+async def sse_response(
+    request: Request, events: AsyncIterator[T], shaper: FrameStream[T]
+) -> Response:
     """Stream ``events`` as server-sent events, each turned into frames by ``shaper``.
 
     The client leaving cancels ``events`` (see ``guarded``); a failure after the
@@ -209,5 +212,6 @@ async def sse_response(request: Request, events: AsyncIterator[T],
         finally:
             await items.aclose()
 
-    return StreamingResponse(body(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache"})
+    return StreamingResponse(
+        body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+    )

@@ -196,9 +196,7 @@ class BlobStore:
         self.root.mkdir(parents=True, exist_ok=True)
         return self.root / tmp_name()
 
-    def write_stream(
-        self, chunks: Iterable[bytes], expected: str | None = None
-    ) -> tuple[str, int]:
+    def write_stream(self, chunks: Iterable[bytes], expected: str | None = None) -> tuple[str, int]:
         """Store a byte stream as a blob, verifying ``expected`` when given.
 
         Returns ``(digest, size)``.  On a mismatch nothing is left behind.
@@ -223,14 +221,16 @@ class BlobStore:
         finally:
             tmp.unlink(missing_ok=True)
 
-    def writer(self, expected: str | None = None, *, keep_free: int = 0,
-               size: int | None = None) -> BlobWriter:
+    def writer(
+        self, expected: str | None = None, *, keep_free: int = 0, size: int | None = None
+    ) -> BlobWriter:
         """A blob written piece by piece (``write``, then ``commit`` or ``abort``): for
         callers that receive the bytes asynchronously and must not hold a thread.
         ``keep_free``: bytes the disk must keep free (``NoSpace`` otherwise), checked
         first against ``size`` when the caller knows it, then as the blob grows."""
-        return BlobWriter(self, parse_digest(expected) if expected else None,
-                          keep_free=keep_free, size=size)
+        return BlobWriter(
+            self, parse_digest(expected) if expected else None, keep_free=keep_free, size=size
+        )
 
     def write_bytes(self, data: bytes) -> str:
         digest, _ = self.write_stream([data])
@@ -309,9 +309,13 @@ class BlobStore:
         """The resumable partial downloads (``sha256-<hex>-partial``) present."""
         if not self.root.is_dir():
             return []
-        return sorted(entry for entry in self.root.iterdir()
-                      if entry.name.startswith("sha256-") and entry.name.endswith("-partial")
-                      and entry.is_file())
+        return sorted(
+            entry
+            for entry in self.root.iterdir()
+            if entry.name.startswith("sha256-")
+            and entry.name.endswith("-partial")
+            and entry.is_file()
+        )
 
 
 class NoSpace(LocalLLMError):
@@ -333,13 +337,16 @@ def check_room(root: Path, incoming: int, keep_free: int, *, stored: int = 0) ->
     if stored:
         what = f"after {format_bytes(stored)} of this blob, {format_bytes(free)} is"
     elif incoming:
-        what = (f"storing {format_bytes(incoming)} would leave "
-                f"{format_bytes(max(free - incoming, 0))}")
+        what = (
+            f"storing {format_bytes(incoming)} would leave {format_bytes(max(free - incoming, 0))}"
+        )
     else:
         what = f"only {format_bytes(free)} is"
-    raise NoSpace(f"not enough disk space: {what} free on the model store's disk, below "
-                  f"LOCALLLM_MIN_FREE_DISK ({format_bytes(keep_free)}); free some space "
-                  "(localllm rm, localllm prune) or lower the setting")
+    raise NoSpace(
+        f"not enough disk space: {what} free on the model store's disk, below "
+        f"LOCALLLM_MIN_FREE_DISK ({format_bytes(keep_free)}); free some space "
+        "(localllm rm, localllm prune) or lower the setting"
+    )
 
 
 def free_space(path: Path) -> tuple[Path, int]:
@@ -366,8 +373,9 @@ class BlobWriter:
     """One blob in the making: a temp file hashed as it grows; nothing visible until
     ``commit`` verifies the digest.  Each method is short blocking work (one chunk)."""
 
-    def __init__(self, blobs: BlobStore, expected: str | None, *, keep_free: int = 0,
-                 size: int | None = None) -> None:
+    def __init__(
+        self, blobs: BlobStore, expected: str | None, *, keep_free: int = 0, size: int | None = None
+    ) -> None:
         self.blobs = blobs
         self.expected = expected
         self.size = 0

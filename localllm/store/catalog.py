@@ -102,8 +102,10 @@ class Catalog:
         tag = name.tag.lower()
         if tag == "latest":
             if family.latest is None:
-                raise ModelNotFound(f"{family.name} has no latest tag in the catalogue; pick one: "
-                                    + ", ".join(f"{family.name}:{t}" for t in family.tags))
+                raise ModelNotFound(
+                    f"{family.name} has no latest tag in the catalogue; pick one: "
+                    + ", ".join(f"{family.name}:{t}" for t in family.tags)
+                )
             tag = family.latest
         entry = family.tags.get(tag)
         if entry is not None:
@@ -111,8 +113,10 @@ class Catalog:
         long = self._long_tag(family, tag)
         if long is not None:
             return long
-        raise ModelNotFound(f"{family.name} has no tag '{name.tag}' in the catalogue; tags: "
-                            + ", ".join(["latest", *family.tags]))
+        raise ModelNotFound(
+            f"{family.name} has no tag '{name.tag}' in the catalogue; tags: "
+            + ", ".join(["latest", *family.tags])
+        )
 
     @staticmethod
     def _long_tag(family: Family, tag: str) -> Resolved | None:
@@ -141,8 +145,11 @@ class Catalog:
 
     def closest(self, name: ModelName, n: int = 3) -> list[str]:
         """Catalogue names that look like ``name`` (a typo, a missing tag, a prefix)."""
-        want = name.model.lower() if name.namespace == DEFAULT_NAMESPACE else \
-            f"{name.namespace}/{name.model}".lower()
+        want = (
+            name.model.lower()
+            if name.namespace == DEFAULT_NAMESPACE
+            else f"{name.namespace}/{name.model}".lower()
+        )
         fams = [f.name for f in self.families.values()]
         found = difflib.get_close_matches(want, fams, n=n, cutoff=0.6)
         found += [f for f in fams if f.lower().startswith(want) and f not in found]
@@ -156,12 +163,14 @@ class Catalog:
         query = name.model if name.namespace == DEFAULT_NAMESPACE else shown
         return ModelNotFound(
             f"model '{shown}' is not in the catalogue{hint}. Search Hugging Face with "
-            f"`localllm search {query}`, or pull hf.co/{{user}}/{{repo}}[:{{quant}}]")
+            f"`localllm search {query}`, or pull hf.co/{{user}}/{{repo}}[:{{quant}}]"
+        )
 
 
 # -- reading -------------------------------------------------------------------------------
-def parse(data: bytes, where: str, layer: str = "built-in"
-          ) -> tuple[dict[str, Family], dt.date | None]:
+def parse(
+    data: bytes, where: str, layer: str = "built-in"
+) -> tuple[dict[str, Family], dt.date | None]:
     """The families and the ``updated`` date of one catalogue file; ``CatalogError`` else."""
     if len(data) > MAX_BYTES:
         raise CatalogError(f"{where}: larger than {MAX_BYTES >> 10} KiB")
@@ -202,8 +211,9 @@ def _family(key: str, value: Any, where: str, layer: str) -> Family:
     except InvalidRequest:
         raise CatalogError(f"{where}: not a model name") from None
     if ":" in key or name.host != DEFAULT_HOST or name.is_hf:
-        raise CatalogError(f"{where}: a family is a plain name (llama3.2 or namespace/model), "
-                           "without host or tag")
+        raise CatalogError(
+            f"{where}: a family is a plain name (llama3.2 or namespace/model), without host or tag"
+        )
     if not isinstance(value, dict):
         raise CatalogError(f"{where}: must be a table")
     extra = set(value) - _FAMILY_KEYS
@@ -219,8 +229,10 @@ def _family(key: str, value: Any, where: str, layer: str) -> Family:
     for tag, spec in raw_tags.items():
         low = tag.lower()
         if not _TAG_RE.fullmatch(low) or low == "latest":
-            raise CatalogError(f"{where}.tags.{tag}: not a usable tag"
-                               + (" (set latest = \"<tag>\" instead)" if low == "latest" else ""))
+            raise CatalogError(
+                f"{where}.tags.{tag}: not a usable tag"
+                + (' (set latest = "<tag>" instead)' if low == "latest" else "")
+            )
         if low in tags:
             raise CatalogError(f"{where}.tags.{tag}: listed twice")
         tags[low] = _tag(spec, f"{where}.tags.{tag}", layer)
@@ -250,9 +262,10 @@ def _tag(spec: Any, where: str, layer: str) -> Tag:
     if not source.is_hf or ":" not in str(raw).rsplit("/", 1)[-1]:
         raise CatalogError(f"{where}.source: must be hf.co/{{user}}/{{repo}}:{{quant or file}}")
     projector = spec.get("projector")
-    if projector is not None and (not isinstance(projector, str)
-                                  or not _PROJECTOR_RE.fullmatch(projector)):
-        raise CatalogError(f"{where}.projector: must be a file name, a precision or \"none\"")
+    if projector is not None and (
+        not isinstance(projector, str) or not _PROJECTOR_RE.fullmatch(projector)
+    ):
+        raise CatalogError(f'{where}.projector: must be a file name, a precision or "none"')
     return Tag(source, projector, layer)
 
 
@@ -266,8 +279,9 @@ def merge(base: dict[str, Family], over: dict[str, Family]) -> dict[str, Family]
             out[key] = fam
             continue
         tags = {**old.tags, **fam.tags}
-        out[key] = Family(old.name, fam.description or old.description,
-                          fam.latest or old.latest, tags)
+        out[key] = Family(
+            old.name, fam.description or old.description, fam.latest or old.latest, tags
+        )
     return out
 
 
@@ -320,8 +334,9 @@ def load() -> Catalog:
         families, user_file = merge(families, own), user_path
         for fam in families.values():
             if fam.latest is not None and fam.latest not in fam.tags:
-                raise CatalogError(f"{user_path}: models.{fam.name}.latest: "
-                                   f"{fam.name} has no tag {fam.latest!r}")
+                raise CatalogError(
+                    f"{user_path}: models.{fam.name}.latest: {fam.name} has no tag {fam.latest!r}"
+                )
     catalog = Catalog(families, date, base, user_file)
     with _cache_lock:
         _cache.clear()  # one entry: the files only move forward

@@ -53,8 +53,10 @@ def update(repo: str | None = None, file: str = FILE, sha256: str | None = None)
     data = _get(repo, file, catalog.MAX_BYTES)
     got = hashlib.sha256(data).hexdigest()
     if got != want:
-        raise DigestMismatch(f"hf.co/{repo}/{file}: sha256 {got} does not match the expected "
-                             f"{want}; the catalogue in use is unchanged")
+        raise DigestMismatch(
+            f"hf.co/{repo}/{file}: sha256 {got} does not match the expected "
+            f"{want}; the catalogue in use is unchanged"
+        )
     where = f"hf.co/{repo}/{file}"
     families, updated = catalog.parse(data, where, "updated")
     if not families:
@@ -62,14 +64,27 @@ def update(repo: str | None = None, file: str = FILE, sha256: str | None = None)
     folder = paths.catalog_data()
     target = folder / "catalog.toml"
     _write_atomic(target, data)
-    meta = {"repo": repo, "file": file, "sha256": got, "revision": hub.REVISION,
-            "fetched_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "updated": updated.isoformat() if updated else None}
+    meta = {
+        "repo": repo,
+        "file": file,
+        "sha256": got,
+        "revision": hub.REVISION,
+        "fetched_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "updated": updated.isoformat() if updated else None,
+    }
     _write_atomic(folder / "source.json", json.dumps(meta, indent=2).encode() + b"\n")
     builtin_date = catalog.parse(catalog.builtin_bytes(), "the built-in catalogue")[1]
     in_use = builtin_date is None or (updated is not None and updated > builtin_date)
-    return Update(repo, file, got, len(families), sum(len(f.tags) for f in families.values()),
-                  updated, in_use, target)
+    return Update(
+        repo,
+        file,
+        got,
+        len(families),
+        sum(len(f.tags) for f in families.values()),
+        updated,
+        in_use,
+        target,
+    )
 
 
 def source() -> dict[str, object] | None:
@@ -96,9 +111,15 @@ def _hex(raw: str, where: str) -> str:
 
 
 def _expected(repo: str, file: str) -> str:
-    raw = _get(repo, file + ".sha256", 4096, missing=(
-        f"hf.co/{repo} has no {file}.sha256 beside {file}: nothing to check the download "
-        "against (give the digest with --sha256)"))
+    raw = _get(
+        repo,
+        file + ".sha256",
+        4096,
+        missing=(
+            f"hf.co/{repo} has no {file}.sha256 beside {file}: nothing to check the download "
+            "against (give the digest with --sha256)"
+        ),
+    )
     try:
         text = raw.decode("ascii").strip().splitlines()[0]
     except (UnicodeDecodeError, IndexError):
@@ -115,25 +136,35 @@ def _get(repo: str, file: str, limit: int, *, missing: str | None = None) -> byt
     url = hf_hub_url(repo, file, revision=hub.REVISION, endpoint=hub.endpoint())
     headers = build_hf_headers(token=hub.token())
     try:
-        with httpx.Client(follow_redirects=True, timeout=TIMEOUT) as client, \
-                client.stream("GET", url, headers=headers) as r:
+        with (
+            httpx.Client(follow_redirects=True, timeout=TIMEOUT) as client,
+            client.stream("GET", url, headers=headers) as r,
+        ):
             if r.status_code == 404:
                 code = r.headers.get("x-error-code", "")
-                what = f"hf.co/{repo} not found" if code == "RepoNotFound" else \
-                    (missing or f"hf.co/{repo} has no {file}")
+                what = (
+                    f"hf.co/{repo} not found"
+                    if code == "RepoNotFound"
+                    else (missing or f"hf.co/{repo} has no {file}")
+                )
                 raise PullError(what, status=404)
             if r.status_code in (401, 403):
-                raise PullError(f"hf.co/{repo}: access denied ({r.status_code}); private or "
-                                "gated repos need HF_TOKEN", status=r.status_code)
+                raise PullError(
+                    f"hf.co/{repo}: access denied ({r.status_code}); private or "
+                    "gated repos need HF_TOKEN",
+                    status=r.status_code,
+                )
             if r.status_code != 200:
-                raise PullError(f"the Hub answered {r.status_code} for hf.co/{repo}/{file}",
-                                status=502)
+                raise PullError(
+                    f"the Hub answered {r.status_code} for hf.co/{repo}/{file}", status=502
+                )
             data = bytearray()
             for chunk in r.iter_bytes():
                 data += chunk
                 if len(data) > limit:
                     raise catalog.CatalogError(
-                        f"hf.co/{repo}/{file}: larger than {limit} bytes; not a catalogue")
+                        f"hf.co/{repo}/{file}: larger than {limit} bytes; not a catalogue"
+                    )
             return bytes(data)
     except httpx.HTTPError as exc:
         raise PullError(f"cannot reach the Hub at {hub.endpoint()}: {exc}", status=502) from None
@@ -164,4 +195,3 @@ def _write_atomic(path: Path, data: bytes) -> None:
         pass
     finally:
         os.close(dfd)
-

@@ -44,8 +44,9 @@ def cancelled() -> PullError:
 
 
 class _Download:
-    def __init__(self, blobs: BlobStore, digest: str, size: int, url: str,
-                 headers: dict[str, str]) -> None:
+    def __init__(
+        self, blobs: BlobStore, digest: str, size: int, url: str, headers: dict[str, str]
+    ) -> None:
         self.blobs, self.digest, self.size, self.url = blobs, digest, size, url
         self.headers = {**headers, "Accept-Encoding": "identity"}
         self.completed = 0  # bytes written and hashed so far
@@ -94,8 +95,10 @@ class _Download:
         failures = 0
         if not partial.exists():
             partial.touch()
-        with httpx.Client(follow_redirects=True, timeout=TIMEOUT) as client, \
-                open(partial, "r+b") as fh:
+        with (
+            httpx.Client(follow_redirects=True, timeout=TIMEOUT) as client,
+            open(partial, "r+b") as fh,
+        ):
             fh.seek(self.completed)
             fh.truncate()
             while self.completed < self.size:
@@ -107,8 +110,10 @@ class _Download:
                 except (httpx.TransportError, _Retry) as exc:
                     failures += 1
                     if failures > RETRIES:
-                        raise PullError(f"downloading {self.digest}: giving up after "
-                                        f"{RETRIES} retries: {exc}", status=502) from None
+                        raise PullError(
+                            f"downloading {self.digest}: giving up after {RETRIES} retries: {exc}",
+                            status=502,
+                        ) from None
                     fh.flush()
                     delay = min(BACKOFF_S * 2 ** (failures - 1), BACKOFF_MAX_S)
                     if self.abort.wait(delay):
@@ -153,8 +158,10 @@ class _Download:
             elif r.status_code == 404:
                 raise ModelNotFound(f"blob {self.digest} not found at {self.url}")
             else:
-                raise PullError(f"downloading {self.digest}: the server answered "
-                                f"{r.status_code}", status=r.status_code)
+                raise PullError(
+                    f"downloading {self.digest}: the server answered {r.status_code}",
+                    status=r.status_code,
+                )
             # Unchunked: bytes already received must reach the file before a cut.
             for chunk in r.iter_raw():
                 if self.abort.is_set():
@@ -162,8 +169,10 @@ class _Download:
                 if self.completed + len(chunk) > self.size:
                     fh.flush()
                     self.blobs.partial_path(self.digest).unlink(missing_ok=True)
-                    raise DigestMismatch(f"{self.digest}: the server sent more than the "
-                                         f"{self.size} bytes the Hub listed")
+                    raise DigestMismatch(
+                        f"{self.digest}: the server sent more than the "
+                        f"{self.size} bytes the Hub listed"
+                    )
                 fh.write(chunk)
                 self.h.update(chunk)
                 self.completed += len(chunk)
@@ -180,8 +189,15 @@ def _fresh(exc: BaseException) -> BaseException:
     return PullError(f"download failed: {exc}")
 
 
-def fetch(blobs: BlobStore, digest: str, size: int, url: str, headers: dict[str, str],
-          progress: Progress, cancel: threading.Event | None = None) -> bool:
+def fetch(
+    blobs: BlobStore,
+    digest: str,
+    size: int,
+    url: str,
+    headers: dict[str, str],
+    progress: Progress,
+    cancel: threading.Event | None = None,
+) -> bool:
     """Make sure blob ``digest`` (``size`` bytes, at ``url``) is in ``blobs``.
 
     ``progress(completed)`` is called about every 60 ms while bytes arrive and
@@ -196,8 +212,7 @@ def fetch(blobs: BlobStore, digest: str, size: int, url: str, headers: dict[str,
             if dl is None:
                 dl = _Download(blobs, digest, size, url, headers)
                 _inflight[dl.key] = dl
-                threading.Thread(target=dl.run, name=f"pull-{digest[7:19]}",
-                                 daemon=True).start()
+                threading.Thread(target=dl.run, name=f"pull-{digest[7:19]}", daemon=True).start()
             if not dl.abort.is_set():
                 dl.users += 1
                 break

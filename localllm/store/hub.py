@@ -23,10 +23,35 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 REVISION = "main"
 # Sensible fallbacks when the default Q4_K_M is absent: similar size and quality first.
 QUANT_ORDER = (
-    "Q4_K_M", "Q4_K_S", "Q5_K_M", "Q4_0", "Q5_K_S", "Q5_0", "IQ4_XS", "IQ4_NL", "Q6_K",
-    "Q8_0", "Q4_1", "Q5_1", "Q3_K_L", "Q3_K_M", "IQ3_M", "Q3_K_S", "IQ3_S", "IQ3_XS",
-    "IQ3_XXS", "Q2_K", "IQ2_M", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_M", "IQ1_S", "BF16",
-    "F16", "F32",
+    "Q4_K_M",
+    "Q4_K_S",
+    "Q5_K_M",
+    "Q4_0",
+    "Q5_K_S",
+    "Q5_0",
+    "IQ4_XS",
+    "IQ4_NL",
+    "Q6_K",
+    "Q8_0",
+    "Q4_1",
+    "Q5_1",
+    "Q3_K_L",
+    "Q3_K_M",
+    "IQ3_M",
+    "Q3_K_S",
+    "IQ3_S",
+    "IQ3_XS",
+    "IQ3_XXS",
+    "Q2_K",
+    "IQ2_M",
+    "IQ2_S",
+    "IQ2_XS",
+    "IQ2_XXS",
+    "IQ1_M",
+    "IQ1_S",
+    "BF16",
+    "F16",
+    "F32",
 )
 _SPLIT_RE = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 _QUANT_RE = re.compile(
@@ -95,16 +120,19 @@ def list_repo(repo_id: str) -> list[HubFile]:
     try:
         items = list(api.list_repo_tree(repo_id, recursive=True, revision=REVISION))
     except GatedRepoError:
-        raise PullError(f"hf.co/{repo_id} is gated: accept its terms on the Hub and set HF_TOKEN",
-                        status=403) from None
+        raise PullError(
+            f"hf.co/{repo_id} is gated: accept its terms on the Hub and set HF_TOKEN", status=403
+        ) from None
     except (RepositoryNotFoundError, RevisionNotFoundError):
         raise ModelNotFound(
             f"pull model manifest: hf.co/{repo_id} not found (or private: set HF_TOKEN)"
         ) from None
     except HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else 502
-        raise PullError(f"the Hub answered {status} listing hf.co/{repo_id}",
-                        status=status if status >= 400 else 502) from None
+        raise PullError(
+            f"the Hub answered {status} listing hf.co/{repo_id}",
+            status=status if status >= 400 else 502,
+        ) from None
     except transport_errors() as exc:
         raise PullError(f"cannot reach the Hub at {endpoint()}: {exc}", status=502) from None
     out = []
@@ -172,7 +200,8 @@ def choose(repo_id: str, files: list[HubFile], tag: str) -> Choice:
             if quant_of(group[0].filename).lower() == tag.lower():
                 return Choice(repo_id, quant_of(group[0].filename), group, "requested", extras)
         raise ModelNotFound(
-            f"hf.co/{repo_id} has no file for tag '{tag}'; available: {', '.join(labels)}")
+            f"hf.co/{repo_id} has no file for tag '{tag}'; available: {', '.join(labels)}"
+        )
     for quant in QUANT_ORDER:
         for key, group in groups.items():
             if _matches(key, group, quant):

@@ -201,8 +201,9 @@ class Store:
                 return []
             return self.blobs.prune(self.manifests.referenced(), grace_seconds=grace_seconds)
 
-    def prune_partials(self, *, daemon_pid: int | None = None, dry_run: bool = False,
-                       now: float | None = None) -> PartialsReport:
+    def prune_partials(
+        self, *, daemon_pid: int | None = None, dry_run: bool = False, now: float | None = None
+    ) -> PartialsReport:
         """Remove resumable partial downloads that no live process is writing.
 
         A partial is kept when a running process holds it open (``/proc``), and, while
@@ -224,8 +225,9 @@ class Store:
             elif daemon_alive and busy is None:
                 report.kept.append((path, f"the daemon (pid {daemon_pid}) may be writing it"))
             elif daemon_alive and now - st.st_mtime < PARTIAL_QUIET_S:
-                report.kept.append((path, f"written in the last minute while the daemon "
-                                          f"(pid {daemon_pid}) runs"))
+                report.kept.append(
+                    (path, f"written in the last minute while the daemon (pid {daemon_pid}) runs")
+                )
             else:
                 if not dry_run:
                     path.unlink(missing_ok=True)

@@ -47,7 +47,9 @@ class Layer:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "mediaType": self.media_type, "digest": self.digest, "size": self.size,
+            "mediaType": self.media_type,
+            "digest": self.digest,
+            "size": self.size,
         }
         if self.name:
             out["name"] = self.name

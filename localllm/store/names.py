@@ -78,7 +78,7 @@ def parse_name(raw: object) -> ModelName:
         raise InvalidName(f'name "{text[:40]}…" is invalid: too long')
     for scheme in ("https://", "http://"):
         if text.lower().startswith(scheme):
-            text = text[len(scheme):]
+            text = text[len(scheme) :]
     if "@" in text:
         # name@sha256:... pins are not supported: refuse rather than misread.
         raise InvalidName(f'name "{raw}" is invalid: digests in names are not supported')
@@ -87,7 +87,7 @@ def parse_name(raw: object) -> ModelName:
     last_slash = text.rfind("/")
     last_colon = text.rfind(":")
     if last_colon > last_slash:
-        text, tag = text[:last_colon], text[last_colon + 1:]
+        text, tag = text[:last_colon], text[last_colon + 1 :]
     segments = text.split("/")
     if any(seg == "" for seg in segments):
         raise InvalidName(f'name "{raw}" is invalid')

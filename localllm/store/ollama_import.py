@@ -40,8 +40,15 @@ Progress = Callable[[dict[str, Any]], None]
 Check = Callable[[Found], list[str]]  # warnings about a model's template, parameters...
 # link() errors that mean "no hard link here" (another filesystem, a file of another
 # user under fs.protected_hardlinks, a filesystem without links, a full link count).
-_NO_LINK = {errno.EXDEV, errno.EPERM, errno.EACCES, errno.EMLINK, errno.ENOTSUP,
-            errno.EOPNOTSUPP, errno.ENOSYS}
+_NO_LINK = {
+    errno.EXDEV,
+    errno.EPERM,
+    errno.EACCES,
+    errno.EMLINK,
+    errno.ENOTSUP,
+    errno.EOPNOTSUPP,
+    errno.ENOSYS,
+}
 PROGRESS_STEP = 8 << 20  # bytes between two progress events of one blob
 
 
@@ -76,10 +83,17 @@ class ImportReport:
         return self.count("failed") > 0
 
 
-def import_ollama(store: Store, source: Path | None, *, names: Iterable[ModelName] = (),
-                  copy: bool = False, dry_run: bool = False, force: bool = False,
-                  progress: Progress | None = None, check: Check | None = None
-                  ) -> ImportReport:
+def import_ollama(
+    store: Store,
+    source: Path | None,
+    *,
+    names: Iterable[ModelName] = (),
+    copy: bool = False,
+    dry_run: bool = False,
+    force: bool = False,
+    progress: Progress | None = None,
+    check: Check | None = None,
+) -> ImportReport:
     """Import every model of the Ollama store at ``source`` (default: Ollama's own
     folder, ``find_store``), or only ``names``.  ``copy``: never hard-link; ``dry_run``:
     report what would happen, change nothing; ``force``: replace a different model of
@@ -94,8 +108,11 @@ def import_ollama(store: Store, source: Path | None, *, names: Iterable[ModelNam
         keys = {n.key() for n in wanted}
         found = [f for f in found if f.name is not None and f.name.key() in keys]
         have = {f.name.key() for f in found if f.name is not None}
-        report.models += [ModelResult(n.display, "failed", "not in the Ollama store")
-                          for n in wanted if n.key() not in have]
+        report.models += [
+            ModelResult(n.display, "failed", "not in the Ollama store")
+            for n in wanted
+            if n.key() not in have
+        ]
     run = _Run(store, report, copy=copy, dry_run=dry_run, progress=progress)
     try:
         for entry in found:
@@ -112,16 +129,25 @@ def _refuse_own_store(root: Path, ours: Path) -> None:
     except OSError:
         same = False
     if same:
-        raise InvalidRequest(f"{root} is localllm's own model store (LOCALLLM_MODELS, or "
-                             "OLLAMA_MODELS in its place, points there): its models are "
-                             "listed already, there is nothing to import")
+        raise InvalidRequest(
+            f"{root} is localllm's own model store (LOCALLLM_MODELS, or "
+            "OLLAMA_MODELS in its place, points there): its models are "
+            "listed already, there is nothing to import"
+        )
 
 
 class _Run:
     """One import: the blobs it has handled so far, and the counts for the report."""
 
-    def __init__(self, store: Store, report: ImportReport, *, copy: bool, dry_run: bool,
-                 progress: Progress | None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        report: ImportReport,
+        *,
+        copy: bool,
+        dry_run: bool,
+        progress: Progress | None,
+    ) -> None:
         self.store = store
         self.report = report
         self.dry_run = dry_run
@@ -140,8 +166,11 @@ class _Run:
         if entry.problem:
             return ModelResult(label, "failed", entry.problem)
         if entry.remote:
-            return ModelResult(label, "skipped", f"a cloud model (it runs on {entry.remote}): "
-                                                 "nothing of it is stored locally")
+            return ModelResult(
+                label,
+                "skipped",
+                f"a cloud model (it runs on {entry.remote}): nothing of it is stored locally",
+            )
         assert entry.name is not None and entry.manifest is not None
         name, manifest = entry.name, entry.manifest
         result = ModelResult(label, "imported", size=manifest.total_size)
@@ -150,9 +179,13 @@ class _Run:
             result.status = "unchanged"
             return result
         if existing is not None and not force:
-            result.status, result.reason = "failed", (
-                f"localllm already has a different model named {name.display}; "
-                "--force replaces it")
+            result.status, result.reason = (
+                "failed",
+                (
+                    f"localllm already has a different model named {name.display}; "
+                    "--force replaces it"
+                ),
+            )
             return result
         result.warnings = [*entry.notes, *(check(entry) if check else [])]
         if existing is not None:
@@ -221,8 +254,9 @@ class _Run:
             return False
         if self._same_device is None:
             probe, _ = free_space(self.store.blobs.root)
-            self._same_device = (os.stat(probe).st_dev
-                                 == os.stat(self.report.source / "blobs").st_dev)
+            self._same_device = (
+                os.stat(probe).st_dev == os.stat(self.report.source / "blobs").st_dev
+            )
             if not self._same_device:
                 self.report.link_note = "the two stores are on different filesystems"
         return self._same_device
@@ -254,8 +288,9 @@ class _Run:
         return True
 
     def _copy(self, blob: Blob) -> None:
-        writer = self.store.blobs.writer(blob.digest, keep_free=config.MIN_FREE_DISK.get(),
-                                         size=blob.size)
+        writer = self.store.blobs.writer(
+            blob.digest, keep_free=config.MIN_FREE_DISK.get(), size=blob.size
+        )
         try:
             with open_regular(blob.path) as fh:
                 self._hash(fh, blob, "copying", writer.write)
@@ -265,8 +300,9 @@ class _Run:
         finally:
             writer.abort()
 
-    def _hash(self, fh: BinaryIO, blob: Blob, verb: str,
-              sink: Callable[[bytes], None] | None = None) -> str:
+    def _hash(
+        self, fh: BinaryIO, blob: Blob, verb: str, sink: Callable[[bytes], None] | None = None
+    ) -> str:
         h = hashlib.sha256()
         done = shown = 0
         status = f"{verb} {blob.digest.removeprefix('sha256:')[:12]}"
@@ -277,11 +313,13 @@ class _Run:
             done += len(chunk)
             if self.progress is not None and done - shown >= PROGRESS_STEP:
                 shown = done
-                self.progress({"status": status, "digest": blob.digest,
-                               "total": blob.size, "completed": done})
+                self.progress(
+                    {"status": status, "digest": blob.digest, "total": blob.size, "completed": done}
+                )
         if self.progress is not None:
-            self.progress({"status": status, "digest": blob.digest, "total": blob.size,
-                           "completed": done})
+            self.progress(
+                {"status": status, "digest": blob.digest, "total": blob.size, "completed": done}
+            )
         return f"sha256:{h.hexdigest()}"
 
     def drop_orphans(self) -> None:

@@ -46,8 +46,20 @@ from localllm.store.names import DEFAULT_HOST, DEFAULT_NAMESPACE, ModelName, par
 _IMAGE = "application/vnd.ollama.image."
 # Ollama's layer media types -> ours (the same names but for the two it renamed).
 MEDIA_TYPES = {
-    **{m: m for m in (MEDIA_MODEL, MEDIA_PROJECTOR, MEDIA_ADAPTER, MEDIA_TEMPLATE, MEDIA_SYSTEM,
-                      MEDIA_PARAMS, MEDIA_LICENSE, MEDIA_MESSAGES, MEDIA_DRAFT)},
+    **{
+        m: m
+        for m in (
+            MEDIA_MODEL,
+            MEDIA_PROJECTOR,
+            MEDIA_ADAPTER,
+            MEDIA_TEMPLATE,
+            MEDIA_SYSTEM,
+            MEDIA_PARAMS,
+            MEDIA_LICENSE,
+            MEDIA_MESSAGES,
+            MEDIA_DRAFT,
+        )
+    },
     _IMAGE + "prompt": MEDIA_TEMPLATE,  # the template layer's old name; Ollama reads both
     _IMAGE + "draft": MEDIA_DRAFT,  # a draft GGUF for speculative decoding, as our DRAFT
 }
@@ -116,16 +128,18 @@ def find_store(path: Path | None) -> Path:
         if not path.is_dir():
             raise NotFound(f"{printable(str(path))} is not a folder")
         if not (path / "manifests").is_dir():
-            raise NotFound(f"{printable(str(path))} is not an Ollama model store "
-                           "(it has no manifests/ folder)")
+            raise NotFound(
+                f"{printable(str(path))} is not an Ollama model store (it has no manifests/ folder)"
+            )
         return path
     candidates = paths.ollama_models()
     for candidate in candidates:
         if (candidate / "manifests").is_dir():
             return candidate
     looked = " or ".join(printable(str(c)) for c in candidates)
-    raise NotFound(f"no Ollama model store at {looked}; name its folder: "
-                   "localllm import ollama PATH")
+    raise NotFound(
+        f"no Ollama model store at {looked}; name its folder: localllm import ollama PATH"
+    )
 
 
 def _inside(path: Path, real_root: str) -> bool:
@@ -179,8 +193,12 @@ class OllamaStore:
         try:
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except OSError as exc:
-            out.append(Found(ollama_label(parts) or "manifests",
-                             problem=f"cannot read the folder: {exc.strerror}"))
+            out.append(
+                Found(
+                    ollama_label(parts) or "manifests",
+                    problem=f"cannot read the folder: {exc.strerror}",
+                )
+            )
             return
         for entry in entries:
             if entry.name.startswith("."):
@@ -188,8 +206,9 @@ class OllamaStore:
             here = (*parts, entry.name)
             path = Path(entry.path)
             if entry.is_symlink() and not _inside(path, self._real_manifests):
-                out.append(Found(ollama_label(here),
-                                 problem="a symlink pointing out of the Ollama store"))
+                out.append(
+                    Found(ollama_label(here), problem="a symlink pointing out of the Ollama store")
+                )
             elif len(here) < 4:
                 if entry.is_dir():
                     self._walk(path, here, out)
@@ -240,11 +259,15 @@ class OllamaStore:
         for layer in raw:
             media = layer.media_type
             if media in TENSOR_TYPES:
-                raise Broken("it is stored as safetensors tensors (Ollama's MLX engine), "
-                             "not GGUF: localllm cannot run it")
+                raise Broken(
+                    "it is stored as safetensors tensors (Ollama's MLX engine), "
+                    "not GGUF: localllm cannot run it"
+                )
             if media in DROPPED:
-                found.notes.append(f"left out its {media.removeprefix(_IMAGE)} layer "
-                                   "(obsolete; Ollama ignores it too)")
+                found.notes.append(
+                    f"left out its {media.removeprefix(_IMAGE)} layer "
+                    "(obsolete; Ollama ignores it too)"
+                )
                 continue
             ours = MEDIA_TYPES.get(media)
             if ours is None:
@@ -274,8 +297,9 @@ class OllamaStore:
         if isinstance(known, str):
             raise Broken(known)
         if known.size != layer.size:
-            raise Broken(f"blob {layer.digest} is {known.size} bytes, the manifest says "
-                         f"{layer.size}")
+            raise Broken(
+                f"blob {layer.digest} is {known.size} bytes, the manifest says {layer.size}"
+            )
         return known
 
     def _find_blob(self, layer: Layer) -> Blob:
@@ -306,8 +330,9 @@ class OllamaStore:
                 data = read_regular(self._blob(layer).path, limit)
                 got = "sha256:" + hashlib.sha256(data).hexdigest()
                 if got != layer.digest:
-                    raise Broken(f"blob {layer.digest} does not match its digest (it hashes "
-                                 f"to {got})")
+                    raise Broken(
+                        f"blob {layer.digest} does not match its digest (it hashes to {got})"
+                    )
                 known = data
             except Broken as exc:
                 known = exc.message
@@ -318,8 +343,9 @@ class OllamaStore:
 
     def _json(self, layer: Layer, kind: type, what: str) -> Any:
         try:
-            value = json.loads(self._bytes(layer, MAX_CONFIG_BYTES if what == "config"
-                                           else MAX_TEXT_LAYER))
+            value = json.loads(
+                self._bytes(layer, MAX_CONFIG_BYTES if what == "config" else MAX_TEXT_LAYER)
+            )
         except (ValueError, UnicodeDecodeError):
             raise Broken(f"its {what} layer is not valid JSON") from None
         if not isinstance(value, kind):
@@ -354,8 +380,9 @@ class OllamaStore:
 
         try:
             what = "model"
-            info = read_model_info_split([path(ly) for ly in layers
-                                          if ly.media_type == MEDIA_MODEL])
+            info = read_model_info_split(
+                [path(ly) for ly in layers if ly.media_type == MEDIA_MODEL]
+            )
             if info.is_adapter:
                 raise Broken("its model layer is a LoRA adapter, not a model")
             for layer in layers:
@@ -368,8 +395,9 @@ class OllamaStore:
                 elif layer.media_type == MEDIA_DRAFT:
                     read_model_info(path(layer))
         except InvalidModelFile as exc:
-            raise Broken(f"its {what} layer is not a GGUF localllm can read: "
-                         f"{exc.message}") from None
+            raise Broken(
+                f"its {what} layer is not a GGUF localllm can read: {exc.message}"
+            ) from None
         except OSError as exc:
             raise Broken(f"its {what} layer cannot be read: {exc.strerror}") from None
 

@@ -44,8 +44,13 @@ def label(f: HubFile) -> str:
     return quant_of(f.filename).upper()
 
 
-def choose_projector(repo_id: str, files: list[HubFile], model_label: str,
-                     requested: str | None = None, model_path: str = "") -> HubFile | None:
+def choose_projector(
+    repo_id: str,
+    files: list[HubFile],
+    model_label: str,
+    requested: str | None = None,
+    model_path: str = "",
+) -> HubFile | None:
     """The projector a pull takes, or None (no projector in the repo, or ``none`` asked).
 
     ``requested`` is a file name (or repo path) or a precision label, matched
@@ -62,8 +67,7 @@ def choose_projector(repo_id: str, files: list[HubFile], model_label: str,
             if want in (f.path.lower(), f.filename.lower()) or want == label(f).lower():
                 return f
         names = ", ".join(f.path for f in found) or "none"
-        raise ModelNotFound(
-            f"hf.co/{repo_id} has no projector '{requested}'; available: {names}")
+        raise ModelNotFound(f"hf.co/{repo_id} has no projector '{requested}'; available: {names}")
     if not found:
         return None
     folder = model_path.rsplit("/", 1)[0] if "/" in model_path else ""
@@ -85,7 +89,8 @@ def projector_header(path: Path, name: str | None = None) -> dict[str, Any]:
     if arch != "clip":
         raise InvalidModelFile(
             f"{name or path.name} is not a vision projector (general.architecture is {arch!r}, "
-            "expected 'clip')")
+            "expected 'clip')"
+        )
     return {k: v for k, v in header.kv.items() if not k.startswith("_token.")}
 
 

@@ -52,10 +52,17 @@ Preflight = Callable[[str, hub.Choice, hub.HubFile | None], None]
 MAX_EXTRA_BYTES = 1 << 20  # template / system / params files from the repo
 
 
-def pull_model(store: Store, name: ModelName, progress: ProgressFn, *,
-               cancel: threading.Event | None = None, projector: str | None = None,
-               source: ModelName | None = None, via: str | None = None,
-               preflight: Preflight | None = None) -> Entry:
+def pull_model(
+    store: Store,
+    name: ModelName,
+    progress: ProgressFn,
+    *,
+    cancel: threading.Event | None = None,
+    projector: str | None = None,
+    source: ModelName | None = None,
+    via: str | None = None,
+    preflight: Preflight | None = None,
+) -> Entry:
     """Pull ``source`` (default: ``name``) into ``store`` as ``name`` and return its entry;
     see the module docstring.
 
@@ -69,17 +76,21 @@ def pull_model(store: Store, name: ModelName, progress: ProgressFn, *,
     if not source.is_hf:
         raise InvalidRequest(
             f"cannot pull '{source.display}': only Hugging Face models can be pulled, "
-            f"named hf.co/{{user}}/{{repo}}[:{{quant}}]")
+            f"named hf.co/{{user}}/{{repo}}[:{{quant}}]"
+        )
     progress({"status": "pulling manifest"})
     if source is not name:
-        progress({"status": f"{name.display} is {source.display}"
-                            + (f" (catalogue entry {via})" if via else "")})
+        progress(
+            {
+                "status": f"{name.display} is {source.display}"
+                + (f" (catalogue entry {via})" if via else "")
+            }
+        )
     repo_id = f"{source.namespace}/{source.model}"
     listing = hub.list_repo(repo_id)
     choice = hub.choose(repo_id, listing, source.tag)
     # Chosen before any download, so a projector name that matches nothing fails fast.
-    mmproj = proj.choose_projector(repo_id, listing, choice.label, projector,
-                                   choice.files[0].path)
+    mmproj = proj.choose_projector(repo_id, listing, choice.label, projector, choice.files[0].path)
     files = ", ".join(f.path for f in choice.files)
     progress({"status": f"using {choice.label} ({choice.how}): {files}"})
     if mmproj is not None:
@@ -126,17 +137,25 @@ def pull_model(store: Store, name: ModelName, progress: ProgressFn, *,
     return store.get(name)
 
 
-def _origin(repo_id: str, choice: hub.Choice, mmproj: hub.HubFile | None, layers: list[Layer],
-            via: str | None) -> dict[str, Any]:
+def _origin(
+    repo_id: str,
+    choice: hub.Choice,
+    mmproj: hub.HubFile | None,
+    layers: list[Layer],
+    via: str | None,
+) -> dict[str, Any]:
     """Where the model came from, as ``show`` reports it: a name that pulls the same files
     again (``hf.co/{repo}:{quant}``), the catalogue entry if one led here, and each file
     with its digest (the Hub's LFS sha256, which is also the blob's name)."""
+
     def item(f: hub.HubFile) -> dict[str, Any]:
         return {"file": f.path, "digest": f"sha256:{f.sha256}", "size": f.size}
 
-    out: dict[str, Any] = {"source": f"hf.co/{repo_id}:{choice.label}",
-                           "digest": f"sha256:{choice.files[0].sha256}",
-                           "files": [item(f) for f in choice.files]}
+    out: dict[str, Any] = {
+        "source": f"hf.co/{repo_id}:{choice.label}",
+        "digest": f"sha256:{choice.files[0].sha256}",
+        "files": [item(f) for f in choice.files],
+    }
     if via:
         out["catalog"] = via
     if mmproj is not None and any(x.media_type == MEDIA_PROJECTOR for x in layers):
@@ -163,8 +182,9 @@ def _model_info(store: Store, layers: list[Layer]) -> ModelInfo:
         raise InvalidModelFile(f"the pulled file is not a usable GGUF: {exc}") from None
 
 
-def _check_projector(store: Store, layers: list[Layer], progress: ProgressFn, *,
-                     explicit: bool) -> list[Layer]:
+def _check_projector(
+    store: Store, layers: list[Layer], progress: ProgressFn, *, explicit: bool
+) -> list[Layer]:
     """Keep the projector layer only if it is a clip GGUF libmtmd can load.
 
     An automatic choice that is not one is left out (the model still works for
@@ -195,8 +215,9 @@ def _stop_tokens(info: ModelInfo) -> list[str]:
     return stops
 
 
-def _extra_layers(store: Store, repo_id: str, choice: hub.Choice, headers: dict[str, str],
-                  info: ModelInfo) -> list[Layer]:
+def _extra_layers(
+    store: Store, repo_id: str, choice: hub.Choice, headers: dict[str, str], info: ModelInfo
+) -> list[Layer]:
     """Template / system / params layers: the repo's own files, else stop tokens from the GGUF.
 
     The GGUF's ``tokenizer.chat_template`` stays inside the GGUF: a template
@@ -204,8 +225,11 @@ def _extra_layers(store: Store, repo_id: str, choice: hub.Choice, headers: dict[
     """
     out: list[Layer] = []
     params: dict[str, Any] | None = None
-    for fname, media in (("template", MEDIA_TEMPLATE), ("system", MEDIA_SYSTEM),
-                         ("params", MEDIA_PARAMS)):
+    for fname, media in (
+        ("template", MEDIA_TEMPLATE),
+        ("system", MEDIA_SYSTEM),
+        ("params", MEDIA_PARAMS),
+    ):
         f = choice.extras.get(fname)
         if f is None or f.size > MAX_EXTRA_BYTES:
             continue
@@ -235,8 +259,10 @@ def _small_file(repo_id: str, fname: str, headers: dict[str, str]) -> bytes | No
 
     url = hf_hub_url(repo_id, fname, revision=hub.REVISION, endpoint=hub.endpoint())
     try:
-        with httpx.Client(follow_redirects=True, timeout=download.TIMEOUT) as client, \
-                client.stream("GET", url, headers=headers) as r:
+        with (
+            httpx.Client(follow_redirects=True, timeout=download.TIMEOUT) as client,
+            client.stream("GET", url, headers=headers) as r,
+        ):
             if r.status_code != 200:
                 return None
             data = b""

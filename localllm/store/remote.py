@@ -56,8 +56,15 @@ class HeaderTooLarge(RemoteReadError):
 class RangeFile:
     """``seek``/``read``/``tell`` over a remote file of ``size`` bytes (see the module doc)."""
 
-    def __init__(self, client: httpx.Client, url: str, size: int, name: str,
-                 headers: dict[str, str], budget: int = MAX_HEADER_BYTES) -> None:
+    def __init__(
+        self,
+        client: httpx.Client,
+        url: str,
+        size: int,
+        name: str,
+        headers: dict[str, str],
+        budget: int = MAX_HEADER_BYTES,
+    ) -> None:
         self.client, self.url, self.size, self.name = client, url, size, name
         self.headers = {**headers, "Accept-Encoding": "identity"}
         self.budget = budget
@@ -106,7 +113,7 @@ class RangeFile:
                 continue
             if start > at:
                 break
-            parts.append(data[at - start:min(b, end) - start])
+            parts.append(data[at - start : min(b, end) - start])
             at = min(b, end)
             if at >= b:
                 return parts, None
@@ -122,15 +129,18 @@ class RangeFile:
         if self.fetched + want > self.budget:
             raise HeaderTooLarge(
                 f"{self.name}: the header needs more than {self.budget >> 20} MiB to read; "
-                "not checked", status=502)
+                "not checked",
+                status=502,
+            )
         for attempt in range(RETRIES + 1):
             try:
                 return self._attempt(a, b)
             except (httpx.TransportError, _Retry) as exc:
                 if attempt == RETRIES:
-                    raise RemoteReadError(f"{self.name}: reading the header failed: {exc}",
-                                          status=502) from None
-                time.sleep(0.2 * 2 ** attempt)
+                    raise RemoteReadError(
+                        f"{self.name}: reading the header failed: {exc}", status=502
+                    ) from None
+                time.sleep(0.2 * 2**attempt)
         raise AssertionError("unreachable")
 
     def _attempt(self, a: int, b: int) -> bytes:
@@ -150,12 +160,17 @@ class RangeFile:
             if r.status_code == 404:
                 raise RemoteReadError(f"{self.name}: not found on the Hub", status=404)
             if r.status_code in (401, 403):
-                raise RemoteReadError(f"{self.name}: the Hub refused access "
-                                      f"({r.status_code}); set HF_TOKEN", status=403)
+                raise RemoteReadError(
+                    f"{self.name}: the Hub refused access ({r.status_code}); set HF_TOKEN",
+                    status=403,
+                )
             if r.status_code != 206:
-                raise RemoteReadError(f"{self.name}: the Hub answered {r.status_code} to a "
-                                      "range request (range reads are needed to check a file "
-                                      "before downloading it)", status=502)
+                raise RemoteReadError(
+                    f"{self.name}: the Hub answered {r.status_code} to a "
+                    "range request (range reads are needed to check a file "
+                    "before downloading it)",
+                    status=502,
+                )
             self._check_range(r.headers.get("Content-Range", ""), a, b)
             if self._final is None and str(r.url) != url:
                 self._final = str(r.url)
@@ -164,8 +179,10 @@ class RangeFile:
                 out += chunk
                 self.fetched += len(chunk)
                 if len(out) > b - a:
-                    raise RemoteReadError(f"{self.name}: the Hub sent more than the "
-                                          f"{b - a} bytes asked for", status=502)
+                    raise RemoteReadError(
+                        f"{self.name}: the Hub sent more than the {b - a} bytes asked for",
+                        status=502,
+                    )
             if len(out) != b - a:
                 raise _Retry(f"short answer: {len(out)} of {b - a} bytes")
             return bytes(out)
@@ -175,7 +192,9 @@ class RangeFile:
         if value.strip() != expect:
             raise RemoteReadError(
                 f"{self.name}: the Hub answered the range with Content-Range {value[:80]!r}, "
-                f"expected {expect!r} (its tree listed {self.size} bytes)", status=502)
+                f"expected {expect!r} (its tree listed {self.size} bytes)",
+                status=502,
+            )
 
 
 class _Retry(Exception):
@@ -217,12 +236,16 @@ def hub_headers() -> dict[str, str]:
     return dict(build_hf_headers(token=hub.token()))
 
 
-def read_headers(repo_id: str, files: Sequence[HubFile], *, client: httpx.Client | None = None,
-                 timeout: httpx.Timeout = TIMEOUT) -> RemoteHeaders:
+def read_headers(
+    repo_id: str,
+    files: Sequence[HubFile],
+    *,
+    client: httpx.Client | None = None,
+    timeout: httpx.Timeout = TIMEOUT,
+) -> RemoteHeaders:
     """The GGUF headers of ``files`` (one file, or a split model's shards in order)."""
     own = client is None
-    http = client if client is not None else httpx.Client(follow_redirects=True,
-                                                          timeout=timeout)
+    http = client if client is not None else httpx.Client(follow_redirects=True, timeout=timeout)
     out: list[Header] = []
     fetched = requests = 0
     try:
@@ -235,8 +258,9 @@ def read_headers(repo_id: str, files: Sequence[HubFile], *, client: httpx.Client
             if cached is not None:
                 out.append(cached)
                 continue
-            rf = RangeFile(http, file_url(repo_id, f.path), f.size, f"hf.co/{repo_id}/{f.path}",
-                           hub_headers())
+            rf = RangeFile(
+                http, file_url(repo_id, f.path), f.size, f"hf.co/{repo_id}/{f.path}", hub_headers()
+            )
             try:
                 header = read_header_from(rf, f.size, f.path)  # type: ignore[arg-type]
             finally:
@@ -254,8 +278,9 @@ def read_headers(repo_id: str, files: Sequence[HubFile], *, client: httpx.Client
     return RemoteHeaders(out, fetched, requests)
 
 
-def read_model_info(repo_id: str, files: Sequence[HubFile], **kw: Any
-                    ) -> tuple[ModelInfo, RemoteHeaders]:
+def read_model_info(
+    repo_id: str, files: Sequence[HubFile], **kw: Any
+) -> tuple[ModelInfo, RemoteHeaders]:
     """``ModelInfo`` of the remote model ``files``, and what reading it cost."""
     got = read_headers(repo_id, files, **kw)
     return model_info_from_headers(got.headers), got
@@ -264,4 +289,3 @@ def read_model_info(repo_id: str, files: Sequence[HubFile], **kw: Any
 def clear_cache() -> None:
     with _cache_lock:
         _cache.clear()
-

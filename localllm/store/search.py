@@ -104,10 +104,15 @@ def _repo_from(item: Any) -> Repo | None:
     g = item.get("gguf")
     gguf = {k: v for k, v in g.items() if isinstance(k, str)} if isinstance(g, dict) else {}
     tags = item.get("tags")
-    return Repo(rid, _int(item.get("downloads")), _int(item.get("likes")),
-                _str(item.get("lastModified"), 64), _str(item.get("pipeline_tag"), 64),
-                [t for t in tags if isinstance(t, str)][:100] if isinstance(tags, list) else [],
-                gguf)
+    return Repo(
+        rid,
+        _int(item.get("downloads")),
+        _int(item.get("likes")),
+        _str(item.get("lastModified"), 64),
+        _str(item.get("pipeline_tag"), 64),
+        [t for t in tags if isinstance(t, str)][:100] if isinstance(tags, list) else [],
+        gguf,
+    )
 
 
 def _get_json(client: httpx.Client, url: str, params: Any = None) -> tuple[Any, httpx.Response]:
@@ -118,8 +123,9 @@ def _get_json(client: httpx.Client, url: str, params: Any = None) -> tuple[Any, 
         for chunk in r.iter_bytes():
             body += chunk
             if len(body) > MAX_ANSWER:
-                raise PullError(f"the Hub's answer to {r.url.path} is over "
-                                f"{MAX_ANSWER >> 20} MiB", status=502)
+                raise PullError(
+                    f"the Hub's answer to {r.url.path} is over {MAX_ANSWER >> 20} MiB", status=502
+                )
     try:
         return json.loads(body), r
     except ValueError:
@@ -131,8 +137,14 @@ def _expand() -> list[tuple[str, str]]:
 
 
 def hub_search(client: httpx.Client, query: str, limit: int) -> list[Repo]:
-    params = [("search", query), ("filter", "gguf"), ("sort", "downloads"),
-              ("direction", "-1"), ("limit", str(limit)), *_expand()]
+    params = [
+        ("search", query),
+        ("filter", "gguf"),
+        ("sort", "downloads"),
+        ("direction", "-1"),
+        ("limit", str(limit)),
+        *_expand(),
+    ]
     data, _ = _get_json(client, f"{hub.endpoint()}/api/models", params)
     if not isinstance(data, list):
         raise PullError("the Hub's search answer is not a list", status=502)
@@ -210,8 +222,9 @@ def _fill(client: httpx.Client, r: Repo, lock: threading.Lock) -> None:
             r.error = f"internal error: {exc.__class__.__name__}"
 
 
-def search(query: str, limit: int = 10, *, catalog: CatalogFn | None = None,
-           deadline_s: float = DEADLINE_S) -> list[Repo]:
+def search(
+    query: str, limit: int = 10, *, catalog: CatalogFn | None = None, deadline_s: float = DEADLINE_S
+) -> list[Repo]:
     """The repos for ``query``, catalogue matches first, each filled as far as time allowed."""
     query = query.strip()
     if not query or len(query) > MAX_QUERY:
@@ -226,8 +239,9 @@ def search(query: str, limit: int = 10, *, catalog: CatalogFn | None = None,
         try:
             found = hub_search(client, query, limit)
         except httpx.HTTPError as exc:
-            raise PullError(f"cannot reach the Hub at {hub.endpoint()}: {exc}",
-                            status=502) from None
+            raise PullError(
+                f"cannot reach the Hub at {hub.endpoint()}: {exc}", status=502
+            ) from None
         repos = _with_catalog(client, found, entries, query, limit)
         lock = threading.Lock()
         futures = [pool.submit(_fill, client, r, lock) for r in repos]
@@ -248,12 +262,14 @@ def _close_after(pool: ThreadPoolExecutor, client: httpx.Client) -> None:
 def _copy(r: Repo) -> Repo:
     from dataclasses import replace
 
-    return replace(r, quants=list(r.quants) if r.quants is not None else None,
-                   catalog=list(r.catalog))
+    return replace(
+        r, quants=list(r.quants) if r.quants is not None else None, catalog=list(r.catalog)
+    )
 
 
-def _with_catalog(client: httpx.Client, found: list[Repo], entries: list[tuple[str, str]],
-                  query: str, limit: int) -> list[Repo]:
+def _with_catalog(
+    client: httpx.Client, found: list[Repo], entries: list[tuple[str, str]], query: str, limit: int
+) -> list[Repo]:
     """Catalogue repos whose names match ``query`` first, then the Hub's own results;
     every repo is tagged with the catalogue names that point at it."""
     names: dict[str, list[str]] = {}

@@ -13,10 +13,17 @@ from __future__ import annotations
 from localllm.template.jinja import template_variables
 from localllm.template.select import is_jinja
 
-THINK_VARIABLES = frozenset({
-    "enable_thinking", "thinking", "reasoning_effort", "thinking_effort", "thinking_mode",
-    "thinking_budget", "reasoning_strength",
-})
+THINK_VARIABLES = frozenset(
+    {
+        "enable_thinking",
+        "thinking",
+        "reasoning_effort",
+        "thinking_effort",
+        "thinking_mode",
+        "thinking_budget",
+        "reasoning_strength",
+    }
+)
 # Templates that replay a model's reasoning show it in the markup they write.
 _THINK_MARKUP = ("<think>", "reasoning_content", "<|START_THINKING|>", "<seed:think>", "[THINK]")
 

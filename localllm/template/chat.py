@@ -107,5 +107,5 @@ def strip_leading_bos(prompt: str, bos_token: str, add_bos: bool = True) -> str:
     the GGUF's ``add_bos_token``), so the prompt starts with exactly one; when the
     tokenizer adds none, the template's BOS is the only one and stays (as llama.cpp)."""
     if add_bos and bos_token and prompt.startswith(bos_token):
-        return prompt[len(bos_token):]
+        return prompt[len(bos_token) :]
     return prompt

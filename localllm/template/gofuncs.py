@@ -57,8 +57,9 @@ class GoStruct:
 
     __slots__ = ("fields", "json_value", "stringer", "type_name")
 
-    def __init__(self, type_name: str, fields: dict[str, Any], json_value: Any,
-                 *, stringer: bool = False) -> None:
+    def __init__(
+        self, type_name: str, fields: dict[str, Any], json_value: Any, *, stringer: bool = False
+    ) -> None:
         self.type_name = type_name
         self.fields = fields
         self.json_value = json_value
@@ -179,8 +180,13 @@ def _json_float(f: float) -> str:
 def _json_str(s: str) -> str:
     out = json.dumps(s, ensure_ascii=False)
     # encoding/json escapes HTML-significant characters and two JS line separators.
-    return (out.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+    return (
+        out.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
 
 
 def go_json(value: Any, limit: int | None = None) -> str:
@@ -229,7 +235,7 @@ def go_sprintf(fmt: str, *args: Any, limit: int | None = None) -> str:
     out = _Out(limit)
     pos, argi = 0, 0
     for m in _VERB.finditer(fmt):
-        out.add(fmt[pos:m.start()])
+        out.add(fmt[pos : m.start()])
         pos = m.end()
         flags, width, prec, verb = m.group(1), m.group(2), m.group(3), m.group(4)
         if verb == "%":
@@ -254,14 +260,15 @@ def go_sprintf(fmt: str, *args: Any, limit: int | None = None) -> str:
     return out.text()
 
 
-def _format_one(flags: str, width: str | None, prec: str | None, verb: str, arg: Any,
-                limit: int | None) -> str:
+def _format_one(
+    flags: str, width: str | None, prec: str | None, verb: str, arg: Any, limit: int | None
+) -> str:
     spec = flags.replace("#", "") + (width or "") + (f".{prec}" if prec is not None else "")
     try:
         if verb in "vs":
             text = go_str(arg, limit)
             if prec is not None:
-                text = text[:int(prec)]
+                text = text[: int(prec)]
             return format(text, _align(flags, width))
         if verb == "q":
             return format(_json_str(go_str(arg, limit)), _align(flags, width))
@@ -270,8 +277,11 @@ def _format_one(flags: str, width: str | None, prec: str | None, verb: str, arg:
         if verb == "c" and isinstance(arg, int):
             return format(chr(arg), _align(flags, width))
         if verb in "dxXob" and isinstance(arg, int) and not isinstance(arg, bool):
-            return ("%" + spec + ("d" if verb == "d" else verb)) % arg if verb != "b" else \
-                format(arg, spec.lstrip("-") + "b")
+            return (
+                ("%" + spec + ("d" if verb == "d" else verb)) % arg
+                if verb != "b"
+                else format(arg, spec.lstrip("-") + "b")
+            )
         if verb in "feEgG" and isinstance(arg, (int, float)) and not isinstance(arg, bool):
             return ("%" + spec + verb) % float(arg)
         if verb in "xX" and isinstance(arg, str):

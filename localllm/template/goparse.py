@@ -107,7 +107,8 @@ class Chain:
 # Each token with the blanks before it (one match per token); the string and char
 # patterns are written as "unrolled loops", which the regex engine runs without
 # saving a backtracking point per character.
-_TOKEN = re.compile(r"""
+_TOKEN = re.compile(
+    r"""
     [ \t\r\n]*
   (?:
     (?P<close>-?\}\})
@@ -123,13 +124,38 @@ _TOKEN = re.compile(r"""
   | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
   | (?P<end>\Z)
   )
-""", re.VERBOSE)
+""",
+    re.VERBOSE,
+)
 _COMMENT_END = re.compile(r"\s*(-?)\}\}")
 _BLANKS = re.compile(r"[ \t\r\n]*")
-_KEYWORDS = {"if", "else", "end", "range", "with", "break", "continue", "define",
-             "template", "block", "nil", "true", "false"}
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "a": "\a",
-            "b": "\b", "f": "\f", "v": "\v"}
+_KEYWORDS = {
+    "if",
+    "else",
+    "end",
+    "range",
+    "with",
+    "break",
+    "continue",
+    "define",
+    "template",
+    "block",
+    "nil",
+    "true",
+    "false",
+}
+_ESCAPES = {
+    "n": "\n",
+    "t": "\t",
+    "r": "\r",
+    "\\": "\\",
+    '"': '"',
+    "'": "'",
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "v": "\v",
+}
 
 
 @dataclass(slots=True)
@@ -158,10 +184,10 @@ def unquote(text: str) -> str:
             i += 2
         elif nxt in "xuU":
             width = {"x": 2, "u": 4, "U": 8}[nxt]
-            out.append(chr(int(body[i + 2:i + 2 + width], 16)))
+            out.append(chr(int(body[i + 2 : i + 2 + width], 16)))
             i += 2 + width
         elif nxt in "01234567":
-            out.append(chr(int(body[i + 1:i + 4], 8)))
+            out.append(chr(int(body[i + 1 : i + 4], 8)))
             i += 4
         else:
             raise ValueError(f"unknown escape \\{nxt}")
@@ -216,7 +242,7 @@ def lex(src: str) -> Iterator[Text | tuple[int, list[Tok]]]:
         inner = start + 2
         line += src.count("\n", counted, start)
         counted = start
-        if src.startswith("-", inner) and src[inner + 1:inner + 2] in (" ", "\t", "\r", "\n"):
+        if src.startswith("-", inner) and src[inner + 1 : inner + 2] in (" ", "\t", "\r", "\n"):
             text = text.rstrip(" \t\r\n")
             inner += 2
         if text:
@@ -300,17 +326,26 @@ class _Parser:
         self.depth -= 1
         return Branch(kind, pipe, body, orelse, line)
 
-    def pipeline(self, toks: list[Tok], line: int, *, decl_ok: bool = False,
-                 range_decl: bool = False) -> Pipe:
+    def pipeline(
+        self, toks: list[Tok], line: int, *, decl_ok: bool = False, range_decl: bool = False
+    ) -> Pipe:
         decl: list[str] = []
         assign = False
         pos = 0
         if decl_ok and toks and toks[0].kind == "var":
-            if len(toks) > 1 and toks[1].kind in ("declare", "punct") and toks[1].text in (
-                    ":=", "="):
+            if (
+                len(toks) > 1
+                and toks[1].kind in ("declare", "punct")
+                and toks[1].text in (":=", "=")
+            ):
                 decl, assign, pos = [toks[0].text], toks[1].text == "=", 2
-            elif range_decl and len(toks) > 3 and toks[1].text == "," and \
-                    toks[2].kind == "var" and toks[3].text in (":=", "="):
+            elif (
+                range_decl
+                and len(toks) > 3
+                and toks[1].text == ","
+                and toks[2].kind == "var"
+                and toks[3].text in (":=", "=")
+            ):
                 decl, assign, pos = [toks[0].text, toks[2].text], toks[3].text == "=", 4
         pipe, pos = self.commands(toks, pos, line)
         if pos != len(toks):

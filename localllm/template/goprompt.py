@@ -36,8 +36,9 @@ def compiled(source: str) -> GoTemplate:
 
 def _omit(obj: dict[str, Any], *keys: str) -> StructJSON:
     """A struct's JSON with ``omitempty`` fields dropped when empty."""
-    return StructJSON((k, v) for k, v in obj.items()
-                      if k not in keys or v not in (None, "", [], {}))
+    return StructJSON(
+        (k, v) for k, v in obj.items() if k not in keys or v not in (None, "", [], {})
+    )
 
 
 def _arguments(raw: Any) -> Any:
@@ -52,14 +53,20 @@ def _arguments(raw: Any) -> Any:
 def tool_call(call: dict[str, Any], index: int) -> GoStruct:
     fn = call.get("function") or {}
     args = JSONMap(_arguments(fn.get("arguments")))
-    fstruct = GoStruct("api.ToolCallFunction",
-                       {"Index": fn.get("index", index), "Name": fn.get("name", ""),
-                        "Arguments": args},
-                       _omit({"index": fn.get("index", index), "name": fn.get("name", ""),
-                              "arguments": args}, "index"))
+    fstruct = GoStruct(
+        "api.ToolCallFunction",
+        {"Index": fn.get("index", index), "Name": fn.get("name", ""), "Arguments": args},
+        _omit(
+            {"index": fn.get("index", index), "name": fn.get("name", ""), "arguments": args},
+            "index",
+        ),
+    )
     call_id = call.get("id") or ""
-    return GoStruct("api.ToolCall", {"ID": call_id, "Function": fstruct},
-                    _omit({"id": call_id, "function": fstruct}, "id"))
+    return GoStruct(
+        "api.ToolCall",
+        {"ID": call_id, "Function": fstruct},
+        _omit({"id": call_id, "function": fstruct}, "id"),
+    )
 
 
 def message(msg: dict[str, Any]) -> GoStruct:
@@ -75,10 +82,22 @@ def message(msg: dict[str, Any]) -> GoStruct:
         "ToolName": str(msg.get("tool_name") or msg.get("name") or ""),
         "ToolCallID": str(msg.get("tool_call_id") or ""),
     }
-    js = _omit({"role": fields["Role"], "content": content, "thinking": fields["Thinking"],
-                "images": fields["Images"], "tool_calls": calls,
-                "tool_name": fields["ToolName"], "tool_call_id": fields["ToolCallID"]},
-               "thinking", "images", "tool_calls", "tool_name", "tool_call_id")
+    js = _omit(
+        {
+            "role": fields["Role"],
+            "content": content,
+            "thinking": fields["Thinking"],
+            "images": fields["Images"],
+            "tool_calls": calls,
+            "tool_name": fields["ToolName"],
+            "tool_call_id": fields["ToolCallID"],
+        },
+        "thinking",
+        "images",
+        "tool_calls",
+        "tool_name",
+        "tool_call_id",
+    )
     return GoStruct("api.Message", fields, js)
 
 
@@ -88,11 +107,27 @@ def _prop(raw: Any) -> GoStruct:
     types = typ if isinstance(typ, list) else [typ] if typ else []
     # PropertyType marshals a single type as a plain string.
     js_type: Any = types[0] if len(types) == 1 else types
-    fields = {"Type": types, "Items": p.get("items"), "Description": p.get("description", ""),
-              "Enum": p.get("enum"), "Properties": p.get("properties")}
-    js = _omit({"type": js_type, "items": p.get("items"), "description": fields["Description"],
-                "enum": p.get("enum"), "properties": p.get("properties")},
-               "type", "items", "description", "enum", "properties")
+    fields = {
+        "Type": types,
+        "Items": p.get("items"),
+        "Description": p.get("description", ""),
+        "Enum": p.get("enum"),
+        "Properties": p.get("properties"),
+    }
+    js = _omit(
+        {
+            "type": js_type,
+            "items": p.get("items"),
+            "description": fields["Description"],
+            "enum": p.get("enum"),
+            "properties": p.get("properties"),
+        },
+        "type",
+        "items",
+        "description",
+        "enum",
+        "properties",
+    )
     return GoStruct("api.ToolProperty", fields, js)
 
 
@@ -101,23 +136,54 @@ def tool(raw: dict[str, Any]) -> GoStruct:
     params = fn.get("parameters") or {}
     props = {str(k): _prop(v) for k, v in (params.get("properties") or {}).items()}
     required = list(params.get("required") or [])
-    pstruct = GoStruct("api.ToolFunctionParameters",
-                       {"Type": params.get("type", "object"), "Defs": params.get("$defs"),
-                        "Items": params.get("items"), "Required": required,
-                        "Properties": props},
-                       _omit({"type": params.get("type", "object"), "$defs": params.get("$defs"),
-                              "items": params.get("items"), "required": required,
-                              "properties": props}, "$defs", "items", "required"))
-    fstruct = GoStruct("api.ToolFunction",
-                       {"Name": fn.get("name", ""), "Description": fn.get("description", ""),
-                        "Parameters": pstruct},
-                       _omit({"name": fn.get("name", ""),
-                              "description": fn.get("description", ""),
-                              "parameters": pstruct}, "description"), stringer=True)
-    return GoStruct("api.Tool", {"Type": raw.get("type", "function"), "Items": raw.get("items"),
-                                 "Function": fstruct},
-                    _omit({"type": raw.get("type", "function"), "items": raw.get("items"),
-                           "function": fstruct}, "items"), stringer=True)
+    pstruct = GoStruct(
+        "api.ToolFunctionParameters",
+        {
+            "Type": params.get("type", "object"),
+            "Defs": params.get("$defs"),
+            "Items": params.get("items"),
+            "Required": required,
+            "Properties": props,
+        },
+        _omit(
+            {
+                "type": params.get("type", "object"),
+                "$defs": params.get("$defs"),
+                "items": params.get("items"),
+                "required": required,
+                "properties": props,
+            },
+            "$defs",
+            "items",
+            "required",
+        ),
+    )
+    fstruct = GoStruct(
+        "api.ToolFunction",
+        {
+            "Name": fn.get("name", ""),
+            "Description": fn.get("description", ""),
+            "Parameters": pstruct,
+        },
+        _omit(
+            {
+                "name": fn.get("name", ""),
+                "description": fn.get("description", ""),
+                "parameters": pstruct,
+            },
+            "description",
+        ),
+        stringer=True,
+    )
+    return GoStruct(
+        "api.Tool",
+        {"Type": raw.get("type", "function"), "Items": raw.get("items"), "Function": fstruct},
+        _omit(
+            {"type": raw.get("type", "function"), "items": raw.get("items"), "function": fstruct},
+            "items",
+        ),
+        stringer=True,
+    )
 
 
 def collate(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
@@ -140,23 +206,31 @@ def collate(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
     return "\n\n".join(system), out
 
 
-def render_go(source: str, messages: list[dict[str, Any]], *,
-              tools: list[dict[str, Any]] | None = None, think: bool | None = None,
-              think_level: str = "") -> str:
+def render_go(
+    source: str,
+    messages: list[dict[str, Any]],
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    think: bool | None = None,
+    think_level: str = "",
+) -> str:
     """The prompt for ``messages`` under the Go template ``source``."""
     tpl = compiled(source)
     system, merged = collate(messages)
     budget = Budget()
     if "messages" in tpl.field_names():
-        return tpl.execute({
-            "System": system,
-            "Messages": [message(m) for m in merged],
-            "Tools": [tool(t) for t in tools or []],
-            "Response": "",
-            "Think": bool(think),
-            "ThinkLevel": think_level,
-            "IsThinkSet": think is not None,
-        }, budget=budget)
+        return tpl.execute(
+            {
+                "System": system,
+                "Messages": [message(m) for m in merged],
+                "Tools": [tool(t) for t in tools or []],
+                "Response": "",
+                "Think": bool(think),
+                "ThinkLevel": think_level,
+                "IsThinkSet": think is not None,
+            },
+            budget=budget,
+        )
     return _render_legacy(tpl, merged, budget)
 
 

@@ -52,8 +52,12 @@ RENDER_SECONDS = 2.0
 class Budget:
     """What one render may spend, shared by every execution that is part of it."""
 
-    def __init__(self, steps: int = MAX_STEPS, output: int = MAX_OUTPUT_CHARS,
-                 seconds: float = RENDER_SECONDS) -> None:
+    def __init__(
+        self,
+        steps: int = MAX_STEPS,
+        output: int = MAX_OUTPUT_CHARS,
+        seconds: float = RENDER_SECONDS,
+    ) -> None:
         self.steps = steps
         self.max_output = output
         self.output = output  # characters left
@@ -321,9 +325,15 @@ class GoTemplate:
         self.source = source
         self.nodes = parse(source, FUNC_NAMES)
 
-    def execute(self, data: Any, *, max_steps: int = MAX_STEPS,
-                max_output: int = MAX_OUTPUT_CHARS, seconds: float = RENDER_SECONDS,
-                budget: Budget | None = None) -> str:
+    def execute(
+        self,
+        data: Any,
+        *,
+        max_steps: int = MAX_STEPS,
+        max_output: int = MAX_OUTPUT_CHARS,
+        seconds: float = RENDER_SECONDS,
+        budget: Budget | None = None,
+    ) -> str:
         """The template's output for ``data``; ``budget`` (if given) replaces the limits."""
         state = _Exec(data, budget or Budget(max_steps, max_output, seconds))
         try:

@@ -40,8 +40,15 @@ from localllm.template.jinja_limits import (
 )
 from localllm.template.jinja_version import require_safe_jinja
 
-__all__ = ["MAX_OUTPUT_CHARS", "RENDER_SECONDS", "RenderFn", "TemplateError",
-           "TemplateLimitError", "render_jinja", "template_variables"]
+__all__ = [
+    "MAX_OUTPUT_CHARS",
+    "RENDER_SECONDS",
+    "RenderFn",
+    "TemplateError",
+    "TemplateLimitError",
+    "render_jinja",
+    "template_variables",
+]
 
 
 @lru_cache(maxsize=32)
@@ -49,19 +56,22 @@ def _compiled(source: str) -> Any:
     """The compiled template, or the error compiling it gave (kept too: compiling a long
     template costs seconds, and a refused one would otherwise pay them at every request)."""
     if len(source) > MAX_TEMPLATE_CHARS:
-        return TemplateLimitError(limit_message(
-            f"the template is longer than {MAX_TEMPLATE_CHARS:,} characters "
-            "(compiling it would take too long)"))
+        return TemplateLimitError(
+            limit_message(
+                f"the template is longer than {MAX_TEMPLATE_CHARS:,} characters "
+                "(compiling it would take too long)"
+            )
+        )
     try:
         return BoundedEnvironment().from_string(source)
     except TemplateSyntaxError as exc:
-        return TemplateError(f"invalid chat template (line {exc.lineno}): "
-                             f"{shorten(exc.message or '')}")
+        return TemplateError(
+            f"invalid chat template (line {exc.lineno}): {shorten(exc.message or '')}"
+        )
     except (RecursionError, SyntaxError):  # Python's own limits: "too many nested blocks"
         return TemplateLimitError(limit_message("the template nests too deeply to compile"))
     except Exception as exc:  # the template is data: nothing in it may be a 500
-        return TemplateError(f"invalid chat template: {type(exc).__name__}: "
-                             f"{shorten(str(exc))}")
+        return TemplateError(f"invalid chat template: {type(exc).__name__}: {shorten(str(exc))}")
 
 
 def _compile(source: str) -> Any:
@@ -83,8 +93,7 @@ def template_variables(source: str) -> frozenset[str]:
         return frozenset()
 
 
-def render_jinja(source: str, variables: dict[str, Any],
-                 seconds: float = RENDER_SECONDS) -> str:
+def render_jinja(source: str, variables: dict[str, Any], seconds: float = RENDER_SECONDS) -> str:
     """Render ``source`` with ``variables`` under the sandbox's limits."""
     require_safe_jinja()
     template = _compile(source)
@@ -116,11 +125,11 @@ def render_jinja(source: str, variables: dict[str, Any],
             raise budget.failure from None
         if isinstance(exc, SecurityError):  # what the sandbox forbids: hostile too
             raise TemplateLimitError(
-                f"chat template tried something unsafe: {_text(exc)}") from None
+                f"chat template tried something unsafe: {_text(exc)}"
+            ) from None
         if isinstance(exc, RecursionError):
             raise TemplateLimitError(limit_message("recursed too deeply")) from None
-        raise TemplateError(f"chat template failed: {type(exc).__name__}: {_text(exc)}") \
-            from None
+        raise TemplateError(f"chat template failed: {type(exc).__name__}: {_text(exc)}") from None
     return "".join(out)
 
 

@@ -108,9 +108,13 @@ class _Undefined(Undefined):
     @property
     def _undefined_message(self) -> str:
         name = self._undefined_name
-        if self._undefined_hint or name is None or isinstance(name, (bool, float)) \
-                or (isinstance(name, str) and len(name) <= 200) \
-                or (isinstance(name, int) and name.bit_length() <= 64):
+        if (
+            self._undefined_hint
+            or name is None
+            or isinstance(name, (bool, float))
+            or (isinstance(name, str) and len(name) <= 200)
+            or (isinstance(name, int) and name.bit_length() <= 64)
+        ):
             return str(super()._undefined_message)
         shown = f"<a {type(name).__name__}>"
         if self._undefined_obj is missing:
@@ -150,7 +154,10 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
 
     def __init__(self) -> None:
         super().__init__(
-            trim_blocks=True, lstrip_blocks=True, autoescape=False, undefined=_Undefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            autoescape=False,
+            undefined=_Undefined,
             extensions=[loopcontrols, _GenerationBlock],
         )
         # Compiled templates are cached and shared, so the budget is per thread.
@@ -209,8 +216,11 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         budget = self.budget
         if budget.armed:
             budget.tick()
-            budget.take_emitted(len(value) if isinstance(value, str)
-                                else budget.size(value, "a value written by {{ }}")[1])
+            budget.take_emitted(
+                len(value)
+                if isinstance(value, str)
+                else budget.size(value, "a value written by {{ }}")[1]
+            )
         return value
 
     def _bounded_join(self, parts: Iterable[str]) -> str:
@@ -235,8 +245,7 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         self.budget.tick()
         return super().getitem(obj, argument)
 
-    def call(__self, __context: Context, __obj: Any, *args: Any,
-             **kwargs: Any) -> Any:
+    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         # Jinja passes the loop's and block's variables along, for context functions.
         given = {k: v for k, v in kwargs.items() if k not in ("_loop_vars", "_block_vars")}
         if getattr(__obj, "__self__", None) is __self:  # bounded_loop and the like
@@ -252,8 +261,9 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         for value in (*args, *given.values()):
             budget.size(value, f"an argument of {what}")
         args = check_call(budget, __obj, args, given)
-        if isinstance(__obj, Macro) or (isinstance(__obj, BuiltinFunctionType)
-                                        and __obj.__name__ not in ("encode", "decode")):
+        if isinstance(__obj, Macro) or (
+            isinstance(__obj, BuiltinFunctionType) and __obj.__name__ not in ("encode", "decode")
+        ):
             # Template code (which ticks on its own), or C with nothing to watch inside
             # (codecs are Python: ``encode("punycode")``).
             out = super().call(__context, __obj, *args, **kwargs)
@@ -292,8 +302,10 @@ def guard(env: BoundedEnvironment, kind: str, name: str, func: Any) -> Any:
     Jinja never runs it at compile time, outside any render's budget."""
     passes = getattr(getattr(func, "jinja_pass_arg", None), "name", None)
     first: Callable[[Context], tuple[Any, ...]] = {
-        "context": lambda c: (c,), "eval_context": lambda c: (c.eval_ctx,),
-        "environment": lambda c: (env,)}.get(passes or "", lambda c: ())
+        "context": lambda c: (c,),
+        "eval_context": lambda c: (c.eval_ctx,),
+        "environment": lambda c: (env,),
+    }.get(passes or "", lambda c: ())
     label = f"{kind} {name!r}"
 
     @pass_context
@@ -306,8 +318,9 @@ def guard(env: BoundedEnvironment, kind: str, name: str, func: Any) -> Any:
         if kind == "filter":
             value = check_filter(budget, env, name, value, args, kwargs)
         # Tests are predicates over values already sized: C, or Python that ticks.
-        out = (budget.run if kind == "filter" else _call)(func, *first(context), value, *args,
-                                                          **kwargs)
+        out = (budget.run if kind == "filter" else _call)(
+            func, *first(context), value, *args, **kwargs
+        )
         budget.size(out, f"the result of {label}")
         return out
 
@@ -319,11 +332,17 @@ def _call(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return func(*args, **kwargs)
 
 
-def _tojson(value: Any, indent: int | str | None = None, ensure_ascii: bool = False,
-            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+def _tojson(
+    value: Any,
+    indent: int | str | None = None,
+    ensure_ascii: bool = False,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
     # Hugging Face's tojson: plain json.dumps, no HTML escaping (unlike Jinja's).
-    return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii,
-                      separators=separators, sort_keys=sort_keys)
+    return json.dumps(
+        value, indent=indent, ensure_ascii=ensure_ascii, separators=separators, sort_keys=sort_keys
+    )
 
 
 def _raise_exception(message: str) -> None:
@@ -332,6 +351,7 @@ def _raise_exception(message: str) -> None:
 
 def _strftime_now(fmt: str) -> str:
     if len(fmt) > MAX_WIDTH:  # each directive may grow tenfold
-        raise TemplateLimitError(limit_message(
-            f"a strftime_now format longer than {MAX_WIDTH:,} characters"))
+        raise TemplateLimitError(
+            limit_message(f"a strftime_now format longer than {MAX_WIDTH:,} characters")
+        )
     return datetime.now().strftime(fmt)

@@ -32,13 +32,47 @@ from localllm.template.jinja_rules import (
 # Filters whose result is about as large as what they are given (or smaller), in time
 # about as long: nothing to work out before they run.  (Their numbers were read: truncate's
 # length only cuts, int's base must be 2-36, default's is a value.)
-LINEAR_FILTERS = frozenset({
-    "abs", "attr", "capitalize", "count", "d", "default", "e", "escape", "filesizeformat",
-    "first", "float", "forceescape", "int", "items", "last", "length", "lower", "map", "max",
-    "min", "random", "reject", "rejectattr", "reverse", "safe", "select", "selectattr",
-    "string", "striptags", "title", "trim", "truncate", "unique", "upper", "urlencode",
-    "wordcount", "xmlattr",
-})
+LINEAR_FILTERS = frozenset(
+    {
+        "abs",
+        "attr",
+        "capitalize",
+        "count",
+        "d",
+        "default",
+        "e",
+        "escape",
+        "filesizeformat",
+        "first",
+        "float",
+        "forceescape",
+        "int",
+        "items",
+        "last",
+        "length",
+        "lower",
+        "map",
+        "max",
+        "min",
+        "random",
+        "reject",
+        "rejectattr",
+        "reverse",
+        "safe",
+        "select",
+        "selectattr",
+        "string",
+        "striptags",
+        "title",
+        "trim",
+        "truncate",
+        "unique",
+        "upper",
+        "urlencode",
+        "wordcount",
+        "xmlattr",
+    }
+)
 
 FilterRule = Callable[[Budget, Any, Any, Args, Kwargs], Any]
 
@@ -62,8 +96,9 @@ def _sum(b: Budget, env: Any, value: Any, args: Args, kwargs: Kwargs) -> Any:
     value = items_of(b, value, "the list given to sum")
     attribute, start = arg(args, kwargs, 0, "attribute"), arg(args, kwargs, 1, "start", 0)
     terms = list(value if attribute is None else map(make_attrgetter(env, attribute), value))
-    if isinstance(start, (str, bytes, list, tuple)) or \
-            any(isinstance(t, (list, tuple)) for t in terms):
+    if isinstance(start, (str, bytes, list, tuple)) or any(
+        isinstance(t, (list, tuple)) for t in terms
+    ):
         # Adding sequences copies the running total at every step.
         total = work = b.size(start, "the start given to sum")[0]
         for term in terms:
@@ -85,8 +120,10 @@ def _tojson(b: Budget, env: Any, value: Any, args: Args, kwargs: Kwargs) -> Any:
     b.check_width(indent, "the indent given to tojson")
     step = len(indent) if isinstance(indent, str) else int(indent or 0)
     seps = arg(args, kwargs, 2, "separators") or (", ", ": ")
-    b.check_chars(chars + items * (depth * step + len(str(seps[0])) + len(str(seps[-1])) + 2),
-                  "the text tojson makes")
+    b.check_chars(
+        chars + items * (depth * step + len(str(seps[0])) + len(str(seps[-1])) + 2),
+        "the text tojson makes",
+    )
     return value
 
 
@@ -112,8 +149,9 @@ def _wordwrap(b: Budget, env: Any, value: Any, args: Args, kwargs: Kwargs) -> An
     text = text_of(b, value, "the text given to wordwrap")
     # A line ends where the next word does not fit: it, or the line, is over half a width.
     lines = 4 * len(text) // max(int(width), 1) + text.count("\n") + 2
-    b.check_chars(len(text) + lines * (1 if wrap is None else len(str(wrap))),
-                  "the text wordwrap makes")
+    b.check_chars(
+        len(text) + lines * (1 if wrap is None else len(str(wrap))), "the text wordwrap makes"
+    )
     return value
 
 
@@ -125,8 +163,13 @@ def _urlize(b: Budget, env: Any, value: Any, args: Args, kwargs: Kwargs) -> Any:
 
 
 def _replace(b: Budget, env: Any, value: Any, args: Args, kwargs: Kwargs) -> Any:
-    check_replace(b, text_of(b, value, "the text given to replace"), arg(args, kwargs, 0, "old"),
-                   arg(args, kwargs, 1, "new"), arg(args, kwargs, 2, "count"))
+    check_replace(
+        b,
+        text_of(b, value, "the text given to replace"),
+        arg(args, kwargs, 0, "old"),
+        arg(args, kwargs, 1, "new"),
+        arg(args, kwargs, 2, "count"),
+    )
     return value
 
 
@@ -139,6 +182,7 @@ def _width_rule(index: int, name: str, filter_name: str) -> FilterRule:
     def rule(b: Budget, env: Any, value: Any, args: Args, kwargs: Kwargs) -> Any:
         b.check_width(arg(args, kwargs, index, name), f"the {name} given to {filter_name}")
         return value
+
     return rule
 
 
@@ -170,8 +214,7 @@ FILTER_RULES: dict[str, FilterRule] = {
 }
 
 
-def check_filter(b: Budget, env: Any, name: str, value: Any, args: Args,
-                 kwargs: Kwargs) -> Any:
+def check_filter(b: Budget, env: Any, name: str, value: Any, args: Args, kwargs: Kwargs) -> Any:
     """Before filter ``name`` runs; returns the value to give it (a generator may have
     been read into a list to be measured)."""
     rule = FILTER_RULES.get(name)

@@ -60,11 +60,18 @@ _MEMO_ITEMS = 1 << 20  # items of the containers whose size is remembered (kept 
 # threading code stopped half-way could keep a lock).
 _STOPPABLE = tuple(
     [os.path.dirname(m.__file__ or "") + os.sep for m in (jinja2, markupsafe)]
-    + [os.path.dirname(__file__) + os.sep, "<template>", os.path.dirname(json.__file__) + os.sep,
-       os.path.dirname(re.__file__) + os.sep]
+    + [
+        os.path.dirname(__file__) + os.sep,
+        "<template>",
+        os.path.dirname(json.__file__) + os.sep,
+        os.path.dirname(re.__file__) + os.sep,
+    ]
     + [m.__file__ or "<none>" for m in (textwrap, string)]
-    + [os.path.join(os.path.dirname(textwrap.__file__ or ""), f)
-       for f in ("pprint.py", "random.py", os.path.join("urllib", "parse.py"))])
+    + [
+        os.path.join(os.path.dirname(textwrap.__file__ or ""), f)
+        for f in ("pprint.py", "random.py", os.path.join("urllib", "parse.py"))
+    ]
+)
 
 
 class TemplateError(InvalidRequest):
@@ -141,8 +148,12 @@ class Budget:
             sys.setprofile(saved)
 
     def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
-        if (self.inside and event[-4:] == "call" and monotonic() > self.deadline
-                and frame.f_code.co_filename.startswith(_STOPPABLE)):
+        if (
+            self.inside
+            and event[-4:] == "call"
+            and monotonic() > self.deadline
+            and frame.f_code.co_filename.startswith(_STOPPABLE)
+        ):
             raise Deadline
 
     def tick(self) -> None:
@@ -150,8 +161,7 @@ class Budget:
             raise Deadline
 
     def deadline_error(self) -> TemplateLimitError:
-        return TemplateLimitError(limit_message(
-            f"rendering took longer than {self.seconds:g} s"))
+        return TemplateLimitError(limit_message(f"rendering took longer than {self.seconds:g} s"))
 
     # -- failures --------------------------------------------------------------------
     def fail(self, what: str) -> NoReturn:
@@ -179,8 +189,10 @@ class Budget:
     def take_emitted(self, chars: int) -> None:
         self.emitted += chars
         if self.armed and self.emitted > MAX_EMITTED:
-            self.fail(f"more than {MAX_EMITTED:,} characters written by {{{{ }}}} in all "
-                      "(macros and set blocks included)")
+            self.fail(
+                f"more than {MAX_EMITTED:,} characters written by {{{{ }}}} in all "
+                "(macros and set blocks included)"
+            )
 
     # -- sizes -----------------------------------------------------------------------
     def size(self, obj: Any, what: str) -> Size:
@@ -242,15 +254,17 @@ class Budget:
             self._steps += 1
             if not self._steps % 4096:  # a walk of 262,144 items takes a while
                 self.tick()
-            for part in (child if pairs else (child,)):
+            for part in child if pairs else (child,):
                 i, c, d, v = self._measure(part, depth + 1, path)
                 items += i
                 chars += c + 2
                 deepest = max(deepest, d)
                 volatile = volatile or v
             if items > MAX_VALUE_ITEMS:
-                raise _TooBig(f"holds more than {MAX_VALUE_ITEMS:,} items "
-                              "(nested ones counted each time they appear)")
+                raise _TooBig(
+                    f"holds more than {MAX_VALUE_ITEMS:,} items "
+                    "(nested ones counted each time they appear)"
+                )
             if chars > MAX_VALUE_CHARS:
                 raise _TooBig(f"is longer than {MAX_VALUE_CHARS:,} characters as text")
         path.discard(key)

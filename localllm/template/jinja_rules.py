@@ -25,8 +25,10 @@ Args = tuple[Any, ...]
 Kwargs = dict[str, Any]
 
 _WHITESPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"
-_WIDE_WHITESPACE = "\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008" \
-                   "\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+_WIDE_WHITESPACE = (
+    "\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+    "\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
 _LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 _PRINTF = re.compile(r"%(?:\([^()]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d*))?[hlL]?(.)", re.S)
 _DIGITS = re.compile(r"\d+")
@@ -72,8 +74,9 @@ def check_repeat(b: Budget, value: Any, count: int, what: str) -> None:
     items, chars, _ = b.size(value, what)
     count = max(count, 0)
     if not isinstance(value, (str, bytes)):  # a list's own slot is not repeated
-        b.check_items(count * (items - 1) + 1 if isinstance(value, (list, tuple))
-                      else count * items, what)
+        b.check_items(
+            count * (items - 1) + 1 if isinstance(value, (list, tuple)) else count * items, what
+        )
     b.check_chars(count * chars, what)
 
 
@@ -92,13 +95,20 @@ def check_printf(b: Budget, fmt: str | bytes, values: Any) -> None:
             if part and part != "*":
                 widest = max(widest, _width(part))
     b.check_width(widest, "a width or precision in a % format")
-    given = list(values.values()) if isinstance(values, Mapping) else \
-        list(values) if isinstance(values, tuple) else [values]
+    given = (
+        list(values.values())
+        if isinstance(values, Mapping)
+        else list(values)
+        if isinstance(values, tuple)
+        else [values]
+    )
     if star:
         for v in given:
             b.check_width(v, "a * width in a % format")
-    b.check_chars(len(text) + fields * (widest + _chars(b, given, "a value given to %")),
-                  "the text % formatting makes")
+    b.check_chars(
+        len(text) + fields * (widest + _chars(b, given, "a value given to %")),
+        "the text % formatting makes",
+    )
 
 
 def check_format(b: Budget, fmt: str, args: Args, kwargs: Mapping[Any, Any]) -> None:
@@ -122,8 +132,10 @@ def check_format(b: Budget, fmt: str, args: Args, kwargs: Mapping[Any, Any]) -> 
     if nested:
         for v in given:
             b.check_width(v, "a width given to a format field")
-    b.check_chars(len(fmt) + fields * (widest + _chars(b, given, "a value given to format")),
-                  "the text format makes")
+    b.check_chars(
+        len(fmt) + fields * (widest + _chars(b, given, "a value given to format")),
+        "the text format makes",
+    )
 
 
 def check_replace(b: Budget, text: str | bytes, old: Any, new: Any, count: Any) -> None:
@@ -150,8 +162,12 @@ def _count(text: Any, chars: str) -> int:
 
 def _check_split(b: Budget, text: str | bytes, sep: Any, maxsplit: Any) -> None:
     if sep is None:
-        n = _count(text, _WHITESPACE if isinstance(text, bytes) or text.isascii()
-                   else _WHITESPACE + _WIDE_WHITESPACE)
+        n = _count(
+            text,
+            _WHITESPACE
+            if isinstance(text, bytes) or text.isascii()
+            else _WHITESPACE + _WIDE_WHITESPACE,
+        )
     else:
         n = text.count(sep) if sep else 0
     if isinstance(maxsplit, int) and maxsplit >= 0:
@@ -167,26 +183,40 @@ def _str_method(b: Budget, text: str | bytes, name: str, args: Args, kwargs: Kwa
         size = arg(args, kwargs, 0, "tabsize", 8)
         b.check_width(size, "the tab size given to expandtabs")
         tab = b"\t" if isinstance(text, bytes) else "\t"
-        b.check_chars(len(text) + text.count(tab) * max(int(size), 0),  # type: ignore[arg-type]
-                      "the text expandtabs makes")
+        b.check_chars(
+            len(text) + text.count(tab) * max(int(size), 0),  # type: ignore[arg-type]
+            "the text expandtabs makes",
+        )
     elif name == "replace":
-        check_replace(b, text, arg(args, kwargs, 0, "old"), arg(args, kwargs, 1, "new"),
-                       arg(args, kwargs, 2, "count"))
+        check_replace(
+            b,
+            text,
+            arg(args, kwargs, 0, "old"),
+            arg(args, kwargs, 1, "new"),
+            arg(args, kwargs, 2, "count"),
+        )
     elif name == "join" and args:
         items = items_of(b, args[0], "the list given to join")
         check_join(b, text, items)
         return (items, *args[1:])
     elif name == "translate" and args and isinstance(text, str):
         table = args[0]
-        values = table.values() if isinstance(table, Mapping) else \
-            table if isinstance(table, (list, tuple)) else ()
+        values = (
+            table.values()
+            if isinstance(table, Mapping)
+            else table
+            if isinstance(table, (list, tuple))
+            else ()
+        )
         longest = max((len(v) for v in values if isinstance(v, str)), default=1)
         b.check_chars(len(text) * longest, "the text translate makes")
     elif name in ("split", "rsplit"):
         _check_split(b, text, arg(args, kwargs, 0, "sep"), arg(args, kwargs, 1, "maxsplit"))
     elif name == "splitlines":
-        b.check_items(1 + _count(text, "\n\r" if isinstance(text, bytes) else _LINE_BREAKS),
-                      "the list splitlines makes")
+        b.check_items(
+            1 + _count(text, "\n\r" if isinstance(text, bytes) else _LINE_BREAKS),
+            "the list splitlines makes",
+        )
     return args
 
 
@@ -197,8 +227,12 @@ def check_call(b: Budget, obj: Any, args: Args, kwargs: Kwargs) -> Args:
     name = getattr(inner, "__name__", None)
     if isinstance(target, str) and name in ("format", "format_map"):
         mapping = args[0] if name == "format_map" and args else kwargs
-        check_format(b, target, args if name == "format" else (),
-                     mapping if isinstance(mapping, Mapping) else {})
+        check_format(
+            b,
+            target,
+            args if name == "format" else (),
+            mapping if isinstance(mapping, Mapping) else {},
+        )
         return args
     owner = getattr(obj, "__self__", None)
     name = str(getattr(obj, "__name__", ""))
@@ -225,12 +259,20 @@ def check_binop(b: Budget, operator: str, left: Any, right: Any) -> None:
         for seq, count in ((left, right), (right, left)):
             if isinstance(seq, (str, bytes, list, tuple)) and isinstance(count, int):
                 check_repeat(b, seq, count, "the value * makes")
-        if isinstance(left, int) and isinstance(right, int) and \
-                left.bit_length() + right.bit_length() > MAX_INT_BITS:
+        if (
+            isinstance(left, int)
+            and isinstance(right, int)
+            and left.bit_length() + right.bit_length() > MAX_INT_BITS
+        ):
             b.fail(f"the product would have more than {MAX_INT_BITS:,} bits")
     elif operator == "**":
-        if isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1 \
-                and left.bit_length() * right > MAX_INT_BITS:
+        if (
+            isinstance(left, int)
+            and isinstance(right, int)
+            and right > 0
+            and abs(left) > 1
+            and left.bit_length() * right > MAX_INT_BITS
+        ):
             b.fail(f"the power would have more than {MAX_INT_BITS:,} bits")
     elif operator == "%" and isinstance(left, (str, bytes)):
         check_printf(b, left, right)

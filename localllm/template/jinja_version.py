@@ -37,9 +37,11 @@ def _problem(version: str) -> str | None:
     numbers = tuple(int(n) for n in re.findall(r"\d+", version)[:3])
     if len(numbers) == 3 and numbers >= SAFE_VERSION:
         return None
-    return (f"jinja2 {version} is installed; versions before 3.1.6 let a chat template "
-            "escape its sandbox (CVE-2024-56326, CVE-2025-27516), so Jinja chat templates "
-            f"are refused. Fix: {sys.executable} -m pip install --upgrade 'jinja2>=3.1.6'")
+    return (
+        f"jinja2 {version} is installed; versions before 3.1.6 let a chat template "
+        "escape its sandbox (CVE-2024-56326, CVE-2025-27516), so Jinja chat templates "
+        f"are refused. Fix: {sys.executable} -m pip install --upgrade 'jinja2>=3.1.6'"
+    )
 
 
 def jinja_problem() -> str | None:

@@ -17,7 +17,8 @@ import re
 from typing import Any
 
 _JINJA_HINTS = re.compile(
-    r"\{%|\{\{-?\s*(messages|message|bos_token|eos_token|add_generation_prompt|tools)\b")
+    r"\{%|\{\{-?\s*(messages|message|bos_token|eos_token|add_generation_prompt|tools)\b"
+)
 
 
 def is_jinja(template: str) -> bool:
@@ -48,15 +49,27 @@ def render_prompt(
     think = parse_think(think)
     if go_template and go_template.strip():
         if is_jinja(go_template):
-            return render_chat(go_template, messages, tools=tools, think=think,
-                               bos_token=bos_token, eos_token=eos_token)
+            return render_chat(
+                go_template,
+                messages,
+                tools=tools,
+                think=think,
+                bos_token=bos_token,
+                eos_token=eos_token,
+            )
         from localllm.template.goprompt import render_go
 
         level = think if isinstance(think, str) else ""
-        return render_go(go_template, messages, tools=tools,
-                         think=None if think is None else think is not False, think_level=level)
-    return render_chat(jinja_template, messages, tools=tools, think=think,
-                       bos_token=bos_token, eos_token=eos_token)
+        return render_go(
+            go_template,
+            messages,
+            tools=tools,
+            think=None if think is None else think is not False,
+            think_level=level,
+        )
+    return render_chat(
+        jinja_template, messages, tools=tools, think=think, bos_token=bos_token, eos_token=eos_token
+    )
 
 
 def check_gguf_template(template: str | None) -> None:
@@ -73,7 +86,8 @@ def check_gguf_template(template: str | None) -> None:
     try:
         render_chat(template, [{"role": "user", "content": "Hello"}])
     except TemplateLimitError as exc:
-        raise InvalidRequest(f"the GGUF's chat template (tokenizer.chat_template) cannot be "
-                             f"used: {exc.message}") from None
+        raise InvalidRequest(
+            f"the GGUF's chat template (tokenizer.chat_template) cannot be used: {exc.message}"
+        ) from None
     except TemplateError:
         pass

@@ -19,5 +19,13 @@ from localllm.toolcalls.detect import FORMATS, ChatFormat, detect_format, format
 
 Family = str  # a format's name (one of FORMATS), as the request plan carries it
 
-__all__ = ["FORMATS", "ChatFormat", "Family", "FormatParser", "Parsed", "ToolCall",
-           "detect_format", "format_named"]
+__all__ = [
+    "FORMATS",
+    "ChatFormat",
+    "Family",
+    "FormatParser",
+    "Parsed",
+    "ToolCall",
+    "detect_format",
+    "format_named",
+]

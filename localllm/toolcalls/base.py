@@ -42,8 +42,9 @@ class ToolCall:
 
     def to_ollama(self) -> wire.ToolCall:
         """Ollama's wire shape (``message.tool_calls[i]``)."""
-        out: wire.ToolCall = {"function": {"index": self.index, "name": self.name,
-                                           "arguments": self.arguments}}
+        out: wire.ToolCall = {
+            "function": {"index": self.index, "name": self.name, "arguments": self.arguments}
+        }
         if self.id:
             out["id"] = self.id
         return out
@@ -186,8 +187,9 @@ def partial_tag_len(text: str, tag: str) -> int:
     return 0
 
 
-def read_json(text: str, start: int, final: bool,
-              scan: JsonScan | None = None) -> tuple[Any, int] | Attempt | None:
+def read_json(
+    text: str, start: int, final: bool, scan: JsonScan | None = None
+) -> tuple[Any, int] | Attempt | None:
     """The JSON object/array at ``text[start:]`` (after whitespace) and where it ends.
 
     None while incomplete; a failed :class:`Attempt` (consuming everything) when the
@@ -218,7 +220,7 @@ def expect(text: str, at: int, tag: str) -> int | None:
     """After optional whitespace, ``tag`` at ``at``: its end; None if it may still be
     arriving; -1 when something else is there."""
     at = skip_ws(text, at)
-    rest = text[at:at + len(tag)]
+    rest = text[at : at + len(tag)]
     if rest == tag:
         return at + len(tag)
     if tag.startswith(rest):
@@ -226,8 +228,14 @@ def expect(text: str, at: int, tag: str) -> int | None:
     return -1
 
 
-def json_calls(data: Any, *, name: str = "name", args: tuple[str, ...] = ("arguments",
-               "parameters"), ident: str = "id", need_args: bool = False) -> list[RawCall] | None:
+def json_calls(
+    data: Any,
+    *,
+    name: str = "name",
+    args: tuple[str, ...] = ("arguments", "parameters"),
+    ident: str = "id",
+    need_args: bool = False,
+) -> list[RawCall] | None:
     """Calls out of a decoded JSON object or array of objects; None if any isn't one.
 
     ``need_args`` refuses an object without arguments (Llama's bare JSON: an ordinary
@@ -242,8 +250,11 @@ def json_calls(data: Any, *, name: str = "name", args: tuple[str, ...] = ("argum
         if need_args and not found:
             return None
         call_id = item.get(ident)
-        calls.append(RawCall(item[name], found[0] if found else {},
-                             call_id if isinstance(call_id, str) else None))
+        calls.append(
+            RawCall(
+                item[name], found[0] if found else {}, call_id if isinstance(call_id, str) else None
+            )
+        )
     return calls or None
 
 
@@ -266,9 +277,15 @@ def unterminated(text: str, final: bool) -> Attempt | None:
     return Attempt(len(text), None, "unterminated call") if final else None
 
 
-def read_calls(text: str, at: int, final: bool, one: Callable[[int], Step],
-               broken: Callable[[str], Attempt | None], *, many: bool = True
-               ) -> tuple[list[RawCall], int] | Attempt | None:
+def read_calls(
+    text: str,
+    at: int,
+    final: bool,
+    one: Callable[[int], Step],
+    broken: Callable[[str], Attempt | None],
+    *,
+    many: bool = True,
+) -> tuple[list[RawCall], int] | Attempt | None:
     """Calls one after another from ``at`` (only the first unless ``many``), each read
     by ``one``: (the calls, where they end), else what the region is (``broken`` makes
     it of a reason) or None while it is incomplete."""
@@ -287,8 +304,9 @@ def read_calls(text: str, at: int, final: bool, one: Callable[[int], Step],
             return calls, at
 
 
-def call_name(text: str, at: int, tag: str, stop: str, final: bool
-              ) -> tuple[str, int] | int | str | None:
+def call_name(
+    text: str, at: int, tag: str, stop: str, final: bool
+) -> tuple[str, int] | int | str | None:
     """A call's ``tag`` at ``at`` (after whitespace), then its function name up to
     ``stop``: (the name, where ``stop`` is); else as a :data:`Step`: -1 when no ``tag``
     is there, a reason when the name is missing, None while either may still come."""
@@ -304,8 +322,9 @@ def call_name(text: str, at: int, tag: str, stop: str, final: bool
     return name, end
 
 
-def end_calls(text: str, at: int, close: str | None, final: bool,
-              calls: list[RawCall]) -> Attempt | None:
+def end_calls(
+    text: str, at: int, close: str | None, final: bool, calls: list[RawCall]
+) -> Attempt | None:
     """Calls that end at ``at``, then ``close`` (taken when it follows; None while it may
     still come); with no ``close`` the region ends at ``at``."""
     end = expect(text, at, close) if close is not None else -1
@@ -314,8 +333,9 @@ def end_calls(text: str, at: int, close: str | None, final: bool,
     return Attempt(end if end is not None and end > 0 else at, calls)
 
 
-def end_call(text: str, at: int, close: str, final: bool, call: RawCall, *,
-             since: int, why: str) -> Attempt | None:
+def end_call(
+    text: str, at: int, close: str, final: bool, call: RawCall, *, since: int, why: str
+) -> Attempt | None:
     """One call whose ``close`` must follow at ``at``: anything else breaks the region
     from ``since`` (see :func:`to_close`, ``why``); the stream's end closes it."""
     end = expect(text, at, close)

@@ -48,6 +48,7 @@ def candidates(m1: str, m2: str | None) -> list[Shape | JsonShape]:
 
 # -- JSON formats ---------------------------------------------------------------------
 
+
 def _call_keys(value: Any) -> tuple[str, str, str, bool] | None:
     """(name key, args key, id key, name-as-key) when ``value`` is the first call."""
     if not isinstance(value, dict):
@@ -55,8 +56,10 @@ def _call_keys(value: Any) -> tuple[str, str, str, bool] | None:
     if value == {FN1: ARGS1}:
         return "", "", "", True
     name = next((k for k, v in value.items() if v == FN1), None)
-    args = next((k for k, v in value.items()
-                 if v == ARGS1 or (isinstance(v, str) and _loads(v) == ARGS1)), None)
+    args = next(
+        (k for k, v in value.items() if v == ARGS1 or (isinstance(v, str) and _loads(v) == ARGS1)),
+        None,
+    )
     if name is None or args is None:
         return None
     ident = next((k for k, v in value.items() if v == ID1), "")
@@ -72,8 +75,15 @@ def _json_candidates(m1: str) -> list[Shape | JsonShape]:
         name, args, ident, as_key = keys
         if not m1[:start].strip():
             return []  # a bare JSON reply: not a marker we can wait for
-        one = JsonShape(m1[:start], m1[end:].rstrip(), name or "name", args or "arguments",
-                        ident, name_as_key=as_key, listed=item is not value)
+        one = JsonShape(
+            m1[:start],
+            m1[end:].rstrip(),
+            name or "name",
+            args or "arguments",
+            ident,
+            name_as_key=as_key,
+            listed=item is not value,
+        )
         return [one, replace(one, many=True)]
     return []
 
@@ -86,6 +96,7 @@ def _loads(text: str) -> Any:
 
 
 # -- tagged formats -------------------------------------------------------------------
+
 
 def _find_all(text: str, words: list[str], start: int) -> list[int] | None:
     """Where each of ``words`` occurs, in order, from ``start``."""
@@ -113,7 +124,7 @@ def _tagged(m1: str, m2: str | None) -> Shape | None:
 
 
 def _tagged_json(m1: str, m2: str | None, n1: int, a0: int, a1: int) -> Shape | None:
-    head, name_end, tail = m1[:n1], m1[n1 + len(FN1):a0], m1[a1:]
+    head, name_end, tail = m1[:n1], m1[n1 + len(FN1) : a0], m1[a1:]
     ends = [name_end]
     between = None
     if m2 is not None:
@@ -121,7 +132,7 @@ def _tagged_json(m1: str, m2: str | None, n1: int, a0: int, a1: int) -> Shape | 
         spans = [s for s in json_values(m2[at:]) if s[2] == ARGS2] if at > 0 else []
         if at > 0 and spans:
             between = m2[a1:at]
-            ends.append(m2[at + len(FN2):at + spans[0][0]])
+            ends.append(m2[at + len(FN2) : at + spans[0][0]])
     merged = merge(*ends)
     if merged is None:
         return None
@@ -130,32 +141,39 @@ def _tagged_json(m1: str, m2: str | None, n1: int, a0: int, a1: int) -> Shape | 
 
 def _tagged_xml(m1: str, m2: str | None, at: list[int]) -> Shape | None:
     n1, k1, v1, k2, v2 = at
-    a = m1[n1 + len(FN1):k1]  # name end + argument open
-    b = m1[v1 + len("first_value"):k2]  # argument close + argument open
+    a = m1[n1 + len(FN1) : k1]  # name end + argument open
+    b = m1[v1 + len("first_value") : k2]  # argument close + argument open
     param_open = common_suffix(a, b)
     if not param_open.strip():
         return None
-    name_ends = [a[:len(a) - len(param_open)]]
-    key_ends = [m1[k1 + len("first_key"):v1], m1[k2 + len("second_key"):v2]]
-    param_close = b[:len(b) - len(param_open)]
-    tail, between = m1[v2 + 2:], None
+    name_ends = [a[: len(a) - len(param_open)]]
+    key_ends = [m1[k1 + len("first_key") : v1], m1[k2 + len("second_key") : v2]]
+    param_close = b[: len(b) - len(param_open)]
+    tail, between = m1[v2 + 2 :], None
     if m2 is not None:
         found = _find_all(m2, [FN2, "third_key", "third_value"], v2 + 2)
         if found is not None:
             n2, k3, v3 = found
-            between = m2[v2 + 2:n2]
-            a2 = m2[n2 + len(FN2):k3]
+            between = m2[v2 + 2 : n2]
+            a2 = m2[n2 + len(FN2) : k3]
             if not a2.endswith(param_open):
                 return None
-            name_ends.append(a2[:len(a2) - len(param_open)])
-            key_ends.append(m2[k3 + len("third_key"):v3])
+            name_ends.append(a2[: len(a2) - len(param_open)])
+            key_ends.append(m2[k3 + len("third_key") : v3])
     name_end, key_end = merge(*name_ends), merge(*key_ends)
     if name_end is None or key_end is None or not tail.startswith(param_close):
         return None
     if between is not None and not between.startswith(param_close):
         return None
-    inner = Shape(call_open="", name_end=name_end, call_close="", json_args=False,
-                  param_open=param_open, key_end=key_end, param_close=param_close)
+    inner = Shape(
+        call_open="",
+        name_end=name_end,
+        call_close="",
+        json_args=False,
+        param_open=param_open,
+        key_end=key_end,
+        param_close=param_close,
+    )
     cut = len(param_close)
     return _outer(m1[:n1], tail[cut:], between[cut:] if between is not None else None, inner)
 
@@ -173,15 +191,22 @@ def _outer(head: str, tail: str, between: str | None, inner: Shape) -> Shape | N
     else:
         between = between.replace(ID2, IDENT)
         call_close = common_prefix(tail, between)
-        rest = between[len(call_close):]
+        rest = between[len(call_close) :]
         call_open = common_suffix(head, rest)
-        section_open = head[:len(head) - len(call_open)]
-        section_close = tail[len(call_close):].rstrip()
+        section_open = head[: len(head) - len(call_open)]
+        section_close = tail[len(call_close) :].rstrip()
         if not call_open.strip():
             return None
     if not (call_open.strip() or section_open.strip()):
         return None
-    return Shape(call_open=call_open, name_end=inner.name_end, call_close=call_close,
-                 section_open=section_open, section_close=section_close,
-                 json_args=inner.json_args, param_open=inner.param_open,
-                 key_end=inner.key_end, param_close=inner.param_close)
+    return Shape(
+        call_open=call_open,
+        name_end=inner.name_end,
+        call_close=call_close,
+        section_open=section_open,
+        section_close=section_close,
+        json_args=inner.json_args,
+        param_open=inner.param_open,
+        key_end=inner.key_end,
+        param_close=inner.param_close,
+    )

@@ -20,5 +20,11 @@ WRAPPERS = ("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_T
 
 
 def command_r() -> JsonAfterMarker:
-    return JsonAfterMarker(ACTION, ACTION_END, name="tool_name", args=("parameters",),
-                           ident="tool_call_id", strip=WRAPPERS)
+    return JsonAfterMarker(
+        ACTION,
+        ACTION_END,
+        name="tool_name",
+        args=("parameters",),
+        ident="tool_call_id",
+        strip=WRAPPERS,
+    )

@@ -39,9 +39,13 @@ class DeepSeek(Syntax):
 
     def parse(self, text: str, tools: ToolSet | None, final: bool) -> Attempt | None:
         start = len(CALLS) if text.startswith(CALLS) else 0
-        got = read_calls(text, start, final, lambda at: self._call(text, at, final),
-                         lambda why: to_close(text, start, CALLS_END if start else CALL_END,
-                                              final, why))
+        got = read_calls(
+            text,
+            start,
+            final,
+            lambda at: self._call(text, at, final),
+            lambda why: to_close(text, start, CALLS_END if start else CALL_END, final, why),
+        )
         if not isinstance(got, tuple):
             return got
         calls, at = got

@@ -34,15 +34,24 @@ _LAST_TAG = re.compile(r"(<[^<>\n]{1,40}>|\[[^\[\]\n]{1,40}\])\s*$")
 
 
 def _tool(name: str, props: dict[str, str]) -> dict[str, Any]:
-    return {"type": "function", "function": {
-        "name": name, "description": "A tool.",
-        "parameters": {"type": "object", "required": list(props),
-                       "properties": {k: {"type": t, "description": k}
-                                      for k, t in props.items()}}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": "A tool.",
+            "parameters": {
+                "type": "object",
+                "required": list(props),
+                "properties": {k: {"type": t, "description": k} for k, t in props.items()},
+            },
+        },
+    }
 
 
-TOOLS = [_tool(FN1, {"first_key": "string", "second_key": "integer"}),
-         _tool(FN2, {"third_key": "string"})]
+TOOLS = [
+    _tool(FN1, {"first_key": "string", "second_key": "integer"}),
+    _tool(FN2, {"third_key": "string"}),
+]
 
 
 @dataclass(frozen=True)
@@ -59,8 +68,9 @@ class Derived:
     def syntax(self) -> Syntax:
         if isinstance(self.shape, JsonShape):
             return self.shape.syntax(self.wrappers)
-        return Tagged(replace(self.shape, extra_markers=(*self.shape.extra_markers,
-                                                         *self.wrappers)))
+        return Tagged(
+            replace(self.shape, extra_markers=(*self.shape.extra_markers, *self.wrappers))
+        )
 
 
 @lru_cache(maxsize=64)
@@ -76,8 +86,9 @@ def derive(template: str) -> Derived | None:
         return None
 
 
-def _render(template: str, turn: dict[str, Any], *, then: bool = True,
-            think: bool | None = None) -> str | None:
+def _render(
+    template: str, turn: dict[str, Any], *, then: bool = True, think: bool | None = None
+) -> str | None:
     """The conversation with ``turn`` as the assistant's, and (``then``) a user turn
     after it, so that every variant shows how the assistant's turn ends."""
     from localllm.template.chat import render_chat
@@ -86,8 +97,15 @@ def _render(template: str, turn: dict[str, Any], *, then: bool = True,
     if then:
         messages.append({"role": "user", "content": ASK})
     try:
-        return render_chat(template, messages, tools=TOOLS, add_generation_prompt=False,
-                           bos_token="<s>", eos_token="</s>", think=think)
+        return render_chat(
+            template,
+            messages,
+            tools=TOOLS,
+            add_generation_prompt=False,
+            bos_token="<s>",
+            eos_token="</s>",
+            think=think,
+        )
     except Exception:  # a template that refuses our made-up turn teaches us nothing
         return None
 
@@ -101,10 +119,20 @@ def _derive(template: str) -> Derived | None:
     for then in (True, False):
         text = _render(template, {"role": "assistant", "content": ANSWER}, then=then)
         empty = _render(template, {"role": "assistant", "content": ""}, then=then)
-        one = _render(template, {"role": "assistant", "content": "",
-                                 "tool_calls": [_call(FN1, ARGS1, ID1)]}, then=then)
-        two = _render(template, {"role": "assistant", "content": "", "tool_calls": [
-            _call(FN1, ARGS1, ID1), _call(FN2, ARGS2, ID2)]}, then=then)
+        one = _render(
+            template,
+            {"role": "assistant", "content": "", "tool_calls": [_call(FN1, ARGS1, ID1)]},
+            then=then,
+        )
+        two = _render(
+            template,
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [_call(FN1, ARGS1, ID1), _call(FN2, ARGS2, ID2)],
+            },
+            then=then,
+        )
         if text is None or one is None or FN1 not in one:
             continue
         m1 = _markup(one, [text, empty])
@@ -130,7 +158,7 @@ def _markup(rendered: str, others: list[str | None]) -> str:
         start -= 1
     while stop < len(rendered) and not boundary(rendered, stop):
         stop += 1
-    return rendered[start:max(start, stop)]
+    return rendered[start : max(start, stop)]
 
 
 _WRAPPER = re.compile(r"<[|｜][^<>\s]{1,40}[|｜]>")
@@ -140,8 +168,8 @@ def _wrappers(text: str) -> tuple[str, ...]:
     """The special tokens right around the answer in a text turn: what the model writes
     around its text (``<|content|>``, ``<|END_OF_TURN_TOKEN|>``)."""
     at = text.find(ANSWER)
-    before = _WRAPPER.findall(text[max(0, at - 80):at])
-    after = _WRAPPER.findall(text[at + len(ANSWER):at + len(ANSWER) + 80])
+    before = _WRAPPER.findall(text[max(0, at - 80) : at])
+    after = _WRAPPER.findall(text[at + len(ANSWER) : at + len(ANSWER) + 80])
     found = [t for t in (before[-1:] + after[:1]) if t not in (ASK,)]
     return tuple(dict.fromkeys(found))
 
@@ -151,14 +179,15 @@ def _think(template: str) -> tuple[str, str] | None:
 
     known = detect_thinking_tags(template)
     text = _render(template, {"role": "assistant", "content": ANSWER}, think=True)
-    shown = _render(template, {"role": "assistant", "content": ANSWER,
-                               "reasoning_content": REASON}, think=True)
+    shown = _render(
+        template, {"role": "assistant", "content": ANSWER, "reasoning_content": REASON}, think=True
+    )
     if text is None or shown is None or REASON not in shown or ANSWER not in shown:
         return known
     reason = shown.find(REASON, raw_prefix_len(shown, text))
     tag = _LAST_TAG.search(shown[:reason])
     opening = tag.group(1) if tag else ""
-    closing = shown[reason + len(REASON):shown.find(ANSWER, reason)].strip()
+    closing = shown[reason + len(REASON) : shown.find(ANSWER, reason)].strip()
     if known and known[1] in closing:
         return known
     if opening and closing and "\n" not in opening + closing and len(opening + closing) < 80:
@@ -170,12 +199,12 @@ def _markers(shape: Shape | JsonShape, think: tuple[str, str] | None) -> tuple[s
     if isinstance(shape, Shape):
         found = list(shape.markers)
     else:
-        found = [t for piece in (shape.open, shape.close) for t in piece.split()
-                 if marker_like(t)]
+        found = [t for piece in (shape.open, shape.close) for t in piece.split() if marker_like(t)]
     return tuple(dict.fromkeys([*found, *(think or ())]))
 
 
 # -- checking -------------------------------------------------------------------------
+
 
 def _checks(found: Derived, m1: str, m2: str | None) -> bool:
     """Whether the derived parser reads back exactly the rendered calls."""

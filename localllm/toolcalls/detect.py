@@ -69,8 +69,10 @@ _SYNTAXES: dict[str, Callable[[], Syntax]] = {
 }
 # Formats whose reasoning tags are their own, whatever else the template mentions.
 _THINK: dict[str, tuple[str, str]] = {
-    "command_r7b": command_r.THINK, "kimi_k3": shapes.KIMI_K3_THINK,
-    "minimax_m3": minimax.THINK, "gemma4": gemma4.THINK,
+    "command_r7b": command_r.THINK,
+    "kimi_k3": shapes.KIMI_K3_THINK,
+    "minimax_m3": minimax.THINK,
+    "gemma4": gemma4.THINK,
 }
 FORMATS: tuple[str, ...] = (*_SYNTAXES, "gpt_oss", "muse_glimmer", "derived")
 
@@ -94,8 +96,9 @@ class ChatFormat:
             return self.derived.syntax()
         return _SYNTAXES[self.name]()
 
-    def parser(self, tools: list[dict[str, Any]] | None, think: bool | None,
-               prompt: str = "") -> FormatParser:
+    def parser(
+        self, tools: list[dict[str, Any]] | None, think: bool | None, prompt: str = ""
+    ) -> FormatParser:
         """A streaming parser for one reply.  ``think=False`` drops reasoning from the
         output; ``prompt`` (the rendered prompt) tells whether the reply starts inside
         a thinking block the template opened."""
@@ -105,8 +108,7 @@ class ChatFormat:
             return MuseParser(tools, think)
         tags = self.think_tags
         opened = bool(tags and prompt and prompt_opens_thinking(prompt, *tags))
-        return MarkupParser(self.syntax(), tools, think, tags=tags, opened=opened,
-                            name=self.name)
+        return MarkupParser(self.syntax(), tools, think, tags=tags, opened=opened, name=self.name)
 
 
 @lru_cache(maxsize=64)
@@ -123,8 +125,9 @@ def format_named(name: str, template: str = "") -> ChatFormat:
     derived = derive(template) if name == "derived" else None
     if name == "derived" and derived is None:
         raise ValueError("no tool-call format can be derived from this template")
-    tags = _THINK.get(name) or (derived and derived.think) or (
-        detect_thinking_tags(template) or THINK)
+    tags = (
+        _THINK.get(name) or (derived and derived.think) or (detect_thinking_tags(template) or THINK)
+    )
     fmt = ChatFormat(name, (), tags, derived)
     markers = tuple(dict.fromkeys((*fmt.syntax().markers, *tags)))
     return ChatFormat(name, markers, tags, derived)
@@ -191,7 +194,10 @@ def _detect_name(src: str) -> str:
         return "mistral" if "[ARGS]" in src else "mistral_nemo"
     if has("<tool_call>") and "<invoke name=" not in src:
         return "hermes"
-    if (has("<|python_tag|>") or has("<|start_header_id|>ipython<|end_header_id|>")
-            or has("<|start_header_id|>", '"parameters"')):
+    if (
+        has("<|python_tag|>")
+        or has("<|start_header_id|>ipython<|end_header_id|>")
+        or has("<|start_header_id|>", '"parameters"')
+    ):
         return "llama3"
     return "generic"

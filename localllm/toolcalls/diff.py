@@ -24,8 +24,12 @@ def boundary(text: str, at: int) -> bool:
     tag, a bracket or whitespace begins or ended."""
     if at <= 0 or at >= len(text):
         return True
-    return (text[at] in _OPENERS or text[at].isspace() or text[at - 1] in _CLOSERS
-            or text[at - 1].isspace())
+    return (
+        text[at] in _OPENERS
+        or text[at].isspace()
+        or text[at - 1] in _CLOSERS
+        or text[at - 1].isspace()
+    )
 
 
 def common_prefix(a: str, b: str) -> str:
@@ -45,7 +49,7 @@ def common_suffix(a: str, b: str) -> str:
         n += 1
     while n > 0 and not (boundary(a, len(a) - n) and boundary(b, len(b) - n)):
         n -= 1
-    return a[len(a) - n:]
+    return a[len(a) - n :]
 
 
 def raw_prefix_len(a: str, b: str) -> int:
@@ -72,10 +76,10 @@ def merge(*variants: str) -> str | None:
     head = min((raw_prefix_len(first, v) for v in variants[1:]), default=0)
     tail = min((raw_suffix_len(first[head:], v[head:]) for v in variants[1:]), default=0)
     for v in variants:
-        middle = v[head:len(v) - tail]
+        middle = v[head : len(v) - tail]
         if len(middle) > 64 or "\n" in middle:
             return None
-    return first[:head] + WILD + first[len(first) - tail:]
+    return first[:head] + WILD + first[len(first) - tail :]
 
 
 def json_values(text: str) -> list[tuple[int, int, Any]]:

@@ -55,7 +55,7 @@ def read_value(text: str, at: int, depth: int = 0) -> tuple[Any, int]:
         end = text.find(QUOTE, at + len(QUOTE))
         if end < 0:
             raise _Incomplete
-        return text[at + len(QUOTE):end], end + len(QUOTE)
+        return text[at + len(QUOTE) : end], end + len(QUOTE)
     if QUOTE.startswith(text[at:]):
         raise _Incomplete
     if text[at] == "{":
@@ -88,7 +88,7 @@ def _object(text: str, at: int, depth: int) -> tuple[dict[str, Any], int]:
             raise _Incomplete
         key = text[at:colon].strip()
         if key.startswith(QUOTE) and key.endswith(QUOTE) and len(key) >= 2 * len(QUOTE):
-            key = key[len(QUOTE):-len(QUOTE)]
+            key = key[len(QUOTE) : -len(QUOTE)]
         if not key or len(key) > MAX_NAME or any(c in key for c in "{}[],\n"):
             raise ValueError("not a key")
         out[key], at = read_value(text, colon + 1, depth + 1)
@@ -144,5 +144,12 @@ class Gemma4(Syntax):
             return unterminated(text, final)
         except (ValueError, RecursionError) as exc:
             return to_close(text, brace, CALL_END, final, f"arguments: {exc}")
-        return end_call(text, end, CALL_END, final, RawCall(name, args), since=end,
-                        why="text after the arguments")
+        return end_call(
+            text,
+            end,
+            CALL_END,
+            final,
+            RawCall(name, args),
+            since=end,
+            why="text after the arguments",
+        )

@@ -45,7 +45,7 @@ class Glm(Syntax):
             if len(text) - begin > MAX_NAME or final:
                 return Attempt(len(text) if final else begin, None, "no function name")
             return None
-        name = text[begin:min(stops)].strip()
+        name = text[begin : min(stops)].strip()
         if not name or len(name) > MAX_NAME or "\n" in name or "{" in name:
             return to_close(text, begin, CLOSE, final, "no function name")
         args: dict[str, Any] = {}
@@ -66,5 +66,6 @@ class Glm(Syntax):
             name_of_key = text[key:key_end].strip()
             args[name_of_key] = typed_value(tools, name, name_of_key, text[value:value_end])
             at = value_end + len(VALUE_END)
-        return end_call(text, at, CLOSE, final, RawCall(name, args), since=begin,
-                        why="text inside the call")
+        return end_call(
+            text, at, CLOSE, final, RawCall(name, args), since=begin, why="text inside the call"
+        )

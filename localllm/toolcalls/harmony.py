@@ -77,15 +77,15 @@ class HarmonyParser:
         if at < 0 and not final:
             if self._kind in ("thinking", "content"):  # stream it, holding a partial marker
                 keep = max(partial_tag_len(self._buf, m) for m in self.body_end)
-                self._emit(self._buf[:len(self._buf) - keep], out)
-                self._buf = self._buf[len(self._buf) - keep:]
+                self._emit(self._buf[: len(self._buf) - keep], out)
+                self._buf = self._buf[len(self._buf) - keep :]
             return False
         body = self._buf if at < 0 else self._buf[:at]
         self._emit(body, out, closed=True)
         self._buf = "" if at < 0 else self._buf[at:]
         for marker in self.closers:  # a message's end marker; a START opens the next
             if self._buf.startswith(marker):
-                self._buf = self._buf[len(marker):]
+                self._buf = self._buf[len(marker) :]
         self._state = "header"
         return at >= 0
 
@@ -100,7 +100,7 @@ class HarmonyParser:
             return True
         if at < 0:
             return False
-        header, self._buf = self._buf[:at], self._buf[at + len(MESSAGE):]
+        header, self._buf = self._buf[:at], self._buf[at + len(MESSAGE) :]
         channels = _CHANNEL.findall(header)
         recipients = _RECIPIENT.findall(header)
         channel = channels[-1] if channels else "final"
@@ -147,8 +147,7 @@ class HarmonyParser:
             return None
         calls = []
         for name, args in raw:
-            calls.append(ToolCall(name, dict(args) if isinstance(args, dict) else {},
-                                  self._count))
+            calls.append(ToolCall(name, dict(args) if isinstance(args, dict) else {}, self._count))
             self._count += 1
         return calls
 

@@ -29,10 +29,18 @@ from localllm.toolcalls.tagged import Piece, marker_like
 
 
 class JsonAfterMarker(Syntax):
-    def __init__(self, open_tag: str, close_tag: str = "", *, name: str = "name",
-                 args: tuple[str, ...] = ("arguments",), ident: str = "id",
-                 strip: tuple[str, ...] = (), many: bool = False,
-                 name_as_key: bool = False) -> None:
+    def __init__(
+        self,
+        open_tag: str,
+        close_tag: str = "",
+        *,
+        name: str = "name",
+        args: tuple[str, ...] = ("arguments",),
+        ident: str = "id",
+        strip: tuple[str, ...] = (),
+        many: bool = False,
+        name_as_key: bool = False,
+    ) -> None:
         self.open, self.close = Piece(open_tag), Piece(close_tag)
         self.keys = (name, args, ident)
         self.many, self.name_as_key = many, name_as_key
@@ -102,6 +110,13 @@ class JsonShape:
     listed: bool = False  # the calls are one JSON array
 
     def syntax(self, strip: tuple[str, ...] = ()) -> JsonAfterMarker:
-        return JsonAfterMarker(self.open, self.close, name=self.name, args=(self.args,),
-                               ident=self.ident or "id", many=self.many,
-                               name_as_key=self.name_as_key, strip=strip)
+        return JsonAfterMarker(
+            self.open,
+            self.close,
+            name=self.name,
+            args=(self.args,),
+            ident=self.ident or "id",
+            many=self.many,
+            name_as_key=self.name_as_key,
+            strip=strip,
+        )

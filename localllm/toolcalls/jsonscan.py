@@ -32,7 +32,6 @@ def no_surrogates(data: Any) -> Any:
     return data
 
 
-
 FAILED = object()
 
 
@@ -79,8 +78,9 @@ class JsonScan:
         self.text, self.start, self.pos, self.depth, self.quote = text, start, pos, depth, quote
 
 
-def scan_brackets(text: str, start: int, tokens: re.Pattern[str], opening: str,
-                  scan: JsonScan | None) -> int | None:
+def scan_brackets(
+    text: str, start: int, tokens: re.Pattern[str], opening: str, scan: JsonScan | None
+) -> int | None:
     """End of the bracketed value opening at ``start`` (``tokens`` finds its strings and
     brackets, a string's close quote in a group); None while incomplete."""
     pos, depth, quote = scan.resume(text, start) if scan is not None else (start, 0, "")

@@ -52,8 +52,9 @@ class Kimi(Syntax):
             if args < 0 or args - begin > MAX_NAME:
                 if args < 0 and len(text) - begin <= MAX_NAME and not final:
                     return None
-                return to_close(text, start, SECTION_END if start else CALL_END, final,
-                                "no arguments marker")
+                return to_close(
+                    text, start, SECTION_END if start else CALL_END, final, "no arguments marker"
+                )
             ident = text[begin:args].strip()
             got = read_json(text, args + len(ARGS), final, self.scan)
             if got is None or isinstance(got, Attempt):

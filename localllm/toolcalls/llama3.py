@@ -36,5 +36,8 @@ class Llama3(Syntax):
             return got
         data, end = got
         calls = json_calls(data, need_args=True)
-        return Attempt(end, calls, "JSON after <|python_tag|> is not a call"
-                       if tagged and calls is None else "")
+        return Attempt(
+            end,
+            calls,
+            "JSON after <|python_tag|> is not a call" if tagged and calls is None else "",
+        )

@@ -55,10 +55,14 @@ class MiniMaxM3(Syntax):
 
     def parse(self, text: str, tools: ToolSet | None, final: bool) -> Attempt | None:
         section = text.startswith(SECTION)
-        got = read_calls(text, len(SECTION) if section else 0, final,
-                         lambda at: self._invoke(text, at, tools, final),
-                         lambda why: to_close(text, 1, SECTION_END if section else INVOKE_END,
-                                              final, why), many=section)
+        got = read_calls(
+            text,
+            len(SECTION) if section else 0,
+            final,
+            lambda at: self._invoke(text, at, tools, final),
+            lambda why: to_close(text, 1, SECTION_END if section else INVOKE_END, final, why),
+            many=section,
+        )
         if not isinstance(got, tuple):
             return got
         calls, at = got
@@ -97,7 +101,7 @@ def _element(text: str, at: int, final: bool, depth: int) -> Element | str | Non
     gt = text.find(">", at + len(_OPEN))
     if gt < 0:
         return None if len(text) - at <= MAX_NAME and not final else "no argument name"
-    tag = text[at + len(_OPEN):gt]
+    tag = text[at + len(_OPEN) : gt]
     if not tag or len(tag) > MAX_NAME or any(c in tag for c in "<>/\n "):
         return "no argument name"
     inner, close = gt + 1, f"{_CLOSE}{tag}>"
@@ -148,5 +152,9 @@ def _allows_string(schema: Any) -> bool:
     kind = schema.get("type")
     if kind == "string" or (isinstance(kind, list) and "string" in kind):
         return True
-    return any(_allows_string(s) for key in ("anyOf", "oneOf")
-               for s in (schema.get(key) or []) if isinstance(schema.get(key), list))
+    return any(
+        _allows_string(s)
+        for key in ("anyOf", "oneOf")
+        for s in (schema.get(key) or [])
+        if isinstance(schema.get(key), list)
+    )

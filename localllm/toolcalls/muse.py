@@ -21,10 +21,17 @@ from localllm.toolcalls.harmony import MESSAGE, START, HarmonyParser
 from localllm.toolcalls.tagged import Shape, Tagged
 
 EOM, EOT = "<|eom|>", "<|eot|>"
-CALLS = Shape(section_open="<atem:function_calls>", section_close="</atem:function_calls>",
-              call_open='<atem:invoke name="', name_end='">', call_close="</atem:invoke>",
-              json_args=False, param_open='<atem:parameter name="', key_end='">',
-              param_close="</atem:parameter>")
+CALLS = Shape(
+    section_open="<atem:function_calls>",
+    section_close="</atem:function_calls>",
+    call_open='<atem:invoke name="',
+    name_end='">',
+    call_close="</atem:invoke>",
+    json_args=False,
+    param_open='<atem:parameter name="',
+    key_end='">',
+    param_close="</atem:parameter>",
+)
 MARKERS = (START, MESSAGE, EOM, EOT)
 
 

@@ -23,15 +23,13 @@ from localllm.toolcalls.base import Attempt, RawCall, Syntax, ToolSet, expect, s
 from localllm.toolcalls.jsonscan import JsonScan, no_surrogates, scan_brackets
 
 START, END = "<|tool_call_start|>", "<|tool_call_end|>"
-_NAMES = {"True": True, "False": False, "None": None, "true": True, "false": False,
-          "null": None}
+_NAMES = {"True": True, "False": False, "None": None, "true": True, "false": False, "null": None}
 _MAX_LEN = 1 << 20
 
 
 # A Python string literal (its close quote in group 1 or 2: absent while the text ends
 # inside it) or a bracket, walked by the regex engine (see jsonscan.json_end).
-_SCAN = re.compile(r'''"[^"\\]*(?:\\.[^"\\]*)*(")?|'[^'\\]*(?:\\.[^'\\]*)*(')?|[][(){}]''',
-                   re.S)
+_SCAN = re.compile(r""""[^"\\]*(?:\\.[^"\\]*)*(")?|'[^'\\]*(?:\\.[^'\\]*)*(')?|[][(){}]""", re.S)
 
 
 def list_end(text: str, at: int, scan: JsonScan | None = None) -> int | None:

@@ -24,40 +24,75 @@ from localllm.toolcalls.jsonlist import JsonAfterMarker
 from localllm.toolcalls.jsonscan import loads
 from localllm.toolcalls.tagged import WILD, Shape, Tagged
 
-MINIMAX_M2 = Shape(section_open="<minimax:tool_call>", section_close="</minimax:tool_call>",
-                   call_open='<invoke name="', name_end='">', call_close="</invoke>",
-                   json_args=False, param_open='<parameter name="', key_end='">',
-                   param_close="</parameter>")
+MINIMAX_M2 = Shape(
+    section_open="<minimax:tool_call>",
+    section_close="</minimax:tool_call>",
+    call_open='<invoke name="',
+    name_end='">',
+    call_close="</invoke>",
+    json_args=False,
+    param_open='<parameter name="',
+    key_end='">',
+    param_close="</parameter>",
+)
 
 _DSML = "｜DSML｜"
 
 
 def _dsml(block: str) -> Shape:
-    return Shape(section_open=f"<{_DSML}{block}>", section_close=f"</{_DSML}{block}>",
-                 call_open=f'<{_DSML}invoke name="', name_end='">',
-                 call_close=f"</{_DSML}invoke>", json_args=False,
-                 param_open=f'<{_DSML}parameter name="', key_end=f'" string="{WILD}">',
-                 param_close=f"</{_DSML}parameter>")
+    return Shape(
+        section_open=f"<{_DSML}{block}>",
+        section_close=f"</{_DSML}{block}>",
+        call_open=f'<{_DSML}invoke name="',
+        name_end='">',
+        call_close=f"</{_DSML}invoke>",
+        json_args=False,
+        param_open=f'<{_DSML}parameter name="',
+        key_end=f'" string="{WILD}">',
+        param_close=f"</{_DSML}parameter>",
+    )
 
 
 DEEPSEEK_V3_2 = _dsml("function_calls")
 DEEPSEEK_V4 = _dsml("tool_calls")
 
 KIMI_K3_THINK = ("<|open|>think<|sep|>", "<|close|>think<|sep|>")
-KIMI_K3 = Shape(section_open="<|open|>tools<|sep|>", section_close="<|close|>tools<|sep|>",
-                call_open='<|open|>call tool="', name_end=f'" index="{WILD}"<|sep|>',
-                call_close="<|close|>call<|sep|>", json_args=False,
-                param_open='<|open|>argument key="', key_end=f'" type="{WILD}"<|sep|>',
-                param_close="<|close|>argument<|sep|>",
-                extra_markers=("<|open|>response<|sep|>", "<|close|>response<|sep|>",
-                               "<|close|>message<|sep|>", "<|open|>", "<|close|>", "<|sep|>"))
+KIMI_K3 = Shape(
+    section_open="<|open|>tools<|sep|>",
+    section_close="<|close|>tools<|sep|>",
+    call_open='<|open|>call tool="',
+    name_end=f'" index="{WILD}"<|sep|>',
+    call_close="<|close|>call<|sep|>",
+    json_args=False,
+    param_open='<|open|>argument key="',
+    key_end=f'" type="{WILD}"<|sep|>',
+    param_close="<|close|>argument<|sep|>",
+    extra_markers=(
+        "<|open|>response<|sep|>",
+        "<|close|>response<|sep|>",
+        "<|close|>message<|sep|>",
+        "<|open|>",
+        "<|close|>",
+        "<|sep|>",
+    ),
+)
 
-MINICPM5 = Shape(call_open='<function name="', name_end='">', call_close="</function>",
-                 json_args=False, param_open='<param name="', key_end='">',
-                 param_close="</param>")
+MINICPM5 = Shape(
+    call_open='<function name="',
+    name_end='">',
+    call_close="</function>",
+    json_args=False,
+    param_open='<param name="',
+    key_end='">',
+    param_close="</param>",
+)
 
-FUNCTIONARY_V3_1 = Shape(call_open="<function=", name_end=">", call_close="</function>",
-                         extra_markers=("<|python_tag|>",))
+FUNCTIONARY_V3_1 = Shape(
+    call_open="<function=",
+    name_end=">",
+    call_close="</function>",
+    extra_markers=("<|python_tag|>",),
+)
 PYTHON_TAG = "<|python_tag|>"
 
 APRIEL_THINK = ("Here are my reasoning steps:", "[BEGIN FINAL RESPONSE]")
@@ -76,12 +111,13 @@ class FunctionaryV31(Tagged):
             return super().parse(text, tools, final)
         if not final:
             return None  # the code runs to the end of the reply
-        code = text[len(PYTHON_TAG):].strip()
-        data = loads(code) if code[:1] in "{\"" else None
+        code = text[len(PYTHON_TAG) :].strip()
+        data = loads(code) if code[:1] in '{"' else None
         if isinstance(data, dict):
             return Attempt(len(text), [RawCall("python", data)])
-        return Attempt(len(text), [RawCall("python", {"code": data if isinstance(data, str)
-                                                                else code})])
+        return Attempt(
+            len(text), [RawCall("python", {"code": data if isinstance(data, str) else code})]
+        )
 
 
 def nemotron_v2() -> JsonAfterMarker:

@@ -41,8 +41,16 @@ log = logging.getLogger(__name__)
 class MarkupParser:
     """A :class:`~localllm.toolcalls.base.FormatParser` for one :class:`Syntax`."""
 
-    def __init__(self, syntax: Syntax, tools: list[dict[str, Any]] | None, think: bool | None, *,
-                 tags: tuple[str, str] | None, opened: bool = False, name: str = "") -> None:
+    def __init__(
+        self,
+        syntax: Syntax,
+        tools: list[dict[str, Any]] | None,
+        think: bool | None,
+        *,
+        tags: tuple[str, str] | None,
+        opened: bool = False,
+        name: str = "",
+    ) -> None:
         self.syntax = syntax
         self.name = name
         self.tools = ToolSet(tools) if tools else None
@@ -94,21 +102,20 @@ class MarkupParser:
         tail that may be the start of one), held until the block closes."""
         held = self._held + text
         if not self._marked:
-            at = min((i for i in (held.find(m) for m in self.syntax.starts) if i >= 0),
-                     default=-1)
+            at = min((i for i in (held.find(m) for m in self.syntax.starts) if i >= 0), default=-1)
             if at >= 0:
                 self._marked = True
                 keep = len(held) - len(held[:at].rstrip())  # with the whitespace before it
             else:
                 keep = max((partial_tag_len(held, m) for m in self.syntax.starts), default=0)
                 if keep:  # the start of a marker, and the whitespace before it
-                    keep = len(held) - len(held[:len(held) - keep].rstrip())
+                    keep = len(held) - len(held[: len(held) - keep].rstrip())
         else:
             keep = len(held)
         if closed:
             keep, self._marked = 0, False
-        self._thinking(held[:len(held) - keep], out)
-        self._held = held[len(held) - keep:]
+        self._thinking(held[: len(held) - keep], out)
+        self._held = held[len(held) - keep :]
 
     def _has_calls(self, text: str) -> bool:
         """Whether ``text`` read as a reply holds a call (else it stays reasoning)."""
@@ -146,8 +153,11 @@ class MarkupParser:
                     continue
             at = self._next_start()
             if at < 0:
-                keep = 0 if final else max((partial_tag_len(self._buf, m)
-                                            for m in self._holdable), default=0)
+                keep = (
+                    0
+                    if final
+                    else max((partial_tag_len(self._buf, m) for m in self._holdable), default=0)
+                )
                 cut = len(self._buf) - keep
                 out.content += self._clean(self._buf[:cut])
                 self._buf = self._buf[cut:]

@@ -52,8 +52,9 @@ _TAG = re.compile(r"<[^<>\s]{1,64}>|\[[^\[\]\s]{1,64}\]")
 def marker_like(token: str) -> bool:
     """Whether a markup token is a marker (removed from content) rather than punctuation
     such as ``">`` or ``name="`` that prose uses too."""
-    return len(token) >= 3 and ((token[0] in "<[" and token[-1] in ">]") or "|" in token
-                                or "｜" in token)
+    return len(token) >= 3 and (
+        (token[0] in "<[" and token[-1] in ">]") or "|" in token or "｜" in token
+    )
 
 
 class Piece:
@@ -74,13 +75,14 @@ class Piece:
             else:
                 rx.append(re.escape(part))
         self._rx = re.compile("".join(rx), re.S)
-        self.tokens = tuple(t for t in _SPLIT.split(text) if t and not t.isspace()
-                            and t not in (WILD, IDENT))
+        self.tokens = tuple(
+            t for t in _SPLIT.split(text) if t and not t.isspace() and t not in (WILD, IDENT)
+        )
         head = re.split(r"[\x00\x01]", text)[0]
         self._head = "".join(head.split())
         self._exact = WILD not in text and IDENT not in text
-        self.lead = text[:len(text) - len(text.lstrip())]  # whitespace it opens with
-        self.trail = text[len(text.rstrip()):]  # ... and ends with
+        self.lead = text[: len(text) - len(text.lstrip())]  # whitespace it opens with
+        self.trail = text[len(text.rstrip()) :]  # ... and ends with
 
     @property
     def empty(self) -> bool:
@@ -101,8 +103,11 @@ class Piece:
         rest = "".join(text[at:].split())
         if self._head.startswith(rest):
             return None
-        if not self._exact and rest.startswith(self._head) \
-                and len(text) - at <= len(self.text) + _MAX_ID + _MAX_WILD:
+        if (
+            not self._exact
+            and rest.startswith(self._head)
+            and len(text) - at <= len(self.text) + _MAX_ID + _MAX_WILD
+        ):
             return None
         return -1
 
@@ -127,8 +132,16 @@ class Shape:
     extra_markers: tuple[str, ...] = ()  # markup of the family that is not a call's
 
     def pieces(self) -> tuple[str, ...]:
-        return (self.section_open, self.section_close, self.call_open, self.name_end,
-                self.call_close, self.param_open, self.key_end, self.param_close)
+        return (
+            self.section_open,
+            self.section_close,
+            self.call_open,
+            self.name_end,
+            self.call_close,
+            self.param_open,
+            self.key_end,
+            self.param_close,
+        )
 
     @cached_property
     def markers(self) -> tuple[str, ...]:
@@ -162,8 +175,14 @@ class Tagged(Syntax):
                 return None
             if isinstance(got, tuple):
                 at, section = got[0], True
-        read = read_calls(text, at, final, lambda at: self._call(text, at, tools, final),
-                          lambda why: self._broken(text, final, why, section), many=section)
+        read = read_calls(
+            text,
+            at,
+            final,
+            lambda at: self._call(text, at, tools, final),
+            lambda why: self._broken(text, final, why, section),
+            many=section,
+        )
         if not isinstance(read, tuple):
             return read
         calls, at = read
@@ -232,8 +251,9 @@ class Tagged(Syntax):
         found = [e for e in ends if e >= 0]
         return min(found) if found else -1
 
-    def _params(self, text: str, at: int, tools: ToolSet | None, name: str, final: bool
-                ) -> tuple[dict[str, Any], int] | str | None:
+    def _params(
+        self, text: str, at: int, tools: ToolSet | None, name: str, final: bool
+    ) -> tuple[dict[str, Any], int] | str | None:
         args: dict[str, Any] = {}
         while True:
             opened = self.param_open.match(text, at, final)
@@ -268,15 +288,15 @@ class Tagged(Syntax):
             end = text.find(_CDATA_END, body)
             if end < 0:
                 return None
-            return _Literal(text[body + len(_CDATA):end]), end + len(_CDATA_END)
+            return _Literal(text[body + len(_CDATA) : end]), end + len(_CDATA_END)
         stop = self.param_close.find(text, start)
         if stop < 0:
             return None
         raw = text[start:stop]
         # The whitespace the pieces write around a value is theirs, not the value's.
         trail, lead = self.key_end.trail, self.param_close.lead
-        raw = raw[len(trail):] if trail and raw.startswith(trail) else raw
-        raw = raw[:len(raw) - len(lead)] if lead and raw.endswith(lead) else raw
+        raw = raw[len(trail) :] if trail and raw.startswith(trail) else raw
+        raw = raw[: len(raw) - len(lead)] if lead and raw.endswith(lead) else raw
         return raw, stop
 
 

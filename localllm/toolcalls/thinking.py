@@ -41,18 +41,25 @@ def detect_thinking_tags(template: str) -> tuple[str, str] | None:
     return None
 
 
-def prompt_opens_thinking(prompt: str, open_tag: str = "<think>",
-                          close_tag: str = "</think>") -> bool:
+def prompt_opens_thinking(
+    prompt: str, open_tag: str = "<think>", close_tag: str = "</think>"
+) -> bool:
     """True when the rendered prompt ends inside an opened thinking block."""
     at = prompt.rfind(open_tag)
-    return at >= 0 and not prompt[at + len(open_tag):].strip() and close_tag not in prompt[at:]
+    return at >= 0 and not prompt[at + len(open_tag) :].strip() and close_tag not in prompt[at:]
 
 
 class ThinkingSplitter:
     """Incremental splitter: ``feed(piece) -> (thinking, content)``, then ``finish()``."""
 
-    def __init__(self, open_tag: str = "<think>", close_tag: str = "</think>", *,
-                 opened: bool = False, exits: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        open_tag: str = "<think>",
+        close_tag: str = "</think>",
+        *,
+        opened: bool = False,
+        exits: tuple[str, ...] = (),
+    ) -> None:
         self.open_tag = open_tag
         self.close_tag = close_tag
         self._state = "opened" if opened else "start"
@@ -72,7 +79,7 @@ class ThinkingSplitter:
         if self._state == "opened":
             stripped = self._buf.lstrip()
             if stripped.startswith(self.open_tag):  # the model opened it once more
-                self._buf = stripped[len(self.open_tag):]
+                self._buf = stripped[len(self.open_tag) :]
                 self._state = "thinking"
             elif stripped.startswith(self.close_tag):  # an empty block (a budget of 0)
                 self._state = "thinking"
@@ -81,21 +88,23 @@ class ThinkingSplitter:
             elif any(stripped.startswith(m) for m in self._exits):
                 self._buf = stripped
                 self._state, self._trim = "content", False
-            elif not stripped or any(m.startswith(stripped) for m in (self.open_tag,
-                                                                      *self._exits)):
+            elif not stripped or any(m.startswith(stripped) for m in (self.open_tag, *self._exits)):
                 return "", ""  # still undecided
             else:
                 self._state = "thinking"
         if self._state == "start":
             stripped = self._buf.lstrip()
             if stripped.startswith(self.open_tag):
-                self._buf = stripped[len(self.open_tag):]
+                self._buf = stripped[len(self.open_tag) :]
                 self._state, self._trim = "thinking", True
             elif stripped.startswith(self.close_tag):
-                self._buf = stripped[len(self.close_tag):]
+                self._buf = stripped[len(self.close_tag) :]
                 self._state, self._trim = "content", True
-            elif (not stripped or self.open_tag.startswith(stripped)
-                  or self.close_tag.startswith(stripped)):
+            elif (
+                not stripped
+                or self.open_tag.startswith(stripped)
+                or self.close_tag.startswith(stripped)
+            ):
                 return "", ""  # could still become the opening (or a lone closing) tag
             else:
                 self._state = "content"
@@ -106,7 +115,7 @@ class ThinkingSplitter:
             at = self._buf.find(self.close_tag)
             if at >= 0:
                 thinking = self._buf[:at].rstrip()
-                self._buf = self._buf[at + len(self.close_tag):]
+                self._buf = self._buf[at + len(self.close_tag) :]
                 self._state, self._trim = "content", True
             else:
                 # Hold a possible partial close tag, and trailing whitespace that the

@@ -46,8 +46,9 @@ def _value(raw: str) -> str:
 
 
 class XmlCall(Syntax):
-    def __init__(self, open_tag: str = "<tool_call>", close_tag: str = "</tool_call>", *,
-                 padded: bool = True) -> None:
+    def __init__(
+        self, open_tag: str = "<tool_call>", close_tag: str = "</tool_call>", *, padded: bool = True
+    ) -> None:
         self.open, self.close = open_tag, close_tag
         # Qwen3-Coder writes a newline on each side of a value; Seed-OSS writes none, so
         # a newline there is the value's own.
@@ -58,9 +59,13 @@ class XmlCall(Syntax):
 
     def parse(self, text: str, tools: ToolSet | None, final: bool) -> Attempt | None:
         start = len(self.open) if text.startswith(self.open) else 0
-        got = read_calls(text, start, final, lambda at: self._function(text, at, tools, final),
-                         lambda why: to_close(text, start,
-                                              self.close if start else FUNCTION_END, final, why))
+        got = read_calls(
+            text,
+            start,
+            final,
+            lambda at: self._function(text, at, tools, final),
+            lambda why: to_close(text, start, self.close if start else FUNCTION_END, final, why),
+        )
         if not isinstance(got, tuple):
             return got
         calls, at = got
@@ -87,7 +92,7 @@ class XmlCall(Syntax):
             if end < 0:
                 return None
             key = text[param:pgt].strip()
-            raw = text[pgt + 1:end]
+            raw = text[pgt + 1 : end]
             args[key] = typed_value(tools, name, key, _value(raw) if self.padded else raw)
             at = end + len(PARAM_END)
         close = expect(text, at, FUNCTION_END)

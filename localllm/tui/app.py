@@ -41,9 +41,14 @@ class LocalLLMApp(App[None]):
     ]
 
     def __init__(
-        self, host: str | None = None, *, model: str | None = None,
-        transport: httpx.AsyncBaseTransport | None = None, sessions: Sessions | None = None,
-        export_dir: Path | None = None, starter: Callable[[str], Any] = ensure_daemon,
+        self,
+        host: str | None = None,
+        *,
+        model: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        sessions: Sessions | None = None,
+        export_dir: Path | None = None,
+        starter: Callable[[str], Any] = ensure_daemon,
         theme: str | None = None,
     ) -> None:
         """``transport``, ``sessions`` and ``starter`` are injectable for tests."""
@@ -97,8 +102,7 @@ class LocalLLMApp(App[None]):
         try:
             await asyncio.to_thread(self.starter, url)
         except LocalLLMError as exc:
-            self.notify(str(exc), title="Could not start the daemon", severity="error",
-                        timeout=15)
+            self.notify(str(exc), title="Could not start the daemon", severity="error", timeout=15)
             return False
         self.notify("Daemon started")
         return True
@@ -113,8 +117,9 @@ class LocalLLMApp(App[None]):
         wanted = [self.initial_model] if self.initial_model else [*recent, *sorted(local)]
         model = next((m for m in wanted if m in local or _with_latest(m) in local), None)
         if self.initial_model and model is None:
-            self.notify(f"{self.initial_model} is not pulled yet: Ctrl+O to pull it",
-                        severity="warning")
+            self.notify(
+                f"{self.initial_model} is not pulled yet: Ctrl+O to pull it", severity="warning"
+            )
         if model is not None:
             self.chat_screen.use_model(model)
         elif not local:
@@ -134,24 +139,36 @@ class LocalLLMApp(App[None]):
         commands: list[tuple[str, str, Callable[[], Any]]] = [
             ("New chat", "Start a new conversation (Ctrl+N)", chat.action_new_chat),
             ("Models", "Pick, search, pull, delete or inspect models (Ctrl+O)", chat.action_models),
-            ("Chat settings", "System prompt, sampling, keep-alive (Ctrl+S)",
-             chat.action_settings),
+            ("Chat settings", "System prompt, sampling, keep-alive (Ctrl+S)", chat.action_settings),
             ("Rename chat", "Give this chat a new title (F2)", chat.action_rename),
             ("Delete chat", "Delete this chat from the list", chat.action_delete_chat),
-            ("Export chat as Markdown", "Write this chat to a .md file",
-             partial(chat.action_export, "md")),
-            ("Export chat as JSON", "Write this chat to a .json file",
-             partial(chat.action_export, "json")),
-            ("Edit last message", "Put your last message back in the prompt (Ctrl+E)",
-             chat.action_edit_last),
-            ("Regenerate reply", "Ask again for the last reply (Ctrl+R)",
-             chat.action_regenerate),
-            ("Copy last reply", "Copy the last reply to the clipboard (Ctrl+Y)",
-             chat.action_copy_last),
-            ("Toggle chat list", "Show or hide the sidebar (Ctrl+B)",
-             chat.action_toggle_sidebar),
-            ("Toggle light/dark", "Switch between the light and dark theme (Ctrl+T)",
-             self.action_toggle_theme),
+            (
+                "Export chat as Markdown",
+                "Write this chat to a .md file",
+                partial(chat.action_export, "md"),
+            ),
+            (
+                "Export chat as JSON",
+                "Write this chat to a .json file",
+                partial(chat.action_export, "json"),
+            ),
+            (
+                "Edit last message",
+                "Put your last message back in the prompt (Ctrl+E)",
+                chat.action_edit_last,
+            ),
+            ("Regenerate reply", "Ask again for the last reply (Ctrl+R)", chat.action_regenerate),
+            (
+                "Copy last reply",
+                "Copy the last reply to the clipboard (Ctrl+Y)",
+                chat.action_copy_last,
+            ),
+            ("Toggle chat list", "Show or hide the sidebar (Ctrl+B)", chat.action_toggle_sidebar),
+            (
+                "Toggle light/dark",
+                "Switch between the light and dark theme (Ctrl+T)",
+                self.action_toggle_theme,
+            ),
         ]
         if screen is chat:
             for title, help_text, callback in commands:

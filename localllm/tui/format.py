@@ -103,15 +103,26 @@ def export_markdown(chat: Chat, messages: list[StoredMessage]) -> str:
 
 def export_json(chat: Chat, messages: list[StoredMessage]) -> str:
     data = {
-        "title": chat.title, "model": chat.model, "settings": asdict(chat.settings),
+        "title": chat.title,
+        "model": chat.model,
+        "settings": asdict(chat.settings),
         "created_at": chat.created_at,
         "messages": [
-            {"role": m.role, "content": m.content, "thinking": m.thinking,
-             "tool_calls": m.tool_calls, "stats": m.stats, "partial": m.partial,
-             "created_at": m.created_at,
-             # Names and sizes only: the bytes would swamp the file, and are in the store.
-             **({"images": [{"name": a.name, "size": a.size} for a in m.images]}
-                if m.images else {})}
+            {
+                "role": m.role,
+                "content": m.content,
+                "thinking": m.thinking,
+                "tool_calls": m.tool_calls,
+                "stats": m.stats,
+                "partial": m.partial,
+                "created_at": m.created_at,
+                # Names and sizes only: the bytes would swamp the file, and are in the store.
+                **(
+                    {"images": [{"name": a.name, "size": a.size} for a in m.images]}
+                    if m.images
+                    else {}
+                ),
+            }
             for m in messages
         ],
     }

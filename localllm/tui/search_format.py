@@ -105,10 +105,14 @@ def fit_line(fit: dict[str, Any]) -> str:
         return f"fit unknown: {reason}" if reason else "fit unknown"
     if status == "too_big":
         # The planner's line ends "... does not fit: needs 30.2 GiB of RAM, 20.8 GiB available".
-        return "too big: " + (reason.split("does not fit: ", 1)[-1] if reason else
-                              f"needs {memory_text(fit)}")
-    parts = [f"{'RAM' if dev == 'CPU' else dev} {format_bytes(as_int(n))}"
-             for dev, n in as_dict(fit.get("memory")).items() if as_int(n)]
+        return "too big: " + (
+            reason.split("does not fit: ", 1)[-1] if reason else f"needs {memory_text(fit)}"
+        )
+    parts = [
+        f"{'RAM' if dev == 'CPU' else dev} {format_bytes(as_int(n))}"
+        for dev, n in as_dict(fit.get("memory")).items()
+        if as_int(n)
+    ]
     line = " · ".join(parts)
     if as_int(fit.get("context")):
         line += f" at {as_int(fit['context'])} tokens"

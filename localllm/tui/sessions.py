@@ -78,8 +78,12 @@ class ChatSettings:
 
     def options(self) -> dict[str, Any]:
         """The ``options`` object of a chat request: only what the user set."""
-        pairs = {"temperature": self.temperature, "top_p": self.top_p,
-                 "num_ctx": self.num_ctx, "seed": self.seed}
+        pairs = {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "num_ctx": self.num_ctx,
+            "seed": self.seed,
+        }
         return {k: v for k, v in pairs.items() if v is not None}
 
     @classmethod
@@ -105,8 +109,7 @@ class Attachment:
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Attachment:
-        return cls(str(raw.get("name", "image")), int(raw.get("size", 0)),
-                   str(raw.get("data", "")))
+        return cls(str(raw.get("name", "image")), int(raw.get("size", 0)), str(raw.get("data", "")))
 
 
 @dataclass
@@ -167,14 +170,17 @@ class Sessions:
             self._db = None
 
     # -- chats --------------------------------------------------------------------
-    def create(self, model: str, title: str = "New chat",
-               settings: ChatSettings | None = None) -> Chat:
+    def create(
+        self, model: str, title: str = "New chat", settings: ChatSettings | None = None
+    ) -> Chat:
         now = self.clock()
         text = json.dumps(asdict(settings or ChatSettings()))
         with self.db:
             cur = self.db.execute(
                 "INSERT INTO chats (title, model, settings, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?)", (title, model, text, now, now))
+                "VALUES (?, ?, ?, ?, ?)",
+                (title, model, text, now, now),
+            )
         return self.get(int(cur.lastrowid or 0))
 
     def get(self, chat_id: int) -> Chat:
@@ -204,13 +210,14 @@ class Sessions:
 
     def _update(self, chat_id: int, column: str, value: Any) -> None:
         with self.db:
-            self.db.execute(f"UPDATE chats SET {column} = ?, updated_at = ? WHERE id = ?",
-                            (value, self.clock(), chat_id))
+            self.db.execute(
+                f"UPDATE chats SET {column} = ?, updated_at = ? WHERE id = ?",
+                (value, self.clock(), chat_id),
+            )
 
     # -- messages -----------------------------------------------------------------
     def messages(self, chat_id: int) -> list[StoredMessage]:
-        rows = self.db.execute(
-            "SELECT * FROM messages WHERE chat_id = ? ORDER BY id", (chat_id,))
+        rows = self.db.execute("SELECT * FROM messages WHERE chat_id = ? ORDER BY id", (chat_id,))
         return [_message(r) for r in rows]
 
     def add(self, chat_id: int, message: StoredMessage) -> StoredMessage:
@@ -219,9 +226,18 @@ class Sessions:
             cur = self.db.execute(
                 "INSERT INTO messages (chat_id, role, content, thinking, tool_calls, stats, "
                 "partial, images, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (chat_id, message.role, message.content, message.thinking,
-                 json.dumps(message.tool_calls), json.dumps(message.stats),
-                 int(message.partial), _images_json(message.images), now))
+                (
+                    chat_id,
+                    message.role,
+                    message.content,
+                    message.thinking,
+                    json.dumps(message.tool_calls),
+                    json.dumps(message.stats),
+                    int(message.partial),
+                    _images_json(message.images),
+                    now,
+                ),
+            )
             self.db.execute("UPDATE chats SET updated_at = ? WHERE id = ?", (now, chat_id))
         message.id, message.created_at = int(cur.lastrowid or 0), now
         return message
@@ -231,29 +247,47 @@ class Sessions:
             self.db.execute(
                 "UPDATE messages SET content = ?, thinking = ?, tool_calls = ?, stats = ?, "
                 "partial = ? WHERE id = ?",
-                (message.content, message.thinking, json.dumps(message.tool_calls),
-                 json.dumps(message.stats), int(message.partial), message.id))
+                (
+                    message.content,
+                    message.thinking,
+                    json.dumps(message.tool_calls),
+                    json.dumps(message.stats),
+                    int(message.partial),
+                    message.id,
+                ),
+            )
 
     def truncate(self, chat_id: int, from_id: int) -> None:
         """Forget message ``from_id`` and everything after it (edit, regenerate)."""
         with self.db:
-            self.db.execute("DELETE FROM messages WHERE chat_id = ? AND id >= ?",
-                            (chat_id, from_id))
+            self.db.execute(
+                "DELETE FROM messages WHERE chat_id = ? AND id >= ?", (chat_id, from_id)
+            )
 
 
 def _chat(row: sqlite3.Row) -> Chat:
-    return Chat(id=row["id"], title=row["title"], model=row["model"],
-                settings=ChatSettings.from_json(row["settings"]),
-                created_at=row["created_at"], updated_at=row["updated_at"])
+    return Chat(
+        id=row["id"],
+        title=row["title"],
+        model=row["model"],
+        settings=ChatSettings.from_json(row["settings"]),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
 
 
 def _message(row: sqlite3.Row) -> StoredMessage:
     return StoredMessage(
-        role=row["role"], content=row["content"], thinking=row["thinking"],
+        role=row["role"],
+        content=row["content"],
+        thinking=row["thinking"],
         tool_calls=json.loads(row["tool_calls"] or "[]"),
-        stats=json.loads(row["stats"] or "{}"), partial=bool(row["partial"]),
+        stats=json.loads(row["stats"] or "{}"),
+        partial=bool(row["partial"]),
         images=[Attachment.from_json(a) for a in json.loads(row["images"] or "[]")],
-        id=row["id"], created_at=row["created_at"])
+        id=row["id"],
+        created_at=row["created_at"],
+    )
 
 
 def _images_json(images: list[Attachment]) -> str:

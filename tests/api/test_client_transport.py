@@ -43,9 +43,26 @@ def _public(cls: type) -> set[str]:
 
 
 def test_both_clients_offer_the_same_calls_and_only_those() -> None:
-    calls = {"heartbeat", "version", "list", "ps", "show", "copy", "delete", "pull", "create",
-             "chat", "generate", "embed", "rerank", "load", "unload", "blob_exists",
-             "upload_blob", "search"}
+    calls = {
+        "heartbeat",
+        "version",
+        "list",
+        "ps",
+        "show",
+        "copy",
+        "delete",
+        "pull",
+        "create",
+        "chat",
+        "generate",
+        "embed",
+        "rerank",
+        "load",
+        "unload",
+        "blob_exists",
+        "upload_blob",
+        "search",
+    }
     assert _public(Client) - {"close"} == _public(AsyncClient) - {"aclose"} == calls
 
 
@@ -123,20 +140,26 @@ def test_nothing_listening_is_unreachable_for_both_clients() -> None:
         asyncio.run(ps())
 
 
-@pytest.mark.parametrize(("exc", "kind", "text"), [
-    (httpx.ConnectError("refused"), DaemonUnreachable, "could not connect"),
-    (httpx.ConnectTimeout("slow"), DaemonUnreachable, "could not connect"),
-    (httpx.ReadTimeout("slow"), DaemonTimeout, "did not answer in time (ReadTimeout)"),
-    (httpx.WriteTimeout("slow"), DaemonTimeout, "did not answer in time"),
-    (httpx.PoolTimeout("slow"), DaemonTimeout, "did not answer in time"),
-    (httpx.ReadError("reset"), DaemonConnectionLost, f"{LOST} (ReadError)"),
-    (httpx.WriteError("pipe"), DaemonConnectionLost, f"{LOST} (WriteError)"),
-    (httpx.RemoteProtocolError("incomplete\nread"), DaemonConnectionLost, LOST),
-    (httpx.CloseError("x"), DaemonConnectionLost, LOST),
-    (httpx.UnsupportedProtocol("Request URL has an unsupported protocol 'ftp://'.\nmore"),
-     DaemonUnreachable, "could not talk to localllm at http://127.0.0.1:1: Request URL"),
-    (httpx.ProxyError("no"), DaemonUnreachable, "could not talk"),
-])
+@pytest.mark.parametrize(
+    ("exc", "kind", "text"),
+    [
+        (httpx.ConnectError("refused"), DaemonUnreachable, "could not connect"),
+        (httpx.ConnectTimeout("slow"), DaemonUnreachable, "could not connect"),
+        (httpx.ReadTimeout("slow"), DaemonTimeout, "did not answer in time (ReadTimeout)"),
+        (httpx.WriteTimeout("slow"), DaemonTimeout, "did not answer in time"),
+        (httpx.PoolTimeout("slow"), DaemonTimeout, "did not answer in time"),
+        (httpx.ReadError("reset"), DaemonConnectionLost, f"{LOST} (ReadError)"),
+        (httpx.WriteError("pipe"), DaemonConnectionLost, f"{LOST} (WriteError)"),
+        (httpx.RemoteProtocolError("incomplete\nread"), DaemonConnectionLost, LOST),
+        (httpx.CloseError("x"), DaemonConnectionLost, LOST),
+        (
+            httpx.UnsupportedProtocol("Request URL has an unsupported protocol 'ftp://'.\nmore"),
+            DaemonUnreachable,
+            "could not talk to localllm at http://127.0.0.1:1: Request URL",
+        ),
+        (httpx.ProxyError("no"), DaemonUnreachable, "could not talk"),
+    ],
+)
 def test_each_transport_error_becomes_one_line_of_ours(
     exc: httpx.RequestError, kind: type[LocalLLMError], text: str
 ) -> None:
@@ -152,15 +175,21 @@ def _recorder(sent: list[tuple[str, str, Any]]) -> httpx.MockTransport:
         if body and body.get("stream"):
             return httpx.Response(200, content=b'{"status": "success"}\n')
         return httpx.Response(200, json={"version": "1", "models": [], "embeddings": [[0.5]]})
+
     return httpx.MockTransport(answer)
 
 
 def test_both_clients_send_the_same_requests() -> None:
     """What each call sends, once per client; the routes are Ollama's."""
     calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
-        ("version", (), {}), ("list", (), {}), ("ps", (), {}),
-        ("show", ("m",), {"verbose": True}), ("copy", ("m", "n"), {}), ("delete", ("m",), {}),
-        ("embed", ({"model": "m", "input": "x"},), {}), ("load", ("m",), {"keep_alive": "5m"}),
+        ("version", (), {}),
+        ("list", (), {}),
+        ("ps", (), {}),
+        ("show", ("m",), {"verbose": True}),
+        ("copy", ("m", "n"), {}),
+        ("delete", ("m",), {}),
+        ("embed", ({"model": "m", "input": "x"},), {}),
+        ("load", ("m",), {"keep_alive": "5m"}),
         ("unload", ("m",), {}),
     ]
     sync_sent: list[tuple[str, str, Any]] = []
@@ -181,10 +210,18 @@ def test_both_clients_send_the_same_requests() -> None:
     asyncio.run(run_async())
     assert sync_sent == async_sent
     assert [(method, path) for method, path, _ in sync_sent] == [
-        ("GET", "/api/version"), ("GET", "/api/tags"), ("GET", "/api/ps"),
-        ("POST", "/api/show"), ("POST", "/api/copy"), ("DELETE", "/api/delete"),
-        ("POST", "/api/embed"), ("POST", "/api/chat"), ("POST", "/api/generate"),
-        ("POST", "/api/chat"), ("POST", "/api/generate"), ("POST", "/api/pull"),
+        ("GET", "/api/version"),
+        ("GET", "/api/tags"),
+        ("GET", "/api/ps"),
+        ("POST", "/api/show"),
+        ("POST", "/api/copy"),
+        ("DELETE", "/api/delete"),
+        ("POST", "/api/embed"),
+        ("POST", "/api/chat"),
+        ("POST", "/api/generate"),
+        ("POST", "/api/chat"),
+        ("POST", "/api/generate"),
+        ("POST", "/api/pull"),
         ("POST", "/api/create"),
     ]
     # Loading is a chat without messages; unloading, a request with keep_alive 0.

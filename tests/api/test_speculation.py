@@ -11,8 +11,12 @@ from localllm.errors import InvalidRequest
 from localllm.modelfile.parser import parse
 
 
-def spec(params: dict[str, object] | None = None, request: dict[str, object] | None = None,
-         *, has_draft: bool = False) -> Speculation:
+def spec(
+    params: dict[str, object] | None = None,
+    request: dict[str, object] | None = None,
+    *,
+    has_draft: bool = False,
+) -> Speculation:
     return resolve_options(params, request, has_draft=has_draft).speculation
 
 
@@ -44,15 +48,21 @@ def test_draft_min_and_p_min() -> None:
     assert spec(None, {"draft_min": 10, "draft_max": 4}, has_draft=True).min == 4
 
 
-@pytest.mark.parametrize(("opts", "text"), [
-    ({"draft_p_min": 1.5}, 'option "draft_p_min" must be between 0 and 1, got 1.5'),
-    ({"draft_p_min": -0.1}, 'option "draft_p_min" must be between 0 and 1'),
-    ({"draft_min": -1}, 'option "draft_min" must be >= 0'),
-    ({"draft_max": -1}, 'option "draft_max" must be >= 0'),
-    ({"draft_num_predict": -1}, 'option "draft_num_predict" must be >= 0'),
-    ({"speculative": "eagle"}, 'option "speculative" must be "off", "auto", "ngram" or "draft"'),
-    ({"draft_p_min": "high"}, 'option "draft_p_min" must be of type float32'),
-])
+@pytest.mark.parametrize(
+    ("opts", "text"),
+    [
+        ({"draft_p_min": 1.5}, 'option "draft_p_min" must be between 0 and 1, got 1.5'),
+        ({"draft_p_min": -0.1}, 'option "draft_p_min" must be between 0 and 1'),
+        ({"draft_min": -1}, 'option "draft_min" must be >= 0'),
+        ({"draft_max": -1}, 'option "draft_max" must be >= 0'),
+        ({"draft_num_predict": -1}, 'option "draft_num_predict" must be >= 0'),
+        (
+            {"speculative": "eagle"},
+            'option "speculative" must be "off", "auto", "ngram" or "draft"',
+        ),
+        ({"draft_p_min": "high"}, 'option "draft_p_min" must be of type float32'),
+    ],
+)
 def test_bad_values_are_400(opts: dict[str, object], text: str) -> None:
     with pytest.raises(InvalidRequest, match=text.replace("(", r"\(")) as info:
         resolve_options(None, opts)
@@ -68,9 +78,15 @@ def test_draft_without_a_draft_model_is_400() -> None:
 
 
 def test_modelfile_parameters() -> None:
-    mf = parse("FROM x\nPARAMETER draft_max 4\nPARAMETER draft_min 1\n"
-               "PARAMETER draft_p_min 0.6\nPARAMETER speculative draft\n")
-    assert mf.parameters == {"draft_max": 4, "draft_min": 1, "draft_p_min": 0.6,
-                             "speculative": "draft"}
+    mf = parse(
+        "FROM x\nPARAMETER draft_max 4\nPARAMETER draft_min 1\n"
+        "PARAMETER draft_p_min 0.6\nPARAMETER speculative draft\n"
+    )
+    assert mf.parameters == {
+        "draft_max": 4,
+        "draft_min": 1,
+        "draft_p_min": 0.6,
+        "speculative": "draft",
+    }
     with pytest.raises(InvalidRequest, match=r"line 2, .*draft_p_min"):
         parse("FROM x\nPARAMETER draft_p_min 2\n")

@@ -17,10 +17,13 @@ def pip_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (root / "simple").mkdir(parents=True)
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("PIP_INDEX_URL", (root / "simple").as_uri())
-    for var in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_REQUIRE_HASHES",
-                "PIP_CONSTRAINT"):
+    for var in (
+        "PIP_FIND_LINKS",
+        "PIP_EXTRA_INDEX_URL",
+        "PIP_NO_INDEX",
+        "PIP_REQUIRE_HASHES",
+        "PIP_CONSTRAINT",
+    ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("LOCALLLM_CACHE", str(tmp_path / "cache"))
     return root
-
-

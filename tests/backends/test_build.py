@@ -22,15 +22,22 @@ def test_a_failing_configure_installs_nothing_and_keeps_the_old_plugin(dirs: Pat
     old = paths.backends() / "0.25.3" / "libggml-rpc.so"
     old.parent.mkdir(parents=True)
     old.write_bytes(b"previous plugin")
-    tar = make_tar(dirs / "broken.tar.gz", {
-        "p/vendor/llama.cpp/CMakeLists.txt": b"cmake_minimum_required(VERSION 3.14)\n"
-                                             b"project(x C)\nmessage(FATAL_ERROR \"broken\")\n",
-        "p/vendor/llama.cpp/ggml/CMakeLists.txt": CMAKE,
-    })
+    tar = make_tar(
+        dirs / "broken.tar.gz",
+        {
+            "p/vendor/llama.cpp/CMakeLists.txt": b"cmake_minimum_required(VERSION 3.14)\n"
+            b'project(x C)\nmessage(FATAL_ERROR "broken")\n',
+            "p/vendor/llama.cpp/ggml/CMakeLists.txt": CMAKE,
+        },
+    )
     phases: list[str] = []
     with pytest.raises(build.BuildFailed, match="configure failed") as err:
-        build.build("rpc", source_file=tar, core_ggml="0.25.3",
-                    progress=lambda phase, done, total: phases.append(phase))
+        build.build(
+            "rpc",
+            source_file=tar,
+            core_ggml="0.25.3",
+            progress=lambda phase, done, total: phases.append(phase),
+        )
     assert "backend-build-rpc.log" in str(err.value)
     assert old.read_bytes() == b"previous plugin"
     assert [p.name for p in old.parent.iterdir()] == ["libggml-rpc.so"]
@@ -38,16 +45,20 @@ def test_a_failing_configure_installs_nothing_and_keeps_the_old_plugin(dirs: Pat
     assert phases[:2] == ["source", "configure"]
 
 
-def test_a_relative_cache_folder_still_finds_the_tree(dirs: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_relative_cache_folder_still_finds_the_tree(
+    dirs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """cmake runs in the cache folder, not the working one: its paths must be absolute."""
     monkeypatch.chdir(dirs)
     monkeypatch.setenv("LOCALLLM_CACHE", "relative-cache")
-    tar = make_tar(dirs / "broken.tar.gz", {
-        "p/vendor/llama.cpp/CMakeLists.txt": b"cmake_minimum_required(VERSION 3.14)\n"
-                                             b"project(x C)\nmessage(FATAL_ERROR \"broken\")\n",
-        "p/vendor/llama.cpp/ggml/CMakeLists.txt": CMAKE,
-    })
+    tar = make_tar(
+        dirs / "broken.tar.gz",
+        {
+            "p/vendor/llama.cpp/CMakeLists.txt": b"cmake_minimum_required(VERSION 3.14)\n"
+            b'project(x C)\nmessage(FATAL_ERROR "broken")\n',
+            "p/vendor/llama.cpp/ggml/CMakeLists.txt": CMAKE,
+        },
+    )
     with pytest.raises(build.BuildFailed, match=r"configure failed \(exit 1\): CMake Error at"):
         build.build("rpc", source_file=tar, core_ggml="0.25.3")
     assert "broken" in build.build_log_path("rpc").read_text()

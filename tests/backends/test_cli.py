@@ -91,8 +91,10 @@ def test_a_plugin_in_a_folder_others_can_write_is_refused_and_shown(backends: Pa
     assert rc == 0, err
     rpc = {r["name"]: r for r in json.loads(out)}["rpc"]
     assert rpc["built"] and not rpc["loaded"]
-    assert rpc["error"] == (f"refusing to load {version / 'libggml-rpc.so'}: {version} is "
-                            f"writable by its group (mode 775): run 'chmod go-w {version}'")
+    assert rpc["error"] == (
+        f"refusing to load {version / 'libggml-rpc.so'}: {version} is "
+        f"writable by its group (mode 775): run 'chmod go-w {version}'"
+    )
     rc, text, _ = cli(backends, "backends", "list")
     assert "FAILED" in text and f"chmod go-w {version}" in text
     rc, text, _ = cli(backends, "doctor")
@@ -102,11 +104,20 @@ def test_a_plugin_in_a_folder_others_can_write_is_refused_and_shown(backends: Pa
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         endpoint = f"127.0.0.1:{listener.getsockname()[1]}"
-        env = {**os.environ, "LOCALLLM_BACKENDS": str(backends),
-               "PYTHONPATH": str(REPO), "PYTHONSAFEPATH": "1"}
-        probe = subprocess.run([sys.executable, "-m", "localllm.engine.probe_child", "--rpc",
-                                endpoint], env=env, cwd=REPO, capture_output=True, text=True,
-                               timeout=60)
+        env = {
+            **os.environ,
+            "LOCALLLM_BACKENDS": str(backends),
+            "PYTHONPATH": str(REPO),
+            "PYTHONSAFEPATH": "1",
+        }
+        probe = subprocess.run(
+            [sys.executable, "-m", "localllm.engine.probe_child", "--rpc", endpoint],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     report = json.loads(probe.stdout.strip().splitlines()[-1])
     (worker,) = report["workers"]
     assert worker["devices"] == 0

@@ -47,12 +47,17 @@ def wheel_toolkit(monkeypatch: pytest.MonkeyPatch) -> Path:
     ws = cuda_wheels.SETS["13.0"]
     root = cuda_wheels.installed(ws)
     if root is None:
-        pytest.skip(f"NVIDIA's CUDA {ws.cuda} wheels are not installed in "
-                    f"{cuda_wheels.root_for(ws)} (about 530 MB; 'localllm backends build cuda "
-                    "--arch 90 --yes' installs them, or set LOCALLLM_TEST_CUDA_CACHE)")
+        pytest.skip(
+            f"NVIDIA's CUDA {ws.cuda} wheels are not installed in "
+            f"{cuda_wheels.root_for(ws)} (about 530 MB; 'localllm backends build cuda "
+            "--arch 90 --yes' installs them, or set LOCALLLM_TEST_CUDA_CACHE)"
+        )
     # Hide every system toolkit: no PATH folder with an nvcc, CUDA_HOME pointing nowhere.
-    path = [d for d in os.environ.get("PATH", "").split(os.pathsep)
-            if d and not (Path(d) / "nvcc").exists()]
+    path = [
+        d
+        for d in os.environ.get("PATH", "").split(os.pathsep)
+        if d and not (Path(d) / "nvcc").exists()
+    ]
     monkeypatch.setenv("PATH", os.pathsep.join(path))
     monkeypatch.setenv("CUDA_HOME", "/nonexistent-cuda")
     monkeypatch.delenv("CUDA_PATH", raising=False)
@@ -78,8 +83,12 @@ def core_ggml_base() -> Path | None:
 def link_line(bdir: Path, objects: list[Path], out: Path) -> str:
     """cmake's link command of the plugin (a shell line, as ninja runs it), with only
     ``objects`` and the core's libggml-base."""
-    text = subprocess.run(["ninja", "-C", str(bdir), "-t", "commands", "bin/libggml-cuda.so"],
-                          check=True, capture_output=True, text=True).stdout
+    text = subprocess.run(
+        ["ninja", "-C", str(bdir), "-t", "commands", "bin/libggml-cuda.so"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     line = text.strip().splitlines()[-1]
     base = core_ggml_base()
     line = re.sub(r"\S+\.cu\.o\s", "", line)
@@ -89,7 +98,8 @@ def link_line(bdir: Path, objects: list[Path], out: Path) -> str:
 
 
 def test_the_wheel_toolkit_compiles_and_links_ggml_cuda_for_sm_90(
-        wheel_toolkit: Path, tmp_path: Path) -> None:
+    wheel_toolkit: Path, tmp_path: Path
+) -> None:
     try:
         tree = source.ensure()
     except source.SourceError as exc:
@@ -99,32 +109,57 @@ def test_the_wheel_toolkit_compiles_and_links_ggml_cuda_for_sm_90(
     args, env = cuda_wheels.cmake_args(wheel_toolkit, "cuda-libs")
     bdir = tmp_path / "build"
     full_env = {**os.environ, **kit.env, **env}
-    subprocess.run([kit.cmake, "-S", str(tree), "-B", str(bdir),
-                    f"-DCMAKE_MAKE_PROGRAM={kit.ninja}",
-                    *build.base_flags(catalog.get("cuda"), False), *kit.cmake_args, *args],
-                   check=True, capture_output=True, text=True, env=full_env)
+    subprocess.run(
+        [
+            kit.cmake,
+            "-S",
+            str(tree),
+            "-B",
+            str(bdir),
+            f"-DCMAKE_MAKE_PROGRAM={kit.ninja}",
+            *build.base_flags(catalog.get("cuda"), False),
+            *kit.cmake_args,
+            *args,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=full_env,
+    )
     cache = (bdir / "CMakeCache.txt").read_text()
     assert f"CMAKE_CUDA_COMPILER:STRING={wheel_toolkit}/bin/nvcc" in cache
     assert re.search(r"^CMAKE_CUDA_ARCHITECTURES:[A-Z]+=90-real$", cache, re.MULTILINE)
     assert "/usr/local/cuda" not in cache + (bdir / "build.ninja").read_text()
     rel = "ggml/src/ggml-cuda/CMakeFiles/ggml-cuda.dir"
     objects = [bdir / rel / f"{name}.cu.o" for name in SOURCES]
-    subprocess.run([kit.ninja, "-C", str(bdir), "-j", "1",
-                    *(str(o.relative_to(bdir)) for o in objects)],
-                   check=True, capture_output=True, text=True, env=full_env)
+    subprocess.run(
+        [kit.ninja, "-C", str(bdir), "-j", "1", *(str(o.relative_to(bdir)) for o in objects)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=full_env,
+    )
     assert all(o.stat().st_size > 0 for o in objects)
     plugin_dir = tmp_path / "backends" / "0.25.3"
     plugin_dir.mkdir(parents=True)
     plugin = plugin_dir / "libggml-cuda.so"
-    subprocess.run(link_line(bdir, objects, plugin), shell=True, check=True,
-                   capture_output=True, text=True, env=full_env, cwd=bdir)
+    subprocess.run(
+        link_line(bdir, objects, plugin),
+        shell=True,
+        check=True,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=bdir,
+    )
     info = elf.read(plugin)
     assert {"libcudart.so.13", "libcublas.so.13", "libcuda.so.1"} <= set(info.needed)
     assert info.search == ["$ORIGIN/cuda-libs"]
     # What the build does next: the runtime beside the plugin, found there and nowhere else.
     cuda_wheels.install_runtime(wheel_toolkit, plugin_dir, "cuda-libs")
-    assert [w for _, w in cuda_runtime.sources(plugin)] == \
-        [f"beside the plugin ({plugin_dir / 'cuda-libs'})"] * 2
+    assert [w for _, w in cuda_runtime.sources(plugin)] == [
+        f"beside the plugin ({plugin_dir / 'cuda-libs'})"
+    ] * 2
     if shutil.which("ldd"):
         out = subprocess.run(["ldd", str(plugin)], capture_output=True, text=True).stdout
         for lib in ("libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13"):

@@ -28,30 +28,38 @@ from tests.support.backend_build import CUDA_H
 CONTENT: dict[str, dict[str, bytes]] = {
     "nvidia-cuda-nvcc": {"bin/nvcc": b"#!/bin/sh\necho nvcc\n"},
     "nvidia-nvvm": {"nvvm/bin/cicc": b"#!/bin/sh\n"},
-    "nvidia-cuda-runtime": {"include/cuda.h": CUDA_H, "include/cuda_runtime.h": b"",
-                            "lib/libcudart.so.13": b"cudart"},
+    "nvidia-cuda-runtime": {
+        "include/cuda.h": CUDA_H,
+        "include/cuda_runtime.h": b"",
+        "lib/libcudart.so.13": b"cudart",
+    },
     "nvidia-cublas": {"lib/libcublas.so.13": b"cublas", "lib/libcublasLt.so.13": b"lt"},
 }
 
 
-def make_wheel(folder: Path, name: str, files: dict[str, bytes],
-               extra: tuple[tuple[zipfile.ZipInfo, bytes], ...] = ()) -> Path:
+def make_wheel(
+    folder: Path,
+    name: str,
+    files: dict[str, bytes],
+    extra: tuple[tuple[zipfile.ZipInfo, bytes], ...] = (),
+) -> Path:
     dist = name.replace("-", "_")
     path = folder / f"{dist}-13.0.1-py3-none-any.whl"
     meta = f"{dist}-13.0.1.dist-info"
     with zipfile.ZipFile(path, "w") as z:
         for rel, data in files.items():
             info = zipfile.ZipInfo(f"nvidia/cu13/{rel}")
-            info.external_attr = (0o100755 if rel.startswith(("bin/", "nvvm/bin/")) else
-                                  0o100644) << 16
+            info.external_attr = (
+                0o100755 if rel.startswith(("bin/", "nvvm/bin/")) else 0o100644
+            ) << 16
             z.writestr(info, data)
         for info, data in extra:
             z.writestr(info, data)
         z.writestr("nvidia/__init__.py", b"")
-        z.writestr(f"{meta}/METADATA", f"Metadata-Version: 2.1\nName: {name}\n"
-                                       "Version: 13.0.1\n")
-        z.writestr(f"{meta}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\n"
-                                    "Tag: py3-none-any\n")
+        z.writestr(f"{meta}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 13.0.1\n")
+        z.writestr(
+            f"{meta}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
         z.writestr(f"{meta}/RECORD", "")
     return path
 
@@ -63,13 +71,24 @@ def serve(index: Path, wheel: Path, name: str) -> None:
     project = index / "simple" / name
     project.mkdir(parents=True, exist_ok=True)
     (project / "index.html").write_text(
-        f'<html><body><a href="../../files/{wheel.name}">{wheel.name}</a></body></html>')
+        f'<html><body><a href="../../files/{wheel.name}">{wheel.name}</a></body></html>'
+    )
 
 
 def pin(monkeypatch: pytest.MonkeyPatch, wheels: dict[str, Path]) -> WheelSet:
-    pins = tuple(Wheel(name, "13.0.1", {cuda_wheels.machine(): (
-        hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_size)})
-        for name, path in wheels.items())
+    pins = tuple(
+        Wheel(
+            name,
+            "13.0.1",
+            {
+                cuda_wheels.machine(): (
+                    hashlib.sha256(path.read_bytes()).hexdigest(),
+                    path.stat().st_size,
+                )
+            },
+        )
+        for name, path in wheels.items()
+    )
     ws = WheelSet("13.0", "cu13", "580", 75, 1000, pins)
     monkeypatch.setattr(cuda_wheels, "SETS", {"13.0": ws})
     return ws
@@ -93,13 +112,17 @@ def cxx() -> str:
 
 
 def test_the_pinned_wheels_become_a_complete_private_tree(
-        wheels: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    wheels: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     ws = pin(monkeypatch, wheels)
     phases: list[tuple[str, int, int]] = []
     with open(tmp_path / "log", "w") as log:
         root = cuda_wheels.install(ws, cxx(), log, lambda *a: phases.append(a))
-    assert root == cuda_wheels.root_for(ws) == tmp_path / "cache" / "cuda" / \
-        f"13.0-{cuda_wheels.machine()}"
+    assert (
+        root
+        == cuda_wheels.root_for(ws)
+        == tmp_path / "cache" / "cuda" / f"13.0-{cuda_wheels.machine()}"
+    )
     assert cuda_wheels.installed(ws) == root
     assert (root / "bin" / "nvcc").stat().st_mode & stat.S_IXUSR
     assert (root / "lib64").resolve() == (root / "lib").resolve()
@@ -124,34 +147,41 @@ def test_the_pinned_wheels_become_a_complete_private_tree(
 
 
 def test_a_wheel_that_is_not_the_pinned_one_is_refused(
-        wheels: dict[str, Path], pip_index: Path, monkeypatch: pytest.MonkeyPatch,
-        tmp_path: Path) -> None:
+    wheels: dict[str, Path], pip_index: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     ws = pin(monkeypatch, wheels)
     tampered = make_wheel(tmp_path, "nvidia-cublas", {"lib/libcublas.so.13": b"evil"})
     serve(pip_index, tampered, "nvidia-cublas")
-    with open(tmp_path / "log", "w") as log, \
-            pytest.raises(CudaWheelError, match="does not have the sha256 pinned"):
+    with (
+        open(tmp_path / "log", "w") as log,
+        pytest.raises(CudaWheelError, match="does not have the sha256 pinned"),
+    ):
         cuda_wheels.install(ws, cxx(), log)
     assert cuda_wheels.installed(ws) is None
     assert not list((tmp_path / "cache" / "cuda").iterdir())
 
 
 def test_an_index_without_the_wheels_is_a_sentence(
-        wheels: dict[str, Path], pip_index: Path, monkeypatch: pytest.MonkeyPatch,
-        tmp_path: Path) -> None:
+    wheels: dict[str, Path], pip_index: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     ws = pin(monkeypatch, wheels)
     shutil.rmtree(pip_index / "simple" / "nvidia-nvvm")
-    with open(tmp_path / "log", "w") as log, \
-            pytest.raises(CudaWheelError, match=r"could not download the CUDA 13\.0 wheels"):
+    with (
+        open(tmp_path / "log", "w") as log,
+        pytest.raises(CudaWheelError, match=r"could not download the CUDA 13\.0 wheels"),
+    ):
         cuda_wheels.install(ws, cxx(), log)
 
 
-@pytest.mark.parametrize("name, mode", [
-    ("nvidia/cu13/../../escaped", 0o100644),
-    ("nvidia/cu13/lib//abs", 0o100644),
-    ("nvidia/cu13/lib/link.so", 0o120777),
-    ("nvidia/cu13/lib/fifo", 0o010644),
-])
+@pytest.mark.parametrize(
+    "name, mode",
+    [
+        ("nvidia/cu13/../../escaped", 0o100644),
+        ("nvidia/cu13/lib//abs", 0o100644),
+        ("nvidia/cu13/lib/link.so", 0o120777),
+        ("nvidia/cu13/lib/fifo", 0o010644),
+    ],
+)
 def test_unsafe_members_are_refused(tmp_path: Path, name: str, mode: int) -> None:
     info = zipfile.ZipInfo(name)
     info.external_attr = mode << 16
@@ -163,8 +193,9 @@ def test_unsafe_members_are_refused(tmp_path: Path, name: str, mode: int) -> Non
 
 def test_a_set_without_cicc_cannot_compile(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
-    cuda_unpack.unpack_wheel(make_wheel(tmp_path, "nvidia-cuda-nvcc",
-                                        CONTENT["nvidia-cuda-nvcc"]), "cu13", tree)
+    cuda_unpack.unpack_wheel(
+        make_wheel(tmp_path, "nvidia-cuda-nvcc", CONTENT["nvidia-cuda-nvcc"]), "cu13", tree
+    )
     with pytest.raises(CudaWheelError, match="no nvvm/bin/cicc"):
         cuda_unpack.complete_tree(tree, "c++", io.StringIO())
 
@@ -172,9 +203,13 @@ def test_a_set_without_cicc_cannot_compile(tmp_path: Path) -> None:
 def test_the_runtime_goes_beside_the_plugin_whole(tmp_path: Path) -> None:
     root = tmp_path / "root"
     (root / "lib").mkdir(parents=True)
-    for name, data in (("libcudart.so.13", b"a"), ("libcublas.so.13", b"b"),
-                       ("libcublasLt.so.13", b"c"), ("libnvblas.so.13", b"d"),
-                       ("libcudart_static.a", b"e")):
+    for name, data in (
+        ("libcudart.so.13", b"a"),
+        ("libcublas.so.13", b"b"),
+        ("libcublasLt.so.13", b"c"),
+        ("libnvblas.so.13", b"d"),
+        ("libcudart_static.a", b"e"),
+    ):
         (root / "lib" / name).write_bytes(data)
     (root / "lib" / "libcudart.so").symlink_to("libcudart.so.13")
     folder = tmp_path / "backends" / "0.25.3"
@@ -184,6 +219,9 @@ def test_the_runtime_goes_beside_the_plugin_whole(tmp_path: Path) -> None:
     dest = cuda_wheels.install_runtime(root, folder, "cuda-libs")
     assert dest == folder / "cuda-libs"
     assert sorted(p.name for p in dest.iterdir()) == [
-        "libcublas.so.13", "libcublasLt.so.13", "libcudart.so.13"]
+        "libcublas.so.13",
+        "libcublasLt.so.13",
+        "libcudart.so.13",
+    ]
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o755 for p in [dest, *dest.iterdir()])
     assert sorted(p.name for p in folder.iterdir()) == ["cuda-libs"]  # nothing left over

@@ -44,35 +44,54 @@ def stand_in_plugin(folder: Path, tmp_path: Path) -> Path:
     libs = folder / "cuda-libs"
     libs.mkdir(parents=True)
     (tmp_path / "rt.c").write_text("int cudaFree(void *p) { return 0; }\n")
-    cc("-shared", "-fPIC", "-o", str(libs / "libcudart.so.13"), "-Wl,-soname,libcudart.so.13",
-       str(tmp_path / "rt.c"))
+    cc(
+        "-shared",
+        "-fPIC",
+        "-o",
+        str(libs / "libcudart.so.13"),
+        "-Wl,-soname,libcudart.so.13",
+        str(tmp_path / "rt.c"),
+    )
     (tmp_path / "plugin.c").write_text(
         "int cuInit(unsigned int); int cudaFree(void *);\n"
-        "int ggml_backend_init(void) { return cuInit(0) + cudaFree(0); }\n")
+        "int ggml_backend_init(void) { return cuInit(0) + cudaFree(0); }\n"
+    )
     plugin = folder / "libggml-cuda.so"
-    cc("-shared", "-fPIC", "-o", str(plugin), str(tmp_path / "plugin.c"), "-Wl,--no-as-needed",
-       str(libs / "libcudart.so.13"), str(stub), "-Wl,-rpath,$ORIGIN/cuda-libs")
+    cc(
+        "-shared",
+        "-fPIC",
+        "-o",
+        str(plugin),
+        str(tmp_path / "plugin.c"),
+        "-Wl,--no-as-needed",
+        str(libs / "libcudart.so.13"),
+        str(stub),
+        "-Wl,-rpath,$ORIGIN/cuda-libs",
+    )
     return plugin
 
 
 def test_explain_names_the_reason_that_matters() -> None:
-    dl = ("ggml_backend_load_best: failed to load /x/libggml-cuda.so: libcuda.so.1: cannot "
-          "open shared object file: No such file or directory")
-    assert explain(dl, False, []).startswith("no CUDA device: this machine has no NVIDIA "
-                                             "driver")
+    dl = (
+        "ggml_backend_load_best: failed to load /x/libggml-cuda.so: libcuda.so.1: cannot "
+        "open shared object file: No such file or directory"
+    )
+    assert explain(dl, False, []).startswith("no CUDA device: this machine has no NVIDIA driver")
     assert explain("", True, []).startswith("no CUDA device: the plugin loaded, but")
     assert explain("", True, ["CUDA0"]) == ""
     missing = "failed to load: libcublas.so.13: cannot open shared object file"
     assert explain(missing, False, []).startswith(missing)
-    assert "libcublas.so.13 is missing: run 'localllm backends build cuda'" in \
-        explain(missing, False, [])
+    assert "libcublas.so.13 is missing: run 'localllm backends build cuda'" in explain(
+        missing, False, []
+    )
     assert explain("something else", False, []) == "something else"
 
 
 def test_the_runtime_beside_the_plugin_is_what_loads(tmp_path: Path) -> None:
     plugin = stand_in_plugin(tmp_path / "backends" / "0.25.3", tmp_path)
     assert cuda_runtime.sources(plugin) == [
-        ("libcudart.so.13", f"beside the plugin ({plugin.parent / 'cuda-libs'})")]
+        ("libcudart.so.13", f"beside the plugin ({plugin.parent / 'cuda-libs'})")
+    ]
     assert cuda_runtime.describe(plugin).startswith("libcudart.so.13 from beside the plugin")
     if NO_DRIVER:
         with pytest.raises(OSError) as err:
@@ -89,8 +108,11 @@ def test_a_plugin_that_needs_a_missing_runtime_says_not_found(tmp_path: Path) ->
     assert "NOT FOUND" in where or "system's library path" in where
 
 
-@pytest.mark.skipif(not NO_DRIVER, reason="this machine has the NVIDIA driver: the stand-in "
-                                          "plugin would load it and be refused for what it is")
+@pytest.mark.skipif(
+    not NO_DRIVER,
+    reason="this machine has the NVIDIA driver: the stand-in "
+    "plugin would load it and be refused for what it is",
+)
 def test_list_and_doctor_say_no_cuda_device(rpc_backends: Path, tmp_path: Path) -> None:
     version = next(p.name for p in rpc_backends.iterdir() if p.is_dir())
     root = tmp_path / "backends"
@@ -121,8 +143,12 @@ def test_build_without_a_toolkit_asks_and_a_script_must_say_yes(tmp_path: Path) 
     for tool in ("c++", "cmake", "ninja"):
         found = shutil.which(tool) or pytest.skip(f"{tool} is not installed")
         (bin_dir / tool).symlink_to(found)
-    env = dict(os.environ, PATH=str(bin_dir), CUDA_HOME=str(tmp_path / "none"),
-               LOCALLLM_CACHE=str(tmp_path / "cache"))
+    env = dict(
+        os.environ,
+        PATH=str(bin_dir),
+        CUDA_HOME=str(tmp_path / "none"),
+        LOCALLLM_CACHE=str(tmp_path / "cache"),
+    )
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     out = run_cli("backends", "build", "cuda", "--arch", "90", env=env)
     assert out.returncode == 1

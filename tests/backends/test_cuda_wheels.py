@@ -50,8 +50,13 @@ def bare_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_the_pins_are_the_six_wheels_for_both_linux_machines() -> None:
     ws = cuda_wheels.SETS["13.0"]
     assert [w.name for w in ws.wheels] == [
-        "nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt", "nvidia-cuda-cccl",
-        "nvidia-cuda-runtime", "nvidia-cublas"]
+        "nvidia-cuda-nvcc",
+        "nvidia-nvvm",
+        "nvidia-cuda-crt",
+        "nvidia-cuda-cccl",
+        "nvidia-cuda-runtime",
+        "nvidia-cublas",
+    ]
     for w in ws.wheels:
         assert set(w.files) == {"x86_64", "aarch64"}
         for sha, size in w.files.values():
@@ -114,8 +119,7 @@ def test_a_system_nvcc_is_used_when_there_is_one(bare_path: Path) -> None:
     assert wheels is not None and wheels[0].cuda == "13.0"
 
 
-def test_a_system_nvcc_without_cublas_gives_way_to_the_package_index(
-        bare_path: Path) -> None:
+def test_a_system_nvcc_without_cublas_gives_way_to_the_package_index(bare_path: Path) -> None:
     """As on a machine with nvcc alone (this one): configuring would fail on CUDA::cublas."""
     script(bare_path, "nvcc", "echo 'Cuda compilation tools, release 13.0, V13.0.88'")
     script(bare_path, "nvidia-smi", f"echo '{SMI_13}'")
@@ -139,8 +143,9 @@ def test_without_nvcc_a_cuda_12_driver_gets_a_sentence(bare_path: Path) -> None:
     script(bare_path, "nvidia-smi", f"echo '{SMI_12}'")
     with pytest.raises(toolkit.ToolkitMissing) as err:
         toolkit.check_cuda("89")
-    assert str(err.value).startswith("the CUDA plugin needs NVIDIA's compiler: no CUDA "
-                                     "toolkit (nvcc) on PATH")
+    assert str(err.value).startswith(
+        "the CUDA plugin needs NVIDIA's compiler: no CUDA toolkit (nvcc) on PATH"
+    )
     assert "CUDA 12.4" in str(err.value)
 
 
@@ -154,8 +159,7 @@ def test_the_plan_says_what_how_big_and_where() -> None:
     assert "CUDA_HOME" in text
 
 
-def test_the_download_is_asked_for_and_nothing_happens_without_a_yes(
-        bare_path: Path) -> None:
+def test_the_download_is_asked_for_and_nothing_happens_without_a_yes(bare_path: Path) -> None:
     heard: list[str] = []
     asked: list[str] = []
 

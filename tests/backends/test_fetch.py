@@ -46,10 +46,9 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 def fake_sdist(path: Path, marker: Path, note: bytes) -> Path:
     top = f"llama_cpp_python-{VERSION}"
     files = {
-        "PKG-INFO": f"Metadata-Version: 2.1\nName: llama-cpp-python\nVersion: {VERSION}\n"
-                    .encode(),
+        "PKG-INFO": f"Metadata-Version: 2.1\nName: llama-cpp-python\nVersion: {VERSION}\n".encode(),
         "pyproject.toml": b'[build-system]\nrequires = []\nbuild-backend = "backend"\n'
-                          b'backend-path = ["."]\n',
+        b'backend-path = ["."]\n',
         "backend.py": BACKEND.format(marker=str(marker), version=VERSION).encode(),
         "vendor/llama.cpp/ggml/CMakeLists.txt": b"set(GGML_VERSION_MAJOR 0)\n" + note,
     }
@@ -69,7 +68,8 @@ def serve(index: Path, sdist: Path) -> None:
     project = index / "simple" / "llama-cpp-python"
     project.mkdir(parents=True, exist_ok=True)
     (project / "index.html").write_text(
-        f'<!DOCTYPE html><html><body><a href="../../files/{SDIST}">{SDIST}</a></body></html>')
+        f'<!DOCTYPE html><html><body><a href="../../files/{SDIST}">{SDIST}</a></body></html>'
+    )
 
 
 @pytest.fixture
@@ -82,7 +82,8 @@ def sha256(path: Path) -> str:
 
 
 def test_a_tampered_sdist_is_refused_before_its_build_code_runs(
-        index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     marker = tmp_path / "build-code-ran"
     pinned = fake_sdist(tmp_path / "pinned.tar.gz", marker, b"# the real one\n")
     monkeypatch.setitem(source.PINNED_SHA256, VERSION, sha256(pinned))
@@ -106,7 +107,8 @@ def test_a_tampered_sdist_is_refused_before_its_build_code_runs(
 
 
 def test_pip_py_in_the_working_folder_is_not_what_runs(
-        index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``python -m pip`` puts the working folder first on sys.path (unless PYTHONSAFEPATH)."""
     marker = tmp_path / "fake-pip-ran"
     here = tmp_path / "downloads"

@@ -46,8 +46,9 @@ def hub(hubstub: HubStub) -> HubStub:
 
 
 @pytest.fixture
-def packed(rpc_backends: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-           ) -> tuple[Path, str, pack.Packed]:
+def packed(
+    rpc_backends: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Path, str, pack.Packed]:
     """The test's backends folder and the pack of its RPC plugin, which is then removed."""
     root, version = use_backends(monkeypatch, tmp_path, rpc_backends)
     p = real_pack(version, tmp_path / "out")
@@ -64,8 +65,8 @@ def downloads(hub: HubStub) -> list[str]:
 
 
 def test_get_installs_the_pack_for_this_core_among_others(
-        hub: HubStub, packed: tuple[Path, str, pack.Packed],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    hub: HubStub, packed: tuple[Path, str, pack.Packed], monkeypatch: pytest.MonkeyPatch
+) -> None:
     root, version, p = packed
     plat = pack.platform_tag()
     other = write_pack(p.path.with_name("old.tar.gz"), None, [Member("x", b"old")])
@@ -79,15 +80,16 @@ def test_get_installs_the_pack_for_this_core_among_others(
     assert done.plugin == root / version / "libggml-rpc.so" and done.sha256 == p.sha256
     assert done.trusted_by == "the table"
     assert [d for d in downloads(hub) if "resolve" in d] == [
-        f"/{REPO_ID}/resolve/main/packs/{p.path.name}"]
+        f"/{REPO_ID}/resolve/main/packs/{p.path.name}"
+    ]
     origin = installed.pack_origin(done.plugin)
     assert origin.startswith(f"hf.co/{REPO_ID}/packs/{p.path.name}")
     assert not list((Path(os.environ["LOCALLLM_CACHE"]) / "packs").iterdir())
 
 
 def test_a_hash_not_in_the_table_is_refused_before_anything_is_downloaded(
-        hub: HubStub, packed: tuple[Path, str, pack.Packed],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    hub: HubStub, packed: tuple[Path, str, pack.Packed], monkeypatch: pytest.MonkeyPatch
+) -> None:
     root, version, p = packed
     publish(hub, p.path.name, p.path)
     trust_only(monkeypatch, "0" * 64)
@@ -99,8 +101,8 @@ def test_a_hash_not_in_the_table_is_refused_before_anything_is_downloaded(
 
 
 def test_bytes_other_than_the_listed_ones_are_refused(
-        hub: HubStub, packed: tuple[Path, str, pack.Packed],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    hub: HubStub, packed: tuple[Path, str, pack.Packed], monkeypatch: pytest.MonkeyPatch
+) -> None:
     root, version, p = packed
     publish(hub, p.path.name, p.path)
     hub.corrupt.add(f"packs/{p.path.name}")
@@ -112,8 +114,8 @@ def test_bytes_other_than_the_listed_ones_are_refused(
 
 
 def test_a_download_cut_short_resumes_where_it_stopped(
-        hub: HubStub, packed: tuple[Path, str, pack.Packed],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    hub: HubStub, packed: tuple[Path, str, pack.Packed], monkeypatch: pytest.MonkeyPatch
+) -> None:
     _, version, p = packed
     name = f"packs/{p.path.name}"
     publish(hub, p.path.name, p.path)
@@ -126,8 +128,8 @@ def test_a_download_cut_short_resumes_where_it_stopped(
 
 
 def test_a_get_that_gave_up_resumes_next_time(
-        hub: HubStub, packed: tuple[Path, str, pack.Packed],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    hub: HubStub, packed: tuple[Path, str, pack.Packed], monkeypatch: pytest.MonkeyPatch
+) -> None:
     root, version, p = packed
     publish(hub, p.path.name, p.path)
     hub.cut_once[f"packs/{p.path.name}"] = 1000
@@ -143,8 +145,8 @@ def test_a_get_that_gave_up_resumes_next_time(
 
 
 def test_a_published_pack_that_is_truncated_installs_nothing(
-        hub: HubStub, packed: tuple[Path, str, pack.Packed],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    hub: HubStub, packed: tuple[Path, str, pack.Packed], monkeypatch: pytest.MonkeyPatch
+) -> None:
     root, version, p = packed
     data = p.path.read_bytes()[: p.size - 100]
     trust_only(monkeypatch, publish(hub, p.path.name, data))
@@ -154,15 +156,18 @@ def test_a_published_pack_that_is_truncated_installs_nothing(
 
 
 def test_another_ggml_version_is_refused_with_the_reason(
-        hub: HubStub, packed: tuple[Path, str, pack.Packed],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    hub: HubStub, packed: tuple[Path, str, pack.Packed], monkeypatch: pytest.MonkeyPatch
+) -> None:
     root, version, p = packed
     plat = pack.platform_tag()
     publish(hub, f"rpc-ggml0.0.1-{plat}.tar.gz", p.path)
     publish(hub, f"rpc-ggml0.0.2-{plat}.tar.gz", p.path)
     trust_only(monkeypatch, p.sha256)
-    with pytest.raises(PackError, match=rf"has rpc packs for ggml 0.0.1, 0.0.2, not for this "
-                                        rf"core's ggml {version}; build"):
+    with pytest.raises(
+        PackError,
+        match=rf"has rpc packs for ggml 0.0.1, 0.0.2, not for this "
+        rf"core's ggml {version}; build",
+    ):
         get.get("rpc", core(version))
     assert downloads(hub) == []
     # A name that lies: the manifest inside is what counts.
@@ -170,20 +175,27 @@ def test_another_ggml_version_is_refused_with_the_reason(
     m = manifest_for({"libggml-rpc.so": b"x"}, ggml_version="0.0.1")
     liar = write_pack(plugin.with_name("liar.tar.gz"), m, [Member("libggml-rpc.so", b"x")])
     trust_only(monkeypatch, publish(hub, f"rpc-ggml{version}-{plat}.tar.gz", liar))
-    with pytest.raises(PackError, match=f"it is for ggml 0.0.1, but this localllm's core is "
-                                        f"ggml {version}"):
+    with pytest.raises(
+        PackError, match=f"it is for ggml 0.0.1, but this localllm's core is ggml {version}"
+    ):
         get.get("rpc", core(version))
     assert not list(root.rglob("*.so"))
 
 
 def test_a_pack_with_a_path_that_escapes_its_folder_is_refused(
-        hub: HubStub, packed: tuple[Path, str, pack.Packed], tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    hub: HubStub,
+    packed: tuple[Path, str, pack.Packed],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     root, version, p = packed
     body = b"\x7fELF planted"
     m = manifest_for({"libggml-rpc.so": body}, ggml_version=version)
-    evil = write_pack(tmp_path / "evil.tar.gz", m, [
-        Member("libggml-rpc.so", body), Member("rpc-libs/../../../escaped.so", body)])
+    evil = write_pack(
+        tmp_path / "evil.tar.gz",
+        m,
+        [Member("libggml-rpc.so", body), Member("rpc-libs/../../../escaped.so", body)],
+    )
     trust_only(monkeypatch, publish(hub, p.path.name, evil))
     with pytest.raises(PackError, match=r"unsafe path in the pack.*'\.\.' part"):
         get.get("rpc", core(version))
@@ -191,15 +203,17 @@ def test_a_pack_with_a_path_that_escapes_its_folder_is_refused(
 
 
 def test_a_cuda_get_without_a_gpu_asks_for_the_architecture_before_the_hub(
-        hub: HubStub, packed: tuple[Path, str, pack.Packed]) -> None:
+    hub: HubStub, packed: tuple[Path, str, pack.Packed]
+) -> None:
     _, version, _ = packed
     with pytest.raises(PackError, match=r"no GPU answered.*--arch"):
         get.get("cuda", core(version))
     assert hub.requests == []
 
 
-def test_the_command_gets_and_loads_it(hub: HubStub, rpc_backends: Path, tmp_path: Path,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_command_gets_and_loads_it(
+    hub: HubStub, rpc_backends: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root, version = use_backends(monkeypatch, tmp_path, rpc_backends)
     # No commit in the manifest: the command checks it against the real core's.
     p = pack.make("rpc", ggml_version=version, ggml_commit="", out=tmp_path / "out")
@@ -217,8 +231,9 @@ def test_the_command_gets_and_loads_it(hub: HubStub, rpc_backends: Path, tmp_pat
     assert install.trusted_table() == {}  # what the release ships: nothing yet
 
 
-def test_install_takes_a_url_too(hub: HubStub, packed: tuple[Path, str, pack.Packed],
-                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_install_takes_a_url_too(
+    hub: HubStub, packed: tuple[Path, str, pack.Packed], monkeypatch: pytest.MonkeyPatch
+) -> None:
     root, version, p = packed
     publish(hub, p.path.name, p.path)
     url = f"{hub.url}/{REPO_ID}/resolve/main/packs/{p.path.name}"

@@ -30,19 +30,20 @@ from tests.support.packs import (
 
 
 @pytest.fixture
-def setup(rpc_backends: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-          ) -> tuple[Path, str]:
+def setup(rpc_backends: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
     return use_backends(monkeypatch, tmp_path, rpc_backends)
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"<dir>"
-            for p in sorted(root.rglob("*"))}
+    return {
+        str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"<dir>"
+        for p in sorted(root.rglob("*"))
+    }
 
 
-def test_a_pack_round_trips_and_says_where_it_came_from(setup: tuple[Path, str],
-                                                         tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_pack_round_trips_and_says_where_it_came_from(
+    setup: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root, version = setup
     packed = real_pack(version, tmp_path / "out")
     assert packed.path.name == f"rpc-ggml{version}-{pack.platform_tag()}.tar.gz"
@@ -50,8 +51,9 @@ def test_a_pack_round_trips_and_says_where_it_came_from(setup: tuple[Path, str],
     assert m["backend"] == "rpc" and m["ggml_version"] == version and m["ggml_commit"] == "0c1e570"
     assert set(m["files"]) == {"libggml-rpc.so"} and "libc.so.6" in m["system_libs"]
     # The same plugin packs to the same bytes: a hash in the release's table stays true.
-    again = pack.make("rpc", ggml_version=version, ggml_commit="0c1e570",
-                      out=tmp_path / "again.tar.gz")
+    again = pack.make(
+        "rpc", ggml_version=version, ggml_commit="0c1e570", out=tmp_path / "again.tar.gz"
+    )
     assert again.sha256 == packed.sha256
     # The packed plugin no longer searches the builder's folders.
     with tarfile.open(packed.path) as tar:
@@ -69,16 +71,23 @@ def test_a_pack_round_trips_and_says_where_it_came_from(setup: tuple[Path, str],
     assert record["pack_sha256"] == packed.sha256 and record["origin"] == str(packed.path)
     assert installed.pack_origin(done.plugin).startswith(str(packed.path))
     assert sorted(p.name for p in (root / version).iterdir()) == [
-        ".libggml-rpc.so.pack.json", "libggml-rpc.so"]
+        ".libggml-rpc.so.pack.json",
+        "libggml-rpc.so",
+    ]
     # Re-packing what a pack installed gives the same pack (its record says the toolkit).
-    assert pack.make("rpc", ggml_version=version, ggml_commit="0c1e570",
-                     out=tmp_path / "re.tar.gz").sha256 == packed.sha256
+    assert (
+        pack.make(
+            "rpc", ggml_version=version, ggml_commit="0c1e570", out=tmp_path / "re.tar.gz"
+        ).sha256
+        == packed.sha256
+    )
     gone = installed.remove("rpc")
     assert root / version / "libggml-rpc.so" in gone and not (root / version).exists()
 
 
 def test_only_a_known_hash_or_the_one_given_with_trust_is_installed(
-        setup: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    setup: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root, version = setup
     packed = real_pack(version, tmp_path / "out")
     trust_only(monkeypatch)
@@ -97,23 +106,39 @@ def test_the_shipped_table_parses_and_holds_only_hashes() -> None:
     assert all(len(h) == 64 and int(h, 16) >= 0 for h in table)
 
 
-@pytest.mark.parametrize(("over", "why"), [
-    ({"ggml_version": "0.0.1"}, "it is for ggml 0.0.1, but this localllm's core is ggml"),
-    ({"ggml_commit": "deadbee"}, "built from ggml commit deadbee, the core from 0c1e570"),
-    ({"platform": "linux-riscv64"}, "it is for linux-riscv64, this machine is"),
-    ({"format": 2}, "manifest is format 2"),
-    ({"backend": "metal"}, "unknown backend 'metal'"),
-    ({"plugin": "libggml-cuda.so"}, "misnamed"),
-    ({"architectures": ["90"]}, "rpc plugin has no GPU architectures"),
-    ({"files": {"libggml-rpc.so": {"sha256": "x", "size": 1}}}, "has no sha256 and size"),
-    ({"files": {"../libggml-rpc.so": {"sha256": "0" * 64, "size": 1}}}, "does not hold the plugin"),
-    ({"files": {"libggml-rpc.so": {"sha256": "0" * 64, "size": 1},
-                "rpc-libs/../../evil.so": {"sha256": "0" * 64, "size": 1}}},
-     "a file outside its folders"),
-])
+@pytest.mark.parametrize(
+    ("over", "why"),
+    [
+        ({"ggml_version": "0.0.1"}, "it is for ggml 0.0.1, but this localllm's core is ggml"),
+        ({"ggml_commit": "deadbee"}, "built from ggml commit deadbee, the core from 0c1e570"),
+        ({"platform": "linux-riscv64"}, "it is for linux-riscv64, this machine is"),
+        ({"format": 2}, "manifest is format 2"),
+        ({"backend": "metal"}, "unknown backend 'metal'"),
+        ({"plugin": "libggml-cuda.so"}, "misnamed"),
+        ({"architectures": ["90"]}, "rpc plugin has no GPU architectures"),
+        ({"files": {"libggml-rpc.so": {"sha256": "x", "size": 1}}}, "has no sha256 and size"),
+        (
+            {"files": {"../libggml-rpc.so": {"sha256": "0" * 64, "size": 1}}},
+            "does not hold the plugin",
+        ),
+        (
+            {
+                "files": {
+                    "libggml-rpc.so": {"sha256": "0" * 64, "size": 1},
+                    "rpc-libs/../../evil.so": {"sha256": "0" * 64, "size": 1},
+                }
+            },
+            "a file outside its folders",
+        ),
+    ],
+)
 def test_a_manifest_for_another_core_or_malformed_is_refused_with_the_reason(
-        setup: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        over: dict[str, object], why: str) -> None:
+    setup: tuple[Path, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    over: dict[str, object],
+    why: str,
+) -> None:
     root, version = setup
     plugin = (root / version / "libggml-rpc.so").read_bytes()
     m = {**manifest_for({"libggml-rpc.so": plugin}, ggml_version=version), **over}
@@ -130,25 +155,35 @@ def test_a_manifest_for_another_core_or_malformed_is_refused_with_the_reason(
 PLUGIN = b"\x7fELF not really, but the hashes are all that count here"
 
 
-@pytest.mark.parametrize(("members", "why"), [
-    ([Member("../libggml-rpc.so", PLUGIN)], "'..' part"),
-    ([Member("/libggml-rpc.so", PLUGIN)], "absolute"),
-    ([Member("rpc-libs//etc/x.so", PLUGIN)], "empty, '.' or '..' part"),
-    ([Member("rpc-libs/../../escape.so", PLUGIN)], "'..' part"),
-    ([Member("libggml-rpc.so", kind=tarfile.SYMTYPE, link="/etc/passwd")], "outside the tree"),
-    ([Member("libggml-rpc.so", kind=tarfile.SYMTYPE, link="other.so")], "is a link"),
-    ([Member("libggml-rpc.so", kind=tarfile.LNKTYPE, link="manifest.json")], "is a link"),
-    ([Member("libggml-rpc.so", kind=tarfile.CHRTYPE)], "a device"),
-    ([Member("libggml-rpc.so", kind=tarfile.FIFOTYPE)], "a device, fifo"),
-    ([Member("libggml-rpc.so", PLUGIN), Member("libggml-cuda.so", PLUGIN)], "not in its manifest"),
-    ([Member("libggml-rpc.so", PLUGIN), Member("libggml-rpc.so", PLUGIN)], "twice"),
-    ([Member("libggml-rpc.so", PLUGIN + b"!")], "is 56 bytes, the manifest says 55"),
-    ([Member("libggml-rpc.so", PLUGIN.upper())], "has sha256"),
-    ([], "which it does not hold"),
-])
+@pytest.mark.parametrize(
+    ("members", "why"),
+    [
+        ([Member("../libggml-rpc.so", PLUGIN)], "'..' part"),
+        ([Member("/libggml-rpc.so", PLUGIN)], "absolute"),
+        ([Member("rpc-libs//etc/x.so", PLUGIN)], "empty, '.' or '..' part"),
+        ([Member("rpc-libs/../../escape.so", PLUGIN)], "'..' part"),
+        ([Member("libggml-rpc.so", kind=tarfile.SYMTYPE, link="/etc/passwd")], "outside the tree"),
+        ([Member("libggml-rpc.so", kind=tarfile.SYMTYPE, link="other.so")], "is a link"),
+        ([Member("libggml-rpc.so", kind=tarfile.LNKTYPE, link="manifest.json")], "is a link"),
+        ([Member("libggml-rpc.so", kind=tarfile.CHRTYPE)], "a device"),
+        ([Member("libggml-rpc.so", kind=tarfile.FIFOTYPE)], "a device, fifo"),
+        (
+            [Member("libggml-rpc.so", PLUGIN), Member("libggml-cuda.so", PLUGIN)],
+            "not in its manifest",
+        ),
+        ([Member("libggml-rpc.so", PLUGIN), Member("libggml-rpc.so", PLUGIN)], "twice"),
+        ([Member("libggml-rpc.so", PLUGIN + b"!")], "is 56 bytes, the manifest says 55"),
+        ([Member("libggml-rpc.so", PLUGIN.upper())], "has sha256"),
+        ([], "which it does not hold"),
+    ],
+)
 def test_a_member_that_is_not_what_the_manifest_says_is_refused(
-        setup: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        members: list[Member], why: str) -> None:
+    setup: tuple[Path, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    members: list[Member],
+    why: str,
+) -> None:
     root, version = setup
     m = manifest_for({"libggml-rpc.so": PLUGIN}, ggml_version=version)
     path = write_pack(tmp_path / "p.tar.gz", m, members)
@@ -161,18 +196,21 @@ def test_a_member_that_is_not_what_the_manifest_says_is_refused(
 
 
 def test_a_manifest_that_does_not_come_first_is_not_a_pack(
-        setup: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    setup: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _, version = setup
     m = manifest_for({"libggml-rpc.so": PLUGIN}, ggml_version=version)
-    path = write_pack(tmp_path / "p.tar.gz", m, [Member("libggml-rpc.so", PLUGIN)],
-                      manifest_last=True)
+    path = write_pack(
+        tmp_path / "p.tar.gz", m, [Member("libggml-rpc.so", PLUGIN)], manifest_last=True
+    )
     trust_only(monkeypatch, sha(path.read_bytes()))
     with pytest.raises(PackError, match=r"does not start with a manifest\.json"):
         install.install(path, core(version))
 
 
-def test_a_truncated_pack_installs_nothing(setup: tuple[Path, str], tmp_path: Path,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_truncated_pack_installs_nothing(
+    setup: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root, version = setup
     packed = real_pack(version, tmp_path / "out")
     cut = tmp_path / "cut.tar.gz"
@@ -185,7 +223,8 @@ def test_a_truncated_pack_installs_nothing(setup: tuple[Path, str], tmp_path: Pa
 
 
 def test_a_backends_folder_others_can_write_is_refused_before_anything_is_renamed(
-        setup: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    setup: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root, version = setup
     packed = real_pack(version, tmp_path / "out")
     installed.remove("rpc")

@@ -42,19 +42,32 @@ def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     kit = tmp_path / "toolkit" / "a" / "long" / "way" / "to" / "the" / "libraries"
     kit.mkdir(parents=True)
     cc(kit / "libcublasLt.so.99", "int lt(void) { return 40; }", "-Wl,-soname,libcublasLt.so.99")
-    cc(kit / "libcublas.so.99", "extern int lt(void); int blas(void) { return lt() + 2; }",
-       "-Wl,-soname,libcublas.so.99", f"-L{kit}", "-l:libcublasLt.so.99",
-       "-Wl,-rpath,$ORIGIN", "-Wl,--disable-new-dtags")  # DT_RPATH, as NVIDIA's wheels
+    cc(
+        kit / "libcublas.so.99",
+        "extern int lt(void); int blas(void) { return lt() + 2; }",
+        "-Wl,-soname,libcublas.so.99",
+        f"-L{kit}",
+        "-l:libcublasLt.so.99",
+        "-Wl,-rpath,$ORIGIN",
+        "-Wl,--disable-new-dtags",
+    )  # DT_RPATH, as NVIDIA's wheels
     tree = tmp_path / "cache" / "build" / VERSION / "cuda"
     (tree / "bin").mkdir(parents=True)
-    built = cc(tree / "bin" / "libggml-cuda.so",
-               "extern int blas(void); int plugin_answer(void) { return blas(); }",
-               f"-L{kit}", "-l:libcublas.so.99", f"-Wl,-rpath,{kit}", "-Wl,--enable-new-dtags")
-    (tree / "CMakeCache.txt").write_text("CMAKE_BUILD_TYPE:STRING=Release\n"
-                                         "CMAKE_CUDA_ARCHITECTURES:STRING=90-real\n")
+    built = cc(
+        tree / "bin" / "libggml-cuda.so",
+        "extern int blas(void); int plugin_answer(void) { return blas(); }",
+        f"-L{kit}",
+        "-l:libcublas.so.99",
+        f"-Wl,-rpath,{kit}",
+        "-Wl,--enable-new-dtags",
+    )
+    (tree / "CMakeCache.txt").write_text(
+        "CMAKE_BUILD_TYPE:STRING=Release\nCMAKE_CUDA_ARCHITECTURES:STRING=90-real\n"
+    )
     (tree / "CMakeFiles" / "3.28.3").mkdir(parents=True)
     (tree / "CMakeFiles" / "3.28.3" / "CMakeCUDACompiler.cmake").write_text(
-        'set(CMAKE_CUDA_COMPILER_ID "NVIDIA")\nset(CMAKE_CUDA_COMPILER_VERSION "13.0.88")\n')
+        'set(CMAKE_CUDA_COMPILER_ID "NVIDIA")\nset(CMAKE_CUDA_COMPILER_VERSION "13.0.88")\n'
+    )
     dest = tmp_path / "backends" / VERSION / "libggml-cuda.so"
     dest.parent.mkdir(parents=True)
     shutil.copy2(built, dest)
@@ -63,23 +76,29 @@ def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def loads(plugin: Path) -> str:
     """In a fresh process: the plugin's answer and where libcublas came from."""
-    code = ("import ctypes, sys\n"
-            f"lib = ctypes.CDLL({str(plugin)!r})\n"
-            "maps = open('/proc/self/maps').read().split()\n"
-            "print(lib.plugin_answer(), [m for m in maps if 'libcublas.so' in m][0])\n")
+    code = (
+        "import ctypes, sys\n"
+        f"lib = ctypes.CDLL({str(plugin)!r})\n"
+        "maps = open('/proc/self/maps').read().split()\n"
+        "print(lib.plugin_answer(), [m for m in maps if 'libcublas.so' in m][0])\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 
 
 def test_the_pack_carries_the_toolkit_libraries_and_loads_without_the_toolkit(
-        plugin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plugin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     packed = pack.make("cuda", ggml_version=VERSION, ggml_commit="abc1234", out=tmp_path)
     m = packed.manifest
     assert packed.path.name == f"cuda-ggml{VERSION}-{pack.platform_tag()}-sm90.tar.gz"
     assert m["architectures"] == ["90-real"] and m["toolkit"] == "CUDA 13.0.88 (nvcc)"
-    assert set(m["files"]) == {"libggml-cuda.so", "cuda-libs/libcublas.so.99",
-                               "cuda-libs/libcublasLt.so.99"}
+    assert set(m["files"]) == {
+        "libggml-cuda.so",
+        "cuda-libs/libcublas.so.99",
+        "cuda-libs/libcublasLt.so.99",
+    }
     with tarfile.open(packed.path) as tar:
         tar.extractall(tmp_path / "x", filter="data")
     assert elf.read(tmp_path / "x" / "libggml-cuda.so").search == ["$ORIGIN/cuda-libs"]
@@ -88,24 +107,31 @@ def test_the_pack_carries_the_toolkit_libraries_and_loads_without_the_toolkit(
     shutil.rmtree(tmp_path / "toolkit")  # the other machine has only the driver
     plugin.unlink()
     monkeypatch.setattr(install, "trusted_table", lambda: {packed.sha256: "t"})
-    with pytest.raises(PackError, match=r"built for 90-real, but this machine's GPUs are "
-                                        r"89 \(89 not covered\)"):
+    with pytest.raises(
+        PackError,
+        match=r"built for 90-real, but this machine's GPUs are "
+        r"89 \(89 not covered\)",
+    ):
         install.install(packed.path, manifest.Core(VERSION, "abc1234", ["89"]))
     with pytest.raises(PackError, match=r"no GPU of this machine answered.*--arch"):
         install.install(packed.path, manifest.Core(VERSION, "abc1234", []))
     assert not plugin.exists()
-    with pytest.raises(PackError, match=r"built with CUDA 13\.0\.88 \(nvcc\), and this NVIDIA "
-                                        r"driver supports CUDA 12\.8: update the driver"):
-        install.install(packed.path, manifest.Core(VERSION, "abc1234", ["90"],
-                                                   cuda_driver="12.8"))
-    done = install.install(packed.path, manifest.Core(VERSION, "abc1234-dirty", ["90"],
-                                                      cuda_driver="13.0"))
+    with pytest.raises(
+        PackError,
+        match=r"built with CUDA 13\.0\.88 \(nvcc\), and this NVIDIA "
+        r"driver supports CUDA 12\.8: update the driver",
+    ):
+        install.install(packed.path, manifest.Core(VERSION, "abc1234", ["90"], cuda_driver="12.8"))
+    done = install.install(
+        packed.path, manifest.Core(VERSION, "abc1234-dirty", ["90"], cuda_driver="13.0")
+    )
     answer, where = loads(done.plugin).split()
     assert answer == "42" and where == str(plugin.parent / "cuda-libs" / "libcublas.so.99")
 
 
 def test_without_its_build_tree_the_architectures_must_be_given(
-        plugin: Path, tmp_path: Path) -> None:
+    plugin: Path, tmp_path: Path
+) -> None:
     shutil.rmtree(tmp_path / "cache" / "build")
     with pytest.raises(PackError, match=r"cannot tell which GPU architectures.*--arch"):
         pack.make("cuda", ggml_version=VERSION, ggml_commit="", out=tmp_path)
@@ -115,8 +141,7 @@ def test_without_its_build_tree_the_architectures_must_be_given(
     assert packed.manifest["architectures"] == ["90"] and packed.manifest["toolkit"] == ""
 
 
-def test_a_toolkit_library_nowhere_to_be_found_stops_the_pack(
-        plugin: Path, tmp_path: Path) -> None:
+def test_a_toolkit_library_nowhere_to_be_found_stops_the_pack(plugin: Path, tmp_path: Path) -> None:
     shutil.rmtree(tmp_path / "toolkit")
     with pytest.raises(PackError, match=r"needs libcublas\.so\.99, which is not in its search"):
         pack.make("cuda", ggml_version=VERSION, ggml_commit="", out=tmp_path)

@@ -24,11 +24,16 @@ from tests.support.packs import copy_backends
 pytestmark = pytest.mark.slow  # about 12 s, most of it the RPC tests
 
 
-def test_pack_remove_install_and_the_rpc_tests_pass_on_it(rpc_backends: Path,
-                                                          tmp_path: Path) -> None:
+def test_pack_remove_install_and_the_rpc_tests_pass_on_it(
+    rpc_backends: Path, tmp_path: Path
+) -> None:
     root, version = copy_backends(rpc_backends, tmp_path / "backends")
-    env = {**os.environ, "LOCALLLM_BACKENDS": str(root), "LOCALLLM_CACHE": str(tmp_path / "c"),
-           "PYTHONPATH": str(REPO)}
+    env = {
+        **os.environ,
+        "LOCALLLM_BACKENDS": str(root),
+        "LOCALLLM_CACHE": str(tmp_path / "c"),
+        "PYTHONPATH": str(REPO),
+    }
 
     out = run_cli("backends", "pack", "rpc", "-o", str(tmp_path / "packs"), env=env)
     assert out.returncode == 0, out.stderr
@@ -49,8 +54,9 @@ def test_pack_remove_install_and_the_rpc_tests_pass_on_it(rpc_backends: Path,
     out = run_cli("backends", "list", "--json", env=env)
     row = {r["name"]: r for r in json.loads(out.stdout)}["rpc"]
     assert row["loaded"] and row["ggml_version"] == version
-    assert row["pack"].startswith(str(file)) and not [r for r in json.loads(out.stdout)
-                                                      if r.get("stray")]
+    assert row["pack"].startswith(str(file)) and not [
+        r for r in json.loads(out.stdout) if r.get("stray")
+    ]
     out = run_cli("backends", "list", env=env)
     assert f"(from {file}, sha256 {sha.group(1)[:12]})" in out.stdout
 
@@ -59,9 +65,20 @@ def test_pack_remove_install_and_the_rpc_tests_pass_on_it(rpc_backends: Path,
     rpc_env = {k: v for k, v in env.items() if k != "PYTEST_DISABLE_PLUGIN_AUTOLOAD"}
     rpc_env["LOCALLLM_TEST_BACKENDS"] = str(root)
     rpc_tests = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         "tests/gpu/test_rpc_engine.py"],
-        cwd=REPO, env=rpc_env, capture_output=True,
-        text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/gpu/test_rpc_engine.py",
+        ],
+        cwd=REPO,
+        env=rpc_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert rpc_tests.returncode == 0, rpc_tests.stdout[-3000:]
     assert " passed" in rpc_tests.stdout and "skipped" not in rpc_tests.stdout

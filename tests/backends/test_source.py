@@ -14,13 +14,16 @@ from tests.support.backend_build import CMAKE, make_tar
 
 
 def test_unpacks_only_vendor_llama_cpp_without_models_and_docs(tmp_path: Path) -> None:
-    tar = make_tar(tmp_path / "s.tar.gz", {
-        "pkg-1/pyproject.toml": b"x",
-        "pkg-1/vendor/llama.cpp/CMakeLists.txt": b"project(x)",
-        "pkg-1/vendor/llama.cpp/ggml/CMakeLists.txt": CMAKE,
-        "pkg-1/vendor/llama.cpp/models/big.gguf": b"0" * 1000,
-        "pkg-1/vendor/llama.cpp/docs/a.md": b"doc",
-    })
+    tar = make_tar(
+        tmp_path / "s.tar.gz",
+        {
+            "pkg-1/pyproject.toml": b"x",
+            "pkg-1/vendor/llama.cpp/CMakeLists.txt": b"project(x)",
+            "pkg-1/vendor/llama.cpp/ggml/CMakeLists.txt": CMAKE,
+            "pkg-1/vendor/llama.cpp/models/big.gguf": b"0" * 1000,
+            "pkg-1/vendor/llama.cpp/docs/a.md": b"doc",
+        },
+    )
     tree = source.unpack(tar, tmp_path / "tree")
     assert (tree / "CMakeLists.txt").read_bytes() == b"project(x)"
     assert not (tree / "models").exists() and not (tree / "docs").exists()
@@ -82,12 +85,12 @@ def unsafe_members(escape: Path) -> list[tarfile.TarInfo]:
 
 
 @pytest.mark.parametrize("index", range(len(unsafe_members(Path("/x")))))
-def test_unsafe_members_are_refused_and_nothing_is_written(tmp_path: Path, filters: str,
-                                                          index: int) -> None:
+def test_unsafe_members_are_refused_and_nothing_is_written(
+    tmp_path: Path, filters: str, index: int
+) -> None:
     escape = tmp_path / "escaped"
     bad = unsafe_members(escape)[index]
-    tar = make_tar_of(tmp_path / "s.tar.gz", [member("pkg/vendor/llama.cpp/CMakeLists.txt"),
-                                              bad])
+    tar = make_tar_of(tmp_path / "s.tar.gz", [member("pkg/vendor/llama.cpp/CMakeLists.txt"), bad])
     with pytest.raises(source.SourceError, match="unsafe path") as err:
         source.unpack(tar, tmp_path / "out" / "tree")
     assert repr(bad.name) in str(err.value)
@@ -96,14 +99,17 @@ def test_unsafe_members_are_refused_and_nothing_is_written(tmp_path: Path, filte
 
 
 def test_links_inside_the_tree_and_a_dot_prefix_are_fine(tmp_path: Path, filters: str) -> None:
-    tar = make_tar_of(tmp_path / "s.tar.gz", [
-        member(".", tarfile.DIRTYPE),
-        member("./pkg/vendor/llama.cpp/CMakeLists.txt"),
-        member("./pkg/vendor/llama.cpp/ggml", tarfile.DIRTYPE),
-        member("./pkg/vendor/llama.cpp/ggml/x.c"),
-        member("./pkg/vendor/llama.cpp/ggml/link.c", tarfile.SYMTYPE, "x.c"),
-        member("./pkg/vendor/llama.cpp/up.c", tarfile.SYMTYPE, "ggml/../ggml/x.c"),
-    ])
+    tar = make_tar_of(
+        tmp_path / "s.tar.gz",
+        [
+            member(".", tarfile.DIRTYPE),
+            member("./pkg/vendor/llama.cpp/CMakeLists.txt"),
+            member("./pkg/vendor/llama.cpp/ggml", tarfile.DIRTYPE),
+            member("./pkg/vendor/llama.cpp/ggml/x.c"),
+            member("./pkg/vendor/llama.cpp/ggml/link.c", tarfile.SYMTYPE, "x.c"),
+            member("./pkg/vendor/llama.cpp/up.c", tarfile.SYMTYPE, "ggml/../ggml/x.c"),
+        ],
+    )
     tree = source.unpack(tar, tmp_path / "tree")
     assert (tree / "CMakeLists.txt").read_bytes() == b"boom"
     assert (tree / "ggml" / "x.c").read_bytes() == b"boom"
@@ -112,7 +118,8 @@ def test_links_inside_the_tree_and_a_dot_prefix_are_fine(tmp_path: Path, filters
 
 
 def test_a_version_without_a_pin_is_refused_unless_a_source_is_given(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Even a file already in the cache: nothing could tell whether it is the real one."""
     monkeypatch.setenv("LOCALLLM_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(source, "core_version", lambda: "9.9.9")
@@ -125,8 +132,9 @@ def test_a_version_without_a_pin_is_refused_unless_a_source_is_given(
         assert "--source FILE" in str(err.value) and "llama-cpp-python==0.3.36" in str(err.value)
     assert not (paths.cache() / "source").exists()
     # The way out the message names: a file the user chose.
-    tree = source.ensure(make_tar(tmp_path / "mine.tar.gz",
-                                  {"p/vendor/llama.cpp/ggml/CMakeLists.txt": CMAKE}))
+    tree = source.ensure(
+        make_tar(tmp_path / "mine.tar.gz", {"p/vendor/llama.cpp/ggml/CMakeLists.txt": CMAKE})
+    )
     assert source.ggml_version_of(tree) == "0.25.3"
 
 
@@ -136,8 +144,7 @@ def test_a_tarball_without_llama_cpp_is_refused(tmp_path: Path) -> None:
         source.unpack(tar, tmp_path / "tree")
 
 
-def test_a_corrupt_cached_sdist_is_removed(tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_corrupt_cached_sdist_is_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOCALLLM_CACHE", str(tmp_path / "cache"))
     cached = paths.cache() / "sdist" / "llama_cpp_python-0.3.36.tar.gz"
     cached.parent.mkdir(parents=True)
@@ -147,8 +154,7 @@ def test_a_corrupt_cached_sdist_is_removed(tmp_path: Path,
     assert not cached.exists()
 
 
-def test_local_source_is_keyed_by_its_hash(tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_local_source_is_keyed_by_its_hash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOCALLLM_CACHE", str(tmp_path / "cache"))
     tar = make_tar(tmp_path / "s.tar.gz", {"p/vendor/llama.cpp/ggml/CMakeLists.txt": CMAKE})
     tree = source.ensure(tar)

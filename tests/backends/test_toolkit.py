@@ -44,8 +44,9 @@ def test_cuda_architectures_from_nvidia_smi() -> None:
     assert toolkit.cuda_archs("[N/A]\n") == []
 
 
-def test_cuda_without_a_gpu_or_arch_says_to_pass_arch(monkeypatch: pytest.MonkeyPatch,
-                                                      tmp_path: Path) -> None:
+def test_cuda_without_a_gpu_or_arch_says_to_pass_arch(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     nvcc = tmp_path / "bin" / "nvcc"
     nvcc.parent.mkdir()
     nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.4, V12.4.99'\n")
@@ -60,8 +61,9 @@ def test_cuda_without_a_gpu_or_arch_says_to_pass_arch(monkeypatch: pytest.Monkey
     assert "nvcc 12.4" in notes[0] and env["CUDACXX"] == str(nvcc)
 
 
-def test_old_vulkan_headers_are_refused_before_compiling(monkeypatch: pytest.MonkeyPatch,
-                                                         tmp_path: Path) -> None:
+def test_old_vulkan_headers_are_refused_before_compiling(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Debian 12 ships 1.3.239, which lacks vk::LayerSettingEXT."""
     inc = tmp_path / "sdk" / "include" / "vulkan"
     inc.mkdir(parents=True)
@@ -90,7 +92,8 @@ def test_rpc_needs_only_a_compiler_and_the_build_tools() -> None:
 
 
 def test_installing_cmake_and_ninja_runs_pip_isolated_from_the_working_folder(
-        pip_index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pip_index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     marker = tmp_path / "fake-pip-ran"
     plant_pip(tmp_path / "here", marker)
     monkeypatch.chdir(tmp_path / "here")
@@ -105,9 +108,11 @@ def test_installing_cmake_and_ninja_runs_pip_isolated_from_the_working_folder(
 
 
 def test_installing_cmake_and_ninja_is_announced_first(
-        pip_index: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(toolkit, "_which", lambda name, *dirs: "/usr/bin/cmake"
-                        if name == "cmake" else "")
+    pip_index: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        toolkit, "_which", lambda name, *dirs: "/usr/bin/cmake" if name == "cmake" else ""
+    )
     heard: list[str] = []
     with pytest.raises(toolkit.ToolkitMissing) as err:
         toolkit.build_tools(True, heard.append)
@@ -124,7 +129,8 @@ def test_installing_cmake_and_ninja_is_announced_first(
 
 
 def test_tools_in_the_working_folder_are_not_picked_up(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A "." or empty entry in PATH would find a cmake planted where the user stands."""
     here = tmp_path / "here"
     here.mkdir()

@@ -42,16 +42,30 @@ def test_a_plugin_the_build_installed_is_trusted(plugin: Path) -> None:
     assert trust.why_unsafe(plugin, root_of(plugin)) == ""
 
 
-@pytest.mark.parametrize(("which", "mode"), [
-    ("version folder", 0o775), ("version folder", 0o757), ("backends folder", 0o775),
-    # The sticky bit helps nowhere from the backends folder down: anyone could add files.
-    ("backends folder", 0o1777), ("version folder", 0o1777),
-    ("above", 0o775), ("above", 0o777), ("plugin", 0o775), ("plugin", 0o757),
-])
-def test_anything_others_can_write_is_refused_with_the_fix(plugin: Path, which: str,
-                                                           mode: int) -> None:
-    target = {"plugin": plugin, "version folder": plugin.parent,
-              "backends folder": root_of(plugin), "above": root_of(plugin).parent}[which]
+@pytest.mark.parametrize(
+    ("which", "mode"),
+    [
+        ("version folder", 0o775),
+        ("version folder", 0o757),
+        ("backends folder", 0o775),
+        # The sticky bit helps nowhere from the backends folder down: anyone could add files.
+        ("backends folder", 0o1777),
+        ("version folder", 0o1777),
+        ("above", 0o775),
+        ("above", 0o777),
+        ("plugin", 0o775),
+        ("plugin", 0o757),
+    ],
+)
+def test_anything_others_can_write_is_refused_with_the_fix(
+    plugin: Path, which: str, mode: int
+) -> None:
+    target = {
+        "plugin": plugin,
+        "version folder": plugin.parent,
+        "backends folder": root_of(plugin),
+        "above": root_of(plugin).parent,
+    }[which]
     target.chmod(mode)
     why = trust.why_unsafe(plugin, root_of(plugin))
     assert why.startswith(f"refusing to load {plugin}: {target} is writable by ")
@@ -107,8 +121,7 @@ def test_a_symlink_is_judged_by_where_it_leads(plugin: Path, tmp_path: Path) -> 
     moved.chmod(0o777)
     os.replace(plugin.parent, moved / "0.9.1")
     (root_of(plugin) / "0.9.1").symlink_to(moved / "0.9.1")
-    assert f"{moved} is writable by group and others" in trust.why_unsafe(plugin,
-                                                                          root_of(plugin))
+    assert f"{moved} is writable by group and others" in trust.why_unsafe(plugin, root_of(plugin))
 
 
 def test_only_regular_files_load(plugin: Path) -> None:
@@ -121,4 +134,5 @@ def test_only_regular_files_load(plugin: Path) -> None:
     assert trust.why_unsafe(plugin, root_of(plugin)) == refused
     plugin.unlink()
     assert trust.why_unsafe(plugin, root_of(plugin)).startswith(
-        f"refusing to load {plugin}: cannot check it: ")
+        f"refusing to load {plugin}: cannot check it: "
+    )

@@ -55,8 +55,9 @@ def echo_hub(hub: HubStub, tmp_path: Path) -> HubStub:
 
 
 @pytest.fixture
-def catalog_daemon(echo_hub: HubStub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                   ) -> Iterator[Daemon]:
+def catalog_daemon(
+    echo_hub: HubStub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Daemon]:
     monkeypatch.setenv("LOCALLLM_CONTEXT_LENGTH", "512")
     user = paths.user_catalog()
     user.parent.mkdir(parents=True)
@@ -69,8 +70,7 @@ REAL_REPO, REAL_FILE = "bartowski/Llama-3.2-3B-Instruct-GGUF", "Llama-3.2-3B-Ins
 
 
 @pytest.fixture
-def fresh_daemon(hub: HubStub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                 ) -> Iterator[Daemon]:
+def fresh_daemon(hub: HubStub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Daemon]:
     """A home with nothing in it (no models, no catalogue file), and the Hub stand-in
     serving the tiny model where the built-in ``llama3.2`` entry points."""
     monkeypatch.setenv("LOCALLLM_CONTEXT_LENGTH", "512")
@@ -93,7 +93,8 @@ def test_a_new_user_runs_llama32_by_name(fresh_daemon: Daemon, hub: HubStub) -> 
     assert lines[:3] == [
         "pulling manifest",
         f"llama3.2:latest is hf.co/{REAL_REPO}:Q4_K_M (catalogue entry llama3.2:3b)",
-        f"using Q4_K_M (requested): {REAL_FILE}"]
+        f"using Q4_K_M (requested): {REAL_FILE}",
+    ]
     assert lines[-3:] == ["verifying sha256 digest", "writing manifest", "success"]
     assert [ln for ln in lines if re.fullmatch(rf"pulling {sha[:12]}: 100% ▕█+▏ .+", ln)]
     transcript = (Path(__file__).parents[2] / "docs" / "quickstart.md").read_text()
@@ -108,17 +109,21 @@ def test_a_new_user_runs_llama32_by_name(fresh_daemon: Daemon, hub: HubStub) -> 
     assert len(hub.requests) == asked
     # show says where it came from: the hf.co name that pulls it again, and the digest.
     shown = d.cli("show", "llama3.2").stdout
-    assert re.search(rf"^  Source\n\s+from\s+hf\.co/{REAL_REPO}:Q4_K_M\n"
-                     r"\s+catalogue\s+llama3\.2:3b\n"
-                     rf"\s+file\s+{re.escape(REAL_FILE)}\n\s+digest\s+sha256:{sha}\n",
-                     shown, re.M), shown
+    assert re.search(
+        rf"^  Source\n\s+from\s+hf\.co/{REAL_REPO}:Q4_K_M\n"
+        r"\s+catalogue\s+llama3\.2:3b\n"
+        rf"\s+file\s+{re.escape(REAL_FILE)}\n\s+digest\s+sha256:{sha}\n",
+        shown,
+        re.M,
+    ), shown
     body = httpx.post(f"{d.url}/api/show", json={"model": "llama3.2"}, trust_env=False).json()
     assert body["origin"]["source"] == f"hf.co/{REAL_REPO}:Q4_K_M"
     assert body["origin"]["digest"] == f"sha256:{sha}"
 
 
-def test_unknown_names_are_one_line_and_never_reach_the_hub(catalog_daemon: Daemon,
-                                                            echo_hub: HubStub) -> None:
+def test_unknown_names_are_one_line_and_never_reach_the_hub(
+    catalog_daemon: Daemon, echo_hub: HubStub
+) -> None:
     d = catalog_daemon
     asked = len(echo_hub.requests)
     for args in (("run", "lama3.2", "hi"), ("pull", "lama3.2")):
@@ -127,7 +132,8 @@ def test_unknown_names_are_one_line_and_never_reach_the_hub(catalog_daemon: Daem
         assert out.stderr.splitlines() == [
             "Error: model 'lama3.2' is not in the catalogue; closest: llama3.2, llama3.3, "
             "llama3.1. Search Hugging Face with `localllm search lama3.2`, or pull "
-            "hf.co/{user}/{repo}[:{quant}]"]
+            "hf.co/{user}/{repo}[:{quant}]"
+        ]
     tag = d.cli("pull", "llama3.2:8b")
     assert tag.returncode == 1 and "llama3.2 has no tag '8b'" in tag.stderr
     assert "Traceback" not in tag.stderr
@@ -136,8 +142,9 @@ def test_unknown_names_are_one_line_and_never_reach_the_hub(catalog_daemon: Daem
     assert len(echo_hub.requests) == asked
 
 
-def test_sdk_pull_and_create_from_accept_library_names(catalog_daemon: Daemon,
-                                                       tmp_path: Path) -> None:
+def test_sdk_pull_and_create_from_accept_library_names(
+    catalog_daemon: Daemon, tmp_path: Path
+) -> None:
     import ollama
 
     d = catalog_daemon
@@ -155,9 +162,9 @@ def test_sdk_pull_and_create_from_accept_library_names(catalog_daemon: Daemon,
     assert out.stdout == answer("hello")[:3] + "\n"
 
 
-def test_a_model_made_here_is_not_shadowed_by_the_catalogue(catalog_daemon: Daemon,
-                                                            tmp_path: Path,
-                                                            echo_hub: HubStub) -> None:
+def test_a_model_made_here_is_not_shadowed_by_the_catalogue(
+    catalog_daemon: Daemon, tmp_path: Path, echo_hub: HubStub
+) -> None:
     d = catalog_daemon
     own = make_tiny_model(tmp_path / "own", chat_template=ECHO_TEMPLATE)
     (tmp_path / "Modelfile").write_text(f"FROM {own}\nSYSTEM mine\n")
@@ -170,7 +177,8 @@ def test_a_model_made_here_is_not_shadowed_by_the_catalogue(catalog_daemon: Daem
     assert refused.returncode == 1
     assert refused.stderr.splitlines() == [
         "Error: 'llama3.2:latest' is a model made here, not pulled: pulling would replace it. "
-        "Remove it first (localllm rm llama3.2:latest) or copy it to another name"]
+        "Remove it first (localllm rm llama3.2:latest) or copy it to another name"
+    ]
     assert len(echo_hub.requests) == asked
     assert "mine" in d.cli("show", "llama3.2", "--system").stdout
 
@@ -182,41 +190,59 @@ def test_catalog_list_shows_the_names_and_the_users_entries(tmp_path: Path) -> N
     assert out.returncode == 0, out.stderr
     rows = out.stdout.splitlines()
     assert rows[0].split() == ["NAME", "SOURCE", "NOTES"]
-    assert re.search(r"^llama3\.2:3b\s+hf\.co/bartowski/Llama-3\.2-3B-Instruct-GGUF:Q4_K_M\s+"
-                     r"latest$", out.stdout, re.M)
+    assert re.search(
+        r"^llama3\.2:3b\s+hf\.co/bartowski/Llama-3\.2-3B-Instruct-GGUF:Q4_K_M\s+"
+        r"latest$",
+        out.stdout,
+        re.M,
+    )
     assert len(rows) - 1 >= 80
     assert re.match(r"\d+ names; catalogue of \d{4}-\d\d-\d\d, built-in$", out.stderr)
     user = paths.user_catalog()
     user.parent.mkdir(parents=True)
     user.write_text(USER_CATALOG)
     mine = run_cli("catalog", "list", "llama3.2", env=env)
-    assert re.search(r"^llama3\.2:3b\s+hf\.co/someone/Echo-GGUF:Q4_K_M\s+latest, your file$",
-                     mine.stdout, re.M)
+    assert re.search(
+        r"^llama3\.2:3b\s+hf\.co/someone/Echo-GGUF:Q4_K_M\s+latest, your file$", mine.stdout, re.M
+    )
     assert f"your entries: {user}" in mine.stderr
     as_json = json.loads(run_cli("catalog", "list", "--json", "gemma3:4b", env=env).stdout)
-    assert as_json == [{"name": "gemma3:4b", "source": "hf.co/ggml-org/gemma-3-4b-it-GGUF:Q4_K_M",
-                        "latest": True, "from": "built-in",
-                        "projector": "mmproj-model-f16.gguf",
-                        "description": "Google Gemma 3; 4B and up see images"}]
+    assert as_json == [
+        {
+            "name": "gemma3:4b",
+            "source": "hf.co/ggml-org/gemma-3-4b-it-GGUF:Q4_K_M",
+            "latest": True,
+            "from": "built-in",
+            "projector": "mmproj-model-f16.gguf",
+            "description": "Google Gemma 3; 4B and up see images",
+        }
+    ]
 
 
 def test_catalog_update_from_the_hub(hub: HubStub) -> None:
     env = cli_env(free_port())
-    data = (b'format = 1\nupdated = 2099-01-01\n[models.fresh]\nlatest = "1b"\n'
-            b'tags."1b" = "hf.co/someone/Fresh-GGUF:Q4_K_M"\n')
+    data = (
+        b'format = 1\nupdated = 2099-01-01\n[models.fresh]\nlatest = "1b"\n'
+        b'tags."1b" = "hf.co/someone/Fresh-GGUF:Q4_K_M"\n'
+    )
     hub.add_file("localllm/catalog", "catalog.toml", data, lfs=False)
     sha = hashlib.sha256(data).hexdigest()
-    hub.add_file("localllm/catalog", "catalog.toml.sha256", f"{sha}  catalog.toml\n".encode(),
-                 lfs=False)
+    hub.add_file(
+        "localllm/catalog", "catalog.toml.sha256", f"{sha}  catalog.toml\n".encode(), lfs=False
+    )
     out = run_cli("catalog", "update", env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [
         f"downloaded hf.co/localllm/catalog/catalog.toml (sha256 {sha[:12]}…): 1 models, "
         "1 tags, dated 2099-01-01",
-        f"now in use; saved as {paths.catalog_data() / 'catalog.toml'}"]
+        f"now in use; saved as {paths.catalog_data() / 'catalog.toml'}",
+    ]
     listed = run_cli("catalog", env=env)
-    assert listed.stdout.splitlines()[1].split() == ["fresh:1b", "hf.co/someone/Fresh-GGUF:Q4_K_M",
-                                                     "latest"]
+    assert listed.stdout.splitlines()[1].split() == [
+        "fresh:1b",
+        "hf.co/someone/Fresh-GGUF:Q4_K_M",
+        "latest",
+    ]
     assert "downloaded from hf.co/localllm/catalog" in listed.stderr
     bad = run_cli("catalog", "update", "--sha256", "0" * 64, env=env)
     assert bad.returncode == 1 and len(bad.stderr.splitlines()) == 1

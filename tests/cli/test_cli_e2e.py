@@ -37,8 +37,13 @@ def test_list_show_cp_rm(daemon: Daemon, tmp_path: Path) -> None:
     show = daemon.cli("show", "tiny")
     assert show.returncode == 0, show.stderr
     text = show.stdout
-    for pattern in [r"architecture\s+llama", r"context length\s+2048",
-                    r"embedding length\s+64", r"quantization\s+F32", r"parameters\s+\S+"]:
+    for pattern in [
+        r"architecture\s+llama",
+        r"context length\s+2048",
+        r"embedding length\s+64",
+        r"quantization\s+F32",
+        r"parameters\s+\S+",
+    ]:
         assert re.search(pattern, text), (pattern, text)
     assert "License" in text and "MIT License" in text
     assert "Template" in text and "completion" in text
@@ -52,7 +57,9 @@ def test_list_show_cp_rm(daemon: Daemon, tmp_path: Path) -> None:
     cp = daemon.cli("cp", "tiny", "other:v2")
     assert (cp.returncode, cp.stdout.strip()) == (0, "copied 'tiny' to 'other:v2'")
     assert {r.split()[0] for r in daemon.cli("ls").stdout.splitlines()[1:]} == {
-        "tiny:latest", "other:v2"}
+        "tiny:latest",
+        "other:v2",
+    }
 
     rm = daemon.cli("rm", "tiny", "missing", "other:v2")
     assert rm.returncode == 1
@@ -126,8 +133,12 @@ def test_two_commands_auto_starting_at_once_both_succeed() -> None:
     pid_file = paths.run_dir() / "localllm.pid"
     cmd = [sys.executable, "-m", "localllm", "list"]
     try:
-        procs = [subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        procs = [
+            subprocess.Popen(
+                cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            for _ in range(2)
+        ]
         results = [p.communicate(timeout=90) for p in procs]
         for proc, (out, err) in zip(procs, results, strict=True):
             assert proc.returncode == 0, err

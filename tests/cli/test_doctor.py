@@ -18,18 +18,25 @@ from localllm.hardware.probes import GPUProbe
 GiB = 1024**3
 REPO = Path(__file__).resolve().parents[2]
 CPU = CPUInfo("Test CPU 9000", "x86_64", 8, 16, 64 * GiB, 40 * GiB, ("avx2", "fma"))
-CPU_DEV = {"name": "CPU", "description": "Test CPU 9000", "type": "cpu", "free": 64 * GiB,
-           "total": 64 * GiB}
+CPU_DEV = {
+    "name": "CPU",
+    "description": "Test CPU 9000",
+    "type": "cpu",
+    "free": 64 * GiB,
+    "total": 64 * GiB,
+}
 
 
-def fake_hardware(monkeypatch: pytest.MonkeyPatch, answer: dict[str, object],
-                  gpus: list[GPUProbe]) -> None:
+def fake_hardware(
+    monkeypatch: pytest.MonkeyPatch, answer: dict[str, object], gpus: list[GPUProbe]
+) -> None:
     hw = detect_mod.build_hardware(answer, CPU, gpus)
     monkeypatch.setattr(detect_mod, "detect", lambda refresh=False: hw)
 
 
-def test_json_report_on_this_machine(capsys: pytest.CaptureFixture[str],
-                                     _isolated_home: Path) -> None:
+def test_json_report_on_this_machine(
+    capsys: pytest.CaptureFixture[str], _isolated_home: Path
+) -> None:
     rc = main(["doctor", "--json"])
     report = json.loads(capsys.readouterr().out)
     assert rc == (0 if report["native"]["ok"] else 1)
@@ -44,13 +51,24 @@ def test_json_report_on_this_machine(capsys: pytest.CaptureFixture[str],
         assert report["native"]["error"] and report["hints"]
 
 
-def test_text_report_with_an_unusable_nvidia_gpu(monkeypatch: pytest.MonkeyPatch,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    fake_hardware(monkeypatch, {
-        "ok": True, "devices": [CPU_DEV], "system_info": "CPU : AVX2 = 1 |",
-        "build_info": {"llama_version": "0.5.0-dev", "llama_cpp_python": "0.3.36",
-                       "source": "llama-cpp-python", "gpu_offload": False},
-    }, [GPUProbe("nvidia", "NVIDIA GeForce RTX 3060", "550.54.14", 12 * GiB, 11 * GiB)])
+def test_text_report_with_an_unusable_nvidia_gpu(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_hardware(
+        monkeypatch,
+        {
+            "ok": True,
+            "devices": [CPU_DEV],
+            "system_info": "CPU : AVX2 = 1 |",
+            "build_info": {
+                "llama_version": "0.5.0-dev",
+                "llama_cpp_python": "0.3.36",
+                "source": "llama-cpp-python",
+                "gpu_offload": False,
+            },
+        },
+        [GPUProbe("nvidia", "NVIDIA GeForce RTX 3060", "550.54.14", 12 * GiB, 11 * GiB)],
+    )
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert "Native:     ok, llama.cpp 0.5.0-dev from llama-cpp-python 0.3.36" in out
@@ -64,30 +82,47 @@ def test_text_report_with_an_unusable_nvidia_gpu(monkeypatch: pytest.MonkeyPatch
 
 
 def test_the_native_line_names_the_core_and_where_it_is(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from localllm.backends import core
 
-    fake_hardware(monkeypatch, {
-        "ok": True, "devices": [CPU_DEV], "system_info": "CPU : AVX2 = 1 |",
-        "build_info": {"llama_version": "0.5.0-dev", "llama_cpp_python": "0.3.36",
-                       "source": "core", "gpu_offload": False},
-    }, [])
+    fake_hardware(
+        monkeypatch,
+        {
+            "ok": True,
+            "devices": [CPU_DEV],
+            "system_info": "CPU : AVX2 = 1 |",
+            "build_info": {
+                "llama_version": "0.5.0-dev",
+                "llama_cpp_python": "0.3.36",
+                "source": "core",
+                "gpu_offload": False,
+            },
+        },
+        [],
+    )
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
-    assert ("Native:     ok, llama.cpp 0.5.0-dev, core built from the llama-cpp-python 0.3.36 "
-            f"source (in {core.lib_dir()}), CPU only build") in out
+    assert (
+        "Native:     ok, llama.cpp 0.5.0-dev, core built from the llama-cpp-python 0.3.36 "
+        f"source (in {core.lib_dir()}), CPU only build"
+    ) in out
     assert main(["doctor", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["native"]["core"] == str(core.lib_dir())
 
 
-def test_fix_runs_the_build_the_hint_names(monkeypatch: pytest.MonkeyPatch,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_fix_runs_the_build_the_hint_names(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """No GPU answers nvidia-smi here, so no pack fits and the CUDA build stops at its
     toolkit check."""
     import subprocess as sp
 
-    fake_hardware(monkeypatch, {"ok": True, "devices": [CPU_DEV]},
-                  [GPUProbe("nvidia", "NVIDIA GeForce RTX 3060")])
+    fake_hardware(
+        monkeypatch,
+        {"ok": True, "devices": [CPU_DEV]},
+        [GPUProbe("nvidia", "NVIDIA GeForce RTX 3060")],
+    )
     ran: list[list[str]] = []
     real = sp.run
 
@@ -103,15 +138,18 @@ def test_fix_runs_the_build_the_hint_names(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(sp, "run", spy)
     assert main(["doctor", "--fix"]) == 1
     # A prebuilt pack first (none fits: no GPU answers, so its architecture is unknown).
-    assert [argv[-3:] for argv in ran] == [["backends", "get", "cuda"],
-                                           ["backends", "build", "cuda"]]
+    assert [argv[-3:] for argv in ran] == [
+        ["backends", "get", "cuda"],
+        ["backends", "build", "cuda"],
+    ]
     out = capsys.readouterr().out
     assert "Running: localllm backends get cuda" in out and "building it instead" in out
     assert "Running: localllm backends build cuda" in out
 
 
-def test_broken_native_module_exits_1(monkeypatch: pytest.MonkeyPatch,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_broken_native_module_exits_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     fake_hardware(monkeypatch, {"ok": False, "error": "ImportError: no _native"}, [])
     assert main(["doctor"]) == 1
     out = capsys.readouterr().out
@@ -123,7 +161,8 @@ def test_broken_native_module_exits_1(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_says_when_jinja_is_too_old_to_render_templates(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """jinja2 3.1.0-3.1.5 let a GGUF's template escape the sandbox: doctor names it and the fix
     (the installed one is new enough, so its version is faked)."""
     import jinja2
@@ -147,8 +186,14 @@ def test_runs_as_a_command_without_a_daemon(tmp_path: Path) -> None:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     env["LOCALLLM_HOST"] = "127.0.0.1:9"  # nothing listens there; doctor must not care
-    out = subprocess.run([sys.executable, "-m", "localllm", "doctor"], capture_output=True,
-                         text=True, env=env, timeout=120, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-m", "localllm", "doctor"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert out.returncode in (0, 1), out.stderr
     assert "Devices the engine can use:" in out.stdout
     assert not (tmp_path / "localllm-home").exists()

@@ -46,15 +46,20 @@ def chat(d: Daemon, model: str, content: str, **extra: Any) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "user", "content": content}
     if "images" in extra:
         message["images"] = extra.pop("images")
-    r = httpx.post(d.url + "/api/chat", timeout=120, trust_env=False, json={
-        "model": model, "messages": [message], "stream": False, **extra})
+    r = httpx.post(
+        d.url + "/api/chat",
+        timeout=120,
+        trust_env=False,
+        json={"model": model, "messages": [message], "stream": False, **extra},
+    )
     assert r.status_code == 200, r.text
     body: dict[str, Any] = r.json()
     return body
 
 
 def test_three_models_come_over_by_hard_links_and_each_answers(
-        daemon: Daemon, tmp_path: Path) -> None:
+    daemon: Daemon, tmp_path: Path
+) -> None:
     d = daemon
     ollama = three_models(tmp_path / "ollama", tmp_path / "work")
     before = snapshot(ollama.root)
@@ -65,11 +70,16 @@ def test_three_models_come_over_by_hard_links_and_each_answers(
     took = re.search(r"^3 imported in (\d+\.\d+) s$", out.stdout, re.M)
     assert took is not None, out.stdout
     blobs = len(ollama.digests())
-    assert re.search(rf"^blobs: {blobs} hard-linked \([^)]*, 0 bytes copied\), 0 copied \(0 B\)$",
-                     out.stdout, re.M), out.stdout
+    assert re.search(
+        rf"^blobs: {blobs} hard-linked \([^)]*, 0 bytes copied\), 0 copied \(0 B\)$",
+        out.stdout,
+        re.M,
+    ), out.stdout
     assert float(took.group(1)) < 1.0
-    print(f"\nimport of 3 models ({blobs} blobs): {took.group(1)} s in the command, "
-          f"{wall:.2f} s for the whole CLI run")
+    print(
+        f"\nimport of 3 models ({blobs} blobs): {took.group(1)} s in the command, "
+        f"{wall:.2f} s for the whole CLI run"
+    )
     for name in NAMES:
         assert re.search(rf"^imported +{re.escape(name)} ", out.stdout, re.M), out.stdout
 
@@ -78,8 +88,11 @@ def test_three_models_come_over_by_hard_links_and_each_answers(
 
     # llama3.2: its Go template, system prompt and history make the prompt, and its
     # parameters (stop "s", temperature 0) end the reply.
-    prompt = render_prompt(TEMPLATE_A, CHAT_TEMPLATE, [
-        {"role": "system", "content": SYSTEM_A}, *MESSAGES_A, {"role": "user", "content": "x"}])
+    prompt = render_prompt(
+        TEMPLATE_A,
+        CHAT_TEMPLATE,
+        [{"role": "system", "content": SYSTEM_A}, *MESSAGES_A, {"role": "user", "content": "x"}],
+    )
     a = chat(d, "llama3.2", "x", options={"seed": 1})
     assert a["message"]["content"] == REPLY_A
     assert a["prompt_eval_count"] == len(tokenize(prompt))
@@ -100,11 +113,17 @@ def test_three_models_come_over_by_hard_links_and_each_answers(
 def test_broken_entries_dry_run_and_one_model(daemon: Daemon, tmp_path: Path) -> None:
     d = daemon
     ollama = three_models(tmp_path / "ollama", tmp_path / "work")
-    absent = {"mediaType": "application/vnd.ollama.image.model", "size": 5,
-              "digest": "sha256:" + "0" * 64}
+    absent = {
+        "mediaType": "application/vnd.ollama.image.model",
+        "size": 5,
+        "digest": "sha256:" + "0" * 64,
+    }
     ollama.manifest("registry.ollama.ai/library/missing/latest", ollama.config(), [absent])
-    ollama.manifest("registry.ollama.ai/library/cloud/latest",
-                    ollama.config(remote_host="https://ollama.com:443"), [])
+    ollama.manifest(
+        "registry.ollama.ai/library/cloud/latest",
+        ollama.config(remote_host="https://ollama.com:443"),
+        [],
+    )
     before = snapshot(ollama.root)
 
     dry = d.cli("import", "ollama", str(ollama.root), "--dry-run")
@@ -119,8 +138,9 @@ def test_broken_entries_dry_run_and_one_model(daemon: Daemon, tmp_path: Path) ->
 
     rest = d.cli("import", "ollama", str(ollama.root))
     assert rest.returncode == 1
-    assert re.search(r"^failed +missing:latest: blob sha256:0{64} is missing$", rest.stdout,
-                     re.M), rest.stdout
+    assert re.search(
+        r"^failed +missing:latest: blob sha256:0{64} is missing$", rest.stdout, re.M
+    ), rest.stdout
     assert re.search(r"^skipped +cloud:latest: a cloud model", rest.stdout, re.M)
     assert "2 imported, 1 unchanged, 1 skipped, 1 failed in" in rest.stdout
     names = {row.split()[0] for row in d.cli("list").stdout.splitlines()[1:]}

@@ -54,17 +54,25 @@ USER_FILES = {
 @pytest.fixture(scope="module")
 def agents_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     """``coder`` (tools template, trained for 128k tokens) and ``short`` (2048, no tools)."""
+
     def stock(tmp: Path) -> None:
         store = Store(paths.models())
-        for name, template, ctx in (("coder", CODER_TEMPLATE, 131072),
-                                    ("short", PLAIN_TEMPLATE, 2048)):
+        for name, template, ctx in (
+            ("coder", CODER_TEMPLATE, 131072),
+            ("short", PLAIN_TEMPLATE, 2048),
+        ):
             gguf = make_tiny_model(tmp / name, chat_template=template, n_ctx_train=ctx)
             # Greedy, so the answer is known whatever the agent sends.
             import_gguf(store, parse_name(name), [gguf], params={"temperature": 0})
 
     # No pull in these tests may reach the real Hub: nothing answers here.
-    with own_daemon(tmp_path_factory, "launch-daemon", stock, home="localllm-home",
-                    HF_ENDPOINT=f"http://127.0.0.1:{free_port()}") as daemon:
+    with own_daemon(
+        tmp_path_factory,
+        "launch-daemon",
+        stock,
+        home="localllm-home",
+        HF_ENDPOINT=f"http://127.0.0.1:{free_port()}",
+    ) as daemon:
         yield daemon
 
 
@@ -78,8 +86,11 @@ def agent_env(base: dict[str, str], tmp: Path, *installed: str) -> dict[str, str
         (home / rel).parent.mkdir(parents=True, exist_ok=True)
         (home / rel).write_text(text)
     env = dict(base)
-    env.update(PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", HOME=str(home),
-               STANDIN_RECORD=str(tmp / "record.json"))
+    env.update(
+        PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        HOME=str(home),
+        STANDIN_RECORD=str(tmp / "record.json"),
+    )
     return env
 
 
@@ -87,8 +98,11 @@ def home_files(env: dict[str, str]) -> dict[str, str]:
     """The user's files under the test's home: localllm's own cache folder (the CPU check's
     verdict, written by the planner launch runs) is ours, not the user's."""
     home = Path(env["HOME"])
-    return {str(p.relative_to(home)): p.read_text() for p in home.rglob("*")
-            if p.is_file() and not p.relative_to(home).as_posix().startswith(".cache/localllm/")}
+    return {
+        str(p.relative_to(home)): p.read_text()
+        for p in home.rglob("*")
+        if p.is_file() and not p.relative_to(home).as_posix().startswith(".cache/localllm/")
+    }
 
 
 def loaded(url: str, name: str) -> dict[str, Any]:
@@ -103,8 +117,13 @@ def check_claude(rec: dict[str, Any], url: str, model: str, ctx: int) -> None:
     assert env["ANTHROPIC_BASE_URL"] == url
     assert env["ANTHROPIC_AUTH_TOKEN"] == "localllm"
     assert "ANTHROPIC_API_KEY" not in env  # a real key would win, and go to the daemon
-    for var in ("ANTHROPIC_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL", "ANTHROPIC_DEFAULT_SONNET_MODEL",
-                "ANTHROPIC_DEFAULT_HAIKU_MODEL", "CLAUDE_CODE_SUBAGENT_MODEL"):
+    for var in (
+        "ANTHROPIC_MODEL",
+        "ANTHROPIC_DEFAULT_OPUS_MODEL",
+        "ANTHROPIC_DEFAULT_SONNET_MODEL",
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL",
+        "CLAUDE_CODE_SUBAGENT_MODEL",
+    ):
         assert env[var] == model, var
     assert env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] == str(ctx)
     assert int(env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"]) == output_budget(ctx) < ctx
@@ -115,7 +134,10 @@ def check_codex(rec: dict[str, Any], url: str, model: str, ctx: int) -> None:
     config = agent_standin.codex_config(rec["argv"])
     assert config["model_provider"] == "localllm"
     assert config["model_providers"]["localllm"] == {
-        "name": "localllm", "base_url": url + "/v1", "wire_api": "responses"}
+        "name": "localllm",
+        "base_url": url + "/v1",
+        "wire_api": "responses",
+    }
     assert config["model"] == model
     assert config["model_context_window"] == ctx
 
@@ -143,13 +165,18 @@ def check_aider(rec: dict[str, Any], url: str, model: str, ctx: int) -> None:
     assert folder.name.startswith("localllm-launch-") and oct(folder.stat().st_mode)[-3:] == "700"
 
 
-CHECKS = {"claude": check_claude, "codex": check_codex, "opencode": check_opencode,
-          "aider": check_aider}
+CHECKS = {
+    "claude": check_claude,
+    "codex": check_codex,
+    "opencode": check_opencode,
+    "aider": check_aider,
+}
 
 
 @pytest.mark.parametrize("agent", list(AGENTS))
 def test_the_agent_reaches_the_daemon_with_a_64k_context(
-        agents_daemon: Daemon, tmp_path: Path, agent: str) -> None:
+    agents_daemon: Daemon, tmp_path: Path, agent: str
+) -> None:
     env = agent_env(agents_daemon.env, tmp_path, agent)
     before = home_files(env)
     out = run_cli("launch", agent, "--model", "coder", "--", "--their-flag", "x", env=env)
@@ -164,15 +191,17 @@ def test_the_agent_reaches_the_daemon_with_a_64k_context(
     # The agent's request was served with that context (a request with another num_ctx
     # would have reloaded the model with it), and the derived model carries it.
     assert loaded(agents_daemon.url, "coder-agent:64k")["context_length"] == 65536
-    show = httpx.post(agents_daemon.url + "/api/show", json={"model": "coder-agent:64k"},
-                      trust_env=False).json()
+    show = httpx.post(
+        agents_daemon.url + "/api/show", json={"model": "coder-agent:64k"}, trust_env=False
+    ).json()
     assert param_context(show) == 65536
     assert re.search(r"^num_parallel +1$", show["parameters"], re.M), show["parameters"]
     assert home_files(env) == before  # nothing of the user's changed, nothing added
 
 
 def test_a_model_trained_for_less_gets_its_own_limit_and_a_warning(
-        agents_daemon: Daemon, tmp_path: Path) -> None:
+    agents_daemon: Daemon, tmp_path: Path
+) -> None:
     env = agent_env(agents_daemon.env, tmp_path, "claude")
     out = run_cli("launch", "claude", "--model", "short", env=env)
     assert out.returncode == 0, out.stderr
@@ -193,15 +222,18 @@ def test_launching_on_the_derived_model_reuses_it(agents_daemon: Daemon, tmp_pat
     assert "coder-agent:64k: coder-agent:64k with a 65536-token context" in again.stderr
     rec = json.loads(Path(env["STANDIN_RECORD"]).read_text())
     check_aider(rec, agents_daemon.url, "coder-agent:64k", 65536)
-    names = [m["name"] for m in httpx.get(agents_daemon.url + "/api/tags",
-                                          trust_env=False).json()["models"]]
+    names = [
+        m["name"]
+        for m in httpx.get(agents_daemon.url + "/api/tags", trust_env=False).json()["models"]
+    ]
     assert not any("agent-agent" in n for n in names)
 
 
 def test_context_flag_is_loaded_as_given(agents_daemon: Daemon, tmp_path: Path) -> None:
     env = agent_env(agents_daemon.env, tmp_path, "codex")
-    out = run_cli("launch", "codex", "-m", "coder", "--context", "8192", "--", "exec", "hi",
-                  env=env)
+    out = run_cli(
+        "launch", "codex", "-m", "coder", "--context", "8192", "--", "exec", "hi", env=env
+    )
     assert out.returncode == 0, out.stderr
     rec = json.loads(Path(env["STANDIN_RECORD"]).read_text())
     check_codex(rec, agents_daemon.url, "coder-agent:8k", 8192)
@@ -217,11 +249,13 @@ def test_a_missing_agent_is_one_line_with_its_install_command(tmp_path: Path, ag
     assert out.returncode == 1
     assert out.stderr.splitlines() == [
         f"Error: {AGENTS[agent].title} is not installed ({agent} is not on PATH); "
-        f"install it with: {AGENTS[agent].install}"]
+        f"install it with: {AGENTS[agent].install}"
+    ]
 
 
-def test_an_unknown_agent_or_a_non_chat_model_is_refused(agents_daemon: Daemon,
-                                                        tmp_path: Path) -> None:
+def test_an_unknown_agent_or_a_non_chat_model_is_refused(
+    agents_daemon: Daemon, tmp_path: Path
+) -> None:
     env = agent_env(agents_daemon.env, tmp_path, "claude")
     out = run_cli("launch", "cursor", env=env)
     assert out.returncode == 1 and "unknown agent 'cursor'" in out.stderr
@@ -231,8 +265,9 @@ def test_an_unknown_agent_or_a_non_chat_model_is_refused(agents_daemon: Daemon,
     assert not Path(env["STANDIN_RECORD"]).exists()  # the agent never started
 
 
-def test_an_agent_that_cannot_start_is_a_one_line_error(agents_daemon: Daemon,
-                                                         tmp_path: Path) -> None:
+def test_an_agent_that_cannot_start_is_a_one_line_error(
+    agents_daemon: Daemon, tmp_path: Path
+) -> None:
     env = agent_env(agents_daemon.env, tmp_path)
     broken = tmp_path / "bin" / "claude"
     broken.parent.mkdir(parents=True, exist_ok=True)
@@ -241,11 +276,13 @@ def test_an_agent_that_cannot_start_is_a_one_line_error(agents_daemon: Daemon,
     out = run_cli("launch", "claude", "-m", "coder", env=env)
     assert out.returncode == 1
     assert out.stderr.splitlines()[-1] == (
-        f"Error: could not start {broken}: No such file or directory")
+        f"Error: could not start {broken}: No such file or directory"
+    )
 
 
-def test_list_shows_installed_agents_and_what_they_get(agents_daemon: Daemon,
-                                                      tmp_path: Path) -> None:
+def test_list_shows_installed_agents_and_what_they_get(
+    agents_daemon: Daemon, tmp_path: Path
+) -> None:
     env = agent_env(agents_daemon.env, tmp_path, "claude", "aider")
     out = run_cli("launch", "--list", "--model", "coder", "--json", env=env)
     assert out.returncode == 0, out.stderr
@@ -264,26 +301,35 @@ def test_list_shows_installed_agents_and_what_they_get(agents_daemon: Daemon,
     assert "ANTHROPIC_MODEL=MODEL-agent:64k" in text
 
 
-def test_launch_starts_the_daemon_and_pulls_the_model(tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_launch_starts_the_daemon_and_pulls_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     stub = HubStub(tmp_path / "hub").start()
     pid_file = paths.run_dir() / "localllm.pid"
     try:
         monkeypatch.setenv("HF_ENDPOINT", stub.url)
         # Sharp enough that sampling at the default temperature is greedy in practice.
-        gguf = make_tiny_model(tmp_path / "agent", n_ctx_train=131072, sharpness=40.0,
-                               chat_template=CODER_TEMPLATE, name="agent-Q4_K_M.gguf")
+        gguf = make_tiny_model(
+            tmp_path / "agent",
+            n_ctx_train=131072,
+            sharpness=40.0,
+            chat_template=CODER_TEMPLATE,
+            name="agent-Q4_K_M.gguf",
+        )
         stub.add_file("someone/Agent-GGUF", "agent-Q4_K_M.gguf", gguf.read_bytes())
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         env = agent_env(cli_env(port), tmp_path, "opencode")
-        out = run_cli("launch", "opencode", "--model", "hf.co/someone/Agent-GGUF", env=env,
-                      timeout=180)
+        out = run_cli(
+            "launch", "opencode", "--model", "hf.co/someone/Agent-GGUF", env=env, timeout=180
+        )
         assert out.returncode == 0, out.stderr
         assert "Starting localllm daemon" in out.stderr and "success" in out.stderr
         assert out.stdout.strip() == ANSWER
-        assert "Agent-GGUF-agent:64k: hf.co/someone/Agent-GGUF with a 65536-token context" \
+        assert (
+            "Agent-GGUF-agent:64k: hf.co/someone/Agent-GGUF with a 65536-token context"
             in out.stderr
+        )
         rec = json.loads(Path(env["STANDIN_RECORD"]).read_text())
         check_opencode(rec, url, "Agent-GGUF-agent:64k", 65536)
         assert loaded(url, "Agent-GGUF-agent:64k")["context_length"] == 65536
@@ -294,7 +340,8 @@ def test_launch_starts_the_daemon_and_pulls_the_model(tmp_path: Path,
 
 
 def test_a_daemon_that_wants_a_key_gets_it_from_the_agent(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("LOCALLLM_API_KEY", "s3cret")
     gguf = make_tiny_model(tmp_path / "coder", chat_template=CODER_TEMPLATE, n_ctx_train=8192)
     import_gguf(Store(paths.models()), parse_name("coder"), [gguf], params={"temperature": 0})
@@ -315,8 +362,10 @@ def test_derived_names() -> None:
     assert agent_model("coder", 65536).display == "coder-agent:64k"
     assert agent_model("qwen2.5-coder:7b", 32768).display == "qwen2.5-coder-agent:7b-32k"
     assert agent_model("me/coder:q8", 40960).display == "me/coder-agent:q8-40k"
-    assert agent_model("hf.co/bartowski/Qwen-GGUF:Q4_K_M", 65536).display == \
-        "Qwen-GGUF-agent:Q4_K_M-64k"
+    assert (
+        agent_model("hf.co/bartowski/Qwen-GGUF:Q4_K_M", 65536).display
+        == "Qwen-GGUF-agent:Q4_K_M-64k"
+    )
     assert agent_model("coder", 50000).display == "coder-agent:50000"
     # Launching on a derived model re-derives from its base's tag, never coder-agent-agent.
     assert agent_model("coder-agent:64k", 32768).display == "coder-agent:32k"
@@ -343,8 +392,10 @@ def test_choose_prefers_all_on_gpu_then_the_floor_then_anything_that_fits() -> N
 
 
 def test_show_fields_read_for_the_context() -> None:
-    show = {"model_info": {"general.architecture": "qwen2", "qwen2.context_length": 32768},
-            "parameters": "temperature 0.7\nnum_ctx 16384"}
+    show = {
+        "model_info": {"general.architecture": "qwen2", "qwen2.context_length": 32768},
+        "parameters": "temperature 0.7\nnum_ctx 16384",
+    }
     assert trained_context(show) == 32768 and param_context(show) == 16384
     assert trained_context({}) == 0 and param_context({"parameters": ""}) == 0
 
@@ -369,7 +420,8 @@ def test_a_daemon_key_reaches_every_agent() -> None:
     config = agent_standin.codex_config(codex.argv)
     assert config["model_providers"]["localllm"]["env_key"] == "LOCALLLM_API_KEY"
     assert codex.env["LOCALLLM_API_KEY"] == "s3cret"
-    opencode = json.loads(AGENTS["opencode"].configure(setup, folder)
-                          .environ({})["OPENCODE_CONFIG_CONTENT"])
+    opencode = json.loads(
+        AGENTS["opencode"].configure(setup, folder).environ({})["OPENCODE_CONFIG_CONTENT"]
+    )
     assert opencode["provider"]["localllm"]["options"]["apiKey"] == "s3cret"
     assert AGENTS["aider"].configure(setup, folder).env["OLLAMA_API_KEY"] == "s3cret"

@@ -46,8 +46,9 @@ def override_env(text: str) -> dict[str, str]:
     return dict(re.findall(r'^Environment="([A-Z_]+)=(.*)"$', text, re.MULTILINE))
 
 
-def test_a_copied_ollama_override_just_works(tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_copied_ollama_override_just_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     env = override_env(OVERRIDE)
     assert len(env) == 11
     for name, value in env.items():
@@ -63,9 +64,16 @@ def test_a_copied_ollama_override_just_works(tmp_path: Path,
     with start_daemon(tmp_path) as d:
         metrics = httpx.get(d.url + "/metrics", timeout=30).text
         assert re.search(r"^localllm_queue_capacity 7(\.0)?$", metrics, re.MULTILINE)
-        r = httpx.post(d.url + "/api/chat", timeout=120, json={
-            "model": "tiny", "messages": [{"role": "user", "content": "abc"}], "stream": False,
-            "options": {"num_predict": 3, "temperature": 0}})
+        r = httpx.post(
+            d.url + "/api/chat",
+            timeout=120,
+            json={
+                "model": "tiny",
+                "messages": [{"role": "user", "content": "abc"}],
+                "stream": False,
+                "options": {"num_predict": 3, "temperature": 0},
+            },
+        )
         assert r.status_code == 200, r.text
         ps = httpx.get(d.url + "/api/ps", timeout=30).json()["models"]
         assert ps[0]["size_vram"] == 0  # OLLAMA_LLM_LIBRARY=cpu_avx2: the CPU only

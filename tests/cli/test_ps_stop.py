@@ -59,9 +59,13 @@ def test_processor_column() -> None:
 def test_until_column() -> None:
     now = 1_000_000.0
     cases = {
-        -5: "Stopping...", 0.5: "less than a second from now", 30: "30 seconds from now",
-        90: "about a minute from now", 299: "4 minutes from now",
-        3700: "about an hour from now", 3 * 86400 + 5: "3 days from now",
+        -5: "Stopping...",
+        0.5: "less than a second from now",
+        30: "30 seconds from now",
+        90: "about a minute from now",
+        299: "4 minutes from now",
+        3700: "about an hour from now",
+        3 * 86400 + 5: "3 days from now",
         300 * 365 * 86400: "Forever",
     }
     for delta, text in cases.items():

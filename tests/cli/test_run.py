@@ -43,13 +43,15 @@ def prompt_tokens(messages: list[tuple[str, str]]) -> int:
 @pytest.fixture(scope="module")
 def echo_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     """``tiny``, ``tiny-embed`` and ``echo``; the tests add nothing but ``/save``'s own model."""
-    with serve_shared(tmp_path_factory, names=("tiny", "tiny-embed"),
-                      templates={"echo": ECHO_TEMPLATE}) as d:
+    with serve_shared(
+        tmp_path_factory, names=("tiny", "tiny-embed"), templates={"echo": ECHO_TEMPLATE}
+    ) as d:
         yield d
 
 
-def run_cli_input(d: Daemon, *args: str, stdin: str, timeout: float = 60
-                  ) -> subprocess.CompletedProcess[str]:
+def run_cli_input(
+    d: Daemon, *args: str, stdin: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     return forkserver.run(list(args), d.env, cwd=REPO, input=stdin, timeout=timeout)
 
 
@@ -83,8 +85,13 @@ def test_piped_stdin_is_joined_before_the_prompt_and_verbose_stats(echo_daemon: 
     (block,) = stats(out.stderr)
     assert block["prompt eval count"] == f"{prompt_tokens([('user', 'abc x')])} token(s)"
     assert block["eval count"] == "2 token(s)"  # "yz"
-    for key in ("total duration", "load duration", "prompt eval duration", "eval duration",
-                "time to first token"):
+    for key in (
+        "total duration",
+        "load duration",
+        "prompt eval duration",
+        "eval duration",
+        "time to first token",
+    ):
         assert re.fullmatch(r"\d+(\.\d+)?(ns|µs|ms|s)", block[key]), (key, block[key])
     for key in ("prompt eval rate", "eval rate"):
         assert re.fullmatch(r"\d+\.\d\d tokens/s", block[key]), (key, block[key])
@@ -95,32 +102,37 @@ def test_piped_stdin_is_joined_before_the_prompt_and_verbose_stats(echo_daemon: 
 
 
 def test_interactive_session_through_stdin(echo_daemon: Daemon) -> None:
-    script = "\n".join([
-        "/set parameter num_predict 3",
-        "/set parameter temperature 0",
-        "/set parameter stop q r",
-        "/set parameter bogus 1",
-        "/set verbose",
-        "a",
-        "x",
-        "/show parameters",
-        "/clear",
-        "x",
-        '"""',
-        "hello",
-        'a"""',
-        "/set system zz",
-        "/show system",
-        "/show template",
-        "a",
-        "/save mine",
-        "/?",
-        "/load tiny",
-        "a",
-        "/nonsense",
-        "/bye",
-        "this line is never read",
-    ]) + "\n"
+    script = (
+        "\n".join(
+            [
+                "/set parameter num_predict 3",
+                "/set parameter temperature 0",
+                "/set parameter stop q r",
+                "/set parameter bogus 1",
+                "/set verbose",
+                "a",
+                "x",
+                "/show parameters",
+                "/clear",
+                "x",
+                '"""',
+                "hello",
+                'a"""',
+                "/set system zz",
+                "/show system",
+                "/show template",
+                "a",
+                "/save mine",
+                "/?",
+                "/load tiny",
+                "a",
+                "/nonsense",
+                "/bye",
+                "this line is never read",
+            ]
+        )
+        + "\n"
+    )
     out = run_cli_input(echo_daemon, "run", "echo", "--interactive", stdin=script)
     assert out.returncode == 0, out.stderr
     text = out.stdout
@@ -129,14 +141,15 @@ def test_interactive_session_through_stdin(echo_daemon: Daemon) -> None:
     assert "Couldn't set parameter: unknown parameter 'bogus'" in text
     assert "Set 'verbose' mode." in text
     assert f">>> {answer([('user', 'a')], 3)}\n\n>>> yz\n\n" in text  # "bcd", then "yz"
-    params = text[text.index("User defined parameters:"):]
+    params = text[text.index("User defined parameters:") :]
     assert re.search(r"num_predict\s+3\n", params)
     assert re.search(r"temperature\s+0.0\n", params)
     assert re.search(r'stop\s+"q"\nstop\s+"r"\n', params)
     assert "Cleared session context" in text
     assert "Created new model 'mine'" in text
-    shown = httpx.post(echo_daemon.url + "/api/show", json={"model": "mine"},
-                       trust_env=False).json()
+    shown = httpx.post(
+        echo_daemon.url + "/api/show", json={"model": "mine"}, trust_env=False
+    ).json()
     assert shown["system"] == "zz"  # the session's system prompt and parameters were saved
     assert re.search(r"num_predict\s+3", shown["parameters"])
     assert "Unknown command '/nonsense'" in text
@@ -151,8 +164,14 @@ def test_interactive_session_through_stdin(echo_daemon: Daemon) -> None:
         [("user", "a"), ("assistant", "bcd"), ("user", "x")],
         [("user", "x")],  # after /clear
         [("user", "x"), ("assistant", "yz"), ("user", "hello\na")],  # the """ block
-        [("system", "zz"), ("user", "x"), ("assistant", "yz"), ("user", "hello\na"),
-         ("assistant", "bcd"), ("user", "a")],
+        [
+            ("system", "zz"),
+            ("user", "x"),
+            ("assistant", "yz"),
+            ("user", "hello\na"),
+            ("assistant", "bcd"),
+            ("user", "a"),
+        ],
     ]
     counts = [b["prompt eval count"] for b in stats(out.stderr)]
     # /load empties the history; tiny's own template renders "role:content." + "assistant:".
@@ -160,8 +179,9 @@ def test_interactive_session_through_stdin(echo_daemon: Daemon) -> None:
     assert counts == [f"{prompt_tokens(t)} token(s)" for t in turns] + [f"{tiny_prompt} token(s)"]
 
 
-def read_until(proc: subprocess.Popen[bytes], marker: bytes, seen: bytes = b"",
-               timeout: float = 30) -> bytes:
+def read_until(
+    proc: subprocess.Popen[bytes], marker: bytes, seen: bytes = b"", timeout: float = 30
+) -> bytes:
     """Read the child's stdout until ``marker`` has appeared (everything read so far)."""
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
@@ -179,9 +199,13 @@ def test_ctrl_c_stops_the_answer_and_the_session_goes_on(echo_daemon: Daemon) ->
     # `with` closes the pipes even when an assertion fails: an unclosed pipe found by
     # the garbage collector later fails whichever test is running then.
     with subprocess.Popen(
-            [sys.executable, "-m", "localllm", "run", "echo", "--interactive", "--verbose"],
-            cwd=REPO, env=echo_daemon.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE) as proc:
+        [sys.executable, "-m", "localllm", "run", "echo", "--interactive", "--verbose"],
+        cwd=REPO,
+        env=echo_daemon.env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as proc:
         assert proc.stdin is not None
         try:
             # 8000 tokens of "AAAA...": seconds even for the tiny model on one thread
@@ -248,8 +272,9 @@ def test_run_reports_errors_without_tracebacks(echo_daemon: Daemon) -> None:
 
 
 @pytest.fixture
-def hub_echo_daemon(hub: HubStub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                    ) -> Iterator[Daemon]:
+def hub_echo_daemon(
+    hub: HubStub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Daemon]:
     monkeypatch.setenv("LOCALLLM_CONTEXT_LENGTH", "512")
     gguf = make_tiny_model(tmp_path / "echo-gguf", chat_template=ECHO_TEMPLATE)
     hub.add_file("someone/Echo-GGUF", "echo-Q4_K_M.gguf", gguf)
@@ -287,7 +312,9 @@ def test_printer_shows_thinking_apart_or_hides_it() -> None:
     chunks: list[Message] = [
         {"role": "assistant", "content": "", "thinking": "hmm"},
         {"role": "assistant", "content": "", "thinking": " ok"},
-        {"role": "assistant", "content": "Hi"}, {"role": "assistant", "content": "!"}]
+        {"role": "assistant", "content": "Hi"},
+        {"role": "assistant", "content": "!"},
+    ]
     out = io.StringIO()
     printer = StreamPrinter(out, wordwrap=False, color=False)
     for c in chunks:
@@ -348,16 +375,24 @@ class _CreateClient:
         yield {"status": "success"}
 
 
-def test_save_creates_a_model_only_where_the_daemon_can(capsys: pytest.CaptureFixture[str]
-                                                         ) -> None:
-    session = Session("echo", system="be brief", options={"num_predict": 3},
-                      messages=[{"role": "user", "content": "a"},
-                                {"role": "assistant", "content": "bcd"}])
+def test_save_creates_a_model_only_where_the_daemon_can(capsys: pytest.CaptureFixture[str]) -> None:
+    session = Session(
+        "echo",
+        system="be brief",
+        options={"num_predict": 3},
+        messages=[{"role": "user", "content": "a"}, {"role": "assistant", "content": "bcd"}],
+    )
     able = _CreateClient(True)
     Repl(able, session, tty=False).command("/save mine")  # type: ignore[arg-type]
-    assert able.created == [{"model": "mine", "from": "echo",
-                             "messages": session.messages, "system": "be brief",
-                             "parameters": {"num_predict": 3}}]
+    assert able.created == [
+        {
+            "model": "mine",
+            "from": "echo",
+            "messages": session.messages,
+            "system": "be brief",
+            "parameters": {"num_predict": 3},
+        }
+    ]
     assert "Created new model 'mine'" in capsys.readouterr().out
     unable = _CreateClient(False)
     Repl(unable, session, tty=False).command("/save mine")  # type: ignore[arg-type]
@@ -384,9 +419,21 @@ def test_session_payload_and_value_parsing() -> None:
 
 def test_verbose_block_formats_go_durations_and_rates() -> None:
     assert [go_duration(n) for n in (512, 1500, 12_500_000, 1_234_567_890, 75e9)] == [
-        "512ns", "1.5µs", "12.5ms", "1.23456789s", "1m15s"]
-    text = stats_text({"total_duration": 2_000_000_000, "eval_count": 10,
-                       "eval_duration": 500_000_000, "prompt_eval_count": 4}, 0.25)
+        "512ns",
+        "1.5µs",
+        "12.5ms",
+        "1.23456789s",
+        "1m15s",
+    ]
+    text = stats_text(
+        {
+            "total_duration": 2_000_000_000,
+            "eval_count": 10,
+            "eval_duration": 500_000_000,
+            "prompt_eval_count": 4,
+        },
+        0.25,
+    )
     assert "eval rate:            20.00 tokens/s" in text
     assert "prompt eval rate:     n/a" in text
     assert text.splitlines()[-1] == "time to first token:  250ms"

@@ -40,38 +40,50 @@ SHOWN = "Thinking...\nplan\n...done thinking.\n\nAnswer.\n"  # a pipe: no colour
 
 
 def _tail(template: str, think: bool) -> str:
-    prompt = render_prompt(None, template, [{"role": "user", "content": QUESTION}],
-                           think=think, eos_token="<|im_end|>")
-    return prompt[prompt.rindex(QUESTION):]
+    prompt = render_prompt(
+        None, template, [{"role": "user", "content": QUESTION}], think=think, eos_token="<|im_end|>"
+    )
+    return prompt[prompt.rindex(QUESTION) :]
 
 
 @pytest.fixture(scope="module")
 def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    with module_home(tmp_path_factory, "run-flags", LOCALLLM_NUM_PARALLEL="1",
-                     LOCALLLM_CONTEXT_LENGTH="256") as tmp:
+    with module_home(
+        tmp_path_factory, "run-flags", LOCALLLM_NUM_PARALLEL="1", LOCALLLM_CONTEXT_LENGTH="256"
+    ) as tmp:
         store = Store(paths.models())
         qwen3 = corpus()["Qwen-Qwen3-0.6B.jinja"]
         scripts = {_tail(qwen3, True): THINKING_REPLY, _tail(qwen3, False): PLAIN_REPLY}
-        model = make_script_model(tmp / "qwen", scripts, control=["<think>", "</think>"],
-                                  chat_template=qwen3, eos="<|im_end|>")
+        model = make_script_model(
+            tmp / "qwen",
+            scripts,
+            control=["<think>", "</think>"],
+            chat_template=qwen3,
+            eos="<|im_end|>",
+        )
         import_gguf(store, parse_name("qwen"), [model])
-        import_gguf(store, parse_name("echo"),
-                    [make_tiny_model(tmp / "echo", chat_template=ECHO_TEMPLATE)])
-        import_gguf(store, parse_name("tiny-embed"),
-                    [make_tiny_model(tmp / "embed", pooling="mean")])
+        import_gguf(
+            store, parse_name("echo"), [make_tiny_model(tmp / "echo", chat_template=ECHO_TEMPLATE)]
+        )
+        import_gguf(
+            store, parse_name("tiny-embed"), [make_tiny_model(tmp / "embed", pooling="mean")]
+        )
         with start_daemon(tmp) as daemon:
             yield daemon
 
 
-def run(d: Daemon, *args: str, stdin: str | None = None,
-        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    out = forkserver.run(["run", *args], {**d.env, **(env or {})}, cwd=REPO, input=stdin,
-                         timeout=120)
+def run(
+    d: Daemon, *args: str, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    out = forkserver.run(
+        ["run", *args], {**d.env, **(env or {})}, cwd=REPO, input=stdin, timeout=120
+    )
     assert "Traceback" not in out.stderr, out.stderr
     return out
 
 
 # -- --think and --hidethinking ------------------------------------------------------------
+
 
 def test_a_model_that_can_think_does_unless_told_not_to(d: Daemon) -> None:
     show = httpx.post(d.url + "/api/show", json={"model": "qwen"}, timeout=30).json()
@@ -83,15 +95,27 @@ def test_a_model_that_can_think_does_unless_told_not_to(d: Daemon) -> None:
     assert run(d, "qwen", "--think=false", QUESTION).stdout == PLAIN_REPLY + "\n"
     # Hidden, not skipped: the model still thinks (the reply is the thinking one's answer).
     assert run(d, "qwen", "--hidethinking", QUESTION).stdout == "Answer.\n"
-    assert run(d, "qwen", "--hidethinking", "--think=false", QUESTION).stdout == \
-        PLAIN_REPLY + "\n"
+    assert run(d, "qwen", "--hidethinking", "--think=false", QUESTION).stdout == PLAIN_REPLY + "\n"
     bad = run(d, "qwen", "--think=sideways", QUESTION)
     assert bad.returncode == 1 and 'invalid think value "sideways"' in bad.stderr
 
 
 def test_the_repl_set_commands_change_what_the_flags_set(d: Daemon) -> None:
-    script = "\n".join([QUESTION, "/set nothink", QUESTION, "/set think", QUESTION,
-                        "/load qwen", QUESTION, "/set nothink", "/load qwen", QUESTION, ""])
+    script = "\n".join(
+        [
+            QUESTION,
+            "/set nothink",
+            QUESTION,
+            "/set think",
+            QUESTION,
+            "/load qwen",
+            QUESTION,
+            "/set nothink",
+            "/load qwen",
+            QUESTION,
+            "",
+        ]
+    )
     out = run(d, "qwen", "-i", "--hidethinking", stdin=script)
     assert out.returncode == 0, out.stderr
     lines = [line.removeprefix(">>> ") for line in out.stdout.splitlines()]
@@ -121,8 +145,14 @@ def test_format_json_or_a_schema(d: Daemon) -> None:
     bad = run(d, "echo", "--format", "yaml", "hello")
     assert bad.returncode == 1 and 'invalid format "yaml"' in bad.stderr
     # /set noformat and /set format json change it in the REPL.
-    repl = run(d, "echo", "-i", "--format", json.dumps(SCHEMA),
-               stdin="/set noformat\nhello\n/set format json\nhello\n")
+    repl = run(
+        d,
+        "echo",
+        "-i",
+        "--format",
+        json.dumps(SCHEMA),
+        stdin="/set noformat\nhello\n/set format json\nhello\n",
+    )
     lines = [line.removeprefix(">>> ") for line in repl.stdout.splitlines()]
     assert lines[0] == "Disabled format." and lines[1] == answer([("user", "hello")]), lines
     assert lines[3] == "Set format to 'json' mode."
@@ -132,6 +162,7 @@ def test_format_json_or_a_schema(d: Daemon) -> None:
 
 
 # -- --keepalive -----------------------------------------------------------------------------
+
 
 def _loaded(d: Daemon) -> dict[str, str]:
     models = httpx.get(d.url + "/api/ps", timeout=30).json()["models"]
@@ -158,6 +189,7 @@ def test_keepalive_applies_to_the_load_and_each_answer(d: Daemon) -> None:
 
 # -- --dimensions and --truncate (embedding models) -------------------------------------------
 
+
 def test_dimensions_and_truncate_for_embedding_models(d: Daemon) -> None:
     full = json.loads(run(d, "tiny-embed", "abc").stdout)
     four = run(d, "tiny-embed", "--dimensions", "4", "abc")
@@ -175,10 +207,11 @@ def test_dimensions_and_truncate_for_embedding_models(d: Daemon) -> None:
     assert refused.returncode == 1 and "context" in refused.stderr.splitlines()[-1]
     assert run(d, "tiny-embed", long_text).returncode == 0  # unset: the daemon's default
     bad = run(d, "tiny-embed", "--truncate=maybe", "abc")
-    assert bad.returncode == 1 and 'for --truncate' in bad.stderr
+    assert bad.returncode == 1 and "for --truncate" in bad.stderr
 
 
 # -- OLLAMA_NOHISTORY ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("nohistory", ["1", ""])
 def test_nohistory_reads_the_history_but_adds_nothing(d: Daemon, nohistory: str) -> None:

@@ -25,8 +25,10 @@ FIT_WORDS = re.compile(r"CPU only|all \d+ layers on GPU|\d+/\d+ layers on GPU")
 # a llama with full multi-head attention (as many KV heads as heads) in Q4_K_M.
 ACCURACY = {
     "wide-llama": (Shape("llama", "wide", 8, 1024, 16, 4, 4096, 4096, 4096), "Q8_0"),
-    "deep-qwen2": (Shape("qwen2", "deep", 24, 512, 8, 2, 2048, 8192, 8192, tied_output=True,
-                         attn_bias=True), "F16"),
+    "deep-qwen2": (
+        Shape("qwen2", "deep", 24, 512, 8, 2, 2048, 8192, 8192, tied_output=True, attn_bias=True),
+        "F16",
+    ),
     "mha-llama": (Shape("llama", "mha", 12, 768, 12, 12, 3072, 2048, 2048), "Q4_K_M"),
 }
 
@@ -36,14 +38,21 @@ def _store_files() -> list[Path]:
 
 
 def test_dry_run_memory_is_within_10_percent_of_ps_after_the_real_load(
-        hub: HubStub, hub_daemon: Daemon, tmp_path: Path) -> None:
+    hub: HubStub, hub_daemon: Daemon, tmp_path: Path
+) -> None:
     for name, (shape, quant) in ACCURACY.items():
-        hub.add_file(f"fit/{name}-GGUF", f"{name}-{quant}.gguf",
-                     write_gguf(tmp_path / f"{name}.gguf", shape, quant))
+        hub.add_file(
+            f"fit/{name}-GGUF",
+            f"{name}-{quant}.gguf",
+            write_gguf(tmp_path / f"{name}.gguf", shape, quant),
+        )
     http = hub_daemon.keep(httpx.Client(base_url=hub_daemon.url, timeout=300))
-    plans = {name: http.post("/api/pull", json={"model": f"hf.co/fit/{name}-GGUF",
-                                                "dry_run": True, "stream": False}).json()
-             for name in ACCURACY}
+    plans = {
+        name: http.post(
+            "/api/pull", json={"model": f"hf.co/fit/{name}-GGUF", "dry_run": True, "stream": False}
+        ).json()
+        for name in ACCURACY
+    }
     assert _store_files() == []  # dry runs write nothing
     measured = {}
     for name, plan in plans.items():
@@ -51,8 +60,12 @@ def test_dry_run_memory_is_within_10_percent_of_ps_after_the_real_load(
         estimate = sum(plan["fit"]["memory"].values())
         pulled = hub_daemon.cli("pull", model)
         assert pulled.returncode == 0, pulled.stderr
-        assert http.post("/api/chat", json={"model": model, "messages": [],
-                                            "stream": False}).status_code == 200
+        assert (
+            http.post(
+                "/api/chat", json={"model": model, "messages": [], "stream": False}
+            ).status_code
+            == 200
+        )
         (ps,) = [m for m in http.get("/api/ps").json()["models"] if m["name"].startswith(model)]
         assert ps["context_length"] == plan["fit"]["context"]
         measured[name] = (estimate, ps["size"])
@@ -102,7 +115,8 @@ def test_pull_dry_run_and_show_remote_download_nothing(hub: HubStub, hub_daemon:
 
 
 def test_a_model_that_cannot_fit_is_refused_before_downloading(
-        hub: HubStub, hub_daemon: Daemon, tmp_path: Path) -> None:
+    hub: HubStub, hub_daemon: Daemon, tmp_path: Path
+) -> None:
     # A 70B in F32: 282 GB (sparse here), more than RAM and VRAM anywhere these tests run.
     huge = write_gguf(tmp_path / "huge-F32.gguf", SHAPES["70b"], "F32")
     hub.add_file("big/Huge-GGUF", "huge-F32.gguf", huge, sha256="9" * 64)

@@ -23,8 +23,9 @@ class FakeRunner:
     def __call__(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
         self.calls.append(argv)
         bad = any(word in self.fail for word in argv)
-        return subprocess.CompletedProcess(argv, 1 if bad else 0, "active (running)",
-                                           "Failed to connect to bus" if bad else "")
+        return subprocess.CompletedProcess(
+            argv, 1 if bad else 0, "active (running)", "Failed to connect to bus" if bad else ""
+        )
 
 
 def test_systemd_unit_contents(tmp_path: Path) -> None:
@@ -55,16 +56,17 @@ def test_launchd_plist_parses(tmp_path: Path) -> None:
     assert svc.status == ("launchctl", "print", "gui/501/io.localllm.serve")
 
 
-def test_install_status_uninstall_linux(tmp_path: Path, capsys: pytest.CaptureFixture[str]
-                                        ) -> None:
+def test_install_status_uninstall_linux(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     svc = service.plan("linux", tmp_path, {"LOCALLLM_API_KEY": "secret"}, CMD)
     fake = FakeRunner()
     assert service.status(svc, fake) == 3 and not fake.calls
     assert service.install(svc, fake) == 0
     assert svc.path.read_text() == svc.content
     assert svc.path.stat().st_mode & 0o077 == 0  # the key is not world-readable
-    assert fake.calls == [["systemctl", "--user", "daemon-reload"],
-                          ["systemctl", "--user", "enable", "--now", "localllm.service"]]
+    assert fake.calls == [
+        ["systemctl", "--user", "daemon-reload"],
+        ["systemctl", "--user", "enable", "--now", "localllm.service"],
+    ]
     fake.calls.clear()
     assert service.status(svc, fake) == 0
     assert "active (running)" in capsys.readouterr().out
@@ -83,8 +85,9 @@ def test_install_darwin_replaces_a_loaded_agent(tmp_path: Path) -> None:
     assert (tmp_path / "Library/Logs/localllm").is_dir()
 
 
-def test_install_reports_a_missing_user_session(tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_install_reports_a_missing_user_session(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     svc = service.plan("linux", tmp_path, {}, CMD)
     assert service.install(svc, FakeRunner(fail={"daemon-reload"})) == 1
     err = capsys.readouterr().err
@@ -92,8 +95,9 @@ def test_install_reports_a_missing_user_session(tmp_path: Path,
     assert svc.path.exists()  # the file is there for when a session exists
 
 
-def test_cli_dry_run_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_dry_run_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     assert main(["service", "install", "--dry-run", "--platform", "linux"]) == 0
@@ -111,7 +115,7 @@ def test_cli_uses_the_injected_runner(tmp_path: Path, monkeypatch: pytest.Monkey
     args = argparse.Namespace(action="install", dry_run=False, platform="linux")
     assert service.run(args, runner=fake) == 0
     unit = (tmp_path / ".config/systemd/user/localllm.service").read_text()
-    assert "-m\" \"localllm\" \"serve\"" in unit and len(fake.calls) == 2
+    assert '-m" "localllm" "serve"' in unit and len(fake.calls) == 2
 
 
 def test_unsupported_platform() -> None:
@@ -119,8 +123,7 @@ def test_unsupported_platform() -> None:
         service.plan("win32", Path("/h"), {})
 
 
-def test_the_default_command_keeps_the_working_folder_off_the_import_path(
-        tmp_path: Path) -> None:
+def test_the_default_command_keeps_the_working_folder_off_the_import_path(tmp_path: Path) -> None:
     # A service starts in the home folder: a localllm/ or json.py there must not win.
     import sys
 

@@ -24,8 +24,14 @@ from tests.support.rpcworker import REPO, start_worker, worker_env
 
 
 def run_worker(backends: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "localllm", "worker", *args], cwd=REPO,
-                          env=worker_env(backends), capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "localllm", "worker", *args],
+        cwd=REPO,
+        env=worker_env(backends),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_non_loopback_bind_needs_allow_remote(rpc_backends: Path) -> None:
@@ -72,6 +78,7 @@ def test_sigterm_stops_it_cleanly(rpc_backends: Path, tmp_path: Path) -> None:
 
 # -- what an exposed worker and a shared cache mean --------------------------------------
 
+
 def test_the_exposed_warning_says_remote_code_execution() -> None:
     text = EXPOSED_WARNING.format(addr="0.0.0.0:50052", user="user alice")
     assert "read and write this worker's memory" in text
@@ -85,8 +92,9 @@ def test_a_cache_others_can_write_is_refused_before_anything_starts(tmp_path: Pa
     shared = tmp_path / "shared-cache"
     shared.mkdir()
     shared.chmod(0o777)
-    out = run_worker(tmp_path / "empty-backends", "--port", str(free_port()),
-                     "--cache", str(shared))
+    out = run_worker(
+        tmp_path / "empty-backends", "--port", str(free_port()), "--cache", str(shared)
+    )
     assert out.returncode == 2, out.stderr
     assert "writable by other users (mode 777)" in out.stderr and "chmod go-w" in out.stderr
 

@@ -21,8 +21,10 @@ PROMPTS = ["a", "hello", "0", ".", "x", "abc", "5", LOOP_PROMPT]
 
 
 def reqs() -> list[CompletionRequest]:
-    return [CompletionRequest(f"r{i}", p, sampling=G, logprobs=2, num_predict=16)
-            for i, p in enumerate(PROMPTS)]
+    return [
+        CompletionRequest(f"r{i}", p, sampling=G, logprobs=2, num_predict=16)
+        for i, p in enumerate(PROMPTS)
+    ]
 
 
 def logprobs(r: Result) -> list[float]:
@@ -99,8 +101,11 @@ def test_request_goes_to_the_slot_with_the_longest_prefix(tiny: Path) -> None:
 
 
 def _longest_prefix(engine: Engine) -> None:
-    run(engine, CompletionRequest("p0", "hello", sampling=G, num_predict=1),
-        CompletionRequest("p1", "01", sampling=G, num_predict=1))
+    run(
+        engine,
+        CompletionRequest("p0", "hello", sampling=G, num_predict=1),
+        CompletionRequest("p1", "01", sampling=G, num_predict=1),
+    )
     d = run_one(engine, CompletionRequest("q", "0123", sampling=G, num_predict=1)).done
     assert d is not None and d.cached_tokens == 3  # BOS 0 1 from the second slot
     d = run_one(engine, CompletionRequest("r", "help", sampling=G, num_predict=1)).done

@@ -49,9 +49,11 @@ class FakeLib:
 def test_a_module_and_the_core_beside_it_must_agree(monkeypatch: pytest.MonkeyPatch) -> None:
     from localllm.backends import core
 
-    monkeypatch.setattr(core, "manifest", lambda: {"llama_h_sha256": "ab" * 32,
-                                                   "package": "llama-cpp-python",
-                                                   "version": "0.3.36"})
+    monkeypatch.setattr(
+        core,
+        "manifest",
+        lambda: {"llama_h_sha256": "ab" * 32, "package": "llama-cpp-python", "version": "0.3.36"},
+    )
     binding._check(FakeFFI(), FakeLib("core"))
     with pytest.raises(NativeUnavailable, match="not the one the native module was built") as e:
         binding._check(FakeFFI(), FakeLib("core", header="cd" * 32))
@@ -90,9 +92,14 @@ def info_has_ggml_version() -> bool:
 def test_stable_names_make_rpc_devices_mean_the_same_everywhere() -> None:
     from localllm.engine.plugins import stable_names
 
-    assert stable_names([("CPU", "CPU", "AMD"), ("RPC3", "RPC", "10.0.0.2:50052"),
-                         ("RPC4", "RPC", "10.0.0.2:50052"), ("CUDA0", "CUDA", "H100")]) == [
-        "CPU", "RPC[10.0.0.2:50052]", "RPC[10.0.0.2:50052]#1", "CUDA0"]
+    assert stable_names(
+        [
+            ("CPU", "CPU", "AMD"),
+            ("RPC3", "RPC", "10.0.0.2:50052"),
+            ("RPC4", "RPC", "10.0.0.2:50052"),
+            ("CUDA0", "CUDA", "H100"),
+        ]
+    ) == ["CPU", "RPC[10.0.0.2:50052]", "RPC[10.0.0.2:50052]#1", "CUDA0"]
 
 
 def _dev(index: int, ggml_name: str, kind: str, registry: str) -> object:
@@ -101,29 +108,45 @@ def _dev(index: int, ggml_name: str, kind: str, registry: str) -> object:
     return NativeDevice(index, ggml_name, ggml_name, "", kind, 0, 0, registry)
 
 
-@pytest.mark.parametrize(("library", "want"), [
-    ("", [1, 2, 3, 4]), ("cpu", [4]), ("cuda", [1, 4]), ("vulkan", [2, 4]),
-    ("rocm", [3, 4]), ("metal", [4]),
-])
-def test_llm_library_narrows_what_a_load_is_given(monkeypatch: pytest.MonkeyPatch,
-                                                  library: str, want: list[int]) -> None:
+@pytest.mark.parametrize(
+    ("library", "want"),
+    [
+        ("", [1, 2, 3, 4]),
+        ("cpu", [4]),
+        ("cuda", [1, 4]),
+        ("vulkan", [2, 4]),
+        ("rocm", [3, 4]),
+        ("metal", [4]),
+    ],
+)
+def test_llm_library_narrows_what_a_load_is_given(
+    monkeypatch: pytest.MonkeyPatch, library: str, want: list[int]
+) -> None:
     # An empty device list means "every local GPU" (LoadOptions.devices); with
     # LOCALLLM_LLM_LIBRARY only that library's, as the planner plans (accelerators such
     # as BLAS compute in host memory and stay; workers only when planned on).
     from localllm.engine import plugins
 
-    devs = [_dev(0, "CPU", "cpu", "CPU"), _dev(1, "CUDA0", "gpu", "CUDA"),
-            _dev(2, "Vulkan0", "gpu", "Vulkan"), _dev(3, "ROCm0", "gpu", "ROCm"),
-            _dev(4, "BLAS", "accel", "BLAS"), _dev(5, "RPC0", "gpu", "RPC[10.0.0.2:50052]")]
+    devs = [
+        _dev(0, "CPU", "cpu", "CPU"),
+        _dev(1, "CUDA0", "gpu", "CUDA"),
+        _dev(2, "Vulkan0", "gpu", "Vulkan"),
+        _dev(3, "ROCm0", "gpu", "ROCm"),
+        _dev(4, "BLAS", "accel", "BLAS"),
+        _dev(5, "RPC0", "gpu", "RPC[10.0.0.2:50052]"),
+    ]
     monkeypatch.setattr(plugins, "devices", lambda: devs)
     monkeypatch.setenv("LOCALLLM_LLM_LIBRARY", library)
     assert plugins.local_offload_devices() == want
 
 
-@pytest.mark.parametrize(("level", "echo"), [("", False), ("0", False), ("-1", False),
-                                             ("-2", False), ("1", True), ("2", True)])
-def test_llama_log_is_echoed_only_at_debug_levels(monkeypatch: pytest.MonkeyPatch, level: str,
-                                                  echo: bool) -> None:
+@pytest.mark.parametrize(
+    ("level", "echo"),
+    [("", False), ("0", False), ("-1", False), ("-2", False), ("1", True), ("2", True)],
+)
+def test_llama_log_is_echoed_only_at_debug_levels(
+    monkeypatch: pytest.MonkeyPatch, level: str, echo: bool
+) -> None:
     monkeypatch.setenv("LOCALLLM_DEBUG", level)
     assert binding.echo_log() is echo
 
@@ -137,7 +160,8 @@ def test_available() -> None:
 
 
 def test_an_older_module_needs_the_llama_cpp_python_it_was_built_against(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """A module an older localllm built in the tree, against llama-cpp-python's libllama."""
     import importlib.metadata
 

@@ -28,10 +28,10 @@ def test_each_rule_is_what_ggml_answers_at_its_edges() -> None:
     assert {b["name"] for b in reported} == cpu_buffers.host_buffer_names()
     for i, b in enumerate(parse_extra_buffers(reported)):
         for r in b.rules:
+
             def takes(k: int, rows: int, r: BufferRule = r, i: int = i) -> int:
                 n_mat = 8 if r.dims == 3 else 1
-                return int(lib.ll_cpu_extra_buft_takes(i, r.ggml_type, k, rows, n_mat, copy,
-                                                       size))
+                return int(lib.ll_cpu_extra_buft_takes(i, r.ggml_type, k, rows, n_mat, copy, size))
 
             k, rows = r.k_multiple, r.rows_multiple
             assert takes(k * 3, rows * 5) == 1, (b.name, r)
@@ -64,5 +64,6 @@ def test_the_probe_reports_them_with_the_devices() -> None:
     answer = collect()
     assert answer["ok"], answer
     assert [b["name"] for b in answer["cpu_buffers"]] == [
-        b["name"] for b in cpu_buffers.extra_buffers()]
+        b["name"] for b in cpu_buffers.extra_buffers()
+    ]
     assert all(isinstance(d["host_buffer"], bool) for d in answer["devices"])

@@ -63,7 +63,8 @@ def test_off_uses_none_on_uses_all_auto_leaves_out_the_broken() -> None:
     assert decide("on", names, broken) == Decision(True, (), ("AMX", "CPU_REPACK"))
     assert decide("auto", names, broken) == Decision(True, ("AMX",), ("CPU_REPACK",))
     assert decide("auto", names, Verdict({"AMX": "", "CPU_REPACK": ""})) == Decision(
-        True, (), ("AMX", "CPU_REPACK"))
+        True, (), ("AMX", "CPU_REPACK")
+    )
     # A ggml whose list cannot lose one type: auto turns them all off.
     assert decide("auto", names, Verdict(broken.faults, drop_works=False)) == Decision(False)
 
@@ -71,8 +72,9 @@ def test_off_uses_none_on_uses_all_auto_leaves_out_the_broken() -> None:
 # ---- the children -------------------------------------------------------------------
 
 
-def _children(monkeypatch: pytest.MonkeyPatch,
-              answers: list[tuple[list[dict[str, Any]], int | None]]) -> list[list[str]]:
+def _children(
+    monkeypatch: pytest.MonkeyPatch, answers: list[tuple[list[dict[str, Any]], int | None]]
+) -> list[list[str]]:
     calls: list[list[str]] = []
 
     def child(args: list[str], timeout: float) -> tuple[list[dict[str, Any]], int | None]:
@@ -84,29 +86,46 @@ def _children(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_a_crash_is_pinned_on_the_type_under_test_and_the_rest_tested_again(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = _children(monkeypatch, [
-        ([{"start": "AMX"}], -signal.SIGILL),  # died testing AMX
-        ([{"start": "CPU_REPACK"}, {"name": "CPU_REPACK", "fault": ""}], 0),
-        ([{"dropped": "AMX", "rc": 1}, {"start": "CPU_REPACK"},
-          {"name": "CPU_REPACK", "fault": ""}], 0),
-    ])
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = _children(
+        monkeypatch,
+        [
+            ([{"start": "AMX"}], -signal.SIGILL),  # died testing AMX
+            ([{"start": "CPU_REPACK"}, {"name": "CPU_REPACK", "fault": ""}], 0),
+            (
+                [
+                    {"dropped": "AMX", "rc": 1},
+                    {"start": "CPU_REPACK"},
+                    {"name": "CPU_REPACK", "fault": ""},
+                ],
+                0,
+            ),
+        ],
+    )
     v = cpu_check.run_checks(["AMX", "CPU_REPACK"])
     assert v == Verdict({"AMX": CRASHED, "CPU_REPACK": ""}, drop_works=True, cacheable=True)
-    assert calls == [["--only", "AMX", "CPU_REPACK"], ["--only", "CPU_REPACK"],
-                     ["--drop", "AMX", "--only", "CPU_REPACK"]]
+    assert calls == [
+        ["--only", "AMX", "CPU_REPACK"],
+        ["--only", "CPU_REPACK"],
+        ["--drop", "AMX", "--only", "CPU_REPACK"],
+    ]
 
 
 def test_a_list_that_keeps_the_type_means_no_dropping(monkeypatch: pytest.MonkeyPatch) -> None:
-    _children(monkeypatch, [
-        ([{"start": "AMX"}, {"name": "AMX", "fault": "self-test: off by 1"}], 0),
-        ([{"dropped": "AMX", "rc": -1}], 0),
-    ])
+    _children(
+        monkeypatch,
+        [
+            ([{"start": "AMX"}, {"name": "AMX", "fault": "self-test: off by 1"}], 0),
+            ([{"dropped": "AMX", "rc": -1}], 0),
+        ],
+    )
     assert cpu_check.run_checks(["AMX"]) == Verdict({"AMX": "self-test: off by 1"}, False)
 
 
 def test_a_child_that_hangs_or_fails_fails_its_type_but_is_not_cached(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("LOCALLLM_CACHE", str(tmp_path))
     _children(monkeypatch, [([{"start": "AMX"}], None), ([{"dropped": "AMX", "rc": 1}], 0)])
     v = cpu_check.verdict(["AMX"])
@@ -119,8 +138,9 @@ def test_a_child_that_hangs_or_fails_fails_its_type_but_is_not_cached(
     assert not list(tmp_path.iterdir())
 
 
-def test_the_verdict_is_kept_for_this_boot_and_build(monkeypatch: pytest.MonkeyPatch,
-                                                     tmp_path: Path) -> None:
+def test_the_verdict_is_kept_for_this_boot_and_build(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("LOCALLLM_CACHE", str(tmp_path))
     runs: list[list[str]] = []
 
@@ -160,9 +180,14 @@ def test_the_self_test_refuses_what_it_cannot_make() -> None:
 
 
 def _python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          timeout=120, env=child_env({"LOCALLLM_CPU_REPACK": "on"}),
-                          cwd=Path(__file__).resolve().parents[2])
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=child_env({"LOCALLLM_CPU_REPACK": "on"}),
+        cwd=Path(__file__).resolve().parents[2],
+    )
 
 
 def test_a_type_taken_out_of_the_list_is_gone_for_every_later_load() -> None:
@@ -176,7 +201,8 @@ def test_a_type_taken_out_of_the_list_is_gone_for_every_later_load() -> None:
         "assert lib.ll_cpu_extra_buft_drop(names[0].encode()) == 1\n"
         "assert cpu_buffers.buffer_names() == names[1:], cpu_buffers.buffer_names()\n"
         "assert lib.ll_cpu_extra_buft_drop(names[0].encode()) == 0\n"
-        "assert lib.ll_cpu_extra_buft_drop(b'NOT_A_TYPE') == 0\n")
+        "assert lib.ll_cpu_extra_buft_drop(b'NOT_A_TYPE') == 0\n"
+    )
     assert out.returncode == 0, out.stderr
 
 
@@ -188,7 +214,8 @@ def test_a_crash_after_the_hint_is_armed_says_what_to_set() -> None:
         "_, lib = native()\n"
         "assert lib.ll_crash_hint(cpu_check.CRASH_HINT.encode()) == 0\n"
         "os.kill(os.getpid(), signal.SIGSEGV)\n"
-        "print('survived')\n")
+        "print('survived')\n"
+    )
     assert out.returncode == -signal.SIGSEGV and "survived" not in out.stdout
     assert out.stderr.strip().splitlines()[-1] == cpu_check.CRASH_HINT
 
@@ -216,16 +243,18 @@ def _buffers(log: str) -> set[str]:
 
 
 @pytest.mark.parametrize("quant", ["Q8_0", "Q4_0"])
-def test_a_quantized_model_answers_with_repacking_off(quantized: dict[str, Path],
-                                                      quant: str) -> None:
+def test_a_quantized_model_answers_with_repacking_off(
+    quantized: dict[str, Path], quant: str
+) -> None:
     text, log = _answer(quantized[quant], "off")
     assert text == expected_greedy(PROMPT, 8)
     assert _buffers(log) <= {"CPU", "CPU_Mapped"}, log  # no extra buffer type
 
 
 @pytest.mark.parametrize("quant", ["Q8_0", "Q4_0"])
-def test_a_quantized_model_answers_with_auto(quantized: dict[str, Path], machine: Verdict,
-                                             quant: str) -> None:
+def test_a_quantized_model_answers_with_auto(
+    quantized: dict[str, Path], machine: Verdict, quant: str
+) -> None:
     text, log = _answer(quantized[quant], "auto")
     assert text == expected_greedy(PROMPT, 8)
     assert not _buffers(log) & set(machine.broken), log
@@ -240,8 +269,9 @@ def amx_broken(machine: Verdict) -> Iterator[None]:
     yield
 
 
-def test_where_amx_is_broken_on_crashes_and_names_the_setting(quantized: dict[str, Path],
-                                                              amx_broken: None) -> None:
+def test_where_amx_is_broken_on_crashes_and_names_the_setting(
+    quantized: dict[str, Path], amx_broken: None
+) -> None:
     # What every quantized model did here before auto: the runner dies on its first prompt.
     out = _python(
         "import sys\n"
@@ -251,13 +281,16 @@ def test_where_amx_is_broken_on_crashes_and_names_the_setting(quantized: dict[st
         "with Engine([sys.argv[1]], opts(n_threads=2)) as e:\n"
         "    run(e, CompletionRequest('a', 'abcdefghij', SamplingParams(temperature=0),\n"
         "                             num_predict=8))\n"
-        "print('answered')\n", str(quantized["Q8_0"]))
+        "print('answered')\n",
+        str(quantized["Q8_0"]),
+    )
     assert out.returncode in (-signal.SIGILL, -signal.SIGSEGV), (out.returncode, out.stderr)
     assert cpu_check.CRASH_HINT in out.stderr
 
 
 def test_where_amx_is_broken_the_probe_planner_and_doctor_leave_it_out(
-        amx_broken: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    amx_broken: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from dataclasses import replace
 
     from localllm.hardware.cpu_buffers import parse_extra_buffers
@@ -277,7 +310,8 @@ def test_where_amx_is_broken_the_probe_planner_and_doctor_leave_it_out(
 
 
 def test_through_a_runner_auto_answers_and_on_dies_with_the_setting_named(
-        quantized: dict[str, Path], amx_broken: None) -> None:
+    quantized: dict[str, Path], amx_broken: None
+) -> None:
     # The daemon's view: LoadOptions.cpu_repack crosses the runner protocol, and the
     # client's error for a runner that died says what to set.
     from localllm.errors import RunnerCrashed
@@ -289,8 +323,9 @@ def test_through_a_runner_auto_answers_and_on_dies_with_the_setting_named(
         return LoadOptions(n_ctx=256, n_threads=2, cpu_repack=mode)  # type: ignore[arg-type]
 
     async def answer(mode: str) -> str:
-        async with running(RunnerProcess.start([str(quantized["Q8_0"])], load(mode),
-                                               load_timeout=60)) as runner:
+        async with running(
+            RunnerProcess.start([str(quantized["Q8_0"])], load(mode), load_timeout=60)
+        ) as runner:
             return (await collect(runner, greedy("g", PROMPT, 8)))[0]
 
     assert arun(answer("auto")) == expected_greedy(PROMPT, 8)

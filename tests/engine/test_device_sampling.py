@@ -31,8 +31,9 @@ def dense(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_dense_model(tmp_path_factory.mktemp("dense"))
 
 
-def both(model: Path, reqs: list[CompletionRequest], **kw: object) -> tuple[dict[str, Result],
-                                                                             dict[str, Result]]:
+def both(
+    model: Path, reqs: list[CompletionRequest], **kw: object
+) -> tuple[dict[str, Result], dict[str, Result]]:
     """The requests' results sampling on the host, then on the device."""
     out = []
     for mode in ("off", "on"):
@@ -51,10 +52,10 @@ def tokens(results: dict[str, Result]) -> dict[str, list[int]]:
     return out
 
 
-def req(id: str, prompt: str, n: int = 48, logprobs: int = 0, **sampling: Any) -> (
-        CompletionRequest):
-    return CompletionRequest(id=id, prompt=prompt, num_predict=n, logprobs=logprobs,
-                             sampling=SamplingParams(**sampling))
+def req(id: str, prompt: str, n: int = 48, logprobs: int = 0, **sampling: Any) -> CompletionRequest:
+    return CompletionRequest(
+        id=id, prompt=prompt, num_predict=n, logprobs=logprobs, sampling=SamplingParams(**sampling)
+    )
 
 
 # Chains the device runs, each as the host defines it (native/shim.c).
@@ -81,12 +82,14 @@ def test_greedy_text_is_identical(tiny_attn: Path, dense: Path) -> None:
 
 def test_fixed_seed_draws_what_the_host_draws(dense: Path) -> None:
     # All chains at once: four slots sample in the same decodes, each its own chain.
-    reqs = [req(name, "the quick brown fox", n=64, seed=11 + i, **chain)
-            for i, (name, chain) in enumerate(CHAINS.items())]
+    reqs = [
+        req(name, "the quick brown fox", n=64, seed=11 + i, **chain)
+        for i, (name, chain) in enumerate(CHAINS.items())
+    ]
     host, device = both(dense, reqs, n_parallel=4)
     got, want = tokens(device), tokens(host)
     assert got == want
-    generated = [t for r in reqs for t in want[r.id][len("the quick brown fox") + 1:]]
+    generated = [t for r in reqs for t in want[r.id][len("the quick brown fox") + 1 :]]
     assert len(set(generated)) > 40  # the draws spread: a real test of the draws
 
 
@@ -94,8 +97,10 @@ def test_prompts_split_over_micro_batches_keep_the_draws(dense: Path) -> None:
     # A 200-token prompt in micro-batches of 32 while another slot samples: the device
     # draws a seeded number only for the rows it samples, as the host does.
     long = (LETTERS * 8)[:200]
-    reqs = [req("long", long, n=32, seed=5, **CHAINS["ollama"]),
-            req("short", "abc", n=64, seed=6, **CHAINS["min_p"])]
+    reqs = [
+        req("long", long, n=32, seed=5, **CHAINS["ollama"]),
+        req("short", "abc", n=64, seed=6, **CHAINS["min_p"]),
+    ]
     host, device = both(dense, reqs, n_parallel=2, n_batch=256, n_ubatch=32)
     assert tokens(device) == tokens(host)
 
@@ -103,9 +108,11 @@ def test_prompts_split_over_micro_batches_keep_the_draws(dense: Path) -> None:
 def test_logprobs_come_from_the_host_and_match(dense: Path) -> None:
     # A request that wants logprobs samples on the host next to device-sampled slots
     # (the decode then copies every row's logits): same tokens and logprobs.
-    reqs = [req("lp", "hello", n=24, logprobs=3, temperature=0.0),
-            req("lps", "world", n=24, logprobs=2, seed=3, **CHAINS["ollama"]),
-            req("dev", "fox", n=24, seed=4, **CHAINS["all"])]
+    reqs = [
+        req("lp", "hello", n=24, logprobs=3, temperature=0.0),
+        req("lps", "world", n=24, logprobs=2, seed=3, **CHAINS["ollama"]),
+        req("dev", "fox", n=24, seed=4, **CHAINS["all"]),
+    ]
     host, device = both(dense, reqs, n_parallel=3)
     assert tokens(device) == tokens(host)
     for id in ("lp", "lps"):
@@ -127,10 +134,13 @@ def test_host_only_chains_keep_the_host_sampler(dense: Path) -> None:
     assert on_device(SamplingParams(), 1) is None  # logprobs
     assert on_device(SamplingParams(repeat_penalty=1.1, repeat_last_n=0), 0) is not None
     assert on_device(SamplingParams(temperature=0.0, top_k=7), 0) == on_device(
-        SamplingParams(temperature=0.0, seed=9), 0)  # greedy: one chain
-    reqs = [req("pen", "hello", n=32, seed=1, repeat_penalty=1.3, **CHAINS["ollama"]),
-            req("gram", "hi", n=8, temperature=0.0, grammar='root ::= [a-c]+'),
-            req("dev", "fox", n=32, seed=2, **CHAINS["top_p"])]  # beside them, on the device
+        SamplingParams(temperature=0.0, seed=9), 0
+    )  # greedy: one chain
+    reqs = [
+        req("pen", "hello", n=32, seed=1, repeat_penalty=1.3, **CHAINS["ollama"]),
+        req("gram", "hi", n=8, temperature=0.0, grammar="root ::= [a-c]+"),
+        req("dev", "fox", n=32, seed=2, **CHAINS["top_p"]),
+    ]  # beside them, on the device
     host, device = both(dense, reqs, n_parallel=3)
     assert tokens(device) == tokens(host)
 
@@ -168,8 +178,10 @@ def test_samplers_by_request(dense: Path) -> None:
 
 def test_speculation_verifies_device_drafts_the_same(tiny_attn: Path, dense: Path) -> None:
     prompt = LETTERS * 3 + "abc"  # n-gram lookup finds the alphabet again and drafts it
-    reqs = [req("spec", prompt, n=40, temperature=0.0),
-            req("spec-seed", prompt, n=40, seed=8, **CHAINS["top_k only"])]
+    reqs = [
+        req("spec", prompt, n=40, temperature=0.0),
+        req("spec-seed", prompt, n=40, seed=8, **CHAINS["top_k only"]),
+    ]
     for r in reqs:
         r.draft_tokens, r.draft_mode = 6, "ngram"
     for model in (tiny_attn, dense):

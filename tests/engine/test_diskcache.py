@@ -26,8 +26,15 @@ LONG = SYSTEM * 2  # 496 tokens: past MIN_TOKENS, so worth a file
 
 
 def engine(model: Path, folder: Path, budget: int = 1 << 30, **kw: object) -> Engine:
-    kw = {"n_ctx": 1024, "n_parallel": 2, "n_batch": 64, "n_ubatch": 64,
-          "prompt_cache_disk": budget, "prompt_cache_dir": str(folder), **kw}
+    kw = {
+        "n_ctx": 1024,
+        "n_parallel": 2,
+        "n_batch": 64,
+        "n_ubatch": 64,
+        "prompt_cache_disk": budget,
+        "prompt_cache_dir": str(folder),
+        **kw,
+    }
     return Engine([str(model)], opts(**kw))
 
 
@@ -46,7 +53,8 @@ def cached(r: Result) -> int:
 
 
 def test_a_restarted_engine_takes_the_prompt_back_from_disk_bit_for_bit(
-        tiny_attn: Path, tmp_path: Path) -> None:
+    tiny_attn: Path, tmp_path: Path
+) -> None:
     later = req("c", LONG + "go")
     with engine(tiny_attn, tmp_path) as e:
         run(e, req("a", LONG + "hi"))  # idle afterwards: its slot is written to disk
@@ -54,15 +62,14 @@ def test_a_restarted_engine_takes_the_prompt_back_from_disk_bit_for_bit(
     with engine(tiny_attn, tmp_path) as e:
         assert e.parked is not None and e.parked.disk is not None
         (entry,) = e.parked.disk.entries
-        assert entry.tokens[:len(LONG) + 3] == e.tokenize(LONG + "hi")
+        assert entry.tokens[: len(LONG) + 3] == e.tokenize(LONG + "hi")
         got = run(e, later)["c"]
         assert cached(got) == len(e.tokenize(LONG))  # everything but the new text
     same(got, alone(tiny_attn, later))
     assert written in files(tmp_path) and len(files(tmp_path)) == 2  # and "c"'s own
 
 
-def test_a_file_from_another_model_is_refused_and_removed(tiny_attn: Path,
-                                                          tmp_path: Path) -> None:
+def test_a_file_from_another_model_is_refused_and_removed(tiny_attn: Path, tmp_path: Path) -> None:
     other = make_tiny_model(tmp_path / "other", attention=True, seed=1)  # same shapes
     with engine(tiny_attn, tmp_path / "cache") as e:
         run(e, req("a", LONG + "hi"))
@@ -93,11 +100,11 @@ def test_a_whole_file_llama_cpp_refuses_is_dropped(tiny_attn: Path, tmp_path: Pa
     # llama.cpp finds f32 cells where its cache holds f16 ones.
     raw = theirs.read_bytes()
     hlen = struct.unpack("<I", raw[8:12])[0]
-    meta = {**json.loads(raw[12:12 + hlen]), "identity": disk.identity}
+    meta = {**json.loads(raw[12 : 12 + hlen]), "identity": disk.identity}
     head = json.dumps(meta).encode()
     disk.dir.mkdir(parents=True)
     forged = disk.dir / theirs.name
-    forged.write_bytes(raw[:8] + struct.pack("<I", len(head)) + head + raw[12 + hlen:])
+    forged.write_bytes(raw[:8] + struct.pack("<I", len(head)) + head + raw[12 + hlen :])
     later = req("c", LONG + "go")
     with engine(tiny_attn, tmp_path / "f16") as e:
         assert e.parked is not None and e.parked.disk is not None
@@ -110,7 +117,8 @@ def test_a_whole_file_llama_cpp_refuses_is_dropped(tiny_attn: Path, tmp_path: Pa
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "garbage"])
 def test_a_damaged_file_is_ignored_and_the_prompt_evaluated_again(
-        tiny_attn: Path, tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture) -> None:
+    tiny_attn: Path, tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
     with engine(tiny_attn, tmp_path) as e:
         run(e, req("a", LONG + "hi"))
     (path,) = files(tmp_path)
@@ -135,7 +143,8 @@ def test_a_damaged_file_is_ignored_and_the_prompt_evaluated_again(
 
 
 def test_the_least_recently_used_files_go_first_within_the_budget(
-        tiny_attn: Path, tmp_path: Path) -> None:
+    tiny_attn: Path, tmp_path: Path
+) -> None:
     prompts = {k: req(k, f"{k}{k} " + LONG + "hi") for k in "xyz"}  # no shared prefix
 
     def serve(*keys: str, budget: int) -> None:
@@ -176,12 +185,11 @@ def test_a_conversation_keeps_one_file_its_latest_turn(tiny_attn: Path, tmp_path
     with engine(tiny_attn, tmp_path) as e:
         assert e.parked is not None and e.parked.disk is not None
         (entry,) = e.parked.disk.entries
-        assert entry.tokens[:len(e.tokenize(turn))] == e.tokenize(turn)
+        assert entry.tokens[: len(e.tokenize(turn))] == e.tokenize(turn)
 
 
 def test_a_sliding_window_copy_on_disk_follows_the_rules_in_memory(tmp_path: Path) -> None:
-    disk = diskcache.DiskCache(tmp_path, {"model": "m"}, 1 << 20, ffi=None, n_ctx=4096,
-                               n_swa=32)
+    disk = diskcache.DiskCache(tmp_path, {"model": "m"}, 1 << 20, ffi=None, n_ctx=4096, n_swa=32)
     disk.entries = [Parked(list(range(400)), (), -1, None, 1, "f")]
     assert disk.best([*range(400), 7], ()) == (disk.entries[0], 400)  # continues it whole
     assert disk.best([*range(300), 9], ()) is None  # cells 0..267 of the window layers: gone

@@ -34,24 +34,34 @@ def drafts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "unsure": make_tiny_model(d, name="unsure.gguf", sharpness=1.0),
         # 40 tokens more, as padded vocabularies have, and one of them its guess after
         # "f": an id the model does not have, which must never reach its batch.
-        "padded": make_tiny_model(d, name="padded.gguf", padding=40,
-                                  overrides={"f": "<pad3>"}),
+        "padded": make_tiny_model(d, name="padded.gguf", padding=40, overrides={"f": "<pad3>"}),
         # Wrong after every other letter: accepted runs of 0 or 1 token.
-        "mostly wrong": make_tiny_model(d, name="wrong.gguf",
-                                        overrides={c: "x" for c in "acegikmoqsuwy"}),
+        "mostly wrong": make_tiny_model(
+            d, name="wrong.gguf", overrides={c: "x" for c in "acegikmoqsuwy"}
+        ),
     }
 
 
 def req(id: str, prompt: str, draft: int = 8, **kw: object) -> CompletionRequest:
     kw.setdefault("sampling", GREEDY_P)
-    return CompletionRequest(id=id, prompt=prompt, draft_tokens=draft,  # type: ignore[arg-type]
-                             draft_mode="draft", **kw)
+    return CompletionRequest(
+        id=id,
+        prompt=prompt,
+        draft_tokens=draft,  # type: ignore[arg-type]
+        draft_mode="draft",
+        **kw,
+    )
 
 
 def both(engine: Engine, *reqs: CompletionRequest) -> tuple[dict[str, Result], dict[str, Result]]:
     spec = run(engine, *reqs)
-    plain = run(engine, *[CompletionRequest(**{**r.__dict__, "id": r.id + "-plain",
-                                               "draft_tokens": 0}) for r in reqs])
+    plain = run(
+        engine,
+        *[
+            CompletionRequest(**{**r.__dict__, "id": r.id + "-plain", "draft_tokens": 0})
+            for r in reqs
+        ],
+    )
     return spec, {k.removesuffix("-plain"): v for k, v in plain.items()}
 
 
@@ -79,12 +89,14 @@ def test_an_agreeing_draft_is_accepted_whole(tiny: Path, drafts: dict[str, Path]
     assert loop.accepted == loop.drafted >= 20 and loop.eval_count == 31
 
 
-def test_a_partly_wrong_draft_changes_nothing_but_speed(tiny: Path,
-                                                        drafts: dict[str, Path]) -> None:
+def test_a_partly_wrong_draft_changes_nothing_but_speed(
+    tiny: Path, drafts: dict[str, Path]
+) -> None:
     # Four streams at once, one of them not speculating.
     with Engine([str(tiny)], opts(n_parallel=4, draft=str(drafts["partial"]))) as e:
-        spec, plain = both(e, req("a", "a"), req("m", "mno", 4), req("plain", "hello", 0),
-                           req("d", "0"))
+        spec, plain = both(
+            e, req("a", "a"), req("m", "mno", 4), req("plain", "hello", 0), req("d", "0")
+        )
         same_results(spec, plain)
         a = spec["a"].done
         assert a is not None and 0 < a.accepted < a.drafted
@@ -99,8 +111,11 @@ def test_a_partly_wrong_draft_changes_nothing_but_speed(tiny: Path,
 def test_sampled_text_is_unchanged(tiny_attn: Path, drafts: dict[str, Path]) -> None:
     hot = SamplingParams(temperature=1.5, top_k=0, top_p=1.0, seed=11)
     with Engine([str(tiny_attn)], opts(n_parallel=2, draft=str(drafts["partial"]))) as e:
-        spec, plain = both(e, req("s1", "abc", sampling=hot, num_predict=30),
-                           req("s2", "klm", sampling=hot, num_predict=30))
+        spec, plain = both(
+            e,
+            req("s1", "abc", sampling=hot, num_predict=30),
+            req("s2", "klm", sampling=hot, num_predict=30),
+        )
     for rid in ("s1", "s2"):
         assert spec[rid].text == plain[rid].text
 
@@ -116,12 +131,15 @@ def test_p_min_and_n_min_hold_back_unsure_drafts(tiny: Path, drafts: dict[str, P
     assert few.done.drafted == 0  # at most 2 drafts, fewer than draft_min
 
 
-def test_ngram_requests_and_num_predict_next_to_drafting(tiny: Path,
-                                                         drafts: dict[str, Path]) -> None:
+def test_ngram_requests_and_num_predict_next_to_drafting(
+    tiny: Path, drafts: dict[str, Path]
+) -> None:
     with Engine([str(tiny)], opts(n_parallel=2, draft=str(drafts["same"]))) as e:
         spec, plain = both(
-            e, req("n", "a", num_predict=3),
-            CompletionRequest(id="g", prompt="abcdefgh.abc", sampling=GREEDY_P, draft_tokens=6))
+            e,
+            req("n", "a", num_predict=3),
+            CompletionRequest(id="g", prompt="abcdefgh.abc", sampling=GREEDY_P, draft_tokens=6),
+        )
     same_results(spec, plain)
     assert spec["n"].text == "bcd"
     g = spec["g"].done
@@ -152,8 +170,9 @@ def test_a_draft_that_keeps_missing_drafts_less(tiny: Path, drafts: dict[str, Pa
     assert a is not None and 0 < a.accepted and a.drafted <= 50
 
 
-def test_a_padded_draft_never_drafts_an_id_the_model_lacks(tiny: Path,
-                                                           drafts: dict[str, Path]) -> None:
+def test_a_padded_draft_never_drafts_an_id_the_model_lacks(
+    tiny: Path, drafts: dict[str, Path]
+) -> None:
     with Engine([str(tiny)], opts(draft=str(drafts["padded"]))) as e:
         spec, plain = both(e, req("a", "a"), req("k", "k"))
     same_results(spec, plain)

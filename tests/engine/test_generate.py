@@ -144,6 +144,12 @@ def test_timings_include_the_last_step(engine: Engine) -> None:
 def test_greedy_fast_path_matches_the_chain_with_penalty_off_and_on(engine: Engine) -> None:
     # repeat_penalty != 1 keeps llama.cpp's full chain; 1.0 takes the argmax shortcut.
     plain = run_one(engine, req("hello", id="p"))
-    chained = run_one(engine, req("hello", id="c", sampling=SamplingParams(
-        temperature=0.0, repeat_penalty=1.0001, repeat_last_n=4)))
+    chained = run_one(
+        engine,
+        req(
+            "hello",
+            id="c",
+            sampling=SamplingParams(temperature=0.0, repeat_penalty=1.0001, repeat_last_n=4),
+        ),
+    )
     assert plain.text == chained.text == GREEDY["hello"]

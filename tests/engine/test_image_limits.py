@@ -35,9 +35,16 @@ def vengine(tmp_path_factory: pytest.TempPathFactory, tiny: Path) -> Iterator[En
 
 def complete(e: Engine, *images: bytes) -> str:
     """The request's greedy text, or its failure's message."""
-    r = run_one(e, CompletionRequest(id="r", prompt=MEDIA_MARKER * len(images),
-                                     images=list(images),
-                                     sampling=SamplingParams(temperature=0.0), num_predict=4))
+    r = run_one(
+        e,
+        CompletionRequest(
+            id="r",
+            prompt=MEDIA_MARKER * len(images),
+            images=list(images),
+            sampling=SamplingParams(temperature=0.0),
+            num_predict=4,
+        ),
+    )
     if r.failed is not None:
         assert r.failed.status == 400
         return r.failed.message
@@ -45,7 +52,8 @@ def complete(e: Engine, *images: bytes) -> str:
 
 
 def test_bombs_fail_their_request_and_the_engine_keeps_serving(
-        vengine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    vengine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ok = png(32, 32, RED)
     cases = [
         ([make_png(1, 1, zeros(16 << 20))], "image 1: its PNG data inflates to more than"),
@@ -70,16 +78,20 @@ def stb_decodes(e: Engine, data: bytes) -> bool:
     return True
 
 
-@pytest.mark.parametrize(("colour", "depth", "interlace"), [
-    (2, 8, 0), (6, 16, 0), (0, 1, 0), (3, 4, 0), (0, 2, 1), (2, 8, 1), (4, 16, 1), (3, 1, 1)])
-def test_the_png_size_rule_is_stbs(vengine: Engine, colour: int, depth: int,
-                                   interlace: int) -> None:
+@pytest.mark.parametrize(
+    ("colour", "depth", "interlace"),
+    [(2, 8, 0), (6, 16, 0), (0, 1, 0), (3, 4, 0), (0, 2, 1), (2, 8, 1), (4, 16, 1), (3, 1, 1)],
+)
+def test_the_png_size_rule_is_stbs(
+    vengine: Engine, colour: int, depth: int, interlace: int
+) -> None:
     for w, h in ((13, 7), (9, 17)):
         need = png_data_size(w, h, depth, colour, interlace)
 
         def made(n: int, w: int = w, h: int = h) -> bytes:
-            return make_png(w, h, zlib.compress(bytes(n)), depth=depth, colour=colour,
-                            interlace=interlace)
+            return make_png(
+                w, h, zlib.compress(bytes(n)), depth=depth, colour=colour, interlace=interlace
+            )
 
         assert stb_decodes(vengine, made(need))
         assert not stb_decodes(vengine, made(need - 1))

@@ -82,8 +82,9 @@ CASES = [
 
 @pytest.mark.parametrize(("prompt", "images"), CASES)
 @pytest.mark.parametrize("model", ["llava", "qwen"])
-def test_image_by_image_gives_libmtmds_own_chunks(request: pytest.FixtureRequest, model: str,
-                                                  prompt: str, images: Any) -> None:
+def test_image_by_image_gives_libmtmds_own_chunks(
+    request: pytest.FixtureRequest, model: str, prompt: str, images: Any
+) -> None:
     e: Engine = request.getfixturevalue(model)
     assert e.projector is not None
     imgs = images()
@@ -100,21 +101,29 @@ def test_engine_matches_libmtmds_evaluation_of_the_reference_chunks(qwen: Engine
     qwen.ctx.seq_rm(0, -1, -1)
     _, media = p.tokenize(prompt.replace(M, p.marker), imgs, True, True, at_once=True)
     n_past = p.ffi.new("int32_t *", 0)
-    assert p.lib.ll_mtmd_eval_chunks(p.handle, qwen.ctx.handle, media.chunks.handle, 0, 64,
-                                     n_past) == 0
+    assert (
+        p.lib.ll_mtmd_eval_chunks(p.handle, qwen.ctx.handle, media.chunks.handle, 0, 64, n_past)
+        == 0
+    )
     want = qwen.ctx.top_logprobs(-1, -1, 5)[1]
     qwen.ctx.seq_rm(0, -1, -1)
-    r = run_one(qwen, CompletionRequest(id="m", prompt=prompt, images=imgs, sampling=GREEDY,
-                                        num_predict=1, logprobs=5))
+    r = run_one(
+        qwen,
+        CompletionRequest(
+            id="m", prompt=prompt, images=imgs, sampling=GREEDY, num_predict=1, logprobs=5
+        ),
+    )
     assert r.failed is None and r.pieces[0].top_logprobs is not None
     got = [(qwen.model.token_text(t), lp) for t, lp in want]
     assert [t for t, _ in r.pieces[0].top_logprobs] == [t for t, _ in got]
-    assert all(abs(a - b) < 1e-4 for (_, a), (_, b) in zip(r.pieces[0].top_logprobs, got,
-                                                           strict=True))
+    assert all(
+        abs(a - b) < 1e-4 for (_, a), (_, b) in zip(r.pieces[0].top_logprobs, got, strict=True)
+    )
 
 
 def flat_png(side: int, rgb: tuple[int, int, int]) -> bytes:
     """A side x side PNG of one colour: a few KB that decode to 3 * side² bytes."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         body = kind + data
         return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
@@ -122,9 +131,12 @@ def flat_png(side: int, rgb: tuple[int, int, int]) -> bytes:
     z = zlib.compressobj(9)
     row = b"\x00" + bytes(rgb) * side
     idat = b"".join(z.compress(row) for _ in range(side)) + z.flush()
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 2, 0,
-                                                                0, 0))
-            + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", idat)
+        + chunk(b"IEND", b"")
+    )
 
 
 def _status(key: str) -> int:

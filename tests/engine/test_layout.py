@@ -24,11 +24,13 @@ def engine_imports(path: Path) -> set[str]:
         if isinstance(node, ast.ImportFrom) and node.module == "localllm.engine":
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
-                "localllm.engine."):
+            "localllm.engine."
+        ):
             out.add(str(node.module).split(".")[2])
         elif isinstance(node, ast.Import):
-            out.update(a.name.split(".")[2] for a in node.names
-                       if a.name.startswith("localllm.engine."))
+            out.update(
+                a.name.split(".")[2] for a in node.names if a.name.startswith("localllm.engine.")
+            )
     return out - {path.stem}
 
 
@@ -38,7 +40,7 @@ def test_the_engine_modules_import_one_way() -> None:
 
     def walk(mod: str, trail: list[str]) -> None:
         if mod in trail:
-            raise AssertionError("import circle: " + " -> ".join([*trail[trail.index(mod):], mod]))
+            raise AssertionError("import circle: " + " -> ".join([*trail[trail.index(mod) :], mod]))
         if mod in done:
             return
         for dep in sorted(graph.get(mod, ())):
@@ -48,8 +50,15 @@ def test_the_engine_modules_import_one_way() -> None:
     for mod in sorted(graph):
         walk(mod, [])
     assert "engine" not in set().union(*graph.values())  # nothing reaches back to the Engine
-    assert graph["slots"] <= {"positions", "tokenize", "model", "ngram", "sampling", "text",
-                              "thinking"}
+    assert graph["slots"] <= {
+        "positions",
+        "tokenize",
+        "model",
+        "ngram",
+        "sampling",
+        "text",
+        "thinking",
+    }
 
 
 def test_only_the_owners_of_native_objects_call_libllama() -> None:

@@ -66,8 +66,9 @@ def test_quantize_writes_a_loadable_model(tmp_path: Path) -> None:
 
 @pytest.fixture
 def embedder(tmp_path: Path) -> Engine:
-    return Engine([str(make_tiny_model(tmp_path, pooling="mean"))], opts(n_parallel=2,
-                                                                          embedding=True))
+    return Engine(
+        [str(make_tiny_model(tmp_path, pooling="mean"))], opts(n_parallel=2, embedding=True)
+    )
 
 
 def test_embeddings_are_normalised_and_exact(embedder: Engine) -> None:

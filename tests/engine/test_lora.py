@@ -43,28 +43,40 @@ def eng4(tiny: Path) -> Iterator[Engine]:
 
 
 def req(rid: str, prompt: str = "a", *adapters: Path, n: int = -1) -> CompletionRequest:
-    return CompletionRequest(id=rid, prompt=prompt, sampling=SamplingParams(temperature=0),
-                             num_predict=n, adapters=[str(p) for p in adapters])
+    return CompletionRequest(
+        id=rid,
+        prompt=prompt,
+        sampling=SamplingParams(temperature=0),
+        num_predict=n,
+        adapters=[str(p) for p in adapters],
+    )
 
 
 def test_adapter_changes_greedy_text_and_base_is_untouched(
-        eng4: Engine, loras: dict[str, Path]) -> None:
+    eng4: Engine, loras: dict[str, Path]
+) -> None:
     # Alternating, one at a time: each answer is exact, the adapter file is loaded once.
     for i in range(3):
         assert run_one(eng4, req(f"b{i}")).text == BASE
         assert run_one(eng4, req(f"c{i}", "a", loras["c"])).text == TO_C
         assert run_one(eng4, req(f"d{i}", "a", loras["d"])).text == TO_D
     assert sorted(p for p, _ in eng4.adapters.take_loads()) == sorted(
-        [str(loras["c"]), str(loras["d"])])
+        [str(loras["c"]), str(loras["d"])]
+    )
     assert eng4.adapters.take_loads() == []
     # Other tokens keep their successors under the adapter.
     assert run_one(eng4, req("x", "x", loras["c"])).text == "yz"
 
 
 def test_mixed_sets_in_flight_each_get_their_own_adapters(
-        eng4: Engine, loras: dict[str, Path]) -> None:
-    reqs = [req("b", "a"), req("c", "a", loras["c"]), req("d", "a", loras["d"]),
-            req("c2", "a", loras["c"])]
+    eng4: Engine, loras: dict[str, Path]
+) -> None:
+    reqs = [
+        req("b", "a"),
+        req("c", "a", loras["c"]),
+        req("d", "a", loras["d"]),
+        req("c2", "a", loras["c"]),
+    ]
     out = run(eng4, *reqs)
     assert {k: v.text for k, v in out.items()} == {"b": BASE, "c": TO_C, "d": TO_D, "c2": TO_C}
     assert all(r.done is not None and r.done.reason == "stop" for r in out.values())
@@ -80,7 +92,8 @@ def test_two_adapters_at_once_stack(eng4: Engine, loras: dict[str, Path]) -> Non
 
 
 def test_prefix_cache_is_not_shared_across_adapter_sets(
-        eng4: Engine, loras: dict[str, Path]) -> None:
+    eng4: Engine, loras: dict[str, Path]
+) -> None:
     prompt = "hello hello hello"
     first = run_one(eng4, req("p1", prompt, n=2))
     again = run_one(eng4, req("p2", prompt, n=2))
@@ -93,13 +106,17 @@ def test_prefix_cache_is_not_shared_across_adapter_sets(
     assert same.done is not None and same.done.cached_tokens > 0
 
 
-@pytest.mark.parametrize(("which", "words"), [
-    ("shape", "has incorrect shape"),
-    ("arch", "arch mismatch"),
-    ("model", "does not fit this model"),
-])
+@pytest.mark.parametrize(
+    ("which", "words"),
+    [
+        ("shape", "has incorrect shape"),
+        ("arch", "arch mismatch"),
+        ("model", "does not fit this model"),
+    ],
+)
 def test_mismatched_adapter_fails_the_request_only(
-        eng4: Engine, loras: dict[str, Path], which: str, words: str) -> None:
+    eng4: Engine, loras: dict[str, Path], which: str, words: str
+) -> None:
     out = run(eng4, req("bad", "a", loras[which]), req("ok", "a", loras["c"]))
     failed = out["bad"].failed
     assert failed is not None and failed.status == 400

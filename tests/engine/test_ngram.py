@@ -36,7 +36,7 @@ def test_no_match_no_draft_and_incremental_equals_batch() -> None:
     step = NgramIndex()
     for i, t in enumerate(tokens):
         step.extend([t])
-        assert step.draft(4) == index(tokens[:i + 1]).draft(4)
+        assert step.draft(4) == index(tokens[: i + 1]).draft(4)
     assert step.draft(4) == [9, 2, 6, 5]
 
 

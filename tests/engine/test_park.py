@@ -23,8 +23,9 @@ def other(id: str, text: str = OTHER) -> CompletionRequest:
 
 
 def engine(model: Path, n_parallel: int = 2, **kw: object) -> Engine:
-    return Engine([str(model)], opts(n_ctx=512, n_parallel=n_parallel, n_batch=64,
-                                     n_ubatch=64, **kw))
+    return Engine(
+        [str(model)], opts(n_ctx=512, n_parallel=n_parallel, n_batch=64, n_ubatch=64, **kw)
+    )
 
 
 def holds(e: Engine, seq: int) -> bool:
@@ -37,7 +38,8 @@ def cached(r: Result) -> int:
 
 
 def test_a_started_request_parks_the_idle_slot_which_comes_back_bit_for_bit(
-        tiny_attn: Path) -> None:
+    tiny_attn: Path,
+) -> None:
     first, later = req("a", SYSTEM + "hi"), req("c", SYSTEM + "go")
     with engine(tiny_attn) as e:
         assert e.parked is not None and e.parked.budget > 0  # on by default: the KV's size
@@ -48,7 +50,7 @@ def test_a_started_request_parks_the_idle_slot_which_comes_back_bit_for_bit(
         assert not holds(e, idle.seq) and not idle.cache
         (parked,) = e.parked.entries
         system = e.tokenize(SYSTEM)
-        assert parked.tokens[:len(system) - 1] == system[:-1]
+        assert parked.tokens[: len(system) - 1] == system[:-1]
         assert e.parked.used == parked.size > 0
         got = run(e, later)["c"]
         # The system prompt came back from host memory instead of being evaluated again.
@@ -66,7 +68,7 @@ def test_a_slot_taken_over_keeps_a_copy_of_the_cells_it_loses(tiny_attn: Path) -
         run(e, req("b", OTHER))  # shares only the BOS cell: the rest of "a" is cut
         assert slot.cache[:2] == e.tokenize(OTHER)[:2]
         (kept,) = e.parked.entries
-        assert kept.tokens[:len(e.tokenize(SYSTEM)) - 1] == e.tokenize(SYSTEM)[:-1]
+        assert kept.tokens[: len(e.tokenize(SYSTEM)) - 1] == e.tokenize(SYSTEM)[:-1]
         got = run(e, later)["c"]
         assert cached(got) >= len(e.tokenize(SYSTEM)) - 1
     same(got, alone(tiny_attn, later))
@@ -83,8 +85,7 @@ def test_with_the_cache_off_idle_slots_keep_their_cells(tiny_attn: Path) -> None
         assert cached(got) >= len(e.tokenize(SYSTEM)) - 1
 
 
-def test_a_copy_over_the_budget_is_dropped_and_the_prompt_evaluated_again(
-        tiny_attn: Path) -> None:
+def test_a_copy_over_the_budget_is_dropped_and_the_prompt_evaluated_again(tiny_attn: Path) -> None:
     later = req("c", SYSTEM + "go")
     with engine(tiny_attn, prompt_cache=1024) as e:  # far less than one slot's cells
         run(e, req("a", SYSTEM + "hi"))
@@ -97,7 +98,8 @@ def test_a_copy_over_the_budget_is_dropped_and_the_prompt_evaluated_again(
 
 
 def test_one_copy_of_slots_holding_the_same_cells_and_the_oldest_goes_first(
-        tiny_attn: Path) -> None:
+    tiny_attn: Path,
+) -> None:
     twins = [req(f"t{i}", SYSTEM + "hi") for i in range(2)]  # greedy: the same cells twice
     with engine(tiny_attn, n_parallel=3) as e:
         run(e, *twins)
@@ -115,7 +117,8 @@ def test_one_copy_of_slots_holding_the_same_cells_and_the_oldest_goes_first(
 
 
 def test_parking_the_slot_to_make_way_never_pushes_out_the_copy_coming_back(
-        tiny_attn: Path) -> None:
+    tiny_attn: Path,
+) -> None:
     later = req("c", SYSTEM + "go")
     with engine(tiny_attn, n_parallel=1) as e:
         run(e, req("a", SYSTEM + "hi"))

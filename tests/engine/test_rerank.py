@@ -65,8 +65,15 @@ def test_llama_servers_layout_with_eos_and_separator(reranker: Engine) -> None:
     assert pair_tokens(model, "ab", "cd", fmt, 256, True) == [BOS, *q, EOS, sep, *d, EOS]
     assert pair_tokens(model, "ab", "cd", PairFormat(add_bos=False), 256, True) == [*q, *d]
     # A long document loses its end, the closing EOS stays.
-    assert pair_tokens(model, "ab", "cdcdcd", fmt, 9, True) == [BOS, *q, EOS, sep,
-                                                                 *d, token_id("c"), EOS]
+    assert pair_tokens(model, "ab", "cdcdcd", fmt, 9, True) == [
+        BOS,
+        *q,
+        EOS,
+        sep,
+        *d,
+        token_id("c"),
+        EOS,
+    ]
     with pytest.raises(InvalidRequest, match="context"):
         pair_tokens(model, "ab", "cdcdcd", fmt, 9, False)
     with pytest.raises(InvalidRequest, match="context"):
@@ -78,7 +85,7 @@ def test_a_templated_pair_is_cut_in_the_document(reranker: Engine) -> None:
     fmt = PairFormat(template=TEMPLATE)
     toks = pair_tokens(model, "find x", "xy" * 50, fmt, 30, True)
     assert len(toks) == 30 and toks[-1] == token_id(".")
-    assert toks == pair_ids("find x", ("xy" * 50)[:30 - len(pair_ids("find x", ""))])
+    assert toks == pair_ids("find x", ("xy" * 50)[: 30 - len(pair_ids("find x", ""))])
     with pytest.raises(InvalidRequest, match="template alone"):
         pair_tokens(model, "q" * 40, "x", fmt, 30, True)
 
@@ -90,12 +97,15 @@ def test_fill_is_one_pass() -> None:
 
 
 def test_a_reranker_does_not_embed_and_an_embedder_does_not_rerank(
-        reranker: Engine, tmp_path: Path) -> None:
+    reranker: Engine, tmp_path: Path
+) -> None:
     with pytest.raises(InvalidRequest, match="reranker"):
         reranker.embed(["abc"])
     path = make_tiny_model(tmp_path, pooling="mean")
-    with Engine([str(path)], opts(embedding=True)) as e, pytest.raises(
-            InvalidRequest, match="not loaded for reranking"):
+    with (
+        Engine([str(path)], opts(embedding=True)) as e,
+        pytest.raises(InvalidRequest, match="not loaded for reranking"),
+    ):
         e.rerank("q", ["d"], PairFormat())
 
 
@@ -108,8 +118,9 @@ def test_rank_pooling_is_forced_by_the_load(tmp_path: Path) -> None:
     assert scores[0] == pytest.approx(expected_score(pair_ids("find x", "xyz")), abs=1e-3)
 
 
-def test_pairs_reuse_the_prefix_a_slot_holds(reranker: Engine,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pairs_reuse_the_prefix_a_slot_holds(
+    reranker: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A causal reranker keeps each slot's last pair: the next pair sharing the template
     # and query evaluates its document only, as llama-server's slots do.
     fmt = PairFormat(template=TEMPLATE)
@@ -125,8 +136,7 @@ def test_pairs_reuse_the_prefix_a_slot_holds(reranker: Engine,
     for query in ("find x", "other query", "find x"):
         evaluated.clear()
         scores, n = reranker.rerank(query, docs, fmt)
-        assert scores == pytest.approx([expected_score(pair_ids(query, d)) for d in docs],
-                                       abs=1e-3)
+        assert scores == pytest.approx([expected_score(pair_ids(query, d)) for d in docs], abs=1e-3)
         assert n == sum(len(pair_ids(query, d)) for d in docs)  # usage counts whole pairs
     # In the last round the three slots first hold the other query's pairs; after the
     # first three pairs each finds "<s>q:find x;d:" in a slot and evaluates its document
@@ -153,6 +163,7 @@ def test_a_bidirectional_reranker_evaluates_each_pair_whole(tmp_path: Path) -> N
         again, _ = e.rerank("find x", docs[:4], fmt)
     # Attention's values pass through float16 (flash attention): a few 1e-3 of a logit.
     assert scores == pytest.approx(
-        [expected_bert_logit(bert_pair_ids("find x", d)) for d in docs], rel=5e-3)
+        [expected_bert_logit(bert_pair_ids("find x", d)) for d in docs], rel=5e-3
+    )
     assert again == pytest.approx(scores[:4], abs=1e-5)
     assert n == sum(len(bert_pair_ids("find x", d)) for d in docs)

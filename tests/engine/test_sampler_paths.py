@@ -31,8 +31,7 @@ def test_top_k_short_cut_draws_what_the_full_chain_draws(tiny_attn: Path) -> Non
         # others' are exactly 0, and llama.cpp orders exact ties as it likes).
         hot = {"seed": 9, "temperature": 40.0, "top_p": 1.0, "top_k": 30}
         fast = Sampler(e.model, e.ctx, SamplingParams(**hot), 1)  # type: ignore[arg-type]
-        full = Sampler(e.model, e.ctx,
-                       SamplingParams(**hot, presence_penalty=1e-9), 1)  # type: ignore[arg-type]
+        full = Sampler(e.model, e.ctx, SamplingParams(**hot, presence_penalty=1e-9), 1)  # type: ignore[arg-type]
         try:
             a = [fast.sample(row) for _ in range(400)]
             b = [full.sample(row) for _ in range(400)]
@@ -44,7 +43,8 @@ def test_top_k_short_cut_draws_what_the_full_chain_draws(tiny_attn: Path) -> Non
 
 
 def test_greedy_short_cut_picks_what_llama_cpp_s_greedy_sampler_picks(
-        tiny_attn: Path, tmp_path: Path) -> None:
+    tiny_attn: Path, tmp_path: Path
+) -> None:
     # The shim's greedy is a vectorised scan (max, then its first index); llama.cpp's
     # greedy sampler keeps the first maximum.  On a flat model every logit ties, so
     # both must pick token 0 at every row.
@@ -61,8 +61,9 @@ def test_greedy_short_cut_picks_what_llama_cpp_s_greedy_sampler_picks(
                 # Fresh samplers per row: the penalty remembers what it drew and would
                 # push the next tie elsewhere.
                 fast = Sampler(e.model, e.ctx, SamplingParams(temperature=0.0), 1)
-                full = Sampler(e.model, e.ctx,
-                               SamplingParams(temperature=0.0, presence_penalty=1e-9), 1)
+                full = Sampler(
+                    e.model, e.ctx, SamplingParams(temperature=0.0, presence_penalty=1e-9), 1
+                )
                 try:
                     a.append(fast.sample(r))
                     b.append(full.sample(r))

@@ -23,14 +23,21 @@ FULLWIDTH = "<｜tool▁calls▁begin｜>x<｜tool▁calls▁end｜>"
 def script(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_script_model(
         tmp_path_factory.mktemp("script"),
-        {CHATML_TAIL: CALL, TOOL_TAIL: ANSWER, "<|deepseek|>": FULLWIDTH,
-         "<|mistral|>": '[TOOL_CALLS][{"name": "f", "arguments": {}}]'},
-        control=["[TOOL_CALLS]"], eos="<|im_end|>")
+        {
+            CHATML_TAIL: CALL,
+            TOOL_TAIL: ANSWER,
+            "<|deepseek|>": FULLWIDTH,
+            "<|mistral|>": '[TOOL_CALLS][{"name": "f", "arguments": {}}]',
+        },
+        control=["[TOOL_CALLS]"],
+        eos="<|im_end|>",
+    )
 
 
 def _greedy(engine: Engine, prompt: str) -> str:
-    r = run_one(engine, CompletionRequest(id="r", prompt=prompt,
-                                          sampling=SamplingParams(temperature=0.0)))
+    r = run_one(
+        engine, CompletionRequest(id="r", prompt=prompt, sampling=SamplingParams(temperature=0.0))
+    )
     assert r.done is not None and r.done.reason == "stop"
     return r.text
 
@@ -62,12 +69,19 @@ def test_segment_pieces_are_unique() -> None:
 def test_request_markers_render_control_tokens_as_text(script: Path) -> None:
     # The fix for real Mistral GGUFs: the format's markers reach the parser as text.
     with Engine([str(script)], opts()) as e:
-        r = run_one(e, CompletionRequest(id="r", prompt="<|mistral|>",
-                                         sampling=SamplingParams(temperature=0.0),
-                                         markers=["[TOOL_CALLS]", "[ARGS]", "not one token"]))
+        r = run_one(
+            e,
+            CompletionRequest(
+                id="r",
+                prompt="<|mistral|>",
+                sampling=SamplingParams(temperature=0.0),
+                markers=["[TOOL_CALLS]", "[ARGS]", "not one token"],
+            ),
+        )
         assert r.text == '[TOOL_CALLS][{"name": "f", "arguments": {}}]'
         assert e.model.marker_tokens(["[ARGS]", "[TOOL_CALLS]"]) == frozenset(
-            e.tokenize("[TOOL_CALLS]", add_special=False))
+            e.tokenize("[TOOL_CALLS]", add_special=False)
+        )
 
 
 def test_repeated_control_markers_are_text_after_their_first_use(tmp_path: Path) -> None:
@@ -77,8 +91,12 @@ def test_repeated_control_markers_are_text_after_their_first_use(tmp_path: Path)
     text = "<|a|>x<|b|>\n<|c|>y<|d|>\n<|e|>z<|a|>w"
     path = make_script_model(tmp_path, {"<|go|>": text}, control=marks)
     with Engine([str(path)], opts()) as e:
-        r = run_one(e, CompletionRequest(id="r", prompt="<|go|>", markers=marks,
-                                         sampling=SamplingParams(temperature=0.0)))
+        r = run_one(
+            e,
+            CompletionRequest(
+                id="r", prompt="<|go|>", markers=marks, sampling=SamplingParams(temperature=0.0)
+            ),
+        )
         assert r.text == text
         # Unrendered, the control tokens vanish: every marker's first use but <|e|>'s,
         # which follows a second "\n" (no new piece: "\n<|e|>z..." is text).

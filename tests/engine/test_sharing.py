@@ -16,8 +16,7 @@ from tests.support.engine_steps import SYSTEM, alone, opts, req, run, same
 
 def test_requests_arriving_together_share_the_first_ones_prefix(tiny_attn: Path) -> None:
     reqs = [req(f"u{i}", SYSTEM + q) for i, q in enumerate(["hi", "go", "ok.", "0"])]
-    with Engine([str(tiny_attn)], opts(n_ctx=512, n_parallel=4, n_batch=64,
-                                       n_ubatch=64)) as e:
+    with Engine([str(tiny_attn)], opts(n_ctx=512, n_parallel=4, n_batch=64, n_ubatch=64)) as e:
         got = run(e, *reqs)
     cached = sorted(got[r.id].done.cached_tokens for r in reqs)  # type: ignore[union-attr]
     # One slot evaluates the system prompt; the others take it over as it grows.
@@ -30,8 +29,10 @@ def test_a_busy_slot_shares_its_prefix_and_sharing_off_does_not(tiny_attn: Path)
     busy = req("busy", SYSTEM + "A", num_predict=60)  # "AAAA...": still generating
     late = req("late", SYSTEM + "be")
     for share in (True, False):
-        with Engine([str(tiny_attn)], opts(n_ctx=512, n_parallel=2, n_batch=64, n_ubatch=64,
-                                           share_prefix=share)) as e:
+        with Engine(
+            [str(tiny_attn)],
+            opts(n_ctx=512, n_parallel=2, n_batch=64, n_ubatch=64, share_prefix=share),
+        ) as e:
             e.submit(busy)
             for _ in range(8):  # the system prompt is in, the reply is under way
                 e.step()

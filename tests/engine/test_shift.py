@@ -25,13 +25,18 @@ def req(id: str, prompt: str, **kw: object) -> CompletionRequest:
 def test_generation_goes_past_the_context_and_stays_coherent(tiny: Path) -> None:
     # 16 cells per slot; "a" then 25 letters and EOS need 27.
     with Engine([str(tiny)], opts(n_ctx=16, n_parallel=2)) as e:
-        got = run(e, req("shift", "a", num_predict=40), req("stop", "a", shift=False),
-                  req("loop", LOOP_PROMPT, num_predict=100), req("cap", LOOP_PROMPT))
+        got = run(
+            e,
+            req("shift", "a", num_predict=40),
+            req("stop", "a", shift=False),
+            req("loop", LOOP_PROMPT, num_predict=100),
+            req("cap", LOOP_PROMPT),
+        )
     shifted, stopped, loop = got["shift"], got["stop"], got["loop"]
     assert shifted.text == LETTERS[1:] and shifted.done is not None
     assert (shifted.done.reason, shifted.done.eval_count) == ("stop", 25)
     assert stopped.done is not None and stopped.done.reason == "length"
-    assert stopped.text == LETTERS[1:stopped.done.eval_count + 1]
+    assert stopped.text == LETTERS[1 : stopped.done.eval_count + 1]
     assert stopped.done.eval_count < 16
     assert loop.text == "A" * 100 and loop.done is not None
     assert (loop.done.reason, loop.done.eval_count) == ("length", 100)
@@ -62,12 +67,20 @@ def test_cells_after_a_shift_are_not_reused_by_the_next_prompt(tiny_attn: Path) 
         (slot,) = [s for s in e.slots if s.cache]
         tokens = list(slot.cache)
         assert len(tokens) > 8
-        again = run(e, CompletionRequest(id="again", prompt=tokens, sampling=GREEDY_P,
-                                         logprobs=1, num_predict=3))["again"]
+        again = run(
+            e,
+            CompletionRequest(
+                id="again", prompt=tokens, sampling=GREEDY_P, logprobs=1, num_predict=3
+            ),
+        )["again"]
     assert again.done is not None and again.done.cached_tokens <= 4
     with Engine([str(tiny_attn)], opts(n_ctx=16)) as fresh:
-        cold = run(fresh, CompletionRequest(id="again", prompt=tokens, sampling=GREEDY_P,
-                                            logprobs=1, num_predict=3))["again"]
+        cold = run(
+            fresh,
+            CompletionRequest(
+                id="again", prompt=tokens, sampling=GREEDY_P, logprobs=1, num_predict=3
+            ),
+        )["again"]
     assert again.text == cold.text
     for x, y in zip(again.pieces, cold.pieces, strict=True):
         assert abs((x.logprob or 0) - (y.logprob or 0)) < 1e-5

@@ -37,9 +37,13 @@ CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</
 def req(mode: str, prompt: str, **kw: object) -> CompletionRequest:
     kw.setdefault("sampling", GREEDY)
     kw.setdefault("num_predict", 40)
-    return CompletionRequest(id=mode, prompt=prompt, draft_tokens=0 if mode == "off" else 16,
-                             draft_mode="ngram" if mode == "off" else mode,  # type: ignore[arg-type]
-                             **kw)  # type: ignore[arg-type]
+    return CompletionRequest(
+        id=mode,
+        prompt=prompt,
+        draft_tokens=0 if mode == "off" else 16,
+        draft_mode="ngram" if mode == "off" else mode,  # type: ignore[arg-type]
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def fresh(e: Engine) -> None:
@@ -67,8 +71,7 @@ def same_output(runs: dict[str, Result]) -> None:
 
 
 @pytest.mark.parametrize("model", ["tiny", "tiny_attn"])
-def test_the_default_changes_no_greedy_output(model: str, request: pytest.FixtureRequest
-                                               ) -> None:
+def test_the_default_changes_no_greedy_output(model: str, request: pytest.FixtureRequest) -> None:
     path: Path = request.getfixturevalue(model)
     with Engine([str(path)], opts(n_ctx=256)) as e:
         for prompt in PROMPTS:
@@ -77,8 +80,10 @@ def test_the_default_changes_no_greedy_output(model: str, request: pytest.Fixtur
             assert runs["off"].text == expected_greedy(prompt, 40)
             first = {m: r.pieces[0] for m, r in runs.items()}
             # The first token comes from the prompt's own logits: the same bits.
-            assert len({(p.token, p.logprob, tuple(p.top_logprobs or ())) for p in
-                        first.values()}) == 1, prompt
+            assert (
+                len({(p.token, p.logprob, tuple(p.top_logprobs or ())) for p in first.values()})
+                == 1
+            ), prompt
             for mode in ("auto", "ngram"):
                 for x, y in zip(runs[mode].pieces, runs["off"].pieces, strict=True):
                     assert abs((x.logprob or 0) - (y.logprob or 0)) < 1e-4
@@ -123,8 +128,9 @@ def test_the_prompt_is_cut_the_same_while_another_slot_speculates(tiny_attn: Pat
     c_off, r_off = prompt_beside(tiny_attn, "off", prompt)
     c_on, r_on = prompt_beside(tiny_attn, "ngram", prompt)
     assert c_on == c_off and len(c_off) > 2 and sum(c_off) == len(prompt) + 1
-    assert [(p.token, p.logprob) for p in r_on.pieces] == [(p.token, p.logprob)
-                                                            for p in r_off.pieces]
+    assert [(p.token, p.logprob) for p in r_on.pieces] == [
+        (p.token, p.logprob) for p in r_off.pieces
+    ]
 
 
 def test_auto_drafts_where_the_text_offers_matches(tiny: Path) -> None:

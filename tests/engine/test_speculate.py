@@ -30,15 +30,21 @@ def req(id: str, prompt: str, draft: int, **kw: object) -> CompletionRequest:
 def both(engine: Engine, *reqs: CompletionRequest) -> tuple[dict[str, Result], dict[str, Result]]:
     """The requests with speculation as given, then all with it off."""
     spec = run(engine, *reqs)
-    plain = run(engine, *[CompletionRequest(**{**r.__dict__, "id": r.id + "-plain",
-                                               "draft_tokens": 0}) for r in reqs])
+    plain = run(
+        engine,
+        *[
+            CompletionRequest(**{**r.__dict__, "id": r.id + "-plain", "draft_tokens": 0})
+            for r in reqs
+        ],
+    )
     return spec, {k.removesuffix("-plain"): v for k, v in plain.items()}
 
 
 def test_greedy_text_is_unchanged_and_drafts_are_accepted(tiny: Path) -> None:
     with Engine([str(tiny)], opts(n_ctx=256)) as e:
-        spec, plain = both(e, req("copy", COPY_PROMPT, 8), req("loop", LOOP_PROMPT, 4,
-                                                                num_predict=40))
+        spec, plain = both(
+            e, req("copy", COPY_PROMPT, 8), req("loop", LOOP_PROMPT, 4, num_predict=40)
+        )
     for rid in ("copy", "loop"):
         s, p = spec[rid], plain[rid]
         assert s.text == p.text and s.done is not None and p.done is not None
@@ -57,16 +63,24 @@ def test_sampled_text_is_unchanged(tiny_attn: Path) -> None:
     # Same seed, same sampler calls in the same order: speculation must not move the RNG.
     hot = SamplingParams(temperature=1.5, top_k=0, top_p=1.0, seed=7)
     with Engine([str(tiny_attn)], opts(n_ctx=256, n_parallel=2)) as e:
-        spec, plain = both(e, req("s1", COPY_PROMPT, 6, sampling=hot, num_predict=30),
-                           req("s2", "zyxwvu.zyx", 6, sampling=hot, num_predict=30))
+        spec, plain = both(
+            e,
+            req("s1", COPY_PROMPT, 6, sampling=hot, num_predict=30),
+            req("s2", "zyxwvu.zyx", 6, sampling=hot, num_predict=30),
+        )
     for rid in ("s1", "s2"):
         assert spec[rid].text == plain[rid].text
 
 
 def test_next_to_other_slots_and_the_cache_stays_exact(tiny: Path) -> None:
     with Engine([str(tiny)], opts(n_ctx=256, n_parallel=4)) as e:
-        spec, plain = both(e, req("a", COPY_PROMPT, 8), req("b", "hello", 0),
-                           req("c", LOOP_PROMPT, 8, num_predict=25), req("d", "0", 3))
+        spec, plain = both(
+            e,
+            req("a", COPY_PROMPT, 8),
+            req("b", "hello", 0),
+            req("c", LOOP_PROMPT, 8, num_predict=25),
+            req("d", "0", 3),
+        )
         assert {k: v.text for k, v in spec.items()} == {k: v.text for k, v in plain.items()}
         # The slot's cells are prompt + output, no rejected draft beyond (an accepted
         # draft of the last token may stay: its cell is right): a follow-up that
@@ -81,8 +95,9 @@ def test_next_to_other_slots_and_the_cache_stays_exact(tiny: Path) -> None:
 
 def test_num_predict_and_stop_strings_cut_inside_a_draft(tiny: Path) -> None:
     with Engine([str(tiny)], opts(n_ctx=256)) as e:
-        spec, plain = both(e, req("n", COPY_PROMPT, 8, num_predict=3),
-                           req("s", COPY_PROMPT, 8, stop=["hij"]))
+        spec, plain = both(
+            e, req("n", COPY_PROMPT, 8, num_predict=3), req("s", COPY_PROMPT, 8, stop=["hij"])
+        )
     assert spec["n"].text == plain["n"].text == "efg"
     assert spec["s"].text == plain["s"].text == "efg"
     assert spec["s"].done is not None and spec["s"].done.stop == "hij"

@@ -20,12 +20,15 @@ G = SamplingParams(temperature=0.0)
 LONG = "." * 200 + "x"
 
 
-def run_beside_a_decode(budget: int, tiny: Path, ms: float = 0.0
-                        ) -> tuple[list[int], list[bool], dict[str, str]]:
+def run_beside_a_decode(
+    budget: int, tiny: Path, ms: float = 0.0
+) -> tuple[list[int], list[bool], dict[str, str]]:
     """Per step until the long prompt's first token: the batch size, and whether the
     generating slot got its token; then both requests' whole texts."""
-    with Engine([str(tiny)], opts(n_ctx=512, n_parallel=2, n_batch=256, n_ubatch=256,
-                                  step_tokens=budget, step_ms=ms)) as e:
+    with Engine(
+        [str(tiny)],
+        opts(n_ctx=512, n_parallel=2, n_batch=256, n_ubatch=256, step_tokens=budget, step_ms=ms),
+    ) as e:
         e.submit(CompletionRequest("loop", LOOP_PROMPT, sampling=G, num_predict=40))
         e.step()  # the loop is generating
         e.submit(CompletionRequest("long", LONG, sampling=G))

@@ -32,7 +32,9 @@ def script(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_script_model(
         tmp_path_factory.mktemp("think"),
         {TAIL: f"<think>{REASON}</think>{ANSWER}", OPENED: f"{REASON}</think>{ANSWER}"},
-        control=TAGS, eos="<|im_end|>")
+        control=TAGS,
+        eos="<|im_end|>",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -41,12 +43,21 @@ def engine(script: Path) -> Iterator[Engine]:
         yield e
 
 
-def ask(budget: int, *, prompt: str | list[int] = TAIL, message: str = "", rid: str = "r",
-        **kw: object) -> CompletionRequest:
-    req = CompletionRequest(id=rid, prompt=prompt, sampling=replace(GREEDY), markers=TAGS,
-                            think_budget=budget, think_open="<think>", think_end="</think>",
-                            think_close="</think>", think_message=message,
-                            think_opened=prompt == OPENED)
+def ask(
+    budget: int, *, prompt: str | list[int] = TAIL, message: str = "", rid: str = "r", **kw: object
+) -> CompletionRequest:
+    req = CompletionRequest(
+        id=rid,
+        prompt=prompt,
+        sampling=replace(GREEDY),
+        markers=TAGS,
+        think_budget=budget,
+        think_open="<think>",
+        think_end="</think>",
+        think_close="</think>",
+        think_message=message,
+        think_opened=prompt == OPENED,
+    )
     for k, v in kw.items():
         setattr(req, k, v)
     return req
@@ -58,13 +69,12 @@ def reasoning_tokens(e: Engine, prompt: str = TAIL) -> list[str]:
     texts = [e.model.piece(p.token, special=True).decode() for p in r.pieces]
     texts = texts[1:] if texts[0] == "<think>" else texts
     if "</think>" not in texts:  # text where the other script had the control token first
-        return texts[:len(texts) // 2]
-    return texts[:texts.index("</think>")]
+        return texts[: len(texts) // 2]
+    return texts[: texts.index("</think>")]
 
 
 def test_no_budget_is_the_reply_as_today(engine: Engine) -> None:
-    plain = run_one(engine, CompletionRequest(id="p", prompt=TAIL, sampling=GREEDY,
-                                              markers=TAGS))
+    plain = run_one(engine, CompletionRequest(id="p", prompt=TAIL, sampling=GREEDY, markers=TAGS))
     budgeted = run_one(engine, ask(-1))
     assert plain.text == budgeted.text == f"<think>{REASON}</think>{ANSWER}"
     assert [p.token for p in plain.pieces] == [p.token for p in budgeted.pieces]
@@ -83,8 +93,9 @@ def test_budget_closes_the_block_then_the_model_answers(engine: Engine, n: int) 
     # Forced tokens are part of the reply: counted, and in the returned context.
     answer = run_one(engine, ask(-1)).done
     assert answer is not None and r.done.eval_count == answer.eval_count - (
-        len(reasoning_tokens(engine)) - n)
-    assert r.done.context[-r.done.eval_count:][:1] == answer.context[-answer.eval_count:][:1]
+        len(reasoning_tokens(engine)) - n
+    )
+    assert r.done.context[-r.done.eval_count :][:1] == answer.context[-answer.eval_count :][:1]
 
 
 def test_budget_zero_means_no_thinking(engine: Engine) -> None:
@@ -119,7 +130,7 @@ def test_no_room_means_no_forced_close(engine: Engine) -> None:
     assert r.done.eval_count == 4
     # Enough room for the marker and one token: closed, then cut by num_predict.
     r = run_one(engine, ask(2, num_predict=5))
-    assert r.text.endswith("</think>" + ANSWER[:len(r.text) - r.text.index("</think>") - 8])
+    assert r.text.endswith("</think>" + ANSWER[: len(r.text) - r.text.index("</think>") - 8])
     assert r.done is not None and r.done.reason == "length" and r.done.eval_count == 5
 
 
@@ -170,6 +181,7 @@ def test_the_forced_close_waits_for_room_in_a_full_batch(script: Path) -> None:
 
 
 # -- the counter alone ----------------------------------------------------------------
+
 
 def test_counter_waits_for_a_whole_utf8_character() -> None:
     b = ThinkBudget(1, b"<t>", b"</t>", [9], opened=True)

@@ -55,13 +55,13 @@ def test_a_slot_gets_what_fit_prompt_keeps(model: Model, seed: int) -> None:
         whole = model.tokenize_bytes(text.encode(), True, True)
         for n_ctx in (16, 64, 4096):
             for keep in (0, 4, 40):
-                tokens, fits = chunked.slot_tokens(model.tokenize_bytes, text, True, True,
-                                                   n_ctx, keep)
+                tokens, fits = chunked.slot_tokens(
+                    model.tokenize_bytes, text, True, True, n_ctx, keep
+                )
                 assert fits == (len(whole) < n_ctx)
                 assert fit_prompt(tokens, n_ctx, keep) == fit_prompt(whole, n_ctx, keep)
-            tokens, fits = chunked.slot_tokens(model.tokenize_bytes, text, True, True,
-                                               n_ctx, None)
-            assert tokens == whole if fits else tokens == whole[:len(tokens)]
+            tokens, fits = chunked.slot_tokens(model.tokenize_bytes, text, True, True, n_ctx, None)
+            assert tokens == whole if fits else tokens == whole[: len(tokens)]
 
 
 def test_a_text_far_over_the_context_is_read_only_as_far_as_needed(model: Model) -> None:

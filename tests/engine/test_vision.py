@@ -52,12 +52,10 @@ def huge_header() -> bytes:
 
 
 def req(id: str, prompt: str, *images: bytes, **kw: object) -> CompletionRequest:
-    return CompletionRequest(id=id, prompt=prompt, images=list(images), sampling=GREEDY,
-                             **kw)  # type: ignore[arg-type]
+    return CompletionRequest(id=id, prompt=prompt, images=list(images), sampling=GREEDY, **kw)  # type: ignore[arg-type]
 
 
-def test_the_projector_loads_in_milliseconds_and_is_reported(tiny: Path,
-                                                             projector: Path) -> None:
+def test_the_projector_loads_in_milliseconds_and_is_reported(tiny: Path, projector: Path) -> None:
     t0 = time.perf_counter()
     with Engine([str(tiny)], opts(projector=str(projector))) as e:
         assert time.perf_counter() - t0 < 5  # model + context + projector together
@@ -105,8 +103,7 @@ def test_turn_two_about_the_same_image_reuses_it_without_encoding(vengine: Engin
     assert len(calls) == 1
 
 
-def test_a_prompt_ending_inside_a_cached_image_reevaluates_the_whole_image(
-        vengine: Engine) -> None:
+def test_a_prompt_ending_inside_a_cached_image_reevaluates_the_whole_image(vengine: Engine) -> None:
     img = png(32, 32, GREEN)
     run_one(vengine, req("1", MEDIA_MARKER, img))
     again = run_one(vengine, req("2", MEDIA_MARKER, img))
@@ -115,18 +112,24 @@ def test_a_prompt_ending_inside_a_cached_image_reevaluates_the_whole_image(
 
 
 def test_two_slots_with_images_decode_alongside_text(vengine: Engine) -> None:
-    out = run(vengine, req("r", MEDIA_MARKER, png(32, 32, RED)),
-              req("t", "hello"), req("g", MEDIA_MARKER, png(32, 32, GREEN)))
+    out = run(
+        vengine,
+        req("r", MEDIA_MARKER, png(32, 32, RED)),
+        req("t", "hello"),
+        req("g", MEDIA_MARKER, png(32, 32, GREEN)),
+    )
     assert out["r"].text == RED_GREEDY and out["g"].text == GREEN_GREEDY
     assert out["t"].text == expected_greedy("hello")
 
 
-def test_an_image_chunk_never_holds_other_slots_more_than_one_step(tiny: Path,
-                                                                   projector: Path) -> None:
+def test_an_image_chunk_never_holds_other_slots_more_than_one_step(
+    tiny: Path, projector: Path
+) -> None:
     # n_batch 2 < 4 image tokens: the image goes in two steps, and the text slot
     # decodes a token in each of them.
-    with Engine([str(tiny)], opts(n_parallel=2, n_batch=2, n_ubatch=2,
-                                  projector=str(projector))) as e:
+    with Engine(
+        [str(tiny)], opts(n_parallel=2, n_batch=2, n_ubatch=2, projector=str(projector))
+    ) as e:
         e.submit(req("t", "a", num_predict=30))
         out: dict = {}
         collect(e.step(), out)  # "t" prefilled and sampled its first token
@@ -140,15 +143,19 @@ def test_an_image_chunk_never_holds_other_slots_more_than_one_step(tiny: Path,
         assert out["r"].text == RED_GREEDY
 
 
-@pytest.mark.parametrize(("image", "words"), [
-    (b"not an image at all", "not a PNG, JPEG, GIF or BMP"),
-    (png(32, 32)[:40], "could not be decoded"),  # truncated after the header
-    (png(32, 32)[:30] + b"\x00" * 200, "could not be decoded"),  # corrupt body
-    (huge_header(), "20000x20000 pixels"),  # refused from the header alone
-    (b"RIFF\x00\x00\x00\x00WEBPVP8X" + b"\x00" * 14, "WEBP images are not supported"),
-])
-def test_bad_images_fail_alone_and_the_engine_keeps_serving(vengine: Engine, image: bytes,
-                                                            words: str) -> None:
+@pytest.mark.parametrize(
+    ("image", "words"),
+    [
+        (b"not an image at all", "not a PNG, JPEG, GIF or BMP"),
+        (png(32, 32)[:40], "could not be decoded"),  # truncated after the header
+        (png(32, 32)[:30] + b"\x00" * 200, "could not be decoded"),  # corrupt body
+        (huge_header(), "20000x20000 pixels"),  # refused from the header alone
+        (b"RIFF\x00\x00\x00\x00WEBPVP8X" + b"\x00" * 14, "WEBP images are not supported"),
+    ],
+)
+def test_bad_images_fail_alone_and_the_engine_keeps_serving(
+    vengine: Engine, image: bytes, words: str
+) -> None:
     r = run_one(vengine, req("bad", MEDIA_MARKER, image))
     assert r.failed is not None and r.failed.status == 400
     assert words in r.failed.message
@@ -180,11 +187,19 @@ def test_headers_give_format_and_size() -> None:
     assert probe(png(7, 9)) == probe(png(7, 9))
     info = check_image(png(7, 9))
     assert (info.format, info.width, info.height) == ("png", 7, 9)
-    jpeg = (b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00"
-            b"\xff\xc0\x00\x11\x08\x00\x30\x00\x40\x03\x01\x22\x00\x02\x11\x01\x03\x11\x01")
+    jpeg = (
+        b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00"
+        b"\xff\xc0\x00\x11\x08\x00\x30\x00\x40\x03\x01\x22\x00\x02\x11\x01\x03\x11\x01"
+    )
     assert (probe(jpeg).width, probe(jpeg).height) == (64, 48)
     gif = b"GIF89a\x05\x00\x06\x00" + b"\x00" * 4
     assert (probe(gif).width, probe(gif).height) == (5, 6)
-    bmp = b"BM" + b"\x00" * 12 + (40).to_bytes(4, "little") + (3).to_bytes(4, "little") \
-        + (-4).to_bytes(4, "little", signed=True) + b"\x00" * 8
+    bmp = (
+        b"BM"
+        + b"\x00" * 12
+        + (40).to_bytes(4, "little")
+        + (3).to_bytes(4, "little")
+        + (-4).to_bytes(4, "little", signed=True)
+        + b"\x00" * 8
+    )
     assert (probe(bmp).width, probe(bmp).height) == (3, 4)

@@ -38,8 +38,11 @@ VISION_END = len("<|vision_end|>")
 @pytest.fixture(scope="session")
 def qwen_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     d = tmp_path_factory.mktemp("qwen2vl")
-    return (make_qwen_model(d), make_qwen_model(d, attention=True, name="attn.gguf"),
-            make_qwen_projector(d))
+    return (
+        make_qwen_model(d),
+        make_qwen_model(d, attention=True, name="attn.gguf"),
+        make_qwen_projector(d),
+    )
 
 
 @pytest.fixture(scope="session")
@@ -48,8 +51,13 @@ def qwen3_attn(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_qwen_model(tmp_path_factory.mktemp("qwen3vl"), attention=True, arch="qwen3vl")
 
 
-def engine_for(files: tuple[Path, Path, Path], *, attention: bool = False,
-               model: Path | None = None, **kw: object) -> Engine:
+def engine_for(
+    files: tuple[Path, Path, Path],
+    *,
+    attention: bool = False,
+    model: Path | None = None,
+    **kw: object,
+) -> Engine:
     plain, attn, proj = files
     base: dict[str, object] = {"n_parallel": 2, "projector": str(proj)}
     base.update(kw)
@@ -63,8 +71,7 @@ def qengine(qwen_files: tuple[Path, Path, Path]) -> Iterator[Engine]:
 
 
 def req(id: str, prompt: str, *images: bytes, **kw: object) -> CompletionRequest:
-    return CompletionRequest(id=id, prompt=prompt, images=list(images), sampling=GREEDY,
-                             **kw)  # type: ignore[arg-type]
+    return CompletionRequest(id=id, prompt=prompt, images=list(images), sampling=GREEDY, **kw)  # type: ignore[arg-type]
 
 
 def image_prompt(before: str, n_image: int, after: str) -> int:
@@ -77,11 +84,11 @@ def reference(ref: Engine, prompt: str, *images: bytes) -> list[tuple[str, float
     proj = ref.projector
     assert proj is not None
     ref.ctx.seq_rm(0, -1, -1)
-    _, media = proj.tokenize(prompt.replace(MEDIA_MARKER, proj.marker), list(images), True,
-                             True)
+    _, media = proj.tokenize(prompt.replace(MEDIA_MARKER, proj.marker), list(images), True, True)
     n_past = proj.ffi.new("int32_t *", 0)
-    rc = proj.lib.ll_mtmd_eval_chunks(proj.handle, ref.ctx.handle, media.chunks.handle, 0, 64,
-                                      n_past)
+    rc = proj.lib.ll_mtmd_eval_chunks(
+        proj.handle, ref.ctx.handle, media.chunks.handle, 0, 64, n_past
+    )
     assert rc == 0
     _, top = ref.ctx.top_logprobs(-1, -1, 5)
     return [(ref.model.token_text(t), lp) for t, lp in top]
@@ -131,7 +138,8 @@ def test_positions_advance_by_the_images_n_pos_not_its_tokens(qengine: Engine) -
 
 @pytest.mark.parametrize("arch", ["qwen2vl", "qwen3vl"])
 def test_text_and_image_positions_match_libmtmds_own_evaluation(
-        qwen_files: tuple[Path, Path, Path], qwen3_attn: Path, arch: str) -> None:
+    qwen_files: tuple[Path, Path, Path], qwen3_attn: Path, arch: str
+) -> None:
     img = noise_png(48, 32)  # tokens that differ: their grid positions matter
     prompt = f"ab{MEDIA_MARKER}cd"
     model = qwen3_attn if arch == "qwen3vl" else qwen_files[1]
@@ -150,8 +158,7 @@ def test_text_and_image_positions_match_libmtmds_own_evaluation(
             assert_close(first_pieces(e, "t", "hello")[0].top_logprobs, want_text)
 
 
-def test_turn_two_reuses_the_image_and_keeps_positions(qwen_files: tuple[Path, Path, Path]
-                                                       ) -> None:
+def test_turn_two_reuses_the_image_and_keeps_positions(qwen_files: tuple[Path, Path, Path]) -> None:
     img = png(32, 32, RED)
     n_img = tokens_for(32, 32)[0]
     with engine_for(qwen_files, attention=True, n_parallel=1) as ref:
@@ -171,8 +178,9 @@ def test_turn_two_reuses_the_image_and_keeps_positions(qwen_files: tuple[Path, P
         assert calls == []
         assert_close(second.pieces[0].top_logprobs, want2)
         # Another image at the same place: cut back to its start, encoded, same positions.
-        third = run_one(e, req("3", f"ab{MEDIA_MARKER}cdef", png(32, 32, GREEN), num_predict=1,
-                               logprobs=5))
+        third = run_one(
+            e, req("3", f"ab{MEDIA_MARKER}cdef", png(32, 32, GREEN), num_predict=1, logprobs=5)
+        )
         assert third.done is not None and third.done.cached_tokens == 1 + 2 + VISION_START
         assert len(calls) == 1
         assert_close(third.pieces[0].top_logprobs, want3)
@@ -180,21 +188,29 @@ def test_turn_two_reuses_the_image_and_keeps_positions(qwen_files: tuple[Path, P
 
 def test_slots_with_images_and_text_share_batches(qwen_files: tuple[Path, Path, Path]) -> None:
     with engine_for(qwen_files, n_parallel=3, n_batch=16, n_ubatch=16) as e:
-        out = run(e, req("r", MEDIA_MARKER, png(32, 32, RED)), req("t", "hello"),
-                  req("g", f"x{MEDIA_MARKER}", png(48, 32, GREEN)))
+        out = run(
+            e,
+            req("r", MEDIA_MARKER, png(32, 32, RED)),
+            req("t", "hello"),
+            req("g", f"x{MEDIA_MARKER}", png(48, 32, GREEN)),
+        )
         assert (out["r"].text, out["g"].text) == (RED_GREEDY, GREEN_GREEDY)
         assert out["t"].text == expected_greedy("hello")
 
 
 def test_a_request_cancelled_inside_an_image_leaves_a_reusable_slot(
-        qwen_files: tuple[Path, Path, Path]) -> None:
+    qwen_files: tuple[Path, Path, Path],
+) -> None:
     img = png(48, 32, GREEN)  # 24 tokens: three steps of 8
     with engine_for(qwen_files, n_parallel=1, n_batch=8, n_ubatch=8) as e:
         e.submit(req("c", MEDIA_MARKER, img))
         out: dict = {}
         s = e.slots[0]
-        while s.active is None or s.active.media.span_at(s.active.n_past) is None \
-                or s.active.n_past == s.active.media.spans[0].start:
+        while (
+            s.active is None
+            or s.active.media.span_at(s.active.n_past) is None
+            or s.active.n_past == s.active.media.spans[0].start
+        ):
             collect(e.step(), out)  # until part of the image is in the cache
         e.cancel("c")
         while e.has_work():
@@ -228,7 +244,8 @@ def test_a_cut_inside_an_image_moves_back_to_its_start() -> None:
 
 
 def test_the_projector_follows_the_text_models_positions(
-        tiny: Path, qwen_files: tuple[Path, Path, Path]) -> None:
+    tiny: Path, qwen_files: tuple[Path, Path, Path]
+) -> None:
     # libmtmd takes M-RoPE from the text model, so the Qwen projector on a plain llama
     # model places images one position per token, and the engine decodes them so.
     with Engine([str(tiny)], opts(projector=str(qwen_files[2]))) as e:

@@ -26,9 +26,18 @@ pytestmark = pytest.mark.gpu
 
 
 def generate(d: Daemon, prompt: str, n: int = 12, **options: object) -> dict[str, object]:
-    r = httpx.post(d.url + "/api/generate", timeout=120, trust_env=False, json={
-        "model": "tiny", "prompt": prompt, "stream": False, "raw": True,
-        "options": {"temperature": 0, "num_predict": n, **options}})
+    r = httpx.post(
+        d.url + "/api/generate",
+        timeout=120,
+        trust_env=False,
+        json={
+            "model": "tiny",
+            "prompt": prompt,
+            "stream": False,
+            "raw": True,
+            "options": {"temperature": 0, "num_predict": n, **options},
+        },
+    )
     assert r.status_code == 200, r.text
     return dict(r.json())
 
@@ -52,8 +61,9 @@ def env(rpc_backends: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def one_worker(env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-               ) -> Iterator[tuple[Daemon, Worker]]:
+def one_worker(
+    env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Daemon, Worker]]:
     with start_worker(env, tmp_path) as w:
         monkeypatch.setenv("LOCALLLM_RPC_WORKERS", w.endpoint)
         monkeypatch.setenv("LOCALLLM_CONTEXT_LENGTH", "256")
@@ -64,7 +74,8 @@ def one_worker(env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 
 def test_model_offloads_to_the_worker_and_unloading_frees_its_memory(
-        one_worker: tuple[Daemon, Worker]) -> None:
+    one_worker: tuple[Daemon, Worker],
+) -> None:
     d, w = one_worker
     before = rss(w.proc.pid)
     out = generate(d, "abc")
@@ -91,8 +102,9 @@ def test_model_offloads_to_the_worker_and_unloading_frees_its_memory(
     assert generate(d, "xyz", 3)["response"] == expected_greedy("xyz", 3)
 
 
-def test_two_workers_and_the_cpu_share_a_model(env: Path, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_workers_and_the_cpu_share_a_model(
+    env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with start_worker(env, tmp_path) as a, start_worker(env, tmp_path) as b:
         monkeypatch.setenv("LOCALLLM_RPC_WORKERS", f"{a.endpoint},{b.endpoint}")
         monkeypatch.setenv("LOCALLLM_SCHED_SPREAD", "1")
@@ -110,10 +122,23 @@ def test_two_workers_and_the_cpu_share_a_model(env: Path, tmp_path: Path,
             assert a.endpoint in row and b.endpoint in row and "% CPU" in row
 
             # b dies mid-stream: the stream ends with an error naming it, within 10 s.
-            with httpx.stream("POST", d.url + "/api/generate", timeout=60, trust_env=False,
-                              json={"model": "tiny", "prompt": "A", "raw": True, "options": {
-                                  "temperature": 0, "num_predict": 30000, "num_gpu": 5,
-                                  "num_ctx": 32768}}) as r:
+            with httpx.stream(
+                "POST",
+                d.url + "/api/generate",
+                timeout=60,
+                trust_env=False,
+                json={
+                    "model": "tiny",
+                    "prompt": "A",
+                    "raw": True,
+                    "options": {
+                        "temperature": 0,
+                        "num_predict": 30000,
+                        "num_gpu": 5,
+                        "num_ctx": 32768,
+                    },
+                },
+            ) as r:
                 lines = r.iter_lines()
                 first = json.loads(next(lines))
                 assert first.get("response") == "A"
@@ -129,8 +154,10 @@ def test_two_workers_and_the_cpu_share_a_model(env: Path, tmp_path: Path,
             assert b.endpoint in str(last["error"]), last
             assert waited < 10
             # How it ended and why, in one line; the backtrace stays in the daemon's log.
-            assert last["error"] == (f"tiny:latest: model runner exited unexpectedly "
-                                     f"(signal 6, SIGABRT): lost RPC worker {b.endpoint}"), last
+            assert last["error"] == (
+                f"tiny:latest: model runner exited unexpectedly "
+                f"(signal 6, SIGABRT): lost RPC worker {b.endpoint}"
+            ), last
 
             # The daemon keeps serving; the next load plans without the dead worker.
             assert httpx.get(d.url + "/health", trust_env=False).status_code == 200
@@ -144,7 +171,8 @@ def test_two_workers_and_the_cpu_share_a_model(env: Path, tmp_path: Path,
 
 
 def test_a_worker_that_is_down_is_named_and_the_model_loads_locally(
-        env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from tests.support.rpcworker import free_port
 
     dead = f"127.0.0.1:{free_port()}"
@@ -158,6 +186,13 @@ def test_a_worker_that_is_down_is_named_and_the_model_loads_locally(
         assert f"RPC worker {dead} is not usable" in log
         doctor = d.cli("doctor", "--json")
         workers = json.loads(doctor.stdout)["workers"]
-        assert workers == [{"endpoint": dead, "state": "down", "version": "",
-                            "error": workers[0]["error"], "devices": []}]
+        assert workers == [
+            {
+                "endpoint": dead,
+                "state": "down",
+                "version": "",
+                "error": workers[0]["error"],
+                "devices": [],
+            }
+        ]
         assert "cannot connect" in workers[0]["error"]

@@ -17,15 +17,18 @@ from tests.support.gbnf import accepts, parse_grammar
 
 
 def test_golden_simple_object() -> None:
-    g = schema_to_grammar({"type": "object",
-                           "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},
-                           "required": ["name"]})
+    g = schema_to_grammar(
+        {
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},
+            "required": ["name"],
+        }
+    )
     lines = g.splitlines()
     assert lines[0] == "root ::= root-value"
     assert 'root-value-name-kv ::= "\\"name\\"" ws ":" ws string ws' in lines
     assert 'root-value-n-kv ::= "\\"n\\"" ws ":" ws integer ws' in lines
-    assert ('root-value ::= "{" ws root-value-name-kv ("," ws root-value-n-kv)? "}"'
-            in lines)
+    assert 'root-value ::= "{" ws root-value-name-kv ("," ws root-value-n-kv)? "}"' in lines
     assert 'ws ::= (" " | "\\n" [ \\t]{0,16})?' in lines
 
 
@@ -36,8 +39,10 @@ def test_golden_enum_and_const() -> None:
 
 def test_golden_primitives() -> None:
     assert schema_to_grammar({"type": "boolean"}).splitlines()[0] == "root ::= boolean"
-    assert schema_to_grammar({"type": ["string", "null"]}).splitlines()[0] == \
-        "root ::= (string | null)"
+    assert (
+        schema_to_grammar({"type": ["string", "null"]}).splitlines()[0]
+        == "root ::= (string | null)"
+    )
 
 
 def test_json_mode_is_object_at_root() -> None:
@@ -70,40 +75,77 @@ def test_whitespace_is_bounded() -> None:
 # -- random documents -----------------------------------------------------------------------
 
 SCHEMAS: list[dict[str, Any]] = [
-    {"type": "object",
-     "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 8},
-                    "age": {"type": "integer"},
-                    "score": {"type": "number"},
-                    "ok": {"type": "boolean"},
-                    "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
-                    "kind": {"enum": ["cat", "dog"]},
-                    "nothing": {"type": "null"}},
-     "required": ["name", "kind"]},
-    {"type": "object",
-     "properties": {"a": {"type": "integer"}, "b": {"type": "integer"},
-                    "c": {"type": "integer"}}},
-    {"$defs": {"node": {"type": "object",
-                        "properties": {"value": {"type": "integer"},
-                                       "children": {"type": "array",
-                                                    "items": {"$ref": "#/$defs/node"}}},
-                        "required": ["value", "children"]}},
-     "$ref": "#/$defs/node"},
-    {"type": "array", "items": {"anyOf": [{"type": "integer"}, {"type": "string"},
-                                          {"type": "object",
-                                           "properties": {"x": {"type": "number"}},
-                                           "required": ["x"]}]},
-     "minItems": 2, "maxItems": 4},
-    {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"],
-     "additionalProperties": {"type": "boolean"}},
-    {"type": "object",
-     "properties": {"point": {"type": "object",
-                              "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
-                              "required": ["x", "y"]},
-                    "label": {"oneOf": [{"const": "origin"}, {"type": "null"}]},
-                    "v": {"type": ["integer", "string"]}},
-     "required": ["point", "label", "v"]},
-    {"definitions": {"s": {"type": "string", "maxLength": 3}},
-     "type": "object", "properties": {"s": {"$ref": "#/definitions/s"}}, "required": ["s"]},
+    {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "minLength": 1, "maxLength": 8},
+            "age": {"type": "integer"},
+            "score": {"type": "number"},
+            "ok": {"type": "boolean"},
+            "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+            "kind": {"enum": ["cat", "dog"]},
+            "nothing": {"type": "null"},
+        },
+        "required": ["name", "kind"],
+    },
+    {
+        "type": "object",
+        "properties": {
+            "a": {"type": "integer"},
+            "b": {"type": "integer"},
+            "c": {"type": "integer"},
+        },
+    },
+    {
+        "$defs": {
+            "node": {
+                "type": "object",
+                "properties": {
+                    "value": {"type": "integer"},
+                    "children": {"type": "array", "items": {"$ref": "#/$defs/node"}},
+                },
+                "required": ["value", "children"],
+            }
+        },
+        "$ref": "#/$defs/node",
+    },
+    {
+        "type": "array",
+        "items": {
+            "anyOf": [
+                {"type": "integer"},
+                {"type": "string"},
+                {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]},
+            ]
+        },
+        "minItems": 2,
+        "maxItems": 4,
+    },
+    {
+        "type": "object",
+        "properties": {"id": {"type": "integer"}},
+        "required": ["id"],
+        "additionalProperties": {"type": "boolean"},
+    },
+    {
+        "type": "object",
+        "properties": {
+            "point": {
+                "type": "object",
+                "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
+                "required": ["x", "y"],
+            },
+            "label": {"oneOf": [{"const": "origin"}, {"type": "null"}]},
+            "v": {"type": ["integer", "string"]},
+        },
+        "required": ["point", "label", "v"],
+    },
+    {
+        "definitions": {"s": {"type": "string", "maxLength": 3}},
+        "type": "object",
+        "properties": {"s": {"$ref": "#/definitions/s"}},
+        "required": ["s"],
+    },
 ]
 
 _CHARS = 'abcXYZ09 é中"\\\n\t/😀'
@@ -174,26 +216,29 @@ def test_random_valid_documents_are_accepted(index: int) -> None:
         assert accepts(grammar, text), text
 
 
-@pytest.mark.parametrize(("index", "bad"), [
-    (0, {"kind": "cat"}),                                   # missing required
-    (0, {"name": "", "kind": "cat"}),                       # minLength
-    (0, {"name": "abcdefghi", "kind": "cat"}),              # maxLength
-    (0, {"name": "a", "kind": "cow"}),                      # not in enum
-    (0, {"name": "a", "kind": "cat", "age": 1.5}),          # integer expected
-    (0, {"name": "a", "kind": "cat", "tags": ["a"] * 4}),   # maxItems
-    (0, {"name": "a", "kind": "cat", "extra": 1}),          # additionalProperties false
-    (0, {"kind": "cat", "name": "a"}),                      # properties in schema order
-    (1, {"a": 1, "a ": 2}),
-    (1, {"b": 1, "a": 2}),
-    (2, {"value": 1, "children": [{"value": 2}]}),          # recursion keeps required
-    (3, [1]),                                               # minItems
-    (3, [1, 2, 3, 4, 5]),                                   # maxItems
-    (3, [1, {"y": 1}]),
-    (4, {"id": 1, "x": "no"}),                              # additional must be boolean
-    (5, {"point": {"x": 1, "y": 2}, "label": "elsewhere", "v": 1}),
-    (5, {"point": {"x": 1, "y": 2}, "label": None, "v": True}),
-    (6, {"s": "long"}),
-])
+@pytest.mark.parametrize(
+    ("index", "bad"),
+    [
+        (0, {"kind": "cat"}),  # missing required
+        (0, {"name": "", "kind": "cat"}),  # minLength
+        (0, {"name": "abcdefghi", "kind": "cat"}),  # maxLength
+        (0, {"name": "a", "kind": "cow"}),  # not in enum
+        (0, {"name": "a", "kind": "cat", "age": 1.5}),  # integer expected
+        (0, {"name": "a", "kind": "cat", "tags": ["a"] * 4}),  # maxItems
+        (0, {"name": "a", "kind": "cat", "extra": 1}),  # additionalProperties false
+        (0, {"kind": "cat", "name": "a"}),  # properties in schema order
+        (1, {"a": 1, "a ": 2}),
+        (1, {"b": 1, "a": 2}),
+        (2, {"value": 1, "children": [{"value": 2}]}),  # recursion keeps required
+        (3, [1]),  # minItems
+        (3, [1, 2, 3, 4, 5]),  # maxItems
+        (3, [1, {"y": 1}]),
+        (4, {"id": 1, "x": "no"}),  # additional must be boolean
+        (5, {"point": {"x": 1, "y": 2}, "label": "elsewhere", "v": 1}),
+        (5, {"point": {"x": 1, "y": 2}, "label": None, "v": True}),
+        (6, {"s": "long"}),
+    ],
+)
 def test_invalid_documents_are_rejected(index: int, bad: Any) -> None:
     grammar = schema_to_grammar(SCHEMAS[index])
     assert not accepts(grammar, json.dumps(bad))
@@ -213,14 +258,26 @@ def test_object_without_properties_is_any_object() -> None:
     assert not accepts(g, "[1]")
 
 
-@pytest.mark.parametrize("schema", [
-    {"type": "strin"}, {"type": []}, {"enum": []}, {"anyOf": []}, {"not": {"type": "string"}},
-    {"$ref": "#/$defs/missing"}, {"$ref": "https://example.com/s.json"},
-    {"type": "array", "minItems": -1}, {"type": "array", "minItems": 3, "maxItems": 2},
-    {"type": "string", "maxLength": "5"}, {"type": "object", "properties": []},
-    {"type": "object", "required": "a"}, {"allOf": [{"type": "string"}, {"minLength": 1}]},
-    {"type": "array", "minItems": 100000}, False,
-])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "strin"},
+        {"type": []},
+        {"enum": []},
+        {"anyOf": []},
+        {"not": {"type": "string"}},
+        {"$ref": "#/$defs/missing"},
+        {"$ref": "https://example.com/s.json"},
+        {"type": "array", "minItems": -1},
+        {"type": "array", "minItems": 3, "maxItems": 2},
+        {"type": "string", "maxLength": "5"},
+        {"type": "object", "properties": []},
+        {"type": "object", "required": "a"},
+        {"allOf": [{"type": "string"}, {"minLength": 1}]},
+        {"type": "array", "minItems": 100000},
+        False,
+    ],
+)
 def test_unsupported_or_invalid_schemas(schema: Any) -> None:
     with pytest.raises(InvalidRequest, match="invalid format"):
         grammar_for_format(schema) if schema is False else schema_to_grammar(schema)

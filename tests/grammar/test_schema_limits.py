@@ -32,8 +32,11 @@ from tests.support.tinymodel import make_tiny_model
 
 def optional_object(n: int, length: int, required: tuple[int, ...] = ()) -> dict[str, Any]:
     names = [f"p{i:04d}" + "x" * (length - 5) for i in range(n)]
-    return {"type": "object", "properties": {k: {"type": "integer"} for k in names},
-            "required": [names[i] for i in required]}
+    return {
+        "type": "object",
+        "properties": {k: {"type": "integer"} for k in names},
+        "required": [names[i] for i in required],
+    }
 
 
 def doc(keys: list[str]) -> str:
@@ -80,9 +83,11 @@ def test_every_subset_in_order_and_nothing_else(seed: int) -> None:
     keys = [f"k{i}" for i in range(n)]
     required = {k for k in keys if rng.random() < 0.35}
     extra = seed % 2 == 1
-    schema: dict[str, Any] = {"type": "object",
-                              "properties": {k: {"type": "integer"} for k in keys},
-                              "required": sorted(required)}
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {k: {"type": "integer"} for k in keys},
+        "required": sorted(required),
+    }
     if extra:
         schema["additionalProperties"] = {"type": "integer"}
     grammar = schema_to_grammar(schema)
@@ -107,16 +112,21 @@ def test_the_limit_on_properties_is_a_400_that_names_it() -> None:
         schema_to_grammar({"properties": {"a": {}}, "required": ["a"] * (MAX_PROPERTIES + 1)})
 
 
-@pytest.mark.parametrize("schema", [
-    # Nested objects whose names add up past the byte limit.
-    {"type": "object", "properties": {
-        f"o{j}": optional_object(MAX_PROPERTIES, 1000) for j in range(5)}},
-    {"type": "object", "properties": {"x" * (MAX_GRAMMAR_BYTES + 1): {}}},
-    {"const": "x" * (MAX_GRAMMAR_BYTES + 1)},
-    {"enum": ["y" * 1000] * 5000},
-    {"anyOf": [{"enum": ["z" * 1000] * 2000}] * 4},
-    {"prefixItems": [{"const": "w" * 100_000}] * 50},
-])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        # Nested objects whose names add up past the byte limit.
+        {
+            "type": "object",
+            "properties": {f"o{j}": optional_object(MAX_PROPERTIES, 1000) for j in range(5)},
+        },
+        {"type": "object", "properties": {"x" * (MAX_GRAMMAR_BYTES + 1): {}}},
+        {"const": "x" * (MAX_GRAMMAR_BYTES + 1)},
+        {"enum": ["y" * 1000] * 5000},
+        {"anyOf": [{"enum": ["z" * 1000] * 2000}] * 4},
+        {"prefixItems": [{"const": "w" * 100_000}] * 50},
+    ],
+)
 def test_the_limit_on_grammar_bytes_is_a_quick_400(schema: dict[str, Any]) -> None:
     # CPU time, not the wall clock: on a loaded machine the wall clock says how busy the
     # others are. Building the whole grammar before measuring it took 12 s of CPU.
@@ -126,11 +136,14 @@ def test_the_limit_on_grammar_bytes_is_a_quick_400(schema: dict[str, Any]) -> No
     assert time.process_time() - start < 1.0
 
 
-@pytest.mark.parametrize("schema", [
-    {"anyOf": [{"type": "integer"}] * (MAX_SCHEMA_NODES + 1)},
-    {"enum": list(range(MAX_SCHEMA_NODES + 1))},
-    {"type": "string", **{f"x-{i}": i for i in range(MAX_SCHEMA_NODES + 1)}},
-])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"anyOf": [{"type": "integer"}] * (MAX_SCHEMA_NODES + 1)},
+        {"enum": list(range(MAX_SCHEMA_NODES + 1))},
+        {"type": "string", **{f"x-{i}": i for i in range(MAX_SCHEMA_NODES + 1)}},
+    ],
+)
 def test_the_limit_on_schema_nodes_is_a_quick_400(schema: dict[str, Any]) -> None:
     start = time.process_time()
     with pytest.raises(InvalidRequest, match=f"over {MAX_SCHEMA_NODES} nodes"):
@@ -139,8 +152,12 @@ def test_the_limit_on_schema_nodes_is_a_quick_400(schema: dict[str, Any]) -> Non
 
 
 def test_unknown_keywords_are_logged_once(caplog: pytest.LogCaptureFixture) -> None:
-    schema = {"type": "object", "properties": {
-        f"p{i}": {"type": "string", "pattern": "x", f"x-note-{i}": 1} for i in range(2000 // 2)}}
+    schema = {
+        "type": "object",
+        "properties": {
+            f"p{i}": {"type": "string", "pattern": "x", f"x-note-{i}": 1} for i in range(2000 // 2)
+        },
+    }
     with caplog.at_level(logging.WARNING, logger="localllm.grammar.json_schema"):
         schema_to_grammar(schema)
     records = [r for r in caplog.records if r.name == "localllm.grammar.json_schema"]
@@ -158,14 +175,19 @@ def nested(depth: int, wrap: Any) -> Any:
     return value
 
 
-@pytest.mark.parametrize("schema", [
-    nested(5000, lambda s: {"anyOf": [s, {"type": "null"}]}),
-    nested(5000, lambda s: {"type": "array", "items": s}),
-    nested(5000, lambda s: {"allOf": [s]}),
-    nested(5000, lambda s: {"properties": {"a": s}}),
-    {"$defs": {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(5000)} | {"d5000": {}},
-     "$ref": "#/$defs/d0"},
-])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        nested(5000, lambda s: {"anyOf": [s, {"type": "null"}]}),
+        nested(5000, lambda s: {"type": "array", "items": s}),
+        nested(5000, lambda s: {"allOf": [s]}),
+        nested(5000, lambda s: {"properties": {"a": s}}),
+        {
+            "$defs": {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(5000)} | {"d5000": {}},
+            "$ref": "#/$defs/d0",
+        },
+    ],
+)
 def test_deep_schemas_are_a_400(schema: Any) -> None:
     with pytest.raises(InvalidRequest, match=f"deeper than {MAX_DEPTH} levels"):
         schema_to_grammar(schema)
@@ -178,16 +200,30 @@ def test_deep_const_is_a_400_not_a_recursion_error() -> None:
         schema_to_grammar({"enum": [{"a": {1, 2}}]})
 
 
-@pytest.mark.parametrize("schema", [
-    {"$ref": "#"},
-    {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"anyOf": [{"$ref": "#/$defs/a"}]}},
-     "type": "object", "properties": {"x": {"$ref": "#/$defs/a"}}},
-    # The cycle closes through a $ref first resolved under an array, then reached bare.
-    {"$defs": {"y": {"anyOf": [{"type": "array", "items": {"$ref": "#/$defs/x"}},
-                               {"$ref": "#/$defs/x"}]},
-               "x": {"allOf": [{"$ref": "#/$defs/y"}]}},
-     "$ref": "#/$defs/y"},
-])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"$ref": "#"},
+        {
+            "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"anyOf": [{"$ref": "#/$defs/a"}]}},
+            "type": "object",
+            "properties": {"x": {"$ref": "#/$defs/a"}},
+        },
+        # The cycle closes through a $ref first resolved under an array, then reached bare.
+        {
+            "$defs": {
+                "y": {
+                    "anyOf": [
+                        {"type": "array", "items": {"$ref": "#/$defs/x"}},
+                        {"$ref": "#/$defs/x"},
+                    ]
+                },
+                "x": {"allOf": [{"$ref": "#/$defs/y"}]},
+            },
+            "$ref": "#/$defs/y",
+        },
+    ],
+)
 def test_a_ref_cycle_matching_nothing_is_a_400(schema: Any) -> None:
     # llama.cpp refuses left recursion: say so up front, naming the $ref.
     with pytest.raises(InvalidRequest, match=r"\$ref '#.*' refers back to itself"):
@@ -195,18 +231,30 @@ def test_a_ref_cycle_matching_nothing_is_a_400(schema: Any) -> None:
 
 
 def test_a_ref_cycle_through_an_object_is_fine() -> None:
-    schema = {"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/b"}, {"type": "null"}]},
-                        "b": {"type": "object", "properties": {"next": {"$ref": "#/$defs/a"}},
-                              "required": ["next"]}},
-              "$ref": "#/$defs/a"}
+    schema = {
+        "$defs": {
+            "a": {"anyOf": [{"$ref": "#/$defs/b"}, {"type": "null"}]},
+            "b": {
+                "type": "object",
+                "properties": {"next": {"$ref": "#/$defs/a"}},
+                "required": ["next"],
+            },
+        },
+        "$ref": "#/$defs/a",
+    }
     grammar = schema_to_grammar(schema)
     assert accepts(grammar, '{"next": {"next": null}}')
     assert not accepts(grammar, '{"next": {}}')
 
 
 def test_the_grammar_is_deterministic() -> None:
-    schema = {"type": "object", "properties": {
-        "a" * 50: optional_object(40, 60), "b": {"anyOf": [optional_object(30, 30)] * 3}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "a" * 50: optional_object(40, 60),
+            "b": {"anyOf": [optional_object(30, 30)] * 3},
+        },
+    }
     assert schema_to_grammar(schema) == schema_to_grammar(json.loads(json.dumps(schema)))
 
 
@@ -225,8 +273,9 @@ def test_tool_grammars_are_linear_and_bounded(template: str) -> None:
     assert len(large[0]) < 2.2 * len(small[0]) and len(large[0]) < 300 * 900
     start = time.process_time()
     with pytest.raises(InvalidRequest, match=f"would be over {MAX_GRAMMAR_BYTES} bytes"):
-        forced_tool_grammar([tool(f"f{i}", optional_object(MAX_PROPERTIES, 1000))
-                             for i in range(5)], template)
+        forced_tool_grammar(
+            [tool(f"f{i}", optional_object(MAX_PROPERTIES, 1000)) for i in range(5)], template
+        )
     assert time.process_time() - start < 1.0
 
 
@@ -241,8 +290,10 @@ def test_xml_required_entries_that_are_not_names_are_ignored() -> None:
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": [{}, "a"]}
     forced = forced_tool_grammar([tool("f", schema)], "<tool_call><function=<parameter=")
     assert forced is not None
-    assert accepts(forced[0], "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n"
-                              "</function>\n</tool_call>")
+    assert accepts(
+        forced[0],
+        "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>",
+    )
 
 
 # -- the real engine runs the linear grammar --------------------------------------------------
@@ -262,8 +313,11 @@ def generate(engine: Engine, grammar: str, seed: int) -> tuple[str, Done]:
 @pytest.mark.parametrize("seed", range(3))
 def test_engine_follows_a_many_member_grammar(engine: Engine, seed: int) -> None:
     names = [f"m{chr(97 + i // 26)}{chr(97 + i % 26)}" + "q" * 20 for i in range(120)]
-    schema = {"type": "object", "properties": {k: {"type": "boolean"} for k in names},
-              "required": [names[60]]}
+    schema = {
+        "type": "object",
+        "properties": {k: {"type": "boolean"} for k in names},
+        "required": [names[60]],
+    }
     grammar = schema_to_grammar(schema)
     text, done = generate(engine, grammar, seed)
     assert done.reason == "stop", text

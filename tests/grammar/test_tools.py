@@ -15,12 +15,19 @@ from tests.support.gbnf import accepts
 from tests.support.tool_grammar import TOOLS, WEATHER, walks_parse_back
 
 TEMPLATES = {
-    "hermes": "<tool_call>", "llama3": "<|python_tag|>", "mistral": "[TOOL_CALLS][ARGS]",
-    "mistral_nemo": "[TOOL_CALLS]", "gpt_oss": "<|channel|>",
-    "deepseek_r1": "<｜tool▁calls▁begin｜>```json", "deepseek_v3_1": "<｜tool▁calls▁begin｜>",
-    "kimi_k2": "<|tool_calls_section_begin|>", "granite": "<|tool_call|>",
-    "command_r7b": "<|START_ACTION|>", "functionary_v3_2": ">>>all",
-    "qwen3_coder": "<tool_call><function=<parameter=", "seed_oss": "<seed:tool_call>",
+    "hermes": "<tool_call>",
+    "llama3": "<|python_tag|>",
+    "mistral": "[TOOL_CALLS][ARGS]",
+    "mistral_nemo": "[TOOL_CALLS]",
+    "gpt_oss": "<|channel|>",
+    "deepseek_r1": "<｜tool▁calls▁begin｜>```json",
+    "deepseek_v3_1": "<｜tool▁calls▁begin｜>",
+    "kimi_k2": "<|tool_calls_section_begin|>",
+    "granite": "<|tool_call|>",
+    "command_r7b": "<|START_ACTION|>",
+    "functionary_v3_2": ">>>all",
+    "qwen3_coder": "<tool_call><function=<parameter=",
+    "seed_oss": "<seed:tool_call>",
     "glm_4_5": "<tool_call><arg_key>",
 }
 
@@ -37,8 +44,10 @@ def test_generated_calls_parse_back(fmt: str) -> None:
 def test_unknown_template_forces_hermes() -> None:
     forced = forced_tool_grammar([WEATHER], "{{ messages }}")
     assert forced is not None and forced[1] == "hermes"
-    assert accepts(forced[0], '<tool_call>\n{"name": "get_weather", "arguments": '
-                              '{"city": "tokyo"}}\n</tool_call>')
+    assert accepts(
+        forced[0],
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "tokyo"}}\n</tool_call>',
+    )
 
 
 def test_refused_schema_leaves_the_call_unforced() -> None:
@@ -49,8 +58,10 @@ def test_refused_schema_leaves_the_call_unforced() -> None:
 def test_a_block_the_prompt_opened_may_be_closed_first() -> None:
     forced = forced_tool_grammar([WEATHER], "<think></think><tool_call>")
     assert forced is not None
-    text = ('</think>\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "paris"}}'
-            "\n</tool_call>")
+    text = (
+        '</think>\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "paris"}}'
+        "\n</tool_call>"
+    )
     assert accepts(forced[0], text)
     parser = format_named(forced[1], "<think></think>").parser([WEATHER], None)
     got = parser.feed(text)

@@ -47,8 +47,20 @@ def test_x86_cpuinfo() -> None:
     model, physical, flags = parse_cpuinfo(X86)
     assert model == "Intel(R) Xeon(R) Platinum 8480+"
     assert physical == 2  # two hyperthreads share core 0
-    assert flags == ("amx_int8", "amx_tile", "avx", "avx2", "avx512bw", "avx512f", "f16c",
-                     "fma", "sse3", "sse4_1", "sse4_2", "ssse3")
+    assert flags == (
+        "amx_int8",
+        "amx_tile",
+        "avx",
+        "avx2",
+        "avx512bw",
+        "avx512f",
+        "f16c",
+        "fma",
+        "sse3",
+        "sse4_1",
+        "sse4_2",
+        "ssse3",
+    )
 
 
 def test_arm_features() -> None:
@@ -64,9 +76,11 @@ def test_meminfo() -> None:
 
 
 def test_vm_stat() -> None:
-    text = ("Mach Virtual Memory Statistics: (page size of 16384 bytes)\n"
-            "Pages free:                               10.\nPages active:  99.\n"
-            "Pages inactive:                           5.\nPages speculative: 1.\n")
+    text = (
+        "Mach Virtual Memory Statistics: (page size of 16384 bytes)\n"
+        "Pages free:                               10.\nPages active:  99.\n"
+        "Pages inactive:                           5.\nPages speculative: 1.\n"
+    )
     assert parse_vm_stat(text, 10**12) == 16 * 16384
 
 

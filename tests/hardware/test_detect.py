@@ -20,22 +20,40 @@ from localllm.hardware.probes import GPUProbe
 
 GiB = 1024**3
 CPU = CPUInfo("Test CPU", "x86_64", 8, 16, 64 * GiB, 40 * GiB, ("avx2", "fma"))
-CPU_DEV = {"name": "CPU", "description": "Test CPU", "type": "cpu", "free": 64 * GiB,
-           "total": 64 * GiB}
-CUDA_DEV = {"name": "CUDA0", "description": "NVIDIA GeForce RTX 4090", "type": "gpu",
-            "free": 23 * GiB, "total": 24 * GiB}
+CPU_DEV = {
+    "name": "CPU",
+    "description": "Test CPU",
+    "type": "cpu",
+    "free": 64 * GiB,
+    "total": 64 * GiB,
+}
+CUDA_DEV = {
+    "name": "CUDA0",
+    "description": "NVIDIA GeForce RTX 4090",
+    "type": "gpu",
+    "free": 23 * GiB,
+    "total": 24 * GiB,
+}
 NVIDIA = GPUProbe("nvidia", "NVIDIA GeForce RTX 4090", "550.54.14", 24 * GiB, 23 * GiB)
 
 
 def test_library_names() -> None:
-    assert [library_of(n) for n in ("CUDA0", "ROCm1", "Vulkan0", "Metal", "MTL0", "CPU",
-                                    "BLAS")] == ["CUDA", "ROCm", "Vulkan", "Metal", "Metal",
-                                                 "CPU", "BLAS"]
+    assert [
+        library_of(n) for n in ("CUDA0", "ROCm1", "Vulkan0", "Metal", "MTL0", "CPU", "BLAS")
+    ] == ["CUDA", "ROCm", "Vulkan", "Metal", "Metal", "CPU", "BLAS"]
 
 
 def test_native_devices_map_to_device() -> None:
-    hw = build_hardware({"ok": True, "devices": [CPU_DEV, CUDA_DEV], "system_info": "AVX2 = 1",
-                         "build_info": {"llama_cpp_python": "0.3.36"}}, CPU, [NVIDIA])
+    hw = build_hardware(
+        {
+            "ok": True,
+            "devices": [CPU_DEV, CUDA_DEV],
+            "system_info": "AVX2 = 1",
+            "build_info": {"llama_cpp_python": "0.3.36"},
+        },
+        CPU,
+        [NVIDIA],
+    )
     assert hw.native_ok and hw.native_error == "" and hw.hints == ()
     cuda = hw.gpus[0]
     assert (cuda.name, cuda.kind, cuda.library, cuda.free) == ("CUDA0", "gpu", "CUDA", 23 * GiB)
@@ -52,28 +70,49 @@ def test_gpu_present_without_its_plugin_names_the_one_build_command() -> None:
     assert "NVIDIA GPU found (NVIDIA GeForce RTX 4090, driver 550.54.14)" in hint
     assert "no NVIDIA CUDA plugin is loaded" in hint
     assert "'localllm backends build cuda'" in hint and "pip" not in hint
-    amd = build_hardware({"ok": True, "devices": [CPU_DEV]}, CPU,
-                         [GPUProbe("amd", "AMD Radeon RX 7900 XTX")])
+    amd = build_hardware(
+        {"ok": True, "devices": [CPU_DEV]}, CPU, [GPUProbe("amd", "AMD Radeon RX 7900 XTX")]
+    )
     assert "'localllm backends build rocm'" in amd.hints[0]
     assert "'localllm backends build vulkan'" in amd.hints[0]
-    apple = build_hardware({"ok": True, "devices": [CPU_DEV]}, CPU,
-                           [GPUProbe("apple", "Apple Silicon GPU")])
+    apple = build_hardware(
+        {"ok": True, "devices": [CPU_DEV]}, CPU, [GPUProbe("apple", "Apple Silicon GPU")]
+    )
     assert "no Metal" in apple.hints[0]
 
 
 def test_a_loaded_plugin_silences_the_hint_and_a_failed_one_is_reported() -> None:
-    cuda = {"name": "CUDA0", "description": "RTX 4090", "type": "gpu", "free": GiB,
-            "total": 2 * GiB}
+    cuda = {
+        "name": "CUDA0",
+        "description": "RTX 4090",
+        "type": "gpu",
+        "free": GiB,
+        "total": 2 * GiB,
+    }
     ok = build_hardware({"ok": True, "devices": [CPU_DEV, cuda]}, CPU, [NVIDIA])
     assert ok.hints == ()
     # Vulkan serves an NVIDIA card too: no CUDA hint then.
-    vk = build_hardware({"ok": True, "devices": [CPU_DEV, {**cuda, "name": "Vulkan0"}]},
-                        CPU, [NVIDIA])
+    vk = build_hardware(
+        {"ok": True, "devices": [CPU_DEV, {**cuda, "name": "Vulkan0"}]}, CPU, [NVIDIA]
+    )
     assert vk.hints == ()
-    failed = build_hardware({"ok": True, "devices": [CPU_DEV], "plugins": [
-        {"file": "libggml-cuda.so", "path": "/x/libggml-cuda.so", "loaded": False,
-         "backend": "", "error": "libcudart.so.12: cannot open shared object file"}]},
-        CPU, [NVIDIA])
+    failed = build_hardware(
+        {
+            "ok": True,
+            "devices": [CPU_DEV],
+            "plugins": [
+                {
+                    "file": "libggml-cuda.so",
+                    "path": "/x/libggml-cuda.so",
+                    "loaded": False,
+                    "backend": "",
+                    "error": "libcudart.so.12: cannot open shared object file",
+                }
+            ],
+        },
+        CPU,
+        [NVIDIA],
+    )
     assert any("libggml-cuda.so did not load: libcudart.so.12" in h for h in failed.hints)
     assert any("localllm backends build cuda" in h for h in failed.hints)
 
@@ -81,13 +120,18 @@ def test_a_loaded_plugin_silences_the_hint_and_a_failed_one_is_reported() -> Non
 def test_rpc_workers_devices_join_the_device_list_as_gpus() -> None:
     from localllm.hardware.rpc import RemoteDevice, WorkerStatus
 
-    ready = WorkerStatus("10.0.0.2:50052", "ready", "7.0.0",
-                         (RemoteDevice("RPC[10.0.0.2:50052]", 5 * GiB, 8 * GiB),))
+    ready = WorkerStatus(
+        "10.0.0.2:50052", "ready", "7.0.0", (RemoteDevice("RPC[10.0.0.2:50052]", 5 * GiB, 8 * GiB),)
+    )
     down = WorkerStatus("10.0.0.3:50052", "down", error="cannot connect")
     hw = build_hardware({"ok": True, "devices": [CPU_DEV]}, CPU, [], (ready, down))
     (gpu,) = hw.gpus
-    assert (gpu.name, gpu.library, gpu.kind, gpu.free) == ("RPC[10.0.0.2:50052]", "RPC",
-                                                           "gpu", 5 * GiB)
+    assert (gpu.name, gpu.library, gpu.kind, gpu.free) == (
+        "RPC[10.0.0.2:50052]",
+        "RPC",
+        "gpu",
+        5 * GiB,
+    )
     assert hw.workers == (ready, down)
 
 
@@ -107,10 +151,13 @@ def test_probe_output_parsing() -> None:
     assert "status 3" in parse_probe_output(3, "garbage", "")["error"]
 
 
-@pytest.mark.parametrize(("code", "expect"), [
-    ("import time; time.sleep(10)", "timed out"),
-    ("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", "SIGSEGV"),
-])
+@pytest.mark.parametrize(
+    ("code", "expect"),
+    [
+        ("import time; time.sleep(10)", "timed out"),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", "SIGSEGV"),
+    ],
+)
 def test_probe_child_failures_do_not_raise(code: str, expect: str) -> None:
     answer = run_probe(timeout=2, argv=[sys.executable, "-c", code])
     assert answer["ok"] is False and expect in answer["error"]
@@ -127,7 +174,8 @@ def test_real_probe_child_answers() -> None:
 
 
 def test_probe_loads_plugins_reports_refusals_and_adds_workers(
-        rpc_backends: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rpc_backends: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The real probe child with the RPC plugin, a bogus "CUDA plugin" and a dead worker."""
     import shutil
 
@@ -168,7 +216,8 @@ def test_detect_caches_until_refresh(monkeypatch: pytest.MonkeyPatch, tmp_path: 
 
 
 def test_refresh_memory_rereads_ram_and_reprobes_only_with_gpus(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     answers = [{"ok": True, "devices": [CPU_DEV]}]
     calls: list[float] = []
 
@@ -191,10 +240,17 @@ def test_refresh_memory_rereads_ram_and_reprobes_only_with_gpus(
 
 def test_metal_is_reported_as_such_with_unified_memory() -> None:
     """No Mac here: the device ggml's Metal backend reports, as the probe passes it on."""
-    metal = {"name": "MTL0", "description": "Apple M3 Max", "type": "gpu", "free": 40 * GiB,
-             "total": 48 * GiB, "registry": "MTL"}
-    hw = build_hardware({"ok": True, "devices": [CPU_DEV, metal]}, CPU,
-                        [GPUProbe("apple", "Apple M3 Max")])
+    metal = {
+        "name": "MTL0",
+        "description": "Apple M3 Max",
+        "type": "gpu",
+        "free": 40 * GiB,
+        "total": 48 * GiB,
+        "registry": "MTL",
+    }
+    hw = build_hardware(
+        {"ok": True, "devices": [CPU_DEV, metal]}, CPU, [GPUProbe("apple", "Apple M3 Max")]
+    )
     (gpu,) = hw.gpus
     assert gpu.library == "Metal" and gpu.unified_memory and gpu.is_gpu
     assert hw.hints == ()  # Metal serves the Apple GPU: nothing to build

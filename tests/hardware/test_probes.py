@@ -13,20 +13,24 @@ from localllm.hardware.probes import (
     probe_nvidia,
 )
 
-NV_VERSION = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 01:44:30 UTC "
-              "2024\nGCC version:  gcc version 12.3.0\n")
+NV_VERSION = (
+    "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 01:44:30 UTC "
+    "2024\nGCC version:  gcc version 12.3.0\n"
+)
 
 
 def test_nvidia_driver_version() -> None:
     assert parse_nvidia_driver(NV_VERSION) == "550.54.14"
-    open_kernel = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  "
-                   "Release Build\n")
+    open_kernel = (
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build\n"
+    )
     assert parse_nvidia_driver(open_kernel) == "570.86.15"
 
 
 def test_nvidia_smi_csv() -> None:
-    gpus = parse_nvidia_smi("NVIDIA GeForce RTX 4090, 24564, 23010\nNVIDIA A100, 81920, [N/A]\n",
-                            "550.54.14")
+    gpus = parse_nvidia_smi(
+        "NVIDIA GeForce RTX 4090, 24564, 23010\nNVIDIA A100, 81920, [N/A]\n", "550.54.14"
+    )
     assert [g.name for g in gpus] == ["NVIDIA GeForce RTX 4090", "NVIDIA A100"]
     assert gpus[0].total == 24564 * MiB and gpus[0].free == 23010 * MiB
     assert gpus[1].free == 0 and gpus[0].driver == "550.54.14"

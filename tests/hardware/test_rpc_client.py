@@ -34,8 +34,9 @@ def test_ready_worker_reports_its_device_and_memory(rpc_backends: Path, tmp_path
         assert f"localllm worker on {w.endpoint}" in w.output()
 
 
-def test_a_worker_serving_another_client_is_busy_not_down(rpc_backends: Path,
-                                                          tmp_path: Path) -> None:
+def test_a_worker_serving_another_client_is_busy_not_down(
+    rpc_backends: Path, tmp_path: Path
+) -> None:
     with start_worker(rpc_backends, tmp_path) as w:
         host, port = split_endpoint(w.endpoint)
         with socket.create_connection((host, port)) as held:
@@ -92,8 +93,10 @@ def test_endpoint_of_device_names() -> None:
 
 # -- a whole query has one time limit --------------------------------------------------
 
-def _trickling_worker(reply: bytes, interval: float, stop_after: float
-                      ) -> tuple[str, threading.Thread, threading.Event]:
+
+def _trickling_worker(
+    reply: bytes, interval: float, stop_after: float
+) -> tuple[str, threading.Thread, threading.Event]:
     """A fake ggml RPC worker that reads each command and answers ``reply`` one byte per
     ``interval`` seconds, for at most ``stop_after`` seconds (so a test on code that
     waits per read ends too, and fails, instead of running for minutes)."""
@@ -136,8 +139,11 @@ def test_a_worker_that_answers_byte_by_byte_is_bounded_in_total() -> None:
     stop.set()
     thread.join(5)
     assert took < 3.0, f"the query took {took:.1f}s"
-    assert st.state == "down" and re.search(r"too slow: the worker sent \d+ of 8 bytes of a "
-                                            r"reply in 2s", st.error), st.error
+    assert st.state == "down" and re.search(
+        r"too slow: the worker sent \d+ of 8 bytes of a "
+        r"reply in 2s",
+        st.error,
+    ), st.error
 
 
 def test_a_silent_worker_is_still_busy_within_the_limit() -> None:

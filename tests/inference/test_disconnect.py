@@ -30,20 +30,25 @@ pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
 
 LONG_CTX = 16384
 SLACK_S = 1.0  # the disconnect must free the slot within this, beyond the probe's own time
-GEN_LOOP = {"model": "tiny-long", "prompt": LOOP_PROMPT, "raw": True,
-            "options": {"temperature": 0}}
-CHAT_LOOP = {"model": "tiny-long", "messages": [{"role": "user", "content": LOOP_PROMPT}],
-             "options": {"temperature": 0}}
-V1_CHAT_LOOP = {"model": "tiny-long", "temperature": 0,
-                "messages": [{"role": "user", "content": LOOP_PROMPT}]}
-PROBE = {"model": "tiny-long", "prompt": "x", "raw": True, "stream": False,
-         "options": GREEDY_OPTS}
+GEN_LOOP = {"model": "tiny-long", "prompt": LOOP_PROMPT, "raw": True, "options": {"temperature": 0}}
+CHAT_LOOP = {
+    "model": "tiny-long",
+    "messages": [{"role": "user", "content": LOOP_PROMPT}],
+    "options": {"temperature": 0},
+}
+V1_CHAT_LOOP = {
+    "model": "tiny-long",
+    "temperature": 0,
+    "messages": [{"role": "user", "content": LOOP_PROMPT}],
+}
+PROBE = {"model": "tiny-long", "prompt": "x", "raw": True, "stream": False, "options": GREEDY_OPTS}
 
 
 @pytest.fixture(scope="module")
 def one_slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    with serve_shared(tmp_path_factory, parallel=1, ctx=LONG_CTX, names=("tiny-long",),
-               LOCALLLM_MAX_QUEUE="1") as d:
+    with serve_shared(
+        tmp_path_factory, parallel=1, ctx=LONG_CTX, names=("tiny-long",), LOCALLLM_MAX_QUEUE="1"
+    ) as d:
         yield d
 
 
@@ -65,8 +70,10 @@ def send_raw(d: Daemon, path: str, body: dict[str, Any]) -> socket.socket:
     """Send a request on a raw socket and leave the answer unread."""
     data = json.dumps(body).encode()
     sock = socket.create_connection(("127.0.0.1", d.port), timeout=10)
-    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{d.port}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n")
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{d.port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+    )
     sock.sendall(head.encode() + data)
     return sock
 
@@ -95,15 +102,17 @@ def access_log(d: Daemon) -> str:
     return d.log.read_text(errors="replace")
 
 
-@pytest.mark.parametrize(("path", "body"), [
-    ("/api/generate", GEN_LOOP), ("/api/chat", CHAT_LOOP),
-    ("/v1/chat/completions", V1_CHAT_LOOP), ("/v1/completions",
-                                             {"model": "tiny-long", "prompt": LOOP_PROMPT,
-                                              "temperature": 0}),
-    ("/v1/chat/completions", {**V1_CHAT_LOOP, "n": 2}),
-])
-def test_non_stream_disconnect_cancels(one_slot: Daemon, path: str,
-                                       body: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/api/generate", GEN_LOOP),
+        ("/api/chat", CHAT_LOOP),
+        ("/v1/chat/completions", V1_CHAT_LOOP),
+        ("/v1/completions", {"model": "tiny-long", "prompt": LOOP_PROMPT, "temperature": 0}),
+        ("/v1/chat/completions", {**V1_CHAT_LOOP, "n": 2}),
+    ],
+)
+def test_non_stream_disconnect_cancels(one_slot: Daemon, path: str, body: dict[str, Any]) -> None:
     d = one_slot
     base = warm_probe(d)
     sock = send_raw(d, path, {**body, "stream": False})
@@ -115,8 +124,9 @@ def test_non_stream_disconnect_cancels(one_slot: Daemon, path: str,
 @contextmanager
 def hold_slot(d: Daemon) -> Iterator[None]:
     """A streaming loop generation that holds the only slot inside the block."""
-    with httpx.stream("POST", d.url + "/api/generate", json=GEN_LOOP, timeout=60,
-                      trust_env=False) as r:
+    with httpx.stream(
+        "POST", d.url + "/api/generate", json=GEN_LOOP, timeout=60, trust_env=False
+    ) as r:
         lines = r.iter_lines()  # kept: dropping the iterator would close the stream
         assert json.loads(next(lines))["response"] == "A"
         yield
@@ -127,8 +137,7 @@ def queue_frees(d: Daemon) -> float:
     start = time.monotonic()
     while time.monotonic() - start < 5:
         try:
-            r = httpx.post(d.url + "/api/generate", json=PROBE, timeout=0.3,
-                           trust_env=False)
+            r = httpx.post(d.url + "/api/generate", json=PROBE, timeout=0.3, trust_env=False)
         except httpx.ReadTimeout:  # accepted: waiting for the held slot (and now abandoned)
             return time.monotonic() - start
         assert r.status_code == 503, r.text
@@ -136,13 +145,18 @@ def queue_frees(d: Daemon) -> float:
     raise AssertionError("the abandoned request still fills the queue")
 
 
-@pytest.mark.parametrize(("path", "body"), [
-    ("/api/generate", GEN_LOOP), ("/api/chat", CHAT_LOOP),
-    ("/v1/chat/completions", V1_CHAT_LOOP),
-    ("/api/generate", {**GEN_LOOP, "stream": False}),
-])
-def test_disconnect_while_waiting_for_the_slot(one_slot: Daemon, path: str,
-                                               body: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/api/generate", GEN_LOOP),
+        ("/api/chat", CHAT_LOOP),
+        ("/v1/chat/completions", V1_CHAT_LOOP),
+        ("/api/generate", {**GEN_LOOP, "stream": False}),
+    ],
+)
+def test_disconnect_while_waiting_for_the_slot(
+    one_slot: Daemon, path: str, body: dict[str, Any]
+) -> None:
     d = one_slot
     base = warm_probe(d)
     with hold_slot(d):
@@ -161,15 +175,22 @@ def test_disconnect_while_waiting_for_the_slot(one_slot: Daemon, path: str,
     assert f"POST {path} 499 " in access_log(d)
 
 
-@pytest.mark.parametrize(("path", "body", "marker"), [
-    ("/api/generate", GEN_LOOP, b'"done":false'),
-    ("/api/chat", CHAT_LOOP, b'"done":false'),
-    ("/v1/chat/completions", V1_CHAT_LOOP, b"data: "),
-    ("/v1/completions", {"model": "tiny-long", "prompt": LOOP_PROMPT, "temperature": 0},
-     b"data: "),
-])
-def test_stream_disconnect_after_tokens(one_slot: Daemon, path: str, body: dict[str, Any],
-                                        marker: bytes) -> None:
+@pytest.mark.parametrize(
+    ("path", "body", "marker"),
+    [
+        ("/api/generate", GEN_LOOP, b'"done":false'),
+        ("/api/chat", CHAT_LOOP, b'"done":false'),
+        ("/v1/chat/completions", V1_CHAT_LOOP, b"data: "),
+        (
+            "/v1/completions",
+            {"model": "tiny-long", "prompt": LOOP_PROMPT, "temperature": 0},
+            b"data: ",
+        ),
+    ],
+)
+def test_stream_disconnect_after_tokens(
+    one_slot: Daemon, path: str, body: dict[str, Any], marker: bytes
+) -> None:
     d = one_slot
     base = warm_probe(d)
     sock = send_raw(d, path, {**body, "stream": True})

@@ -35,8 +35,13 @@ def drafted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Daemon]
 
 
 def generate(d: Daemon, model: str, **options: Any) -> dict[str, Any]:
-    body = {"model": model, "prompt": PROMPT, "raw": True, "stream": False,
-            "options": {**GREEDY_OPTS, **options}}
+    body = {
+        "model": model,
+        "prompt": PROMPT,
+        "raw": True,
+        "stream": False,
+        "options": {**GREEDY_OPTS, **options},
+    }
     r = httpx.post(d.url + "/api/generate", json=body, timeout=120, trust_env=False)
     assert r.status_code == 200, r.text
     result: dict[str, Any] = r.json()
@@ -53,17 +58,22 @@ def test_a_draft_model_speculates_by_default_with_the_same_text(drafted: Daemon)
     assert 0 < spec["draft_accepted_count"] < spec["draft_count"]
     assert spec["eval_count"] == plain["eval_count"]
     metrics = httpx.get(d.url + "/metrics", trust_env=False).text
-    assert f'localllm_draft_tokens_total{{model="fast:latest"}} {float(spec["draft_count"])}' \
+    assert (
+        f'localllm_draft_tokens_total{{model="fast:latest"}} {float(spec["draft_count"])}'
         in metrics
-    assert (f'localllm_draft_accepted_tokens_total{{model="fast:latest"}} '
-            f'{float(spec["draft_accepted_count"])}') in metrics
+    )
+    assert (
+        f'localllm_draft_accepted_tokens_total{{model="fast:latest"}} '
+        f"{float(spec['draft_accepted_count'])}"
+    ) in metrics
     limited = generate(d, "fast", draft_max=2)
     assert limited["response"] == plain["response"]
     assert 0 < limited["draft_count"] < spec["draft_count"]
 
 
-def test_a_draft_named_by_model_survives_that_models_removal(drafted: Daemon,
-                                                              tmp_path: Path) -> None:
+def test_a_draft_named_by_model_survives_that_models_removal(
+    drafted: Daemon, tmp_path: Path
+) -> None:
     d = drafted
     shown = d.cli("show", "fast", "--modelfile")
     assert shown.returncode == 0 and "\nDRAFT /" in shown.stdout
@@ -76,7 +86,15 @@ def test_a_draft_named_by_model_survives_that_models_removal(drafted: Daemon,
     assert d.cli("rm", "tiny-draft").returncode == 0
     spec = generate(d, "named")
     assert spec["response"] == expected_greedy(PROMPT) and spec["draft_count"] > 0
-    r = httpx.post(d.url + "/api/generate", json={
-        "model": "tiny", "prompt": PROMPT, "stream": False,
-        "options": {"speculative": "draft"}}, timeout=60, trust_env=False)
+    r = httpx.post(
+        d.url + "/api/generate",
+        json={
+            "model": "tiny",
+            "prompt": PROMPT,
+            "stream": False,
+            "options": {"speculative": "draft"},
+        },
+        timeout=60,
+        trust_env=False,
+    )
     assert r.status_code == 400 and "has no draft model" in r.json()["error"]

@@ -28,7 +28,6 @@ def stream_lines(d: Daemon, path: str, body: object) -> list[dict]:
         return [json.loads(line) for line in r.iter_lines() if line]
 
 
-
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     """``tiny`` and ``tiny-embed`` as ``tiny_daemon`` serves them, for tests that change nothing."""
@@ -37,8 +36,11 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
 
 
 def test_generate_raw_exact_greedy_stream_and_metrics(shared: Daemon) -> None:
-    lines = stream_lines(shared, "/api/generate",
-                         {"model": "tiny", "prompt": "a", "raw": True, "options": GREEDY_OPTS})
+    lines = stream_lines(
+        shared,
+        "/api/generate",
+        {"model": "tiny", "prompt": "a", "raw": True, "options": GREEDY_OPTS},
+    )
     assert "".join(x["response"] for x in lines) == GREEDY["a"]
     assert all(not x["done"] for x in lines[:-1])
     final = lines[-1]
@@ -52,38 +54,65 @@ def test_generate_raw_exact_greedy_stream_and_metrics(shared: Daemon) -> None:
 
 
 def test_generate_num_predict_and_stop(shared: Daemon) -> None:
-    r = post(shared, "/api/generate", {
-        "model": "tiny", "prompt": "a", "raw": True, "stream": False,
-        "options": {**GREEDY_OPTS, "num_predict": 5}})
+    r = post(
+        shared,
+        "/api/generate",
+        {
+            "model": "tiny",
+            "prompt": "a",
+            "raw": True,
+            "stream": False,
+            "options": {**GREEDY_OPTS, "num_predict": 5},
+        },
+    )
     body = r.json()
     assert body["response"] == expected_greedy("a", 5) == "bcdef"
     assert body["done_reason"] == "length"
-    r = post(shared, "/api/generate", {
-        "model": "tiny", "prompt": "a", "raw": True, "stream": False,
-        "options": {**GREEDY_OPTS, "stop": ["gh"]}})
+    r = post(
+        shared,
+        "/api/generate",
+        {
+            "model": "tiny",
+            "prompt": "a",
+            "raw": True,
+            "stream": False,
+            "options": {**GREEDY_OPTS, "stop": ["gh"]},
+        },
+    )
     assert r.json()["response"] == "bcdef"
 
 
 def test_speculative_ngram_option_same_text_and_draft_counts(shared: Daemon) -> None:
     copy = "abcdefghijklmnop.abcd"  # after "abcd" the prompt went on: drafts agree
     body = {"model": "tiny", "prompt": copy, "raw": True, "stream": False}
-    plain = post(shared, "/api/generate", {
-        **body, "options": {**GREEDY_OPTS, "speculative": "off"}}).json()
-    spec = post(shared, "/api/generate", {
-        **body, "options": {**GREEDY_OPTS, "speculative": "ngram", "draft_num_predict": 6}}).json()
+    plain = post(
+        shared, "/api/generate", {**body, "options": {**GREEDY_OPTS, "speculative": "off"}}
+    ).json()
+    spec = post(
+        shared,
+        "/api/generate",
+        {**body, "options": {**GREEDY_OPTS, "speculative": "ngram", "draft_num_predict": 6}},
+    ).json()
     assert spec["response"] == plain["response"] == expected_greedy(copy)
     assert spec["eval_count"] == plain["eval_count"] and "draft_count" not in plain
     assert 0 < spec["draft_accepted_count"] <= spec["draft_count"]
     metrics = httpx.get(shared.url + "/metrics", trust_env=False).text
-    assert f'localllm_draft_accepted_tokens_total{{model="tiny:latest"}} ' \
-           f'{float(spec["draft_accepted_count"])}' in metrics
+    assert (
+        f'localllm_draft_accepted_tokens_total{{model="tiny:latest"}} '
+        f"{float(spec['draft_accepted_count'])}" in metrics
+    )
     r = post(shared, "/api/generate", {**body, "options": {"speculative": "eagle"}})
     assert r.status_code == 400 and "speculative" in r.json()["error"]
 
 
 def test_generation_shifts_past_the_context_unless_shift_is_false(shared: Daemon) -> None:
-    body = {"model": "tiny", "prompt": LOOP_PROMPT, "raw": True, "stream": False,
-            "options": {**GREEDY_OPTS, "num_predict": 700}}  # the context is 512
+    body = {
+        "model": "tiny",
+        "prompt": LOOP_PROMPT,
+        "raw": True,
+        "stream": False,
+        "options": {**GREEDY_OPTS, "num_predict": 700},
+    }  # the context is 512
     shifted = post(shared, "/api/generate", body, timeout=120).json()
     assert (shifted["done_reason"], shifted["eval_count"]) == ("length", 700)
     assert shifted["response"] == "A" * 700
@@ -93,8 +122,11 @@ def test_generation_shifts_past_the_context_unless_shift_is_false(shared: Daemon
 
 def test_generate_templated_and_context(shared: Daemon) -> None:
     # The tiny model's template renders "user:<prompt>.assistant:"; "." then ":" end it.
-    r = post(shared, "/api/generate", {
-        "model": "tiny", "prompt": "x", "stream": False, "options": GREEDY_OPTS})
+    r = post(
+        shared,
+        "/api/generate",
+        {"model": "tiny", "prompt": "x", "stream": False, "options": GREEDY_OPTS},
+    )
     body = r.json()
     assert r.status_code == 200
     assert body["response"] == ""  # ":" has no successor but EOS
@@ -102,18 +134,33 @@ def test_generate_templated_and_context(shared: Daemon) -> None:
     # prompt + generated tokens (none here: EOS is not part of the context)
     assert body["context"][0] == 1 and len(body["context"]) == body["prompt_eval_count"]
     assert "user:{{" not in CHAT_TEMPLATE  # the expectation above is derived from this template
-    r = post(shared, "/api/generate", {
-        "model": "tiny", "prompt": "y", "stream": False, "options": GREEDY_OPTS,
-        "context": body["context"]})
+    r = post(
+        shared,
+        "/api/generate",
+        {
+            "model": "tiny",
+            "prompt": "y",
+            "stream": False,
+            "options": GREEDY_OPTS,
+            "context": body["context"],
+        },
+    )
     again = r.json()
     # The old conversation is carried as tokens; the new turn's BOS is not added again.
     assert again["prompt_eval_count"] == len(body["context"]) + len("user:y.assistant:")
 
 
 def test_chat_stream_exact_text(shared: Daemon) -> None:
-    r = post(shared, "/api/chat", {
-        "model": "tiny", "stream": False, "options": {**GREEDY_OPTS, "num_predict": 3},
-        "messages": [{"role": "user", "content": "hi"}]})
+    r = post(
+        shared,
+        "/api/chat",
+        {
+            "model": "tiny",
+            "stream": False,
+            "options": {**GREEDY_OPTS, "num_predict": 3},
+            "messages": [{"role": "user", "content": "hi"}],
+        },
+    )
     body = r.json()
     assert r.status_code == 200, body
     assert body["message"]["role"] == "assistant"
@@ -131,8 +178,9 @@ def test_load_and_unload_and_ps(shared: Daemon) -> None:
     (entry,) = [m for m in ps if m["name"] == "tiny:latest"]
     assert entry["size"] > 0 and entry["size_vram"] == 0
     assert entry["context_length"] == 512 and entry["details"]["format"] == "gguf"
-    r = post(shared, "/api/chat", {"model": "tiny", "messages": [], "keep_alive": 0,
-                                        "stream": False})
+    r = post(
+        shared, "/api/chat", {"model": "tiny", "messages": [], "keep_alive": 0, "stream": False}
+    )
     assert r.json()["done_reason"] == "unload"
     ps = httpx.get(shared.url + "/api/ps", trust_env=False).json()["models"]
     assert "tiny:latest" not in [m["name"] for m in ps]
@@ -142,9 +190,18 @@ def test_concurrent_streams_all_finish_with_exact_text(shared: Daemon) -> None:
     prompts = ["a", "x", "hello", "0", "5", ".", "a", "hello"]
 
     def one(prompt: str) -> str:
-        r = post(shared, "/api/generate", {
-            "model": "tiny", "prompt": prompt, "raw": True, "stream": False,
-            "options": GREEDY_OPTS}, timeout=120)
+        r = post(
+            shared,
+            "/api/generate",
+            {
+                "model": "tiny",
+                "prompt": prompt,
+                "raw": True,
+                "stream": False,
+                "options": GREEDY_OPTS,
+            },
+            timeout=120,
+        )
         assert r.status_code == 200, r.text
         return str(r.json()["response"])
 
@@ -190,16 +247,20 @@ def test_bad_requests_are_clear_4xx_and_daemon_keeps_serving(shared: Daemon) -> 
         assert words in r.json()["error"], (body, r.text)
     r = httpx.post(shared.url + "/api/chat", content=b"{not json", trust_env=False)
     assert r.status_code == 400
-    r = post(shared, "/api/generate", {"model": "tiny", "prompt": "a", "raw": True,
-                                            "stream": False, "options": GREEDY_OPTS})
+    r = post(
+        shared,
+        "/api/generate",
+        {"model": "tiny", "prompt": "a", "raw": True, "stream": False, "options": GREEDY_OPTS},
+    )
     assert r.json()["response"] == GREEDY["a"]
 
 
 def test_delete_unloads_the_model_first(tiny_daemon: Daemon) -> None:
     assert post(tiny_daemon, "/api/generate", {"model": "tiny"}).status_code == 200
     assert httpx.get(tiny_daemon.url + "/api/ps", trust_env=False).json()["models"]
-    r = httpx.request("DELETE", tiny_daemon.url + "/api/delete", json={"model": "tiny"},
-                      trust_env=False)
+    r = httpx.request(
+        "DELETE", tiny_daemon.url + "/api/delete", json={"model": "tiny"}, trust_env=False
+    )
     assert r.status_code == 200
     assert httpx.get(tiny_daemon.url + "/api/ps", trust_env=False).json()["models"] == []
     r = post(tiny_daemon, "/api/generate", {"model": "tiny", "prompt": "a"})

@@ -59,44 +59,67 @@ def test_a_1x1_png_that_inflates_to_16_mib_is_refused_holding_one_step() -> None
     bomb = make_png(1, 1, zeros(16 << 20))
     assert len(bomb) < 20_000
     start = time.process_time()
-    exc = refused(bomb, r"image 1: its PNG data inflates to more than the 4 bytes its 1x1 "
-                        r"pixels need \(a decompression bomb\)")
+    exc = refused(
+        bomb,
+        r"image 1: its PNG data inflates to more than the 4 bytes its 1x1 "
+        r"pixels need \(a decompression bomb\)",
+    )
     assert time.process_time() - start < 0.5
     assert peak_alloc(lambda: check_images([bomb])) < 3 * imagedata.INFLATE_STEP
     # The daemon's message names the image as the request does.
     with pytest.raises(InvalidRequest, match="image 2: its PNG data inflates"):
-        prompt_images("x", [base64.b64encode(png(4, 4)).decode(),
-                            base64.b64encode(bomb).decode()])
+        prompt_images("x", [base64.b64encode(png(4, 4)).decode(), base64.b64encode(bomb).decode()])
     assert "1x1" in str(exc)
 
 
 def test_a_bomb_split_over_many_idat_chunks_and_a_one_byte_header_chunk() -> None:
     data = zeros(4 << 20)
-    pieces = [data[:1], data[1:2]] + [data[k:k + 97] for k in range(2, len(data), 97)]
+    pieces = [data[:1], data[1:2]] + [data[k : k + 97] for k in range(2, len(data), 97)]
     assert len(pieces) > 40
     refused(make_png(8, 8, pieces), "decompression bomb")
     exact = zlib.compress(bytes(8 * (1 + 24)))
     check_images([make_png(8, 8, [exact[:1], exact[1:3], exact[3:]])])
 
 
-@pytest.mark.parametrize(("colour", "depth"), [
-    (0, 1), (0, 2), (0, 4), (0, 8), (0, 16), (2, 8), (2, 16), (3, 1), (3, 2), (3, 4),
-    (3, 8), (4, 8), (4, 16), (6, 8), (6, 16)])
+@pytest.mark.parametrize(
+    ("colour", "depth"),
+    [
+        (0, 1),
+        (0, 2),
+        (0, 4),
+        (0, 8),
+        (0, 16),
+        (2, 8),
+        (2, 16),
+        (3, 1),
+        (3, 2),
+        (3, 4),
+        (3, 8),
+        (4, 8),
+        (4, 16),
+        (6, 8),
+        (6, 16),
+    ],
+)
 @pytest.mark.parametrize("interlace", [0, 1])
-def test_every_valid_layout_passes_and_one_byte_off_does_not(colour: int, depth: int,
-                                                            interlace: int) -> None:
+def test_every_valid_layout_passes_and_one_byte_off_does_not(
+    colour: int, depth: int, interlace: int
+) -> None:
     for w, h in ((1, 1), (3, 5), (13, 7), (17, 9)):
         need = png_data_size(w, h, depth, colour, interlace)
 
         def made(n: int, w: int = w, h: int = h) -> bytes:
-            return make_png(w, h, zlib.compress(bytes(n)), depth=depth, colour=colour,
-                            interlace=interlace)
+            return make_png(
+                w, h, zlib.compress(bytes(n)), depth=depth, colour=colour, interlace=interlace
+            )
 
         check_images([made(need)])
         check_images([made(need + PNG_SLACK)])  # trailing data stb (and libpng) accept
         refused(made(need + PNG_SLACK + 1), "decompression bomb")
-        refused(made(need - 1), f"image 1 could not be decoded: its PNG data inflates to "
-                                f"{need - 1} bytes")
+        refused(
+            made(need - 1),
+            f"image 1 could not be decoded: its PNG data inflates to {need - 1} bytes",
+        )
 
 
 def test_adam7_sums_its_seven_passes() -> None:
@@ -113,8 +136,9 @@ def test_corrupt_truncated_and_odd_pngs_are_undecodable() -> None:
     good = zlib.compress(bytes(4 * (1 + 12)))
     refused(make_png(4, 4, good[:-6]), "could not be decoded: its PNG data is truncated")
     refused(make_png(4, 4, b"\x00\x00" + good[2:]), "not a zlib stream")
-    refused(make_png(4, 4, good[:2] + b"\xff" * 20), "could not be decoded: its PNG data is "
-                                                    "corrupt")
+    refused(
+        make_png(4, 4, good[:2] + b"\xff" * 20), "could not be decoded: its PNG data is corrupt"
+    )
     refused(make_png(4, 4, good)[:-12], "truncated")  # no IEND
     refused(make_png(4, 4, good, extra=chunk(b"ABCD", b"")), "unknown critical chunk")
     refused(make_png(4, 4, good, depth=3), "header is invalid")
@@ -134,9 +158,12 @@ def test_compressed_chunks_stb_never_inflates_are_not_inflated() -> None:
     # iCCP, zTXt and APNG frame (fdAT) bombs: stb_image skips ancillary chunks unread
     # (of an APNG it decodes the default image, the IDAT), and so do we.
     bomb = zeros(64 << 20)
-    extra = (chunk(b"iCCP", b"p\x00\x00" + bomb) + chunk(b"zTXt", b"k\x00\x00" + bomb)
-             + chunk(b"acTL", struct.pack(">II", 2, 0))
-             + chunk(b"fdAT", struct.pack(">I", 1) + bomb))
+    extra = (
+        chunk(b"iCCP", b"p\x00\x00" + bomb)
+        + chunk(b"zTXt", b"k\x00\x00" + bomb)
+        + chunk(b"acTL", struct.pack(">II", 2, 0))
+        + chunk(b"fdAT", struct.pack(">I", 1) + bomb)
+    )
     data = make_png(4, 4, zlib.compress(bytes(4 * 13)), extra=extra)
     start = time.process_time()
     assert check_image(data).width == 4
@@ -152,8 +179,9 @@ def test_a_real_progressive_jpeg_passes() -> None:
 
 
 def test_a_jpeg_scan_storm_is_refused_in_one_linear_pass() -> None:
-    refused(with_scans(MAX_JPEG_SCANS + 1),
-            f"image 1: its JPEG has more than {MAX_JPEG_SCANS} scans")
+    refused(
+        with_scans(MAX_JPEG_SCANS + 1), f"image 1: its JPEG has more than {MAX_JPEG_SCANS} scans"
+    )
     storm = with_scans(20_000)
     start = time.process_time()
     refused(storm, "scans")
@@ -168,8 +196,13 @@ def test_only_real_markers_count_as_scans() -> None:
     data_at = first + 2 + sos_len
     hidden = b"\xff\x00\xda\x00\x0c" * 3 + b"\xff\xd3\xff\xd4" * 50
     padded = PROGRESSIVE_JPEG[:data_at] + hidden + PROGRESSIVE_JPEG[data_at:]
-    check_images([padded[:-2] + PROGRESSIVE_JPEG[scans(PROGRESSIVE_JPEG)[-1]:-2]
-                  * (MAX_JPEG_SCANS - 10) + b"\xff\xd9"])
+    check_images(
+        [
+            padded[:-2]
+            + PROGRESSIVE_JPEG[scans(PROGRESSIVE_JPEG)[-1] : -2] * (MAX_JPEG_SCANS - 10)
+            + b"\xff\xd9"
+        ]
+    )
     filled = with_scans(MAX_JPEG_SCANS + 1).replace(b"\xff\xda", b"\xff\xff\xff\xda")
     refused(filled, "scans")
 
@@ -195,10 +228,13 @@ def test_the_jpeg_walk_is_linear_on_stuffing_fill_and_segments() -> None:
 
 def test_a_request_is_capped_by_its_pixels_together(monkeypatch: pytest.MonkeyPatch) -> None:
     images = [header_only(8000, 5000)] * 3  # 40 megapixels each, each under the limit
-    with pytest.raises(InvalidRequest, match=r"the request's images hold 120000000 pixels "
-                                             r"together \(8000x5000, 8000x5000, 8000x5000\); "
-                                             r"the limit is 100000000 pixels a request "
-                                             r"\(LOCALLLM_MAX_REQUEST_PIXELS\)"):
+    with pytest.raises(
+        InvalidRequest,
+        match=r"the request's images hold 120000000 pixels "
+        r"together \(8000x5000, 8000x5000, 8000x5000\); "
+        r"the limit is 100000000 pixels a request "
+        r"\(LOCALLLM_MAX_REQUEST_PIXELS\)",
+    ):
         check_images(images)
     check_images([png(32, 32, RED)] * 16)  # the default leaves room for ordinary requests
     monkeypatch.setenv("LOCALLLM_MAX_REQUEST_PIXELS", "3000")

@@ -65,8 +65,7 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(2)
             self._send(200, RED_PNG)
         elif path == "/gzip-gzip":  # 200 KB of zeros gzipped twice: what httpx would inflate
-            self._send(200, gzip.compress(gzip.compress(bytes(200_000))),
-                       encoding="gzip, gzip")
+            self._send(200, gzip.compress(gzip.compress(bytes(200_000))), encoding="gzip, gzip")
         elif path == "/identity":
             self._send(200, RED_PNG, encoding="identity")
         elif path.startswith("/mib"):  # 1 MiB, declared or (/mib-stream) not
@@ -116,8 +115,7 @@ def sites(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]:
     """(the "public" site's URL, the "internal" one's), with fetching on for any address."""
     monkeypatch.setenv("LOCALLLM_FETCH_IMAGE_URLS", "all")
     public, internal = _serve("127.0.0.1"), _serve("127.0.0.2")
-    urls = tuple("http://" + ":".join(map(str, s.server_address[:2]))
-                 for s in (public, internal))
+    urls = tuple("http://" + ":".join(map(str, s.server_address[:2])) for s in (public, internal))
     for server, other in ((public, urls[1]), (internal, urls[0])):
         server.RequestHandlerClass.other = other  # type: ignore[attr-defined]
     try:
@@ -150,7 +148,8 @@ def test_fetch_follows_redirects_within_the_rule(sites: tuple[str, str]) -> None
 
 
 def test_mode_1_refuses_loopback_and_off_refuses_everything(
-        sites: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    sites: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     public, _ = sites
     monkeypatch.setenv("LOCALLLM_FETCH_IMAGE_URLS", "1")
     with pytest.raises(InvalidRequest, match=r"image 1: 127\.0\.0\.1 resolves to 127\.0\.0\.1"):
@@ -178,20 +177,56 @@ def test_size_cap_and_timeout(sites: tuple[str, str], monkeypatch: pytest.Monkey
 
 def test_public_address_rule() -> None:
     ok = ["8.8.8.8", "2606:4700::1111", "::ffff:8.8.8.8", "1.1.1.1", "2a00:1450:4001::1"]
-    bad = ["127.0.0.1", "10.1.2.3", "192.168.0.1", "172.16.0.1", "169.254.169.254",
-           "100.64.0.1", "0.0.0.0", "::1", "fe80::1", "fc00::1", "::ffff:127.0.0.1",
-           "224.0.0.1"]
+    bad = [
+        "127.0.0.1",
+        "10.1.2.3",
+        "192.168.0.1",
+        "172.16.0.1",
+        "169.254.169.254",
+        "100.64.0.1",
+        "0.0.0.0",
+        "::1",
+        "fe80::1",
+        "fc00::1",
+        "::ffff:127.0.0.1",
+        "224.0.0.1",
+    ]
     # Issue 26: translation and tunnel forms that reach IPv4 (NAT64, 6to4, Teredo, SIIT,
     # IPv4-compatible), IETF protocol assignments (Python calls 192.0.0.9 global),
     # CGNAT, cloud platform addresses, documentation ranges Python does not know.
-    bad += ["64:ff9b::7f00:1", "64:ff9b::a00:1", "64:ff9b::808:808", "64:ff9b:1::a00:1",
-            "2002:7f00:1::1", "2002:a00:1::1", "2002:808:808::1",
-            "2001:0:4136:e378:8000:63bf:3fff:fdd2", "::ffff:0:7f00:1", "::7f00:1",
-            "::a00:1", "::808:808", "::ffff:10.0.0.1", "::ffff:169.254.169.254",
-            "::ffff:100.64.0.1", "192.0.0.1", "192.0.0.9", "192.0.0.170", "192.0.0.192",
-            "100.100.100.200", "168.63.129.16", "::ffff:168.63.129.16", "fd00:ec2::254",
-            "3fff::1", "5f00::1", "100::1", "192.88.99.1", "198.18.0.1", "240.0.0.1",
-            "255.255.255.255", "ff02::1"]
+    bad += [
+        "64:ff9b::7f00:1",
+        "64:ff9b::a00:1",
+        "64:ff9b::808:808",
+        "64:ff9b:1::a00:1",
+        "2002:7f00:1::1",
+        "2002:a00:1::1",
+        "2002:808:808::1",
+        "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+        "::ffff:0:7f00:1",
+        "::7f00:1",
+        "::a00:1",
+        "::808:808",
+        "::ffff:10.0.0.1",
+        "::ffff:169.254.169.254",
+        "::ffff:100.64.0.1",
+        "192.0.0.1",
+        "192.0.0.9",
+        "192.0.0.170",
+        "192.0.0.192",
+        "100.100.100.200",
+        "168.63.129.16",
+        "::ffff:168.63.129.16",
+        "fd00:ec2::254",
+        "3fff::1",
+        "5f00::1",
+        "100::1",
+        "192.88.99.1",
+        "198.18.0.1",
+        "240.0.0.1",
+        "255.255.255.255",
+        "ff02::1",
+    ]
     assert [a for a in ok if not image_fetch.public_address(ipaddress.ip_address(a))] == []
     assert [a for a in bad if image_fetch.public_address(ipaddress.ip_address(a))] == []
 
@@ -199,9 +234,12 @@ def test_public_address_rule() -> None:
 def test_responses_come_unencoded(sites: tuple[str, str]) -> None:
     public, _ = sites
     _Handler.seen.clear()
-    with pytest.raises(InvalidRequest, match=r"image 1: .*/gzip-gzip was sent with "
-                                             r"Content-Encoding 'gzip, gzip'; image URLs "
-                                             r"must be served as they are"):
+    with pytest.raises(
+        InvalidRequest,
+        match=r"image 1: .*/gzip-gzip was sent with "
+        r"Content-Encoding 'gzip, gzip'; image URLs "
+        r"must be served as they are",
+    ):
         fetch(public + "/gzip-gzip")
     assert fetch(public + "/identity") == RED_PNG
     assert fetch(public + "/red.png") == RED_PNG
@@ -213,14 +251,18 @@ def resolve(images: Images) -> list[bytes]:
 
 
 @pytest.mark.parametrize("route", ["/mib", "/mib-stream"])
-def test_a_requests_fetches_share_its_byte_budget(sites: tuple[str, str], route: str,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_requests_fetches_share_its_byte_budget(
+    sites: tuple[str, str], route: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     public, _ = sites
     monkeypatch.setattr(config, "MAX_IMAGES_BYTES", 5 * MIB // 2)
     _Handler.seen.clear()
-    with pytest.raises(InvalidRequest, match=r"the request's images take more than 2621440 "
-                                             r"bytes together, the limit \(found while "
-                                             r"fetching image 3\)"):
+    with pytest.raises(
+        InvalidRequest,
+        match=r"the request's images take more than 2621440 "
+        r"bytes together, the limit \(found while "
+        r"fetching image 3\)",
+    ):
         resolve(Images([f"{public}{route}/{k}" for k in range(4)]))
     assert [p for p, _ in _Handler.seen] == [f"{route}/{k}" for k in range(3)]  # not the 4th
     # What inline images take comes off the budget first.
@@ -231,7 +273,8 @@ def test_a_requests_fetches_share_its_byte_budget(sites: tuple[str, str], route:
 
 
 def test_dns_lookups_end_with_the_budget_and_leave_the_loops_threads_free(
-        sites: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    sites: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     public, _ = sites
     port = public.rsplit(":", 1)[1]
     release = threading.Event()
@@ -251,8 +294,10 @@ def test_dns_lookups_end_with_the_budget_and_leave_the_loops_threads_free(
 
     async def main() -> tuple[list[BaseException | bytes], float]:
         start = time.monotonic()
-        out = await asyncio.gather(*(fetch_image(f"http://hangs.test:{port}/red.png", k)
-                                     for k in range(n)), return_exceptions=True)
+        out = await asyncio.gather(
+            *(fetch_image(f"http://hangs.test:{port}/red.png", k) for k in range(n)),
+            return_exceptions=True,
+        )
         took = time.monotonic() - start
         assert await asyncio.wait_for(asyncio.to_thread(lambda: 42), 0.5) == 42
         return out, took
@@ -262,5 +307,8 @@ def test_dns_lookups_end_with_the_budget_and_leave_the_loops_threads_free(
     finally:
         release.set()
     assert took < 1.5
-    assert all(isinstance(e, InvalidRequest) and "resolving hangs.test took longer than the "
-               "0.3 s an image fetch may take" in str(e) for e in out), out
+    assert all(
+        isinstance(e, InvalidRequest)
+        and "resolving hangs.test took longer than the 0.3 s an image fetch may take" in str(e)
+        for e in out
+    ), out

@@ -51,21 +51,23 @@ def riff(*chunks: bytes) -> bytes:
 
 
 def vp8x(width: int, height: int) -> bytes:
-    return chunk(b"VP8X", bytes(4) + (width - 1).to_bytes(3, "little")
-                 + (height - 1).to_bytes(3, "little"))
+    return chunk(
+        b"VP8X", bytes(4) + (width - 1).to_bytes(3, "little") + (height - 1).to_bytes(3, "little")
+    )
 
 
 def with_ispe(data: bytes, width: int, height: int) -> bytes:
     """``data`` with every ``ispe`` box saying ``width`` x ``height``."""
     out, at = bytearray(data), data.find(b"ispe")
     while at >= 0:
-        out[at + 8:at + 16] = struct.pack(">II", width, height)
+        out[at + 8 : at + 16] = struct.pack(">II", width, height)
         at = data.find(b"ispe", at + 4)
     return bytes(out)
 
 
-@pytest.mark.parametrize("data,fmt", [(WEBP_LOSSLESS, "webp"), (WEBP_LOSSY, "webp"),
-                                      (AVIF, "avif")])
+@pytest.mark.parametrize(
+    "data,fmt", [(WEBP_LOSSLESS, "webp"), (WEBP_LOSSY, "webp"), (AVIF, "avif")]
+)
 def test_webp_and_avif_become_pngs_of_the_same_pixels(data: bytes, fmt: str) -> None:
     info = probe(data)
     assert (info.format, info.width, info.height) == (fmt, 32, 24)
@@ -86,11 +88,9 @@ def test_transparency_is_laid_on_white_and_an_animation_gives_its_first_frame() 
     clear = encode(Image.new("RGBA", (8, 8), (0, 0, 0, 0)), "WEBP", lossless=True)
     assert decoded(prepare([clear])[0]).getpixel((1, 1)) == (255, 255, 255)
     half = encode(Image.new("RGBA", (8, 8), (0, 0, 0, 128)), "AVIF", quality=100)
-    assert decoded(prepare([half])[0]).getpixel((1, 1)) == pytest.approx((127, 127, 127),
-                                                                         abs=3)
+    assert decoded(prepare([half])[0]).getpixel((1, 1)) == pytest.approx((127, 127, 127), abs=3)
     frames = [Image.new("RGB", (16, 16), c) for c in ((0, 255, 0), (255, 0, 0))]
-    animated = encode(frames[0], "WEBP", save_all=True, append_images=frames[1:],
-                      lossless=True)
+    animated = encode(frames[0], "WEBP", save_all=True, append_images=frames[1:], lossless=True)
     assert decoded(prepare([animated])[0]).getpixel((1, 1)) == (0, 255, 0)
 
 
@@ -104,19 +104,24 @@ def test_a_photo_too_big_as_png_goes_as_jpeg(monkeypatch: pytest.MonkeyPatch) ->
     assert decoded(out).format == "JPEG" and len(out) < as_png
     assert as_jpeg > len(webp)
     monkeypatch.setattr(config, "MAX_IMAGE_BYTES", len(webp))  # the WebP itself fits
-    with pytest.raises(InvalidRequest, match=r"image 1 \(256x256 pixels\) is over \d+ bytes "
-                                             r"even as a JPEG of quality 95"):
+    with pytest.raises(
+        InvalidRequest,
+        match=r"image 1 \(256x256 pixels\) is over \d+ bytes "
+        r"even as a JPEG of quality 95",
+    ):
         prepare([webp])
 
 
-def test_re_encoded_images_share_the_request_byte_limit(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_re_encoded_images_share_the_request_byte_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     small = encode(Image.effect_noise((64, 64), 40).convert("RGB"), "WEBP", quality=50)
     grown = len(prepare([small])[0])
     assert grown > 2 * len(small)
     monkeypatch.setattr(config, "MAX_IMAGES_BYTES", 4 * grown - 1)
-    with pytest.raises(InvalidRequest, match=r"the request's images take \d+ bytes once "
-                                             r"re-encoded for the model; the limit is \d+"):
+    with pytest.raises(
+        InvalidRequest,
+        match=r"the request's images take \d+ bytes once "
+        r"re-encoded for the model; the limit is \d+",
+    ):
         prepare([small] * 4)
 
 
@@ -128,8 +133,11 @@ def test_corrupt_and_lying_webps_are_refused() -> None:
     # A bomb: 34 bytes that declare a 16383x16383 canvas (268 megapixels, 1 GiB decoded).
     bomb = encode(Image.new("RGB", (16383, 16383)), "WEBP", lossless=True, method=0)
     assert len(bomb) < 100
-    with pytest.raises(InvalidRequest, match=r"image 1 is 16383x16383 pixels; the limit is "
-                                             r"50 megapixels"):
+    with pytest.raises(
+        InvalidRequest,
+        match=r"image 1 is 16383x16383 pixels; the limit is "
+        r"50 megapixels",
+    ):
         prepare([bomb])
     # The same stream under a container that declares one pixel: libwebp refuses the
     # mismatch before allocating anything.
@@ -146,30 +154,46 @@ def test_an_avif_whose_stream_is_larger_than_its_boxes_is_refused_before_decodin
     # that say 64x48.
     lie = with_ispe(encode(Image.new("RGB", (4000, 4000)), "AVIF", speed=10), 64, 48)
     assert probe(lie).width == 64
-    with pytest.raises(InvalidRequest, match=r"image 1: its AV1 data makes frames of up to "
-                                             r"4000x4000 pixels; its header declares 64x48"):
+    with pytest.raises(
+        InvalidRequest,
+        match=r"image 1: its AV1 data makes frames of up to "
+        r"4000x4000 pixels; its header declares 64x48",
+    ):
         prepare([lie])
     assert prepare([with_ispe(AVIF, 40, 30)])  # larger boxes than the stream: harmless
 
 
-@pytest.mark.parametrize("data,message", [
-    (AVIF[:40], r"image 1: corrupt HEIF file \(no meta box\)"),
-    (AVIF.replace(b"av1C", b"xxxx").replace(b"av01", b"xxxx"),
-     r"image 1 could not be decoded: its AVIF has no AV1 sequence header"),
-    (AVIF.replace(b"avif", b"heic"), r"image 1: HEIC images are not supported \(send PNG, "
-                                     r"JPEG, GIF, BMP, WebP or AVIF\)"),
-    (AVIF[:8] + b"mif1" + AVIF[12:].replace(b"avif", b"mif1"),
-     r"an HEIF file that is neither AVIF nor HEIC"),
-    (AVIF + struct.pack(">I4s", 16, b"moov") + bytes(8), r"animated AVIF\) is not supported"),
-])
+@pytest.mark.parametrize(
+    "data,message",
+    [
+        (AVIF[:40], r"image 1: corrupt HEIF file \(no meta box\)"),
+        (
+            AVIF.replace(b"av1C", b"xxxx").replace(b"av01", b"xxxx"),
+            r"image 1 could not be decoded: its AVIF has no AV1 sequence header",
+        ),
+        (
+            AVIF.replace(b"avif", b"heic"),
+            r"image 1: HEIC images are not supported \(send PNG, "
+            r"JPEG, GIF, BMP, WebP or AVIF\)",
+        ),
+        (
+            AVIF[:8] + b"mif1" + AVIF[12:].replace(b"avif", b"mif1"),
+            r"an HEIF file that is neither AVIF nor HEIC",
+        ),
+        (AVIF + struct.pack(">I4s", 16, b"moov") + bytes(8), r"animated AVIF\) is not supported"),
+    ],
+)
 def test_bad_avifs_are_refused(data: bytes, message: str) -> None:
     with pytest.raises(InvalidRequest, match=message):
         prepare([data])
 
 
 def test_the_runner_takes_only_what_libmtmd_reads() -> None:
-    with pytest.raises(InvalidRequest, match=r"WEBP images are not supported \(send PNG, "
-                                             r"JPEG, GIF or BMP\)"):
+    with pytest.raises(
+        InvalidRequest,
+        match=r"WEBP images are not supported \(send PNG, "
+        r"JPEG, GIF or BMP\)",
+    ):
         check_images([WEBP_LOSSLESS])
     assert check_header(WEBP_LOSSLESS, 0, ACCEPTED).format == "webp"
 
@@ -188,8 +212,7 @@ class Bits:
 
     def obu(self) -> bytes:
         bits = self.bits + [0] * (-len(self.bits) % 8)
-        payload = bytes(int("".join(map(str, bits[i:i + 8])), 2)
-                        for i in range(0, len(bits), 8))
+        payload = bytes(int("".join(map(str, bits[i : i + 8])), 2) for i in range(0, len(bits), 8))
         return bytes([0x0A, len(payload)]) + payload  # OBU_SEQUENCE_HEADER, sized
 
 

@@ -40,7 +40,7 @@ def test_decode_base64_data_urls_and_urls() -> None:
     assert decode(b64(RED_PNG), 0) == RED_PNG
     assert decode("data:image/png;base64," + b64(RED_PNG), 0) == RED_PNG
     # Line-wrapped base64 (as `base64` writes it) is fine.
-    wrapped = "\n".join(b64(RED_PNG)[i:i + 76] for i in range(0, len(b64(RED_PNG)), 76))
+    wrapped = "\n".join(b64(RED_PNG)[i : i + 76] for i in range(0, len(b64(RED_PNG)), 76))
     assert decode(wrapped, 0) == RED_PNG
     assert decode("https://example.com/cat.png", 0) == "https://example.com/cat.png"
     with pytest.raises(InvalidRequest, match="image 3 is not valid base64"):
@@ -56,12 +56,19 @@ def test_markers_go_where_the_images_are() -> None:
         {"role": "system", "content": "be brief"},
         {"role": "user", "content": "what is this?", "images": [b64(RED_PNG)]},
         {"role": "assistant", "content": "red"},
-        {"role": "user", "content": "compare [img] with [img]",
-         "images": [b64(GREEN_PNG), b64(RED_PNG), b64(GREEN_PNG)]},
+        {
+            "role": "user",
+            "content": "compare [img] with [img]",
+            "images": [b64(GREEN_PNG), b64(RED_PNG), b64(GREEN_PNG)],
+        },
     ]
     out, images = chat_images(messages)
     assert [m["content"] for m in out] == [
-        "be brief", M + "what is this?", "red", M + f"compare {M} with {M}"]
+        "be brief",
+        M + "what is this?",
+        "red",
+        M + f"compare {M} with {M}",
+    ]
     assert all("images" not in m for m in out)
     # Order: the whole request's images, message by message, each message's in order.
     assert images.ready == [RED_PNG, GREEN_PNG, RED_PNG, GREEN_PNG]
@@ -81,8 +88,9 @@ def test_generate_prompt_and_rendered_check() -> None:
 
 
 def test_limits_and_bad_images_name_the_image() -> None:
-    with pytest.raises(InvalidRequest, match=f"100 images in one request; the limit is "
-                                             f"{config.MAX_IMAGES}"):
+    with pytest.raises(
+        InvalidRequest, match=f"100 images in one request; the limit is {config.MAX_IMAGES}"
+    ):
         chat_images([{"role": "user", "content": "x", "images": ["?"] * 100}])
     with pytest.raises(InvalidRequest, match=r"image 2 is 20000x20000 pixels"):
         prompt_images("x", [b64(RED_PNG), b64(huge_png(20000, 20000))])
@@ -97,8 +105,11 @@ def test_limits_and_bad_images_name_the_image() -> None:
 def test_urls_are_refused_unless_fetching_is_on(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LOCALLLM_FETCH_IMAGE_URLS", raising=False)
     msgs = [{"role": "user", "content": "x", "images": [b64(RED_PNG), "http://10.0.0.1/a.png"]}]
-    with pytest.raises(InvalidRequest, match=r"image 2 is an http.s. URL, which this server "
-                                             r"does not fetch.*LOCALLLM_FETCH_IMAGE_URLS=1"):
+    with pytest.raises(
+        InvalidRequest,
+        match=r"image 2 is an http.s. URL, which this server "
+        r"does not fetch.*LOCALLLM_FETCH_IMAGE_URLS=1",
+    ):
         chat_images(msgs)
     monkeypatch.setenv("LOCALLLM_FETCH_IMAGE_URLS", "1")
     _, images = chat_images(msgs)
@@ -110,14 +121,22 @@ def test_urls_are_refused_unless_fetching_is_on(monkeypatch: pytest.MonkeyPatch)
 
 def test_openai_image_parts_become_native_images() -> None:
     url = "data:image/png;base64," + b64(RED_PNG)
-    native = messages_to_native([{"role": "user", "content": [
-        {"type": "text", "text": "left"},
-        {"type": "image_url", "image_url": {"url": url, "detail": "low"}},
-        {"type": "text", "text": "right"},
-        {"type": "image_url", "image_url": url},
-    ]}])
-    assert native == [{"role": "user", "content": "left\n[img]\nright\n[img]",
-                       "images": [url, url]}]
+    native = messages_to_native(
+        [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "left"},
+                    {"type": "image_url", "image_url": {"url": url, "detail": "low"}},
+                    {"type": "text", "text": "right"},
+                    {"type": "image_url", "image_url": url},
+                ],
+            }
+        ]
+    )
+    assert native == [
+        {"role": "user", "content": "left\n[img]\nright\n[img]", "images": [url, url]}
+    ]
     out, images = chat_images(native)
     assert out[0]["content"] == f"left\n{M}\nright\n{M}"
     assert images.ready == [RED_PNG, RED_PNG]

@@ -39,14 +39,14 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-async def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                 ) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
+async def served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
     monkeypatch.setenv("LOCALLLM_NUM_PARALLEL", "4")
     monkeypatch.setenv("LOCALLLM_CONTEXT_LENGTH", "256")
     app = create_app(Store(paths.models()), bind_host="127.0.0.1")
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://localhost",
-                                 timeout=60) as c:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=60) as c:
         try:
             yield app, c
         finally:
@@ -67,8 +67,9 @@ async def create(c: httpx.AsyncClient, body: dict[str, Any]) -> httpx.Response:
 async def make_models(c: httpx.AsyncClient, tmp_path: Path) -> None:
     model = await upload(c, make_tiny_model(tmp_path / "m"))
     # The bare prompt as the template, so /v1/completions (templated) says the greedy text.
-    r = await create(c, {"model": "base", "files": {"tiny.gguf": model},
-                         "template": "{{ .Prompt }}"})
+    r = await create(
+        c, {"model": "base", "files": {"tiny.gguf": model}, "template": "{{ .Prompt }}"}
+    )
     assert r.status_code == 200, r.text
     for name, to in (("tuned-c", "c"), ("tuned-d", "d")):
         lora = await upload(c, make_remap_lora(tmp_path / "l", {"a": to}, name=f"{to}.gguf"))
@@ -77,12 +78,15 @@ async def make_models(c: httpx.AsyncClient, tmp_path: Path) -> None:
 
 
 async def generate(c: httpx.AsyncClient, model: str, prompt: str = "a") -> httpx.Response:
-    return await c.post("/api/generate", json={"model": model, "prompt": prompt, "raw": True,
-                                               "stream": False, "options": GREEDY})
+    return await c.post(
+        "/api/generate",
+        json={"model": model, "prompt": prompt, "raw": True, "stream": False, "options": GREEDY},
+    )
 
 
 async def test_base_and_two_adapters_alternate_on_one_base_load(
-        served: tuple[FastAPI, httpx.AsyncClient], tmp_path: Path) -> None:
+    served: tuple[FastAPI, httpx.AsyncClient], tmp_path: Path
+) -> None:
     app, c = served
     await make_models(c, tmp_path)
     sched = app.state.scheduler
@@ -103,8 +107,7 @@ async def test_base_and_two_adapters_alternate_on_one_base_load(
 
     # /v1 picks the adapter by model name on the same path.
     for name in ("tuned-d", "base", "tuned-c"):
-        r = await c.post("/v1/completions", json={"model": name, "prompt": "a",
-                                                  "temperature": 0})
+        r = await c.post("/v1/completions", json={"model": name, "prompt": "a", "temperature": 0})
         assert r.status_code == 200, r.text
         assert r.json()["choices"][0]["text"] == EXPECT[name]
     assert sched.load_count == 1
@@ -112,7 +115,8 @@ async def test_base_and_two_adapters_alternate_on_one_base_load(
 
 
 async def test_mismatched_adapter_refused_at_create_and_at_load(
-        served: tuple[FastAPI, httpx.AsyncClient], tmp_path: Path) -> None:
+    served: tuple[FastAPI, httpx.AsyncClient], tmp_path: Path
+) -> None:
     app, c = served
     await make_models(c, tmp_path)
     bad_path = make_remap_lora(tmp_path / "bad", {"a": "c"}, name="wide.gguf", n_embd=128)
@@ -126,9 +130,12 @@ async def test_mismatched_adapter_refused_at_create_and_at_load(
     # is refused when a request needs it, without harming the loaded base.
     store: Store = app.state.inference.store
     good = store.get(parse_name("tuned-c")).manifest
-    layers = [ly if ly.media_type != MEDIA_ADAPTER else
-              type(ly)(MEDIA_ADAPTER, bad, bad_path.stat().st_size, "wide.gguf")
-              for ly in good.layers]
+    layers = [
+        ly
+        if ly.media_type != MEDIA_ADAPTER
+        else type(ly)(MEDIA_ADAPTER, bad, bad_path.stat().st_size, "wide.gguf")
+        for ly in good.layers
+    ]
     store.commit(parse_name("sneaked"), Manifest(good.config, layers))
     assert (await generate(c, "base")).json()["response"] == EXPECT["base"]
     r = await generate(c, "sneaked")

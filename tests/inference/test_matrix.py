@@ -53,16 +53,22 @@ def build(row: Row, folder: Path) -> None:
     store = Store(paths.models())
     for name, script in ((row.model, scripts), (row.model + "-forced", forced)):
         used = [m for m in row.fmt.markers if any(m in text for text in script.values())]
-        path = make_script_model(folder / name, script, chat_template=row.source,
-                                 control=list(dict.fromkeys([*used, *row.vocab])), eos=row.eos,
-                                 context=CONTEXT)
+        path = make_script_model(
+            folder / name,
+            script,
+            chat_template=row.source,
+            control=list(dict.fromkeys([*used, *row.vocab])),
+            eos=row.eos,
+            context=CONTEXT,
+        )
         import_gguf(store, parse_name(name), [path])
 
 
 @pytest.fixture(scope="module")
 def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    with module_home(tmp_path_factory, "matrix", LOCALLLM_NUM_PARALLEL="1",
-                     LOCALLLM_CONTEXT_LENGTH=str(CONTEXT)) as tmp:
+    with module_home(
+        tmp_path_factory, "matrix", LOCALLLM_NUM_PARALLEL="1", LOCALLLM_CONTEXT_LENGTH=str(CONTEXT)
+    ) as tmp:
         for row in rows()[0]:
             build(row, tmp / "gguf")
         with start_daemon(tmp) as daemon:
@@ -78,21 +84,25 @@ def expect(row: Row, got: Got, *, ids: bool) -> None:
     want = (row.content, row.thinking, list(row.calls))
     if ids:
         assert got[:2] == want[:2] and [c[:2] for c in got[2]] == [c[:2] for c in want[2]]
-        assert all(g[2] and g[2] == (w[2] or g[2]) for g, w in zip(got[2], want[2],
-                                                                    strict=True))
+        assert all(g[2] and g[2] == (w[2] or g[2]) for g, w in zip(got[2], want[2], strict=True))
     else:
         assert simple(got) == simple(want)
 
 
 # -- the cells ------------------------------------------------------------------------
 
+
 def api_chat(d: Daemon, row: Row, question: str, stream: bool, *, parts: int = 1) -> Got:
     """The reply to ``question``; streamed, it must come in at least ``parts`` chunks (a
     call may arrive with the last: a format's closing marker can end the generation)."""
-    body = {"model": row.model, "messages": [{"role": "user", "content": question}],
-            "stream": stream, "options": {"temperature": 0}, "tools": row.tools()}
-    with httpx.stream("POST", d.url + "/api/chat", json=body, trust_env=False,
-                      timeout=120) as r:
+    body = {
+        "model": row.model,
+        "messages": [{"role": "user", "content": question}],
+        "stream": stream,
+        "options": {"temperature": 0},
+        "tools": row.tools(),
+    }
+    with httpx.stream("POST", d.url + "/api/chat", json=body, trust_env=False, timeout=120) as r:
         assert r.status_code == 200, r.read()
         chunks = [json.loads(line) for line in r.iter_lines() if line]
     assert chunks[-1]["done"] and (len(chunks) >= parts if stream else len(chunks) == 1)
@@ -104,8 +114,10 @@ def api_chat(d: Daemon, row: Row, question: str, stream: bool, *, parts: int = 1
         assert not [m for m in row.fmt.markers if m in shown], shown
         content += msg["content"]
         thinking += msg.get("thinking", "")
-        calls += [(c["function"]["name"], c["function"]["arguments"], c.get("id"))
-                  for c in msg.get("tool_calls", [])]
+        calls += [
+            (c["function"]["name"], c["function"]["arguments"], c.get("id"))
+            for c in msg.get("tool_calls", [])
+        ]
     return content, thinking, calls
 
 
@@ -117,15 +129,25 @@ def cell_api_chat(d: Daemon, row: Row, stream: bool) -> None:
 
 def cell_openai(d: Daemon, row: Row, stream: bool) -> None:
     c = openai_client(d)
-    kw: Any = {"model": row.model, "temperature": 0, "tools": row.tools(),
-               "messages": [{"role": "user", "content": ASK}]}
+    kw: Any = {
+        "model": row.model,
+        "temperature": 0,
+        "tools": row.tools(),
+        "messages": [{"role": "user", "content": ASK}],
+    }
     if not stream:
         choice = c.chat.completions.create(**kw).choices[0]
         assert choice.finish_reason == "tool_calls"
         msg = choice.message
-        got = (msg.content or "", (msg.model_extra or {}).get("reasoning", ""),
-               [(t.function.name, json.loads(t.function.arguments), t.id)
-                for t in msg.tool_calls or [] if t.type == "function"])
+        got = (
+            msg.content or "",
+            (msg.model_extra or {}).get("reasoning", ""),
+            [
+                (t.function.name, json.loads(t.function.arguments), t.id)
+                for t in msg.tool_calls or []
+                if t.type == "function"
+            ],
+        )
         expect(row, got, ids=True)
         return
     chunks = list(c.chat.completions.create(stream=True, **kw))
@@ -137,11 +159,12 @@ def cell_openai(d: Daemon, row: Row, stream: bool) -> None:
         ids[tc.index] = tc.id or ids.get(tc.index, "")
         if tc.function and tc.function.name:
             names[tc.index] = tc.function.name
-        args[tc.index] = args.get(tc.index, "") + ((tc.function and tc.function.arguments)
-                                                   or "")
-    got = ("".join(dl.content or "" for dl in deltas),
-           "".join((dl.model_extra or {}).get("reasoning") or "" for dl in deltas),
-           [(names[i], json.loads(args[i]), ids.get(i)) for i in sorted(args)])
+        args[tc.index] = args.get(tc.index, "") + ((tc.function and tc.function.arguments) or "")
+    got = (
+        "".join(dl.content or "" for dl in deltas),
+        "".join((dl.model_extra or {}).get("reasoning") or "" for dl in deltas),
+        [(names[i], json.loads(args[i]), ids.get(i)) for i in sorted(args)],
+    )
     expect(row, got, ids=True)
     assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == "tool_calls"
 
@@ -150,40 +173,67 @@ def cell_anthropic(d: Daemon, row: Row) -> None:
     import anthropic
 
     http = anthropic.DefaultHttpxClient(trust_env=False, timeout=120)
-    c = d.keep(anthropic.Anthropic(base_url=d.url, api_key="unused", max_retries=0,
-                                   http_client=http))
-    tools: Any = [{"name": t["function"]["name"], "description": "A tool.",
-                   "input_schema": t["function"]["parameters"]} for t in row.tools()]
-    kw: Any = {"model": row.model, "max_tokens": 512, "tools": tools,
-               "messages": [{"role": "user", "content": ASK}],
-               "extra_body": {"temperature": 0}}
+    c = d.keep(
+        anthropic.Anthropic(base_url=d.url, api_key="unused", max_retries=0, http_client=http)
+    )
+    tools: Any = [
+        {
+            "name": t["function"]["name"],
+            "description": "A tool.",
+            "input_schema": t["function"]["parameters"],
+        }
+        for t in row.tools()
+    ]
+    kw: Any = {
+        "model": row.model,
+        "max_tokens": 512,
+        "tools": tools,
+        "messages": [{"role": "user", "content": ASK}],
+        "extra_body": {"temperature": 0},
+    }
     made = c.messages.create(**kw)
     with c.messages.stream(**kw) as stream:
         streamed = stream.get_final_message()
     for msg in (made, streamed):
         assert msg.stop_reason == "tool_use"
         blocks: Any = msg.content
-        got = ("".join(b.text for b in blocks if b.type == "text"),
-               "".join(b.thinking for b in blocks if b.type == "thinking"),
-               [(b.name, b.input, b.id) for b in blocks if b.type == "tool_use"])
+        got = (
+            "".join(b.text for b in blocks if b.type == "text"),
+            "".join(b.thinking for b in blocks if b.type == "thinking"),
+            [(b.name, b.input, b.id) for b in blocks if b.type == "tool_use"],
+        )
         expect(row, got, ids=False)
         assert all(i for _, _, i in got[2])
 
 
 def cell_responses(d: Daemon, row: Row) -> None:
     c = openai_client(d)
-    tools: Any = [{"type": "function", "name": t["function"]["name"], "description": "A tool.",
-                   "parameters": t["function"]["parameters"]} for t in row.tools()]
+    tools: Any = [
+        {
+            "type": "function",
+            "name": t["function"]["name"],
+            "description": "A tool.",
+            "parameters": t["function"]["parameters"],
+        }
+        for t in row.tools()
+    ]
     kw: Any = {"model": row.model, "input": ASK, "tools": tools, "temperature": 0}
     made = c.responses.create(**kw)
     events = list(c.responses.create(stream=True, **kw))
     assert events[-1].type == "response.completed"
     for r in (made, events[-1].response):
-        thinking = "".join(part.text for o in r.output if o.type == "reasoning"
-                           for part in o.summary)
-        got = (r.output_text, thinking,
-               [(o.name, json.loads(o.arguments), o.call_id) for o in r.output
-                if o.type == "function_call"])
+        thinking = "".join(
+            part.text for o in r.output if o.type == "reasoning" for part in o.summary
+        )
+        got = (
+            r.output_text,
+            thinking,
+            [
+                (o.name, json.loads(o.arguments), o.call_id)
+                for o in r.output
+                if o.type == "function_call"
+            ],
+        )
         expect(row, got, ids=False)
         assert all(i for _, _, i in got[2])
 
@@ -194,9 +244,13 @@ def cell_forced(d: Daemon, row: Row) -> None:
     # "required" over the one tool, and the tool by name (which keeps only it): the same
     # prompt, so the same reply of the script model, each forced by its grammar.
     for choice_of in ("required", named):
-        kw: Any = {"model": row.model + "-forced", "temperature": 0,
-                   "tools": row.forced_tools(), "tool_choice": choice_of,
-                   "messages": [{"role": "user", "content": FORCED}]}
+        kw: Any = {
+            "model": row.model + "-forced",
+            "temperature": 0,
+            "tools": row.forced_tools(),
+            "tool_choice": choice_of,
+            "messages": [{"role": "user", "content": FORCED}],
+        }
         choice = c.chat.completions.create(**kw).choices[0]
         assert choice.finish_reason == "tool_calls"
         assert not (choice.message.content or "").strip()

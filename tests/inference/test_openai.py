@@ -48,9 +48,15 @@ def test_chat_exact_greedy_non_stream_and_stream(v1: Daemon) -> None:
     assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (2, len(GREEDY["a"]))
     assert r.usage.total_tokens == 2 + len(GREEDY["a"])
 
-    chunks = list(c.chat.completions.create(
-        model="tiny-plain", messages=user("0"), stream=True,
-        stream_options={"include_usage": True}, **GREEDY_KW))
+    chunks = list(
+        c.chat.completions.create(
+            model="tiny-plain",
+            messages=user("0"),
+            stream=True,
+            stream_options={"include_usage": True},
+            **GREEDY_KW,
+        )
+    )
     assert len({ch.id for ch in chunks}) == 1 and len({ch.created for ch in chunks}) == 1
     assert chunks[0].choices[0].delta.role == "assistant"
     text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
@@ -62,49 +68,73 @@ def test_chat_exact_greedy_non_stream_and_stream(v1: Daemon) -> None:
 
 
 def test_raw_sse_frames_end_with_done(v1: Daemon) -> None:
-    frames = sse_frames(v1, "/v1/chat/completions", {
-        "model": "tiny-plain", "messages": user("x"), "stream": True, **GREEDY_KW})
+    frames = sse_frames(
+        v1,
+        "/v1/chat/completions",
+        {"model": "tiny-plain", "messages": user("x"), "stream": True, **GREEDY_KW},
+    )
     assert all(f.startswith("data: ") for f in frames)
     assert frames[-1] == "data: [DONE]"
     chunks = [json.loads(f[6:]) for f in frames[:-1]]
     assert all(ch["object"] == "chat.completion.chunk" for ch in chunks)
     assert "".join(ch["choices"][0]["delta"].get("content", "") for ch in chunks) == "yz"
-    assert chunks[-1]["choices"][0] == {"index": 0, "delta": {}, "logprobs": None,
-                                        "finish_reason": "stop"}
+    assert chunks[-1]["choices"][0] == {
+        "index": 0,
+        "delta": {},
+        "logprobs": None,
+        "finish_reason": "stop",
+    }
     assert not any("usage" in ch for ch in chunks)  # not asked for
 
 
 def test_max_tokens_stop_and_n(v1: Daemon) -> None:
     c = openai_client(v1)
-    r = c.chat.completions.create(model="tiny-plain", messages=user("a"), max_tokens=5,
-                                  **GREEDY_KW)
+    r = c.chat.completions.create(model="tiny-plain", messages=user("a"), max_tokens=5, **GREEDY_KW)
     assert (r.choices[0].message.content, r.choices[0].finish_reason) == ("bcdef", "length")
-    r = c.chat.completions.create(model="tiny-plain", messages=user("a"),
-                                  max_completion_tokens=3, **GREEDY_KW)
+    r = c.chat.completions.create(
+        model="tiny-plain", messages=user("a"), max_completion_tokens=3, **GREEDY_KW
+    )
     assert r.choices[0].message.content == "bcd"
-    r = c.chat.completions.create(model="tiny-plain", messages=user("a"), stop="gh",
-                                  **GREEDY_KW)
+    r = c.chat.completions.create(model="tiny-plain", messages=user("a"), stop="gh", **GREEDY_KW)
     assert (r.choices[0].message.content, r.choices[0].finish_reason) == ("bcdef", "stop")
-    r = c.chat.completions.create(model="tiny-plain", messages=user("a"), stop=["e", "c"],
-                                  **GREEDY_KW)
+    r = c.chat.completions.create(
+        model="tiny-plain", messages=user("a"), stop=["e", "c"], **GREEDY_KW
+    )
     assert r.choices[0].message.content == "b"
     r = c.chat.completions.create(model="tiny-plain", messages=user("5"), n=3, **GREEDY_KW)
     assert [ch.index for ch in r.choices] == [0, 1, 2]
     assert [ch.message.content for ch in r.choices] == [GREEDY["5"]] * 3
     assert r.usage is not None and r.usage.completion_tokens == 3 * r.usage.completion_tokens // 3
     # Sampled choices: a fixed seed makes the whole answer reproducible.
-    kw = {"model": "tiny-plain", "messages": user("a"), "n": 2, "temperature": 1.5,
-          "seed": 7, "max_tokens": 8, "presence_penalty": 0.5, "frequency_penalty": 0.5,
-          "top_p": 0.9}
+    kw = {
+        "model": "tiny-plain",
+        "messages": user("a"),
+        "n": 2,
+        "temperature": 1.5,
+        "seed": 7,
+        "max_tokens": 8,
+        "presence_penalty": 0.5,
+        "frequency_penalty": 0.5,
+        "top_p": 0.9,
+    }
     first = [ch.message.content for ch in c.chat.completions.create(**kw).choices]  # type: ignore[call-overload]
     again = [ch.message.content for ch in c.chat.completions.create(**kw).choices]  # type: ignore[call-overload]
     assert first == again
 
 
 def test_n_streams_interleave_by_index(v1: Daemon) -> None:
-    frames = sse_frames(v1, "/v1/chat/completions", {
-        "model": "tiny-plain", "messages": user("a"), "stream": True, "n": 3,
-        "stream_options": {"include_usage": True}, **GREEDY_KW})
+    frames = sse_frames(
+        v1,
+        "/v1/chat/completions",
+        {
+            "model": "tiny-plain",
+            "messages": user("a"),
+            "stream": True,
+            "n": 3,
+            "stream_options": {"include_usage": True},
+            **GREEDY_KW,
+        },
+    )
     chunks = [json.loads(f[6:]) for f in frames[:-1]]
     texts = ["", "", ""]
     for ch in chunks[:-1]:
@@ -120,19 +150,18 @@ def test_completions_exact_stream_and_echo(v1: Daemon) -> None:
     r = c.completions.create(model="tiny-plain", prompt="hello", **GREEDY_KW)
     assert r.object == "text_completion"
     assert r.choices[0].text == GREEDY["hello"] and r.choices[0].finish_reason == "stop"
-    r = c.completions.create(model="tiny-plain", prompt="a", max_tokens=4, echo=True,
-                             **GREEDY_KW)
+    r = c.completions.create(model="tiny-plain", prompt="a", max_tokens=4, echo=True, **GREEDY_KW)
     assert (r.choices[0].text, r.choices[0].finish_reason) == ("abcde", "length")
-    parts = list(c.completions.create(model="tiny-plain", prompt="x", stream=True,
-                                      **GREEDY_KW))
+    parts = list(c.completions.create(model="tiny-plain", prompt="x", stream=True, **GREEDY_KW))
     assert "".join(p.choices[0].text for p in parts) == "yz"
     assert parts[-1].choices[0].finish_reason == "stop"
 
 
 def test_logprobs(v1: Daemon) -> None:
     c = openai_client(v1)
-    r = c.chat.completions.create(model="tiny-plain", messages=user("w"), logprobs=True,
-                                  top_logprobs=2, **GREEDY_KW)
+    r = c.chat.completions.create(
+        model="tiny-plain", messages=user("w"), logprobs=True, top_logprobs=2, **GREEDY_KW
+    )
     lp = r.choices[0].logprobs
     assert lp is not None and lp.content is not None
     assert "".join(t.token for t in lp.content) == "xyz"
@@ -145,23 +174,39 @@ def test_logprobs(v1: Daemon) -> None:
 
 
 def test_json_schema_response_format_parses_and_validates(v1: Daemon) -> None:
-    schema = {"type": "object",
-              "properties": {"name": {"type": "string", "maxLength": 5},
-                             "kind": {"enum": ["cat", "dog"]},
-                             "age": {"type": "integer"}},
-              "required": ["name", "kind", "age"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 5},
+            "kind": {"enum": ["cat", "dog"]},
+            "age": {"type": "integer"},
+        },
+        "required": ["name", "kind", "age"],
+        "additionalProperties": False,
+    }
     c = openai_client(v1)
     for seed in (1, 2):
         r = c.chat.completions.create(
-            model="tiny", messages=user("describe"), seed=seed, temperature=1.0,
-            response_format={"type": "json_schema",
-                             "json_schema": {"name": "pet", "schema": schema}})
+            model="tiny",
+            messages=user("describe"),
+            seed=seed,
+            temperature=1.0,
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "pet", "schema": schema},
+            },
+        )
         doc = json.loads(r.choices[0].message.content or "")
         assert list(doc) == ["name", "kind", "age"]
         assert len(doc["name"]) <= 5 and doc["kind"] in ("cat", "dog")
         assert isinstance(doc["age"], int)
-    r = c.chat.completions.create(model="tiny", messages=user("x"), seed=3, max_tokens=200,
-                                  response_format={"type": "json_object"})
+    r = c.chat.completions.create(
+        model="tiny",
+        messages=user("x"),
+        seed=3,
+        max_tokens=200,
+        response_format={"type": "json_object"},
+    )
     text = r.choices[0].message.content or ""
     assert text.startswith("{")
     if r.choices[0].finish_reason == "stop":
@@ -175,12 +220,17 @@ def test_embeddings_and_models(v1: Daemon) -> None:
     for d in r.data:
         assert math.isclose(sum(x * x for x in d.embedding), 1.0, rel_tol=1e-4)
     assert r.usage.prompt_tokens > 0 and r.usage.total_tokens == r.usage.prompt_tokens
-    raw = httpx.post(v1.url + "/v1/embeddings", trust_env=False, timeout=60, json={
-        "model": "tiny-embed", "input": "abc", "dimensions": 8}).json()
+    raw = httpx.post(
+        v1.url + "/v1/embeddings",
+        trust_env=False,
+        timeout=60,
+        json={"model": "tiny-embed", "input": "abc", "dimensions": 8},
+    ).json()
     assert raw["object"] == "list" and len(raw["data"][0]["embedding"]) == 8
     assert raw["data"][0]["embedding"] == pytest.approx(
         c.embeddings.create(model="tiny-embed", input="abc", dimensions=8).data[0].embedding,
-        rel=1e-5)
+        rel=1e-5,
+    )
     ids = sorted(m.id for m in c.models.list())
     assert ids == ["tiny-embed:latest", "tiny-plain:latest", "tiny:latest"]
     m = c.models.retrieve("tiny")
@@ -206,8 +256,14 @@ def test_errors_have_openai_shape_and_daemon_keeps_serving(v1: Daemon) -> None:
         ({**ok, "options": {"num_ctx": 10**9}}, 400, "num_ctx"),
         ({**ok, "top_logprobs": 50, "logprobs": True}, 400, "top_logprobs"),
         ({**ok, "response_format": {"type": "xml"}}, 400, "response_format"),
-        ({**ok, "response_format": {"type": "json_schema", "json_schema": {
-            "schema": {"not": {}}}}}, 400, "format"),
+        (
+            {
+                **ok,
+                "response_format": {"type": "json_schema", "json_schema": {"schema": {"not": {}}}},
+            },
+            400,
+            "format",
+        ),
         ({**ok, "tool_choice": {"type": "function", "function": {"name": "f"}}}, 400, "tools"),
         ([1, 2], 400, "JSON object"),
     ]
@@ -221,18 +277,27 @@ def test_errors_have_openai_shape_and_daemon_keeps_serving(v1: Daemon) -> None:
     for path in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
         r = httpx.post(v1.url + path, content=b"{nope", trust_env=False)
         assert r.status_code == 400 and "invalid JSON" in r.json()["error"]["message"]
-    r = httpx.post(v1.url + "/v1/embeddings", trust_env=False,
-                   json={"model": "tiny-embed", "input": [[1, 2]]})
+    r = httpx.post(
+        v1.url + "/v1/embeddings", trust_env=False, json={"model": "tiny-embed", "input": [[1, 2]]}
+    )
     assert r.status_code == 400 and "input" in r.json()["error"]["message"]
-    r = httpx.post(v1.url + "/v1/completions", trust_env=False,
-                   json={"model": "tiny-plain", "prompt": ["a", "b"]})
+    r = httpx.post(
+        v1.url + "/v1/completions",
+        trust_env=False,
+        json={"model": "tiny-plain", "prompt": ["a", "b"]},
+    )
     assert r.status_code == 400 and "prompt" in r.json()["error"]["message"]
-    r = httpx.post(v1.url + "/v1/chat/completions", trust_env=False, content=(
-        b'{"model": "tiny-plain", "messages": [], "temperature": NaN}'))
+    r = httpx.post(
+        v1.url + "/v1/chat/completions",
+        trust_env=False,
+        content=(b'{"model": "tiny-plain", "messages": [], "temperature": NaN}'),
+    )
     assert r.status_code == 400 and "temperature" in r.json()["error"]["message"]
     with pytest.raises(openai.BadRequestError, match="max_tokens"):
-        openai_client(v1).chat.completions.create(model="tiny-plain", messages=user("a"),
-                                                  max_tokens=-1)
-    r = openai_client(v1).chat.completions.create(model="tiny-plain", messages=user("a"),
-                                                  **GREEDY_KW)
+        openai_client(v1).chat.completions.create(
+            model="tiny-plain", messages=user("a"), max_tokens=-1
+        )
+    r = openai_client(v1).chat.completions.create(
+        model="tiny-plain", messages=user("a"), **GREEDY_KW
+    )
     assert r.choices[0].message.content == GREEDY["a"]

@@ -52,18 +52,31 @@ def _open(stack: ExitStack, client: httpx.Client, body: dict[str, Any]) -> dict[
 def test_two_slots_serve_two_streams_and_the_third_waits(daemon: Daemon) -> None:
     d = daemon
     with httpx.Client(base_url=d.url, timeout=120, trust_env=False) as client:
-        r = client.post("/api/create", json={"model": "duo", "from": "tiny-long",
-                                             "parameters": {"num_parallel": 2},
-                                             "stream": False})
+        r = client.post(
+            "/api/create",
+            json={
+                "model": "duo",
+                "from": "tiny-long",
+                "parameters": {"num_parallel": 2},
+                "stream": False,
+            },
+        )
         assert r.json() == {"status": "success"}, r.text
         shown = client.post("/api/show", json={"model": "duo"}).json()
         assert "PARAMETER num_parallel 2" in shown["modelfile"]
 
-    body = {"model": "duo", "prompt": LOOP_PROMPT, "raw": True, "stream": True,
-            "options": {"temperature": 0, "num_predict": CTX - 16}}
+    body = {
+        "model": "duo",
+        "prompt": LOOP_PROMPT,
+        "raw": True,
+        "stream": True,
+        "options": {"temperature": 0, "num_predict": CTX - 16},
+    }
     with ExitStack() as stack, concurrent.futures.ThreadPoolExecutor(1) as pool:
-        streams = [stack.enter_context(httpx.Client(base_url=d.url, timeout=120,
-                                                    trust_env=False)) for _ in range(3)]
+        streams = [
+            stack.enter_context(httpx.Client(base_url=d.url, timeout=120, trust_env=False))
+            for _ in range(3)
+        ]
         probe = stack.enter_context(httpx.Client(base_url=d.url, timeout=30, trust_env=False))
         first = [stack.enter_context(ExitStack()) for _ in range(3)]
         # Two streams generate at once: both have sent a token.

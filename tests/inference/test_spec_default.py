@@ -29,9 +29,14 @@ MODES: tuple[str | None, ...] = (None, "off", "auto", "ngram")
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     """``tiny-attn`` (attention on) served with two slots, for tests that change nothing."""
-    with own_daemon(tmp_path_factory, "spec-daemon",
-                    lambda tmp: add_tiny(tmp, "tiny-attn", attention=True), home="localllm-home",
-                    LOCALLLM_NUM_PARALLEL="2", LOCALLLM_CONTEXT_LENGTH="256") as d:
+    with own_daemon(
+        tmp_path_factory,
+        "spec-daemon",
+        lambda tmp: add_tiny(tmp, "tiny-attn", attention=True),
+        home="localllm-home",
+        LOCALLLM_NUM_PARALLEL="2",
+        LOCALLLM_CONTEXT_LENGTH="256",
+    ) as d:
         yield d
 
 
@@ -39,8 +44,15 @@ def generate(d: Daemon, prompt: str, mode: str | None, **options: Any) -> dict[s
     opts = {**GREEDY_OPTS, "num_predict": 40, **options}
     if mode is not None:
         opts["speculative"] = mode
-    body = {"model": "tiny-attn", "prompt": prompt, "raw": True, "stream": False,
-            "logprobs": True, "top_logprobs": 2, "options": opts}
+    body = {
+        "model": "tiny-attn",
+        "prompt": prompt,
+        "raw": True,
+        "stream": False,
+        "logprobs": True,
+        "top_logprobs": 2,
+        "options": opts,
+    }
     r = httpx.post(d.url + "/api/generate", json=body, timeout=120, trust_env=False)
     assert r.status_code == 200, r.text
     out: dict[str, Any] = r.json()

@@ -34,8 +34,10 @@ pytestmark = pytest.mark.slow  # long replies, through every SDK
 STEPS = 1300
 REASON = " ".join(f"s{i}" for i in range(STEPS))  # cut into pieces of up to 6 characters
 ANSWER = "The answer is 42."
-CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
-          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n")
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+)
 OPENS = CHATML + "<think>\n{% endif %}"
 PLAIN = CHATML + "{% endif %}"
 ASK: Any = [{"role": "user", "content": "Why?"}]
@@ -44,16 +46,26 @@ GREEDY = {"temperature": 0}
 
 @pytest.fixture(scope="module")
 def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    with module_home(tmp_path_factory, "think-budget", LOCALLLM_NUM_PARALLEL="2",
-                     LOCALLLM_CONTEXT_LENGTH="4096") as tmp:
+    with module_home(
+        tmp_path_factory, "think-budget", LOCALLLM_NUM_PARALLEL="2", LOCALLLM_CONTEXT_LENGTH="4096"
+    ) as tmp:
         store = Store(paths.models())
         thinker = make_script_model(
-            tmp / "thinker", {"<|im_start|>assistant\n<think>\n": f"{REASON}</think>\n\n{ANSWER}"},
-            control=["</think>"], eos="<|im_end|>", chat_template=OPENS, context=4096)
+            tmp / "thinker",
+            {"<|im_start|>assistant\n<think>\n": f"{REASON}</think>\n\n{ANSWER}"},
+            control=["</think>"],
+            eos="<|im_end|>",
+            chat_template=OPENS,
+            context=4096,
+        )
         import_gguf(store, parse_name("thinker"), [thinker])
         opener = make_script_model(
-            tmp / "opener", {"<|im_start|>assistant\n": f"<think>{REASON[:200]}</think>{ANSWER}"},
-            control=["<think>", "</think>"], eos="<|im_end|>", chat_template=PLAIN)
+            tmp / "opener",
+            {"<|im_start|>assistant\n": f"<think>{REASON[:200]}</think>{ANSWER}"},
+            control=["<think>", "</think>"],
+            eos="<|im_end|>",
+            chat_template=PLAIN,
+        )
         import_gguf(store, parse_name("opener"), [opener])
         with start_daemon(tmp) as daemon:
             yield daemon
@@ -78,6 +90,7 @@ def reasoned(thinking: str | None, n: int) -> None:
 
 # -- Ollama ----------------------------------------------------------------------------
 
+
 def test_ollama_think_budget_option(d: Daemon) -> None:
     whole = chat(d, think=True)
     assert whole.message.thinking == REASON and whole.message.content == ANSWER
@@ -92,8 +105,15 @@ def test_ollama_think_budget_option(d: Daemon) -> None:
 
 
 def test_ollama_think_budget_streams_the_close(d: Daemon) -> None:
-    parts = list(oll(d).chat(model="thinker", messages=ASK, think=True, stream=True,
-                             options={**GREEDY, "think_budget": 10}))
+    parts = list(
+        oll(d).chat(
+            model="thinker",
+            messages=ASK,
+            think=True,
+            stream=True,
+            options={**GREEDY, "think_budget": 10},
+        )
+    )
     thinking = "".join(p.message.thinking or "" for p in parts)
     content = "".join(p.message.content or "" for p in parts)
     reasoned(thinking, 10)
@@ -111,8 +131,9 @@ def test_ollama_think_levels_are_budgets(d: Daemon) -> None:
 
 
 def test_generate_takes_the_budget_too(d: Daemon) -> None:
-    r = oll(d).generate(model="thinker", prompt="Why?", think=True,
-                        options={**GREEDY, "think_budget": 4})
+    r = oll(d).generate(
+        model="thinker", prompt="Why?", think=True, options={**GREEDY, "think_budget": 4}
+    )
     reasoned(r.thinking, 4)
     assert r.response == ANSWER
 
@@ -131,11 +152,16 @@ def test_the_message_goes_before_the_end_marker(d: Daemon) -> None:
     assert r.message.content == ANSWER
 
 
-@pytest.mark.parametrize(("options", "words"), [
-    ({"think_budget": -2}, "between -1"), ({"think_budget": 10**9}, "between -1"),
-    ({"think_budget": 2.5}, "integer"), ({"think_budget": "7"}, "integer"),
-    ({"think_budget_message": "x" * 5000}, "at most"),
-])
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"think_budget": -2}, "between -1"),
+        ({"think_budget": 10**9}, "between -1"),
+        ({"think_budget": 2.5}, "integer"),
+        ({"think_budget": "7"}, "integer"),
+        ({"think_budget_message": "x" * 5000}, "at most"),
+    ],
+)
 def test_ollama_bad_budgets_are_a_400(d: Daemon, options: dict[str, Any], words: str) -> None:
     with pytest.raises(ollama.ResponseError) as info:
         chat(d, think=True, options=options)
@@ -147,12 +173,14 @@ def test_ollama_bad_budgets_are_a_400(d: Daemon, options: dict[str, Any], words:
 
 # -- OpenAI ----------------------------------------------------------------------------
 
+
 def test_openai_reasoning_effort(d: Daemon) -> None:
     c = openai_client(d)
     counts = {}
     for effort in ("minimal", "low"):
-        r = c.chat.completions.create(model="thinker", messages=ASK,
-                                      reasoning_effort=effort, temperature=0)
+        r = c.chat.completions.create(
+            model="thinker", messages=ASK, reasoning_effort=effort, temperature=0
+        )
         msg = r.choices[0].message
         assert msg.content == ANSWER
         reasoned((msg.model_extra or {}).get("reasoning"), EFFORTS[effort])
@@ -160,56 +188,76 @@ def test_openai_reasoning_effort(d: Daemon) -> None:
         counts[effort] = r.usage.completion_tokens
     assert counts["low"] - counts["minimal"] == EFFORTS["low"] - EFFORTS["minimal"]
     # llama-server's exact count, streamed.
-    chunks = list(c.chat.completions.create(
-        model="thinker", messages=ASK, temperature=0, stream=True,
-        extra_body={"reasoning_budget_tokens": 0}))
+    chunks = list(
+        c.chat.completions.create(
+            model="thinker",
+            messages=ASK,
+            temperature=0,
+            stream=True,
+            extra_body={"reasoning_budget_tokens": 0},
+        )
+    )
     deltas = [ch.choices[0].delta for ch in chunks if ch.choices]
     assert not "".join((dl.model_extra or {}).get("reasoning") or "" for dl in deltas)
     assert "".join(dl.content or "" for dl in deltas) == ANSWER
 
 
 def test_openai_responses_effort(d: Daemon) -> None:
-    r = openai_client(d).responses.create(model="thinker", input="Why?", temperature=0,
-                                          reasoning={"effort": "minimal"})
+    r = openai_client(d).responses.create(
+        model="thinker", input="Why?", temperature=0, reasoning={"effort": "minimal"}
+    )
     thinking = "".join(p.text for o in r.output if o.type == "reasoning" for p in o.summary)
     reasoned(thinking, EFFORTS["minimal"])
     assert r.output_text == ANSWER
 
 
-@pytest.mark.parametrize("body", [{"reasoning_effort": "extreme"},
-                                  {"reasoning_budget_tokens": -5},
-                                  {"reasoning_budget_tokens": 1.5}])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"reasoning_effort": "extreme"},
+        {"reasoning_budget_tokens": -5},
+        {"reasoning_budget_tokens": 1.5},
+    ],
+)
 def test_openai_bad_budgets_are_a_400(d: Daemon, body: dict[str, Any]) -> None:
     import openai
 
     with pytest.raises(openai.BadRequestError):
-        openai_client(d).chat.completions.create(model="thinker", messages=ASK,
-                                                 extra_body=body)
+        openai_client(d).chat.completions.create(model="thinker", messages=ASK, extra_body=body)
 
 
 # -- Anthropic -------------------------------------------------------------------------
+
 
 def anthropic_client(d: Daemon) -> Any:
     import anthropic
 
     http = anthropic.DefaultHttpxClient(trust_env=False, timeout=120)
-    return d.keep(anthropic.Anthropic(base_url=d.url, api_key="unused", max_retries=0,
-                                      http_client=http))
+    return d.keep(
+        anthropic.Anthropic(base_url=d.url, api_key="unused", max_retries=0, http_client=http)
+    )
 
 
 def thinking_of(msg: Any) -> tuple[str, str]:
-    return ("".join(b.thinking for b in msg.content if b.type == "thinking"),
-            "".join(b.text for b in msg.content if b.type == "text"))
+    return (
+        "".join(b.thinking for b in msg.content if b.type == "thinking"),
+        "".join(b.text for b in msg.content if b.type == "text"),
+    )
 
 
 @pytest.mark.parametrize("model", ["thinker", "opener"])
 def test_anthropic_budget_tokens(d: Daemon, model: str) -> None:
     c = anthropic_client(d)
-    kw: Any = {"model": model, "max_tokens": 4000, "messages": ASK,
-               "extra_body": {"temperature": 0}}
+    kw: Any = {
+        "model": model,
+        "max_tokens": 4000,
+        "messages": ASK,
+        "extra_body": {"temperature": 0},
+    }
     whole = REASON if model == "thinker" else REASON[:200]
-    assert thinking_of(c.messages.create(
-        thinking={"type": "enabled", "budget_tokens": -1}, **kw)) == (whole, ANSWER)
+    assert thinking_of(
+        c.messages.create(thinking={"type": "enabled", "budget_tokens": -1}, **kw)
+    ) == (whole, ANSWER)
     none = c.messages.create(thinking={"type": "enabled", "budget_tokens": 0}, **kw)
     assert thinking_of(none) == ("", ANSWER)
     cut = c.messages.create(thinking={"type": "enabled", "budget_tokens": 7}, **kw)
@@ -227,8 +275,12 @@ def test_anthropic_bad_budgets_are_a_400(d: Daemon, n: Any) -> None:
 
     c = anthropic_client(d)
     with pytest.raises(anthropic.BadRequestError) as info:
-        c.messages.create(model="thinker", max_tokens=64, messages=ASK,
-                          thinking={"type": "enabled", "budget_tokens": n})
+        c.messages.create(
+            model="thinker",
+            max_tokens=64,
+            messages=ASK,
+            thinking={"type": "enabled", "budget_tokens": n},
+        )
     assert "budget_tokens" in str(info.value)
     # The daemon keeps serving.
     r = httpx.get(d.url + "/health", timeout=10, trust_env=False)

@@ -50,9 +50,14 @@ def families() -> dict[str, tuple[str, ChatFormat, str]]:
         if marks is None:
             continue
         try:
-            prompt = render_prompt(None, source, [{"role": "user", "content": QUESTION}],
-                                   think=True, bos_token="<s>",
-                                   eos_token=EOS.get(fmt.name, "</s>"))
+            prompt = render_prompt(
+                None,
+                source,
+                [{"role": "user", "content": QUESTION}],
+                think=True,
+                bos_token="<s>",
+                eos_token=EOS.get(fmt.name, "</s>"),
+            )
         except TemplateError:
             continue
         if QUESTION not in prompt:
@@ -64,10 +69,10 @@ def families() -> dict[str, tuple[str, ChatFormat, str]]:
 
 
 def request(fmt: ChatFormat, prompt: str, budget: int) -> CompletionRequest:
-    req = CompletionRequest(id="r", prompt=prompt, sampling=SamplingParams(temperature=0.0),
-                            markers=list(fmt.markers))
-    apply_budget(req, fmt, prompt, {"think_budget": budget, "think_budget_message": ""},
-                 None, None)
+    req = CompletionRequest(
+        id="r", prompt=prompt, sampling=SamplingParams(temperature=0.0), markers=list(fmt.markers)
+    )
+    apply_budget(req, fmt, prompt, {"think_budget": budget, "think_budget_message": ""}, None, None)
     return req
 
 
@@ -87,11 +92,16 @@ def test_budget_closes_each_familys_block(family: str, tmp_path: Path) -> None:
     req = request(fmt, prompt, -1)
     opened = request(fmt, prompt, 0).think_opened
     reply = ("" if opened else open_tag) + REASON + close + ANSWER
-    scripts = {CLOSER: close + ANSWER, prompt[prompt.rindex(QUESTION):]: reply}
+    scripts = {CLOSER: close + ANSWER, prompt[prompt.rindex(QUESTION) :]: reply}
     used = [m for m in fmt.markers if any(m in t for t in scripts.values())]
-    path = make_script_model(tmp_path, scripts, chat_template=corpus()[template],
-                             control=list(dict.fromkeys([*used, *VOCAB.get(fmt.name, ())])),
-                             eos=EOS.get(fmt.name, "</s>"), context=16384)
+    path = make_script_model(
+        tmp_path,
+        scripts,
+        chat_template=corpus()[template],
+        control=list(dict.fromkeys([*used, *VOCAB.get(fmt.name, ())])),
+        eos=EOS.get(fmt.name, "</s>"),
+        context=16384,
+    )
     with Engine([str(path)], opts(n_ctx=16384, n_batch=512, n_ubatch=512)) as e:
         assert req.think_budget == -1  # no budget: the reply as it always was
         whole = run_one(e, req).text

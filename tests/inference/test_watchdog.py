@@ -23,14 +23,19 @@ from tests.support.variants import GREEDY_OPTS, serve
 
 BOUND = 1.5  # LOCALLLM_RUNNER_TIMEOUT here
 SLACK = 2.0  # the watchdog's wake-up, the kill, the error's way out; a busy 2-core machine
-LOOP = {"model": "tiny-long", "prompt": LOOP_PROMPT, "raw": True,
-        "options": {"temperature": 0}}
+LOOP = {"model": "tiny-long", "prompt": LOOP_PROMPT, "raw": True, "options": {"temperature": 0}}
 
 
 @pytest.fixture
 def daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Daemon]:
-    with serve(tmp_path, monkeypatch, parallel=1, ctx=16384, names=("tiny-long",),
-               LOCALLLM_RUNNER_TIMEOUT=str(BOUND)) as d:
+    with serve(
+        tmp_path,
+        monkeypatch,
+        parallel=1,
+        ctx=16384,
+        names=("tiny-long",),
+        LOCALLLM_RUNNER_TIMEOUT=str(BOUND),
+    ) as d:
         stopped: list[int] = []
         d.stopped = stopped  # type: ignore[attr-defined]
         try:
@@ -57,8 +62,13 @@ def ready(d: Daemon) -> httpx.Response:
 def test_stopped_runner_mid_stream_errors_naming_the_model_then_reloads(daemon: Daemon) -> None:
     d = daemon
     # A read timeout well past the bound: without the watchdog the stream hangs.
-    with httpx.stream("POST", d.url + "/api/generate", json=LOOP, trust_env=False,
-                      timeout=httpx.Timeout(10, read=BOUND + SLACK + 5)) as r:
+    with httpx.stream(
+        "POST",
+        d.url + "/api/generate",
+        json=LOOP,
+        trust_env=False,
+        timeout=httpx.Timeout(10, read=BOUND + SLACK + 5),
+    ) as r:
         lines = r.iter_lines()
         assert json.loads(next(lines))["response"] == "A"
         pid = stop(d)
@@ -73,23 +83,46 @@ def test_stopped_runner_mid_stream_errors_naming_the_model_then_reloads(daemon: 
     assert r.status_code == 503
     (reason,) = r.json()["reasons"]
     assert reason.startswith("model tiny-long:latest failed: model runner stopped responding")
-    r = httpx.post(d.url + "/api/generate", timeout=60, trust_env=False, json={
-        "model": "tiny-long", "prompt": "a", "raw": True, "stream": False,
-        "options": GREEDY_OPTS})
+    r = httpx.post(
+        d.url + "/api/generate",
+        timeout=60,
+        trust_env=False,
+        json={
+            "model": "tiny-long",
+            "prompt": "a",
+            "raw": True,
+            "stream": False,
+            "options": GREEDY_OPTS,
+        },
+    )
     assert r.status_code == 200 and r.json()["response"] == GREEDY["a"]
     assert ready(d).status_code == 200
 
 
 def test_keep_alive_zero_unloads_a_stopped_idle_runner_promptly(daemon: Daemon) -> None:
     d = daemon
-    r = httpx.post(d.url + "/api/generate", timeout=60, trust_env=False, json={
-        "model": "tiny-long", "prompt": "x", "raw": True, "stream": False,
-        "keep_alive": -1, "options": GREEDY_OPTS})
+    r = httpx.post(
+        d.url + "/api/generate",
+        timeout=60,
+        trust_env=False,
+        json={
+            "model": "tiny-long",
+            "prompt": "x",
+            "raw": True,
+            "stream": False,
+            "keep_alive": -1,
+            "options": GREEDY_OPTS,
+        },
+    )
     assert r.json()["response"] == "yz"
     pid = stop(d)
     t0 = time.monotonic()
-    r = httpx.post(d.url + "/api/generate", json={"model": "tiny-long", "keep_alive": 0},
-                   timeout=30, trust_env=False)
+    r = httpx.post(
+        d.url + "/api/generate",
+        json={"model": "tiny-long", "keep_alive": 0},
+        timeout=30,
+        trust_env=False,
+    )
     took = time.monotonic() - t0
     assert r.status_code == 200
     # A stopped runner misses a few beats (0.75 s here) and is killed, instead of

@@ -16,9 +16,25 @@ pytestmark = pytest.mark.slow
 def _bench(daemon: Daemon, tmp_path: Path, *extra: str) -> tuple[int, dict]:
     # Greedy: sampling could pick EOS on the tiny model and end an answer early.
     out = tmp_path / "bench.json"
-    code = main(["bench", "--url", daemon.url, "--model", "tiny", "--quiet",
-                 "--prompt-tokens", "16", "--output-tokens", "8", "--temperature", "0",
-                 "--json", str(out), *extra])
+    code = main(
+        [
+            "bench",
+            "--url",
+            daemon.url,
+            "--model",
+            "tiny",
+            "--quiet",
+            "--prompt-tokens",
+            "16",
+            "--output-tokens",
+            "8",
+            "--temperature",
+            "0",
+            "--json",
+            str(out),
+            *extra,
+        ]
+    )
     return code, json.loads(out.read_text())
 
 
@@ -26,8 +42,18 @@ def _bench(daemon: Daemon, tmp_path: Path, *extra: str) -> tuple[int, dict]:
 def test_no_errors_no_lost_requests_at_1_10_50_users(
     bench_daemon: Daemon, tmp_path: Path, api: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, doc = _bench(bench_daemon, tmp_path, "--api", api, "--concurrency", "1,10,50",
-                       "--requests", "60", "--plot", str(tmp_path / "plot.png"))
+    code, doc = _bench(
+        bench_daemon,
+        tmp_path,
+        "--api",
+        api,
+        "--concurrency",
+        "1,10,50",
+        "--requests",
+        "60",
+        "--plot",
+        str(tmp_path / "plot.png"),
+    )
     assert code == 0, capsys.readouterr()
     levels = doc["levels"]
     assert [lv["concurrency"] for lv in levels] == [1, 10, 50]
@@ -54,8 +80,12 @@ def test_too_few_requests_are_raised_to_one_per_user_and_peak_is_measured(
     assert code == 0
     one, ten = doc["levels"]
     assert (one["concurrency"], one["requests"], one["ok"], one["peak_in_flight"]) == (1, 3, 3, 1)
-    assert (ten["concurrency"], ten["requests"], ten["ok"], ten["peak_in_flight"]) == (10, 10, 10,
-                                                                                        10)
+    assert (ten["concurrency"], ten["requests"], ten["ok"], ten["peak_in_flight"]) == (
+        10,
+        10,
+        10,
+        10,
+    )
     assert doc["workload"]["requests"] == 3
     out = capsys.readouterr().out
     assert out.count("note:") == 1
@@ -68,8 +98,9 @@ def test_too_few_requests_are_raised_to_one_per_user_and_peak_is_measured(
 
 
 def test_completion_mode_and_duration(bench_daemon: Daemon, tmp_path: Path) -> None:
-    code, doc = _bench(bench_daemon, tmp_path, "--mode", "completion", "--concurrency", "3",
-                       "--duration", "2s")
+    code, doc = _bench(
+        bench_daemon, tmp_path, "--mode", "completion", "--concurrency", "3", "--duration", "2s"
+    )
     assert code == 0
     (lv,) = doc["levels"]
     assert lv["requests"] >= 3 and lv["ok"] == lv["requests"]
@@ -78,19 +109,42 @@ def test_completion_mode_and_duration(bench_daemon: Daemon, tmp_path: Path) -> N
 
 def test_unknown_model_counts_errors_and_exits_1(bench_daemon: Daemon, tmp_path: Path) -> None:
     out = tmp_path / "b.json"
-    code = main(["bench", "--url", bench_daemon.url, "--model", "nope", "--quiet", "--no-warmup",
-                 "--concurrency", "2", "--requests", "4", "--json", str(out)])
+    code = main(
+        [
+            "bench",
+            "--url",
+            bench_daemon.url,
+            "--model",
+            "nope",
+            "--quiet",
+            "--no-warmup",
+            "--concurrency",
+            "2",
+            "--requests",
+            "4",
+            "--json",
+            str(out),
+        ]
+    )
     assert code == 1
     (lv,) = json.loads(out.read_text())["levels"]
     assert (lv["ok"], lv["errors"], lv["lost"]) == (0, 4, 0)
     assert "404" in lv["error_samples"][0]
 
 
-def test_budget_prediction_is_checked_by_measurement(
-    bench_daemon: Daemon, tmp_path: Path
-) -> None:
-    code, doc = _bench(bench_daemon, tmp_path, "--concurrency", "1,4", "--requests", "12",
-                       "--budget-p95", "2s", "--max-users", "16")
+def test_budget_prediction_is_checked_by_measurement(bench_daemon: Daemon, tmp_path: Path) -> None:
+    code, doc = _bench(
+        bench_daemon,
+        tmp_path,
+        "--concurrency",
+        "1,4",
+        "--requests",
+        "12",
+        "--budget-p95",
+        "2s",
+        "--max-users",
+        "16",
+    )
     assert code == 0
     budget = doc["budget"]
     assert budget["predicted_users"] >= 1

@@ -26,8 +26,12 @@ def test_levels_and_durations() -> None:
 
 def test_parser_defaults_and_exclusive_stop_rules(capsys: pytest.CaptureFixture[str]) -> None:
     args = build_parser().parse_args(["bench", "-m", "qwen"])
-    assert (args.concurrency, args.api, args.mode, args.budget_p95) == ([1, 10, 50], "ollama",
-                                                                        "chat", None)
+    assert (args.concurrency, args.api, args.mode, args.budget_p95) == (
+        [1, 10, 50],
+        "ollama",
+        "chat",
+        None,
+    )
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "-m", "q", "--requests", "5", "--duration", "5s"])
     assert "not allowed with" in capsys.readouterr().err

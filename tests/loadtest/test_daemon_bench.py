@@ -25,8 +25,7 @@ pytestmark = pytest.mark.slow
 
 
 def _target(daemon: Daemon) -> Target:
-    return Target(daemon.url, "tiny", api="ollama", mode="completion",
-                  options={"temperature": 0})
+    return Target(daemon.url, "tiny", api="ollama", mode="completion", options={"temperature": 0})
 
 
 def test_both_stream_modes_give_daemon_and_client_rates(bench_daemon: Daemon) -> None:
@@ -34,8 +33,10 @@ def test_both_stream_modes_give_daemon_and_client_rates(bench_daemon: Daemon) ->
     async def run() -> list[dict[str, float]]:
         target = _target(bench_daemon)
         async with make_client(target, 1, 120) as http:
-            return [await daemon_bench.ours(http, target, "hello world A", 8, stream)
-                    for stream in (False, True)]
+            return [
+                await daemon_bench.ours(http, target, "hello world A", 8, stream)
+                for stream in (False, True)
+            ]
 
     plain, streamed = asyncio.run(run())
     for out, sfx in ((plain, ""), (streamed, "_s")):
@@ -65,8 +66,10 @@ def test_calibration_lands_within_a_word_of_the_target(bench_daemon: Daemon) -> 
 def _rounds() -> list[dict[str, Any]]:
     ours = [(100.0, 50.0), (90.0, 52.0), (120.0, 45.0)]
     theirs = [(100.0, 50.0), (100.0, 40.0), (110.0, 50.0)]
-    return [{"ours": {"prefill": p, "decode": d, "ttft": 1.0}, "theirs": {"pp": pp, "tg": tg}}
-            for (p, d), (pp, tg) in zip(ours, theirs, strict=True)]
+    return [
+        {"ours": {"prefill": p, "decode": d, "ttft": 1.0}, "theirs": {"pp": pp, "tg": tg}}
+        for (p, d), (pp, tg) in zip(ours, theirs, strict=True)
+    ]
 
 
 def test_rows_are_ratios_of_medians_with_the_spread_between_rounds() -> None:
@@ -94,16 +97,24 @@ def test_llama_bench_end_to_end_is_its_prefill_and_decode_times() -> None:
 
 def test_report_names_the_cpu_the_load_and_each_row() -> None:
     rounds = _rounds()
-    info = {"rows": daemon_bench.summarize(rounds, 100, 11), "cpu": daemon_bench.machine(),
-            "prompt": 100, "ps": {"context_length": 4096}, "commit": "abc", "rounds": rounds,
-            "bench_commit": "0c1e570", "load": (0.2, 1.9)}
-    args = argparse.Namespace(threads=2, output_tokens=11, rounds=3, reps=1, ngl=0,
-                              no_repack=False)
+    info = {
+        "rows": daemon_bench.summarize(rounds, 100, 11),
+        "cpu": daemon_bench.machine(),
+        "prompt": 100,
+        "ps": {"context_length": 4096},
+        "commit": "abc",
+        "rounds": rounds,
+        "bench_commit": "0c1e570",
+        "load": (0.2, 1.9),
+    }
+    args = argparse.Namespace(threads=2, output_tokens=11, rounds=3, reps=1, ngl=0, no_repack=False)
     text = "\n".join(daemon_bench.report(args, Path("m.gguf"), info))
     if sys.platform.startswith("linux"):
         assert info["cpu"]["model"] != "unknown" and info["cpu"]["flags"]
     assert f"cpu: {info['cpu']['model']}" in text
     assert "load average 0.20 before, 1.90 after" in text
-    assert "| prefill tok/s, daemon timings, stream false | 100.0 | 100.0 | 1.000x | " \
-           "0.90-1.09 | 30%/10% | >= 0.98 ok |" in text
+    assert (
+        "| prefill tok/s, daemon timings, stream false | 100.0 | 100.0 | 1.000x | "
+        "0.90-1.09 | 30%/10% | >= 0.98 ok |" in text
+    )
     assert "only 3 round(s)" in text

@@ -15,9 +15,9 @@ def decode_png(data: bytes) -> tuple[int, int, list[bytes]]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     pos, idat, kinds = 8, b"", []
     while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
-        (crc,) = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        (crc,) = struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])
         assert zlib.crc32(kind + body) == crc
         kinds.append(kind)
         if kind == b"IHDR":
@@ -29,21 +29,24 @@ def decode_png(data: bytes) -> tuple[int, int, list[bytes]]:
     assert kinds[0] == b"IHDR" and kinds[-1] == b"IEND"
     raw = zlib.decompress(idat)
     assert len(raw) == h * (1 + 3 * w)
-    rows = [raw[y * (1 + 3 * w):(y + 1) * (1 + 3 * w)] for y in range(h)]
+    rows = [raw[y * (1 + 3 * w) : (y + 1) * (1 + 3 * w)] for y in range(h)]
     assert all(r[0] == 0 for r in rows)
     return w, h, [r[1:] for r in rows]
 
 
 def _count(rows: list[bytes], color: tuple[int, int, int]) -> int:
     px = bytes(color)
-    return sum(1 for r in rows for i in range(0, len(r), 3) if r[i:i + 3] == px)
+    return sum(1 for r in rows for i in range(0, len(r), 3) if r[i : i + 3] == px)
 
 
 def test_chart_is_a_valid_png_with_each_series_drawn() -> None:
-    series = [Series("A", ((1, 0.5), (10, 1.0), (50, 3.0)), PALETTE[0]),
-              Series("B", ((1, 0.2), (10, 0.4), (50, 0.9)), PALETTE[1])]
-    w, h, rows = decode_png(line_chart(series, title="T", x_label="X", y_label="Y",
-                                       width=400, height=300))
+    series = [
+        Series("A", ((1, 0.5), (10, 1.0), (50, 3.0)), PALETTE[0]),
+        Series("B", ((1, 0.2), (10, 0.4), (50, 0.9)), PALETTE[1]),
+    ]
+    w, h, rows = decode_png(
+        line_chart(series, title="T", x_label="X", y_label="Y", width=400, height=300)
+    )
     assert (w, h) == (400, 300)
     assert _count(rows, PALETTE[0]) > 100 and _count(rows, PALETTE[1]) > 100
     assert _count(rows, PALETTE[2]) == 0

@@ -37,8 +37,18 @@ def test_parse_ollama_lines() -> None:
     assert parse_line("ollama", "  ") is None
     c = parse_line("ollama", '{"message": {"content": "Hi"}, "done": false}')
     assert c is not None and (c.text, c.done) == ("Hi", False)
-    c = parse_line("ollama", json.dumps({"response": "", "done": True, "prompt_eval_count": 12,
-                                         "eval_count": 4, "prompt_eval_duration": 3_000_000}))
+    c = parse_line(
+        "ollama",
+        json.dumps(
+            {
+                "response": "",
+                "done": True,
+                "prompt_eval_count": 12,
+                "eval_count": 4,
+                "prompt_eval_duration": 3_000_000,
+            }
+        ),
+    )
     assert c is not None and c.done and (c.prompt_tokens, c.output_tokens) == (12, 4)
     assert c.prefill_s == pytest.approx(0.003)
     c = parse_line("ollama", '{"error": "model not found"}')
@@ -55,8 +65,9 @@ def test_parse_openai_lines() -> None:
     assert c is not None and c.text == "Yo"
     c = parse_line("openai", 'data: {"choices": [{"text": "raw"}]}')
     assert c is not None and c.text == "raw"
-    c = parse_line("openai", 'data: {"choices": [], "usage": {"prompt_tokens": 9, '
-                             '"completion_tokens": 3}}')
+    c = parse_line(
+        "openai", 'data: {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 3}}'
+    )
     assert c is not None and (c.prompt_tokens, c.output_tokens) == (9, 3)
     c = parse_line("openai", "data: [DONE]")
     assert c is not None and c.done
@@ -83,9 +94,12 @@ def _scripted(lines_for: list[list[str] | int]) -> httpx.AsyncClient:
     return httpx.AsyncClient(base_url="http://x", transport=httpx.MockTransport(handler))
 
 
-OLLAMA_OK = ['{"message": {"content": "a"}}', '{"message": {"content": "b"}}',
-             '{"message": {"content": ""}, "done": true, "eval_count": 2, '
-             '"prompt_eval_count": 5, "prompt_eval_duration": 1000000}']
+OLLAMA_OK = [
+    '{"message": {"content": "a"}}',
+    '{"message": {"content": "b"}}',
+    '{"message": {"content": ""}, "done": true, "eval_count": 2, '
+    '"prompt_eval_count": 5, "prompt_eval_duration": 1000000}',
+]
 
 
 def test_send_one_times_a_stream() -> None:
@@ -107,8 +121,9 @@ def test_errors_and_lost_streams_are_counted_apart() -> None:
 
     async def go() -> None:
         async with _scripted([truncated, 500, ['{"error": "oom"}']]) as http:
-            s, results = await run_level(Target("http://x", "m"), Workload(requests=3), 1,
-                                         client=http)
+            s, results = await run_level(
+                Target("http://x", "m"), Workload(requests=3), 1, client=http
+            )
         assert [r.status for r in results] == ["lost", "error", "error"]
         assert (s.ok, s.errors, s.lost) == (0, 2, 1)
         assert "HTTP 500" in results[1].error and results[2].error == "oom"
@@ -125,8 +140,13 @@ def test_level_runs_exactly_the_requested_count_concurrently() -> None:
     async def go() -> None:
         async with _scripted([OLLAMA_OK] * 7) as http:
             seen: list[int] = []
-            s, _ = await run_level(Target("http://x", "m"), Workload(requests=7), 3, client=http,
-                                   progress=lambda c, res, running, t: seen.append(running))
+            s, _ = await run_level(
+                Target("http://x", "m"),
+                Workload(requests=7),
+                3,
+                client=http,
+                progress=lambda c, res, running, t: seen.append(running),
+            )
         assert (s.requests, s.ok) == (7, 7)
         assert s.concurrency == 3 and seen
 
@@ -153,8 +173,13 @@ def test_warm_up_calibrates_prompts_at_once(monkeypatch: pytest.MonkeyPatch) -> 
         done = {"done": True, "prompt_eval_count": 3 * probe_words}
         return httpx.Response(200, text=json.dumps(done) + "\n")
 
-    monkeypatch.setattr(runner, "make_client", lambda *a, **k: httpx.AsyncClient(
-        base_url="http://x", transport=httpx.MockTransport(handler)))
+    monkeypatch.setattr(
+        runner,
+        "make_client",
+        lambda *a, **k: httpx.AsyncClient(
+            base_url="http://x", transport=httpx.MockTransport(handler)
+        ),
+    )
     res = asyncio.run(runner.warm_up(Target("http://x", "m"), prompts=pm))
     assert res.status == "ok"
     assert pm.tokens_per_word == pytest.approx(3.0)

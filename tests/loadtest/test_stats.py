@@ -32,18 +32,23 @@ def test_percentile_matches_numpy_on_random_data() -> None:
         assert percentile(data, q) == pytest.approx(float(np.percentile(data, q)))
 
 
-def _ok(ttft: float, e2e: float, tokens: int, prompt: int = 10,
-        prefill: float | None = None) -> RequestResult:
+def _ok(
+    ttft: float, e2e: float, tokens: int, prompt: int = 10, prefill: float | None = None
+) -> RequestResult:
     gaps = [(e2e - ttft) / (tokens - 1)] * (tokens - 1) if tokens > 1 else []
-    return RequestResult(ttft=ttft, e2e=e2e, itl=gaps, output_tokens=tokens,
-                         prompt_tokens=prompt, prefill_s=prefill)
+    return RequestResult(
+        ttft=ttft, e2e=e2e, itl=gaps, output_tokens=tokens, prompt_tokens=prompt, prefill_s=prefill
+    )
 
 
 def test_summary_counts_every_request_and_pools_gaps() -> None:
-    results = [_ok(0.1, 1.1, 11), _ok(0.3, 2.3, 11),
-               RequestResult(status="error", error="HTTP 500: boom"),
-               RequestResult(status="error", error="HTTP 500: boom"),
-               RequestResult(status="lost", error="stream ended")]
+    results = [
+        _ok(0.1, 1.1, 11),
+        _ok(0.3, 2.3, 11),
+        RequestResult(status="error", error="HTTP 500: boom"),
+        RequestResult(status="error", error="HTTP 500: boom"),
+        RequestResult(status="lost", error="stream ended"),
+    ]
     s = summarize(4, results, wall_s=2.5, peak_in_flight=4)
     assert (s.requests, s.ok, s.errors, s.lost) == (5, 2, 2, 1)
     assert s.peak_in_flight == 4 and s.to_json()["peak_in_flight"] == 4

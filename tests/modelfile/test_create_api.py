@@ -43,7 +43,8 @@ FULL = {
 
 
 async def test_create_from_uploaded_file_streams_statuses_and_writes_layers(
-        client: httpx.AsyncClient, store: Store, tiny_gguf: Path) -> None:
+    client: httpx.AsyncClient, store: Store, tiny_gguf: Path
+) -> None:
     digest = await upload(client, tiny_gguf)
     r = await create(client, {"model": "mine", "files": {"tiny.gguf": digest}, **FULL})
     assert r.status_code == 200
@@ -56,10 +57,16 @@ async def test_create_from_uploaded_file_streams_statuses_and_writes_layers(
 
     entry = store.get(parse_name("mine"))
     types = [ly.media_type for ly in entry.manifest.layers]
-    assert types == [MEDIA_MODEL, MEDIA_TEMPLATE, MEDIA_SYSTEM, MEDIA_PARAMS, MEDIA_MESSAGES,
-                     MEDIA_LICENSE, MEDIA_LICENSE]
-    assert store.params(entry) == {"temperature": 0.5, "stop": ["<|end|>", "User:"],
-                                   "num_ctx": 256}
+    assert types == [
+        MEDIA_MODEL,
+        MEDIA_TEMPLATE,
+        MEDIA_SYSTEM,
+        MEDIA_PARAMS,
+        MEDIA_MESSAGES,
+        MEDIA_LICENSE,
+        MEDIA_LICENSE,
+    ]
+    assert store.params(entry) == {"temperature": 0.5, "stop": ["<|end|>", "User:"], "num_ctx": 256}
     assert store.read_json_layer(entry, MEDIA_MESSAGES) == FULL["messages"]
     assert store.config_json(entry)["model_family"] == "llama"
 
@@ -79,19 +86,35 @@ async def test_show_modelfile_round_trips(client: httpx.AsyncClient, tiny_gguf: 
     assert mf.messages == FULL["messages"] and mf.licenses == FULL["license"]
     assert mf.from_.endswith("sha256-" + digest.split(":")[1])
     # FROM the blob path is allowed (inside the store): re-creating gives the same manifest.
-    body = {"model": "copy", "from": mf.from_, "template": mf.template, "system": mf.system,
-            "parameters": mf.parameters, "messages": mf.messages, "license": mf.licenses}
+    body = {
+        "model": "copy",
+        "from": mf.from_,
+        "template": mf.template,
+        "system": mf.system,
+        "parameters": mf.parameters,
+        "messages": mf.messages,
+        "license": mf.licenses,
+    }
     assert (await create(client, {**body, "stream": False})).json() == {"status": "success"}
     again = (await client.post("/api/show", json={"model": "copy"})).json()
     assert again["modelfile"].replace("copy:latest", "mine:latest") == shown["modelfile"]
 
 
 async def test_from_existing_model_inherits_and_overrides(
-        client: httpx.AsyncClient, store: Store, tiny_gguf: Path) -> None:
+    client: httpx.AsyncClient, store: Store, tiny_gguf: Path
+) -> None:
     digest = await upload(client, tiny_gguf)
     await create(client, {"model": "base", "files": {"tiny.gguf": digest}, **FULL})
-    r = await create(client, {"model": "child", "from": "base", "system": "Be loud.",
-                              "parameters": {"temperature": 0.9}, "stream": False})
+    r = await create(
+        client,
+        {
+            "model": "child",
+            "from": "base",
+            "system": "Be loud.",
+            "parameters": {"temperature": 0.9},
+            "stream": False,
+        },
+    )
     assert r.json() == {"status": "success"}
     base, child = store.get(parse_name("base")), store.get(parse_name("child"))
     assert store.template(child) == FULL["template"]
@@ -101,12 +124,20 @@ async def test_from_existing_model_inherits_and_overrides(
     assert store.read_json_layer(child, MEDIA_MESSAGES) == FULL["messages"]
 
 
-async def test_adapter_layer_is_stored(client: httpx.AsyncClient, store: Store,
-                                       tiny_gguf: Path, tmp_path: Path) -> None:
+async def test_adapter_layer_is_stored(
+    client: httpx.AsyncClient, store: Store, tiny_gguf: Path, tmp_path: Path
+) -> None:
     model = await upload(client, tiny_gguf)
     lora = await upload(client, make_tiny_lora(tmp_path / "lora"))
-    r = await create(client, {"model": "tuned", "files": {"tiny.gguf": model},
-                              "adapters": {"lora.gguf": lora}, "stream": False})
+    r = await create(
+        client,
+        {
+            "model": "tuned",
+            "files": {"tiny.gguf": model},
+            "adapters": {"lora.gguf": lora},
+            "stream": False,
+        },
+    )
     assert r.status_code == 200, r.text
     layers = store.get(parse_name("tuned")).manifest.by_type(MEDIA_ADAPTER)
     assert [(ly.digest, ly.name) for ly in layers] == [(lora, "lora.gguf")]
@@ -115,8 +146,9 @@ async def test_adapter_layer_is_stored(client: httpx.AsyncClient, store: Store,
 
 
 async def test_from_hf_pulls_first(client: httpx.AsyncClient, store: Store, hub: Any) -> None:
-    r = await create(client, {"model": "fromhub", "from": "hf.co/someone/Tiny-GGUF:Q8_0",
-                              "system": "hello"})
+    r = await create(
+        client, {"model": "fromhub", "from": "hf.co/someone/Tiny-GGUF:Q8_0", "system": "hello"}
+    )
     assert r.status_code == 200
     statuses = [e["status"] for e in ndjson(r.text)]
     assert statuses[0] == "pulling manifest"
@@ -126,10 +158,10 @@ async def test_from_hf_pulls_first(client: httpx.AsyncClient, store: Store, hub:
 
 
 async def test_quantize_runs_in_a_child_with_progress(
-        client: httpx.AsyncClient, store: Store, tiny_gguf: Path) -> None:
+    client: httpx.AsyncClient, store: Store, tiny_gguf: Path
+) -> None:
     digest = await upload(client, tiny_gguf)
-    r = await create(client, {"model": "small", "files": {"tiny.gguf": digest},
-                              "quantize": "Q8_0"})
+    r = await create(client, {"model": "small", "files": {"tiny.gguf": digest}, "quantize": "Q8_0"})
     assert r.status_code == 200
     events = ndjson(r.text)
     assert events[-1] == {"status": "success"}, events[-3:]
@@ -156,54 +188,73 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
-async def test_hostile_templates_are_refused(client: httpx.AsyncClient, store: Store,
-                                             tiny_gguf: Path, case: str) -> None:
+async def test_hostile_templates_are_refused(
+    client: httpx.AsyncClient, store: Store, tiny_gguf: Path, case: str
+) -> None:
     digest = await upload(client, tiny_gguf)
-    r = await create(client, {"model": "bad", "files": {"tiny.gguf": digest},
-                              "template": HOSTILE[case]})
+    r = await create(
+        client, {"model": "bad", "files": {"tiny.gguf": digest}, "template": HOSTILE[case]}
+    )
     assert r.status_code == 400, r.text
     assert r.json()["error"].startswith("invalid TEMPLATE: ")
     assert _manifests(store) == []
 
 
-@pytest.mark.parametrize(("body", "status", "words"), [
-    ({"parameters": {"nope": 1}}, 400, 'unknown parameter "nope"'),
-    ({"parameters": {"num_ctx": "lots"}}, 400, "must be of type integer"),
-    ({"parameters": {"top_p": 7}}, 400, "between 0 and 1"),
-    ({"messages": [{"role": "robot", "content": "x"}]}, 400, "role must be one of"),
-    ({"quantize": "q2_K"}, 400, 'unsupported quantization type "q2_K"'),
-    ({"files": {"tiny.gguf": "sha256:" + "0" * 64}}, 400, "not found; upload it first"),
-    ({"files": {"model.safetensors": "UPLOADED"}}, 400, "only GGUF files"),
-    ({"files": {"x": "LICENSE_BLOB"}}, 400, "not a valid GGUF file"),
-    ({"files": {}, "from": "missing-model"}, 404, 'FROM model "missing-model" not found'),
-    ({"files": {}, "from": "/etc/passwd"}, 403, "outside the folders this server may read"),
-    ({"files": {}, "from": "../relative.gguf"}, 400, "is relative"),
-    ({"files": {}}, 400, "neither 'from' nor 'files'"),
-    ({"adapters": {"a.gguf": "MODEL"}}, 400, "is not a LoRA adapter"),
-    ({"adapters": {"a.gguf": "QWEN_LORA"}}, 400, 'made for a "qwen2" model'),
-    ({"model": "bad name!"}, 400, "invalid"),
-])
+@pytest.mark.parametrize(
+    ("body", "status", "words"),
+    [
+        ({"parameters": {"nope": 1}}, 400, 'unknown parameter "nope"'),
+        ({"parameters": {"num_ctx": "lots"}}, 400, "must be of type integer"),
+        ({"parameters": {"top_p": 7}}, 400, "between 0 and 1"),
+        ({"messages": [{"role": "robot", "content": "x"}]}, 400, "role must be one of"),
+        ({"quantize": "q2_K"}, 400, 'unsupported quantization type "q2_K"'),
+        ({"files": {"tiny.gguf": "sha256:" + "0" * 64}}, 400, "not found; upload it first"),
+        ({"files": {"model.safetensors": "UPLOADED"}}, 400, "only GGUF files"),
+        ({"files": {"x": "LICENSE_BLOB"}}, 400, "not a valid GGUF file"),
+        ({"files": {}, "from": "missing-model"}, 404, 'FROM model "missing-model" not found'),
+        ({"files": {}, "from": "/etc/passwd"}, 403, "outside the folders this server may read"),
+        ({"files": {}, "from": "../relative.gguf"}, 400, "is relative"),
+        ({"files": {}}, 400, "neither 'from' nor 'files'"),
+        ({"adapters": {"a.gguf": "MODEL"}}, 400, "is not a LoRA adapter"),
+        ({"adapters": {"a.gguf": "QWEN_LORA"}}, 400, 'made for a "qwen2" model'),
+        ({"model": "bad name!"}, 400, "invalid"),
+    ],
+)
 async def test_bad_requests_are_refused_without_writing(
-        client: httpx.AsyncClient, store: Store, tiny_gguf: Path, tmp_path: Path,
-        body: dict[str, Any], status: int, words: str) -> None:
+    client: httpx.AsyncClient,
+    store: Store,
+    tiny_gguf: Path,
+    tmp_path: Path,
+    body: dict[str, Any],
+    status: int,
+    words: str,
+) -> None:
     model = await upload(client, tiny_gguf)
     qwen = await upload(client, make_tiny_lora(tmp_path / "q", arch="qwen2"))
     text = tmp_path / "license.txt"
     text.write_text("just some text, long enough to not be a GGUF header at all")
-    subst = {"UPLOADED": model, "MODEL": model, "QWEN_LORA": qwen,
-             "LICENSE_BLOB": await upload(client, text)}
+    subst = {
+        "UPLOADED": model,
+        "MODEL": model,
+        "QWEN_LORA": qwen,
+        "LICENSE_BLOB": await upload(client, text),
+    }
     full = {"model": "bad", "files": {"tiny.gguf": model}, **body}
-    full = json.loads(json.dumps(full), object_hook=lambda d: {
-        k: subst.get(v, v) if isinstance(v, str) else v for k, v in d.items()})
+    full = json.loads(
+        json.dumps(full),
+        object_hook=lambda d: {
+            k: subst.get(v, v) if isinstance(v, str) else v for k, v in d.items()
+        },
+    )
     r = await create(client, full)
     assert r.status_code == status, r.text
     assert words in r.json()["error"]
     assert _manifests(store) == []
 
 
-async def test_from_path_in_allowed_folder(client: httpx.AsyncClient, store: Store,
-                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                           ) -> None:
+async def test_from_path_in_allowed_folder(
+    client: httpx.AsyncClient, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = tmp_path / "shared-models"
     path = make_tiny_model(folder)
     r = await create(client, {"model": "x", "from": str(path), "stream": False})
@@ -218,8 +269,9 @@ async def test_from_path_in_allowed_folder(client: httpx.AsyncClient, store: Sto
     assert _manifests(store) == ["x:latest"]
 
 
-async def test_split_files_in_order(client: httpx.AsyncClient, store: Store,
-                                    tmp_path: Path) -> None:
+async def test_split_files_in_order(
+    client: httpx.AsyncClient, store: Store, tmp_path: Path
+) -> None:
     from tests.support.tinymodel import split_paths
 
     parts = split_paths(make_tiny_model(tmp_path / "split", splits=3))
@@ -232,40 +284,62 @@ async def test_split_files_in_order(client: httpx.AsyncClient, store: Store,
 
 @pytest.mark.parametrize("field", ["system", "template", "license", "messages", "parameters"])
 async def test_text_layers_over_the_read_limit_are_refused_at_create(
-        client: httpx.AsyncClient, store: Store, tiny_gguf: Path, field: str) -> None:
+    client: httpx.AsyncClient, store: Store, tiny_gguf: Path, field: str
+) -> None:
     from localllm.store.blobs import MAX_TEXT_LAYER
 
     digest = await upload(client, tiny_gguf)
     huge = "x" * (MAX_TEXT_LAYER + 1)
     value: Any = {
-        "system": huge, "template": huge, "license": ["MIT", huge],
-        "messages": [{"role": "user", "content": huge}], "parameters": {"stop": [huge]},
+        "system": huge,
+        "template": huge,
+        "license": ["MIT", huge],
+        "messages": [{"role": "user", "content": huge}],
+        "parameters": {"stop": [huge]},
     }[field]
-    r = await create(client, {"model": "big", "files": {"tiny.gguf": digest}, field: value,
-                              "stream": False})
+    r = await create(
+        client, {"model": "big", "files": {"tiny.gguf": digest}, field: value, "stream": False}
+    )
     assert r.status_code == 400, r.text[:200]
     assert "too large" in r.json()["error"]
     assert (await client.get("/api/tags")).json()["models"] == []
     # Just under the limit is stored, and show can read it back.
     if field == "system":
         fits = "y" * MAX_TEXT_LAYER
-        r = await create(client, {"model": "fits", "files": {"tiny.gguf": digest},
-                                  "system": fits, "stream": False})
+        r = await create(
+            client,
+            {"model": "fits", "files": {"tiny.gguf": digest}, "system": fits, "stream": False},
+        )
         assert r.status_code == 200, r.text[:200]
         r = await client.post("/api/show", json={"model": "fits"})
         assert r.status_code == 200 and r.json()["system"] == fits
 
 
-async def test_num_parallel_is_stored_and_shown(client: httpx.AsyncClient, store: Store,
-                                                tiny_gguf: Path) -> None:
+async def test_num_parallel_is_stored_and_shown(
+    client: httpx.AsyncClient, store: Store, tiny_gguf: Path
+) -> None:
     digest = await upload(client, tiny_gguf)
-    r = await create(client, {"model": "two", "files": {"tiny.gguf": digest},
-                              "parameters": {"num_parallel": 2}, "stream": False})
+    r = await create(
+        client,
+        {
+            "model": "two",
+            "files": {"tiny.gguf": digest},
+            "parameters": {"num_parallel": 2},
+            "stream": False,
+        },
+    )
     assert r.json() == {"status": "success"}
     assert store.params(store.get(parse_name("two")))["num_parallel"] == 2
     shown = (await client.post("/api/show", json={"model": "two"})).json()
     assert "PARAMETER num_parallel 2" in shown["modelfile"]
     assert parse(shown["modelfile"]).parameters == {"num_parallel": 2}
-    r = await create(client, {"model": "zero", "files": {"tiny.gguf": digest},
-                              "parameters": {"num_parallel": 0}, "stream": False})
+    r = await create(
+        client,
+        {
+            "model": "zero",
+            "files": {"tiny.gguf": digest},
+            "parameters": {"num_parallel": 0},
+            "stream": False,
+        },
+    )
     assert r.status_code == 400 and "num_parallel" in r.json()["error"]

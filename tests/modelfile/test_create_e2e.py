@@ -37,8 +37,12 @@ def workdir(tmp_path: Path) -> Path:
 
 
 def chat(d: Daemon, model: str, content: str = "x") -> dict[str, Any]:
-    body = {"model": model, "messages": [{"role": "user", "content": content}],
-            "stream": False, "options": {"temperature": 0, "num_predict": 40}}
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": content}],
+        "stream": False,
+        "options": {"temperature": 0, "num_predict": 40},
+    }
     r = httpx.post(d.url + "/api/chat", json=body, timeout=120, trust_env=False)
     assert r.status_code == 200, r.text
     result: dict[str, Any] = r.json()
@@ -68,8 +72,9 @@ def test_corpus_creates_and_runs(tiny_daemon: Daemon, tmp_path: Path) -> None:
         assert body["prompt_eval_count"] == len(tokenize(prompt)), source.name
 
 
-def test_uploads_only_missing_blobs_and_show_round_trips(tiny_daemon: Daemon,
-                                                         tmp_path: Path) -> None:
+def test_uploads_only_missing_blobs_and_show_round_trips(
+    tiny_daemon: Daemon, tmp_path: Path
+) -> None:
     d = tiny_daemon
     work = workdir(tmp_path)
     src = work / "Modelfile"
@@ -100,18 +105,22 @@ def refusing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon,
         yield d, workdir(tmp_path_factory.mktemp("refusing"))
 
 
-@pytest.mark.parametrize(("text", "words"), [
-    ("FROM tiny\nFROBNICATE yes\n", 'line 2, column 1: unknown instruction "FROBNICATE"'),
-    ("FROM tiny\nPARAMETER temperature hot\n", "line 2, column 23: invalid value for "
-     "PARAMETER temperature"),
-    ("FROM ./nowhere.gguf\n", 'FROM path "./nowhere.gguf" does not exist'),
-    ("FROM not-a-model\n", 'FROM model "not-a-model" not found'),
-    ("FROM tiny\nADAPTER ./tiny.gguf\n", "is not a LoRA adapter"),
-    # The step limit, or on a loaded machine the time limit, stops it: both are refusals.
-    ('FROM tiny\nTEMPLATE """{{ range 1000000000 }}x{{ end }}"""\n', "invalid TEMPLATE"),
-])
-def test_cli_reports_bad_modelfiles(refusing: tuple[Daemon, Path], text: str,
-                                    words: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("FROM tiny\nFROBNICATE yes\n", 'line 2, column 1: unknown instruction "FROBNICATE"'),
+        (
+            "FROM tiny\nPARAMETER temperature hot\n",
+            "line 2, column 23: invalid value for PARAMETER temperature",
+        ),
+        ("FROM ./nowhere.gguf\n", 'FROM path "./nowhere.gguf" does not exist'),
+        ("FROM not-a-model\n", 'FROM model "not-a-model" not found'),
+        ("FROM tiny\nADAPTER ./tiny.gguf\n", "is not a LoRA adapter"),
+        # The step limit, or on a loaded machine the time limit, stops it: both are refusals.
+        ('FROM tiny\nTEMPLATE """{{ range 1000000000 }}x{{ end }}"""\n', "invalid TEMPLATE"),
+    ],
+)
+def test_cli_reports_bad_modelfiles(refusing: tuple[Daemon, Path], text: str, words: str) -> None:
     d, work = refusing
     (work / "Modelfile").write_text(text)
     done = d.cli("create", "bad", "-f", str(work / "Modelfile"))

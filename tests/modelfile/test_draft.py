@@ -41,12 +41,14 @@ async def show(client: httpx.AsyncClient, name: str) -> dict[str, Any]:
 
 async def make(client: httpx.AsyncClient, name: str, path: Path, **fields: Any) -> httpx.Response:
     model = await upload(client, path)
-    return await create(client, {"model": name, "files": {path.name: model}, "stream": False,
-                                 **fields})
+    return await create(
+        client, {"model": name, "files": {path.name: model}, "stream": False, **fields}
+    )
 
 
 async def test_draft_by_name_and_by_file_make_one_layer_shown_by_show(
-        client: httpx.AsyncClient, store: Store, tiny_gguf: Path, tmp_path: Path) -> None:
+    client: httpx.AsyncClient, store: Store, tiny_gguf: Path, tmp_path: Path
+) -> None:
     # The same vocabulary as tiny, other weights (so another blob).
     small = make_tiny_model(tmp_path / "small", attention=True, name="small.gguf")
     assert (await make(client, "tiny-draft", small)).status_code == 200
@@ -62,10 +64,15 @@ async def test_draft_by_name_and_by_file_make_one_layer_shown_by_show(
 
     shown = await show(client, "fast")
     assert shown["draft"] == {
-        "digest": draft_blob.digest, "size": draft_blob.size,
-        "details": {"format": "gguf", "family": "llama",
-                    "parameter_size": read_model_info(small).parameter_size,
-                    "quantization_level": "F32"}}
+        "digest": draft_blob.digest,
+        "size": draft_blob.size,
+        "details": {
+            "format": "gguf",
+            "family": "llama",
+            "parameter_size": read_model_info(small).parameter_size,
+            "quantization_level": "F32",
+        },
+    }
     path = str(store.blobs.path(draft_blob.digest))
     assert parse(shown["modelfile"]).draft == path
     assert f"\nDRAFT {path}\n" in shown["modelfile"]
@@ -77,13 +84,13 @@ async def test_draft_by_name_and_by_file_make_one_layer_shown_by_show(
     r = await create(client, {"model": "child", "from": "fast", "stream": False})
     assert r.status_code == 200 and draft_layers(store, "child") == draft_layers(store, "fast")
     other = await upload(client, make_tiny_model(tmp_path / "other", attention=True, seed=5))
-    r = await create(client, {"model": "child", "from": "fast", "stream": False,
-                              "draft": {"tiny.gguf": other}})
+    r = await create(
+        client, {"model": "child", "from": "fast", "stream": False, "draft": {"tiny.gguf": other}}
+    )
     assert r.status_code == 200 and draft_layers(store, "child")[0][0] == other
 
 
-async def test_show_details_are_the_drafts_own(client: httpx.AsyncClient,
-                                              tmp_path: Path) -> None:
+async def test_show_details_are_the_drafts_own(client: httpx.AsyncClient, tmp_path: Path) -> None:
     # A draft of another shape (ggufmeta's default vocabulary) for a base of that vocabulary.
     base = write_gguf(tmp_path / "base.gguf", Shape(n_layers=4, n_embd=128))
     small = write_gguf(tmp_path / "small.gguf", Shape(n_layers=1), "Q8_0")
@@ -95,7 +102,8 @@ async def test_show_details_are_the_drafts_own(client: httpx.AsyncClient,
 
 
 async def test_deleting_the_draft_model_keeps_the_blob_for_its_users(
-        client: httpx.AsyncClient, store: Store, tiny_gguf: Path, tmp_path: Path) -> None:
+    client: httpx.AsyncClient, store: Store, tiny_gguf: Path, tmp_path: Path
+) -> None:
     small = make_tiny_model(tmp_path / "small", attention=True, name="small.gguf")
     assert (await make(client, "tiny-draft", small)).status_code == 200
     assert (await make(client, "fast", tiny_gguf, draft="tiny-draft")).status_code == 200
@@ -108,8 +116,9 @@ async def test_deleting_the_draft_model_keeps_the_blob_for_its_users(
     assert r.status_code == 200 and not store.blobs.exists(digest)  # the last user went
 
 
-async def test_a_draft_must_share_the_vocabulary(client: httpx.AsyncClient, store: Store,
-                                                tiny_gguf: Path, tmp_path: Path) -> None:
+async def test_a_draft_must_share_the_vocabulary(
+    client: httpx.AsyncClient, store: Store, tiny_gguf: Path, tmp_path: Path
+) -> None:
     script = await upload(client, make_script_model(tmp_path / "s", {"go": "hello"}))
     r = await make(client, "bad", tiny_gguf, draft={"script.gguf": script})
     assert r.status_code == 400
@@ -127,18 +136,23 @@ async def test_a_draft_must_share_the_vocabulary(client: httpx.AsyncClient, stor
     assert not store.manifests.exists(parse_name("bad"))
     # As llama.cpp: a vocabulary padded by up to 128 tokens still drafts; more does not.
     names[40] = "t40"
-    padded = write_gguf(tmp_path / "padded.gguf",
-                        Shape(n_layers=1, tokens=(*names, *(f"<pad{i}>" for i in range(128)))))
+    padded = write_gguf(
+        tmp_path / "padded.gguf",
+        Shape(n_layers=1, tokens=(*names, *(f"<pad{i}>" for i in range(128)))),
+    )
     r = await make(client, "ok", base, draft={"padded.gguf": await upload(client, padded)})
     assert r.status_code == 200, r.text
-    wide = write_gguf(tmp_path / "wide.gguf",
-                      Shape(n_layers=1, tokens=(*names, *(f"<pad{i}>" for i in range(129)))))
+    wide = write_gguf(
+        tmp_path / "wide.gguf",
+        Shape(n_layers=1, tokens=(*names, *(f"<pad{i}>" for i in range(129)))),
+    )
     r = await make(client, "bad", base, draft={"wide.gguf": await upload(client, wide)})
     assert r.status_code == 400 and "it has 193 tokens, the model has 64" in r.json()["error"]
 
 
-async def test_what_cannot_be_a_draft(client: httpx.AsyncClient, store: Store,
-                                      tiny_gguf: Path, tmp_path: Path) -> None:
+async def test_what_cannot_be_a_draft(
+    client: httpx.AsyncClient, store: Store, tiny_gguf: Path, tmp_path: Path
+) -> None:
     async def refused(draft: Any) -> str:
         r = await make(client, "bad", tiny_gguf, draft=draft)
         assert r.status_code in (400, 404), r.text
@@ -156,7 +170,8 @@ async def test_what_cannot_be_a_draft(client: httpx.AsyncClient, store: Store,
     parts = sorted(first.parent.iterdir())
     digests = {p.name: await upload(client, p) for p in parts}
     assert "one part of a GGUF split into 2 files" in await refused(
-        {parts[0].name: digests[parts[0].name]})
+        {parts[0].name: digests[parts[0].name]}
+    )
     assert "a model takes one draft model file" in await refused(digests)
     r = await create(client, {"model": "split", "files": digests, "stream": False})
     assert r.status_code == 200, r.text
@@ -167,10 +182,13 @@ async def test_what_cannot_be_a_draft(client: httpx.AsyncClient, store: Store,
 
 
 async def test_a_base_pulled_from_hf_is_checked_after_the_pull(
-        client: httpx.AsyncClient, store: Store, hub: Any, tiny_gguf: Path) -> None:
+    client: httpx.AsyncClient, store: Store, hub: Any, tiny_gguf: Path
+) -> None:
     tiny = await upload(client, tiny_gguf)  # tinymodel's vocabulary, not the hub model's
-    r = await create(client, {"model": "pulled", "from": "hf.co/someone/Tiny-GGUF:Q8_0",
-                              "draft": {"tiny.gguf": tiny}})
+    r = await create(
+        client,
+        {"model": "pulled", "from": "hf.co/someone/Tiny-GGUF:Q8_0", "draft": {"tiny.gguf": tiny}},
+    )
     assert r.status_code == 200  # the check waits for the base, past the response's start
     assert "does not share the model's vocabulary" in ndjson(r.text)[-1]["error"]
     assert not store.manifests.exists(parse_name("pulled"))
@@ -186,8 +204,8 @@ def test_modelfile_draft_line_round_trips() -> None:
 
 
 async def test_requests_draft_by_default_on_a_model_with_a_draft(
-        app: FastAPI, client: httpx.AsyncClient, store: Store, tiny_gguf: Path,
-        tmp_path: Path) -> None:
+    app: FastAPI, client: httpx.AsyncClient, store: Store, tiny_gguf: Path, tmp_path: Path
+) -> None:
     small = make_tiny_model(tmp_path / "small", attention=True, name="small.gguf")
     assert (await make(client, "tiny-draft", small)).status_code == 200
     assert (await make(client, "fast", tiny_gguf, draft="tiny-draft")).status_code == 200
@@ -204,8 +222,7 @@ async def test_requests_draft_by_default_on_a_model_with_a_draft(
         return c.draft_mode, c.draft_tokens, c.draft_min, c.draft_p_min
 
     assert asked(fast, None) == ("draft", 16, 0, 0.75)
-    assert asked(fast, {"draft_max": 4, "draft_min": 2, "draft_p_min": 0.5}) == (
-        "draft", 4, 2, 0.5)
+    assert asked(fast, {"draft_max": 4, "draft_min": 2, "draft_p_min": 0.5}) == ("draft", 4, 2, 0.5)
     assert asked(fast, {"speculative": "ngram"}) == ("ngram", 16, 0, 0.0)
     assert asked(fast, {"speculative": "off"})[1] == 0
     assert asked(plain, None) == ("auto", 16, 0, 0.0)  # prompt lookup where it pays
@@ -214,8 +231,10 @@ async def test_requests_draft_by_default_on_a_model_with_a_draft(
     body = {"model": "plain", "prompt": "abc", "stream": False}
     r = await client.post("/api/generate", json={**body, "options": {"speculative": "draft"}})
     assert r.status_code == 400
-    assert r.json()["error"] == ('model "plain:latest" has no draft model (add a DRAFT line '
-                                 "to its Modelfile)")
-    r = await client.post("/api/generate", json={**body, "model": "fast",
-                                                 "options": {"draft_p_min": 2}})
+    assert r.json()["error"] == (
+        'model "plain:latest" has no draft model (add a DRAFT line to its Modelfile)'
+    )
+    r = await client.post(
+        "/api/generate", json={**body, "model": "fast", "options": {"draft_p_min": 2}}
+    )
     assert r.status_code == 400 and "draft_p_min" in r.json()["error"]

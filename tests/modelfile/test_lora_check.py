@@ -38,25 +38,43 @@ def test_adapters_made_for_the_model_fit(base: list[Path], tmp_path: Path) -> No
     check_adapter_fits("attn", make_tiny_lora(tmp_path), base)
     z = np.zeros
     # Norm vectors are skipped (as llama.cpp does); the token embedding is stored flipped.
-    check_adapter_fits("embd", write_lora(tmp_path / "e.gguf", {
-        "token_embd.weight.lora_a": z((N_VOCAB, 2)),
-        "token_embd.weight.lora_b": z((N_EMBD, 2)),
-        "blk.0.attn_norm.weight": z(N_EMBD)}), base)
+    check_adapter_fits(
+        "embd",
+        write_lora(
+            tmp_path / "e.gguf",
+            {
+                "token_embd.weight.lora_a": z((N_VOCAB, 2)),
+                "token_embd.weight.lora_b": z((N_EMBD, 2)),
+                "blk.0.attn_norm.weight": z(N_EMBD),
+            },
+        ),
+        base,
+    )
 
 
-@pytest.mark.parametrize(("tensors", "words"), [
-    ({"output.weight.lora_a": (2, N_EMBD)}, "lacks its .lora_b tensor"),
-    ({"blk.7.attn_q.weight.lora_a": (2, N_EMBD), "blk.7.attn_q.weight.lora_b": (N_EMBD, 2)},
-     '"blk.7.attn_q.weight", which the base model does not have'),
-    ({"output.weight.lora_a": (2, N_EMBD), "output.weight.lora_b": (N_VOCAB + 1, 2)},
-     f'"output.weight" is {N_EMBD}x{N_VOCAB} there'),
-    ({"output.weight.lora_a": (2, N_EMBD), "output.weight.lora_b": (N_VOCAB, 3)},
-     "lora_a is 384x2 and lora_b 3x"),
-    ({"output.weight": (N_VOCAB, N_EMBD)}, "is not a LoRA tensor"),
-    ({}, "holds no LoRA tensors"),
-])
-def test_mismatches_are_named(base: list[Path], tmp_path: Path,
-                              tensors: dict[str, tuple[int, ...]], words: str) -> None:
+@pytest.mark.parametrize(
+    ("tensors", "words"),
+    [
+        ({"output.weight.lora_a": (2, N_EMBD)}, "lacks its .lora_b tensor"),
+        (
+            {"blk.7.attn_q.weight.lora_a": (2, N_EMBD), "blk.7.attn_q.weight.lora_b": (N_EMBD, 2)},
+            '"blk.7.attn_q.weight", which the base model does not have',
+        ),
+        (
+            {"output.weight.lora_a": (2, N_EMBD), "output.weight.lora_b": (N_VOCAB + 1, 2)},
+            f'"output.weight" is {N_EMBD}x{N_VOCAB} there',
+        ),
+        (
+            {"output.weight.lora_a": (2, N_EMBD), "output.weight.lora_b": (N_VOCAB, 3)},
+            "lora_a is 384x2 and lora_b 3x",
+        ),
+        ({"output.weight": (N_VOCAB, N_EMBD)}, "is not a LoRA tensor"),
+        ({}, "holds no LoRA tensors"),
+    ],
+)
+def test_mismatches_are_named(
+    base: list[Path], tmp_path: Path, tensors: dict[str, tuple[int, ...]], words: str
+) -> None:
     path = write_lora(tmp_path / "bad.gguf", {k: np.zeros(v) for k, v in tensors.items()})
     with pytest.raises(InvalidRequest, match=r"ADAPTER \"bad\.gguf\"") as err:
         check_adapter_fits("bad.gguf", path, base)

@@ -30,21 +30,29 @@ MESSAGE assistant yes
 REQUIRES 0.5.0
 ''')
     assert mf.from_ == "llama3:8b" and mf.from_line == 2
-    assert mf.parameters == {"temperature": 0.7, "num_ctx": 4096, "use_mmap": False,
-                             "stop": ["<|eot_id|>", "<|start_header_id|>"]}
+    assert mf.parameters == {
+        "temperature": 0.7,
+        "num_ctx": 4096,
+        "use_mmap": False,
+        "stop": ["<|eot_id|>", "<|start_header_id|>"],
+    }
     assert isinstance(mf.parameters["num_ctx"], int)
     assert mf.template == "{{ .Prompt }}"
     assert mf.system == "You are Mario."
     assert mf.adapters == ["./lora.gguf"]
     assert mf.licenses == ["MIT\ntext", "second"]
-    assert mf.messages == [{"role": "user", "content": "Is Toronto in Canada?"},
-                           {"role": "assistant", "content": "yes"}]
+    assert mf.messages == [
+        {"role": "user", "content": "Is Toronto in Canada?"},
+        {"role": "assistant", "content": "yes"},
+    ]
     assert mf.requires == "0.5.0"
 
 
 def test_case_spacing_crlf_and_quotes() -> None:
-    mf = parse('from  base\r\n\r\n   PaRaMeTeR\tTOP_K   7  \r\nsystem "  keep my spaces  "\r\n'
-               'template """\r\nline1\r\n  line2\r\n"""\r\n')
+    mf = parse(
+        'from  base\r\n\r\n   PaRaMeTeR\tTOP_K   7  \r\nsystem "  keep my spaces  "\r\n'
+        'template """\r\nline1\r\n  line2\r\n"""\r\n'
+    )
     assert mf.from_ == "base"
     assert mf.parameters == {"top_k": 7}
     assert mf.system == "  keep my spaces  "
@@ -52,29 +60,34 @@ def test_case_spacing_crlf_and_quotes() -> None:
 
 
 def test_quotes_inside_values() -> None:
-    mf = parse('FROM x\nSYSTEM say "hi" to them\nMESSAGE user "quoted "inner" text"\n'
-               'TEMPLATE """ends with a quote: "x\""""\n')
+    mf = parse(
+        'FROM x\nSYSTEM say "hi" to them\nMESSAGE user "quoted "inner" text"\n'
+        'TEMPLATE """ends with a quote: "x""""\n'
+    )
     assert mf.system == 'say "hi" to them'
     assert mf.messages[0]["content"] == 'quoted "inner" text'
     assert mf.template == 'ends with a quote: "x"'
 
 
-@pytest.mark.parametrize(("text", "line", "col", "words"), [
-    ("FROM x\nFOO bar\n", 2, 1, 'unknown instruction "FOO"'),
-    ("FROM x\nPARAMETER nope 1\n", 2, 11, 'unknown parameter "nope"'),
-    ("FROM x\nPARAMETER mirostat 1\n", 2, 11, 'unknown parameter "mirostat"'),
-    ("FROM x\nPARAMETER num_ctx lots\n", 2, 19, "must be of type integer"),
-    ("FROM x\nPARAMETER temperature -1\n", 2, 23, "temperature"),
-    ("FROM x\nPARAMETER use_mmap maybe\n", 2, 20, "boolean"),
-    ("FROM x\nPARAMETER top_k\n", 2, 16, "missing value"),
-    ("FROM x\nMESSAGE robot hi\n", 2, 9, "message role must be one of"),
-    ('FROM x\nSYSTEM """never closed\nmore\n', 2, 8, 'unterminated """'),
-    ('FROM x\nSYSTEM "open\n', 2, 8, "unterminated quote"),
-    ('FROM x\nTEMPLATE """a""" trailing\n', 2, 18, "unexpected text"),
-    ("FROM a\nFROM b\n", 2, 1, "only one FROM"),
-    ("# nothing\nPARAMETER top_k 1\n", 0, 0, "no FROM line"),
-    ("FROM\n", 1, 5, "missing value for FROM"),
-])
+@pytest.mark.parametrize(
+    ("text", "line", "col", "words"),
+    [
+        ("FROM x\nFOO bar\n", 2, 1, 'unknown instruction "FOO"'),
+        ("FROM x\nPARAMETER nope 1\n", 2, 11, 'unknown parameter "nope"'),
+        ("FROM x\nPARAMETER mirostat 1\n", 2, 11, 'unknown parameter "mirostat"'),
+        ("FROM x\nPARAMETER num_ctx lots\n", 2, 19, "must be of type integer"),
+        ("FROM x\nPARAMETER temperature -1\n", 2, 23, "temperature"),
+        ("FROM x\nPARAMETER use_mmap maybe\n", 2, 20, "boolean"),
+        ("FROM x\nPARAMETER top_k\n", 2, 16, "missing value"),
+        ("FROM x\nMESSAGE robot hi\n", 2, 9, "message role must be one of"),
+        ('FROM x\nSYSTEM """never closed\nmore\n', 2, 8, 'unterminated """'),
+        ('FROM x\nSYSTEM "open\n', 2, 8, "unterminated quote"),
+        ('FROM x\nTEMPLATE """a""" trailing\n', 2, 18, "unexpected text"),
+        ("FROM a\nFROM b\n", 2, 1, "only one FROM"),
+        ("# nothing\nPARAMETER top_k 1\n", 0, 0, "no FROM line"),
+        ("FROM\n", 1, 5, "missing value for FROM"),
+    ],
+)
 def test_errors_name_line_and_column(text: str, line: int, col: int, words: str) -> None:
     with pytest.raises(ModelfileError) as info:
         parse(text)
@@ -108,8 +121,19 @@ def test_corpus_is_varied() -> None:
     assert any(b"MESSAGE" in t for t in texts) and any(b"ADAPTER" in t for t in texts)
 
 
-@pytest.mark.parametrize("value", ["plain", " padded ", "", '"starts quoted', "# hash",
-                                   "multi\nline", 'ends with "quote"', "tab\there"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "plain",
+        " padded ",
+        "",
+        '"starts quoted',
+        "# hash",
+        "multi\nline",
+        'ends with "quote"',
+        "tab\there",
+    ],
+)
 def test_quote_round_trips(value: str) -> None:
     mf = parse(f"FROM x\nSYSTEM {quote(value)}\nMESSAGE user {quote(value)}\n")
     assert mf.system == value or (value.strip() == "" and mf.system == value)
@@ -134,8 +158,16 @@ def test_modelfile_example_parses_and_names_every_instruction() -> None:
     mf = parse(text)
     assert mf.from_.startswith("hf.co/") and mf.template and mf.system and mf.licenses
     assert mf.messages and mf.requires and len(mf.parameters["stop"]) == 3
-    for word in ("FROM", "PARAMETER", "TEMPLATE", "SYSTEM", "ADAPTER", "LICENSE", "MESSAGE",
-                 "REQUIRES"):
+    for word in (
+        "FROM",
+        "PARAMETER",
+        "TEMPLATE",
+        "SYSTEM",
+        "ADAPTER",
+        "LICENSE",
+        "MESSAGE",
+        "REQUIRES",
+    ):
         assert f"\n{word} " in text or f"# {word} " in text
 
 

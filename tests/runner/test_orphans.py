@@ -42,8 +42,14 @@ def test_parent_sigkill_during_long_load_child_exits() -> None:
 
 
 def run_child(stdin_bytes: bytes, env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "localllm.runner"], input=stdin_bytes,
-                          capture_output=True, cwd=REPO, env={**os.environ, **env}, timeout=30)
+    return subprocess.run(
+        [sys.executable, "-m", "localllm.runner"],
+        input=stdin_bytes,
+        capture_output=True,
+        cwd=REPO,
+        env={**os.environ, **env},
+        timeout=30,
+    )
 
 
 def test_child_exits_on_stdin_eof_and_on_garbage() -> None:

@@ -59,8 +59,9 @@ def test_stream_calls_and_close() -> None:
 def test_concurrent_requests_and_errors() -> None:
     async def go() -> None:
         async with running(start_fake(n_parallel=3)) as runner:
-            results = await asyncio.gather(*(collect(runner, greedy(f"r{i}", "x", 3 + i))
-                                             for i in range(3)))
+            results = await asyncio.gather(
+                *(collect(runner, greedy(f"r{i}", "x", 3 + i)) for i in range(3))
+            )
             assert [text for text, _ in results] == ["0 1 2 ", "0 1 2 3 ", "0 1 2 3 4 "]
             with pytest.raises(InvalidRequest, match="bad prompt"):
                 await collect(runner, greedy("b", "bad", 3))
@@ -175,6 +176,7 @@ def test_load_failures(caplog: pytest.LogCaptureFixture) -> None:
 
 # -- what a failure tells the client: how and why, never the log tail or a path --------
 
+
 def _no_log_tail(message: str) -> None:
     assert "/home/alice" not in message and "#28" not in message and "0x0000" not in message
     assert "last log lines" not in message and "\n" not in message
@@ -185,9 +187,11 @@ def test_a_load_that_aborts_says_why_in_one_line(caplog: pytest.LogCaptureFixtur
         with pytest.raises(ModelLoadError) as info:
             await start_fake("/home/alice/models/abortload.gguf")
         message = str(info.value)
-        assert message == ("failed to load abortload.gguf: model runner exited during load "
-                           "(signal 6, SIGABRT): ggml_backend_cpu_buffer_type_alloc_buffer: "
-                           "failed to allocate buffer of size 1099511627776")
+        assert message == (
+            "failed to load abortload.gguf: model runner exited during load "
+            "(signal 6, SIGABRT): ggml_backend_cpu_buffer_type_alloc_buffer: "
+            "failed to allocate buffer of size 1099511627776"
+        )
         _no_log_tail(message)
         # The daemon's log has all of it.
         assert all(line in caplog.text for line in LAST_WORDS)
@@ -197,19 +201,23 @@ def test_a_load_that_aborts_says_why_in_one_line(caplog: pytest.LogCaptureFixtur
 
 
 def test_a_runner_that_dies_mid_stream_tells_the_client_how_not_its_backtrace(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.ERROR, logger="localllm.runner")
 
     async def go() -> None:
         # ggml aborts the runner when an RPC worker vanishes: that worker is the reason.
         gone = f"127.0.0.1:{free_port()}"
         runner = await RunnerProcess.start(
-            ["/m/fake.gguf"], LoadOptions(n_ctx=128, n_parallel=2, n_threads=1,
-                                          rpc_workers=[gone]), env=FAKE_ENV)
+            ["/m/fake.gguf"],
+            LoadOptions(n_ctx=128, n_parallel=2, n_threads=1, rpc_workers=[gone]),
+            env=FAKE_ENV,
+        )
         with pytest.raises(RunnerCrashed) as info:
             await collect(runner, greedy("a", "abort", -1))
-        assert str(info.value) == (f"model runner exited unexpectedly (signal 6, SIGABRT): "
-                                   f"lost RPC worker {gone}")
+        assert str(info.value) == (
+            f"model runner exited unexpectedly (signal 6, SIGABRT): lost RPC worker {gone}"
+        )
         await runner.close()
         # Without workers, the log's line that says why, paths cut to file names.
         runner = await start_fake()
@@ -237,8 +245,7 @@ def test_a_runner_that_dies_mid_stream_tells_the_client_how_not_its_backtrace(
     arun(go())
 
 
-def test_a_failed_request_loses_its_paths_not_its_reason(
-        caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failed_request_loses_its_paths_not_its_reason(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.ERROR, logger="localllm.runner")
 
     async def go() -> None:

@@ -32,13 +32,25 @@ def one(stream: io.BytesIO) -> P.Message:
 
 
 def test_round_trip_all_kinds() -> None:
-    req = CompletionRequest(id="r1", prompt=[1, 2, 3], stop=["\n"], num_predict=7,
-                            sampling=SamplingParams(temperature=0.0, seed=42, grammar="root ::= x"))
+    req = CompletionRequest(
+        id="r1",
+        prompt=[1, 2, 3],
+        stop=["\n"],
+        num_predict=7,
+        sampling=SamplingParams(temperature=0.0, seed=42, grammar="root ::= x"),
+    )
     msgs = [
         P.load_msg(["/m/a.gguf"], LoadOptions(n_ctx=256, n_parallel=2, flash_attn="off")),
         P.complete_msg(req),
-        P.event_msg(Piece(id="r1", text="héllo ✓", token=5, logprob=-0.25,
-                          top_logprobs=[("a", -0.1), ("b", -2.0)])),
+        P.event_msg(
+            Piece(
+                id="r1",
+                text="héllo ✓",
+                token=5,
+                logprob=-0.25,
+                top_logprobs=[("a", -0.1), ("b", -2.0)],
+            )
+        ),
         P.event_msg(Done(id="r1", reason="stop", prompt_tokens=3, context=[1, 2])),
         P.event_msg(Failed(id="r2", message="nope", status=400)),
         {"type": "embed", "id": "e1", "inputs": ["x"], "truncate": True},
@@ -57,15 +69,27 @@ def test_round_trip_all_kinds() -> None:
 
 
 def test_unknown_fields_are_ignored_and_defaults_fill_in() -> None:
-    msg = {"type": "complete", "request": {"id": "x", "prompt": "hi", "future_field": 1,
-                                           "sampling": {"top_k": 5, "new_knob": 2}}}
+    msg = {
+        "type": "complete",
+        "request": {
+            "id": "x",
+            "prompt": "hi",
+            "future_field": 1,
+            "sampling": {"top_k": 5, "new_knob": 2},
+        },
+    }
     req = P.parse_request(P.decode(json.dumps(msg).encode()))
     assert req.id == "x" and req.sampling.top_k == 5 and req.sampling.temperature == 0.8
 
 
 def test_oversize_frame_rejected_both_ways() -> None:
-    big = {"type": "tokenize", "id": "t", "text": "x" * 2000, "add_special": True,
-           "parse_special": True}
+    big = {
+        "type": "tokenize",
+        "id": "t",
+        "text": "x" * 2000,
+        "add_special": True,
+        "parse_special": True,
+    }
     with pytest.raises(P.ProtocolError, match="exceeds"):
         P.encode(big, max_frame=1000)
     # A header announcing more than the cap is refused before anything is allocated.
@@ -76,15 +100,18 @@ def test_oversize_frame_rejected_both_ways() -> None:
         P.read_frame(frames(big), max_frame=1000)
 
 
-@pytest.mark.parametrize("body, match", [
-    (b"\xff\xfe garbage", "not UTF-8 JSON"),
-    (b"{not json", "not UTF-8 JSON"),
-    (b"[1, 2]", "not a JSON object"),
-    (b'{"type": "format_disk"}', "unknown message type"),
-    (b'{"no_type": 1}', "unknown message type"),
-    (b'{"type": "cancel"}', "lacks id"),
-    (b'{"type": "complete", "request": "hi"}', None),
-])
+@pytest.mark.parametrize(
+    "body, match",
+    [
+        (b"\xff\xfe garbage", "not UTF-8 JSON"),
+        (b"{not json", "not UTF-8 JSON"),
+        (b"[1, 2]", "not a JSON object"),
+        (b'{"type": "format_disk"}', "unknown message type"),
+        (b'{"no_type": 1}', "unknown message type"),
+        (b'{"type": "cancel"}', "lacks id"),
+        (b'{"type": "complete", "request": "hi"}', None),
+    ],
+)
 def test_garbage_body_is_a_clean_error(body: bytes, match: str | None) -> None:
     stream = io.BytesIO(struct.pack(">I", len(body)) + body)
     with pytest.raises(P.ProtocolError, match=match):
@@ -142,10 +169,13 @@ def test_rerank_round_trip_and_checks() -> None:
     docs = ["d" * 100_000, "é✓"]  # a long one travels as an attachment
     msg = one(frames({**P.rerank_msg("q?", docs, fmt, False), "id": "rerank-1"}))
     assert P.parse_rerank(msg) == ("q?", docs, fmt) and msg["truncate"] is False
-    back = one(frames({"type": "scores", "id": "rerank-1", "scores": [0.5, -1.25],
-                       "n_tokens": 9}))
+    back = one(frames({"type": "scores", "id": "rerank-1", "scores": [0.5, -1.25], "n_tokens": 9}))
     assert back["scores"] == [0.5, -1.25]
-    for bad in ({"query": 1}, {"documents": ["a", 2]}, {"format": {"template": 5}},
-                {"format": "x"}):
+    for bad in (
+        {"query": 1},
+        {"documents": ["a", 2]},
+        {"format": {"template": 5}},
+        {"format": "x"},
+    ):
         with pytest.raises(P.ProtocolError):
             P.parse_rerank({**P.rerank_msg("q", ["a"], fmt, True), **bad})

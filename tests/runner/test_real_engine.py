@@ -74,8 +74,9 @@ def test_concurrent_requests_share_one_runner(tiny: str) -> None:
 
     async def go() -> None:
         async with running(start(tiny)) as runner:
-            results = await asyncio.gather(*(collect(runner, greedy(f"c{i}", p))
-                                             for i, p in enumerate(prompts)))
+            results = await asyncio.gather(
+                *(collect(runner, greedy(f"c{i}", p)) for i, p in enumerate(prompts))
+            )
             assert [t for t, _ in results] == [tm.GREEDY[p] for p in prompts]
 
     arun(go(), 120)

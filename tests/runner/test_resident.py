@@ -33,8 +33,10 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 
 
 def test_host_compute_counts_only_what_is_resident() -> None:
-    logged = {"CPU": {"model": 300, "kv": 100, "compute": 500},
-              "CUDA0": {"model": 1000, "kv": 50, "compute": 200}}
+    logged = {
+        "CPU": {"model": 300, "kv": 100, "compute": 500},
+        "CUDA0": {"model": 1000, "kv": 50, "compute": 200},
+    }
     # 450 resident: weights and KV (400) in full, 50 of the compute reserve.
     got = resident_memory(logged, 450)
     assert got["CPU"] == {"model": 300, "kv": 100, "compute": 50}
@@ -49,15 +51,23 @@ def test_host_compute_counts_only_what_is_resident() -> None:
 
 def test_the_prompt_cache_counts_as_it_fills_after_the_compute_reserve() -> None:
     logged = {"CPU": {"model": 300, "kv": 100, "compute": 500, "cache": 1000}}
-    assert resident_memory(logged, 450)["CPU"] == {"model": 300, "kv": 100, "compute": 50,
-                                                   "cache": 0}
+    assert resident_memory(logged, 450)["CPU"] == {
+        "model": 300,
+        "kv": 100,
+        "compute": 50,
+        "cache": 0,
+    }
     assert resident_memory(logged, 1200)["CPU"]["cache"] == 300
     assert resident_memory(logged, 10_000)["CPU"]["cache"] == 1000  # never past its budget
 
 
 def test_the_cuda_runtime_s_own_bytes_are_added_to_the_cuda_devices() -> None:
-    logged = {"CPU": {"model": 100}, "CUDA0": {"model": 600, "kv": 100, "compute": 100},
-              "CUDA1": {"model": 200}, "CUDA_Host": {"compute": 50}}
+    logged = {
+        "CPU": {"model": 100},
+        "CUDA0": {"model": 600, "kv": 100, "compute": 100},
+        "CUDA1": {"model": 200},
+        "CUDA_Host": {"compute": 50},
+    }
     # NVML's figure for the runner, per GPU in its own order: 1,600 bytes in all,
     # 600 more than the 1,000 llama.cpp allocated on the two GPUs.
     held = with_gpu_runtime(logged, [400, 1200])
@@ -99,16 +109,20 @@ def _status(pid: int) -> dict[str, int]:
 
 
 @linux_only
-@pytest.mark.parametrize(("mmap", "n_ctx", "fa"), [
-    (True, 1024, "auto"), (False, 1024, "auto"),
-    # Without flash attention the compute reserve holds a 512 x 4096-cell score
-    # matrix per head (61 MiB): llama.cpp's logged total is ~24% over the RSS.
-    (True, 2048, "off"),
-])
-def test_reported_size_is_within_10_percent_of_rss_growth(deep: str, mmap: bool, n_ctx: int,
-                                                          fa: str) -> None:
-    opts = LoadOptions(n_ctx=n_ctx, n_parallel=2, n_threads=1, use_mmap=mmap,
-                       flash_attn=fa)  # type: ignore[arg-type]
+@pytest.mark.parametrize(
+    ("mmap", "n_ctx", "fa"),
+    [
+        (True, 1024, "auto"),
+        (False, 1024, "auto"),
+        # Without flash attention the compute reserve holds a 512 x 4096-cell score
+        # matrix per head (61 MiB): llama.cpp's logged total is ~24% over the RSS.
+        (True, 2048, "off"),
+    ],
+)
+def test_reported_size_is_within_10_percent_of_rss_growth(
+    deep: str, mmap: bool, n_ctx: int, fa: str
+) -> None:
+    opts = LoadOptions(n_ctx=n_ctx, n_parallel=2, n_threads=1, use_mmap=mmap, flash_attn=fa)  # type: ignore[arg-type]
 
     async def go() -> None:
         async with running(RunnerProcess.start([deep], opts, load_timeout=120)) as runner:
@@ -135,4 +149,5 @@ def test_reported_size_is_within_10_percent_of_rss_growth(deep: str, mmap: bool,
             after = runner.memory["CPU"]
             assert reported["CPU"]["compute"] <= after["compute"] <= logged["compute"]
             assert after["model"] == logged["model"] and after["kv"] == logged["kv"]
+
     arun(go(), timeout=180)

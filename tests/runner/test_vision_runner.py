@@ -58,8 +58,9 @@ def test_bad_image_fields_are_refused_without_breaking_the_stream() -> None:
 
 def test_the_runner_serves_images_and_survives_bad_ones(files: tuple[str, str]) -> None:
     text_model, projector = files
-    opts = LoadOptions(n_ctx=256, n_parallel=2, n_batch=64, n_ubatch=64, n_threads=1,
-                       projector=projector)
+    opts = LoadOptions(
+        n_ctx=256, n_parallel=2, n_batch=64, n_ubatch=64, n_threads=1, projector=projector
+    )
 
     async def go() -> None:
         async with running(RunnerProcess.start([text_model], opts, load_timeout=60)) as r:
@@ -70,8 +71,7 @@ def test_the_runner_serves_images_and_survives_bad_ones(files: tuple[str, str]) 
             bad = dataclasses.replace(greedy("b", MEDIA_MARKER), images=[png(32, 32)[:40]])
             with pytest.raises(InvalidRequest, match="could not be decoded"):
                 await collect(r, bad)
-            many = dataclasses.replace(greedy("m", MEDIA_MARKER * 100),
-                                       images=[png(8, 8)] * 100)
+            many = dataclasses.replace(greedy("m", MEDIA_MARKER * 100), images=[png(8, 8)] * 100)
             with pytest.raises(LocalLLMError, match="too many images"):
                 await collect(r, many)
             green = dataclasses.replace(greedy("g", MEDIA_MARKER), images=[png(32, 32, GREEN)])
@@ -95,8 +95,9 @@ def test_a_runner_without_projector_refuses_images(files: tuple[str, str]) -> No
     arun(go())
 
 
-def test_a_projector_that_does_not_load_fails_the_load(files: tuple[str, str],
-                                                       tmp_path: Path) -> None:
+def test_a_projector_that_does_not_load_fails_the_load(
+    files: tuple[str, str], tmp_path: Path
+) -> None:
     text_model, _ = files
     broken = tmp_path / "mmproj.gguf"
     broken.write_bytes(b"GGUF" + b"\x00" * 64)

@@ -35,8 +35,11 @@ def test_stopped_runner_mid_stream_is_killed_and_every_request_fails() -> None:
         try:
             other = asyncio.ensure_future(collect(runner, greedy("other", "x", -1)))
             n = 0
-            with pytest.raises(RunnerCrashed, match=r"stopped responding .*"
-                                                    r"LOCALLLM_RUNNER_TIMEOUT is 1s"):
+            with pytest.raises(
+                RunnerCrashed,
+                match=r"stopped responding .*"
+                r"LOCALLLM_RUNNER_TIMEOUT is 1s",
+            ):
                 async for _ in runner.complete(greedy("s", "x", -1)):
                     n += 1
                     if n == 2:

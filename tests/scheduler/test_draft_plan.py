@@ -33,7 +33,11 @@ def test_the_cost_counts_weights_kv_for_the_models_cells_and_a_graph() -> None:
     gpu = draft_cost(DRAFT, 4096, 2, 512, "f16", True, on_gpu=True)
     # On a GPU the input embedding stays in RAM, as for any model.
     assert (gpu.gpu_weights, gpu.gpu_kv, gpu.ram_weights, gpu.ram_kv) == (
-        body, kv, DRAFT.token_embd_bytes, 0)
+        body,
+        kv,
+        DRAFT.token_embd_bytes,
+        0,
+    )
     assert gpu.gpu_graph == ram.ram_graph and 0 < gpu.ram_graph < gpu.gpu_graph
     q8 = draft_cost(DRAFT, 4096, 2, 512, "q8_0", True, on_gpu=False)
     assert q8.ram_kv < kv  # the model's cache type
@@ -55,8 +59,9 @@ def test_with_gpus_the_draft_goes_on_the_first_device_holding_layers() -> None:
     devs = [cpu(64), cuda(0, 24)]
     base = plan(L8B, devs, opts)
     with_draft = plan(L8B, devs, dataclasses.replace(opts, draft=DRAFT))
-    cost = draft_cost(DRAFT, 8192, 1, 512, with_draft.kv_type, with_draft.flash_attention,
-                      on_gpu=True)
+    cost = draft_cost(
+        DRAFT, 8192, 1, 512, with_draft.kv_type, with_draft.flash_attention, on_gpu=True
+    )
     assert base.fully_offloaded and with_draft.fully_offloaded
     assert with_draft.vram == base.vram + cost.gpu_total
     assert with_draft.gpus[0].kv == base.gpus[0].kv + cost.gpu_kv
@@ -77,8 +82,9 @@ def test_a_partly_offloaded_model_still_puts_its_draft_on_the_gpu() -> None:
     opts = PlanOptions(num_ctx=4096, num_gpu=10)
     base = plan(L8B, [cpu(64), cuda(0, 24)], opts)
     with_draft = plan(L8B, [cpu(64), cuda(0, 24)], dataclasses.replace(opts, draft=DRAFT))
-    cost = draft_cost(DRAFT, 4096, 1, 512, with_draft.kv_type, with_draft.flash_attention,
-                      on_gpu=True)
+    cost = draft_cost(
+        DRAFT, 4096, 1, 512, with_draft.kv_type, with_draft.flash_attention, on_gpu=True
+    )
     assert with_draft.n_gpu_layers == base.n_gpu_layers == 10
     assert with_draft.vram == base.vram + cost.gpu_total
 
@@ -98,8 +104,13 @@ def test_a_draft_takes_room_from_the_models_layers_or_context() -> None:
 
 def test_the_plan_fn_reads_the_drafts_header(tmp_path: Path) -> None:
     path = make_tiny_model(tmp_path, attention=True)
-    hw = Hardware(devices=(cpu(64),), cpu=CPUInfo("test", "x86_64", 2, 2, 64 * GiB, 64 * GiB, ()),
-                  native_ok=True, native_error="", system_info="")
+    hw = Hardware(
+        devices=(cpu(64),),
+        cpu=CPUInfo("test", "x86_64", 2, 2, 64 * GiB, 64 * GiB, ()),
+        native_ok=True,
+        native_error="",
+        system_info="",
+    )
     plan_fn = make_plan_fn(lambda: hw)
     spec = ModelSpec(name="m", key="m", model_paths=("m",), info=L8B)
     opts = LoadOptions(n_ctx=4096)

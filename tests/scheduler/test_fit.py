@@ -81,7 +81,8 @@ def test_memory_loaded_models_hold_counts_as_free() -> None:
 
 @pytest.mark.parametrize(("read", "other"), [("Q8_0", "Q4_K_M"), ("Q4_K_M", "F16")])
 def test_another_quant_scaled_by_file_size_is_close_to_its_own_header(
-        tmp_path: Path, read: str, other: str) -> None:
+    tmp_path: Path, read: str, other: str
+) -> None:
     from tests.support.ggufmeta import SHAPES, write_gguf
 
     a = write_gguf(tmp_path / f"a-{read}.gguf", SHAPES["1b"], read)

@@ -74,8 +74,13 @@ def test_kv_scales_with_parallel_and_pads_context_like_llama_cpp() -> None:
 def test_shapes_match_real_file_sizes() -> None:
     # Published GGUF sizes: qwen2 0.5B Q8_0 531 MB, Llama-3.2-1B Q8_0 1.32 GB,
     # Llama-2-7B Q4_0 3.83 GB, Llama-3.1-8B Q4_K_M 4.92 GB, 70B Q4_K_M 42.5 GB.
-    for info, real in ((Q05B, 0.531e9), (L1B, 1.32e9), (L7B, 3.83e9), (L8B, 4.92e9),
-                       (L70B, 42.5e9)):
+    for info, real in (
+        (Q05B, 0.531e9),
+        (L1B, 1.32e9),
+        (L7B, 3.83e9),
+        (L8B, 4.92e9),
+        (L70B, 42.5e9),
+    ):
         assert abs(info.file_size - real) / real < 0.07, info.name
 
 
@@ -132,7 +137,7 @@ def test_output_layer_is_placed_last() -> None:
         p = plan(L8B, [cuda(0, tenths / 10), cpu()], opts(num_ctx=8192))
         n = p.n_gpu_layers
         if n <= L8B.n_layers:  # the output layer stays on the CPU
-            assert p.gpus[0].weights == sum(L8B.layer_bytes[L8B.n_layers - n:]) if n else True
+            assert p.gpus[0].weights == sum(L8B.layer_bytes[L8B.n_layers - n :]) if n else True
             assert p.cpu.weights >= L8B.output_bytes
             seen_all_but_output = seen_all_but_output or n == L8B.n_layers
         else:
@@ -168,7 +173,7 @@ def test_the_device_with_the_top_layers_takes_the_output_layer() -> None:
     p = plan(L70B, [cuda(0, 48), cuda(1, 32), cpu(200)], opts(num_ctx=4096))
     assert p.fully_offloaded
     last = p.gpus[-1]  # llama.cpp order: the last device takes the top layers
-    assert last.weights == sum(L70B.layer_bytes[-(last.layers - 1):]) + L70B.output_bytes
+    assert last.weights == sum(L70B.layer_bytes[-(last.layers - 1) :]) + L70B.output_bytes
 
 
 def _follows_free_memory(p: LoadPlan, devs: list[Device]) -> None:
@@ -185,8 +190,9 @@ def test_layers_split_over_gpus_by_free_memory(frees: tuple[int, ...]) -> None:
     assert [g.name for g in p.gpus] == [d.name for d in devs]  # llama.cpp's device order
     _follows_free_memory(p, devs)
     split = "/".join(str(n) for n in p.tensor_split)
-    assert p.reason.startswith(f"all 81 layers on {', '.join(d.name for d in devs)} "
-                               f"(split {split} by free memory; ")
+    assert p.reason.startswith(
+        f"all 81 layers on {', '.join(d.name for d in devs)} (split {split} by free memory; "
+    )
     fewer = plan(L70B, [*devs[:-1], cpu(200)], opts(num_ctx=8192))
     assert not fewer.fully_offloaded  # none of them was needless
 
@@ -200,8 +206,12 @@ def test_placement_fills_load_options() -> None:
     assert load.tensor_split == [float(n) for n in two.tensor_split]
     assert sum(load.tensor_split) == load.n_gpu_layers == 81 and load.n_cpu_moe == 0
     one = plan(L8B, [cuda(0, 24), cuda(1, 24), cpu()], opts(num_ctx=8192)).apply(LoadOptions())
-    assert (one.devices, one.split_mode, one.main_gpu, one.tensor_split) == \
-        (["CUDA0"], "none", 0, [33.0])
+    assert (one.devices, one.split_mode, one.main_gpu, one.tensor_split) == (
+        ["CUDA0"],
+        "none",
+        0,
+        [33.0],
+    )
     cpu_only = plan(L8B, [cuda(0, 24), cpu()], opts(num_gpu=0)).apply(LoadOptions())
     assert (cpu_only.devices, cpu_only.n_gpu_layers, cpu_only.tensor_split) == ([], 0, [])
 
@@ -214,7 +224,7 @@ def test_remote_devices_take_only_what_local_gpus_cannot() -> None:
     local, remote = p.gpus[-1], p.gpus[0]
     # The local GPU takes the top layers and the output, filled before the remote one.
     assert local.name == "CUDA0" and remote.name.startswith("RPC[")
-    assert local.weights >= sum(L70B.layer_bytes[-(local.layers - 1):]) + L70B.output_bytes
+    assert local.weights >= sum(L70B.layer_bytes[-(local.layers - 1) :]) + L70B.output_bytes
     assert local.total + MIN_RESERVE + local.weights // local.layers > cuda(0, 24).free
     assert p.remote_bytes == remote.total
     assert p.reason.endswith(f"; {fmt_bytes(remote.total)} on remote (RPC) devices")
@@ -243,8 +253,9 @@ def test_sched_spread_uses_every_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # -- context ---------------------------------------------------------------------
-@pytest.mark.parametrize(("gib", "ctx"), [(8, 4096), (16, 4096), (24, 32768), (40, 32768),
-                                          (80, 131072)])
+@pytest.mark.parametrize(
+    ("gib", "ctx"), [(8, 4096), (16, 4096), (24, 32768), (40, 32768), (80, 131072)]
+)
 def test_default_context_follows_vram_tiers_clamped_to_training(gib: int, ctx: int) -> None:
     p = plan(L1B, [cuda(0, gib, gib), cpu()], opts())
     assert p.n_ctx == ctx and not p.ctx_reduced and p.fully_offloaded
@@ -272,8 +283,7 @@ def test_explicit_context_setting_is_used_and_clamped(monkeypatch: pytest.Monkey
 
 def test_quantized_kv_needs_flash_attention() -> None:
     on = plan(L8B, [cuda(0, 24), cpu()], opts(num_ctx=8192, kv_type="q8_0"))
-    off = plan(L8B, [cuda(0, 24), cpu()], opts(num_ctx=8192, kv_type="q8_0",
-                                               flash_attention="off"))
+    off = plan(L8B, [cuda(0, 24), cpu()], opts(num_ctx=8192, kv_type="q8_0", flash_attention="off"))
     assert on.kv_type == "q8_0" and on.kv_bytes == GiB // 2 * 34 // 32
     assert off.kv_type == "f16" and off.kv_bytes == GiB
     odd = plan(L8B, [cuda(0, 24), cpu()], opts(num_ctx=8192, kv_type="nonsense"))
@@ -341,8 +351,9 @@ def test_metal_memory_is_counted_once() -> None:
     left = subtract_loaded([metal(21), full_ram], [p])
     assert left[0].free == metal(21).free - p.vram
     assert left[1].free == full_ram.free - p.host_bytes
-    _, second = fits_alongside(L8B, [metal(21), cpu(30)], opts(num_ctx=4096,
-                                                                available_ram=12 * GiB), [p])
+    _, second = fits_alongside(
+        L8B, [metal(21), cpu(30)], opts(num_ctx=4096, available_ram=12 * GiB), [p]
+    )
     assert second.cpu.free == 12 * GiB - p.host_bytes
 
 

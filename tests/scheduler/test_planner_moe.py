@@ -34,8 +34,13 @@ def test_fewest_experts_in_ram_that_offload_every_layer() -> None:
     roomier = cuda(0, 12, (dev.free + EXPERTS) / GiB)
     assert plan(MOE, [roomier, cpu(64)], opts(num_ctx=8192)).n_cpu_moe == k - 1
     load = p.apply(LoadOptions(n_gpu_layers=-1))
-    assert (load.n_cpu_moe, load.n_gpu_layers, load.devices, load.split_mode, load.main_gpu) == \
-        (k, 49, ["CUDA0"], "none", 0)
+    assert (load.n_cpu_moe, load.n_gpu_layers, load.devices, load.split_mode, load.main_gpu) == (
+        k,
+        49,
+        ["CUDA0"],
+        "none",
+        0,
+    )
 
 
 def test_more_vram_never_means_more_experts_in_ram() -> None:
@@ -64,8 +69,9 @@ def test_experts_in_ram_across_gpus_and_remote_devices() -> None:
     assert load.devices == ["CUDA0", "CUDA1"] and load.split_mode == "layer"
     assert sum(load.tensor_split) == 49 and load.n_cpu_moe == p.n_cpu_moe
     # A remote device holds the rest before experts leave the GPUs.
-    far = plan(MOE, [cuda(0, 8), cuda(1, 8), rpc("10.0.0.2:50052", 12), cpu(64)],
-               opts(num_ctx=8192))
+    far = plan(
+        MOE, [cuda(0, 8), cuda(1, 8), rpc("10.0.0.2:50052", 12), cpu(64)], opts(num_ctx=8192)
+    )
     assert far.n_cpu_moe == 0 and far.fully_offloaded and far.gpus[0].name.startswith("RPC[")
 
 

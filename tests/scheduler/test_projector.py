@@ -35,8 +35,9 @@ def test_cost_counts_tensors_and_one_image_of_compute(projector: Path) -> None:
 
 def test_cpu_only_keeps_the_projector_in_ram() -> None:
     base = plan(L8B, [cpu(64)], PlanOptions(num_ctx=4096))
-    with_proj = plan(L8B, [cpu(64)], PlanOptions(num_ctx=4096, projector_weights=W,
-                                                 projector_compute=C))
+    with_proj = plan(
+        L8B, [cpu(64)], PlanOptions(num_ctx=4096, projector_weights=W, projector_compute=C)
+    )
     assert with_proj.cpu.weights == base.cpu.weights + W
     assert with_proj.cpu.graph == base.cpu.graph + C
     assert with_proj.ram == base.ram + W + C
@@ -45,8 +46,7 @@ def test_cpu_only_keeps_the_projector_in_ram() -> None:
 def test_with_a_gpu_the_projector_goes_on_the_first_device() -> None:
     devs = [cpu(64), cuda(0, 24)]
     base = plan(L8B, devs, PlanOptions(num_ctx=4096))
-    with_proj = plan(L8B, devs, PlanOptions(num_ctx=4096, projector_weights=W,
-                                            projector_compute=C))
+    with_proj = plan(L8B, devs, PlanOptions(num_ctx=4096, projector_weights=W, projector_compute=C))
     assert with_proj.fully_offloaded and base.fully_offloaded
     assert with_proj.vram == base.vram + W + C
     assert with_proj.cpu == base.cpu
@@ -62,8 +62,7 @@ def test_a_projector_that_leaves_no_room_costs_layers() -> None:
 def test_the_scheduler_loads_the_projector_and_reloads_when_it_changes() -> None:
     async def main() -> None:
         h = Harness()
-        spec = ModelSpec(name="v", key="/blobs/v", model_paths=("/blobs/v",),
-                         projector="/blobs/p1")
+        spec = ModelSpec(name="v", key="/blobs/v", model_paths=("/blobs/v",), projector="/blobs/p1")
         async with h.sched.use(spec, LoadOptions(), 0.5):
             pass
         assert h.started[-1].opts.projector == "/blobs/p1"

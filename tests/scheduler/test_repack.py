@@ -18,16 +18,23 @@ from tests.support.shapes import cpu, cuda, rpc
 
 # What ggml reported on a Xeon with AMX (engine/cpu_buffers.py, 4096 x 4096 weights):
 # AMX stores Q4_K with 4 extra bytes per block, Q6_K as it is.
-AMX = ExtraBuffer("AMX", (
-    BufferRule(Q.F16, 2, 16, 32, 33554432, 33554432),
-    BufferRule(Q.Q4_K, 2, 256, 32, 9699328, 9437184),
-    BufferRule(Q.Q6_K, 2, 256, 32, 13762560, 13762560),
-))
+AMX = ExtraBuffer(
+    "AMX",
+    (
+        BufferRule(Q.F16, 2, 16, 32, 33554432, 33554432),
+        BufferRule(Q.Q4_K, 2, 256, 32, 9699328, 9437184),
+        BufferRule(Q.Q6_K, 2, 256, 32, 13762560, 13762560),
+    ),
+)
 # CPU_REPACK on AVX2: Q4_0 / Q4_K matrices and expert stacks, rows in groups of 8.
-REPACK = ExtraBuffer("CPU_REPACK", (
-    BufferRule(Q.Q4_0, 2, 32, 8, 1, 1), BufferRule(Q.Q4_K, 2, 256, 8, 1, 1),
-    BufferRule(Q.Q4_K, 3, 256, 8, 1, 1),
-))
+REPACK = ExtraBuffer(
+    "CPU_REPACK",
+    (
+        BufferRule(Q.Q4_0, 2, 32, 8, 1, 1),
+        BufferRule(Q.Q4_K, 2, 256, 8, 1, 1),
+        BufferRule(Q.Q4_K, 3, 256, 8, 1, 1),
+    ),
+)
 Q4K_AMX = 9699328 / 9437184
 OPTS = PlanOptions(num_ctx=1024, num_gpu=0)
 
@@ -79,8 +86,9 @@ def test_amx_takes_q6_k_too_and_the_unmapped_output_costs_only_its_copy(info: Mo
     got = weights(info, [host(AMX)]) - weights(info, [cpu()])
     # The output matrix lies past the last vector: llama.cpp unmaps it after the load,
     # so its copy replaces it (Q6_K keeps its size in AMX).
-    assert got == pytest.approx(layer_bytes(info, Q.Q4_K) * Q4K_AMX + layer_bytes(info, Q.Q6_K),
-                                abs=64)
+    assert got == pytest.approx(
+        layer_bytes(info, Q.Q4_K) * Q4K_AMX + layer_bytes(info, Q.Q6_K), abs=64
+    )
 
 
 def test_the_first_buffer_type_that_takes_a_matrix_wins(info: ModelInfo) -> None:
@@ -90,8 +98,9 @@ def test_the_first_buffer_type_that_takes_a_matrix_wins(info: ModelInfo) -> None
 
 
 def test_rows_or_columns_that_do_not_divide_keep_a_matrix_out(info: ModelInfo) -> None:
-    odd = ExtraBuffer("X", (BufferRule(Q.Q4_K, 2, 256, 3072, 1, 1),
-                            BufferRule(Q.Q6_K, 2, 1024, 8, 1, 1)))
+    odd = ExtraBuffer(
+        "X", (BufferRule(Q.Q4_K, 2, 256, 3072, 1, 1), BufferRule(Q.Q6_K, 2, 1024, 8, 1, 1))
+    )
     assert weights(info, [host(odd)]) == weights(info, [cpu()])
 
 
@@ -110,7 +119,8 @@ def test_cpu_repack_off_counts_no_copy(info: ModelInfo) -> None:
     off = replace(OPTS, cpu_repack="off")
     assert weights(info, [host(AMX, REPACK)], off) == weights(info, [cpu()])
     assert weights(info, [host(AMX, REPACK)], replace(off, use_mmap=False)) == weights(
-        info, [cpu()], replace(OPTS, use_mmap=False))
+        info, [cpu()], replace(OPTS, use_mmap=False)
+    )
     draft = replace(off, draft=info)
     assert weights(info, [host(REPACK)], draft) == weights(info, [cpu()], draft)
 
@@ -120,7 +130,8 @@ def test_auto_counts_only_the_types_the_self_test_kept(info: ModelInfo) -> None:
     broken = replace(AMX, auto=False, fault="self-test crashed: signal 4, SIGILL")
     assert weights(info, [host(broken, REPACK)]) == weights(info, [host(REPACK)])
     assert weights(info, [host(broken, REPACK)], replace(OPTS, cpu_repack="on")) == weights(
-        info, [host(AMX, REPACK)])
+        info, [host(AMX, REPACK)]
+    )
     # Where ggml's list cannot lose one type, auto keeps none (the probe says so).
     none = host(broken, replace(REPACK, auto=False))
     assert weights(info, [none]) == weights(info, [cpu()])
@@ -130,14 +141,17 @@ def test_doctor_says_what_each_mode_does_here() -> None:
     broken = replace(AMX, auto=False, fault="self-test crashed: signal 4, SIGILL")
     cpu_dev = host(broken, REPACK)
     assert describe("auto", cpu_dev) == (
-        "auto: CPU_REPACK used; AMX left out (self-test crashed: signal 4, SIGILL)")
+        "auto: CPU_REPACK used; AMX left out (self-test crashed: signal 4, SIGILL)"
+    )
     assert describe("on", cpu_dev) == "on: AMX, CPU_REPACK used (not tested)"
     assert describe("off", cpu_dev) == (
-        "off: weights stay as the file has them (AMX, CPU_REPACK unused)")
+        "off: weights stay as the file has them (AMX, CPU_REPACK unused)"
+    )
     assert describe("auto", host()) == "auto: this CPU backend has no extra buffer types"
     assert describe("auto", host(broken, replace(REPACK, auto=False))) == (
         "auto: none used; AMX left out (self-test crashed: signal 4, SIGILL); "
-        "CPU_REPACK left out (works, but only all types can be left out here)")
+        "CPU_REPACK left out (works, but only all types can be left out here)"
+    )
 
 
 def test_over_rpc_the_cpu_layers_are_repacked(info: ModelInfo) -> None:
@@ -153,7 +167,8 @@ def test_without_mmap_only_the_copies_are_held(info: ModelInfo) -> None:
     opts = replace(OPTS, use_mmap=False)
     assert weights(info, [host(REPACK)], opts) == weights(info, [cpu()], opts)
     assert weights(info, [host(AMX)], opts) - weights(info, [cpu()], opts) == pytest.approx(
-        layer_bytes(info, Q.Q4_K) * (Q4K_AMX - 1), abs=64)
+        layer_bytes(info, Q.Q4_K) * (Q4K_AMX - 1), abs=64
+    )
 
 
 def test_a_draft_model_in_ram_is_repacked_too(info: ModelInfo) -> None:
@@ -180,5 +195,6 @@ def test_tied_embeddings_copy_the_output_once() -> None:
     assert (out.ggml_type, out.inner) == (Q.Q4_K, False)
     assert out.nbytes == info.token_embd_bytes
     got = weights(info, [host(AMX)]) - weights(info, [cpu()])
-    assert got == pytest.approx((layer_bytes(info, Q.Q4_K) + out.nbytes) * Q4K_AMX
-                                - out.nbytes, abs=64)
+    assert got == pytest.approx(
+        (layer_bytes(info, Q.Q4_K) + out.nbytes) * Q4K_AMX - out.nbytes, abs=64
+    )

@@ -21,8 +21,14 @@ def spec(name: str) -> ModelSpec:
     return ModelSpec(name=name, key=f"/blobs/{name}", model_paths=(f"/blobs/{name}",))
 
 
-async def hold(h: Harness, name: str, opts: LoadOptions, keep: float,
-               release: asyncio.Event, entered: asyncio.Event | None = None) -> None:
+async def hold(
+    h: Harness,
+    name: str,
+    opts: LoadOptions,
+    keep: float,
+    release: asyncio.Event,
+    entered: asyncio.Event | None = None,
+) -> None:
     async with h.sched.use(spec(name), opts, keep):
         if entered:
             entered.set()
@@ -43,6 +49,7 @@ def test_same_model_shares_one_runner_and_keep_alive_expires() -> None:
         await asyncio.sleep(0.4)
         assert h.sched.loaded() == []
         assert h.started[0].closed
+
     run(main())
 
 
@@ -56,6 +63,7 @@ def test_keep_alive_zero_unloads_and_negative_keeps_forever() -> None:
             pass
         (model,) = h.sched.loaded()
         assert model.timer is None and math.isinf(model.expires_at)
+
     run(main())
 
 
@@ -76,6 +84,7 @@ def test_queue_full_is_503() -> None:
         release.set()
         await asyncio.gather(holder, *waiters)
         assert h.sched.pending == 0
+
     run(main())
 
 
@@ -96,6 +105,7 @@ def test_slots_bound_concurrency() -> None:
         await asyncio.gather(*(one() for _ in range(8)))
         assert peak == 3
         assert len(h.started) == 1
+
     run(main())
 
 
@@ -108,6 +118,7 @@ def test_max_loaded_evicts_idle_model() -> None:
             pass
         assert [m.spec.name for m in h.sched.loaded()] == ["b"]
         assert h.started[0].closed
+
     run(main())
 
 
@@ -127,6 +138,7 @@ def test_eviction_waits_for_busy_model() -> None:
         await asyncio.sleep(0.1)
         assert len(h.started) == 2 and h.started[0].closed
         second.cancel()
+
     run(main())
 
 
@@ -141,6 +153,7 @@ def test_load_option_change_reloads_but_seed_does_not() -> None:
         async with h.sched.use(spec("a"), LoadOptions(n_ctx=4096), 60) as model:
             assert model.opts.n_ctx == 4096
         assert len(h.started) == 2 and h.started[0].closed
+
     run(main())
 
 
@@ -152,6 +165,7 @@ def test_dead_runner_is_replaced() -> None:
         h.started[0].dead = True
         async with h.sched.use(spec("a"), LoadOptions(), 60) as model:
             assert model.runner is h.started[1]
+
     run(main())
 
 
@@ -172,6 +186,7 @@ def test_cancelled_waiter_leaves_no_trace() -> None:
         await holder
         (model,) = h.sched.loaded()
         assert model.refcount == 0
+
     run(main())
 
 
@@ -191,8 +206,10 @@ def test_a_different_num_parallel_reloads_with_that_many_slots() -> None:
         # Its slots bound concurrency: a third request waits for one of two.
         release = asyncio.Event()
         entered = [asyncio.Event() for _ in range(3)]
-        holders = [asyncio.create_task(hold(h, "a", LoadOptions(n_parallel=2), 60, release, e))
-                   for e in entered]
+        holders = [
+            asyncio.create_task(hold(h, "a", LoadOptions(n_parallel=2), 60, release, e))
+            for e in entered
+        ]
         while sum(e.is_set() for e in entered) < 2 or h.sched.pending < 1:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.05)
@@ -200,4 +217,5 @@ def test_a_different_num_parallel_reloads_with_that_many_slots() -> None:
         release.set()
         await asyncio.gather(*holders)
         assert all(e.is_set() for e in entered) and len(h.started) == 2
+
     run(main())

@@ -48,8 +48,14 @@ async def test_client_round_trip(app: FastAPI, store: Store, tmp_path: Path) -> 
 
 
 async def test_client_streams_and_raises_error_lines(app: FastAPI) -> None:
-    def pull(model: str, progress: Any, *, cancel: threading.Event | None = None,
-             projector: str | None = None, **fit: Any) -> None:
+    def pull(
+        model: str,
+        progress: Any,
+        *,
+        cancel: threading.Event | None = None,
+        projector: str | None = None,
+        **fit: Any,
+    ) -> None:
         progress({"status": "pulling manifest"})
         raise PullError("hub went away")
 

@@ -26,12 +26,12 @@ from tests.support.variants import serve
 pytestmark = pytest.mark.anyio
 
 
-async def test_health_is_ok_and_needs_no_key(store: Store, monkeypatch: pytest.MonkeyPatch
-                                             ) -> None:
+async def test_health_is_ok_and_needs_no_key(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOCALLLM_API_KEY", "k")
     app = create_app(store, bind_host="127.0.0.1", scheduler=fake_scheduler())
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                 base_url="http://localhost") as c:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+    ) as c:
         r = await c.get("/health")
         assert r.status_code == 200 and r.json() == {"status": "ok"}
         assert (await c.head("/health")).status_code == 200
@@ -44,8 +44,9 @@ async def test_ready_when_idle(client: httpx.AsyncClient) -> None:
     assert r.status_code == 200 and r.json() == {"status": "ready"}
 
 
-async def test_not_ready_while_draining_but_still_alive(app: FastAPI,
-                                                        client: httpx.AsyncClient) -> None:
+async def test_not_ready_while_draining_but_still_alive(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
     app.state.lifecycle.begin_drain(30)
     r = await client.get("/health/ready")
     assert r.status_code == 503
@@ -69,8 +70,9 @@ async def test_not_ready_when_store_unreadable(tmp_path: Path) -> None:
     root = tmp_path / "not-a-dir"
     root.write_text("x")
     app = create_app(Store(root), bind_host="127.0.0.1", scheduler=fake_scheduler())
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                 base_url="http://localhost") as c:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+    ) as c:
         r = await c.get("/health/ready")
         assert r.status_code == 503
         assert r.json()["reasons"][0].startswith("model store is not readable")
@@ -78,15 +80,18 @@ async def test_not_ready_when_store_unreadable(tmp_path: Path) -> None:
 
 
 async def test_fresh_store_that_does_not_exist_yet_is_ready(tmp_path: Path) -> None:
-    app = create_app(Store(tmp_path / "nothing-yet"), bind_host="127.0.0.1",
-                     scheduler=fake_scheduler())
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                 base_url="http://localhost") as c:
+    app = create_app(
+        Store(tmp_path / "nothing-yet"), bind_host="127.0.0.1", scheduler=fake_scheduler()
+    )
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+    ) as c:
         assert (await c.get("/health/ready")).status_code == 200
 
 
 async def test_not_ready_when_the_store_disk_is_nearly_full(
-        store: Store, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    store: Store, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from localllm.server import health
 
     measured: list[Path] = []
@@ -109,14 +114,16 @@ async def test_not_ready_when_the_store_disk_is_nearly_full(
 
 
 async def test_min_free_disk_above_the_real_free_space(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # No fakes: a minimum no disk has; the store does not exist yet, so its
     # nearest existing parent is measured (and nothing is created).
     monkeypatch.setenv("LOCALLLM_MIN_FREE_DISK", "1000000TiB")
     root = tmp_path / "models"
     app = create_app(Store(root), bind_host="127.0.0.1", scheduler=fake_scheduler())
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                 base_url="http://localhost") as c:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+    ) as c:
         r = await c.get("/health/ready")
     assert r.status_code == 503
     [reason] = r.json()["reasons"]
@@ -142,13 +149,20 @@ def _probe(client: httpx.Client) -> float:
 
 def test_health_answers_while_loading_and_generating(long_daemon: Daemon) -> None:
     url = long_daemon.url
-    body = {"model": "tiny-long", "prompt": LOOP_PROMPT, "raw": True, "stream": True,
-            "options": {"temperature": 0, "num_predict": 100}}
+    body = {
+        "model": "tiny-long",
+        "prompt": LOOP_PROMPT,
+        "raw": True,
+        "stream": True,
+        "options": {"temperature": 0, "num_predict": 100},
+    }
     during_load: list[float] = []
     during_stream: list[float] = []
-    with concurrent.futures.ThreadPoolExecutor(1) as pool, \
-            httpx.Client(timeout=60, trust_env=False) as client, \
-            httpx.Client(base_url=url, timeout=5, trust_env=False) as prober:
+    with (
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+        httpx.Client(timeout=60, trust_env=False) as client,
+        httpx.Client(base_url=url, timeout=5, trust_env=False) as prober,
+    ):
         _probe(prober)  # connect first: time the daemon, not the client's setup
 
         def first_line() -> dict[str, object]:
@@ -175,11 +189,13 @@ def test_health_answers_while_loading_and_generating(long_daemon: Daemon) -> Non
 
 
 async def test_not_ready_naming_a_model_whose_runner_died_until_it_loads_again(
-        store: Store) -> None:
+    store: Store,
+) -> None:
     sched = fake_scheduler()
     app = create_app(store, bind_host="127.0.0.1", scheduler=sched)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                 base_url="http://localhost") as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+    ) as client:
         await _died_then_loaded(sched, client)
 
 
@@ -192,7 +208,8 @@ async def _died_then_loaded(sched: Scheduler, client: httpx.AsyncClient) -> None
     r = await client.get("/health/ready")
     assert r.status_code == 503
     assert r.json()["reasons"] == [
-        "model m:latest failed: model runner stopped responding (no sign of life for 2.0s)"]
+        "model m:latest failed: model runner stopped responding (no sign of life for 2.0s)"
+    ]
     async with sched.use(spec, LoadOptions(), 60) as model:  # loads afresh
         pass
     assert (await client.get("/health/ready")).status_code == 200

@@ -12,20 +12,25 @@ from hypothesis import strategies as st
 
 from localllm.server import jsonout
 
-_scalars = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False,
-                                                                   allow_infinity=False)
-            | st.text())
+_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
 _values = st.recursive(
     _scalars,
-    lambda inner: st.lists(inner, max_size=12) | st.dictionaries(st.text(max_size=6), inner,
-                                                                 max_size=6),
-    max_leaves=60)
+    lambda inner: (
+        st.lists(inner, max_size=12) | st.dictionaries(st.text(max_size=6), inner, max_size=6)
+    ),
+    max_leaves=60,
+)
 
 
 @settings(max_examples=300, deadline=None)
 @given(value=_values, leaves=st.integers(1, 5), slice_size=st.integers(1, 8))
-def test_pieces_render_what_json_response_renders(value: Any, leaves: int,
-                                                  slice_size: int) -> None:
+def test_pieces_render_what_json_response_renders(value: Any, leaves: int, slice_size: int) -> None:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(jsonout, "LEAVES", leaves)
         mp.setattr(jsonout, "SLICE", slice_size)

@@ -14,13 +14,20 @@ from localllm.errors import InvalidRequest
 from localllm.server import jsonparse
 from localllm.server.jsonparse import MAX_DEPTH, _Parser, json_depth
 
-_scalars = (st.none() | st.booleans() | st.integers(-(10**30), 10**30)
-            | st.floats(allow_nan=False) | st.text(max_size=40))
+_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**30), 10**30)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=40)
+)
 _values = st.recursive(
     _scalars,
-    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner,
-                                                                 max_size=5),
-    max_leaves=30)
+    lambda inner: (
+        st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5)
+    ),
+    max_leaves=30,
+)
 
 
 def big_path(raw: bytes) -> Any:
@@ -28,10 +35,15 @@ def big_path(raw: bytes) -> Any:
 
 
 @settings(max_examples=300, deadline=None)
-@given(value=_values, ascii_only=st.booleans(), indent=st.sampled_from([None, 0, 2]),
-       slice_size=st.integers(1, 24))
+@given(
+    value=_values,
+    ascii_only=st.booleans(),
+    indent=st.sampled_from([None, 0, 2]),
+    slice_size=st.integers(1, 24),
+)
 def test_the_sliced_reader_reads_what_json_loads_reads(
-        value: Any, ascii_only: bool, indent: int | None, slice_size: int) -> None:
+    value: Any, ascii_only: bool, indent: int | None, slice_size: int
+) -> None:
     raw = json.dumps(value, ensure_ascii=ascii_only, indent=indent).encode()
     with pytest.MonkeyPatch.context() as mp:
         # Tiny slices cut every string mid-escape, mid-character and mid-surrogate-pair.
@@ -41,17 +53,41 @@ def test_the_sliced_reader_reads_what_json_loads_reads(
 
 @pytest.mark.parametrize("slice_size", range(1, 14))
 def test_escapes_and_characters_cut_by_a_slice(
-        monkeypatch: pytest.MonkeyPatch, slice_size: int) -> None:
+    monkeypatch: pytest.MonkeyPatch, slice_size: int
+) -> None:
     monkeypatch.setattr(jsonparse, "SLICE", slice_size)
-    for raw in (b'"\\ud83d\\ude00 x\\ud83d\\ude01"', '"é😀中\\n\\\\\\""'.encode(),
-                b'"\\ud83d"', b'"\\\\\\\\ud83d"', b'{"a\\"b": ["\\u00e9", "\\/"]}'):
+    for raw in (
+        b'"\\ud83d\\ude00 x\\ud83d\\ude01"',
+        '"é😀中\\n\\\\\\""'.encode(),
+        b'"\\ud83d"',
+        b'"\\\\\\\\ud83d"',
+        b'{"a\\"b": ["\\u00e9", "\\/"]}',
+    ):
         assert big_path(raw) == json.loads(raw), raw
 
 
-@pytest.mark.parametrize("raw", [
-    b"", b"{", b"[1,]", b'{"a" 1}', b'{"a": 1,}', b'"abc', b'"a\x01b"', b'"\\x"',
-    b"[1] 2", b"tru", b"01", b'{1: 2}', b'"\\u12"', b"\xff", b'"\xc3"', b"[-]", b"[1.]",
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"{",
+        b"[1,]",
+        b'{"a" 1}',
+        b'{"a": 1,}',
+        b'"abc',
+        b'"a\x01b"',
+        b'"\\x"',
+        b"[1] 2",
+        b"tru",
+        b"01",
+        b"{1: 2}",
+        b'"\\u12"',
+        b"\xff",
+        b'"\xc3"',
+        b"[-]",
+        b"[1.]",
+    ],
+)
 def test_bad_json_is_refused_by_both_readers(raw: bytes) -> None:
     with pytest.raises(ValueError):
         json.loads(raw)
@@ -97,7 +133,8 @@ def test_the_escape_storm_is_scanned_in_linear_time() -> None:
 
 
 def test_the_large_path_is_linear_in_the_length_of_one_string(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     body = b'{"prompt": "' + b'\\"ab\\u00e9' * 400_000 + b'"}'  # 4.4 MB of escapes
     monkeypatch.setattr(jsonparse, "SLICE", 64 << 10)
     start = time.process_time()

@@ -36,8 +36,15 @@ async def test_deep_json_is_a_400_not_a_crash(store: Store) -> None:
     deep = "[" * 100_000 + "]" * 100_000
     fmt = '{"type": "object", "properties": {"a": ' * 450 + "{}" + "}}" * 450
     async with _client(store) as c:
-        for path in ("/api/show", "/api/generate", "/api/chat", "/v1/chat/completions",
-                     "/api/create", "/api/copy", "/api/delete"):
+        for path in (
+            "/api/show",
+            "/api/generate",
+            "/api/chat",
+            "/v1/chat/completions",
+            "/api/create",
+            "/api/copy",
+            "/api/delete",
+        ):
             method = "DELETE" if path == "/api/delete" else "POST"
             r = await c.request(method, path, content=f'{{"model": "m", "x": {deep}}}')
             assert r.status_code == 400, (path, r.text)
@@ -58,8 +65,9 @@ def test_connection_stays_usable_after_errors(store: Store) -> None:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         try:
             for body in (deep, b"{not json", b"", b'{"model": 5}', b'{"model": "nope"}'):
-                conn.request("POST", "/api/show", body=body,
-                             headers={"Content-Type": "application/json"})
+                conn.request(
+                    "POST", "/api/show", body=body, headers={"Content-Type": "application/json"}
+                )
                 r = conn.getresponse()
                 assert 400 <= r.status < 500, r.status
                 assert "error" in json.loads(r.read())
@@ -78,8 +86,7 @@ def test_connection_survives_a_crashing_route(store: Store) -> None:
     def crash() -> None:
         raise RuntimeError("boom")
 
-    app = create_app(store, bind_host="127.0.0.1", scheduler=fake_scheduler(),
-                     routers=[router])
+    app = create_app(store, bind_host="127.0.0.1", scheduler=fake_scheduler(), routers=[router])
     with live_server(app) as port:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         try:
@@ -95,8 +102,9 @@ def test_connection_survives_a_crashing_route(store: Store) -> None:
             conn.close()
 
 
-async def test_max_body_is_the_only_body_limit(store: Store,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_max_body_is_the_only_body_limit(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     big = {"model": "m", "messages": [{"role": "user", "content": "x" * (80 << 20)}]}
     payload = json.dumps(big).encode()
     monkeypatch.setenv("LOCALLLM_MAX_BODY", "314572800")

@@ -53,14 +53,18 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
         embed = make_tiny_model(tmp / "gguf-embed", pooling="mean")
         import_gguf(store, parse_name("tiny-embed"), [embed])
         import_gguf(store, parse_name("tiny-rerank"), [make_rerank_model(tmp / "rerank")])
-        call = make_script_model(tmp / "gguf-call", {"[x]": LONG_CALL},
-                                 chat_template=CALL_TEMPLATE, longest=2048)
+        call = make_script_model(
+            tmp / "gguf-call", {"[x]": LONG_CALL}, chat_template=CALL_TEMPLATE, longest=2048
+        )
         import_gguf(store, parse_name("lag-call"), [call])
 
     with own_daemon(tmp_path_factory, "lag-daemon", stock, LOCALLLM_CONTEXT_LENGTH="512") as d:
         # Loaded before any body arrives: a load is the scheduler's work, not a body's.
-        r = httpx.post(d.url + "/api/generate", json={"model": "tiny", "prompt": "hi",
-                       "stream": False, "options": {"num_predict": 1}}, timeout=120)
+        r = httpx.post(
+            d.url + "/api/generate",
+            json={"model": "tiny", "prompt": "hi", "stream": False, "options": {"num_predict": 1}},
+            timeout=120,
+        )
         assert r.status_code == 200, r.text
         yield d
 
@@ -70,8 +74,13 @@ def _json(path: str, doc: dict[str, Any]) -> tuple[str, bytes]:
 
 
 def _chat(content: str, **extra: Any) -> dict[str, Any]:
-    return {"model": "tiny", "stream": False, "options": {"num_predict": 1},
-            "messages": [{"role": "user", "content": content}], **extra}
+    return {
+        "model": "tiny",
+        "stream": False,
+        "options": {"num_predict": 1},
+        "messages": [{"role": "user", "content": content}],
+        **extra,
+    }
 
 
 def deep_json() -> tuple[str, bytes]:
@@ -85,8 +94,16 @@ def escape_storm() -> tuple[str, bytes]:
 
 def escaped_prompt() -> tuple[str, bytes]:
     # A valid 4 MB string of escapes: read a slice at a time, rendered, sent to the runner.
-    return _json("/api/generate", {"model": "tiny", "raw": True, "stream": False,
-                                   "prompt": '"\\\n' * 1_000_000, "options": {"num_predict": 1}})
+    return _json(
+        "/api/generate",
+        {
+            "model": "tiny",
+            "raw": True,
+            "stream": False,
+            "prompt": '"\\\n' * 1_000_000,
+            "options": {"num_predict": 1},
+        },
+    )
 
 
 def container_bomb() -> tuple[str, bytes]:
@@ -94,8 +111,16 @@ def container_bomb() -> tuple[str, bytes]:
 
 
 def many_values() -> tuple[str, bytes]:
-    return _json("/api/generate", {"model": "tiny", "prompt": "hi", "stream": False,
-                                   "context": [1] * 900_000, "options": {"num_predict": 1}})
+    return _json(
+        "/api/generate",
+        {
+            "model": "tiny",
+            "prompt": "hi",
+            "stream": False,
+            "context": [1] * 900_000,
+            "options": {"num_predict": 1},
+        },
+    )
 
 
 def many_messages() -> tuple[str, bytes]:
@@ -110,59 +135,98 @@ def giant_schema() -> tuple[str, bytes]:
 
 
 def many_tools() -> tuple[str, bytes]:
-    tools = [{"type": "function", "function": {
-        "name": f"tool{i}", "description": "d" * 200,
-        "parameters": {"type": "object", "properties": {
-            f"arg{j}" + "a" * 100: {"type": "string"} for j in range(40)}}}}
-        for i in range(200)]
-    return _json("/v1/chat/completions", {"model": "tiny", "max_tokens": 1, "tools": tools,
-                                          "tool_choice": "required",
-                                          "messages": [{"role": "user", "content": "x"}]})
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": f"tool{i}",
+                "description": "d" * 200,
+                "parameters": {
+                    "type": "object",
+                    "properties": {f"arg{j}" + "a" * 100: {"type": "string"} for j in range(40)},
+                },
+            },
+        }
+        for i in range(200)
+    ]
+    return _json(
+        "/v1/chat/completions",
+        {
+            "model": "tiny",
+            "max_tokens": 1,
+            "tools": tools,
+            "tool_choice": "required",
+            "messages": [{"role": "user", "content": "x"}],
+        },
+    )
 
 
 # A model that answers "x" with a 1 MB Hermes call in 2 KB pieces (its template names
 # <tool_call>, so the reply is parsed as Hermes').
 CALL_TEMPLATE = "{% for m in messages %}[{{ m.content }}]{% endfor %}{# <tool_call> #}"
-LONG_CALL = ('<tool_call>\n{"name": "write", "arguments": {"text": "'
-             + "".join(f"line {i:06d} {{[(x)]}} " + "y" * 32 + "\\n" for i in range(18_000))
-             + '"}}\n</tool_call>')
+LONG_CALL = (
+    '<tool_call>\n{"name": "write", "arguments": {"text": "'
+    + "".join(f"line {i:06d} {{[(x)]}} " + "y" * 32 + "\\n" for i in range(18_000))
+    + '"}}\n</tool_call>'
+)
 
 
 def long_tool_call() -> tuple[str, bytes]:
     # The call region is read again as each piece arrives: from where the last read
     # stopped, not from its start (a whole read of 1 MB took the loop a second a piece).
-    tool = {"type": "function", "function": {"name": "write", "parameters": {
-        "type": "object", "properties": {"text": {"type": "string"}}}}}
-    return _json("/api/chat", {"model": "lag-call", "stream": True, "tools": [tool],
-                               "options": {"temperature": 0},
-                               "messages": [{"role": "user", "content": "x"}]})
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "write",
+            "parameters": {"type": "object", "properties": {"text": {"type": "string"}}},
+        },
+    }
+    return _json(
+        "/api/chat",
+        {
+            "model": "lag-call",
+            "stream": True,
+            "tools": [tool],
+            "options": {"temperature": 0},
+            "messages": [{"role": "user", "content": "x"}],
+        },
+    )
 
 
 def giant_go_template() -> tuple[str, bytes]:
     template = "{{ if .System }}{{ .System }}{{ end }}{{ .Prompt }}" * 4_900  # the cap
-    return _json("/api/create", {"model": "lag-go", "from": "tiny", "template": template,
-                                 "stream": False})
+    return _json(
+        "/api/create", {"model": "lag-go", "from": "tiny", "template": template, "stream": False}
+    )
 
 
 def giant_jinja_template() -> tuple[str, bytes]:
     template = "{% for m in messages %}{{ m.content }}{% endfor %}" * 1_300  # the cap
-    return _json("/api/create", {"model": "lag-jinja", "from": "tiny", "template": template,
-                                 "stream": False})
+    return _json(
+        "/api/create", {"model": "lag-jinja", "from": "tiny", "template": template, "stream": False}
+    )
 
 
 def many_images() -> tuple[str, bytes]:
     # Sixteen flat 2000x1500 PNGs: a few KB each on the wire, 9 MB each decoded.
     image = base64.b64encode(png(2000, 1500)).decode()
-    doc = {"model": "tiny-vision", "stream": False, "options": {"num_predict": 1},
-           "messages": [{"role": "user", "content": "x", "images": [image] * 16}]}
+    doc = {
+        "model": "tiny-vision",
+        "stream": False,
+        "options": {"num_predict": 1},
+        "messages": [{"role": "user", "content": "x", "images": [image] * 16}],
+    }
     return _json("/api/chat", doc)
 
 
 def large_images() -> tuple[str, bytes]:
     # 24 MB of base64 that is not a picture: parsed, decoded, checked and refused.
     junk = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(6 << 20)).decode()
-    doc = {"model": "tiny-vision", "stream": False,
-           "messages": [{"role": "user", "content": "x", "images": [junk] * 3}]}
+    doc = {
+        "model": "tiny-vision",
+        "stream": False,
+        "messages": [{"role": "user", "content": "x", "images": [junk] * 3}],
+    }
     return _json("/api/chat", doc)
 
 
@@ -172,19 +236,28 @@ def noise_png(side: int) -> bytes:
     rows = b"".join(b"\x00" + rng.randbytes(3 * side) for _ in range(side))
 
     def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(
-            ">I", zlib.crc32(kind + data))
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
 
     header = struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
-            + chunk(b"IDAT", zlib.compress(rows, 0)) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows, 0))
+        + chunk(b"IEND", b"")
+    )
 
 
 def real_images() -> tuple[str, bytes]:
     # Three 4 MB pictures a model really sees: decoded, sent to the runner, encoded there.
     image = base64.b64encode(noise_png(1200)).decode()
-    doc = {"model": "tiny-vision", "stream": False, "options": {"num_predict": 1},
-           "messages": [{"role": "user", "content": "x", "images": [image] * 3}]}
+    doc = {
+        "model": "tiny-vision",
+        "stream": False,
+        "options": {"num_predict": 1},
+        "messages": [{"role": "user", "content": "x", "images": [image] * 3}],
+    }
     return _json("/api/chat", doc)
 
 
@@ -197,10 +270,15 @@ def _webp(im: Any, **kw: Any) -> str:
 
 
 def _vision_chat(*images: str) -> tuple[str, bytes]:
-    return _json("/api/chat", {"model": "tiny-vision", "stream": False,
-                               "options": {"num_predict": 1},
-                               "messages": [{"role": "user", "content": "x",
-                                             "images": list(images)}]})
+    return _json(
+        "/api/chat",
+        {
+            "model": "tiny-vision",
+            "stream": False,
+            "options": {"num_predict": 1},
+            "messages": [{"role": "user", "content": "x", "images": list(images)}],
+        },
+    )
 
 
 def webp_images() -> tuple[str, bytes]:
@@ -208,8 +286,9 @@ def webp_images() -> tuple[str, bytes]:
     # the daemon (as JPEGs: noise is too large as PNG), then sent to the runner.
     from PIL import Image
 
-    return _vision_chat(*[_webp(Image.effect_noise((2000, 1500), 60).convert("RGB"),
-                                quality=80)] * 3)
+    return _vision_chat(
+        *[_webp(Image.effect_noise((2000, 1500), 60).convert("RGB"), quality=80)] * 3
+    )
 
 
 def corrupt_webp() -> tuple[str, bytes]:
@@ -225,8 +304,7 @@ def webp_bomb() -> tuple[str, bytes]:
     # size outright is refused from the header: test_vision_api.py.)
     from PIL import Image
 
-    bomb = base64.b64decode(_webp(Image.new("RGB", (16383, 16383)), lossless=True,
-                                  method=0))
+    bomb = base64.b64decode(_webp(Image.new("RGB", (16383, 16383)), lossless=True, method=0))
     canvas = b"VP8X" + struct.pack("<I", 10) + bytes(10)
     body = b"WEBP" + canvas + bomb[12:]
     lie = b"RIFF" + struct.pack("<I", len(body)) + body
@@ -235,8 +313,16 @@ def webp_bomb() -> tuple[str, bytes]:
 
 def long_prompt() -> tuple[str, bytes]:
     # 24 MB of text for a 512-token context: cut to fit, never tokenized whole.
-    return _json("/api/generate", {"model": "tiny", "raw": True, "stream": False,
-                                   "prompt": "ab c\n" * 5_000_000, "options": {"num_predict": 1}})
+    return _json(
+        "/api/generate",
+        {
+            "model": "tiny",
+            "raw": True,
+            "stream": False,
+            "prompt": "ab c\n" * 5_000_000,
+            "options": {"num_predict": 1},
+        },
+    )
 
 
 def tokenize_text() -> tuple[str, bytes]:
@@ -256,41 +342,83 @@ def embed_batch() -> tuple[str, bytes]:
 
 def rerank_too_many() -> tuple[str, bytes]:
     # 10,000 documents: parsed and checked in a thread, refused (at most 4,096).
-    return _json("/v1/rerank", {"model": "tiny-rerank", "query": "find x",
-                                "documents": ["some text " * 20] * 10_000})
+    return _json(
+        "/v1/rerank",
+        {"model": "tiny-rerank", "query": "find x", "documents": ["some text " * 20] * 10_000},
+    )
 
 
 def rerank_batch() -> tuple[str, bytes]:
     # 4,096 documents (the most one request takes): scored in the runner, 256 pairs a
     # call, sorted, rendered with each document.
-    return _json("/v1/rerank", {"model": "tiny-rerank", "query": "find x",
-                                "return_documents": True,
-                                "documents": [f"doc {i} xyz" for i in range(4_096)]})
+    return _json(
+        "/v1/rerank",
+        {
+            "model": "tiny-rerank",
+            "query": "find x",
+            "return_documents": True,
+            "documents": [f"doc {i} xyz" for i in range(4_096)],
+        },
+    )
 
 
 def think_budget_message() -> tuple[str, bytes]:
     # A 16 MB thinking-budget message: refused by its length (2,000 characters at most).
-    return _json("/api/chat", {"model": "tiny", "stream": False,
-                               "messages": [{"role": "user", "content": "x"}],
-                               "options": {"think_budget": 1,
-                                           "think_budget_message": "x" * 16_000_000}})
+    return _json(
+        "/api/chat",
+        {
+            "model": "tiny",
+            "stream": False,
+            "messages": [{"role": "user", "content": "x"}],
+            "options": {"think_budget": 1, "think_budget_message": "x" * 16_000_000},
+        },
+    )
 
 
 def think_budget_choices() -> tuple[str, bytes]:
     # 16 choices, each with a budget of 0 and the longest message (tokenized in the
     # runner for each), through the OpenAI converter and llama-server's field names.
-    return _json("/v1/chat/completions", {
-        "model": "tiny", "n": 16, "max_tokens": 4, "reasoning_budget_tokens": 0,
-        "reasoning_budget_message": "y " * 1000, "reasoning_effort": "minimal",
-        "messages": [{"role": "user", "content": "x"}]})
+    return _json(
+        "/v1/chat/completions",
+        {
+            "model": "tiny",
+            "n": 16,
+            "max_tokens": 4,
+            "reasoning_budget_tokens": 0,
+            "reasoning_budget_message": "y " * 1000,
+            "reasoning_effort": "minimal",
+            "messages": [{"role": "user", "content": "x"}],
+        },
+    )
 
 
-BODIES: list[Body] = [deep_json, escape_storm, escaped_prompt, container_bomb, many_values,
-                      many_messages, giant_schema, many_tools, giant_go_template,
-                      giant_jinja_template, many_images, large_images, real_images,
-                      webp_images, corrupt_webp, webp_bomb, long_prompt, embed_batch,
-                      tokenize_text, detokenize_ids, long_tool_call, rerank_too_many,
-                      rerank_batch, think_budget_message, think_budget_choices]
+BODIES: list[Body] = [
+    deep_json,
+    escape_storm,
+    escaped_prompt,
+    container_bomb,
+    many_values,
+    many_messages,
+    giant_schema,
+    many_tools,
+    giant_go_template,
+    giant_jinja_template,
+    many_images,
+    large_images,
+    real_images,
+    webp_images,
+    corrupt_webp,
+    webp_bomb,
+    long_prompt,
+    embed_batch,
+    tokenize_text,
+    detokenize_ids,
+    long_tool_call,
+    rerank_too_many,
+    rerank_batch,
+    think_budget_message,
+    think_budget_choices,
+]
 
 
 def _health_while(d: Daemon, path: str, body: bytes) -> tuple[float, httpx.Response]:
@@ -311,8 +439,9 @@ def _health_while(d: Daemon, path: str, body: bytes) -> tuple[float, httpx.Respo
     poller.start()
     try:
         time.sleep(0.05)
-        response = httpx.post(d.url + path, content=body, timeout=300,
-                              headers={"Content-Type": "application/json"})
+        response = httpx.post(
+            d.url + path, content=body, timeout=300, headers={"Content-Type": "application/json"}
+        )
         time.sleep(0.05)
     finally:
         done.set()
@@ -336,10 +465,19 @@ def test_health_answers_while_an_abusive_body_is_in_flight(daemon: Daemon, make:
 
 def test_metrics_report_the_loop_lag(daemon: Daemon) -> None:
     text = httpx.get(daemon.url + "/metrics", timeout=30).text
-    values = {name: float(value) for name, value in re.findall(
-        r"^(localllm_event_loop_lag_(?:max|p99)_seconds) (\S+)$", text, re.M)}
-    assert set(values) == {"localllm_event_loop_lag_max_seconds",
-                           "localllm_event_loop_lag_p99_seconds"}
+    values = {
+        name: float(value)
+        for name, value in re.findall(
+            r"^(localllm_event_loop_lag_(?:max|p99)_seconds) (\S+)$", text, re.M
+        )
+    }
+    assert set(values) == {
+        "localllm_event_loop_lag_max_seconds",
+        "localllm_event_loop_lag_p99_seconds",
+    }
     assert 0 < values["localllm_event_loop_lag_p99_seconds"]
-    assert values["localllm_event_loop_lag_p99_seconds"] <= values[
-        "localllm_event_loop_lag_max_seconds"] < 1.0
+    assert (
+        values["localllm_event_loop_lag_p99_seconds"]
+        <= values["localllm_event_loop_lag_max_seconds"]
+        < 1.0
+    )

@@ -44,9 +44,18 @@ def daemon(tmp_path: Path, model: str) -> Iterator[Daemon]:
 
 
 def generate(d: Daemon, suffix: str) -> dict[str, Any]:
-    r = httpx.post(d.url + "/api/generate", trust_env=False, timeout=120, json={
-        "model": "attn", "prompt": LONG + suffix, "stream": False, "logprobs": True,
-        "options": {**GREEDY, "num_predict": 8}})
+    r = httpx.post(
+        d.url + "/api/generate",
+        trust_env=False,
+        timeout=120,
+        json={
+            "model": "attn",
+            "prompt": LONG + suffix,
+            "stream": False,
+            "logprobs": True,
+            "options": {**GREEDY, "num_predict": 8},
+        },
+    )
     r.raise_for_status()
     body: dict[str, Any] = r.json()
     return body
@@ -64,7 +73,8 @@ def written(timeout: float = 30) -> list[Path]:
 
 
 def test_a_restarted_daemon_takes_the_prefix_from_disk_bit_for_bit(
-        tmp_path: Path, model: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, model: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with start_daemon(tmp_path) as d:
         cold = generate(d, "hi")
         assert cold["prompt_eval_count"] == SHARED + 2 and cold["prompt_cached_count"] == 0
@@ -89,41 +99,73 @@ def test_every_api_reports_the_cached_prompt_tokens(daemon: Daemon) -> None:
     assert generate(daemon, "a")["prompt_cached_count"] in (0, 1)  # cold: BOS at most
     oai = openai_client(daemon)
     r = oai.chat.completions.create(
-        model="attn", messages=[{"role": "user", "content": LONG + "b"}], max_tokens=4,
-        temperature=0)
+        model="attn",
+        messages=[{"role": "user", "content": LONG + "b"}],
+        max_tokens=4,
+        temperature=0,
+    )
     assert r.usage is not None and r.usage.prompt_tokens == SHARED + 1
     assert r.usage.prompt_tokens_details is not None
     assert r.usage.prompt_tokens_details.cached_tokens == SHARED
-    chunks = list(oai.chat.completions.create(
-        model="attn", messages=[{"role": "user", "content": LONG + "c"}], max_tokens=4,
-        temperature=0, stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        oai.chat.completions.create(
+            model="attn",
+            messages=[{"role": "user", "content": LONG + "c"}],
+            max_tokens=4,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     usage = chunks[-1].usage
     assert usage is not None and usage.prompt_tokens_details is not None
     assert usage.prompt_tokens_details.cached_tokens == SHARED
 
-    resp = oai.responses.create(model="attn", input=LONG + "d", max_output_tokens=4,
-                                temperature=0)
+    resp = oai.responses.create(model="attn", input=LONG + "d", max_output_tokens=4, temperature=0)
     assert resp.usage is not None and resp.usage.input_tokens == SHARED + 1
     assert resp.usage.input_tokens_details.cached_tokens == SHARED
 
-    ant = daemon.keep(anthropic.Anthropic(
-        base_url=daemon.url, api_key="unused", max_retries=0,
-        http_client=anthropic.DefaultHttpxClient(trust_env=False, timeout=60)))
-    msg = ant.messages.create(model="attn", max_tokens=4, extra_body={"temperature": 0},
-                              messages=[{"role": "user", "content": LONG + "e"}])
+    ant = daemon.keep(
+        anthropic.Anthropic(
+            base_url=daemon.url,
+            api_key="unused",
+            max_retries=0,
+            http_client=anthropic.DefaultHttpxClient(trust_env=False, timeout=60),
+        )
+    )
+    msg = ant.messages.create(
+        model="attn",
+        max_tokens=4,
+        extra_body={"temperature": 0},
+        messages=[{"role": "user", "content": LONG + "e"}],
+    )
     # Anthropic counts what the cache read apart from input_tokens.
     assert (msg.usage.input_tokens, msg.usage.cache_read_input_tokens) == (1, SHARED)
-    with ant.messages.stream(model="attn", max_tokens=4, extra_body={"temperature": 0},
-                             messages=[{"role": "user", "content": LONG + "f"}]) as s:
+    with ant.messages.stream(
+        model="attn",
+        max_tokens=4,
+        extra_body={"temperature": 0},
+        messages=[{"role": "user", "content": LONG + "f"}],
+    ) as s:
         final = s.get_final_message()
     assert (final.usage.input_tokens, final.usage.cache_read_input_tokens) == (1, SHARED)
 
     oll = daemon.keep(ollama.Client(host=daemon.url, trust_env=False, timeout=60))
-    got = oll.chat(model="attn", messages=[{"role": "user", "content": LONG + "g"}],
-                   options={**GREEDY, "num_predict": 4})
+    got = oll.chat(
+        model="attn",
+        messages=[{"role": "user", "content": LONG + "g"}],
+        options={**GREEDY, "num_predict": 4},
+    )
     assert got.prompt_eval_count == SHARED + 1  # the SDK reads the reply; its types drop ours
-    raw = httpx.post(daemon.url + "/api/chat", trust_env=False, timeout=60, json={
-        "model": "attn", "messages": [{"role": "user", "content": LONG + "h"}],
-        "options": {**GREEDY, "num_predict": 4}}).text.splitlines()
+    raw = httpx.post(
+        daemon.url + "/api/chat",
+        trust_env=False,
+        timeout=60,
+        json={
+            "model": "attn",
+            "messages": [{"role": "user", "content": LONG + "h"}],
+            "options": {**GREEDY, "num_predict": 4},
+        },
+    ).text.splitlines()
     last = json.loads(raw[-1])
     assert last["done"] and last["prompt_cached_count"] == SHARED

@@ -34,8 +34,14 @@ def fake_pull(
 ) -> list[str]:
     seen: list[str] = []
 
-    def pull(model: str, progress: Any, *, cancel: threading.Event | None = None,
-             projector: str | None = None, **_fit_check: Any) -> None:
+    def pull(
+        model: str,
+        progress: Any,
+        *,
+        cancel: threading.Event | None = None,
+        projector: str | None = None,
+        **_fit_check: Any,
+    ) -> None:
         seen.append(model)
         for i, event in enumerate(EVENTS):
             if fail_after is not None and i == fail_after:
@@ -119,9 +125,7 @@ async def test_work_errors_surface_after_earlier_events() -> None:
     assert got == [{"n": 1}]
 
 
-async def test_real_pull_from_the_hub_stand_in(
-    client: httpx.AsyncClient, hub: HubStub
-) -> None:
+async def test_real_pull_from_the_hub_stand_in(client: httpx.AsyncClient, hub: HubStub) -> None:
     r = await client.post("/api/pull", json={"model": "hf.co/someone/Tiny-GGUF:q8_0"})
     assert r.status_code == 200
     lines = ndjson(r.text)

@@ -49,36 +49,54 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     def stock(tmp: Path) -> None:
         store = Store(paths.models())
         import_gguf(store, parse_name("rr"), [make_rerank_model(tmp / "rr")])
-        import_gguf(store, parse_name("rr-plain"),
-                    [make_rerank_model(tmp / "plain", template=None)])
+        import_gguf(
+            store, parse_name("rr-plain"), [make_rerank_model(tmp / "plain", template=None)]
+        )
         import_gguf(store, parse_name("rr-bert"), [make_bert_reranker(tmp / "bert")])
-        import_gguf(store, parse_name("rr-headless"),
-                    [make_rerank_model(tmp / "headless", head=False)])
+        import_gguf(
+            store, parse_name("rr-headless"), [make_rerank_model(tmp / "headless", head=False)]
+        )
         import_gguf(store, parse_name("tiny"), [make_tiny_model(tmp / "tiny")])
-        import_gguf(store, parse_name("tiny-embed"),
-                    [make_tiny_model(tmp / "embed", pooling="mean")])
+        import_gguf(
+            store, parse_name("tiny-embed"), [make_tiny_model(tmp / "embed", pooling="mean")]
+        )
 
     # The context is a chat's: a reranker takes num_batch.
-    with own_daemon(tmp_path_factory, "rerank-daemon", stock, LOCALLLM_CONTEXT_LENGTH="8192",
-                    LOCALLLM_NUM_PARALLEL="4") as d:
+    with own_daemon(
+        tmp_path_factory,
+        "rerank-daemon",
+        stock,
+        LOCALLLM_CONTEXT_LENGTH="8192",
+        LOCALLLM_NUM_PARALLEL="4",
+    ) as d:
         yield d
 
 
 def post(d: Daemon, path: str, body: Any) -> httpx.Response:
     # json.dumps escapes a lone surrogate, which httpx's own encoding refuses to send.
-    return httpx.post(d.url + path, content=json.dumps(body), timeout=120,
-                      headers={"Content-Type": "application/json"})
+    return httpx.post(
+        d.url + path,
+        content=json.dumps(body),
+        timeout=120,
+        headers={"Content-Type": "application/json"},
+    )
 
 
 def expected(docs: list[str], template: bool = True) -> list[tuple[int, float]]:
     """(index, score) best first, as the model must rank ``docs`` for ``QUERY``."""
-    scores = [expected_score(pair_ids(QUERY, d) if template else pair_ids(QUERY, d, None))
-              for d in docs]
+    scores = [
+        expected_score(pair_ids(QUERY, d) if template else pair_ids(QUERY, d, None)) for d in docs
+    ]
     return sorted(enumerate(scores), key=lambda p: -p[1])
 
 
-def check_results(results: list[dict[str, Any]], docs: list[str], *, template: bool = True,
-                  key: str = "relevance_score") -> None:
+def check_results(
+    results: list[dict[str, Any]],
+    docs: list[str],
+    *,
+    template: bool = True,
+    key: str = "relevance_score",
+) -> None:
     """Each result scores as its own pair should, best first; where the expected scores
     stand apart (identical pairs may differ in the last float32 bits), in their order."""
     want = expected(docs, template)
@@ -88,7 +106,7 @@ def check_results(results: list[dict[str, Any]], docs: list[str], *, template: b
     for r in results:
         assert r[key] == pytest.approx(score[r["index"]], abs=1e-3)
     if all(a[1] - b[1] > 1e-3 for a, b in itertools.pairwise(want)):
-        assert [r["index"] for r in results] == [i for i, _ in want][:len(results)]
+        assert [r["index"] for r in results] == [i for i, _ in want][: len(results)]
     else:
         assert len({r["index"] for r in results}) == len(results) == len(docs)
 
@@ -110,8 +128,11 @@ def test_v1_rerank_orders_by_the_heads_score(daemon: Daemon) -> None:
 
 def test_top_n_documents_and_object_documents(daemon: Daemon) -> None:
     docs: list[Any] = [{"text": d} for d in DOCS]
-    r = post(daemon, "/v1/rerank", {"model": "rr", "query": QUERY, "documents": docs,
-                                    "top_n": 2, "return_documents": True})
+    r = post(
+        daemon,
+        "/v1/rerank",
+        {"model": "rr", "query": QUERY, "documents": docs, "top_n": 2, "return_documents": True},
+    )
     assert r.status_code == 200, r.text
     results = r.json()["results"]
     assert len(results) == 2
@@ -119,18 +140,17 @@ def test_top_n_documents_and_object_documents(daemon: Daemon) -> None:
     assert [x["document"] for x in results] == [{"text": DOCS[x["index"]]} for x in results]
     # 0 (vLLM's "all") and more than there are documents: every document.
     for top_n in (0, 10**12):
-        r = post(daemon, "/v1/rerank", {"model": "rr", "query": QUERY, "documents": DOCS,
-                                        "top_n": top_n})
+        r = post(
+            daemon, "/v1/rerank", {"model": "rr", "query": QUERY, "documents": DOCS, "top_n": top_n}
+        )
         assert r.status_code == 200 and len(r.json()["results"]) == len(DOCS), r.text
 
 
 def test_api_rerank_has_ollamas_timings(daemon: Daemon) -> None:
-    r = post(daemon, "/api/rerank", {"model": "rr", "query": QUERY, "documents": DOCS,
-                                     "top_n": 3})
+    r = post(daemon, "/api/rerank", {"model": "rr", "query": QUERY, "documents": DOCS, "top_n": 3})
     assert r.status_code == 200, r.text
     body = r.json()
-    assert set(body) == {"model", "results", "total_duration", "load_duration",
-                         "prompt_eval_count"}
+    assert set(body) == {"model", "results", "total_duration", "load_duration", "prompt_eval_count"}
     check_results(body["results"], DOCS)
     assert len(body["results"]) == 3
     assert body["prompt_eval_count"] == sum(len(pair_ids(QUERY, d)) for d in DOCS)
@@ -142,8 +162,7 @@ def test_llama_server_and_tei_shapes(daemon: Daemon) -> None:
         r = post(daemon, path, {"model": "rr", "query": QUERY, "documents": DOCS})
         assert r.status_code == 200, (path, r.text)
         check_results(r.json()["results"], DOCS)
-    r = post(daemon, "/rerank", {"model": "rr", "query": QUERY, "texts": DOCS,
-                                 "return_text": True})
+    r = post(daemon, "/rerank", {"model": "rr", "query": QUERY, "texts": DOCS, "return_text": True})
     assert r.status_code == 200, r.text
     tei = r.json()
     assert isinstance(tei, list) and [set(x) for x in tei] == [{"index", "score", "text"}] * 5
@@ -164,17 +183,17 @@ def test_a_bert_reranker_scores_the_sigmoid_of_its_logit(daemon: Daemon) -> None
     assert r.status_code == 200, r.text
     got = {x["index"]: x["relevance_score"] for x in r.json()["results"]}
     assert [got[i] for i in range(len(DOCS))] == pytest.approx(
-        [1 / (1 + math.exp(-x)) for x in logits], abs=1e-3)
-    assert r.json()["usage"]["prompt_tokens"] == sum(len(bert_pair_ids(QUERY, d))
-                                                     for d in DOCS)
+        [1 / (1 + math.exp(-x)) for x in logits], abs=1e-3
+    )
+    assert r.json()["usage"]["prompt_tokens"] == sum(len(bert_pair_ids(QUERY, d)) for d in DOCS)
     assert [x["index"] for x in r.json()["results"]] == sorted(
-        range(len(DOCS)), key=lambda i: -logits[i])
-    raw = post(daemon, "/rerank", {"model": "rr-bert", "query": QUERY, "texts": DOCS,
-                                   "raw_scores": True}).json()
-    assert {x["index"]: x["score"] for x in raw} == pytest.approx(dict(enumerate(logits)),
-                                                                   rel=5e-3)
-    assert post(daemon, "/api/show", {"model": "rr-bert"}).json()["capabilities"] == [
-        "rerank"]
+        range(len(DOCS)), key=lambda i: -logits[i]
+    )
+    raw = post(
+        daemon, "/rerank", {"model": "rr-bert", "query": QUERY, "texts": DOCS, "raw_scores": True}
+    ).json()
+    assert {x["index"]: x["score"] for x in raw} == pytest.approx(dict(enumerate(logits)), rel=5e-3)
+    assert post(daemon, "/api/show", {"model": "rr-bert"}).json()["capabilities"] == ["rerank"]
 
 
 def test_many_pairs_batch_over_the_slots_and_score_alone(daemon: Daemon) -> None:
@@ -190,40 +209,62 @@ def test_a_long_document_is_cut_to_fit_unless_truncate_is_false(daemon: Daemon) 
     # num_ctx 64: the pair keeps the template's closing text.
     long = "ab" * 100
     small = {"num_ctx": 64}
-    r = post(daemon, "/v1/rerank", {"model": "rr", "query": QUERY, "documents": [long, "x"],
-                                    "options": small})
+    r = post(
+        daemon,
+        "/v1/rerank",
+        {"model": "rr", "query": QUERY, "documents": [long, "x"], "options": small},
+    )
     assert r.status_code == 200, r.text
     cut = next(x for x in r.json()["results"] if x["index"] == 0)
-    kept = long[:64 - len(pair_ids(QUERY, ""))]
+    kept = long[: 64 - len(pair_ids(QUERY, ""))]
     assert len(pair_ids(QUERY, kept)) == 64
-    assert cut["relevance_score"] == pytest.approx(expected_score(pair_ids(QUERY, kept)),
-                                                   abs=1e-3)
-    r = post(daemon, "/v1/rerank", {"model": "rr", "query": QUERY, "documents": [long],
-                                    "truncate": False, "options": small})
+    assert cut["relevance_score"] == pytest.approx(expected_score(pair_ids(QUERY, kept)), abs=1e-3)
+    r = post(
+        daemon,
+        "/v1/rerank",
+        {"model": "rr", "query": QUERY, "documents": [long], "truncate": False, "options": small},
+    )
     assert r.status_code == 400 and "context" in r.json()["error"]["message"]
-    r = post(daemon, "/api/rerank", {"model": "rr-plain", "query": QUERY, "documents": [long],
-                                     "truncate": False, "options": small})
+    r = post(
+        daemon,
+        "/api/rerank",
+        {
+            "model": "rr-plain",
+            "query": QUERY,
+            "documents": [long],
+            "truncate": False,
+            "options": small,
+        },
+    )
     assert r.status_code == 400 and "context" in r.json()["error"]
     # Without num_ctx a slot holds num_batch (512) tokens, whatever LOCALLLM_CONTEXT_LENGTH.
-    r = post(daemon, "/v1/rerank", {"model": "rr", "query": QUERY, "documents": ["ab" * 240],
-                                    "truncate": False})
+    r = post(
+        daemon,
+        "/v1/rerank",
+        {"model": "rr", "query": QUERY, "documents": ["ab" * 240], "truncate": False},
+    )
     assert r.status_code == 200, r.text
-    ps = {m["name"].split(":")[0]: m for m in
-          httpx.get(daemon.url + "/api/ps", timeout=30).json()["models"]}
+    ps = {
+        m["name"].split(":")[0]: m
+        for m in httpx.get(daemon.url + "/api/ps", timeout=30).json()["models"]
+    }
     assert ps["rr"]["context_length"] == 512
 
 
-@pytest.mark.parametrize(("body", "says"), [
-    ({"documents": DOCS}, "query"),
-    ({"query": QUERY}, "documents"),
-    ({"query": QUERY, "documents": []}, "documents"),
-    ({"query": QUERY, "documents": ["x"] * 10_000}, f"at most {MAX_DOCUMENTS}"),
-    ({"query": QUERY, "documents": DOCS, "top_n": -1}, "top_n"),
-    ({"query": QUERY, "documents": [1, 2]}, "documents"),
-    ({"query": QUERY, "documents": DOCS, "top_n": 1.5}, "top_n"),
-    ({"query": ["x"], "documents": DOCS}, "query"),
-    ({"query": QUERY, "documents": ["a\ud800"]}, "Unicode"),
-])
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ({"documents": DOCS}, "query"),
+        ({"query": QUERY}, "documents"),
+        ({"query": QUERY, "documents": []}, "documents"),
+        ({"query": QUERY, "documents": ["x"] * 10_000}, f"at most {MAX_DOCUMENTS}"),
+        ({"query": QUERY, "documents": DOCS, "top_n": -1}, "top_n"),
+        ({"query": QUERY, "documents": [1, 2]}, "documents"),
+        ({"query": QUERY, "documents": DOCS, "top_n": 1.5}, "top_n"),
+        ({"query": ["x"], "documents": DOCS}, "query"),
+        ({"query": QUERY, "documents": ["a\ud800"]}, "Unicode"),
+    ],
+)
 def test_bad_bodies_are_400s(daemon: Daemon, body: dict[str, Any], says: str) -> None:
     start = time.monotonic()
     for path in ("/api/rerank", "/v1/rerank"):
@@ -255,7 +296,8 @@ def test_show_lists_rerank_and_embed_refuses_a_reranker(daemon: Daemon) -> None:
     caps = post(daemon, "/api/show", {"model": "rr"}).json()["capabilities"]
     assert caps == ["rerank"]
     assert post(daemon, "/api/show", {"model": "tiny-embed"}).json()["capabilities"] == [
-        "embedding"]
+        "embedding"
+    ]
     r = post(daemon, "/api/embed", {"model": "rr", "input": "abc"})
     assert r.status_code == 400 and "reranker" in r.json()["error"]
     # The daemon still serves the model afterwards.
@@ -267,15 +309,16 @@ def test_cohere_sdk(daemon: Daemon) -> None:
     cohere = pytest.importorskip("cohere")
     http = daemon.keep(httpx.Client(timeout=120))  # the SDK's own is never closed
     client = cohere.Client(api_key="x", base_url=daemon.url, max_retries=0, httpx_client=http)
-    got = client.rerank(model="rr", query=QUERY, documents=DOCS, top_n=3,
-                        return_documents=True)
-    check_results([{"index": r.index, "relevance_score": r.relevance_score}
-                   for r in got.results], DOCS)
+    got = client.rerank(model="rr", query=QUERY, documents=DOCS, top_n=3, return_documents=True)
+    check_results(
+        [{"index": r.index, "relevance_score": r.relevance_score} for r in got.results], DOCS
+    )
     assert [r.document.text for r in got.results] == [DOCS[r.index] for r in got.results]
     v2 = cohere.ClientV2(api_key="x", base_url=daemon.url, max_retries=0, httpx_client=http)
     got2 = v2.rerank(model="rr", query=QUERY, documents=DOCS)
-    check_results([{"index": r.index, "relevance_score": r.relevance_score}
-                   for r in got2.results], DOCS)
+    check_results(
+        [{"index": r.index, "relevance_score": r.relevance_score} for r in got2.results], DOCS
+    )
 
 
 def test_cli_rerank(daemon: Daemon) -> None:

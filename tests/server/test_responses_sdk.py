@@ -35,31 +35,44 @@ THOUGHT, REPLY = "plan the reply", "Here is my answer."
 TEMPLATE = (  # no whitespace control: every newline here is part of the prompt
     "{% if tools %}<|im_start|>system\n# Tools\n<tools>"
     "{% for t in tools %}{{ t | tojson }}{% endfor %}</tools>\n"
-    "Call one with <tool_call>{\"name\": .., \"arguments\": ..}</tool_call><|im_end|>\n{% endif %}"
+    'Call one with <tool_call>{"name": .., "arguments": ..}</tool_call><|im_end|>\n{% endif %}'
     "{% for m in messages %}"
     "{% if m.role == 'tool' %}<|im_start|>user\n<tool_response>{{ m.content }}"
     "</tool_response><|im_end|>\n"
     "{% elif m.role == 'assistant' %}<|im_start|>assistant\n{{ m.content }}"
-    "{% for c in m.tool_calls or [] %}<tool_call>\n{\"name\": \"{{ c.function.name }}\", "
-    "\"arguments\": {{ c.function.arguments | tojson }}}\n</tool_call>{% endfor %}<|im_end|>\n"
+    '{% for c in m.tool_calls or [] %}<tool_call>\n{"name": "{{ c.function.name }}", '
+    '"arguments": {{ c.function.arguments | tojson }}}\n</tool_call>{% endfor %}<|im_end|>\n'
     "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}"
     "{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n"
     "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n"
-    "{% endif %}{% endif %}")
-WEATHER: Any = {"type": "function", "name": "get_weather", "description": "Weather in a city",
-           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                          "required": ["city"]}}
+    "{% endif %}{% endif %}"
+)
+WEATHER: Any = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Weather in a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
 
 
 @pytest.fixture
 def d(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Daemon]:
-    gguf = make_script_model(tmp_path / "gguf", {
-        "<|im_start|>assistant\n": HELLO,
-        "weather?" + TAIL: CALL,
-        "</tool_response>" + TAIL: ANSWER,
-        "think?" + TAIL: f"<think>{THOUGHT}</think>{REPLY}",
-    }, eos="<|im_end|>", chat_template=TEMPLATE)
+    gguf = make_script_model(
+        tmp_path / "gguf",
+        {
+            "<|im_start|>assistant\n": HELLO,
+            "weather?" + TAIL: CALL,
+            "</tool_response>" + TAIL: ANSWER,
+            "think?" + TAIL: f"<think>{THOUGHT}</think>{REPLY}",
+        },
+        eos="<|im_end|>",
+        chat_template=TEMPLATE,
+    )
     import_gguf(Store(paths.models()), parse_name("script"), [gguf])
     with serve(tmp_path, monkeypatch, names=()) as daemon:
         yield daemon
@@ -76,12 +89,21 @@ def test_string_input_and_message_items(d: Daemon) -> None:
     assert r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens
     assert r.incomplete_details is None
 
-    r = c.responses.create(model="script", instructions="Be kind.", temperature=0, input=[
-        {"role": "developer", "content": "Short answers."},
-        {"type": "message", "role": "user",
-         "content": [{"type": "input_text", "text": "first"}]},
-        {"role": "assistant", "content": "ok"},
-        {"role": "user", "content": [{"type": "input_text", "text": "again"}]}])
+    r = c.responses.create(
+        model="script",
+        instructions="Be kind.",
+        temperature=0,
+        input=[
+            {"role": "developer", "content": "Short answers."},
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "first"}],
+            },
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": [{"type": "input_text", "text": "again"}]},
+        ],
+    )
     assert r.output_text == HELLO
     assert r.instructions == "Be kind."
     longer = r.usage.input_tokens if r.usage else 0
@@ -97,11 +119,11 @@ def test_string_input_and_message_items(d: Daemon) -> None:
 
 def test_streams_through_both_sdk_helpers(d: Daemon) -> None:
     c = openai_client(d)
-    events: list[Any] = list(c.responses.create(model="script", input="hi", stream=True,
-                                                temperature=0))
+    events: list[Any] = list(
+        c.responses.create(model="script", input="hi", stream=True, temperature=0)
+    )
     kinds = [e.type for e in events]
-    assert kinds[:3] == ["response.created", "response.in_progress",
-                         "response.output_item.added"]
+    assert kinds[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
     assert kinds[-1] == "response.completed"
     assert [e.sequence_number for e in events] == list(range(len(events)))
     deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
@@ -121,48 +143,61 @@ def test_streams_through_both_sdk_helpers(d: Daemon) -> None:
 def test_function_tool_round_trip(d: Daemon) -> None:
     c = openai_client(d)
     question: list[Any] = [{"role": "user", "content": "weather?"}]
-    r: Any = c.responses.create(model="script", input=question, tools=[WEATHER],
-                           temperature=0)
+    r: Any = c.responses.create(model="script", input=question, tools=[WEATHER], temperature=0)
     (call,) = r.output
     assert call.type == "function_call" and call.name == "get_weather"
     assert json.loads(call.arguments) == {"city": "Paris"} and call.call_id
     assert r.output_text == "" and r.status == "completed"
 
     # The next turn sends the call back with its output; the model then answers in text.
-    turn = [*question, {"type": "function_call", "call_id": call.call_id,
-                        "name": call.name, "arguments": call.arguments},
-            {"type": "function_call_output", "call_id": call.call_id, "output": "21 C, sun"}]
-    r2 = c.responses.create(model="script", input=turn, tools=[WEATHER],
-                            temperature=0)
+    turn = [
+        *question,
+        {
+            "type": "function_call",
+            "call_id": call.call_id,
+            "name": call.name,
+            "arguments": call.arguments,
+        },
+        {"type": "function_call_output", "call_id": call.call_id, "output": "21 C, sun"},
+    ]
+    r2 = c.responses.create(model="script", input=turn, tools=[WEATHER], temperature=0)
     assert r2.output_text == ANSWER
     assert [o.type for o in r2.output] == ["message"]
 
     # Streamed: the call arrives as added -> arguments delta/done -> done.
-    events: list[Any] = list(c.responses.create(model="script", input=question, tools=[WEATHER],
-                                     temperature=0, stream=True))
+    events: list[Any] = list(
+        c.responses.create(
+            model="script", input=question, tools=[WEATHER], temperature=0, stream=True
+        )
+    )
     kinds = [e.type for e in events]
     args = [e for e in events if e.type == "response.function_call_arguments.done"]
     assert len(args) == 1 and json.loads(args[0].arguments) == {"city": "Paris"}
-    assert kinds.index("response.function_call_arguments.delta") < kinds.index(
-        "response.function_call_arguments.done") < kinds.index("response.output_item.done")
-    with c.responses.stream(model="script", input=turn, tools=[WEATHER],
-                            temperature=0) as stream:
+    assert (
+        kinds.index("response.function_call_arguments.delta")
+        < kinds.index("response.function_call_arguments.done")
+        < kinds.index("response.output_item.done")
+    )
+    with c.responses.stream(model="script", input=turn, tools=[WEATHER], temperature=0) as stream:
         assert stream.get_final_response().output_text == ANSWER
 
 
 def test_reasoning_item_from_thinking(d: Daemon) -> None:
     c = openai_client(d)
-    r: Any = c.responses.create(model="script", input="think?", reasoning={"effort": "low"},
-                           temperature=0)
+    r: Any = c.responses.create(
+        model="script", input="think?", reasoning={"effort": "low"}, temperature=0
+    )
     assert [o.type for o in r.output] == ["reasoning", "message"]
     reasoning = r.output[0]
     assert reasoning.type == "reasoning" and reasoning.summary[0].text == THOUGHT
     assert r.output_text == REPLY
 
-    events: list[Any] = list(c.responses.create(model="script", input="think?", stream=True,
-                                     reasoning={"effort": "high"}, temperature=0))
-    thought = "".join(e.delta for e in events
-                      if e.type == "response.reasoning_summary_text.delta")
+    events: list[Any] = list(
+        c.responses.create(
+            model="script", input="think?", stream=True, reasoning={"effort": "high"}, temperature=0
+        )
+    )
+    thought = "".join(e.delta for e in events if e.type == "response.reasoning_summary_text.delta")
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert (thought, text) == (THOUGHT, REPLY)
 
@@ -186,11 +221,29 @@ def test_bad_input_gets_openai_errors_and_the_daemon_keeps_serving(d: Daemon) ->
     _refused(c, "stateless", input="hi", previous_response_id="resp_123")
     _refused(c, "max_output_tokens", input="hi", max_output_tokens=0)
     _refused(c, "max_output_tokens", input="hi", max_output_tokens=-3)
-    _refused(c, "vision", input=[{"role": "user", "content": [
-        {"type": "input_text", "text": "see"},
-        {"type": "input_image", "image_url": f"data:image/png;base64,{png}"}]}])
-    _refused(c, "base64", input=[{"role": "user", "content": [
-        {"type": "input_image", "image_url": "data:image/png;base64,***"}]}])
+    _refused(
+        c,
+        "vision",
+        input=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "see"},
+                    {"type": "input_image", "image_url": f"data:image/png;base64,{png}"},
+                ],
+            }
+        ],
+    )
+    _refused(
+        c,
+        "base64",
+        input=[
+            {
+                "role": "user",
+                "content": [{"type": "input_image", "image_url": "data:image/png;base64,***"}],
+            }
+        ],
+    )
     _refused(c, "chat template limit", input="x" * (10 << 20))  # 10 MB
     # Past the context (512 here): truncation "disabled", the API's default, refuses it,
     # and "auto" answers from the tail.
@@ -203,6 +256,11 @@ def test_bad_input_gets_openai_errors_and_the_daemon_keeps_serving(d: Daemon) ->
     # store is accepted and ignored; the daemon still answers exactly.
     r = c.responses.create(model="script", input="hi", store=True, temperature=0)
     assert r.output_text == HELLO
-    raw = httpx.post(d.url + "/v1/responses", content=b"{not json", trust_env=False,
-                     headers={"content-type": "application/json"}, timeout=30)
+    raw = httpx.post(
+        d.url + "/v1/responses",
+        content=b"{not json",
+        trust_env=False,
+        headers={"content-type": "application/json"},
+        timeout=30,
+    )
     assert raw.status_code == 400 and raw.json()["error"]["type"] == "invalid_request_error"

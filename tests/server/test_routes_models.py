@@ -16,8 +16,13 @@ pytestmark = pytest.mark.anyio
 
 HOSTILE_NAMES = ["../x", "/etc/passwd", "a/../../b", "x" * 700, "a/b/c/d", "..", "a\\b", "m:..", ""]
 HOSTILE_DIGESTS = [
-    "sha256:../../x", "sha256:..%2F..%2Fx", "sha256-" + "0" * 63, "md5:" + "0" * 32,
-    "..%2F..%2Fetc%2Fpasswd", "sha256:" + "G" * 64, "sha256:" + "0" * 65,
+    "sha256:../../x",
+    "sha256:..%2F..%2Fx",
+    "sha256-" + "0" * 63,
+    "md5:" + "0" * 32,
+    "..%2F..%2Fetc%2Fpasswd",
+    "sha256:" + "G" * 64,
+    "sha256:" + "0" * 65,
 ]
 
 
@@ -116,7 +121,8 @@ async def test_body_is_json_whatever_the_content_type(
     # curl -d sends application/x-www-form-urlencoded; Ollama reads JSON anyway.
     add_model(store, tmp_path, "tiny")
     r = await client.post(
-        "/api/show", content=b'{"model": "tiny"}',
+        "/api/show",
+        content=b'{"model": "tiny"}',
         headers={"content-type": "application/x-www-form-urlencoded"},
     )
     assert r.status_code == 200

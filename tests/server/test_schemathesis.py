@@ -23,10 +23,12 @@ pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
 
 # Operations under test: model management and a few inference endpoints.  Pulls are
 # left out: whether the Hub answers is not the daemon's doing.
-OPERATIONS = (r"^/api/(tags|show|delete|copy|blobs/\{digest\}|create|version|ps|generate|chat"
-              r"|embed|embeddings|rerank)$|^/v1/(chat/completions|completions|models(/\{model\})?"
-              r"|responses|messages|messages/count_tokens|rerank)$"
-              r"|^/health")
+OPERATIONS = (
+    r"^/api/(tags|show|delete|copy|blobs/\{digest\}|create|version|ps|generate|chat"
+    r"|embed|embeddings|rerank)$|^/v1/(chat/completions|completions|models(/\{model\})?"
+    r"|responses|messages|messages/count_tokens|rerank)$"
+    r"|^/health"
+)
 
 
 @pytest.fixture
@@ -43,9 +45,13 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 
 
 @schema.include(path_regex=OPERATIONS).parametrize()
-@settings(max_examples=12, deadline=None, derandomize=True,
-          suppress_health_check=list(HealthCheck))
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 def test_no_server_errors(case: Any) -> None:
     response = case.call()
-    assert response.status_code < 500, (case.method, case.formatted_path, case.body,
-                                        response.status_code, response.text[:500])
+    assert response.status_code < 500, (
+        case.method,
+        case.formatted_path,
+        case.body,
+        response.status_code,
+        response.text[:500],
+    )

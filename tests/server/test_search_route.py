@@ -35,30 +35,35 @@ def _files(store: Store) -> list[Any]:
     return [p for p in store.root.rglob("*") if p.is_file()]
 
 
-async def test_search_answers_the_documented_shape(hub: HubStub, client: httpx.AsyncClient,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_search_answers_the_documented_shape(
+    hub: HubStub, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _machine(monkeypatch, 64)
     hub.set_meta("someone/Tiny-GGUF", downloads=1234, likes=56, updated="2025-05-01T00:00:00Z")
     r = await client.get("/api/search", params={"q": "tiny", "limit": 5})
     assert r.status_code == 200, r.text
     (m,) = r.json()["models"]
     assert {k: m[k] for k in ("name", "repo", "downloads", "likes", "updated")} == {
-        "name": MODEL, "repo": "someone/Tiny-GGUF", "downloads": 1234, "likes": 56,
-        "updated": "2025-05-01T00:00:00Z"}
+        "name": MODEL,
+        "repo": "someone/Tiny-GGUF",
+        "downloads": 1234,
+        "likes": 56,
+        "updated": "2025-05-01T00:00:00Z",
+    }
     assert isinstance(m["catalog"], list)
     assert m["capabilities"] == ["completion"] and m["context_length"] == 2048
     sizes = {f.path: f.size for f in hub.repos["someone/Tiny-GGUF"].values()}
     assert [(q["tag"], q["files"], q["size"]) for q in m["quants"]] == [
         ("Q4_K_M", ["tiny-Q4_K_M.gguf"], sizes["tiny-Q4_K_M.gguf"]),
-        ("Q8_0", ["tiny-Q8_0.gguf"], sizes["tiny-Q8_0.gguf"])]
+        ("Q8_0", ["tiny-Q8_0.gguf"], sizes["tiny-Q8_0.gguf"]),
+    ]
     fit = m["quants"][0]["fit"]
     assert set(fit) >= {"status", "summary", "layers_on_gpu", "layers", "memory", "context"}
     assert (fit["status"], fit["summary"], fit["layers"]) == ("cpu", "CPU only", 3)
     assert fit["context"] == 2048 and fit["memory"]["CPU"] > 0
 
 
-async def test_search_on_this_machines_own_devices(hub: HubStub, client: httpx.AsyncClient
-                                                   ) -> None:
+async def test_search_on_this_machines_own_devices(hub: HubStub, client: httpx.AsyncClient) -> None:
     r = await client.get("/api/search", params={"q": "tiny"})
     assert r.status_code == 200, r.text
     fit = r.json()["models"][0]["quants"][0]["fit"]
@@ -66,17 +71,26 @@ async def test_search_on_this_machines_own_devices(hub: HubStub, client: httpx.A
     assert sum(fit["memory"].values()) > 0
 
 
-@pytest.mark.parametrize("params", [{}, {"q": ""}, {"q": "tiny", "limit": 0},
-                                    {"q": "tiny", "limit": 500}, {"q": "tiny", "limit": "ten"}])
-async def test_bad_search_requests_are_400(hub: HubStub, client: httpx.AsyncClient,
-                                           params: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"q": ""},
+        {"q": "tiny", "limit": 0},
+        {"q": "tiny", "limit": 500},
+        {"q": "tiny", "limit": "ten"},
+    ],
+)
+async def test_bad_search_requests_are_400(
+    hub: HubStub, client: httpx.AsyncClient, params: dict[str, Any]
+) -> None:
     r = await client.get("/api/search", params=params)
     assert r.status_code == 400 and "error" in r.json()
 
 
 async def test_a_dry_run_reads_the_header_and_downloads_nothing(
-        hub: HubStub, client: httpx.AsyncClient, store: Store,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    hub: HubStub, client: httpx.AsyncClient, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _machine(monkeypatch, 64)
     r = await client.post("/api/pull", json={"model": MODEL, "dry_run": True, "stream": False})
     assert r.status_code == 200, r.text
@@ -98,8 +112,8 @@ async def test_a_dry_run_reads_the_header_and_downloads_nothing(
 
 
 async def test_force_false_refuses_a_model_too_big_before_downloading(
-        hub: HubStub, client: httpx.AsyncClient, store: Store,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    hub: HubStub, client: httpx.AsyncClient, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _machine(monkeypatch, 0.001)
     r = await client.post("/api/pull", json={"model": MODEL, "force": False, "stream": False})
     assert r.status_code == 409
@@ -112,8 +126,8 @@ async def test_force_false_refuses_a_model_too_big_before_downloading(
 
 
 async def test_an_ollama_client_pull_warns_and_goes_on(
-        hub: HubStub, client: httpx.AsyncClient, store: Store,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    hub: HubStub, client: httpx.AsyncClient, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _machine(monkeypatch, 0.001)
     r = await client.post("/api/pull", json={"model": MODEL})  # what Ollama clients send
     lines = ndjson(r.text)
@@ -123,15 +137,17 @@ async def test_an_ollama_client_pull_warns_and_goes_on(
     assert (await client.post("/api/show", json={"model": MODEL})).status_code == 200
 
 
-async def test_force_true_pulls_a_model_too_big(hub: HubStub, client: httpx.AsyncClient,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_force_true_pulls_a_model_too_big(
+    hub: HubStub, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _machine(monkeypatch, 0.001)
     r = await client.post("/api/pull", json={"model": MODEL, "force": True, "stream": False})
     assert (r.status_code, r.json()) == (200, {"status": "success"})
 
 
 async def test_a_model_that_fits_says_so_in_the_progress(
-        hub: HubStub, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    hub: HubStub, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _machine(monkeypatch, 64)
     lines = ndjson((await client.post("/api/pull", json={"model": MODEL, "force": False})).text)
     fits = [x["status"] for x in lines if x.get("status", "").startswith("fits: ")]
@@ -140,12 +156,12 @@ async def test_a_model_that_fits_says_so_in_the_progress(
 
 
 async def test_the_ollama_python_client_pulls_a_model_too_big_with_a_warning(
-        hub: HubStub, app: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    hub: HubStub, app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import ollama
 
     _machine(monkeypatch, 0.001)
-    sdk = ollama.AsyncClient(host="http://localhost:11434",
-                             transport=httpx.ASGITransport(app=app))
+    sdk = ollama.AsyncClient(host="http://localhost:11434", transport=httpx.ASGITransport(app=app))
     statuses = [p.status async for p in await sdk.pull(MODEL, stream=True)]
     assert statuses[0] == "pulling manifest" and statuses[-1] == "success"
     assert any(s and s.startswith("warning: ") and "does not fit" in s for s in statuses)

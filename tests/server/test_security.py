@@ -20,18 +20,37 @@ def _client(store: Store, bind_host: str = "127.0.0.1") -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE_URL)
 
 
-@pytest.mark.parametrize("host", ["evil.com", "evil.com:11434", "localhost.evil.com", "8.8.8.8",
-                                  "box.local", "printer.local:11434", "svc.internal"])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "evil.com",
+        "evil.com:11434",
+        "localhost.evil.com",
+        "8.8.8.8",
+        "box.local",
+        "printer.local:11434",
+        "svc.internal",
+    ],
+)
 async def test_foreign_host_header_is_403_on_loopback(client: httpx.AsyncClient, host: str) -> None:
     r = await client.get("/api/tags", headers={"host": host})
     assert r.status_code == 403
     assert "error" in r.json()
 
 
-@pytest.mark.parametrize("host", [
-    "localhost:11434", "localhost", "127.0.0.1:11434", "[::1]:11434", "10.0.0.5",
-    "192.168.1.20:11434", "app.localhost:3000", "0.0.0.0:11434",
-])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "localhost:11434",
+        "localhost",
+        "127.0.0.1:11434",
+        "[::1]:11434",
+        "10.0.0.5",
+        "192.168.1.20:11434",
+        "app.localhost:3000",
+        "0.0.0.0:11434",
+    ],
+)
 async def test_local_host_headers_pass(client: httpx.AsyncClient, host: str) -> None:
     r = await client.get("/api/tags", headers={"host": host})
     assert r.status_code == 200, host
@@ -57,12 +76,17 @@ def test_host_allowed_units() -> None:
     assert not host_allowed("other.local", allowed)
     assert not host_allowed("example.com.evil.com", allowed)
     assert origin_hosts([]) == frozenset()
-    assert origin_hosts(["*", "chrome-extension://*", "http://*:8080", "https://a*b.c",
-                         "moz-extension://*/x"]) == frozenset()
+    assert (
+        origin_hosts(
+            ["*", "chrome-extension://*", "http://*:8080", "https://a*b.c", "moz-extension://*/x"]
+        )
+        == frozenset()
+    )
 
 
 async def test_configured_origin_hosts_pass_the_host_guard(
-        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("LOCALLLM_ORIGINS", "http://studio.local:8080")
     async with _client(store) as c:
         assert (await c.get("/api/tags", headers={"host": "studio.local"})).status_code == 200
@@ -70,21 +94,34 @@ async def test_configured_origin_hosts_pass_the_host_guard(
 
 
 async def test_preflight_from_allowed_origin(client: httpx.AsyncClient) -> None:
-    r = await client.options("/api/chat", headers={
-        "origin": "http://localhost:5173",
-        "access-control-request-method": "POST",
-        "access-control-request-headers": "content-type, x-stainless-os, X-Stainless-Retry-Count",
-    })
+    r = await client.options(
+        "/api/chat",
+        headers={
+            "origin": "http://localhost:5173",
+            "access-control-request-method": "POST",
+            "access-control-request-headers": (
+                "content-type, x-stainless-os, X-Stainless-Retry-Count"
+            ),
+        },
+    )
     assert r.status_code == 204
     assert r.headers["access-control-allow-origin"] == "http://localhost:5173"
     assert "POST" in r.headers["access-control-allow-methods"]
     assert "x-stainless-os" in r.headers["access-control-allow-headers"]
 
 
-@pytest.mark.parametrize("origin", [
-    "http://127.0.0.1:8080", "https://0.0.0.0", "app://obsidian.md", "file://",
-    "tauri://localhost", "vscode-webview://abc123", "vscode-file://vscode-app",
-])
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "http://127.0.0.1:8080",
+        "https://0.0.0.0",
+        "app://obsidian.md",
+        "file://",
+        "tauri://localhost",
+        "vscode-webview://abc123",
+        "vscode-file://vscode-app",
+    ],
+)
 async def test_builtin_origins_allowed(client: httpx.AsyncClient, origin: str) -> None:
     r = await client.get("/api/tags", headers={"origin": origin})
     assert r.status_code == 200
@@ -93,9 +130,13 @@ async def test_builtin_origins_allowed(client: httpx.AsyncClient, origin: str) -
 
 @pytest.mark.parametrize("origin", ["http://evil.com", "http://localhost.evil.com", "null"])
 async def test_foreign_origin_is_refused(client: httpx.AsyncClient, origin: str) -> None:
-    pre = await client.options("/api/tags", headers={
-        "origin": origin, "access-control-request-method": "GET",
-    })
+    pre = await client.options(
+        "/api/tags",
+        headers={
+            "origin": origin,
+            "access-control-request-method": "GET",
+        },
+    )
     assert pre.status_code == 403
     assert "access-control-allow-origin" not in pre.headers
     # Simple requests skip the preflight in browsers: refuse those as well.
@@ -104,10 +145,14 @@ async def test_foreign_origin_is_refused(client: httpx.AsyncClient, origin: str)
 
 
 async def test_preflight_with_unknown_header_is_refused(client: httpx.AsyncClient) -> None:
-    r = await client.options("/api/tags", headers={
-        "origin": "http://localhost", "access-control-request-method": "GET",
-        "access-control-request-headers": "x-secret-thing",
-    })
+    r = await client.options(
+        "/api/tags",
+        headers={
+            "origin": "http://localhost",
+            "access-control-request-method": "GET",
+            "access-control-request-headers": "x-secret-thing",
+        },
+    )
     assert r.status_code == 403
 
 

@@ -31,8 +31,14 @@ async def test_client_disconnect_cancels_a_quiet_pull(app: FastAPI) -> None:
     cancelled = threading.Event()
     started = threading.Event()
 
-    def pull(model: str, progress: Any, *, cancel: threading.Event | None = None,
-             projector: str | None = None, **fit: Any) -> None:
+    def pull(
+        model: str,
+        progress: Any,
+        *,
+        cancel: threading.Event | None = None,
+        projector: str | None = None,
+        **fit: Any,
+    ) -> None:
         assert cancel is not None
         progress({"status": "pulling manifest"})
         started.set()
@@ -57,11 +63,18 @@ async def test_client_disconnect_cancels_a_quiet_pull(app: FastAPI) -> None:
         sent.append(message)
 
     scope = {
-        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1", "method": "POST", "scheme": "http", "path": "/api/pull",
-        "raw_path": b"/api/pull", "root_path": "", "query_string": b"",
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/api/pull",
+        "raw_path": b"/api/pull",
+        "root_path": "",
+        "query_string": b"",
         "headers": [(b"host", b"localhost:11434"), (b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 11434),
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 11434),
     }
     task = asyncio.create_task(app(scope, receive, send))
     assert await asyncio.to_thread(started.wait, 10)

@@ -54,19 +54,30 @@ def wait_draining(url: str, timeout: float = 5) -> None:
 
 
 @pytest.fixture
-def long_daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                request: pytest.FixtureRequest) -> Iterator[Daemon]:
+def long_daemon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> Iterator[Daemon]:
     grace = getattr(request, "param", "30")
-    with serve(tmp_path, monkeypatch, parallel=2, ctx=16384, names=("tiny-long",),
-               LOCALLLM_SHUTDOWN_GRACE=grace) as d:
+    with serve(
+        tmp_path,
+        monkeypatch,
+        parallel=2,
+        ctx=16384,
+        names=("tiny-long",),
+        LOCALLLM_SHUTDOWN_GRACE=grace,
+    ) as d:
         yield d
 
 
 def open_stream(stack: ExitStack, url: str, num_predict: int) -> Iterator[str]:
     """Start a generation of ``num_predict`` tokens of the never-ending prompt."""
     client = stack.enter_context(httpx.Client(timeout=60, trust_env=False))
-    body = {"model": "tiny-long", "prompt": LOOP_PROMPT, "raw": True,
-            "options": {"temperature": 0, "num_predict": num_predict}}
+    body = {
+        "model": "tiny-long",
+        "prompt": LOOP_PROMPT,
+        "raw": True,
+        "options": {"temperature": 0, "num_predict": num_predict},
+    }
     resp = stack.enter_context(client.stream("POST", url + "/api/generate", json=body))
     assert resp.status_code == 200
     lines = resp.iter_lines()
@@ -94,8 +105,9 @@ def test_sigterm_lets_the_stream_finish_then_exits_0(long_daemon: Daemon) -> Non
         d.proc.send_signal(signal.SIGTERM)
         wait_draining(d.url)
         # New work is refused with a clear message; probes still answer.
-        r = httpx.post(d.url + "/api/generate", json={"model": "tiny-long", "prompt": "a"},
-                       trust_env=False)
+        r = httpx.post(
+            d.url + "/api/generate", json={"model": "tiny-long", "prompt": "a"}, trust_env=False
+        )
         assert r.status_code == 503 and r.json() == {"error": "server is shutting down"}
         r = httpx.post(d.url + "/v1/chat/completions", json={}, trust_env=False)
         assert r.status_code == 503

@@ -24,8 +24,10 @@ DIGEST = "sha256:" + hashlib.sha256(b"never sent").hexdigest()
 def _stalled_upload(port: int, stack: ExitStack) -> socket.socket:
     """A client that starts a 1000-byte upload, sends one byte and goes quiet."""
     sock = stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=10))
-    sock.sendall(f"POST /api/blobs/{DIGEST} HTTP/1.1\r\nHost: localhost\r\n"
-                 "Content-Length: 1000\r\n\r\nx".encode())
+    sock.sendall(
+        f"POST /api/blobs/{DIGEST} HTTP/1.1\r\nHost: localhost\r\n"
+        "Content-Length: 1000\r\n\r\nx".encode()
+    )
     return sock
 
 
@@ -53,17 +55,21 @@ def test_stalled_uploads_do_not_stop_the_management_api(port: int) -> None:
         for _ in range(48):  # more than the 40 worker threads
             _stalled_upload(port, stack)
         time.sleep(0.5)  # let the server start every upload
-        for method, path, body in (("GET", "/api/tags", None), ("GET", "/", None),
-                                   ("DELETE", "/api/delete", b'{"model": "nope"}'),
-                                   ("POST", "/api/show", b'{"model": "nope"}'),
-                                   ("POST", "/api/create", b'{"model": "x"}')):
+        for method, path, body in (
+            ("GET", "/api/tags", None),
+            ("GET", "/", None),
+            ("DELETE", "/api/delete", b'{"model": "nope"}'),
+            ("POST", "/api/show", b'{"model": "nope"}'),
+            ("POST", "/api/create", b'{"model": "x"}'),
+        ):
             status, seconds = _get(port, method, path, body)
             assert status < 500, (path, status)
             assert seconds < 2, (path, seconds)
 
 
-def test_a_stalled_upload_is_dropped(port: int, store: Store,
-                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stalled_upload_is_dropped(
+    port: int, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(routes_models, "BODY_READ_TIMEOUT", 0.3)
     with ExitStack() as stack:
         sock = _stalled_upload(port, stack)
@@ -77,14 +83,17 @@ def test_a_stalled_upload_is_dropped(port: int, store: Store,
 
 def test_a_client_that_never_finishes_its_headers_is_dropped(store: Store) -> None:
     app = create_app(store, bind_host="127.0.0.1", scheduler=fake_scheduler())
-    with live_server(app, timeout_keep_alive=0.3) as p, \
-            socket.create_connection(("127.0.0.1", p), timeout=5) as sock:
+    with (
+        live_server(app, timeout_keep_alive=0.3) as p,
+        socket.create_connection(("127.0.0.1", p), timeout=5) as sock,
+    ):
         sock.sendall(b"GET /api/tags HTTP/1.1\r\nHost: loc")
         assert sock.recv(4096) == b""
 
 
-def test_a_client_gone_mid_upload_is_one_info_line(port: int, store: Store,
-                                                   caplog: pytest.LogCaptureFixture) -> None:
+def test_a_client_gone_mid_upload_is_one_info_line(
+    port: int, store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO)
     with ExitStack() as stack:
         _stalled_upload(port, stack).sendall(b"y" * 100)

@@ -121,6 +121,7 @@ def test_partials_open_files_and_free_space(tmp_path: Path) -> None:
 
 # -- the free space a writer must keep ---------------------------------------------------
 
+
 def test_a_writer_keeps_the_disk_floor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import localllm.store.blobs as blobs_module
 
@@ -133,8 +134,11 @@ def test_a_writer_keeps_the_disk_floor(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(blobs_module, "free_space", free_space)
     blobs = BlobStore(root)
     # Declared too large: refused before a temp file exists.
-    with pytest.raises(NoSpace, match=r"storing 13 MB would leave 8.4 MB free .* "
-                                      r"LOCALLLM_MIN_FREE_DISK \(10 MB\)") as info:
+    with pytest.raises(
+        NoSpace,
+        match=r"storing 13 MB would leave 8.4 MB free .* "
+        r"LOCALLLM_MIN_FREE_DISK \(10 MB\)",
+    ) as info:
         blobs.writer(keep_free=10 << 20, size=12 << 20)
     assert info.value.status == 507 and _names(root) == set()
     # Undeclared (or under-declared): refused as it grows, within one look.

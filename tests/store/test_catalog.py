@@ -18,11 +18,33 @@ from tests.support.hubstub import HubStub
 
 # The names the issue and every Ollama tutorial use, and what Ollama's :latest means for
 # those with several sizes (ollama.com/library/<name>).
-ISSUE_NAMES = ("llama3.2", "llama3.2:1b", "qwen3:8b", "gemma3:4b", "deepseek-r1:7b", "mistral",
-               "phi4", "qwen2.5-coder:7b", "nomic-embed-text", "mxbai-embed-large", "llava")
-OLLAMA_LATEST = {"llama3.2": "3b", "llama3.1": "8b", "qwen3": "8b", "gemma3": "4b",
-                 "deepseek-r1": "8b", "qwen2.5-coder": "7b", "qwen2.5": "7b", "mistral": "7b",
-                 "phi4": "14b", "llava": "7b", "gemma2": "9b", "gpt-oss": "20b"}
+ISSUE_NAMES = (
+    "llama3.2",
+    "llama3.2:1b",
+    "qwen3:8b",
+    "gemma3:4b",
+    "deepseek-r1:7b",
+    "mistral",
+    "phi4",
+    "qwen2.5-coder:7b",
+    "nomic-embed-text",
+    "mxbai-embed-large",
+    "llava",
+)
+OLLAMA_LATEST = {
+    "llama3.2": "3b",
+    "llama3.1": "8b",
+    "qwen3": "8b",
+    "gemma3": "4b",
+    "deepseek-r1": "8b",
+    "qwen2.5-coder": "7b",
+    "qwen2.5": "7b",
+    "mistral": "7b",
+    "phi4": "14b",
+    "llava": "7b",
+    "gemma2": "9b",
+    "gpt-oss": "20b",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -121,27 +143,34 @@ tags.small = { source = "hf.co/someone/Coder-GGUF:Q4_K_M", projector = "none" }
     assert resolve("llama3.2:3b").source.model == "Other-GGUF"
 
 
-@pytest.mark.parametrize("text, problem", [
-    ("[models.x\n", "not a TOML file"),
-    ('[models.x]\ntags.a = "llama3.2"\n', "must be hf.co/"),
-    ('[models.x]\ntags.a = "hf.co/someone/Repo-GGUF"\n', "must be hf.co/"),
-    ('[models.x]\ntags.a = "hf.co/../etc:Q4_K_M"\n', "not a model name"),
-    ('[models."../x"]\ntags.a = "hf.co/u/r:Q4_K_M"\n', "not a model name"),
-    ('[models."hf.co/u/r"]\ntags.a = "hf.co/u/r:Q4_K_M"\n', "a family is a plain name"),
-    ('[models."x:1b"]\ntags.a = "hf.co/u/r:Q4_K_M"\n', "a family is a plain name"),
-    ('[models.x]\ntags.latest = "hf.co/u/r:Q4_K_M"\n', "set latest"),
-    ('[models.x]\ntags."a/b" = "hf.co/u/r:Q4_K_M"\n', "not a usable tag"),
-    ('[models.x]\ntags.a = { source = "hf.co/u/r:Q4_K_M", projector = "../m.gguf" }\n',
-     "projector"),
-    ('[models.x]\ntags.a = { source = "hf.co/u/r:Q4_K_M", url = "http://x" }\n',
-     "unknown key 'url'"),
-    ('[models.x]\nlatest = "b"\ntags.a = "hf.co/u/r:Q4_K_M"\n', "has no tag 'b'"),
-    ('[models.x]\ntags.a = 3\n', "must be a source string or a table"),
-    ('format = 2\n', "format 2"),
-    ('updated = "yesterday"\n', "must be a date"),
-    ('mirror = "http://x"\n', "unknown key 'mirror'"),
-    ('[models.x]\ntags.A = "hf.co/u/r:Q4_K_M"\ntags.a = "hf.co/u/r:Q8_0"\n', "listed twice"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("[models.x\n", "not a TOML file"),
+        ('[models.x]\ntags.a = "llama3.2"\n', "must be hf.co/"),
+        ('[models.x]\ntags.a = "hf.co/someone/Repo-GGUF"\n', "must be hf.co/"),
+        ('[models.x]\ntags.a = "hf.co/../etc:Q4_K_M"\n', "not a model name"),
+        ('[models."../x"]\ntags.a = "hf.co/u/r:Q4_K_M"\n', "not a model name"),
+        ('[models."hf.co/u/r"]\ntags.a = "hf.co/u/r:Q4_K_M"\n', "a family is a plain name"),
+        ('[models."x:1b"]\ntags.a = "hf.co/u/r:Q4_K_M"\n', "a family is a plain name"),
+        ('[models.x]\ntags.latest = "hf.co/u/r:Q4_K_M"\n', "set latest"),
+        ('[models.x]\ntags."a/b" = "hf.co/u/r:Q4_K_M"\n', "not a usable tag"),
+        (
+            '[models.x]\ntags.a = { source = "hf.co/u/r:Q4_K_M", projector = "../m.gguf" }\n',
+            "projector",
+        ),
+        (
+            '[models.x]\ntags.a = { source = "hf.co/u/r:Q4_K_M", url = "http://x" }\n',
+            "unknown key 'url'",
+        ),
+        ('[models.x]\nlatest = "b"\ntags.a = "hf.co/u/r:Q4_K_M"\n', "has no tag 'b'"),
+        ("[models.x]\ntags.a = 3\n", "must be a source string or a table"),
+        ("format = 2\n", "format 2"),
+        ('updated = "yesterday"\n', "must be a date"),
+        ('mirror = "http://x"\n', "unknown key 'mirror'"),
+        ('[models.x]\ntags.A = "hf.co/u/r:Q4_K_M"\ntags.a = "hf.co/u/r:Q8_0"\n', "listed twice"),
+    ],
+)
 def test_a_broken_user_file_is_a_clear_error_naming_the_file(text: str, problem: str) -> None:
     path = write_user(text)
     with pytest.raises(catalog.CatalogError) as err:
@@ -171,12 +200,15 @@ def _updated_copy(text: str) -> Path:
 
 
 def test_a_downloaded_copy_is_used_only_when_newer_than_the_builtin_one(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     builtin = catalog.load().updated
     assert builtin is not None
     newer = (builtin + dt.timedelta(days=1)).isoformat()
-    _updated_copy(f'format = 1\nupdated = {newer}\n[models.only]\nlatest = "1b"\n'
-                  'tags."1b" = "hf.co/u/Only-GGUF:Q4_K_M"\n')
+    _updated_copy(
+        f'format = 1\nupdated = {newer}\n[models.only]\nlatest = "1b"\n'
+        'tags."1b" = "hf.co/u/Only-GGUF:Q4_K_M"\n'
+    )
     cat = catalog.load()
     assert cat.base == "updated" and list(cat.families) == ["library/only"]
     with pytest.raises(ModelNotFound, match="not in the catalogue"):
@@ -200,8 +232,9 @@ tags."1b" = "hf.co/someone/Fresh-GGUF:Q4_K_M"
 """
 
 
-def _publish(hub: HubStub, data: bytes, *, sha: str | None = None, repo: str = "localllm/catalog"
-             ) -> None:
+def _publish(
+    hub: HubStub, data: bytes, *, sha: str | None = None, repo: str = "localllm/catalog"
+) -> None:
     hub.add_file(repo, "catalog.toml", data, lfs=False)
     digest = sha or hashlib.sha256(data).hexdigest()
     hub.add_file(repo, "catalog.toml.sha256", f"{digest}  catalog.toml\n".encode(), lfs=False)
@@ -211,7 +244,11 @@ def test_update_checks_the_sha256_then_installs_atomically(hubstub: HubStub) -> 
     _publish(hubstub, GOOD)
     result = catalog_update.update()
     assert (result.repo, result.families, result.tags, result.in_use) == (
-        "localllm/catalog", 1, 1, True)
+        "localllm/catalog",
+        1,
+        1,
+        True,
+    )
     assert result.sha256 == hashlib.sha256(GOOD).hexdigest()
     assert result.path.read_bytes() == GOOD
     assert sorted(p.name for p in result.path.parent.iterdir()) == ["catalog.toml", "source.json"]
@@ -223,8 +260,10 @@ def test_update_checks_the_sha256_then_installs_atomically(hubstub: HubStub) -> 
     assert catalog.builtin_bytes() != GOOD
 
 
-@pytest.mark.parametrize("case", ["mismatch", "no-sha-file", "invalid", "too-big", "no-models",
-                                  "no-repo", "bad-sha-file"])
+@pytest.mark.parametrize(
+    "case",
+    ["mismatch", "no-sha-file", "invalid", "too-big", "no-models", "no-repo", "bad-sha-file"],
+)
 def test_a_failed_update_keeps_the_catalogue_in_use(hubstub: HubStub, case: str) -> None:
     _publish(hubstub, GOOD)
     catalog_update.update()
@@ -232,8 +271,12 @@ def test_a_failed_update_keeps_the_catalogue_in_use(hubstub: HubStub, case: str)
     repo = "someone/catalog"
     bad = b'format = 1\n[models.x]\ntags.a = "not-hf"\n'
     if case == "mismatch":
-        _publish(hubstub, GOOD.replace(b"Fresh", b"Evil"), sha=hashlib.sha256(GOOD).hexdigest(),
-                 repo=repo)
+        _publish(
+            hubstub,
+            GOOD.replace(b"Fresh", b"Evil"),
+            sha=hashlib.sha256(GOOD).hexdigest(),
+            repo=repo,
+        )
         expect: type[Exception] = DigestMismatch
     elif case == "no-sha-file":
         hubstub.add_file(repo, "catalog.toml", GOOD, lfs=False)
@@ -258,7 +301,9 @@ def test_a_failed_update_keeps_the_catalogue_in_use(hubstub: HubStub, case: str)
     assert "\n" not in str(err.value)
     assert (paths.catalog_data() / "catalog.toml").read_bytes() == before
     assert sorted(p.name for p in paths.catalog_data().iterdir()) == [
-        "catalog.toml", "source.json"]  # no temp file left behind
+        "catalog.toml",
+        "source.json",
+    ]  # no temp file left behind
     assert resolve("fresh").source.model == "Fresh-GGUF"
 
 

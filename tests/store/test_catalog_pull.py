@@ -49,22 +49,31 @@ def pull(svc: ModelService, name: str) -> list[dict[str, Any]]:
     return events
 
 
-def test_a_library_name_is_stored_as_typed_and_shows_its_origin(svc: ModelService,
-                                                                 hubstub: HubStub) -> None:
+def test_a_library_name_is_stored_as_typed_and_shows_its_origin(
+    svc: ModelService, hubstub: HubStub
+) -> None:
     events = pull(svc, "llama3.2")
     statuses = [e["status"] for e in events]
     assert statuses[0] == "pulling manifest"
-    assert statuses[1] == ("llama3.2:latest is hf.co/someone/Tiny-GGUF:Q4_K_M "
-                           "(catalogue entry llama3.2:3b)")
+    assert statuses[1] == (
+        "llama3.2:latest is hf.co/someone/Tiny-GGUF:Q4_K_M (catalogue entry llama3.2:3b)"
+    )
     assert statuses[-1] == "success"
     assert [m["name"] for m in svc.list_models()] == ["llama3.2:latest"]
     sha = hubstub.repos["someone/Tiny-GGUF"]["tiny-Q4_K_M.gguf"].sha256
     origin = svc.show("llama3.2")["origin"]
     assert origin == {
-        "source": "hf.co/someone/Tiny-GGUF:Q4_K_M", "catalog": "llama3.2:3b",
+        "source": "hf.co/someone/Tiny-GGUF:Q4_K_M",
+        "catalog": "llama3.2:3b",
         "digest": f"sha256:{sha}",
-        "files": [{"file": "tiny-Q4_K_M.gguf", "digest": f"sha256:{sha}",
-                   "size": hubstub.repos["someone/Tiny-GGUF"]["tiny-Q4_K_M.gguf"].size}]}
+        "files": [
+            {
+                "file": "tiny-Q4_K_M.gguf",
+                "digest": f"sha256:{sha}",
+                "size": hubstub.repos["someone/Tiny-GGUF"]["tiny-Q4_K_M.gguf"].size,
+            }
+        ],
+    }
     # The digest is the blob's: the store holds exactly the file the Hub lists.
     entry = svc.store.get(parse_name("llama3.2"))
     assert entry.manifest.first(MEDIA_MODEL).digest == f"sha256:{sha}"  # type: ignore[union-attr]
@@ -75,8 +84,10 @@ def test_a_library_name_is_stored_as_typed_and_shows_its_origin(svc: ModelServic
     assert sorted(m["name"] for m in svc.list_models()) == ["llama3.2:3b", "llama3.2:latest"]
     pull(svc, "llama3.2:1b-instruct-q4_K_M")  # Ollama's long tag: the 1b entry, other quant
     origin = svc.show("llama3.2:1b-instruct-q4_K_M")["origin"]
-    assert (origin["source"], origin["catalog"]) == ("hf.co/someone/Tiny-GGUF:Q4_K_M",
-                                                     "llama3.2:1b-instruct-q4_k_m")
+    assert (origin["source"], origin["catalog"]) == (
+        "hf.co/someone/Tiny-GGUF:Q4_K_M",
+        "llama3.2:1b-instruct-q4_k_m",
+    )
 
 
 def test_hf_pulls_record_their_origin_too(svc: ModelService) -> None:
@@ -96,18 +107,23 @@ def test_the_catalogue_projector_choice_is_used(svc: ModelService, hubstub: HubS
     assert origin["source"] == "hf.co/someone/Seer-GGUF:Q8_0"
 
 
-def test_unknown_names_fail_before_any_request_to_the_hub(svc: ModelService,
-                                                          hubstub: HubStub) -> None:
-    for name, match in (("lama3.2", "closest: llama3.2"), ("llama3.2:70b", "has no tag '70b'"),
-                        ("other.host/ns/model", "not in the catalogue")):
+def test_unknown_names_fail_before_any_request_to_the_hub(
+    svc: ModelService, hubstub: HubStub
+) -> None:
+    for name, match in (
+        ("lama3.2", "closest: llama3.2"),
+        ("llama3.2:70b", "has no tag '70b'"),
+        ("other.host/ns/model", "not in the catalogue"),
+    ):
         with pytest.raises(ModelNotFound, match=match):
             svc.pull(name, lambda e: None)
     assert hubstub.requests == []
     assert svc.list_models() == []
 
 
-def test_a_local_model_of_the_same_name_is_never_replaced(svc: ModelService, tmp_path: Path,
-                                                          hubstub: HubStub) -> None:
+def test_a_local_model_of_the_same_name_is_never_replaced(
+    svc: ModelService, tmp_path: Path, hubstub: HubStub
+) -> None:
     mine = write_gguf(tmp_path / "mine.gguf", Shape(name="mine", n_layers=4))
     import_gguf(svc.store, parse_name("llama3.2"), [mine])
     before = svc.store.get(parse_name("llama3.2")).digest
@@ -133,8 +149,11 @@ def test_create_from_a_library_name_pulls_it_first(svc: ModelService) -> None:
     assert names == ["helper:latest", "llama3.2:1b"]
     assert svc.show("helper")["system"] == "Be brief."
     # A name the catalogue lacks is refused at plan time, with the closest names.
-    with pytest.raises(ModelNotFound, match=r'FROM model "lama3.2" not found.*closest in the '
-                                            r"catalogue: llama3.2"):
+    with pytest.raises(
+        ModelNotFound,
+        match=r'FROM model "lama3.2" not found.*closest in the '
+        r"catalogue: llama3.2",
+    ):
         creator.plan(CreateSpec(model="x", from_="lama3.2"))
     # A model in the store wins over the catalogue.
     plan = creator.plan(CreateSpec(model="y", from_="helper"))

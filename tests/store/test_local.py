@@ -13,8 +13,10 @@ from localllm.store.names import parse_name
 
 
 def _model(store: Store, name: str, payload: bytes, *, shards: int = 1) -> Manifest:
-    layers = [store.put_bytes(MEDIA_MODEL, payload + bytes([i]), name=f"m-{i}.gguf")
-              for i in range(shards)]
+    layers = [
+        store.put_bytes(MEDIA_MODEL, payload + bytes([i]), name=f"m-{i}.gguf")
+        for i in range(shards)
+    ]
     layers.append(store.put_json(MEDIA_PARAMS, {"stop": ["<|end|>"]}))
     config = store.put_config({"model_format": "gguf", "tag": name, "w": payload.hex()})
     manifest = Manifest(config, layers)
@@ -40,8 +42,11 @@ def test_model_paths_in_order(store: Store) -> None:
     paths = store.model_paths(entry)
     assert [p.read_bytes() for p in paths] == [b"w\x00", b"w\x01", b"w\x02"]
     assert store.model_path(entry) == paths[0]
-    assert [layer.name for layer in entry.manifest.by_type(MEDIA_MODEL)] == \
-        ["m-0.gguf", "m-1.gguf", "m-2.gguf"]
+    assert [layer.name for layer in entry.manifest.by_type(MEDIA_MODEL)] == [
+        "m-0.gguf",
+        "m-1.gguf",
+        "m-2.gguf",
+    ]
 
 
 def test_model_paths_without_model_layer(store: Store) -> None:
@@ -123,20 +128,25 @@ def _dead_pid() -> int:
 
 @pytest.mark.parametrize("noprune", ["0", "1"])
 def test_prune_removes_temp_files_of_dead_writers_at_once(
-        store: Store, monkeypatch: pytest.MonkeyPatch, noprune: str) -> None:
+    store: Store, monkeypatch: pytest.MonkeyPatch, noprune: str
+) -> None:
     import os
 
     monkeypatch.setenv("LOCALLLM_NOPRUNE", noprune)
     _model(store, "m", b"weights")
     dead, alive = _dead_pid(), os.getpid()
     folder = store.manifests.root / "registry.ollama.ai" / "library" / "m"
-    debris = [store.blobs.root / f".tmp-{dead}-0123abcd",
-              folder / f".tmp-{dead}-latest.0123abcd",
-              store.manifests.root / "hf.co" / "x" / "y" / f".tmp-{dead}-q4.ab"]
-    live = [store.blobs.root / f".tmp-{alive}-feedbeef",  # a writer still at work
-            folder / f".tmp-{alive}-latest.feedbeef",
-            store.blobs.root / ".tmp-deadbeef",  # no pid, young: maybe still written
-            store.blobs.partial_path("sha256:" + "a" * 64)]  # resumable download
+    debris = [
+        store.blobs.root / f".tmp-{dead}-0123abcd",
+        folder / f".tmp-{dead}-latest.0123abcd",
+        store.manifests.root / "hf.co" / "x" / "y" / f".tmp-{dead}-q4.ab",
+    ]
+    live = [
+        store.blobs.root / f".tmp-{alive}-feedbeef",  # a writer still at work
+        folder / f".tmp-{alive}-latest.feedbeef",
+        store.blobs.root / ".tmp-deadbeef",  # no pid, young: maybe still written
+        store.blobs.partial_path("sha256:" + "a" * 64),
+    ]  # resumable download
     for path in debris + live:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"t")
@@ -161,6 +171,7 @@ def test_temp_names_carry_the_writer_pid(store: Store) -> None:
 
 
 # -- partial downloads ------------------------------------------------------------------
+
 
 def _partial(store: Store, n: int, size: int, *, age: float = 3600.0) -> Path:
     import os
@@ -201,4 +212,4 @@ def test_prune_partials_keeps_recent_ones_while_the_daemon_runs(store: Store) ->
     assert recent.exists() and not old.exists()
     assert [p for p, _ in report.kept] == [recent]
     # Without a live daemon nobody can be about to reopen it.
-    assert store.prune_partials(daemon_pid=2 ** 22 + 1).freed == 10
+    assert store.prune_partials(daemon_pid=2**22 + 1).freed == 10

@@ -8,19 +8,31 @@ from localllm.errors import InvalidDigest, InvalidName
 from localllm.store.names import digest_filename, parse_digest, parse_name
 
 
-@pytest.mark.parametrize(("raw", "parts", "display"), [
-    ("llama3", ("registry.ollama.ai", "library", "llama3", "latest"), "llama3:latest"),
-    ("llama3:8b", ("registry.ollama.ai", "library", "llama3", "8b"), "llama3:8b"),
-    ("me/m:t", ("registry.ollama.ai", "me", "m", "t"), "me/m:t"),
-    ("hf.co/Qwen/Qwen2.5-0.5B-Instruct-GGUF:q4_k_m",
-     ("hf.co", "Qwen", "Qwen2.5-0.5B-Instruct-GGUF", "q4_k_m"),
-     "hf.co/Qwen/Qwen2.5-0.5B-Instruct-GGUF:q4_k_m"),
-    ("https://huggingface.co/u.s/r", ("hf.co", "u.s", "r", "latest"), "hf.co/u.s/r:latest"),
-    ("HF.CO/u/r:Model-Q4_K_M.gguf", ("hf.co", "u", "r", "Model-Q4_K_M.gguf"),
-     "hf.co/u/r:Model-Q4_K_M.gguf"),
-    ("localhost:5000/ns/m", ("localhost:5000", "ns", "m", "latest"), "localhost:5000/ns/m:latest"),
-    ("m:", ("registry.ollama.ai", "library", "m", "latest"), "m:latest"),
-])
+@pytest.mark.parametrize(
+    ("raw", "parts", "display"),
+    [
+        ("llama3", ("registry.ollama.ai", "library", "llama3", "latest"), "llama3:latest"),
+        ("llama3:8b", ("registry.ollama.ai", "library", "llama3", "8b"), "llama3:8b"),
+        ("me/m:t", ("registry.ollama.ai", "me", "m", "t"), "me/m:t"),
+        (
+            "hf.co/Qwen/Qwen2.5-0.5B-Instruct-GGUF:q4_k_m",
+            ("hf.co", "Qwen", "Qwen2.5-0.5B-Instruct-GGUF", "q4_k_m"),
+            "hf.co/Qwen/Qwen2.5-0.5B-Instruct-GGUF:q4_k_m",
+        ),
+        ("https://huggingface.co/u.s/r", ("hf.co", "u.s", "r", "latest"), "hf.co/u.s/r:latest"),
+        (
+            "HF.CO/u/r:Model-Q4_K_M.gguf",
+            ("hf.co", "u", "r", "Model-Q4_K_M.gguf"),
+            "hf.co/u/r:Model-Q4_K_M.gguf",
+        ),
+        (
+            "localhost:5000/ns/m",
+            ("localhost:5000", "ns", "m", "latest"),
+            "localhost:5000/ns/m:latest",
+        ),
+        ("m:", ("registry.ollama.ai", "library", "m", "latest"), "m:latest"),
+    ],
+)
 def test_parse(raw: str, parts: tuple[str, ...], display: str) -> None:
     name = parse_name(raw)
     assert name.parts == parts
@@ -33,12 +45,42 @@ def test_hf_flag_and_case_insensitive_key() -> None:
     assert parse_name("Llama3:Latest").key() == parse_name("llama3:latest").key()
 
 
-@pytest.mark.parametrize("raw", [
-    "", "   ", "../x", "a/../../etc", "..", "../../etc/passwd:x", "/abs/path", "a//b",
-    "a/b/c/d", "x\x00y", "m:t\x00", "m:..", "m:.hidden", "a\\b", "m@sha256:" + "0" * 64,
-    "x" * 700, "m:" + "t" * 200, "ns_" + "n" * 90 + "/m", ".m", "-m", "m:/t", "hf.co/../r",
-    "hf.co/u/..", "hf.co/u", "h o s t/n/m", "m;rm -rf", "m\n:t", "m:t\nx", "ns\n/m", None, 5,
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "",
+        "   ",
+        "../x",
+        "a/../../etc",
+        "..",
+        "../../etc/passwd:x",
+        "/abs/path",
+        "a//b",
+        "a/b/c/d",
+        "x\x00y",
+        "m:t\x00",
+        "m:..",
+        "m:.hidden",
+        "a\\b",
+        "m@sha256:" + "0" * 64,
+        "x" * 700,
+        "m:" + "t" * 200,
+        "ns_" + "n" * 90 + "/m",
+        ".m",
+        "-m",
+        "m:/t",
+        "hf.co/../r",
+        "hf.co/u/..",
+        "hf.co/u",
+        "h o s t/n/m",
+        "m;rm -rf",
+        "m\n:t",
+        "m:t\nx",
+        "ns\n/m",
+        None,
+        5,
+    ],
+)
 def test_hostile_names_rejected(raw: object) -> None:
     with pytest.raises(InvalidName):
         parse_name(raw)
@@ -54,7 +96,15 @@ def test_digests() -> None:
     hexd = "ab" * 32
     assert parse_digest(f"sha256:{hexd}") == parse_digest(f"sha256-{hexd}") == f"sha256:{hexd}"
     assert digest_filename(f"sha256:{hexd}") == f"sha256-{hexd}"
-    for bad in ["sha256:" + "AB" * 32, "sha256:abc", "md5:" + hexd, "sha256:" + hexd + "/..",
-                "../sha256-" + hexd, "sha256:" + hexd + "\x00", None, ""]:
+    for bad in [
+        "sha256:" + "AB" * 32,
+        "sha256:abc",
+        "md5:" + hexd,
+        "sha256:" + hexd + "/..",
+        "../sha256-" + hexd,
+        "sha256:" + hexd + "\x00",
+        None,
+        "",
+    ]:
         with pytest.raises(InvalidDigest):
             parse_digest(bad)

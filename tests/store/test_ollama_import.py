@@ -63,7 +63,8 @@ def blob_files(store: Store) -> set[str]:
 
 
 def test_every_model_comes_over_hard_linked_and_the_ollama_store_is_untouched(
-        ollama: OllamaStore) -> None:
+    ollama: OllamaStore,
+) -> None:
     before = snapshot(ollama.root)
     report = run(ollama.root)
     assert statuses(report) == {n: "imported" for n in NAMES}
@@ -110,14 +111,20 @@ def test_a_second_import_is_a_no_op_that_says_so(ollama: OllamaStore) -> None:
 
 
 def test_a_different_model_of_the_same_name_is_kept_unless_forced(
-        ollama: OllamaStore, tmp_path: Path) -> None:
+    ollama: OllamaStore, tmp_path: Path
+) -> None:
     store = Store()
-    mine = import_gguf(store, parse_name("llama3.2"), [make_tiny_model(tmp_path / "mine")],
-                       template="{{ .Prompt }}!")
+    mine = import_gguf(
+        store,
+        parse_name("llama3.2"),
+        [make_tiny_model(tmp_path / "mine")],
+        template="{{ .Prompt }}!",
+    )
     report = run(ollama.root)
     assert statuses(report)["llama3.2:latest"] == "failed"
-    assert "already has a different model named llama3.2:latest" in \
-        reasons(report)["llama3.2:latest"]
+    assert (
+        "already has a different model named llama3.2:latest" in reasons(report)["llama3.2:latest"]
+    )
     assert "--force" in reasons(report)["llama3.2:latest"]
     assert statuses(report)["someuser/tiny-vision:v1"] == "imported"
     assert report.failed
@@ -149,22 +156,34 @@ def test_broken_entries_are_reported_and_skipped(ollama: OllamaStore, tmp_path: 
         o.manifest(f"registry.ollama.ai/library/{path}/latest", o.config(**cfg), layers)
 
     absent = b"never written"
-    model("missing", [{"mediaType": IMAGE + "model", "size": len(absent),
-                       "digest": "sha256:" + hashlib.sha256(absent).hexdigest()}])
+    model(
+        "missing",
+        [
+            {
+                "mediaType": IMAGE + "model",
+                "size": len(absent),
+                "digest": "sha256:" + hashlib.sha256(absent).hexdigest(),
+            }
+        ],
+    )
     # Weights whose bytes do not hash to their name (found when linked); the config is
     # this model's own, so the clean-up of what a failed model brought in shows.
     data = gguf.read_bytes()
     wrong = "sha256:" + hashlib.sha256(b"something else").hexdigest()
     o.blob_path(wrong).write_bytes(data)
-    model("baddigest", [{"mediaType": IMAGE + "model", "digest": wrong, "size": len(data)}],
-          file_type="Q4_0")
+    model(
+        "baddigest",
+        [{"mediaType": IMAGE + "model", "digest": wrong, "size": len(data)}],
+        file_type="Q4_0",
+    )
     bad_text = o.text("template", "{{ .Prompt }} and more")
     o.blob_path(bad_text["digest"]).write_bytes(b"{{ .Prompt }} and then")
     model("badtext", [good, bad_text])
     model("unknowntype", [good, o.layer("weird", b"?")])
     o.manifest("registry.ollama.ai/library/notjson/latest", {}, [], raw=b"{not json")
     (outside / "manifest").write_bytes(
-        (o.root / "manifests/registry.ollama.ai/library/llama3.2/latest").read_bytes())
+        (o.root / "manifests/registry.ollama.ai/library/llama3.2/latest").read_bytes()
+    )
     escape = o.root / "manifests/registry.ollama.ai/library/escape"
     escape.mkdir()
     (escape / "latest").symlink_to(outside / "manifest")
@@ -173,8 +192,10 @@ def test_broken_entries_are_reported_and_skipped(ollama: OllamaStore, tmp_path: 
     (outside / "blob").write_bytes(elsewhere)
     edigest = "sha256:" + hashlib.sha256(elsewhere).hexdigest()
     o.blob_path(edigest).symlink_to(outside / "blob")
-    model("blobescape", [good, {"mediaType": IMAGE + "license", "digest": edigest,
-                                "size": len(elsewhere)}])
+    model(
+        "blobescape",
+        [good, {"mediaType": IMAGE + "license", "digest": edigest, "size": len(elsewhere)}],
+    )
     model("tensors", [o.layer("tensor", b"\x01" * 8, name="model.embed_tokens.weight")])
     model("cloud", [], remote_host="https://ollama.com:443", remote_model="big")
     fifo = "sha256:" + hashlib.sha256(b"fifo").hexdigest()
@@ -245,8 +266,9 @@ def test_copies_are_verified_with_progress(ollama: OllamaStore) -> None:
     assert all(e["status"].startswith("copying ") for e in events)
 
 
-def test_another_filesystem_falls_back_to_copies(ollama: OllamaStore,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_another_filesystem_falls_back_to_copies(
+    ollama: OllamaStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A second filesystem is not at hand in every test run: link() answers as across one.
     calls = []
 
@@ -263,9 +285,11 @@ def test_another_filesystem_falls_back_to_copies(ollama: OllamaStore,
 
 
 def test_a_copy_that_does_not_verify_or_fit_leaves_nothing(
-        ollama: OllamaStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    doc = json.loads((ollama.root / "manifests/registry.ollama.ai/library/llama3.2/latest")
-                     .read_bytes())
+    ollama: OllamaStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = json.loads(
+        (ollama.root / "manifests/registry.ollama.ai/library/llama3.2/latest").read_bytes()
+    )
     digest = doc["layers"][0]["digest"]  # the weights, which all three models use
     before = snapshot(ollama.root)
     path = ollama.blob_path(digest)
@@ -300,23 +324,29 @@ def test_dry_run_changes_nothing(ollama: OllamaStore) -> None:
 
 def test_one_model_by_name(ollama: OllamaStore) -> None:
     report = run(ollama.root, models=["llama3.2", "someuser/tiny-vision:V1"])
-    assert statuses(report) == {"llama3.2:latest": "imported",
-                                "someuser/tiny-vision:v1": "imported"}
+    assert statuses(report) == {
+        "llama3.2:latest": "imported",
+        "someuser/tiny-vision:v1": "imported",
+    }
     missing = run(ollama.root, models=["gemma3"])
     assert (statuses(missing), reasons(missing)) == (
-        {"gemma3:latest": "failed"}, {"gemma3:latest": "not in the Ollama store"})
+        {"gemma3:latest": "failed"},
+        {"gemma3:latest": "not in the Ollama store"},
+    )
 
 
-def test_what_will_not_work_as_in_ollama_is_a_warning(ollama: OllamaStore,
-                                                      tmp_path: Path) -> None:
+def test_what_will_not_work_as_in_ollama_is_a_warning(ollama: OllamaStore, tmp_path: Path) -> None:
     o = ollama
-    o.manifest("registry.ollama.ai/library/odd/latest",
-               o.config(renderer="harmony", parser="harmony"), [
-                   o.layer("model", make_tiny_model(tmp_path / "odd")),
-                   o.text("template", "{{ if .System }}unclosed"),
-                   o.text("params", {"stop": ["x"], "mirostat_weird": 1, "top_p": 7}),
-                   o.layer("draft", make_tiny_model(tmp_path / "odd")),
-               ])
+    o.manifest(
+        "registry.ollama.ai/library/odd/latest",
+        o.config(renderer="harmony", parser="harmony"),
+        [
+            o.layer("model", make_tiny_model(tmp_path / "odd")),
+            o.text("template", "{{ if .System }}unclosed"),
+            o.text("params", {"stop": ["x"], "mirostat_weird": 1, "top_p": 7}),
+            o.layer("draft", make_tiny_model(tmp_path / "odd")),
+        ],
+    )
     report = run(o.root, models=["odd"])
     result = report.models[0]
     assert result.status == "imported"
@@ -354,7 +384,8 @@ def test_ollamas_default_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 
 def test_localllms_own_store_is_not_imported_into_itself(
-        ollama: OllamaStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    ollama: OllamaStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # With no LOCALLLM_MODELS, OLLAMA_MODELS moves our store too (config.MODELS).
     monkeypatch.setenv("OLLAMA_MODELS", str(ollama.root))
     before = snapshot(ollama.root)

@@ -25,23 +25,33 @@ def _files(*names: str) -> list[HubFile]:
     return [HubFile(n, 10, "0" * 64) for n in names]
 
 
-@pytest.mark.parametrize("model_label,want", [
-    ("Q4_K_M", "mmproj-F16.gguf"),  # quantized model: F16
-    ("BF16", "mmproj-BF16.gguf"),  # same precision
-    ("F32", "mmproj-F32.gguf"),
-    ("Q8_0", "mmproj-Q8_0.gguf"),
-])
+@pytest.mark.parametrize(
+    "model_label,want",
+    [
+        ("Q4_K_M", "mmproj-F16.gguf"),  # quantized model: F16
+        ("BF16", "mmproj-BF16.gguf"),  # same precision
+        ("F32", "mmproj-F32.gguf"),
+        ("Q8_0", "mmproj-Q8_0.gguf"),
+    ],
+)
 def test_choice_follows_the_model_precision(model_label: str, want: str) -> None:
-    files = _files("model-Q4_K_M.gguf", "mmproj-BF16.gguf", "mmproj-F16.gguf",
-                   "mmproj-F32.gguf", "mmproj-Q8_0.gguf", "README.md")
+    files = _files(
+        "model-Q4_K_M.gguf",
+        "mmproj-BF16.gguf",
+        "mmproj-F16.gguf",
+        "mmproj-F32.gguf",
+        "mmproj-Q8_0.gguf",
+        "README.md",
+    )
     got = choose_projector(REPO, files, model_label)
     assert got is not None and got.path == want
 
 
 def test_choice_fallbacks_folders_and_absence() -> None:
     # No F16: BF16 before F32; lower-case precisions in the name count too.
-    got = choose_projector(REPO, _files("m-Q4_K_M.gguf", "mmproj-model-f32.gguf",
-                                        "mmproj-model-bf16.gguf"), "Q4_K_M")
+    got = choose_projector(
+        REPO, _files("m-Q4_K_M.gguf", "mmproj-model-f32.gguf", "mmproj-model-bf16.gguf"), "Q4_K_M"
+    )
     assert got is not None and got.path == "mmproj-model-bf16.gguf"
     # The model's own folder first.
     files = _files("a/m-Q4_K_M.gguf", "a/mmproj-F32.gguf", "mmproj-F16.gguf")
@@ -67,7 +77,8 @@ def _pull(store: Store, name: str, **kw: Any) -> tuple[Any, list[str]]:
 
 
 def test_pull_takes_the_fitting_projector_and_show_says_vision(
-        hubstub: HubStub, store: Store, tmp_path: Path) -> None:
+    hubstub: HubStub, store: Store, tmp_path: Path
+) -> None:
     served = add_vision_repo(hubstub, tmp_path / "src", REPO)
     entry, statuses = _pull(store, f"hf.co/{REPO}")
     assert "using projector mmproj-Tiny-F16.gguf" in statuses
@@ -75,7 +86,8 @@ def test_pull_takes_the_fitting_projector_and_show_says_vision(
     proj = entry.manifest.by_type(MEDIA_PROJECTOR)
     assert [x.digest for x in model] == ["sha256:" + served["Tiny-Q4_K_M.gguf"].sha256]
     assert [(x.digest, x.name) for x in proj] == [
-        ("sha256:" + served["mmproj-Tiny-F16.gguf"].sha256, "mmproj-Tiny-F16.gguf")]
+        ("sha256:" + served["mmproj-Tiny-F16.gguf"].sha256, "mmproj-Tiny-F16.gguf")
+    ]
     # F32 is never downloaded.
     assert hubstub.count("GET", served["mmproj-Tiny-F32.gguf"].sha256) == 0
     svc = ModelService(store)
@@ -105,12 +117,14 @@ def test_pull_override_and_none(hubstub: HubStub, store: Store, tmp_path: Path) 
 
 
 def test_a_projector_that_is_not_clip_is_skipped_or_refused(
-        hubstub: HubStub, store: Store, tmp_path: Path) -> None:
+    hubstub: HubStub, store: Store, tmp_path: Path
+) -> None:
     write_gguf(tmp_path / "model.gguf", Shape())
     hubstub.add_file(REPO, "Tiny-Q4_K_M.gguf", tmp_path / "model.gguf")
     # A llama GGUF named like a projector: libmtmd could not load it.
-    hubstub.add_file(REPO, "mmproj-Tiny-F16.gguf", write_gguf(tmp_path / "p.gguf",
-                                                              Shape(n_layers=3)))
+    hubstub.add_file(
+        REPO, "mmproj-Tiny-F16.gguf", write_gguf(tmp_path / "p.gguf", Shape(n_layers=3))
+    )
     entry, statuses = _pull(store, f"hf.co/{REPO}")
     assert any(s.startswith("skipping projector mmproj-Tiny-F16.gguf: ") for s in statuses)
     assert entry.manifest.first(MEDIA_PROJECTOR) is None

@@ -32,8 +32,9 @@ TOKENS = ("<unk>", "<s>", "<|im_end|>", *(f"t{i}" for i in range(3, 64)))
 
 def _add(hub: HubStub, tmp: Path, fname: str, layers: int = 2, repo: str = REPO) -> str:
     """Serve a distinct GGUF as ``fname``; returns its sha256 hex."""
-    path = write_gguf(tmp / f"src-{fname.replace('/', '_')}",
-                      Shape(n_layers=layers, tokens=TOKENS, eos_id=2))
+    path = write_gguf(
+        tmp / f"src-{fname.replace('/', '_')}", Shape(n_layers=layers, tokens=TOKENS, eos_id=2)
+    )
     return hub.add_file(repo, fname, path).sha256
 
 
@@ -47,8 +48,9 @@ def _store_files(store: Store) -> list[str]:
     return sorted(p.name for p in store.blobs.root.iterdir()) if store.blobs.root.exists() else []
 
 
-def test_default_quant_progress_and_manifest(hubstub: HubStub, store: Store, tmp_path: Path
-                                             ) -> None:
+def test_default_quant_progress_and_manifest(
+    hubstub: HubStub, store: Store, tmp_path: Path
+) -> None:
     sha = _add(hubstub, tmp_path, "Tiny-Q4_K_M.gguf", layers=3)
     _add(hubstub, tmp_path, "Tiny-Q8_0.gguf")
     _add(hubstub, tmp_path, "mmproj-Tiny-Q4_K_M.gguf")
@@ -69,11 +71,19 @@ def test_default_quant_progress_and_manifest(hubstub: HubStub, store: Store, tmp
     assert [layer.digest for layer in model] == [f"sha256:{sha}"]
     assert read_model_info(store.model_path(entry)).n_layers == 3
     config = store.config_json(entry)
-    origin = {"source": f"hf.co/{REPO}:Q4_K_M", "digest": f"sha256:{sha}",
-              "files": [{"file": "Tiny-Q4_K_M.gguf", "digest": f"sha256:{sha}", "size": size}]}
-    assert config == {"model_format": "gguf", "model_family": "llama",
-                      "model_families": ["llama"], "model_type": config["model_type"],
-                      "file_type": "F32", "origin": origin}
+    origin = {
+        "source": f"hf.co/{REPO}:Q4_K_M",
+        "digest": f"sha256:{sha}",
+        "files": [{"file": "Tiny-Q4_K_M.gguf", "digest": f"sha256:{sha}", "size": size}],
+    }
+    assert config == {
+        "model_format": "gguf",
+        "model_family": "llama",
+        "model_families": ["llama"],
+        "model_type": config["model_type"],
+        "file_type": "F32",
+        "origin": origin,
+    }
     assert config["model_type"].endswith("K")
     assert store.params(entry) == {"stop": ["<|im_end|>"]}
     assert entry.manifest.first(MEDIA_TEMPLATE) is None  # the GGUF keeps its own template
@@ -84,19 +94,26 @@ def test_default_quant_progress_and_manifest(hubstub: HubStub, store: Store, tmp
     assert hubstub.count("GET", f"/cdn/{sha}") == cdn
 
 
-@pytest.mark.parametrize(("tag", "want"), [
-    ("q8_0", "Tiny-Q8_0.gguf"),
-    ("Q8_0", "Tiny-Q8_0.gguf"),
-    ("tiny-q8_0.gguf", "Tiny-Q8_0.gguf"),
-    ("IQ3_S-imat", "Tiny-IQ3_S-imat.gguf"),
-    ("iq3_s", "Tiny-IQ3_S-imat.gguf"),
-    ("latest", "Tiny-Q5_K_M.gguf"),  # no Q4_K_M/Q4_K_S: the fallback order decides
-])
-def test_quant_selection(hubstub: HubStub, store: Store, tmp_path: Path, tag: str, want: str
-                         ) -> None:
-    shas = {f: _add(hubstub, tmp_path, f, layers=i + 1) for i, f in
-            enumerate(["Tiny-Q8_0.gguf", "Tiny-IQ3_S-imat.gguf", "Tiny-Q5_K_M.gguf",
-                       "Tiny-Q2_K.gguf"])}
+@pytest.mark.parametrize(
+    ("tag", "want"),
+    [
+        ("q8_0", "Tiny-Q8_0.gguf"),
+        ("Q8_0", "Tiny-Q8_0.gguf"),
+        ("tiny-q8_0.gguf", "Tiny-Q8_0.gguf"),
+        ("IQ3_S-imat", "Tiny-IQ3_S-imat.gguf"),
+        ("iq3_s", "Tiny-IQ3_S-imat.gguf"),
+        ("latest", "Tiny-Q5_K_M.gguf"),  # no Q4_K_M/Q4_K_S: the fallback order decides
+    ],
+)
+def test_quant_selection(
+    hubstub: HubStub, store: Store, tmp_path: Path, tag: str, want: str
+) -> None:
+    shas = {
+        f: _add(hubstub, tmp_path, f, layers=i + 1)
+        for i, f in enumerate(
+            ["Tiny-Q8_0.gguf", "Tiny-IQ3_S-imat.gguf", "Tiny-Q5_K_M.gguf", "Tiny-Q2_K.gguf"]
+        )
+    }
     entry, events = _pull(store, f"hf.co/{REPO}:{tag}")
     assert entry.manifest.first(MEDIA_MODEL).digest == f"sha256:{shas[want]}"  # type: ignore[union-attr]
     if tag == "latest":
@@ -145,8 +162,9 @@ def test_hub_errors_keep_their_status(hubstub: HubStub, store: Store, status: in
     assert exc.value.status == status
 
 
-def test_interrupted_download_resumes_with_range(hubstub: HubStub, store: Store,
-                                                 tmp_path: Path) -> None:
+def test_interrupted_download_resumes_with_range(
+    hubstub: HubStub, store: Store, tmp_path: Path
+) -> None:
     sha = _add(hubstub, tmp_path, "Tiny-Q4_K_M.gguf")
     hubstub.cut_once["Tiny-Q4_K_M.gguf"] = 100_000
     entry, _ = _pull(store, f"hf.co/{REPO}")
@@ -158,7 +176,8 @@ def test_interrupted_download_resumes_with_range(hubstub: HubStub, store: Store,
 
 
 def test_failed_pull_keeps_partial_and_next_pull_resumes(
-        hubstub: HubStub, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hubstub: HubStub, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     sha = _add(hubstub, tmp_path, "Tiny-Q4_K_M.gguf")
     monkeypatch.setattr(download, "RETRIES", 0)
     hubstub.cut_once["Tiny-Q4_K_M.gguf"] = 150_000
@@ -174,8 +193,7 @@ def test_failed_pull_keeps_partial_and_next_pull_resumes(
     assert not partial.exists()
 
 
-def test_corrupted_download_leaves_nothing(hubstub: HubStub, store: Store, tmp_path: Path
-                                           ) -> None:
+def test_corrupted_download_leaves_nothing(hubstub: HubStub, store: Store, tmp_path: Path) -> None:
     _add(hubstub, tmp_path, "Tiny-Q4_K_M.gguf")
     hubstub.corrupt.add("Tiny-Q4_K_M.gguf")
     with pytest.raises(DigestMismatch, match="digest mismatch"):
@@ -184,8 +202,7 @@ def test_corrupted_download_leaves_nothing(hubstub: HubStub, store: Store, tmp_p
     assert store.list() == []
 
 
-def test_stale_corrupt_partial_is_recovered(hubstub: HubStub, store: Store, tmp_path: Path
-                                           ) -> None:
+def test_stale_corrupt_partial_is_recovered(hubstub: HubStub, store: Store, tmp_path: Path) -> None:
     sha = _add(hubstub, tmp_path, "Tiny-Q4_K_M.gguf")
     partial = store.blobs.partial_path(f"sha256:{sha}")
     partial.parent.mkdir(parents=True)
@@ -204,8 +221,9 @@ def test_not_a_gguf_is_refused_and_removed(hubstub: HubStub, store: Store) -> No
     assert _store_files(store) == [] and store.list() == []
 
 
-def test_concurrent_pulls_share_one_download(hubstub: HubStub, store: Store, tmp_path: Path
-                                            ) -> None:
+def test_concurrent_pulls_share_one_download(
+    hubstub: HubStub, store: Store, tmp_path: Path
+) -> None:
     sha = _add(hubstub, tmp_path, "Tiny-Q4_K_M.gguf", layers=8)
     hubstub.delay_s = 0.03  # per 64 KiB: the download takes long enough to overlap
     results: dict[str, list[dict[str, Any]]] = {}
@@ -243,8 +261,9 @@ def test_progress_is_throttled(hubstub: HubStub, store: Store, tmp_path: Path) -
     assert 2 <= len(pulls) <= elapsed / 0.05 + 3
 
 
-def test_cancel_keeps_partial_and_no_manifest(hubstub: HubStub, store: Store, tmp_path: Path
-                                              ) -> None:
+def test_cancel_keeps_partial_and_no_manifest(
+    hubstub: HubStub, store: Store, tmp_path: Path
+) -> None:
     sha = _add(hubstub, tmp_path, "Tiny-Q4_K_M.gguf", layers=6)
     hubstub.delay_s = 0.05
     cancel = threading.Event()
@@ -258,8 +277,7 @@ def test_cancel_keeps_partial_and_no_manifest(hubstub: HubStub, store: Store, tm
     assert not store.blobs.exists(f"sha256:{sha}")
 
 
-def test_split_gguf_becomes_ordered_layers(hubstub: HubStub, store: Store, tmp_path: Path
-                                           ) -> None:
+def test_split_gguf_becomes_ordered_layers(hubstub: HubStub, store: Store, tmp_path: Path) -> None:
     shape = Shape(n_layers=4, tokens=TOKENS, eos_id=2)
     shards = write_split_gguf(tmp_path, "Tiny-Q8_0", shape, n_splits=3)
     whole = read_model_info(write_gguf(tmp_path / "whole.gguf", shape))
@@ -274,8 +292,9 @@ def test_split_gguf_becomes_ordered_layers(hubstub: HubStub, store: Store, tmp_p
     assert config["model_type"] == whole.parameter_size and config["file_type"] == "F32"
 
 
-def test_hf_token_is_sent_to_the_hub_only(hubstub: HubStub, store: Store, tmp_path: Path,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hf_token_is_sent_to_the_hub_only(
+    hubstub: HubStub, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _add(hubstub, tmp_path, "Tiny-Q4_K_M.gguf")
     hubstub.private[REPO] = "hf_secret"
     with pytest.raises(ModelNotFound, match="HF_TOKEN"):
@@ -288,8 +307,9 @@ def test_hf_token_is_sent_to_the_hub_only(hubstub: HubStub, store: Store, tmp_pa
     assert cdn and all(r.auth is None for r in cdn)
 
 
-def test_repo_template_and_params_files_become_layers(hubstub: HubStub, store: Store,
-                                                      tmp_path: Path) -> None:
+def test_repo_template_and_params_files_become_layers(
+    hubstub: HubStub, store: Store, tmp_path: Path
+) -> None:
     _add(hubstub, tmp_path, "Tiny-Q4_K_M.gguf")
     hubstub.add_file(REPO, "template", b"{{ .Prompt }}")
     hubstub.add_file(REPO, "params", b'{"temperature": 0.2, "stop": ["END"]}')

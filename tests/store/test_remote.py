@@ -28,7 +28,8 @@ def _files(repo: str) -> list[hub.HubFile]:
 
 
 def test_an_8b_header_is_read_with_a_few_mb_and_matches_the_local_reader(
-        hubstub: HubStub, tmp_path: Path, store: Store) -> None:
+    hubstub: HubStub, tmp_path: Path, store: Store
+) -> None:
     path = write_gguf(tmp_path / "m-Q4_K_M.gguf", SHAPES["8b"], "Q4_K_M")  # 4.9 GB, sparse
     hubstub.add_file(REPO, "m-Q4_K_M.gguf", path, sha256="ab" * 32)
     info, got = remote.read_model_info(REPO, _files(REPO))
@@ -63,7 +64,8 @@ def test_every_shard_of_a_split_model_is_read(hubstub: HubStub, tmp_path: Path) 
 
 
 def test_a_private_repo_sends_the_token_to_the_hub_but_not_to_the_cdn(
-        hubstub: HubStub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hubstub: HubStub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = write_gguf(tmp_path / "m.gguf", SHAPES["0.5b"], "Q8_0")
     hubstub.add_file(REPO, "m.gguf", path, sha256="02" * 32)
     hubstub.private[REPO] = "secret"
@@ -89,7 +91,8 @@ def _hostile_vocabulary(path: Path, count: int) -> Path:
 
 
 def test_a_header_too_large_to_check_is_refused_after_a_bounded_read(
-        hubstub: HubStub, tmp_path: Path) -> None:
+    hubstub: HubStub, tmp_path: Path
+) -> None:
     path = _hostile_vocabulary(tmp_path / "evil.gguf", 1 << 24)  # 128 MiB of "vocabulary"
     hubstub.add_file(REPO, "evil.gguf", path, sha256="cd" * 32)
     with pytest.raises(remote.HeaderTooLarge, match="more than 32 MiB"):
@@ -103,13 +106,17 @@ def test_a_malformed_header_is_the_readers_error(hubstub: HubStub) -> None:
         remote.read_headers(REPO, _files(REPO))
 
 
-@pytest.mark.parametrize(("fault", "message"), [
-    ("ignore_range", "answered 200 to a range request"),
-    ("lie_total", "Content-Range"),
-    ("extra_bytes", "more than the"),
-])
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        ("ignore_range", "answered 200 to a range request"),
+        ("lie_total", "Content-Range"),
+        ("extra_bytes", "more than the"),
+    ],
+)
 def test_hub_answers_that_do_not_match_the_request_are_refused(
-        hubstub: HubStub, tmp_path: Path, fault: str, message: str) -> None:
+    hubstub: HubStub, tmp_path: Path, fault: str, message: str
+) -> None:
     path = write_gguf(tmp_path / "m.gguf", SHAPES["8b"], "Q4_K_M")
     hubstub.add_file(REPO, "m.gguf", path, sha256="ef" * 32)
     if fault == "lie_total":

@@ -18,8 +18,10 @@ from tests.support.hubstub import HubStub
 from tests.support.shapes import cpu, cuda
 
 GiB = 1 << 30
-TOOLS_TEMPLATE = ("{% if tools %}{{ tools | tojson }}{% endif %}"
-                  "{% for m in messages %}{{ m.content }}{% endfor %}")
+TOOLS_TEMPLATE = (
+    "{% if tools %}{{ tools | tojson }}{% endif %}"
+    "{% for m in messages %}{{ m.content }}{% endfor %}"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -27,30 +29,55 @@ def _fresh_cache() -> None:
     remote.clear_cache()
 
 
-def _repo(stub: HubStub, folder: Path, repo: str, quants: tuple[str, ...], *,
-          downloads: int, shape: Shape | None = None, projector: bool = False) -> None:
+def _repo(
+    stub: HubStub,
+    folder: Path,
+    repo: str,
+    quants: tuple[str, ...],
+    *,
+    downloads: int,
+    shape: Shape | None = None,
+    projector: bool = False,
+) -> None:
     shape = shape or Shape(n_layers=4, n_embd=256, n_ff=512, n_vocab=512)
     for quant in quants:
         name = f"{repo.split('/')[1]}-{quant}.gguf"
-        stub.add_file(repo, name, write_gguf(folder / f"{repo.replace('/', '_')}-{name}",
-                                             shape, quant))
+        stub.add_file(
+            repo, name, write_gguf(folder / f"{repo.replace('/', '_')}-{name}", shape, quant)
+        )
     if projector:
         from tests.support.hubstub import write_clip_header
 
-        stub.add_file(repo, "mmproj-F16.gguf", write_clip_header(folder / f"{repo}-mm.gguf"
-                                                                 .replace("/", "_")).read_bytes())
+        stub.add_file(
+            repo,
+            "mmproj-F16.gguf",
+            write_clip_header(folder / f"{repo}-mm.gguf".replace("/", "_")).read_bytes(),
+        )
     stub.add_file(repo, "README.md", b"# model\n")
-    stub.set_meta(repo, downloads=downloads, likes=downloads // 10,
-                  updated="2025-03-01T12:00:00.000Z")
+    stub.set_meta(
+        repo, downloads=downloads, likes=downloads // 10, updated="2025-03-01T12:00:00.000Z"
+    )
 
 
 @pytest.fixture
 def hub3(hubstub: HubStub, tmp_path: Path) -> HubStub:
-    _repo(hubstub, tmp_path, "alice/Tiny-Chat-GGUF", ("Q4_K_M", "Q8_0", "F16"), downloads=300,
-          shape=Shape(n_layers=4, n_embd=256, n_ff=512, n_vocab=512, chat_template=TOOLS_TEMPLATE))
+    _repo(
+        hubstub,
+        tmp_path,
+        "alice/Tiny-Chat-GGUF",
+        ("Q4_K_M", "Q8_0", "F16"),
+        downloads=300,
+        shape=Shape(n_layers=4, n_embd=256, n_ff=512, n_vocab=512, chat_template=TOOLS_TEMPLATE),
+    )
     _repo(hubstub, tmp_path, "bob/tiny-vision-GGUF", ("Q8_0",), downloads=50, projector=True)
-    _repo(hubstub, tmp_path, "carol/TINY-base-GGUF", ("F16",), downloads=10,
-          shape=Shape(n_layers=2, n_embd=128, n_ff=256, n_vocab=256, chat_template=None))
+    _repo(
+        hubstub,
+        tmp_path,
+        "carol/TINY-base-GGUF",
+        ("F16",),
+        downloads=10,
+        shape=Shape(n_layers=2, n_embd=128, n_ff=256, n_vocab=256, chat_template=None),
+    )
     _repo(hubstub, tmp_path, "dave/Unrelated-GGUF", ("Q8_0",), downloads=999)
     hubstub.add_file("erin/tiny-safetensors", "model.safetensors", b"\0" * 64)  # no GGUF
     hubstub.set_meta("erin/tiny-safetensors", downloads=5000)
@@ -59,16 +86,20 @@ def hub3(hubstub: HubStub, tmp_path: Path) -> HubStub:
 
 def test_repos_come_most_downloaded_first_with_their_quants(hub3: HubStub) -> None:
     repos = hub_search.search("tiny", 10)
-    assert [r.repo for r in repos] == ["alice/Tiny-Chat-GGUF", "bob/tiny-vision-GGUF",
-                                      "carol/TINY-base-GGUF"]
+    assert [r.repo for r in repos] == [
+        "alice/Tiny-Chat-GGUF",
+        "bob/tiny-vision-GGUF",
+        "carol/TINY-base-GGUF",
+    ]
     chat = repos[0]
     assert (chat.downloads, chat.likes, chat.updated) == (300, 30, "2025-03-01T12:00:00.000Z")
     assert chat.gguf["architecture"] == "llama" and chat.gguf["context_length"] == 2048
     assert chat.quants is not None
     assert [q.tag for q in chat.quants] == ["Q4_K_M", "Q8_0", "F16"]  # smallest first
     sizes = {f.path: f.size for f in hub3.repos["alice/Tiny-Chat-GGUF"].values()}
-    assert [q.size for q in chat.quants] == [sizes[f"Tiny-Chat-GGUF-{t}.gguf"]
-                                            for t in ("Q4_K_M", "Q8_0", "F16")]
+    assert [q.size for q in chat.quants] == [
+        sizes[f"Tiny-Chat-GGUF-{t}.gguf"] for t in ("Q4_K_M", "Q8_0", "F16")
+    ]
     # One header per repo: the smallest quant's, read in ranges; the others untouched.
     assert chat.read_from is chat.quants[0] and chat.info is not None
     assert hub3.served.get("Tiny-Chat-GGUF-Q4_K_M.gguf", 0) > 0
@@ -77,8 +108,9 @@ def test_repos_come_most_downloaded_first_with_their_quants(hub3: HubStub) -> No
     assert len(hub_search.search("tiny", 2)) == 2
 
 
-def test_the_search_request_has_the_hubs_parameters(hub3: HubStub, monkeypatch: pytest.MonkeyPatch
-                                                    ) -> None:
+def test_the_search_request_has_the_hubs_parameters(
+    hub3: HubStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import httpx
 
     seen: list[httpx.URL] = []
@@ -94,15 +126,24 @@ def test_the_search_request_has_the_hubs_parameters(hub3: HubStub, monkeypatch: 
     params = url.params
     assert params["search"] == "tiny" and params["filter"] == "gguf"
     assert params["sort"] == "downloads" and params["limit"] == "3"
-    assert set(params.get_list("expand[]")) == {"downloads", "likes", "lastModified",
-                                                "pipeline_tag", "tags", "gguf"}
+    assert set(params.get_list("expand[]")) == {
+        "downloads",
+        "likes",
+        "lastModified",
+        "pipeline_tag",
+        "tags",
+        "gguf",
+    }
     tree = next(u for u in seen if "/tree/" in u.path)
     assert tree.params["recursive"] == "true"
 
 
 def test_catalogue_names_bring_their_repo_first(hub3: HubStub) -> None:
-    entries = [("tinyllama", "bob/tiny-vision-GGUF"), ("tinyllama:1b", "bob/tiny-vision-GGUF"),
-               ("unrelated:7b", "dave/Unrelated-GGUF")]
+    entries = [
+        ("tinyllama", "bob/tiny-vision-GGUF"),
+        ("tinyllama:1b", "bob/tiny-vision-GGUF"),
+        ("unrelated:7b", "dave/Unrelated-GGUF"),
+    ]
     repos = hub_search.search("unrelated", 5, catalog=lambda: entries)
     assert [r.repo for r in repos] == ["dave/Unrelated-GGUF"]
     assert repos[0].catalog == ["unrelated:7b"]
@@ -111,8 +152,11 @@ def test_catalogue_names_bring_their_repo_first(hub3: HubStub) -> None:
     assert [r.repo for r in repos] == ["bob/tiny-vision-GGUF"]
     assert repos[0].catalog == ["tinyllama", "tinyllama:1b"] and repos[0].downloads == 50
     # Tagged in the Hub's own results too.
-    assert next(r for r in hub_search.search("tiny", 5, catalog=lambda: entries)
-                if r.repo == "bob/tiny-vision-GGUF").catalog == ["tinyllama", "tinyllama:1b"]
+    assert next(
+        r
+        for r in hub_search.search("tiny", 5, catalog=lambda: entries)
+        if r.repo == "bob/tiny-vision-GGUF"
+    ).catalog == ["tinyllama", "tinyllama:1b"]
 
 
 def test_a_slow_repo_comes_back_unknown_within_the_deadline(hub3: HubStub) -> None:
@@ -178,15 +222,16 @@ def test_the_search_and_the_dry_run_know_the_library_catalogue(hub3: HubStub) ->
 
     user = paths.user_catalog()
     user.parent.mkdir(parents=True, exist_ok=True)
-    user.write_text('format = 1\n\n[models.tinychat]\nlatest = "1b"\n'
-                    'tags."1b" = "hf.co/alice/Tiny-Chat-GGUF:Q8_0"\n')
+    user.write_text(
+        'format = 1\n\n[models.tinychat]\nlatest = "1b"\n'
+        'tags."1b" = "hf.co/alice/Tiny-Chat-GGUF:Q8_0"\n'
+    )
     machine = Machine((cpu(64),), PlanOptions())
     (m,) = search_with_fit("tinychat", 5, lambda: machine)["models"]
     assert m["repo"] == "alice/Tiny-Chat-GGUF" and m["catalog"] == ["tinychat", "tinychat:1b"]
     # The dry run of the library name takes the catalogue's quant, as the pull would.
     events: list[dict[str, object]] = []
-    ModelService(Store()).pull("tinychat", events.append, machine=lambda: machine,
-                               dry_run=True)
+    ModelService(Store()).pull("tinychat", events.append, machine=lambda: machine, dry_run=True)
     assert events[1] == {"status": "tinychat:latest is hf.co/alice/Tiny-Chat-GGUF:Q8_0"}
     last = events[-1]
     assert last["model"] == "tinychat:latest"

@@ -26,8 +26,10 @@ REPO = Path(__file__).resolve().parents[2]
 def install(bin_dir: Path, name: str) -> Path:
     bin_dir.mkdir(parents=True, exist_ok=True)
     path = bin_dir / name
-    path.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(REPO)!r})\n"
-                    f"from tests.support.agent_standin import main\nsys.exit(main({name!r}))\n")
+    path.write_text(
+        f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(REPO)!r})\n"
+        f"from tests.support.agent_standin import main\nsys.exit(main({name!r}))\n"
+    )
     path.chmod(0o755)
     return path
 
@@ -47,12 +49,19 @@ def claude(argv: list[str], env: dict[str, str], prompt: str) -> tuple[str, dict
     # Claude Code (code.claude.com/docs/en/env-vars): POST {ANTHROPIC_BASE_URL}/v1/messages,
     # "Authorization: Bearer {ANTHROPIC_AUTH_TOKEN}", model ANTHROPIC_MODEL, max_tokens up to
     # CLAUDE_CODE_MAX_OUTPUT_TOKENS; it sends no num_ctx.
-    body = {"model": env["ANTHROPIC_MODEL"],
-            "max_tokens": int(env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"]),
-            "messages": [{"role": "user", "content": prompt}]}
-    out = _post(env["ANTHROPIC_BASE_URL"].rstrip("/") + "/v1/messages", body,
-                {"Authorization": f"Bearer {env['ANTHROPIC_AUTH_TOKEN']}",
-                 "anthropic-version": "2023-06-01"})
+    body = {
+        "model": env["ANTHROPIC_MODEL"],
+        "max_tokens": int(env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"]),
+        "messages": [{"role": "user", "content": prompt}],
+    }
+    out = _post(
+        env["ANTHROPIC_BASE_URL"].rstrip("/") + "/v1/messages",
+        body,
+        {
+            "Authorization": f"Bearer {env['ANTHROPIC_AUTH_TOKEN']}",
+            "anthropic-version": "2023-06-01",
+        },
+    )
     return "".join(b["text"] for b in out["content"] if b["type"] == "text"), body
 
 
@@ -87,8 +96,13 @@ def codex(argv: list[str], env: dict[str, str], prompt: str) -> tuple[str, dict[
         headers["Authorization"] = f"Bearer {env[provider['env_key']]}"
     body = {"model": config["model"], "input": prompt}
     out = _post(provider["base_url"].rstrip("/") + "/responses", body, headers)
-    text = "".join(part["text"] for item in out["output"] if item["type"] == "message"
-                   for part in item["content"] if part["type"] == "output_text")
+    text = "".join(
+        part["text"]
+        for item in out["output"]
+        if item["type"] == "message"
+        for part in item["content"]
+        if part["type"] == "output_text"
+    )
     return text, body
 
 
@@ -102,10 +116,16 @@ def opencode(argv: list[str], env: dict[str, str], prompt: str) -> tuple[str, di
     provider = config["provider"][provider_id]
     assert provider["npm"] == "@ai-sdk/openai-compatible"
     limit = provider["models"][model]["limit"]
-    body = {"model": model, "max_tokens": limit["output"],
-            "messages": [{"role": "user", "content": prompt}]}
-    out = _post(provider["options"]["baseURL"].rstrip("/") + "/chat/completions", body,
-                {"Authorization": f"Bearer {provider['options']['apiKey']}"})
+    body = {
+        "model": model,
+        "max_tokens": limit["output"],
+        "messages": [{"role": "user", "content": prompt}],
+    }
+    out = _post(
+        provider["options"]["baseURL"].rstrip("/") + "/chat/completions",
+        body,
+        {"Authorization": f"Bearer {provider['options']['apiKey']}"},
+    )
     return str(out["choices"][0]["message"]["content"]), body
 
 
@@ -118,11 +138,15 @@ def aider(argv: list[str], env: dict[str, str], prompt: str) -> tuple[str, dict[
     model = _flag(argv, "--model")
     settings = yaml.safe_load(Path(_flag(argv, "--model-settings-file")).read_text())
     extra = next(s for s in settings if s["name"] == model).get("extra_params", {})
-    body = {"model": model.removeprefix("ollama_chat/"), "stream": False,
-            "messages": [{"role": "user", "content": prompt}],
-            "options": {"num_ctx": extra["num_ctx"]}}
-    headers = {"Authorization": f"Bearer {env['OLLAMA_API_KEY']}"} \
-        if env.get("OLLAMA_API_KEY") else {}
+    body = {
+        "model": model.removeprefix("ollama_chat/"),
+        "stream": False,
+        "messages": [{"role": "user", "content": prompt}],
+        "options": {"num_ctx": extra["num_ctx"]},
+    }
+    headers = (
+        {"Authorization": f"Bearer {env['OLLAMA_API_KEY']}"} if env.get("OLLAMA_API_KEY") else {}
+    )
     out = _post(env["OLLAMA_API_BASE"].rstrip("/") + "/api/chat", body, headers)
     return str(out["message"]["content"]), body
 

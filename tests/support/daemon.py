@@ -43,8 +43,7 @@ def cli_env(port: int, **extra: str) -> dict[str, str]:
 
 
 def wait_until_up(
-    url: str, proc: forkserver.Forked | subprocess.Popen[bytes] | None = None,
-    timeout: float = 30
+    url: str, proc: forkserver.Forked | subprocess.Popen[bytes] | None = None, timeout: float = 30
 ) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -125,8 +124,9 @@ def start_daemon(tmp_path: Path) -> Iterator[Daemon]:
 
 
 @contextmanager
-def module_home(tmp_path_factory: pytest.TempPathFactory, name: str, *, home: str = "home",
-                **env: str) -> Iterator[Path]:
+def module_home(
+    tmp_path_factory: pytest.TempPathFactory, name: str, *, home: str = "home", **env: str
+) -> Iterator[Path]:
     """A fresh folder ``name`` for a module- or class-scoped fixture, its own LOCALLLM_HOME
     (``<folder>/<home>``) and ``env`` set until the block ends: store models, then start
     the daemon inside it."""
@@ -139,9 +139,14 @@ def module_home(tmp_path_factory: pytest.TempPathFactory, name: str, *, home: st
 
 
 @contextmanager
-def own_daemon(tmp_path_factory: pytest.TempPathFactory, name: str,
-               stock: Callable[[Path], object], *, home: str = "home",
-               **env: str) -> Iterator[Daemon]:
+def own_daemon(
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    stock: Callable[[Path], object],
+    *,
+    home: str = "home",
+    **env: str,
+) -> Iterator[Daemon]:
     """The daemon of a module- or class-scoped fixture: a fresh folder ``name`` with its own
     LOCALLLM_HOME and ``env`` set, the store filled by ``stock(folder)``, then ``serve``.
 

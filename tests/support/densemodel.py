@@ -19,8 +19,9 @@ from tests.support.tinymodel import N_VOCAB, write_vocab
 N_EMBD, N_HEAD, N_FF, N_LAYER = 64, 4, 128, 2
 
 
-def make_dense_model(dir: Path, *, seed: int = 0, name: str = "dense.gguf",
-                     logit_scale: float = 3.0) -> Path:
+def make_dense_model(
+    dir: Path, *, seed: int = 0, name: str = "dense.gguf", logit_scale: float = 3.0
+) -> Path:
     """Write the model into ``dir`` and return its path.  ``logit_scale``: about the
     standard deviation of a row's logits (higher: sharper distributions)."""
     import gguf  # heavy import kept out of module import

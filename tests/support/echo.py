@@ -43,8 +43,15 @@ def in_terminal(env: dict[str, str], *args: str) -> Iterator[tuple[subprocess.Po
     import pty
 
     controller, terminal = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "localllm", *args], cwd=REPO, env=env,
-                            stdin=terminal, stdout=terminal, stderr=terminal, close_fds=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "localllm", *args],
+        cwd=REPO,
+        env=env,
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        close_fds=True,
+    )
     os.close(terminal)
     try:
         yield proc, controller

@@ -21,8 +21,13 @@ from localllm.runner.messages import (
 
 
 def opts(**kw: object) -> LoadOptions:
-    base: dict[str, object] = {"n_ctx": 256, "n_parallel": 1, "n_batch": 64, "n_ubatch": 64,
-                               "n_threads": 1}
+    base: dict[str, object] = {
+        "n_ctx": 256,
+        "n_parallel": 1,
+        "n_batch": 64,
+        "n_ubatch": 64,
+        "n_threads": 1,
+    }
     base.update(kw)
     return LoadOptions(**base)  # type: ignore[arg-type]
 
@@ -70,8 +75,13 @@ SYSTEM = "you are a helpful assistant. answer briefly and cite nothing. " * 4  #
 
 def req(id: str, prompt: str, **kw: object) -> CompletionRequest:
     kw.setdefault("num_predict", 12)
-    return CompletionRequest(id=id, prompt=prompt, logprobs=1,  # type: ignore[arg-type]
-                             sampling=SamplingParams(temperature=0.0), **kw)
+    return CompletionRequest(
+        id=id,
+        prompt=prompt,
+        logprobs=1,  # type: ignore[arg-type]
+        sampling=SamplingParams(temperature=0.0),
+        **kw,
+    )
 
 
 def alone(model: Path, r: CompletionRequest) -> Result:
@@ -86,12 +96,14 @@ def same(a: Result, b: Result) -> None:
         assert x.token == y.token and abs((x.logprob or 0) - (y.logprob or 0)) < 4e-6
 
 
-def sample_under(engine: Engine, grammar: str, req_id: str, seed: int,
-                 num_predict: int) -> tuple[str, Done]:
+def sample_under(
+    engine: Engine, grammar: str, req_id: str, seed: int, num_predict: int
+) -> tuple[str, Done]:
     """One request on prompt "a" sampled freely (temperature 1, no top-k or top-p) under
     ``grammar``, run to its end: the text and the Done."""
     sampling = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, seed=seed, grammar=grammar)
-    r = run_one(engine, CompletionRequest(id=req_id, prompt="a", sampling=sampling,
-                                          num_predict=num_predict))
+    r = run_one(
+        engine, CompletionRequest(id=req_id, prompt="a", sampling=sampling, num_predict=num_predict)
+    )
     assert r.failed is None and r.done is not None, r.failed
     return r.text, r.done

@@ -107,8 +107,7 @@ class FakeEngine:
             if req.prompt == "abort" and n == 2:
                 die_like_llama_cpp()
             if req.prompt == "noisy" and n == 1:  # an error line that is not fatal
-                print("ggml_fake: error: a transient failure, retried", file=sys.stderr,
-                      flush=True)
+                print("ggml_fake: error: a transient failure, retried", file=sys.stderr, flush=True)
             if req.prompt == "longstep" and n == 1:
                 time.sleep(LONG_S)
             if req.prompt == "hangstep" and n == 1:
@@ -119,25 +118,36 @@ class FakeEngine:
                 del self.active[req_id]
                 events.append(Failed(id=req_id, message="bad prompt", status=400))
                 continue
-            events.append(Piece(id=req_id, text=f"{n} ", token=n, logprob=-0.5,
-                                top_logprobs=[(f"{n} ", -0.5)]))
+            events.append(
+                Piece(
+                    id=req_id, text=f"{n} ", token=n, logprob=-0.5, top_logprobs=[(f"{n} ", -0.5)]
+                )
+            )
             n += 1
             if req.num_predict >= 0 and n >= req.num_predict:
                 del self.active[req_id]
-                events.append(Done(id=req_id, reason="length", prompt_tokens=3,
-                                   eval_count=n, eval_ns=n * 1000, prompt_eval_ns=5))
+                events.append(
+                    Done(
+                        id=req_id,
+                        reason="length",
+                        prompt_tokens=3,
+                        eval_count=n,
+                        eval_ns=n * 1000,
+                        prompt_eval_ns=5,
+                    )
+                )
             else:
                 self.active[req_id] = (req, n)
         return events
 
-    def embed(self, inputs: list[str], *, truncate: bool = True
-              ) -> tuple[list[list[float]], int]:
+    def embed(self, inputs: list[str], *, truncate: bool = True) -> tuple[list[list[float]], int]:
         if any(not s for s in inputs):
             raise InvalidRequest("empty input")
         return [[float(len(s)), 1.0] for s in inputs], sum(len(s) for s in inputs)
 
-    def tokenize(self, text: str, add_special: bool = True,
-                 parse_special: bool = True) -> list[int]:
+    def tokenize(
+        self, text: str, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
         return ([1] if add_special else []) + [ord(c) for c in text]
 
     def detokenize(self, tokens: list[int]) -> str:

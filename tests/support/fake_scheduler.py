@@ -35,12 +35,14 @@ class FakeRunner:
     async def cancel(self, req_id: str) -> None:
         return None
 
-    async def embed(self, inputs: list[str], truncate: bool = True
-                    ) -> tuple[list[list[float]], int]:
+    async def embed(
+        self, inputs: list[str], truncate: bool = True
+    ) -> tuple[list[list[float]], int]:
         return [[1.0, 0.0] for _ in inputs], len(inputs)
 
-    async def tokenize(self, text: str, add_special: bool = True,
-                       parse_special: bool = True) -> list[int]:
+    async def tokenize(
+        self, text: str, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
         return [5] * len(text)
 
     async def detokenize(self, tokens: list[int], special: bool = False) -> str:
@@ -50,8 +52,9 @@ class FakeRunner:
         self.closed = True
 
 
-async def _start(paths: list[str], opts: LoadOptions, *,
-                 load_timeout: float | None = None) -> FakeRunner:
+async def _start(
+    paths: list[str], opts: LoadOptions, *, load_timeout: float | None = None
+) -> FakeRunner:
     return FakeRunner(paths, opts)
 
 

@@ -39,9 +39,16 @@ from typing import IO, Any
 
 REPO = Path(__file__).resolve().parents[2]
 # What ``localllm serve`` and the CLI commands import: done once, in the server.
-WARM = ("localllm.cli.main", "localllm.server.app", "localllm.server.serve", "uvicorn",
-        "uvicorn.protocols.http.h11_impl", "uvicorn.lifespan.on", "httpx",
-        "localllm.api.client")
+WARM = (
+    "localllm.cli.main",
+    "localllm.server.app",
+    "localllm.server.serve",
+    "uvicorn",
+    "uvicorn.protocols.http.h11_impl",
+    "uvicorn.lifespan.on",
+    "httpx",
+    "localllm.api.client",
+)
 _HEAD = struct.Struct("<I")
 _STATUS = struct.Struct("<i")
 _PID = struct.Struct("<q")
@@ -156,11 +163,14 @@ def _server_path() -> str:
             folder = tempfile.mkdtemp(prefix="localllm-fork-")
             path = os.path.join(folder, "s")
             env = dict(os.environ)
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH"))
-                                                if p)
-            proc = subprocess.Popen([sys.executable, "-m", "tests.support.forkserver", path],
-                                    cwd=REPO, env=env, stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.support.forkserver", path],
+                cwd=REPO,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+            )
             assert proc.stdout is not None
             line = proc.stdout.readline()
             if line.strip() != b"ready":
@@ -242,9 +252,15 @@ class Forked:
         self.send_signal(signal.SIGKILL)
 
 
-def spawn(args: list[str], env: dict[str, str], *, cwd: Path = REPO,
-          stdin: IO[Any] | int | None = None, stdout: IO[Any] | int | None = None,
-          stderr: IO[Any] | int | None = None) -> Forked:
+def spawn(
+    args: list[str],
+    env: dict[str, str],
+    *,
+    cwd: Path = REPO,
+    stdin: IO[Any] | int | None = None,
+    stdout: IO[Any] | int | None = None,
+    stderr: IO[Any] | int | None = None,
+) -> Forked:
     """Start ``python -m localllm *args`` as a fork of the warm server."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(_server_path())
@@ -256,9 +272,14 @@ def spawn(args: list[str], env: dict[str, str], *, cwd: Path = REPO,
     return Forked(list(args), conn, pid)
 
 
-def run(args: list[str], env: dict[str, str], *, cwd: Path = REPO,
-        timeout: float | None = None, input: str | None = None,
-        ) -> subprocess.CompletedProcess[str]:
+def run(
+    args: list[str],
+    env: dict[str, str],
+    *,
+    cwd: Path = REPO,
+    timeout: float | None = None,
+    input: str | None = None,
+) -> subprocess.CompletedProcess[str]:
     """``subprocess.run(..., capture_output=True, text=True)`` for a forked command.
 
     Without ``input`` the command's stdin is empty (``/dev/null``).
@@ -291,7 +312,7 @@ def run(args: list[str], env: dict[str, str], *, cwd: Path = REPO,
             for key, _ in sel.select(left):
                 if key.fd == in_w:
                     try:
-                        pending = pending[os.write(in_w, pending[:65536]):] if pending else pending
+                        pending = pending[os.write(in_w, pending[:65536]) :] if pending else pending
                     except BrokenPipeError:
                         pending = memoryview(b"")  # the command stopped reading: as run() does
                     if not pending:
@@ -306,8 +327,10 @@ def run(args: list[str], env: dict[str, str], *, cwd: Path = REPO,
                     os.close(key.fd)
     code = child.wait(None if deadline is None else max(0.0, deadline - time.monotonic()) + 5)
     # As text=True reads it: universal newlines (a progress line's "\r" becomes "\n").
-    text = [b"".join(chunks[fd]).decode().replace("\r\n", "\n").replace("\r", "\n")
-            for fd in (out_r, err_r)]
+    text = [
+        b"".join(chunks[fd]).decode().replace("\r\n", "\n").replace("\r", "\n")
+        for fd in (out_r, err_r)
+    ]
     return subprocess.CompletedProcess(args, code, text[0], text[1])
 
 

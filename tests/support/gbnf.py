@@ -49,8 +49,18 @@ class Rep:
     high: int | None
 
 
-_ESC = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", '"': '"', "[": "[", "]": "]", "-": "-",
-        "/": "/", "^": "^"}
+_ESC = {
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "\\": "\\",
+    '"': '"',
+    "[": "[",
+    "]": "]",
+    "-": "-",
+    "/": "/",
+    "^": "^",
+}
 
 
 class _Parser:
@@ -70,7 +80,7 @@ class _Parser:
         e = self.s[self.i + 1]
         if e in "xuU":
             n = {"x": 2, "u": 4, "U": 8}[e]
-            code = int(self.s[self.i + 2:self.i + 2 + n], 16)
+            code = int(self.s[self.i + 2 : self.i + 2 + n], 16)
             self.i += 2 + n
             return chr(code)
         self.i += 2
@@ -119,14 +129,14 @@ class _Parser:
         if c == "(":
             self.i += 1
             node = self.alt()
-            assert self.s[self.i] == ")", self.s[self.i:]
+            assert self.s[self.i] == ")", self.s[self.i :]
             self.i += 1
             return node
         start = self.i
         while self.i < len(self.s) and (self.s[self.i].isalnum() or self.s[self.i] == "-"):
             self.i += 1
-        assert self.i > start, f"unexpected {self.s[self.i:]!r}"
-        return Ref(self.s[start:self.i])
+        assert self.i > start, f"unexpected {self.s[self.i :]!r}"
+        return Ref(self.s[start : self.i])
 
     def postfix(self, node: Node) -> Node:
         while self.i < len(self.s):
@@ -136,7 +146,7 @@ class _Parser:
                 node = Rep(node, 0 if c != "+" else 1, 1 if c == "?" else None)
             elif c == "{":
                 end = self.s.index("}", self.i)
-                spec = self.s[self.i + 1:end]
+                spec = self.s[self.i + 1 : end]
                 self.i = end + 1
                 if "," in spec:
                     lo, hi = spec.split(",")
@@ -156,7 +166,7 @@ def parse_grammar(text: str) -> dict[str, Node]:
         name, body = line.split("::=", 1)
         p = _Parser(body)
         node = p.alt()
-        assert p.i == len(body), f"trailing text in rule {name}: {body[p.i:]!r}"
+        assert p.i == len(body), f"trailing text in rule {name}: {body[p.i :]!r}"
         rules[name.strip()] = node
     for node in rules.values():
         _check_refs(node, rules)

@@ -71,15 +71,41 @@ class Shape:
 
 
 SHAPES: dict[str, Shape] = {
-    "0.5b": Shape("qwen2", "Qwen2.5 0.5B", 24, 896, 14, 2, 4864, 151936, 32768,
-                  tied_output=True, attn_bias=True, eos_id=151645),
-    "1b": Shape("llama", "Llama 3.2 1B", 16, 2048, 32, 8, 8192, 128256, 131072,
-                tied_output=True, bos_id=128000, eos_id=128009),
+    "0.5b": Shape(
+        "qwen2",
+        "Qwen2.5 0.5B",
+        24,
+        896,
+        14,
+        2,
+        4864,
+        151936,
+        32768,
+        tied_output=True,
+        attn_bias=True,
+        eos_id=151645,
+    ),
+    "1b": Shape(
+        "llama",
+        "Llama 3.2 1B",
+        16,
+        2048,
+        32,
+        8,
+        8192,
+        128256,
+        131072,
+        tied_output=True,
+        bos_id=128000,
+        eos_id=128009,
+    ),
     "7b": Shape("llama", "Llama 2 7B", 32, 4096, 32, 32, 11008, 32000, 4096),
-    "8b": Shape("llama", "Llama 3 8B", 32, 4096, 32, 8, 14336, 128256, 8192,
-                bos_id=128000, eos_id=128009),
-    "70b": Shape("llama", "Llama 3 70B", 80, 8192, 64, 8, 28672, 128256, 131072,
-                 bos_id=128000, eos_id=128009),
+    "8b": Shape(
+        "llama", "Llama 3 8B", 32, 4096, 32, 8, 14336, 128256, 8192, bos_id=128000, eos_id=128009
+    ),
+    "70b": Shape(
+        "llama", "Llama 3 70B", 80, 8192, 64, 8, 28672, 128256, 131072, bos_id=128000, eos_id=128009
+    ),
 }
 
 
@@ -101,7 +127,8 @@ def tensor_plan(shape: Shape, quant: str = "F32") -> list[tuple[str, tuple[int, 
     e, hd = shape.n_embd, shape.n_embd // shape.n_head
     q_out, kv_out = shape.n_head * hd, shape.n_head_kv * hd
     out: list[tuple[str, tuple[int, ...], Q]] = [
-        ("token_embd.weight", (e, shape.n_vocab), _fit(bulk, e))]
+        ("token_embd.weight", (e, shape.n_vocab), _fit(bulk, e))
+    ]
     for i in range(shape.n_layers):
         p = f"blk.{i}."
         out += [
@@ -116,8 +143,11 @@ def tensor_plan(shape: Shape, quant: str = "F32") -> list[tuple[str, tuple[int, 
             (p + "ffn_down.weight", (shape.n_ff, e), _fit(important, shape.n_ff)),
         ]
         if shape.attn_bias:
-            out += [(p + "attn_q.bias", (q_out,), Q.F32), (p + "attn_k.bias", (kv_out,), Q.F32),
-                    (p + "attn_v.bias", (kv_out,), Q.F32)]
+            out += [
+                (p + "attn_q.bias", (q_out,), Q.F32),
+                (p + "attn_k.bias", (kv_out,), Q.F32),
+                (p + "attn_v.bias", (kv_out,), Q.F32),
+            ]
     out.append(("output_norm.weight", (e,), Q.F32))
     if not shape.tied_output:
         out.append(("output.weight", (e, shape.n_vocab), _fit(important, e)))
@@ -144,8 +174,13 @@ def _writer(path: Path, shape: Shape, quant: str, split_max_tensors: int) -> GGU
     w.add_head_count_kv(shape.n_head_kv)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_freq_base(10000.0)
-    tokens = list(shape.tokens) if shape.tokens is not None else (
-        ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(3, shape.n_vocab)])[: shape.n_vocab]
+    tokens = (
+        list(shape.tokens)
+        if shape.tokens is not None
+        else (["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(3, shape.n_vocab)])[
+            : shape.n_vocab
+        ]
+    )
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)
     w.add_token_scores([0.0] * len(tokens))
@@ -166,8 +201,9 @@ def _writer(path: Path, shape: Shape, quant: str, split_max_tensors: int) -> GGU
             w.add_array(key, value)
     for name, ne, ttype in tensor_plan(shape, quant):
         # GGUFWriter takes numpy order (last ggml dim first) and reverses it.
-        w.add_tensor_info(name, tuple(reversed(ne)), np.dtype(np.float32),
-                          _nbytes(ttype, ne), raw_dtype=ttype)
+        w.add_tensor_info(
+            name, tuple(reversed(ne)), np.dtype(np.float32), _nbytes(ttype, ne), raw_dtype=ttype
+        )
     return w
 
 
@@ -189,7 +225,7 @@ def _finish(w: GGUFWriter, data: str, seed: int) -> list[Path]:
             for ti in tensors.values():
                 if ti.dtype in (Q.F32, Q.F16):
                     kind = np.float32 if ti.dtype == Q.F32 else np.float16
-                    arr = (rng.standard_normal(ti.nbytes // np.dtype(kind).itemsize) * 0.02)
+                    arr = rng.standard_normal(ti.nbytes // np.dtype(kind).itemsize) * 0.02
                     fout.write(arr.astype(kind).tobytes())
                 else:
                     fout.write(b"\0" * ti.nbytes)
@@ -199,15 +235,22 @@ def _finish(w: GGUFWriter, data: str, seed: int) -> list[Path]:
     return paths
 
 
-def write_gguf(path: Path, shape: Shape | None = None, quant: str = "F32", *,
-               data: str = "zeros", seed: int = 0) -> Path:
+def write_gguf(
+    path: Path,
+    shape: Shape | None = None,
+    quant: str = "F32",
+    *,
+    data: str = "zeros",
+    seed: int = 0,
+) -> Path:
     """Write one GGUF for ``shape`` (default: a tiny 2-layer llama) at ``path``."""
     shape = shape or Shape()
     return _finish(_writer(Path(path), shape, quant, 0), data, seed)[0]
 
 
-def write_split_gguf(folder: Path, stem: str, shape: Shape | None = None, quant: str = "F32",
-                     *, n_splits: int = 2) -> list[Path]:
+def write_split_gguf(
+    folder: Path, stem: str, shape: Shape | None = None, quant: str = "F32", *, n_splits: int = 2
+) -> list[Path]:
     """Write ``<stem>-0000i-of-0000N.gguf`` shards (metadata in the first one)."""
     shape = shape or Shape()
     n_tensors = len(tensor_plan(shape, quant))

@@ -34,7 +34,7 @@ class _Handler(socketserver.StreamRequestHandler):
     def handle(self) -> None:
         method, path, _ = self.rfile.readline().decode("latin-1").split(" ", 2)
         headers: dict[str, str] = {}
-        while (line := self.rfile.readline().decode("latin-1").strip()):
+        while line := self.rfile.readline().decode("latin-1").strip():
             name, _, value = line.partition(":")
             headers[name.strip().lower()] = value.strip()
         if path.startswith("/api/blobs/") and method == "POST":
@@ -62,8 +62,12 @@ class _Handler(socketserver.StreamRequestHandler):
             self._end()
 
     def _head(self, length: str, content_type: str) -> None:
-        self.wfile.write((f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\n{length}\r\n"
-                          "Connection: close\r\n\r\n").encode())
+        self.wfile.write(
+            (
+                f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\n{length}\r\n"
+                "Connection: close\r\n\r\n"
+            ).encode()
+        )
 
     def _whole(self, body: bytes, content_type: str) -> None:
         self._head(f"Content-Length: {len(body)}", content_type)
@@ -72,8 +76,7 @@ class _Handler(socketserver.StreamRequestHandler):
     def _end(self) -> None:
         if self.server.mode == "reset":
             # Linger on with a zero timeout: close() sends RST, as a crashed host would.
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                       struct.pack("ii", 1, 0))
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.connection.close()
 
 
@@ -91,14 +94,17 @@ class HalfStreamServer:
         self.port = int(self.server.server_address[1])
         self.url = f"http://127.0.0.1:{self.port}"
         # A short poll keeps shutdown() quick (the default waits up to half a second).
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,),
-                                       daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
 
     def __enter__(self) -> HalfStreamServer:
         self.thread.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.server.shutdown()
         self.server.server_close()

@@ -12,8 +12,14 @@ def isolate(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
     """Point LOCALLLM_HOME at ``home``, drop settings that would leak in from outside, and
     run models on one thread (below)."""
     monkeypatch.setenv("LOCALLLM_HOME", str(home))
-    for var in ("LOCALLLM_MODELS", "LOCALLLM_HOST", "LOCALLLM_API_KEY", "LOCALLLM_ORIGINS",
-                "LOCALLLM_NOPRUNE", "HF_TOKEN"):
+    for var in (
+        "LOCALLLM_MODELS",
+        "LOCALLLM_HOST",
+        "LOCALLLM_API_KEY",
+        "LOCALLLM_ORIGINS",
+        "LOCALLLM_NOPRUNE",
+        "HF_TOKEN",
+    ):
         monkeypatch.delenv(var, raising=False)
     # Ollama's variables are fallbacks for ours: a developer's own Ollama setup must not leak in.
     for var in [v for v in os.environ if v.startswith("OLLAMA_")]:

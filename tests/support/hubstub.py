@@ -94,8 +94,15 @@ class HubStub:
     _server: _Server | None = None
 
     # -- content -----------------------------------------------------------------
-    def add_file(self, repo: str, path: str, data: bytes | Path, *, lfs: bool | None = None,
-                 sha256: str | None = None) -> StubFile:
+    def add_file(
+        self,
+        repo: str,
+        path: str,
+        data: bytes | Path,
+        *,
+        lfs: bool | None = None,
+        sha256: str | None = None,
+    ) -> StubFile:
         """Serve ``data`` as ``repo``'s ``path``.  ``sha256``: the LFS oid to list instead of
         hashing the file (a huge sparse one that is only ever read in ranges)."""
         self.root.mkdir(parents=True, exist_ok=True)
@@ -120,13 +127,25 @@ class HubStub:
     def add_repo(self, repo: str) -> None:
         self.repos.setdefault(repo, {})
 
-    def set_meta(self, repo: str, *, downloads: int | None = None, likes: int | None = None,
-                 updated: str | None = None, pipeline_tag: str | None = None,
-                 tags: list[str] | None = None) -> None:
+    def set_meta(
+        self,
+        repo: str,
+        *,
+        downloads: int | None = None,
+        likes: int | None = None,
+        updated: str | None = None,
+        pipeline_tag: str | None = None,
+        tags: list[str] | None = None,
+    ) -> None:
         """What the search reports for ``repo`` besides its files (``updated``: RFC 3339)."""
         m = self.meta.setdefault(repo, {})
-        for key, value in (("downloads", downloads), ("likes", likes), ("lastModified", updated),
-                           ("pipeline_tag", pipeline_tag), ("tags", tags)):
+        for key, value in (
+            ("downloads", downloads),
+            ("likes", likes),
+            ("lastModified", updated),
+            ("pipeline_tag", pipeline_tag),
+            ("tags", tags),
+        ):
             if value is not None:
                 m[key] = value
 
@@ -135,19 +154,25 @@ class HubStub:
         files = self.repos.get(repo, {})
         m = self.meta.get(repo, {})
         full: dict[str, Any] = {
-            "downloads": m.get("downloads", 0), "likes": m.get("likes", 0),
+            "downloads": m.get("downloads", 0),
+            "likes": m.get("likes", 0),
             "lastModified": m.get("lastModified", "2025-01-01T00:00:00.000Z"),
             "pipeline_tag": m.get("pipeline_tag", "text-generation"),
-            "tags": m.get("tags", ["gguf"]), "library_name": "gguf",
-            "createdAt": "2024-06-01T00:00:00.000Z", "private": False,
+            "tags": m.get("tags", ["gguf"]),
+            "library_name": "gguf",
+            "createdAt": "2024-06-01T00:00:00.000Z",
+            "private": False,
         }
         if "gguf" in expand:
             full["gguf"] = _gguf_details(files)
         base: dict[str, Any] = {"_id": hashlib.sha1(repo.encode()).hexdigest()[:24], "id": repo}
         if expand:
             return {**base, **{k: full[k] for k in expand if k in full}}
-        return {**base, "modelId": repo, **{k: v for k, v in full.items()
-                                            if k not in ("lastModified", "gguf")}}
+        return {
+            **base,
+            "modelId": repo,
+            **{k: v for k, v in full.items() if k not in ("lastModified", "gguf")},
+        }
 
     def count(self, method: str, path_part: str) -> int:
         return sum(1 for r in list(self.requests) if r.method == method and path_part in r.path)
@@ -170,8 +195,9 @@ class HubStub:
 
         self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                         daemon=True).start()
+        threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
         return self
 
     def stop(self) -> None:
@@ -204,8 +230,14 @@ class _Handler(BaseHTTPRequestHandler):
         self._route(head=False)
 
     # -- helpers -------------------------------------------------------------------
-    def _send(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None,
-              *, head: bool = False) -> None:
+    def _send(
+        self,
+        status: int,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+        *,
+        head: bool = False,
+    ) -> None:
         self.send_response(status)
         for k, v in (headers or {}).items():
             self.send_header(k, v)
@@ -216,15 +248,20 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _error(self, status: int, code: str, message: str, head: bool) -> None:
         body = json.dumps({"error": message}).encode()
-        self._send(status, body, {"X-Error-Code": code, "X-Error-Message": message,
-                                  "Content-Type": "application/json"}, head=head)
+        self._send(
+            status,
+            body,
+            {"X-Error-Code": code, "X-Error-Message": message, "Content-Type": "application/json"},
+            head=head,
+        )
 
     def _repo(self, repo: str, head: bool) -> dict[str, StubFile] | None:
         files = self.hub.repos.get(repo)
         need = self.hub.private.get(repo)
         if files is None or (need and self.headers.get("Authorization") != f"Bearer {need}"):
-            self._error(401 if files is not None else 404, "RepoNotFound",
-                        "Repository not found", head)
+            self._error(
+                401 if files is not None else 404, "RepoNotFound", "Repository not found", head
+            )
             return None
         return files
 
@@ -232,8 +269,11 @@ class _Handler(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         path = unquote(parts.path)
         self.query = parse_qs(parts.query)
-        self.hub.requests.append(Request(self.command, path, self.headers.get("Range"),
-                                         self.headers.get("Authorization")))
+        self.hub.requests.append(
+            Request(
+                self.command, path, self.headers.get("Range"), self.headers.get("Authorization")
+            )
+        )
         segs = path.strip("/").split("/")
         if segs[0] == "api" and self.hub.api_status is not None:
             self._send(self.hub.api_status, b"Internal Error", head=head)
@@ -251,12 +291,25 @@ class _Handler(BaseHTTPRequestHandler):
                 prefix = "/".join(rest[2:])
                 if self.hub.api_delay_s.get(repo):
                     time.sleep(self.hub.api_delay_s[repo])
-                self._json([_tree_entry(f) for f in files.values()
-                            if not prefix or f.path.startswith(prefix + "/")], head)
+                self._json(
+                    [
+                        _tree_entry(f)
+                        for f in files.values()
+                        if not prefix or f.path.startswith(prefix + "/")
+                    ],
+                    head,
+                )
             else:
-                self._json({"modelId": repo, "sha": COMMIT, "private": False,
-                            "siblings": [{"rfilename": f.path} for f in files.values()],
-                            **self.hub.model_entry(repo, self._expand())}, head)
+                self._json(
+                    {
+                        "modelId": repo,
+                        "sha": COMMIT,
+                        "private": False,
+                        "siblings": [{"rfilename": f.path} for f in files.values()],
+                        **self.hub.model_entry(repo, self._expand()),
+                    },
+                    head,
+                )
         elif len(segs) >= 5 and segs[2] == "resolve":
             self._resolve("/".join(segs[:2]), segs[3], "/".join(segs[4:]), head)
         elif segs[0] == "cdn" and len(segs) == 2:
@@ -271,17 +324,20 @@ class _Handler(BaseHTTPRequestHandler):
         q = self.query
         text = (q.get("search") or [""])[0].lower()
         gguf_only = "gguf" in q.get("filter", [])
-        found = [repo for repo, files in self.hub.repos.items()
-                 if text in repo.lower() and repo not in self.hub.private
-                 and (not gguf_only or any(p.endswith(".gguf") for p in files))]
+        found = [
+            repo
+            for repo, files in self.hub.repos.items()
+            if text in repo.lower()
+            and repo not in self.hub.private
+            and (not gguf_only or any(p.endswith(".gguf") for p in files))
+        ]
         if (q.get("sort") or [""])[0] == "downloads":
             found.sort(key=lambda r: -int(self.hub.meta.get(r, {}).get("downloads", 0)))
         limit = int((q.get("limit") or ["1000"])[0])
         self._json([self.hub.model_entry(r, self._expand()) for r in found[:limit]], head)
 
     def _json(self, value: Any, head: bool) -> None:
-        self._send(200, json.dumps(value).encode(), {"Content-Type": "application/json"},
-                   head=head)
+        self._send(200, json.dumps(value).encode(), {"Content-Type": "application/json"}, head=head)
 
     def _resolve(self, repo: str, rev: str, fpath: str, head: bool) -> None:
         files = self._repo(repo, head)
@@ -297,15 +353,26 @@ class _Handler(BaseHTTPRequestHandler):
         common = {"X-Repo-Commit": COMMIT, "Accept-Ranges": "bytes"}
         if f.lfs:
             host = f"http://localhost:{self.hub.port}"
-            self._send(302, b"", {**common, "Location": f"{host}/cdn/{f.sha256}",
-                                  "X-Linked-Etag": f'"{f.sha256}"', "X-Linked-Size": str(f.size),
-                                  "ETag": f'"{f.git_oid}"'}, head=head)
+            self._send(
+                302,
+                b"",
+                {
+                    **common,
+                    "Location": f"{host}/cdn/{f.sha256}",
+                    "X-Linked-Etag": f'"{f.sha256}"',
+                    "X-Linked-Size": str(f.size),
+                    "ETag": f'"{f.git_oid}"',
+                },
+                head=head,
+            )
         else:
             self._bytes(f, head, {**common, "ETag": f'"{f.git_oid}"'})
 
     def _cdn(self, sha: str, head: bool) -> None:
-        f = next((f for files in self.hub.repos.values() for f in files.values()
-                  if f.sha256 == sha), None)
+        f = next(
+            (f for files in self.hub.repos.values() for f in files.values() if f.sha256 == sha),
+            None,
+        )
         if f is None:
             self._send(404, b"NoSuchKey", head=head)
             return
@@ -347,9 +414,10 @@ class _Handler(BaseHTTPRequestHandler):
                 if not chunk:
                     break
                 if f.path in self.hub.corrupt and start + sent <= f.size // 2 < start + sent + len(
-                        chunk):
+                    chunk
+                ):
                     i = f.size // 2 - start - sent
-                    chunk = chunk[:i] + bytes([chunk[i] ^ 0xFF]) + chunk[i + 1:]
+                    chunk = chunk[:i] + bytes([chunk[i] ^ 0xFF]) + chunk[i + 1 :]
                 if cut is not None and sent + len(chunk) >= cut:
                     self.wfile.write(chunk[: cut - sent])
                     self.wfile.flush()
@@ -376,8 +444,10 @@ def _gguf_details(files: dict[str, StubFile]) -> dict[str, Any] | None:
     except (ValueError, OSError, IndexError):
         return None  # the Hub has no details for a file it cannot parse
     arch = str(reader.fields["general.architecture"].contents())
-    out: dict[str, Any] = {"total": sum(int(t.n_elements) for t in reader.tensors),
-                           "architecture": arch}
+    out: dict[str, Any] = {
+        "total": sum(int(t.n_elements) for t in reader.tensors),
+        "architecture": arch,
+    }
     ctx = reader.fields.get(f"{arch}.context_length")
     if ctx is not None:
         out["context_length"] = int(ctx.contents())
@@ -403,8 +473,9 @@ VISION_QUANTS = ("Q4_K_M", "Q8_0", "BF16")
 VISION_PROJECTORS = ("F16", "F32")
 
 
-def add_vision_repo(stub: HubStub, folder: Path, repo: str, *,
-                    projector: Path | None = None) -> dict[str, StubFile]:
+def add_vision_repo(
+    stub: HubStub, folder: Path, repo: str, *, projector: Path | None = None
+) -> dict[str, StubFile]:
     """Serve ``repo`` with ``Tiny-{quant}.gguf`` for ``VISION_QUANTS`` and
     ``mmproj-Tiny-{precision}.gguf`` for ``VISION_PROJECTORS``; returns them by file name.
 

@@ -37,14 +37,28 @@ PROGRESSIVE_JPEG = base64.b64decode(
 )
 
 
-def make_png(width: int, height: int, idat: bytes | list[bytes], *, depth: int = 8,
-             colour: int = 2, interlace: int = 0, extra: bytes = b"") -> bytes:
+def make_png(
+    width: int,
+    height: int,
+    idat: bytes | list[bytes],
+    *,
+    depth: int = 8,
+    colour: int = 2,
+    interlace: int = 0,
+    extra: bytes = b"",
+) -> bytes:
     """A PNG around the given compressed image data (one IDAT, or one per piece)."""
     ihdr = struct.pack(">IIBBBBB", width, height, depth, colour, 0, 0, interlace)
     pieces = [idat] if isinstance(idat, bytes) else idat
     plte = chunk(b"PLTE", bytes(3 * (1 << depth))) if colour == 3 else b""
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + plte + extra
-            + b"".join(chunk(b"IDAT", p) for p in pieces) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + plte
+        + extra
+        + b"".join(chunk(b"IDAT", p) for p in pieces)
+        + chunk(b"IEND", b"")
+    )
 
 
 def zeros(n: int) -> bytes:

@@ -9,9 +9,15 @@ from tests.support.matrix_rows import Row
 from tests.support.template_corpus import corpus
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "tool-calls.md"
-HEADS = {"api_chat": "`/api/chat`", "api_chat_stream": "streamed", "openai": "OpenAI",
-         "openai_stream": "streamed", "anthropic": "Anthropic", "responses": "Responses",
-         "forced": "forced call"}
+HEADS = {
+    "api_chat": "`/api/chat`",
+    "api_chat_stream": "streamed",
+    "openai": "OpenAI",
+    "openai_stream": "streamed",
+    "anthropic": "Anthropic",
+    "responses": "Responses",
+    "forced": "forced call",
+}
 # Why a template of the pinned llama.cpp has no row.
 NO_CALLS = {
     "google-gemma-2-2b-it": "no tools in the template",
@@ -19,7 +25,7 @@ NO_CALLS = {
     "llama-cpp-rwkv-world": "no tools in the template",
     "HuggingFaceTB-SmolLM3-3B": "tools only through its own `xml_tools` variable",
     "fireworks-ai-llama-3-firefunction-v2": "the template reads a `functions` variable that "
-                                            "no client sends: it cannot be rendered with tools",
+    "no client sends: it cannot be rendered with tools",
 }
 
 INTRO = """# Tool calls: the conformance matrix
@@ -48,8 +54,12 @@ tokens, as in real GGUFs) and asks the real daemon through each API with a real 
 """
 
 
-def page(rows: list[Row], columns: list[str], results: dict[tuple[str, str], bool],
-         unrendered: dict[str, str]) -> str:
+def page(
+    rows: list[Row],
+    columns: list[str],
+    results: dict[tuple[str, str], bool],
+    unrendered: dict[str, str],
+) -> str:
     head = "| Family | Template | " + " | ".join(HEADS[c] for c in columns) + " |"
     rule = "|" + "---|" * (len(columns) + 2)
     lines = [head, rule]
@@ -58,14 +68,18 @@ def page(rows: list[Row], columns: list[str], results: dict[tuple[str, str], boo
         lines.append(f"| {row.fmt.name} | {row.template} | {marks} |")
     families = sorted({r.fmt.name for r in rows})
     green = sum(results.values())
-    summary = (f"\n{len(rows)} templates, {len(families)} families, "
-               f"{green} of {len(results)} cells green.\n")
+    summary = (
+        f"\n{len(rows)} templates, {len(families)} families, "
+        f"{green} of {len(results)} cells green.\n"
+    )
     skipped = ["", "## Templates without a row", ""]
     for name in sorted(corpus()):
         stem = name.removesuffix(".jinja")
         if detect_format(corpus()[name]).name == "generic":
             skipped.append(f"- {stem}: {NO_CALLS.get(stem, 'no tool-call format')}")
     for stem, why in sorted(unrendered.items()):
-        skipped.append(f"- {stem} ({detect_format(corpus()[stem + '.jinja']).name}): our "
-                       f"renderer fails on it with tools: `{why}`")
+        skipped.append(
+            f"- {stem} ({detect_format(corpus()[stem + '.jinja']).name}): our "
+            f"renderer fails on it with tools: `{why}`"
+        )
     return INTRO + "\n".join(lines) + "\n" + summary + "\n".join(skipped) + "\n"

@@ -44,18 +44,27 @@ CALLS: dict[str, tuple[str, tuple[Call, ...], str]] = {
     "mistral_nemo": (s.MISTRAL_NEMO_CALL, (("get_weather", W, "abc123XYZ"),), ""),
     "gpt_oss": (s.HARMONY_CALL, (SF,), ""),
     "deepseek_r1": (s.DEEPSEEK_R1_CALL, (("get_time", {"city": "Tokyo"}, None),), ""),
-    "deepseek_v3_1": (s.DEEPSEEK_V31_CALLS.split("</think>", 1)[1],
-                      (("get_time", {"city": "Paris"}, None),
-                       ("get_weather", {"location": "Paris"}, None)), "CONTENT"),
+    "deepseek_v3_1": (
+        s.DEEPSEEK_V31_CALLS.split("</think>", 1)[1],
+        (("get_time", {"city": "Paris"}, None), ("get_weather", {"location": "Paris"}, None)),
+        "CONTENT",
+    ),
     "glm_4_5": (s.GLM_46_CALL.split("</think>\n", 1)[1], (SF,), ""),
-    "kimi_k2": (s.KIMI_CALLS, (("get_weather", {"location": "Paris"}, "functions.get_weather:0"),
-                               ("special_function", {"arg1": 1}, "functions.special_function:1")),
-                ""),
+    "kimi_k2": (
+        s.KIMI_CALLS,
+        (
+            ("get_weather", {"location": "Paris"}, "functions.get_weather:0"),
+            ("special_function", {"arg1": 1}, "functions.special_function:1"),
+        ),
+        "",
+    ),
     "granite": (s.GRANITE_CALLS, (SF, ("get_time", {"city": "Paris"}, None)), ""),
     "command_r7b": (s.COMMAND_R_ACTION, (("special_function", {"arg1": 1}, "0"),), ""),
-    "functionary_v3_2": (s.FUNCTIONARY_CALLS, (("get_time", {"city": "Paris"}, None),
-                                               ("python", {"code": "print(1)"}, None)),
-                         "Let me check."),
+    "functionary_v3_2": (
+        s.FUNCTIONARY_CALLS,
+        (("get_time", {"city": "Paris"}, None), ("python", {"code": "print(1)"}, None)),
+        "Let me check.",
+    ),
     "functionary_v3_1": (s.FUNCTIONARY_V31_CALL, (SF,), ""),
     "gemma4": (s.GEMMA4_CALL, (("get_time", {"city": "Paris"}, None),), ""),
     "lfm2": (s.LFM2_CALLS, (SF, ("get_time", {"city": "Paris"}, None)), ""),
@@ -72,8 +81,7 @@ CALLS: dict[str, tuple[str, tuple[Call, ...], str]] = {
 # Derived formats: the call in each template's own markup.
 DERIVED: dict[str, tuple[str, tuple[Call, ...], str]] = {
     "Apertus-8B-Instruct": (s.APERTUS_CALL, (SF,), ""),
-    "upstage-Solar-Open-100B": (s.SOLAR_CALL, (("get_time", {"city": "Paris"}, "a1b2c3d4e"),),
-                                ""),
+    "upstage-Solar-Open-100B": (s.SOLAR_CALL, (("get_time", {"city": "Paris"}, "a1b2c3d4e"),), ""),
     "tencent-Hy3": (s.HY3_CALL, (("get_time", {"city": "Paris"}, None),), ""),
     "GigaChat3-10B-A1.8B": (s.GIGACHAT3_CALL, (SF,), ""),
     "GigaChat3.1-10B-A1.8B": (s.GIGACHAT31_CALL, (SF,), ""),
@@ -81,9 +89,11 @@ DERIVED: dict[str, tuple[str, tuple[Call, ...], str]] = {
     "CohereForAI-c4ai-command-r-plus-tool_use": (s.COMMAND_R_PLUS_CALL, (SF,), ""),
 }
 # Families whose replies are messages rather than text with markers.
-MUSED = {"gpt_oss": (s.HARMONY_FINAL, ("I'm\nthinking", "Hello, world!")),
-         "muse_glimmer": (s.MUSE_ANSWER, ("I'm\nthinking", "Hello, world!")),
-         "functionary_v3_2": ("all\nAnswer.", ("", "Answer."))}
+MUSED = {
+    "gpt_oss": (s.HARMONY_FINAL, ("I'm\nthinking", "Hello, world!")),
+    "muse_glimmer": (s.MUSE_ANSWER, ("I'm\nthinking", "Hello, world!")),
+    "functionary_v3_2": ("all\nAnswer.", ("", "Answer.")),
+}
 # gpt-oss: <|return|> ends a reply; with <|call|> in the vocabulary llama.cpp stops
 # treating <|end|> as the end of generation, as for the real vocabulary.
 EOS = {"gpt_oss": "<|return|>"}
@@ -130,11 +140,17 @@ class Row:
     def trigger(self, question: str, tools: list[dict[str, Any]]) -> str:
         """The rendered prompt's tail from ``question`` on: the token the reply follows."""
         prompt = self.prompt(question, tools)
-        return prompt[prompt.rindex(question):]
+        return prompt[prompt.rindex(question) :]
 
     def prompt(self, question: str, tools: list[dict[str, Any]]) -> str:
-        return render_prompt(None, self.source, [{"role": "user", "content": question}],
-                             tools=tools, bos_token="<s>", eos_token=self.eos)
+        return render_prompt(
+            None,
+            self.source,
+            [{"role": "user", "content": question}],
+            tools=tools,
+            bos_token="<s>",
+            eos_token=self.eos,
+        )
 
 
 def described(tool: dict[str, Any]) -> dict[str, Any]:
@@ -142,8 +158,14 @@ def described(tool: dict[str, Any]) -> dict[str, Any]:
     template reads every parameter's description, gpt-oss's the tool's)."""
     params = tool["function"]["parameters"]
     props = {k: {**v, "description": k} for k, v in params["properties"].items()}
-    return {**tool, "function": {**tool["function"], "description": "A tool.",
-                                 "parameters": {**params, "properties": props}}}
+    return {
+        **tool,
+        "function": {
+            **tool["function"],
+            "description": "A tool.",
+            "parameters": {**params, "properties": props},
+        },
+    }
 
 
 def stems() -> list[str]:
@@ -170,8 +192,18 @@ def rows() -> tuple[list[Row], dict[str, str]]:
 
 def _row(stem: str, fmt: ChatFormat) -> Row:
     call, calls, content = DERIVED[stem] if fmt.name == "derived" else CALLS[fmt.name]
-    row = Row(stem, fmt, call, calls, content, "", "", ("", ""),
-              eos=EOS.get(fmt.name, "</s>"), vocab=VOCAB.get(fmt.name, ()))
+    row = Row(
+        stem,
+        fmt,
+        call,
+        calls,
+        content,
+        "",
+        "",
+        ("", ""),
+        eos=EOS.get(fmt.name, "</s>"),
+        vocab=VOCAB.get(fmt.name, ()),
+    )
     if fmt.name in MUSED:
         row.muse, row.mused = MUSED[fmt.name]
         row.thinking = "I'm\nthinking" if fmt.name == "gpt_oss" else ""

@@ -42,15 +42,28 @@ def add_model(
         layers.append(store.put_bytes(MEDIA_TEMPLATE, template.encode()))
     if system is not None:
         layers.append(store.put_bytes(MEDIA_SYSTEM, system.encode()))
-    layers.append(store.put_json(MEDIA_PARAMS, params if params is not None else {
-        "stop": ["<|end|>", "</s>"], "temperature": 0.7,
-    }))
+    layers.append(
+        store.put_json(
+            MEDIA_PARAMS,
+            params
+            if params is not None
+            else {
+                "stop": ["<|end|>", "</s>"],
+                "temperature": 0.7,
+            },
+        )
+    )
     if license_text is not None:
         layers.append(store.put_bytes(MEDIA_LICENSE, license_text.encode()))
-    config = store.put_config({
-        "model_format": "gguf", "model_family": "llama", "model_families": ["llama"],
-        "model_type": "1.2M", "file_type": "F32",
-    })
+    config = store.put_config(
+        {
+            "model_format": "gguf",
+            "model_family": "llama",
+            "model_families": ["llama"],
+            "model_type": "1.2M",
+            "file_type": "F32",
+        }
+    )
     return store.commit(parse_name(name), Manifest(config, layers))
 
 

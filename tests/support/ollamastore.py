@@ -37,8 +37,10 @@ IMAGE = "application/vnd.ollama.image."
 # llama3.2:latest: what its chat renders to is checked token by token (tests/support/tinymodel.py
 # counts one token per character), and the reply is the tiny model's continuation of the
 # last character: "m" -> "nop..." cut by the "s" stop parameter.
-TEMPLATE_A = ("{{- if .System }}<|system|>{{ .System }}{{ end }}"
-              "{{- range .Messages }}<|{{ .Role }}|>{{ .Content }}{{ end }}<|assistant|>m")
+TEMPLATE_A = (
+    "{{- if .System }}<|system|>{{ .System }}{{ end }}"
+    "{{- range .Messages }}<|{{ .Role }}|>{{ .Content }}{{ end }}<|assistant|>m"
+)
 SYSTEM_A = "You are terse."
 PARAMS_A = {"stop": ["s"], "temperature": 0, "num_ctx": 512}
 MESSAGES_A = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
@@ -83,24 +85,38 @@ class OllamaStore:
         return self.layer(kind, raw.encode())
 
     def config(self, *, file_type: str = "F32", **extra: Any) -> dict[str, Any]:
-        cfg = {"model_format": "gguf", "model_family": "llama", "model_families": ["llama"],
-               "model_type": "1.2M", "file_type": file_type, **extra,
-               "architecture": "amd64", "os": "linux"}
-        return {"mediaType": CONFIG_TYPE,
-                **self.blob(json.dumps(cfg, separators=(",", ":")).encode())}
+        cfg = {
+            "model_format": "gguf",
+            "model_family": "llama",
+            "model_families": ["llama"],
+            "model_type": "1.2M",
+            "file_type": file_type,
+            **extra,
+            "architecture": "amd64",
+            "os": "linux",
+        }
+        return {
+            "mediaType": CONFIG_TYPE,
+            **self.blob(json.dumps(cfg, separators=(",", ":")).encode()),
+        }
 
-    def manifest(self, path: str, config: dict[str, Any], layers: list[dict[str, Any]],
-                 *, raw: bytes | None = None) -> Path:
+    def manifest(
+        self,
+        path: str,
+        config: dict[str, Any],
+        layers: list[dict[str, Any]],
+        *,
+        raw: bytes | None = None,
+    ) -> Path:
         """Write the manifest at ``manifests/<path>`` (``host/namespace/model/tag``)."""
         target = self.root / "manifests" / path
         target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-        doc = {"schemaVersion": 2, "mediaType": MANIFEST_TYPE, "config": config,
-               "layers": layers}
-        target.write_bytes(raw if raw is not None
-                           else json.dumps(doc, separators=(",", ":")).encode() + b"\n")
+        doc = {"schemaVersion": 2, "mediaType": MANIFEST_TYPE, "config": config, "layers": layers}
+        target.write_bytes(
+            raw if raw is not None else json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+        )
         self.written.append(path)
         return target
-
 
     def digests(self) -> set[str]:
         """Every blob the manifests name but the obsolete ``embed`` layers (not imported)."""
@@ -112,8 +128,7 @@ class OllamaStore:
                 except ValueError:
                     continue
                 out.add(doc["config"]["digest"])
-                out |= {ly["digest"] for ly in doc["layers"]
-                        if ly["mediaType"] != IMAGE + "embed"}
+                out |= {ly["digest"] for ly in doc["layers"] if ly["mediaType"] != IMAGE + "embed"}
         return out
 
 
@@ -125,28 +140,39 @@ def three_models(root: Path, work: Path) -> OllamaStore:
 
     gguf = make_tiny_model(work)
     store = OllamaStore(root)
-    store.manifest("registry.ollama.ai/library/llama3.2/latest", store.config(), [
-        store.layer("model", gguf),
-        store.text("template", TEMPLATE_A),
-        store.text("system", SYSTEM_A),
-        store.text("params", PARAMS_A),
-        store.text("messages", MESSAGES_A),
-        store.text("license", LICENSE_A),
-    ])
-    store.manifest("registry.ollama.ai/someuser/tiny-vision/v1", store.config(), [
-        store.layer("model", gguf),
-        store.layer("projector", make_projector(work / "mmproj")),
-        store.text("template", TEMPLATE_VISION),
-        store.text("params", {"temperature": 0}),
-    ])
-    store.manifest("hf.co/someone/Tiny-GGUF/Q8_0",
-                   store.config(file_type="Q8_0", rootfs={"type": "layers", "diff_ids": []}), [
-        store.layer("model", gguf, **{"from": "/root/.ollama/models/blobs/sha256-x"}),
-        store.layer("adapter", make_remap_lora(work, REMAP_HF)),
-        store.text("prompt", TEMPLATE_HF),
-        store.layer("embed", b"\x00" * 16),
-        store.text("params", {"temperature": 0}),
-    ])
+    store.manifest(
+        "registry.ollama.ai/library/llama3.2/latest",
+        store.config(),
+        [
+            store.layer("model", gguf),
+            store.text("template", TEMPLATE_A),
+            store.text("system", SYSTEM_A),
+            store.text("params", PARAMS_A),
+            store.text("messages", MESSAGES_A),
+            store.text("license", LICENSE_A),
+        ],
+    )
+    store.manifest(
+        "registry.ollama.ai/someuser/tiny-vision/v1",
+        store.config(),
+        [
+            store.layer("model", gguf),
+            store.layer("projector", make_projector(work / "mmproj")),
+            store.text("template", TEMPLATE_VISION),
+            store.text("params", {"temperature": 0}),
+        ],
+    )
+    store.manifest(
+        "hf.co/someone/Tiny-GGUF/Q8_0",
+        store.config(file_type="Q8_0", rootfs={"type": "layers", "diff_ids": []}),
+        [
+            store.layer("model", gguf, **{"from": "/root/.ollama/models/blobs/sha256-x"}),
+            store.layer("adapter", make_remap_lora(work, REMAP_HF)),
+            store.text("prompt", TEMPLATE_HF),
+            store.layer("embed", b"\x00" * 16),
+            store.text("params", {"temperature": 0}),
+        ],
+    )
     return store
 
 
@@ -166,6 +192,11 @@ def snapshot(root: Path) -> dict[str, tuple[Any, ...]]:
                 content = hashlib.sha256(path.read_bytes()).hexdigest()
             else:
                 content = ""
-            out[str(path.relative_to(root))] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode),
-                                                st.st_size, st.st_mtime_ns, content)
+            out[str(path.relative_to(root))] = (
+                stat.S_IFMT(st.st_mode),
+                stat.S_IMODE(st.st_mode),
+                st.st_size,
+                st.st_mtime_ns,
+                content,
+            )
     return out

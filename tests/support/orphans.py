@@ -18,8 +18,12 @@ from tests.support.runners import pid_alive
 @contextmanager
 def spawn_parent(model: str, kind: str, *extra: str) -> Iterator[subprocess.Popen[str]]:
     """The stand-in daemon, killed (and its pipe closed) when the block ends."""
-    parent = subprocess.Popen([sys.executable, "-m", "tests.support.parent_script", model, kind,
-                               *extra], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.parent_script", model, kind, *extra],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         yield parent
     finally:

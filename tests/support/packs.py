@@ -39,36 +39,51 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def manifest_for(files: dict[str, bytes], *, backend: str = "rpc", ggml_version: str,
-                 **over: Any) -> dict[str, Any]:
+def manifest_for(
+    files: dict[str, bytes], *, backend: str = "rpc", ggml_version: str, **over: Any
+) -> dict[str, Any]:
     b = {"rpc": "libggml-rpc.so", "cuda": "libggml-cuda.so"}[backend]
     m: dict[str, Any] = {
-        "format": pack.FORMAT, "backend": backend, "plugin": b, "ggml_version": ggml_version,
-        "ggml_commit": COMMIT, "architectures": [], "toolkit": "GNU 12", "made_by": "tests",
-        "platform": pack.platform_tag(), "libs_folder": pack.libs_folder(backend),
-        "system_libs": [], "files": {n: {"sha256": sha(d), "size": len(d)}
-                                     for n, d in files.items()},
+        "format": pack.FORMAT,
+        "backend": backend,
+        "plugin": b,
+        "ggml_version": ggml_version,
+        "ggml_commit": COMMIT,
+        "architectures": [],
+        "toolkit": "GNU 12",
+        "made_by": "tests",
+        "platform": pack.platform_tag(),
+        "libs_folder": pack.libs_folder(backend),
+        "system_libs": [],
+        "files": {n: {"sha256": sha(d), "size": len(d)} for n, d in files.items()},
     }
     m.update(over)
     return m
 
 
-def write_pack(path: Path, manifest: dict[str, Any] | None, members: list[Member],
-               *, manifest_last: bool = False) -> Path:
+def write_pack(
+    path: Path,
+    manifest: dict[str, Any] | None,
+    members: list[Member],
+    *,
+    manifest_last: bool = False,
+) -> Path:
     """A tar.gz at ``path``: ``manifest.json`` (first, unless ``manifest_last``) and members."""
     entries = list(members)
     if manifest is not None:
         m = Member(pack.MANIFEST, json.dumps(manifest).encode())
         entries = [*entries, m] if manifest_last else [m, *entries]
     raw = io.BytesIO()
-    with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz, \
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    with (
+        gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
         for e in entries:
             info = tarfile.TarInfo(e.name)
             info.type, info.linkname, info.mode = e.kind, e.link, 0o755
             if e.kind == tarfile.REGTYPE:
                 info.size = len(e.data) if e.size is None else e.size
-                data = e.data if e.size is None else (e.data + b"\0" * e.size)[:e.size]
+                data = e.data if e.size is None else (e.data + b"\0" * e.size)[: e.size]
                 tar.addfile(info, io.BytesIO(data))
             else:
                 tar.addfile(info)
@@ -85,8 +100,9 @@ def copy_backends(rpc_backends: Path, dest: Path) -> tuple[Path, str]:
     return dest, version
 
 
-def use_backends(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, rpc_backends: Path
-                 ) -> tuple[Path, str]:
+def use_backends(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, rpc_backends: Path
+) -> tuple[Path, str]:
     """LOCALLLM_BACKENDS and LOCALLLM_CACHE of the test's own, the RPC plugin copied in."""
     root, version = copy_backends(rpc_backends, tmp_path / "backends")
     monkeypatch.setenv("LOCALLLM_BACKENDS", str(root))
@@ -106,5 +122,4 @@ def trust_only(monkeypatch: pytest.MonkeyPatch, *hashes: str) -> None:
 
 
 def core(version: str, **over: Any) -> manifest.Core:
-    return manifest.Core(**{"ggml_version": version, "ggml_commit": COMMIT, "archs": [],
-                           **over})
+    return manifest.Core(**{"ggml_version": version, "ggml_commit": COMMIT, "archs": [], **over})

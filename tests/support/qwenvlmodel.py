@@ -61,7 +61,7 @@ RED_DIM, GREEN_DIM, FLAG = 380, 381, 382  # residual dimensions no token uses
 SECTIONS = [8, 12, 12, 0]
 WEAK = 1.0  # the default successor's strength (</s>), against SHARPNESS
 RED_GREEDY = LETTERS
-GREEN_GREEDY = LETTERS[LETTERS.index("n"):]
+GREEN_GREEDY = LETTERS[LETTERS.index("n") :]
 HEAD = N_EMBD // N_HEAD
 
 if TYPE_CHECKING:
@@ -74,16 +74,21 @@ def noise_png(width: int, height: int, seed: int = 0) -> bytes:
     import zlib
 
     rng = np.random.default_rng(seed)
-    rows = b"".join(b"\x00" + rng.integers(0, 256, width * 3, dtype=np.uint8).tobytes()
-                    for _ in range(height))
+    rows = b"".join(
+        b"\x00" + rng.integers(0, 256, width * 3, dtype=np.uint8).tobytes() for _ in range(height)
+    )
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         body = kind + data
         return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
 
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(rows))
-            + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
 
 
 def tokens_for(width: int, height: int) -> tuple[int, int]:
@@ -98,8 +103,14 @@ def _strong() -> set[int]:
     return {t for t, n in nxt.items() if n != EOS} | {token_id("z"), token_id("<0xAC>")}
 
 
-def make_qwen_model(dir: Path, *, attention: bool = False, name: str = "qwen2vl.gguf",
-                    seed: int = 0, arch: str = "qwen2vl") -> Path:
+def make_qwen_model(
+    dir: Path,
+    *,
+    attention: bool = False,
+    name: str = "qwen2vl.gguf",
+    seed: int = 0,
+    arch: str = "qwen2vl",
+) -> Path:
     """Write the tiny text model into ``dir`` (see the module docstring).
 
     ``arch="qwen3vl"``: the same model as Qwen3-VL's text architecture, whose M-RoPE
@@ -211,8 +222,12 @@ def make_qwen_projector(dir: Path, *, name: str = "mmproj-qwen2vl.gguf", seed: i
     p = "v.blk.0."
     for t in ("attn_q", "attn_k", "attn_v", "attn_out"):
         # Zero output: the block passes the patch features through unchanged.
-        w.add_tensor(p + t + ".weight", (rng.standard_normal((d, d)) * 0.02).astype(f32)
-                     if t != "attn_out" else np.zeros((d, d), dtype=f32))
+        w.add_tensor(
+            p + t + ".weight",
+            (rng.standard_normal((d, d)) * 0.02).astype(f32)
+            if t != "attn_out"
+            else np.zeros((d, d), dtype=f32),
+        )
         w.add_tensor(p + t + ".bias", np.zeros(d, dtype=f32))
     for t in ("ln1", "ln2"):
         w.add_tensor(p + t + ".weight", np.ones(d, dtype=f32))
@@ -224,7 +239,7 @@ def make_qwen_projector(dir: Path, *, name: str = "mmproj-qwen2vl.gguf", seed: i
     # The merger sees 2x2 patches side by side: 4 * d inputs, patch j's features at j*d.
     mm0 = (rng.standard_normal((hidden, 4 * d)) * 0.01).astype(f32)  # every image its own
     for j in range(4):
-        mm0[:, j * d:j * d + 2] = np.eye(2)  # red -> hidden 0, green -> hidden 1
+        mm0[:, j * d : j * d + 2] = np.eye(2)  # red -> hidden 0, green -> hidden 1
     mm2 = np.zeros((N_EMBD, hidden), dtype=f32)
     mm2[RED_DIM, 0] = mm2[GREEN_DIM, 1] = 0.25  # a solid colour: GELU(4) / 4 = 1
     bias2 = np.zeros(N_EMBD, dtype=f32)

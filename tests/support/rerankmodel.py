@@ -83,9 +83,15 @@ def expected_score(ids: list[int]) -> float:
     return 1.0 / (1.0 + math.exp(-logit))
 
 
-def make_rerank_model(dir: Path, *, template: str | None = TEMPLATE, head: bool = True,
-                      name: str = "rerank.gguf", n_ctx_train: int = 2048,
-                      pooling: str = "rank") -> Path:
+def make_rerank_model(
+    dir: Path,
+    *,
+    template: str | None = TEMPLATE,
+    head: bool = True,
+    name: str = "rerank.gguf",
+    n_ctx_train: int = 2048,
+    pooling: str = "rank",
+) -> Path:
     """Write the tiny reranker into ``dir`` and return its path (see the module doc);
     ``pooling`` is the pooling type its metadata names."""
     import gguf
@@ -166,6 +172,7 @@ def bert_pair_ids(query: str, doc: str) -> list[int]:
 
 def expected_bert_logit(ids: list[int]) -> float:
     """The BERT reranker's raw score (the head's logit) for a pair's token ids."""
+
     def norm(x: np.ndarray) -> np.ndarray:
         c = x - x.mean()
         return c / math.sqrt(float(np.mean(c * c)) + BERT_EPS)

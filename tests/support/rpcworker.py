@@ -41,10 +41,17 @@ def ensure_rpc_plugin() -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not list(root.glob("*/libggml-rpc.so")):
             env = {**os.environ, "LOCALLLM_BACKENDS": str(root)}
-            out = subprocess.run([sys.executable, "-m", "localllm", "backends", "build", "rpc"],
-                                 cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+            out = subprocess.run(
+                [sys.executable, "-m", "localllm", "backends", "build", "rpc"],
+                cwd=REPO,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
             assert out.returncode == 0, (
-                f"building the RPC plugin failed:\n{out.stdout}\n{out.stderr}")
+                f"building the RPC plugin failed:\n{out.stdout}\n{out.stderr}"
+            )
     return root
 
 
@@ -76,8 +83,22 @@ def start_worker(backends: Path, tmp: Path, *extra: str) -> Iterator[Worker]:
     log = tmp / f"worker-{port}.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "localllm", "worker", "--port", str(port), "--threads", "1",
-             *extra], cwd=REPO, env=worker_env(backends), stdout=out, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "localllm",
+                "worker",
+                "--port",
+                str(port),
+                "--threads",
+                "1",
+                *extra,
+            ],
+            cwd=REPO,
+            env=worker_env(backends),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     w = Worker(f"127.0.0.1:{port}", proc, log)
     try:
         deadline = time.monotonic() + 60

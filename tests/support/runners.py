@@ -23,13 +23,20 @@ def arun(coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
     return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
-async def start_fake(path: str = "/models/fake.gguf", *, n_parallel: int = 4,
-                     load_timeout: float = 30.0,
-                     runner_timeout: float | None = None) -> RunnerProcess:
-    return await RunnerProcess.start([path], LoadOptions(n_ctx=128, n_parallel=n_parallel,
-                                                         n_threads=1),
-                                     load_timeout=load_timeout, runner_timeout=runner_timeout,
-                                     env=FAKE_ENV)
+async def start_fake(
+    path: str = "/models/fake.gguf",
+    *,
+    n_parallel: int = 4,
+    load_timeout: float = 30.0,
+    runner_timeout: float | None = None,
+) -> RunnerProcess:
+    return await RunnerProcess.start(
+        [path],
+        LoadOptions(n_ctx=128, n_parallel=n_parallel, n_threads=1),
+        load_timeout=load_timeout,
+        runner_timeout=runner_timeout,
+        env=FAKE_ENV,
+    )
 
 
 @contextlib.asynccontextmanager
@@ -43,8 +50,12 @@ async def running(start: Awaitable[RunnerProcess]) -> AsyncIterator[RunnerProces
 
 
 def greedy(req_id: str, prompt: str | list[int], num_predict: int = -1) -> CompletionRequest:
-    return CompletionRequest(id=req_id, prompt=prompt, num_predict=num_predict,
-                             sampling=SamplingParams(temperature=0.0, seed=1))
+    return CompletionRequest(
+        id=req_id,
+        prompt=prompt,
+        num_predict=num_predict,
+        sampling=SamplingParams(temperature=0.0, seed=1),
+    )
 
 
 async def collect(runner: RunnerProcess, req: CompletionRequest) -> tuple[str, Done]:

@@ -35,12 +35,14 @@ class FakeRunner:
     async def cancel(self, req_id: str) -> None:
         return None
 
-    async def embed(self, inputs: list[str], truncate: bool = True
-                    ) -> tuple[list[list[float]], int]:
+    async def embed(
+        self, inputs: list[str], truncate: bool = True
+    ) -> tuple[list[list[float]], int]:
         return [], 0
 
-    async def tokenize(self, text: str, add_special: bool = True,
-                       parse_special: bool = True) -> list[int]:
+    async def tokenize(
+        self, text: str, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
         return []
 
     async def detokenize(self, tokens: list[int], special: bool = False) -> str:
@@ -56,8 +58,9 @@ class Harness:
         self.fits = True
         self.sched = Scheduler(self.start, self.plan, **kw)
 
-    async def start(self, paths: list[str], opts: LoadOptions, *,
-                    load_timeout: float | None = None) -> FakeRunner:
+    async def start(
+        self, paths: list[str], opts: LoadOptions, *, load_timeout: float | None = None
+    ) -> FakeRunner:
         await asyncio.sleep(0.01)
         runner = FakeRunner(paths, opts)
         self.started.append(runner)

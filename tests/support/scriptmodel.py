@@ -59,10 +59,11 @@ def segment(text: str, taken: set[str], *, longest: int = 6) -> list[str]:
     pieces: list[str] = []
     i = 0
     while i < len(text):
-        lengths = itertools.chain(range(min(longest, len(text) - i), 0, -1),
-                                  range(longest + 1, len(text) - i + 1))
+        lengths = itertools.chain(
+            range(min(longest, len(text) - i), 0, -1), range(longest + 1, len(text) - i + 1)
+        )
         for n in lengths:
-            cand = text[i:i + n]
+            cand = text[i : i + n]
             if cand not in taken:
                 pieces.append(cand)
                 taken.add(cand)
@@ -94,8 +95,9 @@ def _cut(text: str, taken: set[str], longest: int = 6) -> list[str] | None:
     return pieces
 
 
-def _script_tokens(text: str, control: Sequence[str], taken: set[str],
-                   used: set[str], longest: int = 6) -> list[str]:
+def _script_tokens(
+    text: str, control: Sequence[str], taken: set[str], used: set[str], longest: int = 6
+) -> list[str]:
     """The script as token texts: control markers whole where not ``used`` before (the
     set is updated), the rest cut into pieces.
 
@@ -117,7 +119,7 @@ def _script_tokens(text: str, control: Sequence[str], taken: set[str],
             out += [*pieces, marker]
             used.add(marker)
             head = ""
-        rest = rest[at + len(marker):]
+        rest = rest[at + len(marker) :]
     else:
         if head:
             out += segment(head, taken, longest=longest)

@@ -41,16 +41,29 @@ LLAMA32_1B = Shape("llama", "Llama-3.2-1B", 16, 2048, 32, 8, 8192, 128256, 13107
 LLAMA31_8B = Shape("llama", "Llama-3.1-8B", 32, 4096, 32, 8, 14336, 128256, 131072, False, 128)
 LLAMA2_7B = Shape("llama", "Llama-2-7B", 32, 4096, 32, 32, 11008, 32000, 4096, False, 128)
 LLAMA31_70B = Shape("llama", "Llama-3.1-70B", 80, 8192, 64, 8, 28672, 128256, 131072, False, 128)
-QWEN3_30B_A3B = Shape("qwen3moe", "Qwen3-30B-A3B", 48, 2048, 32, 4, 768, 151936, 40960, False,
-                      128, n_expert=128)
+QWEN3_30B_A3B = Shape(
+    "qwen3moe", "Qwen3-30B-A3B", 48, 2048, 32, 4, 768, 151936, 40960, False, 128, n_expert=128
+)
 
 # Per-tensor types of each quant mix (llama.cpp's choices, simplified to one type per role).
 MIXES: dict[str, dict[str, Q]] = {
-    "Q4_K_M": {"embd": Q.Q4_K, "out": Q.Q6_K, "attn": Q.Q4_K, "v": Q.Q6_K, "ffn": Q.Q4_K,
-               "down": Q.Q6_K},
+    "Q4_K_M": {
+        "embd": Q.Q4_K,
+        "out": Q.Q6_K,
+        "attn": Q.Q4_K,
+        "v": Q.Q6_K,
+        "ffn": Q.Q4_K,
+        "down": Q.Q6_K,
+    },
     "Q8_0": {k: Q.Q8_0 for k in ("embd", "out", "attn", "v", "ffn", "down")},
-    "Q4_0": {"embd": Q.Q4_0, "out": Q.Q6_K, "attn": Q.Q4_0, "v": Q.Q4_0, "ffn": Q.Q4_0,
-             "down": Q.Q4_0},
+    "Q4_0": {
+        "embd": Q.Q4_0,
+        "out": Q.Q6_K,
+        "attn": Q.Q4_0,
+        "v": Q.Q4_0,
+        "ffn": Q.Q4_0,
+        "down": Q.Q4_0,
+    },
     "F16": {k: Q.F16 for k in ("embd", "out", "attn", "v", "ffn", "down")},
 }
 
@@ -79,17 +92,24 @@ def layer_tensors(s: Shape, mix: str) -> dict[str, tuple[tuple[int, ...], Q]]:
     }
     if s.n_expert:
         x = s.n_expert
-        t |= {"ffn_gate_inp.weight": ((e, x), Q.F32),
-              "ffn_gate_exps.weight": ((e, s.n_ff, x), m["ffn"]),
-              "ffn_up_exps.weight": ((e, s.n_ff, x), m["ffn"]),
-              "ffn_down_exps.weight": ((s.n_ff, e, x), m["down"])}
+        t |= {
+            "ffn_gate_inp.weight": ((e, x), Q.F32),
+            "ffn_gate_exps.weight": ((e, s.n_ff, x), m["ffn"]),
+            "ffn_up_exps.weight": ((e, s.n_ff, x), m["ffn"]),
+            "ffn_down_exps.weight": ((s.n_ff, e, x), m["down"]),
+        }
     else:
-        t |= {"ffn_gate.weight": ((e, s.n_ff), m["ffn"]),
-              "ffn_up.weight": ((e, s.n_ff), m["ffn"]),
-              "ffn_down.weight": ((s.n_ff, e), m["down"])}
+        t |= {
+            "ffn_gate.weight": ((e, s.n_ff), m["ffn"]),
+            "ffn_up.weight": ((e, s.n_ff), m["ffn"]),
+            "ffn_down.weight": ((s.n_ff, e), m["down"]),
+        }
     if s.qkv_bias:
-        t |= {"attn_q.bias": ((q,), Q.F32), "attn_k.bias": ((kv,), Q.F32),
-              "attn_v.bias": ((kv,), Q.F32)}
+        t |= {
+            "attn_q.bias": ((q,), Q.F32),
+            "attn_k.bias": ((kv,), Q.F32),
+            "attn_v.bias": ((kv,), Q.F32),
+        }
     return t
 
 
@@ -102,14 +122,27 @@ def model_info(s: Shape, mix: str = "Q4_K_M") -> ModelInfo:
     embd = nbytes((s.n_embd, s.n_vocab), m["embd"])
     norm = nbytes((s.n_embd,), Q.F32)
     output = norm + (embd if s.tied else nbytes((s.n_embd, s.n_vocab), m["out"]))
-    params = s.n_layers * sum(
-        _elems(shape) for shape, _ in tensors.values()
-    ) + s.n_vocab * s.n_embd * (1 if s.tied else 2) + s.n_embd
+    params = (
+        s.n_layers * sum(_elems(shape) for shape, _ in tensors.values())
+        + s.n_vocab * s.n_embd * (1 if s.tied else 2)
+        + s.n_embd
+    )
     return ModelInfo(
-        architecture=s.arch, name=s.name, file_type=mix, parameter_count=params,
-        n_layers=s.n_layers, n_embd=s.n_embd, n_head=s.n_head, n_head_kv=s.n_head_kv,
-        head_dim_k=d, head_dim_v=d, context_length=s.n_ctx_train, n_vocab=s.n_vocab,
-        layer_bytes=[layer] * s.n_layers, output_bytes=output, token_embd_bytes=embd,
+        architecture=s.arch,
+        name=s.name,
+        file_type=mix,
+        parameter_count=params,
+        n_layers=s.n_layers,
+        n_embd=s.n_embd,
+        n_head=s.n_head,
+        n_head_kv=s.n_head_kv,
+        head_dim_k=d,
+        head_dim_v=d,
+        context_length=s.n_ctx_train,
+        n_vocab=s.n_vocab,
+        layer_bytes=[layer] * s.n_layers,
+        output_bytes=output,
+        token_embd_bytes=embd,
         file_size=s.n_layers * layer + embd + output - (embd if s.tied else 0),
         expert_bytes=[experts] * s.n_layers if s.n_expert else [],
     )
@@ -122,8 +155,13 @@ def _elems(shape: tuple[int, ...]) -> int:
     return n
 
 
-def gpu(name: str, library: str, total_gib: float, free_gib: float | None = None,
-        kind: DeviceKind = "gpu") -> Device:
+def gpu(
+    name: str,
+    library: str,
+    total_gib: float,
+    free_gib: float | None = None,
+    kind: DeviceKind = "gpu",
+) -> Device:
     """A GPU with ``total_gib``; free defaults to 0.4 GiB less (a driver's own use)."""
     total = int(total_gib * GiB)
     free = int((free_gib if free_gib is not None else total_gib - 0.4) * GiB)

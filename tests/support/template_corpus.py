@@ -59,36 +59,68 @@ def _read_templates(tarball: Path) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-WEATHER_TOOL = {"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather in a city",
-    "parameters": {"type": "object", "properties": {
-        "city": {"type": "string", "description": "The city"},
-        "unit": {"type": "string", "enum": ["c", "f"]}},
-        "required": ["city"]}}}
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "The city"},
+                "unit": {"type": "string", "enum": ["c", "f"]},
+            },
+            "required": ["city"],
+        },
+    },
+}
 # Mistral's templates insist on 9-character alphanumeric ids.
-CALL = {"id": "call12345", "type": "function",
-        "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}}
+CALL = {
+    "id": "call12345",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}},
+}
 
 CONVERSATIONS: dict[str, dict[str, Any]] = {
-    "system+user": {"messages": [
-        {"role": "system", "content": "You are a terse assistant."},
-        {"role": "user", "content": "Why is the sky blue?"}]},
-    "multi-turn": {"messages": [
-        {"role": "user", "content": "Hello!"},
-        {"role": "assistant", "content": "Hi, how can I help?"},
-        {"role": "user", "content": "Name a <colour> & a number."}]},
-    "tool-call+result": {"tools": [WEATHER_TOOL], "messages": [
-        {"role": "system", "content": "Use tools when they help."},
-        {"role": "user", "content": "What's the weather in Paris?"},
-        {"role": "assistant", "content": "", "tool_calls": [CALL]},
-        {"role": "tool", "content": "{\"temperature\": 18}", "tool_call_id": "call12345",
-         "name": "get_weather", "tool_name": "get_weather"}]},
-    "tools-offered": {"tools": [WEATHER_TOOL], "messages": [
-        {"role": "user", "content": "Weather in Tokyo?"}]},
-    "reasoning-in-history": {"messages": [
-        {"role": "user", "content": "What is 2+2?"},
-        {"role": "assistant", "content": "4", "thinking": "Two and two make four."},
-        {"role": "user", "content": "And 3+3?"}]},
+    "system+user": {
+        "messages": [
+            {"role": "system", "content": "You are a terse assistant."},
+            {"role": "user", "content": "Why is the sky blue?"},
+        ]
+    },
+    "multi-turn": {
+        "messages": [
+            {"role": "user", "content": "Hello!"},
+            {"role": "assistant", "content": "Hi, how can I help?"},
+            {"role": "user", "content": "Name a <colour> & a number."},
+        ]
+    },
+    "tool-call+result": {
+        "tools": [WEATHER_TOOL],
+        "messages": [
+            {"role": "system", "content": "Use tools when they help."},
+            {"role": "user", "content": "What's the weather in Paris?"},
+            {"role": "assistant", "content": "", "tool_calls": [CALL]},
+            {
+                "role": "tool",
+                "content": '{"temperature": 18}',
+                "tool_call_id": "call12345",
+                "name": "get_weather",
+                "tool_name": "get_weather",
+            },
+        ],
+    },
+    "tools-offered": {
+        "tools": [WEATHER_TOOL],
+        "messages": [{"role": "user", "content": "Weather in Tokyo?"}],
+    },
+    "reasoning-in-history": {
+        "messages": [
+            {"role": "user", "content": "What is 2+2?"},
+            {"role": "assistant", "content": "4", "thinking": "Two and two make four."},
+            {"role": "user", "content": "And 3+3?"},
+        ]
+    },
 }
 
 BOS, EOS = "<s>", "</s>"
@@ -104,14 +136,20 @@ def reference(template: str, case: dict[str, Any], *, iterables: bool = False) -
 
     real = ctu.json
     if iterables:
+
         def dumps(x: Any, **kw: Any) -> str:
             return json.dumps(x, default=_listed, **kw)
 
         ctu.json = SimpleNamespace(dumps=dumps, loads=json.loads)  # type: ignore[assignment]
     try:
         rendered, _ = ctu.render_jinja_template(
-            conversations=[case["messages"]], tools=case.get("tools"), chat_template=template,
-            add_generation_prompt=True, bos_token=BOS, eos_token=EOS)
+            conversations=[case["messages"]],
+            tools=case.get("tools"),
+            chat_template=template,
+            add_generation_prompt=True,
+            bos_token=BOS,
+            eos_token=EOS,
+        )
     finally:
         ctu.json = real
     return str(rendered[0])

@@ -34,14 +34,14 @@ class ThrottleProxy:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection(*self.upstream)
         self.writers += [writer, up_writer]
-        for task in (self._pump(reader, up_writer, 0.0), self._pump(up_reader, writer,
-                                                                    self.delay)):
+        for task in (self._pump(reader, up_writer, 0.0), self._pump(up_reader, writer, self.delay)):
             t = asyncio.create_task(task)
             self.tasks.add(t)
             t.add_done_callback(self.tasks.discard)
 
-    async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter,
-                    delay: float) -> None:
+    async def _pump(
+        self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, delay: float
+    ) -> None:
         with contextlib.suppress(ConnectionError, OSError):
             while data := await src.read(self.chunk):
                 dst.write(data)

@@ -24,8 +24,9 @@ import numpy as np
 from tests.support.tinymodel import N_EMBD, N_VOCAB, SHARPNESS, successors, token_id
 
 
-def make_tiny_lora(dir: Path, *, arch: str = "llama", name: str = "lora.gguf",
-                   rank: int = 4, adapter: bool = True) -> Path:
+def make_tiny_lora(
+    dir: Path, *, arch: str = "llama", name: str = "lora.gguf", rank: int = 4, adapter: bool = True
+) -> Path:
     import gguf
 
     dir.mkdir(parents=True, exist_ok=True)
@@ -47,8 +48,9 @@ def make_tiny_lora(dir: Path, *, arch: str = "llama", name: str = "lora.gguf",
     return path
 
 
-def make_remap_lora(dir: Path, remap: dict[str, str], *, name: str = "remap.gguf",
-                    n_embd: int = N_EMBD) -> Path:
+def make_remap_lora(
+    dir: Path, remap: dict[str, str], *, name: str = "remap.gguf", n_embd: int = N_EMBD
+) -> Path:
     import gguf
 
     dir.mkdir(parents=True, exist_ok=True)

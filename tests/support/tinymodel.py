@@ -231,6 +231,7 @@ def make_tiny_model(
     w.add_tensor("output.weight", out)
     rng = np.random.default_rng(seed)
     for i in range(n_layer):
+
         def attn(std: float) -> np.ndarray:
             # Small enough that the successor keeps its margin, large enough that
             # every logprob moves with the context.

@@ -10,13 +10,32 @@ from typing import Any
 from localllm.toolcalls.base import FormatParser
 from tests.support.gbnf import Alt, Cls, Lit, Node, Ref, Rep, Seq, accepts, parse_grammar
 
-WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"enum": ["paris", "tokyo"]}},
-    "required": ["city"]}}}
-COUNT = {"type": "function", "function": {"name": "count", "parameters": {
-    "type": "object", "properties": {"n": {"type": "integer"}, "label": {"type": "string"},
-                                     "tags": {"type": "array", "items": {"type": "string"}}},
-    "required": ["n"]}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"enum": ["paris", "tokyo"]}},
+            "required": ["city"],
+        },
+    },
+}
+COUNT = {
+    "type": "function",
+    "function": {
+        "name": "count",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "n": {"type": "integer"},
+                "label": {"type": "string"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+            },
+            "required": ["n"],
+        },
+    },
+}
 TOOLS = [WEATHER, COUNT]
 _SAFE = "abz 19"
 
@@ -40,8 +59,9 @@ def generate(rules: dict[str, Node], node: Node, rng: random.Random, depth: int 
         return generate(rules, option, rng, depth)
     assert isinstance(node, Rep)
     high = node.low if deep else min(node.high if node.high is not None else 2, node.low + 2)
-    return "".join(generate(rules, node.node, rng, depth)
-                   for _ in range(rng.randint(node.low, high)))
+    return "".join(
+        generate(rules, node.node, rng, depth) for _ in range(rng.randint(node.low, high))
+    )
 
 
 def check_args(name: str, args: dict[str, Any]) -> None:

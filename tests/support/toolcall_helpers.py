@@ -8,31 +8,45 @@ from localllm.toolcalls import ToolCall, format_named
 
 
 def tool(name: str, /, **props: Any) -> dict[str, Any]:
-    return {"type": "function", "function": {
-        "name": name, "parameters": {"type": "object", "properties": props,
-                                     "required": list(props)}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "parameters": {"type": "object", "properties": props, "required": list(props)},
+        },
+    }
 
 
-TOOLS = [tool("get_weather", location={"type": "string"}, unit={"type": "string"}),
-         tool("special_function", arg1={"type": "integer"}),
-         tool("special_function_with_opt", arg1={"type": "integer"}, arg2={"type": "integer"}),
-         tool("a"), tool("b"), tool("f"), tool("noop"), tool("get_time", city={"type": "string"}),
-         tool("python", code={"type": "string"}),
-         tool("toggle", enabled={"type": "boolean"}),
-         tool("set_config", config={"type": "object"}),
-         tool("todo_list", todos={"type": "array", "items": {"type": "string"}}),
-         tool("amount", orig={"type": "number"}),
-         tool("empty_args"),
-         tool("Calendar.create_event", title={"type": "string"},
-              participants={"type": "array"}),
-         tool("magic_int", ref={"type": "integer"}, name={"type": "string"})]
+TOOLS = [
+    tool("get_weather", location={"type": "string"}, unit={"type": "string"}),
+    tool("special_function", arg1={"type": "integer"}),
+    tool("special_function_with_opt", arg1={"type": "integer"}, arg2={"type": "integer"}),
+    tool("a"),
+    tool("b"),
+    tool("f"),
+    tool("noop"),
+    tool("get_time", city={"type": "string"}),
+    tool("python", code={"type": "string"}),
+    tool("toggle", enabled={"type": "boolean"}),
+    tool("set_config", config={"type": "object"}),
+    tool("todo_list", todos={"type": "array", "items": {"type": "string"}}),
+    tool("amount", orig={"type": "number"}),
+    tool("empty_args"),
+    tool("Calendar.create_event", title={"type": "string"}, participants={"type": "array"}),
+    tool("magic_int", ref={"type": "integer"}, name={"type": "string"}),
+]
 
 Simple = tuple[str, dict[str, Any], int, "str | None"]
 
 
-def run(fmt: str, pieces: list[str], tools: list[dict[str, Any]] | None = TOOLS,
-        think: bool | None = None, prompt: str = "", template: str = ""
-        ) -> tuple[str, str, list[ToolCall]]:
+def run(
+    fmt: str,
+    pieces: list[str],
+    tools: list[dict[str, Any]] | None = TOOLS,
+    think: bool | None = None,
+    prompt: str = "",
+    template: str = "",
+) -> tuple[str, str, list[ToolCall]]:
     parser = format_named(fmt, template).parser(tools, think, prompt)
     content, thinking, calls = "", "", []
     for piece in pieces:
@@ -53,10 +67,10 @@ def simple(calls: list[ToolCall]) -> list[tuple[str, dict[str, Any], int, str | 
     return [(c.name, c.arguments, c.index, c.id) for c in calls]
 
 
-def check_all_splits(fmt: str, text: str, content: str, calls: list[Any], thinking: str = "",
-                     **kw: Any) -> None:
+def check_all_splits(
+    fmt: str, text: str, content: str, calls: list[Any], thinking: str = "", **kw: Any
+) -> None:
     """Every way of streaming ``text`` gives the same content, thinking and calls."""
     for pieces in splits(text, 1 if len(text) < 400 else 7):
         got_content, got_thinking, got_calls = run(fmt, pieces, **kw)
-        assert (got_content, got_thinking, simple(got_calls)) == (content, thinking, calls), \
-            pieces
+        assert (got_content, got_thinking, simple(got_calls)) == (content, thinking, calls), pieces

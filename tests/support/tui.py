@@ -33,13 +33,18 @@ def break_weights(name: str) -> None:
 
 
 def make_app(url: str, tmp_path: Path, **kw: object) -> LocalLLMApp:
-    return LocalLLMApp(url, sessions=Sessions(tmp_path / "chats.sqlite3"),
-                       export_dir=tmp_path / "exports", **kw)  # type: ignore[arg-type]
+    return LocalLLMApp(
+        url, sessions=Sessions(tmp_path / "chats.sqlite3"), export_dir=tmp_path / "exports", **kw
+    )  # type: ignore[arg-type]
 
 
-def run_app(app: LocalLLMApp, scenario: Callable[..., Awaitable[None]],
-            size: tuple[int, int] = (100, 30), proxy: ThrottleProxy | None = None,
-            wait_ready: bool = True) -> None:
+def run_app(
+    app: LocalLLMApp,
+    scenario: Callable[..., Awaitable[None]],
+    size: tuple[int, int] = (100, 30),
+    proxy: ThrottleProxy | None = None,
+    wait_ready: bool = True,
+) -> None:
     """Run ``scenario(pilot)`` inside the app (tests stay plain functions).
 
     ``wait_ready=False`` for scenarios where a start-up dialog blocks readiness.

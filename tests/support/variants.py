@@ -50,8 +50,11 @@ THINK_TEMPLATE = (
     "{% if add_generation_prompt %}assistant:{% if enable_thinking %}<think> {% endif %}"
     "{% endif %}"
 )
-TEMPLATES = {"tiny-plain": PLAIN_TEMPLATE, "tiny-tools": TOOLS_TEMPLATE,
-             "tiny-think": THINK_TEMPLATE}
+TEMPLATES = {
+    "tiny-plain": PLAIN_TEMPLATE,
+    "tiny-tools": TOOLS_TEMPLATE,
+    "tiny-think": THINK_TEMPLATE,
+}
 GREEDY_OPTS = {"temperature": 0, "seed": 1}
 
 
@@ -61,13 +64,18 @@ def stock_vision(tmp_path: Path) -> None:
     store = Store(paths.models())
     model = make_tiny_model(tmp_path / "gguf", chat_template=PLAIN_TEMPLATE)
     import_gguf(store, parse_name("tiny"), [model])
-    import_gguf(store, parse_name("tiny-vision"), [model],
-                projector=make_projector(tmp_path / "mmproj"))
+    import_gguf(
+        store, parse_name("tiny-vision"), [model], projector=make_projector(tmp_path / "mmproj")
+    )
 
 
-def stock(tmp_path: Path, *, ctx: int = 512,
-          names: tuple[str, ...] = ("tiny", "tiny-embed", *TEMPLATES),
-          templates: dict[str, str] | None = None) -> None:
+def stock(
+    tmp_path: Path,
+    *,
+    ctx: int = 512,
+    names: tuple[str, ...] = ("tiny", "tiny-embed", *TEMPLATES),
+    templates: dict[str, str] | None = None,
+) -> None:
     """The named variants stored; ``templates``: more models, each the tiny model with that
     chat template."""
     for name in names:
@@ -86,9 +94,16 @@ def settings(parallel: int, ctx: int, env: dict[str, str]) -> dict[str, str]:
 
 
 @contextmanager
-def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, parallel: int = 4,
-          ctx: int = 512, names: tuple[str, ...] = ("tiny", "tiny-embed", *TEMPLATES),
-          templates: dict[str, str] | None = None, **env: str) -> Iterator[Daemon]:
+def serve(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    parallel: int = 4,
+    ctx: int = 512,
+    names: tuple[str, ...] = ("tiny", "tiny-embed", *TEMPLATES),
+    templates: dict[str, str] | None = None,
+    **env: str,
+) -> Iterator[Daemon]:
     """The real daemon with the named variants stored (and ``env`` set).
 
     ``templates``: more models, each the tiny model with that chat template."""
@@ -100,16 +115,26 @@ def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, parallel: int = 4,
 
 
 @contextmanager
-def serve_shared(tmp_path_factory: pytest.TempPathFactory, *, parallel: int = 4,
-                 ctx: int = 512, names: tuple[str, ...] = ("tiny", "tiny-embed", *TEMPLATES),
-                 templates: dict[str, str] | None = None, **env: str) -> Iterator[Daemon]:
+def serve_shared(
+    tmp_path_factory: pytest.TempPathFactory,
+    *,
+    parallel: int = 4,
+    ctx: int = 512,
+    names: tuple[str, ...] = ("tiny", "tiny-embed", *TEMPLATES),
+    templates: dict[str, str] | None = None,
+    **env: str,
+) -> Iterator[Daemon]:
     """``serve`` for a module- or class-scoped fixture: its own home, env restored after.
 
     For tests that leave the store as they found it; sharing one daemon (and its
     loaded runners) saves a daemon start and a model load per test."""
-    with own_daemon(tmp_path_factory, "shared-daemon",
-                    lambda tmp: stock(tmp, ctx=ctx, names=names, templates=templates),
-                    home="localllm-home", **settings(parallel, ctx, env)) as daemon:
+    with own_daemon(
+        tmp_path_factory,
+        "shared-daemon",
+        lambda tmp: stock(tmp, ctx=ctx, names=names, templates=templates),
+        home="localllm-home",
+        **settings(parallel, ctx, env),
+    ) as daemon:
         yield daemon
 
 
@@ -118,5 +143,11 @@ def openai_client(d: Daemon) -> openai.OpenAI:
     import httpx
     import openai
 
-    return d.keep(openai.OpenAI(base_url=d.url + "/v1", api_key="unused", max_retries=0,
-                                http_client=httpx.Client(trust_env=False, timeout=60)))
+    return d.keep(
+        openai.OpenAI(
+            base_url=d.url + "/v1",
+            api_key="unused",
+            max_retries=0,
+            http_client=httpx.Client(trust_env=False, timeout=60),
+        )
+    )

@@ -49,18 +49,29 @@ GREEN = (0, 255, 0)
 
 def png(width: int, height: int, rgb: tuple[int, int, int] = RED) -> bytes:
     """A solid-colour 8-bit RGB PNG."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         body = kind + data
         return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
 
     row = b"\x00" + bytes(rgb) * width  # filter type 0 per row
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr)
-            + chunk(b"IDAT", zlib.compress(row * height)) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + chunk(b"IDAT", zlib.compress(row * height))
+        + chunk(b"IEND", b"")
+    )
 
 
-def make_projector(dir: Path, *, realistic: bool = False, n_layer: int = 27,
-                   name: str = "mmproj.gguf", seed: int = 0) -> Path:
+def make_projector(
+    dir: Path,
+    *,
+    realistic: bool = False,
+    n_layer: int = 27,
+    name: str = "mmproj.gguf",
+    seed: int = 0,
+) -> Path:
     """Write a projector into ``dir`` and return its path (see the module docstring)."""
     import gguf  # heavy import kept out of module import
 
@@ -102,8 +113,10 @@ def make_projector(dir: Path, *, realistic: bool = False, n_layer: int = 27,
         conv[1, 1] = 1.0 / (patch * patch)  # feature 1: mean green
     w.add_tensor("v.patch_embd.weight", conv)
     w.add_tensor("v.patch_embd.bias", np.zeros(d, dtype=f32))
-    w.add_tensor("v.position_embd.weight", rand(n_patches, d) if realistic
-                 else np.zeros((n_patches, d), dtype=f32))
+    w.add_tensor(
+        "v.position_embd.weight",
+        rand(n_patches, d) if realistic else np.zeros((n_patches, d), dtype=f32),
+    )
     for i in range(layers):
         p = f"v.blk.{i}."
         for t in ("attn_q", "attn_k", "attn_v", "attn_out"):

@@ -25,34 +25,51 @@ def test_mistral_nemo_multi_turn_keeps_its_eos(tmp_path: Path) -> None:
     # role used to be lost and the prompt was one token short.
     shape = Shape(bos_id=1, eos_id=1, tokens=("<unk>", "<s>", *(f"t{i}" for i in range(2, 64))))
     info = read_model_info(write_gguf(tmp_path / "m.gguf", shape))
-    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"},
-                {"role": "user", "content": "again"}]
-    out = render_chat(corpus()[NEMO], messages, bos_token=info.bos_token or "",
-                      eos_token=info.eos_token or "")
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "yo"},
+        {"role": "user", "content": "again"},
+    ]
+    out = render_chat(
+        corpus()[NEMO], messages, bos_token=info.bos_token or "", eos_token=info.eos_token or ""
+    )
     assert "yo<s>[INST]" in out and out.startswith("<s>[INST]")
 
 
-@pytest.mark.parametrize(("kv", "adds"), [
-    ({"tokenizer.ggml.model": "llama"}, True),  # SentencePiece
-    ({"tokenizer.ggml.model": "llama", "tokenizer.ggml.add_bos_token": False}, False),
-    ({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "qwen2"}, False),
-    ({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "llama-bpe"}, True),
-    ({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "qwen2",
-      "tokenizer.ggml.add_bos_token": True}, True),
-    ({"tokenizer.ggml.model": "gemma4", "tokenizer.ggml.add_bos_token": False}, True),
-    ({"tokenizer.ggml.model": "t5"}, False),
-    ({"tokenizer.ggml.model": "bert"}, True),
-    ({}, False),
-])
+@pytest.mark.parametrize(
+    ("kv", "adds"),
+    [
+        ({"tokenizer.ggml.model": "llama"}, True),  # SentencePiece
+        ({"tokenizer.ggml.model": "llama", "tokenizer.ggml.add_bos_token": False}, False),
+        ({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "qwen2"}, False),
+        ({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "llama-bpe"}, True),
+        (
+            {
+                "tokenizer.ggml.model": "gpt2",
+                "tokenizer.ggml.pre": "qwen2",
+                "tokenizer.ggml.add_bos_token": True,
+            },
+            True,
+        ),
+        ({"tokenizer.ggml.model": "gemma4", "tokenizer.ggml.add_bos_token": False}, True),
+        ({"tokenizer.ggml.model": "t5"}, False),
+        ({"tokenizer.ggml.model": "bert"}, True),
+        ({}, False),
+    ],
+)
 def test_tokenizer_adds_bos_like_llama_cpp(kv: dict[str, object], adds: bool) -> None:
     assert tokenizer_adds_bos(kv) is adds
 
 
 def test_add_bos_token_false_keeps_the_templates_bos(tmp_path: Path) -> None:
-    off = read_model_info(write_gguf(tmp_path / "off.gguf", Shape(
-        extra_kv=(("tokenizer.ggml.add_bos_token", False),))))
-    on = read_model_info(write_gguf(tmp_path / "on.gguf", Shape(
-        extra_kv=(("tokenizer.ggml.add_bos_token", True),))))
+    off = read_model_info(
+        write_gguf(
+            tmp_path / "off.gguf", Shape(extra_kv=(("tokenizer.ggml.add_bos_token", False),))
+        )
+    )
+    on = read_model_info(
+        write_gguf(tmp_path / "on.gguf", Shape(extra_kv=(("tokenizer.ggml.add_bos_token", True),)))
+    )
     assert (off.add_bos_token, on.add_bos_token) == (False, True)
     prompt = "<s>[INST]hi[/INST]"
     # The tokenizer adds none: the template's BOS is the only one (MiniMax, Seed-OSS).

@@ -47,8 +47,9 @@ def outcome(name: str, case: str) -> tuple[str, str]:
         want = _reference(template, conv)
     except Exception as ref_exc:
         try:
-            render_chat(template, conv["messages"], tools=conv.get("tools"),
-                        bos_token=BOS, eos_token=EOS)
+            render_chat(
+                template, conv["messages"], tools=conv.get("tools"), bos_token=BOS, eos_token=EOS
+            )
         except TemplateError as ours:
             if isinstance(ref_exc, jinja2.TemplateError) and str(ref_exc) not in str(ours):
                 return "differ", f"refused with {ours!s}, reference said {ref_exc!s}"
@@ -57,15 +58,21 @@ def outcome(name: str, case: str) -> tuple[str, str]:
             return "differ", f"reference refused ({ref_exc!r}); we raised {ours_exc!r}"
         return "differ", f"reference refused ({ref_exc!r}); we rendered it"
     try:
-        got = render_chat(template, conv["messages"], tools=conv.get("tools"),
-                          bos_token=BOS, eos_token=EOS)
+        got = render_chat(
+            template, conv["messages"], tools=conv.get("tools"), bos_token=BOS, eos_token=EOS
+        )
     except Exception as exc:
         return "differ", f"we raised {exc!r}"
     if got != want:
-        at = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b),
-                  min(len(got), len(want)))
-        return "differ", f"first difference at {at}: ours {got[at:at + 60]!r}, " \
-                         f"reference {want[at:at + 60]!r}"
+        at = next(
+            (i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b),
+            min(len(got), len(want)),
+        )
+        return (
+            "differ",
+            f"first difference at {at}: ours {got[at : at + 60]!r}, "
+            f"reference {want[at : at + 60]!r}",
+        )
     return "identical", ""
 
 
@@ -75,20 +82,24 @@ def test_the_corpus_is_the_full_set() -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_template_renders_like_transformers(name: str) -> None:
-    bad = {case: outcome(name, case)[1] for case in CONVERSATIONS
-           if outcome(name, case)[0] == "differ"}
+    bad = {
+        case: outcome(name, case)[1] for case in CONVERSATIONS if outcome(name, case)[0] == "differ"
+    }
     assert not bad, bad
 
 
 def test_corpus_figure() -> None:
     counts = Counter(outcome(n, c)[0] for n in NAMES for c in CONVERSATIONS)
     templates = Counter(
-        "refused-some" if any(outcome(n, c)[0] == "refused" for c in CONVERSATIONS) else
-        "identical" for n in NAMES)
-    print(f"\ncorpus: {len(NAMES)} templates x {len(CONVERSATIONS)} conversations: "
-          f"{counts['identical']} identical, {counts['differ']} differ, "
-          f"{counts['refused']} refused by both; templates fully identical: "
-          f"{templates['identical']}, with a case both refuse: {templates['refused-some']}")
+        "refused-some" if any(outcome(n, c)[0] == "refused" for c in CONVERSATIONS) else "identical"
+        for n in NAMES
+    )
+    print(
+        f"\ncorpus: {len(NAMES)} templates x {len(CONVERSATIONS)} conversations: "
+        f"{counts['identical']} identical, {counts['differ']} differ, "
+        f"{counts['refused']} refused by both; templates fully identical: "
+        f"{templates['identical']}, with a case both refuse: {templates['refused-some']}"
+    )
     assert counts["differ"] == 0
     assert counts["identical"] > counts["refused"]
 

@@ -20,14 +20,17 @@ from tests.support.variants import GREEDY_OPTS
 
 # The tiny model's reply depends on the prompt's last character (see tests/support/tinymodel.py),
 # so ending the prompt with the effort makes the reply name it: ...high -> "ijk...z".
-EFFORT_TEMPLATE = ("{% for m in messages %}{{ m.content }}{% endfor %}"
-                   " {{ reasoning_effort if reasoning_effort is defined else 'unset' }}")
+EFFORT_TEMPLATE = (
+    "{% for m in messages %}{{ m.content }}{% endfor %}"
+    " {{ reasoning_effort if reasoning_effort is defined else 'unset' }}"
+)
 
 
 @pytest.fixture(scope="module")
 def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    with module_home(tmp_path_factory, "daemon", LOCALLLM_NUM_PARALLEL="2",
-                     LOCALLLM_CONTEXT_LENGTH="512") as tmp_path:
+    with module_home(
+        tmp_path_factory, "daemon", LOCALLLM_NUM_PARALLEL="2", LOCALLLM_CONTEXT_LENGTH="512"
+    ) as tmp_path:
         add_tiny(tmp_path, "base", chat_template=None)
         add_tiny(tmp_path, "effort", chat_template=EFFORT_TEMPLATE)
         add_tiny(tmp_path, "gemma2", chat_template=corpus()["google-gemma-2-2b-it.jinja"])
@@ -36,13 +39,25 @@ def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
 
 
 def post(d: Daemon, path: str, body: dict[str, Any]) -> httpx.Response:
-    return httpx.post(d.url + path, json={"stream": False, "options": GREEDY_OPTS, **body},
-                      trust_env=False, timeout=60)
+    return httpx.post(
+        d.url + path,
+        json={"stream": False, "options": GREEDY_OPTS, **body},
+        trust_env=False,
+        timeout=60,
+    )
 
 
 def cli(d: Daemon, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "localllm", *args], cwd=REPO, env=d.env,
-                          input=stdin, capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "localllm", *args],
+        cwd=REPO,
+        env=d.env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def reply(body: dict[str, Any]) -> str:
@@ -54,12 +69,19 @@ def test_a_base_model_continues_the_prompts_text(d: Daemon) -> None:
     gen = post(d, "/api/generate", {"model": "base", "prompt": "The sky is"}).json()
     assert gen["response"] == "tuvwxyz"  # "s" -> t, u, ..., z: no chat markup in between
     assert gen["prompt_eval_count"] == len(tokenize("The sky is"))
-    chat = post(d, "/api/chat", {"model": "base", "messages": [
-        {"role": "system", "content": "Colours"},
-        {"role": "user", "content": "The three primary colors are"}]}).json()
+    chat = post(
+        d,
+        "/api/chat",
+        {
+            "model": "base",
+            "messages": [
+                {"role": "system", "content": "Colours"},
+                {"role": "user", "content": "The three primary colors are"},
+            ],
+        },
+    ).json()
     assert chat["message"]["content"] == "fghijklmnopqrstuvwxyz"  # "are" -> f...z
-    assert chat["prompt_eval_count"] == len(
-        tokenize("Colours\n\nThe three primary colors are"))
+    assert chat["prompt_eval_count"] == len(tokenize("Colours\n\nThe three primary colors are"))
     run = cli(d, "run", "base", "The sky is")
     assert run.returncode == 0 and run.stdout == "tuvwxyz\n", run.stderr
 
@@ -74,9 +96,10 @@ def test_show_says_there_is_no_chat_template(d: Daemon) -> None:
     assert post(d, "/api/show", {"model": "gemma2"}).json()["capabilities"] == ["completion"]
 
 
-@pytest.mark.parametrize(("think", "text"), [
-    ("high", "ijklmnopqrstuvwxyz"), ("low", "xyz"), ("medium", "nopqrstuvwxyz"),
-    (None, "uvwxyz")])  # unset -> "t" -> u...z
+@pytest.mark.parametrize(
+    ("think", "text"),
+    [("high", "ijklmnopqrstuvwxyz"), ("low", "xyz"), ("medium", "nopqrstuvwxyz"), (None, "uvwxyz")],
+)  # unset -> "t" -> u...z
 def test_think_levels_reach_the_template(d: Daemon, think: str | None, text: str) -> None:
     body: dict[str, Any] = {"model": "effort", "messages": [{"role": "user", "content": "hi"}]}
     if think is not None:
@@ -90,8 +113,13 @@ def test_think_levels_reach_the_template(d: Daemon, think: str | None, text: str
 def test_run_think_flag_and_repl_set_think(d: Daemon) -> None:
     run = cli(d, "run", "effort", "--think=high", "hi")
     assert run.returncode == 0 and "ijklmnopqrstuvwxyz" in run.stdout, run.stderr
-    repl = cli(d, "run", "effort", "--interactive",
-               stdin="/set think low\nhi\n/set think medium\nhi\n/bye\n")
+    repl = cli(
+        d,
+        "run",
+        "effort",
+        "--interactive",
+        stdin="/set think low\nhi\n/set think medium\nhi\n/bye\n",
+    )
     assert repl.returncode == 0, repl.stderr
     assert "Set 'think' mode (level low)." in repl.stdout
     low, medium = repl.stdout.index("xyz"), repl.stdout.index("nopqrstuvwxyz")
@@ -99,8 +127,17 @@ def test_run_think_flag_and_repl_set_think(d: Daemon) -> None:
 
 
 def test_a_templates_refusal_is_a_400_with_its_message(d: Daemon) -> None:
-    r = post(d, "/api/chat", {"model": "gemma2", "messages": [
-        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]})
+    r = post(
+        d,
+        "/api/chat",
+        {
+            "model": "gemma2",
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "hi"},
+            ],
+        },
+    )
     assert r.status_code == 400 and "System role not supported" in r.json()["error"]
     ok = post(d, "/api/chat", {"model": "gemma2", "messages": [{"role": "user", "content": "hi"}]})
     assert ok.status_code == 200

@@ -56,13 +56,17 @@ def test_template_size_cap_names_the_limit() -> None:
         parse("x" * (MAX_TEMPLATE_CHARS + 1), FUNC_NAMES)
 
 
-@pytest.mark.parametrize(("src", "words"), [
-    ('{{ printf "%' + "9" * 5000 + 'd" 1 }}', "width or precision over"),
-    ('{{ printf "%.' + "9" * 5000 + 'f" 1.5 }}', "width or precision over"),
-    ("{{ 0x" + "f" * 5000 + " }}", "bad number"),
-    ("{{ " + "9" * 5000 + " }}", "bad number"),
-    ("{{ 1e999 }}", "out of range"),
-], ids=["width", "precision", "hex", "decimal", "float"])
+@pytest.mark.parametrize(
+    ("src", "words"),
+    [
+        ('{{ printf "%' + "9" * 5000 + 'd" 1 }}', "width or precision over"),
+        ('{{ printf "%.' + "9" * 5000 + 'f" 1.5 }}', "width or precision over"),
+        ("{{ 0x" + "f" * 5000 + " }}", "bad number"),
+        ("{{ " + "9" * 5000 + " }}", "bad number"),
+        ("{{ 1e999 }}", "out of range"),
+    ],
+    ids=["width", "precision", "hex", "decimal", "float"],
+)
 def test_huge_numbers_are_a_400_not_a_crash(src: str, words: str) -> None:
     with pytest.raises(GoTemplateError, match=words) as info:
         render(src, {})
@@ -70,8 +74,10 @@ def test_huge_numbers_are_a_400_not_a_crash(src: str, words: str) -> None:
 
 
 def test_numbers_that_fit_still_print() -> None:
-    assert render("{{ 18446744073709551615 }} {{ -9223372036854775808 }} {{ 0x7f }} {{ 1e20 }}",
-                  {}) == "18446744073709551615 -9223372036854775808 127 100000000000000000000"
+    assert (
+        render("{{ 18446744073709551615 }} {{ -9223372036854775808 }} {{ 0x7f }} {{ 1e20 }}", {})
+        == "18446744073709551615 -9223372036854775808 127 100000000000000000000"
+    )
 
 
 # -- nothing builds a string past the limit, even for a moment --------------------------------
@@ -79,13 +85,17 @@ def test_numbers_that_fit_still_print() -> None:
 BIG = '{{ $x := printf "%9999s" "" }}{{ $y := print ' + "$x " * 400 + "}}"  # $y: ~4 MB
 
 
-@pytest.mark.parametrize("src", [
-    BIG + "{{ $z := print " + "$y " * 25 + "}}",
-    BIG + "{{ $z := println " + "$y " * 25 + "}}",
-    BIG + '{{ $z := printf "' + "%v" * 25 + '" ' + "$y " * 25 + "}}",
-    '{{ printf "' + "%9999v" * 5000 + '" ' + "1 " * 5000 + "}}",
-    BIG + '{{ printf "%s" 1 ' + "$y " * 25 + "}}",  # the EXTRA arguments
-], ids=["print", "println", "printf", "widths", "extra"])
+@pytest.mark.parametrize(
+    "src",
+    [
+        BIG + "{{ $z := print " + "$y " * 25 + "}}",
+        BIG + "{{ $z := println " + "$y " * 25 + "}}",
+        BIG + '{{ $z := printf "' + "%v" * 25 + '" ' + "$y " * 25 + "}}",
+        '{{ printf "' + "%9999v" * 5000 + '" ' + "1 " * 5000 + "}}",
+        BIG + '{{ printf "%s" 1 ' + "$y " * 25 + "}}",  # the EXTRA arguments
+    ],
+    ids=["print", "println", "printf", "widths", "extra"],
+)
 def test_string_builders_stop_at_the_limit(src: str) -> None:
     tracemalloc.start()
     try:
@@ -115,9 +125,16 @@ def test_printing_big_data_stops_at_the_output_left() -> None:
 # -- the deadline holds between cheap steps and after expensive calls --------------------------
 
 
-@pytest.mark.parametrize("body", ["{{ $w := json $.L }}", "{{ $w := print $.L }}",
-                                  '{{ $w := printf "%v" $.L }}', "{{ $w := len (json $.L) }}"],
-                         ids=["json", "print", "printf", "len"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "{{ $w := json $.L }}",
+        "{{ $w := print $.L }}",
+        '{{ $w := printf "%v" $.L }}',
+        "{{ $w := len (json $.L) }}",
+    ],
+    ids=["json", "print", "printf", "len"],
+)
 def test_expensive_calls_cannot_outrun_the_deadline(body: str) -> None:
     # Each call takes milliseconds; the clock used to be read only every 1024 steps.
     tpl = GoTemplate("{{ range 1000000 }}" + body + "{{ end }}")
@@ -139,8 +156,10 @@ def test_many_variables_are_found_in_constant_time() -> None:
 
 
 def test_shadowed_and_scoped_variables_still_resolve() -> None:
-    src = ("{{ $x := 1 }}{{ range $i, $x := .L }}{{ $x }}{{ $x = 9 }}{{ $x }}{{ end }}{{ $x }}"
-           "{{ with .A }}{{ $x := 2 }}{{ $x }}{{ end }}{{ $x }}{{ $x = 3 }}{{ $x }}")
+    src = (
+        "{{ $x := 1 }}{{ range $i, $x := .L }}{{ $x }}{{ $x = 9 }}{{ $x }}{{ end }}{{ $x }}"
+        "{{ with .A }}{{ $x := 2 }}{{ $x }}{{ end }}{{ $x }}{{ $x = 3 }}{{ $x }}"
+    )
     assert render(src, {"L": [5, 6], "A": 1}) == "5969121 3".replace(" ", "")
 
 
@@ -148,8 +167,11 @@ def test_shadowed_and_scoped_variables_still_resolve() -> None:
 
 
 def turns(n: int, prompt: str) -> list[dict[str, Any]]:
-    return [m for _ in range(n) for m in ({"role": "user", "content": prompt},
-                                          {"role": "assistant", "content": "a"})]
+    return [
+        m
+        for _ in range(n)
+        for m in ({"role": "user", "content": prompt}, {"role": "assistant", "content": "a"})
+    ]
 
 
 def test_legacy_turns_share_the_step_budget() -> None:
@@ -162,8 +184,9 @@ def test_legacy_turns_share_the_step_budget() -> None:
 
 def test_legacy_turns_share_the_output_budget() -> None:
     with pytest.raises(GoTemplateError, match=f"output exceeds {MAX_OUTPUT_CHARS}"):
-        render_go("{{ .Prompt }}{{ .Prompt }}{{ .Prompt }}{{ .Response }}",
-                  turns(3, "q" * 1_000_000))  # 3 MB a turn, 9 MB in all
+        render_go(
+            "{{ .Prompt }}{{ .Prompt }}{{ .Prompt }}{{ .Response }}", turns(3, "q" * 1_000_000)
+        )  # 3 MB a turn, 9 MB in all
 
 
 def test_merging_a_long_run_of_messages_is_linear() -> None:

@@ -55,77 +55,117 @@ def test_go_and_jinja_templates_agree(family: str) -> None:
     for messages in conversations:
         go = render_go(go_src, messages)
         jinja = strip_leading_bos(
-            render_chat(jinja_src, messages, bos_token=bos, eos_token="</s>"), bos)
+            render_chat(jinja_src, messages, bos_token=bos, eos_token="</s>"), bos
+        )
         assert go == jinja, f"{family}: {messages}"
         assert messages[-1]["content"] in go
 
 
 def test_llama3_exact_prompt() -> None:
     out = render_go(load("llama3.gotmpl"), [SYS, U1])
-    assert out == ("<|start_header_id|>system<|end_header_id|>\n\nYou are a pirate.<|eot_id|>"
-                   "<|start_header_id|>user<|end_header_id|>\n\nHello there<|eot_id|>"
-                   "<|start_header_id|>assistant<|end_header_id|>\n\n")
+    assert out == (
+        "<|start_header_id|>system<|end_header_id|>\n\nYou are a pirate.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nHello there<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
 
 
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Weather in a city",
-    "parameters": {"type": "object", "required": ["city"],
-                   "properties": {"city": {"type": "string", "description": "City <name>"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather in a city",
+            "parameters": {
+                "type": "object",
+                "required": ["city"],
+                "properties": {"city": {"type": "string", "description": "City <name>"}},
+            },
+        },
+    }
+]
 
 
 def test_qwen_tools_and_tool_calls() -> None:
-    call = {"role": "assistant", "content": "",
-            "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}
+    call = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}],
+    }
     result = {"role": "tool", "content": "18C"}
     out = render_go(load("qwen2.5.gotmpl"), [SYS, U1, call, result], tools=TOOLS)
-    fn = ('{"name":"get_weather","description":"Weather in a city","parameters":{"type":'
-          '"object","required":["city"],"properties":{"city":{"type":"string",'
-          '"description":"City \\u003cname\\u003e"}}}}')
+    fn = (
+        '{"name":"get_weather","description":"Weather in a city","parameters":{"type":'
+        '"object","required":["city"],"properties":{"city":{"type":"string",'
+        '"description":"City \\u003cname\\u003e"}}}}'
+    )
     assert f'{{"type": "function", "function": {fn}}}' in out
-    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city":"Paris"}}\n</tool_call>' \
+    assert (
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city":"Paris"}}\n</tool_call>'
         "<|im_end|>\n" in out
-    assert out.endswith("<tool_response>\n18C\n</tool_response><|im_end|>\n"
-                        "<|im_start|>assistant\n")
+    )
+    assert out.endswith("<tool_response>\n18C\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
 
 
 def test_legacy_template_renders_each_turn_and_cuts_after_response() -> None:
     src = load("llama2-legacy.gotmpl")
     out = render_go(src, [SYS, U1, A1, U2])
-    assert out == ("[INST] <<SYS>>You are a pirate.<</SYS>>\n\nHello there [/INST] Arr, ahoy!</s>"
-                   "[INST] <<SYS>><</SYS>>\n\nWhere is the treasure? [/INST] ")
+    assert out == (
+        "[INST] <<SYS>>You are a pirate.<</SYS>>\n\nHello there [/INST] Arr, ahoy!</s>"
+        "[INST] <<SYS>><</SYS>>\n\nWhere is the treasure? [/INST] "
+    )
 
 
 def test_consecutive_messages_are_merged_and_systems_joined() -> None:
     src = "{{ .System }}|{{ range .Messages }}{{ .Role }}={{ .Content }};{{ end }}"
     msgs = [SYS, {"role": "system", "content": "Be brief."}, U1, U2]
-    assert render_go(src, msgs) == ("You are a pirate.\n\nBe brief.|system=You are a pirate."
-                                    "\n\nBe brief.;user=Hello there\n\nWhere is the treasure?;")
+    assert render_go(src, msgs) == (
+        "You are a pirate.\n\nBe brief.|system=You are a pirate."
+        "\n\nBe brief.;user=Hello there\n\nWhere is the treasure?;"
+    )
 
 
-@pytest.mark.parametrize(("src", "data", "want"), [
-    ("{{ .A }}-{{ .B.C }}", {"A": 1, "B": {"C": "x"}}, "1-x"),
-    ("{{ .Nope }}", {}, "<no value>"),
-    ("a  {{- 1 -}}  b", {}, "a1b"),
-    ("{{ if and .A .B }}y{{ else if .A }}a{{ else }}n{{ end }}", {"A": 1, "B": 0}, "a"),
-    ("{{ with .X }}{{ . }}{{ else }}none{{ end }}", {"X": ""}, "none"),
-    ("{{ range $k, $v := .M }}{{ $k }}={{ $v }},{{ end }}", {"M": {"b": 2, "a": 1}}, "a=1,b=2,"),
-    ("{{ range .L }}{{ if eq . 2 }}{{ continue }}{{ end }}{{ if eq . 4 }}{{ break }}{{ end }}"
-     "{{ . }}{{ end }}", {"L": [1, 2, 3, 4, 5]}, "13"),
-    ("{{ $x := 1 }}{{ if true }}{{ $x = 2 }}{{ $y := 3 }}{{ end }}{{ $x }}", {}, "2"),
-    ("{{ .A | len | printf \"%03d\" }}", {"A": "abcd"}, "004"),
-    ("{{ index .L 1 }} {{ slice .L 1 3 }} {{ len .L }}", {"L": [1, 2, 3]}, "2 [2 3] 3"),
-    ("{{ print 1 2 \"a\" 3 }}|{{ println \"x\" 1 }}", {}, "1 2a3|x 1\n"),
-    ("{{ json .V }}", {"V": {"z": 1.0, "a": [True, None, "<&>"]}},
-     '{"a":[true,null,"\\u003c\\u0026\\u003e"],"z":1}'),
-    ("{{ not .E }} {{ ne 1 2 }} {{ lt 1 2 }} {{ gt \"b\" \"a\" }} {{ eq 1 3 1 }}", {"E": []},
-     "true true true true true"),
-    ("{{/* a comment */}}x{{- /* trimmed */ -}} y", {}, "xy"),
-    ("{{ (index .L 0).Name }}", {"L": [{"Name": "n"}]}, "n"),
-    ("{{ `raw\\n` }}{{ \"esc\\n\" }}", {}, "raw\\nesc\n"),
-    ("{{ range 3 }}{{ . }}{{ end }}", {}, "012"),
-    ("{{ $.A }}{{ range .L }}{{ $.A }}{{ end }}", {"A": "a", "L": [1, 2]}, "aaa"),
-    ("{{ 1.5 }} {{ 2.0 }} {{ 1e21 }}", {}, "1.5 2 1e+21"),
-])
+@pytest.mark.parametrize(
+    ("src", "data", "want"),
+    [
+        ("{{ .A }}-{{ .B.C }}", {"A": 1, "B": {"C": "x"}}, "1-x"),
+        ("{{ .Nope }}", {}, "<no value>"),
+        ("a  {{- 1 -}}  b", {}, "a1b"),
+        ("{{ if and .A .B }}y{{ else if .A }}a{{ else }}n{{ end }}", {"A": 1, "B": 0}, "a"),
+        ("{{ with .X }}{{ . }}{{ else }}none{{ end }}", {"X": ""}, "none"),
+        (
+            "{{ range $k, $v := .M }}{{ $k }}={{ $v }},{{ end }}",
+            {"M": {"b": 2, "a": 1}},
+            "a=1,b=2,",
+        ),
+        (
+            "{{ range .L }}{{ if eq . 2 }}{{ continue }}{{ end }}"
+            "{{ if eq . 4 }}{{ break }}{{ end }}{{ . }}{{ end }}",
+            {"L": [1, 2, 3, 4, 5]},
+            "13",
+        ),
+        ("{{ $x := 1 }}{{ if true }}{{ $x = 2 }}{{ $y := 3 }}{{ end }}{{ $x }}", {}, "2"),
+        ('{{ .A | len | printf "%03d" }}', {"A": "abcd"}, "004"),
+        ("{{ index .L 1 }} {{ slice .L 1 3 }} {{ len .L }}", {"L": [1, 2, 3]}, "2 [2 3] 3"),
+        ('{{ print 1 2 "a" 3 }}|{{ println "x" 1 }}', {}, "1 2a3|x 1\n"),
+        (
+            "{{ json .V }}",
+            {"V": {"z": 1.0, "a": [True, None, "<&>"]}},
+            '{"a":[true,null,"\\u003c\\u0026\\u003e"],"z":1}',
+        ),
+        (
+            '{{ not .E }} {{ ne 1 2 }} {{ lt 1 2 }} {{ gt "b" "a" }} {{ eq 1 3 1 }}',
+            {"E": []},
+            "true true true true true",
+        ),
+        ("{{/* a comment */}}x{{- /* trimmed */ -}} y", {}, "xy"),
+        ("{{ (index .L 0).Name }}", {"L": [{"Name": "n"}]}, "n"),
+        ('{{ `raw\\n` }}{{ "esc\\n" }}', {}, "raw\\nesc\n"),
+        ("{{ range 3 }}{{ . }}{{ end }}", {}, "012"),
+        ("{{ $.A }}{{ range .L }}{{ $.A }}{{ end }}", {"A": "a", "L": [1, 2]}, "aaa"),
+        ("{{ 1.5 }} {{ 2.0 }} {{ 1e21 }}", {}, "1.5 2 1e+21"),
+    ],
+)
 def test_semantics(src: str, data: Any, want: str) -> None:
     assert render(src, data) == want
 
@@ -135,26 +175,31 @@ def test_current_date_is_iso() -> None:
     assert len(out) == 10 and out[4] == "-" and out[7] == "-"
 
 
-@pytest.mark.parametrize(("src", "words"), [
-    ("{{ range 100000000 }}x{{ end }}", "step limit"),
-    ("{{ range $.L }}{{ range $.L }}{{ range $.L }}{{ range $.L }}x{{ end }}{{ end }}{{ end }}"
-     "{{ end }}", "step limit"),
-    ("{{ $x := \"aaaaaaaa\" }}{{ range 60 }}{{ $x = printf \"%s%s\" $x $x }}{{ end }}",
-     "exceeds"),
-    ("{{ range 10000 }}" + "x" * 1000 + "{{ end }}", "output exceeds"),
-    ("{{ printf \"%0999999999d\" 1 }}", "width"),
-    ("{{ if 1 }}" * 100 + "{{ end }}" * 100, "nests deeper"),
-    ("{{ " + "(" * 100 + "1" + ")" * 100 + " }}", "nests deeper"),
-    ('{{ define "x" }}{{ template "x" }}{{ end }}', "not supported"),
-    ("{{ template \"x\" . }}", "not supported"),
-    ("{{ call .F }}", 'function "call" not defined'),
-    ("{{ if .A }}", "has no {{end}}"),
-    ("{{ end }}", "unexpected {{end}}"),
-    ("{{ .A", "unclosed action"),
-    ("{{ break }}", "outside {{range}}"),
-    ("{{ $u }}", "undefined variable"),
-    ("{{ eq 1 \"a\" }}", "incompatible types"),
-])
+@pytest.mark.parametrize(
+    ("src", "words"),
+    [
+        ("{{ range 100000000 }}x{{ end }}", "step limit"),
+        (
+            "{{ range $.L }}{{ range $.L }}{{ range $.L }}{{ range $.L }}x"
+            "{{ end }}{{ end }}{{ end }}{{ end }}",
+            "step limit",
+        ),
+        ('{{ $x := "aaaaaaaa" }}{{ range 60 }}{{ $x = printf "%s%s" $x $x }}{{ end }}', "exceeds"),
+        ("{{ range 10000 }}" + "x" * 1000 + "{{ end }}", "output exceeds"),
+        ('{{ printf "%0999999999d" 1 }}', "width"),
+        ("{{ if 1 }}" * 100 + "{{ end }}" * 100, "nests deeper"),
+        ("{{ " + "(" * 100 + "1" + ")" * 100 + " }}", "nests deeper"),
+        ('{{ define "x" }}{{ template "x" }}{{ end }}', "not supported"),
+        ('{{ template "x" . }}', "not supported"),
+        ("{{ call .F }}", 'function "call" not defined'),
+        ("{{ if .A }}", "has no {{end}}"),
+        ("{{ end }}", "unexpected {{end}}"),
+        ("{{ .A", "unclosed action"),
+        ("{{ break }}", "outside {{range}}"),
+        ("{{ $u }}", "undefined variable"),
+        ('{{ eq 1 "a" }}', "incompatible types"),
+    ],
+)
 def test_hostile_or_broken_templates_fail_clearly(src: str, words: str) -> None:
     with pytest.raises(GoTemplateError) as info:
         render(src, {"L": list(range(100))})
@@ -164,8 +209,9 @@ def test_hostile_or_broken_templates_fail_clearly(src: str, words: str) -> None:
 
 def test_struct_fields_are_checked() -> None:
     msgs = [{"role": "user", "content": "hi"}]
-    assert render_go("{{ range .Messages }}{{ .Role }}:{{ .ToolCalls }}{{ end }}", msgs) \
-        == "user:[]"
+    assert (
+        render_go("{{ range .Messages }}{{ .Role }}:{{ .ToolCalls }}{{ end }}", msgs) == "user:[]"
+    )
     with pytest.raises(GoTemplateError, match="can't evaluate field Nope"):
         render_go("{{ range .Messages }}{{ .Nope }}{{ end }}", msgs)
 
@@ -182,8 +228,10 @@ def test_select_prefers_the_layer_template_and_detects_syntax() -> None:
 
 
 def test_printf_and_json_helpers() -> None:
-    assert go_sprintf("%5.1f|%-3d|%x|%v|%%|%q", 3.14159, 7, 255, [1, "a"], "q") == \
-        "  3.1|7  |ff|[1 a]|%|\"q\""
+    assert (
+        go_sprintf("%5.1f|%-3d|%x|%v|%%|%q", 3.14159, 7, 255, [1, "a"], "q")
+        == '  3.1|7  |ff|[1 a]|%|"q"'
+    )
     assert go_sprintf("%d") == "%!d(MISSING)"
     assert go_json([1.5, 1e-7, 2**53]) == "[1.5,1e-07,9007199254740992]"
     assert json.loads(go_json({"b": {"c": [1]}, "a": "é"})) == {"a": "é", "b": {"c": [1]}}

@@ -33,8 +33,9 @@ HELLO = [{"role": "user", "content": "hi"}]
 
 @pytest.fixture(scope="module")
 def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    with module_home(tmp_path_factory, "daemon", LOCALLLM_NUM_PARALLEL="1",
-                     LOCALLLM_CONTEXT_LENGTH="256") as tmp_path:
+    with module_home(
+        tmp_path_factory, "daemon", LOCALLLM_NUM_PARALLEL="1", LOCALLLM_CONTEXT_LENGTH="256"
+    ) as tmp_path:
         add_tiny(tmp_path, "ok", chat_template=CONTENTS)
         # Stored as a pull stores them: no /api/create checks on the way in.
         add_tiny(tmp_path, "big", chat_template=BIG)
@@ -48,8 +49,9 @@ def post(d: Daemon, path: str, body: dict[str, Any], timeout: float = 60) -> htt
 
 
 def chat(d: Daemon, model: str) -> httpx.Response:
-    return post(d, "/api/chat", {"model": model, "messages": HELLO, "stream": False,
-                                 "options": GREEDY_OPTS})
+    return post(
+        d, "/api/chat", {"model": model, "messages": HELLO, "stream": False, "options": GREEDY_OPTS}
+    )
 
 
 def cpu_seconds(pid: int) -> float:
@@ -60,8 +62,9 @@ def cpu_seconds(pid: int) -> float:
 def test_a_template_asking_for_a_huge_value_is_a_400_on_every_route(d: Daemon) -> None:
     r = chat(d, "big")
     assert r.status_code == 400
-    assert r.json()["error"].startswith("chat template limit: the width given to center is "
-                                        "3,000,000; at most 65,536"), r.text
+    assert r.json()["error"].startswith(
+        "chat template limit: the width given to center is 3,000,000; at most 65,536"
+    ), r.text
     gen = post(d, "/api/generate", {"model": "big", "prompt": "hi", "stream": False})
     assert gen.status_code == 400 and "chat template limit" in gen.json()["error"]
     oai = post(d, "/v1/chat/completions", {"model": "big", "messages": HELLO})
@@ -98,10 +101,12 @@ def test_a_template_that_burns_cpu_fails_at_the_deadline_and_stops(d: Daemon) ->
 def test_create_refuses_a_hostile_template_layer(d: Daemon) -> None:
     r = post(d, "/api/create", {"model": "made", "from": "ok", "template": BIG})
     assert r.status_code == 400
-    assert r.json()["error"].startswith("invalid TEMPLATE: chat template limit: the width "
-                                        "given to center"), r.text
-    assert httpx.post(d.url + "/api/show", json={"model": "made"},
-                      trust_env=False).status_code == 404
+    assert r.json()["error"].startswith(
+        "invalid TEMPLATE: chat template limit: the width given to center"
+    ), r.text
+    assert (
+        httpx.post(d.url + "/api/show", json={"model": "made"}, trust_env=False).status_code == 404
+    )
 
 
 def upload_gguf(d: Daemon, tmp_path: Path, template: str) -> str:
@@ -118,12 +123,12 @@ def test_create_refuses_a_gguf_whose_own_template_is_hostile(d: Daemon, tmp_path
     assert r.status_code == 400
     assert r.json()["error"] == (
         "the GGUF's chat template (tokenizer.chat_template) cannot be used: chat template "
-        "limit: the width given to center is 3,000,000; at most 65,536"), r.text
+        "limit: the width given to center is 3,000,000; at most 65,536"
+    ), r.text
     # A template that merely refuses the sample chat is not hostile: the model is created
     # and its chats get the template's own message.
     digest = upload_gguf(d, tmp_path / "refuses", REFUSES)
-    r = post(d, "/api/create", {"model": "refuses", "files": {"m.gguf": digest},
-                                "stream": False})
+    r = post(d, "/api/create", {"model": "refuses", "files": {"m.gguf": digest}, "stream": False})
     assert r.status_code == 200, r.text
     refused = chat(d, "refuses")
     assert refused.status_code == 400

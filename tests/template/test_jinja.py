@@ -40,12 +40,22 @@ def test_llama3_shape() -> None:
 
 
 def test_tools_and_tool_calls_render_with_unescaped_json() -> None:
-    tools = [{"type": "function", "function": {"name": "get_weather",
-              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        }
+    ]
     messages = [
         {"role": "user", "content": "Weather in <Paris>?"},
-        {"role": "assistant", "content": "",
-         "tool_calls": [{"function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}],
+        },
     ]
     out = render_chat(QWEN_TOOLS, messages, tools=tools, add_generation_prompt=False)
     assert '"name": "get_weather"' in out
@@ -56,9 +66,15 @@ def test_tools_and_tool_calls_render_with_unescaped_json() -> None:
 def test_no_template_is_the_plain_text() -> None:
     # As Ollama's default template: a base model continues the text it is given.
     assert render_chat(None, [{"role": "user", "content": "The sky is"}]) == "The sky is"
-    out = render_chat("", [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
-                           {"role": "assistant", "content": " and V."},
-                           {"role": "user", "content": " Then"}])
+    out = render_chat(
+        "",
+        [
+            {"role": "system", "content": "S"},
+            {"role": "user", "content": "U"},
+            {"role": "assistant", "content": " and V."},
+            {"role": "user", "content": " Then"},
+        ],
+    )
     assert out == "S\n\nU and V. Then"
 
 
@@ -98,14 +114,17 @@ def test_output_cap() -> None:
 def test_generation_block_renders_its_body() -> None:
     # transformers' training-mask tag (LFM2.5, poolside Laguna): a no-op for inference,
     # and a ``set`` inside it stays inside, as in transformers' call block.
-    source = ("{% set x = 1 %}{% generation %}[{{ x }}{% set x = 2 %}{{ x }}]{% endgeneration %}"
-              "{{ x }}")
+    source = (
+        "{% set x = 1 %}{% generation %}[{{ x }}{% set x = 2 %}{{ x }}]{% endgeneration %}{{ x }}"
+    )
     assert render_jinja(source, {}) == "[12]1"
 
 
 def test_range_is_a_real_range() -> None:
-    assert render_jinja("{{ range(3)|length }}/{{ range(3)[1] }}/{{ 2 in range(3) }}", {}) \
+    assert (
+        render_jinja("{{ range(3)|length }}/{{ range(3)[1] }}/{{ 2 in range(3) }}", {})
         == "3/1/True"
+    )
     assert render_jinja("{{ range(1, 7, 2)|list }}", {}) == "[1, 3, 5]"
 
 
@@ -119,12 +138,13 @@ def test_namespace_refuses_private_names_and_dict_helper() -> None:
         render_jinja("{% set ns = namespace(_x=1) %}", {})
     with pytest.raises(TemplateError, match="unsafe"):
         render_jinja("{% set ns = namespace() %}{% set ns._y = 1 %}", {})
-    assert render_jinja("{{ dict(a=1)|tojson }}{{ dict.fromkeys(['k'], 0)|tojson }}", {}) \
+    assert (
+        render_jinja("{{ dict(a=1)|tojson }}{{ dict.fromkeys(['k'], 0)|tojson }}", {})
         == '{"a": 1}{"k": 0}'
+    )
 
 
 def test_reasoning_reaches_the_template_under_every_name() -> None:
-    source = ("{% for m in messages %}{{ m.reasoning_content }}|{{ m.thinking }}"
-              "{% endfor %}")
+    source = "{% for m in messages %}{{ m.reasoning_content }}|{{ m.thinking }}{% endfor %}"
     out = render_chat(source, [{"role": "assistant", "content": "4", "thinking": "2+2"}])
     assert out == "2+2|2+2"

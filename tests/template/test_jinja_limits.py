@@ -27,31 +27,32 @@ LIMIT = "chat template limit: "
 FILTERS = {
     "center": ('{{ ("x"|center(3000000))|length }}', "width given to center"),
     "format": ('{{ ("%03000000d"|format(1))|length }}', "% format"),
-    "format-fields": ('{{ ("%(a)s" * 5000)|format(a="y" * 5000)|length }}',
-                      "% formatting makes"),
-    "batch": ('{{ ([0]|batch(3000000, 0)|list)[0]|length }}', "linecount given to batch"),
-    "slice": ('{{ ([0]|slice(3000000, 0)|list)|length }}', "slices given to slice"),
-    "tojson-indent": ('{{ (range(3000)|list|tojson(indent=5000))|length }}',
-                      "text tojson makes"),
-    "tojson-separators": ('{{ (range(3000)|list|tojson(separators=("," * 5000, ":")))|length }}',
-                          "text tojson makes"),
+    "format-fields": ('{{ ("%(a)s" * 5000)|format(a="y" * 5000)|length }}', "% formatting makes"),
+    "batch": ("{{ ([0]|batch(3000000, 0)|list)[0]|length }}", "linecount given to batch"),
+    "slice": ("{{ ([0]|slice(3000000, 0)|list)|length }}", "slices given to slice"),
+    "tojson-indent": ("{{ (range(3000)|list|tojson(indent=5000))|length }}", "text tojson makes"),
+    "tojson-separators": (
+        '{{ (range(3000)|list|tojson(separators=("," * 5000, ":")))|length }}',
+        "text tojson makes",
+    ),
     "replace": ('{{ (("a" * 5000)|replace("a", "b" * 5000))|length }}', "text replace makes"),
     "indent": ('{{ (("a\\n" * 5000)|indent(5000))|length }}', "text indent makes"),
-    "indent-string": ('{{ (("a\\n" * 5000)|indent("-" * 5000))|length }}',
-                      "text indent makes"),
-    "wordwrap": ('{{ (("a " * 5000)|wordwrap(1, wrapstring="x" * 5000))|length }}',
-                 "text wordwrap makes"),
+    "indent-string": ('{{ (("a\\n" * 5000)|indent("-" * 5000))|length }}', "text indent makes"),
+    "wordwrap": (
+        '{{ (("a " * 5000)|wordwrap(1, wrapstring="x" * 5000))|length }}',
+        "text wordwrap makes",
+    ),
     "join": ('{{ (range(5000)|join("x" * 5000))|length }}', "text join makes"),
-    "join-generator": ('{{ (range(5000)|map("string")|join("x" * 5000))|length }}',
-                       "text join makes"),
+    "join-generator": (
+        '{{ (range(5000)|map("string")|join("x" * 5000))|length }}',
+        "text join makes",
+    ),
     "sum": ('{{ (["ab"] * 3000)|map("list")|sum(start=[])|length }}', "copying sum does"),
-    "urlize": ('{{ (("a.com " * 2000)|urlize(target="t" * 10000))|length }}',
-               "text urlize makes"),
+    "urlize": ('{{ (("a.com " * 2000)|urlize(target="t" * 10000))|length }}', "text urlize makes"),
     "list": ('{{ (("a" * 500000)|list)|length }}', "the list list makes"),
-    "sort": ('{{ (range(100000)|list|sort)|length }}', "sorting filter was given"),
-    "round": ('{{ 5|round(-1000000) }}', "precision given to round"),
-    "map-center": ('{{ (["x"]|map("center", 3000000)|first)|length }}',
-                   "width given to center"),
+    "sort": ("{{ (range(100000)|list|sort)|length }}", "sorting filter was given"),
+    "round": ("{{ 5|round(-1000000) }}", "precision given to round"),
+    "map-center": ('{{ (["x"]|map("center", 3000000)|first)|length }}', "width given to center"),
 }
 
 METHODS = {
@@ -62,68 +63,102 @@ METHODS = {
     "expandtabs": ('{{ ("\\t" * 5000).expandtabs(5000)|length }}', "text expandtabs makes"),
     "replace": ('{{ ("a" * 5000).replace("a", "b" * 5000)|length }}', "text replace makes"),
     "join": ('{{ ("x" * 5000).join(["y"] * 5000)|length }}', "text join makes"),
-    "translate": ('{{ ("x" * 5000).translate({120: "y" * 5000})|length }}',
-                  "text translate makes"),
+    "translate": ('{{ ("x" * 5000).translate({120: "y" * 5000})|length }}', "text translate makes"),
     "format-repeat": ('{{ ("{0}" * 5000).format("y" * 5000)|length }}', "text format makes"),
     "format-width": ('{{ "{0:>3000000}".format(1)|length }}', "format string"),
     "format-nested": ('{{ "{0:{1}}".format(1, 1000000)|length }}', "format field"),
-    "format_map": ('{{ ("{x}" * 5000).format_map({"x": "y" * 5000})|length }}',
-                   "text format makes"),
+    "format_map": (
+        '{{ ("{x}" * 5000).format_map({"x": "y" * 5000})|length }}',
+        "text format makes",
+    ),
     "split": ('{{ ("a" * 500000).split("a")|length }}', "the list split makes"),
     "split-spaces": ('{{ ("a " * 500000).split()|length }}', "the list split makes"),
     "splitlines": ('{{ ("a\\n" * 500000).splitlines()|length }}', "the list splitlines makes"),
     "bytes-ljust": ('{{ "x".encode().ljust(1000000)|length }}', "width given to ljust"),
-    "bytes-replace": ('{{ ("a" * 5000).encode().replace("a".encode(), ("b" * 5000).encode())'
-                      '|length }}', "text replace makes"),
+    "bytes-replace": (
+        '{{ ("a" * 5000).encode().replace("a".encode(), ("b" * 5000).encode())|length }}',
+        "text replace makes",
+    ),
     "to_bytes": ('{{ (2).to_bytes(1000000, "big")|length }}', "length given to to_bytes"),
-    "fromkeys": ('{{ dict.fromkeys(range(500000))|length }}', "keys given to fromkeys"),
-    "dict-fromkeys": ('{{ {}.fromkeys(range(500000))|length }}', "keys given to fromkeys"),
-    "lipsum": ('{{ lipsum(100, min=4999, max=5000)|length }}', "text lipsum makes"),
+    "fromkeys": ("{{ dict.fromkeys(range(500000))|length }}", "keys given to fromkeys"),
+    "dict-fromkeys": ("{{ {}.fromkeys(range(500000))|length }}", "keys given to fromkeys"),
+    "lipsum": ("{{ lipsum(100, min=4999, max=5000)|length }}", "text lipsum makes"),
 }
 
 OPERATORS = {
     "percent-width": ('{{ ("%03000000d" % 1)|length }}', "% format"),
     "percent-star": ('{{ ("%*d" % (3000000, 1))|length }}', "* width"),
-    "percent-fields": ('{{ ("%(a)s" * 5000 % {"a": "y" * 5000})|length }}',
-                       "% formatting makes"),
+    "percent-fields": ('{{ ("%(a)s" * 5000 % {"a": "y" * 5000})|length }}', "% formatting makes"),
     "tuple-of-refs": ('{{ (("y" * 5000,) * 5000)|length }}', "the value * makes"),
     "list-repeat-as-text": ('{{ (["x" * 5000] * 5000)|string|length }}', "the value * makes"),
-    "concat-doubling": ('{% set ns = namespace(s="x") %}{% for i in range(25) %}'
-                        '{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}',
-                        "the text ~ makes"),
-    "plus-doubling": ('{% set ns = namespace(s="x") %}{% for i in range(25) %}'
-                      '{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s|length }}',
-                      "the result of +"),
-    "int-squaring": ('{% set ns = namespace(x=3) %}{% for i in range(19) %}'
-                     '{% set ns.x = ns.x * ns.x %}{% endfor %}{{ ns.x > 0 }}', "bits"),
-    "int-power": ('{{ (7 ** 64) ** 64 ** 64 > 0 }}', "bits"),
+    "concat-doubling": (
+        '{% set ns = namespace(s="x") %}{% for i in range(25) %}'
+        "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}",
+        "the text ~ makes",
+    ),
+    "plus-doubling": (
+        '{% set ns = namespace(s="x") %}{% for i in range(25) %}'
+        "{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s|length }}",
+        "the result of +",
+    ),
+    "int-squaring": (
+        "{% set ns = namespace(x=3) %}{% for i in range(19) %}"
+        "{% set ns.x = ns.x * ns.x %}{% endfor %}{{ ns.x > 0 }}",
+        "bits",
+    ),
+    "int-power": ("{{ (7 ** 64) ** 64 ** 64 > 0 }}", "bits"),
     # Lists built from each other: a == b walks 2**22 pairs in C, past any deadline.
-    "shared-lists": ('{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(22) %}'
-                     '{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}'
-                     '{{ ns.a == ns.b }}', "holds more than"),
-    "shared-tuples": ('{% set ns = namespace(t=(1,)) %}{% for i in range(22) %}'
-                      '{% set ns.t = (ns.t, ns.t) %}{% endfor %}{{ {ns.t: 1}|length }}',
-                      "holds more than"),
-    "deep-nesting": ('{% set ns = namespace(x=1) %}{% for i in range(300) %}'
-                     '{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x|length }}', "levels deep"),
+    "shared-lists": (
+        "{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(22) %}"
+        "{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}"
+        "{{ ns.a == ns.b }}",
+        "holds more than",
+    ),
+    "shared-tuples": (
+        "{% set ns = namespace(t=(1,)) %}{% for i in range(22) %}"
+        "{% set ns.t = (ns.t, ns.t) %}{% endfor %}{{ {ns.t: 1}|length }}",
+        "holds more than",
+    ),
+    "deep-nesting": (
+        "{% set ns = namespace(x=1) %}{% for i in range(300) %}"
+        "{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x|length }}",
+        "levels deep",
+    ),
     # A namespace put in a list, then filled: the list is measured afresh when printed.
-    "namespace-grown": ('{% set a = namespace(x="") %}{% set l = [a] * 1000 %}'
-                        '{% set a.x = "x" * 50000 %}{{ (l|string)|length }}', "as text"),
+    "namespace-grown": (
+        '{% set a = namespace(x="") %}{% set l = [a] * 1000 %}'
+        '{% set a.x = "x" * 50000 %}{{ (l|string)|length }}',
+        "as text",
+    ),
 }
 
 WRITTEN = {
-    "macro-text": ("{% macro m() %}{% for i in range(200000) %}" + "x" * 100
-                   + "{% endfor %}{% endmacro %}{{ m()|length }}", "macro, call or set block"),
-    "set-block": ('{% set x %}{% for i in range(200) %}{{ "y" * 100000 }}{% endfor %}'
-                  '{% endset %}{{ x|length }}', "written by {{ }} in all"),
-    "filter-block": ("{% set x %}{% filter upper %}{% for i in range(200000) %}" + "x" * 100
-                     + "{% endfor %}{% endfilter %}{% endset %}{{ x|length }}",
-                     "macro, call or set block"),
-    "loops": ('{% for a in "x" * 1100 %}{% for b in "x" * 1100 %}{% endfor %}{% endfor %}done',
-              "loops ran more than"),
-    "recursive-loop": ('{% for a in "x" * 950000 %}{% endfor %}{% for x in [1] recursive %}'
-                       '{% if x == 1 %}{{ loop("x" * 100000) }}{% endif %}{% endfor %}done',
-                       "loops ran more than"),
+    "macro-text": (
+        "{% macro m() %}{% for i in range(200000) %}"
+        + "x" * 100
+        + "{% endfor %}{% endmacro %}{{ m()|length }}",
+        "macro, call or set block",
+    ),
+    "set-block": (
+        '{% set x %}{% for i in range(200) %}{{ "y" * 100000 }}{% endfor %}'
+        "{% endset %}{{ x|length }}",
+        "written by {{ }} in all",
+    ),
+    "filter-block": (
+        "{% set x %}{% filter upper %}{% for i in range(200000) %}"
+        + "x" * 100
+        + "{% endfor %}{% endfilter %}{% endset %}{{ x|length }}",
+        "macro, call or set block",
+    ),
+    "loops": (
+        '{% for a in "x" * 1100 %}{% for b in "x" * 1100 %}{% endfor %}{% endfor %}done',
+        "loops ran more than",
+    ),
+    "recursive-loop": (
+        '{% for a in "x" * 950000 %}{% endfor %}{% for x in [1] recursive %}'
+        '{% if x == 1 %}{{ loop("x" * 100000) }}{% endif %}{% endfor %}done',
+        "loops ran more than",
+    ),
 }
 
 
@@ -159,18 +194,22 @@ def test_loops_macros_and_blocks(case: tuple[str, str]) -> None:
 
 def test_values_up_to_the_limits_still_render() -> None:
     # The limits are far above what real templates do.
-    source = ('{{ "x"|center(60000)|length }} {{ ("a\\n" * 1000)|indent(8)|length }} '
-              '{{ range(1000)|join(", ")|length }} {{ "%-20s|"|format("k") }} '
-              '{{ "{:>6}".format(42) }} {{ (["ab"] * 100)|map("list")|sum(start=[])|length }} '
-              '{{ range(3)|list|tojson(indent=2)|length }}')
+    source = (
+        '{{ "x"|center(60000)|length }} {{ ("a\\n" * 1000)|indent(8)|length }} '
+        '{{ range(1000)|join(", ")|length }} {{ "%-20s|"|format("k") }} '
+        '{{ "{:>6}".format(42) }} {{ (["ab"] * 100)|map("list")|sum(start=[])|length }} '
+        "{{ range(3)|list|tojson(indent=2)|length }}"
+    )
     assert render_jinja(source, {}) == "60000 9992 4888 k                   |     42 200 17"
 
 
 # One filter call that runs seconds of Python (textwrap breaking a 1,000,000-character word
 # into pairs: 6.6 s here), and a loop whose steps the template never looks up anything in.
 SLOW_FILTER = '{{ ("a" * 1000000)|wordwrap(2)|length }}'
-SLOW_LOOP = ('{% set x %}{% for i in range(300000) %}{{ ("aaaa" ~ i)|wordwrap(1) }}{% endfor %}'
-             '{% endset %}{{ x|length }}')
+SLOW_LOOP = (
+    '{% set x %}{% for i in range(300000) %}{{ ("aaaa" ~ i)|wordwrap(1) }}{% endfor %}'
+    "{% endset %}{{ x|length }}"
+)
 
 
 @pytest.mark.parametrize("source", [SLOW_FILTER, SLOW_LOOP], ids=["filter", "loop"])
@@ -209,11 +248,15 @@ def test_a_template_too_long_to_compile_is_refused_quickly_and_every_time() -> N
         assert time.monotonic() - start < 0.5
 
 
-@pytest.mark.parametrize("source", [
-    "{% if x %}" * 3000 + "{% endif %}" * 3000,  # Jinja's parser recurses
-    "{% for x in y %}" * 21 + "{% endfor %}" * 21,  # Python: too many nested blocks
-    "{% for x in y %}" * 100 + "{% endfor %}" * 100,  # Python: too much indentation
-], ids=["parser", "python-blocks", "python-indent"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{% if x %}" * 3000 + "{% endif %}" * 3000,  # Jinja's parser recurses
+        "{% for x in y %}" * 21 + "{% endfor %}" * 21,  # Python: too many nested blocks
+        "{% for x in y %}" * 100 + "{% endfor %}" * 100,  # Python: too much indentation
+    ],
+    ids=["parser", "python-blocks", "python-indent"],
+)
 def test_a_template_nested_too_deeply_to_compile_is_a_400(source: str) -> None:
     with pytest.raises(TemplateError, match="nests too deeply") as info:
         render_jinja(source, {"y": []})
@@ -223,9 +266,11 @@ def test_a_template_nested_too_deeply_to_compile_is_a_400(source: str) -> None:
 def test_an_undefined_lookup_never_prints_the_key_it_was_given() -> None:
     # Namespaces holding the previous one twice, 21 deep: printing the last prints 2**21
     # namespaces (the old code built a 113 MB message, for seconds, where no check runs).
-    source = ("{% set ns = namespace(top=namespace(a=0, b=0)) %}{% for i in range(21) %}"
-              "{% set n = namespace() %}{% set n.a = ns.top %}{% set n.b = ns.top %}"
-              "{% set ns.top = n %}{% endfor %}{{ {}[ns.top] < 1 }}")
+    source = (
+        "{% set ns = namespace(top=namespace(a=0, b=0)) %}{% for i in range(21) %}"
+        "{% set n = namespace() %}{% set n.a = ns.top %}{% set n.b = ns.top %}"
+        "{% set ns.top = n %}{% endfor %}{{ {}[ns.top] < 1 }}"
+    )
     start = time.monotonic()
     with pytest.raises(TemplateError, match="UndefinedError: dict object has no element") as info:
         render_jinja(source, {})

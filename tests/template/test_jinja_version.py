@@ -22,9 +22,10 @@ def old_jinja(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("old_jinja")
 def test_an_old_jinja_renders_no_template_and_says_why() -> None:
-    for render in (lambda: render_jinja("{{ 'hi' }}", {}),
-                   lambda: render_chat("{{ messages[0].content }}", [{"role": "user",
-                                                                        "content": "x"}])):
+    for render in (
+        lambda: render_jinja("{{ 'hi' }}", {}),
+        lambda: render_chat("{{ messages[0].content }}", [{"role": "user", "content": "x"}]),
+    ):
         with pytest.raises(UnsafeJinja) as info:
             render()
         message = str(info.value)
@@ -38,18 +39,30 @@ def test_an_old_jinja_renders_no_template_and_says_why() -> None:
 
 
 @pytest.mark.usefixtures("old_jinja")
-def test_the_daemon_says_so_loudly_at_start_up(capsys: pytest.CaptureFixture[str],
-                                               caplog: pytest.LogCaptureFixture) -> None:
+def test_the_daemon_says_so_loudly_at_start_up(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
     with caplog.at_level(logging.ERROR):
         assert warn_if_unsafe_jinja() is True
     assert "ERROR: jinja2 3.1.5 is installed" in capsys.readouterr().err
     assert any("jinja2 3.1.5" in r.getMessage() for r in caplog.records)
 
 
-@pytest.mark.parametrize(("version", "ok"), [
-    ("3.1.6", True), ("3.1.7", True), ("3.2.0", True), ("4.0.0", True), ("3.1.6.dev0", True),
-    ("3.1.5", False), ("3.1.0", False), ("3.0.3", False), ("2.11.3", False), ("unknown", False),
-])
+@pytest.mark.parametrize(
+    ("version", "ok"),
+    [
+        ("3.1.6", True),
+        ("3.1.7", True),
+        ("3.2.0", True),
+        ("4.0.0", True),
+        ("3.1.6.dev0", True),
+        ("3.1.5", False),
+        ("3.1.0", False),
+        ("3.0.3", False),
+        ("2.11.3", False),
+        ("unknown", False),
+    ],
+)
 def test_versions(monkeypatch: pytest.MonkeyPatch, version: str, ok: bool) -> None:
     monkeypatch.setattr(jinja2, "__version__", version)
     assert (jinja_problem() is None) is ok

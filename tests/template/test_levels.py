@@ -17,12 +17,22 @@ def tail(name: str, think: bool | str | None) -> str:
     return render_chat(corpus()[name], HI, think=think)[-200:]
 
 
-@pytest.mark.parametrize(("think", "effort"), [
-    (None, "medium"), (True, "medium"), ("low", "low"), ("medium", "medium"),
-    ("high", "high"), ("max", "high"), (False, "low")])
+@pytest.mark.parametrize(
+    ("think", "effort"),
+    [
+        (None, "medium"),
+        (True, "medium"),
+        ("low", "low"),
+        ("medium", "medium"),
+        ("high", "high"),
+        ("max", "high"),
+        (False, "low"),
+    ],
+)
 def test_gpt_oss_reads_reasoning_effort(think: bool | str | None, effort: str) -> None:
-    assert f"Reasoning: {effort}\n" in render_chat(corpus()["openai-gpt-oss-120b.jinja"], HI,
-                                                   think=think)
+    assert f"Reasoning: {effort}\n" in render_chat(
+        corpus()["openai-gpt-oss-120b.jinja"], HI, think=think
+    )
 
 
 def test_qwen3_reads_enable_thinking() -> None:
@@ -65,7 +75,12 @@ def test_go_templates_get_think_and_level() -> None:
 
 
 def test_parse_think() -> None:
-    assert [parse_think(v) for v in (None, True, "false", "HIGH", "low")] == \
-        [None, True, False, "high", "low"]
+    assert [parse_think(v) for v in (None, True, "false", "HIGH", "low")] == [
+        None,
+        True,
+        False,
+        "high",
+        "low",
+    ]
     with pytest.raises(InvalidRequest, match="invalid think value"):
         parse_think("extreme")

@@ -7,9 +7,13 @@ from tests.support.toolcall_samples import COHERE2_TEXT, COMMAND_R_ACTION
 
 
 def test_thinking_then_action() -> None:
-    check_all_splits("command_r7b",
-                     "<|START_THINKING|>I'm\nthinking<|END_THINKING|>" + COMMAND_R_ACTION, "",
-                     [("special_function", {"arg1": 1}, 0, "0")], thinking="I'm\nthinking")
+    check_all_splits(
+        "command_r7b",
+        "<|START_THINKING|>I'm\nthinking<|END_THINKING|>" + COMMAND_R_ACTION,
+        "",
+        [("special_function", {"arg1": 1}, 0, "0")],
+        thinking="I'm\nthinking",
+    )
 
 
 def test_response_markers_are_not_content() -> None:
@@ -18,8 +22,14 @@ def test_response_markers_are_not_content() -> None:
 
 
 def test_cohere2_moe_opened_thinking() -> None:
-    check_all_splits("command_r7b", COHERE2_TEXT, "Hello, world!", [], thinking="I'm\nthinking",
-                     prompt="<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_THINKING|>")
+    check_all_splits(
+        "command_r7b",
+        COHERE2_TEXT,
+        "Hello, world!",
+        [],
+        thinking="I'm\nthinking",
+        prompt="<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_THINKING|>",
+    )
 
 
 def test_partial_action_at_the_end_is_content() -> None:

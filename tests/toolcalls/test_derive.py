@@ -31,8 +31,9 @@ DERIVED: list[tuple[str, str, list[Any]]] = [
 
 
 @pytest.mark.parametrize(("template", "text", "calls"), DERIVED, ids=[d[0] for d in DERIVED])
-def test_real_templates_without_a_dedicated_parser(template: str, text: str,
-                                                   calls: list[Any]) -> None:
+def test_real_templates_without_a_dedicated_parser(
+    template: str, text: str, calls: list[Any]
+) -> None:
     source = corpus()[template + ".jinja"]
     assert detect_format(source).name == "derived"
     check_all_splits("derived", text, "", calls, template=source)
@@ -44,21 +45,30 @@ def test_derived_reasoning_tags() -> None:
     fmt = detect_format(source)
     assert fmt.think_tags == ("<think:opensource>", "</think:opensource>")
     assert "<tool_calls:opensource>" in fmt.markers
-    content, thinking, calls = run("derived", ["plan</think:opensource>" + s.HY3_CALL],
-                                   prompt="<think:opensource>", template=source)
+    content, thinking, calls = run(
+        "derived",
+        ["plan</think:opensource>" + s.HY3_CALL],
+        prompt="<think:opensource>",
+        template=source,
+    )
     assert (content, thinking, [c.name for c in calls]) == ("", "plan", ["get_time"])
 
 
 # Templates with a dedicated parser whose format can be derived too: the derived parser
 # must read the family's reply exactly as the dedicated one does.
 AGREES = [
-    ("Qwen-Qwen3-0.6B", s.HERMES_CALL), ("Qwen3-Coder", s.XML_CALL),
-    ("GLM-4.6", s.GLM_46_CALL.split("</think>\n", 1)[1]), ("MiniMax-M2", s.MINIMAX_M2_CALL),
-    ("deepseek-ai-DeepSeek-V3.2", s.DSML_CALL), ("deepseek-ai-DeepSeek-V4", s.DSML_V4_CALL),
+    ("Qwen-Qwen3-0.6B", s.HERMES_CALL),
+    ("Qwen3-Coder", s.XML_CALL),
+    ("GLM-4.6", s.GLM_46_CALL.split("</think>\n", 1)[1]),
+    ("MiniMax-M2", s.MINIMAX_M2_CALL),
+    ("deepseek-ai-DeepSeek-V3.2", s.DSML_CALL),
+    ("deepseek-ai-DeepSeek-V4", s.DSML_V4_CALL),
     ("deepseek-ai-DeepSeek-V3.1", s.DEEPSEEK_V31_CALLS.split("CONTENT", 1)[1]),
-    ("NVIDIA-Nemotron-Nano-v2", s.NEMOTRON_V2_CALL), ("unsloth-Apriel-1.5", s.APRIEL_CALL),
+    ("NVIDIA-Nemotron-Nano-v2", s.NEMOTRON_V2_CALL),
+    ("unsloth-Apriel-1.5", s.APRIEL_CALL),
     ("meetkai-functionary-medium-v3.1", s.FUNCTIONARY_V31_CALL),
-    ("openbmb-MiniCPM5-1B", s.MINICPM5_CALL), ("Kimi-K3", s.KIMI_K3_CALL),
+    ("openbmb-MiniCPM5-1B", s.MINICPM5_CALL),
+    ("Kimi-K3", s.KIMI_K3_CALL),
     ("mistralai-Mistral-Nemo-Instruct-2407", s.MISTRAL_NEMO_CALL),
     ("Cohere2MoE", s.COMMAND_R_ACTION),
 ]
@@ -72,35 +82,58 @@ def test_derived_agrees_with_the_dedicated_parser(template: str, text: str) -> N
     fmt = detect_format(source)
     want = run(fmt.name, [text], template=source)[2]
     got = run("derived", [text], template=source)[2]
-    assert want and [(c.name, c.arguments) for c in got] == [(c.name, c.arguments)
-                                                              for c in want]
+    assert want and [(c.name, c.arguments) for c in got] == [(c.name, c.arguments) for c in want]
 
 
 # Families that do not exist: each writes its calls its own way, and nothing of ours
 # knows any of them.
 NEXT = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}"
-NEW_JSON = NEXT + ("{% for c in m.tool_calls or [] %}<<call>>{{ c.function.name }}||"
-                   "{{ c.function.arguments | tojson }}<</call>>{% endfor %}<|end|>{% endfor %}"
-                   "{% if add_generation_prompt %}<|assistant|>{% endif %}")
-NEW_XML = NEXT + ("{% if m.tool_calls %}<actions>{% for c in m.tool_calls %}"
-                  '<act fn="{{ c.function.name }}" n="{{ loop.index }}">'
-                  "{% for k, v in c.function.arguments.items() %}"
-                  '<in key="{{ k }}">{{ v }}</in>{% endfor %}</act>{% endfor %}</actions>'
-                  "{% endif %}<|end|>{% endfor %}{% if add_generation_prompt %}<|assistant|>"
-                  "{% endif %}")
-NEW_LIST = NEXT + ("{% if m.tool_calls %}@@calls {{ m.tool_calls | map(attribute='function')"
-                   " | list | tojson }}{% endif %}<|end|>{% endfor %}")
+NEW_JSON = NEXT + (
+    "{% for c in m.tool_calls or [] %}<<call>>{{ c.function.name }}||"
+    "{{ c.function.arguments | tojson }}<</call>>{% endfor %}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+NEW_XML = NEXT + (
+    "{% if m.tool_calls %}<actions>{% for c in m.tool_calls %}"
+    '<act fn="{{ c.function.name }}" n="{{ loop.index }}">'
+    "{% for k, v in c.function.arguments.items() %}"
+    '<in key="{{ k }}">{{ v }}</in>{% endfor %}</act>{% endfor %}</actions>'
+    "{% endif %}<|end|>{% endfor %}{% if add_generation_prompt %}<|assistant|>"
+    "{% endif %}"
+)
+NEW_LIST = NEXT + (
+    "{% if m.tool_calls %}@@calls {{ m.tool_calls | map(attribute='function')"
+    " | list | tojson }}{% endif %}<|end|>{% endfor %}"
+)
 
 
-@pytest.mark.parametrize(("template", "text", "shape"), [
-    (NEW_JSON, '<<call>>get_time||{"city": "Paris"}<</call>>',
-     Shape(call_open="<<call>>", name_end="||", call_close="<</call>>")),
-    (NEW_XML, '<actions><act fn="get_time" n="1"><in key="city">Paris</in></act></actions>',
-     Shape(call_open='<act fn="', name_end=f'" n="{WILD}">', call_close="</act>",
-           section_open="<actions>", section_close="</actions>", json_args=False,
-           param_open='<in key="', key_end='">', param_close="</in>")),
-    (NEW_LIST, '@@calls [{"name": "get_time", "arguments": {"city": "Paris"}}]', None),
-], ids=["json", "xml", "list"])
+@pytest.mark.parametrize(
+    ("template", "text", "shape"),
+    [
+        (
+            NEW_JSON,
+            '<<call>>get_time||{"city": "Paris"}<</call>>',
+            Shape(call_open="<<call>>", name_end="||", call_close="<</call>>"),
+        ),
+        (
+            NEW_XML,
+            '<actions><act fn="get_time" n="1"><in key="city">Paris</in></act></actions>',
+            Shape(
+                call_open='<act fn="',
+                name_end=f'" n="{WILD}">',
+                call_close="</act>",
+                section_open="<actions>",
+                section_close="</actions>",
+                json_args=False,
+                param_open='<in key="',
+                key_end='">',
+                param_close="</in>",
+            ),
+        ),
+        (NEW_LIST, '@@calls [{"name": "get_time", "arguments": {"city": "Paris"}}]', None),
+    ],
+    ids=["json", "xml", "list"],
+)
 def test_families_that_do_not_exist_yet(template: str, text: str, shape: Shape | None) -> None:
     derived = derive(template)
     assert derived is not None and detect_format(template).name == "derived"
@@ -110,22 +143,32 @@ def test_families_that_do_not_exist_yet(template: str, text: str, shape: Shape |
 
 
 def test_call_ids_the_template_writes_are_kept() -> None:
-    template = NEXT + ("{% for c in m.tool_calls or [] %}[call {{ c.id }}] {{ c.function.name }}"
-                       " {{ c.function.arguments | tojson }} [/call]{% endfor %}<|end|>"
-                       "{% endfor %}")
+    template = NEXT + (
+        "{% for c in m.tool_calls or [] %}[call {{ c.id }}] {{ c.function.name }}"
+        " {{ c.function.arguments | tojson }} [/call]{% endfor %}<|end|>"
+        "{% endfor %}"
+    )
     derived = derive(template)
     assert derived is not None and isinstance(derived.shape, Shape)
     assert IDENT in derived.shape.call_open
-    check_all_splits("derived", '[call c9] get_time {"city": "Paris"} [/call]', "",
-                     [("get_time", {"city": "Paris"}, 0, "c9")], template=template)
+    check_all_splits(
+        "derived",
+        '[call c9] get_time {"city": "Paris"} [/call]',
+        "",
+        [("get_time", {"city": "Paris"}, 0, "c9")],
+        template=template,
+    )
 
 
-@pytest.mark.parametrize("template", [
-    "{% for m in messages %}{{ m.content }}{% endfor %}",  # writes no calls
-    "{{ raise_exception('no') }}",
-    "{% for m in messages %}{{ m.tool_calls | tojson }}{% endfor %}",  # bare JSON, no marker
-    "",
-])
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{% for m in messages %}{{ m.content }}{% endfor %}",  # writes no calls
+        "{{ raise_exception('no') }}",
+        "{% for m in messages %}{{ m.tool_calls | tojson }}{% endfor %}",  # bare JSON, no marker
+        "",
+    ],
+)
 def test_no_format_from_templates_that_teach_none(template: str) -> None:
     assert derive(template) is None
     assert detect_format(template).name == "generic"

@@ -112,22 +112,39 @@ def test_real_templates(templates: dict[str, str]) -> None:
 
 def test_think_tags_follow_the_template(templates: dict[str, str]) -> None:
     assert detect_format(templates["mistralai-Ministral-3-14B-Reasoning-2512"]).think_tags == (
-        "[THINK]", "[/THINK]")
+        "[THINK]",
+        "[/THINK]",
+    )
     assert detect_format(templates["ByteDance-Seed-OSS"]).think_tags == (
-        "<seed:think>", "</seed:think>")
+        "<seed:think>",
+        "</seed:think>",
+    )
     assert "<|START_THINKING|>" in detect_format(templates["Cohere2MoE"]).markers
     assert detect_format(templates["openai-gpt-oss-120b"]).think_tags is None
 
 
-@pytest.mark.parametrize(("name", "markers"), [
-    ("mistral", ("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]")),
-    ("llama3", ("<|python_tag|>",)),
-    ("granite", ("<|tool_call|>", "<think>", "</think>")),
-    ("gpt_oss", ("<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|call|>",
-                 "<|constrain|>", "<|return|>")),
-    ("kimi_k2", ("<|tool_calls_section_begin|>", "<|tool_call_argument_begin|>")),
-    ("deepseek_r1", ("<｜tool▁calls▁begin｜>", "<｜tool▁sep｜>")),
-])
+@pytest.mark.parametrize(
+    ("name", "markers"),
+    [
+        ("mistral", ("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]")),
+        ("llama3", ("<|python_tag|>",)),
+        ("granite", ("<|tool_call|>", "<think>", "</think>")),
+        (
+            "gpt_oss",
+            (
+                "<|channel|>",
+                "<|message|>",
+                "<|start|>",
+                "<|end|>",
+                "<|call|>",
+                "<|constrain|>",
+                "<|return|>",
+            ),
+        ),
+        ("kimi_k2", ("<|tool_calls_section_begin|>", "<|tool_call_argument_begin|>")),
+        ("deepseek_r1", ("<｜tool▁calls▁begin｜>", "<｜tool▁sep｜>")),
+    ],
+)
 def test_markers(name: str, markers: tuple[str, ...]) -> None:
     assert set(markers) <= set(format_named(name).markers)
 

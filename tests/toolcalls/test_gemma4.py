@@ -17,45 +17,65 @@ def call(name: str, args: str) -> str:
     return f"<|tool_call>call:{name}{args}<tool_call|>"
 
 
-@pytest.mark.parametrize(("text", "name", "args"), [
-    (GEMMA4_CALL, "get_time", {"city": "Paris"}),
-    (call("get_time", f"{{city:{Q}San Francisco{Q}}}"), "get_time", {"city": "San Francisco"}),
-    (call("empty_args", "{}"), "empty_args", {}),
-    (call("special_function", "{arg1:42}"), "special_function", {"arg1": 42}),
-    (call("special_function", "{arg1:-7}"), "special_function", {"arg1": -7}),
-    (call("amount", "{orig:3.14}"), "amount", {"orig": 3.14}),
-    (call("amount", "{orig:1.5e10}"), "amount", {"orig": 1.5e10}),
-    (call("toggle", "{enabled:true}"), "toggle", {"enabled": True}),
-    (call("toggle", "{enabled:false}"), "toggle", {"enabled": False}),
-    (call("set_config", "{config:null}"), "set_config", {"config": None}),
-    (call("todo_list", f"{{todos:[{Q}buy milk{Q},{Q}walk dog{Q}]}}"), "todo_list",
-     {"todos": ["buy milk", "walk dog"]}),
-    (call("set_config", f"{{config:{{theme:{Q}dark{Q},count:3}}}}"), "set_config",
-     {"config": {"theme": "dark", "count": 3}}),
-    (call("todo_list", "{todos:[]}"), "todo_list", {"todos": []}),
-    (call("set_config", "{config:{}}"), "set_config", {"config": {}}),
-    # A string holds anything between its quote markers, braces and commas included.
-    (call("get_time", f"{{city:{Q}a, {{b}}: c{Q}}}"), "get_time", {"city": "a, {b}: c"}),
-])
+@pytest.mark.parametrize(
+    ("text", "name", "args"),
+    [
+        (GEMMA4_CALL, "get_time", {"city": "Paris"}),
+        (call("get_time", f"{{city:{Q}San Francisco{Q}}}"), "get_time", {"city": "San Francisco"}),
+        (call("empty_args", "{}"), "empty_args", {}),
+        (call("special_function", "{arg1:42}"), "special_function", {"arg1": 42}),
+        (call("special_function", "{arg1:-7}"), "special_function", {"arg1": -7}),
+        (call("amount", "{orig:3.14}"), "amount", {"orig": 3.14}),
+        (call("amount", "{orig:1.5e10}"), "amount", {"orig": 1.5e10}),
+        (call("toggle", "{enabled:true}"), "toggle", {"enabled": True}),
+        (call("toggle", "{enabled:false}"), "toggle", {"enabled": False}),
+        (call("set_config", "{config:null}"), "set_config", {"config": None}),
+        (
+            call("todo_list", f"{{todos:[{Q}buy milk{Q},{Q}walk dog{Q}]}}"),
+            "todo_list",
+            {"todos": ["buy milk", "walk dog"]},
+        ),
+        (
+            call("set_config", f"{{config:{{theme:{Q}dark{Q},count:3}}}}"),
+            "set_config",
+            {"config": {"theme": "dark", "count": 3}},
+        ),
+        (call("todo_list", "{todos:[]}"), "todo_list", {"todos": []}),
+        (call("set_config", "{config:{}}"), "set_config", {"config": {}}),
+        # A string holds anything between its quote markers, braces and commas included.
+        (call("get_time", f"{{city:{Q}a, {{b}}: c{Q}}}"), "get_time", {"city": "a, {b}: c"}),
+    ],
+)
 def test_calls(text: str, name: str, args: dict[str, Any]) -> None:
     check_all_splits("gemma4", text, "", [(name, args, 0, None)])
 
 
 def test_content_then_two_calls() -> None:
-    text = ("Hello, world!\nWhat's up?" + GEMMA4_CALL
-            + call("get_weather", f"{{location:{Q}Paris{Q}}}"))
-    check_all_splits("gemma4", text, "Hello, world!\nWhat's up?", [
-        ("get_time", {"city": "Paris"}, 0, None), ("get_weather", {"location": "Paris"}, 1, None)])
+    text = (
+        "Hello, world!\nWhat's up?" + GEMMA4_CALL + call("get_weather", f"{{location:{Q}Paris{Q}}}")
+    )
+    check_all_splits(
+        "gemma4",
+        text,
+        "Hello, world!\nWhat's up?",
+        [("get_time", {"city": "Paris"}, 0, None), ("get_weather", {"location": "Paris"}, 1, None)],
+    )
 
 
 def test_reasoning_channel() -> None:
     check_all_splits("gemma4", GEMMA4_THINK, "Hello, world!", [], thinking="I'm\nthinking")
     check_all_splits("gemma4", "<|channel>thought<channel|>Hello", "Hello", [])
-    check_all_splits("gemma4", "<|channel>thought\nplan<channel|>" + GEMMA4_CALL, "",
-                     [("get_time", {"city": "Paris"}, 0, None)], thinking="plan")
+    check_all_splits(
+        "gemma4",
+        "<|channel>thought\nplan<channel|>" + GEMMA4_CALL,
+        "",
+        [("get_time", {"city": "Paris"}, 0, None)],
+        thinking="plan",
+    )
     # A stray channel close after the answer is markup.
-    check_all_splits("gemma4", "<|channel>thought\n<channel|>Hello, world!<channel|>",
-                     "Hello, world!", [])
+    check_all_splits(
+        "gemma4", "<|channel>thought\n<channel|>Hello, world!<channel|>", "Hello, world!", []
+    )
 
 
 def test_broken_calls_are_content() -> None:

@@ -7,13 +7,18 @@ from tests.support.toolcall_samples import GRANITE_CALLS, GRANITE_RESPONSE
 
 
 def test_call_list() -> None:
-    check_all_splits("granite", GRANITE_CALLS, "", [("special_function", {"arg1": 1}, 0, None),
-                                           ("get_time", {"city": "Paris"}, 1, None)])
+    check_all_splits(
+        "granite",
+        GRANITE_CALLS,
+        "",
+        [("special_function", {"arg1": 1}, 0, None), ("get_time", {"city": "Paris"}, 1, None)],
+    )
 
 
 def test_thinking_and_response() -> None:
-    check_all_splits("granite", GRANITE_RESPONSE, "Hello, world!\nWhat's up?", [],
-                     thinking="I'm\nthinking")
+    check_all_splits(
+        "granite", GRANITE_RESPONSE, "Hello, world!\nWhat's up?", [], thinking="I'm\nthinking"
+    )
 
 
 def test_markers_without_tools_are_dropped() -> None:

@@ -25,17 +25,33 @@ from tests.support.toolcall_samples import (
 W = WEATHER_ARGS
 CASES: list[tuple[str, str, str, list[tuple[str, dict[str, Any], int, str | None]]]] = [
     ("hermes", HERMES_CALL, "", [("get_weather", W, 0, None)]),
-    ("hermes", 'Let me check.\n<tool_call>\n{"name": "a", "arguments": {}}\n</tool_call>\n'
-               '<tool_call>\n{"name": "b", "arguments": {"x": [1, "</tool_call>"]}}\n'
-               "</tool_call>",
-     "Let me check.\n", [("a", {}, 0, None), ("b", {"x": [1, "</tool_call>"]}, 1, None)]),
-    ("hermes", "Just text with <tool and <b>tags</b>.", "Just text with <tool and <b>tags</b>.",
-     []),
+    (
+        "hermes",
+        'Let me check.\n<tool_call>\n{"name": "a", "arguments": {}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "b", "arguments": {"x": [1, "</tool_call>"]}}\n'
+        "</tool_call>",
+        "Let me check.\n",
+        [("a", {}, 0, None), ("b", {"x": [1, "</tool_call>"]}, 1, None)],
+    ),
+    (
+        "hermes",
+        "Just text with <tool and <b>tags</b>.",
+        "Just text with <tool and <b>tags</b>.",
+        [],
+    ),
     ("hermes", "<tool_call>not json</tool_call> after", "not json after", []),
-    ("hermes", '<tool_call>{"name": "f", "arguments": "{\\"a\\": 1}"}</tool_call>', "",
-     [("f", {"a": 1}, 0, None)]),
-    ("hermes", '<tool_call>\n{"name": "f", "arguments": {"z": 1, "a": 2}}', "",
-     [("f", {"z": 1, "a": 2}, 0, None)]),  # stopped before the close tag
+    (
+        "hermes",
+        '<tool_call>{"name": "f", "arguments": "{\\"a\\": 1}"}</tool_call>',
+        "",
+        [("f", {"a": 1}, 0, None)],
+    ),
+    (
+        "hermes",
+        '<tool_call>\n{"name": "f", "arguments": {"z": 1, "a": 2}}',
+        "",
+        [("f", {"z": 1, "a": 2}, 0, None)],
+    ),  # stopped before the close tag
     ("hermes", '<tool_call>{"name": "f", "argu', '{"name": "f", "argu', []),
     ("llama3", LLAMA3_JSON, "", [("get_weather", W, 0, None)]),
     ("llama3", LLAMA3_PYTHON_TAG, "", [("a", {"q": "x"}, 0, None), ("b", {}, 1, None)]),
@@ -43,19 +59,18 @@ CASES: list[tuple[str, str, str, list[tuple[str, dict[str, Any], int, str | None
     ("llama3", "Hello {not a call}", "Hello {not a call}", []),
     ("llama3", '{"broken": ', '{"broken": ', []),
     ("mistral", MISTRAL_NEMO_CALL, "", [("get_weather", W, 0, "abc123XYZ")]),
-    ("mistral", MISTRAL_CALLS, "Sure. ",
-     [("get_weather", W, 0, None), ("noop", {}, 1, None)]),
+    ("mistral", MISTRAL_CALLS, "Sure. ", [("get_weather", W, 0, None), ("noop", {}, 1, None)]),
     ("mistral", '[TOOL_CALLS]f[CALL_ID]id9[ARGS] {"k": "v"}', "", [("f", {"k": "v"}, 0, "id9")]),
     ("mistral", "A list [1, 2] and [TOOL_ of text", "A list [1, 2] and [TOOL_ of text", []),
     ("mistral", "[TOOL_CALLS]bad\nname", "bad\nname", []),
-    ("generic", '<tool_call>{"name": "f"}</tool_call>', '<tool_call>{"name": "f"}</tool_call>',
-     []),
+    ("generic", '<tool_call>{"name": "f"}</tool_call>', '<tool_call>{"name": "f"}</tool_call>', []),
 ]
 
 
 @pytest.mark.parametrize(("fmt", "text", "content", "calls"), CASES)
-def test_every_split_gives_the_same_result(fmt: str, text: str, content: str,
-                                           calls: list[Any]) -> None:
+def test_every_split_gives_the_same_result(
+    fmt: str, text: str, content: str, calls: list[Any]
+) -> None:
     check_all_splits(fmt, text, content, calls)
 
 
@@ -67,18 +82,22 @@ def test_content_is_streamed_before_calls_close() -> None:
     assert r.content == "" and r.calls == []
     r = p.feed("</tool_call>")
     assert [c.to_ollama() for c in r.calls] == [
-        {"function": {"index": 0, "name": "f", "arguments": {"a": 1}}}]
+        {"function": {"index": 0, "name": "f", "arguments": {"a": 1}}}
+    ]
 
 
 def test_argument_key_order_is_kept() -> None:
-    _, _, calls = run("hermes", ['<tool_call>{"name": "f", "arguments": {"b": 1, "a": 2, '
-                                 '"c": 3}}</tool_call>'])
+    _, _, calls = run(
+        "hermes", ['<tool_call>{"name": "f", "arguments": {"b": 1, "a": 2, "c": 3}}</tool_call>']
+    )
     assert list(calls[0].arguments) == ["b", "a", "c"]
 
 
 def test_to_ollama_with_id() -> None:
     assert ToolCall("f", {}, 2, "x").to_ollama() == {
-        "id": "x", "function": {"index": 2, "name": "f", "arguments": {}}}
+        "id": "x",
+        "function": {"index": 2, "name": "f", "arguments": {}},
+    }
 
 
 def test_json_end() -> None:

@@ -59,18 +59,22 @@ def test_a_changed_text_is_read_from_its_start() -> None:
 def test_a_long_call_costs_little_per_piece(fmt: str) -> None:
     code = "def f(x):\n    return {'a': [x, \"]\"]}\n" * 2000  # 70 KB of arguments
     args = json.dumps({"code": code})
-    text = {"hermes": f'<tool_call>{{"name": "python", "arguments": {args}}}</tool_call>',
-            "lfm2": f"<|tool_call_start|>[python(code={json.dumps(code)})]<|tool_call_end|>",
-            "mistral": f"[TOOL_CALLS]python[ARGS]{args}",
-            "kimi_k2": ("<|tool_calls_section_begin|><|tool_call_begin|>functions.python:0"
-                        f"<|tool_call_argument_begin|>{args}<|tool_call_end|>"
-                        "<|tool_calls_section_end|>"),
-            "nemotron_v2": f'<TOOLCALL>[{{"name": "python", "arguments": {args}}}]</TOOLCALL>'}[fmt]
+    text = {
+        "hermes": f'<tool_call>{{"name": "python", "arguments": {args}}}</tool_call>',
+        "lfm2": f"<|tool_call_start|>[python(code={json.dumps(code)})]<|tool_call_end|>",
+        "mistral": f"[TOOL_CALLS]python[ARGS]{args}",
+        "kimi_k2": (
+            "<|tool_calls_section_begin|><|tool_call_begin|>functions.python:0"
+            f"<|tool_call_argument_begin|>{args}<|tool_call_end|>"
+            "<|tool_calls_section_end|>"
+        ),
+        "nemotron_v2": f'<TOOLCALL>[{{"name": "python", "arguments": {args}}}]</TOOLCALL>',
+    }[fmt]
     parser = format_named(fmt).parser(TOOLS, None)
     start = time.process_time()
     calls = []
     for i in range(0, len(text), 4):
-        calls += parser.feed(text[i:i + 4]).calls
+        calls += parser.feed(text[i : i + 4]).calls
     calls += parser.finish().calls
     # Read whole at each piece, this took over a minute; read on, well under a second.
     assert time.process_time() - start < 5

@@ -25,11 +25,19 @@ def test_piece_wildcard_and_id() -> None:
 
 
 def test_values_typed_by_schema_and_cdata() -> None:
-    shape = Shape(call_open="<c ", name_end=">", call_close="</c>", json_args=False,
-                  param_open="<a ", key_end=">", param_close="</a>")
+    shape = Shape(
+        call_open="<c ",
+        name_end=">",
+        call_close="</c>",
+        json_args=False,
+        param_open="<a ",
+        key_end=">",
+        param_close="</a>",
+    )
     syntax, tools = Tagged(shape), ToolSet(TOOLS)
-    got = syntax.parse("<c get_weather><a location>42</a><a unit><![CDATA[</a>]]></a></c>",
-                       tools, True)
+    got = syntax.parse(
+        "<c get_weather><a location>42</a><a unit><![CDATA[</a>]]></a></c>", tools, True
+    )
     assert got is not None and got.calls is not None
     assert got.calls[0].arguments == {"location": "42", "unit": "</a>"}
     got = syntax.parse("<c special_function><a arg1>42</a></c>", tools, True)

@@ -25,37 +25,48 @@ def splits(text: str) -> list[list[str]]:
     """The text whole, char by char, and cut in two at every position."""
     out = [[text], list(text)]
     out += [[text[:i], text[i:]] for i in range(1, len(text))]
-    out += [[text[:i], text[i:j], text[j:]] for i in range(1, len(text), 3)
-            for j in range(i + 1, len(text), 5)]
+    out += [
+        [text[:i], text[i:j], text[j:]]
+        for i in range(1, len(text), 3)
+        for j in range(i + 1, len(text), 5)
+    ]
     return out
 
 
 CASES = [
-    ("<think>\nLet me think.\n</think>\n\nThe answer is 4.", {},
-     ("Let me think.", "The answer is 4.")),
+    (
+        "<think>\nLet me think.\n</think>\n\nThe answer is 4.",
+        {},
+        ("Let me think.", "The answer is 4."),
+    ),
     ("  <think>a < b</think>c </think> d", {}, ("a < b", "c </think> d")),
     ("No thinking here <think>x</think>", {}, ("", "No thinking here <think>x</think>")),
     ("\nHello", {}, ("", "\nHello")),
     ("<thinking>is not the tag", {}, ("", "<thinking>is not the tag")),
-    ("Pre-opened reasoning\n</think>\nDone.", {"opened": True},
-     ("Pre-opened reasoning", "Done.")),
+    ("Pre-opened reasoning\n</think>\nDone.", {"opened": True}, ("Pre-opened reasoning", "Done.")),
     ("\n\nstill thinking when cut off", {"opened": True}, ("still thinking when cut off", "")),
     ("<think>unterminated </thi", {}, ("unterminated </thi", "")),
     ("<thi", {}, ("", "<thi")),
-    ("[THINK]step 1\nstep 2[/THINK]Result", {"open_tag": "[THINK]", "close_tag": "[/THINK]"},
-     ("step 1\nstep 2", "Result")),
+    (
+        "[THINK]step 1\nstep 2[/THINK]Result",
+        {"open_tag": "[THINK]", "close_tag": "[/THINK]"},
+        ("step 1\nstep 2", "Result"),
+    ),
     ("<think></think>\n\nEmpty thought", {}, ("", "Empty thought")),
     ("", {}, ("", "")),
-    ("</think>\n\nClosed a block the prompt opened", {},
-     ("", "Closed a block the prompt opened")),
-    ("<|START_THINKING|>plan<|END_THINKING|>act",
-     {"open_tag": "<|START_THINKING|>", "close_tag": "<|END_THINKING|>"}, ("plan", "act")),
+    ("</think>\n\nClosed a block the prompt opened", {}, ("", "Closed a block the prompt opened")),
+    (
+        "<|START_THINKING|>plan<|END_THINKING|>act",
+        {"open_tag": "<|START_THINKING|>", "close_tag": "<|END_THINKING|>"},
+        ("plan", "act"),
+    ),
 ]
 
 
 @pytest.mark.parametrize(("text", "kw", "expected"), CASES)
-def test_every_split_gives_the_same_result(text: str, kw: dict[str, object],
-                                           expected: tuple[str, str]) -> None:
+def test_every_split_gives_the_same_result(
+    text: str, kw: dict[str, object], expected: tuple[str, str]
+) -> None:
     for pieces in splits(text) if text else [[""]]:
         assert run(pieces, **kw) == expected, pieces
 
@@ -84,8 +95,13 @@ def test_detect_tags() -> None:
 
 @pytest.mark.parametrize("pieces", splits("<|close|>think<|sep|>Answer."))
 def test_an_empty_opened_block_is_closed_even_where_its_close_starts_like_a_call(
-        pieces: list[str]) -> None:
+    pieces: list[str],
+) -> None:
     # Kimi K3: "<|close|>" alone is call markup (an exit), the start of its close tag too.
-    kw = {"open_tag": "<|open|>think<|sep|>", "close_tag": "<|close|>think<|sep|>",
-          "opened": True, "exits": ("<|open|>", "<|close|>", "<|sep|>")}
+    kw = {
+        "open_tag": "<|open|>think<|sep|>",
+        "close_tag": "<|close|>think<|sep|>",
+        "opened": True,
+        "exits": ("<|open|>", "<|close|>", "<|sep|>"),
+    }
     assert run(pieces, **kw) == ("", "Answer.")

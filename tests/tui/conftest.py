@@ -31,14 +31,19 @@ from tests.support.visionmodel import make_projector
 
 @pytest.fixture(scope="module")
 def tui_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    with module_home(tmp_path_factory, "tui-daemon", LOCALLLM_NUM_PARALLEL="2",
-                     LOCALLLM_CONTEXT_LENGTH="512") as tmp:
+    with module_home(
+        tmp_path_factory, "tui-daemon", LOCALLLM_NUM_PARALLEL="2", LOCALLLM_CONTEXT_LENGTH="512"
+    ) as tmp:
         add_tiny(tmp, "tiny-chat", chat_template=CONTENTS_TEMPLATE)
         add_tiny(tmp, "broken", n_ctx_train=1024)
         add_tiny(tmp, "spare", n_ctx_train=512)
         break_weights("broken")
         model = make_tiny_model(tmp / "gguf-vision", chat_template=CONTENTS_TEMPLATE)
-        import_gguf(Store(paths.models()), parse_name("tiny-vision"), [model],
-                    projector=make_projector(tmp / "mmproj"))
+        import_gguf(
+            Store(paths.models()),
+            parse_name("tiny-vision"),
+            [model],
+            projector=make_projector(tmp / "mmproj"),
+        )
         with start_daemon(tmp) as daemon:
             yield daemon

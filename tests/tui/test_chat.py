@@ -22,6 +22,7 @@ from tests.support.tui import MODEL, make_app, run_app, send, wait_for
 
 pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
 
+
 def chat_app(daemon: Daemon, tmp_path: Path) -> LocalLLMApp:
     return make_app(daemon.url, tmp_path, model=MODEL)
 
@@ -49,7 +50,8 @@ def test_reply_streams_exact_text_and_is_saved(tui_daemon: Daemon, tmp_path: Pat
         assert screen.history[-1].content == expected_greedy("hellopqrstuvwxyza")
         stored = app.sessions.messages(screen.chat.id)  # type: ignore[union-attr]
         assert [(m.role, m.content, m.partial) for m in stored] == [
-            (m.role, m.content, False) for m in screen.history]
+            (m.role, m.content, False) for m in screen.history
+        ]
         await wait_for(lambda: screen.status.status.loaded)
         line = screen.status.status.text()
         stats = screen.history[-1].stats
@@ -201,8 +203,12 @@ def test_settings_are_used_and_saved_with_the_chat(tui_daemon: Daemon, tmp_path:
         await pilot.press("ctrl+s")
         assert isinstance(app.screen, SettingsScreen)
         await pilot.press("B", "e", "space", "b", "r", "i", "e", "f")
-        for key, value in (("temperature", "0"), ("num_ctx", "256"), ("seed", "7"),
-                           ("keep_alive", "10m")):
+        for key, value in (
+            ("temperature", "0"),
+            ("num_ctx", "256"),
+            ("seed", "7"),
+            ("keep_alive", "10m"),
+        ):
             app.screen.query_one(f"#{key}").value = value  # type: ignore[attr-defined]
         await pilot.press("ctrl+s")
         await pilot.pause()
@@ -214,9 +220,13 @@ def test_settings_are_used_and_saved_with_the_chat(tui_daemon: Daemon, tmp_path:
         assert screen.history[-1].content == "pqrstuvwxyz"
         await wait_for(lambda: "/256" in screen.status.status.text())
         saved = Sessions(app.sessions.path).get(screen.chat.id)  # type: ignore[union-attr]
-        assert (saved.settings.system, saved.settings.temperature, saved.settings.num_ctx,
-                saved.settings.seed, saved.settings.keep_alive) == (
-                    "Be brief", 0.0, 256, 7, "10m")
+        assert (
+            saved.settings.system,
+            saved.settings.temperature,
+            saved.settings.num_ctx,
+            saved.settings.seed,
+            saved.settings.keep_alive,
+        ) == ("Be brief", 0.0, 256, 7, "10m")
 
     run_app(app, scenario)
 
@@ -248,7 +258,6 @@ def test_model_that_fails_to_load_gives_an_error_and_keeps_the_prompt(
         assert errors and errors[-1].title == "Request failed"
 
     run_app(app, scenario)
-
 
 
 def test_new_chat_mid_reply_files_the_partial_under_the_old_chat(

@@ -36,8 +36,11 @@ class Harness(App[None]):
         self.posted.append(event)
 
 
-def run_conversation(transport: httpx.AsyncBaseTransport, tmp_path: Path,
-                     scenario: Callable[[Pilot[None], Conversation], Awaitable[None]]) -> None:
+def run_conversation(
+    transport: httpx.AsyncBaseTransport,
+    tmp_path: Path,
+    scenario: Callable[[Pilot[None], Conversation], Awaitable[None]],
+) -> None:
     async def main() -> None:
         client = AsyncClient(FAKE_URL, transport=transport)
         conversation = Conversation(client, Sessions(tmp_path / "chats.sqlite3"))
@@ -68,8 +71,10 @@ def test_a_kept_reply_is_posted_with_the_message_saved(tmp_path: Path) -> None:
         assert ended.reply.content == "Hello there. " and ended.reply.stats["tokens"] == 30
         assert conversation.chat is not None and conversation.chat.title == "hi"
         stored = conversation.sessions.messages(conversation.chat.id)
-        assert [(m.role, m.content) for m in stored] == [("user", "hi"),
-                                                         ("assistant", "Hello there. ")]
+        assert [(m.role, m.content) for m in stored] == [
+            ("user", "hi"),
+            ("assistant", "Hello there. "),
+        ]
 
     run_conversation(fake.transport(), tmp_path, scenario)
 

@@ -14,8 +14,9 @@ from tests.support.tui_fakes import FakeDaemon, chat_reply, fake_app
 
 def test_thinking_is_folded_and_tool_calls_are_shown(tmp_path: Path) -> None:
     call = {"function": {"name": "add", "arguments": {"a": 2, "b": 2}}}
-    fake = FakeDaemon(chat_chunks=chat_reply("The answer is 4.", thinking="Two plus two.",
-                                             tool_calls=[call]))
+    fake = FakeDaemon(
+        chat_chunks=chat_reply("The answer is 4.", thinking="Two plus two.", tool_calls=[call])
+    )
     app = fake_app(tmp_path, fake)
 
     async def scenario(pilot: Pilot[None]) -> None:
@@ -32,7 +33,7 @@ def test_thinking_is_folded_and_tool_calls_are_shown(tmp_path: Path) -> None:
         assert folded.display and folded.collapsed
         assert str(view.query_one(".thinking-text", Static).render()) == "Two plus two. "
         calls = view.query_one(".tool-calls", Static)
-        assert calls.display and str(calls.render()) == '⚙ add(a=2, b=2)'
+        assert calls.display and str(calls.render()) == "⚙ add(a=2, b=2)"
         # A plain user message shows neither.
         assert not screen.message_views()[0].query_one(".thinking", Collapsible).display
         # Stored with the chat, and sent back as history on the next turn.
@@ -42,8 +43,11 @@ def test_thinking_is_folded_and_tool_calls_are_shown(tmp_path: Path) -> None:
         await pilot.press("enter")
         await wait_for(lambda: len(screen.history) == 4 and not screen.generating)
         sent = [b for m, p, b in fake.requests if p == "/api/chat"][-1]
-        assert sent["messages"][1] == {"role": "assistant", "content": "The answer is 4. ",
-                                       "tool_calls": [call]}
+        assert sent["messages"][1] == {
+            "role": "assistant",
+            "content": "The answer is 4. ",
+            "tool_calls": [call],
+        }
 
     run_app(app, scenario)
 

@@ -48,9 +48,15 @@ def test_pasted_text_to_image_paths(tmp_path: Path) -> None:
     assert pasted_images(r"cat.png my\ dog.JPG", cwd=tmp_path) == [cat, dog]
     assert pasted_images(f"{cat.as_uri()}\n{dog.as_uri()}\n") == [cat, dog]
     # Anything else is text to insert.
-    for text in ("", "what is in cat.png?", str(tmp_path / "notes.txt"),
-                 str(tmp_path / "missing.png"), f"{cat} {tmp_path / 'missing.png'}",
-                 "it's cat.png", str(tmp_path)):
+    for text in (
+        "",
+        "what is in cat.png?",
+        str(tmp_path / "notes.txt"),
+        str(tmp_path / "missing.png"),
+        f"{cat} {tmp_path / 'missing.png'}",
+        "it's cat.png",
+        str(tmp_path),
+    ):
         assert pasted_images(text, cwd=tmp_path) == [], text
 
 
@@ -62,8 +68,9 @@ def test_typed_paths_resolve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert to_path(" 'sub/x.png' ") == tmp_path / "sub" / "x.png"
 
 
-def test_read_image_checks_before_attaching(tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_read_image_checks_before_attaching(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     red = tmp_path / "red.png"
     red.write_bytes(png(32, 32, RED))
     data, info = read_image(red)
@@ -82,7 +89,10 @@ def test_read_image_checks_before_attaching(tmp_path: Path,
         (tmp_path / name).write_bytes(out.getvalue())
         data, info = read_image(tmp_path / name)
         assert data == out.getvalue() and (info.format, info.width, info.height) == (
-            fmt.lower(), 8, 6)
+            fmt.lower(),
+            8,
+            6,
+        )
     heic = (tmp_path / "photo.avif").read_bytes().replace(b"avif", b"heic")
     (tmp_path / "photo.heic").write_bytes(heic)
     with pytest.raises(InvalidRequest, match=r"^photo\.heic: HEIC images are not supported"):
@@ -113,8 +123,7 @@ def test_the_wire_message_and_exports_carry_the_images(tmp_path: Path) -> None:
     assert message.wire() == {"role": "user", "content": "what is it?", "images": ["aGVsbG8="]}
     assert "images" not in StoredMessage("user", "hi").wire()
     assert attachment_text(CAT) == "📎 cat.png · 12.3 KiB"
-    assert [format_file_size(n) for n in (812, 12_600, 4 << 20)] == [
-        "812 B", "12.3 KiB", "4.0 MiB"]
+    assert [format_file_size(n) for n in (812, 12_600, 4 << 20)] == ["812 B", "12.3 KiB", "4.0 MiB"]
     chat = Sessions(tmp_path / "c.sqlite3").create("m", "T", ChatSettings())
     md = export_markdown(chat, [message])
     assert "what is it?\n\nImage: `cat.png` (12.3 KiB)\n" in md

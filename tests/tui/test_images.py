@@ -35,8 +35,7 @@ def b64(data: bytes) -> str:
 def huge_png_header() -> bytes:
     """A PNG whose header claims 20000x20000 pixels (no pixel data: only the header is read)."""
     body = b"IHDR" + struct.pack(">IIBBBBB", 20000, 20000, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + body
-            + struct.pack(">I", zlib.crc32(body)))
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + body + struct.pack(">I", zlib.crc32(body))
 
 
 @pytest.fixture
@@ -66,8 +65,7 @@ def pending_names(screen: ChatScreen) -> list[str]:
 
 
 def notices(pilot: Pilot[None], severity: str) -> list[str]:
-    return [f"{n.title}: {n.message}" for n in pilot.app._notifications
-            if n.severity == severity]
+    return [f"{n.title}: {n.message}" for n in pilot.app._notifications if n.severity == severity]
 
 
 def attachments_shown(view: MessageView) -> str:
@@ -93,7 +91,8 @@ def test_image_command_attaches_and_the_reply_sees_the_image(
         assert reply.content == RED_GREEDY
         assert reply.stats["prompt_tokens"] == 1 + len("what colour is this? ") + N_IMAGE_TOKENS
         assert [(a.name, a.size, a.data) for a in user.images] == [
-            ("red.png", len(RED_PNG), b64(RED_PNG))]
+            ("red.png", len(RED_PNG), b64(RED_PNG))
+        ]
         assert screen.request()["messages"][0]["images"] == [b64(RED_PNG)]
         assert attachments_shown(screen.message_views()[0]) == f"📎 red.png · {size}"
         assert not screen.message_views()[1].query_one(".attachments").display
@@ -103,8 +102,7 @@ def test_image_command_attaches_and_the_reply_sees_the_image(
         await send(pilot, "")
         assert screen.history[-1].content == GREEN_GREEDY
         stored = app.sessions.messages(screen.chat.id)  # type: ignore[union-attr]
-        assert [[a.name for a in m.images] for m in stored] == [["red.png"], [], ["green.png"],
-                                                               []]
+        assert [[a.name for a in m.images] for m in stored] == [["red.png"], [], ["green.png"], []]
         assert stored[2].images[0].data == b64(GREEN_PNG)
 
     run_app(app, scenario)
@@ -132,7 +130,8 @@ def test_a_reopened_chat_lists_and_resends_its_images(
         await send(pilot, "x")
         assert screen.history[-1].content == expected_greedy("x")
         assert screen.history[-1].stats["prompt_tokens"] == (
-            1 + N_IMAGE_TOKENS + len(RED_GREEDY) + 1)
+            1 + N_IMAGE_TOKENS + len(RED_GREEDY) + 1
+        )
 
     run_app(app, second)
 
@@ -148,12 +147,14 @@ def test_a_pasted_path_attaches_instead_of_inserting(
         screen.prompt.move_cursor(screen.prompt.document.end)
         screen.prompt.focus()
         # As a terminal's paste arrives: at the app, which hands it to the focused widget.
-        for text in (f"'{pictures / 'red.png'}'", (pictures / "my photo.png").as_uri(),
-                     r"green.png my\ photo.png"):
+        for text in (
+            f"'{pictures / 'red.png'}'",
+            (pictures / "my photo.png").as_uri(),
+            r"green.png my\ photo.png",
+        ):
             app.post_message(events.Paste(text))
             await pilot.pause()
-        assert pending_names(screen) == ["red.png", "my photo.png", "green.png",
-                                         "my photo.png"]
+        assert pending_names(screen) == ["red.png", "my photo.png", "green.png", "my photo.png"]
         assert screen.prompt.text == "compare "  # the paths were not inserted
         # Text that is not only image paths is pasted as text.
         app.post_message(events.Paste("what is in red.png?"))

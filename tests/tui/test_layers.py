@@ -25,8 +25,10 @@ def imported(path: Path) -> list[str]:
 
 
 def test_widgets_import_neither_screens_nor_the_app() -> None:
-    upward = {f"{path.relative_to(TUI)}: {name}"
-              for path in (TUI / "widgets").glob("*.py") for name in imported(path)
-              if name.startswith(("localllm.tui.screens", "localllm.tui.app"))}
+    upward = {
+        f"{path.relative_to(TUI)}: {name}"
+        for path in (TUI / "widgets").glob("*.py")
+        for name in imported(path)
+        if name.startswith(("localllm.tui.screens", "localllm.tui.app"))
+    }
     assert upward == set()
-

@@ -39,13 +39,15 @@ REPO, FILE = "bartowski/Llama-3.2-3B-Instruct-GGUF", "Llama-3.2-3B-Instruct-Q4_K
 NAME = f"hf.co/{REPO}:Q4_K_M"
 REFUSAL_WORDING = re.compile(
     r"hf\.co/\S+ does not fit on this machine \(too big: needs .+\); "
-    r"to pull it anyway: localllm pull \S+ --force \(API: \"force\": true\)")
+    r"to pull it anyway: localllm pull \S+ --force \(API: \"force\": true\)"
+)
 FIT_WORDS = re.compile(r"CPU only|all \d+ layers on GPU|\d+/\d+ layers on GPU")
 
 
 @pytest.fixture
-def search_daemon(hub: HubStub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                  ) -> Iterator[Daemon]:
+def search_daemon(
+    hub: HubStub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Daemon]:
     monkeypatch.delenv("LOCALLLM_CATALOG_REPO", raising=False)  # the built-in catalogue
     monkeypatch.setenv("LOCALLLM_CONTEXT_LENGTH", "512")
     hub.add_file(REPO, FILE, make_tiny_model(tmp_path / "tiny", chat_template=CONTENTS_TEMPLATE))
@@ -83,7 +85,8 @@ async def run_search(pilot: Pilot[None], search: SearchScreen, query: str) -> No
 
 
 def test_search_pick_a_quant_see_its_fit_pull_it_and_chat(
-        search_daemon: Daemon, hub: HubStub, tmp_path: Path) -> None:
+    search_daemon: Daemon, hub: HubStub, tmp_path: Path
+) -> None:
     app = make_app(search_daemon.url, tmp_path)
 
     async def scenario(pilot: Pilot[None]) -> None:
@@ -101,7 +104,12 @@ def test_search_pick_a_quant_see_its_fit_pull_it_and_chat(
         names = [m["repo"] for m in search.results]
         assert names == [REPO]  # found through the catalogue: "llama3.2" is not in its name
         assert [cell(repos, 0, c) for c in range(5)] == [
-            REPO, "1.2M", "340", "completion", "2025-01-15"]
+            REPO,
+            "1.2M",
+            "340",
+            "completion",
+            "2025-01-15",
+        ]
         info = label(search, "#repo-info")
         assert f"hf.co/{REPO}" in info and "library: llama3.2, llama3.2:3b" in info
         assert "context 2048" in info
@@ -151,7 +159,8 @@ def test_search_pick_a_quant_see_its_fit_pull_it_and_chat(
 
 
 def test_a_quant_too_big_is_refused_with_its_reason_and_pulled_anyway_on_f(
-        search_daemon: Daemon, hub: HubStub, tmp_path: Path) -> None:
+    search_daemon: Daemon, hub: HubStub, tmp_path: Path
+) -> None:
     # A 70B in F32: 282 GB (sparse here), more than RAM and VRAM anywhere these tests run.
     huge = write_gguf(tmp_path / "huge-F32.gguf", SHAPES["70b"], "F32")
     hub.add_file("big/Huge-GGUF", "huge-F32.gguf", huge, sha256="9" * 64)
@@ -173,7 +182,8 @@ def test_a_quant_too_big_is_refused_with_its_reason_and_pulled_anyway_on_f(
         assert pull.refused.startswith("hf.co/big/Huge-GGUF:F32 does not fit on this machine")
         assert "--force" not in label(pull, "#line") and pull.refused in label(pull, "#line")
         assert label(pull, "#hint") == REFUSED_HINT and label(pull, "#title").startswith(
-            "Not pulled: too big")
+            "Not pulled: too big"
+        )
         assert not pull.query_one("#bar").display
         assert pull.check_action("force", ()) and not pull.check_action("retry", ())
         assert hub.served["huge-F32.gguf"] < 8 << 20  # its header, nothing more
@@ -184,8 +194,12 @@ def test_a_quant_too_big_is_refused_with_its_reason_and_pulled_anyway_on_f(
         # f: pulled with force: the daemon warns and downloads (slowly here), Escape stops it.
         hub.delay_s = 0.02
         await pilot.press("f")
-        await wait_for(lambda: any(s.startswith("pulling ") and s != "pulling manifest"
-                                   for s in pull.status_lines), timeout=60)
+        await wait_for(
+            lambda: any(
+                s.startswith("pulling ") and s != "pulling manifest" for s in pull.status_lines
+            ),
+            timeout=60,
+        )
         assert pull.forced and pull.refused is None and pull.failed is None
         warnings = [s for s in pull.status_lines if s.startswith("warning: ")]
         assert warnings and "does not fit on this machine" in warnings[0]

@@ -52,16 +52,15 @@ async def searched(pilot: Pilot[None]) -> None:
 async def refused(pilot: Pilot[None]) -> None:
     await searched(pilot)
     await pilot.press("down", "enter")
-    await until(lambda: isinstance(pilot.app.screen, PullScreen)
-                and pilot.app.screen.refused is not None)
+    await until(
+        lambda: isinstance(pilot.app.screen, PullScreen) and pilot.app.screen.refused is not None
+    )
     await pilot.pause()
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_search_results_with_fit(snap_compare: Snap, tmp_path: Path,
-                                 size: tuple[int, int]) -> None:
-    assert snap_compare(fake_app(tmp_path, SearchFake()), terminal_size=size,
-                        run_before=searched)
+def test_search_results_with_fit(snap_compare: Snap, tmp_path: Path, size: tuple[int, int]) -> None:
+    assert snap_compare(fake_app(tmp_path, SearchFake()), terminal_size=size, run_before=searched)
 
 
 def test_search_pull_refused_as_too_big(snap_compare: Snap, tmp_path: Path) -> None:

@@ -35,64 +35,102 @@ from tests.support.tui_search_fakes import QUANTS, REFUSAL, RESULTS, TOO_BIG, Se
 
 def test_counts_dates_and_names() -> None:
     assert [count(n) for n in (0, 999, 5_400, 1_234_567, 2_500_000_000, -3)] == [
-        "0", "999", "5.4K", "1.2M", "2.5B", "0"]
+        "0",
+        "999",
+        "5.4K",
+        "1.2M",
+        "2.5B",
+        "0",
+    ]
     assert updated("2025-01-15T10:00:00.000Z") == "2025-01-15"
     assert [updated(v) for v in (None, 17, "yesterday", "")] == ["-"] * 4
-    assert pull_name(RESULTS[0], QUANTS[0]) == \
-        "hf.co/bartowski/Llama-3.2-3B-Instruct-GGUF:Q4_K_M"
+    assert pull_name(RESULTS[0], QUANTS[0]) == "hf.co/bartowski/Llama-3.2-3B-Instruct-GGUF:Q4_K_M"
 
 
 def test_fit_texts_for_each_verdict() -> None:
     gpu, _, partial, too_big, unknown = (q["fit"] for q in QUANTS)
     assert [fit_summary(f) for f in (gpu, partial, too_big, unknown)] == [
-        "all 29 layers on GPU", "22/29 layers on GPU", "too big", "unknown"]
+        "all 29 layers on GPU",
+        "22/29 layers on GPU",
+        "too big",
+        "unknown",
+    ]
     assert memory_text(gpu) == "2.9 GB at 4096 tokens" and memory_text(unknown) == "-"
-    assert fit_line(gpu) == ("CUDA0 2.6 GB · RAM 300 MB at 4096 tokens — all 29 layers on "
-                             "CUDA0 (2.6 GB of 7.8 GB free)")
+    assert fit_line(gpu) == (
+        "CUDA0 2.6 GB · RAM 300 MB at 4096 tokens — all 29 layers on CUDA0 (2.6 GB of 7.8 GB free)"
+    )
     assert fit_line(too_big) == "too big: needs 14.1 GB of RAM, 12.0 GB available"
     assert fit_line(unknown) == "fit unknown: the header was not read in time"
-    cpu = {"status": "cpu", "summary": "CPU only", "memory": {"CPU": 1_500_000_000},
-           "context": 2048, "reason": "CPU only: no GPU the engine can use (1.5 GB of RAM)"}
+    cpu = {
+        "status": "cpu",
+        "summary": "CPU only",
+        "memory": {"CPU": 1_500_000_000},
+        "context": 2048,
+        "reason": "CPU only: no GPU the engine can use (1.5 GB of RAM)",
+    }
     assert fit_summary(cpu) == "CPU only"
-    assert fit_line(cpu) == ("RAM 1.5 GB at 2048 tokens — CPU only: no GPU the engine can use "
-                             "(1.5 GB of RAM)")
+    assert fit_line(cpu) == (
+        "RAM 1.5 GB at 2048 tokens — CPU only: no GPU the engine can use (1.5 GB of RAM)"
+    )
 
 
-@pytest.mark.parametrize("fit", [
-    {}, {"status": "gpu"}, {"status": 3, "summary": None, "memory": "lots"},
-    {"status": "gpu", "summary": "all 2 layers on GPU", "memory": {"CUDA0": "x", "CPU": True},
-     "context": "big", "reason": 7},
-    {"status": "too_big", "summary": "too big"},
-])
+@pytest.mark.parametrize(
+    "fit",
+    [
+        {},
+        {"status": "gpu"},
+        {"status": 3, "summary": None, "memory": "lots"},
+        {
+            "status": "gpu",
+            "summary": "all 2 layers on GPU",
+            "memory": {"CUDA0": "x", "CPU": True},
+            "context": "big",
+            "reason": 7,
+        },
+        {"status": "too_big", "summary": "too big"},
+    ],
+)
 def test_fit_texts_of_odd_answers_do_not_raise(fit: dict[str, object]) -> None:
     assert isinstance(fit_summary(fit), str) and isinstance(fit_line(fit), str)
     assert isinstance(memory_text(fit), str)
 
 
 def test_refusal_is_the_reason_without_the_clis_advice() -> None:
-    assert refusal(REFUSAL) == (f"{TOO_BIG} does not fit on this machine (too big: needs "
-                                "14.1 GB of RAM, 12.0 GB available)")
+    assert refusal(REFUSAL) == (
+        f"{TOO_BIG} does not fit on this machine (too big: needs 14.1 GB of RAM, 12.0 GB available)"
+    )
     assert refusal("model 'lama3.2' is not in the catalogue; closest: llama3.2") is None
     assert refusal("the Hub answered 503") is None
 
 
 def test_plan_rows_of_a_dry_run() -> None:
-    result = {"status": "success", "dry_run": True, "source": TOO_BIG,
-              "files": [{"file": "a.gguf", "size": 2_000_000_000}], "projector": None,
-              "size": 2_000_000_000, "details": {"family": "llama", "parameter_size": "3.2B",
-                                                 "quantization_level": "F32"},
-              "context_length": 131072, "capabilities": ["completion", "tools"],
-              "fit": {**QUANTS[0]["fit"], "max_context": 32768}}
+    result = {
+        "status": "success",
+        "dry_run": True,
+        "source": TOO_BIG,
+        "files": [{"file": "a.gguf", "size": 2_000_000_000}],
+        "projector": None,
+        "size": 2_000_000_000,
+        "details": {"family": "llama", "parameter_size": "3.2B", "quantization_level": "F32"},
+        "context_length": 131072,
+        "capabilities": ["completion", "tools"],
+        "fit": {**QUANTS[0]["fit"], "max_context": 32768},
+    }
     rows = dict(plan_rows(result))
     assert rows == {
-        "source": TOO_BIG, "files": "a.gguf (2.0 GB)", "download": "2.0 GB",
-        "model": "llama 3.2B F32", "capabilities": "completion, tools",
-        "placement": "all 29 layers on GPU", "memory": "CUDA0  2.6 GB\nRAM  300 MB",
-        "total": "2.9 GB at 4096 tokens", "largest context": "32768 tokens",
+        "source": TOO_BIG,
+        "files": "a.gguf (2.0 GB)",
+        "download": "2.0 GB",
+        "model": "llama 3.2B F32",
+        "capabilities": "completion, tools",
+        "placement": "all 29 layers on GPU",
+        "memory": "CUDA0  2.6 GB\nRAM  300 MB",
+        "total": "2.9 GB at 4096 tokens",
+        "largest context": "32768 tokens",
         "training context": "131072 tokens",
-        "planner": "all 29 layers on CUDA0 (2.6 GB of 7.8 GB free)"}
-    assert dict(plan_rows({"fit": "?", "files": 3, "details": []})) == {
-        "placement": "unknown"}
+        "planner": "all 29 layers on CUDA0 (2.6 GB of 7.8 GB free)",
+    }
+    assert dict(plan_rows({"fit": "?", "files": 3, "details": []})) == {"placement": "unknown"}
 
 
 def _hint(screen: PullScreen) -> str:
@@ -112,7 +150,8 @@ def test_a_refused_pull_offers_f_which_pulls_with_force(tmp_path: Path) -> None:
         await pilot.press("r")  # not offered after a refusal: nothing happens
         await pilot.pause()
         assert [b for _, p, b in fake.requests if p == "/api/pull"] == [
-            {"model": TOO_BIG, "force": False, "stream": True}]
+            {"model": TOO_BIG, "force": False, "stream": True}
+        ]
         await pilot.press("f")
         await wait_for(lambda: app.screen is not pull)
         assert [b["force"] for _, p, b in fake.requests if p == "/api/pull"] == [False, True]

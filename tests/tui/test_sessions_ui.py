@@ -83,8 +83,14 @@ def test_palette_lists_the_chat_commands(tui_daemon: Daemon, tmp_path: Path) -> 
 
     async def scenario(pilot: Pilot[None]) -> None:
         titles = [c.title for c in app.get_system_commands(app.chat_screen)]
-        for wanted in ("Models", "Chat settings", "Export chat as Markdown",
-                       "Export chat as JSON", "Delete chat", "Toggle light/dark"):
+        for wanted in (
+            "Models",
+            "Chat settings",
+            "Export chat as Markdown",
+            "Export chat as JSON",
+            "Delete chat",
+            "Toggle light/dark",
+        ):
             assert wanted in titles
         await pilot.press("f1")
         assert type(app.screen).__name__ == "HelpScreen"
@@ -128,9 +134,9 @@ def test_declining_to_start_the_daemon_says_so(tmp_path: Path) -> None:
         app.chat_screen.use_model("tiny-chat:latest")
         app.chat_screen.prompt.load_text("hello")
         await pilot.press("enter")
-        await wait_for(lambda: app.chat_screen.prompt.text == "hello"
-                       and not app.chat_screen.generating)
+        await wait_for(
+            lambda: app.chat_screen.prompt.text == "hello" and not app.chat_screen.generating
+        )
         assert app.chat_screen.history == []
 
     run_app(app, scenario, wait_ready=False)
-

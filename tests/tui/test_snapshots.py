@@ -40,6 +40,7 @@ def then(*steps: Callable[[Pilot[None]], Awaitable[Any]]) -> Callable[[Pilot[Non
         for step in steps:
             await step(pilot)
             await pilot.pause()
+
     return run
 
 
@@ -47,6 +48,7 @@ def press(*keys: str) -> Callable[[Pilot[None]], Awaitable[None]]:
     async def run(pilot: Pilot[None]) -> None:
         await pilot.press(*keys)
         await pilot.pause()
+
     return run
 
 
@@ -77,23 +79,31 @@ def test_chat_screen_light(snap_compare: Snap, tmp_path: Path) -> None:
 
 
 def test_narrow_with_chat_list(snap_compare: Snap, tmp_path: Path) -> None:
-    assert snap_compare(fake_app(tmp_path), terminal_size=(80, 24),
-                        run_before=then(open_seeded_chat, press("ctrl+b")))
+    assert snap_compare(
+        fake_app(tmp_path),
+        terminal_size=(80, 24),
+        run_before=then(open_seeded_chat, press("ctrl+b")),
+    )
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_models_screen(snap_compare: Snap, tmp_path: Path, size: tuple[int, int]) -> None:
-    assert snap_compare(fake_app(tmp_path), terminal_size=size,
-                        run_before=then(settle, press("ctrl+o"), models_loaded))
+    assert snap_compare(
+        fake_app(tmp_path),
+        terminal_size=size,
+        run_before=then(settle, press("ctrl+o"), models_loaded),
+    )
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_help_screen(snap_compare: Snap, tmp_path: Path, size: tuple[int, int]) -> None:
-    assert snap_compare(fake_app(tmp_path), terminal_size=size,
-                        run_before=then(settle, press("f1")))
+    assert snap_compare(
+        fake_app(tmp_path), terminal_size=size, run_before=then(settle, press("f1"))
+    )
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_settings_screen(snap_compare: Snap, tmp_path: Path, size: tuple[int, int]) -> None:
-    assert snap_compare(fake_app(tmp_path), terminal_size=size,
-                        run_before=then(open_seeded_chat, press("ctrl+s")))
+    assert snap_compare(
+        fake_app(tmp_path), terminal_size=size, run_before=then(open_seeded_chat, press("ctrl+s"))
+    )

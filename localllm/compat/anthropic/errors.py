@@ -11,9 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 PREFIX = "/v1/messages"
-_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
-                403: "permission_error", 404: "not_found_error", 413: "request_too_large",
-                429: "rate_limit_error", 529: "overloaded_error"}
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
 # Anthropic says "overloaded" with 529; its SDKs and Claude Code retry on it.
 _OVERLOADED = 529
 

@@ -46,8 +46,7 @@ class MessagesConversion:
     forced_tools: list[dict[str, Any]] | None = None  # the model must call one of these
 
 
-def _number(body: Mapping[str, Any], key: str, *, integer: bool = False,
-            low: int = 0) -> Any:
+def _number(body: Mapping[str, Any], key: str, *, integer: bool = False, low: int = 0) -> Any:
     """``body[key]`` checked as a finite number (an integer with ``integer``) >= ``low``."""
     return number(body, key, integer=integer, low=low, where=f"{key}:")
 
@@ -98,8 +97,7 @@ def _system(value: Any) -> str:
     return "\n".join(parts)
 
 
-def _tool_result(block: Mapping[str, Any], where: str, names: Mapping[str, str]
-                 ) -> dict[str, Any]:
+def _tool_result(block: Mapping[str, Any], where: str, names: Mapping[str, str]) -> dict[str, Any]:
     call_id = block.get("tool_use_id")
     if not isinstance(call_id, str) or not call_id:
         raise InvalidRequest(f"{where}: tool_result needs a tool_use_id")
@@ -114,8 +112,7 @@ def _tool_result(block: Mapping[str, Any], where: str, names: Mapping[str, str]
             images.append(_image(part, f"{where}.content.{j}"))
         else:
             raise _unknown(kind, f"{where}.content.{j}")
-    out: dict[str, Any] = {"role": "tool", "content": "\n".join(texts),
-                           "tool_call_id": call_id}
+    out: dict[str, Any] = {"role": "tool", "content": "\n".join(texts), "tool_call_id": call_id}
     if call_id in names:
         out["tool_name"] = names[call_id]
     if images:
@@ -123,8 +120,9 @@ def _tool_result(block: Mapping[str, Any], where: str, names: Mapping[str, str]
     return out
 
 
-def _user(blocks: list[Mapping[str, Any]], where: str, names: Mapping[str, str]
-          ) -> list[dict[str, Any]]:
+def _user(
+    blocks: list[Mapping[str, Any]], where: str, names: Mapping[str, str]
+) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     texts: list[str] = []
     images: list[str] = []
@@ -153,8 +151,9 @@ def _user(blocks: list[Mapping[str, Any]], where: str, names: Mapping[str, str]
     return out
 
 
-def _assistant(blocks: list[Mapping[str, Any]], where: str, names: dict[str, str]
-               ) -> dict[str, Any]:
+def _assistant(
+    blocks: list[Mapping[str, Any]], where: str, names: dict[str, str]
+) -> dict[str, Any]:
     texts: list[str] = []
     thinking: list[str] = []
     calls: list[dict[str, Any]] = []
@@ -175,8 +174,12 @@ def _assistant(blocks: list[Mapping[str, Any]], where: str, names: dict[str, str
             if not isinstance(args, Mapping):
                 raise InvalidRequest(f"{at}: tool_use input must be an object")
             names[call_id] = name
-            calls.append({"id": call_id, "function": {"index": len(calls), "name": name,
-                                                      "arguments": dict(args)}})
+            calls.append(
+                {
+                    "id": call_id,
+                    "function": {"index": len(calls), "name": name, "arguments": dict(args)},
+                }
+            )
         else:
             raise _unknown(kind, at)
     msg: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
@@ -204,7 +207,7 @@ def messages_to_native(messages: Any) -> list[dict[str, Any]]:
         elif role == "assistant":
             out.append(_assistant(blocks, where, names))
         else:
-            raise InvalidRequest(f"{where}.role: must be \"user\" or \"assistant\"")
+            raise InvalidRequest(f'{where}.role: must be "user" or "assistant"')
     return out
 
 
@@ -218,8 +221,10 @@ def _tools(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | None, bool]:
         if not isinstance(tool, Mapping) or not isinstance(tool.get("name"), str):
             raise InvalidRequest(f"tools.{i}: needs a name")
         if tool.get("type") not in (None, "custom"):
-            raise InvalidRequest(f"tools.{i}: tool type {tool.get('type')!r} is not supported "
-                       "(only custom tools with an input_schema)")
+            raise InvalidRequest(
+                f"tools.{i}: tool type {tool.get('type')!r} is not supported "
+                "(only custom tools with an input_schema)"
+            )
         schema = tool.get("input_schema")
         if not isinstance(schema, Mapping):
             raise InvalidRequest(f"tools.{i}.input_schema: must be an object")
@@ -263,12 +268,17 @@ def _think(body: Mapping[str, Any], options: dict[str, Any]) -> bool | None:
 def _options(body: Mapping[str, Any], max_tokens: int | None) -> dict[str, Any]:
     # Only what the client sent: anything else keeps the model's own defaults.
     stop = body.get("stop_sequences")
-    if stop is not None and (not isinstance(stop, list)
-                             or not all(isinstance(s, str) for s in stop)):
+    if stop is not None and (
+        not isinstance(stop, list) or not all(isinstance(s, str) for s in stop)
+    ):
         raise InvalidRequest("stop_sequences: must be an array of strings")
-    fields = {"num_predict": max_tokens, "temperature": _number(body, "temperature"),
-              "top_p": _number(body, "top_p"), "top_k": _number(body, "top_k", integer=True),
-              "stop": list(stop) if stop else None}
+    fields = {
+        "num_predict": max_tokens,
+        "temperature": _number(body, "temperature"),
+        "top_p": _number(body, "top_p"),
+        "top_k": _number(body, "top_k", integer=True),
+        "stop": list(stop) if stop else None,
+    }
     return {k: v for k, v in fields.items() if v is not None}
 
 
@@ -289,8 +299,13 @@ def messages_request_to_native(body: Any, *, count_only: bool = False) -> Messag
     system = _system(body.get("system"))
     if system:
         messages.insert(0, {"role": "system", "content": system})
-    native: dict[str, Any] = {"model": model, "messages": messages, "stream": stream,
-                              "options": _options(body, max_tokens), "truncate": False}
+    native: dict[str, Any] = {
+        "model": model,
+        "messages": messages,
+        "stream": stream,
+        "options": _options(body, max_tokens),
+        "truncate": False,
+    }
     tools, forced = _tools(body)
     if tools:
         native["tools"] = tools

@@ -26,8 +26,12 @@ def usage(native: Metrics) -> dict[str, int]:
     prompt.  Every prompt is cached without being asked to, so none is a cache write."""
     prompt = int(native.get("prompt_eval_count") or 0)
     cached = min(prompt, int(native.get("prompt_cached_count") or 0))
-    return {"input_tokens": prompt - cached, "output_tokens": int(native.get("eval_count") or 0),
-            "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached}
+    return {
+        "input_tokens": prompt - cached,
+        "output_tokens": int(native.get("eval_count") or 0),
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": cached,
+    }
 
 
 def stop_reason(native: ChatChunk, called_tools: bool) -> tuple[str, str | None]:
@@ -50,12 +54,15 @@ def tool_use_block(call: ToolCall) -> dict[str, Any]:
             args = json.loads(args)
         except ValueError:
             args = {}
-    return {"type": "tool_use", "id": call.get("id") or new_id("toolu_"),
-            "name": fn.get("name", ""), "input": args if isinstance(args, dict) else {}}
+    return {
+        "type": "tool_use",
+        "id": call.get("id") or new_id("toolu_"),
+        "name": fn.get("name", ""),
+        "input": args if isinstance(args, dict) else {},
+    }
 
 
-def message_object(native: ChatChunk, *, model: str,
-                   id: str | None = None) -> dict[str, Any]:
+def message_object(native: ChatChunk, *, model: str, id: str | None = None) -> dict[str, Any]:
     """A final ``/api/chat`` result -> an Anthropic ``message``."""
     msg = native.get("message") or {}
     content: list[dict[str, Any]] = []
@@ -66,6 +73,13 @@ def message_object(native: ChatChunk, *, model: str,
     calls = msg.get("tool_calls") or []
     content += [tool_use_block(c) for c in calls]
     reason, sequence = stop_reason(native, bool(calls))
-    return {"id": id or new_id("msg_"), "type": "message", "role": "assistant",
-            "model": model, "content": content, "stop_reason": reason,
-            "stop_sequence": sequence, "usage": usage(native)}
+    return {
+        "id": id or new_id("msg_"),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": reason,
+        "stop_sequence": sequence,
+        "usage": usage(native),
+    }

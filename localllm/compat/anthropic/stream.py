@@ -41,11 +41,21 @@ class MessageStream:
         # The prompt's size is known only once the runner has read it: the real
         # count comes with message_delta.
         message: dict[str, Any] = {
-            "id": self.id, "type": "message", "role": "assistant", "model": self.model,
-            "content": [], "stop_reason": None, "stop_sequence": None,
-            "usage": {"input_tokens": 0, "output_tokens": 0}}
-        return _frames([("message_start", {"type": "message_start", "message": message}),
-                        ("ping", {"type": "ping"})])
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
+        return _frames(
+            [
+                ("message_start", {"type": "message_start", "message": message}),
+                ("ping", {"type": "ping"}),
+            ]
+        )
 
     def feed(self, native: ChatChunk | StreamError) -> list[str]:
         return _frames(self.events(native))
@@ -65,8 +75,7 @@ class MessageStream:
         msg = native.get("message") or {}
         out: list[Event] = []
         if msg.get("thinking"):
-            out += self._delta("thinking", {"type": "thinking_delta",
-                                            "thinking": msg["thinking"]})
+            out += self._delta("thinking", {"type": "thinking_delta", "thinking": msg["thinking"]})
         if msg.get("content"):
             out += self._delta("text", {"type": "text_delta", "text": msg["content"]})
         for call in msg.get("tool_calls") or []:
@@ -74,18 +83,31 @@ class MessageStream:
             partial = json.dumps(block["input"], ensure_ascii=False)
             out += self._close()
             out += self._begin({**block, "input": {}})
-            out.append(("content_block_delta", {
-                "type": "content_block_delta", "index": self._index,
-                "delta": {"type": "input_json_delta", "partial_json": partial}}))
+            out.append(
+                (
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": self._index,
+                        "delta": {"type": "input_json_delta", "partial_json": partial},
+                    },
+                )
+            )
             out += self._close(force=True)
             self._called_tools = True
         if native.get("done"):
             out += self._close()
             reason, sequence = stop_reason(native, self._called_tools)
-            out.append(("message_delta", {
-                "type": "message_delta",
-                "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                "usage": usage(native)}))
+            out.append(
+                (
+                    "message_delta",
+                    {
+                        "type": "message_delta",
+                        "delta": {"stop_reason": reason, "stop_sequence": sequence},
+                        "usage": usage(native),
+                    },
+                )
+            )
             out.append(("message_stop", {"type": "message_stop"}))
         return out
 
@@ -93,18 +115,29 @@ class MessageStream:
         out: list[Event] = []
         if self._open != kind:
             out += self._close()
-            start = ({"type": "thinking", "thinking": "", "signature": ""} if kind == "thinking"
-                     else {"type": "text", "text": ""})
+            start = (
+                {"type": "thinking", "thinking": "", "signature": ""}
+                if kind == "thinking"
+                else {"type": "text", "text": ""}
+            )
             out += self._begin(start)
             self._open = kind
-        out.append(("content_block_delta", {"type": "content_block_delta",
-                                            "index": self._index, "delta": delta}))
+        out.append(
+            (
+                "content_block_delta",
+                {"type": "content_block_delta", "index": self._index, "delta": delta},
+            )
+        )
         return out
 
     def _begin(self, block: dict[str, Any]) -> list[Event]:
         self._index += 1
-        return [("content_block_start", {"type": "content_block_start", "index": self._index,
-                                         "content_block": block})]
+        return [
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": self._index, "content_block": block},
+            )
+        ]
 
     def _close(self, *, force: bool = False) -> list[Event]:
         if self._open is None and not force:

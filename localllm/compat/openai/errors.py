@@ -14,8 +14,12 @@ from typing import Any
 from localllm.compat.frames import failure
 
 PREFIX = "/v1/"
-_TYPES = {400: "invalid_request_error", 401: "authentication_error",
-          403: "permission_error", 404: "not_found_error"}
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+}
 
 
 def is_openai_path(path: str) -> bool:
@@ -29,8 +33,7 @@ def error_type(status: int) -> str:
 
 
 def error_body(status: int, message: str, *, code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": error_type(status), "param": None,
-                      "code": code}}
+    return {"error": {"message": message, "type": error_type(status), "param": None, "code": code}}
 
 
 def error_from_exception(exc: BaseException) -> tuple[int, dict[str, Any]]:

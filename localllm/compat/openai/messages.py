@@ -63,8 +63,7 @@ def _tool_calls(calls: Any) -> list[dict[str, Any]]:
                 raise _bad(f"invalid tool call arguments for {fn['name']!r}") from None
         if not isinstance(args, dict):
             raise _bad(f"tool call arguments for {fn['name']!r} must be a JSON object")
-        native: dict[str, Any] = {"function": {"index": i, "name": fn["name"],
-                                               "arguments": args}}
+        native: dict[str, Any] = {"function": {"index": i, "name": fn["name"], "arguments": args}}
         if isinstance(call.get("id"), str):
             native["id"] = call["id"]
         out.append(native)

@@ -31,8 +31,14 @@ from localllm.errors import InvalidRequest
 MAX_N = 16
 # Effort -> the think level the template gets (gpt-oss's reasoning_effort).  Ollama's own
 # levels bring their budgets; the two it lacks set options.think_budget (api/thinkbudget.py).
-_LEVEL = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high",
-          "max": "max"}
+_LEVEL = {
+    "minimal": "low",
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+    "xhigh": "high",
+    "max": "max",
+}
 _bad = InvalidRequest
 
 
@@ -163,8 +169,13 @@ def _tools(body: Mapping[str, Any]) -> tuple[list[Any] | None, str, str | None]:
     name = fn.get("name") if isinstance(fn, Mapping) else None
     if not isinstance(name, str):
         raise _bad("tool_choice must be none, auto, required or a named function")
-    chosen = [t for t in tools or [] if isinstance(t, Mapping)
-              and isinstance(t.get("function"), Mapping) and t["function"].get("name") == name]
+    chosen = [
+        t
+        for t in tools or []
+        if isinstance(t, Mapping)
+        and isinstance(t.get("function"), Mapping)
+        and t["function"].get("name") == name
+    ]
     if not chosen:
         raise _bad(f"tool_choice names {name!r}, which is not in tools")
     return chosen, "required", name
@@ -178,8 +189,10 @@ def _think(body: Mapping[str, Any], options: dict[str, Any]) -> bool | str | Non
         if body.get(key) is not None:
             options.setdefault("think_budget", check_budget(body[key], key))
     if body.get("reasoning_budget_message") is not None:
-        options.setdefault("think_budget_message", check_message(
-            body["reasoning_budget_message"], "reasoning_budget_message"))
+        options.setdefault(
+            "think_budget_message",
+            check_message(body["reasoning_budget_message"], "reasoning_budget_message"),
+        )
     effort = body.get("reasoning_effort")
     reasoning = body.get("reasoning")
     if effort is None and isinstance(reasoning, Mapping):
@@ -192,15 +205,21 @@ def _think(body: Mapping[str, Any], options: dict[str, Any]) -> bool | str | Non
         if effort not in LEVELS:
             options.setdefault("think_budget", EFFORTS[effort])
         return _LEVEL[effort]
-    raise _bad(f"invalid reasoning effort {effort!r}, expected none, minimal, low, medium, "
-               "high, xhigh or max")
+    raise _bad(
+        f"invalid reasoning effort {effort!r}, expected none, minimal, low, medium, "
+        "high, xhigh or max"
+    )
 
 
 def chat_request_to_native(body: Mapping[str, Any]) -> ChatConversion:
     """``/v1/chat/completions`` body -> ``/api/chat`` body plus what the route must do."""
     model, stream, include_usage, n = _common(body)
-    native: dict[str, Any] = {"model": model, "messages": messages_to_native(body.get("messages")),
-                              "stream": stream, "options": _options(body)}
+    native: dict[str, Any] = {
+        "model": model,
+        "messages": messages_to_native(body.get("messages")),
+        "stream": stream,
+        "options": _options(body),
+    }
     fmt = _format(body)
     if fmt is not None:
         native["format"] = fmt
@@ -217,9 +236,15 @@ def chat_request_to_native(body: Mapping[str, Any]) -> ChatConversion:
             native["top_logprobs"] = top
     if "keep_alive" in body:
         native["keep_alive"] = body["keep_alive"]
-    return ChatConversion(native, n=n, stream=stream, include_usage=include_usage,
-                          tool_choice=choice, forced_tool=forced,
-                          forced_tools=tools if tools and choice == "required" else None)
+    return ChatConversion(
+        native,
+        n=n,
+        stream=stream,
+        include_usage=include_usage,
+        tool_choice=choice,
+        forced_tool=forced,
+        forced_tools=tools if tools and choice == "required" else None,
+    )
 
 
 def completion_request_to_native(body: Mapping[str, Any]) -> CompletionConversion:
@@ -230,8 +255,12 @@ def completion_request_to_native(body: Mapping[str, Any]) -> CompletionConversio
         prompt = prompt[0]
     if not isinstance(prompt, str):
         raise _bad("prompt must be a string")
-    native: dict[str, Any] = {"model": model, "prompt": prompt, "stream": stream,
-                              "options": _options(body)}
+    native: dict[str, Any] = {
+        "model": model,
+        "prompt": prompt,
+        "stream": stream,
+        "options": _options(body),
+    }
     suffix = body.get("suffix")
     if isinstance(suffix, str) and suffix:
         native["suffix"] = suffix
@@ -239,8 +268,9 @@ def completion_request_to_native(body: Mapping[str, Any]) -> CompletionConversio
     if logprobs is not None:
         native["logprobs"] = True
         native["top_logprobs"] = logprobs
-    return CompletionConversion(native, n=n, stream=stream, include_usage=include_usage,
-                                echo=bool(body.get("echo")))
+    return CompletionConversion(
+        native, n=n, stream=stream, include_usage=include_usage, echo=bool(body.get("echo"))
+    )
 
 
 def embedding_request_to_native(body: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
@@ -250,8 +280,7 @@ def embedding_request_to_native(body: Mapping[str, Any]) -> tuple[dict[str, Any]
     if isinstance(inputs, str):
         inputs = [inputs]
     if not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs):
-        raise _bad("input must be a string or an array of strings (token arrays are not "
-                   "supported)")
+        raise _bad("input must be a string or an array of strings (token arrays are not supported)")
     encoding = body.get("encoding_format") or "float"
     if encoding not in ("float", "base64"):
         raise _bad('encoding_format must be "float" or "base64"')
@@ -260,5 +289,3 @@ def embedding_request_to_native(body: Mapping[str, Any]) -> tuple[dict[str, Any]
     if dims is not None:
         native["dimensions"] = dims
     return native, str(encoding)
-
-

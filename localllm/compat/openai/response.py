@@ -34,9 +34,12 @@ FINGERPRINT = "fp_ollama"
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
     """OpenAI's usage; ``cached_tokens``: the part of the prompt the prompt cache held."""
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
+    }
 
 
 def native_usage(natives: Sequence[Metrics]) -> dict[str, Any]:
@@ -47,17 +50,22 @@ def native_usage(natives: Sequence[Metrics]) -> dict[str, Any]:
     return usage(prompt, completion, cached)
 
 
-def tool_calls_to_openai(calls: Sequence[ToolCall], *, start: int = 0,
-                         with_index: bool = False) -> list[dict[str, Any]]:
+def tool_calls_to_openai(
+    calls: Sequence[ToolCall], *, start: int = 0, with_index: bool = False
+) -> list[dict[str, Any]]:
     out = []
     for i, call in enumerate(calls, start):
         fn = call.get("function") or {}
         args = fn.get("arguments", {})
         item: dict[str, Any] = {
-            "id": call.get("id") or new_id("call_"), "type": "function",
-            "function": {"name": fn.get("name", ""),
-                         "arguments": args if isinstance(args, str)
-                         else json.dumps(args, ensure_ascii=False)},
+            "id": call.get("id") or new_id("call_"),
+            "type": "function",
+            "function": {
+                "name": fn.get("name", ""),
+                "arguments": args
+                if isinstance(args, str)
+                else json.dumps(args, ensure_ascii=False),
+            },
         }
         if with_index:
             item = {"index": i, **item}
@@ -72,12 +80,19 @@ def logprobs_to_openai(entries: Sequence[Logprob] | None) -> dict[str, Any] | No
     content = []
     for e in entries:
         token = e.get("token", "")
-        item = {"token": token, "logprob": e.get("logprob", 0.0),
-                "bytes": e.get("bytes") or list(token.encode("utf-8")),
-                "top_logprobs": [
-                    {"token": t.get("token", ""), "logprob": t.get("logprob", 0.0),
-                     "bytes": t.get("bytes") or list(t.get("token", "").encode("utf-8"))}
-                    for t in e.get("top_logprobs") or []]}
+        item = {
+            "token": token,
+            "logprob": e.get("logprob", 0.0),
+            "bytes": e.get("bytes") or list(token.encode("utf-8")),
+            "top_logprobs": [
+                {
+                    "token": t.get("token", ""),
+                    "logprob": t.get("logprob", 0.0),
+                    "bytes": t.get("bytes") or list(t.get("token", "").encode("utf-8")),
+                }
+                for t in e.get("top_logprobs") or []
+            ],
+        }
         content.append(item)
     return {"content": content}
 
@@ -89,8 +104,9 @@ def finish_reason(native: Metrics, had_tool_calls: bool) -> str:
     return "length" if reason == "length" else "stop"
 
 
-def chat_completion(natives: Sequence[ChatChunk], *, model: str,
-                    id: str | None = None, created: int | None = None) -> dict[str, Any]:
+def chat_completion(
+    natives: Sequence[ChatChunk], *, model: str, id: str | None = None, created: int | None = None
+) -> dict[str, Any]:
     """Final ``/api/chat`` responses (one per choice) -> a ``chat.completion`` object."""
     choices = []
     for i, native in enumerate(natives):
@@ -101,31 +117,58 @@ def chat_completion(natives: Sequence[ChatChunk], *, model: str,
             message["reasoning"] = msg["thinking"]
         if calls:
             message["tool_calls"] = tool_calls_to_openai(calls)
-        choices.append({"index": i, "message": message,
-                        "logprobs": logprobs_to_openai(native.get("logprobs")),
-                        "finish_reason": finish_reason(native, bool(calls))})
-    return {"id": id or new_id("chatcmpl-"), "object": "chat.completion",
-            "created": created if created is not None else int(time.time()), "model": model,
-            "system_fingerprint": FINGERPRINT, "choices": choices,
-            "usage": native_usage(natives)}
+        choices.append(
+            {
+                "index": i,
+                "message": message,
+                "logprobs": logprobs_to_openai(native.get("logprobs")),
+                "finish_reason": finish_reason(native, bool(calls)),
+            }
+        )
+    return {
+        "id": id or new_id("chatcmpl-"),
+        "object": "chat.completion",
+        "created": created if created is not None else int(time.time()),
+        "model": model,
+        "system_fingerprint": FINGERPRINT,
+        "choices": choices,
+        "usage": native_usage(natives),
+    }
 
 
-def text_completion(natives: Sequence[GenerateChunk], *, model: str,
-                    id: str | None = None, created: int | None = None,
-                    echo: str = "") -> dict[str, Any]:
+def text_completion(
+    natives: Sequence[GenerateChunk],
+    *,
+    model: str,
+    id: str | None = None,
+    created: int | None = None,
+    echo: str = "",
+) -> dict[str, Any]:
     """Final ``/api/generate`` responses (one per choice) -> a ``text_completion`` object;
     ``echo`` (the prompt, when the request asked for it) starts each choice's text."""
-    choices = [{"index": i, "text": echo + n.get("response", ""),
-                "logprobs": logprobs_to_openai(n.get("logprobs")),
-                "finish_reason": finish_reason(n, False)} for i, n in enumerate(natives)]
-    return {"id": id or new_id("cmpl-"), "object": "text_completion",
-            "created": created if created is not None else int(time.time()), "model": model,
-            "system_fingerprint": FINGERPRINT, "choices": choices,
-            "usage": native_usage(natives)}
+    choices = [
+        {
+            "index": i,
+            "text": echo + n.get("response", ""),
+            "logprobs": logprobs_to_openai(n.get("logprobs")),
+            "finish_reason": finish_reason(n, False),
+        }
+        for i, n in enumerate(natives)
+    ]
+    return {
+        "id": id or new_id("cmpl-"),
+        "object": "text_completion",
+        "created": created if created is not None else int(time.time()),
+        "model": model,
+        "system_fingerprint": FINGERPRINT,
+        "choices": choices,
+        "usage": native_usage(natives),
+    }
 
 
-def embeddings_response(native: EmbedResponse, model: str,
-                        encoding_format: str = "float") -> dict[str, Any]:
+def embeddings_response(
+    native: EmbedResponse, model: str, encoding_format: str = "float"
+) -> dict[str, Any]:
     """``/api/embed`` response -> OpenAI's embeddings list with usage."""
     data = []
     for i, vector in enumerate(native.get("embeddings") or []):
@@ -134,8 +177,12 @@ def embeddings_response(native: EmbedResponse, model: str,
             value = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
         data.append({"object": "embedding", "embedding": value, "index": i})
     tokens = int(native.get("prompt_eval_count") or 0)
-    return {"object": "list", "data": data, "model": model,
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+    return {
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
 
 
 def _unix(timestamp: Any) -> int:
@@ -145,7 +192,7 @@ def _unix(timestamp: Any) -> int:
     head, dot, rest = text.partition(".")
     if dot:  # Go writes nanoseconds; Python's parser takes at most microseconds
         digits = len(rest) - len(rest.lstrip("0123456789"))
-        text = f"{head}.{rest[:min(digits, 6)]}{rest[digits:]}"
+        text = f"{head}.{rest[: min(digits, 6)]}{rest[digits:]}"
     try:
         return int(datetime.fromisoformat(text).timestamp())
     except ValueError:
@@ -155,11 +202,15 @@ def _unix(timestamp: Any) -> int:
 def model_object(entry: TagsEntry) -> dict[str, Any]:
     """One ``/api/tags`` entry -> an OpenAI model object (owner = namespace, else "library")."""
     name = str(entry.get("name") or entry.get("model") or "")
-    base = name[:name.rfind(":")] if ":" in name.rsplit("/", 1)[-1] else name
+    base = name[: name.rfind(":")] if ":" in name.rsplit("/", 1)[-1] else name
     path = base.split("/")
     owner = path[-2] if len(path) >= 2 else "library"
-    return {"id": name, "object": "model", "created": _unix(entry.get("modified_at")),
-            "owned_by": owner}
+    return {
+        "id": name,
+        "object": "model",
+        "created": _unix(entry.get("modified_at")),
+        "owned_by": owner,
+    }
 
 
 def models_list(entries: Sequence[TagsEntry]) -> dict[str, Any]:

@@ -35,8 +35,15 @@ class _Stream(Generic[C]):
     object_name = ""
     id_prefix = ""
 
-    def __init__(self, model: str, *, n: int = 1, include_usage: bool = False,
-                 id: str | None = None, created: int | None = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        n: int = 1,
+        include_usage: bool = False,
+        id: str | None = None,
+        created: int | None = None,
+    ) -> None:
         self.model = model
         self.id = id or new_id(self.id_prefix)
         self.created = created if created is not None else int(time.time())
@@ -52,13 +59,19 @@ class _Stream(Generic[C]):
         return all(self._finished)
 
     def _chunk(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"id": self.id, "object": self.object_name, "created": self.created,
-                "model": self.model, "system_fingerprint": FINGERPRINT, "choices": choices}
+        return {
+            "id": self.id,
+            "object": self.object_name,
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": FINGERPRINT,
+            "choices": choices,
+        }
 
-    def usage_chunk(self, prompt_tokens: int, completion_tokens: int,
-                    cached_tokens: int = 0) -> dict[str, Any]:
-        return {**self._chunk([]), "usage": usage(prompt_tokens, completion_tokens,
-                                                  cached_tokens)}
+    def usage_chunk(
+        self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0
+    ) -> dict[str, Any]:
+        return {**self._chunk([]), "usage": usage(prompt_tokens, completion_tokens, cached_tokens)}
 
     def _choice(self, index: int, native: C) -> list[dict[str, Any]]:
         raise NotImplementedError
@@ -84,7 +97,9 @@ class _Stream(Generic[C]):
     def end(self) -> list[str]:
         usage_frame: list[str] = (
             [sse(self.usage_chunk(self._prompt, self._completion, self._cached))]
-            if self.include_usage else [])
+            if self.include_usage
+            else []
+        )
         return [*usage_frame, SSE_DONE]
 
     def fail(self, exc: BaseException) -> list[str]:
@@ -113,19 +128,32 @@ class ChatStream(_Stream[ChatChunk]):
             delta["reasoning"] = msg["thinking"]
         calls = msg.get("tool_calls") or []
         if calls:
-            delta["tool_calls"] = tool_calls_to_openai(calls, start=self._tool_calls[index],
-                                                       with_index=True)
+            delta["tool_calls"] = tool_calls_to_openai(
+                calls, start=self._tool_calls[index], with_index=True
+            )
             self._tool_calls[index] += len(calls)
         out = []
         if delta:
             self._sent_role[index] = True
-            out.append(self._chunk([{"index": index, "delta": delta,
-                                     "logprobs": logprobs_to_openai(native.get("logprobs")),
-                                     "finish_reason": None}]))
+            out.append(
+                self._chunk(
+                    [
+                        {
+                            "index": index,
+                            "delta": delta,
+                            "logprobs": logprobs_to_openai(native.get("logprobs")),
+                            "finish_reason": None,
+                        }
+                    ]
+                )
+            )
         if native.get("done"):
             reason = finish_reason(native, self._tool_calls[index] > 0)
-            out.append(self._chunk([{"index": index, "delta": {}, "logprobs": None,
-                                     "finish_reason": reason}]))
+            out.append(
+                self._chunk(
+                    [{"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}]
+                )
+            )
         return out
 
 
@@ -138,10 +166,29 @@ class CompletionStream(_Stream[GenerateChunk]):
     def _choice(self, index: int, native: GenerateChunk) -> list[dict[str, Any]]:
         out = []
         if native.get("response"):
-            out.append(self._chunk([{"index": index, "text": native["response"],
-                                     "logprobs": logprobs_to_openai(native.get("logprobs")),
-                                     "finish_reason": None}]))
+            out.append(
+                self._chunk(
+                    [
+                        {
+                            "index": index,
+                            "text": native["response"],
+                            "logprobs": logprobs_to_openai(native.get("logprobs")),
+                            "finish_reason": None,
+                        }
+                    ]
+                )
+            )
         if native.get("done"):
-            out.append(self._chunk([{"index": index, "text": "", "logprobs": None,
-                                     "finish_reason": finish_reason(native, False)}]))
+            out.append(
+                self._chunk(
+                    [
+                        {
+                            "index": index,
+                            "text": "",
+                            "logprobs": None,
+                            "finish_reason": finish_reason(native, False),
+                        }
+                    ]
+                )
+            )
         return out

@@ -64,8 +64,11 @@ def _content(content: Any, role: str) -> tuple[str, list[str]]:
 
 def _arguments(raw: Any, name: str) -> dict[str, Any]:
     try:
-        args = raw if isinstance(raw, Mapping) else json.loads(
-            string_field(raw, "function_call.arguments") or "{}")
+        args = (
+            raw
+            if isinstance(raw, Mapping)
+            else json.loads(string_field(raw, "function_call.arguments") or "{}")
+        )
     except ValueError:
         raise _bad(f"invalid function_call arguments for {name!r}") from None
     if not isinstance(args, Mapping):
@@ -121,14 +124,18 @@ class _Items:
         turn = self._assistant()
         calls = turn.setdefault("tool_calls", [])
         args = _arguments(item.get("arguments"), name)
-        calls.append({"id": call_id,
-                      "function": {"index": len(calls), "name": name, "arguments": args}})
+        calls.append(
+            {"id": call_id, "function": {"index": len(calls), "name": name, "arguments": args}}
+        )
         self.call_names[call_id] = name
 
     def function_call_output(self, item: Mapping[str, Any]) -> None:
         call_id = string_field(item.get("call_id"), "function_call_output.call_id")
-        native = {"role": "tool", "content": _output_text(item.get("output")),
-                  "tool_call_id": call_id}
+        native = {
+            "role": "tool",
+            "content": _output_text(item.get("output")),
+            "tool_call_id": call_id,
+        }
         if call_id in self.call_names:
             native["tool_name"] = self.call_names[call_id]
         self.messages.append(native)

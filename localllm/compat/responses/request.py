@@ -32,8 +32,14 @@ log = logging.getLogger(__name__)
 
 # Responses efforts, passed on to the Chat Completions converter, which maps each to a
 # think level and a thinking budget (``none`` turns thinking off).
-_EFFORT = {"none": "none", "minimal": "minimal", "low": "low", "medium": "medium",
-           "high": "high", "xhigh": "xhigh"}
+_EFFORT = {
+    "none": "none",
+    "minimal": "minimal",
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+    "xhigh": "xhigh",
+}
 # Fields the daemon cannot honour without state or a hosted service: refused, not ignored.
 _STATEFUL = ("previous_response_id", "conversation", "prompt")
 
@@ -118,13 +124,14 @@ def responses_request_to_native(body: Any) -> ResponsesConversion:
         raise _bad("request body must be a JSON object")
     for key in _STATEFUL:
         if body.get(key) is not None:
-            raise _bad(f"{key} is not supported: the daemon is stateless and stores no "
-                       "responses; send the whole conversation in input")
+            raise _bad(
+                f"{key} is not supported: the daemon is stateless and stores no "
+                "responses; send the whole conversation in input"
+            )
     if body.get("background"):
         raise _bad("background responses are not supported")
     limit = body.get("max_output_tokens")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
-                              or limit < 1):
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise _bad("max_output_tokens must be a positive integer")
     truncation = body.get("truncation") or "disabled"
     if truncation not in ("auto", "disabled"):
@@ -132,9 +139,13 @@ def responses_request_to_native(body: Any) -> ResponsesConversion:
     instructions = body.get("instructions")
     instructions = None if instructions is None else string_field(instructions, "instructions")
     chat: dict[str, Any] = {
-        "model": body.get("model"), "stream": body.get("stream", False), "messages": [],
-        "temperature": body.get("temperature"), "top_p": body.get("top_p"),
-        "max_completion_tokens": limit, "tools": _tools(body.get("tools")),
+        "model": body.get("model"),
+        "stream": body.get("stream", False),
+        "messages": [],
+        "temperature": body.get("temperature"),
+        "top_p": body.get("top_p"),
+        "max_completion_tokens": limit,
+        "tools": _tools(body.get("tools")),
         "tool_choice": _tool_choice(body.get("tool_choice")),
         "reasoning_effort": _effort(body.get("reasoning")),
         "response_format": _response_format(body.get("text")),
@@ -144,16 +155,24 @@ def responses_request_to_native(body: Any) -> ResponsesConversion:
     conv = chat_request_to_native({k: v for k, v in chat.items() if v is not None})
     conv.native["messages"] = input_to_messages(body.get("input"), instructions)
     conv.native["truncate"] = truncation == "auto"
-    echo = {"instructions": instructions, "max_output_tokens": limit,
-            "temperature": conv.native["options"].get("temperature"),
-            "top_p": conv.native["options"].get("top_p"),
-            "tools": [{"type": "function", **t["function"]} for t in chat["tools"] or []],
-            "tool_choice": body.get("tool_choice") or "auto",
-            "parallel_tool_calls": body.get("parallel_tool_calls", True) is not False,
-            "reasoning": {"effort": (body.get("reasoning") or {}).get("effort"),
-                          "summary": None},
-            "text": {"format": (body.get("text") or {}).get("format") or {"type": "text"}},
-            "truncation": truncation, "metadata": body.get("metadata") or {}}
-    return ResponsesConversion(conv.native, stream=conv.stream, tool_choice=conv.tool_choice,
-                               forced_tool=conv.forced_tool, forced_tools=conv.forced_tools,
-                               echo=echo)
+    echo = {
+        "instructions": instructions,
+        "max_output_tokens": limit,
+        "temperature": conv.native["options"].get("temperature"),
+        "top_p": conv.native["options"].get("top_p"),
+        "tools": [{"type": "function", **t["function"]} for t in chat["tools"] or []],
+        "tool_choice": body.get("tool_choice") or "auto",
+        "parallel_tool_calls": body.get("parallel_tool_calls", True) is not False,
+        "reasoning": {"effort": (body.get("reasoning") or {}).get("effort"), "summary": None},
+        "text": {"format": (body.get("text") or {}).get("format") or {"type": "text"}},
+        "truncation": truncation,
+        "metadata": body.get("metadata") or {},
+    }
+    return ResponsesConversion(
+        conv.native,
+        stream=conv.stream,
+        tool_choice=conv.tool_choice,
+        forced_tool=conv.forced_tool,
+        forced_tools=conv.forced_tools,
+        echo=echo,
+    )

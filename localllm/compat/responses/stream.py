@@ -32,10 +32,13 @@ def _usage(native: Metrics) -> dict[str, Any]:
     prompt = int(native.get("prompt_eval_count") or 0)
     output = int(native.get("eval_count") or 0)
     cached = int(native.get("prompt_cached_count") or 0)  # a part of input_tokens
-    return {"input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
-            "output_tokens": output, "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": prompt + output}
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
+        "output_tokens": output,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": prompt + output,
+    }
 
 
 def _text_part(text: str) -> dict[str, Any]:
@@ -45,14 +48,30 @@ def _text_part(text: str) -> dict[str, Any]:
 class ResponsesStream:
     """The events of one response; ``response`` is the object as it stands."""
 
-    def __init__(self, model: str, echo: Mapping[str, Any], *, id: str | None = None,
-                 created_at: int | None = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        echo: Mapping[str, Any],
+        *,
+        id: str | None = None,
+        created_at: int | None = None,
+    ) -> None:
         self.response: dict[str, Any] = {
-            "id": id or new_id("resp_"), "object": "response",
+            "id": id or new_id("resp_"),
+            "object": "response",
             "created_at": created_at if created_at is not None else int(time.time()),
-            "status": "in_progress", "error": None, "incomplete_details": None,
-            "model": model, "output": [], "usage": None, "previous_response_id": None,
-            "tools": [], "tool_choice": "auto", "parallel_tool_calls": True, **echo}
+            "status": "in_progress",
+            "error": None,
+            "incomplete_details": None,
+            "model": model,
+            "output": [],
+            "usage": None,
+            "previous_response_id": None,
+            "tools": [],
+            "tool_choice": "auto",
+            "parallel_tool_calls": True,
+            **echo,
+        }
         self._seq = 0
         self._open: dict[str, Any] | None = None  # the message or reasoning item being written
         self._text = ""
@@ -74,8 +93,9 @@ class ResponsesStream:
     # -- the frames (see compat.frames.FrameStream) --------------------------------------
 
     def start(self) -> list[str]:
-        return _frames([self._lifecycle("response.created"),
-                        self._lifecycle("response.in_progress")])
+        return _frames(
+            [self._lifecycle("response.created"), self._lifecycle("response.in_progress")]
+        )
 
     def feed(self, native: ChatChunk | StreamError) -> list[str]:
         return _frames(self.events(native))
@@ -90,8 +110,13 @@ class ResponsesStream:
 
     def _add(self, item: dict[str, Any]) -> list[dict[str, Any]]:
         self.output.append(item)
-        return [self._event("response.output_item.added", output_index=len(self.output) - 1,
-                            item=copy.deepcopy(item))]
+        return [
+            self._event(
+                "response.output_item.added",
+                output_index=len(self.output) - 1,
+                item=copy.deepcopy(item),
+            )
+        ]
 
     def _where(self) -> dict[str, Any]:
         assert self._open is not None
@@ -102,17 +127,38 @@ class ResponsesStream:
             return []
         events = self._close()
         if kind == "message":
-            self._open = {"id": new_id("msg_"), "type": "message", "status": "in_progress",
-                          "role": "assistant", "content": []}
+            self._open = {
+                "id": new_id("msg_"),
+                "type": "message",
+                "status": "in_progress",
+                "role": "assistant",
+                "content": [],
+            }
             events += self._add(self._open)
-            events.append(self._event("response.content_part.added", **self._where(),
-                                      content_index=0, part=_text_part("")))
+            events.append(
+                self._event(
+                    "response.content_part.added",
+                    **self._where(),
+                    content_index=0,
+                    part=_text_part(""),
+                )
+            )
         else:
-            self._open = {"id": new_id("rs_"), "type": "reasoning", "summary": [],
-                          "status": "in_progress"}
+            self._open = {
+                "id": new_id("rs_"),
+                "type": "reasoning",
+                "summary": [],
+                "status": "in_progress",
+            }
             events += self._add(self._open)
-            events.append(self._event("response.reasoning_summary_part.added", **self._where(),
-                                      summary_index=0, part={"type": "summary_text", "text": ""}))
+            events.append(
+                self._event(
+                    "response.reasoning_summary_part.added",
+                    **self._where(),
+                    summary_index=0,
+                    part={"type": "summary_text", "text": ""},
+                )
+            )
         self._text = ""
         return events
 
@@ -120,11 +166,24 @@ class ResponsesStream:
         events = self._open_item(kind)
         self._text += text
         if kind == "message":
-            events.append(self._event("response.output_text.delta", **self._where(),
-                                      content_index=0, delta=text, logprobs=[]))
+            events.append(
+                self._event(
+                    "response.output_text.delta",
+                    **self._where(),
+                    content_index=0,
+                    delta=text,
+                    logprobs=[],
+                )
+            )
         else:
-            events.append(self._event("response.reasoning_summary_text.delta", **self._where(),
-                                      summary_index=0, delta=text))
+            events.append(
+                self._event(
+                    "response.reasoning_summary_text.delta",
+                    **self._where(),
+                    summary_index=0,
+                    delta=text,
+                )
+            )
         return events
 
     def _close(self, status: str = "completed") -> list[dict[str, Any]]:
@@ -135,40 +194,65 @@ class ResponsesStream:
         if item["type"] == "message":
             part = _text_part(text)
             item["content"] = [part]
-            events = [self._event("response.output_text.done", **where, content_index=0,
-                                  text=text, logprobs=[]),
-                      self._event("response.content_part.done", **where, content_index=0,
-                                  part=part)]
+            events = [
+                self._event(
+                    "response.output_text.done", **where, content_index=0, text=text, logprobs=[]
+                ),
+                self._event("response.content_part.done", **where, content_index=0, part=part),
+            ]
         else:
             part = {"type": "summary_text", "text": text}
             item["summary"] = [part]
-            events = [self._event("response.reasoning_summary_text.done", **where,
-                                  summary_index=0, text=text),
-                      self._event("response.reasoning_summary_part.done", **where,
-                                  summary_index=0, part=part)]
+            events = [
+                self._event(
+                    "response.reasoning_summary_text.done", **where, summary_index=0, text=text
+                ),
+                self._event(
+                    "response.reasoning_summary_part.done", **where, summary_index=0, part=part
+                ),
+            ]
         item["status"] = status
         self._open = None
-        return [*events, self._event("response.output_item.done",
-                                     output_index=where["output_index"],
-                                     item=copy.deepcopy(item))]
+        return [
+            *events,
+            self._event(
+                "response.output_item.done",
+                output_index=where["output_index"],
+                item=copy.deepcopy(item),
+            ),
+        ]
 
     def _call(self, call: ToolCall) -> list[dict[str, Any]]:
         events = self._close()
         fn = call.get("function") or {}
         args = fn.get("arguments", {})
         arguments = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-        item = {"id": new_id("fc_"), "type": "function_call", "status": "in_progress",
-                "call_id": call.get("id") or new_id("call_"), "name": fn.get("name", ""),
-                "arguments": ""}
+        item = {
+            "id": new_id("fc_"),
+            "type": "function_call",
+            "status": "in_progress",
+            "call_id": call.get("id") or new_id("call_"),
+            "name": fn.get("name", ""),
+            "arguments": "",
+        }
         events += self._add(item)
         where = {"item_id": item["id"], "output_index": len(self.output) - 1}
         item.update(arguments=arguments, status="completed")
-        return [*events,
-                self._event("response.function_call_arguments.delta", **where, delta=arguments),
-                self._event("response.function_call_arguments.done", **where,
-                            name=item["name"], arguments=arguments),
-                self._event("response.output_item.done", output_index=where["output_index"],
-                            item=copy.deepcopy(item))]
+        return [
+            *events,
+            self._event("response.function_call_arguments.delta", **where, delta=arguments),
+            self._event(
+                "response.function_call_arguments.done",
+                **where,
+                name=item["name"],
+                arguments=arguments,
+            ),
+            self._event(
+                "response.output_item.done",
+                output_index=where["output_index"],
+                item=copy.deepcopy(item),
+            ),
+        ]
 
     # -- the native stream ----------------------------------------------------------------
 
@@ -194,25 +278,23 @@ class ResponsesStream:
         events = self._close(status)
         if not self.output:  # nothing said: still answer with an (empty) message
             events += self._open_item("message") + self._close(status)
-        self.response.update(status=status, usage=_usage(native),
-                             completed_at=int(time.time()))
+        self.response.update(status=status, usage=_usage(native), completed_at=int(time.time()))
         if cut:
             self.response["incomplete_details"] = {"reason": "max_output_tokens"}
         self.finished = True
-        return [*events, self._lifecycle("response.incomplete" if cut
-                                         else "response.completed")]
+        return [*events, self._lifecycle("response.incomplete" if cut else "response.completed")]
 
     def failed(self, message: str) -> list[dict[str, Any]]:
         """A failure after the stream began: an ``error`` event, then ``response.failed``."""
         self.finished = True
-        self.response.update(status="failed",
-                             error={"code": "server_error", "message": message})
-        return [self._event("error", code="server_error", message=message, param=None),
-                self._lifecycle("response.failed")]
+        self.response.update(status="failed", error={"code": "server_error", "message": message})
+        return [
+            self._event("error", code="server_error", message=message, param=None),
+            self._lifecycle("response.failed"),
+        ]
 
 
-def final_response(folded: ChatChunk, model: str,
-                   echo: Mapping[str, Any]) -> dict[str, Any]:
+def final_response(folded: ChatChunk, model: str, echo: Mapping[str, Any]) -> dict[str, Any]:
     """A folded native ``/api/chat`` answer -> the Responses API ``response`` object."""
     stream = ResponsesStream(model, echo)
     stream.events(folded)

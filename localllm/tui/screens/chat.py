@@ -174,7 +174,8 @@ class ChatScreen(Screen[None]):
     # -- chats ------------------------------------------------------------------------
     def refresh_sidebar(self) -> None:
         self.query_one("#sidebar", ChatList).show(
-            self.sessions.chats(), self.chat.id if self.chat else None)
+            self.sessions.chats(), self.chat.id if self.chat else None
+        )
 
     async def open_chat(self, chat_id: int) -> None:
         chat = self.sessions.get(chat_id)

@@ -43,8 +43,14 @@ class ModelRow:
     where: str  # "" when not loaded, else "100% CPU" and the like
 
     def cells(self) -> tuple[str, ...]:
-        return (self.name, format_bytes(self.size), self.quant or "-", self.params or "-",
-                str(self.context) if self.context else "-", self.where or "-")
+        return (
+            self.name,
+            format_bytes(self.size),
+            self.quant or "-",
+            self.params or "-",
+            str(self.context) if self.context else "-",
+            self.where or "-",
+        )
 
 
 async def load_rows(app: LocalLLMApp) -> list[ModelRow]:
@@ -62,9 +68,16 @@ async def load_rows(app: LocalLLMApp) -> list[ModelRow]:
     rows = []
     for m, c in zip(models, contexts, strict=True):
         details = m.get("details") or {}
-        rows.append(ModelRow(m["name"], int(m.get("size", 0)),
-                             details.get("quantization_level", ""),
-                             details.get("parameter_size", ""), c, loaded.get(m["name"], "")))
+        rows.append(
+            ModelRow(
+                m["name"],
+                int(m.get("size", 0)),
+                details.get("quantization_level", ""),
+                details.get("parameter_size", ""),
+                c,
+                loaded.get(m["name"], ""),
+            )
+        )
     return sorted(rows, key=lambda r: r.name)
 
 
@@ -118,8 +131,10 @@ class ModelsScreen(Screen[str | None]):
         if self.current in names:
             table.move_cursor(row=names.index(self.current))
         self.query_one("#empty", Label).update(
-            "" if self.rows else
-            "No local models yet: press s to search Hugging Face, or p to pull one by name.")
+            ""
+            if self.rows
+            else "No local models yet: press s to search Hugging Face, or p to pull one by name."
+        )
 
     def selected(self) -> ModelRow | None:
         table = self.query_one(DataTable)
@@ -146,7 +161,8 @@ class ModelsScreen(Screen[str | None]):
     @work(group="models-dialog")
     async def action_pull(self) -> None:
         name = await self.app.push_screen_wait(
-            AskScreen("Model to pull", placeholder="llama3.2, qwen3:8b or hf.co/user/repo:Q4_K_M"))
+            AskScreen("Model to pull", placeholder="llama3.2, qwen3:8b or hf.co/user/repo:Q4_K_M")
+        )
         if name and await self.app.push_screen_wait(PullScreen(name)):  # type: ignore[arg-type]
             self.current = name
             self.action_refresh()
@@ -182,14 +198,21 @@ class ModelsScreen(Screen[str | None]):
 def details_markdown(row: ModelRow, info: Mapping[str, Any]) -> str:
     details = info.get("details") or {}
     lines = [f"# {row.name}", "", "| | |", "|---|---|"]
-    facts = [("Size", format_bytes(row.size)), ("Family", details.get("family", "")),
-             ("Parameters", details.get("parameter_size", "")),
-             ("Quantization", details.get("quantization_level", "")),
-             ("Context", str(row.context or "")), ("Loaded", row.where or "no"),
-             ("Capabilities", ", ".join(info.get("capabilities") or []))]
+    facts = [
+        ("Size", format_bytes(row.size)),
+        ("Family", details.get("family", "")),
+        ("Parameters", details.get("parameter_size", "")),
+        ("Quantization", details.get("quantization_level", "")),
+        ("Context", str(row.context or "")),
+        ("Loaded", row.where or "no"),
+        ("Capabilities", ", ".join(info.get("capabilities") or [])),
+    ]
     lines += [f"| {k} | {v} |" for k, v in facts if v]
-    for title, key in (("Parameters", "parameters"), ("System", "system"),
-                       ("Template", "template")):
+    for title, key in (
+        ("Parameters", "parameters"),
+        ("System", "system"),
+        ("Template", "template"),
+    ):
         if info.get(key):
             lines += ["", f"## {title}", "", "```", str(info[key]).strip(), "```"]
     return "\n".join(lines)

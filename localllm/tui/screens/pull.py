@@ -45,8 +45,11 @@ class RateMeter:
     def update(self, completed: int, now: float) -> float | None:
         if self.last is not None and now > self.last[0] and completed >= self.last[1]:
             sample = (completed - self.last[1]) / (now - self.last[0])
-            self.rate = sample if self.rate is None else (
-                self.smoothing * sample + (1 - self.smoothing) * self.rate)
+            self.rate = (
+                sample
+                if self.rate is None
+                else (self.smoothing * sample + (1 - self.smoothing) * self.rate)
+            )
         if self.last is None or completed < self.last[1] or now - self.last[0] >= 0.2:
             self.last = (now, completed)
         return self.rate
@@ -116,8 +119,9 @@ class PullScreen(ModalScreen[bool]):
         self.notify(f"Pulled {self.model}")
         self.dismiss(True)
 
-    def _show(self, event: Mapping[str, Any], meters: dict[str, RateMeter],
-              bar: ProgressBar, line: Label) -> None:
+    def _show(
+        self, event: Mapping[str, Any], meters: dict[str, RateMeter], bar: ProgressBar, line: Label
+    ) -> None:
         status = str(event.get("status", ""))
         if not self.status_lines or self.status_lines[-1] != status:
             self.status_lines.append(status)
@@ -135,14 +139,18 @@ class PullScreen(ModalScreen[bool]):
         self.failed = message
         self.refused = refusal(message)
         self.query_one("#bar", ProgressBar).display = False
-        title = ("Not pulled: too big for this machine" if self.refused is not None
-                 else f"Pull of {self.model} failed")
+        title = (
+            "Not pulled: too big for this machine"
+            if self.refused is not None
+            else f"Pull of {self.model} failed"
+        )
         self.query_one("#title", Label).update(Text(title))
         line = self.query_one("#line", Label)
         line.update(Text(self.refused or message))
         line.add_class("error")
         self.query_one("#hint", Label).update(
-            REFUSED_HINT if self.refused is not None else FAILED_HINT)
+            REFUSED_HINT if self.refused is not None else FAILED_HINT
+        )
         self.refresh_bindings()
 
     def _restart(self, force: bool) -> None:
@@ -151,8 +159,9 @@ class PullScreen(ModalScreen[bool]):
         bar = self.query_one("#bar", ProgressBar)
         bar.display = True
         bar.update(total=None, progress=0)
-        self.query_one("#title", Label).update(Text(
-            f"Pulling {self.model}" + (" anyway" if self.forced else "")))
+        self.query_one("#title", Label).update(
+            Text(f"Pulling {self.model}" + (" anyway" if self.forced else ""))
+        )
         line = self.query_one("#line", Label)
         line.remove_class("error")
         line.update("starting…")

@@ -54,8 +54,12 @@ if TYPE_CHECKING:
     from localllm.tui.app import LocalLLMApp
 
 LIMIT = 10  # repos per search, as `localllm search`: each costs one header read
-FIT_COLOURS = {"gpu": "text-success", "partial": "text-warning", "cpu": "text-primary",
-               "too_big": "text-error"}
+FIT_COLOURS = {
+    "gpu": "text-success",
+    "partial": "text-warning",
+    "cpu": "text-primary",
+    "too_big": "text-error",
+}
 
 
 class QuantTable(DataTable[Text]):
@@ -86,11 +90,15 @@ class SearchScreen(Screen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="search"):
             yield Label("Search Hugging Face for GGUF models", classes="title")
-            yield Input(self.query_text, id="query",
-                        placeholder="a name or words: llama3.2, qwen coder, gemma 4b "
-                                    "(Enter searches)")
-            yield Label("Enter searches; the fit of each quant is planned on the daemon's "
-                        "machine.", id="note")
+            yield Input(
+                self.query_text,
+                id="query",
+                placeholder="a name or words: llama3.2, qwen coder, gemma 4b (Enter searches)",
+            )
+            yield Label(
+                "Enter searches; the fit of each quant is planned on the daemon's machine.",
+                id="note",
+            )
             yield DataTable(cursor_type="row", zebra_stripes=True, id="repos")
             yield Label("", id="repo-info")
             yield QuantTable(cursor_type="row", zebra_stripes=True, id="quants")
@@ -99,7 +107,8 @@ class SearchScreen(Screen[str | None]):
 
     def on_mount(self) -> None:
         self.query_one("#repos", DataTable).add_columns(
-            "REPO", "DOWNLOADS", "LIKES", "CAPABILITIES", "UPDATED")
+            "REPO", "DOWNLOADS", "LIKES", "CAPABILITIES", "UPDATED"
+        )
         self.query_one("#quants", DataTable).add_columns("QUANT", "SIZE", "FIT", "MEMORY", "")
         self.query_one("#query", Input).focus()
         if self.query_text.strip():
@@ -120,8 +129,10 @@ class SearchScreen(Screen[str | None]):
         """Ask the daemon; a new search replaces one still running (exclusive)."""
         repos = self.query_one("#repos", DataTable)
         self.searching = True
-        self._note(f"Searching Hugging Face for “{query}” (reading each repo's GGUF header "
-                   "to plan its fit)…")
+        self._note(
+            f"Searching Hugging Face for “{query}” (reading each repo's GGUF header "
+            "to plan its fit)…"
+        )
         repos.loading = True
         try:
             models = await self.llm.client.search(query, LIMIT)
@@ -141,8 +152,10 @@ class SearchScreen(Screen[str | None]):
             self._note(f"No GGUF models found for “{query}”.")
             return
         n = len(self.results)
-        self._note(f"{n} repo{'s' * (n != 1)} for “{query}”: Enter or Tab to the quants, "
-                   "/ to search again.")
+        self._note(
+            f"{n} repo{'s' * (n != 1)} for “{query}”: Enter or Tab to the quants, "
+            "/ to search again."
+        )
         repos.move_cursor(row=0)
         self._show_quants(0)
         repos.focus()
@@ -155,10 +168,13 @@ class SearchScreen(Screen[str | None]):
     @staticmethod
     def _repo_cells(m: Mapping[str, Any]) -> tuple[Text, ...]:
         # Text, not markup: every field comes from the Hub.
-        return (Text(str(m.get("repo") or m.get("name") or "")),
-                Text(count(as_int(m.get("downloads"))), justify="right"),
-                Text(count(as_int(m.get("likes"))), justify="right"),
-                Text(capabilities(m)), Text(updated(m.get("updated"))))
+        return (
+            Text(str(m.get("repo") or m.get("name") or "")),
+            Text(count(as_int(m.get("downloads"))), justify="right"),
+            Text(count(as_int(m.get("likes"))), justify="right"),
+            Text(capabilities(m)),
+            Text(updated(m.get("updated"))),
+        )
 
     # -- the highlighted repo's quants ------------------------------------------------
     def _show_quants(self, index: int | None) -> None:
@@ -179,10 +195,14 @@ class SearchScreen(Screen[str | None]):
             fit = fit_of(q)
             colour = colours.get(FIT_COLOURS.get(fit_status(fit), ""))
             here = pull_name(model, q).lower() in self.local
-            table.add_row(Text(str(q.get("tag", ""))),
-                          Text(format_bytes(as_int(q.get("size"))), justify="right"),
-                          Text(fit_summary(fit), style=colour or "dim"),
-                          Text(memory_text(fit)), Text("pulled" if here else ""), key=str(i))
+            table.add_row(
+                Text(str(q.get("tag", ""))),
+                Text(format_bytes(as_int(q.get("size"))), justify="right"),
+                Text(fit_summary(fit), style=colour or "dim"),
+                Text(memory_text(fit)),
+                Text("pulled" if here else ""),
+                key=str(i),
+            )
         self._fit_line(0 if self.quants else None)
 
     def _repo_info(self, m: Mapping[str, Any]) -> str:

@@ -41,29 +41,48 @@ def plan_rows(result: Mapping[str, Any]) -> list[tuple[str, str]]:
     fit = fit_of(result)
 
     def sized(f: Any) -> str:
-        return f"{f.get('file', '')} ({format_bytes(as_int(f.get('size')))})" \
-            if isinstance(f, dict) else ""
+        return (
+            f"{f.get('file', '')} ({format_bytes(as_int(f.get('size')))})"
+            if isinstance(f, dict)
+            else ""
+        )
 
     files, caps = as_list(result.get("files")), as_list(result.get("capabilities"))
     details, memory = as_dict(result.get("details")), as_dict(fit.get("memory"))
-    model = " ".join(str(details[k]) for k in ("family", "parameter_size", "quantization_level")
-                     if details.get(k))
+    model = " ".join(
+        str(details[k])
+        for k in ("family", "parameter_size", "quantization_level")
+        if details.get(k)
+    )
     rows = [
         ("source", str(result.get("source") or "")),
         ("files", "\n".join(sized(f) for f in files)),
         ("projector", sized(result.get("projector"))),
-        ("download", format_bytes(as_int(result.get("size"))) if as_int(result.get("size"))
-         else ""),
+        (
+            "download",
+            format_bytes(as_int(result.get("size"))) if as_int(result.get("size")) else "",
+        ),
         ("model", model),
         ("capabilities", ", ".join(str(c) for c in caps)),
         ("placement", fit_summary(fit)),
-        ("memory", "\n".join(f"{'RAM' if d == 'CPU' else d}  {format_bytes(as_int(n))}"
-                             for d, n in memory.items())),
+        (
+            "memory",
+            "\n".join(
+                f"{'RAM' if d == 'CPU' else d}  {format_bytes(as_int(n))}"
+                for d, n in memory.items()
+            ),
+        ),
         ("total", memory_text(fit)),
-        ("largest context", f"{as_int(fit.get('max_context'))} tokens"
-         if as_int(fit.get("max_context")) else ""),
-        ("training context", f"{as_int(result.get('context_length'))} tokens"
-         if as_int(result.get("context_length")) else ""),
+        (
+            "largest context",
+            f"{as_int(fit.get('max_context'))} tokens" if as_int(fit.get("max_context")) else "",
+        ),
+        (
+            "training context",
+            f"{as_int(result.get('context_length'))} tokens"
+            if as_int(result.get("context_length"))
+            else "",
+        ),
         ("planner", str(fit.get("reason") or "")),
     ]
     return [(k, v) for k, v in rows if v and v != "-"]
@@ -81,8 +100,9 @@ class RemoteDetailsScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog remote"):
             yield Label(Text(f"{self.model}: will it fit?"), classes="question")
-            yield Static("reading its header over range requests (nothing is downloaded)…",
-                         id="plan")
+            yield Static(
+                "reading its header over range requests (nothing is downloaded)…", id="plan"
+            )
             yield Label("Escape: close", classes="hint")
 
     def on_mount(self) -> None:

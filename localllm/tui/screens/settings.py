@@ -45,9 +45,12 @@ def parse_settings(system: str, values: dict[str, str]) -> ChatSettings:
         raise ValueError("num_ctx must be positive")
     keep = values.get("keep_alive", "").strip() or None
     return ChatSettings(
-        system=system, temperature=temperature, top_p=top_p,
+        system=system,
+        temperature=temperature,
+        top_p=top_p,
         num_ctx=None if num_ctx is None else int(num_ctx),
-        seed=None if seed is None else int(seed), keep_alive=keep,
+        seed=None if seed is None else int(seed),
+        keep_alive=keep,
     )
 
 
@@ -73,8 +76,9 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
             with Grid(classes="fields"):
                 for key, title, hint in _FIELDS:
                     yield Label(title)
-                    yield Input(_show(getattr(self.settings, key)), placeholder=hint,
-                                id=key, compact=True)
+                    yield Input(
+                        _show(getattr(self.settings, key)), placeholder=hint, id=key, compact=True
+                    )
             yield Label("", id="error")
             with Horizontal(classes="buttons"):
                 yield Button("Save (Ctrl+S)", variant="primary", id="save")

@@ -64,24 +64,32 @@ class PendingImages(Static):
         """Attach each file that passes the checks; a notice for each that does not."""
         for path in paths:
             if len(self.images) >= config.MAX_IMAGES:
-                self.notify(f"A message takes at most {config.MAX_IMAGES} images",
-                            title="Cannot attach image", severity="error")
+                self.notify(
+                    f"A message takes at most {config.MAX_IMAGES} images",
+                    title="Cannot attach image",
+                    severity="error",
+                )
                 return
             try:
                 data, _ = read_image(path, len(self.images))
             except InvalidRequest as exc:
-                self.notify(str(exc), title="Cannot attach image", severity="error",
-                            timeout=8)
+                self.notify(str(exc), title="Cannot attach image", severity="error", timeout=8)
                 continue
             if self.total_bytes() + len(data) > config.MAX_IMAGES_BYTES:
-                self.notify(f"{path.name} would make the message's images more than "
-                            f"{format_file_size(config.MAX_IMAGES_BYTES)}",
-                            title="Cannot attach image", severity="error", timeout=8)
+                self.notify(
+                    f"{path.name} would make the message's images more than "
+                    f"{format_file_size(config.MAX_IMAGES_BYTES)}",
+                    title="Cannot attach image",
+                    severity="error",
+                    timeout=8,
+                )
                 continue
             image = Attachment(path.name, len(data), base64.b64encode(data).decode("ascii"))
             self.add(image)
-            self.notify(f"{attachment_text(image)}  ({_count(len(self.images))} for the "
-                        "next message)", title="Image attached")
+            self.notify(
+                f"{attachment_text(image)}  ({_count(len(self.images))} for the next message)",
+                title="Image attached",
+            )
 
     # -- the list ---------------------------------------------------------------------
     def add(self, image: Attachment) -> None:
@@ -103,8 +111,10 @@ class PendingImages(Static):
         return sum(a.size for a in self.images)
 
     def _show(self) -> None:
-        self.update("   ".join(attachment_text(a) for a in self.images)
-                    + ("   (/image clear drops them)" if self.images else ""))
+        self.update(
+            "   ".join(attachment_text(a) for a in self.images)
+            + ("   (/image clear drops them)" if self.images else "")
+        )
         self.display = bool(self.images)
 
 

@@ -60,8 +60,7 @@ class Conversation(Vertical):
             super().__init__()
             self.reply = reply
 
-    def __init__(self, client: AsyncClient, sessions: Sessions, *,
-                 id: str | None = None) -> None:
+    def __init__(self, client: AsyncClient, sessions: Sessions, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.client = client
         self.sessions = sessions
@@ -172,8 +171,9 @@ class Conversation(Vertical):
         kept = await self._finish(chat, view, message, reply, error)
         self.post_message(self.ReplyEnded(kept))
 
-    async def _finish(self, chat: Chat, view: MessageView, message: StoredMessage,
-                      reply: Reply, error: str | None) -> StoredMessage | None:
+    async def _finish(
+        self, chat: Chat, view: MessageView, message: StoredMessage, reply: Reply, error: str | None
+    ) -> StoredMessage | None:
         got_text = bool(reply.content or reply.thinking or reply.tool_calls)
         if self.chat is not chat:
             # The user opened another chat meanwhile (which stopped this reply): file
@@ -222,8 +222,10 @@ class Conversation(Vertical):
         """Take back the last user message and what followed it, into the prompt."""
         if self.generating:
             return
-        index = next((i for i in range(len(self.history) - 1, -1, -1)
-                      if self.history[i].role == "user"), None)
+        index = next(
+            (i for i in range(len(self.history) - 1, -1, -1) if self.history[i].role == "user"),
+            None,
+        )
         if index is None:
             self.notify("Nothing to edit yet")
             return

@@ -50,8 +50,11 @@ class MessageView(Vertical, can_focus=True):
 
     def compose(self) -> ComposeResult:
         yield Label(self._title(), classes="role", markup=False)
-        yield Static("\n".join(attachment_text(a) for a in self.message.images),
-                     classes="attachments", markup=False)
+        yield Static(
+            "\n".join(attachment_text(a) for a in self.message.images),
+            classes="attachments",
+            markup=False,
+        )
         with Collapsible(title="Thinking", collapsed=True, classes="thinking"):
             yield Static(self.message.thinking, classes="thinking-text", markup=False)
         yield Markdown(self.message.content, classes="body")
@@ -93,7 +96,7 @@ class MessageView(Vertical, can_focus=True):
             self._shown_thinking = len(reply.thinking)
             changed = True
         if len(reply.content) > self._shown_content:
-            delta = reply.content[self._shown_content:]
+            delta = reply.content[self._shown_content :]
             self._shown_content = len(reply.content)
             await self.query_one(".body", Markdown).append(delta)
             changed = True

@@ -36,9 +36,15 @@ class PromptInput(TextArea):
             self.paths = paths
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id, soft_wrap=True, show_line_numbers=False, compact=True,
-                         tab_behavior="focus", highlight_cursor_line=False,
-                         placeholder="Message  (Enter send · Ctrl+J newline · F1 help)")
+        super().__init__(
+            id=id,
+            soft_wrap=True,
+            show_line_numbers=False,
+            compact=True,
+            tab_behavior="focus",
+            highlight_cursor_line=False,
+            placeholder="Message  (Enter send · Ctrl+J newline · F1 help)",
+        )
 
     async def _on_key(self, event: events.Key) -> None:
         if event.key == "enter":
