@@ -61,8 +61,12 @@ def agents_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
             ("coder", CODER_TEMPLATE, 131072),
             ("short", PLAIN_TEMPLATE, 2048),
         ):
-            gguf = make_tiny_model(tmp / name, chat_template=template, n_ctx_train=ctx)
-            # Greedy, so the answer is known whatever the agent sends.
+            # Greedy, so the answer is known whatever the agent sends; and sharp, because
+            # the OpenAI-compatible routes default to temperature 1 (as Ollama's do) over
+            # the model's 0: at the default sharpness one reply in ten strayed.
+            gguf = make_tiny_model(
+                tmp / name, chat_template=template, n_ctx_train=ctx, sharpness=40.0
+            )
             import_gguf(store, parse_name(name), [gguf], params={"temperature": 0})
 
     # No pull in these tests may reach the real Hub: nothing answers here.
