@@ -33,89 +33,35 @@ from typing import Generic, TypeVar
 
 from localllm.config_values import (  # re-exported: config.X is how callers read them
     CPU_REPACK_VALUES as CPU_REPACK_VALUES,
-)
-from localllm.config_values import (
     DEFAULT_PORT as DEFAULT_PORT,
-)
-from localllm.config_values import (
     FLASH_ATTENTION_VALUES as FLASH_ATTENTION_VALUES,
-)
-from localllm.config_values import (
     KV_TYPES as KV_TYPES,
-)
-from localllm.config_values import (
     LLM_LIBRARY_DEVICES as LLM_LIBRARY_DEVICES,
-)
-from localllm.config_values import (
     TRACE as TRACE,
-)
-from localllm.config_values import (
     CpuRepack as CpuRepack,
-)
-from localllm.config_values import (
     FlashAttention as FlashAttention,
-)
-from localllm.config_values import (
     KVType as KVType,
-)
-from localllm.config_values import (
     LLMLibrary as LLMLibrary,
-)
-from localllm.config_values import (
     StepBudget as StepBudget,
-)
-from localllm.config_values import (
     parse_bool as parse_bool,
-)
-from localllm.config_values import (
     parse_cpu_repack as parse_cpu_repack,
-)
-from localllm.config_values import (
     parse_debug_level as parse_debug_level,
-)
-from localllm.config_values import (
     parse_duration as parse_duration,
-)
-from localllm.config_values import (
     parse_engine_spec as parse_engine_spec,
-)
-from localllm.config_values import (
+    parse_fetch_mode as parse_fetch_mode,
     parse_flash_attention as parse_flash_attention,
-)
-from localllm.config_values import (
     parse_host as parse_host,
-)
-from localllm.config_values import (
     parse_kv_type as parse_kv_type,
-)
-from localllm.config_values import (
     parse_list as parse_list,
-)
-from localllm.config_values import (
     parse_llm_library as parse_llm_library,
-)
-from localllm.config_values import (
     parse_load_timeout as parse_load_timeout,
-)
-from localllm.config_values import (
     parse_log_format as parse_log_format,
-)
-from localllm.config_values import (
     parse_nonneg_int as parse_nonneg_int,
-)
-from localllm.config_values import (
     parse_ollama_llm_library as parse_ollama_llm_library,
-)
-from localllm.config_values import (
+    parse_pixels as parse_pixels,
     parse_prompt_cache as parse_prompt_cache,
-)
-from localllm.config_values import (
     parse_size as parse_size,
-)
-from localllm.config_values import (
     parse_step_budget as parse_step_budget,
-)
-from localllm.config_values import (
     parse_str as parse_str,
 )
 from localllm.ollama_env import IGNORED, debug_level, go_bool, go_uint
@@ -510,33 +456,18 @@ MAX_IMAGES_BYTES = 48 << 20  # all of a request's images together
 MAX_IMAGE_PIXELS = 50_000_000  # width * height (a decoded RGB copy is 3 bytes a pixel)
 MAX_IMAGE_SIDE = 16384  # pixels, either side
 
-
-def _fetch_mode(raw: str) -> str:
-    if raw.lower() == "all":
-        return "all"
-    return "public" if parse_bool(raw) else "off"
-
-
 FETCH_IMAGE_URLS = Setting(
     "LOCALLLM_FETCH_IMAGE_URLS",
-    _fetch_mode,
+    parse_fetch_mode,
     "off",
     "Fetch http(s) image URLs sent in requests: 1 = public addresses only (no private or "
     "loopback address, redirects included; 10 s and 20 MiB per image), all = any address "
     "(a trusted network); off by default.",
 )
 
-
-def _pixels(raw: str) -> int:
-    value = int(raw.replace("_", ""), 10)
-    if value < 1:
-        raise ValueError("must be a positive number of pixels")
-    return value
-
-
 MAX_REQUEST_PIXELS = Setting(
     "LOCALLLM_MAX_REQUEST_PIXELS",
-    _pixels,
+    parse_pixels,
     100_000_000,
     "Pixels (width x height, summed) all the images of one request may declare, e.g. "
     "100000000 (two images at the 50-megapixel limit each, or eight 12-megapixel photos). "
@@ -544,49 +475,10 @@ MAX_REQUEST_PIXELS = Setting(
     "The daemon and its runners read the same value.",
 )
 
-REGISTRY: tuple[Setting[object], ...] = (
-    HOST,
-    HOME,
-    MODELS,
-    ORIGINS,
-    KEEP_ALIVE,
-    NUM_PARALLEL,
-    MAX_LOADED_MODELS,
-    MAX_QUEUE,
-    CONTEXT_LENGTH,
-    FLASH_ATTENTION,
-    KV_CACHE_TYPE,
-    LOAD_TIMEOUT,
-    RUNNER_TIMEOUT,
-    GPU_OVERHEAD,
-    SCHED_SPREAD,
-    LLM_LIBRARY,
-    CPU_REPACK,
-    NOPRUNE,
-    DEBUG,
-    NOHISTORY,
-    API_KEY,
-    SHUTDOWN_GRACE,
-    NUM_THREAD,
-    ALLOWED_PATHS,
-    MAX_BODY,
-    MAX_BLOB_SIZE,
-    MIN_FREE_DISK,
-    LOG_FORMAT,
-    BACKENDS,
-    CACHE,
-    CATALOG_REPO,
-    BACKENDS_REPO,
-    RPC_WORKERS,
-    LLAMA_PREFIX,
-    CORE_CMAKE_ARGS,
-    RUNNER_ENGINE,
-    FETCH_IMAGE_URLS,
-    STEP_BUDGET,
-    PROMPT_CACHE,
-    PROMPT_CACHE_DISK,
-    MAX_REQUEST_PIXELS,
-)  # type: ignore[assignment]
+# Every setting above, in the order defined here (``serve --help``, docs/configuration.md).
+REGISTRY: tuple[Setting[object], ...] = tuple(
+    value for value in dict(globals()).values() if isinstance(value, Setting)
+)
 
 
 def max_loaded_models(n_gpus: int) -> int:
@@ -606,12 +498,3 @@ def client_base_url() -> str:
     if ":" in host:
         host = f"[{host}]"
     return f"http://{host}:{port}"
-
-
-def ollama_models_env() -> str:
-    """``OLLAMA_MODELS`` read the way Ollama reads it (spaces, then quotes trimmed), or "".
-
-    Where Ollama itself keeps its models, for ``localllm import ollama``; distinct from
-    ``MODELS``, whose fallback to the same variable decides where *our* store is.
-    """
-    return os.environ.get("OLLAMA_MODELS", "").strip().strip("\"'")

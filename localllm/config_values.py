@@ -297,3 +297,18 @@ def parse_host(raw: str) -> tuple[str, int]:
     if not 0 < port < 65536:
         raise ValueError(f"port out of range: {port}")
     return host, port
+
+
+def parse_fetch_mode(raw: str) -> str:
+    """LOCALLLM_FETCH_IMAGE_URLS: ``all``, a true value (``public``) or a false one (``off``)."""
+    if raw.lower() == "all":
+        return "all"
+    return "public" if parse_bool(raw) else "off"
+
+
+def parse_pixels(raw: str) -> int:
+    """A positive number of pixels (``100_000_000`` or ``100000000``)."""
+    value = int(raw.replace("_", ""), 10)
+    if value < 1:
+        raise ValueError("must be a positive number of pixels")
+    return value

@@ -6,12 +6,14 @@ parser here reads it Ollama's way (Go's ``strconv`` rules, as its ``envconfig``
 does): a switch is true for any text but Go's false words, a byte count is
 digits only, ``OLLAMA_DEBUG`` is a level.  ``IGNORED`` names the Ollama
 variables localllm has no use for, and why, for the daemon's start-up log and
-docs/configuration.md.  Nothing here touches the environment itself.
+docs/configuration.md.  ``models_dir`` reads ``OLLAMA_MODELS`` (where Ollama keeps
+its models, for ``localllm import ollama``); nothing else here reads the environment.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Callable
 
@@ -74,3 +76,12 @@ IGNORED: dict[str, str] = {
     "OLLAMA_MULTIUSER_CACHE": "prompt caching is per slot and always on (LOCALLLM_PROMPT_CACHE "
     "sizes the idle slots' cache)",
 }
+
+
+def models_dir() -> str:
+    """``OLLAMA_MODELS`` read the way Ollama reads it (spaces, then quotes trimmed), or "".
+
+    Where Ollama itself keeps its models, for ``localllm import ollama``; distinct from
+    ``config.MODELS``, whose fallback to the same variable decides where *our* store is.
+    """
+    return os.environ.get("OLLAMA_MODELS", "").strip().strip("\"'")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from localllm import config
+from localllm import config, ollama_env
 
 
 def home() -> Path:
@@ -89,7 +89,7 @@ def ollama_models() -> list[Path]:
     service's folder.  Nothing is checked here (see ``store/ollama_store.find_store``)."""
     import sys
 
-    env = config.ollama_models_env()
+    env = ollama_env.models_dir()
     if env:
         return [Path(env).expanduser()]
     found = [Path.home() / ".ollama" / "models"]

@@ -31,8 +31,7 @@ from localllm.hardware.detect import Device
 from localllm.scheduler.fit import Fit, assess, describe, reclaimed, scaled, unknown
 from localllm.scheduler.planner import LoadPlan, PlanOptions
 from localllm.services import model_details
-from localllm.store import hub, remote
-from localllm.store import search as hub_search
+from localllm.store import hub, remote, search as hub_search
 
 log = logging.getLogger(__name__)
 

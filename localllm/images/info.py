@@ -35,8 +35,7 @@ from dataclasses import dataclass
 
 from localllm import config
 from localllm.errors import InvalidRequest
-from localllm.images import data as imagedata
-from localllm.images import heif as imageheif
+from localllm.images import data as imagedata, heif as imageheif
 
 DECODABLE = ("png", "jpeg", "gif", "bmp")  # what libmtmd (stb_image) decodes
 TRANSCODED = ("webp", "avif")  # what the daemon decodes with Pillow and re-encodes

@@ -25,9 +25,7 @@ from typing import Any
 
 from localllm.api.thinkbudget import effective_budget
 from localllm.runner.messages import CompletionRequest
-from localllm.toolcalls import ChatFormat
-from localllm.toolcalls import harmony as h
-from localllm.toolcalls import muse as m
+from localllm.toolcalls import ChatFormat, harmony as h, muse as m
 from localllm.toolcalls.thinking import prompt_opens_thinking
 
 # Message formats: (what opens the thinking message, what ends it, what closes it early).

@@ -28,8 +28,7 @@ from starlette.requests import Request
 from localllm.errors import InvalidRequest
 from localllm.inference.service import InferenceService
 from localllm.server import jsonparse
-from localllm.server.jsonparse import MAX_DEPTH as MAX_JSON_DEPTH
-from localllm.server.jsonparse import json_depth
+from localllm.server.jsonparse import MAX_DEPTH as MAX_JSON_DEPTH, json_depth
 from localllm.services import ModelService
 
 __all__ = ["MAX_JSON_DEPTH", "json_depth"]

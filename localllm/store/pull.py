@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from localllm.errors import InvalidModelFile, InvalidRequest, PullError
 from localllm.gguf.info import ModelInfo, read_model_info_split
-from localllm.store import download, hub
-from localllm.store import projector as proj
+from localllm.store import download, hub, projector as proj
 from localllm.store.importer import config_for
 from localllm.store.local import Store
 from localllm.store.manifests import (

@@ -23,15 +23,13 @@ from localllm.toolcalls.derive import Derived, derive
 from localllm.toolcalls.functionary import Functionary
 from localllm.toolcalls.gemma4 import Gemma4
 from localllm.toolcalls.glm import Glm
-from localllm.toolcalls.harmony import MARKERS as HARMONY_MARKERS
-from localllm.toolcalls.harmony import HarmonyParser
+from localllm.toolcalls.harmony import MARKERS as HARMONY_MARKERS, HarmonyParser
 from localllm.toolcalls.hermes import Hermes
 from localllm.toolcalls.kimi import Kimi
 from localllm.toolcalls.llama3 import Llama3
 from localllm.toolcalls.minimax import MiniMaxM3
 from localllm.toolcalls.mistral import Mistral
-from localllm.toolcalls.muse import MARKERS as MUSE_MARKERS
-from localllm.toolcalls.muse import MuseParser
+from localllm.toolcalls.muse import MARKERS as MUSE_MARKERS, MuseParser
 from localllm.toolcalls.pythonic import Pythonic
 from localllm.toolcalls.stream import MarkupParser
 from localllm.toolcalls.tagged import Tagged

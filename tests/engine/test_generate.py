@@ -9,8 +9,14 @@ import pytest
 from localllm.engine.engine import Engine
 from localllm.runner.messages import CompletionRequest, SamplingParams
 from tests.support.engine_steps import run_one
-from tests.support.tinymodel import GREEDY, LOOP_PROMPT, N_VOCAB, SHARPNESS, expected_greedy
-from tests.support.tinymodel import tokenize as tiny_tokenize
+from tests.support.tinymodel import (
+    GREEDY,
+    LOOP_PROMPT,
+    N_VOCAB,
+    SHARPNESS,
+    expected_greedy,
+    tokenize as tiny_tokenize,
+)
 
 GREEDY_P = SamplingParams(temperature=0.0)
 

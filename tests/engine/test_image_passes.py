@@ -23,8 +23,7 @@ import pytest
 
 from localllm.engine.engine import Engine
 from localllm.engine.vision import Projector
-from localllm.runner.messages import MEDIA_MARKER as M
-from localllm.runner.messages import CompletionRequest, SamplingParams
+from localllm.runner.messages import MEDIA_MARKER as M, CompletionRequest, SamplingParams
 from tests.support.engine_steps import opts, run_one
 from tests.support.qwenvlmodel import make_qwen_model, make_qwen_projector, noise_png
 from tests.support.visionmodel import GREEN, RED, make_projector, png

@@ -16,8 +16,7 @@ from PIL import Image
 
 from localllm import config
 from localllm.errors import InvalidRequest
-from localllm.images import convert as imageconvert
-from localllm.images import heif as imageheif
+from localllm.images import convert as imageconvert, heif as imageheif
 from localllm.images.convert import prepare
 from localllm.images.info import ACCEPTED, check_header, check_images, probe
 from tests.support.visionmodel import png

@@ -8,8 +8,7 @@ import struct
 
 import pytest
 
-from localllm.runner import attach
-from localllm.runner import protocol as P
+from localllm.runner import attach, protocol as P
 from localllm.runner.attach import Floats
 
 

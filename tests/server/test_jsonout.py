@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 from fastapi.responses import JSONResponse
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from localllm.server import jsonout
 

@@ -7,8 +7,7 @@ import time
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from localllm.errors import InvalidRequest
 from localllm.server import jsonparse

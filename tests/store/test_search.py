@@ -9,10 +9,8 @@ import pytest
 
 from localllm.errors import InvalidRequest
 from localllm.scheduler.planner import PlanOptions
-from localllm.services_hub import Machine
-from localllm.services_hub import search as search_with_fit
-from localllm.store import remote
-from localllm.store import search as hub_search
+from localllm.services_hub import Machine, search as search_with_fit
+from localllm.store import remote, search as hub_search
 from tests.support.ggufmeta import Shape, write_gguf
 from tests.support.hubstub import HubStub
 from tests.support.shapes import cpu, cuda

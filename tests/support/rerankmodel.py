@@ -189,8 +189,7 @@ def make_bert_reranker(dir: Path, name: str = "bert-rerank.gguf") -> Path:
     """Write the BERT reranker into ``dir`` and return its path (see above)."""
     import gguf
 
-    from tests.support.tinymodel import EOS as _EOS
-    from tests.support.tinymodel import UNK, _vocab
+    from tests.support.tinymodel import EOS as _EOS, UNK, _vocab
 
     dir.mkdir(parents=True, exist_ok=True)
     path = dir / name
