@@ -44,6 +44,15 @@
 struct ll_model {
     struct llama_model *model;
     const struct llama_vocab *vocab;
+    /* Tokens a grammar must never let through, found on the first grammar sampler:
+       llama.cpp's grammar matches a token by its text written out as special
+       ("<unk>", "<s>"), which the reply never shows: under a JSON grammar the tiny
+       test model wrote <unk> until its context was full, the grammar reading "<unk>"
+       inside a string that never closed.  Also any token whose text holds a NUL byte
+       (SentencePiece's <0x00>), which a C-string match would read as empty. */
+    llama_logit_bias *nul_bias;
+    int32_t n_nul;
+    int nul_scanned;
 };
 
 struct ll_context {
@@ -536,7 +545,32 @@ ll_model *ll_model_load(const char **paths, int n_paths, int n_gpu_layers, int m
 void ll_model_free(ll_model *m) {
     if (m == NULL) return;
     llama_model_free(m->model);
+    free(m->nul_bias);
     free(m);
+}
+
+/* The -inf biases of the tokens a grammar must not pass (see struct ll_model): the
+   unknown token, BOS (when it does not also end a generation), and any token whose
+   text holds a NUL byte. */
+static void scan_nul_tokens(ll_model *m) {
+    if (m->nul_scanned) return;
+    m->nul_scanned = 1;
+    int32_t n = llama_vocab_n_tokens(m->vocab);
+    llama_token bos = llama_vocab_bos(m->vocab);
+    char buf[256];
+    for (int32_t t = 0; t < n; t++) {
+        int banned = (llama_vocab_get_attr(m->vocab, t) & LLAMA_TOKEN_ATTR_UNKNOWN) ||
+                     (t == bos && !llama_vocab_is_eog(m->vocab, t));
+        if (!banned) {
+            int32_t len = llama_token_to_piece(m->vocab, t, buf, (int32_t)sizeof buf, 0, false);
+            banned = len > 0 && len <= (int32_t)sizeof buf && memchr(buf, 0, (size_t)len) != NULL;
+        }
+        if (!banned) continue;
+        llama_logit_bias *grown = realloc(m->nul_bias, (size_t)(m->n_nul + 1) * sizeof *grown);
+        if (grown == NULL) return;
+        m->nul_bias = grown;
+        m->nul_bias[m->n_nul++] = (llama_logit_bias){t, -INFINITY};
+    }
 }
 
 const char *ll_model_chat_template(const ll_model *m) {
@@ -855,6 +889,10 @@ ll_sampler *ll_sampler_new(const ll_model *m, const ll_context *c, float temp, i
     if (grammar != NULL && grammar[0] != '\0') {
         struct llama_sampler *g = llama_sampler_init_grammar(m->vocab, grammar, "root");
         if (g == NULL) { ll_sampler_free(s); return NULL; }
+        scan_nul_tokens((ll_model *)m);  /* the model's one-time cache, hence the cast */
+        if (m->n_nul > 0)
+            llama_sampler_chain_add(s->chain, llama_sampler_init_logit_bias(
+                llama_vocab_n_tokens(m->vocab), m->n_nul, m->nul_bias));
         llama_sampler_chain_add(s->chain, g);
     }
     int pen_on = penalty_last_n != 0 &&

@@ -62,9 +62,13 @@ def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
             eos="<|im_end|>",
         )
         import_gguf(store, parse_name("qwen"), [model])
-        import_gguf(
-            store, parse_name("echo"), [make_tiny_model(tmp / "echo", chat_template=ECHO_TEMPLATE)]
+        # Under a JSON grammar the tiny model's successor is mostly not allowed, and
+        # sampling among the rest wrote strings until the 256-token context cut them:
+        # greedy, and "{" followed by "}", so its JSON is "{}" whatever the format path.
+        echo = make_tiny_model(
+            tmp / "echo", chat_template=ECHO_TEMPLATE, overrides={"<0x7B>": "<0x7D>"}
         )
+        import_gguf(store, parse_name("echo"), [echo], params={"temperature": 0})
         import_gguf(
             store, parse_name("tiny-embed"), [make_tiny_model(tmp / "embed", pooling="mean")]
         )
@@ -156,7 +160,7 @@ def test_format_json_or_a_schema(d: Daemon) -> None:
     lines = [line.removeprefix(">>> ") for line in repl.stdout.splitlines()]
     assert lines[0] == "Disabled format." and lines[1] == answer([("user", "hello")]), lines
     assert lines[3] == "Set format to 'json' mode."
-    # The reply is sampled: the grammar lets JSON's whitespace hold newlines ("{\n}").
+    # The grammar lets JSON's whitespace hold newlines ("{\n}"): the reply is read whole.
     reply = repl.stdout.split("Set format to 'json' mode.\n>>> ", 1)[1].split("\n\n>>> ")[0]
     json.loads(reply)
 

@@ -17,10 +17,10 @@ import pytest
 
 from localllm.engine.engine import Engine
 from localllm.grammar import json_grammar, schema_to_grammar
-from localllm.runner.messages import Done
-from tests.support.engine_steps import opts, sample_under
+from localllm.runner.messages import CompletionRequest, Done, SamplingParams
+from tests.support.engine_steps import opts, run_one, sample_under
 from tests.support.gbnf import accepts
-from tests.support.tinymodel import make_tiny_model
+from tests.support.tinymodel import BOS, UNK, make_tiny_model, tokenize
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -77,3 +77,17 @@ def test_json_mode_output_is_an_object(engine: Engine) -> None:
             assert isinstance(json.loads(text), dict)
         else:  # cut by num_predict (an endless string): still an object being written
             assert text.startswith("{") and "\n\n" not in text
+
+
+def test_a_grammar_never_lets_unk_or_bos_through(engine: Engine) -> None:
+    """llama.cpp's grammar reads ``<unk>`` and ``<s>`` as their written-out text, which the
+    reply never shows: greedy under the JSON grammar, the tiny model (whose successors the
+    grammar mostly refuses, leaving ties) wrote ``<unk>`` into a string until its context
+    ended.  The shim bans both, and any token holding a NUL byte, whenever a grammar runs."""
+    sampling = SamplingParams(temperature=0.0, grammar=json_grammar())
+    r = run_one(
+        engine, CompletionRequest(id="unk", prompt="hello", sampling=sampling, num_predict=40)
+    )
+    assert r.failed is None and r.done is not None
+    generated = r.done.context[len(tokenize("hello")) :]
+    assert generated and UNK not in generated and BOS not in generated, generated
