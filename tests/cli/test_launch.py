@@ -347,7 +347,10 @@ def test_a_daemon_that_wants_a_key_gets_it_from_the_agent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("LOCALLLM_API_KEY", "s3cret")
-    gguf = make_tiny_model(tmp_path / "coder", chat_template=CODER_TEMPLATE, n_ctx_train=8192)
+    # Sharp: codex's Responses call runs at the OpenAI routes' default temperature 1.
+    gguf = make_tiny_model(
+        tmp_path / "coder", chat_template=CODER_TEMPLATE, n_ctx_train=8192, sharpness=40.0
+    )
     import_gguf(Store(paths.models()), parse_name("coder"), [gguf], params={"temperature": 0})
     with start_daemon(tmp_path) as d:
         env = agent_env(d.env, tmp_path, "codex")
