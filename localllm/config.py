@@ -1,24 +1,18 @@
 """Every ``LOCALLLM_*`` setting: typed, defaulted and described in one place.
 
-This is the only module that reads ``LOCALLLM_*`` variables (tests/test_config.py
-checks); ``children.py`` copies the whole environment for child processes, and
-``native/build_ffi.py`` reads ``LOCALLLM_LLAMA_PREFIX`` itself because it runs at
-build time, before the package can be imported.
+The only module that reads ``LOCALLLM_*`` variables (tests/test_config.py checks);
+``children.py`` copies the whole environment for child processes, and
+``native/build_ffi.py`` reads ``LOCALLLM_LLAMA_PREFIX`` itself, at build time.
 
-Settings are read from the environment lazily, each time an accessor is called,
-so tests (and a daemon started with a different environment) see current values
-and nothing is read at import time.  A malformed value logs a warning and falls
-back to the default instead of stopping the daemon.
-
-How a value's text becomes the value is ``config_values.py`` (pure parsers); the
-ones callers use (``parse_kv_type``, ``KV_TYPES``, ``parse_duration``...) are read as
-``config.X`` as before.
+Settings are read lazily, each time an accessor is called, so tests (and a daemon
+started with another environment) see current values.  A malformed value logs a
+warning and falls back to the default instead of stopping the daemon.  The parsers
+are ``config_values.py``'s; the ones callers use are re-exported as ``config.X``.
 
 Where Ollama has a variable of the same meaning, it is read when ours is unset,
 the way Ollama reads it (``ollama_env.py``), so a copied Ollama service file
 behaves as it did there; ``ollama_fallbacks`` and ``ollama_ignored`` say which
 were used and which mean nothing here, for the start-up log and ``doctor``.
-
 ``REGISTRY`` feeds ``localllm serve --help`` and docs/configuration.md.
 """
 
@@ -375,6 +369,13 @@ LOG_FORMAT = Setting(
     "text",
     "Daemon log lines: text, or json (one object per line, with request ids).",
 )
+DEBUG_REQUESTS = Setting(
+    "LOCALLLM_DEBUG_REQUESTS",
+    parse_str,
+    "",
+    "Folder where each refused request (a 400) is written with its body, to attach to a bug "
+    "report: 1 MiB of body each, the newest 50 kept (private files); off when empty.",
+)
 BACKENDS = Setting(
     "LOCALLLM_BACKENDS",
     parse_str,
@@ -455,7 +456,6 @@ MAX_IMAGE_BYTES = 20 << 20  # one encoded image file
 MAX_IMAGES_BYTES = 48 << 20  # all of a request's images together
 MAX_IMAGE_PIXELS = 50_000_000  # width * height (a decoded RGB copy is 3 bytes a pixel)
 MAX_IMAGE_SIDE = 16384  # pixels, either side
-
 FETCH_IMAGE_URLS = Setting(
     "LOCALLLM_FETCH_IMAGE_URLS",
     parse_fetch_mode,

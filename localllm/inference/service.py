@@ -9,6 +9,7 @@ these same calls.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -31,6 +32,8 @@ from localllm.store.manifests import MEDIA_MESSAGES, Entry
 from localllm.store.names import parse_name
 from localllm.template.chat import strip_leading_bos
 from localllm.template.select import render_prompt
+
+log = logging.getLogger(__name__)
 
 
 def now_rfc3339() -> str:
@@ -194,6 +197,8 @@ class InferenceService:
             bos_token=info.bos_token or "",
             eos_token=info.eos_token or "",
         )
+        # As Ollama at OLLAMA_DEBUG=2: the prompt as the model will read it.
+        log.log(config.TRACE, "prompt for %s:\n%s", target.spec.name, prompt)
         return strip_leading_bos(prompt, info.bos_token or "", info.add_bos_token)
 
     # -- running -----------------------------------------------------------------

@@ -35,6 +35,7 @@ from localllm.server.looplag import LoopLag
 from localllm.server.metrics import Metrics
 from localllm.server.middleware import SCOPE_REQUEST_ID, RequestMiddleware, internal_error
 from localllm.server.openapi import openapi_builder
+from localllm.server.requestlog import note_refused
 from localllm.server.security import SecurityMiddleware, is_loopback_bind
 from localllm.services import ModelService
 from localllm.store.local import Store
@@ -73,6 +74,8 @@ async def _local_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, LocalLLMError)
     if exc.status >= 500:
         log.error("%s %s failed: %s", request.method, request.url.path, exc)
+    elif exc.status in (400, 413):
+        await note_refused(request, exc.status, exc.message)
     return error_response(request, exc.status, exc.message)
 
 
@@ -91,6 +94,7 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         message = f'invalid value for "{".".join(loc)}": {first.get("msg", "invalid")}'
     else:
         message = f"invalid request: {first.get('msg', 'invalid')}"
+    await note_refused(request, 400, message)
     return error_response(request, 400, message)
 
 

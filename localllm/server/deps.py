@@ -75,6 +75,7 @@ async def parse_json(request: Request, model: type[M]) -> M:
     async for chunk in request.stream():
         chunks.append(chunk)
     raw = b"".join(chunks)
+    request.state.raw_body = raw  # for a refusal's record (server/requestlog.py)
     if len(raw) <= INLINE:
         return decode(raw, model)
     return await offload(request, decode, raw, model)

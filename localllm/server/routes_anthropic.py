@@ -11,7 +11,10 @@ failed load keeps its HTTP status, and a failure after it is an ``error``
 event.  Errors before that are Anthropic's shape (the app's handlers do that
 for every path under ``/v1/messages``).  A client that disconnects, streaming
 or not, cancels the generation (see :mod:`localllm.server.disconnect`).
-``anthropic-version`` and ``anthropic-beta`` headers are ignored.
+``anthropic-version`` and ``anthropic-beta`` headers and the ``?beta=true`` query
+Claude Code adds are ignored: what a beta changes is read from the body's own
+fields.  Fields and tools the daemon drops are logged once per client
+(:mod:`localllm.server.requestlog`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from localllm.inference.plan import Plan
 from localllm.inference.service import InferenceService
 from localllm.server.deps import inference_service, offload, parse_json, validate
 from localllm.server.jsonout import json_result
+from localllm.server.requestlog import note_ignored
 from localllm.server.streaming import sse_response
 
 router = APIRouter()
@@ -58,10 +62,15 @@ def _build(
 @router.post("/v1/messages")
 async def messages(request: Request) -> Response:
     plan, conv = await _plan(request)
+    note_ignored(request, conv.ignored)
+    omit = conv.omit_thinking
     if conv.stream:
-        return await sse_response(request, plan.run(), MessageStream(plan.model))
+        stream = MessageStream(plan.model, omit_thinking=omit)
+        return await sse_response(request, plan.run(), stream)
     return await json_result(
-        request, plan.result(), lambda native: message_object(native, model=plan.model)
+        request,
+        plan.result(),
+        lambda native: message_object(native, model=plan.model, omit_thinking=omit),
     )
 
 

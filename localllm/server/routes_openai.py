@@ -48,6 +48,7 @@ from localllm.inference.release import dismantle
 from localllm.inference.service import InferenceService
 from localllm.server.deps import inference_service, model_service, offload, parse_json, validate
 from localllm.server.jsonout import json_response, json_result
+from localllm.server.requestlog import note_ignored
 from localllm.server.streaming import sse_response
 from localllm.store.names import parse_name
 
@@ -85,6 +86,7 @@ async def chat_completions(request: Request) -> Response:
     plan, conv = await offload(
         request, _chat_build, inference_service(request), await _body(request)
     )
+    note_ignored(request, conv.ignored)
     if conv.stream:
         # The chunks' id is bare hex, as it always was (whole answers say "chatcmpl-").
         stream = ChatStream(plan.model, n=conv.n, include_usage=conv.include_usage, id=new_id(""))

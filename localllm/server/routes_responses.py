@@ -33,6 +33,7 @@ from localllm.inference.plan import Plan
 from localllm.inference.service import InferenceService
 from localllm.server.deps import inference_service, offload, parse_json, validate
 from localllm.server.jsonout import json_result
+from localllm.server.requestlog import note_ignored
 from localllm.server.streaming import sse_response
 
 router = APIRouter()
@@ -50,6 +51,7 @@ def _build(svc: InferenceService, body: Any) -> tuple[Plan[ChatChunk], Responses
 async def create_response(request: Request) -> Response:
     body = (await parse_json(request, Body)).root
     plan, conv = await offload(request, _build, inference_service(request), body)
+    note_ignored(request, conv.ignored)
     if conv.stream:
         return await sse_response(request, plan.run(), ResponsesStream(plan.model, conv.echo))
     return await json_result(

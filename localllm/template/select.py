@@ -42,33 +42,35 @@ def render_prompt(
     Jinja: its syntax decides), ``jinja_template`` the GGUF's chat template;
     with neither, the plain text.  A leading BOS is left to the caller
     (``strip_leading_bos``), which knows whether the tokenizer adds its own.
+    A system message after the first turn is rendered in place where the
+    template allows, else folded into a user turn (template/systemturns.py).
     """
     from localllm.template.chat import render_chat
     from localllm.template.levels import parse_think
+    from localllm.template.systemturns import render_placed
 
     think = parse_think(think)
-    if go_template and go_template.strip():
-        if is_jinja(go_template):
-            return render_chat(
-                go_template,
-                messages,
-                tools=tools,
-                think=think,
-                bos_token=bos_token,
-                eos_token=eos_token,
-            )
+    if go_template and go_template.strip() and not is_jinja(go_template):
         from localllm.template.goprompt import render_go
 
         level = think if isinstance(think, str) else ""
-        return render_go(
-            go_template,
+        go = go_template
+        return render_placed(
+            lambda msgs: render_go(
+                go,
+                msgs,
+                tools=tools,
+                think=None if think is None else think is not False,
+                think_level=level,
+            ),
             messages,
-            tools=tools,
-            think=None if think is None else think is not False,
-            think_level=level,
         )
-    return render_chat(
-        jinja_template, messages, tools=tools, think=think, bos_token=bos_token, eos_token=eos_token
+    jinja = go_template if go_template and go_template.strip() else jinja_template
+    return render_placed(
+        lambda msgs: render_chat(
+            jinja, msgs, tools=tools, think=think, bos_token=bos_token, eos_token=eos_token
+        ),
+        messages,
     )
 
 

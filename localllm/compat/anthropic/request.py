@@ -7,23 +7,32 @@ what the route must do (stream, force a tool).  The answer comes from
 Anthropic's error shape from :mod:`localllm.compat.anthropic.errors`.  Where the
 mapping is not one to one:
 
-- ``system`` (a string or text blocks) becomes the first ``system`` message.
+- ``system`` (a string or text blocks) becomes the first ``system`` message,
+  less a block that is Claude Code's ``x-anthropic-billing-header:`` line: it is
+  not part of the conversation, and keeping it out of the prompt keeps the prefix
+  the same when the agent's version changes.
+- A message with ``"role": "system"`` in ``messages`` (Claude Code sends one after
+  the first user turn) stays a ``system`` message at its place; where the model's
+  template has no system turn there, rendering folds it into a user turn
+  (template/systemturns.py).
 - A user message's ``tool_result`` blocks become native ``tool`` messages, in
   block order, named after the ``tool_use`` they answer; its text and images
   a ``user`` message.  Images (base64 only) go to the native ``images`` field,
   as ``/api/chat`` takes them.
 - An assistant's ``thinking`` blocks become ``thinking``, its ``tool_use``
   blocks ``tool_calls`` (ids kept); ``redacted_thinking`` is dropped.
-- ``tool_choice``: ``none`` drops the tools; ``any`` and ``tool`` (only the
-  named tool kept) force a call, as OpenAI's ``required`` does.
-- ``thinking``: ``enabled``/``adaptive`` turn thinking on, ``disabled`` off;
-  ``budget_tokens`` is the thinking budget (``options.think_budget``, see
-  api/thinkbudget.py: the engine closes the block when it is spent).  Unlike
-  Anthropic's API, any budget from 0 (no thinking) up is taken, and -1 for none,
-  and it need not be below ``max_tokens``.
+- ``tools``: custom tools only.  Server tools (``web_search_*``, ``bash_*``, ...)
+  and ``mcp_servers`` are dropped and named in :attr:`MessagesConversion.ignored`:
+  a local model cannot call what runs on Anthropic's side, and refusing them
+  would stop the agent.  ``tool_choice``: ``none`` drops the tools; ``any`` and
+  ``tool`` (only the named tool kept) force a call, as OpenAI's ``required`` does.
+- ``thinking``, ``output_config.effort`` and ``context_management``: see
+  :mod:`localllm.compat.anthropic.thinking`.  ``output_config.format``
+  (``json_schema``) is the native ``format``.
 - ``truncate`` is off: Anthropic never drops part of a prompt silently, so a
   prompt longer than the context is a 400, not a shortened conversation.
-- ``metadata``, ``cache_control`` and unknown fields are ignored.
+- Every other top-level field follows :mod:`localllm.compat.fields`;
+  ``cache_control`` on blocks and tools is ignored (prefix reuse is automatic).
 """
 
 from __future__ import annotations
@@ -31,12 +40,16 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from localllm.api.thinkbudget import check_budget
+from localllm.compat.anthropic.thinking import context_edits, thinking
+from localllm.compat.fields import ANTHROPIC_IGNORED, ANTHROPIC_USED, audit
 from localllm.compat.frames import number
 from localllm.errors import InvalidRequest
+
+# The first system block Claude Code sends: billing metadata, not instructions.
+BILLING_HEADER = "x-anthropic-billing-header:"
 
 
 @dataclass
@@ -44,6 +57,8 @@ class MessagesConversion:
     native: dict[str, Any]  # an /api/chat body
     stream: bool = False
     forced_tools: list[dict[str, Any]] | None = None  # the model must call one of these
+    omit_thinking: bool = False  # ``thinking.display: "omitted"``
+    ignored: list[str] = field(default_factory=list)  # what was dropped, for the log
 
 
 def _number(body: Mapping[str, Any], key: str, *, integer: bool = False, low: int = 0) -> Any:
@@ -86,14 +101,17 @@ def _unknown(kind: Any, where: str) -> InvalidRequest:
     return InvalidRequest(f"{where}: content block type {kind!r} is not supported")
 
 
-def _system(value: Any) -> str:
+def _system(value: Any, where: str = "system") -> str:
+    """A system prompt's text: its text blocks joined, less a billing-header line."""
     if value is None:
         return ""
     parts = []
-    for i, block in enumerate(_blocks(value, "system")):
+    for i, block in enumerate(_blocks(value, where)):
         if block.get("type") != "text":
-            raise _unknown(block.get("type"), f"system.{i}")
-        parts.append(_text(block, f"system.{i}"))
+            raise _unknown(block.get("type"), f"{where}.{i}")
+        text = _text(block, f"{where}.{i}")
+        if not text.startswith(BILLING_HEADER):
+            parts.append(text)
     return "\n".join(parts)
 
 
@@ -201,30 +219,39 @@ def messages_to_native(messages: Any) -> list[dict[str, Any]]:
         if not isinstance(msg, Mapping):
             raise InvalidRequest(f"{where}: must be an object")
         role = msg.get("role")
+        if role == "system":
+            text = _system(msg.get("content"), f"{where}.content")
+            if text:
+                out.append({"role": "system", "content": text})
+            continue
         blocks = _blocks(msg.get("content"), f"{where}.content")
         if role == "user":
             out += _user(blocks, where, names)
         elif role == "assistant":
             out.append(_assistant(blocks, where, names))
         else:
-            raise InvalidRequest(f'{where}.role: must be "user" or "assistant"')
+            raise InvalidRequest(f'{where}.role: must be "user", "assistant" or "system"')
     return out
 
 
-def _tools(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | None, bool]:
-    """(native tools, whether a call is forced) from ``tools`` and ``tool_choice``."""
+def _tools(body: Mapping[str, Any], ignored: list[str]) -> tuple[list[dict[str, Any]] | None, bool]:
+    """(native tools, whether a call is forced) from ``tools`` and ``tool_choice``;
+    server tools and MCP servers go to ``ignored``."""
     raw = body.get("tools")
     if raw is not None and not isinstance(raw, list):
         raise InvalidRequest("tools: must be an array")
+    servers = body.get("mcp_servers")
+    if servers:
+        ignored.append(f"mcp_servers ({len(servers)}: the MCP connector runs on Anthropic's side)")
     tools: list[dict[str, Any]] = []
     for i, tool in enumerate(raw or []):
-        if not isinstance(tool, Mapping) or not isinstance(tool.get("name"), str):
-            raise InvalidRequest(f"tools.{i}: needs a name")
+        if not isinstance(tool, Mapping):
+            raise InvalidRequest(f"tools.{i}: must be an object")
         if tool.get("type") not in (None, "custom"):
-            raise InvalidRequest(
-                f"tools.{i}: tool type {tool.get('type')!r} is not supported "
-                "(only custom tools with an input_schema)"
-            )
+            ignored.append(f"tools.{i} ({tool.get('type')!r}: a server tool)")
+            continue
+        if not isinstance(tool.get("name"), str):
+            raise InvalidRequest(f"tools.{i}: needs a name")
         schema = tool.get("input_schema")
         if not isinstance(schema, Mapping):
             raise InvalidRequest(f"tools.{i}.input_schema: must be an object")
@@ -251,18 +278,6 @@ def _tools(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | None, bool]:
             raise InvalidRequest(f"tool_choice: {choice.get('name')!r} is not in tools")
         return chosen, True
     raise InvalidRequest("tool_choice: type must be auto, any, tool or none")
-
-
-def _think(body: Mapping[str, Any], options: dict[str, Any]) -> bool | None:
-    """``think``; an enabled block's ``budget_tokens`` becomes ``options.think_budget``."""
-    thinking = body.get("thinking")
-    kind = thinking.get("type") if isinstance(thinking, Mapping) else None
-    if thinking is None or kind in ("enabled", "adaptive", "disabled"):
-        budget = thinking.get("budget_tokens") if isinstance(thinking, Mapping) else None
-        if kind == "enabled" and budget is not None:
-            options["think_budget"] = check_budget(budget, "thinking.budget_tokens")
-        return None if thinking is None else kind != "disabled"
-    raise InvalidRequest("thinking: type must be enabled, adaptive or disabled")
 
 
 def _options(body: Mapping[str, Any], max_tokens: int | None) -> dict[str, Any]:
@@ -295,10 +310,13 @@ def messages_request_to_native(body: Any, *, count_only: bool = False) -> Messag
     stream = body.get("stream", False) if not count_only else False
     if not isinstance(stream, bool):
         raise InvalidRequest("stream: must be a boolean")
+    ignored = audit(body, ANTHROPIC_USED, ANTHROPIC_IGNORED)
     messages = messages_to_native(body.get("messages"))
     system = _system(body.get("system"))
     if system:
         messages.insert(0, {"role": "system", "content": system})
+    think = thinking(body)
+    context_edits(body, messages, think)
     native: dict[str, Any] = {
         "model": model,
         "messages": messages,
@@ -306,10 +324,34 @@ def messages_request_to_native(body: Any, *, count_only: bool = False) -> Messag
         "options": _options(body, max_tokens),
         "truncate": False,
     }
-    tools, forced = _tools(body)
+    tools, forced = _tools(body, ignored)
     if tools:
         native["tools"] = tools
-    think = _think(body, native["options"])
-    if think is not None:
-        native["think"] = think
-    return MessagesConversion(native, stream=stream, forced_tools=tools if forced else None)
+    if think.think is not None:
+        native["think"] = think.think
+    if think.budget is not None:
+        native["options"]["think_budget"] = think.budget
+    fmt = _format(body)
+    if fmt is not None:
+        native["format"] = fmt
+    return MessagesConversion(
+        native,
+        stream=stream,
+        forced_tools=tools if forced else None,
+        omit_thinking=think.omit,
+        ignored=ignored + think.ignored,
+    )
+
+
+def _format(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``output_config.format`` (structured outputs) as the native ``format`` schema."""
+    config = body.get("output_config")
+    fmt = config.get("format") if isinstance(config, Mapping) else None
+    if fmt is None:
+        return None
+    if not isinstance(fmt, Mapping) or fmt.get("type") != "json_schema":
+        raise InvalidRequest('output_config.format: type must be "json_schema"')
+    schema = fmt.get("schema")
+    if not isinstance(schema, Mapping):
+        raise InvalidRequest("output_config.format.schema: must be an object")
+    return dict(schema)

@@ -62,12 +62,16 @@ def tool_use_block(call: ToolCall) -> dict[str, Any]:
     }
 
 
-def message_object(native: ChatChunk, *, model: str, id: str | None = None) -> dict[str, Any]:
-    """A final ``/api/chat`` result -> an Anthropic ``message``."""
+def message_object(
+    native: ChatChunk, *, model: str, id: str | None = None, omit_thinking: bool = False
+) -> dict[str, Any]:
+    """A final ``/api/chat`` result -> an Anthropic ``message`` (``omit_thinking``: its
+    thinking block with empty text, as ``thinking.display: "omitted"`` asks)."""
     msg = native.get("message") or {}
     content: list[dict[str, Any]] = []
     if msg.get("thinking"):
-        content.append({"type": "thinking", "thinking": msg["thinking"], "signature": ""})
+        text = "" if omit_thinking else msg["thinking"]
+        content.append({"type": "thinking", "thinking": text, "signature": ""})
     if msg.get("content"):
         content.append({"type": "text", "text": msg["content"]})
     calls = msg.get("tool_calls") or []

@@ -28,8 +28,10 @@ Event = tuple[str, dict[str, Any]]  # (SSE event name, data)
 class MessageStream:
     """Turns the ``/api/chat`` stream of one reply into Anthropic's events."""
 
-    def __init__(self, model: str, *, id: str | None = None) -> None:
+    def __init__(self, model: str, *, id: str | None = None, omit_thinking: bool = False) -> None:
         self.model = model
+        # ``thinking.display: "omitted"``: the block is there, its text is not.
+        self.omit_thinking = omit_thinking
         self.id = id or new_id("msg_")
         self._index = -1  # index of the last block started
         self._open: str | None = None  # "thinking" or "text" while such a block is open
@@ -75,7 +77,8 @@ class MessageStream:
         msg = native.get("message") or {}
         out: list[Event] = []
         if msg.get("thinking"):
-            out += self._delta("thinking", {"type": "thinking_delta", "thinking": msg["thinking"]})
+            delta = {"type": "thinking_delta", "thinking": msg["thinking"]}
+            out += self._delta("thinking", None if self.omit_thinking else delta)
         if msg.get("content"):
             out += self._delta("text", {"type": "text_delta", "text": msg["content"]})
         for call in msg.get("tool_calls") or []:
@@ -111,7 +114,8 @@ class MessageStream:
             out.append(("message_stop", {"type": "message_stop"}))
         return out
 
-    def _delta(self, kind: str, delta: dict[str, Any]) -> list[Event]:
+    def _delta(self, kind: str, delta: dict[str, Any] | None) -> list[Event]:
+        """The block ``kind`` open (closing another), then ``delta`` in it, if any."""
         out: list[Event] = []
         if self._open != kind:
             out += self._close()
@@ -122,12 +126,13 @@ class MessageStream:
             )
             out += self._begin(start)
             self._open = kind
-        out.append(
-            (
-                "content_block_delta",
-                {"type": "content_block_delta", "index": self._index, "delta": delta},
+        if delta is not None:
+            out.append(
+                (
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": self._index, "delta": delta},
+                )
             )
-        )
         return out
 
     def _begin(self, block: dict[str, Any]) -> list[Event]:

@@ -20,10 +20,11 @@ Behaviour follows Ollama's compatibility layer, with four additions:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from localllm.api.thinkbudget import EFFORTS, LEVELS, check_budget, check_message
+from localllm.compat.fields import CHAT_IGNORED, CHAT_REFUSED, CHAT_USED, audit
 from localllm.compat.frames import number
 from localllm.compat.openai.messages import messages_to_native
 from localllm.errors import InvalidRequest
@@ -55,6 +56,7 @@ class ChatConversion(Conversion):  # native: an /api/chat body
     tool_choice: str = "auto"  # "auto" | "none" | "required"
     forced_tool: str | None = None
     forced_tools: list[dict[str, Any]] | None = None  # the model must call one of these
+    ignored: list[str] = field(default_factory=list)  # fields ignored, for the route's log
 
 
 @dataclass
@@ -214,6 +216,7 @@ def _think(body: Mapping[str, Any], options: dict[str, Any]) -> bool | str | Non
 def chat_request_to_native(body: Mapping[str, Any]) -> ChatConversion:
     """``/v1/chat/completions`` body -> ``/api/chat`` body plus what the route must do."""
     model, stream, include_usage, n = _common(body)
+    ignored = audit(body, CHAT_USED, CHAT_IGNORED, CHAT_REFUSED)
     native: dict[str, Any] = {
         "model": model,
         "messages": messages_to_native(body.get("messages")),
@@ -244,6 +247,7 @@ def chat_request_to_native(body: Mapping[str, Any]) -> ChatConversion:
         tool_choice=choice,
         forced_tool=forced,
         forced_tools=tools if tools and choice == "required" else None,
+        ignored=ignored,
     )
 
 

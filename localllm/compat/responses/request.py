@@ -12,23 +12,24 @@ which the chat path itself refuses while vision is missing).
 
 The daemon keeps no state: ``previous_response_id``, ``conversation`` and
 ``item_reference`` items are refused with a 400, ``store`` is accepted and
-ignored.  ``truncation`` defaults to ``"disabled"`` as in OpenAI's API, so an
-input longer than the context is a 400 rather than silently cut.
+ignored.  Other fields follow :mod:`localllm.compat.fields`; hosted tools are
+dropped, and all that was dropped or ignored is :attr:`ResponsesConversion.ignored`,
+which the route logs once per client.  ``truncation`` defaults to ``"disabled"``
+as in OpenAI's API, so an input longer than the context is a 400 rather than
+silently cut.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from localllm.compat.fields import RESPONSES_IGNORED, RESPONSES_USED, audit
 from localllm.compat.frames import string_field
 from localllm.compat.openai.request import chat_request_to_native
 from localllm.compat.responses.input import input_to_messages
 from localllm.errors import InvalidRequest
-
-log = logging.getLogger(__name__)
 
 # Responses efforts, passed on to the Chat Completions converter, which maps each to a
 # think level and a thinking budget (``none`` turns thinking off).
@@ -52,13 +53,15 @@ class ResponsesConversion:
     forced_tool: str | None = None
     forced_tools: list[dict[str, Any]] | None = None  # the model must call one of these
     echo: dict[str, Any] = field(default_factory=dict)  # request fields the response repeats
+    ignored: list[str] = field(default_factory=list)  # fields ignored, for the route's log
 
 
 _bad = InvalidRequest
 
 
-def _tools(tools: Any) -> list[dict[str, Any]] | None:
-    """Flat Responses function tools -> the nested Chat Completions shape."""
+def _tools(tools: Any, ignored: list[str]) -> list[dict[str, Any]] | None:
+    """Flat Responses function tools -> the nested Chat Completions shape; the others
+    (hosted tools) are named in ``ignored``."""
     if tools is None:
         return None
     if not isinstance(tools, list):
@@ -72,7 +75,7 @@ def _tools(tools: Any) -> list[dict[str, Any]] | None:
             # Agents such as Codex offer hosted tools (web search, custom/freeform tools)
             # alongside their function tools; a local model cannot call those, but refusing
             # the whole request would make the agent unusable, so they are left out.
-            log.warning("ignoring a %r tool: only function tools reach a local model", kind)
+            ignored.append(f"a {kind!r} tool (only function tools reach a local model)")
             continue
         fn: dict[str, Any] = {"name": string_field(tool.get("name"), "tools[].name")}
         if tool.get("description") is not None:
@@ -138,6 +141,7 @@ def responses_request_to_native(body: Any) -> ResponsesConversion:
         raise _bad('truncation must be "auto" or "disabled"')
     instructions = body.get("instructions")
     instructions = None if instructions is None else string_field(instructions, "instructions")
+    ignored = audit(body, RESPONSES_USED, RESPONSES_IGNORED) + _nested_ignored(body)
     chat: dict[str, Any] = {
         "model": body.get("model"),
         "stream": body.get("stream", False),
@@ -145,7 +149,7 @@ def responses_request_to_native(body: Any) -> ResponsesConversion:
         "temperature": body.get("temperature"),
         "top_p": body.get("top_p"),
         "max_completion_tokens": limit,
-        "tools": _tools(body.get("tools")),
+        "tools": _tools(body.get("tools"), ignored),
         "tool_choice": _tool_choice(body.get("tool_choice")),
         "reasoning_effort": _effort(body.get("reasoning")),
         "response_format": _response_format(body.get("text")),
@@ -175,4 +179,16 @@ def responses_request_to_native(body: Any) -> ResponsesConversion:
         forced_tool=conv.forced_tool,
         forced_tools=conv.forced_tools,
         echo=echo,
+        ignored=ignored,
     )
+
+
+def _nested_ignored(body: Mapping[str, Any]) -> list[str]:
+    """The parts of ``reasoning`` and ``text`` that change nothing here."""
+    out = []
+    reasoning, text = body.get("reasoning"), body.get("text")
+    if isinstance(reasoning, Mapping) and reasoning.get("summary") is not None:
+        out.append("reasoning.summary (thinking is returned whole, not summarised)")
+    if isinstance(text, Mapping) and text.get("verbosity") is not None:
+        out.append("text.verbosity (a local model has no verbosity dial)")
+    return out
