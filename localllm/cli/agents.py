@@ -105,9 +105,13 @@ def _key(setup: Setup) -> str:
 # HAIKU one serves background tasks; ANTHROPIC_SMALL_FAST_MODEL is its older name);
 # CLAUDE_CODE_SUBAGENT_MODEL the subagents' model; CLAUDE_CODE_AUTO_COMPACT_WINDOW
 # the context in tokens that auto-compaction counts against (capped at the model's
-# window, 200k for a model it does not know); CLAUDE_CODE_MAX_OUTPUT_TOKENS the reply
-# limit.  ANTHROPIC_API_KEY would win over the token and be sent to the daemon, and
-# the CLAUDE_CODE_USE_{BEDROCK,VERTEX,FOUNDRY} switches would send requests elsewhere.
+# window; since 2.1.3xx never below 100k, which it says at every start when asked
+# for less), and CLAUDE_AUTOCOMPACT_PCT_OVERRIDE the share of that window at which it
+# compacts; CLAUDE_CODE_MAX_OUTPUT_TOKENS the reply limit.  A prompt that outgrows
+# the context anyway gets Anthropic's "prompt is too long: N tokens > M maximum",
+# from which Claude Code compacts by the difference and retries.  ANTHROPIC_API_KEY
+# would win over the token and be sent to the daemon, and the
+# CLAUDE_CODE_USE_{BEDROCK,VERTEX,FOUNDRY} switches would send requests elsewhere.
 _CLAUDE_MODEL_VARS = (
     "ANTHROPIC_MODEL",
     "ANTHROPIC_DEFAULT_OPUS_MODEL",
@@ -118,10 +122,26 @@ _CLAUDE_MODEL_VARS = (
 )
 
 
+CLAUDE_MIN_WINDOW = 100_000  # Claude Code's floor for CLAUDE_CODE_AUTO_COMPACT_WINDOW
+COMPACT_AT = 80  # percent of our context at which Claude Code should compact
+
+
+def claude_compaction(context: int) -> dict[str, str]:
+    """The variables that make Claude Code compact before ``context`` fills up: the
+    window itself when Claude Code takes it, else its floor with a share of it."""
+    if context >= CLAUDE_MIN_WINDOW:
+        return {"CLAUDE_CODE_AUTO_COMPACT_WINDOW": str(context)}
+    share = max(1, COMPACT_AT * context // CLAUDE_MIN_WINDOW)
+    return {
+        "CLAUDE_CODE_AUTO_COMPACT_WINDOW": str(CLAUDE_MIN_WINDOW),
+        "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": str(share),
+    }
+
+
 def _claude(setup: Setup, folder: Path) -> Launch:
     env = {"ANTHROPIC_BASE_URL": setup.base_url, "ANTHROPIC_AUTH_TOKEN": _key(setup)}
     env.update(dict.fromkeys(_CLAUDE_MODEL_VARS, setup.model))
-    env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] = str(setup.context)
+    env.update(claude_compaction(setup.context))
     env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = str(output_budget(setup.context))
     return Launch(
         [],

@@ -161,6 +161,8 @@ def prompt_tokens(model: Model, req: CompletionRequest, n_ctx_slot: int) -> list
         raise InvalidRequest("the prompt is empty")
     if len(tokens) >= n_ctx_slot:
         if not req.truncate:
-            raise InvalidRequest(OVERFLOW)
+            # The counts, in the words Anthropic's API uses: Claude Code reads them to
+            # compact its conversation by the difference (compat/anthropic/errors.py).
+            raise InvalidRequest(f"{OVERFLOW} ({len(tokens)} tokens > {n_ctx_slot - 1} maximum)")
         tokens = fit_prompt(tokens, n_ctx_slot, req.num_keep)
     return tokens

@@ -129,7 +129,10 @@ def check_claude(rec: dict[str, Any], url: str, model: str, ctx: int) -> None:
         "CLAUDE_CODE_SUBAGENT_MODEL",
     ):
         assert env[var] == model, var
-    assert env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] == str(ctx)
+    # Claude Code takes no window below 100k: the floor, and compaction at 80% of ours.
+    assert env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] == str(max(ctx, 100_000))
+    if ctx < 100_000:
+        assert env["CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"] == str(max(1, 80 * ctx // 100_000))
     assert int(env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"]) == output_budget(ctx) < ctx
 
 

@@ -8,6 +8,7 @@ middle of a stream is an ``error`` event with the same body.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 PREFIX = "/v1/messages"
@@ -22,6 +23,9 @@ _ERROR_TYPES = {
 }
 # Anthropic says "overloaded" with 529; its SDKs and Claude Code retry on it.
 _OVERLOADED = 529
+# The engine's overflow message (engine/slots.py) and Anthropic's own wording for it,
+# which Claude Code parses to compact the conversation by the difference and retry.
+_OVERFLOW = re.compile(r"exceeds the context length \((\d+) tokens > (\d+) maximum\)")
 
 
 def is_anthropic_path(path: str) -> bool:
@@ -33,4 +37,7 @@ def anthropic_error(status: int, message: str) -> tuple[int, dict[str, Any]]:
     if status == 503:
         status = _OVERLOADED
     kind = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    overflow = _OVERFLOW.search(message) if status == 400 else None
+    if overflow:
+        message = f"prompt is too long: {overflow[1]} tokens > {overflow[2]} maximum"
     return status, {"type": "error", "error": {"type": kind, "message": message}}
