@@ -8,7 +8,8 @@ no log line.  ``dies_with_parent`` has the child
 (through ``adopt()``, which every child entry point calls) ask Linux to SIGKILL
 it when its parent dies (``PR_SET_PDEATHSIG``), so a ``kill -9`` of the daemon
 cannot leave a quantize or a runner behind; a background daemon is started
-without it, in its own session.
+without it, in its own session, by a double fork (``spawn_detached``), so it is
+never the child of a program the command ``exec``s next.
 """
 
 from __future__ import annotations
@@ -80,6 +81,67 @@ def spawn(
 ) -> subprocess.Popen[Any]:
     """``python -m module args...`` as a ``subprocess.Popen``."""
     return subprocess.Popen(argv(module, *args), env=_env(env, dies_with_parent), **popen)
+
+
+def spawn_detached(module: str, *args: str, env: dict[str, str] | None = None, log: Path) -> int:
+    """``python -m module args...`` as nobody's child (POSIX): its pid.
+
+    A double fork: an intermediate child starts a new session, forks the process
+    and exits at once, so the process is re-parented to init and never becomes a
+    child (a zombie when it exits first) of whatever this process ``exec``s next:
+    ``localllm launch`` replaces itself with an agent after starting the daemon.
+    Its stdin is /dev/null, its stdout and stderr go to ``log`` (appended), and it
+    inherits no other descriptor (Python opens them non-inheritable).
+    """
+    command = argv(module, *args)
+    environ = _env(env, dies_with_parent=False)
+    out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    null = os.open(os.devnull, os.O_RDONLY)
+    read_end, write_end = os.pipe()
+    middle = os.fork()
+    if middle == 0:  # the intermediate: nothing here may return into the caller's code
+        code = 1
+        try:
+            os.close(read_end)
+            os.setsid()  # Ctrl-C in the caller's terminal must not reach it
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os.dup2(null, 0)
+                    os.dup2(out, 1)
+                    os.dup2(out, 2)
+                    os.execve(command[0], command, environ)
+                finally:
+                    os._exit(127)
+            os.write(write_end, str(pid).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    os.close(out)
+    os.close(null)
+    os.waitpid(middle, 0)
+    with os.fdopen(read_end, "rb") as pipe:
+        text = pipe.read().decode()
+    if not text.isdigit():
+        raise OSError(f"could not start {module}")
+    return int(text)
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (not a child: see ``spawn_detached``).  A zombie
+    does not: where nobody reaps orphans, an exited daemon stays one."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc (macOS): the signal check is all there is
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def run(

@@ -51,6 +51,7 @@ CASES: dict[str, tuple[str, Any, str | None]] = {
     "LOCALLLM_LOG_FORMAT": ("JSON", "json", "xml"),
     "LOCALLLM_BACKENDS": ("/opt/backends", "/opt/backends", None),
     "LOCALLLM_CACHE": ("/var/cache/ll", "/var/cache/ll", None),
+    "LOCALLLM_DEBUG_REQUESTS": ("/tmp/refused", "/tmp/refused", None),
     "LOCALLLM_CATALOG_REPO": ("someone/catalog", "someone/catalog", "../catalog"),
     "LOCALLLM_BACKENDS_REPO": ("someone/packs", "someone/packs", "packs"),
     "LOCALLLM_RPC_WORKERS": ("10.0.0.2:50052", ["10.0.0.2:50052"], None),

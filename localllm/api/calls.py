@@ -7,7 +7,7 @@ pieces an upload is sent in.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, BinaryIO
 
 JSON = dict[str, Any]
@@ -40,8 +40,18 @@ class Calls:
     ps: Call = ("GET", "/api/ps", None)
 
     @staticmethod
-    def show(model: str, verbose: bool) -> Call:
-        return "POST", "/api/show", {"model": model, "verbose": verbose}
+    def show(
+        model: str,
+        verbose: bool,
+        fit_contexts: Sequence[int] | None = None,
+        num_parallel: int | None = None,
+    ) -> Call:
+        body: dict[str, Any] = {"model": model, "verbose": verbose}
+        if fit_contexts:  # ours: the daemon's planner judges these contexts
+            body["fit_contexts"] = list(fit_contexts)
+            if num_parallel is not None:
+                body["options"] = {"num_parallel": num_parallel}
+        return "POST", "/api/show", body
 
     @staticmethod
     def copy(source: str, destination: str) -> Call:

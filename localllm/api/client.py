@@ -15,7 +15,7 @@ connect.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -137,8 +137,16 @@ class Client:
         """The loaded models: size, size_vram, context_length, expires_at."""
         return list(self._request(*Calls.ps)["models"])
 
-    def show(self, model: str, *, verbose: bool = False) -> ShowResponse:
-        got: ShowResponse = self._request(*Calls.show(model, verbose))
+    def show(
+        self,
+        model: str,
+        *,
+        verbose: bool = False,
+        fit_contexts: Sequence[int] | None = None,
+        num_parallel: int | None = None,
+    ) -> ShowResponse:
+        """``/api/show``; ``fit_contexts`` adds the daemon's ``fit`` verdicts (ours)."""
+        got: ShowResponse = self._request(*Calls.show(model, verbose, fit_contexts, num_parallel))
         return got
 
     def copy(self, source: str, destination: str) -> None:

@@ -17,7 +17,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -204,7 +204,9 @@ def ensure_daemon(base_url: str | None = None, *, wait: float = 30.0) -> bool:
     """Make sure a daemon answers at ``base_url``; start one if needed.
 
     Returns True when this call started it.  Only local addresses are started;
-    for a remote one the failure is reported as ``DaemonUnreachable``.
+    for a remote one the failure is reported as ``DaemonUnreachable``.  On POSIX the
+    daemon is nobody's child (``children.spawn_detached``): ``localllm launch`` goes
+    on to ``exec`` an agent, which must not inherit it.
     """
     url = base_url or config.client_base_url()
     if daemon_alive(url):
@@ -214,51 +216,49 @@ def ensure_daemon(base_url: str | None = None, *, wait: float = 30.0) -> bool:
     log_path = paths.logs() / "server.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     print(f"Starting localllm daemon at {url} (log: {log_path})", file=sys.stderr)
-    proc = _spawn_serve(url, log_path)
+    running = _spawn_serve(url, log_path)
     deadline = time.monotonic() + wait
-    exited: int | None = None
+    exited = False
     while time.monotonic() < deadline:
         if daemon_alive(url, timeout=0.5):
-            # It runs on after this command by design; held here, its Popen is never
-            # collected while the process lives (which Python reports as a leak).
-            _DETACHED.append(proc)
             return True
-        if exited is None and (exited := proc.poll()) is not None:
+        if not exited and (exited := not running()):
             # Another command may have started a daemon at the same moment (ours then
             # finds the port taken): give that one a few seconds to answer.
             deadline = min(deadline, time.monotonic() + 5.0)
         time.sleep(0.1)
-    if exited is not None:
-        raise LocalLLMError(
-            f"the daemon exited during start-up (status {exited}):\n{_tail(log_path)}"
-        )
+    if exited:
+        raise LocalLLMError(f"the daemon exited during start-up:\n{_tail(log_path)}")
     raise DaemonUnreachable(
         f"the daemon did not answer at {url} within {wait:.0f}s; see {log_path}"
     )
 
 
-def _spawn_serve(url: str, log_path: Path) -> subprocess.Popen[bytes]:
+def _spawn_serve(url: str, log_path: Path) -> Callable[[], bool]:
+    """Start ``localllm serve`` for ``url`` in the background; a check that it still runs."""
     from localllm import children
 
-    parts = urlsplit(url)
-    kwargs: dict[str, Any] = {}
-    if sys.platform == "win32":
-        kwargs["creationflags"] = subprocess.DETACHED_PROCESS | subprocess.CREATE_NEW_PROCESS_GROUP
-    else:
-        kwargs["start_new_session"] = True  # Ctrl-C in this terminal must not stop it
+    # The daemon outlives the command that started it: no death signal.
+    env = {"LOCALLLM_HOST": urlsplit(url).netloc}
+    if sys.platform != "win32":
+        pid = children.spawn_detached("localllm", "serve", env=env, log=log_path)
+        return lambda: children.alive(pid)
     with open(log_path, "ab") as log:
-        # The daemon outlives the command that started it: no death signal.
-        return children.spawn(
+        proc = children.spawn(
             "localllm",
             "serve",
-            env={"LOCALLLM_HOST": parts.netloc},
+            env=env,
             dies_with_parent=False,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             close_fds=True,
-            **kwargs,
+            creationflags=subprocess.DETACHED_PROCESS | subprocess.CREATE_NEW_PROCESS_GROUP,
         )
+    # It runs on after this command by design; held here, its Popen is never collected
+    # while the process lives (which Python reports as a leak).
+    _DETACHED.append(proc)
+    return lambda: proc.poll() is None
 
 
 def _tail(path: Path, lines: int = 10) -> str:

@@ -8,9 +8,9 @@ these models validate what the server receives.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Request(BaseModel):
@@ -34,6 +34,11 @@ class ShowRequest(_ModelRequest):
     verbose: bool = False
     system: str | None = None
     options: dict[str, Any] | None = None
+    # Not in Ollama: contexts to judge the model's fit at, on the daemon's machine
+    # (``options.num_parallel`` sets the slots, else the model's own); the answer's ``fit``.
+    fit_contexts: list[Annotated[int, Field(ge=1, le=10_000_000)]] | None = Field(
+        default=None, max_length=16
+    )
 
 
 class PullRequest(_ModelRequest):

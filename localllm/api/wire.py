@@ -235,6 +235,17 @@ class ShowResponse(TypedDict):
     projector_info: NotRequired[dict[str, Any]]
     origin: NotRequired[dict[str, Any]]  # ours: where a pulled model came from
     draft: NotRequired[Draft]
+    fit: NotRequired[list[ContextFit]]  # ours: the verdicts ``fit_contexts`` asked for
+
+
+class ContextFit(TypedDict):
+    """Ours: whether the model would load with one context (``/api/show``'s
+    ``fit_contexts``), planned on the daemon's machine as the scheduler would."""
+
+    context: int
+    fits: bool
+    on_gpu: bool  # every layer on the GPUs, or the machine has none to use
+    reason: str  # the planner's one line
 
 
 # -- progress: /api/pull and /api/create ---------------------------------------------------

@@ -153,8 +153,9 @@ def prepare(agent: Agent, model: str | None, context: int | None) -> Setup:
         AGENT_CONTEXT,
         SLOTS,
         agent_model,
+        candidates,
         choose,
-        local_fit,
+        daemon_fit,
         param_context,
         trained_context,
     )
@@ -173,8 +174,9 @@ def prepare(agent: Agent, model: str | None, context: int | None) -> Setup:
                 "to read files and run commands (localllm show MODEL lists capabilities)"
             )
         asked = context or max(AGENT_CONTEXT, param_context(show))
-        fit = None if context else local_fit(client, name)
-        choice = choose(asked, trained_context(show), fit)
+        limit = trained_context(show)
+        fit = None if context else daemon_fit(client, name, candidates(asked, limit))
+        choice = choose(asked, limit, fit)
         derived = agent_model(name, choice.context).display
         for _ in client.create(
             {

@@ -9,19 +9,17 @@ request to it, from any client, loads the model with that context.
 planner says fits, all layers on the GPUs first, at least ``AGENT_FLOOR`` tokens
 where that fits at all, never past the model's own training context.  An
 explicit ``num_ctx`` is loaded as asked (the planner only shrinks automatic
-contexts), so the fit is judged before the load: ``local_fit`` runs the
-daemon's own placement (``scheduler.placement``) on this machine's devices, with
-the memory of the models the daemon holds counted as free (the scheduler evicts
-them to make room).  That needs the daemon to be on this machine and to share
-its model store; otherwise the wish is asked for as is, and ``ps`` shows what
-was loaded.
+contexts), so the fit is judged before the load: ``daemon_fit`` asks the daemon
+(``/api/show`` with ``fit_contexts``), whose planner judges every candidate on its
+own machine with its own store, the memory of the models it holds counted as free
+(the scheduler evicts them to make room).  The CLI plans nothing itself.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from localllm.errors import LocalLLMError
@@ -29,7 +27,6 @@ from localllm.store.names import DEFAULT_HOST, DEFAULT_NAMESPACE, ModelName, par
 
 if TYPE_CHECKING:
     from localllm.api.client import Client
-    from localllm.api.wire import PsEntry, TagsEntry
 
 AGENT_CONTEXT = 65536  # what an agent is given when memory allows
 AGENT_FLOOR = 32768  # below this, agents' prompts may not fit
@@ -68,8 +65,8 @@ def choose(asked: int, limit: int, fit_at: Callable[[int], Fit] | None) -> Choic
     top = min(asked, limit) if limit > 0 else asked
     if fit_at is None:
         return Choice(top, asked, limit, None)
-    candidates = [top, *(c for c in LADDER if c < top)]
-    verdicts = [(c, fit_at(c)) for c in candidates]
+    tried = candidates(asked, limit)
+    verdicts = [(c, fit_at(c)) for c in tried]
     floor = min(AGENT_FLOOR, top)
     roomy = [(c, f) for c, f in verdicts if c >= floor and f.fits]
     for c, f in roomy:
@@ -83,7 +80,7 @@ def choose(asked: int, limit: int, fit_at: Callable[[int], Fit] | None) -> Choic
     smallest = verdicts[-1][1]
     raise LocalLLMError(
         f"the model does not fit in this machine's memory even with a "
-        f"{candidates[-1]}-token context ({smallest.reason}); "
+        f"{tried[-1]}-token context ({smallest.reason}); "
         "try a smaller model or quantization, or force one with --context"
     )
 
@@ -128,58 +125,19 @@ def param_context(show: Mapping[str, Any]) -> int:
     return 0
 
 
-# -- the daemon's planner, run here ---------------------------------------------------
-def _freed(devices: Sequence[Any], loaded: Sequence[PsEntry]) -> list[Any]:
-    """``devices`` with the bytes the loaded models hold (``/api/ps`` devices) counted free."""
-    held: dict[str, int] = {}
-    for m in loaded:
-        for place, n in (m.get("devices") or {}).items():
-            if isinstance(n, int):
-                held[str(place)] = held.get(str(place), 0) + n
-    return [replace(d, free=min(d.total, d.free + held.get(d.name, 0))) for d in devices]
+# -- the daemon's planner, asked --------------------------------------------------------
+def candidates(asked: int, limit: int) -> list[int]:
+    """The contexts ``choose`` may pick, largest first."""
+    top = min(asked, limit) if limit > 0 else asked
+    return [top, *(c for c in LADDER if c < top)]
 
 
-def _same(listed: TagsEntry, key: tuple[str, ...], digest: str) -> bool:
-    try:
-        return parse_name(listed.get("name")).key() == key and listed.get("digest") == digest
-    except LocalLLMError:
-        return False
-
-
-def local_fit(client: Client, model: str) -> Callable[[int], Fit] | None:
-    """``fit_at`` for ``model`` on this machine, or None when the daemon is elsewhere."""
-    from localllm.api.daemon import is_local_url
-
-    if not is_local_url(client.base_url):
+def daemon_fit(client: Client, model: str, contexts: Sequence[int]) -> Callable[[int], Fit] | None:
+    """``fit_at`` from the daemon's own planner (``/api/show`` with ``fit_contexts``), on
+    the daemon's machine and store, wherever that is; None from a daemon that does not
+    answer it (an older one): the wish is then asked for as is."""
+    verdicts = client.show(model, fit_contexts=list(contexts), num_parallel=SLOTS).get("fit")
+    if not verdicts:
         return None
-    from localllm import paths
-    from localllm.api.options import resolve_options
-    from localllm.hardware.detect import detect
-    from localllm.inference.service import InferenceService, base_load
-    from localllm.scheduler.placement import make_plan_fn
-    from localllm.store.local import Store
-
-    try:
-        target = InferenceService(Store(paths.models()), None).target(model)  # type: ignore[arg-type]
-    except (OSError, LocalLLMError):
-        return None
-    # The daemon may use another store (another LOCALLLM_HOME): plan only the same model.
-    digest = target.entry.digest.removeprefix("sha256:")
-    wanted = parse_name(model).key()
-    if not any(_same(m, wanted, digest) for m in client.list()):
-        return None
-    hw = detect()
-    hw = replace(hw, devices=tuple(_freed(hw.devices, client.ps())))
-    has_gpu = any(d.is_gpu for d in hw.devices)
-    plan_fn = make_plan_fn(lambda: hw)
-
-    def fit_at(context: int) -> Fit:
-        params = {**target.params, "num_ctx": context, "num_parallel": SLOTS}
-        load = base_load(resolve_options(params, None, has_draft=target.spec.draft is not None))
-        load = replace(load, projector=target.spec.projector, draft=target.spec.draft)
-        placement = plan_fn(target.spec, load, [])
-        plan = placement.plan
-        on_gpu = not has_gpu or bool(plan is not None and plan.fully_offloaded)
-        return Fit(placement.fits, on_gpu, placement.reason)
-
-    return fit_at
+    table = {v["context"]: Fit(v["fits"], v["on_gpu"], v["reason"]) for v in verdicts}
+    return lambda context: table[context]

@@ -4,7 +4,8 @@ Owned here:
 
 - :func:`note_ignored`: one log line per client (``User-Agent``), route and
   ignored field (compat/fields.py's rules), once per daemon run, so an agent's
-  every request does not repeat it;
+  every request does not repeat it: a warning for what may change the answer (a
+  dropped tool, a field this daemon does not know), else info;
 - :func:`note_refused`: a log line for each refused request (a 400) with the
   client and the message, and, with ``LOCALLLM_DEBUG_REQUESTS=DIR``, the request
   written to ``DIR`` (its body capped at :data:`MAX_BODY` bytes, the newest
@@ -49,7 +50,13 @@ def note_ignored(request: Request, fields: list[str]) -> None:
         if key in seen or len(seen) >= _MAX_SEEN:
             continue
         seen.add(key)
-        log.warning("%s from %s: ignored %s", path, who, field)
+        level = logging.WARNING if _notable(field) else logging.INFO
+        log.log(level, "%s from %s: ignored %s", path, who, field)
+
+
+def _notable(field: str) -> bool:
+    """A dropped tool or an unknown field: what a user may miss in the answer."""
+    return field.endswith("(unknown field)") or field.startswith(("tools.", "a '", "mcp_"))
 
 
 async def note_refused(request: Request, status: int, message: str) -> None:

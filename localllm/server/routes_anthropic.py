@@ -45,24 +45,23 @@ Body = RootModel[Any]
 async def _plan(
     request: Request, *, count_only: bool = False
 ) -> tuple[Plan[ChatChunk], MessagesConversion]:
-    """The chat plan of this request's body, and its conversion."""
+    """The chat plan of this request's body, and its conversion (whose ignored fields are
+    logged before planning, so a request refused later still says what it sent)."""
     body = (await parse_json(request, Body)).root
-    return await offload(request, _build, inference_service(request), body, count_only)
+    conv = await offload(request, messages_request_to_native, body, count_only=count_only)
+    note_ignored(request, conv.ignored)
+    return await offload(request, _build, inference_service(request), conv), conv
 
 
-def _build(
-    svc: InferenceService, body: Any, count_only: bool
-) -> tuple[Plan[ChatChunk], MessagesConversion]:
-    """Convert, validate and plan (a worker thread's work: see ``deps.offload``)."""
-    conv = messages_request_to_native(body, count_only=count_only)
+def _build(svc: InferenceService, conv: MessagesConversion) -> Plan[ChatChunk]:
+    """Validate and plan (a worker thread's work: see ``deps.offload``)."""
     req = validate(ChatRequest, conv.native)
-    return chat_plan(svc, req, forced_tools=conv.forced_tools, report_stop=True), conv
+    return chat_plan(svc, req, forced_tools=conv.forced_tools, report_stop=True)
 
 
 @router.post("/v1/messages")
 async def messages(request: Request) -> Response:
     plan, conv = await _plan(request)
-    note_ignored(request, conv.ignored)
     omit = conv.omit_thinking
     if conv.stream:
         stream = MessageStream(plan.model, omit_thinking=omit)

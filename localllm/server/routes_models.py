@@ -1,5 +1,9 @@
 """Model-management routes: liveness, version, tags, show, pull, delete, copy and blobs.
 
+``/api/show`` with ``fit_contexts`` (ours) also answers whether the model would load
+with each context (:mod:`localllm.inference.contextfit`): how ``localllm launch``
+judges an agent's context without planning in the CLI.
+
 Routes stay thin: parse the body, call ``ModelService``, shape the answer.
 Blocking store work runs in worker threads (sync route functions, or a
 dedicated thread for pulls), so the event loop keeps serving other clients.
@@ -24,8 +28,9 @@ from starlette.requests import ClientDisconnect
 
 from localllm import __version__, config
 from localllm.api.schemas import CopyRequest, DeleteRequest, PullRequest, ShowRequest
-from localllm.errors import BlobNotFound
-from localllm.server.deps import json_body, model_service, offload
+from localllm.errors import BlobNotFound, InvalidRequest
+from localllm.inference.contextfit import fit_contexts
+from localllm.server.deps import inference_service, json_body, model_service, offload
 from localllm.server.routes_search import machine_of
 from localllm.server.streaming import Emit, events_from_thread, progress_response
 from localllm.services import ModelService
@@ -55,8 +60,16 @@ def tags(svc: Service) -> dict[str, Any]:
 
 
 @router.post("/api/show")
-def show(req: Annotated[ShowRequest, Depends(json_body(ShowRequest))], svc: Service) -> Any:
-    return svc.show(req.model, verbose=req.verbose)
+def show(
+    request: Request, req: Annotated[ShowRequest, Depends(json_body(ShowRequest))], svc: Service
+) -> Any:
+    out = svc.show(req.model, verbose=req.verbose)
+    if req.fit_contexts:  # ours: the planner's verdicts (a worker thread: this route is sync)
+        slots = (req.options or {}).get("num_parallel")
+        if slots is not None and (not isinstance(slots, int) or not 1 <= slots <= 64):
+            raise InvalidRequest("options.num_parallel must be an integer from 1 to 64")
+        out["fit"] = fit_contexts(inference_service(request), req.model, req.fit_contexts, slots)
+    return out
 
 
 @router.post("/api/pull", response_model=None)

@@ -60,15 +60,12 @@ async def _body(request: Request) -> dict[str, Any]:
     return (await parse_json(request, Body)).root
 
 
-def _chat_build(
-    svc: InferenceService, body: dict[str, Any]
-) -> tuple[Plan[ChatChunk], ChatConversion]:
-    """Convert, validate and plan (a worker thread's work: see ``deps.offload``)."""
-    conv = chat_request_to_native(body)
+def _chat_build(svc: InferenceService, conv: ChatConversion) -> Plan[ChatChunk]:
+    """Validate and plan (a worker thread's work: see ``deps.offload``)."""
     if not conv.native["messages"]:
         raise InvalidRequest("messages must be a non-empty array")
     req = validate(ChatRequest, conv.native)
-    return chat_plan(svc, req, forced_tools=conv.forced_tools), conv
+    return chat_plan(svc, req, forced_tools=conv.forced_tools)
 
 
 def _completion_build(
@@ -83,10 +80,9 @@ def _completion_build(
 
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request) -> Response:
-    plan, conv = await offload(
-        request, _chat_build, inference_service(request), await _body(request)
-    )
-    note_ignored(request, conv.ignored)
+    conv = await offload(request, chat_request_to_native, await _body(request))
+    note_ignored(request, conv.ignored)  # before planning: a refused request says it too
+    plan = await offload(request, _chat_build, inference_service(request), conv)
     if conv.stream:
         # The chunks' id is bare hex, as it always was (whole answers say "chatcmpl-").
         stream = ChatStream(plan.model, n=conv.n, include_usage=conv.include_usage, id=new_id(""))

@@ -40,18 +40,18 @@ router = APIRouter()
 Body = RootModel[Any]
 
 
-def _build(svc: InferenceService, body: Any) -> tuple[Plan[ChatChunk], ResponsesConversion]:
-    """Convert, validate and plan (a worker thread's work: see ``deps.offload``)."""
-    conv = responses_request_to_native(body)
+def _build(svc: InferenceService, conv: ResponsesConversion) -> Plan[ChatChunk]:
+    """Validate and plan (a worker thread's work: see ``deps.offload``)."""
     req = validate(ChatRequest, conv.native)
-    return chat_plan(svc, req, forced_tools=conv.forced_tools), conv
+    return chat_plan(svc, req, forced_tools=conv.forced_tools)
 
 
 @router.post("/v1/responses")
 async def create_response(request: Request) -> Response:
     body = (await parse_json(request, Body)).root
-    plan, conv = await offload(request, _build, inference_service(request), body)
-    note_ignored(request, conv.ignored)
+    conv = await offload(request, responses_request_to_native, body)
+    note_ignored(request, conv.ignored)  # before planning: a refused request says it too
+    plan = await offload(request, _build, inference_service(request), conv)
     if conv.stream:
         return await sse_response(request, plan.run(), ResponsesStream(plan.model, conv.echo))
     return await json_result(

@@ -188,3 +188,10 @@ def agent_title(agent: str) -> str:
     from localllm.cli.agents import AGENTS
 
     return AGENTS[agent].title
+
+
+def test_the_docs_name_the_versions_checked() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "agents.md").read_text()
+    assert realagents.table() in docs, (
+        "docs/agents.md's table is stale: paste `python -m tests.support.realagents table`"
+    )

@@ -206,6 +206,32 @@ def test_the_agent_reaches_the_daemon_with_a_64k_context(
     assert home_files(env) == before  # nothing of the user's changed, nothing added
 
 
+def test_the_daemon_judges_the_contexts(agents_daemon: Daemon, tmp_path: Path) -> None:
+    url = agents_daemon.url + "/api/show"
+    body = {"model": "coder", "fit_contexts": [65536, 4096], "options": {"num_parallel": 1}}
+    fit = httpx.post(url, json=body, trust_env=False).json()["fit"]
+    assert [(f["context"], f["fits"], f["on_gpu"]) for f in fit] == [
+        (65536, True, True),  # no GPU to use: "on the GPUs" is as good as it gets
+        (4096, True, True),
+    ]
+    assert all("CPU" in f["reason"] for f in fit), fit
+    assert "fit" not in httpx.post(url, json={"model": "coder"}, trust_env=False).json()
+    for bad in (
+        {**body, "fit_contexts": list(range(1, 18))},
+        {**body, "fit_contexts": [0]},
+        {**body, "options": {"num_parallel": "two"}},
+    ):
+        assert httpx.post(url, json=bad, trust_env=False).status_code == 400, bad
+    # The CLI plans nothing itself: with a store of its own that lacks the model, launch
+    # still gets the daemon's verdict (the reason it prints is the daemon's planner's).
+    env = agent_env(agents_daemon.env, tmp_path, "claude")
+    env["LOCALLLM_HOME"] = str(tmp_path / "elsewhere")
+    out = run_cli("launch", "claude", "--model", "coder", env=env)
+    assert out.returncode == 0, out.stderr
+    assert "coder-agent:64k: coder with a 65536-token context" in out.stderr
+    assert "CPU only" in out.stderr
+
+
 def test_a_model_trained_for_less_gets_its_own_limit_and_a_warning(
     agents_daemon: Daemon, tmp_path: Path
 ) -> None:
@@ -339,6 +365,10 @@ def test_launch_starts_the_daemon_and_pulls_the_model(
         )
         rec = json.loads(Path(env["STANDIN_RECORD"]).read_text())
         check_opencode(rec, url, "Agent-GGUF-agent:64k", 65536)
+        # The daemon launch started is not the agent's child (a double fork): it would
+        # be a zombie under the agent if it exited first.
+        assert pid_file.is_file() and int(pid_file.read_text()) not in rec["children"]
+        assert rec["children"] == [], rec["children"]
         assert loaded(url, "Agent-GGUF-agent:64k")["context_length"] == 65536
     finally:
         if pid_file.is_file():

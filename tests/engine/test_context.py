@@ -33,7 +33,9 @@ def test_long_prompt_is_truncated_keeping_head_and_tail(engine: Engine) -> None:
 def test_long_prompt_without_truncate_fails_400(engine: Engine) -> None:
     r = run_one(engine, CompletionRequest("r", "b" * 400, sampling=G, truncate=False))
     assert r.failed is not None
-    assert (r.failed.status, r.failed.message) == (400, OVERFLOW)
+    # The counts too: BOS and 400 letters against a 256-token slot that keeps one for
+    # the reply (the Anthropic route turns them into its "prompt is too long" words).
+    assert (r.failed.status, r.failed.message) == (400, f"{OVERFLOW} (401 tokens > 255 maximum)")
     assert run_one(engine, CompletionRequest("s", "x", sampling=G)).text == "yz"
 
 

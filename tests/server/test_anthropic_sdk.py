@@ -10,6 +10,7 @@ its reply after a tool result is ``ANSWER``.
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -271,18 +272,20 @@ def test_bad_input_gets_anthropic_errors_and_the_daemon_keeps_serving(daemon: Da
             "invalid_request_error",
             "chat template limit",
         ),
-        # Longer than the context: never silently cut, as Anthropic never does.
+        # Longer than the context: never silently cut, as Anthropic never does; said in
+        # Anthropic's words, which Claude Code reads to compact by the difference.
         (
             {**ok, "model": "tiny", "system": "x" * 5000},
             400,
             "invalid_request_error",
-            "context length",
+            "prompt is too long: ",
         ),
     ]
     for body, status, kind, needle in cases:
         got, doc = _error(daemon, body)
         assert (got, doc["type"], doc["error"]["type"]) == (status, "error", kind), doc
         assert needle in doc["error"]["message"], doc
+    assert re.fullmatch(r"prompt is too long: \d{4} tokens > 511 maximum", doc["error"]["message"])
     got, doc = _error(daemon, ok, **{"x-api-key": "wrong"})
     assert (got, doc["error"]["type"]) == (401, "authentication_error")
     # What the SDK makes of such an answer.

@@ -151,9 +151,24 @@ def aider(argv: list[str], env: dict[str, str], prompt: str) -> tuple[str, dict[
     return str(out["message"]["content"]), body
 
 
+def _children() -> list[int]:
+    """The pids whose parent is this process (Linux's /proc)."""
+    me, out = str(os.getpid()), []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if stat.rpartition(")")[2].split()[1:2] == [me]:
+                out.append(int(entry.name))
+    return out
+
+
 def main(name: str) -> int:
     argv, env = sys.argv[1:], dict(os.environ)
     record: dict[str, Any] = {"agent": name, "argv": argv, "env": env, "files": {}}
+    record["children"] = _children()  # launch exec'd this process: what it inherited
     for flag in ("--model-settings-file", "--model-metadata-file"):
         if flag in argv:
             path = _flag(argv, flag)
