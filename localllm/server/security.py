@@ -17,6 +17,13 @@
   (localhost, 127.0.0.1, 0.0.0.0 on any port) and desktop/editor app schemes.
   A request from any other origin is refused with 403, so a foreign page
   cannot even fire "simple" requests that skip the preflight.
+* Cross-site requests without an origin: a page can fire a simple GET at the
+  daemon (``<img src=...>``, a link prefetch) with no ``Origin`` header, and a
+  GET here does work (``/api/search`` asks the Hub with the user's token).  A
+  browser marks such a request ``Sec-Fetch-Site: cross-site`` (or ``same-site``);
+  on every route and method it must then carry an allowed ``Origin``, else 403.
+  Requests the user made themselves (``none``: a typed URL) and same-origin ones,
+  and every non-browser client (no ``Sec-Fetch-*`` headers), are unaffected.
 * ``LOCALLLM_API_KEY``: when set, everything but ``/`` and ``/health`` needs
   ``Authorization: Bearer <key>`` or ``x-api-key: <key>`` (Anthropic's clients;
   compared in constant time).  Path matching is
@@ -81,6 +88,7 @@ _ALLOWED_HEADER_PREFIXES = ("x-stainless-", "anthropic-")
 ALLOWED_METHODS = "GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS"
 _LOOPBACK_SUFFIX = ".localhost"
 _OPEN_PATHS = frozenset({"/", "/health"})
+_CROSS_SITE = frozenset({"cross-site", "same-site"})  # Sec-Fetch-Site values from other sites
 
 
 def origin_pattern(origins: Iterable[str]) -> re.Pattern[str]:
@@ -183,6 +191,9 @@ class SecurityMiddleware:
             return
         origin = headers.get("origin")
         method = scope["method"]
+        if origin is None and headers.get("sec-fetch-site", "").lower() in _CROSS_SITE:
+            await _error(send, 403, "forbidden: cross-site request without an allowed origin")
+            return
         if origin is not None:
             if not self.origins.match(origin):
                 await _error(send, 403, "forbidden: origin not allowed")

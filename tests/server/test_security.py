@@ -128,6 +128,33 @@ async def test_builtin_origins_allowed(client: httpx.AsyncClient, origin: str) -
     assert r.headers["access-control-allow-origin"] == origin
 
 
+@pytest.mark.parametrize("site", ["cross-site", "same-site", "Cross-Site"])
+@pytest.mark.parametrize(
+    "method, path",
+    [("GET", "/api/search?q=e&limit=1"), ("GET", "/api/tags"), ("POST", "/api/pull")],
+)
+async def test_a_cross_site_request_without_an_origin_is_refused(
+    client: httpx.AsyncClient, site: str, method: str, path: str
+) -> None:
+    # <img src="http://127.0.0.1:11434/api/search?q=e">: no Origin, no preflight, but the
+    # browser says where it comes from.  No exception for GET.
+    headers = {"sec-fetch-site": site, "sec-fetch-mode": "no-cors", "sec-fetch-dest": "image"}
+    r = await client.request(method, path, headers=headers, content=b'{"model": "x"}')
+    assert r.status_code == 403
+    assert r.json()["error"] == "forbidden: cross-site request without an allowed origin"
+    # The same request from an allowed origin (a local app's fetch) passes the guard.
+    ok = await client.get("/api/tags", headers={**headers, "origin": "http://localhost:3000"})
+    assert ok.status_code == 200
+
+
+@pytest.mark.parametrize("site", ["none", "same-origin", None])
+async def test_typed_urls_same_origin_and_non_browsers_pass(
+    client: httpx.AsyncClient, site: str | None
+) -> None:
+    headers = {"sec-fetch-site": site} if site else {}
+    assert (await client.get("/api/tags", headers=headers)).status_code == 200
+
+
 @pytest.mark.parametrize("origin", ["http://evil.com", "http://localhost.evil.com", "null"])
 async def test_foreign_origin_is_refused(client: httpx.AsyncClient, origin: str) -> None:
     pre = await client.options(
