@@ -79,6 +79,12 @@ def prompt_cache() -> Path:
     return cache() / "prompts"
 
 
+def prompt_cache_key() -> Path:
+    """The key that authenticates the prompt cache's files (engine/cachefile.py): in the
+    config folder, not beside the files, so a folder anyone could write holds no key."""
+    return config_dir() / "prompt-cache.key"
+
+
 # The Linux install script runs Ollama as the ``ollama`` system user, whose home is here.
 OLLAMA_SYSTEM_MODELS = Path("/usr/share/ollama/.ollama/models")
 

@@ -1,27 +1,38 @@
-"""The disk prompt cache's files (``diskcache.py``): what a model is, and one copy's bytes.
+"""The disk prompt cache's files (``diskcache.py``): what a model is, one copy's bytes, and
+who may have written them.
 
 A file is ``MAGIC``, the header's length, a JSON header (the model's identity,
-the adapters, ``exact``, the token count, the data size and a sha256 of tokens
-and data), the tokens (int32) and llama.cpp's bytes.  It is written to a
-temporary name (``.<pid>.<name>.tmp``), synced and renamed into place, so a
-reader sees a whole file or none; ``read_header`` accepts only a file of the
-given identity exactly as long as its header says.
+the adapters, ``exact``, the token count, the data size and a MAC), the tokens
+(int32) and llama.cpp's bytes.  It is written to a temporary name
+(``.<pid>.<name>.tmp``), synced and renamed into place, so a reader sees a whole
+file or none; ``read_header`` accepts only a file of the given identity exactly as
+long as its header says.
+
+The cache holds what was asked, and its bytes go into ``llama_state_seq_set_data``:
+files are created 0600 in folders kept 0700 (``private_dir``), a folder or file that
+another account owns or may write is refused (``foreign``), and the MAC is an
+HMAC-SHA256 over the header, the tokens and the cells under a key only this user
+can read (``load_key``: a 0600 file in the config folder), so a file planted where
+permissions were loosened, or copied from another machine, is refused too.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import json
 import os
 import re
+import secrets
+import stat
 import struct
 import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
 MAGIC = b"LLPCACHE"
-FORMAT = 1
+FORMAT = 2  # 2: an HMAC instead of a plain sha256 (1's files are refused and deleted)
 SUFFIX = ".llpc"
 WHOLE_HASH = 64 << 20  # model files up to this size are hashed whole
 _BLOB = re.compile(r"sha256-([0-9a-f]{64})")
@@ -67,10 +78,66 @@ def pack_tokens(tokens: list[int]) -> bytes:
     return struct.pack(f"<{len(tokens)}i", *tokens)
 
 
-def digest(tokens: bytes, data: Any) -> str:
-    h = hashlib.sha256(tokens)
+def mac(key: bytes, meta: dict[str, Any], tokens: bytes, data: Any) -> str:
+    """The file's MAC: its header (less the MAC itself), tokens and cells, under ``key``."""
+    head = {k: v for k, v in meta.items() if k != "mac"}
+    h = hmac.new(key, json.dumps(head, sort_keys=True).encode(), hashlib.sha256)
+    h.update(tokens)
     h.update(data)
     return h.hexdigest()
+
+
+KEY_BYTES = 32
+
+
+def load_key(path: Path) -> bytes:
+    """The cache's key: read from ``path``, or made there (0600, in a 0700 folder) when it
+    does not exist; ValueError when the file is another account's or others may read it."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(KEY_BYTES))
+            f.flush()
+            os.fsync(f.fileno())
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        why = foreign(st, private=True)
+        if why:
+            raise ValueError(f"{path} {why}")
+        key = f.read(KEY_BYTES + 1)
+    if len(key) != KEY_BYTES:
+        raise ValueError(f"{path} is not a key of {KEY_BYTES} bytes")
+    return key
+
+
+def foreign(st: os.stat_result, *, private: bool = False) -> str | None:
+    """Why a file or folder with this ``stat`` is not to be trusted (None: it is ours):
+    another account owns it, or others may write it (``private``: or read it)."""
+    if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+        return "belongs to another user"
+    loose = stat.S_IMODE(st.st_mode) & (0o077 if private else 0o022)
+    if loose:
+        kind = "read or written" if private else "written"
+        return f"may be {kind} by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def private_dir(path: Path) -> None:
+    """Make ``path`` (0700) or check it: ValueError when it is not ours or others may write
+    it.  One of ours that others may only read (an older version's 0755) is closed."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise ValueError(f"{path} is not a folder")
+    why = foreign(st)
+    if why:
+        raise ValueError(f"{path} {why}")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        os.chmod(path, 0o700)
 
 
 def read_header(
@@ -95,7 +162,8 @@ def write(path: Path, meta: dict[str, Any], raw: bytes, data: Any) -> None:
     head = json.dumps(meta).encode()
     tmp = path.with_name(f".{os.getpid()}.{path.name}.tmp")
     try:
-        with open(tmp, "wb") as f:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # private from birth
+        with os.fdopen(fd, "wb") as f:
             for part in (_HEAD.pack(MAGIC, len(head)), head, raw, data):
                 f.write(part)
             f.flush()

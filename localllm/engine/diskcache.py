@@ -10,10 +10,13 @@ restart instead of a prefill (minutes on a CPU for an 8B model).
 Layout: ``<root>/<model key>/<prefix hash>.llpc``; the model key hashes what
 makes saved cells valid (``cachefile.model_identity``: the model files' identity,
 the store's blob digest or the file's content, libllama, the KV cache type, flash
-attention), and the files' format and atomic writes are ``cachefile.py``'s.
-Nothing is handed to ``llama_state_seq_set_data`` before the size, the identity
-and the hash are checked: a truncated, corrupt or foreign file is deleted and
-its prompt evaluated again.
+attention), and the files' format, atomic writes and trust are ``cachefile.py``'s.
+Nothing is handed to ``llama_state_seq_set_data`` before the size, the identity,
+the owner and mode, and the MAC under this user's key are checked: a truncated,
+corrupt, planted or foreign file is deleted and its prompt evaluated again.  The
+folders are 0700 and the files 0600 (they hold what was asked); a cache folder
+another account owns or may write, or an unusable key, turns the disk tier off
+with a log line saying why.
 
 The budget (``LOCALLLM_PROMPT_CACHE_DISK``) covers every model's folder: after
 each write the least recently used files go (a file's mtime is its last use),
@@ -24,6 +27,7 @@ written: evaluating them costs less than reading a file.
 from __future__ import annotations
 
 import contextlib
+import hmac
 import logging
 import os
 import queue
@@ -53,14 +57,18 @@ def open_disk(opts: LoadOptions, paths: list[str], n_ctx: int, n_swa: int) -> Di
     from localllm.engine.binding import llama_version, native
 
     ffi, _ = native()  # buffers for the cells read back
+    root = Path(opts.prompt_cache_dir)
     try:
+        if not opts.prompt_cache_key:
+            raise ValueError("no key file was given")
+        key = cachefile.load_key(Path(opts.prompt_cache_key))
+        cachefile.private_dir(root)
         identity = cachefile.model_identity(paths, llama_version(), opts.kv_type, opts.flash_attn)
-    except OSError as exc:
+        cache = DiskCache(root, identity, opts.prompt_cache_disk, ffi, n_ctx, n_swa, key=key)
+    except (OSError, ValueError) as exc:
         log.warning("prompt cache: no disk cache for this model: %s", exc)
         return None
-    return DiskCache(
-        Path(opts.prompt_cache_dir), identity, opts.prompt_cache_disk, ffi, n_ctx, n_swa
-    )
+    return cache
 
 
 class DiskCache:
@@ -76,10 +84,14 @@ class DiskCache:
         ffi: Any,
         n_ctx: int,
         n_swa: int = 0,
+        *,
+        key: bytes,
     ) -> None:
         self.root, self.identity, self.budget, self.ffi = root, identity, budget, ffi
-        self.n_ctx, self.n_swa = n_ctx, n_swa
+        self.n_ctx, self.n_swa, self.key = n_ctx, n_swa, key
         self.dir = root / cachefile.key(identity)
+        if self.dir.exists():
+            cachefile.private_dir(self.dir)  # ValueError: another's, or others may write it
         self._lock = threading.Lock()  # entries: the engine reads, the writer adds and drops
         self._queue: queue.Queue[Parked | None] = queue.Queue()
         self._pending: list[Parked] = []
@@ -110,16 +122,21 @@ class DiskCache:
         path = self.dir / entry.file
         try:
             with open(path, "rb") as f:
-                head = cachefile.read_header(f, os.fstat(f.fileno()).st_size, self.identity)
+                st = os.fstat(f.fileno())
+                why = cachefile.foreign(st)
+                if why:
+                    raise ValueError(why)
+                head = cachefile.read_header(f, st.st_size, self.identity)
                 if head is None or head[0]["n_tokens"] != len(entry.tokens):
                     raise ValueError("bad header")
                 meta, tokens = head
                 data = self.ffi.new("uint8_t[]", meta["size"])
                 if f.readinto(self.ffi.buffer(data)) != meta["size"]:
                     raise ValueError("truncated")
-            digest = cachefile.digest(cachefile.pack_tokens(tokens), self.ffi.buffer(data))
-            if tokens != entry.tokens or digest != meta["sha256"]:
-                raise ValueError("checksum mismatch")
+            raw = cachefile.pack_tokens(tokens)
+            mac = cachefile.mac(self.key, meta, raw, self.ffi.buffer(data))
+            if tokens != entry.tokens or not hmac.compare_digest(mac, str(meta.get("mac"))):
+                raise ValueError("not written by this user's localllm (its MAC does not match)")
         except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
             log.warning("prompt cache: ignoring %s: %s", path.name, exc)
             self.drop(entry)
@@ -191,6 +208,9 @@ class DiskCache:
             try:
                 with open(path, "rb") as f:
                     st = os.fstat(f.fileno())
+                    why = cachefile.foreign(st)
+                    if why:
+                        raise ValueError(why)
                     head = cachefile.read_header(f, st.st_size, self.identity)
                 if head is None:
                     raise ValueError("not a whole cache file of this model")
@@ -234,20 +254,19 @@ class DiskCache:
         name = self._name(entry)
         raw = cachefile.pack_tokens(entry.tokens)
         data = self.ffi.buffer(entry.data, entry.size)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        cachefile.write(
-            self.dir / name,
-            {
-                "identity": self.identity,
-                "adapters": list(entry.adapters),
-                "exact": entry.exact,
-                "n_tokens": len(entry.tokens),
-                "size": entry.size,
-                "sha256": cachefile.digest(raw, data),
-            },
-            raw,
-            data,
-        )
+        try:
+            cachefile.private_dir(self.dir)
+        except ValueError as exc:
+            raise OSError(str(exc)) from None
+        meta: dict[str, Any] = {
+            "identity": self.identity,
+            "adapters": list(entry.adapters),
+            "exact": entry.exact,
+            "n_tokens": len(entry.tokens),
+            "size": entry.size,
+        }
+        meta["mac"] = cachefile.mac(self.key, meta, raw, data)
+        cachefile.write(self.dir / name, meta, raw, data)
         entry.file = name
         stored = type(entry)(entry.tokens, entry.adapters, entry.exact, None, entry.size, name)
         with self._lock:

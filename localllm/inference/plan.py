@@ -38,13 +38,24 @@ _SETTLING: set[asyncio.Task[str]] = set()
 C = TypeVar("C", bound=Chunk)
 
 
+# The prompt cache is shared by every client of a daemon: an exact count of the tokens
+# it held would let one client learn another's cached prompt a token at a time (try a
+# guess, read the count).  Counts go out in whole blocks, as OpenAI reports them.
+CACHED_BLOCK = 128
+
+
+def reported_cached(tokens: int) -> int:
+    """``tokens`` of the prompt the cache held, as clients are told: whole blocks only."""
+    return tokens - tokens % CACHED_BLOCK
+
+
 def add_metrics(body: Chunk, done: Done, prep: Prepared) -> None:
     """The last chunk's metrics (:class:`~localllm.api.wire.Metrics`), after ``done``."""
     body["done_reason"] = "stop" if done.reason == "cancel" else done.reason
     body["total_duration"] = prep.total_ns
     body["load_duration"] = prep.load_ns
     body["prompt_eval_count"] = done.prompt_tokens
-    body["prompt_cached_count"] = done.cached_tokens
+    body["prompt_cached_count"] = reported_cached(done.cached_tokens)
     body["prompt_eval_duration"] = done.prompt_eval_ns
     body["eval_count"] = done.eval_count
     body["eval_duration"] = done.eval_ns

@@ -90,6 +90,8 @@ class LoadOptions:
     # (LOCALLLM_PROMPT_CACHE_DISK, engine/diskcache.py); 0 = none.
     prompt_cache_disk: int = 0
     prompt_cache_dir: str = ""
+    # The file holding the key that authenticates those copies (0600, engine/cachefile.py).
+    prompt_cache_key: str = ""
     # Sampling inside the decode on the device holding the output layer (engine/
     # device_sampling.py), for the requests whose sampler chain it can run: "auto" = when
     # that device is a GPU, "on" also on the CPU backend (tests), "off" = always on the host.

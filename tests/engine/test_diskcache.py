@@ -10,12 +10,13 @@ runner restart (a reload, an idle unload, a daemon restart) does.
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 
 import pytest
 
-from localllm.engine import diskcache
+from localllm.engine import cachefile, diskcache
 from localllm.engine.engine import Engine
 from localllm.engine.park import Parked
 from localllm.runner.messages import CompletionRequest
@@ -33,9 +34,15 @@ def engine(model: Path, folder: Path, budget: int = 1 << 30, **kw: object) -> En
         "n_ubatch": 64,
         "prompt_cache_disk": budget,
         "prompt_cache_dir": str(folder),
+        "prompt_cache_key": str(key_file(folder)),
         **kw,
     }
     return Engine([str(model)], opts(**kw))
+
+
+def key_file(folder: Path) -> Path:
+    """Where a test's cache keeps its key: beside the folder, as the config folder is."""
+    return folder.with_name(folder.name + ".key")
 
 
 def alone(model: Path, r: CompletionRequest) -> Result:
@@ -101,6 +108,10 @@ def test_a_whole_file_llama_cpp_refuses_is_dropped(tiny_attn: Path, tmp_path: Pa
     raw = theirs.read_bytes()
     hlen = struct.unpack("<I", raw[8:12])[0]
     meta = {**json.loads(raw[12 : 12 + hlen]), "identity": disk.identity}
+    body = raw[12 + hlen :]
+    tokens = body[: 4 * meta["n_tokens"]]
+    # Signed with this user's key too (a forger who has it): only llama.cpp can tell.
+    meta["mac"] = cachefile.mac(disk.key, meta, tokens, body[len(tokens) :])
     head = json.dumps(meta).encode()
     disk.dir.mkdir(parents=True)
     forged = disk.dir / theirs.name
@@ -135,9 +146,9 @@ def test_a_damaged_file_is_ignored_and_the_prompt_evaluated_again(
         got = run(e, later)["c"]
         assert cached(got) < 4
     assert not path.exists()
-    # A flipped bit passes every check but the checksum, when the file is read for a prompt;
+    # A flipped bit passes every check but the MAC, when the file is read for a prompt;
     # a file of the wrong length never makes it into the index.
-    why = "checksum mismatch" if damage == "flip" else "not a whole cache file"
+    why = "its MAC does not match" if damage == "flip" else "not a whole cache file"
     assert why in caplog.text
     same(got, alone(tiny_attn, later))
 
@@ -189,7 +200,9 @@ def test_a_conversation_keeps_one_file_its_latest_turn(tiny_attn: Path, tmp_path
 
 
 def test_a_sliding_window_copy_on_disk_follows_the_rules_in_memory(tmp_path: Path) -> None:
-    disk = diskcache.DiskCache(tmp_path, {"model": "m"}, 1 << 20, ffi=None, n_ctx=4096, n_swa=32)
+    disk = diskcache.DiskCache(
+        tmp_path, {"model": "m"}, 1 << 20, ffi=None, n_ctx=4096, n_swa=32, key=b"k" * 32
+    )
     disk.entries = [Parked(list(range(400)), (), -1, None, 1, "f")]
     assert disk.best([*range(400), 7], ()) == (disk.entries[0], 400)  # continues it whole
     assert disk.best([*range(300), 9], ()) is None  # cells 0..267 of the window layers: gone
@@ -197,3 +210,72 @@ def test_a_sliding_window_copy_on_disk_follows_the_rules_in_memory(tmp_path: Pat
     assert disk.best([*range(300), 9], ()) == (disk.entries[0], 300)
     disk.n_ctx = 300
     assert disk.best([*range(400), 7], ()) is None  # more cells than this context's slot
+
+
+def test_the_cache_is_private_to_its_user(tiny_attn: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "cache"
+    folder.mkdir(mode=0o755)  # as an older version left it: readable by every account
+    with engine(tiny_attn, folder) as e:
+        run(e, req("a", LONG + "hi"))
+    (written,) = files(folder)
+    assert oct(written.stat().st_mode & 0o777) == "0o600"
+    assert oct(written.parent.stat().st_mode & 0o777) == "0o700"
+    assert oct(folder.stat().st_mode & 0o777) == "0o700"  # closed, being ours
+    assert oct(key_file(folder).stat().st_mode & 0o777) == "0o600"
+
+
+@pytest.mark.parametrize("who", ["group-writable", "world-writable", "another user's"])
+def test_a_folder_others_may_write_is_refused_with_its_reason(
+    tiny_attn: Path, tmp_path: Path, who: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    if who == "another user's":
+        if os.geteuid() != 0:
+            pytest.skip("giving a folder to another account needs root")
+        os.chown(folder, 65534, 65534)
+    else:
+        folder.chmod(0o770 if who == "group-writable" else 0o707)
+    with engine(tiny_attn, folder) as e:
+        assert e.parked is not None and e.parked.disk is None  # no disk tier at all
+        run(e, req("a", LONG + "hi"))
+    assert files(folder) == []
+    why = "belongs to another user" if who == "another user's" else "may be written by other"
+    assert f"no disk cache for this model: {folder} {why}" in caplog.text
+
+
+def test_a_planted_file_is_refused_even_where_the_folder_was_opened(
+    tiny_attn: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Someone who can write the folder (its mode loosened after the fact) but cannot read
+    the key writes a file whose every other check passes: its MAC gives it away."""
+    folder = tmp_path / "cache"
+    with engine(tiny_attn, folder) as e:
+        run(e, req("a", LONG + "hi"))
+    (ours,) = files(folder)
+    raw = ours.read_bytes()
+    hlen = struct.unpack("<I", raw[8:12])[0]
+    meta = json.loads(raw[12 : 12 + hlen])
+    body = raw[12 + hlen :]
+    tokens, cells = body[: 4 * meta["n_tokens"]], bytearray(body[4 * meta["n_tokens"] :])
+    cells[len(cells) // 2] ^= 0x40  # the planted state
+    meta["mac"] = cachefile.mac(b"a key of their own, not ours....", meta, tokens, bytes(cells))
+    head = json.dumps(meta).encode()
+    ours.write_bytes(raw[:8] + struct.pack("<I", len(head)) + head + tokens + bytes(cells))
+    later = req("c", LONG + "go")
+    with engine(tiny_attn, folder) as e:
+        got = run(e, later)["c"]
+        assert cached(got) < 4  # evaluated again, nothing of theirs restored
+    assert not ours.exists() and "its MAC does not match" in caplog.text
+    same(got, alone(tiny_attn, later))
+
+
+def test_a_key_others_may_read_turns_the_disk_tier_off(
+    tiny_attn: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = tmp_path / "cache"
+    key_file(folder).write_bytes(b"k" * cachefile.KEY_BYTES)
+    key_file(folder).chmod(0o644)
+    with engine(tiny_attn, folder) as e:
+        assert e.parked is not None and e.parked.disk is None
+    assert "may be read or written by other users (mode 644)" in caplog.text
