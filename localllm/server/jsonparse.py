@@ -6,8 +6,9 @@ holds the interpreter lock for as long as it runs, and with it the event loop:
 ``[[],[],…]`` (every empty list an allocation, and the collector walking them).
 So no single C call here sees more than ``SLICE`` bytes:
 
-* a body up to ``SMALL`` bytes goes to ``json.loads`` in one call (at most
-  ~10 ms for the worst shape that fits), after a linear pre-scan of its depth;
+* a body up to ``SMALL`` bytes is decoded as UTF-8 and goes to ``json.loads`` in
+  one call (at most ~10 ms for the worst shape that fits), after a linear
+  pre-scan of its depth and of how many values and containers it holds;
 * a larger body goes through ``_Parser``: structure is walked in Python (the
   lock is handed over between steps), and every string, however long, is
   matched and decoded a slice at a time.
@@ -17,10 +18,18 @@ a parsed body, JSON schema to grammar among them, stay inside Python's stack)
 and more than ``MAX_VALUES`` values or ``MAX_CONTAINERS`` objects and arrays
 (what a parse, the validation after it and the garbage collector's walks cost is
 proportional to those), each with an ``InvalidRequest`` naming the limit.
+
+Bodies are strict UTF-8 (RFC 8259: JSON exchanged between systems is UTF-8),
+with no byte order mark.  ``json.loads`` of bytes would guess UTF-16 or UTF-32
+from the first bytes, while the pre-scan reads bytes as UTF-8: a UTF-16 body
+whose text holds a character with a ``"`` byte (U+0122 is ``22 01``) hid its
+brackets from the depth scan.  So neither path guesses: anything but UTF-8 is an
+``InvalidRequest`` saying so.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from json.decoder import scanstring  # type: ignore[attr-defined]
@@ -38,8 +47,8 @@ MAX_VALUES = 1_000_000
 # Objects and arrays are what costs: the garbage collector walks them (a full collection
 # over a million holds the lock for ~50 ms, whichever thread triggers it), and pydantic
 # validates a list of models in one call (50,000 chat messages: 68 ms on a 2-core EPYC).
-# 30,000 is some 10,000 messages with their content parts.  (A body of ``SMALL`` bytes
-# holds at most ~87,000 empty ones, which validate as fast as they parse.)
+# 30,000 is some 10,000 messages with their content parts.  Small bodies are held to it
+# too (``SMALL`` bytes hold ~87,000 empty ones), so one limit holds at every size.
 MAX_CONTAINERS = 30_000
 SMALL = 256 << 10
 SLICE = 1 << 20
@@ -60,36 +69,91 @@ _LITERALS = (
     (b"-Infinity", float("-inf")),
 )
 _NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+# Any byte order mark (RFC 8259: none is to be added) is refused; UTF-32's start with
+# UTF-16's.  Without one, a NUL among the first four bytes is how ``json.detect_encoding``
+# tells UTF-16 or UTF-32 (JSON text starts with ASCII).
+_BOMS = (codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 
 
 def deep_error() -> InvalidRequest:
     return InvalidRequest(f"invalid JSON in request body: nested deeper than {MAX_DEPTH} levels")
 
 
+def not_utf8(why: str) -> InvalidRequest:
+    return InvalidRequest(
+        f"invalid JSON in request body: not UTF-8 ({why}); send JSON as UTF-8 (RFC 8259)"
+    )
+
+
+def check_encoding(raw: bytes) -> None:
+    """Refuse a body that announces another encoding than plain UTF-8 in its first bytes."""
+    if raw.startswith(_BOMS):
+        raise not_utf8("it starts with a byte order mark")
+    if b"\x00" in raw[:4]:
+        raise not_utf8("it looks like UTF-16 or UTF-32")
+
+
 def loads(raw: bytes) -> Any:
     """``raw`` parsed as JSON within the limits; any failure is an ``InvalidRequest``."""
-    if len(raw) <= SMALL:
-        if json_depth(raw) > MAX_DEPTH:
-            raise deep_error()
-        try:
-            return json.loads(raw)
-        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-            raise InvalidRequest(f"invalid JSON in request body: {exc}") from None
-    return _Parser(raw).parse()
+    check_encoding(raw)
+    if len(raw) > SMALL:
+        return _Parser(raw).parse()
+    try:
+        # Strict: no surrogates encoded as UTF-8 (``json.loads`` of bytes lets them in).
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise not_utf8(f"{exc.reason} at byte {exc.start}") from None
+    check_small(raw)
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidRequest(f"invalid JSON in request body: {exc}") from None
 
 
-def json_depth(raw: bytes, stop_after: int = MAX_DEPTH) -> int:
-    """Deepest ``[``/``{`` nesting in ``raw``, brackets inside strings not counted.
+def check_small(raw: bytes) -> None:
+    """The large path's limits, for a body ``json.loads`` reads whole (UTF-8 ``raw``).
 
-    Linear: escape pairs are blanked (``\\\\`` first, then ``\\"``, which is how a
-    left-to-right reader pairs them), the text is split on the quotes left, and
-    only the even pieces (outside strings) are searched for brackets.  The walk
-    over the brackets stops once ``stop_after`` is passed.
-    """
-    if raw.count(b"[") + raw.count(b"{") <= stop_after:
-        return 0  # cannot be deeper than the limit: skip the scan
+    Counted on the bytes outside strings, in linear passes: containers are the
+    ``[`` and ``{``; values (what ``_Parser`` counts: the top one, each array
+    element, each member's value) are one plus the commas plus the non-empty
+    containers, each of whose k items is k - 1 commas.  A body too malformed
+    for these counts to mean anything fails in ``json.loads`` right after."""
+    brackets = raw.count(b"[") + raw.count(b"{")
+    if brackets <= MAX_DEPTH and brackets <= MAX_CONTAINERS:
+        if 1 + raw.count(b",") + brackets <= MAX_VALUES:
+            return  # within every limit whatever the strings hold: skip the scan
+    outside = _outside_strings(raw)
+    if _deepest(outside, MAX_DEPTH) > MAX_DEPTH:
+        raise deep_error()
+    containers = outside.count(b"[") + outside.count(b"{")
+    if containers > MAX_CONTAINERS:
+        raise too_many_containers()
+    tight = outside.translate(None, b" \t\n\r")
+    empty = tight.count(b"[]") + tight.count(b"{}")
+    if 1 + tight.count(b",") + containers - empty > MAX_VALUES:
+        raise too_many_values()
+
+
+def too_many_values() -> InvalidRequest:
+    return InvalidRequest(f"invalid JSON in request body: more than {MAX_VALUES} values")
+
+
+def too_many_containers() -> InvalidRequest:
+    return InvalidRequest(
+        f"invalid JSON in request body: more than {MAX_CONTAINERS} objects and arrays"
+    )
+
+
+def _outside_strings(raw: bytes) -> bytes:
+    """``raw`` with each string replaced by ``0``: escape pairs are blanked (``\\\\``
+    first, then ``\\"``, which is how a left-to-right reader pairs them) and the text
+    is split on the quotes left; the even pieces are outside strings."""
     plain = raw.replace(b"\\\\", b"__").replace(b'\\"', b"__")
-    brackets = b"".join(plain.split(b'"')[::2]).translate(None, _NOT_BRACKET)
+    return b"0".join(plain.split(b'"')[::2])
+
+
+def _deepest(outside: bytes, stop_after: int) -> int:
+    brackets = outside.translate(None, _NOT_BRACKET)
     depth = deepest = 0
     for c in brackets:
         if c in b"[{":
@@ -101,6 +165,17 @@ def json_depth(raw: bytes, stop_after: int = MAX_DEPTH) -> int:
         else:
             depth -= 1
     return deepest
+
+
+def json_depth(raw: bytes, stop_after: int = MAX_DEPTH) -> int:
+    """Deepest ``[``/``{`` nesting in UTF-8 ``raw``, brackets inside strings not counted.
+
+    Linear: only the text outside strings (``_outside_strings``) is searched for
+    brackets, and the walk over them stops once ``stop_after`` is passed.
+    """
+    if raw.count(b"[") + raw.count(b"{") <= stop_after:
+        return 0  # cannot be deeper than the limit: skip the scan
+    return _deepest(_outside_strings(raw), stop_after)
 
 
 class _Parser:
@@ -123,13 +198,13 @@ class _Parser:
     def count(self) -> None:
         self.values += 1
         if self.values > MAX_VALUES:
-            raise InvalidRequest(f"invalid JSON in request body: more than {MAX_VALUES} values")
+            raise too_many_values()
 
     def parse(self) -> Any:
         raw, n = self.raw, self.n
         # Each frame: [container, key of the member being read (objects)].
         stack: list[list[Any]] = []
-        pos = self.ws(3 if raw.startswith(b"\xef\xbb\xbf") else 0)
+        pos = self.ws(0)  # a byte order mark was refused by check_encoding
         while True:
             if pos >= n:
                 raise self.fail("unexpected end", pos)
@@ -140,10 +215,7 @@ class _Parser:
                     raise deep_error()
                 self.containers += 1
                 if self.containers > MAX_CONTAINERS:
-                    raise InvalidRequest(
-                        "invalid JSON in request body: more than "
-                        f"{MAX_CONTAINERS} objects and arrays"
-                    )
+                    raise too_many_containers()
                 container: dict[str, Any] | list[Any] = {} if c == 0x7B else []
                 pos = self.ws(pos + 1)
                 if pos < n and raw[pos] == c + 2:  # } or ]: empty
@@ -232,7 +304,7 @@ class _Parser:
             try:
                 text = chunk.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise self.fail(f"invalid UTF-8 ({exc.reason})", pos + exc.start) from None
+                raise not_utf8(f"{exc.reason} at byte {pos + exc.start}") from None
             if b"\\" in chunk:
                 text = scanstring(text + '"', 0)[0]
                 if not closed and text and "\ud800" <= text[-1] <= "\udbff":

@@ -139,3 +139,69 @@ def test_the_large_path_is_linear_in_the_length_of_one_string(
     start = time.process_time()
     assert jsonparse.loads(body) == json.loads(body)
     assert time.process_time() - start < 5.0
+
+
+def _deep(levels: int) -> str:
+    # U+0122 is the bytes 22 01 in UTF-16-LE: a quote to a reader of bytes as UTF-8,
+    # which then took every bracket after it for a string's text.
+    return '{"\u0122": 1, "messages": ' + "[" * levels + "]" * levels + "}"
+
+
+@pytest.mark.parametrize("codec", ["utf-16-le", "utf-16-be", "utf-16", "utf-32-le", "utf-32"])
+def test_utf16_and_utf32_bodies_are_refused_however_shallow_or_deep(codec: str) -> None:
+    for text in (_deep(MAX_DEPTH + 400), '{"model": "m"}'):
+        raw = text.encode(codec)
+        assert len(raw) <= jsonparse.SMALL  # the path that handed bytes to json.loads
+        with pytest.raises(InvalidRequest, match=r"not UTF-8.*send JSON as UTF-8"):
+            jsonparse.loads(raw)
+    big = ('{"pad": "' + "x" * jsonparse.SMALL + '", "m": 1}').encode(codec)
+    with pytest.raises(InvalidRequest, match="not UTF-8"):
+        jsonparse.loads(big)
+
+
+def test_a_byte_order_mark_is_refused_on_both_paths() -> None:
+    for raw in (b'\xef\xbb\xbf{"a": 1}', b'\xef\xbb\xbf{"a": "' + b"x" * jsonparse.SMALL + b'"}'):
+        with pytest.raises(InvalidRequest, match="byte order mark"):
+            jsonparse.loads(raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"a": "caf\xe9"}',  # Latin-1
+        b'{"a": "\xed\xa0\x80"}',  # a surrogate encoded as UTF-8 (json.loads lets it in)
+        b'{"a": "\xc3"}',
+        b'{"\xff": 1}',
+    ],
+)
+def test_invalid_utf8_is_refused_by_both_paths(raw: bytes) -> None:
+    with pytest.raises(InvalidRequest, match=r"not UTF-8 .* at byte"):
+        jsonparse.loads(raw)
+    big = raw[:-1] + b', "pad": "' + b"x" * jsonparse.SMALL + b'"}'
+    with pytest.raises(InvalidRequest, match=r"not UTF-8 .* at byte"):
+        jsonparse.loads(big)
+    assert jsonparse.loads('{"a": "café 😀"}'.encode()) == {"a": "café 😀"}
+
+
+def test_the_small_path_counts_values_and_containers(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert jsonparse.SMALL >= 4096  # these bodies go to json.loads whole
+    monkeypatch.setattr(jsonparse, "MAX_CONTAINERS", 100)
+    assert len(jsonparse.loads(b"[" + b"[]," * 98 + b"{}]")) == 99
+    with pytest.raises(InvalidRequest, match="more than 100 objects and arrays"):
+        jsonparse.loads(b"[" + b'{"a": []},' * 50 + b"[]]")
+    # Brackets, braces and commas inside strings count for nothing.
+    assert jsonparse.loads(json.dumps(["[{,]}" * 300]).encode()) == ["[{,]}" * 300]
+    monkeypatch.setattr(jsonparse, "MAX_VALUES", 1000)
+    assert len(jsonparse.loads(b"[" + b"1," * 998 + b"1]")) == 999
+    with pytest.raises(InvalidRequest, match="more than 1000 values"):
+        jsonparse.loads(b"[" + b"1," * 1000 + b"1]")
+    # Empty containers are one value each, as the large path counts them.
+    doc = {"k": [[], {}, [1, {"x": []}]] * 10, "s": "a,b"}
+    raw = json.dumps(doc).encode().replace(b"[]", b"[ \n]")
+    values = _Parser(raw)
+    values.parse()
+    monkeypatch.setattr(jsonparse, "MAX_VALUES", values.values)
+    assert jsonparse.loads(raw) == doc
+    monkeypatch.setattr(jsonparse, "MAX_VALUES", values.values - 1)
+    with pytest.raises(InvalidRequest, match="values"):
+        jsonparse.loads(raw)

@@ -87,6 +87,14 @@ def deep_json() -> tuple[str, bytes]:
     return "/api/chat", b'{"model": "tiny", "messages": ' + b"[" * 500_000 + b"]" * 500_000 + b"}"
 
 
+def utf16_deep_json() -> tuple[str, bytes]:
+    # UTF-16 whose "Ģ" (bytes 22 01) hid the brackets from a depth scan reading UTF-8: a
+    # schema 900 deep (json.loads' own limit is ~1,000) for the grammar builder's recursion.
+    schema = '{"type": "array", "items": ' * 900 + "{}" + "}" * 900
+    text = '{"model": "tiny", "\u0122": 1, "messages": [], "format": ' + schema + "}"
+    return "/api/chat", text.encode("utf-16-le")
+
+
 def escape_storm() -> tuple[str, bytes]:
     # The reproduction from the issue at 1 MB (it froze /health for 9.7 s at 48 KB).
     return "/api/generate", b"[" * 101 + b'"' + b'\\"' * 500_000
@@ -394,6 +402,7 @@ def think_budget_choices() -> tuple[str, bytes]:
 
 BODIES: list[Body] = [
     deep_json,
+    utf16_deep_json,
     escape_storm,
     escaped_prompt,
     container_bomb,
