@@ -253,6 +253,30 @@ def test_bad_requests_are_refused(body: dict[str, Any], words: str) -> None:
     refused(body, words)
 
 
+@pytest.mark.parametrize(
+    ("metadata", "words"),
+    [
+        ({"k": {"deep": [[[["x"]]]]}}, "metadata.k must be a string"),
+        ({"k": 7}, "metadata.k must be a string"),
+        ({f"k{i}": "v" for i in range(17)}, "metadata has 17 pairs; at most 16"),
+        ({"k" * 65: "v"}, "metadata keys are at most 64 characters, got 65"),
+        ({"k": "v" * 513}, "metadata.k is at most 512 characters, got 513"),
+        (["k", "v"], "metadata must be an object"),
+        ("k=v", "metadata must be an object"),
+    ],
+)
+def test_metadata_is_held_to_openais_limits(metadata: Any, words: str) -> None:
+    # It is echoed in the response and in every stream event: any depth, any size was.
+    refused({"metadata": metadata}, words)
+
+
+def test_metadata_at_the_limits_is_echoed() -> None:
+    most = {f"{i:02d}" + "k" * 62: "v" * 512 for i in range(16)}
+    for metadata, echoed in ((most, most), (None, {}), ({}, {})):
+        conv = responses_request_to_native({"model": "m", "input": "hi", "metadata": metadata})
+        assert conv.echo["metadata"] == echoed
+
+
 def chunk(done: bool = False, **message: Any) -> dict[str, Any]:
     out: dict[str, Any] = {
         "model": "m",

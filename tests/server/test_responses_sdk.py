@@ -264,3 +264,17 @@ def test_bad_input_gets_openai_errors_and_the_daemon_keeps_serving(d: Daemon) ->
         timeout=30,
     )
     assert raw.status_code == 400 and raw.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_metadata_is_echoed_within_openais_limits(d: Daemon) -> None:
+    c = openai_client(d)
+    tags = {f"tag{i:02d}": "v" * 512 for i in range(16)}  # the most OpenAI takes
+    events: list[Any] = list(
+        c.responses.create(model="script", input="hi", stream=True, temperature=0, metadata=tags)
+    )
+    assert all(e.response.metadata == tags for e in events if hasattr(e, "response"))
+    deep: Any = {"k": {"a": [[[[{"b": "x" * 4000}]]]]}}  # was echoed in every event
+    _refused(c, "metadata.k must be a string", input="hi", metadata=deep)
+    _refused(c, "at most 512 characters", input="hi", metadata={"k": "v" * 513})
+    _refused(c, "at most 16", input="hi", metadata={**tags, "one more": "v"})
+    assert c.responses.create(model="script", input="hi", temperature=0).metadata == {}

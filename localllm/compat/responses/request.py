@@ -43,6 +43,9 @@ _EFFORT = {
 }
 # Fields the daemon cannot honour without state or a hosted service: refused, not ignored.
 _STATEFUL = ("previous_response_id", "conversation", "prompt")
+# OpenAI's limits on ``metadata`` (pairs, key length, value length).  The daemon stores
+# nothing to tag, but it repeats metadata in the response and in every stream event.
+METADATA_PAIRS, METADATA_KEY, METADATA_VALUE = 16, 64, 512
 
 
 @dataclass
@@ -112,6 +115,25 @@ def _response_format(text: Any) -> dict[str, Any] | None:
     raise _bad(f"invalid text.format type {kind!r}")
 
 
+def _metadata(metadata: Any) -> dict[str, str]:
+    """``metadata`` checked as OpenAI does: up to 16 string pairs, keys of up to 64
+    characters, values of up to 512 (it is echoed in every event of a stream)."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise _bad("metadata must be an object of string values")
+    if len(metadata) > METADATA_PAIRS:
+        raise _bad(f"metadata has {len(metadata)} pairs; at most {METADATA_PAIRS} are allowed")
+    for key, value in metadata.items():
+        if len(key) > METADATA_KEY:
+            raise _bad(f"metadata keys are at most {METADATA_KEY} characters, got {len(key)}")
+        if not isinstance(value, str):
+            raise _bad(f"metadata.{key} must be a string")
+        if len(value) > METADATA_VALUE:
+            raise _bad(f"metadata.{key} is at most {METADATA_VALUE} characters, got {len(value)}")
+    return dict(metadata)
+
+
 def _effort(reasoning: Any) -> str | None:
     if reasoning is not None and not isinstance(reasoning, Mapping):
         raise _bad("reasoning must be an object")
@@ -139,6 +161,7 @@ def responses_request_to_native(body: Any) -> ResponsesConversion:
     truncation = body.get("truncation") or "disabled"
     if truncation not in ("auto", "disabled"):
         raise _bad('truncation must be "auto" or "disabled"')
+    metadata = _metadata(body.get("metadata"))
     instructions = body.get("instructions")
     instructions = None if instructions is None else string_field(instructions, "instructions")
     ignored = audit(body, RESPONSES_USED, RESPONSES_IGNORED) + _nested_ignored(body)
@@ -170,7 +193,7 @@ def responses_request_to_native(body: Any) -> ResponsesConversion:
         "reasoning": {"effort": (body.get("reasoning") or {}).get("effort"), "summary": None},
         "text": {"format": (body.get("text") or {}).get("format") or {"type": "text"}},
         "truncation": truncation,
-        "metadata": body.get("metadata") or {},
+        "metadata": metadata,
     }
     return ResponsesConversion(
         conv.native,
