@@ -405,8 +405,8 @@ CATALOG_REPO = Setting(
     "LOCALLLM_CATALOG_REPO",
     parse_hf_repo,
     "localllm/catalog",
-    "Hugging Face repo 'localllm catalog update' downloads catalog.toml from "
-    "(checked against the catalog.toml.sha256 beside it).",
+    "Hugging Face repo 'localllm catalog update' downloads catalog.toml from (used only "
+    "if the catalog.toml.sig beside it verifies with a key localllm ships).",
 )
 BACKENDS_REPO = Setting(
     "LOCALLLM_BACKENDS_REPO",

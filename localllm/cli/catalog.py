@@ -1,9 +1,10 @@
-"""``localllm catalog [list|update]``: the library names (``llama3.2``, ``qwen3:8b``).
+"""``localllm catalog [list|update|reset]``: the library names (``llama3.2``, ``qwen3:8b``).
 
 ``list`` (the default) prints every ``name:tag`` with the Hugging Face GGUF it
-pulls, marking each family's ``latest``; ``update`` downloads a newer catalogue
-(see ``localllm.store.catalog_update``).  Both read and write this machine's
-files, without the daemon, which reads the same files on each pull.
+pulls, marking each family's ``latest``; ``update`` downloads a newer, signed
+catalogue and ``reset`` removes it (see ``localllm.store.catalog_update``).  All
+read and write this machine's files, without the daemon, which reads the same files
+on each pull.
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ def register(sub: Any) -> None:
     up = verbs.add_parser(
         "update",
         help="Download the newest catalogue from Hugging Face",
-        description="Download catalog.toml from a Hugging Face repo (LOCALLLM_CATALOG_REPO), "
-        "check its sha256 against catalog.toml.sha256 beside it (or --sha256) "
-        "and validate it; the catalogue in use is kept on any failure.",
+        description="Download catalog.toml from a Hugging Face repo (LOCALLLM_CATALOG_REPO) "
+        "with its signature, catalog.toml.sig: it is used only if signed by a key this "
+        "localllm ships, dated no later than tomorrow and newer than the built-in "
+        "catalogue, and only for entries of known publishers. The catalogue in use is "
+        "kept on any failure.",
     )
     up.add_argument("--repo", help="Hugging Face repo, user/name (default: LOCALLLM_CATALOG_REPO)")
     up.add_argument(
@@ -43,9 +46,16 @@ def register(sub: Any) -> None:
     up.add_argument(
         "--sha256",
         metavar="HEX",
-        help="expected sha256 of the file; then no .sha256 file is needed",
+        help="also require this sha256 of the file (the signature is checked as well)",
     )
     up.set_defaults(func=run_update)
+    reset = verbs.add_parser(
+        "reset",
+        help="Remove the downloaded catalogue: the built-in one is used again",
+        description="Remove the catalogue 'catalog update' downloaded, its signature and "
+        "source.json. Your own catalog.toml in the config folder is kept.",
+    )
+    reset.set_defaults(func=run_reset)
     parser.set_defaults(func=run_list, query="")
 
 
@@ -118,8 +128,26 @@ def run_update(args: argparse.Namespace) -> int:
         f"downloaded hf.co/{result.repo}/{result.file} (sha256 {result.sha256[:12]}…): "
         f"{result.families} models, {result.tags} tags, dated {date}"
     )
+    if result.dropped:
+        print(f"left out {result.dropped} entries whose repos are not from a known publisher")
     if result.in_use:
         print(f"now in use; saved as {result.path}")
     else:
-        print(f"saved as {result.path}, but the built-in catalogue is newer and stays in use")
+        print(
+            f"saved as {result.path}, but the built-in catalogue is as new or newer "
+            "and stays in use"
+        )
+    return 0
+
+
+def run_reset(args: argparse.Namespace) -> int:
+    from localllm import paths
+    from localllm.store import catalog_update
+
+    removed = catalog_update.reset()
+    for path in removed:
+        print(f"removed {path}")
+    if not removed:
+        print(f"no downloaded catalogue in {paths.catalog_data()}: nothing to remove")
+    print("the built-in catalogue is in use")
     return 0

@@ -1,14 +1,16 @@
-"""``localllm catalog update``: download a newer catalogue from a Hugging Face repo.
+"""``localllm catalog update`` and ``reset``: the downloaded catalogue, fetched and removed.
 
-The repo (``LOCALLLM_CATALOG_REPO``, default ``localllm/catalog``) holds
-``catalog.toml`` and, beside it, ``catalog.toml.sha256`` (``sha256sum`` output
-or the bare hex digest).  The expected digest is that file's, or the one given
-with ``--sha256``, which then pins the exact file and needs no companion.  The
-download is bounded (``catalog.MAX_BYTES``), its sha256 checked, and the whole
-catalogue validated as the daemon would read it, before it replaces anything: on
-any failure the catalogue in use stays as it was.  The new copy is written
-atomically (temp file, fsync, rename) into ``paths.catalog_data()``, never into
-the installed package, with ``source.json`` beside it saying where it came from.
+``update`` downloads ``catalog.toml`` from a Hugging Face repo (``LOCALLLM_CATALOG_REPO``,
+default ``localllm/catalog``) and, beside it, ``catalog.toml.sig``: the file must be
+signed by a key this localllm ships, dated no later than tomorrow, and every entry
+must point at a known publisher (``store/catalog_trust.py``; a sha256 from the same
+repo would prove nothing).  ``--sha256`` pins one exact file on top of that.  The
+download is bounded (``catalog.MAX_BYTES``) and the whole catalogue validated as the
+daemon would read it before it replaces anything: on any failure the catalogue in
+use stays as it was.  The signature and the copy are written atomically (temp file,
+fsync, rename) into ``paths.catalog_data()``, never into the installed package, with
+``source.json`` beside them saying where they came from.  ``reset`` removes the three,
+so the built-in catalogue is in use again.
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ from pathlib import Path
 
 from localllm import config, paths
 from localllm.errors import DigestMismatch, InvalidRequest, PullError
-from localllm.store import catalog, hub
+from localllm.store import catalog, catalog_trust, hub
 
 FILE = "catalog.toml"
 _SHA_RE = re.compile(r"^([0-9a-fA-F]{64})(?:\s+\*?(\S+))?\s*$")
 _FILE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}(?:/[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})*$")
 TIMEOUT = 30.0
+_SAVED = (FILE, FILE + catalog_trust.SIG_SUFFIX, "source.json")  # what reset removes
 
 
 @dataclass(frozen=True)
@@ -39,8 +42,9 @@ class Update:
     sha256: str
     families: int
     tags: int
+    dropped: int  # entries left out: their repos' owners are not known publishers
     updated: dt.date | None
-    in_use: bool  # False when the built-in catalogue is newer and stays in use
+    in_use: bool  # False when the built-in catalogue is as new or newer and stays in use
     path: Path
 
 
@@ -49,20 +53,35 @@ def update(repo: str | None = None, file: str = FILE, sha256: str | None = None)
     repo = config.CATALOG_REPO.get() if repo is None else _repo(repo)
     if not _FILE_RE.fullmatch(file) or ".." in file.split("/"):
         raise InvalidRequest(f"invalid catalogue file name {file!r}")
-    want = _hex(sha256, "--sha256") if sha256 else _expected(repo, file)
+    want = _hex(sha256, "--sha256") if sha256 else None
+    where = f"hf.co/{repo}/{file}"
     data = _get(repo, file, catalog.MAX_BYTES)
     got = hashlib.sha256(data).hexdigest()
-    if got != want:
+    if want is not None and got != want:
         raise DigestMismatch(
-            f"hf.co/{repo}/{file}: sha256 {got} does not match the expected "
-            f"{want}; the catalogue in use is unchanged"
+            f"{where}: sha256 {got} does not match the expected {want}; "
+            "the catalogue in use is unchanged"
         )
-    where = f"hf.co/{repo}/{file}"
+    sig = _get(
+        repo,
+        file + catalog_trust.SIG_SUFFIX,
+        catalog_trust.SIG_MAX_BYTES,
+        missing=f"hf.co/{repo} has no {file}.sig beside {file}: an unsigned catalogue "
+        "is not used; the catalogue in use is unchanged",
+    )
+    catalog_trust.verify(data, sig, where)
     families, updated = catalog.parse(data, where, "updated")
-    if not families:
-        raise catalog.CatalogError(f"{where}: has no models")
+    catalog_trust.check_date(updated, where)
+    builtin, builtin_date = catalog.parse(catalog.builtin_bytes(), "the built-in catalogue")
+    kept = catalog_trust.keep_known_publishers(families, builtin, where)
+    tags = sum(len(f.tags) for f in kept.values())
+    if not kept:
+        raise catalog.CatalogError(f"{where}: has no models from known publishers")
     folder = paths.catalog_data()
-    target = folder / "catalog.toml"
+    target = folder / FILE
+    # The signature first: a crash between the two leaves a pair that does not verify,
+    # which load() ignores, rather than a copy that does with the old signature.
+    _write_atomic(folder / _SAVED[1], sig)
     _write_atomic(target, data)
     meta = {
         "repo": repo,
@@ -73,18 +92,31 @@ def update(repo: str | None = None, file: str = FILE, sha256: str | None = None)
         "updated": updated.isoformat() if updated else None,
     }
     _write_atomic(folder / "source.json", json.dumps(meta, indent=2).encode() + b"\n")
-    builtin_date = catalog.parse(catalog.builtin_bytes(), "the built-in catalogue")[1]
-    in_use = builtin_date is None or (updated is not None and updated > builtin_date)
     return Update(
         repo,
         file,
         got,
-        len(families),
-        sum(len(f.tags) for f in families.values()),
+        len(kept),
+        tags,
+        sum(len(f.tags) for f in families.values()) - tags,
         updated,
-        in_use,
+        catalog_trust.outranks(updated, builtin_date),
         target,
     )
+
+
+def reset() -> list[Path]:
+    """Remove the downloaded catalogue, its signature and ``source.json``: the files removed
+    (none when there was no download)."""
+    removed = []
+    for name in _SAVED:
+        path = paths.catalog_data() / name
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        removed.append(path)
+    return removed
 
 
 def source() -> dict[str, object] | None:
@@ -108,23 +140,6 @@ def _hex(raw: str, where: str) -> str:
     if match is None:
         raise InvalidRequest(f"{where}: expected a sha256 (64 hex digits)")
     return match.group(1).lower()
-
-
-def _expected(repo: str, file: str) -> str:
-    raw = _get(
-        repo,
-        file + ".sha256",
-        4096,
-        missing=(
-            f"hf.co/{repo} has no {file}.sha256 beside {file}: nothing to check the download "
-            "against (give the digest with --sha256)"
-        ),
-    )
-    try:
-        text = raw.decode("ascii").strip().splitlines()[0]
-    except (UnicodeDecodeError, IndexError):
-        text = ""
-    return _hex(text, f"hf.co/{repo}/{file}.sha256")
 
 
 def _get(repo: str, file: str, limit: int, *, missing: str | None = None) -> bytes:

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from localllm import paths
+from tests.support.catalogkeys import new_key, publish, trust
 from tests.support.daemon import Daemon, cli_env, free_port, run_cli, start_daemon
 from tests.support.echo import ECHO_TEMPLATE
 from tests.support.hubstub import HubStub
@@ -219,32 +220,64 @@ def test_catalog_list_shows_the_names_and_the_users_entries(tmp_path: Path) -> N
     ]
 
 
-def test_catalog_update_from_the_hub(hub: HubStub) -> None:
+def test_catalog_update_and_reset(
+    hub: HubStub, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``catalog update`` runs in this process, so that it trusts the test's key (the
+    real key is not in the repository); ``catalog`` and ``catalog reset`` are the CLI."""
+    from localllm.cli.main import main
+    from localllm.store import catalog_trust
+
     env = cli_env(free_port())
+    key = new_key()
+    trust(monkeypatch, key)
     data = (
-        b'format = 1\nupdated = 2099-01-01\n[models.fresh]\nlatest = "1b"\n'
-        b'tags."1b" = "hf.co/someone/Fresh-GGUF:Q4_K_M"\n'
-    )
-    hub.add_file("localllm/catalog", "catalog.toml", data, lfs=False)
+        f'format = 1\nupdated = {catalog_trust.today()}\n[models.fresh]\nlatest = "1b"\n'
+        'tags."1b" = "hf.co/bartowski/Fresh-GGUF:Q4_K_M"\n'
+        'tags."2b" = "hf.co/someone/Fresh-GGUF:Q4_K_M"\n'
+    ).encode()
+    publish(hub, data, key)
     sha = hashlib.sha256(data).hexdigest()
-    hub.add_file(
-        "localllm/catalog", "catalog.toml.sha256", f"{sha}  catalog.toml\n".encode(), lfs=False
-    )
-    out = run_cli("catalog", "update", env=env)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == [
+    assert main(["catalog", "update"]) == 0
+    saved = paths.catalog_data() / "catalog.toml"
+    assert capsys.readouterr().out.splitlines() == [
         f"downloaded hf.co/localllm/catalog/catalog.toml (sha256 {sha[:12]}…): 1 models, "
-        "1 tags, dated 2099-01-01",
-        f"now in use; saved as {paths.catalog_data() / 'catalog.toml'}",
+        f"1 tags, dated {catalog_trust.today()}",
+        "left out 1 entries whose repos are not from a known publisher",
+        f"now in use; saved as {saved}",
     ]
+    # The CLI in its own process checks the signature against the shipped keys, which
+    # did not sign this copy: it is ignored there, and the built-in catalogue is used.
     listed = run_cli("catalog", env=env)
-    assert listed.stdout.splitlines()[1].split() == [
+    assert listed.stderr.splitlines()[-1].endswith(", built-in")
+    assert "fresh:1b" not in listed.stdout
+    assert main(["catalog"]) == 0
+    out = capsys.readouterr()
+    assert out.out.splitlines()[1].split() == [
         "fresh:1b",
-        "hf.co/someone/Fresh-GGUF:Q4_K_M",
+        "hf.co/bartowski/Fresh-GGUF:Q4_K_M",
         "latest",
     ]
-    assert "downloaded from hf.co/localllm/catalog" in listed.stderr
-    bad = run_cli("catalog", "update", "--sha256", "0" * 64, env=env)
-    assert bad.returncode == 1 and len(bad.stderr.splitlines()) == 1
-    assert "does not match the expected" in bad.stderr and "unchanged" in bad.stderr
-    assert (paths.catalog_data() / "catalog.toml").read_bytes() == data
+    assert "downloaded from hf.co/localllm/catalog" in out.err
+    assert main(["catalog", "update", "--sha256", "0" * 64]) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "does not match the expected" in err
+    assert saved.read_bytes() == data
+
+    reset = run_cli("catalog", "reset", env=env)
+    assert reset.returncode == 0, reset.stderr
+    folder = paths.catalog_data()
+    assert reset.stdout.splitlines() == [
+        f"removed {folder / 'catalog.toml'}",
+        f"removed {folder / 'catalog.toml.sig'}",
+        f"removed {folder / 'source.json'}",
+        "the built-in catalogue is in use",
+    ]
+    assert list(folder.iterdir()) == []
+    assert main(["catalog"]) == 0 and capsys.readouterr().err.endswith(", built-in\n")
+    again = run_cli("catalog", "reset", env=env)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines() == [
+        f"no downloaded catalogue in {folder}: nothing to remove",
+        "the built-in catalogue is in use",
+    ]

@@ -1,5 +1,6 @@
 """The library-name catalogue: the built-in file, name resolution, the user's file, hostile
-catalogues, and ``catalog update`` against the local Hub stand-in."""
+catalogues, and ``catalog update`` against the local Hub stand-in (signed with a test key;
+the trust rules themselves are tests/store/test_catalog_trust.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import pytest
 
 from localllm import paths
 from localllm.errors import DigestMismatch, InvalidRequest, ModelNotFound, PullError
-from localllm.store import catalog, catalog_update
+from localllm.store import catalog, catalog_trust, catalog_update
 from localllm.store.names import parse_name
+from tests.support.catalogkeys import Key, install, new_key, publish, trust
 from tests.support.hubstub import HubStub
 
 # The names the issue and every Ollama tutorial use, and what Ollama's :latest means for
@@ -192,66 +194,78 @@ def test_huge_and_binary_catalogues_are_refused_before_parsing() -> None:
 
 
 # -- the downloaded copy -------------------------------------------------------------------------
-def _updated_copy(text: str) -> Path:
-    path = paths.catalog_data() / "catalog.toml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
+BUILTIN_DATE = catalog.parse(catalog.builtin_bytes(), "built-in")[1]
+assert BUILTIN_DATE is not None
+NEWER = BUILTIN_DATE + dt.timedelta(days=1)
+
+
+@pytest.fixture
+def key(monkeypatch: pytest.MonkeyPatch) -> Key:
+    """A test key pair the verifier trusts, and a clock set to the day after the
+    built-in catalogue's date (so a catalogue dated NEWER is not in the future)."""
+    k = new_key()
+    trust(monkeypatch, k)
+    monkeypatch.setattr(catalog_trust, "today", lambda: NEWER)
+    return k
+
+
+def _updated_copy(text: str, key: Key | None) -> Path:
+    return install(paths.catalog_data(), text.encode(), key)
 
 
 def test_a_downloaded_copy_is_used_only_when_newer_than_the_builtin_one(
-    caplog: pytest.LogCaptureFixture,
+    key: Key, caplog: pytest.LogCaptureFixture
 ) -> None:
-    builtin = catalog.load().updated
-    assert builtin is not None
-    newer = (builtin + dt.timedelta(days=1)).isoformat()
     _updated_copy(
-        f'format = 1\nupdated = {newer}\n[models.only]\nlatest = "1b"\n'
-        'tags."1b" = "hf.co/u/Only-GGUF:Q4_K_M"\n'
+        f'format = 1\nupdated = {NEWER}\n[models.only]\nlatest = "1b"\n'
+        'tags."1b" = "hf.co/bartowski/Only-GGUF:Q4_K_M"\n',
+        key,
     )
     cat = catalog.load()
     assert cat.base == "updated" and list(cat.families) == ["library/only"]
     with pytest.raises(ModelNotFound, match="not in the catalogue"):
         catalog.resolve(parse_name("llama3.2"))
-    older = (builtin - dt.timedelta(days=1)).isoformat()
-    _updated_copy(f'format = 1\nupdated = {older}\n[models.only]\ntags.a = "hf.co/u/r:Q4_K_M"\n')
-    assert catalog.load().base == "built-in"
+    for date in (BUILTIN_DATE - dt.timedelta(days=1), BUILTIN_DATE):
+        _updated_copy(
+            f'format = 1\nupdated = {date}\n[models.only]\ntags.a = "hf.co/Qwen/r:Q4_K_M"\n',
+            key,
+        )
+        with caplog.at_level(logging.INFO, logger="localllm.store.catalog"):
+            assert catalog.load().base == "built-in", date
+        assert "using the built-in catalogue" in caplog.text
     # Damaged on disk: a warning, and the built-in one keeps pulls working.
-    _updated_copy("[models.only\n")
+    _updated_copy("[models.only\n", key)
     with caplog.at_level(logging.WARNING, logger="localllm.store.catalog"):
         assert catalog.load().base == "built-in"
     assert "ignoring the downloaded catalogue" in caplog.text
 
 
 # -- catalog update ---------------------------------------------------------------------------
-GOOD = b"""format = 1
-updated = 2099-01-01
+GOOD = f"""format = 1
+updated = {NEWER}
 [models.fresh]
 latest = "1b"
-tags."1b" = "hf.co/someone/Fresh-GGUF:Q4_K_M"
-"""
+tags."1b" = "hf.co/bartowski/Fresh-GGUF:Q4_K_M"
+""".encode()
 
 
-def _publish(
-    hub: HubStub, data: bytes, *, sha: str | None = None, repo: str = "localllm/catalog"
-) -> None:
-    hub.add_file(repo, "catalog.toml", data, lfs=False)
-    digest = sha or hashlib.sha256(data).hexdigest()
-    hub.add_file(repo, "catalog.toml.sha256", f"{digest}  catalog.toml\n".encode(), lfs=False)
-
-
-def test_update_checks_the_sha256_then_installs_atomically(hubstub: HubStub) -> None:
-    _publish(hubstub, GOOD)
+def test_update_checks_the_signature_then_installs_atomically(hubstub: HubStub, key: Key) -> None:
+    publish(hubstub, GOOD, key)
     result = catalog_update.update()
-    assert (result.repo, result.families, result.tags, result.in_use) == (
+    assert (result.repo, result.families, result.tags, result.dropped, result.in_use) == (
         "localllm/catalog",
         1,
         1,
+        0,
         True,
     )
     assert result.sha256 == hashlib.sha256(GOOD).hexdigest()
     assert result.path.read_bytes() == GOOD
-    assert sorted(p.name for p in result.path.parent.iterdir()) == ["catalog.toml", "source.json"]
+    assert sorted(p.name for p in result.path.parent.iterdir()) == [
+        "catalog.toml",
+        "catalog.toml.sig",
+        "source.json",
+    ]
     source = catalog_update.source()
     assert source is not None and source["sha256"] == result.sha256
     assert resolve("fresh").source.model == "Fresh-GGUF"
@@ -262,53 +276,71 @@ def test_update_checks_the_sha256_then_installs_atomically(hubstub: HubStub) -> 
 
 @pytest.mark.parametrize(
     "case",
-    ["mismatch", "no-sha-file", "invalid", "too-big", "no-models", "no-repo", "bad-sha-file"],
+    [
+        "no-sig",
+        "bad-sig",
+        "other-key",
+        "tampered",
+        "invalid",
+        "too-big",
+        "no-models",
+        "no-repo",
+        "future",
+        "unknown-publishers",
+    ],
 )
-def test_a_failed_update_keeps_the_catalogue_in_use(hubstub: HubStub, case: str) -> None:
-    _publish(hubstub, GOOD)
+def test_a_failed_update_keeps_the_catalogue_in_use(hubstub: HubStub, key: Key, case: str) -> None:
+    publish(hubstub, GOOD, key)
     catalog_update.update()
     before = (paths.catalog_data() / "catalog.toml").read_bytes()
     repo = "someone/catalog"
     bad = b'format = 1\n[models.x]\ntags.a = "not-hf"\n'
-    if case == "mismatch":
-        _publish(
-            hubstub,
-            GOOD.replace(b"Fresh", b"Evil"),
-            sha=hashlib.sha256(GOOD).hexdigest(),
-            repo=repo,
-        )
-        expect: type[Exception] = DigestMismatch
-    elif case == "no-sha-file":
-        hubstub.add_file(repo, "catalog.toml", GOOD, lfs=False)
-        expect = PullError
-    elif case == "bad-sha-file":
-        hubstub.add_file(repo, "catalog.toml", GOOD, lfs=False)
-        hubstub.add_file(repo, "catalog.toml.sha256", b"<html>nope</html>", lfs=False)
-        expect = InvalidRequest
+    expect: type[Exception] = catalog.CatalogError
+    message = ""
+    if case == "no-sig":
+        publish(hubstub, GOOD, None, repo=repo)
+        expect, message = PullError, "has no catalog.toml.sig"
+    elif case == "bad-sig":
+        publish(hubstub, GOOD, None, repo=repo, sig=b"<html>nope</html>")
+        message = "not an Ed25519 signature"
+    elif case == "other-key":
+        publish(hubstub, GOOD.replace(b"Fresh", b"Evil"), new_key(), repo=repo)
+        message = "does not verify with any key this localllm ships"
+    elif case == "tampered":
+        publish(hubstub, GOOD.replace(b"Fresh", b"Evil"), None, repo=repo, sig=key.sign(GOOD))
+        message = "does not verify"
     elif case == "invalid":
-        _publish(hubstub, bad, repo=repo)
-        expect = catalog.CatalogError
+        publish(hubstub, bad, key, repo=repo)
+        message = "must be hf.co/"
     elif case == "too-big":
-        _publish(hubstub, b"#" * (catalog.MAX_BYTES + 10), repo=repo)
-        expect = catalog.CatalogError
+        publish(hubstub, b"#" * (catalog.MAX_BYTES + 10), key, repo=repo)
+        message = "larger than"
     elif case == "no-models":
-        _publish(hubstub, b"format = 1\n", repo=repo)
-        expect = catalog.CatalogError
+        publish(hubstub, b"format = 1\n", key, repo=repo)
+        message = "has no models"
+    elif case == "future":
+        far = GOOD.replace(str(NEWER).encode(), str(NEWER + dt.timedelta(days=2)).encode())
+        publish(hubstub, far, key, repo=repo)
+        message = "after today"
+    elif case == "unknown-publishers":
+        publish(hubstub, GOOD.replace(b"bartowski", b"someone"), key, repo=repo)
+        message = "has no models from known publishers"
     else:
-        expect = PullError
+        expect, message = PullError, "not found"
     with pytest.raises(expect) as err:
         catalog_update.update(repo)
-    assert "\n" not in str(err.value)
+    assert "\n" not in str(err.value) and message in str(err.value)
     assert (paths.catalog_data() / "catalog.toml").read_bytes() == before
     assert sorted(p.name for p in paths.catalog_data().iterdir()) == [
         "catalog.toml",
+        "catalog.toml.sig",
         "source.json",
     ]  # no temp file left behind
     assert resolve("fresh").source.model == "Fresh-GGUF"
 
 
-def test_update_with_a_pinned_sha256_needs_no_companion_file(hubstub: HubStub) -> None:
-    hubstub.add_file("someone/cat", "lib.toml", GOOD, lfs=False)
+def test_update_with_a_pinned_sha256_checks_it_too(hubstub: HubStub, key: Key) -> None:
+    publish(hubstub, GOOD, key, repo="someone/cat", file="lib.toml")
     digest = hashlib.sha256(GOOD).hexdigest()
     result = catalog_update.update("hf.co/someone/cat", "lib.toml", f"sha256:{digest}")
     assert (result.repo, result.file) == ("someone/cat", "lib.toml")
@@ -321,11 +353,14 @@ def test_update_with_a_pinned_sha256_needs_no_companion_file(hubstub: HubStub) -
         catalog_update.update("someone/cat", "../secrets")
 
 
-def test_update_says_when_the_builtin_catalogue_is_newer(hubstub: HubStub) -> None:
-    _publish(hubstub, GOOD.replace(b"2099-01-01", b"2000-01-01"))
-    result = catalog_update.update()
-    assert result.in_use is False
-    assert catalog.load().base == "built-in"
+def test_update_says_when_the_builtin_catalogue_is_as_new_or_newer(
+    hubstub: HubStub, key: Key
+) -> None:
+    for date in (BUILTIN_DATE - dt.timedelta(days=30), BUILTIN_DATE):
+        publish(hubstub, GOOD.replace(str(NEWER).encode(), str(date).encode()), key)
+        result = catalog_update.update()
+        assert result.in_use is False, date
+        assert catalog.load().base == "built-in"
 
 
 def test_update_without_the_hub_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
