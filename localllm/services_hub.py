@@ -14,12 +14,16 @@ devices a load would find (``scheduler/fit.py``, the planner itself):
   scaled from the one header read per repo.
 
 ``Machine`` is the devices and plan options; ``this_machine`` reads them (the
-hardware probe may run a child process: call it off the event loop).
+hardware probe may run a child process: call it off the event loop).  The probe's
+answer is reused for ``MACHINE_TTL_S`` (RAM re-read each time, which is cheap), and
+callers arriving during a probe wait for it: a burst of searches probes once.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -27,17 +31,18 @@ from typing import Any
 from localllm.api.wire import DryRun, FileSize, ProgressEvent, SearchModel, SearchResponse
 from localllm.errors import InvalidModelFile, LocalLLMError, PullError
 from localllm.gguf.info import ModelInfo
-from localllm.hardware.detect import Device
+from localllm.hardware.detect import Device, Hardware
 from localllm.scheduler.fit import Fit, assess, describe, reclaimed, scaled, unknown
 from localllm.scheduler.planner import LoadPlan, PlanOptions
 from localllm.services import model_details
-from localllm.store import hub, remote, search as hub_search
+from localllm.store import headercache, hub, search as hub_search
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[ProgressEvent], None]
 MAX_TEMPLATE_PARSE = 64 << 10  # larger templates are judged by their text (render cap too)
 MAX_INFO_TEXT = 4096  # longer header strings stay out of a dry run's model_info
+MACHINE_TTL_S = 10.0  # how long one probe's devices serve searches and fit checks
 
 
 class TooBig(PullError):
@@ -56,13 +61,44 @@ def this_machine(loaded: Iterable[LoadPlan] = ()) -> Machine:
     """This machine's devices as a new load would find them: fresh free memory, RPC
     workers that answer, and what ``loaded`` models hold counted as free (they would
     be evicted); the plan options from the daemon's settings, as a load uses them."""
-    from localllm.hardware.detect import refresh_memory
     from localllm.hardware.rpc import endpoint_of
 
-    hw = refresh_memory()
+    hw = _hardware()
     ready = {w.endpoint for w in hw.workers if w.ready}
     devices = [d for d in hw.devices if (ep := endpoint_of(d.name)) is None or ep in ready]
     return Machine(tuple(reclaimed(devices, loaded)), PlanOptions.from_config())
+
+
+_probe_lock = threading.Lock()
+_probed: tuple[float, Hardware] | None = None  # (when, refresh_memory's answer)
+
+
+def _hardware() -> Hardware:
+    """``refresh_memory()``, reused for ``MACHINE_TTL_S`` with the RAM figure refreshed.
+
+    On a GPU machine ``refresh_memory`` runs the probe child (about a second); one
+    search per keystroke must not run one each.  The lock makes callers that arrive
+    during a probe wait for its answer instead of starting their own.
+    """
+    global _probed
+    from localllm.hardware.cpu import available_ram
+    from localllm.hardware.detect import refresh_memory
+
+    with _probe_lock:
+        if _probed is None or time.monotonic() - _probed[0] > MACHINE_TTL_S:
+            _probed = (time.monotonic(), refresh_memory())
+            return _probed[1]
+        hw = _probed[1]
+    ram = available_ram()
+    devices = tuple(replace(d, free=ram) if d.kind == "cpu" else d for d in hw.devices)
+    return replace(hw, cpu=replace(hw.cpu, available_ram=ram), devices=devices)
+
+
+def forget_machine() -> None:
+    """Probe again on the next ``this_machine`` (tests; after a device change)."""
+    global _probed
+    with _probe_lock:
+        _probed = None
 
 
 @dataclass(frozen=True)
@@ -82,10 +118,10 @@ def plan_choice(
     """Read the chosen files' headers (and the projector's) and plan the load."""
     from localllm.scheduler.projector import header_cost
 
-    info, got = remote.read_model_info(repo_id, choice.files)
+    info, got = headercache.read_model_info(repo_id, choice.files)
     spent, opts, vision = got.bytes_read, machine.opts, False
     if mmproj is not None:
-        proj = remote.read_headers(repo_id, [mmproj])
+        proj = headercache.read_headers(repo_id, [mmproj])
         spent += proj.bytes_read
         if proj.headers[0].kv.get("general.architecture") == "clip":
             vision = True
@@ -260,9 +296,10 @@ def search(
     limit: int,
     machine: Callable[[], Machine],
     catalog: Callable[[], list[tuple[str, str]]] = _catalog_entries,
+    deadline_s: float = hub_search.DEADLINE_S,
 ) -> SearchResponse:
     """``GET /api/search``'s answer (see docs/api.md)."""
-    repos = hub_search.search(query, limit, catalog=catalog)
+    repos = hub_search.search(query, limit, catalog=catalog, deadline_s=deadline_s)
     here = machine()
     models: list[SearchModel] = []
     for r in repos:

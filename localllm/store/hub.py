@@ -1,5 +1,8 @@
 """The Hugging Face Hub side of a pull: list a GGUF repo and choose the files a tag names.
 
+``list_repo`` reads the repo's tree with our own client (``store/hubhttp.py``:
+no transparent decompression, bounded answers, next pages only on the Hub).
+
 ``hf.co/{user}/{repo}[:{tag}]``: the tag is a quant (case-insensitive, matched
 as a filename suffix before ``.gguf``, e.g. ``Q4_K_M`` or ``IQ3_S-imat``) or a
 full file name.  No tag (``latest``) picks Q4_K_M, else the first present of
@@ -12,15 +15,30 @@ The Hub is asked at call time with ``HF_ENDPOINT`` and ``HF_TOKEN`` read then
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from localllm.errors import ModelNotFound, PullError
+from localllm.errors import LocalLLMError, ModelNotFound, PullError
+
+if TYPE_CHECKING:
+    import httpx
+
+    from localllm.store.hubhttp import HubStatusError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 REVISION = "main"
+MAX_TREE_PAGES = 100  # the Hub sends 1000 files a page
+MAX_SIZE = 1 << 50  # a larger size in a listing is not believed
+LIST_RETRIES = 3
+LIST_BACKOFF_S = 0.5
+_SHA_RE = re.compile(r"[0-9a-f]{64}")
 # Sensible fallbacks when the default Q4_K_M is absent: similar size and quality first.
 QUANT_ORDER = (
     "Q4_K_M",
@@ -105,41 +123,90 @@ def transport_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
-def list_repo(repo_id: str) -> list[HubFile]:
-    """Every file of the repo with its size and LFS sha256."""
-    from huggingface_hub import HfApi
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        HfHubHTTPError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
-    from huggingface_hub.hf_api import RepoFile
+def list_repo(
+    repo_id: str, *, client: httpx.Client | None = None, pages: int = MAX_TREE_PAGES
+) -> list[HubFile]:
+    """Every file of the repo with its size and LFS sha256: ``GET /api/models/{repo}/tree/main
+    ?recursive=true``, read and paged safely (``hubhttp.get_json``), at most ``pages`` pages.
 
-    api = HfApi(endpoint=endpoint(), token=token())
+    A 429 or 5xx answer, or a failed connection, is tried again (``LIST_RETRIES``) unless
+    ``client`` is given: a caller with its own client (the search) has its own deadline.
+    """
+    import httpx
+
+    own = client is None
+    http = client or httpx.Client(follow_redirects=True, timeout=httpx.Timeout(30.0, connect=10.0))
+    url: str | None = f"{endpoint()}/api/models/{repo_id}/tree/{REVISION}"
+    params: dict[str, str] | None = {"recursive": "true"}
+    out: list[HubFile] = []
     try:
-        items = list(api.list_repo_tree(repo_id, recursive=True, revision=REVISION))
-    except GatedRepoError:
-        raise PullError(
-            f"hf.co/{repo_id} is gated: accept its terms on the Hub and set HF_TOKEN", status=403
-        ) from None
-    except (RepositoryNotFoundError, RevisionNotFoundError):
-        raise ModelNotFound(
-            f"pull model manifest: hf.co/{repo_id} not found (or private: set HF_TOKEN)"
-        ) from None
-    except HfHubHTTPError as exc:
-        status = exc.response.status_code if exc.response is not None else 502
-        raise PullError(
-            f"the Hub answered {status} listing hf.co/{repo_id}",
-            status=status if status >= 400 else 502,
-        ) from None
+        for page in range(pages):
+            if url is None:
+                break
+            data, nxt = _page(http, repo_id, url, params, LIST_RETRIES if own else 0)
+            if not isinstance(data, list):
+                raise PullError(f"the Hub's tree of hf.co/{repo_id} is not a list", status=502)
+            out.extend(tree_files(data))
+            url, params = nxt, None
+            if url is not None and page == pages - 1:
+                log.warning("hf.co/%s: listed %d pages of files; not reading more", repo_id, pages)
     except transport_errors() as exc:
         raise PullError(f"cannot reach the Hub at {endpoint()}: {exc}", status=502) from None
+    finally:
+        if own:
+            http.close()
+    return out
+
+
+def _page(
+    http: httpx.Client, repo_id: str, url: str, params: dict[str, str] | None, retries: int
+) -> tuple[Any, str | None]:
+    from localllm.store import hubhttp
+
+    for attempt in range(retries + 1):
+        try:
+            return hubhttp.get_json(http, url, params, endpoint=endpoint(), token=token())
+        except hubhttp.HubStatusError as exc:
+            if attempt == retries or not _transient(exc.answered):
+                raise _listing_error(repo_id, exc) from None
+        except transport_errors():
+            if attempt == retries:
+                raise
+        time.sleep(LIST_BACKOFF_S * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+def _transient(status: int) -> bool:
+    return status == 429 or (status >= 500 and status != 501)
+
+
+def _listing_error(repo_id: str, exc: HubStatusError) -> LocalLLMError:
+    """The Hub's refusal as ``huggingface_hub`` maps it (its ``X-Error-Code`` first)."""
+    if exc.code == "GatedRepo":
+        return PullError(
+            f"hf.co/{repo_id} is gated: accept its terms on the Hub and set HF_TOKEN", status=403
+        )
+    if exc.code in ("RepoNotFound", "RevisionNotFound") or exc.answered in (401, 404):
+        return ModelNotFound(
+            f"pull model manifest: hf.co/{repo_id} not found (or private: set HF_TOKEN)"
+        )
+    return PullError(f"the Hub answered {exc.answered} listing hf.co/{repo_id}", status=exc.status)
+
+
+def tree_files(entries: list[Any]) -> list[HubFile]:
+    """The files of one page of a tree listing; entries that are not sane files are skipped."""
     out = []
-    for item in items:
-        if isinstance(item, RepoFile):
-            sha = item.lfs.sha256 if item.lfs is not None else None
-            out.append(HubFile(item.path, int(item.size), sha))
+    for e in entries:
+        if not isinstance(e, dict) or e.get("type") != "file":
+            continue
+        path, size, lfs = e.get("path"), e.get("size"), e.get("lfs")
+        if not isinstance(path, str) or not path or len(path) > 1024 or ".." in path.split("/"):
+            continue
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size < MAX_SIZE:
+            continue
+        sha = lfs.get("oid") if isinstance(lfs, dict) else None
+        sha = sha if isinstance(sha, str) and _SHA_RE.fullmatch(sha) else None
+        out.append(HubFile(path, size, sha))
     return out
 
 

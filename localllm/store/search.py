@@ -8,49 +8,57 @@ count, architecture, training context, chat template), adds the repos the
 library catalogue names for the query, then, per repo and concurrently, lists
 the tree with sizes (``/api/models/{repo}/tree/main?recursive=true``) and reads
 the header of its smallest single-file quant over range requests
-(``store/remote.py``); the other quants are planned by scaling its weights by
-file size (``scheduler/fit.scaled``).
+(``store/headercache.py``); the other quants are planned by scaling its weights
+by file size (``scheduler/fit.scaled``).
 
-Time is bounded: ``WORKERS`` repos at once, ``TIMEOUT`` per request and
-``DEADLINE_S`` for the whole search; a repo whose tree or header is not there
-by then comes back with what is known (no quants, or no header: the fit is
-"unknown"), and a repo that failed says why in ``error``.  Everything the Hub
-sends is checked before use: repo ids must be valid model names, sizes sane
-integers, answers under ``MAX_ANSWER`` bytes.
+What one search may cost is bounded by ``limit`` (``store/hubhttp.Bounds`` on its
+one client counts every request, redirects included): the search itself, then
+for each of at most ``limit`` repos one model-info lookup (catalogue repos the
+search did not return; at most ``limit`` lookups, found or not), ``TREE_PAGES``
+pages of its tree and one header read of ``HEADER_REQUESTS`` requests at most
+(the resolve redirect and its ranges: a real header of 1-8 MB takes 3 to 10).
+That is ``1 + REQUESTS_PER_RESULT * limit`` requests, whatever the catalogue or
+the Hub answer.  Time is bounded too: ``WORKERS`` repos at once, ``TIMEOUT``
+per request, shortened to what is left of ``DEADLINE_S`` for the whole search.
+At the deadline the search is cancelled: no new request starts, answers still
+arriving are cut (their sockets shut down), and ``search`` returns only once
+its workers have stopped; nothing of it runs after it returns.  A repo whose
+tree or header was not there in time comes back with what is known (no quants,
+or no header: the fit is "unknown"), and a repo that failed says why in
+``error``.  Everything the Hub sends is checked before use (``hubhttp``): repo
+ids must be valid model names, sizes sane integers, answers bounded.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
 
-from localllm.errors import InvalidRequest, LocalLLMError, PullError
+from localllm.errors import InvalidRequest, LocalLLMError, PullError, ServerBusy
 from localllm.gguf.info import ModelInfo
-from localllm.store import hub, projector, remote
-from localllm.store.hub import HubFile
+from localllm.store import headercache, hub, hubhttp, projector
+from localllm.store.hub import MAX_SIZE, HubFile
 
 log = logging.getLogger(__name__)
 
-WORKERS = 8
+WORKERS = 4
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
 DEADLINE_S = 25.0
-MAX_ANSWER = 16 << 20
 MAX_LIMIT = 50
 MAX_QUERY = 200
-MAX_TREE_PAGES = 20
-MAX_SIZE = 1 << 50
+TREE_PAGES = 2  # 2000 files: more than any GGUF repo of the search's kind
+HEADER_REQUESTS = 16
+REQUESTS_PER_RESULT = 1 + TREE_PAGES + HEADER_REQUESTS
 EXPAND = ("downloads", "likes", "lastModified", "pipeline_tag", "tags", "gguf")
 _REPO_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_][A-Za-z0-9_.-]{0,95}$")
-_NEXT_RE = re.compile(r'<([^>]+)>;\s*rel="next"')
 
 # The library catalogue's view, as (name, repo) pairs: wired to store/catalog.py.
 CatalogFn = Callable[[], list[tuple[str, str]]]
@@ -115,21 +123,8 @@ def _repo_from(item: Any) -> Repo | None:
     )
 
 
-def _get_json(client: httpx.Client, url: str, params: Any = None) -> tuple[Any, httpx.Response]:
-    with client.stream("GET", url, params=params, headers=remote.hub_headers()) as r:
-        if r.status_code != 200:
-            raise PullError(f"the Hub answered {r.status_code} to {r.url.path}", status=502)
-        body = bytearray()
-        for chunk in r.iter_bytes():
-            body += chunk
-            if len(body) > MAX_ANSWER:
-                raise PullError(
-                    f"the Hub's answer to {r.url.path} is over {MAX_ANSWER >> 20} MiB", status=502
-                )
-    try:
-        return json.loads(body), r
-    except ValueError:
-        raise PullError(f"the Hub sent malformed JSON for {r.url.path}", status=502) from None
+def _get_json(client: httpx.Client, url: str, params: Any = None) -> tuple[Any, str | None]:
+    return hubhttp.get_json(client, url, params, endpoint=hub.endpoint(), token=hub.token())
 
 
 def _expand() -> list[tuple[str, str]]:
@@ -155,36 +150,15 @@ def hub_repo(client: httpx.Client, repo: str) -> Repo | None:
     """One repo's search fields (a catalogue entry the search text did not find)."""
     try:
         data, _ = _get_json(client, f"{hub.endpoint()}/api/models/{repo}", _expand())
-    except PullError:
+    except (PullError, httpx.HTTPError) as exc:
+        log.info("search: no details for catalogue repo %s: %s", repo, exc)
         return None
     return _repo_from(data)
 
 
 def list_tree(client: httpx.Client, repo: str) -> list[HubFile]:
-    """Every file of ``repo`` with its size and LFS sha256 (pages followed via ``Link``)."""
-    url: str | None = f"{hub.endpoint()}/api/models/{repo}/tree/{hub.REVISION}"
-    params: Any = {"recursive": "true"}
-    out: list[HubFile] = []
-    for _ in range(MAX_TREE_PAGES):
-        if url is None:
-            break
-        data, r = _get_json(client, url, params)
-        if not isinstance(data, list):
-            raise PullError(f"the Hub's tree of {repo} is not a list", status=502)
-        for e in data:
-            if not isinstance(e, dict) or e.get("type") != "file":
-                continue
-            path, lfs = e.get("path"), e.get("lfs")
-            if not isinstance(path, str) or not path or len(path) > 1024 or ".." in path:
-                continue
-            sha = lfs.get("oid") if isinstance(lfs, dict) else None
-            sha = sha if isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha) else None
-            out.append(HubFile(path, _int(e.get("size")), sha))
-        m = _NEXT_RE.search(r.headers.get("link", ""))
-        url, params = (m.group(1), None) if m else (None, None)
-        if url is not None and httpx.URL(url).host != httpx.URL(hub.endpoint()).host:
-            break  # a next page elsewhere is not followed
-    return out
+    """Every file of ``repo`` with its size and LFS sha256, at most ``TREE_PAGES`` pages."""
+    return hub.list_repo(repo, client=client, pages=TREE_PAGES)
 
 
 def quants_of(files: list[HubFile]) -> list[Quant]:
@@ -209,7 +183,7 @@ def _fill(client: httpx.Client, r: Repo, lock: threading.Lock) -> None:
         pick = next((q for q in quants if len(q.files) == 1), quants[0] if quants else None)
         if pick is None:
             return
-        info, got = remote.read_model_info(r.repo, pick.files, client=client)
+        info, got = headercache.read_model_info(r.repo, pick.files, client=client)
         with lock:
             r.info, r.read_from, r.header_bytes = info, pick, got.bytes_read
             r.data_bytes = sum(t[2] for h in got.headers for t in h.tensors)
@@ -231,10 +205,12 @@ def search(
         raise InvalidRequest(f"a search needs a query of 1 to {MAX_QUERY} characters")
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidRequest(f"limit must be between 1 and {MAX_LIMIT}")
+    if deadline_s <= 0:  # its time went waiting for a turn (server/routes_search.py)
+        raise ServerBusy("too many searches at once; try again")
     entries = catalog() if catalog is not None else []
-    end = time.monotonic() + deadline_s
-    client = httpx.Client(follow_redirects=True, timeout=TIMEOUT)
-    pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="hub-search")
+    bounds = hubhttp.Bounds(1 + REQUESTS_PER_RESULT * limit, time.monotonic() + deadline_s)
+    client = hubhttp.bounded_client(bounds, TIMEOUT)
+    pool = ThreadPoolExecutor(min(WORKERS, limit), thread_name_prefix="hub-search")
     try:
         try:
             found = hub_search(client, query, limit)
@@ -245,23 +221,17 @@ def search(
         repos = _with_catalog(client, found, entries, query, limit)
         lock = threading.Lock()
         futures = [pool.submit(_fill, client, r, lock) for r in repos]
-        wait(futures, timeout=max(end - time.monotonic(), 0))
-        with lock:  # a snapshot: late answers do not change what is returned
+        wait(futures, timeout=max(bounds.remaining(), 0))
+        with lock:  # a snapshot: what the cancelled workers record next is not returned
             return [_copy(r) for r in repos]
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-        # The client is closed once the last worker is done with it, off this thread.
-        threading.Thread(target=_close_after, args=(pool, client), daemon=True).start()
-
-
-def _close_after(pool: ThreadPoolExecutor, client: httpx.Client) -> None:
-    pool.shutdown(wait=True)
-    client.close()
+        # Cancelled, then waited for: no request or worker of this search outlives it.
+        bounds.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
+        client.close()
 
 
 def _copy(r: Repo) -> Repo:
-    from dataclasses import replace
-
     return replace(
         r, quants=list(r.quants) if r.quants is not None else None, catalog=list(r.catalog)
     )
@@ -279,9 +249,22 @@ def _with_catalog(
     wanted = [repo for name, repo in entries if q in name.lower()]
     by_id = {r.repo.lower(): r for r in found}
     out: list[Repo] = []
+    lookups = 0
     for repo in dict.fromkeys(w.lower() for w in wanted):
-        r = by_id.get(repo) or hub_repo(client, next(w for w in wanted if w.lower() == repo))
-        if r is not None and len(out) < limit:
+        if len(out) >= limit:
+            break
+        r = by_id.get(repo)
+        if r is None:
+            # At most ``limit`` lookups, answered or not: a query matching every
+            # catalogue name ("e") must not cost a request per name.
+            if lookups >= limit:
+                break
+            lookups += 1
+            try:
+                r = hub_repo(client, next(w for w in wanted if w.lower() == repo))
+            except hubhttp.Stopped:
+                break  # out of time: the Hub's own results still count
+        if r is not None:
             out.append(r)
     for r in found:
         if len(out) < limit and all(r.repo.lower() != o.repo.lower() for o in out):
