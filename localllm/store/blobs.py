@@ -250,9 +250,13 @@ class BlobStore:
         if final.exists():
             # Same content already stored (content-addressed): keep the old file
             # and drop the new copy (a promoted ``-partial`` must not linger).
-            os.utime(final)
-            tmp.unlink(missing_ok=True)
-            return
+            try:
+                os.utime(final)
+            except FileNotFoundError:
+                pass  # a delete removed it since: ours takes its place below
+            else:
+                tmp.unlink(missing_ok=True)
+                return
         os.replace(tmp, final)
         fsync_dir(self.root)
 

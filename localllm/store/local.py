@@ -3,19 +3,30 @@
 ``Store`` is what services use: list, read, copy and delete models, store text
 layers, and collect garbage.  Pulls (``store/pull.py``) and creates write
 through it too.
+
+A pull references its blobs only when it commits its manifest, seconds or hours
+after it found or wrote them, and a delete of the same model meanwhile would
+collect them from under it (then the pull failed on a file that had just
+vanished, or committed a manifest whose blobs were gone).  So a pull ``hold``s
+each blob before it looks for it or writes it: garbage collection skips held
+blobs, and remembers the ones it skipped; when the last hold on such a blob
+ends and still no manifest uses it, it is removed then.
 """
 
 from __future__ import annotations
 
 import builtins
+import hashlib
 import json
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from localllm import config, paths
+from localllm.errors import ModelNotFound
 from localllm.store.blobs import BlobStore, open_by_live_process, pid_alive
 from localllm.store.manifests import (
     CONFIG_MEDIA_TYPE,
@@ -50,6 +61,40 @@ class PartialsReport:
         return sum(size for _, size in self.removed)
 
 
+class Hold:
+    """The blobs one operation in flight (a pull) will reference when it commits: no
+    delete, replacement or prune removes them until ``release`` (see the module docstring)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.digests: set[str] = set()
+
+    def add(self, digest: str) -> None:
+        with self.store.lock:
+            if digest not in self.digests:
+                self.digests.add(digest)
+                self.store._held[digest] += 1
+
+    def release(self) -> None:
+        """End the hold; a blob garbage collection skipped meanwhile goes now if unused."""
+        store = self.store
+        with store.lock:
+            gone = []
+            for digest in self.digests:
+                store._held[digest] -= 1
+                if store._held[digest] <= 0:
+                    del store._held[digest]
+                    if digest in store._doomed:
+                        store._doomed.discard(digest)
+                        gone.append(digest)
+            self.digests.clear()
+            if gone:
+                in_use = store.manifests.referenced()
+                for digest in gone:
+                    if digest not in in_use:
+                        store.blobs.remove(digest)
+
+
 class Store:
     """A model store rooted at ``root`` (default: ``paths.models()``)."""
 
@@ -59,10 +104,20 @@ class Store:
         self.manifests = ManifestStore(self.root / "manifests")
         # Serialises manifest replacement + GC so a prune never races a commit.
         self.lock = threading.RLock()
+        self._held: Counter[str] = Counter()  # digest -> holds on it (see ``Hold``)
+        self._doomed: set[str] = set()  # held blobs garbage collection skipped
+
+    def hold(self) -> Hold:
+        """A new, empty ``Hold``; the caller must ``release`` it (``try``/``finally``)."""
+        return Hold(self)
 
     # -- reading -------------------------------------------------------------
     def get(self, name: ModelName) -> Entry:
-        return self.manifests.read(name)
+        try:
+            return self.manifests.read(name)
+        except FileNotFoundError:
+            # Deleted between being found and being read (deletes do not wait for readers).
+            raise ModelNotFound(f"model '{name.display}' not found") from None
 
     def list(self) -> list[Entry]:
         return sorted(self.manifests.entries(), key=lambda e: e.modified, reverse=True)
@@ -131,15 +186,21 @@ class Store:
         return value if isinstance(value, dict) else {}
 
     # -- writing -------------------------------------------------------------
-    def put_bytes(self, media_type: str, data: bytes, name: str | None = None) -> Layer:
+    def put_bytes(
+        self, media_type: str, data: bytes, name: str | None = None, *, hold: Hold | None = None
+    ) -> Layer:
+        """Store ``data`` as a blob; ``hold``: held before it is written, so a delete of a
+        model with the same layer cannot collect it before the caller commits."""
+        if hold is not None:
+            hold.add(f"sha256:{hashlib.sha256(data).hexdigest()}")
         digest = self.blobs.write_bytes(data)
         return Layer(media_type, digest, len(data), name)
 
-    def put_json(self, media_type: str, value: Any) -> Layer:
-        return self.put_bytes(media_type, json.dumps(value, sort_keys=True).encode())
+    def put_json(self, media_type: str, value: Any, *, hold: Hold | None = None) -> Layer:
+        return self.put_bytes(media_type, json.dumps(value, sort_keys=True).encode(), hold=hold)
 
-    def put_config(self, value: dict[str, Any]) -> Layer:
-        return self.put_json(CONFIG_MEDIA_TYPE, value)
+    def put_config(self, value: dict[str, Any], *, hold: Hold | None = None) -> Layer:
+        return self.put_json(CONFIG_MEDIA_TYPE, value, hold=hold)
 
     def commit(self, name: ModelName, manifest: Manifest) -> str:
         """Write the manifest for ``name`` (all blobs must be present), then prune."""
@@ -184,7 +245,10 @@ class Store:
             return
         in_use = self.manifests.referenced()
         for digest in candidates - in_use:
-            self.blobs.remove(digest)
+            if digest in self._held:
+                self._doomed.add(digest)  # removed when its last hold ends, if still unused
+            else:
+                self.blobs.remove(digest)
 
     def prune(self, grace_seconds: float = 3600.0) -> builtins.list[str]:
         """Remove blobs no manifest references and older than the grace period.
@@ -199,7 +263,8 @@ class Store:
             if config.NOPRUNE.get():
                 self.blobs.remove_stale_tmp()
                 return []
-            return self.blobs.prune(self.manifests.referenced(), grace_seconds=grace_seconds)
+            keep = self.manifests.referenced() | set(self._held)
+            return self.blobs.prune(keep, grace_seconds=grace_seconds)
 
     def prune_partials(
         self, *, daemon_pid: int | None = None, dry_run: bool = False, now: float | None = None

@@ -29,7 +29,7 @@ from localllm.errors import InvalidModelFile, InvalidRequest, PullError
 from localllm.gguf.info import ModelInfo, read_model_info_split
 from localllm.store import download, hub, projector as proj
 from localllm.store.importer import config_for
-from localllm.store.local import Store
+from localllm.store.local import Hold, Store
 from localllm.store.manifests import (
     MEDIA_MODEL,
     MEDIA_PARAMS,
@@ -101,39 +101,48 @@ def pull_model(
     from huggingface_hub.utils import build_hf_headers
 
     headers = build_hf_headers(token=hub.token())
-    layers: list[Layer] = []
-    split = len(choice.files) > 1
+    # Every blob this pull finds or writes is held until it ends: a delete of the same
+    # model meanwhile must not collect what the manifest is about to reference.
+    hold = store.hold()
+    try:
+        layers: list[Layer] = []
+        split = len(choice.files) > 1
 
-    def fetch(f: hub.HubFile) -> str:
-        if not f.sha256:
-            raise PullError(f"{f.path} in hf.co/{repo_id} has no LFS sha256 to verify against")
-        digest = parse_digest("sha256:" + f.sha256)
+        def fetch(f: hub.HubFile) -> str:
+            if not f.sha256:
+                raise PullError(f"{f.path} in hf.co/{repo_id} has no LFS sha256 to verify against")
+            digest = parse_digest("sha256:" + f.sha256)
+            _check_cancel(cancel)
+            status = f"pulling {digest[7:19]}"
+
+            def report(done: int) -> None:
+                progress({"status": status, "digest": digest, "total": f.size, "completed": done})
+
+            url = hf_hub_url(repo_id, f.path, revision=hub.REVISION, endpoint=hub.endpoint())
+            hold.add(digest)  # before looking: a blob found here stays until the commit
+            download.fetch(store.blobs, digest, f.size, url, headers, report, cancel)
+            return digest
+
+        for f in choice.files:
+            layers.append(Layer(MEDIA_MODEL, fetch(f), f.size, f.filename if split else None))
+        if mmproj is not None:
+            layers.append(Layer(MEDIA_PROJECTOR, fetch(mmproj), mmproj.size, mmproj.filename))
+
+        progress({"status": "verifying sha256 digest"})
+        info = _model_info(store, [x for x in layers if x.media_type == MEDIA_MODEL])
+        layers = _check_projector(store, layers, progress, explicit=bool(projector))
+        layers += _extra_layers(store, repo_id, choice, headers, info, hold)
+        origin = _origin(repo_id, choice, mmproj, layers, via)
+        config = store.put_config({**config_for(info), "origin": origin}, hold=hold)
         _check_cancel(cancel)
-        status = f"pulling {digest[7:19]}"
-
-        def report(done: int) -> None:
-            progress({"status": status, "digest": digest, "total": f.size, "completed": done})
-
-        url = hf_hub_url(repo_id, f.path, revision=hub.REVISION, endpoint=hub.endpoint())
-        download.fetch(store.blobs, digest, f.size, url, headers, report, cancel)
-        return digest
-
-    for f in choice.files:
-        layers.append(Layer(MEDIA_MODEL, fetch(f), f.size, f.filename if split else None))
-    if mmproj is not None:
-        layers.append(Layer(MEDIA_PROJECTOR, fetch(mmproj), mmproj.size, mmproj.filename))
-
-    progress({"status": "verifying sha256 digest"})
-    info = _model_info(store, [x for x in layers if x.media_type == MEDIA_MODEL])
-    layers = _check_projector(store, layers, progress, explicit=bool(projector))
-    layers += _extra_layers(store, repo_id, choice, headers, info)
-    origin = _origin(repo_id, choice, mmproj, layers, via)
-    config = store.put_config({**config_for(info), "origin": origin})
-    _check_cancel(cancel)
-    progress({"status": "writing manifest"})
-    store.commit(name, Manifest(config, layers))
-    progress({"status": "success"})
-    return store.get(name)
+        progress({"status": "writing manifest"})
+        with store.lock:  # the entry as committed, even if a delete comes right after
+            store.commit(name, Manifest(config, layers))
+            entry = store.get(name)
+        progress({"status": "success"})
+        return entry
+    finally:
+        hold.release()
 
 
 def _origin(
@@ -215,7 +224,12 @@ def _stop_tokens(info: ModelInfo) -> list[str]:
 
 
 def _extra_layers(
-    store: Store, repo_id: str, choice: hub.Choice, headers: dict[str, str], info: ModelInfo
+    store: Store,
+    repo_id: str,
+    choice: hub.Choice,
+    headers: dict[str, str],
+    info: ModelInfo,
+    hold: Hold,
 ) -> list[Layer]:
     """Template / system / params layers: the repo's own files, else stop tokens from the GGUF.
 
@@ -243,12 +257,12 @@ def _extra_layers(
             if isinstance(value, dict):
                 params = value
             continue
-        out.append(store.put_bytes(media, data))
+        out.append(store.put_bytes(media, data, hold=hold))
     if params is None:
         stops = _stop_tokens(info)
         params = {"stop": stops} if stops else None
     if params:
-        out.append(store.put_json(MEDIA_PARAMS, params))
+        out.append(store.put_json(MEDIA_PARAMS, params, hold=hold))
     return out
 
 

@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -177,3 +178,19 @@ def test_a_full_disk_is_no_space_not_an_internal_error(tmp_path: Path) -> None:
     real.close()
     w.abort()
     assert _names(blobs.root) == set()
+
+
+def test_storing_a_blob_that_a_delete_removes_meanwhile_keeps_the_new_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = BlobStore(tmp_path / "blobs")
+    digest = store.write_bytes(b"same bytes")
+    real_utime = os.utime
+
+    def deleted_first(path: Any, *args: Any, **kw: Any) -> None:
+        Path(path).unlink()  # a delete's collection, between exists() and utime()
+        real_utime(path, *args, **kw)
+
+    monkeypatch.setattr(os, "utime", deleted_first)
+    assert store.write_bytes(b"same bytes") == digest
+    assert store.read_bytes(digest) == b"same bytes"

@@ -213,3 +213,48 @@ def test_prune_partials_keeps_recent_ones_while_the_daemon_runs(store: Store) ->
     assert [p for p, _ in report.kept] == [recent]
     # Without a live daemon nobody can be about to reopen it.
     assert store.prune_partials(daemon_pid=2**22 + 1).freed == 10
+
+
+def test_get_of_a_model_deleted_while_being_read_is_a_404(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = parse_name("gone:latest")
+    # Found, then deleted before it is opened: the reader must see "not found", not an OSError.
+    monkeypatch.setattr(
+        store.manifests, "locate", lambda _n: store.manifests.root / "library" / "gone" / "latest"
+    )
+    with pytest.raises(ModelNotFound):
+        store.get(name)
+
+
+def test_a_held_blob_outlives_a_delete_until_its_hold_ends(store: Store) -> None:
+    manifest = _model(store, "held:latest", b"weights")
+    model = manifest.layers[0].digest
+    hold = store.hold()
+    hold.add(model)  # a pull of the same model, between finding the blob and committing
+    store.delete(parse_name("held:latest"))
+    assert store.blobs.exists(model)
+    assert not store.blobs.exists(manifest.config.digest)  # not held: collected at once
+    assert store.prune(grace_seconds=0) == [] and store.blobs.exists(model)
+    hold.release()  # the pull failed: nothing uses it, and a delete wanted it gone
+    assert not store.blobs.exists(model)
+
+
+def test_a_held_blob_the_pull_commits_stays(store: Store) -> None:
+    manifest = _model(store, "held:latest", b"weights")
+    hold = store.hold()
+    for digest in manifest.digests():
+        hold.add(digest)
+    store.delete(parse_name("held:latest"))
+    store.commit(parse_name("held:latest"), manifest)  # the pull completes
+    hold.release()
+    assert all(store.blobs.exists(d) for d in manifest.digests())
+
+
+def test_put_bytes_holds_before_writing(store: Store) -> None:
+    hold = store.hold()
+    layer = store.put_json(MEDIA_PARAMS, {"stop": ["x"]}, hold=hold)
+    assert layer.digest in hold.digests
+    assert store.prune(grace_seconds=0) == []  # held: not garbage even past the grace period
+    hold.release()
+    assert store.prune(grace_seconds=0) == [layer.digest]
