@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localllm.engine.model import Batch, Context, Model, buffer_sizes
+from localllm.engine.ngram import MAX_DRAFT
 from localllm.errors import ModelLoadError
 from localllm.runner.messages import LoadOptions
 
@@ -97,6 +98,8 @@ class Drafter:
         """Fill each want's ``drafts`` (possibly empty); see the module doc."""
         if not wants:
             return
+        for w in wants:  # each guess is a draft-model decode and a row of the target's
+            w.room = min(w.room, MAX_DRAFT)
         try:
             self._sync(wants)
             self._guess(wants)

@@ -18,6 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+# The most tokens one draft holds, whoever drafts (prompt lookup here, the draft model
+# in draft.py), whatever the request asked: each is a row of the step's shared batch
+# and of its logits (n_vocab floats), and one request asking for thousands filled every
+# step's batch with guesses.  64 is llama.cpp's largest default (its prompt lookup's
+# n_max); the daemon refuses more (api/speculation.py), and speculate.add_drafts cuts
+# each draft further to the batch and context room the step has left.
+MAX_DRAFT = 64
+
 
 class NgramIndex:
     """Where each recent n-gram of a growing token history was last seen."""
@@ -47,6 +55,7 @@ class NgramIndex:
         """Up to ``k`` tokens: what followed the longest matching earlier n-gram, and
         on from there while the draft runs out before ``k`` (a short cycle such as a
         repeated line is followed round more than once, as llama.cpp's lookup does)."""
+        k = min(k, MAX_DRAFT)
         self._catch_up()
         h, out = self.history, list[int]()
         while len(out) < k:

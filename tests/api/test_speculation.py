@@ -56,6 +56,15 @@ def test_draft_min_and_p_min() -> None:
         ({"draft_min": -1}, 'option "draft_min" must be >= 0'),
         ({"draft_max": -1}, 'option "draft_max" must be >= 0'),
         ({"draft_num_predict": -1}, 'option "draft_num_predict" must be >= 0'),
+        # One request filled each step's 2,048-row batch with its drafts.
+        ({"draft_max": 2048}, 'option "draft_max" must be between 0 and 64, got 2048'),
+        ({"draft_max": 65}, 'option "draft_max" must be between 0 and 64, got 65'),
+        ({"draft_num_predict": 1000}, 'option "draft_num_predict" must be between 0 and 64'),
+        ({"draft_min": 2048}, 'option "draft_min" must be between 0 and 64, got 2048'),
+        (
+            {"num_batch": 32, "draft_max": 40},
+            'option "draft_max" must be between 0 and 31 with num_batch 32, got 40',
+        ),
         (
             {"speculative": "eagle"},
             'option "speculative" must be "off", "auto", "ngram" or "draft"',
@@ -67,6 +76,18 @@ def test_bad_values_are_400(opts: dict[str, object], text: str) -> None:
     with pytest.raises(InvalidRequest, match=text.replace("(", r"\(")) as info:
         resolve_options(None, opts)
     assert info.value.status == 400
+
+
+def test_drafts_fit_in_a_micro_batch_beside_the_token() -> None:
+    assert spec(None, {"speculative": "ngram", "draft_max": 64}).tokens == 64
+    assert spec(None, {"draft_max": 64, "draft_min": 64}, has_draft=True).min == 64
+    assert spec({"draft_max": 64}, None, has_draft=True).tokens == 64
+    with pytest.raises(InvalidRequest, match='"draft_max" must be between 0 and 64'):
+        resolve_options({"draft_max": 100}, None)  # a Modelfile PARAMETER too
+    assert spec(None, {"num_batch": 32, "draft_max": 31}).tokens == 31
+    # A mode's default (16) is cut to a small num_batch rather than refused.
+    assert spec(None, {"num_batch": 8}, has_draft=True) == Speculation("draft", 7, 0, 0.75)
+    assert spec(None, {"num_batch": 1}).tokens == 0
 
 
 def test_draft_without_a_draft_model_is_400() -> None:

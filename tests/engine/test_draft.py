@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from localllm.engine.engine import Engine
+from localllm.engine.model import Batch
+from localllm.engine.ngram import MAX_DRAFT
 from localllm.errors import ModelLoadError
 from localllm.runner.messages import CompletionRequest, SamplingParams
 from tests.support.engine_steps import Result, opts, run
@@ -178,3 +180,25 @@ def test_a_padded_draft_never_drafts_an_id_the_model_lacks(
     same_results(spec, plain)
     a = spec["a"].done
     assert a is not None and 0 < a.accepted <= a.drafted
+
+
+def test_the_draft_model_drafts_at_most_max_draft_a_step(
+    tiny: Path, drafts: dict[str, Path]
+) -> None:
+    # Past the daemon's check (draft_max <= 64), straight to the engine: a draft that
+    # always agrees would fill the 512-row batch, one draft-model decode a row.
+    steps: list[int] = []
+    load = opts(draft=str(drafts["same"]), n_ctx=1024, n_batch=512, n_ubatch=512)
+    with Engine([str(tiny)], load) as e:
+        decode = e.ctx.decode
+
+        def counted(batch: Batch) -> int:
+            steps.append(len(batch))
+            return decode(batch)
+
+        e.ctx.decode = counted  # type: ignore[method-assign]
+        spec, plain = both(e, req("loop", LOOP_PROMPT, 100_000, num_predict=400))
+    same_results(spec, plain)
+    done = spec["loop"].done
+    assert done is not None and done.accepted == done.drafted > 300
+    assert max(steps) == 1 + MAX_DRAFT

@@ -14,6 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from localllm.engine.engine import Engine
+from localllm.engine.model import Batch
+from localllm.engine.ngram import MAX_DRAFT
 from localllm.runner.messages import CompletionRequest, SamplingParams
 from tests.support.engine_steps import Result, opts, run
 from tests.support.tinymodel import LOOP_PROMPT, expected_greedy
@@ -119,3 +121,22 @@ def test_logprobs_and_reused_cells_match_plain_decoding(tiny_attn: Path) -> None
         cold = run(fresh, req("r", again, 0, logprobs=1))["r"]
     for x, y in zip(reused.pieces, cold.pieces, strict=True):
         assert x.token == y.token and abs((x.logprob or 0) - (y.logprob or 0)) < 1e-4
+
+
+def test_one_request_drafts_at_most_max_draft_rows_a_step(tiny: Path) -> None:
+    # A CompletionRequest straight to the engine (the daemon refuses draft_max > 64):
+    # an endless agreeing draft in a 512-token batch verified hundreds of rows a step.
+    steps: list[int] = []
+    with Engine([str(tiny)], opts(n_ctx=1024, n_batch=512, n_ubatch=512)) as e:
+        decode = e.ctx.decode
+
+        def counted(batch: Batch) -> int:
+            steps.append(len(batch))
+            return decode(batch)
+
+        e.ctx.decode = counted  # type: ignore[method-assign]
+        spec, plain = both(e, req("loop", LOOP_PROMPT, 100_000, num_predict=400))
+    s, p = spec["loop"], plain["loop"]
+    assert s.text == p.text and s.done is not None and s.done.eval_count == 400
+    assert s.done.accepted == s.done.drafted > 300  # every draft agrees: only the cap cuts
+    assert max(steps) == 1 + MAX_DRAFT
