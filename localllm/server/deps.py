@@ -6,8 +6,9 @@ Ollama parses the body as JSON whatever the ``Content-Type``.  Every failure
 becomes ``InvalidRequest`` (400) with a message a person can act on.
 
 Size is capped once, by ``RequestMiddleware`` (``LOCALLLM_MAX_BODY``, 413);
-depth and the number of values by ``jsonparse``, which never runs one C call
-over more than a slice of the body.  A body over ``INLINE`` bytes is parsed and
+the encoding (strict UTF-8), depth and the number of values by ``jsonparse``,
+which never runs one C call over more than a slice of the body.  A body over
+``INLINE`` bytes is parsed and
 validated in a worker thread, so the event loop keeps serving while a large
 request is read.  Routes hand the rest of their CPU work (converting a foreign
 API's body, resolving the model in the store, rendering the template, building
