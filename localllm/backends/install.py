@@ -9,7 +9,13 @@ platform, this core's ggml version and commit, and the GPU architectures here
 unpacked, every member is a regular file or folder the manifest lists, with a
 safe name (the member checks of ``source``: no absolute or ``..`` names, no
 links, no devices), of the listed size and sha256.  The manifest must come first, so the
-file is read once, as a stream.
+pack is read as a stream.
+
+The path is opened once: its bytes are hashed as they are copied into an
+unnamed temporary file only this process can reach, and that copy is what is
+unpacked.  Hashing the path and then opening it again would unpack whatever
+sits there by then: a file swapped in after the hash, or rewritten in place by
+anyone who can write it.
 
 Installing is all or nothing: the files land in a temporary folder inside the
 plugins folder (the same file system), are checked by ``trust`` exactly where
@@ -20,10 +26,12 @@ beside the plugin for ``backends list`` and for packing it again.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import tarfile
+import tempfile
 import tomllib
 import zlib
 from dataclasses import dataclass
@@ -89,9 +97,25 @@ def _read_manifest(tar: tarfile.TarFile, where: str) -> tuple[dict[str, Any], ta
     return check_manifest(value), first
 
 
-def _copy(src: IO[bytes], dst: Path, size: int) -> str:
-    import hashlib
+def _private_copy(pack_file: Path, into: Path) -> tuple[IO[bytes], str]:
+    """The bytes of ``pack_file``, read once, in an unnamed temporary file in ``into``
+    (rewound), and their sha256: what is checked is what is unpacked."""
+    h = hashlib.sha256()
+    copy = tempfile.TemporaryFile(dir=into)  # the caller closes it
+    try:
+        with open(pack_file, "rb") as src:
+            while chunk := src.read(1 << 20):
+                h.update(chunk)
+                copy.write(chunk)
+        copy.flush()
+        copy.seek(0)
+    except BaseException:
+        copy.close()
+        raise
+    return copy, h.hexdigest()
 
+
+def _copy(src: IO[bytes], dst: Path, size: int) -> str:
     h = hashlib.sha256()
     left = size
     with open(dst, "wb") as out:
@@ -160,14 +184,27 @@ def install(
     pack_file: Path, core: Core, *, trust_arg: str | None = None, origin: str = "", sha256: str = ""
 ) -> Installed:
     """Check and install the pack at ``pack_file`` (see the module docstring); ``sha256``:
-    the file's hash when the caller has just checked it (a download), else computed."""
+    the hash the caller expects (a download's), checked against the bytes read."""
     where = origin or str(pack_file)
-    sha = sha256 or source.sha256_of(pack_file)
-    how = check_trust(sha, trust_arg, where)
+    try:
+        trust.make_dirs(paths.backends())
+        copy, sha = _private_copy(pack_file, paths.backends())
+    except OSError as exc:
+        raise PackError(f"cannot read {where}: {exc.strerror or exc}") from None
+    with copy:
+        if sha256 and sha256.lower() != sha:
+            raise PackError(
+                f"{where} has sha256 {sha}, not the {sha256} it was downloaded as; "
+                "nothing was installed"
+            )
+        return _install(copy, sha, core, where, check_trust(sha, trust_arg, where))
+
+
+def _install(pack: IO[bytes], sha: str, core: Core, where: str, how: str) -> Installed:
     folder = paths.backends() / core.ggml_version
     tmp = folder / f".tmp-pack-{os.getpid()}"
     try:
-        with tarfile.open(pack_file, "r|gz") as tar:
+        with tarfile.open(fileobj=pack, mode="r|gz") as tar:
             m, first = _read_manifest(tar, where)
             check_fits(m, core)
             trust.make_dirs(folder)

@@ -249,3 +249,45 @@ def test_architectures_a_cuda_pack_covers() -> None:
     assert manifest.uncovered("cuda", ["100-virtual"], ["90"]) == ["90"]
     assert manifest.uncovered("rocm", ["gfx1100"], ["gfx1100", "gfx90a"]) == ["gfx90a"]
     assert manifest.uncovered("rpc", [], ["90"]) == []
+
+
+@pytest.mark.parametrize("how", ["renamed over", "rewritten in place"])
+def test_a_pack_swapped_after_its_hash_is_checked_is_not_what_gets_installed(
+    setup: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    root, version = setup
+    packed = real_pack(version, tmp_path / "out")
+    evil = b"\x7fELF someone else's code"
+    hostile = write_pack(
+        tmp_path / "hostile.tar.gz",
+        manifest_for({"libggml-rpc.so": evil}, ggml_version=version),
+        [Member("libggml-rpc.so", evil)],
+    )
+    installed.remove("rpc")
+    trust_only(monkeypatch, packed.sha256)
+    real_check = install.check_trust
+
+    def swap_after_the_check(sha256: str, trust_arg: str | None, where: str) -> str:
+        how_trusted = real_check(sha256, trust_arg, where)
+        # Between the hash and the unpacking, whoever can write the path changes it.
+        if how == "renamed over":
+            hostile.replace(packed.path)
+        else:
+            packed.path.write_bytes(hostile.read_bytes())
+        return how_trusted
+
+    monkeypatch.setattr(install, "check_trust", swap_after_the_check)
+    done = install.install(packed.path, core(version))
+    assert done.sha256 == packed.sha256
+    plugin = (root / version / "libggml-rpc.so").read_bytes()
+    assert plugin != evil
+    assert sha(plugin) == packed.manifest["files"]["libggml-rpc.so"]["sha256"]
+
+
+def test_a_download_whose_bytes_are_not_its_hash_is_refused(
+    setup: tuple[Path, str], tmp_path: Path
+) -> None:
+    _, version = setup
+    packed = real_pack(version, tmp_path / "out")
+    with pytest.raises(PackError, match=r"not the 0+ it was downloaded as"):
+        install.install(packed.path, core(version), sha256="0" * 64)
