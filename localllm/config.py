@@ -9,11 +9,9 @@ started with another environment) see current values.  A malformed value logs a
 warning and falls back to the default instead of stopping the daemon.  The parsers
 are ``config_values.py``'s; the ones callers use are re-exported as ``config.X``.
 
-Where Ollama has a variable of the same meaning, it is read when ours is unset,
-the way Ollama reads it (``ollama_env.py``), so a copied Ollama service file
-behaves as it did there; ``ollama_fallbacks`` and ``ollama_ignored`` say which
-were used and which mean nothing here, for the start-up log and ``doctor``.
-``REGISTRY`` feeds ``localllm serve --help`` and docs/configuration.md.
+Where Ollama has a variable of the same meaning, it is read when ours is unset, the way
+Ollama reads it (``ollama_env.py``); ``ollama_fallbacks`` and ``ollama_ignored`` say which
+were used and which mean nothing here.  ``REGISTRY`` feeds ``serve --help`` and the docs.
 """
 
 from __future__ import annotations
@@ -202,34 +200,32 @@ KV_CACHE_TYPE: Setting[KVType] = Setting(
     "LOCALLLM_KV_CACHE_TYPE",
     parse_kv_type,
     "f16",
-    "KV cache type: f16, q8_0, q4_0 or f32 (quantized types need flash attention; "
-    "with it off, f16 is used).",
+    "KV cache type: f16, q8_0, q4_0 or f32 (quantized ones need flash attention, else f16).",
     ollama="OLLAMA_KV_CACHE_TYPE",
 )
 LOAD_TIMEOUT = Setting(
     "LOCALLLM_LOAD_TIMEOUT",
     parse_load_timeout,
     300.0,
-    "How long a model load may go without progress (more of the file read, "
-    "more memory filled, a log line) before it is abandoned, as Ollama's: "
-    "a slow disk is not a stall. 0 or negative = no limit.",
+    "How long a model load may go without progress (more of the file read, more memory "
+    "filled, a log line) before it is abandoned, as Ollama's: a slow disk is not a stall. "
+    "0 or negative = no limit.",
     ollama="OLLAMA_LOAD_TIMEOUT",
 )
 RUNNER_TIMEOUT = Setting(
     "LOCALLLM_RUNNER_TIMEOUT",
     parse_duration,
     30.0,
-    "How long a runner may show no sign of life before the daemon kills it, fails its "
-    "requests and reloads the model on the next one (0 or negative = never).  A thread of the "
-    "runner reports every second even during a long load or step, so silence means the "
-    "process is stopped or frozen, not busy; 30 s leaves room for a machine that swaps.",
+    "How long a runner may show no sign of life before the daemon kills it, fails its requests "
+    "and reloads the model (0 or negative = never). A runner's thread reports every second even "
+    "in a long load or step: silence means stopped or frozen; 30 s leaves room to swap.",
 )
 GPU_OVERHEAD = Setting(
     "LOCALLLM_GPU_OVERHEAD",
     parse_size,
     0,
-    "Memory of each GPU kept free for other programs, e.g. 1GiB or bytes; "
-    "the planner offloads less and picks a shorter automatic context.",
+    "Memory of each GPU kept free for other programs, e.g. 1GiB or bytes; the planner "
+    "offloads less and picks a shorter automatic context.",
     ollama="OLLAMA_GPU_OVERHEAD",
     ollama_parse=go_uint,
 )
@@ -237,8 +233,7 @@ SCHED_SPREAD = Setting(
     "LOCALLLM_SCHED_SPREAD",
     parse_bool,
     False,
-    "Spread every model over all GPUs in proportion to their free memory, "
-    "even when fewer GPUs would hold it.",
+    "Spread every model over all GPUs by their free memory, even when fewer would hold it.",
     ollama="OLLAMA_SCHED_SPREAD",
     ollama_parse=go_bool("OLLAMA_SCHED_SPREAD"),
 )
@@ -246,8 +241,8 @@ NOPRUNE = Setting(
     "LOCALLLM_NOPRUNE",
     parse_bool,
     False,
-    "Keep blobs no model uses: at start-up, and when a pull or create replaces a "
-    "model ('rm' still removes the deleted model's own, as Ollama does).",
+    "Keep blobs no model uses: at start-up, and when a pull or create replaces a model "
+    "('rm' still removes the deleted model's own, as Ollama does).",
     ollama="OLLAMA_NOPRUNE",
     ollama_parse=go_bool("OLLAMA_NOPRUNE"),
 )
@@ -274,8 +269,7 @@ LLM_LIBRARY: Setting[LLMLibrary] = Setting(
     parse_llm_library,
     "",
     "Plan models only on this library's GPUs: cuda, rocm, vulkan, metal, or cpu (no layer on "
-    "any GPU); Ollama's names (cuda_v12, rocm_v6, cpu_avx2) are read too; default: every "
-    "device.",
+    "any GPU); Ollama's names (cuda_v12, rocm_v6, cpu_avx2) are read too; default: every device.",
     ollama="OLLAMA_LLM_LIBRARY",
     ollama_parse=parse_ollama_llm_library,
 )
@@ -305,6 +299,14 @@ SHUTDOWN_GRACE = Setting(
 )
 NUM_THREAD = Setting(
     "LOCALLLM_NUM_THREAD", parse_nonneg_int, 0, "CPU threads for inference (0 = physical cores)."
+)
+DRAFT_GATE = Setting(
+    "LOCALLLM_DRAFT_GATE",
+    parse_bool,
+    True,
+    "Default speculation (prompt lookup, 'auto') drafts only the tokens whose chance beats "
+    "what their rows cost the batch, from measured step times, and stretches no step past "
+    "1.5x: none on a busy compute-bound server. false = draft as each request's text allows.",
 )
 STEP_BUDGET = Setting(
     "LOCALLLM_STEP_BUDGET",
@@ -428,8 +430,7 @@ LLAMA_PREFIX = Setting(
     parse_str,
     "",
     "Prefix of a llama.cpp install (include/llama.h, lib/) to build the native "
-    "module against instead of the core the install builds; at run time its "
-    "lib/ is loaded first.",
+    "module against instead of the core the install builds; at run time its lib/ is loaded first.",
 )
 CORE_CMAKE_ARGS = Setting(
     "LOCALLLM_CORE_CMAKE_ARGS",
@@ -451,11 +452,10 @@ RUNNER_ENGINE = Setting(
 # daemon must agree on them.  The byte limits keep a request's images (base64 in one
 # runner frame, see runner/protocol.py) well under the 128 MiB frame cap; the pixel
 # limits are checked from the file header before anything is decoded (localllm.images.info).
-MAX_IMAGES = 16  # per request
-MAX_IMAGE_BYTES = 20 << 20  # one encoded image file
-MAX_IMAGES_BYTES = 48 << 20  # all of a request's images together
-MAX_IMAGE_PIXELS = 50_000_000  # width * height (a decoded RGB copy is 3 bytes a pixel)
-MAX_IMAGE_SIDE = 16384  # pixels, either side
+# Per request; one encoded file; all of a request's files; width x height (a decoded RGB
+# copy is 3 bytes a pixel); pixels either side.
+MAX_IMAGES, MAX_IMAGE_BYTES, MAX_IMAGES_BYTES = 16, 20 << 20, 48 << 20
+MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE = 50_000_000, 16384
 FETCH_IMAGE_URLS = Setting(
     "LOCALLLM_FETCH_IMAGE_URLS",
     parse_fetch_mode,

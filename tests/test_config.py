@@ -37,6 +37,7 @@ CASES: dict[str, tuple[str, Any, str | None]] = {
     "LOCALLLM_GPU_OVERHEAD": ("1GiB", 1 << 30, "-5"),
     "LOCALLLM_SCHED_SPREAD": ("true", True, "maybe"),
     "LOCALLLM_NOPRUNE": ("1", True, "2"),
+    "LOCALLLM_DRAFT_GATE": ("false", False, "sometimes"),
     "LOCALLLM_DEBUG": ("yes", 1, "verbose"),
     "LOCALLLM_NOHISTORY": ("1", True, "maybe"),
     "LOCALLLM_LLM_LIBRARY": ("cuda_v12", "cuda", "opencl"),

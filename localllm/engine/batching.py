@@ -21,6 +21,7 @@ from localllm.engine.speculate import add_drafts
 
 if TYPE_CHECKING:
     from localllm.engine.draft import Drafter
+    from localllm.engine.draftcost import DraftCost
     from localllm.engine.model import Batch
     from localllm.engine.slots import Slot
 
@@ -34,11 +35,13 @@ def fill_batch(
     n_ctx_slot: int = 0,
     prompt_budget: Callable[[int], int] | None = None,
     drafter: Drafter | None = None,
+    draft_cost: DraftCost | None = None,
 ) -> list[tuple[Slot, int, bool]]:
     """Decode tokens, prompt chunks, then drafts into the batch:
     [(slot, len before, prefill)].
 
-    ``only``: just the slots of that adapter set (None: every slot)."""
+    ``only``: just the slots of that adapter set (None: every slot).  ``draft_cost``:
+    the engine's step times, which decide what drafting this batch pays for."""
     batch.clear()
     part: list[tuple[Slot, int, bool]] = []
     forcing: list[Slot] = []
@@ -93,11 +96,7 @@ def fill_batch(
             s.logits_index = idx
     # Only slots that decode this step draft: one whose prompt ended in this batch reads
     # its first token from the prompt's logits before any draft joins it.
-    add_drafts(
-        batch,
-        [s for s, _, prefill in part if not prefill and s not in forcing],
-        n_batch,
-        n_ctx_slot,
-        drafter,
-    )
+    decoding = [s for s, _, prefill in part if not prefill and s not in forcing]
+    plan = draft_cost.plan(len(batch), len(decoding)) if draft_cost is not None else None
+    add_drafts(batch, decoding, n_batch, n_ctx_slot, drafter, plan)
     return part

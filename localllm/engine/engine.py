@@ -29,6 +29,7 @@ from localllm.engine.budget import StepCost, prompt_budget
 from localllm.engine.device_sampling import SlotChains, wanted
 from localllm.engine.diskcache import open_disk
 from localllm.engine.draft import Drafter
+from localllm.engine.draftcost import DraftCost
 from localllm.engine.embed import POOLING_RANK
 from localllm.engine.model import Batch, Context, Model, buffer_sizes, no_parts
 from localllm.engine.park import PromptCache, budget
@@ -120,6 +121,8 @@ class Engine:
             self.ctx.set_embeddings(False)  # switched on only while embedding
         self.n_batch, self.n_ubatch = n_batch, n_ubatch
         self.cost = StepCost(n_ubatch)
+        # What a draft row costs this batch (draftcost.py), for the default speculation.
+        self.draft_cost = DraftCost() if opts.draft_gate else None
         self._budget = prompt_budget(opts.step_tokens, opts.step_ms, self.cost)
         # Context shift (engine/shift.py) needs movable cells and no sliding window.
         self.can_shift = self.ctx.can_shift() and self.model.n_swa == 0
@@ -205,6 +208,7 @@ class Engine:
             self.n_ctx_slot,
             self._budget,
             self.drafter,
+            self.draft_cost,
         )
         if part:
             events.extend(self._decode(part))
@@ -228,9 +232,11 @@ class Engine:
         t0 = time.perf_counter_ns()
         rc = self.ctx.decode(self.batch)
         dt = time.perf_counter_ns() - t0
+        prompt = sum(len(s.cache) - before for s, before, prefill in part if prefill)
         if self.opts.step_ms:  # only a step-time budget learns from the timings
-            prompt = sum(len(s.cache) - before for s, before, prefill in part if prefill)
             self.cost.observe(dt, len(self.batch) - prompt, prompt)
+        if prompt == 0 and rc == 0 and self.draft_cost is not None:
+            self.draft_cost.observe(len(self.batch), dt)
         if rc != 0:
             for s, before, _ in part:
                 events.append(self._fail(s, before, rc))

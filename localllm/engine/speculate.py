@@ -14,6 +14,14 @@ cache.  Output is therefore the same as without speculation, greedy or
 sampled: every token still comes from the target distribution given the exact
 prefix, which is the sample-and-compare check llama.cpp's server uses too.
 
+Under ``"auto"``, whether a step drafts at all, and how long, is also the batch's
+call (``draftcost.py``): from the engine's own step times, a draft token is added
+only where its chance of being accepted beats what its row costs the other
+streams, and all such drafts together may stretch a step to at most 1.5 times its
+plain time.  One copy-heavy stream drafts long; a busy batch on a compute-bound
+device not at all.  ``"ngram"`` and ``"draft"`` were asked for by name: they draft
+as their window says, whatever the batch.
+
 Drafting starts after the prompt: a prefilling slot drafts nothing, so the
 prompt is split into batches exactly as without speculation and the first token
 comes from the same logits.  ``"auto"`` (the default without a draft model) is
@@ -30,6 +38,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from localllm.engine.draft import Want
+from localllm.engine.draftcost import DraftPlan, acceptance, worth
 from localllm.engine.ngram import NgramIndex
 from localllm.engine.slots import Active, Slot, cut
 from localllm.runner.messages import CompletionRequest, Event
@@ -79,11 +88,14 @@ def add_drafts(
     n_batch: int,
     n_ctx_slot: int,
     drafter: Drafter | None = None,
+    plan: DraftPlan | None = None,
 ) -> None:
     """Append each speculating decoding slot's drafted tokens (after its pending one):
     prompt-lookup drafts, or the draft model's for requests that ask for it (all those
-    slots drafted together, see ``draft.py``)."""
+    slots drafted together, see ``draft.py``).  ``plan`` (``draftcost.py``) prices a
+    draft row against this step's batch and bounds the rows all drafts may add."""
     wants: list[tuple[Slot, Want]] = []
+    room_left = plan.room if plan is not None else n_batch  # rows "auto"'s drafts may add
     for s in slots:
         a = s.active
         if a is None or s.logits_index < 0 or a.prefilling:
@@ -96,17 +108,23 @@ def add_drafts(
         )
         if a.ngram is None and not by_model:
             continue
+        gated = plan is not None and a.req.draft_mode == "auto"
         room = min(draft_window(a), n_batch - len(batch))
         if n_ctx_slot:
             room = min(room, n_ctx_slot - len(s.cache) - 1)  # one cell for the next token
         if a.req.num_predict > 0:
             room = min(room, a.req.num_predict - len(a.generated) - 1)
+        if gated and plan is not None:  # only the tokens whose chance beats their row's price
+            room = worth(acceptance(a.draft_run, _start(a)), plan.price, min(room, room_left))
         if room <= 0:
             continue  # a.drafts is empty: verify() emptied it last step
         if by_model:
             wants.append((s, Want(s.seq, s.cache, room, a.req.draft_p_min, a.req.draft_min)))
         elif a.ngram is not None:
-            _append(batch, s, a.ngram.draft(room))
+            drafts = a.ngram.draft(room)
+            _append(batch, s, drafts)
+            if gated:
+                room_left -= len(drafts)
     if wants and drafter is not None:
         drafter.propose([w for _, w in wants])
         for s, w in wants:  # each slot's room was checked against the batch's before
@@ -133,9 +151,13 @@ def draft_window(a: Active) -> int:
     below ``draft_min``, which would stop drafting, and with it what this window
     learns, for good."""
     req = a.req
-    start = AUTO_START if req.draft_mode == "auto" else req.draft_tokens
-    run = start if a.draft_run < 0 else a.draft_run
+    run = _start(a) if a.draft_run < 0 else a.draft_run
     return min(req.draft_tokens, max(1, req.draft_min, int(2 * run + 1)))
+
+
+def _start(a: Active) -> float:
+    """The accepted run a slot's first draft assumes (see ``draft_window``)."""
+    return AUTO_START if a.req.draft_mode == "auto" else float(a.req.draft_tokens)
 
 
 def verify(ctx: Context, s: Slot, take: Take) -> list[Event]:

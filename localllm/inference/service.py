@@ -298,6 +298,7 @@ def base_load(resolved: ResolvedOptions) -> LoadOptions:
         prompt_cache_disk=config.PROMPT_CACHE_DISK.get(),
         prompt_cache_dir=str(paths.prompt_cache()),
         prompt_cache_key=str(paths.prompt_cache_key()),
+        draft_gate=config.DRAFT_GATE.get(),
     )
     return resolved.load.apply(base)
 

@@ -92,6 +92,9 @@ class LoadOptions:
     prompt_cache_dir: str = ""
     # The file holding the key that authenticates those copies (0600, engine/cachefile.py).
     prompt_cache_key: str = ""
+    # Default speculation drafts only what the batch pays for (LOCALLLM_DRAFT_GATE,
+    # engine/draftcost.py); False: as far as each request's text allows.
+    draft_gate: bool = True
     # Sampling inside the decode on the device holding the output layer (engine/
     # device_sampling.py), for the requests whose sampler chain it can run: "auto" = when
     # that device is a GPU, "on" also on the CPU backend (tests), "off" = always on the host.

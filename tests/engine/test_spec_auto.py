@@ -6,7 +6,9 @@ must agree, and with attention on, the first token's logprobs bit for bit (the
 prompt is evaluated exactly as without speculation; drafting starts after it).
 The auto rule's decisions show in the Done's draft counts: it drafts where the
 request's text offers matches, stops after ``AUTO_MISSES`` fruitless steps, and
-never drafts for a sampled request.
+never drafts for a sampled request.  The batch's own say (engine/draftcost.py, from
+step times, which vary from run to run) is off here, so the counts are the rule's;
+tests/engine/test_draftcost.py covers that part.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ def same_output(runs: dict[str, Result]) -> None:
 @pytest.mark.parametrize("model", ["tiny", "tiny_attn"])
 def test_the_default_changes_no_greedy_output(model: str, request: pytest.FixtureRequest) -> None:
     path: Path = request.getfixturevalue(model)
-    with Engine([str(path)], opts(n_ctx=256)) as e:
+    with Engine([str(path)], opts(n_ctx=256, draft_gate=False)) as e:
         for prompt in PROMPTS:
             runs = each_mode(e, prompt, logprobs=2)
             same_output(runs)
@@ -92,7 +94,7 @@ def test_the_default_changes_no_greedy_output(model: str, request: pytest.Fixtur
 def test_the_default_changes_no_script_model_output(tmp_path: Path) -> None:
     # A reply that quotes the prompt, in pieces a real tokenizer would make.
     script = make_script_model(tmp_path, {"<|go|>": CALL})
-    with Engine([str(script)], opts(n_ctx=256)) as e:
+    with Engine([str(script)], opts(n_ctx=256, draft_gate=False)) as e:
         runs = each_mode(e, "Say exactly this: " + CALL + "\n<|go|>", num_predict=-1)
         same_output(runs)
         assert runs["off"].text == CALL
@@ -103,7 +105,9 @@ def test_the_default_changes_no_script_model_output(tmp_path: Path) -> None:
 def prompt_beside(path: Path, a_mode: str, prompt: str) -> tuple[list[int], Result]:
     """``prompt`` arriving while slot A generates (under ``a_mode``): its chunks, its result."""
     chunks: list[int] = []
-    with Engine([str(path)], opts(n_ctx=256, n_parallel=2, n_batch=16, n_ubatch=16)) as e:
+    with Engine(
+        [str(path)], opts(n_ctx=256, n_parallel=2, n_batch=16, n_ubatch=16, draft_gate=False)
+    ) as e:
         add_seq = e.batch.add_seq
 
         def spy(tokens: Sequence[int], pos0: int, seq: int, logits_last: bool) -> int:
@@ -134,7 +138,7 @@ def test_the_prompt_is_cut_the_same_while_another_slot_speculates(tiny_attn: Pat
 
 
 def test_auto_drafts_where_the_text_offers_matches(tiny: Path) -> None:
-    with Engine([str(tiny)], opts(n_ctx=256)) as e:
+    with Engine([str(tiny)], opts(n_ctx=256, draft_gate=False)) as e:
         copy = each_mode(e, COPY)
         plain = each_mode(e, "hello")
     auto = copy["auto"].done
@@ -147,7 +151,7 @@ def test_auto_drafts_where_the_text_offers_matches(tiny: Path) -> None:
 
 
 def test_auto_gives_up_after_a_run_of_rejected_drafts(tiny: Path) -> None:
-    with Engine([str(tiny)], opts(n_ctx=256)) as e:
+    with Engine([str(tiny)], opts(n_ctx=256, draft_gate=False)) as e:
         runs = each_mode(e, MISSES)
     same_output(runs)
     auto, ngram = runs["auto"].done, runs["ngram"].done
@@ -162,7 +166,7 @@ def test_auto_gives_up_after_a_run_of_rejected_drafts(tiny: Path) -> None:
 
 def test_auto_never_drafts_for_a_sampled_request(tiny_attn: Path) -> None:
     hot = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, seed=11)
-    with Engine([str(tiny_attn)], opts(n_ctx=256)) as e:
+    with Engine([str(tiny_attn)], opts(n_ctx=256, draft_gate=False)) as e:
         runs = each_mode(e, COPY, sampling=hot, num_predict=30)
     same_output(runs)  # same seed, same draws: a sampled request's text is unchanged too
     auto, ngram = runs["auto"].done, runs["ngram"].done

@@ -36,6 +36,8 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
         home="localllm-home",
         LOCALLLM_NUM_PARALLEL="2",
         LOCALLLM_CONTEXT_LENGTH="256",
+        # The draft counts compared here are the text's rule's, not the step times' call.
+        LOCALLLM_DRAFT_GATE="false",
     ) as d:
         yield d
 
