@@ -9,9 +9,10 @@ Size is capped once, by ``RequestMiddleware`` (``LOCALLLM_MAX_BODY``, 413);
 the encoding (strict UTF-8), depth and the number of values by ``jsonparse``,
 which never runs one C call over more than a slice of the body.  A body over
 ``INLINE`` bytes is parsed and validated in a worker thread, so the event loop
-keeps serving while a large request is read.  Routes hand the rest of their CPU work (converting a foreign
-API's body, resolving the model in the store, rendering the template, building
-the grammar) to ``offload``: the same threads, at most ``CPU_THREADS`` at once.
+keeps serving while a large request is read.  Routes hand the rest of their CPU
+work (converting a foreign API's body, resolving the model in the store,
+rendering the template, building the grammar) to ``offload``: the same threads,
+at most ``CPU_THREADS`` at once.
 """
 
 from __future__ import annotations
