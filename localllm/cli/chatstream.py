@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from localllm.api.wire import ChatChunk, Message, Metrics, ToolCall
+from localllm.cli.termsafe import Sanitizer
 
 _DIM = "\x1b[2m"
 _RESET = "\x1b[0m"
@@ -79,7 +80,10 @@ class WordWrap:
 
 
 class StreamPrinter:
-    """Writes thinking (dimmed on a terminal, between markers) and then the answer."""
+    """Writes thinking (dimmed on a terminal, between markers) and then the answer.
+
+    The model's text is stripped of terminal control sequences (cli/termsafe.py);
+    the dimming is ours and is written as it is."""
 
     def __init__(
         self,
@@ -98,6 +102,9 @@ class StreamPrinter:
         self.wrap = WordWrap(self.out, width) if wordwrap and width > 0 else None
         self.thinking = False
         self.last = "\n"
+        # The model's text is foreign: one sanitizer per channel, as a sequence
+        # begun in the thinking does not go on in the content.
+        self.clean = {"thinking": Sanitizer(), "content": Sanitizer()}
 
     def _write(self, text: str) -> None:
         if not text:
@@ -110,8 +117,8 @@ class StreamPrinter:
         self.last = text[-1]
 
     def feed(self, message: Message) -> None:
-        thinking = str(message.get("thinking") or "")
-        content = str(message.get("content") or "")
+        thinking = self.clean["thinking"].feed(str(message.get("thinking") or ""))
+        content = self.clean["content"].feed(str(message.get("content") or ""))
         if thinking and not self.hide_thinking:
             if not self.thinking:
                 self.thinking = True

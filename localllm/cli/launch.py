@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from localllm.cli.termsafe import clean
+
 if TYPE_CHECKING:
     from localllm.api.client import Client
     from localllm.cli.agents import Agent, Launch, Setup
@@ -239,7 +241,7 @@ def pick_model(client: Client) -> str:
             + ")"
         )
     for i, n in enumerate(names, 1):
-        say(f"  {i:>2}. {n}")
+        say(f"  {i:>2}. {clean(n)}")  # names as the daemon lists them: text only
     while True:
         print("Model (number or name) [1]: ", end="", file=sys.stderr, flush=True)
         answer = sys.stdin.readline().strip()

@@ -13,6 +13,7 @@ import importlib
 import sys
 
 from localllm import __version__
+from localllm.cli.termsafe import clean
 from localllm.errors import LocalLLMError, exit_code
 
 # Command names, in the order `--help` lists them: each is a module under localllm.cli,
@@ -67,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(func(args) or 0)
     except LocalLLMError as exc:
-        print(f"Error: {exc}", file=sys.stderr)
+        # A message may quote the Hub, a GGUF or another daemon: text only.
+        print(f"Error: {clean(str(exc))}", file=sys.stderr)
         return exit_code(exc)
     except KeyboardInterrupt:
         return 130

@@ -13,11 +13,16 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
+from localllm.cli.termsafe import clean
 from localllm.format import format_bytes, format_duration
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], gap: int = 4) -> str:
-    """Left-aligned columns separated by ``gap`` spaces, no borders."""
+    """Left-aligned columns separated by ``gap`` spaces, no borders.
+
+    Cells are plain text: names and details from the daemon, the Hub or a
+    catalogue lose any terminal control sequences (cli/termsafe.py)."""
+    rows = [[clean(cell) for cell in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=False)]
@@ -68,7 +73,7 @@ class PullProgress:
         self.printed: set[str] = set()
 
     def update(self, event: Mapping[str, Any]) -> None:
-        status = str(event.get("status", ""))
+        status = clean(str(event.get("status", "")))  # may name Hub files, quote Hub errors
         digest = event.get("digest")
         total = event.get("total")
         key = str(digest) if digest else status

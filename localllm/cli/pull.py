@@ -13,6 +13,8 @@ import argparse
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from localllm.cli.termsafe import clean
+
 if TYPE_CHECKING:
     from localllm.api.client import Client
     from localllm.api.wire import ShowResponse
@@ -109,7 +111,7 @@ def render_plan(result: Mapping[str, Any]) -> str:
     rows.append(("download", format_bytes(int(result.get("size") or 0))))
     read = int(result.get("header_bytes") or 0)
     how = f"{format_bytes(read)} of headers read" if read else "headers read before"
-    out = [f"{result.get('model', '')} (dry run: nothing downloaded, {how})", ""]
+    out = [f"{clean(str(result.get('model', '')))} (dry run: nothing downloaded, {how})", ""]
     out += section("Files", rows)
     out += section(
         "Model",
@@ -162,5 +164,7 @@ def section(title: str, rows: list[tuple[str, str]]) -> list[str]:
         rows = [(k, v) for k, v in rows if v]
     if not rows:
         return []
+    # Values come from the Hub (file names) and the GGUF header: text only.
+    rows = [(k, clean(v)) for k, v in rows]
     width = max(len(k) for k, _ in rows) + 4
     return [f"  {title}", *(f"    {k.ljust(width)}{v}".rstrip() for k, v in rows), ""]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from localllm.cli.chatstream import StreamPrinter, print_stats, stream_chat
 from localllm.cli.repl_text import HELP_SET, HELP_SHOW, help_text, parameters_text
 from localllm.cli.session import Session, parse_parameter, parse_think, preload
+from localllm.cli.termsafe import clean
 from localllm.errors import LocalLLMError
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ class Repl:
                 try:
                     self.handle(text)
                 except LocalLLMError as exc:
-                    print(f"Error: {exc}", file=sys.stderr)
+                    print(f"Error: {clean(str(exc))}", file=sys.stderr)
         except _Exit:
             print()  # leave the terminal (or the output) on a fresh line
             return 0
@@ -242,12 +243,13 @@ class Repl:
 
             print(render(info))
         elif what == "parameters":
-            print(parameters_text(str(info.get("parameters") or ""), self.s.options))
+            print(parameters_text(clean(str(info.get("parameters") or "")), self.s.options))
         elif what == "system":
             system = self.s.system if self.s.system is not None else info.get("system")
-            print(system or "No system message was specified for this model.")
+            print(clean(str(system or "")) or "No system message was specified for this model.")
         elif what in ("template", "license", "modelfile"):
-            print(str(info.get(what) or f"No {what} was specified for this model.").rstrip("\n"))
+            text = clean(str(info.get(what) or "")).rstrip("\n")  # the model's layers: text only
+            print(text or f"No {what} was specified for this model.")
         else:
             print(f"Unknown command '/show {what}'. Type /? for help")
 

@@ -15,6 +15,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from localllm.api.client import Client
+    from localllm.cli.termsafe import clean
     from localllm.errors import LocalLLMError
 
     failed = 0
@@ -24,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
                 client.delete(model)
             except LocalLLMError as exc:
                 # Keep going: one missing name should not spare the others.
-                print(f"Error: {exc}", file=sys.stderr)
+                print(f"Error: {clean(str(exc))}", file=sys.stderr)
                 failed += 1
                 continue
             print(f"deleted '{model}'")

@@ -69,6 +69,7 @@ def fit_text(fit: dict[str, Any]) -> str:
 
 def render(m: SearchModel) -> str:
     from localllm.cli.output import table
+    from localllm.cli.termsafe import clean
     from localllm.format import format_bytes, parse_timestamp, time_ago
 
     head = str(m.get("name", ""))
@@ -83,7 +84,8 @@ def render(m: SearchModel) -> str:
     if m.get("context_length"):
         facts.append(f"context {m['context_length']}")
     facts.append(", ".join(m.get("capabilities") or []))
-    lines = [head, "  " + " · ".join(f for f in facts if f)]
+    # Names, capabilities and errors are the Hub's words: text only.
+    lines = [clean(head), "  " + clean(" · ".join(f for f in facts if f))]
     quants = m.get("quants") or []
     if quants:
         rows = [
@@ -96,7 +98,7 @@ def render(m: SearchModel) -> str:
         ]
         lines += ["  " + ln for ln in table(["QUANT", "SIZE", "FIT"], rows).splitlines()]
     elif m.get("error"):
-        lines.append(f"  (files not listed: {m['error']})")
+        lines.append(f"  (files not listed: {clean(str(m['error']))})")
     else:
         lines.append("  (no GGUF model files listed in time)")
     return "\n".join(lines)

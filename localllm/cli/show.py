@@ -12,6 +12,8 @@ import argparse
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from localllm.cli.termsafe import clean
+
 if TYPE_CHECKING:
     from localllm.api.wire import PsEntry
 
@@ -51,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
             loaded = _loaded(client.ps(), str(info.get("model") or args.model))
     for field in _ONLY:
         if getattr(args, field):
-            text = str(info.get(field) or "")
+            text = clean(str(info.get(field) or ""))  # from the GGUF or a Modelfile layer
             print(text if text.endswith("\n") or not text else text + "\n", end="")
             return 0
     print(render(info, verbose=args.verbose, loaded=loaded))
@@ -61,12 +63,15 @@ def run(args: argparse.Namespace) -> int:
 def _section(title: str, rows: list[tuple[str, str]]) -> list[str]:
     if not rows:
         return []
+    # Keys and values are the model's (GGUF metadata, Modelfile layers): text only.
+    rows = [(clean(k), clean(v)) for k, v in rows]
     width = max(len(k) for k, _ in rows) + 4
     return [f"  {title}", *(f"    {k.ljust(width)}{v}".rstrip() for k, v in rows), ""]
 
 
 def _preview(text: str) -> list[tuple[str, str]]:
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    # Cleaned before the split, so that a sequence spanning lines goes as a whole.
+    lines = [ln for ln in clean(text).strip().splitlines() if ln.strip()]
     rows = [(ln.strip(), "") for ln in lines[:_PREVIEW_LINES]]
     if len(lines) > _PREVIEW_LINES:
         rows.append(("...", ""))
