@@ -12,11 +12,18 @@ version, missing driver library, not a plugin at all) is reported with ggml's
 own reason and skipped; nothing here raises for a bad file.  Before ggml sees a
 file, ``backends.trust`` checks that no other account could have written it or
 a folder above it (loading a plugin runs its code): a refused plugin is reported
-the same way, with the path and the fix, and never opened.
+the same way, with the path and the fix, and never opened.  The same goes for the
+runtime libraries a pack put beside it (``<backend>-libs/``, which the plugin's
+runpath names, so the loader takes cuBLAS and the CUDA runtime from there): the
+folder and every file in it are checked too, and one that others could have
+written keeps the plugin from being opened.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +41,7 @@ PLUGIN_SUFFIX = (
     ".dll" if sys.platform == "win32" else ".dylib" if sys.platform == "darwin" else ".so"
 )
 _DEV_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
+_log = logging.getLogger(__name__)
 _loaded: dict[str, dict[str, Any]] = {}  # plugin path -> its report
 _workers: dict[str, int] = {}  # endpoint -> devices it brought
 
@@ -78,8 +86,9 @@ def load_plugins(folder: Path | None = None) -> list[dict[str, Any]]:
         if key not in _loaded:
             # The plugins folder is <backends>/<ggml version>/: from the backends folder
             # down, nothing may be writable by others (see backends/trust.py).
-            refused = why_unsafe(path, folder.parent)
+            refused = why_unsafe(path, folder.parent) or _libs_refused(path, folder.parent)
             if refused:
+                _log.warning("backend plugin %s not loaded: %s", path.name, refused)
                 _loaded[key] = {
                     "file": path.name,
                     "path": key,
@@ -111,6 +120,43 @@ def load_plugins(folder: Path | None = None) -> list[dict[str, Any]]:
                 }
         reports.append(_loaded[key])
     return reports
+
+
+def _libs_refused(plugin: Path, backends_root: Path) -> str:
+    """Why a library in ``plugin``'s ``<backend>-libs/`` folder must not be loaded, or "".
+
+    Its runpath (``$ORIGIN/<backend>-libs``, pack.py) makes the loader take those
+    libraries before the system's, so each is code that runs as the plugin does.
+    """
+    from localllm.backends.trust import why_unsafe
+
+    # pack.libs_folder's name, without importing the packer (and the builder) here.
+    libs = plugin.parent / f"{plugin.name.removeprefix('libggml-').split('.')[0]}-libs"
+    try:
+        st = os.lstat(libs)
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        return f"refusing to load {plugin}: cannot check {libs}: {exc.strerror or exc}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"refusing to load {plugin}: {libs} is not a folder (a link, or a file)"
+    # The folder itself: an empty one others can write is where a library gets planted.
+    mode = stat.S_IMODE(st.st_mode)
+    if hasattr(os, "geteuid") and st.st_uid not in (os.geteuid(), 0):
+        return (
+            f"refusing to load {plugin}: {libs} belongs to uid {st.st_uid}, not to you or "
+            f"root: remove it and install the pack again"
+        )
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return (
+            f"refusing to load {plugin}: {libs} is writable by others than you "
+            f"(mode {mode:o}): run 'chmod go-w {libs}'"
+        )
+    for lib in sorted(libs.iterdir()):
+        why = why_unsafe(lib, backends_root)
+        if why:
+            return f"{why} (a library {plugin.name} loads from {libs.name}/)"
+    return ""
 
 
 def _reason(log: str, path: Path) -> str:
