@@ -36,6 +36,16 @@ body bytes sent of each file.  Hostile answers to range requests, per path:
 ``Content-Range`` total of ``n``), ``extra_bytes`` (more bytes than asked);
 ``api_delay_s[repo]`` delays that repo's tree listing.
 
+Hostile or slow API answers (issue 36): ``search_gate`` (an Event) holds every
+model search until it is set, ``search_waiting`` counting those held;
+``api_gzip = n`` sends every ``/api`` JSON answer gzip-compressed whatever the
+client asked, padded with ``n`` spaces first (a bomb: 1 GB of padding is 1 MB
+on the wire); ``api_deep = n`` answers every ``/api`` call with ``n`` nested
+lists; ``tree_page = n`` pages tree listings ``n`` files at a time (``cursor``
+and a ``Link: <...>; rel="next"`` header, as the Hub does), and ``tree_next``,
+if set, is sent as every tree page's next link instead (``{url}`` is replaced
+by the stand-in's URL).
+
 ``add_vision_repo`` fills a repo like a real vision model's: three quants of a
 tiny model and two projector files (``mmproj-F16``, ``mmproj-F32``).
 """
@@ -91,6 +101,13 @@ class HubStub:
     extra_bytes: set[str] = field(default_factory=set)
     api_delay_s: dict[str, float] = field(default_factory=dict)  # repo -> tree listing delay
     meta: dict[str, dict[str, Any]] = field(default_factory=dict)
+    search_gate: threading.Event | None = None
+    search_waiting: int = 0
+    api_gzip: int | None = None
+    api_deep: int = 0
+    tree_page: int = 0
+    tree_next: str | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
     _server: _Server | None = None
 
     # -- content -----------------------------------------------------------------
@@ -291,12 +308,13 @@ class _Handler(BaseHTTPRequestHandler):
                 prefix = "/".join(rest[2:])
                 if self.hub.api_delay_s.get(repo):
                     time.sleep(self.hub.api_delay_s[repo])
-                self._json(
+                self._tree(
                     [
                         _tree_entry(f)
                         for f in files.values()
                         if not prefix or f.path.startswith(prefix + "/")
                     ],
+                    path,
                     head,
                 )
             else:
@@ -320,8 +338,30 @@ class _Handler(BaseHTTPRequestHandler):
     def _expand(self) -> list[str]:
         return [*self.query.get("expand[]", []), *self.query.get("expand", [])]
 
+    def _tree(self, entries: list[dict[str, Any]], path: str, head: bool) -> None:
+        """One page of a tree listing, with the next page's link when paged."""
+        size, nxt = self.hub.tree_page, self.hub.tree_next
+        if not size and nxt is None:
+            self._json(entries, head)
+            return
+        at = int((self.query.get("cursor") or ["0"])[0])
+        page = entries[at : at + size] if size else entries
+        if nxt is None and at + size < len(entries):
+            nxt = f"{{url}}{path}?recursive=true&cursor={at + size}"
+        link = {"Link": f'<{nxt.format(url=self.hub.url)}>; rel="next"'} if nxt else {}
+        self._json(page, head, link)
+
     def _search(self, head: bool) -> None:
         q = self.query
+        gate = self.hub.search_gate
+        if gate is not None:
+            with self.hub.lock:
+                self.hub.search_waiting += 1
+            try:
+                gate.wait(60)
+            finally:
+                with self.hub.lock:
+                    self.hub.search_waiting -= 1
         text = (q.get("search") or [""])[0].lower()
         gguf_only = "gguf" in q.get("filter", [])
         found = [
@@ -336,8 +376,21 @@ class _Handler(BaseHTTPRequestHandler):
         limit = int((q.get("limit") or ["1000"])[0])
         self._json([self.hub.model_entry(r, self._expand()) for r in found[:limit]], head)
 
-    def _json(self, value: Any, head: bool) -> None:
-        self._send(200, json.dumps(value).encode(), {"Content-Type": "application/json"}, head=head)
+    def _json(self, value: Any, head: bool, extra: dict[str, str] | None = None) -> None:
+        headers = {"Content-Type": "application/json", **(extra or {})}
+        body = json.dumps(value).encode()
+        if self.hub.api_deep:
+            body = b"[" * self.hub.api_deep + b"]" * self.hub.api_deep
+        if self.hub.api_gzip is not None:
+            import zlib
+
+            z = zlib.compressobj(9, zlib.DEFLATED, 31)  # the gzip container
+            out, pad = [z.compress(body)], b" " * (1 << 20)
+            for at in range(0, self.hub.api_gzip, len(pad)):
+                out.append(z.compress(pad[: self.hub.api_gzip - at]))
+            body = b"".join(out) + z.flush()
+            headers["Content-Encoding"] = "gzip"
+        self._send(200, body, headers, head=head)
 
     def _resolve(self, repo: str, rev: str, fpath: str, head: bool) -> None:
         files = self._repo(repo, head)
@@ -366,7 +419,9 @@ class _Handler(BaseHTTPRequestHandler):
                 head=head,
             )
         else:
-            self._bytes(f, head, {**common, "ETag": f'"{f.git_oid}"'})
+            # A git_oid set to ``W/"..."`` is sent as that weak ETag.
+            etag = f.git_oid if f.git_oid.startswith("W/") else f'"{f.git_oid}"'
+            self._bytes(f, head, {**common, "ETag": etag})
 
     def _cdn(self, sha: str, head: bool) -> None:
         f = next(
