@@ -9,7 +9,11 @@ blob we store.  The manifest is written last, so a model appears whole or not at
 
 The Ollama store is only read (``store/ollama_store.py``).  A link shares the file,
 never its name: we replace and remove our blobs by renaming and unlinking, never by
-writing into them, so nothing we do later reaches Ollama's copy either.
+writing into them, so nothing we do later reaches Ollama's copy either.  The other
+way round, a link is only as safe as the file's owner and mode: a blob that another
+account owns, or that its group or everyone may write, could be rewritten after it
+was verified, so it is copied instead (judged on the linked file itself, after the
+link, so a swap between the check and the link changes nothing).
 
 A model already here under the same name is left alone: unchanged when it has the
 same manifest, refused when it differs (``force`` replaces it).  A broken entry is
@@ -22,6 +26,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -230,7 +235,7 @@ class _Run:
             # Never read, touched nor replaced: it may itself be a link to Ollama's file.
             self.report.present += 1
         elif self.dry_run:
-            self._count(blob, linked=self._can_link())
+            self._count(blob, linked=self._can_link() and self._linkable(os.stat(blob.path)))
         elif not self.no_links and self._link(blob):
             self._count(blob, linked=True)
         else:
@@ -278,6 +283,8 @@ class _Run:
             return False
         try:
             with open_regular(tmp) as fh:
+                if not self._linkable(os.fstat(fh.fileno())):
+                    return False  # the finally removes our name for it: copied instead
                 got = self._hash(fh, blob, "verifying")
             if got != blob.digest:
                 raise Broken(f"blob {blob.digest} does not match its digest (it hashes to {got})")
@@ -285,6 +292,16 @@ class _Run:
             fsync_dir(root)
         finally:
             tmp.unlink(missing_ok=True)
+        return True
+
+    def _linkable(self, st: os.stat_result) -> bool:
+        """Whether a file with ``st`` may be shared: nobody but us or root can change it."""
+        others = hasattr(os, "geteuid") and st.st_uid not in (os.geteuid(), 0)
+        if others or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            self.report.link_note = (
+                "blobs that another account owns or may write are copied, not linked"
+            )
+            return False
         return True
 
     def _copy(self, blob: Blob) -> None:

@@ -395,3 +395,31 @@ def test_localllms_own_store_is_not_imported_into_itself(
     # The models are there already: Ollama's layout is ours.
     assert sorted(e.name.display for e in Store().list()) == sorted(NAMES)
     assert Store().get(parse_name("llama3.2")).manifest.first(MEDIA_MODEL) is not None
+
+
+@pytest.mark.parametrize("who", ["group-writable", "world-writable", "another account"])
+def test_a_blob_others_can_write_is_copied_not_linked(ollama: OllamaStore, who: str) -> None:
+    digests = sorted(ollama.digests())
+    shared = ollama.blob_path(digests[0])
+    if who == "another account":
+        if os.geteuid() != 0:  # only root can give a file away; the modes cover the rest
+            pytest.skip("needs root to chown a file to another account")
+        os.chown(shared, 12345, 12345)
+    else:
+        shared.chmod(0o664 if who == "group-writable" else 0o646)
+    report = run(ollama.root)
+    assert statuses(report) == {n: "imported" for n in NAMES}
+    assert (report.linked, report.copied) == (len(digests) - 1, 1)
+    assert report.copied_bytes == shared.stat().st_size
+    assert report.link_note == "blobs that another account owns or may write are copied, not linked"
+    store = Store()
+    ours = store.blobs.path(digests[0]).stat()
+    assert ours.st_ino != shared.stat().st_ino  # a file of our own, which they cannot change
+    assert ours.st_uid == os.geteuid() and not ours.st_mode & 0o022
+    for digest in digests[1:]:
+        assert store.blobs.path(digest).stat().st_ino == ollama.blob_path(digest).stat().st_ino
+    # A dry run says the same before anything is done.
+    for name in NAMES:
+        store.delete(parse_name(name))
+    dry = run(ollama.root, dry_run=True)
+    assert (dry.linked, dry.copied) == (len(digests) - 1, 1)
