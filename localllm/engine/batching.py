@@ -83,6 +83,8 @@ def fill_batch(
             continue
         a.last_step = step
         end = a.n_past + budget
+        if a.marks:  # a chunk ends where a copy of the cells is kept
+            end = min(end, a.marks[0])
         if a.media is not None and (end := a.media.text_end(a.n_past, end)) == a.n_past:
             continue
         chunk = a.prompt[a.n_past : end]

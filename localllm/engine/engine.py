@@ -26,6 +26,7 @@ from localllm.engine import plugins
 from localllm.engine.adapters import Adapters, AdapterSet
 from localllm.engine.batching import fill_batch
 from localllm.engine.budget import StepCost, prompt_budget
+from localllm.engine.checkpoints import head_length, marks, reached
 from localllm.engine.device_sampling import SlotChains, wanted
 from localllm.engine.diskcache import open_disk
 from localllm.engine.draft import Drafter
@@ -129,7 +130,7 @@ class Engine:
         self.slots = [Slot(i) for i in range(n_par)]
         self.adapters = Adapters(self.model, self.ctx)
         self._steps = 0
-        self._queue: deque[tuple[CompletionRequest, list[int], AdapterSet, Any]] = deque()
+        self._queue: deque[tuple[CompletionRequest, list[int], AdapterSet, Any, int]] = deque()
         self._events: list[Event] = []
         self._load_log = self.model.load_log + self.ctx.load_log
         self.chains = SlotChains(self.model, self.ctx, self.ctx.device_sampling)
@@ -158,10 +159,11 @@ class Engine:
             else:
                 tokens = prompt_tokens(self.model, req, self.n_ctx_slot)
             key = self.adapters.resolve(req.adapters) if req.adapters else ()
+            head = head_length(self.parked, self.model, req, tokens, self.n_ctx_slot)
         except LocalLLMError as exc:
             self._events.append(Failed(req.id, exc.message, exc.status))
             return
-        self._queue.append((req, tokens, key, media))
+        self._queue.append((req, tokens, key, media, head))
 
     def cancel(self, req_id: str) -> None:
         """End a request with ``Done(reason="cancel")`` at the next step."""
@@ -190,9 +192,9 @@ class Engine:
             if s.active is not None and s.active.cancelled:
                 events.extend(self._finish(s, "cancel"))
         while self._queue and any(s.free for s in self.slots):
-            req, tokens, key, media = self._queue.popleft()
+            req, tokens, key, media, head = self._queue.popleft()
             try:
-                events.extend(self._admit(req, tokens, key, media))
+                events.extend(self._admit(req, tokens, key, media, head))
             except LocalLLMError as exc:
                 events.append(Failed(req.id, exc.message, exc.status))
         self._steps += 1
@@ -248,6 +250,8 @@ class Engine:
             # build its Done, which must already include this step.
             if prefill:
                 a.prompt_ns += dt
+                if a.marks:
+                    reached(self.parked, s)
             else:
                 a.eval_ns += dt
             if s.logits_index >= 0:
@@ -348,7 +352,7 @@ class Engine:
 
     # ---- internals ------------------------------------------------------------------
     def _admit(
-        self, req: CompletionRequest, tokens: list[int], key: AdapterSet, media: Any
+        self, req: CompletionRequest, tokens: list[int], key: AdapterSet, media: Any, head: int
     ) -> list[Event]:
         think = think_budget(self.model, req)
         picked = pick_slot(self.slots, tokens, key)
@@ -361,7 +365,8 @@ class Engine:
             n = media.reusable(n)
         sampler = self.chains.sampler(slot.seq, req, self.opts.seed)  # device_sampling.py
         n = cut(self.ctx, slot, n)  # by position; 0 when this memory cannot cut mid-sequence
-        if n and self.model.n_swa and not holds(self.ctx, slot, max(0, n - self.model.n_swa)):
+        # Position n sees n - n_swa + 1 .. n (llama.cpp masks p1 - p0 >= n_swa).
+        if n and self.model.n_swa and not holds(self.ctx, slot, max(0, n - self.model.n_swa + 1)):
             n = cut(self.ctx, slot, 0)  # the window before n is gone: no reuse
         slot.adapters = key
         sampler.accept_prompt([t for t in tokens if t >= 0] if media is not None else tokens)
@@ -379,6 +384,9 @@ class Engine:
             ngram=speculation(req, tokens),
             think=think,
         )
+        if media is None:  # copies kept during its prefill (checkpoints.py)
+            slot.active.marks = marks(self.parked, self.slots, tokens, key, n, head)
+            reached(self.parked, slot)  # one where its reused cells end: kept now
         if self.parked is not None:  # the busy slots attend only over their own cells
             self.parked.park_idle(self.slots)
         if think is not None and think.due and tokens[-1] >= 0:  # budget 0, block opened

@@ -109,10 +109,12 @@ class PromptCache:
             if s.free:
                 self.keep(s)
 
-    def close(self, timeout: float = 1.5) -> None:
-        """Let the disk writer finish (the runner ends 2 s after stdin closes)."""
+    def close(self, timeout: float | None = None) -> None:
+        """Let the disk writer finish what is queued, within ``diskcache.FLUSH_S``."""
         if self.disk is not None:
-            self.disk.close(timeout)
+            from localllm.engine.diskcache import FLUSH_S
+
+            self.disk.close(FLUSH_S if timeout is None else timeout)
 
     def park(self, slot: Slot) -> None:
         """Copy a free, text-only slot's cells here (when they fit) and empty the slot."""

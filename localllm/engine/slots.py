@@ -62,6 +62,9 @@ class Active:
     # Tokens the reply holds but the KV cache not yet: a thinking block's forced close,
     # decoded like a prompt chunk at the next step (batching.py).
     forced: list[int] = field(default_factory=list)
+    # Prompt lengths at which a copy of the cells is kept (park.py's checkpoints), in
+    # order: the prompt is cut into chunks that end there.
+    marks: list[int] = field(default_factory=list)
 
     @property
     def prefilling(self) -> bool:

@@ -16,6 +16,7 @@ from localllm.api.schemas_infer import ChatRequest, GenerateRequest
 from localllm.api.wire import ChatChunk, GenerateChunk
 from localllm.errors import InvalidRequest
 from localllm.grammar.tools import forced_tool_grammar
+from localllm.inference.cachehead import shared_head
 from localllm.inference.images import (
     Images,
     chat_images,
@@ -104,6 +105,7 @@ def chat_plan(
         images=images,
         shift=req.shift,
         report_stop=report_stop,
+        cache_head=shared_head(svc, target, messages, prompt, tools=tools, think=req.think),
     )
     plan.check()
     return plan
@@ -135,6 +137,7 @@ def generate_plan(
     images = Images()
     text = req.prompt
     fim: Fim | None = None
+    head = 0
     if req.images:
         require_vision(target.projector is not None, req.model)
         if req.suffix or req.context:
@@ -155,6 +158,7 @@ def generate_plan(
         prompt = svc.render(target, messages, think=req.think)
         if images:
             check_rendered(prompt, images)
+        head = shared_head(svc, target, messages, prompt, think=req.think)
     plan = Plan[GenerateChunk](
         svc,
         target,
@@ -174,6 +178,7 @@ def generate_plan(
         images=images,
         shift=req.shift,
         fim=fim,
+        cache_head=head,
     )
     plan.check()
     return plan

@@ -103,6 +103,7 @@ class Plan(Generic[C]):
     images: Images = field(default_factory=Images)  # one per media marker in the prompt
     fim: Fim | None = None  # the prompt, once tokenized (``prompt`` is empty until then)
     load_only: bool = False  # Ollama's empty request: load (or unload), generate nothing
+    cache_head: int = 0  # the prompt's shared head, in characters (CompletionRequest's)
     _checked: bool = field(default=False, repr=False)
 
     # -- what routes answer with -----------------------------------------------------
@@ -152,6 +153,7 @@ class Plan(Generic[C]):
             truncate=self.truncate,
         )
         prep.completion.shift = self.shift is not False
+        prep.completion.cache_head = self.cache_head
         fmt = chat_format(self.target, self.tool_family)
         if not self.raw:
             # The format's markers must reach the parser as text, control tokens or not.

@@ -162,6 +162,11 @@ class CompletionRequest:
     think_close: str = ""
     think_message: str = ""
     think_opened: bool = False
+    # The leading characters of a text prompt that every conversation of its app shares
+    # (the system prompt and tools, up to the first user message; 0: unknown).  On a
+    # sliding-window model the engine keeps a copy of the cells there (park.py), so a new
+    # conversation that branches after it reuses them, after a restart too.
+    cache_head: int = 0
 
 
 @dataclass

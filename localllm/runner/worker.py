@@ -47,6 +47,9 @@ log = logging.getLogger("localllm.runner.worker")
 # a big prefill) and unable to look at its inbox; past this grace period the
 # reader thread ends the process itself so a dead daemon never leaves a runner.
 EXIT_GRACE_S = 2.0
+# Once the main loop has begun closing the engine, it is writing the prompt cache's last
+# copies to disk (engine/park.py: ``FLUSH_S``): they get that long more.
+_closing = threading.Event()
 
 
 class ParentGone(Exception):
@@ -87,6 +90,10 @@ def read_stdin(stream: IO[bytes], inbox: queue.Queue[Any], grace: float = EXIT_G
         log.warning("reading stdin failed: %s", exc)
     inbox.put(None)
     time.sleep(grace)
+    if _closing.is_set():
+        from localllm.engine.diskcache import FLUSH_S
+
+        time.sleep(FLUSH_S)
     log.warning("stdin closed and the main loop did not stop within %.1fs; exiting", grace)
     os._exit(0)
 
@@ -192,6 +199,7 @@ class Worker:
             )
             return self.serve(engine)
         finally:
+            _closing.set()
             engine.close()
 
     def serve(self, engine: Any) -> int:

@@ -38,6 +38,10 @@ Variants (keyword arguments of ``make_tiny_model``):
   one-hot vectors of its tokens (BOS included), so the cosine of two texts of
   distinct characters is ``shared / sqrt(len1 * len2)`` counted in tokens.
 * ``n_ctx_train``: the context length written into the GGUF (default 2048).
+* ``sliding_window=n``: the same model as Gemma 3 (``gemma3``: every layer attends
+  over the last ``n`` positions only, q/k norms, and post-norms whose small weight
+  keeps attention a nudge, as ``attention=True`` does): same greedy text, and its
+  KV cache keeps only the window's cells, as Gemma 3's does.
 * ``chat_template``: a Jinja chat template string (default ``CHAT_TEMPLATE``).
 * ``splits=N``: write a split GGUF (``tiny-0000k-of-0000N.gguf``, at most
   ``ceil(tensors / N)`` tensors each) and return the first part's path;
@@ -178,6 +182,7 @@ def make_tiny_model(
     sharpness: float = SHARPNESS,
     n_ff: int = N_FF,
     padding: int = 0,
+    sliding_window: int = 0,
 ) -> Path:
     """Write the tiny model into ``dir`` and return its path (see the module docstring).
 
@@ -194,9 +199,12 @@ def make_tiny_model(
 
     dir.mkdir(parents=True, exist_ok=True)
     path = dir / name
-    n_tensors = 3 + 9 * n_layer
+    n_tensors = 3 + (13 if sliding_window else 9) * n_layer
     per_split = -(-n_tensors // splits) if splits > 1 else 0
-    w = gguf.GGUFWriter(str(path), "llama", split_max_tensors=per_split)
+    arch = "gemma3" if sliding_window else "llama"
+    w = gguf.GGUFWriter(str(path), arch, split_max_tensors=per_split)
+    if sliding_window:
+        w.add_sliding_window(sliding_window)
     w.add_name("tiny")
     w.add_context_length(n_ctx_train)
     w.add_embedding_length(N_EMBD)
@@ -249,6 +257,13 @@ def make_tiny_model(
         w.add_tensor(p + "ffn_gate.weight", np.zeros((n_ff, N_EMBD), dtype=f32))
         w.add_tensor(p + "ffn_up.weight", np.zeros((n_ff, N_EMBD), dtype=f32))
         w.add_tensor(p + "ffn_down.weight", np.zeros((N_EMBD, n_ff), dtype=f32))
+        if sliding_window:
+            head = N_EMBD // N_HEAD
+            w.add_tensor(p + "attn_q_norm.weight", np.ones(head, dtype=f32))
+            w.add_tensor(p + "attn_k_norm.weight", np.ones(head, dtype=f32))
+            # Gemma normalises each block's output: a small weight keeps it a nudge.
+            w.add_tensor(p + "post_attention_norm.weight", np.full(N_EMBD, 0.01, dtype=f32))
+            w.add_tensor(p + "post_ffw_norm.weight", np.ones(N_EMBD, dtype=f32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
