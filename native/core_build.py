@@ -21,7 +21,8 @@ compiles the shim, then ``install()`` copies the libraries into the package
 The key is a hash of everything the binaries depend on: the sdist's sha256, the
 platform, the compilers, the cmake flags and the processor (the CPU backend is built
 with ``GGML_NATIVE``, for this machine's instruction set, as llama-cpp-python built
-it: a cache folder shared with another machine must not hand it over).  A second
+it: a cache folder shared with another machine must not hand it over).  The flag is
+set outright, since ggml's own default turns it off under ``SOURCE_DATE_EPOCH``.  A second
 install on the same machine (a new venv, pipx, a reinstall) copies the cached core
 in seconds.
 
@@ -129,6 +130,13 @@ def cmake_args() -> list[str]:
         ]
         if arch == "x86_64":
             args += ["-DGGML_AVX=OFF", "-DGGML_AVX2=OFF", "-DGGML_FMA=OFF", "-DGGML_F16C=OFF"]
+    if not (sys.platform == "darwin" and platform.machine() == "x86_64"):
+        # Said outright: ggml's default turns GGML_NATIVE off whenever SOURCE_DATE_EPOCH
+        # is set (reproducible builds: Homebrew, Nix, Debian), and with no instruction set
+        # named either, the CPU backend is built for bare x86-64, without even AVX: several
+        # times slower, and nothing says so.  LOCALLLM_CORE_CMAKE_ARGS comes after, so a
+        # portable build (-DGGML_NATIVE=OFF -DGGML_AVX2=ON ...) still wins.
+        args.append("-DGGML_NATIVE=ON")
     return args + shlex.split(os.environ.get(CMAKE_ARGS_ENV, ""))
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -75,8 +77,8 @@ def test_only_what_localllm_loads_is_configured(
         assert f"-DLLAMA_BUILD_{off}=OFF" in args
     assert "-DLLAMA_BUILD_MTMD=ON" in args and "-DBUILD_SHARED_LIBS=ON" in args
     assert "-DLLAMA_CURL=OFF" in args
-    # GGML_NATIVE stays ggml's default (on), as llama-cpp-python built it.
-    assert not any(a.startswith("-DGGML_NATIVE") for a in args)
+    # For this machine's instruction set, said outright (see the next test).
+    assert [a for a in args if a.startswith("-DGGML_NATIVE")] == ["-DGGML_NATIVE=ON"]
     assert cb.TARGETS == ("ggml-base", "ggml-cpu", "ggml", "llama", "mtmd")
 
 
@@ -180,3 +182,37 @@ def test_the_installed_core_is_beside_the_package_with_its_manifest() -> None:
     assert [s for s in stems if s in core.LOAD_ORDER] == list(core.LOAD_ORDER), stems
     base = core.ggml_base()
     assert base is not None and base.name.startswith("libggml-base.")
+
+
+def test_a_reproducible_build_still_gets_this_machines_instruction_set(
+    cb: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Homebrew and Nix set SOURCE_DATE_EPOCH, and ggml's default then turns GGML_NATIVE
+    off: llama.cpp configured with our flags and that variable must say it is on."""
+    import shutil
+    import subprocess
+
+    source = cb.cache_root() / "source" / f"llama.cpp-{cb.sdist().VERSION}"
+    cmake = shutil.which("cmake") or str(Path(sys.executable).with_name("cmake"))
+    if not (source / "CMakeLists.txt").is_file() or not Path(cmake).exists():
+        pytest.skip(f"no llama.cpp source at {source} or no cmake (the core build makes both)")
+    monkeypatch.delenv(cb.CMAKE_ARGS_ENV, raising=False)
+    flags = cb.cmake_args()
+    env = {**os.environ, "SOURCE_DATE_EPOCH": "1700000000"}
+
+    def native(folder: Path, args: list[str]) -> str:
+        done = subprocess.run(
+            [cmake, "-S", str(source), "-B", str(folder), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        line = re.search(r"^GGML_NATIVE:BOOL=(\w+)$", (folder / "CMakeCache.txt").read_text(), re.M)
+        assert line is not None
+        return line[1]
+
+    assert native(tmp_path / "ours", flags) == "ON"
+    # ggml's default under that variable, which the flag is there to overrule.
+    assert native(tmp_path / "default", [a for a in flags if "GGML_NATIVE" not in a]) == "OFF"
