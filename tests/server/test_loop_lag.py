@@ -9,6 +9,8 @@ a try can only be unlucky when this 2-core machine stalls the whole daemon for
 
 Bodies are scaled to take seconds here; the ones they stand for are in the
 issue (64 MiB bodies; Go templates are capped at 256 KiB, Jinja ones at 64 KiB).
+Bodies in UTF-16 or UTF-32 must be refused as not UTF-8, and a flood of searches
+(``/api/search`` on a slow Hub stand-in) must not slow ``/health`` either.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -34,6 +37,8 @@ from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
 from tests.support.daemon import Daemon, own_daemon
+from tests.support.ggufmeta import Shape, write_gguf
+from tests.support.hubstub import HubStub
 from tests.support.rerankmodel import make_rerank_model
 from tests.support.scriptmodel import make_script_model
 from tests.support.tinymodel import make_tiny_model
@@ -43,10 +48,28 @@ from tests.support.visionmodel import png
 pytestmark = pytest.mark.slow
 LIMIT_S = 0.1
 Body = Callable[[], tuple[str, bytes]]  # -> (path, body)
+T = TypeVar("T")
+FLOOD = 40
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+def slow_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubStub]:
+    """The Hub stand-in the daemon searches: repos with an "e" whose trees answer slowly."""
+    tmp = tmp_path_factory.mktemp("lag-hub")
+    stub = HubStub(tmp / "hub").start()
+    gguf = write_gguf(tmp / "model.gguf", Shape(n_layers=2), "Q8_0")
+    for i in range(4):
+        repo = f"someone/model-{i}-GGUF"
+        stub.add_file(repo, "model-Q8_0.gguf", gguf)
+        stub.api_delay_s[repo] = 0.1
+    try:
+        yield stub
+    finally:
+        stub.stop()
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory, slow_hub: HubStub) -> Iterator[Daemon]:
     def stock(tmp: Path) -> None:
         stock_vision(tmp)
         store = Store(paths.models())
@@ -58,7 +81,13 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
         )
         import_gguf(store, parse_name("lag-call"), [call])
 
-    with own_daemon(tmp_path_factory, "lag-daemon", stock, LOCALLLM_CONTEXT_LENGTH="512") as d:
+    with own_daemon(
+        tmp_path_factory,
+        "lag-daemon",
+        stock,
+        LOCALLLM_CONTEXT_LENGTH="512",
+        HF_ENDPOINT=slow_hub.url,
+    ) as d:
         # Loaded before any body arrives: a load is the scheduler's work, not a body's.
         r = httpx.post(
             d.url + "/api/generate",
@@ -93,6 +122,24 @@ def utf16_deep_json() -> tuple[str, bytes]:
     schema = '{"type": "array", "items": ' * 900 + "{}" + "}" * 900
     text = '{"model": "tiny", "\u0122": 1, "messages": [], "format": ' + schema + "}"
     return "/api/chat", text.encode("utf-16-le")
+
+
+def utf32_deep_json() -> tuple[str, bytes]:
+    # The same in UTF-32 ("Ģ" is 22 01 00 00): under SMALL, json.loads' path.
+    return "/api/chat", utf16_deep_json()[1].decode("utf-16-le").encode("utf-32-le")
+
+
+def _deep_text() -> str:
+    return '{"model": "tiny", "messages": ' + "[" * 500_000 + "]" * 500_000 + "}"
+
+
+def utf16_large_deep_json() -> tuple[str, bytes]:
+    # deep_json in UTF-16 (2 MB): the large body's path, where every other byte is a NUL.
+    return "/api/chat", _deep_text().encode("utf-16-le")
+
+
+def utf32_large_deep_json() -> tuple[str, bytes]:
+    return "/api/chat", _deep_text().encode("utf-32-be")
 
 
 def escape_storm() -> tuple[str, bytes]:
@@ -403,6 +450,9 @@ def think_budget_choices() -> tuple[str, bytes]:
 BODIES: list[Body] = [
     deep_json,
     utf16_deep_json,
+    utf32_deep_json,
+    utf16_large_deep_json,
+    utf32_large_deep_json,
     escape_storm,
     escaped_prompt,
     container_bomb,
@@ -428,10 +478,27 @@ BODIES: list[Body] = [
     think_budget_message,
     think_budget_choices,
 ]
+# Refused as not UTF-8 (RFC 8259), whatever their nesting.
+NOT_UTF8: set[Body] = {
+    utf16_deep_json,
+    utf32_deep_json,
+    utf16_large_deep_json,
+    utf32_large_deep_json,
+}
 
 
 def _health_while(d: Daemon, path: str, body: bytes) -> tuple[float, httpx.Response]:
     """The slowest ``/health`` answer while ``body`` is in flight, and its response."""
+    return _health_during(
+        d,
+        lambda: httpx.post(
+            d.url + path, content=body, timeout=300, headers={"Content-Type": "application/json"}
+        ),
+    )
+
+
+def _health_during(d: Daemon, work: Callable[[], T]) -> tuple[float, T]:
+    """The slowest ``/health`` answer while ``work()`` runs, and what it returned."""
     worst = [0.0]
     done = threading.Event()
 
@@ -448,14 +515,12 @@ def _health_while(d: Daemon, path: str, body: bytes) -> tuple[float, httpx.Respo
     poller.start()
     try:
         time.sleep(0.05)
-        response = httpx.post(
-            d.url + path, content=body, timeout=300, headers={"Content-Type": "application/json"}
-        )
+        result = work()
         time.sleep(0.05)
     finally:
         done.set()
         poller.join()
-    return worst[0], response
+    return worst[0], result
 
 
 @pytest.mark.parametrize("make", BODIES, ids=lambda f: f.__name__)
@@ -467,9 +532,35 @@ def test_health_answers_while_an_abusive_body_is_in_flight(daemon: Daemon, make:
         assert response.status_code in (200, 400, 413), response.text[:500]
         if response.status_code == 400:
             assert response.json()["error"], response.text[:500]
+        if make in NOT_UTF8:
+            assert response.status_code == 400, response.text[:500]
+            assert "not UTF-8" in response.json()["error"], response.text[:500]
         if worst < LIMIT_S:
             break
     assert worst < LIMIT_S, f"/health took {worst * 1000:.0f} ms during {make.__name__}"
+
+
+def test_health_answers_during_a_search_flood(daemon: Daemon, slow_hub: HubStub) -> None:
+    # "e" is in dozens of catalogue names and in every repo of the stand-in.  One client
+    # for all: each new one loads the CA bundle holding this process's GIL (~25 ms), which
+    # the poller here would measure as the daemon's lag.
+    client = daemon.keep(httpx.Client(base_url=daemon.url, timeout=120))
+
+    def flood() -> list[httpx.Response]:
+        with ThreadPoolExecutor(FLOOD) as pool:
+            return list(
+                pool.map(lambda _: client.get("/api/search", params={"q": "e"}), range(FLOOD))
+            )
+
+    for _ in range(2):  # a second try only for a stall of the whole machine
+        trees = slow_hub.count("GET", "/tree/")
+        worst, answers = _health_during(daemon, flood)
+        assert [r.status_code for r in answers] == [200] * FLOOD, answers[0].text[:500]
+        assert all(len(r.json()["models"]) == 4 for r in answers)
+        assert slow_hub.count("GET", "/tree/") - trees == 4 * FLOOD  # the slow part ran
+        if worst < LIMIT_S:
+            break
+    assert worst < LIMIT_S, f"/health took {worst * 1000:.0f} ms during {FLOOD} searches"
 
 
 def test_metrics_report_the_loop_lag(daemon: Daemon) -> None:
