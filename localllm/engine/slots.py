@@ -57,6 +57,7 @@ class Active:
     draft_rows: list[int] = field(default_factory=list)  # their output rows in the batch
     drafted: int = 0
     accepted: int = 0
+    rejected: int = 0  # drafting steps that ended on a drafted token the model disagreed with
     draft_run: float = -1.0  # drafted tokens accepted per step, averaged (speculate.py)
     think: ThinkBudget | None = None  # the request's thinking budget (thinking.py)
     # Tokens the reply holds but the KV cache not yet: a thinking block's forced close,

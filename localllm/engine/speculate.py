@@ -115,7 +115,8 @@ def add_drafts(
         if a.req.num_predict > 0:
             room = min(room, a.req.num_predict - len(a.generated) - 1)
         if gated and plan is not None:  # only the tokens whose chance beats their row's price
-            room = worth(acceptance(a.draft_run, _start(a)), plan.price, min(room, room_left))
+            p = acceptance(a.accepted, a.rejected)
+            room = worth(p, plan.price, min(room, room_left))
         if room <= 0:
             continue  # a.drafts is empty: verify() emptied it last step
         if by_model:
@@ -181,6 +182,7 @@ def verify(ctx: Context, s: Slot, take: Take) -> list[Event]:
         a.pending = -1  # the drafted token's cell is in the cache already
     if drafts:
         if i < len(drafts):  # a miss after i accepted tokens
+            a.rejected += 1
             a.draft_run = i if a.draft_run < 0 else (a.draft_run + i) / 2
         else:  # all accepted: the run was at least this long, so the average must not fall
             a.draft_run = max(a.draft_run, i)
