@@ -48,9 +48,6 @@ log = logging.getLogger(__name__)
 
 MIN_TOKENS = 256
 MAX_PENDING = 4  # copies queued for the writer; more are dropped rather than held in memory
-# What a graceful stop gives the writer to finish its queue (the runner's close: the
-# daemon waits 5 s for a runner to exit): about 2 GB of copies on a common disk.
-FLUSH_S = 4.0
 
 
 def open_disk(opts: LoadOptions, paths: list[str], n_ctx: int, n_swa: int) -> DiskCache | None:

@@ -110,11 +110,11 @@ class PromptCache:
                 self.keep(s)
 
     def close(self, timeout: float | None = None) -> None:
-        """Let the disk writer finish what is queued, within ``diskcache.FLUSH_S``."""
+        """Let the disk writer finish what is queued, within ``CACHE_FLUSH_S``."""
         if self.disk is not None:
-            from localllm.engine.diskcache import FLUSH_S
+            from localllm.runner.messages import CACHE_FLUSH_S
 
-            self.disk.close(FLUSH_S if timeout is None else timeout)
+            self.disk.close(CACHE_FLUSH_S if timeout is None else timeout)
 
     def park(self, slot: Slot) -> None:
         """Copy a free, text-only slot's cells here (when they fit) and empty the slot."""

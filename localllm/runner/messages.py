@@ -39,6 +39,11 @@ def to_dict(obj: Any) -> dict[str, Any]:
     return {k: to_dict(v) if is_dataclass(v) else v for k, v in vars(obj).items()}
 
 
+# What a graceful stop gives the prompt cache's disk writer to finish its queue (the
+# runner's close; the daemon waits 5 s for a runner to exit): about 2 GB of copies on a
+# common disk.  Here, as the runner and the engine both read it.
+CACHE_FLUSH_S = 4.0
+
 @dataclass
 class LoadOptions:
     """What a model is loaded with; a change of any of these means a reload."""

@@ -38,7 +38,7 @@ from localllm import config
 from localllm.errors import LocalLLMError
 from localllm.runner import protocol as P
 from localllm.runner.attach import Floats
-from localllm.runner.messages import Done, Failed, Piece
+from localllm.runner.messages import CACHE_FLUSH_S, Done, Failed, Piece
 from localllm.runner.resident import rss_bytes
 
 log = logging.getLogger("localllm.runner.worker")
@@ -48,7 +48,7 @@ log = logging.getLogger("localllm.runner.worker")
 # reader thread ends the process itself so a dead daemon never leaves a runner.
 EXIT_GRACE_S = 2.0
 # Once the main loop has begun closing the engine, it is writing the prompt cache's last
-# copies to disk (engine/park.py: ``FLUSH_S``): they get that long more.
+# copies to disk (engine/park.py): they get that long more.
 _closing = threading.Event()
 
 
@@ -91,9 +91,7 @@ def read_stdin(stream: IO[bytes], inbox: queue.Queue[Any], grace: float = EXIT_G
     inbox.put(None)
     time.sleep(grace)
     if _closing.is_set():
-        from localllm.engine.diskcache import FLUSH_S
-
-        time.sleep(FLUSH_S)
+        time.sleep(CACHE_FLUSH_S)
     log.warning("stdin closed and the main loop did not stop within %.1fs; exiting", grace)
     os._exit(0)
 
