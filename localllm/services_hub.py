@@ -315,6 +315,7 @@ def search(
                 "name": f"hf.co/{r.repo}",
                 "repo": r.repo,
                 "catalog": r.catalog,
+                "base_models": r.base_models,
                 "downloads": r.downloads,
                 "likes": r.likes,
                 "updated": r.updated,

@@ -305,6 +305,9 @@ class SearchModel(TypedDict):
     name: str  # hf.co/{repo}
     repo: str
     catalog: list[str]  # catalogue names that pull from this repo
+    # The repos the Hub names as this one's base (its ``base_model:`` tags): whose
+    # model this is, which ``pull`` of an unknown name weighs (cli/pullsearch.py)
+    base_models: list[str]
     downloads: int
     likes: int
     updated: str

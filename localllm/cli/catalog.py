@@ -1,7 +1,9 @@
 """``localllm catalog [list|update|reset]``: the library names (``llama3.2``, ``qwen3:8b``).
 
 ``list`` (the default) prints every ``name:tag`` with the Hugging Face GGUF it
-pulls, marking each family's ``latest``; ``update`` downloads a newer, signed
+pulls, marking each family's ``latest`` and the entries whose repo or quant could not
+be checked against a public listing (``unverified``; ``"verified": false`` in
+``--json``); ``update`` downloads a newer, signed
 catalogue and ``reset`` removes it (see ``localllm.store.catalog_update``).  All
 read and write this machine's files, without the daemon, which reads the same files
 on each pull.
@@ -79,6 +81,8 @@ def rows(query: str = "") -> list[dict[str, Any]]:
             }
             if entry.projector:
                 row["projector"] = entry.projector
+            if not entry.verified:
+                row["verified"] = False
             if fam.description:
                 row["description"] = fam.description
             out.append(row)
@@ -103,6 +107,7 @@ def run_list(args: argparse.Namespace) -> int:
             for n in (
                 "latest" if r["latest"] else "",
                 f"projector {r['projector']}" if r.get("projector") else "",
+                "unverified" if r.get("verified") is False else "",
                 "your file" if r["from"] == "user" else "",
             )
             if n

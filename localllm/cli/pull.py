@@ -5,6 +5,11 @@ requests and plans the load on its machine: a model that cannot fit at all is
 refused unless ``--force``.  ``--dry-run`` stops there and prints the files,
 the placement, the memory by device and the largest context that fits
 (``render_plan``, shared with ``show --remote``).
+
+A library name that no source has (the daemon's 404 "not in the catalogue") is
+searched for on Hugging Face and offered, and pulled only when confirmed: asked on a
+terminal, or ``--yes`` (``cli/pullsearch.py``).  ``--as NAME`` gives the pulled model
+a short name: the pull, then a copy through ``/api/copy``, as ``localllm cp`` makes.
 """
 
 from __future__ import annotations
@@ -21,13 +26,33 @@ if TYPE_CHECKING:
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser("pull", help="Pull a model from Hugging Face")
+    parser = sub.add_parser(
+        "pull",
+        help="Pull a model from Hugging Face",
+        description="Pull a model: a catalogue name (localllm catalog) or an hf.co name. "
+        "A name no source has is searched for on Hugging Face: the most downloaded GGUF "
+        "repo of a known publisher (the model's own organisation, ggml-org, unsloth, "
+        "bartowski, lmstudio-community) is shown and pulled once you confirm it (--yes "
+        "for scripts; without a terminal the command to run is printed instead).",
+    )
     parser.add_argument(
         "model",
         help="model name: a library name from 'localllm catalog' "
         "(llama3.2, qwen3:8b) or hf.co/user/repo[:Q4_K_M]",
     )
     parser.add_argument("--insecure", action="store_true", help="accepted for Ollama compatibility")
+    parser.add_argument(
+        "-y",
+        "--yes",
+        action="store_true",
+        help="a name no source has: pull what the Hugging Face search offers without asking",
+    )
+    parser.add_argument(
+        "--as",
+        dest="as_name",
+        metavar="NAME",
+        help="also name the pulled model NAME (a short name for an hf.co repo)",
+    )
     parser.add_argument(
         "--projector",
         metavar="FILE",
@@ -43,7 +68,7 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--force", action="store_true", help="pull even a model that cannot fit on this machine"
     )
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run_named)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,6 +80,47 @@ def run(args: argparse.Namespace) -> int:
             return 0
         pull_with_progress(client, args.model, projector=args.projector, force=args.force)
     return 0
+
+
+def run_named(args: argparse.Namespace) -> int:
+    """``run``, then what a name no source has, and ``--as``, need (``cli/pullsearch.py``)."""
+    import sys
+
+    from localllm.api.client import Client
+    from localllm.cli.pullsearch import confirm
+    from localllm.errors import InvalidRequest, ModelNotFound
+    from localllm.store.names import parse_name
+
+    if args.as_name is not None:
+        if args.dry_run:
+            raise InvalidRequest("--as names a pulled model, and a dry run pulls nothing")
+        if parse_name(args.as_name).is_hf:
+            raise InvalidRequest("--as takes a short name (such as qwen-small), not an hf.co name")
+    searched = False
+    try:
+        code = run(args)
+    except ModelNotFound as exc:
+        if args.dry_run:
+            raise
+        with Client(autostart=True) as client:
+            args.model = confirm(
+                client, args.model, exc, yes=args.yes, command="pull", as_name=args.as_name
+            )
+        searched = True
+        code = run(args)
+    if code or args.dry_run:
+        return code
+    pulled = clean(parse_name(args.model).display)
+    if args.as_name is not None:
+        with Client(autostart=True) as client:
+            client.copy(args.model, args.as_name)
+        print(f"{pulled} is also {parse_name(args.as_name).display}", file=sys.stderr)
+    elif searched:
+        print(
+            f"stored as {pulled}; a short name: localllm cp {pulled} NAME, or pull with --as NAME",
+            file=sys.stderr,
+        )
+    return code
 
 
 def pull_with_progress(

@@ -6,6 +6,10 @@ otherwise the interactive session of ``localllm.cli.repl``.  Both talk to
 the same chat call, so a one-shot answer and a first REPL answer to the same text
 are the same.
 
+A name that no source has is searched for on Hugging Face, as ``pull`` does
+(``cli/pullsearch.py``): the repo offered is pulled and run once confirmed, on a
+terminal or with ``--yes``.
+
 Word wrap: on a terminal, answers are wrapped at spaces to the terminal's
 width (``--nowordwrap`` or ``/set nowordwrap`` turns it off); output to a
 pipe or file is never wrapped.
@@ -104,6 +108,12 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("--insecure", action="store_true", help="accepted for Ollama compatibility")
     parser.add_argument(
+        "-y",
+        "--yes",
+        action="store_true",
+        help="a name no source has: pull what the Hugging Face search offers without asking",
+    )
+    parser.add_argument(
         "-i",
         "--interactive",
         action="store_true",
@@ -115,8 +125,9 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from localllm.api.client import Client
     from localllm.cli.pull import ensure_model
+    from localllm.cli.pullsearch import confirm
     from localllm.cli.session import preload, session_from_args
-    from localllm.errors import InvalidRequest
+    from localllm.errors import InvalidRequest, ModelNotFound
 
     session = session_from_args(args)
     prompt = " ".join(args.prompt)
@@ -125,7 +136,11 @@ def run(args: argparse.Namespace) -> int:
         piped = sys.stdin.read()
         prompt = " ".join(p for p in (piped, prompt) if p)
     with Client(autostart=True) as client:
-        info = ensure_model(client, args.model)
+        try:
+            info = ensure_model(client, args.model)
+        except ModelNotFound as exc:
+            session.model = confirm(client, args.model, exc, yes=args.yes, command="run")
+            info = ensure_model(client, session.model)
         capabilities = info.get("capabilities") or []
         if "embedding" in capabilities:
             return embed(client, session, prompt, interactive)

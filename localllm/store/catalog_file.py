@@ -23,7 +23,7 @@ MAX_BYTES = 1 << 20  # any catalogue file; the built-in one is ~15 KiB
 _PROJECTOR_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _TAG_RE = re.compile(r"^[a-z0-9_][a-z0-9_.-]{0,79}$")
 _FAMILY_KEYS = frozenset({"description", "latest", "tags"})
-_TAG_KEYS = frozenset({"source", "projector"})
+_TAG_KEYS = frozenset({"source", "projector", "verified"})
 
 
 class CatalogError(InvalidRequest):
@@ -35,6 +35,9 @@ class Tag:
     source: ModelName  # hf.co/{user}/{repo}:{quant or file}
     projector: str | None = None  # a projector file or precision; "none" for none
     layer: str = "built-in"  # the file this tag came from: built-in, updated or user
+    # False: the repo or its quant could not be checked against a public listing when
+    # the entry was written (``localllm catalog`` marks it; the pull works as for any)
+    verified: bool = True
 
 
 @dataclass(frozen=True)
@@ -144,7 +147,10 @@ def _tag(spec: Any, where: str, layer: str) -> Tag:
         not isinstance(projector, str) or not _PROJECTOR_RE.fullmatch(projector)
     ):
         raise CatalogError(f'{where}.projector: must be a file name, a precision or "none"')
-    return Tag(source, projector, layer)
+    verified = spec.get("verified", True)
+    if not isinstance(verified, bool):
+        raise CatalogError(f"{where}.verified: must be true or false")
+    return Tag(source, projector, layer, verified)
 
 
 def merge(base: dict[str, Family], over: dict[str, Family]) -> dict[str, Family]:

@@ -94,6 +94,13 @@ class Repo:
     header_bytes: int = 0  # transferred for the header
     error: str = ""
 
+    @property
+    def base_models(self) -> list[str]:
+        """The repos its ``base_model:`` tags name: ``base_model:quantized:google/x`` and
+        ``base_model:google/x`` are both ``google/x`` (valid repo ids only, at most 10)."""
+        found = (t.rsplit(":", 1)[-1] for t in self.tags if t.startswith("base_model:"))
+        return list(dict.fromkeys(r for r in found if _REPO_RE.fullmatch(r)))[:10]
+
 
 def _int(v: Any) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < MAX_SIZE else 0

@@ -90,6 +90,36 @@ def test_builtin_catalogue_has_the_names_people_type() -> None:
     assert resolve("gemma3:4b").projector == "mmproj-model-f16.gguf"
 
 
+def test_this_seasons_families_and_the_rerankers_resolve() -> None:
+    """gemma4, qwen3.5, qwen3.6 and the rerankers people ask for (issue 37); an entry whose
+    quant file was not seen in a public listing is marked, and only that one."""
+    assert resolve("gemma4").source.display == "hf.co/ggml-org/gemma-4-E4B-it-GGUF:Q4_K_M"
+    assert resolve("gemma4:26b").source.model == "gemma-4-26B-A4B-it-GGUF"
+    assert resolve("qwen3.5").name == "qwen3.5:9b"
+    assert resolve("qwen3.5:35b").source.display == "hf.co/unsloth/Qwen3.5-35B-A3B-GGUF:Q4_K_M"
+    assert resolve("qwen3.6:35b").source.tag == "UD-Q4_K_XL"
+    for name in ("bge-reranker-v2-m3", "qwen3-reranker", "jina-reranker-v2"):
+        assert resolve(name).source.tag == "Q8_0", name
+    cat = catalog.load()
+    unverified = [
+        f"{fam.name}:{tag}"
+        for fam in cat.families.values()
+        for tag, entry in fam.tags.items()
+        if not entry.verified
+    ]
+    assert unverified == ["gemma4:12b"]
+
+
+def test_an_entry_may_be_marked_unverified() -> None:
+    write_user(
+        '[models.x]\nlatest = "a"\n'
+        'tags.a = { source = "hf.co/u/r:Q4_K_M", verified = false }\n'
+        'tags.b = { source = "hf.co/u/r:Q8_0", verified = true }\n'
+    )
+    tags = catalog.load().families["library/x"].tags
+    assert (tags["a"].verified, tags["b"].verified) == (False, True)
+
+
 def test_ollama_long_tags_swap_the_quant() -> None:
     q8 = resolve("llama3.2:3b-instruct-q8_0")
     assert q8.name == "llama3.2:3b-instruct-q8_0"
@@ -166,6 +196,10 @@ tags.small = { source = "hf.co/someone/Coder-GGUF:Q4_K_M", projector = "none" }
             "unknown key 'url'",
         ),
         ('[models.x]\nlatest = "b"\ntags.a = "hf.co/u/r:Q4_K_M"\n', "has no tag 'b'"),
+        (
+            '[models.x]\ntags.a = { source = "hf.co/u/r:Q4_K_M", verified = "no" }\n',
+            "verified: must be true or false",
+        ),
         ("[models.x]\ntags.a = 3\n", "must be a source string or a table"),
         ("format = 2\n", "format 2"),
         ('updated = "yesterday"\n', "must be a date"),
