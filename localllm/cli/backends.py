@@ -9,8 +9,9 @@ compiles one plugin from the pinned llama.cpp source with live progress (see
 ``backends/build.py``); a CUDA build without a toolkit asks before it downloads
 NVIDIA's from the package index (``--yes`` answers for it).
 ``remove`` deletes a plugin; ``pack``, ``install`` and ``get`` (prebuilt, verified
-plugins) live in ``backend_packs``.  None of them needs the daemon; a running daemon
-sees a new plugin at its next model load.
+plugins) live in ``backend_packs``.  None of them needs the daemon; a running one is
+told when a plugin is built, installed or removed (``tell_daemon``: SIGHUP), probes
+its devices again and plans the next model load with them, with no restart.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from localllm.cli.tell_daemon import tell_daemon
 
 
 def register(sub: Any) -> None:
@@ -228,6 +231,7 @@ def prove_loads(backend: str, plugin: Path, done: str) -> int:
         return 1
     devs = ", ".join(rep["devices"])
     print(f"Loaded: {devs or 'no local devices (RPC devices come from workers)'}")
+    tell_daemon(f"new {backend}")
     return 0
 
 
@@ -254,4 +258,5 @@ def run_remove(args: argparse.Namespace) -> int:
         return 1
     for p in gone:
         print(f"Removed {p}")
+    tell_daemon(f"removed {args.name}")
     return 0

@@ -23,10 +23,11 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from localllm import config, paths
 from localllm.errors import LocalLLMError
+from localllm.server import reprobe
 from localllm.server.security import is_loopback_bind
 
 if TYPE_CHECKING:
@@ -58,10 +59,21 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+_pid_lock: IO[str] | None = None  # held open for the daemon's life (cli/tell_daemon.py)
+
+
 def _write_pid() -> Path:
+    global _pid_lock
     path = pid_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"{os.getpid()}\n")
+    # A shared lock while the daemon lives: whoever reads the file can tell a live pid
+    # from a stale one, whose number another program may have by now.
+    with contextlib.suppress(OSError, ImportError):
+        import fcntl
+
+        _pid_lock = open(path)  # kept open until the process ends
+        fcntl.flock(_pid_lock.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
     return path
 
 
@@ -104,6 +116,7 @@ def run() -> int:
 
     app = create_app(store, bind_host=host)
     pid_path = _write_pid()
+    reprobe.install()
     server = _make_server(app, pid_path)
     log.info("localllm %s listening on %s:%d (models: %s)", _version(), host, port, store.root)
     for ours, theirs in config.ollama_fallbacks():
@@ -181,6 +194,7 @@ def _make_server(app: FastAPI, pid_path: Path) -> uvicorn.Server:
                 _force_exit(app, pid_path, sig)
 
         async def on_tick(self, counter: int) -> bool:
+            reprobe.poll()  # a SIGHUP from `localllm backends ...` (server/reprobe.py)
             if lifecycle.draining and not self.announced:
                 self.announced = True
                 log.info(
