@@ -35,6 +35,8 @@ def test_only_a_pid_whose_file_is_locked_is_live(tmp_path: Path) -> None:
         finally:
             holder.kill()
             holder.wait()
+            if holder.stdout is not None:
+                holder.stdout.close()
         assert _live_pid(pid_path) is None  # the holder is gone: stale again
     finally:
         other.kill()
