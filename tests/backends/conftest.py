@@ -1,8 +1,10 @@
-"""Fixtures of the backends tests: a package index on disk that is all pip can see."""
+"""Fixtures of the backends tests: a package index on disk that is all pip can see, and a
+backends folder holding a copy of the RPC plugin."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -26,4 +28,14 @@ def pip_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("LOCALLLM_CACHE", str(tmp_path / "cache"))
+    return root
+
+
+@pytest.fixture
+def backends(rpc_backends: Path, tmp_path: Path) -> Path:
+    """A backends folder of the test's own with a copy of the built RPC plugin."""
+    (src,) = rpc_backends.glob("*/libggml-rpc.so")
+    root = tmp_path / "backends"
+    (root / src.parent.name).mkdir(parents=True)
+    shutil.copy2(src, root / src.parent.name / src.name)
     return root

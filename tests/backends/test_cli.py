@@ -9,24 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.support.daemon import REPO, run_cli
-
-
-@pytest.fixture
-def backends(rpc_backends: Path, tmp_path: Path) -> Path:
-    (src,) = rpc_backends.glob("*/libggml-rpc.so")
-    root = tmp_path / "backends"
-    (root / src.parent.name).mkdir(parents=True)
-    shutil.copy2(src, root / src.parent.name / src.name)
-    return root
 
 
 def cli(backends: Path, *args: str) -> tuple[int, str, str]:

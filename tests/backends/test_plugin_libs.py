@@ -4,21 +4,9 @@ the plugin is: one that another account could have written keeps the plugin unop
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
-import pytest
-
 from tests.backends.test_cli import cli
-
-
-@pytest.fixture
-def backends(rpc_backends: Path, tmp_path: Path) -> Path:
-    (src,) = rpc_backends.glob("*/libggml-rpc.so")
-    root = tmp_path / "backends"
-    (root / src.parent.name).mkdir(parents=True)
-    shutil.copy2(src, root / src.parent.name / src.name)
-    return root
 
 
 def rpc_row(backends: Path) -> dict[str, object]:
