@@ -44,6 +44,7 @@ def to_dict(obj: Any) -> dict[str, Any]:
 # common disk.  Here, as the runner and the engine both read it.
 CACHE_FLUSH_S = 4.0
 
+
 @dataclass
 class LoadOptions:
     """What a model is loaded with; a change of any of these means a reload."""
