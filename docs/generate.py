@@ -114,6 +114,36 @@ def _columns() -> Iterator[None]:
             os.environ["COLUMNS"] = saved
 
 
+# Prose after a command's --help, for what a help line cannot say.
+NOTES = {
+    "pull": """
+### Where a name is pulled from
+
+`localllm pull NAME` (and `run`, for a model not here yet) looks for NAME in this
+order, and its first lines say where it went:
+
+1. `hf.co/{user}/{repo}[:{quant}]`: that Hugging Face repository.
+2. A name stored here that came from Ollama's registry (pulled from it, or brought in
+   by `localllm import ollama`): the registry again, so the pull updates it. A model
+   made here (`create`) is never replaced: the pull is refused (409).
+3. The catalogue (`localllm catalog`): a library name such as `llama3.2` or
+   `qwen3:8b` stands for a Hugging Face GGUF.
+4. Ollama's registry, for a name whose family the catalogue does not have
+   (`qwen3.5`, `someuser/some-reranker`). `ollama://NAME` goes there even for a name
+   the catalogue has. The manifest and every layer (weights, projector, template,
+   parameters, system prompt, license, messages) are stored as Ollama stores them and
+   checked by digest; the config records the origin (`show` lists it). Before the
+   weights are downloaded their GGUF header is read with range requests: a model whose
+   architecture the pinned llama.cpp cannot load (some are built for Ollama's own
+   engine) is refused in one line, which names the catalogue's entry of that family
+   when there is one.
+
+The registry is `LOCALLLM_OLLAMA_REGISTRY` (default `https://registry.ollama.ai`;
+`off`: never asked, and names the catalogue lacks are refused).
+""",
+}
+
+
 def cli() -> str:
     import argparse
 
@@ -144,6 +174,8 @@ def cli() -> str:
             cmd = sub.choices[name]
             parts += ["", f"## localllm {name}", "", "```text",
                       cmd.format_help().rstrip(), "```"]
+            if name in NOTES:
+                parts += ["", NOTES[name].strip()]
             # Commands with verbs (``backends build``) get a section per verb.
             verbs = [a for a in cmd._actions if isinstance(a, argparse._SubParsersAction)]
             for verb, verb_parser in (verbs[0].choices.items() if verbs else []):

@@ -4,10 +4,9 @@ The only module that reads ``LOCALLLM_*`` variables (tests/test_config.py checks
 ``children.py`` copies the whole environment for child processes, and
 ``native/build_ffi.py`` reads ``LOCALLLM_LLAMA_PREFIX`` itself, at build time.
 
-Settings are read lazily, each time an accessor is called, so tests (and a daemon
-started with another environment) see current values.  A malformed value logs a
-warning and falls back to the default instead of stopping the daemon.  The parsers
-are ``config_values.py``'s; the ones callers use are re-exported as ``config.X``.
+Settings are read each time an accessor is called, so tests (and a daemon started with
+another environment) see current values.  A malformed value logs a warning and falls back
+to the default.  The parsers are ``config_values.py``'s, re-exported as ``config.X``.
 
 Where Ollama has a variable of the same meaning, it is read when ours is unset, the way
 Ollama reads it (``ollama_env.py``); ``ollama_fallbacks`` and ``ollama_ignored`` say which
@@ -52,6 +51,7 @@ from localllm.config_values import (  # re-exported: config.X is how callers rea
     parse_ollama_llm_library as parse_ollama_llm_library,
     parse_pixels as parse_pixels,
     parse_prompt_cache as parse_prompt_cache,
+    parse_registry as parse_registry,
     parse_size as parse_size,
     parse_step_budget as parse_step_budget,
     parse_str as parse_str,
@@ -71,12 +71,10 @@ class Setting(Generic[T]):
     parse: Callable[[str], T]
     default: T
     description: str
-    # Ollama's variable of the same meaning, read when ours is unset, so an existing
-    # Ollama setup (a service file, a shell profile) and its clients agree with us.
+    # Ollama's variable of the same meaning, read when ours is unset (a copied setup works).
     ollama: str = ""
-    # How Ollama reads its variable, where that differs from ``parse`` (Go's booleans,
-    # where any other text means true; levels; bytes only): a copied setup means what it
-    # meant to Ollama.  None: ``parse`` reads both.
+    # How Ollama reads its variable where that differs from ``parse`` (Go's booleans, where
+    # other text means true; levels; bytes only), so a copied setup means what it did there.
     ollama_parse: Callable[[str], T] | None = None
 
     def source(self) -> tuple[str, str] | None:
@@ -418,6 +416,13 @@ BACKENDS_REPO = Setting(
     "prebuilt plugin packs from; a pack is installed only if its sha256 is in "
     "the table this release ships, or is given with --trust.",
 )
+OLLAMA_REGISTRY = Setting(
+    "LOCALLLM_OLLAMA_REGISTRY",
+    parse_registry,
+    "https://registry.ollama.ai",
+    "Ollama's registry, which 'pull' asks for names the catalogue lacks (qwen3.5, user/model) "
+    "and for ollama://NAME; off = never asked.",
+)
 RPC_WORKERS: Setting[list[str]] = Setting(
     "LOCALLLM_RPC_WORKERS",
     parse_list,
@@ -448,12 +453,8 @@ RUNNER_ENGINE = Setting(
     "e.g. a fake one that provokes crashes and slow loads.",
 )
 
-# Image input limits (issue 14): constants, not settings, because the runner and the
-# daemon must agree on them.  The byte limits keep a request's images (base64 in one
-# runner frame, see runner/protocol.py) well under the 128 MiB frame cap; the pixel
-# limits are checked from the file header before anything is decoded (localllm.images.info).
-# Per request; one encoded file; all of a request's files; width x height (a decoded RGB
-# copy is 3 bytes a pixel); pixels either side.
+# Image input limits (issue 14; the runner and daemon share them): images a request, bytes a
+# file and a request (one runner frame, under 128 MiB), width x height, a side; from headers.
 MAX_IMAGES, MAX_IMAGE_BYTES, MAX_IMAGES_BYTES = 16, 20 << 20, 48 << 20
 MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE = 50_000_000, 16384
 FETCH_IMAGE_URLS = Setting(
@@ -464,7 +465,6 @@ FETCH_IMAGE_URLS = Setting(
     "loopback address, redirects included; 10 s and 20 MiB per image), all = any address "
     "(a trusted network); off by default.",
 )
-
 MAX_REQUEST_PIXELS = Setting(
     "LOCALLLM_MAX_REQUEST_PIXELS",
     parse_pixels,

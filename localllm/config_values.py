@@ -312,3 +312,16 @@ def parse_pixels(raw: str) -> int:
     if value < 1:
         raise ValueError("must be a positive number of pixels")
     return value
+
+
+_URL_RE = re.compile(r"https?://[A-Za-z0-9_.:\[\]-]+(/[A-Za-z0-9_.~/-]*)?")
+
+
+def parse_registry(raw: str) -> str:
+    """LOCALLLM_OLLAMA_REGISTRY: an ``http(s)://host[:port][/path]`` base URL, without its
+    trailing ``/``; ``off`` (or another false value) = ``""``, never asked."""
+    if raw.lower() in ("0", "false", "no", "off", "none"):
+        return ""
+    if not _URL_RE.fullmatch(raw):
+        raise ValueError("expected an http(s):// URL, or off")
+    return raw.rstrip("/")

@@ -27,6 +27,7 @@ from localllm.store.ollama_store import Found
 if TYPE_CHECKING:
     from localllm.gguf.info import ModelInfo
     from localllm.services_hub import Machine
+    from localllm.store.registry import Remote
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +38,14 @@ Progress = Callable[[ProgressEvent], None]
 
 @dataclass(frozen=True)
 class PullTarget:
-    """A pull resolved: stored as ``name``, fetched from ``source`` (an ``hf.co`` name)."""
+    """A pull resolved: stored as ``name``, fetched from ``source`` (an ``hf.co`` name),
+    or from Ollama's registry when ``registry`` holds its manifest (services_registry)."""
 
     name: ModelName
     source: ModelName
     projector: str | None  # the catalogue's projector choice, if it makes one
-    via: str | None  # the catalogue entry, "llama3.2:3b", when one led here
+    via: str | None  # the catalogue entry, "llama3.2:3b", or why the registry
+    registry: Remote | None = None
 
 
 def rfc3339(timestamp: float) -> str:
@@ -294,28 +297,46 @@ class ModelService:
         await anyio.to_thread.run_sync(self.delete, model)
 
     def pull_target(self, model: str) -> PullTarget:
-        """What pulling ``model`` fetches: an ``hf.co`` name itself, or the catalogue's entry
-        for a library name (``llama3.2``); errors before anything is downloaded.
+        """What pulling ``model`` fetches: an ``hf.co`` name itself, the catalogue's entry
+        for a library name (``llama3.2``), else Ollama's registry (``ollama://NAME``
+        forces it); errors before anything is downloaded.  The order is
+        services_registry's docstring.
 
-        A library name already in the store that no pull wrote (a model created or
-        imported here) is refused rather than replaced: pulling must not destroy it.
+        A name already in the store that no pull wrote (a model created here) is refused
+        rather than replaced: pulling must not destroy it.  One with an origin is
+        updated from where it came.
         """
-        from localllm.errors import InvalidRequest
+        from localllm import services_registry as reg
+        from localllm.errors import InvalidRequest, ModelNotFound
         from localllm.store import catalog
+        from localllm.store.registry import split_scheme
 
-        name = parse_name(model)
+        raw, forced = split_scheme(model)
+        name = parse_name(raw)
         if name.is_hf:
+            if forced:
+                raise InvalidRequest(f"'{raw}' is a Hugging Face name, not one of Ollama's")
             return PullTarget(name, name, None, None)
+        origin = None
         if self.store.manifests.exists(name):
-            cfg = self.store.config_json(self.store.get(name))
-            if not isinstance(cfg.get("origin"), dict):
+            origin = self.store.config_json(self.store.get(name)).get("origin")
+            if not isinstance(origin, dict):
                 raise InvalidRequest(
                     f"'{name.display}' is a model made here, not pulled: pulling would replace "
                     f"it. Remove it first (localllm rm {name.display}) or copy it to another "
                     "name",
                     status=409,
                 )
-        found = catalog.resolve(name)
+        if forced or (origin and origin.get("registry")):
+            return PullTarget(
+                name, name, None, reg.FORCED if forced else reg.FOLLOWED, reg.lookup(name)
+            )
+        try:
+            found = catalog.resolve(name)
+        except ModelNotFound as exc:
+            if catalog.load().family(name) is not None:
+                raise  # a family it has, with a tag it lacks
+            return PullTarget(name, name, None, reg.NOT_IN_CATALOGUE, reg.fallback(name, exc))
         assert found is not None  # resolve() raises for library names it lacks
         return PullTarget(name, found.source, found.projector, found.name)
 
@@ -339,10 +360,23 @@ class ModelService:
         and reports it; a model too big for the machine stops the pull if ``force`` is
         False, else is a warning (services_hub.preflight).
         """
-        from localllm import services_hub
+        from localllm import services_hub, services_registry
         from localllm.store.pull import pull_model
 
         target = self.pull_target(model)
+        if target.registry is not None:
+            services_registry.pull(
+                self.store,
+                target.name,
+                target.registry,
+                target.via or "",
+                progress,
+                cancel=cancel,
+                machine=machine,
+                force=force,
+                dry_run=dry_run,
+            )
+            return
         if dry_run:
             if machine is None:
                 raise ValueError("a dry run needs the machine to plan on")

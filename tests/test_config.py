@@ -55,6 +55,7 @@ CASES: dict[str, tuple[str, Any, str | None]] = {
     "LOCALLLM_DEBUG_REQUESTS": ("/tmp/refused", "/tmp/refused", None),
     "LOCALLLM_CATALOG_REPO": ("someone/catalog", "someone/catalog", "../catalog"),
     "LOCALLLM_BACKENDS_REPO": ("someone/packs", "someone/packs", "packs"),
+    "LOCALLLM_OLLAMA_REGISTRY": ("http://10.0.0.5:5000/", "http://10.0.0.5:5000", "ftp://x"),
     "LOCALLLM_RPC_WORKERS": ("10.0.0.2:50052", ["10.0.0.2:50052"], None),
     "LOCALLLM_LLAMA_PREFIX": ("/opt/llama", "/opt/llama", None),
     "LOCALLLM_CORE_CMAKE_ARGS": ("-DGGML_NATIVE=OFF", "-DGGML_NATIVE=OFF", None),

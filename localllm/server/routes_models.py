@@ -36,6 +36,7 @@ from localllm.server.streaming import Emit, events_from_thread, progress_respons
 from localllm.services import ModelService
 from localllm.store.blobs import NoSpace
 from localllm.store.names import parse_digest, parse_name
+from localllm.store.registry import split_scheme
 
 router = APIRouter()
 log = logging.getLogger(__name__)
@@ -78,7 +79,8 @@ async def pull(
 ) -> Response:
     # Validate before any thread starts so a bad name is a plain 400, and a library name
     # the catalogue lacks a plain 404 (its files are read off the loop).
-    model = parse_name(req.model).display
+    raw, forced = split_scheme(req.model)  # ollama://NAME: Ollama's registry, whatever NAME
+    model = ("ollama://" if forced else "") + parse_name(raw).display
     await offload(request, svc.pull_target, model)
     machine = machine_of(request)
 

@@ -15,6 +15,10 @@ account owns, or that its group or everyone may write, could be rewritten after 
 was verified, so it is copied instead (judged on the linked file itself, after the
 link, so a swap between the check and the link changes nothing).
 
+The config blob is Ollama's with an ``origin`` added (``with_origin``): the name that
+pulls the model from Ollama's registry, so a later ``localllm pull`` of it updates it
+rather than refusing to replace a model made here.
+
 A model already here under the same name is left alone: unchanged when it has the
 same manifest, refused when it differs (``force`` replaces it).  A broken entry is
 reported and skipped; blobs this run brought in for models that then failed are
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import stat
 import time
@@ -37,8 +42,8 @@ from localllm import config
 from localllm.errors import DigestMismatch, InvalidRequest, LocalLLMError
 from localllm.store.blobs import CHUNK, free_space, fsync_dir, tmp_name
 from localllm.store.local import Store
-from localllm.store.manifests import Manifest
-from localllm.store.names import ModelName
+from localllm.store.manifests import CONFIG_MEDIA_TYPE, MEDIA_MODEL, Layer, Manifest
+from localllm.store.names import DEFAULT_HOST, ModelName
 from localllm.store.ollama_store import Blob, Broken, Found, OllamaStore, find_store, open_regular
 
 Progress = Callable[[dict[str, Any]], None]
@@ -128,6 +133,21 @@ def import_ollama(
     return report
 
 
+def with_origin(entry: Found) -> tuple[bytes, Manifest]:
+    """The config blob (Ollama's, with an ``origin``) and the manifest naming it."""
+    assert entry.name is not None and entry.manifest is not None
+    name, theirs = entry.name, entry.manifest
+    origin: dict[str, Any] = {"source": name.display, "imported": "ollama"}
+    if name.host.lower() == DEFAULT_HOST:
+        origin.update(source=f"ollama://{name.display}", registry=f"https://{DEFAULT_HOST}")
+    model = theirs.first(MEDIA_MODEL)
+    if model is not None:
+        origin["digest"] = model.digest
+    data = json.dumps({**entry.config, "origin": origin}, sort_keys=True).encode()
+    config = Layer(CONFIG_MEDIA_TYPE, "sha256:" + hashlib.sha256(data).hexdigest(), len(data))
+    return data, Manifest(config, theirs.layers)
+
+
 def _refuse_own_store(root: Path, ours: Path) -> None:
     try:
         same = ours.exists() and os.path.samefile(root, ours)
@@ -177,12 +197,16 @@ class _Run:
                 f"a cloud model (it runs on {entry.remote}): nothing of it is stored locally",
             )
         assert entry.name is not None and entry.manifest is not None
-        name, manifest = entry.name, entry.manifest
+        name, theirs = entry.name, entry.manifest
+        config, manifest = with_origin(entry)
         result = ModelResult(label, "imported", size=manifest.total_size)
         existing = self._existing(name)
         if existing is not None and existing == manifest:
             result.status = "unchanged"
             return result
+        # Imported before origins were recorded: the same model, its config gains one.
+        if existing == Manifest(theirs.config, manifest.layers):
+            existing = None
         if existing is not None and not force:
             result.status, result.reason = (
                 "failed",
@@ -197,11 +221,16 @@ class _Run:
             verb = "would replace" if self.dry_run else "replaced"
             result.warnings.append(f"{verb} the model of that name (--force)")
         try:
+            used = {layer.digest for layer in manifest.layers}
             for blob in entry.blobs:
-                self._blob(blob)
+                if blob.digest in used:  # Ollama's config is replaced by ours
+                    self._blob(blob)
             if self.dry_run:
                 result.status = "would import"
             else:
+                if not self.store.blobs.exists(manifest.config.digest):
+                    self.brought.add(manifest.config.digest)
+                self.store.put_bytes(CONFIG_MEDIA_TYPE, config)
                 self.store.commit(name, manifest)
         except (Broken, LocalLLMError) as exc:
             result.status, result.reason = "failed", exc.message

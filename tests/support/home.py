@@ -24,8 +24,10 @@ def isolate(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
     # Ollama's variables are fallbacks for ours: a developer's own Ollama setup must not leak in.
     for var in [v for v in os.environ if v.startswith("OLLAMA_")]:
         monkeypatch.delenv(var, raising=False)
-    # Nothing in the tests may reach the real Hub.
+    # Nothing in the tests may reach the real Hub, nor Ollama's registry (the tests of
+    # registry pulls point it at tests/support/registrystub.py).
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setenv("LOCALLLM_OLLAMA_REGISTRY", "off")
     # One thread per model: the tiny test models need no more, and the runners of two
     # xdist workers, two threads each on 2 cores, spin in ggml's barriers waiting for a
     # thread that is not running. Tests of threading set their own count.

@@ -119,7 +119,8 @@ class OllamaStore:
         return target
 
     def digests(self) -> set[str]:
-        """Every blob the manifests name but the obsolete ``embed`` layers (not imported)."""
+        """Every blob the manifests' layers name but the obsolete ``embed`` layers: what an
+        import brings over (the config is Ollama's with an origin added, a blob of ours)."""
         out = set()
         for path in (self.root / "manifests").rglob("*"):
             if path.is_file() and not path.is_symlink():
@@ -127,7 +128,6 @@ class OllamaStore:
                     doc = json.loads(path.read_bytes())
                 except ValueError:
                     continue
-                out.add(doc["config"]["digest"])
                 out |= {ly["digest"] for ly in doc["layers"] if ly["mediaType"] != IMAGE + "embed"}
         return out
 

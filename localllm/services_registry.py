@@ -1,0 +1,115 @@
+"""Pulls from Ollama's registry as use cases: which names go there, and the fit check on the way.
+
+``ModelService.pull_target`` resolves a name in this order, and ``pull`` says where it went:
+
+1. an ``hf.co/…`` name is pulled from Hugging Face as it is;
+2. a name stored here whose config has a registry ``origin`` (pulled from the registry,
+   or imported from Ollama's own store), or a name written ``ollama://NAME``: from the
+   registry (``lookup``);
+3. the catalogue (``store/catalog.py``);
+4. a name whose family the catalogue lacks (``qwen3.5``, ``user/model``): the registry
+   (``fallback``); when the registry lacks it too, or cannot be reached, the catalogue's
+   one-line error says so, with its closest names.
+
+``LOCALLLM_OLLAMA_REGISTRY=off`` leaves the registry out of 2 and 4.  The download itself
+is ``store/registry_pull.py``'s; ``fit_check`` is the planner's verdict on the header it
+reads first, as ``services_hub.preflight`` gives for a Hugging Face pull.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from localllm.errors import InvalidRequest, ModelNotFound
+from localllm.store import registry
+from localllm.store.names import DEFAULT_HOST, ModelName
+
+if TYPE_CHECKING:
+    from localllm.api.wire import ProgressEvent
+    from localllm.gguf.info import ModelInfo
+    from localllm.services_hub import Machine
+    from localllm.store.local import Store
+    from localllm.store.registry import Remote
+
+Progress = Callable[["ProgressEvent"], None]
+
+FORCED = "ollama:// names Ollama's registry"
+FOLLOWED = "where it was pulled from before"
+NOT_IN_CATALOGUE = "not in the catalogue: from Ollama's registry"
+
+
+def lookup(name: ModelName) -> Remote:
+    """The registry's manifest of ``name``, which must be there (``ollama://``, an origin)."""
+    base = registry.base_url()
+    if not base:
+        raise InvalidRequest(
+            f"cannot pull {registry.SCHEME}{name.display}: Ollama's registry is off "
+            "(LOCALLLM_OLLAMA_REGISTRY)"
+        )
+    return registry.fetch_manifest(name, base)
+
+
+def fallback(name: ModelName, unknown: ModelNotFound) -> Remote:
+    """The registry's manifest of a name the catalogue does not know; else ``unknown``,
+    the catalogue's one-line error, saying what the registry answered."""
+    base = registry.base_url()
+    if not base or name.host.lower() != DEFAULT_HOST:
+        raise unknown
+    try:
+        return registry.fetch_manifest(name, base)
+    except registry.NotInRegistry:
+        message = unknown.message.replace(
+            " is not in the catalogue", " is not in the catalogue nor in Ollama's registry", 1
+        )
+        raise ModelNotFound(message) from None
+    except registry.RegistryUnreachable as exc:
+        raise ModelNotFound(f"{unknown.message} ({exc.message})") from None
+
+
+def pull(
+    store: Store,
+    name: ModelName,
+    remote: Remote,
+    why: str,
+    progress: Progress,
+    *,
+    cancel: threading.Event | None,
+    machine: Callable[[], Machine] | None,
+    force: bool | None,
+    dry_run: bool,
+) -> None:
+    """Pull ``remote`` as ``name``: checked to fit ``machine`` when given (``force``
+    False: a model too big stops the pull, else it is a warning)."""
+    from localllm.store.registry_pull import pull_from_registry
+
+    if dry_run:
+        raise InvalidRequest(
+            f"--dry-run reads Hugging Face models only; {remote.source} is in Ollama's registry"
+        )
+    check = fit_check(machine, force, progress, name.display) if machine is not None else None
+    pull_from_registry(store, name, remote, progress, cancel=cancel, why=why, preflight=check)
+
+
+def fit_check(
+    machine: Callable[[], Machine], force: bool | None, progress: Progress, label: str
+) -> Callable[[str, ModelInfo], None]:
+    """The planner's verdict on a model's header before its download (see the module doc)."""
+    from localllm.scheduler.fit import assess, describe
+    from localllm.services_hub import TooBig
+
+    def check(source: str, info: ModelInfo) -> None:
+        progress({"status": "checking the model fits (reading its header)"})
+        here = machine()
+        fit = assess(info, here.devices, here.opts)
+        if fit.status != "too_big":
+            progress({"status": f"fits: {describe(fit)}"})
+            return
+        text = f"{source} does not fit on this machine ({describe(fit)})"
+        if force is False:
+            again = f"localllm pull {label} --force"
+            raise TooBig(f'{text}; to pull it anyway: {again} (API: "force": true)')
+        progress({"status": f"warning: {text}"})
+
+    return check
