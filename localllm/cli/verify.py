@@ -22,8 +22,8 @@ def register(sub: Any) -> None:
         help="Check the stored models' blobs against their sha256",
         description="Hash every blob of the models named (default: all) again and report "
         "those missing or damaged. With --repair, pull the damaged models again from where "
-        "they were pulled; one with no pull origin (made here, imported from Ollama) is "
-        "reported as not repairable. Runs without the daemon.",
+        "they were pulled (Hugging Face, Ollama's registry); one with no pull origin (made "
+        "here) is reported as not repairable. Runs without the daemon.",
     )
     parser.add_argument("models", nargs="*", metavar="NAME", help="a model to check")
     parser.add_argument(
@@ -71,7 +71,15 @@ def run(args: argparse.Namespace) -> int:
 
     pulls = PullProgress()
 
-    def pull(name: ModelName, source: ModelName, projector: str | None, via: str | None) -> None:
+    def pull(
+        name: ModelName, source: ModelName | None, projector: str | None, via: str | None
+    ) -> None:
+        if source is None:  # another origin: the pull of the name follows it
+            from localllm.services import ModelService
+
+            pulls.update({"status": f"pulling {name.display} again"})
+            ModelService(store).pull(name.display, pulls.update)
+            return
         pulls.update({"status": f"pulling {name.display} again from {source.display}"})
         same = source == name
         pull_model(

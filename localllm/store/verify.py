@@ -8,11 +8,11 @@ ones that are missing, of the wrong size or whose bytes no longer hash to their
 name, with the models that use them.
 
 ``repair`` pulls again each damaged model that was pulled (its config records
-the ``origin``, ``hf.co/{repo}:{quant}``): its damaged blobs are removed first,
-since a blob already under its name is never rewritten, and the pull fetches
-what is then missing, verified as every download is, and writes the manifest
-again.  A model with no pull origin (made with ``create``, imported from an
-Ollama store) has nowhere to be pulled from: it is reported as not repairable,
+the ``origin``: ``hf.co/{repo}:{quant}``, or Ollama's registry): its damaged blobs
+are removed first, since a blob already under its name is never rewritten, and
+the pull fetches what is then missing, verified as every download is, and writes
+the manifest again.  A model with no pull origin (made with ``create``) has
+nowhere to be pulled from: it is reported as not repairable,
 and so is one whose config blob, which holds the origin, is itself damaged.  A
 model that shares a damaged blob with a pulled one is whole again once that pull
 has fetched it.
@@ -118,15 +118,17 @@ def _check_blob(store: Store, digest: str, size: int, progress: Progress | None)
     return "" if got == digest else "its bytes do not match its digest"
 
 
-PullFn = Callable[[ModelName, ModelName, str | None, str | None], Any]
+PullFn = Callable[[ModelName, ModelName | None, str | None, str | None], Any]
 
 
 def repair(store: Store, report: VerifyReport, pull: PullFn) -> None:
     """Pull again every damaged model that has a pull origin; sets each one's ``repair``.
 
-    ``pull(name, source, projector, via)`` is ``store/pull.py``'s ``pull_model`` with
-    the caller's progress (the CLI's bars).  Models are repaired one by one: a
-    failure is recorded and the next one is tried.
+    ``pull(name, source, projector, via)``: for a Hugging Face origin, ``store/pull.py``'s
+    ``pull_model`` of ``source`` with the caller's progress (the CLI's bars); with
+    ``source`` None (another origin, Ollama's registry), a pull of ``name`` as ``localllm
+    pull NAME`` makes it, which follows the model's origin.  Models are repaired one by
+    one: a failure is recorded and the next one is tried.
     """
     restored: set[str] = set()
     for check in report.damaged:
@@ -141,27 +143,30 @@ def repair(store: Store, report: VerifyReport, pull: PullFn) -> None:
         if not isinstance(origin, dict) and name.is_hf:
             origin = {"source": name.display}  # the name itself says what to pull
         source = origin.get("source") if isinstance(origin, dict) else None
-        if not isinstance(source, str) or not source.startswith("hf.co/"):
+        if not isinstance(source, str) or not source:
             check.repair = (
                 "not repairable: its config, which says where it came from, is damaged"
                 if entry.manifest.config.digest in check.damaged
-                else "not repairable: it has no pull origin (made here, or from Ollama)"
+                else "not repairable: it has no pull origin (it was made here)"
             )
             continue
-        projector = origin.get("projector")
-        chosen = projector.get("file") if isinstance(projector, dict) else None
-        via = origin.get("catalog")
         try:
             with store.lock:  # a blob already under its name is never rewritten: make room
                 for digest in set(check.damaged) - restored:
                     store.blobs.remove(digest)
-            pull(
-                name,
-                parse_name(source),
-                # A recorded origin names its projector, if any; a bare name chooses anew.
-                chosen if isinstance(chosen, str) else ("none" if "files" in origin else None),
-                via if isinstance(via, str) else None,
-            )
+            if source.startswith("hf.co/"):
+                projector = origin.get("projector")
+                chosen = projector.get("file") if isinstance(projector, dict) else None
+                via = origin.get("catalog")
+                pull(
+                    name,
+                    parse_name(source),
+                    # A recorded origin names its projector, if any; a bare name chooses anew.
+                    chosen if isinstance(chosen, str) else ("none" if "files" in origin else None),
+                    via if isinstance(via, str) else None,
+                )
+            else:
+                pull(name, None, None, None)
         except LocalLLMError as exc:
             check.repair = f"the pull failed: {exc.message}"
             continue

@@ -388,3 +388,30 @@ def test_repair_of_a_shared_blob_mends_the_model_that_shares_it(
     repair(store, report, pull)
     assert report.unrepaired == []
     assert all(m.ok for m in verify(store).models)
+
+
+def test_repair_of_a_model_from_another_origin_pulls_it_by_name(
+    store: Store, tmp_path: Path
+) -> None:
+    from localllm.store.manifests import Layer, Manifest
+
+    gguf = write_gguf(tmp_path / "r.gguf", Shape(name="from the registry"))
+    original = gguf.read_bytes()
+    digest, size = store.blobs.import_file(gguf)
+    origin = {"source": "ollama://someuser/some-model:latest"}
+    config = store.put_config({"model_format": "gguf", "origin": origin})
+    name = parse_name("someuser/some-model")
+    store.commit(name, Manifest(config, [Layer(MEDIA_MODEL, digest, size)]))
+    _damage(store, "someuser/some-model")
+    calls: list[tuple[Any, ...]] = []
+
+    def pull(name: ModelName, *rest: Any) -> None:
+        calls.append((name.display, *rest))
+        assert not store.blobs.exists(digest)  # the damaged blob went first
+        store.blobs.write_bytes(original)  # as the pull of the name would fetch it
+
+    report = verify(store)
+    repair(store, report, pull)
+    assert calls == [("someuser/some-model:latest", None, None, None)]
+    assert [m.repair for m in report.damaged] == ["repaired"]
+    assert all(m.ok for m in verify(store).models)
