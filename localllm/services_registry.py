@@ -13,7 +13,7 @@
 
 ``LOCALLLM_OLLAMA_REGISTRY=off`` leaves the registry out of 2 and 4.  The download itself
 is ``store/registry_pull.py``'s; ``fit_check`` is the planner's verdict on the header it
-reads first, as ``services_hub.preflight`` gives for a Hugging Face pull.
+reads first, and ``plan`` a dry run of it, as ``services_hub`` gives them for the Hub.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from localllm.store import registry
 from localllm.store.names import DEFAULT_HOST, ModelName
 
 if TYPE_CHECKING:
-    from localllm.api.wire import ProgressEvent
+    from localllm.api.wire import DryRun, ProgressEvent
     from localllm.gguf.info import ModelInfo
     from localllm.services_hub import Machine
     from localllm.store.local import Store
@@ -85,11 +85,63 @@ def pull(
     from localllm.store.registry_pull import pull_from_registry
 
     if dry_run:
-        raise InvalidRequest(
-            f"--dry-run reads Hugging Face models only; {remote.source} is in Ollama's registry"
-        )
+        if machine is None:
+            raise ValueError("a dry run needs the machine to plan on")
+        progress(plan(name, remote, why, machine, progress))
+        return
     check = fit_check(machine, force, progress, name.display) if machine is not None else None
     pull_from_registry(store, name, remote, progress, cancel=cancel, why=why, preflight=check)
+
+
+def plan(
+    name: ModelName, remote: Remote, why: str, machine: Callable[[], Machine], progress: Progress
+) -> DryRun:
+    """A dry run (``pull --dry-run``): the model's header read by range requests and its
+    load planned here; nothing is downloaded.  The last event of the pull's stream."""
+    import httpx
+
+    from localllm.scheduler.fit import assess
+    from localllm.services import model_details
+    from localllm.services_hub import MAX_INFO_TEXT, capabilities
+    from localllm.store import remote as ranges
+    from localllm.store.manifests import MEDIA_PROJECTOR
+    from localllm.store.registry_pull import header_info
+
+    progress({"status": "pulling manifest"})
+    progress({"status": f"{name.display} is {remote.source} ({why})"})
+    progress({"status": "reading the header with range requests (dry run: nothing is downloaded)"})
+    with httpx.Client(follow_redirects=True, timeout=ranges.TIMEOUT) as client:
+        info, spent = header_info(remote, client)
+    here = machine()
+    model, proj = remote.model, remote.manifest.first(MEDIA_PROJECTOR)
+    return {
+        "status": "success",
+        "dry_run": True,
+        "model": name.display,
+        "source": remote.source,
+        "files": [{"file": f"model {model.digest[7:19]}", "size": model.size}],
+        "projector": {"file": f"projector {proj.digest[7:19]}", "size": proj.size}
+        if proj is not None
+        else None,
+        "size": sum(layer.size for layer in remote.manifest.layers),
+        "details": model_details(info, brief=True),
+        "model_info": {
+            k: v
+            for k, v in info.kv.items()
+            if not k.startswith("tokenizer.")
+            and isinstance(v, (int, float, str, bool))
+            and not (isinstance(v, str) and len(v) > MAX_INFO_TEXT)
+        },
+        "context_length": info.context_length,
+        "capabilities": capabilities(
+            info.chat_template or "",
+            embedding=info.pooling_type is not None,
+            vision=proj is not None,
+            rerank=info.rank_head,
+        ),
+        "fit": assess(info, here.devices, here.opts).to_json(),
+        "header_bytes": spent,
+    }
 
 
 def fit_check(

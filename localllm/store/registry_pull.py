@@ -103,8 +103,18 @@ def origin(remote: Remote) -> dict[str, Any]:
 def read_info(remote: Remote, client: httpx.Client, progress: ProgressFn) -> ModelInfo | None:
     """The model blob's header over range requests, its architecture checked; None (and
     a progress line) when the registry would not answer the ranges."""
-    layer = remote.model
     progress({"status": "reading the model's header (range requests, before downloading it)"})
+    try:
+        return header_info(remote, client)[0]
+    except (ranges.RemoteReadError, httpx.HTTPError) as exc:
+        progress({"status": f"could not read the header before downloading: {exc}"})
+        return None
+
+
+def header_info(remote: Remote, client: httpx.Client) -> tuple[ModelInfo, int]:
+    """The model blob's ``ModelInfo`` from its header (range requests), its architecture
+    checked, and the bytes that cost."""
+    layer = remote.model
     rf = ranges.RangeFile(
         client, remote.blob_url(layer.digest), layer.size, remote.source, request_headers()
     )
@@ -113,11 +123,8 @@ def read_info(remote: Remote, client: httpx.Client, progress: ProgressFn) -> Mod
         info = model_info_from_headers([header])
     except InvalidModelFile as exc:
         raise InvalidModelFile(f"not pulling {remote.source}: {exc}") from None
-    except (ranges.RemoteReadError, httpx.HTTPError) as exc:
-        progress({"status": f"could not read the header before downloading: {exc}"})
-        return None
     check_architecture(info.architecture, remote)
-    return info
+    return info, rf.fetched
 
 
 def check_architecture(arch: str, remote: Remote) -> None:

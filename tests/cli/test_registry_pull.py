@@ -49,6 +49,10 @@ def test_a_community_model_is_pulled_and_chats_with_its_template(
     daemon: Daemon, registry: RegistryStub
 ) -> None:
     d = daemon
+    dry = d.cli("pull", "someuser/echo-chat", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.startswith("someuser/echo-chat:latest (dry run: nothing downloaded, ")
+    assert re.search(r"^\s+source\s+ollama://someuser/echo-chat:latest$", dry.stdout, re.M)
     out = d.cli("pull", "someuser/echo-chat")
     assert out.returncode == 0, out.stderr
     lines = out.stderr.splitlines()

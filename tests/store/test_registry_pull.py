@@ -259,3 +259,29 @@ def test_a_cloud_model_and_safetensors_are_refused_before_any_download(
     with pytest.raises(InvalidRequest, match="cloud model"):
         svc.pull_target("cloudy")
     assert registry.blob_requests() == []
+
+
+def test_a_dry_run_and_the_fit_check_read_only_the_header(
+    registry: RegistryStub, tmp_path: Path
+) -> None:
+    from localllm.scheduler.planner import PlanOptions
+    from localllm.services_hub import Machine, TooBig
+    from tests.support.shapes import cpu
+
+    model = write_gguf(tmp_path / "big.gguf", Shape(n_layers=8, n_embd=256, n_ff=512))
+    registry.add_model("someuser/big", model, template=GO_TEMPLATE)
+    svc = ModelService(Store())
+    events: list[dict[str, Any]] = []
+    roomy = Machine((cpu(64),), PlanOptions())
+    svc.pull("someuser/big", events.append, machine=lambda: roomy, dry_run=True)
+    result = events[-1]
+    assert result["dry_run"] is True and result["source"] == "ollama://someuser/big:latest"
+    assert result["fit"]["status"] != "too_big" and result["details"]["family"] == "llama"
+    assert 0 < result["header_bytes"] < model.stat().st_size // 8
+    assert result["files"][0]["size"] == model.stat().st_size
+    tiny = Machine((cpu(0.001),), PlanOptions())
+    with pytest.raises(TooBig, match=r"ollama://someuser/big:latest does not fit .*--force"):
+        svc.pull("someuser/big", events.append, machine=lambda: tiny, force=False)
+    assert svc.list_models() == [] and leftovers(svc.store) == []
+    served = registry.served.get(registry.model_digest("someuser/big"), 0)
+    assert served < 2 * result["header_bytes"] + 1  # two header reads, no download
