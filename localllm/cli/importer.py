@@ -74,7 +74,8 @@ def register(sub: Any) -> None:
         "-f",
         "--force",
         action="store_true",
-        help="replace a model of the same name whose content differs",
+        help="replace a model of the same name whose content differs (from an archive: "
+        "and copy every blob again, which mends blobs `verify` found damaged)",
     )
     parser.set_defaults(func=run)
 

@@ -19,9 +19,12 @@ from a pipe.  If a continued partial turns out not to match, it is copied again
 from the start.  ``localllm prune --partials`` removes partials nobody finishes.
 
 A model the store already has under the same name is unchanged when the manifest
-is the same, and refuses the whole import when it differs (``force`` replaces
-it), before any blob is copied.  The daemon needs no telling: it reads the
-manifests from disk on every request, so the models are listed once written.
+is the same, and refuses the whole import when it differs, before any blob is
+copied.  ``force`` replaces it, and copies every blob of the chosen models again
+even when the store has it (verified, then put in place of the old file): so an
+archive mends a model whose blobs ``verify`` found damaged.  The daemon needs no
+telling: it reads the manifests from disk on every request, so the models are
+listed once written.
 """
 
 from __future__ import annotations
@@ -235,12 +238,12 @@ class _Import:
         for name, manifest, member in chosen:
             status = "would import" if dry else "imported"
             if self.store.manifests.exists(name):
-                if _same(self.store, name, manifest):
-                    status = "unchanged"
-                elif not self.force:
-                    conflicts.append(name.display)
-                else:
+                if self.force:
                     status = "would replace" if dry else "replaced"
+                elif _same(self.store, name, manifest):
+                    status = "unchanged"
+                else:
+                    conflicts.append(name.display)
             self.report.models.append(ModelStatus(name.display, status, manifest.total_size))
             if status != "unchanged":
                 self.pending.append((name, manifest, member))
@@ -262,10 +265,11 @@ class _Import:
             return  # a model not chosen: tarfile skips its bytes
         blobs = self.store.blobs
         try:
-            if blobs.path(digest).stat().st_size == expected.size:
+            if blobs.path(digest).stat().st_size == expected.size and not self.force:
                 self.report.present += 1
                 return
-            blobs.remove(digest)  # the wrong size for its digest: damaged, replaced here
+            if not self.force:
+                blobs.remove(digest)  # the wrong size for its digest: damaged, replaced here
         except FileNotFoundError:
             pass
         fh = tar.extractfile(m)
@@ -311,7 +315,12 @@ class _Import:
                 f"refusing the archive: blob {digest} does not match its digest "
                 f"(its bytes hash to {got})"
             )
-        blobs.commit_partial(digest)
+        if self.force:  # the stored file, damaged or not, gives way to the verified copy
+            with self.store.lock:
+                blobs.remove(digest)
+                blobs.commit_partial(digest)
+        else:
+            blobs.commit_partial(digest)
         self.brought.add(digest)
         self.report.copied += 1
         self.report.copied_bytes += size - have

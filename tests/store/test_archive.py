@@ -169,6 +169,22 @@ def test_a_different_model_of_the_same_name_refuses_until_force(
     assert target.get(parse_name("tiny")).digest == store.get(parse_name("tiny")).digest
 
 
+def test_force_copies_every_blob_again_and_mends_a_damaged_one(
+    store: Store, two: bytes, tmp_path: Path
+) -> None:
+    target = Store(tmp_path / "second" / "models")
+    into(target, two)
+    bad = _damage(target, "tiny")
+    again = into(target, two)
+    assert [m.status for m in again.models] == ["unchanged", "unchanged"]
+    assert not all(m.ok for m in verify(target).models)  # same size: the import cannot tell
+    mended = into(target, two, force=True)
+    assert [m.status for m in mended.models] == ["replaced", "replaced"]
+    assert (mended.copied, mended.present) == (len(blob_files(store)), 0)
+    assert all(m.ok for m in verify(target).models) and target.blobs.exists(bad)
+    assert ModelService(target).list_models() == ModelService(store).list_models()
+
+
 def _cut(data: bytes, digest_hex: str, keep: int) -> bytes:
     """``data`` cut ``keep`` bytes into the member of blob ``digest_hex``."""
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
