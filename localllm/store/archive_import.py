@@ -15,8 +15,9 @@ Resuming: a blob the store has already (right size) is skipped, not copied
 again.  A copy cut short keeps its verified blobs and the blob in progress as
 ``blobs/sha256-<hex>-partial``; the next import of the archive continues that
 partial where it stopped when the archive is a file (seekable), or restarts it
-from a pipe.  If a continued partial turns out not to match, it is copied again
-from the start.  ``localllm prune --partials`` removes partials nobody finishes.
+from a pipe (``store/archive_blob.py``).  If a continued partial turns out not to
+match, it is copied again from the start.  ``localllm prune --partials`` removes
+partials nobody finishes.
 
 A model the store already has under the same name is unchanged when the manifest
 is the same, and refuses the whole import when it differs, before any blob is
@@ -29,7 +30,6 @@ listed once written.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tarfile
 import time
@@ -49,12 +49,11 @@ from localllm.store.archive import (
     is_plain,
     read_table,
 )
-from localllm.store.blobs import CHUNK, check_room
+from localllm.store.archive_blob import copy_blob
+from localllm.store.blobs import check_room
 from localllm.store.local import Store
 from localllm.store.manifests import Manifest
 from localllm.store.names import ModelName
-
-PROGRESS_STEP = 8 << 20
 
 
 class Truncated(ArchiveError):
@@ -274,53 +273,19 @@ class _Import:
             pass
         fh = tar.extractfile(m)
         assert fh is not None
-        self._copy(fh, digest, expected.size, resume=self.seekable)
+        self._copy(fh, digest, expected.size)
 
-    def _copy(self, src: IO[bytes], digest: str, size: int, *, resume: bool) -> None:
-        blobs = self.store.blobs
-        blobs.root.mkdir(parents=True, exist_ok=True)
-        partial = blobs.partial_path(digest)
-        h = hashlib.sha256()
-        have = _prefix(partial, size, h) if resume else 0
-        if have:
-            src.seek(have)
-        status = f"copying {digest[7:19]}"
-        fd = os.open(partial, os.O_RDWR | os.O_CREAT, 0o644)
-        with os.fdopen(fd, "r+b") as out:
-            out.seek(have)
-            out.truncate()
-            done, shown = have, -1
-            while done < size:
-                chunk = src.read(min(CHUNK, size - done))
-                if not chunk:
-                    raise self.truncated()
-                out.write(chunk)
-                h.update(chunk)
-                done += len(chunk)
-                if self.progress is not None and (done - shown >= PROGRESS_STEP or done == size):
-                    shown = done
-                    self.progress(
-                        {"status": status, "digest": digest, "total": size, "completed": done}
-                    )
-            out.flush()
-            os.fsync(out.fileno())
-        got = f"sha256:{h.hexdigest()}"
-        if got != digest:
-            partial.unlink(missing_ok=True)
-            if have:  # the earlier run's partial was bad, not necessarily the archive
-                src.seek(0)
-                self._copy(src, digest, size, resume=False)
-                return
-            raise ArchiveError(
-                f"refusing the archive: blob {digest} does not match its digest "
-                f"(its bytes hash to {got})"
-            )
-        if self.force:  # the stored file, damaged or not, gives way to the verified copy
-            with self.store.lock:
-                blobs.remove(digest)
-                blobs.commit_partial(digest)
-        else:
-            blobs.commit_partial(digest)
+    def _copy(self, src: IO[bytes], digest: str, size: int) -> None:
+        have = copy_blob(
+            self.store,
+            src,
+            digest,
+            size,
+            resume=self.seekable,
+            replace=self.force,
+            progress=self.progress,
+            cut_short=self.truncated,
+        )
         self.brought.add(digest)
         self.report.copied += 1
         self.report.copied_bytes += size - have
@@ -362,20 +327,3 @@ def _same(store: Store, name: ModelName, manifest: Manifest) -> bool:
         return store.get(name).manifest == manifest
     except Exception:
         return False  # an unreadable manifest differs from anything
-
-
-def _prefix(partial: os.PathLike[str], size: int, h: hashlib._Hash) -> int:
-    """Hash the bytes an earlier run left in ``partial`` into ``h``; how many there are
-    (0, and ``h`` untouched, when there is none or it is longer than the blob)."""
-    try:
-        have = os.stat(partial).st_size
-    except FileNotFoundError:
-        return 0
-    if have > size:
-        return 0
-    left = have
-    with open(partial, "rb") as fh:
-        while left and (chunk := fh.read(min(CHUNK, left))):
-            h.update(chunk)
-            left -= len(chunk)
-    return have - left

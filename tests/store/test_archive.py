@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from localllm.services import ModelService
-from localllm.store import archive_import
+from localllm.store import archive_blob
 from localllm.store.archive import TABLE, ArchiveError
 from localllm.store.archive_export import export_models, write_file
 from localllm.store.archive_import import ArchiveReport, Truncated, import_archive
@@ -197,7 +197,7 @@ def test_a_cut_copy_lists_nothing_and_a_second_run_finishes(
     store: Store, two: bytes, tmp_path: Path, pipe: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Read in small pieces, as a large blob is read in 1 MiB ones: a cut loses only the last.
-    monkeypatch.setattr(archive_import, "CHUNK", 256)
+    monkeypatch.setattr(archive_blob, "CHUNK", 256)
     table, _ = members(two)
     files = table["files"]
     at = max(range(len(files)), key=lambda i: files[i]["size"])  # the long license
