@@ -113,11 +113,8 @@ def ollama_ignored() -> list[tuple[str, str]]:
 
 
 def log_level() -> int:
-    """The ``logging`` level LOCALLLM_DEBUG asks for, stepping as Ollama's slog levels do.
-
-    0 INFO, 1 DEBUG, 2 and more TRACE; each step below 0 is one level quieter
-    (-1 WARNING, -2 ERROR, -3 CRITICAL), as OLLAMA_DEBUG=-1 is Ollama's WARN.
-    """
+    """The ``logging`` level LOCALLLM_DEBUG asks for, stepping as Ollama's slog levels: 0 INFO,
+    1 DEBUG, 2+ TRACE, each step below 0 one quieter (-1 WARNING, as OLLAMA_DEBUG=-1 is WARN)."""
     level = DEBUG.get()
     return TRACE if level >= 2 else logging.INFO - 10 * level
 
@@ -363,6 +360,12 @@ MIN_FREE_DISK = Setting(
     "Free space the model store's disk must keep for /health/ready to "
     "answer 200, e.g. 1GiB; 0 = no check.",
 )
+MAX_DOWNLOAD_RATE = Setting(
+    "LOCALLLM_MAX_DOWNLOAD_RATE",
+    parse_size,
+    0,
+    "Cap on the download rate of all pulls together, in bytes/s (5M = 5 MiB/s); 0 = none.",
+)
 LOG_FORMAT = Setting(
     "LOCALLLM_LOG_FORMAT",
     parse_log_format,
@@ -482,11 +485,8 @@ REGISTRY: tuple[Setting[object], ...] = tuple(
 
 
 def max_loaded_models(n_gpus: int) -> int:
-    """``LOCALLLM_MAX_LOADED_MODELS`` with 0 resolved: 3 per GPU, 3 on a CPU-only machine.
-
-    The caller counts the GPUs (``hardware.detect`` runs a probe subprocess, which
-    this module must never do).
-    """
+    """``LOCALLLM_MAX_LOADED_MODELS`` with 0 resolved: 3 per GPU, 3 on a CPU-only machine
+    (the caller counts GPUs: ``hardware.detect`` runs a probe, which this module must not)."""
     return MAX_LOADED_MODELS.get() or MAX_LOADED_PER_GPU * max(n_gpus, 1)
 
 

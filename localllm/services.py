@@ -350,10 +350,12 @@ class ModelService:
         machine: Callable[[], Machine] | None = None,
         force: bool | None = None,
         dry_run: bool = False,
+        max_rate: int | None = None,
     ) -> None:
         """``projector``: a projector file or precision to pull instead of the automatic
         choice, or ``"none"`` (see ``store/projector.py``).  ``model`` may be a library
-        name from the catalogue (see ``pull_target``).
+        name from the catalogue (see ``pull_target``).  ``max_rate``: the pull's bandwidth
+        cap in bytes/s (``store/ratelimit.py``).
 
         With ``machine`` (the devices a load would find) the model's header is read
         over range requests before downloading and planned: ``dry_run`` stops there
@@ -398,6 +400,7 @@ class ModelService:
             source=None if target.source is target.name else target.source,
             via=target.via,
             preflight=check,
+            max_rate=max_rate,
         )
 
     def blob_exists(self, digest: str) -> bool:

@@ -49,6 +49,7 @@ CASES: dict[str, tuple[str, Any, str | None]] = {
     "LOCALLLM_MAX_BODY": ("64MiB", 64 << 20, "64 parsecs"),
     "LOCALLLM_MAX_BLOB_SIZE": ("200G", 200 << 30, "big"),
     "LOCALLLM_MIN_FREE_DISK": ("1GiB", 1 << 30, "lots"),
+    "LOCALLLM_MAX_DOWNLOAD_RATE": ("5M", 5 << 20, "fast"),
     "LOCALLLM_LOG_FORMAT": ("JSON", "json", "xml"),
     "LOCALLLM_BACKENDS": ("/opt/backends", "/opt/backends", None),
     "LOCALLLM_CACHE": ("/var/cache/ll", "/var/cache/ll", None),

@@ -94,7 +94,13 @@ class Calls:
 
     # -- the streamed calls: each client's ``_stream`` reads their NDJSON lines
     @staticmethod
-    def pull(model: str, projector: str | None, force: bool | None, dry_run: bool) -> Call:
+    def pull(
+        model: str,
+        projector: str | None,
+        force: bool | None,
+        dry_run: bool,
+        max_rate: int | None = None,
+    ) -> Call:
         body: JSON = {"model": model}
         if projector:
             body["projector"] = projector  # a vision projector file or precision, or "none"
@@ -102,6 +108,8 @@ class Calls:
             body["force"] = force
         if dry_run:
             body["dry_run"] = True
+        if max_rate:
+            body["max_rate"] = max_rate  # bytes per second
         return Calls.streamed("/api/pull", body)
 
     @staticmethod

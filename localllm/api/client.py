@@ -190,13 +190,14 @@ class Client:
         *,
         force: bool | None = None,
         dry_run: bool = False,
+        max_rate: int | None = None,
     ) -> Iterator[ProgressEvent]:
         """``/api/pull``'s progress.  ``force``: False refuses a model too big for the
         daemon's machine before downloading, True pulls it anyway (None: the daemon
         warns and pulls, as for Ollama's clients).  ``dry_run``: no download; the last
         event (``wire.DryRun``) holds the files and the fit (header read over range
-        requests)."""
-        return self._stream(*Calls.pull(model, projector, force, dry_run))
+        requests).  ``max_rate``: the pull's bandwidth cap, bytes per second."""
+        return self._stream(*Calls.pull(model, projector, force, dry_run, max_rate))
 
     def create(self, body: Body) -> Iterator[Progress]:
         """``/api/create`` with ``body`` as the request: its progress events."""
@@ -323,9 +324,10 @@ class AsyncClient:
         *,
         force: bool | None = None,
         dry_run: bool = False,
+        max_rate: int | None = None,
     ) -> AsyncIterator[ProgressEvent]:
         """As ``Client.pull``."""
-        return self._stream(*Calls.pull(model, projector, force, dry_run))
+        return self._stream(*Calls.pull(model, projector, force, dry_run, max_rate))
 
     def create(self, body: Body) -> AsyncIterator[Progress]:
         """``/api/create`` with ``body`` as the request: its progress events."""

@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from localllm.config_values import parse_size
 
 
 class _Request(BaseModel):
@@ -52,6 +61,18 @@ class PullRequest(_ModelRequest):
     # when this is false (the CLI sends it), pulled anyway when true, and pulled with
     # a warning in the progress when absent (Ollama's clients never send it).
     force: bool | None = None
+    # Not in Ollama: this pull's bandwidth cap in bytes per second, a number or a size
+    # ("5M" = 5 MiB/s); 0 or absent: only LOCALLLM_MAX_DOWNLOAD_RATE, the daemon's cap.
+    max_rate: Annotated[
+        int | None,
+        Field(ge=0),
+        WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"}]}),
+    ] = None
+
+    @field_validator("max_rate", mode="before")
+    @classmethod
+    def _size(cls, value: object) -> object:
+        return parse_size(value) if isinstance(value, str) else value
 
 
 class DeleteRequest(_ModelRequest):

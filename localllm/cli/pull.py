@@ -68,7 +68,23 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--force", action="store_true", help="pull even a model that cannot fit on this machine"
     )
+    parser.add_argument(
+        "--max-rate",
+        metavar="RATE",
+        type=_rate,
+        help="cap this pull's download rate, bytes/s: 5M (5 MiB/s), 500K; "
+        "LOCALLLM_MAX_DOWNLOAD_RATE caps all the daemon's pulls together",
+    )
     parser.set_defaults(func=run_named)
+
+
+def _rate(text: str) -> int:
+    from localllm.config_values import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,7 +94,9 @@ def run(args: argparse.Namespace) -> int:
         if args.dry_run:
             print(render_plan(dry_run(client, args.model, args.projector)))
             return 0
-        pull_with_progress(client, args.model, projector=args.projector, force=args.force)
+        pull_with_progress(
+            client, args.model, projector=args.projector, force=args.force, max_rate=args.max_rate
+        )
     return 0
 
 
@@ -124,17 +142,22 @@ def run_named(args: argparse.Namespace) -> int:
 
 
 def pull_with_progress(
-    client: Client, model: str, projector: str | None = None, *, force: bool = False
+    client: Client,
+    model: str,
+    projector: str | None = None,
+    *,
+    force: bool = False,
+    max_rate: int | None = None,
 ) -> None:
     """Pull ``model`` through ``client``, drawing the bars on stderr (also ``run``'s auto-pull).
 
     Without ``force`` the daemon refuses a model too big for its machine before
-    downloading it."""
+    downloading it; ``max_rate`` caps the pull's download rate (bytes/s)."""
     from localllm.cli.output import PullProgress
 
     progress = PullProgress()
     try:
-        for event in client.pull(model, projector, force=force):
+        for event in client.pull(model, projector, force=force, max_rate=max_rate):
             progress.update(event)
     finally:
         progress.finish()

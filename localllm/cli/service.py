@@ -7,7 +7,8 @@ Linux gets a systemd user unit (``~/.config/systemd/user/localllm.service``,
 command runs from (pipx, Homebrew or a venv), never a ``localllm`` looked up on
 PATH, which a service manager's PATH may not have.  ``LOCALLLM_*`` variables
 set when installing are written into the service, so
-``LOCALLLM_HOST=0.0.0.0:11434 localllm service install`` does what it says.
+``LOCALLLM_HOST=0.0.0.0:11434 localllm service install`` does what it says; so are
+those of ``NETWORK_ENV`` (a Hub mirror, a proxy, its certificates), which pulls need.
 
 Every external command goes through a runner that tests replace, and
 ``--dry-run`` prints the file and the commands without touching anything.
@@ -43,9 +44,26 @@ class Service:
     status: tuple[str, ...]
 
 
+# Read by the daemon's Hub clients (httpx's trust_env), in either case.
+NETWORK_ENV = (
+    "HF_ENDPOINT",
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+)
+
+
 def service_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The ``LOCALLLM_*`` settings to carry into the service, sorted for stable files."""
-    return {k: environ[k] for k in sorted(environ) if k.startswith("LOCALLLM_")}
+    """The ``LOCALLLM_*`` settings and ``NETWORK_ENV`` to carry into the service, sorted
+    for stable files."""
+    return {
+        k: environ[k]
+        for k in sorted(environ)
+        if k.startswith("LOCALLLM_") or k.upper() in NETWORK_ENV
+    }
 
 
 def _systemd_quote(value: str) -> str:

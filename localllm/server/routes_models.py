@@ -93,6 +93,7 @@ async def pull(
             machine=machine,
             force=req.force,
             dry_run=req.dry_run,
+            max_rate=req.max_rate,
         )
 
     return await progress_response(events_from_thread(work, request=request), req.stream)

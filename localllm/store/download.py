@@ -1,10 +1,18 @@
-"""Download one blob into the store: stream, hash while writing, resume, retry, verify.
+"""Download one blob into the store: stream, hash while writing, resume, retry, cap, verify.
 
 Bytes go to ``blobs/sha256-<hex>-partial`` and are hashed as they arrive, so a
 fresh download is never read twice.  After an interruption the next attempt
 re-hashes the partial prefix once and asks for the rest with ``Range``.  The
 blob appears under its final name only when the sha256 matches; a mismatch
 deletes the partial and raises ``DigestMismatch``.
+
+A network error (connection reset, timeout, a failed DNS lookup), a 429 or a 5xx is
+retried from where the bytes stopped, after ``backoff(n)`` (1, 2, 4, 8, then 10 s), up
+to ``RETRIES`` times in a row; an attempt that gained bytes starts the count again.
+Each retry is told to the callers (``notice``), and the last failure is a
+``PullError`` naming the attempts, the waits and what is kept for the next pull.
+Bytes are drawn from the bandwidth caps (``store/ratelimit.py``) as they are
+written: the process-wide one and the pull's own, both kept across those retries.
 
 Concurrent pulls of the same blob (threads of one daemon) share one download:
 a registry keyed by the partial's path holds the in-flight download, each
@@ -24,15 +32,23 @@ from typing import BinaryIO
 import httpx
 
 from localllm.errors import DigestMismatch, LocalLLMError, ModelNotFound, PullError
+from localllm.format import format_bytes
+from localllm.store import ratelimit
 from localllm.store.blobs import CHUNK, BlobStore
 
-RETRIES = 6
-BACKOFF_S = 0.5  # doubled per consecutive failure, capped at BACKOFF_MAX_S
+RETRIES = 6  # failed attempts in a row, after the first, before giving up
+BACKOFF_S = 1.0  # doubled per consecutive failure, capped at BACKOFF_MAX_S
 BACKOFF_MAX_S = 10.0
 PROGRESS_INTERVAL_S = 0.06
 TIMEOUT = httpx.Timeout(30.0, connect=10.0)
 
 Progress = Callable[[int], None]
+Notice = Callable[[str], None]
+
+
+def backoff(failures: int) -> float:
+    """Seconds to wait before the retry that follows ``failures`` failures in a row."""
+    return float(min(BACKOFF_S * 2 ** (failures - 1), BACKOFF_MAX_S))
 
 
 class _Retry(Exception):
@@ -43,12 +59,32 @@ def cancelled() -> PullError:
     return PullError("pull cancelled", status=499)
 
 
+def _why(exc: BaseException) -> str:
+    """A network failure in a few words: what happened, then httpx's own text."""
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, httpx.TimeoutException):
+        return f"timed out ({text})"
+    if isinstance(exc, httpx.ConnectError):
+        return f"cannot connect ({text})"
+    if isinstance(exc, httpx.TransportError):
+        return f"connection lost ({text})"
+    return text
+
+
 class _Download:
     def __init__(
-        self, blobs: BlobStore, digest: str, size: int, url: str, headers: dict[str, str]
+        self,
+        blobs: BlobStore,
+        digest: str,
+        size: int,
+        url: str,
+        headers: dict[str, str],
+        limit: ratelimit.Bucket | None,
     ) -> None:
         self.blobs, self.digest, self.size, self.url = blobs, digest, size, url
         self.headers = {**headers, "Accept-Encoding": "identity"}
+        self.buckets = [b for b in (ratelimit.shared(), limit) if b is not None]
+        self.notes: list[str] = []  # one line per retry, for the callers' ``notice``
         self.completed = 0  # bytes written and hashed so far
         self.h = hashlib.sha256()
         self.users = 0
@@ -93,6 +129,7 @@ class _Download:
         self.h = hashlib.sha256()
         self.completed = self._resume_point(self.h)
         failures = 0
+        waits: list[float] = []  # before each retry of the failures in a row
         if not partial.exists():
             partial.touch()
         with (
@@ -107,24 +144,25 @@ class _Download:
                 before = self.completed
                 try:
                     self._attempt(client, fh)
+                    if self.completed != before:  # more bytes, or a restart from 0
+                        failures = 0
+                        continue
+                    why = "the server ended an answer without data"
                 except (httpx.TransportError, _Retry) as exc:
-                    failures += 1
-                    if failures > RETRIES:
-                        raise PullError(
-                            f"downloading {self.digest}: giving up after {RETRIES} retries: {exc}",
-                            status=502,
-                        ) from None
-                    fh.flush()
-                    delay = min(BACKOFF_S * 2 ** (failures - 1), BACKOFF_MAX_S)
-                    if self.abort.wait(delay):
-                        raise cancelled() from None
-                    continue
-                if self.completed > before:
-                    failures = 0
-                else:  # the server ended a response without sending anything
-                    failures += 1
-                    if failures > RETRIES:
-                        raise PullError(f"downloading {self.digest}: no data", status=502)
+                    why = _why(exc)
+                # Counted in a row: an attempt that gained bytes before failing starts over.
+                failures = 1 if self.completed > before else failures + 1
+                waits = waits[: failures - 1]
+                if failures > RETRIES:
+                    raise PullError(self._gave_up(why, failures, waits), status=502) from None
+                fh.flush()
+                waits.append(backoff(failures))
+                self.notes.append(
+                    f"{self.digest[7:19]}: {why}; resuming at {format_bytes(self.completed)} "
+                    f"in {waits[-1]:g} s (retry {failures} of {RETRIES})"
+                )
+                if self.abort.wait(waits[-1]):
+                    raise cancelled() from None
             fh.flush()
             os.fsync(fh.fileno())
         got = "sha256:" + self.h.hexdigest()
@@ -132,6 +170,15 @@ class _Download:
             partial.unlink(missing_ok=True)
             raise DigestMismatch(f'digest mismatch, expected "{self.digest}", got "{got}"')
         self.blobs.commit_partial(self.digest)
+
+    def _gave_up(self, why: str, failures: int, waits: list[float]) -> str:
+        tries = f"{failures} attempts in a row failed" if failures > 1 else "the attempt failed"
+        after = f", retried after {', '.join(f'{w:g}' for w in waits)} s" if waits else ""
+        return (
+            f"downloading {self.digest}: {why}; {tries}{after}, giving up. "
+            f"{format_bytes(self.completed)} of {format_bytes(self.size)} are kept: "
+            "pull again to resume from there"
+        )
 
     def _restart(self, fh: BinaryIO) -> None:
         fh.seek(0)
@@ -176,10 +223,22 @@ class _Download:
                 fh.write(chunk)
                 self.h.update(chunk)
                 self.completed += len(chunk)
+                for bucket in self.buckets:  # the bandwidth caps: sleep off what they lack
+                    if not bucket.take(len(chunk), self.abort):
+                        raise cancelled()
 
 
 _lock = threading.Lock()
 _inflight: dict[str, _Download] = {}
+
+
+def _tell(notes: list[str], told: int, notice: Notice | None) -> int:
+    """Pass the notes from ``told`` on to ``notice``; returns how many were told."""
+    new = notes[told:]
+    if notice is not None:
+        for line in new:
+            notice(line)
+    return told + len(new)
 
 
 def _fresh(exc: BaseException) -> BaseException:
@@ -197,11 +256,17 @@ def fetch(
     headers: dict[str, str],
     progress: Progress,
     cancel: threading.Event | None = None,
+    *,
+    limit: ratelimit.Bucket | None = None,
+    notice: Notice | None = None,
 ) -> bool:
     """Make sure blob ``digest`` (``size`` bytes, at ``url``) is in ``blobs``.
 
     ``progress(completed)`` is called about every 60 ms while bytes arrive and
-    once at the end.  Returns False on a cache hit (the blob was already there).
+    once at the end; ``notice(line)`` once per retry after a failure.  ``limit``:
+    the pull's own bandwidth cap (the process-wide one always applies); a download
+    already in flight for another caller keeps the caps it started with.
+    Returns False on a cache hit (the blob was already there).
     """
     if blobs.exists(digest):
         progress(size)
@@ -210,7 +275,7 @@ def fetch(
         with _lock:
             dl = _inflight.get(str(blobs.partial_path(digest)))
             if dl is None:
-                dl = _Download(blobs, digest, size, url, headers)
+                dl = _Download(blobs, digest, size, url, headers, limit)
                 _inflight[dl.key] = dl
                 threading.Thread(target=dl.run, name=f"pull-{digest[7:19]}", daemon=True).start()
             if not dl.abort.is_set():
@@ -219,13 +284,15 @@ def fetch(
         # Everyone left that download and it is winding down: wait, then start afresh.
         dl.done.wait()
     try:
-        last = -1
+        last, told = -1, len(dl.notes)
         while not dl.done.wait(PROGRESS_INTERVAL_S):
             if cancel is not None and cancel.is_set():
                 raise cancelled()
+            told = _tell(dl.notes, told, notice)
             if dl.completed != last:
                 last = dl.completed
                 progress(last)
+        _tell(dl.notes, told, notice)
         if dl.error is not None:
             raise _fresh(dl.error)
         progress(size)

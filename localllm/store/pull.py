@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from localllm.errors import InvalidModelFile, InvalidRequest, PullError
 from localllm.gguf.info import ModelInfo, read_model_info_split
-from localllm.store import download, hub, projector as proj
+from localllm.store import download, hub, projector as proj, ratelimit
 from localllm.store.importer import config_for
 from localllm.store.local import Hold, Store
 from localllm.store.manifests import (
@@ -61,6 +61,7 @@ def pull_model(
     source: ModelName | None = None,
     via: str | None = None,
     preflight: Preflight | None = None,
+    max_rate: int | None = None,
 ) -> Entry:
     """Pull ``source`` (default: ``name``) into ``store`` as ``name`` and return its entry;
     see the module docstring.
@@ -70,6 +71,7 @@ def pull_model(
     (``llama3.2:3b``) that led from ``name`` to ``source``, recorded in the origin.
     ``preflight(repo_id, choice, projector_file)`` runs once the files are chosen and
     before any is downloaded; raising stops the pull (services_hub.preflight: will it fit).
+    ``max_rate``: this pull's bandwidth cap in bytes/s, shared by its files (store/ratelimit.py).
     """
     source = name if source is None else source
     if not source.is_hf:
@@ -104,6 +106,7 @@ def pull_model(
     # Every blob this pull finds or writes is held until it ends: a delete of the same
     # model meanwhile must not collect what the manifest is about to reference.
     hold = store.hold()
+    limit = ratelimit.for_pull(max_rate)
     try:
         layers: list[Layer] = []
         split = len(choice.files) > 1
@@ -120,7 +123,17 @@ def pull_model(
 
             url = hf_hub_url(repo_id, f.path, revision=hub.REVISION, endpoint=hub.endpoint())
             hold.add(digest)  # before looking: a blob found here stays until the commit
-            download.fetch(store.blobs, digest, f.size, url, headers, report, cancel)
+            download.fetch(
+                store.blobs,
+                digest,
+                f.size,
+                url,
+                headers,
+                report,
+                cancel,
+                limit=limit,
+                notice=lambda line: progress({"status": line}),
+            )
             return digest
 
         for f in choice.files:

@@ -43,6 +43,23 @@ def test_systemd_unit_contents(tmp_path: Path) -> None:
     assert xdg.path == tmp_path / "x/systemd/user/localllm.service"
 
 
+def test_a_mirror_and_a_proxy_are_carried_into_the_service(tmp_path: Path) -> None:
+    """Pulls run in the daemon: HF_ENDPOINT and the proxy variables must reach it."""
+    env = {
+        "HF_ENDPOINT": "https://hf-mirror.example",
+        "HTTPS_PROXY": "http://proxy:3128",
+        "no_proxy": "localhost,10.0.0.0/8",
+        "SSL_CERT_FILE": "/etc/ssl/corp.pem",
+        "HOME": "/home/me",
+    }
+    lines = service.plan("linux", tmp_path, env, CMD).content.splitlines()
+    for key in ("HF_ENDPOINT", "HTTPS_PROXY", "no_proxy", "SSL_CERT_FILE"):
+        assert f'Environment="{key}={env[key]}"' in lines
+    assert not any("HOME=" in line for line in lines)
+    plist = plistlib.loads(service.plan("darwin", tmp_path, env, CMD, uid=501).content.encode())
+    assert set(plist["EnvironmentVariables"]) == set(env) - {"HOME"}
+
+
 def test_launchd_plist_parses(tmp_path: Path) -> None:
     svc = service.plan("darwin", tmp_path, {"LOCALLLM_KEEP_ALIVE": "10m & <more>"}, CMD, uid=501)
     assert svc.path == tmp_path / "Library/LaunchAgents/io.localllm.serve.plist"

@@ -11,7 +11,7 @@ import pytest
 
 from localllm.store import download
 from tests.support.ggufmeta import Shape, write_gguf
-from tests.support.hubstub import HubStub
+from tests.support.hubstub import HubStub, StubFile
 
 
 @pytest.fixture
@@ -19,6 +19,7 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubStub]:
     """The local Hub stand-in with one repo, ``someone/Tiny-GGUF``, holding two quants."""
     stub = HubStub(tmp_path / "hub").start()
     monkeypatch.setenv("HF_ENDPOINT", stub.url)
+    monkeypatch.setattr(download, "BACKOFF_S", 0.01)  # in this process; a daemon waits 1, 2, 4 s
     for quant in ("Q4_K_M", "Q8_0"):
         gguf = write_gguf(tmp_path / f"tiny-{quant}.gguf", Shape(name=f"tiny {quant}"), quant)
         stub.add_file("someone/Tiny-GGUF", f"tiny-{quant}.gguf", gguf)
@@ -40,3 +41,12 @@ def hubstub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubStub
     finally:
         assert download.wait_idle(10.0), "a download thread outlived its test"
         stub.stop()
+
+
+def padded_gguf(hub: HubStub, tmp: Path, repo: str, size: int, pad: int = 0) -> StubFile:
+    """Serve ``repo``'s ``Tiny-Q4_K_M.gguf``: a valid GGUF of ``size`` bytes, the tail
+    ``pad`` bytes (readers ignore what follows the tensor data; ``pad`` tells files apart)."""
+    path = write_gguf(tmp / f"src-{repo.replace('/', '_')}.gguf", Shape())
+    with open(path, "ab") as fh:
+        fh.write(bytes([pad]) * (size - path.stat().st_size))
+    return hub.add_file(repo, "Tiny-Q4_K_M.gguf", path)
