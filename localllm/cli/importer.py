@@ -239,7 +239,7 @@ def print_archive_report(report: ArchiveReport, where: str) -> None:
     if len(changed) < len(report.models):
         text += f", {len(report.models) - len(changed)} unchanged"
     print(f"{text} in {report.seconds:.2f} s")
-    if report.dry_run:
+    if report.dry_run or not (report.copied or report.present):
         return
     line = (
         f"blobs: {report.copied} copied ({format_bytes(report.copied_bytes)}, sha256 checked), "

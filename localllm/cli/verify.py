@@ -94,7 +94,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"{m.name}: {m.repair}")
     left = report.unrepaired
     if left:
-        print(f"{len(left)} of {len(report.damaged)} damaged models could not be repaired")
+        print(
+            f"{len(left)} of {len(report.damaged)} damaged models could not be repaired; "
+            "`localllm import --force FILE` mends them from an archive made where they are whole"
+        )
         return 1
     print("every damaged model was repaired")
     return 0
