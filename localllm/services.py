@@ -377,6 +377,7 @@ class ModelService:
                 machine=machine,
                 force=force,
                 dry_run=dry_run,
+                max_rate=max_rate,
             )
             return
         if dry_run:

@@ -79,9 +79,11 @@ def pull(
     machine: Callable[[], Machine] | None,
     force: bool | None,
     dry_run: bool,
+    max_rate: int | None = None,
 ) -> None:
     """Pull ``remote`` as ``name``: checked to fit ``machine`` when given (``force``
-    False: a model too big stops the pull, else it is a warning)."""
+    False: a model too big stops the pull, else it is a warning); ``max_rate``: the
+    pull's own bandwidth cap in bytes/s."""
     from localllm.store.registry_pull import pull_from_registry
 
     if dry_run:
@@ -90,7 +92,16 @@ def pull(
         progress(plan(name, remote, why, machine, progress))
         return
     check = fit_check(machine, force, progress, name.display) if machine is not None else None
-    pull_from_registry(store, name, remote, progress, cancel=cancel, why=why, preflight=check)
+    pull_from_registry(
+        store,
+        name,
+        remote,
+        progress,
+        cancel=cancel,
+        why=why,
+        preflight=check,
+        max_rate=max_rate,
+    )
 
 
 def plan(

@@ -34,7 +34,7 @@ from localllm.errors import InvalidModelFile, LocalLLMError
 from localllm.gguf import archs
 from localllm.gguf.info import ModelInfo, model_info_from_headers, read_model_info
 from localllm.gguf.reader import read_header_from
-from localllm.store import download, remote as ranges
+from localllm.store import download, ratelimit, remote as ranges
 from localllm.store.importer import config_for
 from localllm.store.local import Hold, Store
 from localllm.store.manifests import Entry, Layer, Manifest
@@ -57,9 +57,11 @@ def pull_from_registry(
     cancel: threading.Event | None = None,
     why: str = "",
     preflight: Preflight | None = None,
+    max_rate: int | None = None,
 ) -> Entry:
     """Pull ``remote`` into ``store`` as ``name`` and return its entry (see the module doc).
-    ``why``: how the name came to the registry, shown in the progress."""
+    ``why``: how the name came to the registry, shown in the progress; ``max_rate``: this
+    pull's bandwidth cap in bytes/s, shared by its layers (store/ratelimit.py)."""
     progress({"status": "pulling manifest"})
     progress({"status": f"{name.display} is {remote.source}" + (f" ({why})" if why else "")})
     for note in remote.notes:
@@ -70,10 +72,11 @@ def pull_from_registry(
         if info is not None and preflight is not None:
             preflight(remote.source, info)
         registry_config = read_small(remote, remote.manifest.config, MAX_CONFIG_BYTES, client)
+    limit = ratelimit.for_pull(max_rate)
     hold = store.hold()
     try:
         for layer in [model, *(x for x in remote.manifest.layers if x is not model)]:
-            _fetch(store, remote, layer, progress, cancel, hold)
+            _fetch(store, remote, layer, progress, cancel, hold, limit)
         progress({"status": "verifying sha256 digest"})
         info = _local_info(store, remote)
         value = {**config_for(info), **_config(registry_config), "origin": origin(remote)}
@@ -170,6 +173,7 @@ def _fetch(
     progress: ProgressFn,
     cancel: threading.Event | None,
     hold: Hold,
+    limit: ratelimit.Bucket | None,
 ) -> None:
     if cancel is not None and cancel.is_set():
         raise download.cancelled()
@@ -180,7 +184,17 @@ def _fetch(
 
     hold.add(layer.digest)  # before looking: a blob found here stays until the commit
     url = remote.blob_url(layer.digest)
-    download.fetch(store.blobs, layer.digest, layer.size, url, request_headers(), report, cancel)
+    download.fetch(
+        store.blobs,
+        layer.digest,
+        layer.size,
+        url,
+        request_headers(),
+        report,
+        cancel,
+        limit=limit,
+        notice=lambda line: progress({"status": line}),
+    )
 
 
 def _local_info(store: Store, remote: Remote) -> ModelInfo:

@@ -285,3 +285,17 @@ def test_a_dry_run_and_the_fit_check_read_only_the_header(
     assert svc.list_models() == [] and leftovers(svc.store) == []
     served = registry.served.get(registry.model_digest("someuser/big"), 0)
     assert served < 2 * result["header_bytes"] + 1  # two header reads, no download
+
+
+def test_a_pulls_own_rate_cap_holds_for_the_registry_too(
+    registry: RegistryStub, gguf: Path
+) -> None:
+    import time
+
+    registry.add_model("someuser/slow", gguf)
+    size, rate = gguf.stat().st_size, 2 << 20
+    started = time.monotonic()
+    ModelService(Store()).pull("someuser/slow", lambda e: None, max_rate=rate)
+    took = time.monotonic() - started
+    # A floor, not a speed goal: the cap sleeps; the kernel's buffer lets ~0.5 s ahead.
+    assert took >= (size - (512 << 10)) / rate, (took, size)
