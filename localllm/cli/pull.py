@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 def register(sub: Any) -> None:
     parser = sub.add_parser(
         "pull",
-        help="Pull a model from Hugging Face",
-        description="Pull a model: a catalogue name (localllm catalog) or an hf.co name. "
+        help="Pull a model from Hugging Face or Ollama's registry",
+        description="Pull a model: a catalogue name (localllm catalog), an hf.co name, or a "
+        "name from Ollama's registry (qwen3.5, user/model; ollama://NAME asks it first). "
         "A name no source has is searched for on Hugging Face: the most downloaded GGUF "
         "repo of a known publisher (the model's own organisation, ggml-org, unsloth, "
         "bartowski, lmstudio-community) is shown and pulled once you confirm it (--yes "
@@ -37,8 +38,8 @@ def register(sub: Any) -> None:
     )
     parser.add_argument(
         "model",
-        help="model name: a library name from 'localllm catalog' "
-        "(llama3.2, qwen3:8b) or hf.co/user/repo[:Q4_K_M]",
+        help="model name: a library name from 'localllm catalog' (llama3.2, qwen3:8b), "
+        "hf.co/user/repo[:Q4_K_M], or a name in Ollama's registry (user/model, ollama://NAME)",
     )
     parser.add_argument("--insecure", action="store_true", help="accepted for Ollama compatibility")
     parser.add_argument(
