@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from localllm.errors import InvalidRequest, ModelNotFound
-from localllm.store import registry
+from localllm.store import registry, tls
 from localllm.store.names import DEFAULT_HOST, ModelName
 
 if TYPE_CHECKING:
@@ -121,7 +121,9 @@ def plan(
     progress({"status": "pulling manifest"})
     progress({"status": f"{name.display} is {remote.source} ({why})"})
     progress({"status": "reading the header with range requests (dry run: nothing is downloaded)"})
-    with httpx.Client(follow_redirects=True, timeout=ranges.TIMEOUT) as client:
+    with httpx.Client(
+        follow_redirects=True, timeout=ranges.TIMEOUT, verify=tls.context()
+    ) as client:
         info, spent = header_info(remote, client)
     here = machine()
     model, proj = remote.model, remote.manifest.first(MEDIA_PROJECTOR)

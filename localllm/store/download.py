@@ -33,7 +33,7 @@ import httpx
 
 from localllm.errors import DigestMismatch, LocalLLMError, ModelNotFound, PullError
 from localllm.format import format_bytes
-from localllm.store import ratelimit
+from localllm.store import ratelimit, tls
 from localllm.store.blobs import CHUNK, BlobStore
 
 RETRIES = 6  # failed attempts in a row, after the first, before giving up
@@ -133,7 +133,7 @@ class _Download:
         if not partial.exists():
             partial.touch()
         with (
-            httpx.Client(follow_redirects=True, timeout=TIMEOUT) as client,
+            httpx.Client(follow_redirects=True, timeout=TIMEOUT, verify=tls.context()) as client,
             open(partial, "r+b") as fh,
         ):
             fh.seek(self.completed)

@@ -28,7 +28,7 @@ import httpx
 
 from localllm.gguf.info import ModelInfo, model_info_from_headers
 from localllm.gguf.reader import Header, read_header_from
-from localllm.store import hub, remote
+from localllm.store import hub, remote, tls
 from localllm.store.hub import HubFile
 from localllm.store.remote import RemoteHeaders, RemoteReadError
 
@@ -131,7 +131,11 @@ def read_headers(
 ) -> RemoteHeaders:
     """The GGUF headers of ``files`` (one file, or a split model's shards in order)."""
     own = client is None
-    http = client if client is not None else httpx.Client(follow_redirects=True, timeout=timeout)
+    http = (
+        client
+        if client is not None
+        else httpx.Client(follow_redirects=True, timeout=timeout, verify=tls.context())
+    )
     out: list[Header] = []
     fetched = requests = 0
     try:

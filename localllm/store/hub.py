@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from localllm.errors import LocalLLMError, ModelNotFound, PullError
+from localllm.store import tls
 
 if TYPE_CHECKING:
     import httpx
@@ -135,7 +136,9 @@ def list_repo(
     import httpx
 
     own = client is None
-    http = client or httpx.Client(follow_redirects=True, timeout=httpx.Timeout(30.0, connect=10.0))
+    http = client or httpx.Client(
+        follow_redirects=True, timeout=httpx.Timeout(30.0, connect=10.0), verify=tls.context()
+    )
     url: str | None = f"{endpoint()}/api/models/{repo_id}/tree/{REVISION}"
     params: dict[str, str] | None = {"recursive": "true"}
     out: list[HubFile] = []

@@ -33,6 +33,7 @@ from typing import Any
 import httpx
 
 from localllm.errors import LocalLLMError, PullError
+from localllm.store import tls
 
 log = logging.getLogger(__name__)
 
@@ -194,5 +195,6 @@ def bounded_client(bounds: Bounds, timeout: httpx.Timeout) -> httpx.Client:
     return httpx.Client(
         follow_redirects=True,
         timeout=timeout,
+        verify=tls.context(),
         event_hooks={"request": [on_request], "response": [on_response]},
     )

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from localllm.errors import InvalidModelFile, InvalidRequest, PullError
 from localllm.gguf.info import ModelInfo, read_model_info_split
-from localllm.store import download, hub, projector as proj, ratelimit
+from localllm.store import download, hub, projector as proj, ratelimit, tls
 from localllm.store.importer import config_for
 from localllm.store.local import Hold, Store
 from localllm.store.manifests import (
@@ -286,7 +286,9 @@ def _small_file(repo_id: str, fname: str, headers: dict[str, str]) -> bytes | No
     url = hf_hub_url(repo_id, fname, revision=hub.REVISION, endpoint=hub.endpoint())
     try:
         with (
-            httpx.Client(follow_redirects=True, timeout=download.TIMEOUT) as client,
+            httpx.Client(
+                follow_redirects=True, timeout=download.TIMEOUT, verify=tls.context()
+            ) as client,
             client.stream("GET", url, headers=headers) as r,
         ):
             if r.status_code != 200:

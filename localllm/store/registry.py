@@ -33,6 +33,7 @@ from localllm.errors import (
     ModelNotFound,
     PullError,
 )
+from localllm.store import tls
 from localllm.store.blobs import MAX_TEXT_LAYER
 from localllm.store.manifests import (
     CONFIG_MEDIA_TYPE,
@@ -116,7 +117,7 @@ def fetch_manifest(name: ModelName, base: str, client: httpx.Client | None = Non
     url = f"{base}/v2/{name.namespace}/{name.model}/manifests/{name.tag}"
     headers = {**request_headers(), "Accept": MANIFEST_MEDIA_TYPE}
     own = client is None
-    http = client or httpx.Client(follow_redirects=True, timeout=TIMEOUT)
+    http = client or httpx.Client(follow_redirects=True, timeout=TIMEOUT, verify=tls.context())
     try:
         with http.stream("GET", url, headers=headers) as r:
             data = _body(r, name, base)

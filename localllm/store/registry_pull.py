@@ -34,7 +34,7 @@ from localllm.errors import InvalidModelFile, LocalLLMError
 from localllm.gguf import archs
 from localllm.gguf.info import ModelInfo, model_info_from_headers, read_model_info
 from localllm.gguf.reader import read_header_from
-from localllm.store import download, ratelimit, remote as ranges
+from localllm.store import download, ratelimit, remote as ranges, tls
 from localllm.store.importer import config_for
 from localllm.store.local import Hold, Store
 from localllm.store.manifests import Entry, Layer, Manifest
@@ -67,7 +67,9 @@ def pull_from_registry(
     for note in remote.notes:
         progress({"status": note})
     model = remote.model
-    with httpx.Client(follow_redirects=True, timeout=ranges.TIMEOUT) as client:
+    with httpx.Client(
+        follow_redirects=True, timeout=ranges.TIMEOUT, verify=tls.context()
+    ) as client:
         info = read_info(remote, client, progress)
         if info is not None and preflight is not None:
             preflight(remote.source, info)

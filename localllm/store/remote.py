@@ -33,7 +33,7 @@ import httpx
 from localllm.errors import PullError
 from localllm.gguf.info import ModelInfo, model_info_from_headers
 from localllm.gguf.reader import Header, read_header_from
-from localllm.store import hub
+from localllm.store import hub, tls
 from localllm.store.hub import HubFile
 
 MAX_HEADER_BYTES = 32 << 20  # transfer allowed per file
@@ -245,7 +245,11 @@ def read_headers(
 ) -> RemoteHeaders:
     """The GGUF headers of ``files`` (one file, or a split model's shards in order)."""
     own = client is None
-    http = client if client is not None else httpx.Client(follow_redirects=True, timeout=timeout)
+    http = (
+        client
+        if client is not None
+        else httpx.Client(follow_redirects=True, timeout=timeout, verify=tls.context())
+    )
     out: list[Header] = []
     fetched = requests = 0
     try:
