@@ -274,6 +274,7 @@ def fetch(
     while True:
         with _lock:
             dl = _inflight.get(str(blobs.partial_path(digest)))
+            started = dl is None
             if dl is None:
                 dl = _Download(blobs, digest, size, url, headers, limit)
                 _inflight[dl.key] = dl
@@ -284,7 +285,9 @@ def fetch(
         # Everyone left that download and it is winding down: wait, then start afresh.
         dl.done.wait()
     try:
-        last, told = -1, len(dl.notes)
+        # A caller that joins a download in flight is told of its retries from now on;
+        # the one that started it, of all (its thread may have failed once already).
+        last, told = -1, 0 if started else len(dl.notes)
         while not dl.done.wait(PROGRESS_INTERVAL_S):
             if cancel is not None and cancel.is_set():
                 raise cancelled()

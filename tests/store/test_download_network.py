@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import socket
 import threading
 import time
 from pathlib import Path
@@ -18,7 +19,6 @@ from localllm.store.blobs import BlobStore
 from localllm.store.local import Store
 from localllm.store.names import parse_name
 from localllm.store.pull import pull_model
-from tests.support.daemon import free_port
 from tests.support.hub import padded_gguf
 from tests.support.hubstub import HubStub
 
@@ -169,10 +169,14 @@ def test_a_host_that_cannot_be_reached_is_retried_then_named(
 ) -> None:
     monkeypatch.setattr(download, "BACKOFF_S", 0.001)
     blobs = BlobStore(tmp_path / "blobs")
-    url = f"http://127.0.0.1:{free_port()}/blob"  # nothing listens there
     notes: list[str] = []
-    with pytest.raises(PullError, match=r"cannot connect \(.*\); 7 attempts in a row failed"):
-        download.fetch(
-            blobs, "sha256:" + "0" * 64, 10, url, {}, lambda n: None, notice=notes.append
-        )
+    # Bound and never listening: connections are refused, and no other test can take
+    # the port meanwhile (a free port, let go, was taken once under the full suite).
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{held.getsockname()[1]}/blob"
+        with pytest.raises(PullError, match=r"cannot connect \(.*\); 7 attempts in a row failed"):
+            download.fetch(
+                blobs, "sha256:" + "0" * 64, 10, url, {}, lambda n: None, notice=notes.append
+            )
     assert len(notes) == 6 and all("cannot connect" in n for n in notes)
