@@ -15,10 +15,11 @@ from __future__ import annotations
 import contextlib
 import socket
 import socketserver
-import threading
 from dataclasses import dataclass, field
 from typing import BinaryIO
 from urllib.parse import urlsplit
+
+from tests.support.threadserver import serve_in_thread, stop_server
 
 _HOP = ("connection", "proxy-connection", "keep-alive", "proxy-authorization")
 
@@ -49,16 +50,11 @@ class ForwardProxy:
                     proxy._forward(self.rfile, self.connection)
 
         self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        ).start()
+        serve_in_thread(self._server)
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+        stop_server(self._server)
 
     def _forward(self, rfile: BinaryIO, client: socket.socket) -> None:
         method, target, version = rfile.readline(65536).decode("latin-1").split()
