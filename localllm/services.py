@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from localllm.api.wire import Details, Draft, ProgressEvent, ShowResponse, TagsEntry
+from localllm.details import model_details
 from localllm.store.local import PartialsReport, Store
 from localllm.store.manifests import MEDIA_DRAFT, MEDIA_LICENSE, Entry
 from localllm.store.names import ModelName, parse_digest, parse_name
@@ -60,38 +61,6 @@ def format_parameters(params: dict[str, Any]) -> str:
         for item in value if isinstance(value, list) else [value]:
             lines.append(f"{key:<30} {_param_value(item)}")
     return "\n".join(lines)
-
-
-def model_details(
-    info: ModelInfo | None = None, config: Mapping[str, Any] | None = None, *, brief: bool = False
-) -> Details:
-    """A model's ``details``: the config layer's values (``config``) first, the GGUF
-    header's (``info``) where the config says nothing.  ``brief``: without
-    ``parent_model`` and ``families``, as a draft model or a Hub file is described."""
-    cfg = config or {}
-    family = str(cfg.get("model_family") or "") or (info.architecture if info else "")
-    size = str(cfg.get("model_type") or "") or (info.parameter_size if info else "")
-    quant = str(cfg.get("file_type") or "") or (info.file_type if info else "")
-    fmt = str(cfg.get("model_format") or "gguf")
-    if brief:
-        return {
-            "format": fmt,
-            "family": family,
-            "parameter_size": size,
-            "quantization_level": quant,
-        }
-    listed = cfg.get("model_families")
-    families = [str(f) for f in listed] if isinstance(listed, list) else None
-    if info is not None:  # a header read: it names the family when the config does not
-        families = families or [info.architecture]
-    return {
-        "parent_model": "",
-        "format": fmt,
-        "family": family,
-        "families": families,
-        "parameter_size": size,
-        "quantization_level": quant,
-    }
 
 
 def _param_value(value: Any) -> str:

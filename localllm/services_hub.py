@@ -29,12 +29,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from localllm.api.wire import DryRun, FileSize, ProgressEvent, SearchModel, SearchResponse
+from localllm.details import model_details
 from localllm.errors import InvalidModelFile, LocalLLMError, PullError
 from localllm.gguf.info import ModelInfo
 from localllm.hardware.detect import Device, Hardware
 from localllm.scheduler.fit import Fit, assess, describe, reclaimed, scaled, unknown
 from localllm.scheduler.planner import LoadPlan, PlanOptions
-from localllm.services import model_details
 from localllm.store import headercache, hub, search as hub_search
 
 log = logging.getLogger(__name__)

@@ -111,8 +111,8 @@ def plan(
     load planned here; nothing is downloaded.  The last event of the pull's stream."""
     import httpx
 
+    from localllm.details import model_details
     from localllm.scheduler.fit import assess
-    from localllm.services import model_details
     from localllm.services_hub import MAX_INFO_TEXT, capabilities
     from localllm.store import remote as ranges
     from localllm.store.manifests import MEDIA_PROJECTOR

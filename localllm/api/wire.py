@@ -14,7 +14,7 @@ Field names are Ollama's (``/api/chat``, ``/api/generate``, ``/api/tags``,
 ``/api/ps``, ``/api/show``, ``/api/pull``; ``/api/search`` is ours); a key
 Ollama leaves out when empty is ``NotRequired``.  Keys that are ours, not
 Ollama's, say so: clients ignore fields they do not know.  ``details`` is
-built in one place, :func:`localllm.services.model_details`.
+built in one place, :func:`localllm.details.model_details`.
 """
 
 from __future__ import annotations
