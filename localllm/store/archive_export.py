@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import tarfile
 import time
 from collections.abc import Callable, Iterable
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import IO, BinaryIO
 
 from localllm.store.archive import TABLE, ArchiveError, Member, Progress, Table, manifest_member
-from localllm.store.blobs import fsync_dir, tmp_name
+from localllm.store.blobs import atomic_write
 from localllm.store.local import Store
 from localllm.store.manifests import MAX_MANIFEST_BYTES, Entry, Manifest
 from localllm.store.names import ModelName, parse_name
@@ -179,15 +178,4 @@ def _add_blob(
 def write_file(path: str, write: Callable[[BinaryIO], ExportReport]) -> ExportReport:
     """Run ``write`` into a temp file beside ``path``, renamed to ``path`` when it ends
     well: an archive under its name is always whole."""
-    final = Path(path)
-    tmp = final.with_name(tmp_name(f"{final.name}."))
-    try:
-        with open(tmp, "wb") as fh:
-            report = write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, final)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(final.parent)
-    return report
+    return atomic_write(Path(path), write)

@@ -23,14 +23,15 @@ import re
 import secrets
 import shutil
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 from localllm.errors import BlobNotFound, DigestMismatch, LocalLLMError
 from localllm.format import format_bytes
 from localllm.store.names import digest_filename, parse_digest
 
+T = TypeVar("T")
 CHUNK = 1 << 20
 # How many bytes a keep_free writer takes between two looks at the free space: the
 # most it can overshoot by, and a statvfs per this many bytes is nothing.
@@ -132,19 +133,26 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file, fsync and rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def atomic_write(path: Path, write: Callable[[BinaryIO], T]) -> T:
+    """Run ``write`` into a temp file beside ``path``, fsync it and rename it to ``path``
+    when ``write`` returns: a file under its name is always whole.  Its result."""
     tmp = path.with_name(tmp_name(f"{path.name}."))
     try:
         with open(tmp, "wb") as fh:
-            fh.write(data)
+            result = write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     fsync_dir(path.parent)
+    return result
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file, fsync and rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda fh: fh.write(data))
 
 
 def sha256_file(path: Path, *, already: hashlib._Hash | None = None, start: int = 0) -> str:
