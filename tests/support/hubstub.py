@@ -63,8 +63,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from tests.support.threadserver import serve_in_thread, stop_server
-
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 _CHUNK = 64 << 10
 
@@ -213,11 +211,18 @@ class HubStub:
             hub = stub
 
         self._server = _Server(("127.0.0.1", 0), Handler)
-        serve_in_thread(self._server)
+        # Not tests.support.threadserver: packaging/smoke.py loads this file by its path,
+        # outside the source tree's packages, so it imports nothing of the tests.
+        self._server.daemon_threads = True
+        threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
         return self
 
     def stop(self) -> None:
-        stop_server(self._server)
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
 
 
 class _Server(ThreadingHTTPServer):
