@@ -325,3 +325,12 @@ def parse_registry(raw: str) -> str:
     if not _URL_RE.fullmatch(raw):
         raise ValueError("expected an http(s):// URL, or off")
     return raw.rstrip("/")
+
+
+_HF_REPO_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_][A-Za-z0-9_.-]{0,95}")
+
+
+def parse_hf_repo(raw: str) -> str:
+    if not _HF_REPO_RE.fullmatch(raw) or ".." in raw:
+        raise ValueError("expected a Hugging Face repo, user/name")
+    return raw
