@@ -16,7 +16,7 @@ from __future__ import annotations
 import array
 import struct
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,15 +76,15 @@ def _int_chunks(values: list[Any]) -> list[bytes] | None:
     return out
 
 
-def split(msg: dict[str, Any]) -> tuple[dict[str, Any], list[list[bytes]]]:
+def split(msg: Mapping[str, object]) -> tuple[dict[str, object], list[list[bytes]]]:
     """``msg`` with its large values replaced by references, and those values' bytes."""
     parts: list[list[bytes]] = []
 
-    def ref(kind: str, chunks: list[bytes], **extra: Any) -> dict[str, Any]:
+    def ref(kind: str, chunks: list[bytes], **extra: int) -> dict[str, object]:
         parts.append(chunks)
         return {REF: len(parts) - 1, "k": kind, **extra}
 
-    def walk(value: Any) -> Any:
+    def walk(value: object) -> object:
         if isinstance(value, (bytes, bytearray, memoryview)):
             return ref("b", [bytes(value)])
         if isinstance(value, Floats):
@@ -109,10 +109,10 @@ def split(msg: dict[str, Any]) -> tuple[dict[str, Any], list[list[bytes]]]:
     return out, parts
 
 
-def join(msg: dict[str, Any], blobs: Sequence[memoryview]) -> dict[str, Any]:
+def join(msg: Mapping[str, object], blobs: Sequence[memoryview]) -> dict[str, object]:
     """``msg`` with its references replaced by the values ``blobs`` carry."""
 
-    def value(ref: dict[str, Any]) -> Any:
+    def value(ref: Mapping[str, object]) -> object:
         index, kind = ref[REF], ref.get("k")
         if not isinstance(index, int) or not 0 <= index < len(blobs):
             raise ValueError(f"attachment {index!r} does not exist")
@@ -136,7 +136,7 @@ def join(msg: dict[str, Any], blobs: Sequence[memoryview]) -> dict[str, Any]:
             return Floats(bytes(blob), rows, width)
         raise ValueError(f"unknown attachment kind {kind!r}")
 
-    def walk(v: Any) -> Any:
+    def walk(v: object) -> object:
         if isinstance(v, dict):
             if REF in v:
                 return value(v)

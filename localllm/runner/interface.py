@@ -6,8 +6,8 @@ scheduler is unit-testable without spawning children.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from localllm.runner.messages import CompletionRequest, Done, LoadOptions, PairFormat, Piece
 
@@ -20,7 +20,7 @@ class Runner(Protocol):
     def pid(self) -> int: ...
 
     @property
-    def info(self) -> dict[str, Any]: ...
+    def info(self) -> Mapping[str, object]: ...
 
     @property
     def memory(self) -> dict[str, dict[str, int]]: ...

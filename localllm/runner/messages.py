@@ -9,6 +9,7 @@ rebuild them with ``from_dict`` without any native import.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Literal, TypeVar
 
@@ -27,13 +28,13 @@ def _field_names(cls: type[Any]) -> frozenset[str]:
     return frozenset(f.name for f in fields(cls))
 
 
-def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+def from_dict(cls: type[T], data: Mapping[str, object]) -> T:
     """Build a dataclass from a dict, ignoring unknown keys."""
     names = _field_names(cls)  # type: ignore[arg-type]
     return cls(**{k: v for k, v in data.items() if k in names})
 
 
-def to_dict(obj: Any) -> dict[str, Any]:
+def to_dict(obj: object) -> dict[str, object]:
     """A dataclass as a dict, nested dataclasses as dicts (a shallow copy otherwise:
     ``asdict``'s deep copy doubled the cost of sending each token's event)."""
     return {k: to_dict(v) if is_dataclass(v) else v for k, v in vars(obj).items()}

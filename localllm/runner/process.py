@@ -28,13 +28,13 @@ import logging
 import math
 import signal
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from localllm import children, config
 from localllm.errors import LocalLLMError, ModelLoadError, RunnerCrashed, ShuttingDown
 from localllm.runner import protocol as P
+from localllm.runner.frames import LoadedFrame
 from localllm.runner.lastwords import Tail, for_log, lost_workers, scrub_paths, with_reason
 from localllm.runner.loadwait import wait_loaded
 from localllm.runner.messages import CompletionRequest, Done, LoadOptions, PairFormat, Piece
@@ -58,7 +58,7 @@ class RunnerProcess:
         self._proc = proc
         self.model_paths = list(model_paths)
         self.options = opts
-        self.info: dict[str, Any] = {}
+        self.info: Mapping[str, object] = {}  # the engine's ``info()``, as it sent it
         self.logged_memory: dict[str, dict[str, int]] = {}  # llama.cpp's buffers, per device
         self.rss_before: int | None = None  # the child's resident bytes before the load
         self.load_duration = 0  # ns, spawn to loaded, as the parent saw it
@@ -108,56 +108,69 @@ class RunnerProcess:
             start_new_session=True,
         )
         runner = cls(proc, model_paths, opts, runner_timeout)
-        name = runner._model_file()
+        msg = await runner._load(timeout)
+        runner._serve(msg, t0)
+        return runner
+
+    async def _load(self, timeout: float) -> LoadedFrame:
+        """Send ``load`` and wait for ``loaded``; on any failure end the child and raise
+        ``ModelLoadError`` saying why (see ``start``)."""
+        name = self._model_file()
         try:
-            await runner._traffic.send(P.load_msg(model_paths, opts, runner._watchdog.interval))
+            await self._traffic.send(
+                P.load_msg(self.model_paths, self.options, self._watchdog.interval)
+            )
             msg = await wait_loaded(
-                runner._traffic.read_loaded(),
-                runner.pid,
+                self._traffic.read_loaded(),
+                self.pid,
                 timeout,
-                last_output=lambda: runner._tail.last_output,
+                last_output=lambda: self._tail.last_output,
             )
         except TimeoutError:
-            await runner._abandon(wait=0)
-            if runner._watchdog.enabled and runner._watchdog.silent_for() > runner_timeout:
-                raise runner._load_error(
+            await self._abandon(wait=0)
+            bound = self._watchdog.timeout
+            if self._watchdog.enabled and self._watchdog.silent_for() > bound:
+                raise self._load_error(
                     f"loading {name} failed: the model runner stopped responding (no sign of "
-                    f"life for {runner._watchdog.silent_for():.1f}s, LOCALLLM_RUNNER_TIMEOUT is "
-                    f"{runner_timeout:g}s)"
+                    f"life for {self._watchdog.silent_for():.1f}s, LOCALLLM_RUNNER_TIMEOUT is "
+                    f"{bound:g}s)"
                 ) from None
-            raise runner._load_error(
+            raise self._load_error(
                 f"loading {name} timed out after {timeout:g}s without progress"
             ) from None
         except (P.ProtocolError, ConnectionError) as exc:
-            await runner._abandon(wait=1.0)
-            raise runner._load_error(f"loading {name} failed: {exc}", why=True) from None
+            await self._abandon(wait=1.0)
+            raise self._load_error(f"loading {name} failed: {exc}", why=True) from None
         except BaseException:
-            await runner._abandon(wait=0)  # cancelled by the scheduler: leave nothing behind
+            await self._abandon(wait=0)  # cancelled by the scheduler: leave nothing behind
             raise
         if msg is None or msg["type"] != "loaded":
             # Let the child finish on its own first, so its exit status is its own.
-            await runner._abandon(wait=5.0)
+            await self._abandon(wait=5.0)
             if msg is not None and msg["type"] == "failed":
                 # The engine said why; the log would only repeat it.
-                raise runner._load_error(f"failed to load {name}: {P.parse_failed(msg).message}")
-            raise runner._load_error(
+                raise self._load_error(f"failed to load {name}: {P.parse_failed(msg).message}")
+            raise self._load_error(
                 f"failed to load {name}: model runner exited during load "
-                f"({children.describe_exit(runner._proc.returncode)})",
+                f"({children.describe_exit(self._proc.returncode)})",
                 why=True,
             )
-        runner.info = dict(msg["info"])
-        runner.logged_memory = dict(msg["memory"])
+        return msg
+
+    def _serve(self, msg: LoadedFrame, t0: int) -> None:
+        """Loaded (``msg``): keep what the child said, start reading it and watching it."""
+        self.info = dict(msg["info"])
+        self.logged_memory = dict(msg["memory"])
         before = msg.get("rss_before")
-        runner.rss_before = before if isinstance(before, int) and before > 0 else None
-        runner.load_duration = time.monotonic_ns() - t0
-        runner._pump_task = asyncio.ensure_future(runner._pump())
-        runner._watch_task = asyncio.ensure_future(
-            runner._watchdog.watch(
-                runner._stopped_responding, pid=runner.pid, on_stuck=runner._stuck
-            )
+        self.rss_before = before if isinstance(before, int) and before > 0 else None
+        self.load_duration = time.monotonic_ns() - t0
+        self._pump_task = asyncio.ensure_future(self._pump())
+        self._watch_task = asyncio.ensure_future(
+            self._watchdog.watch(self._stopped_responding, pid=self.pid, on_stuck=self._stuck)
         )
-        log.info("runner %d loaded %s in %.2fs", runner.pid, name, runner.load_duration / 1e9)
-        return runner
+        log.info(
+            "runner %d loaded %s in %.2fs", self.pid, self._model_file(), self.load_duration / 1e9
+        )
 
     # -- state ---------------------------------------------------------------
 

@@ -23,6 +23,7 @@ Messages (parent -> child): ``load``, ``complete``, ``cancel``, ``embed``,
 its path and load time), ``beat`` (the heartbeat: sent every ``heartbeat_s``
 seconds, a ``load`` field, by a thread of the child; ``busy_ms`` is how long its
 main thread has been in the current load, step or call, 0 when idle).
+Each message's keys are its ``TypedDict`` in ``runner.frames``.
 ``failed`` with an empty ``id`` is about the load itself.  ``loaded`` carries
 the engine's ``info``, its ``memory`` per device (llama.cpp's logged buffers),
 ``load_ns`` and, optionally, ``rss_before``: the child's resident bytes just
@@ -33,11 +34,25 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
+from collections.abc import Mapping
+from typing import IO, TYPE_CHECKING, TypeVar, cast
 
 from localllm import config
 from localllm.errors import InvalidRequest, LocalLLMError
 from localllm.runner import attach
+from localllm.runner.frames import (
+    SCHEMA,
+    AdapterFrame,
+    BeatFrame,
+    CompleteFrame,
+    DoneFrame,
+    FailedFrame,
+    Frame,
+    LoadFrame,
+    PieceFrame,
+    RerankBody,
+    RerankFrame,
+)
 from localllm.runner.messages import (
     CompletionRequest,
     Done,
@@ -63,31 +78,7 @@ _SIZES = "\u0000sizes"
 # decodes to an arbitrary 32-bit length) still cannot make us allocate 4 GiB.
 MAX_FRAME = 128 * 1024 * 1024
 
-# type -> fields that must be present
-SCHEMA: dict[str, tuple[str, ...]] = {
-    "load": ("model_paths", "options"),
-    "complete": ("request",),
-    "cancel": ("id",),
-    "embed": ("id", "inputs", "truncate"),
-    "rerank": ("id", "query", "documents", "format", "truncate"),
-    "tokenize": ("id", "text", "add_special", "parse_special"),
-    "detokenize": ("id", "tokens"),
-    "ping": ("id",),
-    "shutdown": (),
-    "loaded": ("info", "memory", "load_ns"),
-    "piece": ("piece",),
-    "done": ("done",),
-    "failed": ("failed",),
-    "embeddings": ("id", "vectors", "n_tokens"),
-    "scores": ("id", "scores", "n_tokens"),
-    "tokens": ("id", "tokens"),
-    "text": ("id", "text"),
-    "pong": ("id",),
-    "adapter": ("path", "load_ns"),
-    "beat": ("busy_ms",),
-}
-
-Message = dict[str, Any]
+Message = Frame  # any frame (runner.frames), as the tests and both ends name it
 _T = TypeVar("_T")
 
 
@@ -105,8 +96,9 @@ def encode_parts(msg: Message, *, max_frame: int = MAX_FRAME) -> list[bytes]:
     (``runner.attach``), each piece made by a short C call."""
     validate(msg)
     small, parts = attach.split(msg)
+    sizes = [sum(len(c) for c in chunks) for chunks in parts]
     if parts:
-        small[_SIZES] = [sum(len(c) for c in chunks) for chunks in parts]
+        small[_SIZES] = sizes
     # NaN/Infinity stay allowed: both ends are Python, and a -inf logprob is legitimate.
     body = json.dumps(small, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     if not parts:
@@ -116,7 +108,7 @@ def encode_parts(msg: Message, *, max_frame: int = MAX_FRAME) -> list[bytes]:
                 f"{max_frame}-byte frame limit"
             )
         return [_HEADER.pack(len(body)) + body]
-    total = HEADER_SIZE + len(body) + sum(small[_SIZES])
+    total = HEADER_SIZE + len(body) + sum(sizes)
     if total > max_frame:
         raise ProtocolError(
             f"{msg['type']} message of {total} bytes exceeds the {max_frame}-byte frame limit"
@@ -174,7 +166,7 @@ def decode(body: bytes, attached: bool = False) -> Message:
     return cast(Message, msg)
 
 
-def validate(msg: Message) -> None:
+def validate(msg: Mapping[str, object]) -> None:
     kind = msg.get("type")
     if not isinstance(kind, str) or kind not in SCHEMA:
         raise ProtocolError(f"unknown message type {kind!r}")
@@ -240,39 +232,39 @@ async def read_frame_async(
 
 def load_msg(
     model_paths: list[str], opts: LoadOptions, heartbeat_s: float | None = None
-) -> Message:
-    msg: Message = {"type": "load", "model_paths": list(model_paths), "options": to_dict(opts)}
+) -> LoadFrame:
+    msg: LoadFrame = {"type": "load", "model_paths": list(model_paths), "options": to_dict(opts)}
     if heartbeat_s is not None:
         msg["heartbeat_s"] = float(heartbeat_s)
     return msg
 
 
-def beat_msg(busy_ms: int) -> Message:
+def beat_msg(busy_ms: int) -> BeatFrame:
     return {"type": "beat", "busy_ms": int(busy_ms)}
 
 
-def complete_msg(req: CompletionRequest) -> Message:
+def complete_msg(req: CompletionRequest) -> CompleteFrame:
     # The images stay bytes: they travel as attachments, not as base64 in the JSON.
     return {"type": "complete", "request": to_dict(req)}
 
 
-def adapter_msg(path: str, load_ns: int) -> Message:
+def adapter_msg(path: str, load_ns: int) -> AdapterFrame:
     return {"type": "adapter", "path": path, "load_ns": int(load_ns)}
 
 
-def piece_msg(piece: Piece) -> Message:
+def piece_msg(piece: Piece) -> PieceFrame:
     return {"type": "piece", "piece": to_dict(piece)}
 
 
-def done_msg(done: Done) -> Message:
+def done_msg(done: Done) -> DoneFrame:
     return {"type": "done", "done": to_dict(done)}
 
 
-def failed_msg(failed: Failed) -> Message:
+def failed_msg(failed: Failed) -> FailedFrame:
     return {"type": "failed", "failed": to_dict(failed)}
 
 
-def event_msg(event: Piece | Done | Failed) -> Message:
+def event_msg(event: Piece | Done | Failed) -> PieceFrame | DoneFrame | FailedFrame:
     if isinstance(event, Piece):
         return piece_msg(event)
     if isinstance(event, Done):
@@ -280,11 +272,11 @@ def event_msg(event: Piece | Done | Failed) -> Message:
     return failed_msg(event)
 
 
-def parse_options(msg: Message) -> LoadOptions:
+def parse_options(msg: LoadFrame) -> LoadOptions:
     return _build(LoadOptions, msg["options"])
 
 
-def parse_request(msg: Message) -> CompletionRequest:
+def parse_request(msg: CompleteFrame) -> CompletionRequest:
     data = _object(msg["request"], "request")
     req = _build(CompletionRequest, data)
     req.sampling = _build(SamplingParams, data.get("sampling") or {})
@@ -300,7 +292,7 @@ def parse_request(msg: Message) -> CompletionRequest:
     return req
 
 
-def _images(value: Any) -> list[bytes]:
+def _images(value: object) -> list[bytes]:
     """The request's images (attachments), within the count and size limits."""
     if not isinstance(value, list) or not all(isinstance(v, bytes) for v in value):
         raise ProtocolError("request images must be attached bytes")
@@ -313,7 +305,8 @@ def _images(value: Any) -> list[bytes]:
     return list(value)
 
 
-def rerank_msg(query: str, documents: list[str], fmt: PairFormat, truncate: bool) -> Message:
+def rerank_msg(query: str, documents: list[str], fmt: PairFormat, truncate: bool) -> RerankBody:
+    """A ``rerank`` call without its id (``Traffic.call`` adds one, last)."""
     return {
         "type": "rerank",
         "query": query,
@@ -323,7 +316,7 @@ def rerank_msg(query: str, documents: list[str], fmt: PairFormat, truncate: bool
     }
 
 
-def parse_rerank(msg: Message) -> tuple[str, list[str], PairFormat]:
+def parse_rerank(msg: RerankFrame) -> tuple[str, list[str], PairFormat]:
     """A ``rerank`` message's query, documents and pair format, checked for type."""
     query, docs = msg["query"], msg["documents"]
     if (
@@ -338,7 +331,7 @@ def parse_rerank(msg: Message) -> tuple[str, list[str], PairFormat]:
     return query, docs, fmt
 
 
-def parse_piece(msg: Message) -> Piece:
+def parse_piece(msg: PieceFrame) -> Piece:
     piece = _build(Piece, msg["piece"])
     if piece.top_logprobs is not None:
         # JSON has no tuples; restore the (text, logprob) pairs the type promises.
@@ -346,21 +339,21 @@ def parse_piece(msg: Message) -> Piece:
     return piece
 
 
-def parse_done(msg: Message) -> Done:
+def parse_done(msg: DoneFrame) -> Done:
     return _build(Done, msg["done"])
 
 
-def parse_failed(msg: Message) -> Failed:
+def parse_failed(msg: FailedFrame) -> Failed:
     return _build(Failed, msg["failed"])
 
 
-def _object(value: Any, what: str) -> dict[str, Any]:
+def _object(value: object, what: str) -> Mapping[str, object]:
     if not isinstance(value, dict):
         raise ProtocolError(f"{what} must be a JSON object")
     return value
 
 
-def _build(cls: type[_T], value: Any) -> _T:
+def _build(cls: type[_T], value: object) -> _T:
     try:
         built: _T = from_dict(cls, _object(value, cls.__name__))
         return built

@@ -19,11 +19,11 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeGuard
 
 from localllm.errors import InvalidRequest, LocalLLMError
 from localllm.runner import protocol as P
-from localllm.runner.attach import Floats
+from localllm.runner.frames import Call, Frame, Reply
 from localllm.runner.lastwords import scrub_paths
 from localllm.runner.messages import CompletionRequest, Done, Failed, PairFormat, Piece, error_for
 from localllm.runner.watchdog import Watchdog
@@ -65,7 +65,7 @@ class Traffic:
         self._watchdog = watchdog
         self.adapter_loads: dict[str, int] = {}  # LoRA path -> ns its load took in the child
         self._streams: dict[str, asyncio.Queue[Event]] = {}
-        self._calls: dict[str, asyncio.Future[P.Message]] = {}
+        self._calls: dict[str, asyncio.Future[Reply]] = {}
         self._wire: dict[str, str] = {}  # request id -> wire id of its running stream
         self._ids = itertools.count(1)
         self._drain_lock = asyncio.Lock()
@@ -116,14 +116,22 @@ class Traffic:
     async def embed(
         self, inputs: list[str], truncate: bool = True
     ) -> tuple[Sequence[Sequence[float]], int]:
-        reply = await self.call({"type": "embed", "inputs": list(inputs), "truncate": truncate})
-        vectors: Floats = reply["vectors"]  # float32 rows: Python floats made in a thread
-        return await asyncio.to_thread(vectors.tuples), int(reply["n_tokens"])
+        reply = await self.call(
+            {"type": "embed", "inputs": list(inputs), "truncate": truncate, "id": self._id("embed")}
+        )
+        if reply["type"] != "embeddings":
+            raise _unexpected(reply)
+        # float32 rows: Python floats made in a thread
+        return await asyncio.to_thread(reply["vectors"].tuples), int(reply["n_tokens"])
 
     async def rerank(
         self, query: str, documents: list[str], fmt: PairFormat, truncate: bool = True
     ) -> tuple[list[float], int]:
-        reply = await self.call(P.rerank_msg(query, documents, fmt, truncate))
+        reply = await self.call(
+            {**P.rerank_msg(query, documents, fmt, truncate), "id": self._id("rerank")}
+        )
+        if reply["type"] != "scores":
+            raise _unexpected(reply)
         return [float(s) for s in reply["scores"]], int(reply["n_tokens"])
 
     async def tokenize(
@@ -135,33 +143,46 @@ class Traffic:
                 "text": text,
                 "add_special": add_special,
                 "parse_special": parse_special,
+                "id": self._id("tokenize"),
             }
         )
+        if reply["type"] != "tokens":
+            raise _unexpected(reply)
         return [int(t) for t in reply["tokens"]]
 
     async def detokenize(self, tokens: list[int], special: bool = False) -> str:
         reply = await self.call(
-            {"type": "detokenize", "tokens": [int(t) for t in tokens], "special": special}
+            {
+                "type": "detokenize",
+                "tokens": [int(t) for t in tokens],
+                "special": special,
+                "id": self._id("detokenize"),
+            }
         )
+        if reply["type"] != "text":
+            raise _unexpected(reply)
         return str(reply["text"])
 
     async def ping(self) -> float:
         """Round-trip seconds; the child answers between engine steps."""
         t0 = time.monotonic()
-        await self.call({"type": "ping"})
+        await self.call({"type": "ping", "id": self._id("ping")})
         return time.monotonic() - t0
 
-    async def call(self, msg: P.Message) -> P.Message:
-        """Send ``msg`` under a fresh id and wait for its answer."""
+    def _id(self, kind: str) -> str:
+        """A fresh id for a call (its id goes last: the frame's keys keep their order)."""
+        return f"{kind}-{next(self._ids)}"
+
+    async def call(self, msg: Call) -> Reply:
+        """Send ``msg`` (under a fresh id, ``_id``) and wait for its answer."""
         self._check_alive()
-        req_id = f"{msg['type']}-{next(self._ids)}"
-        fut: asyncio.Future[P.Message] = asyncio.get_running_loop().create_future()
-        self._calls[req_id] = fut
+        fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._calls[msg["id"]] = fut
         try:
-            await self.send({**msg, "id": req_id})
+            await self.send(msg)
             return await fut
         finally:
-            self._calls.pop(req_id, None)
+            self._calls.pop(msg["id"], None)
 
     def _check_alive(self) -> None:
         if not self._peer.alive:
@@ -169,14 +190,14 @@ class Traffic:
 
     # -- the pipes -----------------------------------------------------------
 
-    def write_nowait(self, msg: P.Message | list[bytes]) -> None:
+    def write_nowait(self, msg: Frame | list[bytes]) -> None:
         stdin = self._proc.stdin
         if stdin is None or stdin.is_closing():
             raise ConnectionResetError("runner stdin is closed")
         for part in P.encode_parts(msg) if isinstance(msg, dict) else msg:
             stdin.write(part)
 
-    async def send(self, msg: P.Message) -> None:
+    async def send(self, msg: Frame) -> None:
         big = msg["type"] in _BIG
         parts = await asyncio.to_thread(P.encode_parts, msg) if big else P.encode_parts(msg)
         try:
@@ -190,14 +211,14 @@ class Traffic:
                 raise
             raise error from None
 
-    async def read(self) -> P.Message | None:
+    async def read(self) -> Frame | None:
         assert self._proc.stdout is not None
         msg = await P.read_frame_async(self._proc.stdout)
         if msg is not None:
             self._watchdog.saw(msg)
         return msg
 
-    async def read_loaded(self) -> P.Message | None:
+    async def read_loaded(self) -> Frame | None:
         """The first frame that is not a beat; TimeoutError once the child is silent too long."""
         bound = self._watchdog.timeout if self._watchdog.enabled else None
         while True:
@@ -228,14 +249,13 @@ class Traffic:
             event = dataclasses.replace(event, message=scrub_paths(event.message))
         return error_for(event)
 
-    def _dispatch(self, msg: P.Message) -> None:
-        kind = msg["type"]
-        if kind in ("piece", "done", "failed"):
+    def _dispatch(self, msg: Frame) -> None:
+        if msg["type"] in ("piece", "done", "failed"):
             event: Piece | Done | Failed = (
                 P.parse_piece(msg)
-                if kind == "piece"
+                if msg["type"] == "piece"
                 else P.parse_done(msg)
-                if kind == "done"
+                if msg["type"] == "done"
                 else P.parse_failed(msg)
             )
             fut = self._calls.get(event.id)
@@ -246,17 +266,26 @@ class Traffic:
             q = self._streams.get(event.id)
             if q is not None:  # else the consumer already left: drop it
                 q.put_nowait(event)
-        elif kind == "adapter":
+        elif msg["type"] == "adapter":
             path, ns = str(msg["path"]), int(msg["load_ns"])
             self.adapter_loads[path] = ns
             log.info(
                 "runner %d loaded adapter %s in %.1f ms", self._peer.pid, Path(path).name, ns / 1e6
             )
-        elif kind == "beat":
+        elif msg["type"] == "beat":
             pass  # a sign of life; ``read`` told the watchdog
-        elif kind in _RESULTS:
+        elif _is_reply(msg):
             fut = self._calls.get(str(msg["id"]))
             if fut is not None and not fut.done():
                 fut.set_result(msg)
         else:
-            log.warning("runner %d sent an unexpected %s message", self._peer.pid, kind)
+            log.warning("runner %d sent an unexpected %s message", self._peer.pid, msg["type"])
+
+
+def _is_reply(msg: Frame) -> TypeGuard[Reply]:
+    return msg["type"] in _RESULTS
+
+
+def _unexpected(reply: Reply) -> P.ProtocolError:
+    """A call answered by another call's kind of frame: the child is out of step."""
+    return P.ProtocolError(f"the runner answered a call with a {reply['type']} message")

@@ -25,7 +25,8 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+
+from localllm.runner.frames import Frame
 
 log = logging.getLogger("localllm.runner")
 
@@ -67,11 +68,11 @@ class Watchdog:
     def enabled(self) -> bool:
         return enabled(self.timeout)
 
-    def saw(self, msg: dict[str, Any]) -> None:
+    def saw(self, msg: Frame) -> None:
         """A frame arrived: the child is alive."""
         self.last = time.monotonic()
-        if msg.get("type") == "beat":
-            busy = float(msg.get("busy_ms", 0)) / 1000.0
+        if msg["type"] == "beat":
+            busy = float(msg["busy_ms"]) / 1000.0
             if busy < self.busy_s:  # the previous step ended; a new one (or idleness) began
                 self.slowest_s = max(self.slowest_s, self.busy_s)
             self.busy_s = busy

@@ -32,13 +32,15 @@ import threading
 import time
 import traceback
 from collections.abc import Iterator
-from typing import IO, Any, NoReturn
+from typing import IO, NoReturn
 
 from localllm import config
 from localllm.errors import LocalLLMError
 from localllm.runner import protocol as P
 from localllm.runner.attach import Floats
-from localllm.runner.messages import CACHE_FLUSH_S, Done, Failed, Piece
+from localllm.runner.engine_api import EngineAPI, EngineFactory
+from localllm.runner.frames import CompleteFrame, Frame, LoadedFrame
+from localllm.runner.messages import CACHE_FLUSH_S, Failed, Piece
 from localllm.runner.resident import rss_bytes
 
 log = logging.getLogger("localllm.runner.worker")
@@ -52,15 +54,21 @@ EXIT_GRACE_S = 2.0
 _closing = threading.Event()
 
 
+# What the reader thread hands the main loop: a frame, the error that ended the stream,
+# or None at EOF.
+Inbox = queue.Queue[Frame | P.ProtocolError | None]
+
+
 class ParentGone(Exception):
     """stdout is closed: nobody is listening any more."""
 
 
-def engine_class() -> Any:
+def engine_class() -> EngineFactory:
     # The setting checks the module:Class shape (a malformed one falls back to the
     # real engine with a warning); a name that does not import still fails here.
     module_name, _, attr = config.RUNNER_ENGINE.get().partition(":")
-    return getattr(importlib.import_module(module_name), attr)
+    factory: EngineFactory = getattr(importlib.import_module(module_name), attr)
+    return factory
 
 
 def claim_stdout() -> IO[bytes]:
@@ -76,7 +84,7 @@ def claim_stdout() -> IO[bytes]:
     return os.fdopen(proto_fd, "wb")
 
 
-def read_stdin(stream: IO[bytes], inbox: queue.Queue[Any], grace: float = EXIT_GRACE_S) -> None:
+def read_stdin(stream: IO[bytes], inbox: Inbox, grace: float = EXIT_GRACE_S) -> None:
     """Reader thread: frames -> inbox; EOF -> ``None``, then a deadline for the whole process."""
     try:
         while True:
@@ -108,7 +116,7 @@ def heartbeat(worker: Worker, interval: float, stop: threading.Event) -> None:
 class Worker:
     """The message loop around one engine."""
 
-    def __init__(self, out: IO[bytes], inbox: queue.Queue[Any]) -> None:
+    def __init__(self, out: IO[bytes], inbox: Inbox) -> None:
         self.out = out
         self.inbox = inbox
         self.active: set[str] = set()  # completion ids the engine still owes an end to
@@ -163,7 +171,7 @@ class Worker:
         first = self.inbox.get()
         if first is None:
             return 0
-        if isinstance(first, P.ProtocolError) or first.get("type") != "load":
+        if isinstance(first, P.ProtocolError) or first["type"] != "load":
             self.fail("", P.ProtocolError(f"expected a load message, got {first!r:.200}"))
             return 2
         paths = [str(p) for p in first["model_paths"]]
@@ -186,24 +194,25 @@ class Worker:
             self.fail("", exc)
             return 1
         try:
-            self.send(
-                {
-                    "type": "loaded",
-                    "info": engine.info(),
-                    "memory": engine.memory_report(),
-                    "load_ns": time.monotonic_ns() - t0,
-                    "rss_before": rss_before,
-                }
-            )
+            loaded: LoadedFrame = {
+                "type": "loaded",
+                "info": engine.info(),
+                "memory": engine.memory_report(),
+                "load_ns": time.monotonic_ns() - t0,
+                "rss_before": rss_before,
+            }
+            self.send(loaded)
             return self.serve(engine)
         finally:
             _closing.set()
             engine.close()
 
-    def serve(self, engine: Any) -> int:
+    def serve(self, engine: EngineAPI) -> int:
         while True:
             for msg in self._drain(block=not engine.has_work()):
-                if msg is None or (isinstance(msg, dict) and msg["type"] == "shutdown"):
+                if msg is None or (
+                    not isinstance(msg, P.ProtocolError) and msg["type"] == "shutdown"
+                ):
                     return 0
                 if isinstance(msg, P.ProtocolError):
                     # The stream is out of sync; nothing after this can be trusted.
@@ -214,7 +223,7 @@ class Worker:
             if engine.has_work():
                 try:
                     with self.busy():
-                        events: list[Piece | Done | Failed] = engine.step()
+                        events = engine.step()
                 except Exception as exc:
                     # The engine's state is unknown now: fail what is in flight and
                     # exit, so the daemon loads the model afresh.
@@ -228,8 +237,8 @@ class Worker:
                 if events:
                     self.send(*(P.event_msg(event) for event in events))
 
-    def _drain(self, *, block: bool) -> list[Any]:
-        msgs: list[Any] = []
+    def _drain(self, *, block: bool) -> list[Frame | P.ProtocolError | None]:
+        msgs: list[Frame | P.ProtocolError | None] = []
         if block:
             msgs.append(self.inbox.get())
         while True:
@@ -238,74 +247,75 @@ class Worker:
             except queue.Empty:
                 return msgs
 
-    def handle(self, engine: Any, msg: P.Message) -> None:
+    def handle(self, engine: EngineAPI, msg: Frame) -> None:
         kind = msg["type"]
         req_id = str(msg.get("id", ""))
         try:
-            if kind == "complete":
+            if msg["type"] == "complete":
                 if isinstance(msg["request"], dict):  # so a refused request fails by its id
                     req_id = str(msg["request"].get("id", ""))
-                req = P.parse_request(msg)
-                req_id = req.id
-                engine.submit(req)
-                self.active.add(req.id)
-                adapters = getattr(engine, "adapters", None)  # test engines may have none
-                if req.adapters and adapters is not None:
-                    loads = adapters.take_loads()
-                    if loads:
-                        self.send(*(P.adapter_msg(path, ns) for path, ns in loads))
-            elif kind == "cancel":
-                engine.cancel(req_id)
-            elif kind == "embed":
-                vectors, n_tokens = engine.embed(
-                    [str(s) for s in msg["inputs"]], truncate=bool(msg["truncate"])
-                )
-                # float32 rows as one attachment: no JSON floats to print and parse.
-                self.send(
-                    {
-                        "type": "embeddings",
-                        "id": req_id,
-                        "n_tokens": int(n_tokens),
-                        "vectors": Floats.pack(vectors),
-                    }
-                )
-            elif kind == "rerank":
-                query, docs, fmt = P.parse_rerank(msg)
-                scores, n_tokens = engine.rerank(query, docs, fmt, truncate=bool(msg["truncate"]))
-                self.send(
-                    {
-                        "type": "scores",
-                        "id": req_id,
-                        "n_tokens": int(n_tokens),
-                        "scores": [float(s) for s in scores],
-                    }
-                )
-            elif kind == "tokenize":
-                tokens = engine.tokenize(
-                    msg["text"],
-                    add_special=bool(msg["add_special"]),
-                    parse_special=bool(msg["parse_special"]),
-                )
-                self.send({"type": "tokens", "id": req_id, "tokens": [int(t) for t in tokens]})
-            elif kind == "detokenize":
-                ids = [int(t) for t in msg["tokens"]]
-                # "special" is optional: engines that never write control tokens lack it.
-                text = (
-                    engine.detokenize(ids, special=True)
-                    if msg.get("special")
-                    else engine.detokenize(ids)
-                )
-                self.send({"type": "text", "id": req_id, "text": text})
-            elif kind == "ping":
-                self.send({"type": "pong", "id": req_id})
+                self._complete(engine, msg)
             else:
-                raise P.ProtocolError(f"a runner does not accept {kind!r} messages")
+                self._call(engine, msg)
         except ParentGone:
             raise
         except Exception as exc:
             # One bad request (too long, bad grammar, NaN embedding) fails alone.
             log.warning("%s %s failed: %s", kind, req_id, exc)
             self.fail(req_id, exc)
+
+    def _complete(self, engine: EngineAPI, msg: CompleteFrame) -> None:
+        req = P.parse_request(msg)
+        engine.submit(req)
+        self.active.add(req.id)
+        if req.adapters:
+            loads = engine.adapters.take_loads()
+            if loads:
+                self.send(*(P.adapter_msg(path, ns) for path, ns in loads))
+
+    def _call(self, engine: EngineAPI, msg: Frame) -> None:
+        """Every message but ``complete``: a cancel, or a call answered at once."""
+        if msg["type"] == "cancel":
+            engine.cancel(msg["id"])
+        elif msg["type"] == "embed":
+            vectors, n_tokens = engine.embed(
+                [str(s) for s in msg["inputs"]], truncate=bool(msg["truncate"])
+            )
+            # float32 rows as one attachment: no JSON floats to print and parse.
+            self.send(
+                {
+                    "type": "embeddings",
+                    "id": msg["id"],
+                    "n_tokens": int(n_tokens),
+                    "vectors": Floats.pack(vectors),
+                }
+            )
+        elif msg["type"] == "rerank":
+            query, docs, fmt = P.parse_rerank(msg)
+            scores, n_tokens = engine.rerank(query, docs, fmt, truncate=bool(msg["truncate"]))
+            self.send(
+                {
+                    "type": "scores",
+                    "id": msg["id"],
+                    "n_tokens": int(n_tokens),
+                    "scores": [float(s) for s in scores],
+                }
+            )
+        elif msg["type"] == "tokenize":
+            tokens = engine.tokenize(
+                msg["text"],
+                add_special=bool(msg["add_special"]),
+                parse_special=bool(msg["parse_special"]),
+            )
+            self.send({"type": "tokens", "id": msg["id"], "tokens": [int(t) for t in tokens]})
+        elif msg["type"] == "detokenize":
+            ids = [int(t) for t in msg["tokens"]]
+            text = engine.detokenize(ids, special=bool(msg.get("special")))
+            self.send({"type": "text", "id": msg["id"], "text": text})
+        elif msg["type"] == "ping":
+            self.send({"type": "pong", "id": msg["id"]})
+        else:
+            raise P.ProtocolError(f"a runner does not accept {msg['type']!r} messages")
 
 
 def run() -> int:
@@ -315,7 +325,7 @@ def run() -> int:
         format=f"runner[{os.getpid()}] %(levelname)s %(name)s: %(message)s",
     )
     out = claim_stdout()
-    inbox: queue.Queue[Any] = queue.Queue()
+    inbox: Inbox = queue.Queue()
     threading.Thread(
         target=read_stdin, args=(sys.stdin.buffer, inbox), name="runner-stdin", daemon=True
     ).start()

@@ -23,7 +23,14 @@ import sys
 import time
 
 from localllm.errors import InvalidRequest, ModelLoadError
-from localllm.runner.messages import CompletionRequest, Done, Failed, LoadOptions, Piece
+from localllm.runner.messages import (
+    CompletionRequest,
+    Done,
+    Failed,
+    LoadOptions,
+    PairFormat,
+    Piece,
+)
 
 STEP_S = 0.02
 LONG_S = 1.5
@@ -49,7 +56,16 @@ def die_like_llama_cpp() -> None:
     os.kill(os.getpid(), signal.SIGABRT)
 
 
+class NoAdapters:
+    """The fake loads no LoRA adapters, so it never has a load to report."""
+
+    def take_loads(self) -> list[tuple[str, int]]:
+        return []
+
+
 class FakeEngine:
+    """Implements ``localllm.runner.engine_api.EngineAPI`` (tests/runner/test_engine_api.py)."""
+
     def __init__(self, model_paths: list[str], opts: LoadOptions) -> None:
         path = model_paths[0]
         print(f"fake engine loading {path}", file=sys.stderr)
@@ -76,6 +92,7 @@ class FakeEngine:
         self.opts = opts
         self.active: dict[str, tuple[CompletionRequest, int]] = {}
         self.cancelled: set[str] = set()
+        self.adapters = NoAdapters()
 
     def submit(self, req: CompletionRequest) -> None:
         if req.prompt == "":
@@ -145,13 +162,20 @@ class FakeEngine:
             raise InvalidRequest("empty input")
         return [[float(len(s)), 1.0] for s in inputs], sum(len(s) for s in inputs)
 
+    def rerank(
+        self, query: str, documents: list[str], fmt: PairFormat, *, truncate: bool = True
+    ) -> tuple[list[float], int]:
+        # Scores as its embeddings are made: from lengths, the query's against each document's.
+        return [float(len(query) - len(d)) for d in documents], sum(map(len, documents))
+
     def tokenize(
         self, text: str, add_special: bool = True, parse_special: bool = True
     ) -> list[int]:
         return ([1] if add_special else []) + [ord(c) for c in text]
 
-    def detokenize(self, tokens: list[int]) -> str:
-        return "".join(chr(t) for t in tokens if t != 1)
+    def detokenize(self, tokens: list[int], special: bool = False) -> str:
+        # Token 1 is its BOS: written out only when control tokens are asked for.
+        return "".join(chr(t) for t in tokens if special or t != 1)
 
     def info(self) -> dict[str, object]:
         return {"engine": "fake", "n_ctx": self.opts.n_ctx}
