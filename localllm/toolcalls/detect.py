@@ -16,21 +16,33 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from localllm.toolcalls import command_r, gemma4, granite, minimax, shapes
 from localllm.toolcalls.base import FormatParser, Syntax
+from localllm.toolcalls.command_r import THINK as COMMAND_R_THINK, command_r
 from localllm.toolcalls.deepseek import DeepSeek
 from localllm.toolcalls.derive import Derived, derive
 from localllm.toolcalls.functionary import Functionary
-from localllm.toolcalls.gemma4 import Gemma4
+from localllm.toolcalls.gemma4 import THINK as GEMMA4_THINK, Gemma4
 from localllm.toolcalls.glm import Glm
+from localllm.toolcalls.granite import granite
 from localllm.toolcalls.harmony import MARKERS as HARMONY_MARKERS, HarmonyParser
 from localllm.toolcalls.hermes import Hermes
 from localllm.toolcalls.kimi import Kimi
 from localllm.toolcalls.llama3 import Llama3
-from localllm.toolcalls.minimax import MiniMaxM3
+from localllm.toolcalls.minimax import THINK as MINIMAX_THINK, MiniMaxM3
 from localllm.toolcalls.mistral import Mistral
 from localllm.toolcalls.muse import MARKERS as MUSE_MARKERS, MuseParser
 from localllm.toolcalls.pythonic import Pythonic
+from localllm.toolcalls.shapes import (
+    DEEPSEEK_V3_2,
+    DEEPSEEK_V4,
+    KIMI_K3,
+    KIMI_K3_THINK,
+    MINICPM5,
+    MINIMAX_M2,
+    FunctionaryV31,
+    apriel,
+    nemotron_v2,
+)
 from localllm.toolcalls.stream import MarkupParser
 from localllm.toolcalls.tagged import Tagged
 from localllm.toolcalls.thinking import detect_thinking_tags, prompt_opens_thinking
@@ -50,27 +62,27 @@ _SYNTAXES: dict[str, Callable[[], Syntax]] = {
     "deepseek_v3_1": DeepSeek,
     "glm_4_5": Glm,
     "kimi_k2": Kimi,
-    "granite": granite.granite,
-    "command_r7b": command_r.command_r,
+    "granite": granite,
+    "command_r7b": command_r,
     "functionary_v3_2": Functionary,
-    "functionary_v3_1": shapes.FunctionaryV31,
+    "functionary_v3_1": FunctionaryV31,
     "gemma4": Gemma4,
     "lfm2": Pythonic,
-    "minimax_m2": lambda: Tagged(shapes.MINIMAX_M2),
+    "minimax_m2": lambda: Tagged(MINIMAX_M2),
     "minimax_m3": MiniMaxM3,
-    "deepseek_v3_2": lambda: Tagged(shapes.DEEPSEEK_V3_2),
-    "deepseek_v4": lambda: Tagged(shapes.DEEPSEEK_V4),
-    "kimi_k3": lambda: Tagged(shapes.KIMI_K3),
-    "minicpm5": lambda: Tagged(shapes.MINICPM5),
-    "nemotron_v2": shapes.nemotron_v2,
-    "apriel": shapes.apriel,
+    "deepseek_v3_2": lambda: Tagged(DEEPSEEK_V3_2),
+    "deepseek_v4": lambda: Tagged(DEEPSEEK_V4),
+    "kimi_k3": lambda: Tagged(KIMI_K3),
+    "minicpm5": lambda: Tagged(MINICPM5),
+    "nemotron_v2": nemotron_v2,
+    "apriel": apriel,
 }
 # Formats whose reasoning tags are their own, whatever else the template mentions.
 _THINK: dict[str, tuple[str, str]] = {
-    "command_r7b": command_r.THINK,
-    "kimi_k3": shapes.KIMI_K3_THINK,
-    "minimax_m3": minimax.THINK,
-    "gemma4": gemma4.THINK,
+    "command_r7b": COMMAND_R_THINK,
+    "kimi_k3": KIMI_K3_THINK,
+    "minimax_m3": MINIMAX_THINK,
+    "gemma4": GEMMA4_THINK,
 }
 FORMATS: tuple[str, ...] = (*_SYNTAXES, "gpt_oss", "muse_glimmer", "derived")
 
