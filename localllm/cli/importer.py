@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     if args.source != "ollama":
         return run_archive(args)
     from localllm.cli.output import PullProgress
-    from localllm.services import ModelService
+    from localllm.models.service import ModelService
     from localllm.store.local import Store
 
     progress = PullProgress()

@@ -33,8 +33,8 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from localllm.format import format_bytes
+    from localllm.models.service import prune_partials
     from localllm.server.serve import pid_file
-    from localllm.services import prune_partials
     from localllm.store.local import Store
 
     report = prune_partials(Store(), pid_file(), dry_run=args.dry_run)

@@ -56,7 +56,7 @@ def parameters_text(model_params: str, user: dict[str, Any]) -> str:
     lines += rows or ["No additional parameters were specified for this model."]
     if user:
         # The same lines as show's "parameters", so both blocks read alike.
-        from localllm.services import format_parameters
+        from localllm.models.service import format_parameters
 
         lines += ["", "User defined parameters:", format_parameters(user)]
     return "\n".join(lines)

@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         name: ModelName, source: ModelName | None, projector: str | None, via: str | None
     ) -> None:
         if source is None:  # another origin: the pull of the name follows it
-            from localllm.services import ModelService
+            from localllm.models.service import ModelService
 
             pulls.update({"status": f"pulling {name.display} again"})
             ModelService(store).pull(name.display, pulls.update)

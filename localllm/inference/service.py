@@ -18,13 +18,14 @@ from functools import lru_cache
 from typing import Any
 
 from localllm import config, paths
-from localllm.api.options import ResolvedOptions, parse_keep_alive, resolve_options
+from localllm.api.options import parse_keep_alive
 from localllm.api.speculation import require_draft
 from localllm.api.wire import PsEntry
-from localllm.details import model_details
 from localllm.errors import InvalidRequest
 from localllm.gguf.info import ModelInfo, read_model_info_split
+from localllm.inference.options import ResolvedOptions, resolve_options
 from localllm.inference.ps import ps_entry, utc_rfc3339
+from localllm.models.details import model_details
 from localllm.runner.messages import CompletionRequest, Done, LoadOptions, Piece
 from localllm.scheduler.scheduler import ModelSpec, Scheduler
 from localllm.store.local import Store

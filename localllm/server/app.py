@@ -29,6 +29,7 @@ from localllm.compat.anthropic.errors import anthropic_error, is_anthropic_path
 from localllm.compat.openai.errors import error_body, is_openai_path
 from localllm.errors import LocalLLMError
 from localllm.inference.service import InferenceService
+from localllm.models.service import ModelService
 from localllm.scheduler.scheduler import Scheduler
 from localllm.server.health import Lifecycle
 from localllm.server.looplag import LoopLag
@@ -37,7 +38,6 @@ from localllm.server.middleware import SCOPE_REQUEST_ID, RequestMiddleware, inte
 from localllm.server.openapi import openapi_builder
 from localllm.server.requestlog import note_refused
 from localllm.server.security import SecurityMiddleware, is_loopback_bind
-from localllm.services import ModelService
 from localllm.store.local import Store
 
 log = logging.getLogger(__name__)

@@ -28,9 +28,9 @@ from starlette.requests import Request
 
 from localllm.errors import InvalidRequest
 from localllm.inference.service import InferenceService
+from localllm.models.service import ModelService
 from localllm.server import jsonparse
 from localllm.server.jsonparse import MAX_DEPTH as MAX_JSON_DEPTH, json_depth
-from localllm.services import ModelService
 
 __all__ = ["MAX_JSON_DEPTH", "json_depth"]
 
@@ -45,20 +45,21 @@ INLINE = 64 << 10
 CPU_THREADS = 2
 
 
-def _cpu_threads(request: Request) -> anyio.CapacityLimiter:
-    """The app's limiter for CPU work in threads, made on first use (inside its loop)."""
+def app_limiter(request: Request, name: str, size: int) -> anyio.CapacityLimiter:
+    """The app's limiter ``name`` for work in threads, made on first use: inside the
+    app's event loop, which anyio's limiters belong to."""
     state = request.app.state
-    limiter: anyio.CapacityLimiter | None = getattr(state, "cpu_threads", None)
+    limiter: anyio.CapacityLimiter | None = getattr(state, name, None)
     if limiter is None:
-        limiter = state.cpu_threads = anyio.CapacityLimiter(CPU_THREADS)
+        limiter = anyio.CapacityLimiter(size)
+        setattr(state, name, limiter)
     return limiter
 
 
 async def offload(request: Request, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)`` in one of the app's worker threads, off the event loop."""
-    return await anyio.to_thread.run_sync(
-        functools.partial(fn, *args, **kwargs), limiter=_cpu_threads(request)
-    )
+    limiter = app_limiter(request, "cpu_threads", CPU_THREADS)
+    return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=limiter)
 
 
 def describe_validation(exc: ValidationError) -> str:

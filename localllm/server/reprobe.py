@@ -35,7 +35,7 @@ def poll() -> None:
 
 def reprobe() -> None:
     from localllm.hardware.detect import detect
-    from localllm.services_hub import forget_machine
+    from localllm.models.remote import forget_machine
 
     try:
         hw = detect(refresh=True)

@@ -20,9 +20,9 @@ from pydantic import Field
 from localllm.api.schemas import _ModelRequest
 from localllm.errors import InvalidRequest
 from localllm.modelfile.create import CreateSpec, Creator, Emit
+from localllm.models.service import ModelService
 from localllm.server.deps import json_body, model_service
 from localllm.server.streaming import events_from_thread, progress_response
-from localllm.services import ModelService
 
 router = APIRouter()
 

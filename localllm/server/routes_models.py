@@ -30,11 +30,11 @@ from localllm import __version__, config
 from localllm.api.schemas import CopyRequest, DeleteRequest, PullRequest, ShowRequest
 from localllm.errors import BlobNotFound, InvalidRequest
 from localllm.inference.contextfit import fit_contexts
+from localllm.models.service import ModelService
 from localllm.server.deps import inference_service, json_body, model_service, offload
 from localllm.server.routes_search import machine_of
 from localllm.server.streaming import Emit, events_from_thread, progress_response
-from localllm.services import ModelService
-from localllm.store.blobs import NoSpace
+from localllm.store.diskspace import NoSpace
 from localllm.store.names import parse_digest, parse_name
 from localllm.store.registry import split_scheme
 

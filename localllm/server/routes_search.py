@@ -23,8 +23,10 @@ import anyio
 import anyio.to_thread
 from fastapi import APIRouter, Request
 
-from localllm import services_hub
-from localllm.services_hub import Machine, this_machine
+from localllm.api.wire import SearchResponse
+from localllm.models import search as models_search
+from localllm.models.remote import Machine, this_machine
+from localllm.server.deps import app_limiter
 from localllm.store.search import DEADLINE_S
 
 router = APIRouter()
@@ -33,29 +35,20 @@ SEARCH_THREADS = 3
 
 def machine_of(request: Request) -> Callable[[], Machine]:
     """This machine for planning, read when called (the probe may run: call it in a
-    thread); the loaded models' plans are taken now, on the event loop."""
-    from localllm.scheduler.planner import LoadPlan
-
+    thread); the loaded models' plans are taken now, on the event loop (a model the
+    planner did not place has none)."""
     scheduler = request.app.state.scheduler
-    plans = [
-        p
-        for m in scheduler.loaded()
-        if isinstance(p := getattr(m.placement, "plan", None), LoadPlan)
-    ]
+    plans = [m.placement.plan for m in scheduler.loaded() if m.placement.plan is not None]
     return functools.partial(this_machine, plans)
 
 
 def search_threads(request: Request) -> anyio.CapacityLimiter:
-    """The app's limiter for searches, made on first use (inside its loop)."""
-    state = request.app.state
-    limiter: anyio.CapacityLimiter | None = getattr(state, "search_threads", None)
-    if limiter is None:
-        limiter = state.search_threads = anyio.CapacityLimiter(SEARCH_THREADS)
-    return limiter
+    """The app's limiter for searches."""
+    return app_limiter(request, "search_threads", SEARCH_THREADS)
 
 
-def _search(q: str, limit: int, machine: Callable[[], Machine], end: float) -> Any:
-    return services_hub.search(q, limit, machine, deadline_s=end - time.monotonic())
+def _search(q: str, limit: int, machine: Callable[[], Machine], end: float) -> SearchResponse:
+    return models_search.search(q, limit, machine, deadline_s=end - time.monotonic())
 
 
 @router.get("/api/search")

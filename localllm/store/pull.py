@@ -70,7 +70,8 @@ def pull_model(
     the automatic choice, or ``"none"`` for none.  ``via``: the catalogue entry
     (``llama3.2:3b``) that led from ``name`` to ``source``, recorded in the origin.
     ``preflight(repo_id, choice, projector_file)`` runs once the files are chosen and
-    before any is downloaded; raising stops the pull (services_hub.preflight: will it fit).
+    before any is downloaded; raising stops the pull (models/remote.py: will it fit; a
+    dry run stops there).
     ``max_rate``: this pull's bandwidth cap in bytes/s, shared by its files (store/ratelimit.py).
     """
     source = name if source is None else source

@@ -17,7 +17,7 @@ verifying downloader), for a manifest ``store/registry.py`` has read:
 4. The config blob is the registry's (read into memory, its digest checked) with our
    fields where it lacks them and an ``origin``: the ``ollama://`` name that pulls it
    again, the registry and the manifest's digest.  A later ``pull`` of the name follows
-   that origin (``services_registry``).  The manifest is written last.
+   that origin (``models/ollama.py``).  The manifest is written last.
 """
 
 from __future__ import annotations

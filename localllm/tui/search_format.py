@@ -16,7 +16,7 @@ from typing import Any
 from localllm.format import format_bytes
 
 _DATE = re.compile(r"^(\d{4}-\d{2}-\d{2})")
-# The daemon's wording of a pull refused for its size (services_hub.preflight): a streamed
+# The daemon's wording of a pull refused for its size (models/remote.preflight): a streamed
 # pull reports errors as Ollama does, ``{"error": "text"}`` with no status, so the text is
 # all a client has.  tests/tui/test_search_flow.py holds the real daemon to it.
 _REFUSED = "does not fit on this machine"

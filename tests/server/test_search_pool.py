@@ -13,10 +13,10 @@ import httpx
 import pytest
 
 from localllm import paths
+from localllm.models.remote import Machine
 from localllm.scheduler.planner import PlanOptions
 from localllm.server import routes_search
 from localllm.server.app import create_app
-from localllm.services_hub import Machine
 from localllm.store.local import Store
 from tests.support.fake_scheduler import fake_scheduler
 from tests.support.hubstub import HubStub

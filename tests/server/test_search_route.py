@@ -7,9 +7,9 @@ from typing import Any
 import httpx
 import pytest
 
+from localllm.models.remote import Machine
 from localllm.scheduler.planner import PlanOptions
 from localllm.server import routes_search
-from localllm.services_hub import Machine
 from localllm.store import remote
 from localllm.store.local import Store
 from tests.support.hubstub import HubStub

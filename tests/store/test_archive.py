@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from localllm.services import ModelService
+from localllm.models.service import ModelService
 from localllm.store import archive_blob
 from localllm.store.archive import TABLE, ArchiveError
 from localllm.store.archive_export import export_models, write_file

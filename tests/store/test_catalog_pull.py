@@ -12,7 +12,7 @@ import pytest
 from localllm import paths
 from localllm.errors import InvalidRequest, ModelNotFound
 from localllm.modelfile.create import CreateSpec, Creator
-from localllm.services import ModelService
+from localllm.models.service import ModelService
 from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.manifests import MEDIA_MODEL, MEDIA_PROJECTOR

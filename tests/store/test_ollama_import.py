@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from localllm.errors import InvalidRequest, NotFound
-from localllm.services import ModelService
+from localllm.models.service import ModelService
 from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.manifests import MEDIA_DRAFT, MEDIA_MODEL, MEDIA_PARAMS, MEDIA_TEMPLATE

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from localllm.errors import InvalidModelFile, ModelNotFound
-from localllm.services import ModelService
+from localllm.models.service import ModelService
 from localllm.store.hub import HubFile
 from localllm.store.local import Store
 from localllm.store.manifests import MEDIA_MODEL, MEDIA_PROJECTOR

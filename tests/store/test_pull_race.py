@@ -10,7 +10,7 @@ import traceback
 from pathlib import Path
 
 from localllm.errors import LocalLLMError
-from localllm.services import ModelService
+from localllm.models.service import ModelService
 from localllm.store import download
 from localllm.store.local import Store
 from tests.support.ggufmeta import Shape, write_gguf

@@ -14,7 +14,7 @@ import pytest
 
 from localllm import paths
 from localllm.errors import DigestMismatch, InvalidModelFile, InvalidRequest, ModelNotFound
-from localllm.services import ModelService
+from localllm.models.service import ModelService
 from localllm.store import download
 from localllm.store.importer import import_gguf
 from localllm.store.local import Store
@@ -264,8 +264,8 @@ def test_a_cloud_model_and_safetensors_are_refused_before_any_download(
 def test_a_dry_run_and_the_fit_check_read_only_the_header(
     registry: RegistryStub, tmp_path: Path
 ) -> None:
+    from localllm.models.remote import Machine, TooBig
     from localllm.scheduler.planner import PlanOptions
-    from localllm.services_hub import Machine, TooBig
     from tests.support.shapes import cpu
 
     model = write_gguf(tmp_path / "big.gguf", Shape(n_layers=8, n_embd=256, n_ff=512))

@@ -1,4 +1,4 @@
-"""The Hub search (store/search.py) and its fit per quant (services_hub.search) on the stand-in."""
+"""The Hub search (store/search.py) and its fit per quant (models/search.py) on the stand-in."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from localllm.errors import InvalidRequest
+from localllm.models.remote import Machine
+from localllm.models.search import search as search_with_fit
 from localllm.scheduler.planner import PlanOptions
-from localllm.services_hub import Machine, search as search_with_fit
 from localllm.store import remote, search as hub_search
 from tests.support.ggufmeta import Shape, write_gguf
 from tests.support.hubstub import HubStub
@@ -215,7 +216,7 @@ def test_each_quant_gets_its_fit_and_the_repo_its_capabilities(hub3: HubStub) ->
 
 def test_the_search_and_the_dry_run_know_the_library_catalogue(hub3: HubStub) -> None:
     from localllm import paths
-    from localllm.services import ModelService
+    from localllm.models.service import ModelService
     from localllm.store.local import Store
 
     user = paths.user_catalog()

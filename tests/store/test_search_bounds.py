@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from localllm import services_hub
 from localllm.api.wire import SearchResponse
 from localllm.errors import LocalLLMError
 from localllm.hardware import detect
+from localllm.models import remote as models_remote, search as models_search
+from localllm.models.remote import Machine
 from localllm.scheduler.planner import PlanOptions
-from localllm.services_hub import Machine
 from localllm.store import remote, search as hub_search
 from tests.support.ggufmeta import Shape, write_gguf
 from tests.support.hubstub import HubStub
@@ -29,9 +29,9 @@ SLACK_S = 1.0  # past the deadline, for a loaded machine
 @pytest.fixture(autouse=True)
 def _fresh() -> Iterator[None]:
     remote.clear_cache()
-    services_hub.forget_machine()
+    models_remote.forget_machine()
     yield
-    services_hub.forget_machine()
+    models_remote.forget_machine()
 
 
 def _repo(stub: HubStub, folder: Path, repo: str, *, downloads: int = 1) -> None:
@@ -75,10 +75,10 @@ def test_the_route_catalogue_query_e_with_limit_1_stays_bounded(
     # The library catalogue itself: dozens of its names hold an "e", and none of its
     # repos is on the stand-in (each lookup is a 404).
     monkeypatch.setenv("HF_TOKEN", TOKEN)
-    assert sum("e" in name for name, _ in services_hub._catalog_entries()) > 20
+    assert sum("e" in name for name, _ in models_search.catalog_entries()) > 20
     _repo(hubstub, tmp_path, "someone/e-GGUF")
     machine = Machine((cpu(64),), PlanOptions())
-    out = services_hub.search("e", 1, lambda: machine)
+    out = models_search.search("e", 1, lambda: machine)
     assert len(out["models"]) <= 1
     assert len(hubstub.requests) <= _bound(1), [r.path for r in hubstub.requests]
     assert len(_authed(hubstub)) <= _bound(1)
@@ -141,16 +141,16 @@ def test_a_burst_of_searches_probes_the_devices_once(
         return real()
 
     monkeypatch.setattr(detect, "refresh_memory", slow_probe)
-    services_hub.forget_machine()
+    models_remote.forget_machine()
     go = threading.Barrier(12)
 
     def machine() -> Machine:
         go.wait(10)
-        return services_hub.this_machine()
+        return models_remote.this_machine()
 
     def search() -> SearchResponse:
         go.wait(10)
-        return services_hub.search("tiny", 1, services_hub.this_machine, catalog=list)
+        return models_search.search("tiny", 1, models_remote.this_machine, catalog=list)
 
     with ThreadPoolExecutor(12) as pool:
         machines = [pool.submit(machine) for _ in range(8)]
@@ -159,8 +159,8 @@ def test_a_burst_of_searches_probes_the_devices_once(
         assert all(len(f.result(timeout=30)["models"]) == 1 for f in searches)
     assert len(probes) == 1, f"{len(probes)} probes for one burst"
     # Another probe only once the answer is forgotten (or MACHINE_TTL_S has passed).
-    services_hub.this_machine()
+    models_remote.this_machine()
     assert len(probes) == 1
-    services_hub.forget_machine()
-    services_hub.this_machine()
+    models_remote.forget_machine()
+    models_remote.this_machine()
     assert len(probes) == 2

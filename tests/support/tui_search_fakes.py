@@ -3,7 +3,7 @@ snapshots of the search screen: fixed repos, quants and fits (a machine with one
 so nothing that varies between runs reaches the screen.
 
 Its ``/api/pull`` refuses ``TOO_BIG`` unless the request says ``"force": true``, in the
-daemon's own words (services_hub.preflight; tests/tui/test_search_flow.py checks the real
+daemon's own words (models/remote.preflight; tests/tui/test_search_flow.py checks the real
 daemon says the same).
 """
 

@@ -1,9 +1,11 @@
-"""Model-management use cases: list, show, copy, delete, pull, the blob check, Ollama import.
+"""Model-management use cases over the store: list, show, copy, delete, pull.
 
 Routes (and anything else in the daemon) call these; they validate names and
 digests, talk to the ``Store`` and return plain JSON-ready values, raising
 ``localllm.errors`` types.  Everything here is synchronous: routes run it in a
-worker thread, pulls in their own thread.
+worker thread, pulls in their own thread.  What a pull from the Hub makes of this
+machine is ``remote.py``'s (the fit check, the dry run), a pull from Ollama's
+registry and an import from its store ``ollama.py``'s.
 """
 
 from __future__ import annotations
@@ -11,36 +13,42 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from localllm.api.wire import Details, Draft, ProgressEvent, ShowResponse, TagsEntry
-from localllm.details import model_details
+from localllm.api.wire import (
+    Details,
+    Draft,
+    JSONObject,
+    JSONValue,
+    ProgressEvent,
+    ShowResponse,
+    TagsEntry,
+)
+from localllm.models.details import capabilities, model_details, rfc3339
 from localllm.store.local import PartialsReport, Store
 from localllm.store.manifests import MEDIA_DRAFT, MEDIA_LICENSE, Entry
 from localllm.store.names import ModelName, parse_digest, parse_name
-from localllm.store.ollama_import import ImportReport
-from localllm.store.ollama_store import Found
 
 if TYPE_CHECKING:
     from localllm.gguf.info import ModelInfo
-    from localllm.services_hub import Machine
+    from localllm.models.remote import Machine
+    from localllm.store.ollama_import import ImportReport, Progress as ImportProgress
     from localllm.store.registry import Remote
 
 log = logging.getLogger(__name__)
 
 # Where a pull's progress events go (a route's NDJSON stream, a create's relay): the
-# store's pull lines and services_hub's dry-run result.
+# store's pull lines and a dry run's result.
 Progress = Callable[[ProgressEvent], None]
 
 
 @dataclass(frozen=True)
 class PullTarget:
     """A pull resolved: stored as ``name``, fetched from ``source`` (an ``hf.co`` name),
-    or from Ollama's registry when ``registry`` holds its manifest (services_registry)."""
+    or from Ollama's registry when ``registry`` holds its manifest (``ollama.py``)."""
 
     name: ModelName
     source: ModelName
@@ -49,12 +57,7 @@ class PullTarget:
     registry: Remote | None = None
 
 
-def rfc3339(timestamp: float) -> str:
-    """Local time with offset, as Ollama writes ``modified_at``."""
-    return datetime.fromtimestamp(timestamp).astimezone().isoformat()
-
-
-def format_parameters(params: dict[str, Any]) -> str:
+def format_parameters(params: Mapping[str, object]) -> str:
     """The ``parameters`` text of ``/api/show``: one ``name value`` line per value."""
     lines = []
     for key, value in params.items():
@@ -63,7 +66,7 @@ def format_parameters(params: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _param_value(value: Any) -> str:
+def _param_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
@@ -71,7 +74,7 @@ def _param_value(value: Any) -> str:
     return str(value)
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: object) -> JSONValue:
     """GGUF metadata may hold numpy scalars or bytes; keep JSON output well-formed."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
@@ -85,25 +88,6 @@ def _jsonable(value: Any) -> Any:
     if callable(item):
         return _jsonable(item())
     return str(value)
-
-
-def capabilities(
-    *, template: str, embedding: bool, vision: bool, rerank: bool = False
-) -> list[str]:
-    """What a model can do, judged from its template and layers (as Ollama does); a
-    reranker (a classification head) only reranks."""
-    from localllm.template.caps import template_capabilities
-
-    caps = (
-        ["rerank"]
-        if rerank
-        else ["embedding"]
-        if embedding
-        else ["completion", *template_capabilities(template)]
-    )
-    if vision:
-        caps.append("vision")
-    return caps
 
 
 def prune_partials(store: Store, daemon_pid_file: Path, *, dry_run: bool = False) -> PartialsReport:
@@ -159,7 +143,7 @@ class ModelService:
         info = self._model_info(entry)
         # Manifests written without a rich config still get useful details (the header's).
         details = model_details(info, self.store.config_json(entry))
-        model_info: dict[str, Any] = {}
+        model_info: JSONObject = {}
         chat_template = ""
         embedding = rerank = False
         if info is not None:
@@ -186,7 +170,7 @@ class ModelService:
             "details": details,
             "model_info": model_info,
             "capabilities": capabilities(
-                template=template,
+                template,
                 embedding=embedding,
                 vision=projector_info is not None,
                 rerank=rerank,
@@ -224,7 +208,7 @@ class ModelService:
             "details": model_details(info, brief=True),
         }
 
-    def _projector_info(self, entry: Entry) -> dict[str, Any] | None:
+    def _projector_info(self, entry: Entry) -> JSONObject | None:
         """The projector's GGUF key/values (Ollama's ``projector_info``), or None when the
         model has no projector or it is not a clip GGUF that could load: then ``vision``
         would be a false promise."""
@@ -269,14 +253,14 @@ class ModelService:
         """What pulling ``model`` fetches: an ``hf.co`` name itself, the catalogue's entry
         for a library name (``llama3.2``), else Ollama's registry (``ollama://NAME``
         forces it); errors before anything is downloaded.  The order is
-        services_registry's docstring.
+        ``models/ollama.py``'s docstring.
 
         A name already in the store that no pull wrote (a model created here) is refused
         rather than replaced: pulling must not destroy it.  One with an origin is
         updated from where it came.
         """
-        from localllm import services_registry as reg
         from localllm.errors import InvalidRequest, ModelNotFound
+        from localllm.models import ollama as reg
         from localllm.store import catalog
         from localllm.store.registry import split_scheme
 
@@ -329,14 +313,14 @@ class ModelService:
         With ``machine`` (the devices a load would find) the model's header is read
         over range requests before downloading and planned: ``dry_run`` stops there
         and reports it; a model too big for the machine stops the pull if ``force`` is
-        False, else is a warning (services_hub.preflight).
+        False, else is a warning (``remote.py``, ``ollama.py``).
         """
-        from localllm import services_hub, services_registry
+        from localllm.models import ollama, remote
         from localllm.store.pull import pull_model
 
         target = self.pull_target(model)
         if target.registry is not None:
-            services_registry.pull(
+            ollama.pull(
                 self.store,
                 target.name,
                 target.registry,
@@ -349,29 +333,28 @@ class ModelService:
                 max_rate=max_rate,
             )
             return
+        check: remote.Preflight | None = None
         if dry_run:
             if machine is None:
                 raise ValueError("a dry run needs the machine to plan on")
-            services_hub.dry_run(
-                target.name.display,
-                target.source.display,
-                projector or target.projector,
-                machine,
+            check = remote.dry_run(target.name.display, machine, progress)
+        elif machine is not None:
+            check = remote.preflight(machine, force, progress, model)
+        try:
+            pull_model(
+                self.store,
+                target.name,
                 progress,
+                cancel=cancel,
+                projector=projector or target.projector,
+                source=None if target.source is target.name else target.source,
+                # A dry run's lines name no catalogue entry (the result's source says it).
+                via=None if dry_run else target.via,
+                preflight=check,
+                max_rate=max_rate,
             )
-            return
-        check = services_hub.preflight(machine, force, progress, model) if machine else None
-        pull_model(
-            self.store,
-            target.name,
-            progress,
-            cancel=cancel,
-            projector=projector or target.projector,
-            source=None if target.source is target.name else target.source,
-            via=target.via,
-            preflight=check,
-            max_rate=max_rate,
-        )
+        except remote.Planned:  # the dry run's stop, before any download
+            pass
 
     def blob_exists(self, digest: str) -> bool:
         return self.store.blobs.exists(parse_digest(digest))
@@ -384,60 +367,18 @@ class ModelService:
         copy: bool = False,
         dry_run: bool = False,
         force: bool = False,
-        progress: Callable[[dict[str, Any]], None] | None = None,
+        progress: ImportProgress | None = None,
     ) -> ImportReport:
-        """Bring in the models of an Ollama store (``localllm import ollama``): ``source``,
-        else Ollama's own folder; only ``models`` when given.  Blobs are hard-linked where
-        they can be, else copied (``copy``: always), and verified either way; see
-        ``store/ollama_import.py``.  Needs no daemon: it only adds blobs and manifests."""
-        from localllm.store.ollama_import import import_ollama
+        """Bring in the models of an Ollama store (``localllm import ollama``); see
+        ``ollama.import_store``."""
+        from localllm.models.ollama import import_store
 
-        names = [parse_name(m) for m in models]
-        return import_ollama(
+        return import_store(
             self.store,
             source,
-            names=names,
+            models=models,
             copy=copy,
             dry_run=dry_run,
             force=force,
             progress=progress,
-            check=ollama_warnings,
         )
-
-
-def ollama_warnings(found: Found) -> list[str]:
-    """What will not work as in Ollama about an imported model: a template our renderer
-    refuses, parameters we ignore or refuse, malformed messages, Ollama's built-in
-    renderers.  Warnings, not refusals: the weights are good, and ``create`` can fix the rest."""
-    from localllm.api.options import OPTION_TYPES, resolve_options
-    from localllm.errors import InvalidRequest
-    from localllm.modelfile.checks import check_messages, check_template
-
-    out: list[str] = []
-    params = found.texts.get("params") or {}
-    for key in params:
-        if key not in OPTION_TYPES:
-            out.append(f'parameter "{key}" is not supported here and is ignored')
-    try:
-        resolve_options({k: v for k, v in params.items() if k in OPTION_TYPES}, None)
-    except InvalidRequest as exc:
-        out.append(f"its parameters are refused here: {exc.message}")
-    messages: list[dict[str, Any]] = []
-    try:
-        messages = check_messages(found.texts.get("messages")) or []
-    except InvalidRequest as exc:
-        out.append(f"its MESSAGE history is refused here: {exc.message}")
-    template = found.texts.get("template")
-    if template:
-        try:
-            check_template(template, messages, found.texts.get("system"))
-        except InvalidRequest as exc:
-            out.append(f"{exc.message}: chats will fail until a new TEMPLATE replaces it")
-    for key in ("renderer", "parser"):
-        value = found.config.get(key)
-        if isinstance(value, str) and value:
-            out.append(
-                f'Ollama uses its built-in "{value}" {key} for this model; localllm '
-                f"uses the {'template' if template else 'GGUF chat template'} instead"
-            )
-    return out

@@ -1,4 +1,4 @@
-"""Pulls from Ollama's registry as use cases: which names go there, and the fit check on the way.
+"""Ollama's side of model management: pulls from its registry, imports from its store.
 
 ``ModelService.pull_target`` resolves a name in this order, and ``pull`` says where it went:
 
@@ -13,24 +13,30 @@
 
 ``LOCALLLM_OLLAMA_REGISTRY=off`` leaves the registry out of 2 and 4.  The download itself
 is ``store/registry_pull.py``'s; ``fit_check`` is the planner's verdict on the header it
-reads first, and ``plan`` a dry run of it, as ``services_hub`` gives them for the Hub.
+reads first, and ``plan`` a dry run of it, as ``remote.py`` gives them for the Hub.
+
+``import_store`` brings in the models of an Ollama store (``localllm import ollama``,
+``store/ollama_import.py``) with ``warnings``: what will not work as in Ollama.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from localllm.errors import InvalidRequest, ModelNotFound
 from localllm.store import registry, tls
-from localllm.store.names import DEFAULT_HOST, ModelName
+from localllm.store.names import DEFAULT_HOST, ModelName, parse_name
 
 if TYPE_CHECKING:
     from localllm.api.wire import DryRun, ProgressEvent
     from localllm.gguf.info import ModelInfo
-    from localllm.services_hub import Machine
+    from localllm.models.remote import Machine
     from localllm.store.local import Store
+    from localllm.store.ollama_import import ImportReport, Progress as ImportProgress
+    from localllm.store.ollama_store import Found
     from localllm.store.registry import Remote
 
 Progress = Callable[["ProgressEvent"], None]
@@ -111,9 +117,8 @@ def plan(
     load planned here; nothing is downloaded.  The last event of the pull's stream."""
     import httpx
 
-    from localllm.details import model_details
+    from localllm.models.remote import dry_run_result
     from localllm.scheduler.fit import assess
-    from localllm.services_hub import MAX_INFO_TEXT, capabilities
     from localllm.store import remote as ranges
     from localllm.store.manifests import MEDIA_PROJECTOR
     from localllm.store.registry_pull import header_info
@@ -127,54 +132,95 @@ def plan(
         info, spent = header_info(remote, client)
     here = machine()
     model, proj = remote.model, remote.manifest.first(MEDIA_PROJECTOR)
-    return {
-        "status": "success",
-        "dry_run": True,
-        "model": name.display,
-        "source": remote.source,
-        "files": [{"file": f"model {model.digest[7:19]}", "size": model.size}],
-        "projector": {"file": f"projector {proj.digest[7:19]}", "size": proj.size}
-        if proj is not None
-        else None,
-        "size": sum(layer.size for layer in remote.manifest.layers),
-        "details": model_details(info, brief=True),
-        "model_info": {
-            k: v
-            for k, v in info.kv.items()
-            if not k.startswith("tokenizer.")
-            and isinstance(v, (int, float, str, bool))
-            and not (isinstance(v, str) and len(v) > MAX_INFO_TEXT)
-        },
-        "context_length": info.context_length,
-        "capabilities": capabilities(
-            info.chat_template or "",
-            embedding=info.pooling_type is not None,
-            vision=proj is not None,
-            rerank=info.rank_head,
-        ),
-        "fit": assess(info, here.devices, here.opts).to_json(),
-        "header_bytes": spent,
-    }
+    return dry_run_result(
+        name.display,
+        remote.source,
+        [{"file": f"model {model.digest[7:19]}", "size": model.size}],
+        {"file": f"projector {proj.digest[7:19]}", "size": proj.size} if proj else None,
+        size=sum(layer.size for layer in remote.manifest.layers),
+        info=info,
+        vision=proj is not None,
+        fit=assess(info, here.devices, here.opts),
+        header_bytes=spent,
+    )
 
 
 def fit_check(
     machine: Callable[[], Machine], force: bool | None, progress: Progress, label: str
 ) -> Callable[[str, ModelInfo], None]:
     """The planner's verdict on a model's header before its download (see the module doc)."""
-    from localllm.scheduler.fit import assess, describe
-    from localllm.services_hub import TooBig
+    from localllm.models.remote import judge
+    from localllm.scheduler.fit import assess
 
     def check(source: str, info: ModelInfo) -> None:
         progress({"status": "checking the model fits (reading its header)"})
         here = machine()
-        fit = assess(info, here.devices, here.opts)
-        if fit.status != "too_big":
-            progress({"status": f"fits: {describe(fit)}"})
-            return
-        text = f"{source} does not fit on this machine ({describe(fit)})"
-        if force is False:
-            again = f"localllm pull {label} --force"
-            raise TooBig(f'{text}; to pull it anyway: {again} (API: "force": true)')
-        progress({"status": f"warning: {text}"})
+        judge(assess(info, here.devices, here.opts), source, force, progress, label)
 
     return check
+
+
+# -- Ollama's own store ---------------------------------------------------------------------
+def import_store(
+    store: Store,
+    source: Path | None,
+    *,
+    models: Iterable[str] = (),
+    copy: bool = False,
+    dry_run: bool = False,
+    force: bool = False,
+    progress: ImportProgress | None = None,
+) -> ImportReport:
+    """Bring in the models of an Ollama store (``localllm import ollama``): ``source``,
+    else Ollama's own folder; only ``models`` when given.  Blobs are hard-linked where
+    they can be, else copied (``copy``: always), and verified either way; see
+    ``store/ollama_import.py``.  Needs no daemon: it only adds blobs and manifests."""
+    from localllm.store.ollama_import import import_ollama
+
+    return import_ollama(
+        store,
+        source,
+        names=[parse_name(m) for m in models],
+        copy=copy,
+        dry_run=dry_run,
+        force=force,
+        progress=progress,
+        check=warnings,
+    )
+
+
+def warnings(found: Found) -> list[str]:
+    """What will not work as in Ollama about an imported model: a template our renderer
+    refuses, parameters we ignore or refuse, malformed messages, Ollama's built-in
+    renderers.  Warnings, not refusals: the weights are good, and ``create`` can fix the rest."""
+    from localllm.api.options import OPTION_TYPES, merge_options
+    from localllm.modelfile.checks import check_messages, check_template
+
+    out: list[str] = []
+    params = found.texts.get("params") or {}
+    for key in params:
+        if key not in OPTION_TYPES:
+            out.append(f'parameter "{key}" is not supported here and is ignored')
+    try:
+        merge_options({k: v for k, v in params.items() if k in OPTION_TYPES}, None)
+    except InvalidRequest as exc:
+        out.append(f"its parameters are refused here: {exc.message}")
+    try:
+        messages = check_messages(found.texts.get("messages")) or []
+    except InvalidRequest as exc:
+        out.append(f"its MESSAGE history is refused here: {exc.message}")
+        messages = []
+    template = found.texts.get("template")
+    if template:
+        try:
+            check_template(template, messages, found.texts.get("system"))
+        except InvalidRequest as exc:
+            out.append(f"{exc.message}: chats will fail until a new TEMPLATE replaces it")
+    for key in ("renderer", "parser"):
+        value = found.config.get(key)
+        if isinstance(value, str) and value:
+            out.append(
+                f'Ollama uses its built-in "{value}" {key} for this model; localllm '
+                f"uses the {'template' if template else 'GGUF chat template'} instead"
+            )
+    return out
