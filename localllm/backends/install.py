@@ -20,8 +20,11 @@ anyone who can write it.
 Installing is all or nothing: the files land in a temporary folder inside the
 plugins folder (the same file system), are checked by ``trust`` exactly where
 they will load from, and are renamed into place, the runtime libraries first
-and the plugin last.  A record of the pack (``.<plugin>.pack.json``) stays
-beside the plugin for ``backends list`` and for packing it again.
+and the plugin last.  A CUDA pack that names NVIDIA's runtime wheels instead
+of carrying them gets them first (``cuda.runtime_wheels.ensure``: once into
+the cache, hash-checked, from ``--wheels DIR`` or the package index).  A record
+of the pack (``.<plugin>.pack.json``) stays beside the plugin for ``backends
+list``, for the loader (which runtime to load first) and for packing it again.
 """
 
 from __future__ import annotations
@@ -34,16 +37,25 @@ import tarfile
 import tempfile
 import tomllib
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.resources import files as package_files
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from localllm import paths
 from localllm.backends import source, trust
-from localllm.backends.manifest import Core, check_fits, check_manifest
-from localllm.backends.pack import MANIFEST, PackError, record_path
-from localllm.store.blobs import atomic_write_bytes
+from localllm.backends.layout import record_path
+from localllm.backends.manifest import (
+    Core,
+    FileEntry,
+    PackError,
+    PackManifest,
+    PackRecord,
+    check_fits,
+    check_manifest,
+)
+from localllm.backends.pack import MANIFEST
+from localllm.store.tempfiles import atomic_write_bytes
 
 MAX_MANIFEST = 1 << 20
 
@@ -54,7 +66,8 @@ class Installed:
     plugin: Path
     sha256: str
     trusted_by: str  # "the table" or "--trust"
-    manifest: dict[str, Any]
+    manifest: PackManifest
+    runtime: list[str] = field(default_factory=list)  # what was done for its runtime wheels
 
 
 def trusted_table() -> dict[str, str]:
@@ -85,7 +98,7 @@ def check_trust(sha256: str, trust_arg: str | None, where: str) -> str:
     )
 
 
-def _read_manifest(tar: tarfile.TarFile, where: str) -> tuple[dict[str, Any], tarfile.TarInfo]:
+def _read_manifest(tar: tarfile.TarFile, where: str) -> tuple[PackManifest, tarfile.TarInfo]:
     first = tar.next()
     if first is None or first.name != MANIFEST or not first.isfile() or first.size > MAX_MANIFEST:
         raise PackError(f"{where} is not a plugin pack: it does not start with a {MANIFEST}")
@@ -126,9 +139,9 @@ def _copy(src: IO[bytes], dst: Path, size: int) -> str:
     return h.hexdigest()
 
 
-def _unpack(tar: tarfile.TarFile, m: dict[str, Any], manifest: tarfile.TarInfo, tmp: Path) -> None:
+def _unpack(tar: tarfile.TarFile, m: PackManifest, manifest: tarfile.TarInfo, tmp: Path) -> None:
     """Every member into ``tmp``, each checked against the manifest as it streams by."""
-    listed: dict[str, Any] = m["files"]
+    listed: dict[str, FileEntry] = m["files"]
     seen: set[str] = set()
     for member in tar:
         if member is manifest:  # iterating starts again from the first member, read already
@@ -181,10 +194,17 @@ def _swap_in(new: Path, final: Path) -> None:
 
 
 def install(
-    pack_file: Path, core: Core, *, trust_arg: str | None = None, origin: str = "", sha256: str = ""
+    pack_file: Path,
+    core: Core,
+    *,
+    trust_arg: str | None = None,
+    origin: str = "",
+    sha256: str = "",
+    wheels: Path | None = None,
 ) -> Installed:
     """Check and install the pack at ``pack_file`` (see the module docstring); ``sha256``:
-    the hash the caller expects (a download's), checked against the bytes read."""
+    the hash the caller expects (a download's), checked against the bytes read; ``wheels``:
+    a folder with the runtime wheels the pack names (or an environment that has them)."""
     where = origin or str(pack_file)
     try:
         trust.make_dirs(paths.backends())
@@ -197,10 +217,12 @@ def install(
                 f"{where} has sha256 {sha}, not the {sha256} it was downloaded as; "
                 "nothing was installed"
             )
-        return _install(copy, sha, core, where, check_trust(sha, trust_arg, where))
+        return _install(copy, sha, core, where, check_trust(sha, trust_arg, where), wheels)
 
 
-def _install(pack: IO[bytes], sha: str, core: Core, where: str, how: str) -> Installed:
+def _install(
+    pack: IO[bytes], sha: str, core: Core, where: str, how: str, wheels: Path | None
+) -> Installed:
     folder = paths.backends() / core.ggml_version
     tmp = folder / f".tmp-pack-{os.getpid()}"
     try:
@@ -212,6 +234,7 @@ def _install(pack: IO[bytes], sha: str, core: Core, where: str, how: str) -> Ins
             tmp.mkdir(mode=0o755)
             tmp.chmod(0o755)
             _unpack(tar, m, first, tmp)
+        runtime = _runtime(m, wheels)
         final = _put_in_place(
             tmp, folder, m, {"pack_sha256": sha, "origin": where, "trusted_by": how}
         )
@@ -223,10 +246,26 @@ def _install(pack: IO[bytes], sha: str, core: Core, where: str, how: str) -> Ins
         raise PackError(f"installing {where} into {folder} failed: {exc}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return Installed(m["backend"], final, sha, how, m)
+    return Installed(m["backend"], final, sha, how, m, runtime)
 
 
-def _put_in_place(tmp: Path, folder: Path, m: dict[str, Any], origin: dict[str, str]) -> Path:
+def _runtime(m: PackManifest, wheels: Path | None) -> list[str]:
+    """The runtime wheels the pack names, in the cache before its plugin is in place."""
+    if "runtime" not in m:
+        return []
+    from localllm.backends.cuda import runtime_wheels
+    from localllm.backends.cuda.unpack import CudaWheelError
+
+    log_path = paths.logs() / "backend-runtime.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with log_path.open("a") as log:
+            return runtime_wheels.ensure(m["runtime"], wheels, log)
+    except CudaWheelError as exc:
+        raise PackError(f"{exc}; nothing was installed (pip's output: {log_path})") from None
+
+
+def _put_in_place(tmp: Path, folder: Path, m: PackManifest, origin: dict[str, str]) -> Path:
     """Rename the checked files from ``tmp`` into ``folder``: libraries, record, plugin."""
     plugin_tmp, final = tmp / str(m["plugin"]), folder / str(m["plugin"])
     # Checked where it sits, one folder below where it will load from: the same chain.
@@ -239,9 +278,11 @@ def _put_in_place(tmp: Path, folder: Path, m: dict[str, Any], origin: dict[str, 
         _swap_in(tmp / m["libs_folder"], libs)
     os.replace(plugin_tmp, final)
     st = final.stat()
-    record = {
+    record: PackRecord = {
         **m,
-        **origin,
+        "pack_sha256": origin["pack_sha256"],
+        "origin": origin["origin"],
+        "trusted_by": origin["trusted_by"],
         "plugin_size": st.st_size,
         "plugin_mtime_ns": st.st_mtime_ns,
         "plugin_sha256": m["files"][m["plugin"]]["sha256"],

@@ -29,7 +29,7 @@ from fastapi.responses import JSONResponse
 
 from localllm import config
 from localllm.format import format_bytes
-from localllm.store.blobs import free_space
+from localllm.store.diskspace import free_space
 
 router = APIRouter()
 

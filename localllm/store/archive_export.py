@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import IO, BinaryIO
 
 from localllm.store.archive import TABLE, ArchiveError, Member, Progress, Table, manifest_member
-from localllm.store.blobs import atomic_write
 from localllm.store.local import Store
 from localllm.store.manifests import MAX_MANIFEST_BYTES, Entry, Manifest
 from localllm.store.names import ModelName, parse_name
+from localllm.store.tempfiles import atomic_write
 
 
 @dataclass

@@ -50,7 +50,7 @@ from localllm.store.archive import (
     read_table,
 )
 from localllm.store.archive_blob import copy_blob
-from localllm.store.blobs import check_room
+from localllm.store.diskspace import check_room
 from localllm.store.local import Store
 from localllm.store.manifests import Manifest
 from localllm.store.names import ModelName

@@ -5,154 +5,36 @@ name: writers stream into a temporary file in the same folder, hash as they go,
 fsync, and rename.  Partial downloads live beside it as
 ``sha256-<hex>-partial`` so a pull can resume; they are never read as blobs.
 Start-up keeps them; ``localllm prune --partials`` removes those no live process
-is writing (``BlobStore.partials`` and ``open_by_live_process``).
+is writing (``BlobStore.partials`` and ``tempfiles.open_by_live_process``).
 
 A ``BlobWriter`` given ``keep_free`` (the daemon's ``LOCALLLM_MIN_FREE_DISK``)
-refuses, with ``NoSpace`` (507), a blob that would leave less than that free:
+refuses, with ``diskspace.NoSpace`` (507), a blob that would leave less than that free:
 up front for a declared size, and again every few MiB as bytes arrive, since an
 upload may declare nothing and other writers share the disk.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import hashlib
 import os
-import re
-import secrets
-import shutil
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO, TypeVar
+from typing import BinaryIO
 
-from localllm.errors import BlobNotFound, DigestMismatch, LocalLLMError
-from localllm.format import format_bytes
+from localllm.errors import BlobNotFound, DigestMismatch
+from localllm.store.diskspace import check_room, disk_full_is_no_space
 from localllm.store.names import digest_filename, parse_digest
+from localllm.store.tempfiles import TMP_PREFIX, fsync_dir, stale_tmp, tmp_name
 
-T = TypeVar("T")
 CHUNK = 1 << 20
 # How many bytes a keep_free writer takes between two looks at the free space: the
 # most it can overshoot by, and a statvfs per this many bytes is nothing.
 ROOM_CHECK_BYTES = 4 << 20
-# Temp files are ``.tmp-<pid>-…``: start-up clean-up removes those whose writer process
-# is gone at once, and only old ones of an unknown writer (older names without a pid).
 # Largest text layer (template, system, license, params, messages) the store reads back
 # whole.  Create refuses anything larger (modelfile/checks.py), so every model it lists
 # can be shown and run.
 MAX_TEXT_LAYER = 16 << 20
-_TMP_PREFIX = ".tmp-"
-_TMP_PID = re.compile(r"\.tmp-(\d+)-")
-_UNKNOWN_TMP_AGE = 3600.0
-
-
-def tmp_name(stem: str = "") -> str:
-    """A fresh temp-file name tagged with this process's id (see ``stale_tmp``)."""
-    return f"{_TMP_PREFIX}{os.getpid()}-{stem}{secrets.token_hex(8)}"
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # exists, owned by someone else
-    return True
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (ours, or another user's)."""
-    return pid > 0 and _pid_alive(pid)
-
-
-def open_by_live_process(files: Iterable[Path]) -> set[Path] | None:
-    """Which of ``files`` some running process holds open, from ``/proc/*/fd``.
-
-    Partial names carry no pid (a pull resumes another process's partial), but a
-    download keeps its partial open from first byte to commit, retries included.
-    None where ``/proc`` cannot tell (not Linux): callers must then assume the worst.
-    """
-    wanted: dict[tuple[int, int], Path] = {}
-    for path in files:
-        try:
-            st = path.stat()
-        except OSError:
-            continue
-        wanted[(st.st_dev, st.st_ino)] = path
-    proc = Path("/proc")
-    if not (proc / "self" / "fd").is_dir():
-        return None
-    found: set[Path] = set()
-    if not wanted:
-        return found
-    for pid_dir in proc.iterdir():
-        if not pid_dir.name.isdigit():
-            continue
-        try:
-            fds = list((pid_dir / "fd").iterdir())
-        except OSError:  # gone, or another user's process
-            continue
-        for fd in fds:
-            try:
-                st = fd.stat()  # follows the link to the open file
-            except OSError:
-                continue
-            hit = wanted.get((st.st_dev, st.st_ino))
-            if hit is not None:
-                found.add(hit)
-    return found
-
-
-def stale_tmp(path: Path, now: float) -> bool:
-    """Whether a ``.tmp-*`` file is debris: its writer's process has ended, or (no pid
-    in the name) it is over an hour old.  Partial downloads (``-partial``) never are."""
-    match = _TMP_PID.match(path.name)
-    if match is not None:
-        return not _pid_alive(int(match.group(1)))
-    try:
-        return now - path.stat().st_mtime > _UNKNOWN_TMP_AGE
-    except FileNotFoundError:
-        return False
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename in ``path`` durable (no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, write: Callable[[BinaryIO], T]) -> T:
-    """Run ``write`` into a temp file beside ``path``, fsync it and rename it to ``path``
-    when ``write`` returns: a file under its name is always whole.  Its result."""
-    tmp = path.with_name(tmp_name(f"{path.name}."))
-    try:
-        with open(tmp, "wb") as fh:
-            result = write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
-    return result
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file, fsync and rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, lambda fh: fh.write(data))
 
 
 def sha256_file(path: Path, *, already: hashlib._Hash | None = None, start: int = 0) -> str:
@@ -295,7 +177,7 @@ class BlobStore:
                 age = now - entry.stat().st_mtime
             except FileNotFoundError:
                 continue
-            if name.startswith(_TMP_PREFIX):
+            if name.startswith(TMP_PREFIX):
                 if stale_tmp(entry, now):
                     entry.unlink(missing_ok=True)
                 continue
@@ -314,7 +196,7 @@ class BlobStore:
         if self.root.is_dir():
             now = time.time()
             for entry in self.root.iterdir():
-                if entry.name.startswith(_TMP_PREFIX) and stale_tmp(entry, now):
+                if entry.name.startswith(TMP_PREFIX) and stale_tmp(entry, now):
                     entry.unlink(missing_ok=True)
 
     def partials(self) -> list[Path]:
@@ -328,57 +210,6 @@ class BlobStore:
             and entry.name.endswith("-partial")
             and entry.is_file()
         )
-
-
-class NoSpace(LocalLLMError):
-    """Storing this would leave the store's disk below the free space it must keep."""
-
-    status = 507  # Insufficient Storage (RFC 4918)
-
-
-def check_room(root: Path, incoming: int, keep_free: int, *, stored: int = 0) -> None:
-    """Raise ``NoSpace`` when ``incoming`` more bytes under ``root`` would leave less
-    than ``keep_free`` free (nothing to check when ``keep_free`` is 0); ``stored``:
-    what the writer holds already, for the message.  The message names sizes and
-    the setting, not the folder: it goes to clients."""
-    if keep_free <= 0:
-        return
-    _, free = free_space(root)
-    if free - incoming >= keep_free:
-        return
-    if stored:
-        what = f"after {format_bytes(stored)} of this blob, {format_bytes(free)} is"
-    elif incoming:
-        what = (
-            f"storing {format_bytes(incoming)} would leave {format_bytes(max(free - incoming, 0))}"
-        )
-    else:
-        what = f"only {format_bytes(free)} is"
-    raise NoSpace(
-        f"not enough disk space: {what} free on the model store's disk, below "
-        f"LOCALLLM_MIN_FREE_DISK ({format_bytes(keep_free)}); free some space "
-        "(localllm rm, localllm prune) or lower the setting"
-    )
-
-
-def free_space(path: Path) -> tuple[Path, int]:
-    """Free bytes on the disk that holds ``path`` (or, before it exists, its nearest
-    existing parent), and the folder actually measured; creates nothing."""
-    probe = path
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent
-    return probe, shutil.disk_usage(probe).free
-
-
-@contextlib.contextmanager
-def _disk_full_is_no_space() -> Iterator[None]:
-    # A full disk is the client's answer (507), not an internal error with our paths in it.
-    try:
-        yield
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise NoSpace("not enough disk space: the model store's disk is full") from None
-        raise
 
 
 class BlobWriter:
@@ -409,7 +240,7 @@ class BlobWriter:
             coming = max(len(chunk), (self.declared or 0) - self.size)
             check_room(self.blobs.root, coming, self.keep_free, stored=self.size)
             self._checked = self.size
-        with _disk_full_is_no_space():
+        with disk_full_is_no_space():
             self._fh.write(chunk)
         self._hash.update(chunk)
         self.size += len(chunk)
@@ -418,7 +249,7 @@ class BlobWriter:
         """Verify and publish the blob; on a mismatch nothing is left behind."""
         assert self._fh is not None, "commit after commit/abort"
         try:
-            with _disk_full_is_no_space():
+            with disk_full_is_no_space():
                 self._fh.flush()
                 os.fsync(self._fh.fileno())
                 self._close()

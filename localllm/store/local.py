@@ -27,7 +27,7 @@ from typing import Any
 
 from localllm import config, paths
 from localllm.errors import ModelNotFound
-from localllm.store.blobs import BlobStore, open_by_live_process, pid_alive
+from localllm.store.blobs import BlobStore
 from localllm.store.manifests import (
     CONFIG_MEDIA_TYPE,
     MEDIA_ADAPTER,
@@ -43,6 +43,7 @@ from localllm.store.manifests import (
     ManifestStore,
 )
 from localllm.store.names import ModelName
+from localllm.store.tempfiles import open_by_live_process, pid_alive
 
 # A partial this recently written may belong to a pull of the running daemon that is
 # between re-hashing it and reopening it to append (it holds no descriptor then).

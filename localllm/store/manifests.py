@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from localllm.errors import InvalidRequest, ModelNotFound
-from localllm.store.blobs import atomic_write_bytes, stale_tmp
 from localllm.store.names import ModelName, parse_digest, parse_name
+from localllm.store.tempfiles import atomic_write_bytes, stale_tmp
 
 MANIFEST_MEDIA_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
 CONFIG_MEDIA_TYPE = "application/vnd.docker.container.image.v1+json"

@@ -40,11 +40,13 @@ from typing import Any, BinaryIO
 
 from localllm import config
 from localllm.errors import DigestMismatch, InvalidRequest, LocalLLMError
-from localllm.store.blobs import CHUNK, free_space, fsync_dir, tmp_name
+from localllm.store.blobs import CHUNK
+from localllm.store.diskspace import free_space
 from localllm.store.local import Store
 from localllm.store.manifests import CONFIG_MEDIA_TYPE, MEDIA_MODEL, Layer, Manifest
 from localllm.store.names import DEFAULT_HOST, ModelName
 from localllm.store.ollama_store import Blob, Broken, Found, OllamaStore, find_store, open_regular
+from localllm.store.tempfiles import fsync_dir, tmp_name
 
 Progress = Callable[[dict[str, Any]], None]
 Check = Callable[[Found], list[str]]  # warnings about a model's template, parameters...
@@ -107,7 +109,7 @@ def import_ollama(
     """Import every model of the Ollama store at ``source`` (default: Ollama's own
     folder, ``find_store``), or only ``names``.  ``copy``: never hard-link; ``dry_run``:
     report what would happen, change nothing; ``force``: replace a different model of
-    the same name; ``check``: warnings about a model's contents (services.py's)."""
+    the same name; ``check``: warnings about a model's contents (models/ollama.py's)."""
     started = time.monotonic()
     root = find_store(source)
     _refuse_own_store(root, store.root)

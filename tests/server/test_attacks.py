@@ -322,7 +322,7 @@ async def test_blob_uploads_have_their_own_larger_cap(store: Store, tmp_path: Pa
 @pytest.fixture
 def small_disk(monkeypatch: pytest.MonkeyPatch, store: Store) -> int:
     """A 40 MiB disk under the store: its free space falls as files there grow."""
-    import localllm.store.blobs as blobs_module
+    import localllm.store.diskspace as blobs_module
 
     size = 40 << 20
 

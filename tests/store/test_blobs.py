@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from localllm.errors import BlobNotFound, DigestMismatch, InvalidDigest
-from localllm.store.blobs import ROOM_CHECK_BYTES, BlobStore, NoSpace
+from localllm.store.blobs import ROOM_CHECK_BYTES, BlobStore
+from localllm.store.diskspace import NoSpace
 
 
 def _digest(data: bytes) -> str:
@@ -103,7 +104,8 @@ def _write(path: Path, data: bytes) -> Path:
 
 
 def test_partials_open_files_and_free_space(tmp_path: Path) -> None:
-    from localllm.store.blobs import free_space, open_by_live_process
+    from localllm.store.diskspace import free_space
+    from localllm.store.tempfiles import open_by_live_process
 
     blobs = BlobStore(tmp_path / "blobs")
     assert blobs.partials() == []
@@ -124,7 +126,7 @@ def test_partials_open_files_and_free_space(tmp_path: Path) -> None:
 
 
 def test_a_writer_keeps_the_disk_floor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import localllm.store.blobs as blobs_module
+    import localllm.store.diskspace as blobs_module
 
     root = tmp_path / "blobs"
     disk = 20 << 20

@@ -160,7 +160,7 @@ def test_prune_removes_temp_files_of_dead_writers_at_once(
 def test_temp_names_carry_the_writer_pid(store: Store) -> None:
     import os
 
-    from localllm.store.blobs import tmp_name
+    from localllm.store.tempfiles import tmp_name
 
     assert tmp_name().startswith(f".tmp-{os.getpid()}-")
     writer = store.blobs.writer()
