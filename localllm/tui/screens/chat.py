@@ -256,7 +256,7 @@ class ChatScreen(Screen[None]):
 
     @work(group="dialog")
     async def action_models(self) -> None:
-        model = await self.app.push_screen_wait(ModelsScreen(self.model))
+        model = await self.app.push_screen_wait(ModelsScreen(self.client, self.model))
         if model:
             self.use_model(model)
         self.prompt.focus()

@@ -29,8 +29,8 @@ from localllm.tui.screens.pull import PullScreen
 from localllm.tui.screens.search import SearchScreen
 
 if TYPE_CHECKING:
+    from localllm.api.client import AsyncClient
     from localllm.api.wire import ShowResponse
-    from localllm.tui.app import LocalLLMApp
 
 
 @dataclass
@@ -53,14 +53,14 @@ class ModelRow:
         )
 
 
-async def load_rows(app: LocalLLMApp) -> list[ModelRow]:
+async def load_rows(client: AsyncClient) -> list[ModelRow]:
     """The client's ``list`` + ``ps``, and ``show`` per model for its context length."""
-    models, running = await asyncio.gather(app.client.list(), app.client.ps())
+    models, running = await asyncio.gather(client.list(), client.ps())
     loaded = {m["name"]: processor(m.get("size", 0), m.get("size_vram", 0)) for m in running}
 
     async def ctx(name: str) -> int | None:
         try:
-            return context_length(await app.client.show(name))
+            return context_length(await client.show(name))
         except LocalLLMError:
             return None
 
@@ -82,7 +82,7 @@ async def load_rows(app: LocalLLMApp) -> list[ModelRow]:
 
 
 class ModelsScreen(Screen[str | None]):
-    """Dismissed with the picked model's name, or None (Escape)."""
+    """Dismissed with the picked model's name, or None (Escape); ``client``: the daemon's."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "close", "Back"),
@@ -94,8 +94,9 @@ class ModelsScreen(Screen[str | None]):
         Binding("r", "refresh", "Refresh"),
     ]
 
-    def __init__(self, current: str = "") -> None:
+    def __init__(self, client: AsyncClient, current: str = "") -> None:
         super().__init__()
+        self.client = client
         self.current = current
         self.rows: list[ModelRow] = []
 
@@ -112,14 +113,10 @@ class ModelsScreen(Screen[str | None]):
         table.focus()
         self.action_refresh()
 
-    @property
-    def llm(self) -> LocalLLMApp:
-        return self.app  # type: ignore[return-value]
-
     @work(exclusive=True, group="models")
     async def action_refresh(self) -> None:
         try:
-            self.rows = await load_rows(self.llm)
+            self.rows = await load_rows(self.client)
         except LocalLLMError as exc:
             self.notify(str(exc), severity="error", timeout=8)
             return
@@ -152,7 +149,9 @@ class ModelsScreen(Screen[str | None]):
 
     @work(group="models-dialog")
     async def action_search(self) -> None:
-        name = await self.app.push_screen_wait(SearchScreen(local=[r.name for r in self.rows]))
+        name = await self.app.push_screen_wait(
+            SearchScreen(self.client, local=[r.name for r in self.rows])
+        )
         if name:
             self.current = name
             self.action_refresh()
@@ -163,7 +162,9 @@ class ModelsScreen(Screen[str | None]):
         name = await self.app.push_screen_wait(
             AskScreen("Model to pull", placeholder="llama3.2, qwen3:8b or hf.co/user/repo:Q4_K_M")
         )
-        if name and await self.app.push_screen_wait(PullScreen(name)):  # type: ignore[arg-type]
+        if not name:
+            return
+        if await self.app.push_screen_wait(PullScreen(name, self.client)):
             self.current = name
             self.action_refresh()
 
@@ -175,7 +176,7 @@ class ModelsScreen(Screen[str | None]):
         if not await self.app.push_screen_wait(ConfirmScreen(f"Delete {row.name}?")):
             return
         try:
-            await self.llm.client.delete(row.name)
+            await self.client.delete(row.name)
         except LocalLLMError as exc:
             self.notify(str(exc), severity="error")
             return
@@ -188,7 +189,7 @@ class ModelsScreen(Screen[str | None]):
         if row is None:
             return
         try:
-            info = await self.llm.client.show(row.name)
+            info = await self.client.show(row.name)
         except LocalLLMError as exc:
             self.notify(str(exc), severity="error")
             return

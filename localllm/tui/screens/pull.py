@@ -24,10 +24,11 @@ from textual.widgets import Label, ProgressBar
 
 from localllm.errors import LocalLLMError
 from localllm.tui.format import pull_line
+from localllm.tui.host import host_client
 from localllm.tui.search_format import refusal
 
 if TYPE_CHECKING:
-    from localllm.tui.app import LocalLLMApp
+    from localllm.api.client import AsyncClient
 
 RUNNING_HINT = "Escape: cancel"
 REFUSED_HINT = "f: pull it anyway · Escape: close"
@@ -60,6 +61,7 @@ class PullScreen(ModalScreen[bool]):
 
     ``failed`` holds the last error's text, ``refused`` the reason when the daemon
     refused the model for its size (then ``f`` pulls with ``force: true``).
+    ``client`` is the daemon's; without one (a pull pushed on its own) the app's.
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -68,9 +70,10 @@ class PullScreen(ModalScreen[bool]):
         Binding("r", "retry", "Try again"),
     ]
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, client: AsyncClient | None = None) -> None:
         super().__init__(classes="dialog-screen")
         self.model = model
+        self._client = client
         self.failed: str | None = None
         self.refused: str | None = None
         self.forced = False
@@ -87,8 +90,8 @@ class PullScreen(ModalScreen[bool]):
         self.run_pull()
 
     @property
-    def llm(self) -> LocalLLMApp:
-        return self.app  # type: ignore[return-value]
+    def client(self) -> AsyncClient:
+        return self._client or host_client(self.app)
 
     @property
     def running(self) -> bool:
@@ -111,7 +114,7 @@ class PullScreen(ModalScreen[bool]):
         try:
             # force=False: refused before downloading when it cannot fit; True once the
             # user said to pull anyway (the daemon then warns in the progress).
-            async for event in self.llm.client.pull(self.model, force=self.forced):
+            async for event in self.client.pull(self.model, force=self.forced):
                 self._show(event, meters, bar, line)
         except LocalLLMError as exc:
             self._failed(str(exc))

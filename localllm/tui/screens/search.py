@@ -50,8 +50,8 @@ from localllm.tui.search_format import (
 )
 
 if TYPE_CHECKING:
+    from localllm.api.client import AsyncClient
     from localllm.api.wire import SearchModel
-    from localllm.tui.app import LocalLLMApp
 
 LIMIT = 10  # repos per search, as `localllm search`: each costs one header read
 FIT_COLOURS = {
@@ -70,7 +70,8 @@ class QuantTable(DataTable[Text]):
 
 
 class SearchScreen(Screen[str | None]):
-    """``local``: the names already pulled (marked, and picked rather than pulled again)."""
+    """``local``: the names already pulled (marked, and picked rather than pulled again);
+    ``client``: the daemon's, which searches and pulls."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "close", "Back"),
@@ -79,8 +80,9 @@ class SearchScreen(Screen[str | None]):
         Binding("i", "details", "Fit details"),
     ]
 
-    def __init__(self, local: Iterable[str] = (), query: str = "") -> None:
+    def __init__(self, client: AsyncClient, local: Iterable[str] = (), query: str = "") -> None:
         super().__init__()
+        self.client = client
         self.local = {n.lower() for n in local}
         self.query_text = query
         self.results: list[SearchModel] = []
@@ -114,10 +116,6 @@ class SearchScreen(Screen[str | None]):
         if self.query_text.strip():
             self.run_search(self.query_text.strip())
 
-    @property
-    def llm(self) -> LocalLLMApp:
-        return self.app  # type: ignore[return-value]
-
     # -- searching --------------------------------------------------------------------
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
@@ -135,7 +133,7 @@ class SearchScreen(Screen[str | None]):
         )
         repos.loading = True
         try:
-            models = await self.llm.client.search(query, LIMIT)
+            models = await self.client.search(query, LIMIT)
         except LocalLLMError as exc:
             self._note(f"Search failed: {exc}", error=True)
             return
@@ -263,11 +261,11 @@ class SearchScreen(Screen[str | None]):
             self.notify(f"{name} is already pulled")
             self.dismiss(name)
             return
-        if await self.app.push_screen_wait(PullScreen(name)):
+        if await self.app.push_screen_wait(PullScreen(name, self.client)):
             self.dismiss(name)
 
     @work(group="search-dialog")
     async def action_details(self) -> None:
         picked = self.selected()
         if picked is not None:
-            await self.app.push_screen_wait(RemoteDetailsScreen(pull_name(*picked)))
+            await self.app.push_screen_wait(RemoteDetailsScreen(pull_name(*picked), self.client))

@@ -33,7 +33,7 @@ from localllm.tui.search_format import (
 )
 
 if TYPE_CHECKING:
-    from localllm.tui.app import LocalLLMApp
+    from localllm.api.client import AsyncClient
 
 
 def plan_rows(result: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -91,9 +91,10 @@ def plan_rows(result: Mapping[str, Any]) -> list[tuple[str, str]]:
 class RemoteDetailsScreen(ModalScreen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,i,q", "close", "Close")]
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, client: AsyncClient) -> None:
         super().__init__(classes="dialog-screen")
         self.model = model
+        self.client = client
         self.result: Mapping[str, Any] | None = None  # the dry run's last event
         self.failed: str | None = None
 
@@ -108,15 +109,11 @@ class RemoteDetailsScreen(ModalScreen[None]):
     def on_mount(self) -> None:
         self.read_plan()
 
-    @property
-    def llm(self) -> LocalLLMApp:
-        return self.app  # type: ignore[return-value]
-
     @work(exclusive=True, group="dry-run")
     async def read_plan(self) -> None:
         body = self.query_one("#plan", Static)
         try:
-            async for event in self.llm.client.pull(self.model, dry_run=True):
+            async for event in self.client.pull(self.model, dry_run=True):
                 if event.get("dry_run"):
                     self.result = event
                 elif event.get("status"):
