@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from localllm.errors import InvalidModelFile, InvalidRequest, PullError
@@ -75,6 +76,42 @@ def pull_model(
     ``max_rate``: this pull's bandwidth cap in bytes/s, shared by its files (store/ratelimit.py).
     """
     source = name if source is None else source
+    repo_id, choice, mmproj = _choose(name, source, via, projector, progress)
+    if preflight is not None:
+        preflight(repo_id, choice, mmproj)
+
+    from huggingface_hub.utils import build_hf_headers
+
+    headers = build_hf_headers(token=hub.token())
+    # Every blob this pull finds or writes is held until it ends: a delete of the same
+    # model meanwhile must not collect what the manifest is about to reference.
+    hold = store.hold()
+    try:
+        fetcher = _Fetcher(
+            store, repo_id, headers, progress, cancel, hold, ratelimit.for_pull(max_rate)
+        )
+        layers = fetcher.layers(choice, mmproj)
+        progress({"status": "verifying sha256 digest"})
+        info = _model_info(store, [x for x in layers if x.media_type == MEDIA_MODEL])
+        layers = _check_projector(store, layers, progress, explicit=bool(projector))
+        layers += _extra_layers(store, repo_id, choice, headers, info, hold)
+        origin = _origin(repo_id, choice, mmproj, layers, via)
+        config = store.put_config({**config_for(info), "origin": origin}, hold=hold)
+        _check_cancel(cancel)
+        return _commit(store, name, Manifest(config, layers), progress)
+    finally:
+        hold.release()
+
+
+def _choose(
+    name: ModelName,
+    source: ModelName,
+    via: str | None,
+    projector: str | None,
+    progress: ProgressFn,
+) -> tuple[str, hub.Choice, hub.HubFile | None]:
+    """List ``source``'s Hub repo and choose its model files and projector, saying which:
+    (repo id, the choice, the projector file or None).  Nothing is downloaded yet."""
     if not source.is_hf:
         raise InvalidRequest(
             f"cannot pull '{source.display}': only Hugging Face models can be pulled, "
@@ -97,66 +134,69 @@ def pull_model(
     progress({"status": f"using {choice.label} ({choice.how}): {files}"})
     if mmproj is not None:
         progress({"status": f"using projector {mmproj.path}"})
-    if preflight is not None:
-        preflight(repo_id, choice, mmproj)
+    return repo_id, choice, mmproj
 
-    from huggingface_hub import hf_hub_url
-    from huggingface_hub.utils import build_hf_headers
 
-    headers = build_hf_headers(token=hub.token())
-    # Every blob this pull finds or writes is held until it ends: a delete of the same
-    # model meanwhile must not collect what the manifest is about to reference.
-    hold = store.hold()
-    limit = ratelimit.for_pull(max_rate)
-    try:
-        layers: list[Layer] = []
+@dataclass(frozen=True)
+class _Fetcher:
+    """Downloads one pull's files from its repo into the store: each blob held before it
+    is looked for, its progress reported, the pull's cancel and rate cap obeyed."""
+
+    store: Store
+    repo_id: str
+    headers: dict[str, str]
+    progress: ProgressFn
+    cancel: threading.Event | None
+    hold: Hold
+    limit: ratelimit.Bucket | None
+
+    def layers(self, choice: hub.Choice, mmproj: hub.HubFile | None) -> list[Layer]:
+        """The model layers (a split model's shards named by file) and the projector's."""
         split = len(choice.files) > 1
-
-        def fetch(f: hub.HubFile) -> str:
-            if not f.sha256:
-                raise PullError(f"{f.path} in hf.co/{repo_id} has no LFS sha256 to verify against")
-            digest = parse_digest("sha256:" + f.sha256)
-            _check_cancel(cancel)
-            status = f"pulling {digest[7:19]}"
-
-            def report(done: int) -> None:
-                progress({"status": status, "digest": digest, "total": f.size, "completed": done})
-
-            url = hf_hub_url(repo_id, f.path, revision=hub.REVISION, endpoint=hub.endpoint())
-            hold.add(digest)  # before looking: a blob found here stays until the commit
-            download.fetch(
-                store.blobs,
-                digest,
-                f.size,
-                url,
-                headers,
-                report,
-                cancel,
-                limit=limit,
-                notice=lambda line: progress({"status": line}),
-            )
-            return digest
-
-        for f in choice.files:
-            layers.append(Layer(MEDIA_MODEL, fetch(f), f.size, f.filename if split else None))
+        layers = [
+            Layer(MEDIA_MODEL, self.fetch(f), f.size, f.filename if split else None)
+            for f in choice.files
+        ]
         if mmproj is not None:
-            layers.append(Layer(MEDIA_PROJECTOR, fetch(mmproj), mmproj.size, mmproj.filename))
+            layers.append(Layer(MEDIA_PROJECTOR, self.fetch(mmproj), mmproj.size, mmproj.filename))
+        return layers
 
-        progress({"status": "verifying sha256 digest"})
-        info = _model_info(store, [x for x in layers if x.media_type == MEDIA_MODEL])
-        layers = _check_projector(store, layers, progress, explicit=bool(projector))
-        layers += _extra_layers(store, repo_id, choice, headers, info, hold)
-        origin = _origin(repo_id, choice, mmproj, layers, via)
-        config = store.put_config({**config_for(info), "origin": origin}, hold=hold)
-        _check_cancel(cancel)
-        progress({"status": "writing manifest"})
-        with store.lock:  # the entry as committed, even if a delete comes right after
-            store.commit(name, Manifest(config, layers))
-            entry = store.get(name)
-        progress({"status": "success"})
-        return entry
-    finally:
-        hold.release()
+    def fetch(self, f: hub.HubFile) -> str:
+        """Make sure ``f`` is a blob in the store; its digest."""
+        from huggingface_hub import hf_hub_url
+
+        if not f.sha256:
+            raise PullError(f"{f.path} in hf.co/{self.repo_id} has no LFS sha256 to verify against")
+        digest = parse_digest("sha256:" + f.sha256)
+        _check_cancel(self.cancel)
+        status = f"pulling {digest[7:19]}"
+
+        def report(done: int) -> None:
+            self.progress({"status": status, "digest": digest, "total": f.size, "completed": done})
+
+        url = hf_hub_url(self.repo_id, f.path, revision=hub.REVISION, endpoint=hub.endpoint())
+        self.hold.add(digest)  # before looking: a blob found here stays until the commit
+        download.fetch(
+            self.store.blobs,
+            digest,
+            f.size,
+            url,
+            self.headers,
+            report,
+            self.cancel,
+            limit=self.limit,
+            notice=lambda line: self.progress({"status": line}),
+        )
+        return digest
+
+
+def _commit(store: Store, name: ModelName, manifest: Manifest, progress: ProgressFn) -> Entry:
+    progress({"status": "writing manifest"})
+    with store.lock:  # the entry as committed, even if a delete comes right after
+        store.commit(name, manifest)
+        entry = store.get(name)
+    progress({"status": "success"})
+    return entry
 
 
 def _origin(
