@@ -17,8 +17,9 @@ from typing import Any
 
 from localllm import paths
 from localllm.backends import catalog
-from localllm.backends.build import build_dir_for
-from localllm.backends.pack import installed_record, libs_folder, record_path
+from localllm.backends.advice import wanted_backends
+from localllm.backends.layout import build_dir_for, libs_folder, record_path
+from localllm.backends.manifest import installed_record
 from localllm.hardware.detect import Hardware
 
 
@@ -46,7 +47,7 @@ def rows(hw: Hardware) -> list[BackendRow]:
     """One row per backend in the catalog."""
     folder = paths.backends() / hw.ggml_version if hw.ggml_version else None
     reports = {Path(str(p.get("path", ""))).name: p for p in hw.plugins}
-    wanted = {w.backend.name for w in catalog.wanted_backends(hw.gpus_present, set()) if w.backend}
+    wanted = {w.backend.name for w in wanted_backends(hw.gpus_present, set()) if w.backend}
     out = []
     for b in catalog.BACKENDS.values():
         path = folder / b.filename if folder else None
@@ -78,12 +79,9 @@ def rows(hw: Hardware) -> list[BackendRow]:
 
 def pack_origin(plugin: Path) -> str:
     """Where the pack that installed ``plugin`` came from, while the file is still its own."""
-    rec = installed_record(plugin)
+    rec = installed_record(plugin)  # None too when built or replaced since
     if rec is None:
         return ""
-    st = plugin.stat()
-    if (rec.get("plugin_size"), rec.get("plugin_mtime_ns")) != (st.st_size, st.st_mtime_ns):
-        return ""  # built or replaced since
     return f"{rec.get('origin', '?')}, sha256 {str(rec.get('pack_sha256', '?'))[:12]}"
 
 

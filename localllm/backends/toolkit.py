@@ -7,14 +7,12 @@ into a log.  cmake and ninja come from the package index when the machine
 has none (they are on PyPI as wheels); the build says so first, with what goes
 where and how to avoid it.
 
-Every Python tool runs as ``python -I`` in a folder of ours (``pip_argv``,
-``work_dir``): ``python -m pip`` would otherwise put the working folder first on
-``sys.path``, and a ``pip.py`` where the user stands would run instead of pip.
-For the same reason a relative entry in ``PATH`` ("." or an empty one) is not
-searched for tools.
+Every Python tool runs isolated, in a folder of ours (``isolated``); for the
+same reason a relative entry in ``PATH`` ("." or an empty one) is not searched
+for tools.
 
 CUDA without ``nvcc`` is not a dead end: ``check_cuda`` then picks NVIDIA's
-compiler from the package index (``cuda_wheels``) and leaves the download to the
+compiler from the package index (``cuda.wheels``) and leaves the download to the
 build, which says what and how big first.  Either way a CUDA build compiles only
 what this machine runs: machine code for its GPUs' own architectures (no PTX for
 others), the flash-attention kernels of the KV cache types localllm offers, and
@@ -32,11 +30,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from localllm.backends import cuda_wheels
+from localllm.backends import vulkan_check
 from localllm.backends.catalog import Backend
+from localllm.backends.cuda import wheels as cuda_wheels
+from localllm.backends.isolated import pip_argv, work_dir
 from localllm.errors import LocalLLMError
-
-MIN_VULKAN_HEADER = 261  # vk::LayerSettingEXT (VK_EXT_layer_settings), used by ggml-vulkan
 
 
 class ToolkitMissing(LocalLLMError):
@@ -52,21 +50,6 @@ class Toolkit:
     env: dict[str, str] = field(default_factory=dict)
     # CUDA from the package index, and why that set: the build installs it (after asking).
     wheels: tuple[cuda_wheels.WheelSet, str] | None = None
-
-
-def pip_argv(*args: str) -> list[str]:
-    """This Python's pip, isolated: ``-I`` keeps the working folder (and PYTHON* variables)
-    off ``sys.path``, so no ``pip.py`` lying around can stand in for pip."""
-    return [sys.executable, "-I", "-m", "pip", *args]
-
-
-def work_dir() -> Path:
-    """A folder of ours to start tools in (the cache), never the user's working folder."""
-    from localllm import paths
-
-    folder = paths.cache().absolute()
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
 
 
 def _run(argv: list[str], timeout: float = 10.0) -> str:
@@ -216,39 +199,12 @@ def _cublas_header(nvcc: str, home: str) -> Path | None:
     return next((d / "cublas_v2.h" for d in dirs if (d / "cublas_v2.h").is_file()), None)
 
 
-def vulkan_header_version(include_dirs: list[str]) -> tuple[int, str]:
-    """(VK_HEADER_VERSION, path) of the first vulkan_core.h found; (0, "") if none."""
-    for d in include_dirs:
-        path = Path(d) / "vulkan" / "vulkan_core.h"
-        if path.is_file():
-            m = re.search(r"#define\s+VK_HEADER_VERSION\s+(\d+)", path.read_text(errors="replace"))
-            return (int(m.group(1)) if m else 0), str(path)
-    return 0, ""
-
-
 def check_vulkan() -> tuple[list[str], list[str], dict[str, str]]:
-    sdk = os.environ.get("VULKAN_SDK", "")
-    dirs = [str(Path(sdk) / "include")] if sdk else []
-    dirs += ["/usr/include", "/usr/local/include"]
-    version, path = vulkan_header_version(dirs)
-    if not path:
-        raise ToolkitMissing(
-            "the Vulkan plugin needs the Vulkan headers (vulkan/vulkan_core.h):"
-            " install libvulkan-dev or the LunarG Vulkan SDK and set VULKAN_SDK"
-        )
-    if version < MIN_VULKAN_HEADER:
-        raise ToolkitMissing(
-            f"the Vulkan headers at {path} are 1.3.{version}, and this llama.cpp's Vulkan "
-            f"backend needs 1.3.{MIN_VULKAN_HEADER} or newer (vk::LayerSettingEXT): install the "
-            "LunarG Vulkan SDK and set VULKAN_SDK, or use a newer distribution's packages"
-        )
-    glslc = _which("glslc", str(Path(sdk) / "bin") if sdk else "")
-    if not glslc:
-        raise ToolkitMissing(
-            "the Vulkan plugin needs glslc to compile its shaders: install "
-            "glslc (Debian/Ubuntu package 'glslc') or the LunarG Vulkan SDK"
-        )
-    return [], [f"Vulkan headers 1.3.{version} ({path})", f"glslc at {glslc}"], {}
+    """Headers, loader, glslc and SPIRV-Headers (``vulkan_check``), all named when missing."""
+    found = vulkan_check.check()
+    if found.missing or found.old_headers:
+        raise ToolkitMissing(found.message())
+    return [], list(found.notes), {}
 
 
 def check_rocm(arch: str | None) -> tuple[list[str], list[str], dict[str, str]]:

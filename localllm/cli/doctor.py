@@ -17,12 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from localllm.hardware.detect import Hardware
+from localllm.cli.doctor_report import Report, collect
 
 
 def register(sub: Any) -> None:
@@ -34,150 +31,25 @@ def register(sub: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def local_workers() -> list[dict[str, Any]]:
-    """``localllm worker`` processes running here (their state files), live ones only."""
-    import json as _json
-    import os
-
-    from localllm import paths
-
-    out = []
-    for f in sorted(paths.run_dir().glob("worker-*.json")) if paths.run_dir().is_dir() else []:
-        try:
-            info = _json.loads(f.read_text())
-            os.kill(int(info["pid"]), 0)
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        out.append(info)
-    return out
-
-
-def cuda_report(hw: Hardware) -> dict[str, str] | None:
-    """Where the installed CUDA plugin takes cuBLAS and the CUDA runtime from, and its state
-    ("no CUDA device" where no driver or GPU is); None when there is no CUDA plugin."""
-    from localllm import paths
-    from localllm.backends import catalog, cuda_runtime
-
-    cuda = catalog.get("cuda")
-    plugin = paths.backends() / hw.ggml_version / cuda.filename if hw.ggml_version else None
-    if plugin is None or not plugin.is_file():
-        return None
-    rep: dict[str, Any] = next((p for p in hw.plugins if p.get("file") == plugin.name), {})
-    devices = [d.name for d in hw.devices if d.library in cuda.libraries]
-    return {
-        "plugin": str(plugin),
-        "runtime": cuda_runtime.describe(plugin),
-        "state": cuda_runtime.explain(
-            str(rep.get("error") or ""), bool(rep.get("loaded")), devices
-        ),
-    }
-
-
-def collect() -> dict[str, Any]:
-    """The whole report as plain data (what ``--json`` prints)."""
-    from localllm import __version__, config, paths
-    from localllm.backends.catalog import wanted_backends
-    from localllm.backends.core import lib_dir as core_lib_dir
-    from localllm.hardware.detect import detect
-    from localllm.scheduler.repack import describe as describe_repack
-    from localllm.template.jinja_version import jinja_problem, jinja_version
-
-    hw = detect(refresh=True)
-    jinja = jinja_problem()
-    libraries = {d.library for d in hw.devices if d.is_gpu}
-    wanted = [w for w in wanted_backends(hw.gpus_present, libraries) if w.command]
-    return {
-        "version": __version__,
-        "python": {"version": platform.python_version(), "executable": sys.executable},
-        "platform": platform.platform(),
-        "native": {
-            "ok": hw.native_ok,
-            "error": hw.native_error,
-            "build": hw.build_info,
-            "system_info": hw.system_info,
-            "core": str(core_lib_dir()),
-        },
-        "devices": [
-            {
-                "name": d.name,
-                "description": d.description,
-                "kind": d.kind,
-                "library": d.library,
-                "free": d.free,
-                "total": d.total,
-            }
-            for d in hw.devices
-        ],
-        "gpus_present": [
-            {
-                "vendor": g.vendor,
-                "name": g.name,
-                "driver": g.driver,
-                "total": g.total,
-                "free": g.free,
-            }
-            for g in hw.gpus_present
-        ],
-        "cpu": {
-            "model": hw.cpu.model,
-            "arch": hw.cpu.arch,
-            "physical_cores": hw.cpu.physical_cores,
-            "logical_cores": hw.cpu.logical_cores,
-            "total_ram": hw.cpu.total_ram,
-            "available_ram": hw.cpu.available_ram,
-            "flags": list(hw.cpu.flags),
-            "repack": describe_repack(
-                config.CPU_REPACK.get(), next((d for d in hw.devices if d.kind == "cpu"), None)
-            ),
-        },
-        "paths": {
-            "home": str(paths.home()),
-            "models": str(paths.models()),
-            "backends": str(paths.backends()),
-        },
-        "templates": {"jinja2": jinja_version(), "ok": jinja is None, "problem": jinja},
-        "ggml_version": hw.ggml_version,
-        "plugins": list(hw.plugins),
-        "cuda": cuda_report(hw),
-        "workers": [
-            {
-                "endpoint": w.endpoint,
-                "state": w.state,
-                "version": w.version,
-                "error": w.error,
-                "devices": [{"name": d.name, "free": d.free, "total": d.total} for d in w.devices],
-            }
-            for w in hw.workers
-        ],
-        "local_workers": local_workers(),
-        "hints": list(hw.hints)
-        + [
-            f"localllm worker on {w['endpoint']} accepts connections from other hosts: "
-            "ggml RPC has no authentication, so anyone who can reach it can read and write "
-            "the worker's memory (remote code execution as its user); firewall it or use an "
-            "SSH tunnel"
-            for w in local_workers()
-            if w.get("exposed")
-        ]
-        + ([jinja] if jinja else []),
-        "fixes": [w.command for w in wanted],
-        "ollama_settings": [
-            {"setting": ours, "from": theirs} for ours, theirs in config.ollama_fallbacks()
-        ],
-    }
-
-
-def render(report: dict[str, Any]) -> str:
+def render(report: Report) -> str:
     """The human-readable report."""
-    from localllm.cli.output import table
-    from localllm.scheduler.estimate import fmt_bytes
-
     py = report["python"]
-    native = report["native"]
     lines = [
         f"localllm {report['version']}  (Python {py['version']}, {py['executable']})",
         f"Platform:   {report['platform']}",
+        *_render_native(report),
+        *_render_devices(report),
+        *_render_workers(report),
+        *_render_machine(report),
     ]
+    if report["hints"]:
+        lines += ["", "Hints:"] + [f"  - {h}" for h in report["hints"]]
+    return "\n".join(lines)
+
+
+def _render_native(report: Report) -> list[str]:
+    native = report["native"]
+    lines = []
     if native["ok"]:
         b = native["build"]
         llama = b.get("llama_version") or "unknown"
@@ -205,6 +77,14 @@ def render(report: dict[str, Any]) -> str:
             else "REFUSED: Jinja chat templates will not render (see hints)"
         )
     )
+    return lines
+
+
+def _render_devices(report: Report) -> list[str]:
+    """ggml's devices, the plugins the probe tried, where CUDA's runtime comes from."""
+    from localllm.cli.output import table
+    from localllm.scheduler.estimate import fmt_bytes
+
     rows = [
         (
             d["name"],
@@ -216,7 +96,7 @@ def render(report: dict[str, Any]) -> str:
         )
         for d in report["devices"]
     ]
-    lines += ["", "Devices the engine can use:"]
+    lines = ["", "Devices the engine can use:"]
     lines += [
         "  " + ln
         for ln in table(
@@ -228,9 +108,17 @@ def render(report: dict[str, Any]) -> str:
         for p in report["plugins"]:
             state = f"loaded ({p['backend']})" if p["loaded"] else f"FAILED: {p['error']}"
             lines.append(f"  {p['file']}: {state}")
-    if report.get("cuda"):
-        c = report["cuda"]
+    c = report["cuda"]
+    if c:
         lines.append(f"CUDA runtime: {c['runtime']}" + (f"; {c['state']}" if c["state"] else ""))
+    return lines
+
+
+def _render_workers(report: Report) -> list[str]:
+    """RPC workers configured and running here, and the GPUs the drivers report."""
+    from localllm.scheduler.estimate import fmt_bytes
+
+    lines = []
     if report["workers"]:
         lines += ["", "RPC workers (LOCALLLM_RPC_WORKERS):"]
         for w in report["workers"]:
@@ -240,18 +128,27 @@ def render(report: dict[str, Any]) -> str:
             )
             detail = devs if w["state"] == "ready" else f"{w['error']} {devs}".strip()
             lines.append(f"  {w['endpoint']}: {w['state']}; {detail}")
-    for w in report["local_workers"]:
+    for here in report["local_workers"]:
         lines.append(
-            f"Worker running here: {w['endpoint']} serving {', '.join(w.get('devices', []))}"
+            f"Worker running here: {here.get('endpoint')} serving "
+            + ", ".join(here.get("devices", []))
         )
     if report["gpus_present"]:
         lines += ["", "GPUs reported by drivers:"]
         for g in report["gpus_present"]:
             mem = f", {fmt_bytes(g['total'])}" if g["total"] else ""
             drv = f", driver {g['driver']}" if g["driver"] else ""
-            lines.append(f"  {g['vendor']}: {g['name']}{drv}{mem}")
+            shared = ", shares system RAM" if g.get("integrated") else ""
+            lines.append(f"  {g['vendor']}: {g['name']}{drv}{mem}{shared}")
+    return lines
+
+
+def _render_machine(report: Report) -> list[str]:
+    """CPU, RAM, the data paths and the Ollama settings taken over."""
+    from localllm.scheduler.estimate import fmt_bytes
+
     cpu = report["cpu"]
-    lines += [
+    lines = [
         "",
         f"CPU:        {cpu['model']} ({cpu['arch']}), {cpu['physical_cores']} physical / "
         f"{cpu['logical_cores']} logical cores",
@@ -264,14 +161,12 @@ def render(report: dict[str, Any]) -> str:
     ]
     for o in report["ollama_settings"]:
         lines.append(f"Setting:    {o['setting']} is taken from {o['from']} (Ollama's)")
-    if report["hints"]:
-        lines += ["", "Hints:"] + [f"  - {h}" for h in report["hints"]]
-    return "\n".join(lines)
+    return lines
 
 
 def fix(commands: list[str]) -> int:
-    """Each build command, after ``backends get`` of the same plugin failed: a verified
-    prebuilt pack takes seconds, a build minutes to an hour (DESIGN §3)."""
+    """For each plugin a fix names: ``backends get`` first, ``backends build`` when that
+    fails: a verified prebuilt pack takes seconds, a build minutes to an hour (DESIGN §3)."""
     from localllm import children
 
     for cmd in commands:
@@ -281,8 +176,8 @@ def fix(commands: list[str]) -> int:
         if children.run("localllm.cli.main", "backends", "get", name).returncode == 0:
             continue
         print(f"No prebuilt {name} plugin was installed (see above); building it instead.")
-        print(f"Running: {cmd}", flush=True)
-        if children.run("localllm.cli.main", *cmd.split()[1:]).returncode != 0:
+        print(f"Running: localllm backends build {name}", flush=True)
+        if children.run("localllm.cli.main", "backends", "build", name).returncode != 0:
             return 1
     return 0
 

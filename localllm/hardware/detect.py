@@ -1,4 +1,4 @@
-"""What this machine offers the engine: ggml's devices, the CPU, and hints about the rest.
+"""What this machine offers the engine: ggml's devices, the CPU, the GPUs the drivers see.
 
 ``detect()`` runs ``python -m localllm.engine.probe_child`` in a child process with
 a timeout (the daemon never imports the native module: a crash while ggml
@@ -6,7 +6,8 @@ initialises a GPU backend or loads a plugin must not take it down), merges the
 answer with the CPU facts, the driver probes and the RPC workers' devices
 (asked over the wire by ``hardware.rpc``), and caches the result for the
 process.  When the native module is missing or broken it says so, with the
-error text, and offers one CPU device so planning still works.
+error text, and offers one CPU device so planning still works.  Facts only: what
+to do about them (a GPU without its plugin) is ``backends/advice.py``'s.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import signal
 import subprocess
 import threading
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, cast
 
 from localllm.hardware.cpu import CPUInfo, available_ram, cpu_info
 from localllm.hardware.cpu_buffers import ExtraBuffer, parse_extra_buffers
@@ -25,7 +26,7 @@ from localllm.hardware.rpc import WorkerStatus
 
 DeviceKind = Literal["cpu", "gpu", "igpu", "accel"]
 PROBE_TIMEOUT_S = 30.0
-_KINDS: dict[Any, DeviceKind] = {
+_KINDS: dict[str | int, DeviceKind] = {
     "cpu": "cpu",
     "gpu": "gpu",
     "igpu": "igpu",
@@ -37,6 +38,42 @@ _KINDS: dict[Any, DeviceKind] = {
 }
 # ggml device names are "<backend><index>"; a few backends use other spellings.
 _LIBRARY_ALIASES = {"MTL": "Metal", "HIP": "ROCm", "VULKAN": "Vulkan", "CANN": "CANN"}
+BuildInfo = dict[str, object]  # binding.build_info(): strings and flags, passed on as read
+
+
+class ProbeDevice(TypedDict, total=False):
+    """One device of the probe child's answer (``engine/probe_child.py``)."""
+
+    name: str
+    description: str
+    type: str | int  # "cpu" | "gpu" | "igpu" | "accel", or ggml's enum value
+    free: int
+    total: int
+    host_buffer: bool
+    registry: str
+
+
+class PluginReport(TypedDict, total=False):
+    """What the probe child made of one plugin file."""
+
+    file: str
+    path: str
+    loaded: bool
+    backend: str  # the ggml registry it brought, "" when it did not load
+    error: str
+
+
+class ProbeAnswer(TypedDict, total=False):
+    """The probe child's answer, or ``{"ok": False, "error": ...}`` when it gave none."""
+
+    ok: bool
+    error: str
+    devices: list[ProbeDevice]
+    plugins: list[PluginReport]
+    ggml_version: str
+    system_info: str
+    build_info: BuildInfo
+    cpu_buffers: list[object]  # parsed by cpu_buffers.parse_extra_buffers
 
 
 @dataclass(frozen=True)
@@ -73,11 +110,10 @@ class Hardware:
     native_ok: bool
     native_error: str  # "" when the native module loaded
     system_info: str  # llama_print_system_info()
-    build_info: dict[str, Any] = field(default_factory=dict, hash=False)
+    build_info: BuildInfo = field(default_factory=dict, hash=False)
     gpus_present: tuple[GPUProbe, ...] = ()  # what the drivers report, usable or not
-    hints: tuple[str, ...] = ()
     ggml_version: str = ""  # the core's; plugins must be built for it
-    plugins: tuple[dict[str, Any], ...] = ()  # one report per plugin file the probe tried
+    plugins: tuple[PluginReport, ...] = ()  # one report per plugin file the probe tried
     workers: tuple[WorkerStatus, ...] = ()  # LOCALLLM_RPC_WORKERS as last seen
 
     @property
@@ -96,10 +132,10 @@ def library_of(name: str) -> str:
     return _LIBRARY_ALIASES.get(base.upper(), base)
 
 
-def device_from_probe(raw: dict[str, Any], cpu_buffers: tuple[ExtraBuffer, ...] = ()) -> Device:
+def device_from_probe(raw: ProbeDevice, cpu_buffers: tuple[ExtraBuffer, ...] = ()) -> Device:
     """A probe's device; the CPU device carries ``cpu_buffers``, its extra buffer types."""
     name = str(raw.get("name", "?"))
-    kind = _KINDS.get(raw.get("type"), "accel")
+    kind = _KINDS.get(raw.get("type", ""), "accel")
     return Device(
         name=name,
         description=str(raw.get("description", "")),
@@ -124,7 +160,7 @@ def _with_ram(dev: Device, cpu: CPUInfo) -> Device:
     return dev
 
 
-def run_probe(timeout: float = PROBE_TIMEOUT_S, argv: list[str] | None = None) -> dict[str, Any]:
+def run_probe(timeout: float = PROBE_TIMEOUT_S, argv: list[str] | None = None) -> ProbeAnswer:
     """Run the probe child; its JSON answer, or ``{"ok": False, "error": ...}``.
 
     ``argv`` replaces the child's command line (tests use it to simulate crashes).
@@ -147,14 +183,14 @@ def run_probe(timeout: float = PROBE_TIMEOUT_S, argv: list[str] | None = None) -
     return parse_probe_output(out.returncode, out.stdout, out.stderr)
 
 
-def parse_probe_output(returncode: int, stdout: str, stderr: str) -> dict[str, Any]:
+def parse_probe_output(returncode: int, stdout: str, stderr: str) -> ProbeAnswer:
     for line in reversed(stdout.strip().splitlines()):
         try:
             answer = json.loads(line)
         except ValueError:
             continue
         if isinstance(answer, dict) and "ok" in answer:
-            return answer
+            return cast(ProbeAnswer, answer)  # its fields are checked where they are read
     tail = " | ".join(stderr.strip().splitlines()[-3:])
     if returncode < 0:
         try:
@@ -164,36 +200,6 @@ def parse_probe_output(returncode: int, stdout: str, stderr: str) -> dict[str, A
     else:
         what = f"exited with status {returncode} without an answer"
     return {"ok": False, "error": f"native probe {what}" + (f": {tail}" if tail else "")}
-
-
-def hints_for(
-    devices: tuple[Device, ...],
-    gpus: list[GPUProbe],
-    native_ok: bool,
-    native_error: str,
-    plugins: tuple[dict[str, Any], ...] = (),
-) -> list[str]:
-    """Advice for a human: a GPU without its plugin, a plugin that failed, no native module."""
-    from localllm.backends.catalog import wanted_backends
-
-    hints = []
-    if not native_ok:
-        hints.append(
-            f"The native module is not usable ({native_error}); "
-            "reinstall localllm (pip install --force-reinstall localllm) so native/ is "
-            "compiled. Models cannot run until it loads."
-        )
-        return hints
-    for p in plugins:
-        if not p.get("loaded"):
-            hints.append(
-                f"Backend plugin {p.get('file')} did not load: {p.get('error')}. "
-                "Rebuild it with 'localllm backends build NAME' or remove it."
-            )
-    libraries = {d.library for d in devices if d.is_gpu}
-    for want in wanted_backends(gpus, libraries):
-        hints.append(want.hint)
-    return hints
 
 
 def remote_devices(workers: tuple[WorkerStatus, ...]) -> tuple[Device, ...]:
@@ -206,7 +212,7 @@ def remote_devices(workers: tuple[WorkerStatus, ...]) -> tuple[Device, ...]:
 
 
 def build_hardware(
-    answer: dict[str, Any],
+    answer: ProbeAnswer,
     cpu: CPUInfo,
     gpus: list[GPUProbe],
     workers: tuple[WorkerStatus, ...] = (),
@@ -237,7 +243,6 @@ def build_hardware(
         system_info=str(answer.get("system_info") or ""),
         build_info=build if isinstance(build, dict) else ({"info": build} if build else {}),
         gpus_present=tuple(gpus),
-        hints=tuple(hints_for(devices, gpus, ok, error, plugins)),
         ggml_version=str(answer.get("ggml_version") or ""),
         plugins=plugins,
         workers=workers,
@@ -284,6 +289,11 @@ def detect(refresh: bool = False, timeout: float = PROBE_TIMEOUT_S) -> Hardware:
         if _cached is None or refresh:
             _cached = build_hardware(run_probe(timeout), cpu_info(), probe_all(), query_workers())
         return _cached
+
+
+def cached() -> Hardware | None:
+    """The last detection's answer, None before the first: never probes, never waits."""
+    return _cached
 
 
 def refresh_memory(timeout: float = PROBE_TIMEOUT_S) -> Hardware:

@@ -5,6 +5,9 @@ wheel on a machine with an RTX card shows nothing but "CPU".  These probes look
 at the driver files and vendor tools directly, so ``detect`` can say "there is
 a GPU here, rebuild with CUDA".  Every probe is cheap, has a timeout and never
 raises: a broken vendor tool means "no information", not a failed doctor.
+Intel GPUs, and AMD GPUs that KFD does not list, come from the DRM sysfs
+(``hardware/drm.py``), which also tells an integrated GPU (an APU) from a card.
+These are facts only; which plugin a GPU wants is ``backends/advice.py``'s.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from localllm.hardware import drm
+
 MiB = 1024 * 1024
 TOOL_TIMEOUT_S = 5.0
 
@@ -28,11 +33,12 @@ Runner = Callable[[list[str]], str | None]
 class GPUProbe:
     """A GPU seen by its driver; memory in bytes, 0 when unknown."""
 
-    vendor: Literal["nvidia", "amd", "apple"]
+    vendor: Literal["nvidia", "amd", "intel", "apple"]
     name: str
     driver: str = ""
     total: int = 0
     free: int = 0
+    integrated: bool = False  # shares system RAM: an AMD APU, an Intel iGPU
 
 
 def run_tool(argv: list[str]) -> str | None:
@@ -94,11 +100,14 @@ def parse_kfd_properties(text: str) -> dict[str, int]:
     return props
 
 
-def probe_amd(root: Path = Path("/"), run: Runner = run_tool) -> list[GPUProbe]:
-    """AMD GPUs from the KFD topology (what ROCm itself enumerates)."""
+def probe_amd(
+    root: Path = Path("/"), run: Runner = run_tool, cards: list[drm.DRMCard] | None = None
+) -> list[GPUProbe]:
+    """AMD GPUs from the KFD topology (what ROCm itself enumerates), else from DRM ``cards``."""
+    cards = drm.cards(root) if cards is None else cards
     nodes_dir = root / "sys/class/kfd/kfd/topology/nodes"
     if not nodes_dir.is_dir():
-        return []
+        return [_from_card(c) for c in cards if c.vendor == "amd"]
     driver = ""
     try:
         driver = (root / "sys/module/amdgpu/version").read_text().strip()
@@ -132,10 +141,39 @@ def probe_amd(root: Path = Path("/"), run: Runner = run_tool) -> list[GPUProbe]:
             if (node / "mem_banks").is_dir()
             else 0
         )
-        gpus.append(GPUProbe("amd", name, driver, total))
+        gpus.append(GPUProbe("amd", name, driver, total, integrated=_kfd_apu(props, cards)))
+    if not gpus:
+        gpus = [_from_card(c) for c in cards if c.vendor == "amd"]
     if not gpus and run(["rocm-smi", "--showproductname"]):
         gpus = [GPUProbe("amd", "AMD GPU", driver)]
     return gpus
+
+
+def _kfd_apu(props: dict[str, int], cards: list[drm.DRMCard]) -> bool:
+    """A KFD GPU node is an APU's: it has CPU cores too, or DRM says so of its device id."""
+    device_id = props.get("device_id", -1)
+    return (
+        props.get("cpu_cores_count", 0) > 0
+        or device_id in drm.AMD_APU_DEVICE_IDS
+        or any(c.integrated for c in cards if c.vendor == "amd" and c.device_id == device_id)
+    )
+
+
+def _from_card(card: drm.DRMCard) -> GPUProbe:
+    kind = "integrated GPU" if card.integrated else "GPU"
+    label = {"intel": "Intel", "amd": "AMD"}[card.vendor]
+    return GPUProbe(
+        card.vendor,
+        f"{label} {kind} ({card.pci_id})",
+        card.driver,
+        card.vram,
+        integrated=card.integrated,
+    )
+
+
+def probe_intel(cards: list[drm.DRMCard]) -> list[GPUProbe]:
+    """Intel GPUs (integrated or Arc) from the DRM ``cards``; no vendor tool is needed."""
+    return [_from_card(c) for c in cards if c.vendor == "intel"]
 
 
 def probe_apple() -> list[GPUProbe]:
@@ -146,4 +184,10 @@ def probe_apple() -> list[GPUProbe]:
 
 def probe_all(root: Path = Path("/"), run: Runner = run_tool) -> list[GPUProbe]:
     """Every GPU the drivers on this machine report."""
-    return [*probe_nvidia(root, run), *probe_amd(root, run), *probe_apple()]
+    cards = drm.cards(root)
+    return [
+        *probe_nvidia(root, run),
+        *probe_amd(root, run, cards),
+        *probe_intel(cards),
+        *probe_apple(),
+    ]

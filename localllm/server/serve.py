@@ -149,7 +149,7 @@ def report_hardware() -> None:
     data folder (a marker file remembers), so the hint is seen but not nagged.
     """
     from localllm import paths
-    from localllm.backends.catalog import wanted_backends
+    from localllm.backends.advice import wanted
     from localllm.hardware.detect import detect
 
     try:
@@ -164,8 +164,7 @@ def report_hardware() -> None:
             log.warning("backend plugin %s did not load: %s", p.get("file"), p.get("error"))
     for w in hw.workers:
         log.info("RPC worker %s: %s%s", w.endpoint, w.state, f" ({w.error})" if w.error else "")
-    libraries = {d.library for d in hw.devices if d.is_gpu}
-    for want in wanted_backends(hw.gpus_present, libraries):
+    for want in wanted(hw):
         if not want.backend:
             log.warning("%s", want.hint)
             continue

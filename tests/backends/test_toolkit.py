@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from localllm.backends import catalog, toolkit
-from localllm.backends.catalog import wanted_backends
+from localllm.backends import catalog, toolkit, vulkan_check
+from localllm.backends.advice import wanted_backends
 from localllm.errors import InvalidRequest
 from localllm.hardware.probes import GPUProbe
 from tests.support.backend_build import plant_pip
@@ -69,7 +69,7 @@ def test_old_vulkan_headers_are_refused_before_compiling(
     inc.mkdir(parents=True)
     (inc / "vulkan_core.h").write_text("#define VK_HEADER_VERSION 239\n")
     monkeypatch.setenv("VULKAN_SDK", str(tmp_path / "sdk"))
-    assert toolkit.vulkan_header_version([str(tmp_path / "sdk" / "include")])[0] == 239
+    assert vulkan_check.vulkan_header_version([str(tmp_path / "sdk" / "include")])[0] == 239
     with pytest.raises(toolkit.ToolkitMissing, match=r"1\.3\.239.*needs 1\.3\.261 or newer"):
         toolkit.check_vulkan()
     (inc / "vulkan_core.h").write_text("#define VK_HEADER_VERSION 290\n")

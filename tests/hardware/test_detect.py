@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from localllm.backends.advice import hints
 from localllm.hardware import detect as detect_mod
 from localllm.hardware.cpu import CPUInfo
 from localllm.hardware.detect import (
@@ -54,7 +55,7 @@ def test_native_devices_map_to_device() -> None:
         CPU,
         [NVIDIA],
     )
-    assert hw.native_ok and hw.native_error == "" and hw.hints == ()
+    assert hw.native_ok and hw.native_error == "" and hints(hw) == ()
     cuda = hw.gpus[0]
     assert (cuda.name, cuda.kind, cuda.library, cuda.free) == ("CUDA0", "gpu", "CUDA", 23 * GiB)
     # ggml reports total RAM as the CPU's free memory; MemAvailable is the truth.
@@ -65,20 +66,20 @@ def test_native_devices_map_to_device() -> None:
 
 def test_gpu_present_without_its_plugin_names_the_one_build_command() -> None:
     hw = build_hardware({"ok": True, "devices": [CPU_DEV]}, CPU, [NVIDIA])
-    assert len(hw.hints) == 1
-    hint = hw.hints[0]
+    assert len(hints(hw)) == 1
+    hint = hints(hw)[0]
     assert "NVIDIA GPU found (NVIDIA GeForce RTX 4090, driver 550.54.14)" in hint
     assert "no NVIDIA CUDA plugin is loaded" in hint
     assert "'localllm backends build cuda'" in hint and "pip" not in hint
     amd = build_hardware(
         {"ok": True, "devices": [CPU_DEV]}, CPU, [GPUProbe("amd", "AMD Radeon RX 7900 XTX")]
     )
-    assert "'localllm backends build rocm'" in amd.hints[0]
-    assert "'localllm backends build vulkan'" in amd.hints[0]
+    assert "'localllm backends build rocm'" in hints(amd)[0]
+    assert "'localllm backends build vulkan'" in hints(amd)[0]
     apple = build_hardware(
         {"ok": True, "devices": [CPU_DEV]}, CPU, [GPUProbe("apple", "Apple Silicon GPU")]
     )
-    assert "no Metal" in apple.hints[0]
+    assert "no Metal" in hints(apple)[0]
 
 
 def test_a_loaded_plugin_silences_the_hint_and_a_failed_one_is_reported() -> None:
@@ -90,12 +91,12 @@ def test_a_loaded_plugin_silences_the_hint_and_a_failed_one_is_reported() -> Non
         "total": 2 * GiB,
     }
     ok = build_hardware({"ok": True, "devices": [CPU_DEV, cuda]}, CPU, [NVIDIA])
-    assert ok.hints == ()
+    assert hints(ok) == ()
     # Vulkan serves an NVIDIA card too: no CUDA hint then.
     vk = build_hardware(
         {"ok": True, "devices": [CPU_DEV, {**cuda, "name": "Vulkan0"}]}, CPU, [NVIDIA]
     )
-    assert vk.hints == ()
+    assert hints(vk) == ()
     failed = build_hardware(
         {
             "ok": True,
@@ -113,8 +114,8 @@ def test_a_loaded_plugin_silences_the_hint_and_a_failed_one_is_reported() -> Non
         CPU,
         [NVIDIA],
     )
-    assert any("libggml-cuda.so did not load: libcudart.so.12" in h for h in failed.hints)
-    assert any("localllm backends build cuda" in h for h in failed.hints)
+    assert any("libggml-cuda.so did not load: libcudart.so.12" in h for h in hints(failed))
+    assert any("localllm backends build cuda" in h for h in hints(failed))
 
 
 def test_rpc_workers_devices_join_the_device_list_as_gpus() -> None:
@@ -140,7 +141,7 @@ def test_broken_native_module_falls_back_to_a_cpu_device() -> None:
     assert not hw.native_ok and "libllama.so" in hw.native_error
     assert [d.name for d in hw.devices] == ["CPU"]
     assert hw.devices[0].free == CPU.available_ram and hw.devices[0].total == CPU.total_ram
-    assert "native module is not usable" in hw.hints[0] and "libllama.so" in hw.hints[0]
+    assert "native module is not usable" in hints(hw)[0] and "libllama.so" in hints(hw)[0]
 
 
 def test_probe_output_parsing() -> None:
@@ -253,4 +254,4 @@ def test_metal_is_reported_as_such_with_unified_memory() -> None:
     )
     (gpu,) = hw.gpus
     assert gpu.library == "Metal" and gpu.unified_memory and gpu.is_gpu
-    assert hw.hints == ()  # Metal serves the Apple GPU: nothing to build
+    assert hints(hw) == ()  # Metal serves the Apple GPU: nothing to build
