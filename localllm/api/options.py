@@ -14,10 +14,10 @@ is": ``num_thread`` to this machine's CPUs, ``num_batch`` to ``num_ctx`` (as
 llama.cpp does for causal models), ``repeat_last_n`` past the context to the
 whole context (-1).  The rest are a 400 naming the limit.
 
-The result is split into the engine's :class:`SamplingParams`, the per-request
-fields of :class:`~localllm.runner.messages.CompletionRequest` and
-:class:`LoadFields`, the load-time options the scheduler compares to decide on
-a reload.
+What this module returns is the checked map of every option's value
+(:func:`merge_options`), in Ollama's names; ``inference.options`` splits it into
+the engine's types (sampling, per-request fields, load fields), so the wire's
+rules stay free of the runner's.
 """
 
 from __future__ import annotations
@@ -26,14 +26,12 @@ import logging
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 from typing import Any
 
-from localllm.api.speculation import Speculation, check_speculation, speculation
+from localllm.api.speculation import check_speculation
 from localllm.api.thinkbudget import check_budget_options
 from localllm.config import parse_duration
 from localllm.errors import InvalidRequest
-from localllm.runner.messages import LoadOptions, SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -139,55 +137,6 @@ OLLAMA_DEFAULTS: dict[str, Any] = {
     "think_budget": None,  # None: no limit, unless the request's think level sets one
     "think_budget_message": "",
 }
-
-
-@dataclass(frozen=True)
-class LoadFields:
-    """Load-time options; a runner loaded with different values must be reloaded.
-
-    ``None`` (and ``num_gpu == -1``) mean "automatic", which compares equal to
-    itself, so two automatic requests never force a reload.
-    """
-
-    num_ctx: int | None = None
-    num_batch: int = 512
-    num_gpu: int = -1
-    main_gpu: int | None = None
-    use_mmap: bool | None = None
-    num_thread: int = 0
-    num_parallel: int | None = None
-
-    def apply(self, base: LoadOptions) -> LoadOptions:
-        """``base`` with every explicitly chosen field overridden."""
-        # num_batch is the micro-batch (Ollama's runner computes one num_batch at a time);
-        # a step may still hold several of them (LoadOptions.n_batch).
-        out = replace(base, n_batch=max(base.n_batch, self.num_batch), n_ubatch=self.num_batch)
-        if self.num_ctx is not None:
-            out.n_ctx = self.num_ctx
-        if self.num_gpu >= 0:
-            out.n_gpu_layers = self.num_gpu
-        if self.main_gpu is not None:
-            out.main_gpu = self.main_gpu
-        if self.use_mmap is not None:
-            out.use_mmap = self.use_mmap
-        if self.num_thread > 0:
-            out.n_threads = self.num_thread
-        if self.num_parallel is not None:
-            out.n_parallel = self.num_parallel
-        return out
-
-
-@dataclass
-class ResolvedOptions:
-    """The merged, validated options of one request."""
-
-    sampling: SamplingParams
-    load: LoadFields
-    num_predict: int = -1
-    stop: list[str] = field(default_factory=list)
-    num_keep: int = 4
-    speculation: Speculation = field(default_factory=Speculation)
-    values: dict[str, Any] = field(default_factory=dict)  # the merged map, for /api/show etc.
 
 
 def _type_error(key: str, kind: str) -> InvalidRequest:
@@ -346,19 +295,18 @@ def _check_ranges(v: dict[str, Any]) -> None:
     _clamp(v)
 
 
-def resolve_options(
+def merge_options(
     model_params: Mapping[str, Any] | None,
     request_options: Mapping[str, Any] | None,
     *,
     defaults: Mapping[str, Any] | None = None,
-    has_draft: bool = False,
-) -> ResolvedOptions:
-    """Merge Ollama's defaults <- ``defaults`` (server settings) <- model params <- request.
+) -> dict[str, Any]:
+    """Merge Ollama's defaults <- ``defaults`` (server settings) <- model params <- request,
+    checked: every option's value, by name.
 
     ``model_params`` is the model's params layer (Modelfile PARAMETERs; numeric
     strings are accepted there); ``request_options`` is the request's
-    ``options`` object, typed strictly.  ``has_draft``: the model has a draft
-    model, so speculation defaults to it.  Raises :class:`InvalidRequest`.
+    ``options`` object, typed strictly.  Raises :class:`InvalidRequest`.
     """
     values: dict[str, Any] = {
         k: (list(v) if isinstance(v, list) else v) for k, v in OLLAMA_DEFAULTS.items()
@@ -367,36 +315,7 @@ def resolve_options(
     _merge_layer(values, model_params, from_text=True, origin="model parameters")
     _merge_layer(values, request_options, from_text=False, origin="request options", request=True)
     _check_ranges(values)
-    sampling = SamplingParams(
-        temperature=values["temperature"],
-        top_k=values["top_k"],
-        top_p=values["top_p"],
-        min_p=values["min_p"],
-        typical_p=values["typical_p"],
-        repeat_last_n=values["repeat_last_n"],
-        repeat_penalty=values["repeat_penalty"],
-        presence_penalty=values["presence_penalty"],
-        frequency_penalty=values["frequency_penalty"],
-        seed=values["seed"],
-    )
-    load = LoadFields(
-        num_ctx=values["num_ctx"],
-        num_batch=values["num_batch"],
-        num_gpu=values["num_gpu"],
-        main_gpu=values["main_gpu"],
-        use_mmap=values["use_mmap"],
-        num_thread=values["num_thread"],
-        num_parallel=values["num_parallel"],
-    )
-    return ResolvedOptions(
-        sampling=sampling,
-        load=load,
-        num_predict=values["num_predict"],
-        stop=list(values["stop"]),
-        num_keep=values["num_keep"],
-        speculation=speculation(values, has_draft=has_draft),
-        values=values,
-    )
+    return values
 
 
 def parse_keep_alive(value: Any) -> float | None:

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from localllm.api.options import resolve_options
 from localllm.api.wire import ContextFit
 from localllm.hardware.detect import refresh_memory
+from localllm.inference.options import resolve_options
 from localllm.inference.service import InferenceService, base_load
 from localllm.scheduler.fit import reclaimed
 from localllm.scheduler.placement import make_plan_fn

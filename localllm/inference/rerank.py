@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from localllm.api.options import resolve_options
 from localllm.errors import InvalidRequest
 from localllm.gguf.info import ModelInfo, tokenizer_adds_bos
+from localllm.inference.options import resolve_options
 from localllm.inference.service import InferenceService, Target, base_load
 from localllm.runner.messages import LoadOptions, PairFormat
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from localllm.api.options import resolve_options
 from localllm.errors import InvalidRequest
+from localllm.inference.options import resolve_options
 from localllm.inference.service import InferenceService, Target, base_load
 from localllm.runner.messages import LoadOptions
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from localllm.api.options import OPTION_TYPES, resolve_options
+from localllm.api.options import OPTION_TYPES, merge_options
 from localllm.errors import InvalidRequest
 from localllm.store.blobs import MAX_TEXT_LAYER
 
@@ -57,7 +57,7 @@ def check_parameters(params: dict[str, Any] | None) -> dict[str, Any] | None:
             if not all(isinstance(v, str) for v in value):
                 raise InvalidRequest('parameter "stop" must be a list of strings')
         try:
-            out[key] = resolve_options({key: value}, None).values[key]
+            out[key] = merge_options({key: value}, None)[key]
         except InvalidRequest as exc:
             raise InvalidRequest(f'invalid value for parameter "{key}": {exc.message}') from None
     return out

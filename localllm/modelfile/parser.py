@@ -7,7 +7,7 @@ quotes are removed, nothing is unescaped), or ``\"\"\"triple quoted\"\"\"`` span
 lines, kept exactly.  Windows line endings are read as plain newlines.
 
 ``PARAMETER`` names and values are checked against ``api.options.OPTION_TYPES``
-(the one list of valid names) through ``resolve_options``, so a Modelfile is
+(the one list of valid names) through ``merge_options``, so a Modelfile is
 refused here for the same reasons a request's options would be.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from localllm.api.options import OPTION_TYPES, resolve_options
+from localllm.api.options import OPTION_TYPES, merge_options
 from localllm.errors import InvalidRequest
 from localllm.modelfile.checks import ROLES
 
@@ -161,7 +161,7 @@ def _parameter(mf: Modelfile, cur: _Cursor) -> None:
     vline, vcol = cur.line, cur.col
     raw = _value(cur, f"PARAMETER {name}")
     try:
-        value = resolve_options({key: raw}, None).values[key]
+        value = merge_options({key: raw}, None)[key]
     except InvalidRequest as exc:
         raise cur.error(
             f"invalid value for PARAMETER {name}: {exc.message}", vline, vcol + 1

@@ -9,8 +9,9 @@ import re
 
 import pytest
 
-from localllm.api.options import LoadFields, machine_threads, parse_keep_alive, resolve_options
+from localllm.api.options import machine_threads, parse_keep_alive
 from localllm.errors import InvalidRequest
+from localllm.inference.options import LoadFields, resolve_options
 from localllm.runner.messages import LoadOptions, SamplingParams
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from localllm.api.options import resolve_options
 from localllm.api.speculation import Speculation, require_draft
 from localllm.errors import InvalidRequest
+from localllm.inference.options import resolve_options
 from localllm.modelfile.parser import parse
 
 

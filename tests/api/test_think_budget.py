@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from localllm.api.options import resolve_options
 from localllm.api.thinkbudget import EFFORTS, LEVELS, MAX_THINK_BUDGET, effective_budget
 from localllm.compat.anthropic.request import messages_request_to_native
 from localllm.compat.openai.request import chat_request_to_native
 from localllm.compat.responses.request import responses_request_to_native
 from localllm.errors import InvalidRequest
+from localllm.inference.options import resolve_options
 from localllm.modelfile.parser import parse as parse_modelfile
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "Hi"}]}
