@@ -10,24 +10,31 @@ from __future__ import annotations
 import time
 
 
-def format_bytes(n: float) -> str:
-    """Decimal units as Ollama prints them: ``512 B``, ``4.7 GB``, ``274 MB``."""
+def format_bytes(n: float, *, binary: bool = False) -> str:
+    """A size for people, the one rule for every size we print.
+
+    Decimal units as Ollama prints them: ``512 B``, ``4.7 GB``, ``274 MB`` (a decimal
+    below 10).  ``binary``: powers of 1024 for memory and files, as the planner and
+    ``run`` report them: ``812 B``, ``12.3 KiB``, ``456 MiB``, ``5.1 GiB`` (a decimal
+    below 100, so that a GPU's ``30.2 GiB`` keeps its tenth)."""
+    base, units, keep = (
+        (1024, ("B", "KiB", "MiB", "GiB", "TiB"), 100)
+        if binary
+        else (1000, ("B", "KB", "MB", "GB", "TB"), 10)
+    )
     value = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(value) < 1000 or unit == "TB":
+    for unit in units:
+        if abs(value) < base or unit == units[-1]:
             if unit == "B":
                 return f"{int(value)} B"
-            return f"{value:.1f} {unit}" if abs(value) < 10 else f"{value:.0f} {unit}"
-        value /= 1000
+            return f"{value:.1f} {unit}" if abs(value) < keep else f"{value:.0f} {unit}"
+        value /= base
     raise AssertionError("unreachable")
 
 
 def format_file_size(n: int) -> str:
-    """A file's size in binary units, as ``run`` reports an attached image: ``812 B``,
-    ``12.3 KiB``, ``4.0 MiB``."""
-    if n < 1024:
-        return f"{n} B"
-    return f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
+    """A file's size as ``run`` reports an attached image: ``812 B``, ``12.3 KiB``."""
+    return format_bytes(n, binary=True)
 
 
 def format_duration(seconds: float) -> str:
@@ -60,8 +67,30 @@ def processor(size: int, size_vram: int, devices: dict[str, int] | None = None) 
     return f"{cpu}%/{100 - cpu}% CPU/GPU"
 
 
-def _plural(n: int, unit: str) -> str:
-    return f"{n} {unit}{'' if n == 1 else 's'}"
+# (below this many seconds, count in units of this many seconds, named): one table for
+# the past (``list``'s MODIFIED) and the future (``ps``'s UNTIL), as Ollama's HumanTime.
+_SPANS = (
+    (60, 1, "second"),
+    (3600, 60, "minute"),
+    (86400, 3600, "hour"),
+    (7 * 86400, 86400, "day"),
+    (30 * 86400, 7 * 86400, "week"),
+    (365 * 86400, 30 * 86400, "month"),
+)
+
+
+def _span(seconds: float) -> str:
+    """``less than a second``, ``about a minute``, ``3 days``: a positive span, roughly."""
+    if seconds < 1:
+        return "less than a second"
+    n, unit = int(seconds // (365 * 86400)), "year"
+    for limit, size, name in _SPANS:
+        if seconds < limit:
+            n, unit = int(seconds // size), name
+            break
+    if n == 1:
+        return f"about {'an' if unit == 'hour' else 'a'} {unit}"
+    return f"{n} {unit}s"
 
 
 def time_ago(then: float, now: float | None = None) -> str:
@@ -69,25 +98,14 @@ def time_ago(then: float, now: float | None = None) -> str:
     delta = (time.time() if now is None else now) - then
     if delta < 0:
         return "In the future"
-    if delta < 1:
-        return "Less than a second ago"
-    steps = (
-        (60, 1, "second"),
-        (3600, 60, "minute"),
-        (86400, 3600, "hour"),
-        (7 * 86400, 86400, "day"),
-        (30 * 86400, 7 * 86400, "week"),
-        (365 * 86400, 30 * 86400, "month"),
-    )
-    for limit, size, unit in steps:
-        if delta < limit:
-            n = int(delta // size)
-            if n == 1:
-                article = "an" if unit == "hour" else "a"
-                return f"About {article} {unit} ago"
-            return f"{_plural(n, unit)} ago"
-    years = int(delta // (365 * 86400))
-    return "About a year ago" if years == 1 else f"{years} years ago"
+    text = _span(delta)
+    return f"{text[0].upper()}{text[1:]} ago"
+
+
+def time_until(then: float, now: float | None = None) -> str:
+    """``4 minutes from now``, ``about an hour from now``; ``""`` once ``then`` is past."""
+    delta = then - (time.time() if now is None else now)
+    return f"{_span(delta)} from now" if delta > 0 else ""
 
 
 def parse_timestamp(text: str) -> float:

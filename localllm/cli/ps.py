@@ -9,7 +9,7 @@ import argparse
 import time
 from typing import Any
 
-from localllm.format import processor
+from localllm.format import processor, time_until
 
 # expires_at beyond this many seconds means "kept forever" (keep_alive < 0).
 _FOREVER_AFTER = 100 * 365 * 86400
@@ -22,28 +22,13 @@ def register(sub: Any) -> None:
 
 def until(expires_at: float, now: float | None = None) -> str:
     """``4 minutes from now``, ``Forever`` (kept loaded), or ``Stopping...`` once expired."""
-    delta = expires_at - (time.time() if now is None else now)
+    now = time.time() if now is None else now
+    delta = expires_at - now
     if delta <= 0:
         return "Stopping..."
     if delta > _FOREVER_AFTER:
         return "Forever"
-    if delta < 1:
-        return "less than a second from now"
-    steps = (
-        (60, 1, "second"),
-        (3600, 60, "minute"),
-        (86400, 3600, "hour"),
-        (30 * 86400, 86400, "day"),
-        (365 * 86400, 30 * 86400, "month"),
-    )
-    n, unit = int(delta // (365 * 86400)), "year"
-    for limit, size, name in steps:
-        if delta < limit:
-            n, unit = int(delta // size), name
-            break
-    if n == 1:
-        return f"about {'an' if unit == 'hour' else 'a'} {unit} from now"
-    return f"{n} {unit}s from now"
+    return time_until(expires_at, now)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,15 +11,15 @@ from __future__ import annotations
 import math
 import re
 import time
-from datetime import UTC, datetime
 
 from localllm.api.wire import PsEntry
+from localllm.models.details import rfc3339
 from localllm.runner.resident import is_host
 from localllm.scheduler.scheduler import Loaded
 
 
 def utc_rfc3339(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, UTC).isoformat().replace("+00:00", "Z")
+    return rfc3339(timestamp, utc=True)
 
 
 def ps_entry(model: Loaded) -> PsEntry:

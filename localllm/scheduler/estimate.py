@@ -10,6 +10,7 @@ unified KV cache of ``max(n_ctx, 8) · n_parallel`` cells, padded to 256.
 from __future__ import annotations
 
 from localllm.config import KV_TYPES
+from localllm.format import format_bytes
 from localllm.gguf.info import ModelInfo
 
 KiB = 1024
@@ -62,12 +63,8 @@ MIN_SLOT_CTX = 8  # the engine never gives a slot fewer cells (engine.Engine)
 
 
 def fmt_bytes(n: int | float) -> str:
-    """``5476083302`` -> ``"5.1 GiB"``; ``478150656`` -> ``"456 MiB"``."""
-    if abs(n) >= GiB:
-        return f"{n / GiB:.1f} GiB"
-    if abs(n) >= MiB:
-        return f"{n / MiB:.0f} MiB"
-    return f"{n / KiB:.0f} KiB"
+    """``5476083302`` -> ``"5.1 GiB"``; ``478150656`` -> ``"456 MiB"`` (``format.py``'s rule)."""
+    return format_bytes(n, binary=True)
 
 
 def kv_cells(n_ctx: int, n_parallel: int = 1) -> int:

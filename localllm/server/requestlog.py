@@ -27,6 +27,7 @@ from pathlib import Path
 from fastapi import Request
 
 from localllm import config
+from localllm.models.details import rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ async def note_refused(request: Request, status: int, message: str) -> None:
         return
     raw: bytes | None = getattr(request.state, "raw_body", None)
     record = {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "time": rfc3339(time.time(), utc=True, timespec="seconds"),
         "method": request.method,
         "path": request.url.path,
         "query": request.url.query,
