@@ -96,7 +96,7 @@ _IMPORT = """
 import sys
 from pathlib import Path
 from localllm import paths
-from localllm.store.importer import import_gguf
+from tests.support.models import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
 

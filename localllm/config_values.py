@@ -28,10 +28,6 @@ def parse_bool(raw: str) -> bool:
     raise ValueError("expected a boolean (1/0, true/false)")
 
 
-def parse_int(raw: str) -> int:
-    return int(raw, 10)
-
-
 def parse_nonneg_int(raw: str) -> int:
     value = int(raw, 10)
     if value < 0:

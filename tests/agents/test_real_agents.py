@@ -29,11 +29,11 @@ from pathlib import Path
 import pytest
 
 from localllm import paths
-from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
 from tests.support import realagents
 from tests.support.daemon import Daemon, own_daemon
+from tests.support.models import import_gguf
 from tests.support.scriptmodel import make_script_model
 
 pytestmark = pytest.mark.slow

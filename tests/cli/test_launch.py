@@ -22,7 +22,6 @@ from localllm import paths
 from localllm.cli.agents import AGENTS, Launch, Setup, output_budget
 from localllm.cli.launch_context import Fit, agent_model, choose, param_context, trained_context
 from localllm.errors import LocalLLMError
-from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
 from tests.support import agent_standin
@@ -36,6 +35,7 @@ from tests.support.daemon import (
     stop_pid,
 )
 from tests.support.hubstub import HubStub
+from tests.support.models import import_gguf
 from tests.support.tinymodel import GREEDY, make_tiny_model
 from tests.support.variants import PLAIN_TEMPLATE
 

@@ -19,10 +19,10 @@ import httpx
 import pytest
 
 from localllm import paths
-from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
 from tests.support.daemon import start_daemon
+from tests.support.models import import_gguf
 from tests.support.tinymodel import make_tiny_model
 
 OVERRIDE = """\

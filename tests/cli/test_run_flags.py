@@ -22,13 +22,13 @@ import httpx
 import pytest
 
 from localllm import paths
-from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
 from localllm.template.select import render_prompt
 from tests.support import forkserver
 from tests.support.daemon import REPO, Daemon, module_home, start_daemon
 from tests.support.echo import ECHO_TEMPLATE, answer, in_terminal, read_fd_until
+from tests.support.models import import_gguf
 from tests.support.scriptmodel import make_script_model
 from tests.support.template_corpus import corpus
 from tests.support.tinymodel import make_tiny_model

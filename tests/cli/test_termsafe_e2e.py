@@ -16,12 +16,11 @@ from pathlib import Path
 import pytest
 
 from localllm import paths
-from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
 from tests.support.daemon import Daemon, own_daemon
 from tests.support.ggufmeta import Shape
-from tests.support.models import add_model
+from tests.support.models import add_model, import_gguf
 from tests.support.scriptmodel import make_script_model
 
 CLIPBOARD = "\x1b]52;c;ZXZpbA==\x07"  # OSC 52: "evil" into the clipboard

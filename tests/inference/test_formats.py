@@ -23,13 +23,13 @@ import httpx
 import pytest
 
 from localllm import paths
-from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
 from localllm.template.select import render_prompt
 from localllm.toolcalls import detect_format
 from tests.support import toolcall_samples as s
 from tests.support.daemon import Daemon, module_home, start_daemon
+from tests.support.models import import_gguf
 from tests.support.scriptmodel import make_script_model
 from tests.support.template_corpus import corpus
 from tests.support.toolcall_helpers import TOOLS

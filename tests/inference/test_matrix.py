@@ -30,12 +30,12 @@ import httpx
 import pytest
 
 from localllm import paths
-from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
 from tests.support.daemon import Daemon, module_home, start_daemon
 from tests.support.matrix_page import PAGE, page
 from tests.support.matrix_rows import ASK, FORCED, MUSE, Row, rows, stems
+from tests.support.models import import_gguf
 from tests.support.scriptmodel import make_script_model
 from tests.support.variants import openai_client
 

@@ -22,10 +22,10 @@ import pytest
 
 from localllm import paths
 from localllm.api.thinkbudget import EFFORTS, LEVELS
-from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
 from tests.support.daemon import Daemon, module_home, start_daemon
+from tests.support.models import import_gguf
 from tests.support.scriptmodel import make_script_model
 from tests.support.variants import openai_client
 

@@ -19,10 +19,10 @@ import httpx
 import pytest
 
 from localllm import paths
-from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
 from tests.support.daemon import Daemon
+from tests.support.models import import_gguf
 from tests.support.scriptmodel import make_script_model
 from tests.support.tinymodel import GREEDY, LETTERS, expected_greedy
 from tests.support.variants import serve

@@ -33,12 +33,12 @@ import httpx
 import pytest
 
 from localllm import paths
-from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
 from tests.support.daemon import Daemon, own_daemon
 from tests.support.ggufmeta import Shape, write_gguf
 from tests.support.hubstub import HubStub
+from tests.support.models import import_gguf
 from tests.support.rerankmodel import make_rerank_model
 from tests.support.scriptmodel import make_script_model
 from tests.support.tinymodel import make_tiny_model

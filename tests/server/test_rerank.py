@@ -26,10 +26,10 @@ import pytest
 from localllm import paths
 from localllm.compat.rerank import MAX_DOCUMENTS
 from localllm.inference.rerank import CHUNK
-from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
 from tests.support.daemon import Daemon, own_daemon
+from tests.support.models import import_gguf
 from tests.support.rerankmodel import (
     bert_pair_ids,
     expected_bert_logit,

@@ -19,10 +19,10 @@ import pytest
 
 from localllm import paths
 from localllm.inference.tokens import MAX_TEXT_BYTES, MAX_TOKENS
-from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
 from tests.support.daemon import Daemon, own_daemon
+from tests.support.models import import_gguf
 from tests.support.tinymodel import BOS, EOS, N_VOCAB, make_tiny_model, tokenize
 
 TEMPLATE = (

@@ -13,12 +13,12 @@ from localllm import paths
 from localllm.errors import InvalidRequest, ModelNotFound
 from localllm.modelfile.create import CreateSpec, Creator
 from localllm.models.service import ModelService
-from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.manifests import MEDIA_MODEL, MEDIA_PROJECTOR
 from localllm.store.names import parse_name
 from tests.support.ggufmeta import Shape, write_gguf
 from tests.support.hubstub import HubStub, add_vision_repo
+from tests.support.models import import_gguf
 
 USER_CATALOG = """
 [models."llama3.2"]

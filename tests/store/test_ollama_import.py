@@ -16,12 +16,12 @@ import pytest
 
 from localllm.errors import InvalidRequest, NotFound
 from localllm.models.service import ModelService
-from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.manifests import MEDIA_DRAFT, MEDIA_MODEL, MEDIA_PARAMS, MEDIA_TEMPLATE
 from localllm.store.names import parse_name
 from localllm.store.ollama_import import ImportReport
 from localllm.store.ollama_store import find_store
+from tests.support.models import import_gguf
 from tests.support.ollamastore import (
     IMAGE,
     NAMES,

@@ -16,11 +16,11 @@ from localllm import paths
 from localllm.errors import DigestMismatch, InvalidModelFile, InvalidRequest, ModelNotFound
 from localllm.models.service import ModelService
 from localllm.store import download
-from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.manifests import MEDIA_MODEL
 from localllm.store.names import parse_name
 from tests.support.ggufmeta import Shape, write_gguf
+from tests.support.models import import_gguf
 from tests.support.ollamastore import OllamaStore
 from tests.support.registrystub import MANIFEST_TYPE, RegistryStub
 from tests.support.tinymodel import make_tiny_model

@@ -1,26 +1,69 @@
-"""Models put into the test's store: ``add_model`` (a metadata-valid GGUF with a full set of
+"""Models put into the test's store: ``import_gguf`` (GGUF files on disk stored as a model,
+as a pull stores its downloads), ``add_model`` (a metadata-valid GGUF with a full set of
 layers, for route tests) and ``add_tiny`` (the tiny model, imported as a daemon serves it)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from localllm import paths
-from localllm.store.importer import import_gguf
+from localllm.gguf.info import read_model_info_split
+from localllm.store.importer import config_for
 from localllm.store.local import Store
 from localllm.store.manifests import (
     MEDIA_LICENSE,
     MEDIA_MODEL,
     MEDIA_PARAMS,
+    MEDIA_PROJECTOR,
     MEDIA_SYSTEM,
     MEDIA_TEMPLATE,
+    Entry,
     Layer,
     Manifest,
 )
-from localllm.store.names import parse_name
+from localllm.store.names import ModelName, parse_name
 from tests.support.ggufmeta import Shape, write_gguf
 from tests.support.tinymodel import make_tiny_model
+
+
+def import_gguf(
+    store: Store,
+    name: ModelName,
+    files: Sequence[Path],
+    *,
+    params: dict[str, Any] | None = None,
+    template: str | None = None,
+    system: str | None = None,
+    projector: Path | None = None,
+) -> Entry:
+    """Copy ``files`` (one GGUF, or the parts of a split one in order) into the store as ``name``.
+
+    The files are validated with ``gguf.info`` first, so a malformed GGUF never
+    becomes a model; ``projector`` (an ``mmproj`` GGUF) must be a clip projector.
+    """
+    info = read_model_info_split([Path(f) for f in files])
+    if projector is not None:
+        from localllm.store.projector import projector_header
+
+        projector_header(Path(projector))
+    split = len(files) > 1
+    layers: list[Layer] = []
+    for path in files:
+        digest, size = store.blobs.import_file(Path(path))
+        layers.append(Layer(MEDIA_MODEL, digest, size, Path(path).name if split else None))
+    if projector is not None:
+        digest, size = store.blobs.import_file(Path(projector))
+        layers.append(Layer(MEDIA_PROJECTOR, digest, size, Path(projector).name))
+    if template is not None:
+        layers.append(store.put_bytes(MEDIA_TEMPLATE, template.encode()))
+    if system is not None:
+        layers.append(store.put_bytes(MEDIA_SYSTEM, system.encode()))
+    if params:
+        layers.append(store.put_json(MEDIA_PARAMS, params))
+    store.commit(name, Manifest(store.put_config(config_for(info)), layers))
+    return store.get(name)
 
 
 def add_model(

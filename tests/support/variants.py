@@ -24,11 +24,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 from localllm import paths
-from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
 from tests.support.daemon import Daemon, own_daemon, start_daemon
-from tests.support.models import add_tiny
+from tests.support.models import add_tiny, import_gguf
 from tests.support.tinymodel import CHAT_TEMPLATE, make_tiny_model
 from tests.support.visionmodel import make_projector
 

@@ -19,11 +19,10 @@ from collections.abc import Iterator
 import pytest
 
 from localllm import paths
-from localllm.store.importer import import_gguf
 from localllm.store.local import Store
 from localllm.store.names import parse_name
 from tests.support.daemon import Daemon, module_home, start_daemon
-from tests.support.models import add_tiny
+from tests.support.models import add_tiny, import_gguf
 from tests.support.tinymodel import make_tiny_model
 from tests.support.tui import CONTENTS_TEMPLATE, break_weights
 from tests.support.visionmodel import make_projector
