@@ -16,7 +16,7 @@ CUDA without a toolkit: the package-index set ``toolkit.check_cuda`` chose is
 described (what, how big, where) and installed only when ``confirm`` accepts
 it; the plugin is linked with runpath ``$ORIGIN/cuda-libs`` and the CUDA
 runtime and cuBLAS are put in that folder before the plugin is renamed into
-place (``cuda_wheels.install_runtime``).
+place (``cuda.wheels.install_runtime``).
 """
 
 from __future__ import annotations
@@ -24,16 +24,19 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from localllm import paths
-from localllm.backends import catalog, cuda_wheels, source, toolkit, trust
+from localllm.backends import catalog, source, toolkit, trust
+from localllm.backends.cuda import wheels as cuda_wheels
+from localllm.backends.isolated import stream
+from localllm.backends.layout import build_dir_for, build_log_path, libs_folder, plugin_path
 from localllm.errors import LocalLLMError
+
+__all__ = ["BuildFailed", "BuildResult", "build", "build_dir_for", "build_log_path"]
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 _STEP = re.compile(r"^\[(\d+)/(\d+)\]")
@@ -79,43 +82,18 @@ def base_flags(backend: catalog.Backend, with_tools: bool) -> list[str]:
     ]
 
 
-def build_dir_for(name: str, ggml_version: str) -> Path:
-    return paths.cache() / "build" / ggml_version / name
-
-
-def build_log_path(name: str) -> Path:
-    return paths.logs() / f"backend-build-{name}.log"
-
-
 def _stream(
     argv: list[str], log: IO[str], env: dict[str, str], phase: str, progress: Progress | None
 ) -> None:
-    log.write(f"$ {' '.join(argv)}\n")
-    log.flush()
     if progress:
         progress(phase, 0, 0)
-    tail: list[str] = []
-    with subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        errors="replace",
-        cwd=toolkit.work_dir(),
-    ) as proc:
-        assert proc.stdout is not None
-        try:
-            for line in proc.stdout:
-                log.write(line)
-                tail = [*tail, line.rstrip()][-12:]
-                m = _STEP.match(line)
-                if m and progress:
-                    progress(phase, int(m.group(1)), int(m.group(2)))
-            rc = proc.wait()
-        except BaseException:  # Ctrl-C included: the compiler must not outlive us
-            proc.kill()
-            raise
+
+    def on_line(line: str) -> None:
+        m = _STEP.match(line)
+        if m and progress:
+            progress(phase, int(m.group(1)), int(m.group(2)))
+
+    rc, tail = stream(argv, log, on_line, env=env, keep=12)
     if rc != 0:
         errors = [ln for ln in tail if "error" in ln.lower()] or tail[-4:]
         raise BuildFailed(
@@ -176,8 +154,6 @@ def build(
     ``notice`` hears what the build does beyond compiling (installing cmake and ninja, the
     CUDA toolkit); ``confirm`` is asked before a download of the CUDA toolkit (None: no);
     ``cuda``: the CUDA version asked for (``--cuda``)."""
-    from localllm.backends.pack import libs_folder
-
     backend = catalog.get(name)
     notices: list[str] = []
 
@@ -194,60 +170,99 @@ def build(
     with log_path.open("w") as log:
         for note in [*notices, *kit.notes]:
             log.write(f"# {note}\n")
-        wheels_root = None
-        if kit.wheels is not None:
-            wheels_root = cuda_wheels.install(kit.wheels[0], toolkit.compiler(), log, progress)
-            args, env = cuda_wheels.cmake_args(wheels_root, libs_folder(backend.name))
-            kit.cmake_args += args
-            kit.env.update(env)
-        if progress:
-            progress("source", 0, 1)
-        pip_log: list[str] = []
-        try:
-            # Absolute: cmake and ninja run in the cache folder, not where the user stands.
-            tree = source.ensure(source_file, pip_log).absolute()
-        finally:
-            log.writelines(pip_log)
-        version = source.ggml_version_of(tree)
-        if core_ggml and version != core_ggml:
-            raise BuildFailed(
-                f"the source is ggml {version} but the installed core is ggml "
-                f"{core_ggml}: the plugin would be refused; use the "
-                f"{source.PACKAGE} {source.core_version()} source"
-            )
+        wheels_root = _toolkit_from_wheels(kit, backend, log, progress)
+        tree, version = _source(source_file, core_ggml, log, progress)
         bdir = build_dir_for(backend.name + ("-tools" if also else ""), version).absolute()
-        env = {**os.environ, **kit.env}
-        configure = [
-            kit.cmake,
-            "-S",
-            str(tree),
-            "-B",
-            str(bdir),
-            f"-DCMAKE_MAKE_PROGRAM={kit.ninja}",
-            *base_flags(backend, bool(also)),
-            *kit.cmake_args,
-        ]
-        _stream(configure, log, env, "configure", progress)
-        targets = [backend.target, *also]
-        jobs_arg = ["-j", str(jobs)] if jobs > 0 else []
-        _stream([kit.ninja, "-C", str(bdir), *jobs_arg, *targets], log, env, "build", progress)
-        built = next(
-            (p for p in (bdir / "bin" / backend.filename, bdir / backend.filename) if p.exists()),
-            None,
-        )
-        if built is None:
-            raise BuildFailed(f"the build finished but {backend.filename} is not in {bdir}/bin")
-        dest = paths.backends() / version / backend.filename
-        runtime = None
-        if wheels_root is not None:  # before the plugin: it looks there from its first load
-            runtime = cuda_wheels.install_runtime(
-                wheels_root, dest.parent, libs_folder(backend.name)
-            )
-        install_atomically(built, dest)
-        if runtime is None:  # libraries an earlier build or pack put there: this one does not
-            shutil.rmtree(dest.parent / libs_folder(backend.name), ignore_errors=True)
+        built = _compile(kit, backend, tree, bdir, also, jobs, log, progress)
+        dest = plugin_path(version, backend.filename)
+        runtime = _put_in_place(built, dest, backend, wheels_root)
         seconds = time.monotonic() - started
         log.write(f"# installed {dest} ({dest.stat().st_size} bytes) in {seconds:.1f} s\n")
     return BuildResult(
         backend.name, dest, version, seconds, dest.stat().st_size, bdir, log_path, runtime
     )
+
+
+def _toolkit_from_wheels(
+    kit: toolkit.Toolkit, backend: catalog.Backend, log: IO[str], progress: Progress | None
+) -> Path | None:
+    """The package-index CUDA tree, installed when the toolkit check chose it; its cmake
+    arguments join the kit's."""
+    if kit.wheels is None:
+        return None
+    root = cuda_wheels.install(kit.wheels[0], toolkit.compiler(), log, progress)
+    args, env = cuda_wheels.cmake_args(root, libs_folder(backend.name))
+    kit.cmake_args += args
+    kit.env.update(env)
+    return root
+
+
+def _source(
+    source_file: Path | None, core_ggml: str, log: IO[str], progress: Progress | None
+) -> tuple[Path, str]:
+    """(the unpacked llama.cpp tree, its ggml version), refused unless it is the core's."""
+    if progress:
+        progress("source", 0, 1)
+    pip_log: list[str] = []
+    try:
+        # Absolute: cmake and ninja run in the cache folder, not where the user stands.
+        tree = source.ensure(source_file, pip_log).absolute()
+    finally:
+        log.writelines(pip_log)
+    version = source.ggml_version_of(tree)
+    if core_ggml and version != core_ggml:
+        raise BuildFailed(
+            f"the source is ggml {version} but the installed core is ggml "
+            f"{core_ggml}: the plugin would be refused; use the "
+            f"{source.PACKAGE} {source.core_version()} source"
+        )
+    return tree, version
+
+
+def _compile(
+    kit: toolkit.Toolkit,
+    backend: catalog.Backend,
+    tree: Path,
+    bdir: Path,
+    also: tuple[str, ...],
+    jobs: int,
+    log: IO[str],
+    progress: Progress | None,
+) -> Path:
+    """Configure ``bdir`` from ``tree`` and build the plugin (and ``also``): the built file."""
+    env = {**os.environ, **kit.env}
+    configure = [
+        kit.cmake,
+        "-S",
+        str(tree),
+        "-B",
+        str(bdir),
+        f"-DCMAKE_MAKE_PROGRAM={kit.ninja}",
+        *base_flags(backend, bool(also)),
+        *kit.cmake_args,
+    ]
+    _stream(configure, log, env, "configure", progress)
+    jobs_arg = ["-j", str(jobs)] if jobs > 0 else []
+    targets = [backend.target, *also]
+    _stream([kit.ninja, "-C", str(bdir), *jobs_arg, *targets], log, env, "build", progress)
+    built = next(
+        (p for p in (bdir / "bin" / backend.filename, bdir / backend.filename) if p.exists()),
+        None,
+    )
+    if built is None:
+        raise BuildFailed(f"the build finished but {backend.filename} is not in {bdir}/bin")
+    return built
+
+
+def _put_in_place(
+    built: Path, dest: Path, backend: catalog.Backend, wheels_root: Path | None
+) -> Path | None:
+    """The plugin at ``dest``, after the runtime libraries it looks for from its first
+    load (a package-index build's); the folder of those libraries, if any."""
+    runtime = None
+    if wheels_root is not None:
+        runtime = cuda_wheels.install_runtime(wheels_root, dest.parent, libs_folder(backend.name))
+    install_atomically(built, dest)
+    if runtime is None:  # libraries an earlier build or pack put there: this one does not
+        shutil.rmtree(dest.parent / libs_folder(backend.name), ignore_errors=True)
+    return runtime

@@ -25,8 +25,8 @@ from pathlib import Path
 from localllm import config, paths
 from localllm.backends import catalog
 from localllm.backends.install import Installed, check_trust, install
-from localllm.backends.manifest import MAX_BYTES, Core, uncovered
-from localllm.backends.pack import SUFFIX, PackError
+from localllm.backends.manifest import MAX_BYTES, Core, PackError, uncovered
+from localllm.backends.pack import SUFFIX
 from localllm.errors import ModelNotFound, PullError
 
 Progress = Callable[[int, int], None]  # (bytes done, total)
@@ -107,6 +107,7 @@ def get(
     *,
     repo: str | None = None,
     trust_arg: str | None = None,
+    wheels: Path | None = None,
     progress: Progress | None = None,
     notice: Callable[[str], None] | None = None,
 ) -> Installed:
@@ -137,7 +138,9 @@ def get(
         notice(f"downloading {where} ({pick.size} bytes, sha256 {pick.sha256})")
     path = _download(repo, pick, progress)
     try:
-        return install(path, core, trust_arg=trust_arg, origin=where, sha256=pick.sha256)
+        return install(
+            path, core, trust_arg=trust_arg, origin=where, sha256=pick.sha256, wheels=wheels
+        )
     finally:
         path.unlink(missing_ok=True)
 

@@ -1,9 +1,12 @@
-"""A pack's manifest: well formed, and made for this machine (platform, ggml, GPUs).
+"""A pack's manifest: its shape (``PackManifest``), well formed, and made for this machine.
 
-``check_manifest`` refuses anything but format ``FORMAT`` with the fields
+``check_manifest`` refuses anything but the formats ``FORMATS`` with the fields
 ``pack`` writes: a backend of the catalogue, its plugin's file name, its
-libraries folder, architectures valid for it, and files that are the plugin or
-plain names inside that folder, each with a sha256 and a size.
+libraries folder, architectures valid for it, files that are the plugin or
+plain names inside that folder, each with a sha256 and a size, and (format 2,
+CUDA) the runtime wheels it needs instead of carrying them (``Runtime``: the
+CUDA major version, and per wheel its name, version, sha256, the folder of its
+libraries and their sonames, each with the sha256 of the file where known).
 ``check_fits`` then says, for a person, why a pack is for another machine: its
 platform, its ggml version (a plugin of another version is refused at load),
 its ggml commit (the same version number, other code), GPU architectures it
@@ -13,18 +16,114 @@ supports, with what to do instead.
 
 from __future__ import annotations
 
+import json
+import platform
 import re
+import sys
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, NotRequired, TypedDict, cast
 
 from localllm.backends import catalog
-from localllm.backends.pack import FORMAT, PackError, check_archs, libs_folder, platform_tag
+from localllm.backends.layout import libs_folder, record_path
 from localllm.errors import LocalLLMError
 
+FORMAT = 2  # what ``pack`` writes: 1 plus the optional "runtime"
+FORMATS = (1, 2)
 MAX_FILES = 64
 MAX_BYTES = 16 << 30  # all files together, unpacked
 _SHA = re.compile(r"[0-9a-f]{64}")
 _FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")
+_CUDA_ARCH = re.compile(r"\d+[af]?(-real|-virtual)?")
+_HIP_ARCH = re.compile(r"gfx[0-9a-f]+(:[a-z+-]+)?")
+_WHEEL = re.compile(r"nvidia-[a-z0-9-]{1,60}")
+_VERSION = re.compile(r"\d+(\.\d+){1,4}")
+_WHEEL_DIR = re.compile(r"nvidia/[a-z0-9_]{1,40}/lib")
+_SONAME = re.compile(r"lib[A-Za-z]{1,40}\.so\.\d{1,3}")
+
+
+class PackError(LocalLLMError):
+    """A pack could not be made or is not acceptable; the message says why."""
+
+
+class FileEntry(TypedDict):
+    sha256: str
+    size: int
+
+
+class RuntimeWheel(TypedDict):
+    name: str  # nvidia-cublas
+    version: str
+    sha256: str  # of the wheel file for this platform
+    folder: str  # where its libraries sit inside it: nvidia/cu13/lib
+    libs: dict[str, str]  # soname -> sha256 of the file ("" when not known)
+
+
+class Runtime(TypedDict):
+    cuda: int  # the CUDA major version the plugin links (libcublas.so.13: 13)
+    wheels: list[RuntimeWheel]
+
+
+class PackManifest(TypedDict):
+    format: int
+    backend: str
+    plugin: str
+    ggml_version: str
+    ggml_commit: str
+    architectures: list[str]
+    toolkit: str
+    platform: str
+    libs_folder: str
+    system_libs: list[str]
+    made_by: str
+    files: dict[str, FileEntry]
+    runtime: NotRequired[Runtime]
+
+
+class PackRecord(PackManifest):
+    """What ``install`` leaves beside a plugin it installed from a pack."""
+
+    pack_sha256: str
+    origin: str
+    trusted_by: str
+    plugin_size: int
+    plugin_mtime_ns: int
+    plugin_sha256: str
+
+
+def platform_tag() -> str:
+    return f"{sys.platform}-{platform.machine().lower()}"
+
+
+def check_archs(backend: str, archs: list[str]) -> list[str]:
+    """``archs`` if each is a valid architecture for ``backend``, else ``PackError``."""
+    pattern = {"cuda": _CUDA_ARCH, "rocm": _HIP_ARCH}.get(backend)
+    if pattern is None:
+        if archs:
+            raise PackError(f"the {backend} plugin has no GPU architectures; drop --arch")
+        return []
+    bad = [a for a in archs if not pattern.fullmatch(a)]
+    if bad or not archs:
+        raise PackError(
+            f"{', '.join(bad) or 'none'}: not {backend} architectures "
+            f"(e.g. {'90 or 90-real' if backend == 'cuda' else 'gfx1100'})"
+        )
+    return archs
+
+
+def installed_record(plugin: Path) -> PackRecord | None:
+    """The record ``install`` left beside ``plugin``, while the file is still the one the
+    pack brought (a build or another install since makes it stale)."""
+    try:
+        value = json.loads(record_path(plugin).read_text())
+        st = plugin.stat()
+    except (OSError, ValueError):
+        return None
+    if not isinstance(value, dict):
+        return None
+    if (value.get("plugin_size"), value.get("plugin_mtime_ns")) != (st.st_size, st.st_mtime_ns):
+        return None
+    return cast(PackRecord, value)
 
 
 @dataclass(frozen=True)
@@ -89,19 +188,19 @@ def _runs(arch: str, gpu: str) -> bool:
     return kind != "real" and not letter and base <= have
 
 
-def _refuse(manifest: dict[str, Any], why: str) -> PackError:
+def _refuse(manifest: PackManifest, why: str) -> PackError:
     return PackError(
         f"this {manifest.get('backend', '?')} pack does not fit: {why}; nothing was installed"
     )
 
 
-def check_manifest(m: Any) -> dict[str, Any]:
+def check_manifest(m: Any) -> PackManifest:
     """``m`` if it is a well-formed manifest, else ``PackError`` naming the fault."""
-    if not isinstance(m, dict) or m.get("format") != FORMAT:
+    if not isinstance(m, dict) or m.get("format") not in FORMATS:
         fmt = m.get("format") if isinstance(m, dict) else None
         raise PackError(
-            f"the pack's manifest is format {fmt!r}; this localllm reads format "
-            f"{FORMAT} (a newer localllm made it?)"
+            f"the pack's manifest is format {fmt!r}; this localllm reads formats "
+            f"{', '.join(map(str, FORMATS))} (a newer localllm made it?)"
         )
     try:
         backend = catalog.get(str(m["backend"]))
@@ -139,14 +238,42 @@ def check_manifest(m: Any) -> dict[str, Any]:
             total += entry["size"]
         if total > MAX_BYTES:
             raise PackError(f"its files add up to {total} bytes, more than {MAX_BYTES}")
+        if "runtime" in m:
+            _check_runtime(m["runtime"], backend.name)
     except (KeyError, TypeError) as exc:
         raise PackError(f"the pack's manifest is malformed ({exc})") from None
     except LocalLLMError as exc:  # ours, or catalog.get's for an unknown backend
         raise PackError(f"the pack's manifest is malformed: {exc}") from None
-    return m
+    return cast(PackManifest, m)
 
 
-def check_fits(m: dict[str, Any], core: Core) -> None:
+def _check_runtime(rt: Any, backend: str) -> None:
+    """``PackError`` unless ``rt`` names CUDA runtime wheels safely (the names become
+    folder and file names in the cache)."""
+    if backend != "cuda" or not isinstance(rt, dict) or rt.get("cuda") not in (12, 13):
+        raise PackError("its runtime is not CUDA 12 or 13 wheels")
+    wheels = rt.get("wheels")
+    if not isinstance(wheels, list) or not 0 < len(wheels) <= 4:
+        raise PackError("its runtime names no wheels, or too many")
+    for w in wheels:
+        ok = (
+            isinstance(w, dict)
+            and _WHEEL.fullmatch(str(w.get("name")))
+            and _VERSION.fullmatch(str(w.get("version")))
+            and _SHA.fullmatch(str(w.get("sha256")))
+            and _WHEEL_DIR.fullmatch(str(w.get("folder")))
+            and isinstance(w.get("libs"), dict)
+            and w["libs"]
+            and all(
+                _SONAME.fullmatch(str(k)) and (v == "" or _SHA.fullmatch(str(v)))
+                for k, v in w["libs"].items()
+            )
+        )
+        if not ok:
+            raise PackError(f"its runtime wheel {w!r} is malformed")
+
+
+def check_fits(m: PackManifest, core: Core) -> None:
     """``PackError`` with the reason when the pack is for another machine or core."""
     if m["platform"] != core.platform:
         raise _refuse(m, f"it is for {m['platform']}, this machine is {core.platform}")
@@ -180,13 +307,23 @@ def check_fits(m: dict[str, Any], core: Core) -> None:
             f"machine's GPUs are {', '.join(archs)} ({', '.join(missing)} "
             "not covered)",
         )
-    need = re.match(r"CUDA (\d+)\.", m["toolkit"]) if m["backend"] == "cuda" else None
+    need = _cuda_major(m)
     driver = core.driver_cuda() if need else ""
     # CUDA's minor version compatibility: a driver runs the runtime of its own major version.
-    if need and driver and int(need.group(1)) > int(driver.split(".")[0]):
+    if need and driver and need > int(driver.split(".")[0]):
         raise _refuse(
             m,
             f"it is built with {m['toolkit']}, and this NVIDIA driver supports "
             f"CUDA {driver}: update the driver, or build the plugin here "
             "('localllm backends build cuda')",
         )
+
+
+def _cuda_major(m: PackManifest) -> int:
+    """The CUDA major version the plugin needs from the driver (0: not CUDA, or unknown)."""
+    if m["backend"] != "cuda":
+        return 0
+    if "runtime" in m:
+        return m["runtime"]["cuda"]
+    found = re.match(r"CUDA (\d+)\.", m["toolkit"])
+    return int(found.group(1)) if found else 0

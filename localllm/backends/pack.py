@@ -2,8 +2,12 @@
 
 A machine that built a plugin packs it for the others (DESIGN §3): a gzipped
 tar holding ``manifest.json``, the plugin, and under ``<backend>-libs/`` the
-runtime libraries it loads that a machine with only the driver lacks (for
-CUDA, the cuBLAS and CUDA runtime it links against).  Those are found the way
+runtime libraries it loads that a machine with only the driver lacks.  For
+CUDA those are cuBLAS and the CUDA runtime, half a gigabyte: when NVIDIA
+publishes them as wheels pinned here for the CUDA major version the plugin
+links (``cuda.runtime_wheels``), the manifest names those wheels instead
+(``runtime``) and the installer fetches them once into the cache; only
+libraries with no pinned wheel travel in the pack.  Libraries are found the way
 the loader finds them: the ``DT_NEEDED`` names of the plugin (and of each
 library taken, in turn), looked up in their own runpath; a known toolkit
 library (``TOOLKIT_LIBS``) found nowhere else is looked up in the loader's
@@ -28,24 +32,40 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import platform
 import re
 import shutil
-import sys
 import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from localllm import __version__, paths
+from localllm import __version__
 from localllm.backends import catalog, elf
-from localllm.backends.build import build_dir_for
+from localllm.backends.cuda import runtime_wheels
+from localllm.backends.isolated import work_dir
+from localllm.backends.layout import build_dir_for, libs_folder, plugin_path, record_path
+from localllm.backends.manifest import (
+    FORMAT,
+    PackError,
+    PackManifest,
+    check_archs,
+    installed_record,
+    platform_tag,
+)
 from localllm.backends.source import sha256_of
-from localllm.backends.toolkit import work_dir
-from localllm.errors import LocalLLMError
 
-FORMAT = 1
+__all__ = [
+    "FORMAT",
+    "MANIFEST",
+    "SUFFIX",
+    "PackError",
+    "Packed",
+    "libs_folder",
+    "make",
+    "pack_name",
+    "platform_tag",
+    "record_path",
+]
 MANIFEST = "manifest.json"
 SUFFIX = ".tar.gz"
 # Provided by the core, which the engine has loaded before any plugin.
@@ -78,12 +98,6 @@ TOOLKIT_LIBS = (
     "librocblas.",
     "libhipblaslt.",
 )
-_CUDA_ARCH = re.compile(r"\d+[af]?(-real|-virtual)?")
-_HIP_ARCH = re.compile(r"gfx[0-9a-f]+(:[a-z+-]+)?")
-
-
-class PackError(LocalLLMError):
-    """A pack could not be made or is not acceptable; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -91,18 +105,10 @@ class Packed:
     path: Path
     sha256: str
     size: int
-    manifest: dict[str, Any]
+    manifest: PackManifest
 
 
-def platform_tag() -> str:
-    return f"{sys.platform}-{platform.machine().lower()}"
-
-
-def libs_folder(backend: str) -> str:
-    return f"{backend}-libs"
-
-
-def pack_name(manifest: dict[str, Any]) -> str:
+def pack_name(manifest: PackManifest) -> str:
     """``cuda-ggml0.25.3-linux-x86_64-sm90.tar.gz``: what ``get`` looks for in a repo."""
     # Base names only ("90-real" is sm90): a name is a hint, the manifest decides.
     archs = "_".join(
@@ -114,22 +120,6 @@ def pack_name(manifest: dict[str, Any]) -> str:
         + (f"-{archs}" if archs else "")
         + SUFFIX
     )
-
-
-def check_archs(backend: str, archs: list[str]) -> list[str]:
-    """``archs`` if each is a valid architecture for ``backend``, else ``PackError``."""
-    pattern = {"cuda": _CUDA_ARCH, "rocm": _HIP_ARCH}.get(backend)
-    if pattern is None:
-        if archs:
-            raise PackError(f"the {backend} plugin has no GPU architectures; drop --arch")
-        return []
-    bad = [a for a in archs if not pattern.fullmatch(a)]
-    if bad or not archs:
-        raise PackError(
-            f"{', '.join(bad) or 'none'}: not {backend} architectures "
-            f"(e.g. {'90 or 90-real' if backend == 'cuda' else 'gfx1100'})"
-        )
-    return archs
 
 
 def _cmake_value(text: str, key: str) -> str:
@@ -170,19 +160,6 @@ def build_facts(
         except PackError:
             return None  # "native" or "all": the tree cannot say which
     return None
-
-
-def installed_record(plugin: Path) -> dict[str, Any] | None:
-    """The record ``install`` left beside a plugin it installed from a pack, if any."""
-    try:
-        value = json.loads(record_path(plugin).read_text())
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def record_path(plugin: Path) -> Path:
-    return plugin.with_name(f".{plugin.name}.pack.json")
 
 
 def _search_dirs(lib: Path, info: elf.Dynamic) -> list[Path]:
@@ -280,13 +257,50 @@ def make(
     named ``*.tar.gz``, else a folder, where it gets ``pack_name`` (default: the working
     folder)."""
     backend = catalog.get(name)
-    plugin = paths.backends() / ggml_version / backend.filename
+    plugin = plugin_path(ggml_version, backend.filename)
     if not plugin.is_file():
         raise PackError(
             f"no {backend.name} plugin is installed for ggml {ggml_version} "
             f"({plugin}): build it first with 'localllm backends build "
             f"{backend.name}'"
         )
+    archs, toolkit = _facts(backend, plugin, ggml_version, arch)
+    carry, system = runtime_libs(plugin)
+    runtime, carry = runtime_wheels.for_pack(carry) if backend.name == "cuda" else (None, carry)
+    with tempfile.TemporaryDirectory(prefix=".pack-", dir=work_dir()) as tmp:
+        stage = Path(tmp) / "stage"
+        _stage(plugin, carry, backend.name, stage)
+        files = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file())
+        manifest: PackManifest = {
+            "format": FORMAT,
+            "backend": backend.name,
+            "plugin": plugin.name,
+            "ggml_version": ggml_version,
+            "ggml_commit": ggml_commit.removesuffix("-dirty"),
+            "architectures": archs,
+            "toolkit": toolkit,
+            "platform": platform_tag(),
+            "libs_folder": libs_folder(backend.name),
+            "system_libs": system,
+            "made_by": f"localllm {__version__}",
+            "files": {
+                f: {"sha256": sha256_of(stage / f), "size": (stage / f).stat().st_size}
+                for f in files
+            },
+        }
+        if runtime is not None:
+            manifest["runtime"] = runtime
+        (stage / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        folders = [libs_folder(backend.name)] if carry else []
+        target = _write(stage, [MANIFEST, *folders, *files], out, manifest)
+    return Packed(target, sha256_of(target), target.stat().st_size, manifest)
+
+
+def _facts(
+    backend: catalog.Backend, plugin: Path, ggml_version: str, arch: str | None
+) -> tuple[list[str], str]:
+    """(architectures, toolkit) of ``plugin``: from its build tree, else from the record of
+    the pack it came from, else ``arch`` (``--arch``), which must agree with them."""
     facts = build_facts(backend, ggml_version, sha256_of(plugin))
     record = installed_record(plugin)
     if facts is None and record is not None and record.get("plugin_sha256") == sha256_of(plugin):
@@ -305,38 +319,20 @@ def make(
                 " or build it again and pack"
             )
         facts = (given or [], "")
-    carry, system = runtime_libs(plugin)
-    with tempfile.TemporaryDirectory(prefix=".pack-", dir=work_dir()) as tmp:
-        stage = Path(tmp) / "stage"
-        _stage(plugin, carry, backend.name, stage)
-        files = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file())
-        manifest: dict[str, Any] = {
-            "format": FORMAT,
-            "backend": backend.name,
-            "plugin": plugin.name,
-            "ggml_version": ggml_version,
-            "ggml_commit": ggml_commit.removesuffix("-dirty"),
-            "architectures": facts[0],
-            "toolkit": facts[1],
-            "platform": platform_tag(),
-            "libs_folder": libs_folder(backend.name),
-            "system_libs": system,
-            "made_by": f"localllm {__version__}",
-            "files": {
-                f: {"sha256": sha256_of(stage / f), "size": (stage / f).stat().st_size}
-                for f in files
-            },
-        }
-        (stage / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        target = (out or Path.cwd()).expanduser()
-        if target.is_dir() or not target.name.endswith(SUFFIX):  # a folder, maybe a new one
-            target = target / pack_name(manifest)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp_out = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-        folders = [libs_folder(backend.name)] if carry else []
-        try:
-            _tar(stage, [MANIFEST, *folders, *files], tmp_out)
-            os.replace(tmp_out, target)  # never half a pack under the final name
-        finally:
-            tmp_out.unlink(missing_ok=True)
-    return Packed(target, sha256_of(target), target.stat().st_size, manifest)
+    return facts
+
+
+def _write(stage: Path, names: list[str], out: Path | None, manifest: PackManifest) -> Path:
+    """The pack of ``names`` at ``out`` (a ``.tar.gz`` file, else a folder where it gets
+    ``pack_name``), written under a temporary name and renamed: never half a pack."""
+    target = (out or Path.cwd()).expanduser()
+    if target.is_dir() or not target.name.endswith(SUFFIX):  # a folder, maybe a new one
+        target = target / pack_name(manifest)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp_out = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        _tar(stage, names, tmp_out)
+        os.replace(tmp_out, target)
+    finally:
+        tmp_out.unlink(missing_ok=True)
+    return target

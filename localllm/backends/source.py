@@ -22,7 +22,7 @@ from pathlib import Path
 
 from localllm import paths
 from localllm.backends import core, sdist
-from localllm.backends.toolkit import pip_argv
+from localllm.backends.isolated import pip_argv
 from localllm.errors import LocalLLMError
 
 PACKAGE = sdist.PACKAGE

@@ -16,7 +16,9 @@ the same way, with the path and the fix, and never opened.  The same goes for th
 runtime libraries a pack put beside it (``<backend>-libs/``, which the plugin's
 runpath names, so the loader takes cuBLAS and the CUDA runtime from there): the
 folder and every file in it are checked too, and one that others could have
-written keeps the plugin from being opened.
+written keeps the plugin from being opened.  A pack that named NVIDIA's runtime
+wheels instead has them loaded from the cache just before the plugin
+(``backends.cuda.runtime_wheels.preload``), checked the same way.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from localllm import config
 from localllm.engine import cpu_check
@@ -75,6 +77,7 @@ def plugin_folder(root: Path | None = None) -> Path:
 
 def load_plugins(folder: Path | None = None) -> list[dict[str, Any]]:
     """Load every plugin in ``folder`` (default: this core's); one report per file."""
+    from localllm.backends.cuda.runtime_wheels import preload as preload_runtime
     from localllm.backends.trust import why_unsafe
 
     ffi, lib = native()
@@ -86,7 +89,13 @@ def load_plugins(folder: Path | None = None) -> list[dict[str, Any]]:
         if key not in _loaded:
             # The plugins folder is <backends>/<ggml version>/: from the backends folder
             # down, nothing may be writable by others (see backends/trust.py).
-            refused = why_unsafe(path, folder.parent) or _libs_refused(path, folder.parent)
+            # A pack's runtime wheels (cuBLAS, the CUDA runtime) are loaded first, from the
+            # cache, so the plugin's own dlopen finds them by soname (runtime_wheels.py).
+            refused = (
+                why_unsafe(path, folder.parent)
+                or _libs_refused(path, folder.parent)
+                or preload_runtime(path)
+            )
             if refused:
                 _log.warning("backend plugin %s not loaded: %s", path.name, refused)
                 _loaded[key] = {
@@ -128,10 +137,10 @@ def _libs_refused(plugin: Path, backends_root: Path) -> str:
     Its runpath (``$ORIGIN/<backend>-libs``, pack.py) makes the loader take those
     libraries before the system's, so each is code that runs as the plugin does.
     """
+    from localllm.backends.layout import libs_folder_of
     from localllm.backends.trust import why_unsafe
 
-    # pack.libs_folder's name, without importing the packer (and the builder) here.
-    libs = plugin.parent / f"{plugin.name.removeprefix('libggml-').split('.')[0]}-libs"
+    libs = libs_folder_of(plugin)
     try:
         st = os.lstat(libs)
     except FileNotFoundError:
@@ -336,7 +345,17 @@ def moe_cpu_patterns(n_cpu_moe: int) -> list[str]:
     return [rf"blk\.({layers})\.ffn_(up|down|gate|gate_up)_(ch|)exps"]
 
 
-def place(opts: LoadOptions) -> dict[str, Any]:
+class Placement(TypedDict):
+    """Where a model's weights go: ``Model``'s placement arguments, as ``place`` made them."""
+
+    devices: list[int]
+    split_mode: Literal["none", "layer", "row"]
+    tensor_split: list[float]
+    cpu_patterns: list[str]
+    use_extra_bufts: bool
+
+
+def place(opts: LoadOptions) -> Placement:
     """Plugins and RPC workers into the registry, then the planner's placement as load args
     (and whether the CPU's weights may go to its extra buffer types, ``opts.cpu_repack``).
 

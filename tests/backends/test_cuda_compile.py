@@ -32,7 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from localllm.backends import build, catalog, cuda_runtime, cuda_wheels, elf, source, toolkit
+from localllm.backends import build, catalog, elf, source, toolkit
+from localllm.backends.cuda import runtime as cuda_runtime, wheels as cuda_wheels
 
 # The backend's host side (cuBLAS and the driver's memory API: about 8 s on one core) and
 # three small kernels (about 3 s each).

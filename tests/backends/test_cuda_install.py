@@ -1,4 +1,4 @@
-"""backends.cuda_wheels.install against a package index on disk: pinned, private, complete.
+"""backends.cuda.wheels.install against a package index on disk: pinned, private, complete.
 
 Stand-in wheels with NVIDIA's layout (``nvidia/cu13/...``) are served from a
 simple-API folder (``pip_index``: pip sees nothing else), and the pins are
@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from localllm.backends import cuda_unpack, cuda_wheels, elf
-from localllm.backends.cuda_wheels import CudaWheelError, Wheel, WheelSet
+from localllm.backends import elf
+from localllm.backends.cuda import unpack as cuda_unpack, wheels as cuda_wheels
+from localllm.backends.cuda.wheels import CudaWheelError, Wheel, WheelSet
 from tests.support.backend_build import CUDA_H
 
 CONTENT: dict[str, dict[str, bytes]] = {

@@ -1,4 +1,4 @@
-"""backends.cuda_runtime and the CLI: where the CUDA runtime comes from, and "no CUDA device".
+"""backends.cuda.runtime and the CLI: where the CUDA runtime comes from, and "no CUDA device".
 
 A stand-in CUDA plugin is linked here with the real compiler the way a
 package-index build links the real one: against a driver stand-in with the
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from localllm.backends import cuda_runtime, cuda_unpack
-from localllm.backends.cuda_runtime import explain
+from localllm.backends.cuda import runtime as cuda_runtime, unpack as cuda_unpack
+from localllm.backends.cuda.runtime import explain
 from tests.support.backend_build import CUDA_H
 from tests.support.daemon import REPO, run_cli
 

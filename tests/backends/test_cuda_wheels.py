@@ -1,4 +1,4 @@
-"""backends.cuda_wheels and toolkit.check_cuda: which CUDA a machine with only the driver gets.
+"""backends.cuda.wheels and toolkit.check_cuda: which CUDA a machine with only the driver gets.
 
 The choice is pure (driver version, ``--cuda``, architectures in; a pinned set
 and the reason out); ``check_cuda`` is run against stand-in ``nvcc`` and
@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from localllm.backends import build, catalog, cuda_wheels, toolkit
-from localllm.backends.cuda_wheels import CudaWheelError, choose
+from localllm.backends import build, catalog, toolkit
+from localllm.backends.cuda import wheels as cuda_wheels
+from localllm.backends.cuda.wheels import CudaWheelError, choose
 
 SMI_13 = "| NVIDIA-SMI 580.65.06   Driver Version: 580.65.06   CUDA Version: 13.0     |"
 SMI_12 = "| NVIDIA-SMI 550.54.15   Driver Version: 550.54.15   CUDA Version: 12.4     |"

@@ -112,7 +112,7 @@ def test_the_shipped_table_parses_and_holds_only_hashes() -> None:
         ({"ggml_version": "0.0.1"}, "it is for ggml 0.0.1, but this localllm's core is ggml"),
         ({"ggml_commit": "deadbee"}, "built from ggml commit deadbee, the core from 0c1e570"),
         ({"platform": "linux-riscv64"}, "it is for linux-riscv64, this machine is"),
-        ({"format": 2}, "manifest is format 2"),
+        ({"format": 3}, "manifest is format 3"),
         ({"backend": "metal"}, "unknown backend 'metal'"),
         ({"plugin": "libggml-cuda.so"}, "misnamed"),
         ({"architectures": ["90"]}, "rpc plugin has no GPU architectures"),

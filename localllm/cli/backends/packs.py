@@ -16,9 +16,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from localllm.cli.backends.common import prove_loads
+
 _TRUST_HELP = (
     "the sha256 of a pack that is not in this release's table, to install it "
     "anyway (the refusal prints it): only for a pack you know the origin of"
+)
+_WHEELS_HELP = (
+    "a folder with the NVIDIA runtime wheels a CUDA pack names (for machines without the "
+    "package index), or a Python environment's site-packages that has them installed"
 )
 _ARCH_HELP = "GPU architectures to match (CUDA: 89,90; ROCm: gfx1100); default: the GPUs here"
 
@@ -42,6 +48,7 @@ def register(verbs: Any) -> None:
     i = verbs.add_parser("install", help="Install a plugin pack from a file or URL")
     i.add_argument("pack", help="a pack file, or an http(s) URL of one")
     i.add_argument("--trust", metavar="SHA256", help=_TRUST_HELP)
+    i.add_argument("--wheels", metavar="DIR", type=Path, help=_WHEELS_HELP)
     i.add_argument("--arch", help=_ARCH_HELP)
     i.set_defaults(func=run_install)
     g = verbs.add_parser(
@@ -50,6 +57,7 @@ def register(verbs: Any) -> None:
     g.add_argument("name", help="cuda, vulkan, rocm or rpc")
     g.add_argument("--repo", help="Hugging Face repo of packs (default: LOCALLLM_BACKENDS_REPO)")
     g.add_argument("--trust", metavar="SHA256", help=_TRUST_HELP)
+    g.add_argument("--wheels", metavar="DIR", type=Path, help=_WHEELS_HELP)
     g.add_argument("--arch", help=_ARCH_HELP)
     g.set_defaults(func=run_get)
 
@@ -120,13 +128,14 @@ def run_pack(args: argparse.Namespace) -> int:
 
 
 def _loaded(installed: Any) -> int:
-    from localllm.cli.backends import prove_loads
 
     m = installed.manifest
     print(
         f"Installed {m['backend']} for ggml {m['ggml_version']} (trusted by "
         f"{installed.trusted_by}, sha256 {installed.sha256}): {installed.plugin}"
     )
+    for line in installed.runtime:
+        print(f"  runtime {line}")
     return prove_loads(installed.backend, installed.plugin, "installed")
 
 
@@ -141,7 +150,7 @@ def run_install(args: argparse.Namespace) -> int:
         finally:
             _end_progress()
         try:
-            done = install(path, core, trust_arg=args.trust, origin=args.pack)
+            done = install(path, core, trust_arg=args.trust, origin=args.pack, wheels=args.wheels)
         finally:
             path.unlink(missing_ok=True)
     else:
@@ -149,7 +158,7 @@ def run_install(args: argparse.Namespace) -> int:
         if not path.is_file():
             print(f"{path}: no such file", file=sys.stderr)
             return 1
-        done = install(path, core, trust_arg=args.trust)
+        done = install(path, core, trust_arg=args.trust, wheels=args.wheels)
     return _loaded(done)
 
 
@@ -165,6 +174,7 @@ def run_get(args: argparse.Namespace) -> int:
             _core(args),
             repo=args.repo,
             trust_arg=args.trust,
+            wheels=args.wheels,
             progress=_progress(),
             notice=notice,
         )

@@ -1,4 +1,4 @@
-"""Fetching and unpacking the pinned CUDA wheels, and completing their tree (see ``cuda_wheels``).
+"""Fetching and unpacking pinned NVIDIA wheels, and completing a toolkit tree (see ``wheels``).
 
 ``download`` runs ``pip download`` with this machine's sha256 of every wheel
 (``--require-hashes``: pip refuses a file that differs before anything reads
@@ -23,33 +23,48 @@ import subprocess
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, NamedTuple
 
-from localllm.backends.cuda_wheels import RUNTIME, CudaWheelError, WheelSet
-from localllm.backends.toolkit import pip_argv, work_dir
+from localllm.backends.isolated import pip_argv, stream, work_dir
+from localllm.errors import LocalLLMError
+
+RUNTIME = re.compile(r"lib(cudart|cublas|cublasLt)\.so\.\d+")  # what the plugin loads
+
+
+class CudaWheelError(LocalLLMError):
+    """NVIDIA's wheels cannot be used or installed here; the message says why."""
+
 
 _DRIVER_FN = re.compile(r"\bCUresult\s+(cu\w+)\s*\(")
 _EXEC = stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
 
 
+class Pin(NamedTuple):
+    """One wheel as pinned: pip fetches exactly this file or nothing."""
+
+    name: str
+    version: str
+    sha256: str
+
+
 def download(
-    ws: WheelSet,
-    machine: str,
+    pins: list[Pin],
     dest: Path,
     log: IO[str],
     progress: Callable[[str, int, int], None] | None = None,
+    *,
+    what: str,
+    offline: str,
+    find_links: Path | None = None,
 ) -> list[Path]:
-    """The set's wheels for ``machine`` in ``dest``, each checked by pip against its pin."""
-    if any(machine not in w.files for w in ws.wheels):
-        raise CudaWheelError(
-            f"NVIDIA's CUDA {ws.cuda} wheels are pinned here for "
-            f"{', '.join(sorted(ws.wheels[0].files))}, not {machine}"
-        )
+    """The ``pins`` in ``dest`` (in that order), each checked by pip against its sha256;
+    from ``find_links`` alone when given (a wheelhouse), else from the package index.
+    ``what`` and ``offline`` word the failure ("the CUDA 13.0 wheels", what to do
+    without an index)."""
     dest.mkdir(parents=True, exist_ok=True)
     req = dest.parent / "pinned.txt"
-    req.write_text(
-        "".join(f"{w.name}=={w.version} --hash=sha256:{w.files[machine][0]}\n" for w in ws.wheels)
-    )
+    req.write_text("".join(f"{p.name}=={p.version} --hash=sha256:{p.sha256}\n" for p in pins))
+    where = ["--no-index", "--find-links", str(find_links)] if find_links else []
     argv = pip_argv(
         "download",
         "--no-deps",
@@ -59,53 +74,36 @@ def download(
         "--no-cache-dir",
         "--progress-bar",
         "off",
+        *where,
         "-r",
         str(req),
         "-d",
         str(dest),
     )
-    log.write(f"$ {' '.join(argv)}\n")
-    log.flush()
-    started = 0
-    tail: list[str] = []
+    started = [0]
     if progress:
-        progress("toolkit", 0, len(ws.wheels))
-    with subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-        cwd=work_dir(),
-    ) as proc:
-        assert proc.stdout is not None
-        try:
-            for line in proc.stdout:
-                log.write(line)
-                tail = [*tail, line.rstrip()][-40:]
-                if line.lstrip().startswith("Downloading ") and progress:
-                    progress("toolkit", started, len(ws.wheels))
-                    started += 1
-            rc = proc.wait()
-        except BaseException:  # Ctrl-C included: pip must not go on downloading
-            proc.kill()
-            raise
-    text = "\n".join(tail)
-    if "DO NOT MATCH THE HASHES" in text:
+        progress("toolkit", 0, len(pins))
+
+    def on_line(line: str) -> None:
+        if line.lstrip().startswith("Downloading ") and progress:
+            progress("toolkit", started[0], len(pins))
+            started[0] += 1
+
+    rc, tail = stream(argv, log, on_line)
+    if "DO NOT MATCH THE HASHES" in "\n".join(tail):
         raise CudaWheelError(
             "a CUDA wheel the package index served does not have the sha256 pinned in this "
             "localllm; pip refused it before anything of it was used. Check the index "
-            "(pip config list) or its proxy; the whole output is in the build log"
+            "(pip config list) or its proxy; the whole output is in the log"
         )
     got = sorted(dest.glob("*.whl"))
-    if rc != 0 or len(got) != len(ws.wheels):
+    if rc != 0 or len(got) != len(pins):
         last = " | ".join(ln for ln in tail[-3:] if ln)
         raise CudaWheelError(
-            f"could not download the CUDA {ws.cuda} wheels with pip: "
-            f"{last or 'no file'}. Without a package index, install the CUDA "
-            "toolkit and put its nvcc on PATH"
+            f"could not download {what} with pip: {last or 'no file'}. Without a "
+            f"package index, {offline}"
         )
-    order = {w.name.replace("-", "_"): i for i, w in enumerate(ws.wheels)}
+    order = {p.name.replace("-", "_"): i for i, p in enumerate(pins)}
     return sorted(got, key=lambda p: order.get(p.name.split("-")[0], len(order)))
 
 
@@ -170,7 +168,7 @@ def driver_stub(tree: Path, cxx: str, log: IO[str]) -> Path:
     src = stubs / "libcuda-stub.c"
     src.write_text(
         "/* Link-time stand-in for the NVIDIA driver's libcuda.so.1, never loaded:"
-        " see localllm/backends/cuda_unpack.py. */\n"
+        " see localllm/backends/cuda/unpack.py. */\n"
         + "".join(f"int {n}(void) {{ return 999; }}\n" for n in sorted(names))
     )
     out_path = stubs / "libcuda.so"

@@ -2,7 +2,9 @@
 
 ``sources`` answers, for each CUDA toolkit library the plugin needs (its
 ``DT_NEEDED`` libcudart and libcublas; cuBLAS finds cublasLt beside itself),
-where the loader will take it from, in the loader's order: the plugin's runpath
+where the loader will take it from, in the loader's order: the runtime wheels
+the plugin's pack named, in the cache (``runtime_wheels``: loaded before the
+plugin, so nothing is searched for), the plugin's runpath
 (``$ORIGIN/cuda-libs``: beside the plugin, as a package-index build or a pack
 leaves it; or the toolkit folder cmake recorded for a system toolkit), else the
 loader's cache (``ldconfig``), else nowhere.  ``doctor`` and ``backends build``
@@ -69,10 +71,20 @@ def sources(plugin: Path) -> list[tuple[str, str]]:
         for d in info.search
         if d
     ]
+    from localllm.backends.cuda.runtime_wheels import libraries_for
+
+    wheels, missing = libraries_for(plugin)
+    first = {p.name: p.parent for p in wheels}
     cache: dict[str, str] | None = None
     out = []
     for name in info.needed:
         if not name.startswith(_TOOLKIT):
+            continue
+        if missing:
+            out.append((name, f"NOT FOUND: {missing}"))
+            continue
+        if name in first:
+            out.append((name, f"localllm's CUDA runtime ({first[name]}), loaded first"))
             continue
         found = next((d for d in dirs if d.is_absolute() and (d / name).is_file()), None)
         if found is not None:

@@ -39,19 +39,24 @@ from pathlib import Path
 from typing import IO
 
 from localllm import paths
-from localllm.errors import LocalLLMError
+from localllm.backends import trust
+from localllm.backends.cuda.unpack import (
+    RUNTIME,
+    CudaWheelError,
+    Pin,
+    complete_tree,
+    download,
+    unpack_wheel,
+)
 from localllm.format import format_bytes
 
+__all__ = ["RUNTIME", "SETS", "CudaWheelError", "Wheel", "WheelSet", "choose", "install"]
+
 MARKER = ".complete"
-RUNTIME = re.compile(r"lib(cudart|cublas|cublasLt)\.so\.\d+")  # what the plugin loads
 CU12_HAS_NO_NVCC = (
     "the package index has NVIDIA's compiler only for CUDA 13 (the CUDA 12 "
     "wheel nvidia-cuda-nvcc-cu12 holds ptxas alone, not nvcc)"
 )
-
-
-class CudaWheelError(LocalLLMError):
-    """The package-index toolkit cannot be used or installed here; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -210,6 +215,16 @@ def choose(
     return chosen, why
 
 
+def pins(ws: WheelSet, machine: str) -> list[Pin]:
+    """The set's wheels for ``machine`` as pip pins, or ``CudaWheelError``."""
+    if any(machine not in w.files for w in ws.wheels):
+        raise CudaWheelError(
+            f"NVIDIA's CUDA {ws.cuda} wheels are pinned here for "
+            f"{', '.join(sorted(ws.wheels[0].files))}, not {machine}"
+        )
+    return [Pin(w.name, w.version, w.files[machine][0]) for w in ws.wheels]
+
+
 def root_for(ws: WheelSet) -> Path:
     # Absolute: cmake and nvcc run in the cache folder, not where the user stands.
     return paths.cache().absolute() / "cuda" / f"{ws.cuda}-{machine()}"
@@ -252,8 +267,6 @@ def install(
     ws: WheelSet, cxx: str, log: IO[str], progress: Callable[[str, int, int], None] | None = None
 ) -> Path:
     """The set's tree (see the module docstring), downloaded and unpacked when missing."""
-    from localllm.backends.cuda_unpack import complete_tree, download, unpack_wheel
-
     done = installed(ws)
     if done:
         return done
@@ -263,7 +276,14 @@ def install(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        wheels = download(ws, machine(), tmp / "dl", log, progress)
+        wheels = download(
+            pins(ws, machine()),
+            tmp / "dl",
+            log,
+            progress,
+            what=f"the CUDA {ws.cuda} wheels",
+            offline="install the CUDA toolkit and put its nvcc on PATH",
+        )
         tree = tmp / "tree"
         for i, wheel in enumerate(wheels):
             if progress:
@@ -316,8 +336,6 @@ def runtime_files(root: Path) -> list[Path]:
 def install_runtime(root: Path, folder: Path, libs_folder: str) -> Path:
     """Put the runtime libraries of ``root`` in ``folder/libs_folder`` (0755, swapped in whole);
     hard links where the disk allows, so the cache and the plugin share one copy."""
-    from localllm.backends import trust
-
     dest = folder / libs_folder
     trust.make_dirs(folder)
     tmp = folder / f".tmp-{libs_folder}-{os.getpid()}"
