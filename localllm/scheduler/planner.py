@@ -19,13 +19,14 @@ still does not fit keeps the experts of its lowest layers in RAM
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
 from localllm.gguf.info import ModelInfo
+from localllm.hardware.cpu_buffers import ExtraBuffer
 from localllm.hardware.detect import Device
-from localllm.scheduler.draft import draft_cost
+from localllm.scheduler.draft import DraftCost, draft_cost
 from localllm.scheduler.estimate import (
     KV_BLOCKS,
     QUANTIZED_KV,
@@ -39,6 +40,7 @@ from localllm.scheduler.estimate import (
     kv_layer_bytes,
 )
 from localllm.scheduler.layer_fill import (
+    Fill,
     assign,
     gpu_layer_bytes,
     gpu_sets,
@@ -108,24 +110,33 @@ def _pad(values: Sequence[int], n: int) -> list[int]:
     return list(values) + [0] * (n - len(values))
 
 
-def _layout(r: _Request, gpus: Sequence[Device], ctx: int, n_cpu_moe: int = 0) -> LoadPlan:
-    """Place layers for one context on ``gpus`` (fill order: the first takes the top layers).
+@dataclass(frozen=True)
+class _Sizes:
+    """What one layout places: each layer's bytes, the compute graph, each GPU's room."""
 
-    With ``n_cpu_moe`` the expert tensors of the lowest layers stay in RAM, so
-    those layers cost only their other weights and KV cache on a GPU.
-    """
-    info, opts, avail = r.info, r.opts, r.avail
+    n_rep: int  # repeating layers (the output layer is one more)
+    layers: list[int]  # each layer's weights
+    experts: list[int]  # each layer's expert tensors (part of its weights)
+    n_par: int  # sequences (slots)
+    kv_layer: int  # one layer's KV cache
+    graph_full: int  # the compute graph, everything offloaded
+    graph_partial: int  # the compute graph, layers left on the CPU
+    frees: list[int]  # each GPU's free memory (bounded by RAM where unified)
+    caps: list[int]  # what each GPU can take for layers
+    draft: Callable[..., DraftCost] | None  # the draft model's cost, given where it goes
+
+
+def _sizes(r: _Request, gpus: Sequence[Device], ctx: int, n_cpu_moe: int) -> _Sizes:
+    info, opts = r.info, r.opts
     n_rep = max(info.n_layers, len(info.layer_bytes))
-    lb, eb = _pad(info.layer_bytes, n_rep), _pad(info.expert_bytes, n_rep)
     np_ = max(opts.num_parallel, 1)
     kv_l = kv_layer_bytes(info, kv_cells(ctx, np_), r.kv_type)
-    kv_total = kv_l * info.n_layers
-    g_full, g_partial = graph_bytes(info, ctx, np_, opts.num_batch, r.fa, kv_total)
+    g_full, g_partial = graph_bytes(info, ctx, np_, opts.num_batch, r.fa, kv_l * info.n_layers)
     if len(gpus) > 1:
         g_full = g_partial
     if any(g.library == "Metal" for g in gpus):
         g_partial = g_full
-    reserve_graph = max(g_full, g_partial)
+    eb = _pad(info.expert_bytes, n_rep)
     fixed_ram = (
         info.token_embd_bytes
         + info.other_bytes
@@ -134,17 +145,10 @@ def _layout(r: _Request, gpus: Sequence[Device], ctx: int, n_cpu_moe: int = 0) -
     )
     # A unified-memory GPU's memory is the same RAM the CPU side uses.
     frees = [
-        min(g.free, avail - fixed_ram) if g.unified_memory and avail > 0 else g.free for g in gpus
+        min(g.free, r.avail - fixed_ram) if g.unified_memory and r.avail > 0 else g.free
+        for g in gpus
     ]
-    target = n_rep + 1 if opts.num_gpu < 0 else min(opts.num_gpu, n_rep + 1)
-    caps = [
-        f - opts.gpu_overhead - _reserve(g) - reserve_graph
-        for g, f in zip(gpus, frees, strict=True)
-    ]
-    proj = opts.projector_weights + opts.projector_compute
-    if caps and proj:  # llama.cpp's first device (filled last) holds the projector
-        caps[-1] -= proj
-    cost = (
+    draft = (
         partial(
             draft_cost,
             opts.draft,
@@ -158,93 +162,68 @@ def _layout(r: _Request, gpus: Sequence[Device], ctx: int, n_cpu_moe: int = 0) -
         if opts.draft is not None
         else None
     )
-    if caps and cost is not None:  # and the draft model
-        caps[-1] -= cost(on_gpu=True, extras=()).gpu_total
+    caps = _caps(r, gpus, frees, max(g_full, g_partial), draft)
+    lb = _pad(info.layer_bytes, n_rep)
+    return _Sizes(n_rep, lb, eb, np_, kv_l, g_full, g_partial, frees, caps, draft)
+
+
+def _caps(
+    r: _Request,
+    gpus: Sequence[Device],
+    frees: Sequence[int],
+    reserve_graph: int,
+    draft: Callable[..., DraftCost] | None,
+) -> list[int]:
+    """What each GPU can take for layers: its free memory less the overhead setting, its
+    reserve and the compute graph; llama.cpp's first device (filled last) also holds the
+    projector and the draft model."""
+    opts = r.opts
+    caps = [
+        f - opts.gpu_overhead - _reserve(g) - reserve_graph
+        for g, f in zip(gpus, frees, strict=True)
+    ]
+    proj = opts.projector_weights + opts.projector_compute
+    if caps and proj:
+        caps[-1] -= proj
+    if caps and draft is not None:
+        caps[-1] -= draft(on_gpu=True, extras=()).gpu_total
+    return caps
+
+
+def _layout(r: _Request, gpus: Sequence[Device], ctx: int, n_cpu_moe: int = 0) -> LoadPlan:
+    """Place layers for one context on ``gpus`` (fill order: the first takes the top layers).
+
+    With ``n_cpu_moe`` the expert tensors of the lowest layers stay in RAM, so
+    those layers cost only their other weights and KV cache on a GPU.
+    """
+    info, opts = r.info, r.opts
+    s = _sizes(r, gpus, ctx, n_cpu_moe)
+    target = s.n_rep + 1 if opts.num_gpu < 0 else min(opts.num_gpu, s.n_rep + 1)
     fills, placed = assign(
-        caps,
-        gpu_layer_bytes(lb, eb, n_cpu_moe),
-        kv_l,
+        s.caps,
+        gpu_layer_bytes(s.layers, s.experts, n_cpu_moe),
+        s.kv_layer,
         target,
         opts.num_gpu >= 0,
         info.output_bytes,
         shrinkable(gpus, opts.spread),
     )
-    full = placed > n_rep
-    gpu_uses = tuple(
-        DeviceUse(
-            g.name,
-            g.library,
-            f.layers,
-            f.weights,
-            f.kv,
-            g_full if full else g_partial,
-            max(free, 0),
-            g.unified_memory,
-        )
-        for g, f, free in reversed(list(zip(gpus, fills, frees, strict=True)))
-        if f.layers
-    )
-    if gpu_uses and proj:
-        first = gpu_uses[0]
-        gpu_uses = (
-            replace(
-                first,
-                weights=first.weights + opts.projector_weights,
-                graph=first.graph + opts.projector_compute,
-            ),
-            *gpu_uses[1:],
-        )
-    cpu_layers = n_rep - min(placed, n_rep)
-    # The input embedding always stays in RAM (llama.cpp runs get_rows on the CPU),
-    # and so do the experts of offloaded layers below n_cpu_moe.
-    cpu_weights = (
-        info.token_embd_bytes
-        + info.other_bytes
-        + sum(lb[:cpu_layers])
-        + sum(eb[cpu_layers:n_cpu_moe])
-    )
-    if not full:
-        cpu_weights += info.output_bytes
+    gpu_uses = _gpu_uses(r, gpus, s, fills, full=placed > s.n_rep)
     # The CPU backend's repacked copies of what it keeps (AMX, CPU_REPACK...); a GPU with
     # a host buffer among the model's devices rules them out (scheduler/repack.py).
     on_gpus = [g for g, f in zip(gpus, fills, strict=True) if f.layers]
     cpu_extras = usable_extras(r.cpu, on_gpus or r.default_devices, opts.cpu_repack)
-    cpu_weights += repacked_bytes(info, cpu_extras, cpu_layers, n_cpu_moe, not full, opts.use_mmap)
-    # With layers (or experts) on the CPU its compute buffer is sized for the whole
-    # graph, as llama.cpp's scheduler reserves it; fully offloaded it only stages inputs.
-    gpu_only = full and n_cpu_moe == 0
-    cpu_graph = host_graph_bytes(info, opts.num_batch) if gpu_only else g_full
-    if not gpu_uses:  # no layer offloaded: the runner keeps the projector in RAM too
-        cpu_weights += opts.projector_weights
-        cpu_graph += opts.projector_compute
-    cpu = DeviceUse(
-        "CPU",
-        "CPU",
-        cpu_layers + (0 if full else 1),
-        cpu_weights,
-        kv_l * cpu_layers,
-        cpu_graph,
-        avail,
-    )
-    if cost is not None:
-        draft = cost(on_gpu=bool(gpu_uses), extras=cpu_extras)
+    cpu = _cpu_use(r, s, placed, n_cpu_moe, cpu_extras, offloaded=bool(gpu_uses))
+    if s.draft is not None:
+        draft = s.draft(on_gpu=bool(gpu_uses), extras=cpu_extras)
         cpu = draft.onto(cpu)
         gpu_uses = (draft.onto(gpu_uses[0]), *gpu_uses[1:]) if gpu_uses else gpu_uses
-    notes = [
-        f"estimate exceeds free memory on {g.name} by {fmt_bytes(f.used - c)}"
-        for g, f, c in zip(gpus, fills, caps, strict=True)
-        if f.layers and f.used > c
-    ]
-    # Unified GPU memory is RAM: counted here once, with the CPU side.
-    host = cpu.total + sum(u.total for u in gpu_uses if u.unified)
-    ram_short = avail > 0 and host > avail
-    if ram_short:
-        notes.append(f"needs {fmt_bytes(host)} of RAM, {fmt_bytes(avail)} available")
+    notes = _notes(gpus, fills, s.caps, cpu, gpu_uses, r.avail)
     return LoadPlan(
         placed,
-        n_rep + 1,
+        s.n_rep + 1,
         ctx,
-        np_,
+        s.n_par,
         opts.num_batch,
         r.kv_type,
         r.fa,
@@ -255,6 +234,94 @@ def _layout(r: _Request, gpus: Sequence[Device], ctx: int, n_cpu_moe: int = 0) -
         notes=tuple(notes),
         n_cpu_moe=n_cpu_moe,
     )
+
+
+def _gpu_uses(
+    r: _Request, gpus: Sequence[Device], s: _Sizes, fills: Sequence[Fill], *, full: bool
+) -> tuple[DeviceUse, ...]:
+    """Each GPU that holds layers, llama.cpp's first device first, the projector on it."""
+    opts = r.opts
+    uses = tuple(
+        DeviceUse(
+            g.name,
+            g.library,
+            f.layers,
+            f.weights,
+            f.kv,
+            s.graph_full if full else s.graph_partial,
+            max(free, 0),
+            g.unified_memory,
+        )
+        for g, f, free in reversed(list(zip(gpus, fills, s.frees, strict=True)))
+        if f.layers
+    )
+    if uses and opts.projector_weights + opts.projector_compute:
+        first = uses[0]
+        uses = (
+            replace(
+                first,
+                weights=first.weights + opts.projector_weights,
+                graph=first.graph + opts.projector_compute,
+            ),
+            *uses[1:],
+        )
+    return uses
+
+
+def _cpu_use(
+    r: _Request,
+    s: _Sizes,
+    placed: int,
+    n_cpu_moe: int,
+    extras: Sequence[ExtraBuffer],
+    *,
+    offloaded: bool,
+) -> DeviceUse:
+    """What stays in RAM: the layers not placed, and what llama.cpp keeps on the CPU."""
+    info, opts = r.info, r.opts
+    full = placed > s.n_rep
+    cpu_layers = s.n_rep - min(placed, s.n_rep)
+    # The input embedding always stays in RAM (llama.cpp runs get_rows on the CPU),
+    # and so do the experts of offloaded layers below n_cpu_moe.
+    weights = (
+        info.token_embd_bytes
+        + info.other_bytes
+        + sum(s.layers[:cpu_layers])
+        + sum(s.experts[cpu_layers:n_cpu_moe])
+    )
+    if not full:
+        weights += info.output_bytes
+    weights += repacked_bytes(info, extras, cpu_layers, n_cpu_moe, not full, opts.use_mmap)
+    # With layers (or experts) on the CPU its compute buffer is sized for the whole
+    # graph, as llama.cpp's scheduler reserves it; fully offloaded it only stages inputs.
+    gpu_only = full and n_cpu_moe == 0
+    graph = host_graph_bytes(info, opts.num_batch) if gpu_only else s.graph_full
+    if not offloaded:  # no layer offloaded: the runner keeps the projector in RAM too
+        weights += opts.projector_weights
+        graph += opts.projector_compute
+    layers = cpu_layers + (0 if full else 1)
+    return DeviceUse("CPU", "CPU", layers, weights, s.kv_layer * cpu_layers, graph, r.avail)
+
+
+def _notes(
+    gpus: Sequence[Device],
+    fills: Sequence[Fill],
+    caps: Sequence[int],
+    cpu: DeviceUse,
+    gpu_uses: Sequence[DeviceUse],
+    avail: int,
+) -> list[str]:
+    """Why a layout does not fit: a GPU over its room, or more RAM than there is."""
+    notes = [
+        f"estimate exceeds free memory on {g.name} by {fmt_bytes(f.used - c)}"
+        for g, f, c in zip(gpus, fills, caps, strict=True)
+        if f.layers and f.used > c
+    ]
+    # Unified GPU memory is RAM: counted here once, with the CPU side.
+    host = cpu.total + sum(u.total for u in gpu_uses if u.unified)
+    if avail > 0 and host > avail:
+        notes.append(f"needs {fmt_bytes(host)} of RAM, {fmt_bytes(avail)} available")
+    return notes
 
 
 def _rank(p: LoadPlan) -> tuple[bool, bool, int, int, int, int]:
