@@ -15,27 +15,25 @@
 is ``store/registry_pull.py``'s; ``fit_check`` is the planner's verdict on the header it
 reads first, and ``plan`` a dry run of it, as ``remote.py`` gives them for the Hub.
 
-``import_store`` brings in the models of an Ollama store (``localllm import ollama``,
-``store/ollama_import.py``) with ``warnings``: what will not work as in Ollama.
+An import from Ollama's own store (``localllm import ollama``, ``store/ollama_import.py``)
+reports ``warnings`` for each model: what will not work as in Ollama.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
-from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from localllm.errors import InvalidRequest, ModelNotFound
 from localllm.store import registry, tls
-from localllm.store.names import DEFAULT_HOST, ModelName, parse_name
+from localllm.store.names import DEFAULT_HOST, ModelName
 
 if TYPE_CHECKING:
     from localllm.api.wire import DryRun, ProgressEvent
     from localllm.gguf.info import ModelInfo
     from localllm.models.remote import Machine
     from localllm.store.local import Store
-    from localllm.store.ollama_import import ImportReport, Progress as ImportProgress
     from localllm.store.ollama_store import Found
     from localllm.store.registry import Remote
 
@@ -161,34 +159,6 @@ def fit_check(
 
 
 # -- Ollama's own store ---------------------------------------------------------------------
-def import_store(
-    store: Store,
-    source: Path | None,
-    *,
-    models: Iterable[str] = (),
-    copy: bool = False,
-    dry_run: bool = False,
-    force: bool = False,
-    progress: ImportProgress | None = None,
-) -> ImportReport:
-    """Bring in the models of an Ollama store (``localllm import ollama``): ``source``,
-    else Ollama's own folder; only ``models`` when given.  Blobs are hard-linked where
-    they can be, else copied (``copy``: always), and verified either way; see
-    ``store/ollama_import.py``.  Needs no daemon: it only adds blobs and manifests."""
-    from localllm.store.ollama_import import import_ollama
-
-    return import_ollama(
-        store,
-        source,
-        names=[parse_name(m) for m in models],
-        copy=copy,
-        dry_run=dry_run,
-        force=force,
-        progress=progress,
-        check=warnings,
-    )
-
-
 def warnings(found: Found) -> list[str]:
     """What will not work as in Ollama about an imported model: a template our renderer
     refuses, parameters we ignore or refuse, malformed messages, Ollama's built-in

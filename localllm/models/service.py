@@ -369,16 +369,21 @@ class ModelService:
         force: bool = False,
         progress: ImportProgress | None = None,
     ) -> ImportReport:
-        """Bring in the models of an Ollama store (``localllm import ollama``); see
-        ``ollama.import_store``."""
-        from localllm.models.ollama import import_store
+        """Bring in the models of an Ollama store (``localllm import ollama``): ``source``,
+        else Ollama's own folder; only ``models`` when given.  Blobs are hard-linked where
+        they can be, else copied (``copy``: always), and verified either way; see
+        ``store/ollama_import.py``.  Needs no daemon: it only adds blobs and manifests.
+        Each model gets ``ollama.warnings``: what will not work as in Ollama."""
+        from localllm.models.ollama import warnings
+        from localllm.store.ollama_import import import_ollama
 
-        return import_store(
+        return import_ollama(
             self.store,
             source,
-            models=models,
+            names=[parse_name(m) for m in models],
             copy=copy,
             dry_run=dry_run,
             force=force,
             progress=progress,
+            check=warnings,
         )

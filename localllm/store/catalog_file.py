@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ FORMAT = 1  # the catalogue format this code reads
 MAX_BYTES = 1 << 20  # any catalogue file; the built-in one is ~15 KiB
 _PROJECTOR_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _TAG_RE = re.compile(r"^[a-z0-9_][a-z0-9_.-]{0,79}$")
+_DOC_KEYS = frozenset({"format", "updated", "models"})
 _FAMILY_KEYS = frozenset({"description", "latest", "tags"})
 _TAG_KEYS = frozenset({"source", "projector", "verified"})
 
@@ -65,9 +67,7 @@ def parse(
     updated = doc.get("updated")
     if updated is not None and not isinstance(updated, dt.date):
         raise CatalogError(f"{where}: 'updated' must be a date (2025-08-01)")
-    unknown = set(doc) - {"format", "updated", "models"}
-    if unknown:
-        raise CatalogError(f"{where}: unknown key {sorted(unknown)[0]!r}")
+    _known_keys(doc, _DOC_KEYS, where)
     models = doc.get("models", {})
     if not isinstance(models, dict):
         raise CatalogError(f"{where}: [models] must be a table")
@@ -79,6 +79,13 @@ def parse(
             raise CatalogError(f"{where}: models.{key} is listed twice")
         families[fkey] = fam
     return families, updated if isinstance(updated, dt.date) else None
+
+
+def _known_keys(table: Mapping[str, object], allowed: frozenset[str], where: str) -> None:
+    """A table of the file holds only ``allowed`` keys; the first other one is the error."""
+    extra = set(table) - allowed
+    if extra:
+        raise CatalogError(f"{where}: unknown key {sorted(extra)[0]!r}")
 
 
 def _family_key(name: str) -> str:
@@ -97,9 +104,7 @@ def _family(key: str, value: Any, where: str, layer: str) -> Family:
         )
     if not isinstance(value, dict):
         raise CatalogError(f"{where}: must be a table")
-    extra = set(value) - _FAMILY_KEYS
-    if extra:
-        raise CatalogError(f"{where}: unknown key {sorted(extra)[0]!r}")
+    _known_keys(value, _FAMILY_KEYS, where)
     description = value.get("description", "")
     if not isinstance(description, str) or len(description) > 500:
         raise CatalogError(f"{where}.description: must be a string of at most 500 characters")
@@ -132,9 +137,7 @@ def _tag(spec: Any, where: str, layer: str) -> Tag:
         spec = {"source": spec}
     if not isinstance(spec, dict):
         raise CatalogError(f"{where}: must be a source string or a table")
-    extra = set(spec) - _TAG_KEYS
-    if extra:
-        raise CatalogError(f"{where}: unknown key {sorted(extra)[0]!r}")
+    _known_keys(spec, _TAG_KEYS, where)
     raw = spec.get("source")
     try:
         source = parse_name(raw)

@@ -27,6 +27,7 @@ from pathlib import Path
 from localllm import config, paths
 from localllm.errors import DigestMismatch, InvalidRequest, PullError
 from localllm.store import catalog, catalog_trust, hub
+from localllm.store.hubhttp import read_capped
 
 FILE = "catalog.toml"
 _SHA_RE = re.compile(r"^([0-9a-fA-F]{64})(?:\s+\*?(\S+))?\s*$")
@@ -173,14 +174,13 @@ def _get(repo: str, file: str, limit: int, *, missing: str | None = None) -> byt
                 raise PullError(
                     f"the Hub answered {r.status_code} for hf.co/{repo}/{file}", status=502
                 )
-            data = bytearray()
-            for chunk in r.iter_bytes():
-                data += chunk
-                if len(data) > limit:
-                    raise catalog.CatalogError(
-                        f"hf.co/{repo}/{file}: larger than {limit} bytes; not a catalogue"
-                    )
-            return bytes(data)
+            return read_capped(
+                r.iter_bytes(),
+                limit,
+                lambda: catalog.CatalogError(
+                    f"hf.co/{repo}/{file}: larger than {limit} bytes; not a catalogue"
+                ),
+            )
     except httpx.HTTPError as exc:
         raise PullError(f"cannot reach the Hub at {hub.endpoint()}: {exc}", status=502) from None
 

@@ -28,6 +28,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import httpx
@@ -87,11 +88,11 @@ def get_json(
             raise PullError(
                 f"the Hub sent {path} compressed ({encoding[:40]}) though asked not to", status=502
             )
-        body = bytearray()
-        for chunk in r.iter_raw():
-            body += chunk
-            if len(body) > limit:
-                raise PullError(f"the Hub's answer to {path} is over {limit >> 20} MiB", status=502)
+        body = read_capped(
+            r.iter_raw(),
+            limit,
+            lambda: PullError(f"the Hub's answer to {path} is over {limit >> 20} MiB", status=502),
+        )
         nxt = next_page(r, endpoint)
     try:
         return json.loads(body), nxt
@@ -99,6 +100,17 @@ def get_json(
         raise PullError(f"the Hub's answer to {path} is nested too deeply", status=502) from None
     except ValueError:
         raise PullError(f"the Hub sent malformed JSON for {path}", status=502) from None
+
+
+def read_capped(chunks: Iterable[bytes], limit: int, too_long: Callable[[], Exception]) -> bytes:
+    """An answer's body, refused with ``too_long()`` as soon as it passes ``limit`` bytes:
+    more is an error, never a truncation, and nothing past the limit is held."""
+    body = bytearray()
+    for chunk in chunks:
+        body += chunk
+        if len(body) > limit:
+            raise too_long()
+    return bytes(body)
 
 
 def next_page(r: httpx.Response, endpoint: str) -> str | None:
