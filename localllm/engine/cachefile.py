@@ -29,7 +29,7 @@ import stat
 import struct
 import time
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypedDict
 
 MAGIC = b"LLPCACHE"
 FORMAT = 2  # 2: an HMAC instead of a plain sha256 (1's files are refused and deleted)
@@ -56,9 +56,31 @@ def file_identity(path: str) -> str:
     return f"file:{os.path.realpath(path)}:{st.st_size}:{st.st_mtime_ns}:{h.hexdigest()}"
 
 
-def model_identity(
-    paths: list[str], llama_version: str, kv_type: str, flash_attn: str
-) -> dict[str, Any]:
+class Identity(TypedDict):
+    """What makes saved cells valid (``model_identity``); a file holds its writer's."""
+
+    format: int
+    llama: str
+    model: list[str]
+    kv_type: str
+    flash_attn: str
+
+
+class _HeaderFields(TypedDict):
+    identity: Identity
+    adapters: list[str]
+    exact: int
+    n_tokens: int
+    size: int
+
+
+class Header(_HeaderFields, total=False):
+    """A file's JSON header; ``mac`` is added last, over the rest (``mac``)."""
+
+    mac: str
+
+
+def model_identity(paths: list[str], llama_version: str, kv_type: str, flash_attn: str) -> Identity:
     """What makes saved cells valid: the model files, libllama and this format, the KV cache
     type and flash attention (llama.cpp stores V transposed without it)."""
     return {
@@ -78,7 +100,7 @@ def pack_tokens(tokens: list[int]) -> bytes:
     return struct.pack(f"<{len(tokens)}i", *tokens)
 
 
-def mac(key: bytes, meta: dict[str, Any], tokens: bytes, data: Any) -> str:
+def mac(key: bytes, meta: Header, tokens: bytes, data: Any) -> str:
     """The file's MAC: its header (less the MAC itself), tokens and cells, under ``key``."""
     head = {k: v for k, v in meta.items() if k != "mac"}
     h = hmac.new(key, json.dumps(head, sort_keys=True).encode(), hashlib.sha256)
@@ -140,15 +162,25 @@ def private_dir(path: Path) -> None:
         os.chmod(path, 0o700)
 
 
-def read_header(
-    f: BinaryIO, file_size: int, identity: dict[str, Any]
-) -> tuple[dict[str, Any], list[int]] | None:
+def checked_header(
+    f: BinaryIO, identity: Identity
+) -> tuple[os.stat_result, tuple[Header, list[int]] | None]:
+    """An open cache file's ``stat`` and what ``read_header`` makes of it; ValueError when
+    the file is not to be trusted (``foreign``)."""
+    st = os.fstat(f.fileno())
+    why = foreign(st)
+    if why:
+        raise ValueError(why)
+    return st, read_header(f, st.st_size, identity)
+
+
+def read_header(f: BinaryIO, file_size: int, identity: Identity) -> tuple[Header, list[int]] | None:
     """The header and tokens of an open cache file, None unless they are whole, of this
     identity, and the file is exactly as long as they say (the data is read next)."""
     magic, hlen = _HEAD.unpack(f.read(_HEAD.size))
     if magic != MAGIC or hlen > 1 << 20:
         return None
-    meta = json.loads(f.read(hlen))
+    meta: Header = json.loads(f.read(hlen))
     n, size = int(meta["n_tokens"]), int(meta["size"])
     if meta.get("identity") != identity or n <= 0 or size <= 0:
         return None
@@ -157,7 +189,7 @@ def read_header(
     return meta, list(struct.unpack(f"<{n}i", f.read(4 * n)))
 
 
-def write(path: Path, meta: dict[str, Any], raw: bytes, data: Any) -> None:
+def write(path: Path, meta: Header, raw: bytes, data: Any) -> None:
     """Write a cache file atomically: a temporary name, synced, renamed into place."""
     head = json.dumps(meta).encode()
     tmp = path.with_name(f".{os.getpid()}.{path.name}.tmp")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 from itertools import product
-from typing import Any
+from typing import Any, TypedDict
 
 from localllm.engine.binding import native
 
@@ -52,7 +52,31 @@ def _names(n: int, get: Callable[[int, Any, int], int]) -> list[str]:
     return out
 
 
-def extra_buffers() -> list[dict[str, Any]]:
+class Rule(TypedDict):
+    """Which weights an extra buffer type takes, and what they cost there (``extra_buffers``)."""
+
+    type: int
+    name: str
+    dims: int
+    k: int
+    rows: int
+    copy: int
+    size: int
+
+
+class _BufferFields(TypedDict):
+    name: str
+    rules: list[Rule]
+
+
+class Buffer(_BufferFields, total=False):
+    """One extra buffer type; in ``auto``, ``cpu_check.annotate`` adds its verdict."""
+
+    auto: bool  # LOCALLLM_CPU_REPACK=auto lets a load use it
+    fault: str  # what its self-test found ("": it works)
+
+
+def extra_buffers() -> list[Buffer]:
     """Each extra buffer type, in llama.cpp's order, with the weights it takes.
 
     A rule ``{"type", "name", "dims", "k", "rows", "copy", "size"}`` says: a weight
@@ -66,26 +90,25 @@ def extra_buffers() -> list[dict[str, Any]]:
     types = [
         (t, ffi.string(lib.ll_ggml_type_name(t)).decode()) for t in range(lib.ll_ggml_type_count())
     ]
-    out = []
+    out: list[Buffer] = []
     for i, name in enumerate(_names(lib.ll_cpu_extra_buft_count(), lib.ll_cpu_extra_buft_name)):
-        rules = []
+        rules: list[Rule] = []
         for (t, tname), (dims, n_mat) in product(types, ((2, 1), (3, N_EXPERTS))):
             takes = partial(_takes, lib, i, t, n_mat, copy, size)
             if not tname or not takes(REF, REF):
                 continue
             ref_copy, ref_size = int(copy[0]), int(size[0])
             k, rows = _multiples(takes)
-            rules.append(
-                {
-                    "type": t,
-                    "name": tname,
-                    "dims": dims,
-                    "k": k,
-                    "rows": rows,
-                    "copy": ref_copy,
-                    "size": ref_size,
-                }
-            )
+            rule: Rule = {
+                "type": t,
+                "name": tname,
+                "dims": dims,
+                "k": k,
+                "rows": rows,
+                "copy": ref_copy,
+                "size": ref_size,
+            }
+            rules.append(rule)
         out.append({"name": name, "rules": rules})
     return out
 

@@ -118,7 +118,7 @@ def _test_buffer(i: int) -> str:
     return ""
 
 
-def child_lines(only: Sequence[str], drop: Sequence[str]) -> Iterator[dict[str, Any]]:
+def child_lines(only: Sequence[str], drop: Sequence[str]) -> Iterator[dict[str, str | int]]:
     """What the child prints: the drops it made, then each tested type's result, each
     preceded by a ``start`` line so a crash is pinned on the right type."""
     for n in drop:
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
 # ---- in the process that asks (the probe, a runner) --------------------------------
 
 
-def _child(args: list[str], timeout: float) -> tuple[list[dict[str, Any]], int | None]:
+def _child(args: list[str], timeout: float) -> tuple[list[dict[str, object]], int | None]:
     """The child's JSON lines, and its exit status (None: it ran past ``timeout``)."""
     from localllm import children
 
@@ -306,7 +306,7 @@ def _save(path: Path, v: Verdict) -> None:
         pass  # no cache folder: the next process tests again
 
 
-def annotate(buffers: list[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
+def annotate(buffers: list[cpu_buffers.Buffer], mode: str) -> list[cpu_buffers.Buffer]:
     """The probe's ``cpu_buffers``; in ``auto`` each also says whether ``auto`` lets a load
     use it (``"auto"``) and what its self-test found (``"fault"``, "" when it works)."""
     if mode != "auto" or not buffers:

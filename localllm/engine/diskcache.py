@@ -79,7 +79,7 @@ class DiskCache:
     def __init__(
         self,
         root: Path,
-        identity: dict[str, Any],
+        identity: cachefile.Identity,
         budget: int,
         ffi: Any,
         n_ctx: int,
@@ -127,11 +127,7 @@ class DiskCache:
         path = self.dir / entry.file
         try:
             with open(path, "rb") as f:
-                st = os.fstat(f.fileno())
-                why = cachefile.foreign(st)
-                if why:
-                    raise ValueError(why)
-                head = cachefile.read_header(f, st.st_size, self.identity)
+                _, head = cachefile.checked_header(f, self.identity)
                 if head is None or head[0]["n_tokens"] != len(entry.tokens):
                     raise ValueError("bad header")
                 meta, tokens = head
@@ -212,11 +208,7 @@ class DiskCache:
                 continue
             try:
                 with open(path, "rb") as f:
-                    st = os.fstat(f.fileno())
-                    why = cachefile.foreign(st)
-                    if why:
-                        raise ValueError(why)
-                    head = cachefile.read_header(f, st.st_size, self.identity)
+                    st, head = cachefile.checked_header(f, self.identity)
                 if head is None:
                     raise ValueError("not a whole cache file of this model")
                 meta, tokens = head
@@ -263,7 +255,7 @@ class DiskCache:
             cachefile.private_dir(self.dir)
         except ValueError as exc:
             raise OSError(str(exc)) from None
-        meta: dict[str, Any] = {
+        meta: cachefile.Header = {
             "identity": self.identity,
             "adapters": list(entry.adapters),
             "exact": entry.exact,

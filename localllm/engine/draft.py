@@ -20,10 +20,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from localllm.engine.model import Batch, Context, Model, buffer_sizes
 from localllm.engine.ngram import MAX_DRAFT
+from localllm.engine.plugins import Placement
 from localllm.errors import ModelLoadError
 from localllm.runner.messages import LoadOptions
 
@@ -51,7 +51,7 @@ class Drafter:
         path: str,
         target: Model,
         opts: LoadOptions,
-        placement: dict[str, Any],
+        placement: Placement,
         *,
         n_seq: int,
         n_ctx_slot: int,
@@ -66,7 +66,7 @@ class Drafter:
             use_mmap=opts.use_mmap,
             devices=devices,
             split_mode="none",
-            use_extra_bufts=placement.get("use_extra_bufts", True),
+            use_extra_bufts=placement["use_extra_bufts"],
         )
         self.ctx: Context | None = None
         self.batch: Batch | None = None

@@ -20,19 +20,16 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any
 
-from localllm.engine import plugins
 from localllm.engine.adapters import Adapters, AdapterSet
 from localllm.engine.batching import fill_batch
 from localllm.engine.budget import StepCost, prompt_budget
 from localllm.engine.checkpoints import head_length, marks, reached
-from localllm.engine.device_sampling import SlotChains, wanted
+from localllm.engine.device_sampling import SlotChains
 from localllm.engine.diskcache import open_disk
-from localllm.engine.draft import Drafter
 from localllm.engine.draftcost import DraftCost
-from localllm.engine.embed import POOLING_RANK
-from localllm.engine.model import Batch, Context, Model, buffer_sizes, no_parts
+from localllm.engine.load import EngineInfo, engine_info, load, memory_report
+from localllm.engine.model import buffer_sizes
 from localllm.engine.park import PromptCache, budget
 from localllm.engine.sharing import holds, share_prefixes
 from localllm.engine.shift import shift
@@ -40,7 +37,7 @@ from localllm.engine.slots import OVERFLOW, Active, Slot, cut, pick_slot, prompt
 from localllm.engine.speculate import speculation, verify
 from localllm.engine.text import TextStream
 from localllm.engine.thinking import think_budget
-from localllm.engine.vision import image_step, load_projector, media_prompt
+from localllm.engine.vision import Media, image_step, media_prompt
 from localllm.errors import InvalidRequest, LocalLLMError
 from localllm.hardware.cpu import default_threads
 from localllm.runner.messages import (
@@ -64,73 +61,27 @@ class Engine:
 
     def __init__(self, model_paths: list[str], opts: LoadOptions) -> None:
         self.opts = opts
-        placement = plugins.place(opts)
-        self.model = Model(
-            model_paths,
-            n_gpu_layers=opts.n_gpu_layers,
-            main_gpu=opts.main_gpu,
-            use_mmap=opts.use_mmap,
-            **placement,
+        self.loaded = loaded = load(model_paths, opts)
+        self.model, self.ctx, self.batch = loaded.model, loaded.ctx, loaded.batch
+        self.projector, self.drafter = loaded.projector, loaded.drafter
+        self.n_ctx_slot, self.n_batch, self.n_ubatch = (
+            loaded.n_ctx_slot,
+            loaded.n_batch,
+            loaded.n_ubatch,
         )
-        n_par = max(1, opts.n_parallel)
-        # Every decoding slot adds one token per step, so a batch must hold them all.
-        # Pooled embeddings need a whole input in one micro-batch: there the step is one.
-        n_batch = max(opts.n_ubatch if opts.embedding else opts.n_batch, n_par, 1)
-        n_ubatch = n_batch if opts.embedding else max(1, min(opts.n_ubatch, n_batch))
-        threads = opts.n_threads or default_threads()
-        try:
-            self.ctx = Context(
-                self.model,
-                n_ctx=max(opts.n_ctx, 8) * n_par,
-                n_seq_max=n_par,
-                n_batch=n_batch,
-                n_ubatch=n_ubatch,
-                n_threads=threads,
-                flash_attn=opts.flash_attn,
-                kv_type=opts.kv_type,
-                embeddings=opts.embedding,
-                pooling=POOLING_RANK if opts.rerank else -1,  # -1: the GGUF's own
-                device_sampling=wanted(opts, self.model.load_log),
-            )
-            # One unified KV buffer (as llama-server does): per-sequence streams would make
-            # llama.cpp split every mixed batch into equal per-sequence micro-batches.  The
-            # per-slot limit is then ours to keep, and keeping it means the buffer never fills.
-            self.n_ctx_slot = min(max(opts.n_ctx, 8), self.ctx.n_ctx // n_par)
-            self.batch = Batch(n_batch)
-            self.projector = load_projector(opts, self.model, placement["devices"], threads)
-            self.drafter = (
-                Drafter(
-                    opts.draft,
-                    self.model,
-                    opts,
-                    placement,
-                    n_seq=n_par,
-                    n_ctx_slot=self.n_ctx_slot,
-                    n_batch=n_batch,
-                    n_threads=threads,
-                )
-                if opts.draft
-                else None
-            )
-        except BaseException:
-            for h in ("projector", "batch", "ctx"):  # whatever was made before the failure
-                if getattr(self, h, None) is not None:
-                    getattr(self, h).close()
-            self.model.close()
-            raise
-        if opts.embedding:
-            self.ctx.set_embeddings(False)  # switched on only while embedding
-        self.n_batch, self.n_ubatch = n_batch, n_ubatch
-        self.cost = StepCost(n_ubatch)
+        self.cost = StepCost(self.n_ubatch)
         # What a draft row costs this batch (draftcost.py), for the default speculation.
         self.draft_cost = DraftCost() if opts.draft_gate else None
         self._budget = prompt_budget(opts.step_tokens, opts.step_ms, self.cost)
         # Context shift (engine/shift.py) needs movable cells and no sliding window.
         self.can_shift = self.ctx.can_shift() and self.model.n_swa == 0
-        self.slots = [Slot(i) for i in range(n_par)]
+        self.slots = [Slot(i) for i in range(max(1, opts.n_parallel))]
         self.adapters = Adapters(self.model, self.ctx)
         self._steps = 0
-        self._queue: deque[tuple[CompletionRequest, list[int], AdapterSet, Any, int]] = deque()
+        # Requests waiting for a slot: tokens, adapter set, images, shared head (submit).
+        self._queue: deque[tuple[CompletionRequest, list[int], AdapterSet, Media | None, int]] = (
+            deque()
+        )
         self._events: list[Event] = []
         self._load_log = self.model.load_log + self.ctx.load_log
         self.chains = SlotChains(self.model, self.ctx, self.ctx.device_sampling)
@@ -297,37 +248,12 @@ class Engine:
         """``special``: control tokens written out (``<s>``), else left out."""
         return self.model.detokenize(tokens, unparse_special=special)
 
-    def info(self) -> dict[str, Any]:
-        m = self.model
-        return {
-            "n_ctx": self.n_ctx_slot,
-            "n_ctx_train": m.n_ctx_train,
-            "n_vocab": m.n_vocab,
-            "n_layer": m.n_layer,
-            "n_embd": m.n_embd,
-            "n_parallel": len(self.slots),
-            "n_batch": self.n_batch,
-            "bos": m.token_text(m.bos) if m.bos >= 0 else "",
-            "eos": m.token_text(m.eos) if m.eos >= 0 else "",
-            "chat_template": m.chat_template,
-            "description": m.description,
-            "embedding": self.opts.embedding,
-            "vision": self.projector is not None and self.projector.vision,
-            "draft": self.drafter is not None,
-        }
+    def info(self) -> EngineInfo:
+        return engine_info(self.loaded, len(self.slots), self.opts.embedding)
 
     def memory_report(self) -> dict[str, dict[str, int]]:
-        """Bytes llama.cpp allocated per device, from its load-time log lines, with the
-        projector's and the draft model's (each on its own device)."""
-        report = buffer_sizes(self._load_log)
-        if self.parked is not None:  # counted as it fills (runner/resident.py)
-            report.setdefault("CPU", no_parts())["cache"] = self.parked.budget
-        for extra in (self.projector, self.drafter):
-            for dev, use in (extra.memory() if extra is not None else {}).items():
-                d = report.setdefault(dev, no_parts())
-                for k, v in use.items():
-                    d[k] += v
-        return report
+        """Bytes llama.cpp allocated per device (see ``load.memory_report``)."""
+        return memory_report(self.loaded, self._load_log, self.parked)
 
     def close(self) -> None:
         if self.parked is not None:  # the disk's copies are written before the context goes
@@ -352,7 +278,12 @@ class Engine:
 
     # ---- internals ------------------------------------------------------------------
     def _admit(
-        self, req: CompletionRequest, tokens: list[int], key: AdapterSet, media: Any, head: int
+        self,
+        req: CompletionRequest,
+        tokens: list[int],
+        key: AdapterSet,
+        media: Media | None,
+        head: int,
     ) -> list[Event]:
         think = think_budget(self.model, req)
         picked = pick_slot(self.slots, tokens, key)

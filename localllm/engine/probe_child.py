@@ -28,10 +28,9 @@ import dataclasses
 import json
 import sys
 import traceback
-from typing import Any
 
 
-def collect(workers: list[str] | None = None) -> dict[str, Any]:
+def collect(workers: list[str] | None = None) -> dict[str, object]:
     """Ask the native binding for its devices, plugins, system info and build info."""
     try:
         from localllm import config

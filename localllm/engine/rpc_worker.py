@@ -32,7 +32,7 @@ import stat
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from localllm import paths
 from localllm.engine import plugins
@@ -128,27 +128,9 @@ def serve(
 ) -> int:
     """Serve ``devices`` (names; none: every GPU, else the CPU) on ``host:port`` until
     SIGINT/SIGTERM; the exit status (the process leaves with ``os._exit`` once serving)."""
-    if not is_loopback(host) and not allow_remote:
-        print(
-            f"Error: refusing to bind {host}: ggml RPC has no authentication, so a "
-            "worker listens on loopback only unless you pass --allow-remote (see "
-            "docs/multi-machine.md for firewall and SSH-tunnel setups).",
-            file=sys.stderr,
-        )
-        return 2
-    if not 0 < port < 65536:
-        print(f"Error: port {port} out of range", file=sys.stderr)
-        return 2
-    why = check_bind(host, port)
-    if why:
-        print(f"Error: {why}", file=sys.stderr)
-        return 1
-    folder: Path | None = None
-    if cache:
-        folder, why = check_cache_dir(cache)
-        if why:
-            print(f"Error: {why}", file=sys.stderr)
-            return 2
+    status, folder = _check_args(host, port, cache, allow_remote)
+    if status:
+        return status
     plugins.prepare()
     if not any(r.startswith("RPC") for r in _registries()):
         raise LocalLLMError(
@@ -156,6 +138,44 @@ def serve(
             "'localllm backends build rpc' (about a minute), then try again"
         )
     served = choose(plugins.devices(), devices)
+    endpoint = f"{host}:{port}"
+    path = _announce(host, port, served, folder)
+    _run(endpoint, served, folder, threads, path)
+
+
+def _check_args(
+    host: str, port: int, cache: str | None, allow_remote: bool
+) -> tuple[int, Path | None]:
+    """The exit status for arguments that cannot serve (0: they can; an error is
+    printed), and the tensor cache's folder, when there is one."""
+    if not is_loopback(host) and not allow_remote:
+        print(
+            f"Error: refusing to bind {host}: ggml RPC has no authentication, so a "
+            "worker listens on loopback only unless you pass --allow-remote (see "
+            "docs/multi-machine.md for firewall and SSH-tunnel setups).",
+            file=sys.stderr,
+        )
+        return 2, None
+    if not 0 < port < 65536:
+        print(f"Error: port {port} out of range", file=sys.stderr)
+        return 2, None
+    why = check_bind(host, port)
+    if why:
+        print(f"Error: {why}", file=sys.stderr)
+        return 1, None
+    folder: Path | None = None
+    if cache:
+        folder, why = check_cache_dir(cache)
+        if why:
+            print(f"Error: {why}", file=sys.stderr)
+            return 2, None
+    return 0, folder
+
+
+def _announce(
+    host: str, port: int, served: list[plugins.NativeDevice], folder: Path | None
+) -> Path:
+    """Say what is served and what is risky about it; write the state file (its path)."""
     endpoint = f"{host}:{port}"
     print(f"localllm worker on {endpoint} (ggml {plugins.ggml_version()}), serving:")
     for d in served:
@@ -181,6 +201,13 @@ def serve(
             }
         )
     )
+    return path
+
+
+def _run(
+    endpoint: str, served: list[plugins.NativeDevice], folder: Path | None, threads: int, path: Path
+) -> NoReturn:
+    """Run the RPC server in a thread until a signal or its end, then leave the process."""
     done = threading.Event()
     result: list[int] = []
 
