@@ -3,8 +3,8 @@
 Requests are pydantic models (``api/schemas*.py``) because the daemon must
 check them; responses are built by the daemon itself, so they only need names
 that mypy can check at both ends: the producers (``inference/plan.py``,
-``inference/fold.py``, ``inference/ps.py``, ``services.py``,
-``services_hub.py``) return these, and the consumers (the compat stream
+``inference/fold.py``, ``inference/ps.py``, ``models/service.py``,
+``models/remote.py``) return these, and the consumers (the compat stream
 classes, ``api/client.py`` and through it the CLI and ``tui/reply.py``,
 ``cli/chatstream.py``, ``loadtest/protocols.py``) take them.  They are plain
 dicts at run time: this module imports nothing but ``typing``, so a client
@@ -14,12 +14,22 @@ Field names are Ollama's (``/api/chat``, ``/api/generate``, ``/api/tags``,
 ``/api/ps``, ``/api/show``, ``/api/pull``; ``/api/search`` is ours); a key
 Ollama leaves out when empty is ``NotRequired``.  Keys that are ours, not
 Ollama's, say so: clients ignore fields they do not know.  ``details`` is
-built in one place, :func:`localllm.details.model_details`.
+built in one place, :func:`localllm.models.details.model_details`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, NotRequired, TypedDict, final
+# typing's own Mapping and Sequence: this module imports nothing but typing
+# (tests/test_import_boundary.py), and they are only read by the type checker.
+from typing import Literal, Mapping, NotRequired, Sequence, TypeAlias, TypedDict, final  # noqa: UP035
+
+# Arbitrary JSON, where the data really is free-form: tool arguments, a JSON schema,
+# a GGUF header's key/values, sampling options passed through.  The containers are
+# read-only views so that a ``list[str]`` or a ``dict[str, int]`` is JSON too.
+JSONValue: TypeAlias = (
+    "bool | int | float | str | Sequence[JSONValue] | Mapping[str, JSONValue] | None"
+)
+JSONObject: TypeAlias = "dict[str, JSONValue]"
 
 # -- generation: /api/chat and /api/generate ---------------------------------------------
 
@@ -27,7 +37,7 @@ from typing import Any, Literal, NotRequired, TypedDict, final
 class ToolCallFunction(TypedDict):
     index: NotRequired[int]  # the call's position in the reply
     name: str
-    arguments: dict[str, Any]  # an object, not a JSON string (unlike OpenAI's)
+    arguments: JSONObject  # an object, not a JSON string (unlike OpenAI's)
 
 
 class ToolCall(TypedDict):
@@ -229,11 +239,11 @@ class ShowResponse(TypedDict):
     system: str
     license: str
     details: Details
-    model_info: dict[str, Any]  # the GGUF header's key/values
+    model_info: JSONObject  # the GGUF header's key/values
     capabilities: list[str]
     modified_at: str
-    projector_info: NotRequired[dict[str, Any]]
-    origin: NotRequired[dict[str, Any]]  # ours: where a pulled model came from
+    projector_info: NotRequired[JSONObject]
+    origin: NotRequired[JSONObject]  # ours: where a pulled model came from
     draft: NotRequired[Draft]
     fit: NotRequired[list[ContextFit]]  # ours: the verdicts ``fit_contexts`` asked for
 
@@ -260,6 +270,20 @@ class Progress(TypedDict):
     completed: NotRequired[int]
 
 
+class FitResult(TypedDict):
+    """Ours: how a model would load on the daemon's machine (``scheduler/fit.py``'s
+    ``Fit.to_json``): in a dry-run pull and in each quant of a search."""
+
+    status: Literal["gpu", "partial", "cpu", "too_big", "unknown"]
+    summary: str  # "all 29 layers on GPU", "22/29 layers on GPU", "CPU only", "too big"
+    layers_on_gpu: int
+    layers: int  # repeating layers + the output layer, as llama.cpp counts them
+    memory: dict[str, int]  # device -> bytes ("CPU": RAM); empty when unknown or too big
+    context: int  # the context the load would get
+    max_context: int  # the largest that keeps as many layers on GPUs (0: none fits)
+    reason: str  # the planner's one line
+
+
 class FileSize(TypedDict):
     file: str
     size: int
@@ -277,10 +301,10 @@ class DryRun(TypedDict):
     projector: FileSize | None
     size: int
     details: Details
-    model_info: dict[str, Any]
+    model_info: JSONObject
     context_length: int
     capabilities: list[str]
-    fit: dict[str, Any]
+    fit: FitResult
     header_bytes: int
 
 
@@ -296,7 +320,7 @@ class SearchQuant(TypedDict):
     tag: str
     files: list[str]
     size: int
-    fit: dict[str, Any]  # as DryRun's: scheduler/fit.py's ``Fit.to_json``
+    fit: FitResult  # as DryRun's
 
 
 class SearchModel(TypedDict):

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Literal
 
+from localllm.api.wire import FitResult
 from localllm.gguf.info import ModelInfo
 from localllm.hardware.detect import Device
 from localllm.scheduler.estimate import CTX_PAD, fmt_bytes
@@ -44,7 +45,7 @@ class Fit:
     def total(self) -> int:
         return sum(self.memory.values())
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FitResult:
         return {
             "status": self.status,
             "summary": self.summary,

@@ -9,7 +9,8 @@ middle of a stream is an ``error`` event with the same body.
 from __future__ import annotations
 
 import re
-from typing import Any
+
+from localllm.compat.anthropic.types import ErrorBody
 
 PREFIX = "/v1/messages"
 _ERROR_TYPES = {
@@ -32,7 +33,7 @@ def is_anthropic_path(path: str) -> bool:
     return path == PREFIX or path.startswith(PREFIX + "/")
 
 
-def anthropic_error(status: int, message: str) -> tuple[int, dict[str, Any]]:
+def anthropic_error(status: int, message: str) -> tuple[int, ErrorBody]:
     """(HTTP status, body) in Anthropic's shape; our 503 (busy, draining) becomes 529."""
     if status == 503:
         status = _OVERLOADED

@@ -43,7 +43,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from localllm.api.bodies import ChatBody, ChatMessage, FunctionSpec, Options, Tool
+from localllm.api.wire import JSONObject, ToolCall
 from localllm.compat.anthropic.thinking import context_edits, thinking
+from localllm.compat.anthropic.types import ContentBlock, MessagesRequest
 from localllm.compat.fields import ANTHROPIC_IGNORED, ANTHROPIC_USED, audit
 from localllm.compat.frames import number
 from localllm.errors import InvalidRequest
@@ -54,9 +57,9 @@ BILLING_HEADER = "x-anthropic-billing-header:"
 
 @dataclass
 class MessagesConversion:
-    native: dict[str, Any]  # an /api/chat body
+    native: ChatBody
     stream: bool = False
-    forced_tools: list[dict[str, Any]] | None = None  # the model must call one of these
+    forced_tools: list[Tool] | None = None  # the model must call one of these
     omit_thinking: bool = False  # ``thinking.display: "omitted"``
     ignored: list[str] = field(default_factory=list)  # what was dropped, for the log
 
@@ -66,7 +69,7 @@ def _number(body: Mapping[str, Any], key: str, *, integer: bool = False, low: in
     return number(body, key, integer=integer, low=low, where=f"{key}:")
 
 
-def _blocks(content: Any, where: str) -> list[Mapping[str, Any]]:
+def _blocks(content: object, where: str) -> list[ContentBlock]:
     """A content field as blocks: a string is one text block."""
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
@@ -75,14 +78,14 @@ def _blocks(content: Any, where: str) -> list[Mapping[str, Any]]:
     return list(content)
 
 
-def _text(block: Mapping[str, Any], where: str) -> str:
+def _text(block: ContentBlock, where: str) -> str:
     text = block.get("text")
     if not isinstance(text, str):
         raise InvalidRequest(f"{where}: a text block needs a string text")
     return text
 
 
-def _image(block: Mapping[str, Any], where: str) -> str:
+def _image(block: ContentBlock, where: str) -> str:
     """An image block's base64 data, checked: the native path takes base64 strings."""
     source = block.get("source")
     if not isinstance(source, Mapping) or source.get("type") != "base64":
@@ -97,11 +100,11 @@ def _image(block: Mapping[str, Any], where: str) -> str:
     return data
 
 
-def _unknown(kind: Any, where: str) -> InvalidRequest:
+def _unknown(kind: object, where: str) -> InvalidRequest:
     return InvalidRequest(f"{where}: content block type {kind!r} is not supported")
 
 
-def _system(value: Any, where: str = "system") -> str:
+def _system(value: object, where: str = "system") -> str:
     """A system prompt's text: its text blocks joined, less a billing-header line."""
     if value is None:
         return ""
@@ -115,7 +118,7 @@ def _system(value: Any, where: str = "system") -> str:
     return "\n".join(parts)
 
 
-def _tool_result(block: Mapping[str, Any], where: str, names: Mapping[str, str]) -> dict[str, Any]:
+def _tool_result(block: ContentBlock, where: str, names: Mapping[str, str]) -> ChatMessage:
     call_id = block.get("tool_use_id")
     if not isinstance(call_id, str) or not call_id:
         raise InvalidRequest(f"{where}: tool_result needs a tool_use_id")
@@ -130,7 +133,7 @@ def _tool_result(block: Mapping[str, Any], where: str, names: Mapping[str, str])
             images.append(_image(part, f"{where}.content.{j}"))
         else:
             raise _unknown(kind, f"{where}.content.{j}")
-    out: dict[str, Any] = {"role": "tool", "content": "\n".join(texts), "tool_call_id": call_id}
+    out: ChatMessage = {"role": "tool", "content": "\n".join(texts), "tool_call_id": call_id}
     if call_id in names:
         out["tool_name"] = names[call_id]
     if images:
@@ -138,16 +141,14 @@ def _tool_result(block: Mapping[str, Any], where: str, names: Mapping[str, str])
     return out
 
 
-def _user(
-    blocks: list[Mapping[str, Any]], where: str, names: Mapping[str, str]
-) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def _user(blocks: list[ContentBlock], where: str, names: Mapping[str, str]) -> list[ChatMessage]:
+    out: list[ChatMessage] = []
     texts: list[str] = []
     images: list[str] = []
 
     def flush() -> None:
         if texts or images:
-            msg: dict[str, Any] = {"role": "user", "content": "\n".join(texts)}
+            msg: ChatMessage = {"role": "user", "content": "\n".join(texts)}
             if images:
                 msg["images"] = list(images)
             out.append(msg)
@@ -169,12 +170,10 @@ def _user(
     return out
 
 
-def _assistant(
-    blocks: list[Mapping[str, Any]], where: str, names: dict[str, str]
-) -> dict[str, Any]:
+def _assistant(blocks: list[ContentBlock], where: str, names: dict[str, str]) -> ChatMessage:
     texts: list[str] = []
     thinking: list[str] = []
-    calls: list[dict[str, Any]] = []
+    calls: list[ToolCall] = []
     for i, block in enumerate(blocks):
         kind, at = block.get("type"), f"{where}.content.{i}"
         if kind == "text":
@@ -186,7 +185,8 @@ def _assistant(
         elif kind == "redacted_thinking":
             continue  # encrypted for Anthropic's models: nothing a local model can read
         elif kind == "tool_use":
-            call_id, name, args = block.get("id"), block.get("name"), block.get("input", {})
+            call_id, name = block.get("id"), block.get("name")
+            args: object = block.get("input", {})
             if not isinstance(call_id, str) or not isinstance(name, str) or not name:
                 raise InvalidRequest(f"{at}: tool_use needs a string id and name")
             if not isinstance(args, Mapping):
@@ -200,7 +200,7 @@ def _assistant(
             )
         else:
             raise _unknown(kind, at)
-    msg: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+    msg: ChatMessage = {"role": "assistant", "content": "".join(texts)}
     if thinking:
         msg["thinking"] = "".join(thinking)
     if calls:
@@ -208,11 +208,11 @@ def _assistant(
     return msg
 
 
-def messages_to_native(messages: Any) -> list[dict[str, Any]]:
+def messages_to_native(messages: object) -> list[ChatMessage]:
     """Anthropic messages -> Ollama messages (see the module docstring)."""
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("messages: must be a non-empty array")
-    out: list[dict[str, Any]] = []
+    out: list[ChatMessage] = []
     names: dict[str, str] = {}  # tool_use id -> tool name, for the results that follow
     for i, msg in enumerate(messages):
         where = f"messages.{i}"
@@ -234,7 +234,7 @@ def messages_to_native(messages: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _tools(body: Mapping[str, Any], ignored: list[str]) -> tuple[list[dict[str, Any]] | None, bool]:
+def _tools(body: MessagesRequest, ignored: list[str]) -> tuple[list[Tool] | None, bool]:
     """(native tools, whether a call is forced) from ``tools`` and ``tool_choice``;
     server tools and MCP servers go to ``ignored``."""
     raw = body.get("tools")
@@ -243,7 +243,7 @@ def _tools(body: Mapping[str, Any], ignored: list[str]) -> tuple[list[dict[str, 
     servers = body.get("mcp_servers")
     if servers:
         ignored.append(f"mcp_servers ({len(servers)}: the MCP connector runs on Anthropic's side)")
-    tools: list[dict[str, Any]] = []
+    tools: list[Tool] = []
     for i, tool in enumerate(raw or []):
         if not isinstance(tool, Mapping):
             raise InvalidRequest(f"tools.{i}: must be an object")
@@ -255,7 +255,7 @@ def _tools(body: Mapping[str, Any], ignored: list[str]) -> tuple[list[dict[str, 
         schema = tool.get("input_schema")
         if not isinstance(schema, Mapping):
             raise InvalidRequest(f"tools.{i}.input_schema: must be an object")
-        fn: dict[str, Any] = {"name": tool["name"], "parameters": dict(schema)}
+        fn: FunctionSpec = {"name": tool["name"], "parameters": dict(schema)}
         if isinstance(tool.get("description"), str):
             fn["description"] = tool["description"]
         tools.append({"type": "function", "function": fn})
@@ -280,14 +280,14 @@ def _tools(body: Mapping[str, Any], ignored: list[str]) -> tuple[list[dict[str, 
     raise InvalidRequest("tool_choice: type must be auto, any, tool or none")
 
 
-def _options(body: Mapping[str, Any], max_tokens: int | None) -> dict[str, Any]:
+def _options(body: MessagesRequest, max_tokens: int | None) -> Options:
     # Only what the client sent: anything else keeps the model's own defaults.
     stop = body.get("stop_sequences")
     if stop is not None and (
         not isinstance(stop, list) or not all(isinstance(s, str) for s in stop)
     ):
         raise InvalidRequest("stop_sequences: must be an array of strings")
-    fields = {
+    fields: Options = {
         "num_predict": max_tokens,
         "temperature": _number(body, "temperature"),
         "top_p": _number(body, "top_p"),
@@ -297,7 +297,9 @@ def _options(body: Mapping[str, Any], max_tokens: int | None) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
 
 
-def messages_request_to_native(body: Any, *, count_only: bool = False) -> MessagesConversion:
+def messages_request_to_native(
+    body: MessagesRequest, *, count_only: bool = False
+) -> MessagesConversion:
     """A ``/v1/messages`` (``count_only``: ``count_tokens``) body -> an ``/api/chat`` body."""
     if not isinstance(body, Mapping):
         raise InvalidRequest("request body must be a JSON object")
@@ -317,7 +319,7 @@ def messages_request_to_native(body: Any, *, count_only: bool = False) -> Messag
         messages.insert(0, {"role": "system", "content": system})
     think = thinking(body)
     context_edits(body, messages, think)
-    native: dict[str, Any] = {
+    native: ChatBody = {
         "model": model,
         "messages": messages,
         "stream": stream,
@@ -343,7 +345,7 @@ def messages_request_to_native(body: Any, *, count_only: bool = False) -> Messag
     )
 
 
-def _format(body: Mapping[str, Any]) -> dict[str, Any] | None:
+def _format(body: MessagesRequest) -> JSONObject | None:
     """``output_config.format`` (structured outputs) as the native ``format`` schema."""
     config = body.get("output_config")
     fmt = config.get("format") if isinstance(config, Mapping) else None

@@ -15,13 +15,13 @@ today's engine reports a stop string and the end-of-generation token alike as
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from localllm.api.wire import ChatChunk, Metrics, ToolCall
+from localllm.compat.anthropic.types import Block, MessageObject, ToolUseBlock, Usage
 from localllm.compat.frames import new_id
 
 
-def usage(native: Metrics) -> dict[str, int]:
+def usage(native: Metrics) -> Usage:
     """Anthropic counts what the cache served apart: ``input_tokens`` is the rest of the
     prompt.  Every prompt is cached without being asked to, so none is a cache write."""
     prompt = int(native.get("prompt_eval_count") or 0)
@@ -46,9 +46,9 @@ def stop_reason(native: ChatChunk, called_tools: bool) -> tuple[str, str | None]
     return "end_turn", None
 
 
-def tool_use_block(call: ToolCall) -> dict[str, Any]:
+def tool_use_block(call: ToolCall) -> ToolUseBlock:
     fn = call.get("function") or {}
-    args = fn.get("arguments")
+    args: object = fn.get("arguments")
     if isinstance(args, str):  # a parser that kept the model's text: give back its object
         try:
             args = json.loads(args)
@@ -64,11 +64,11 @@ def tool_use_block(call: ToolCall) -> dict[str, Any]:
 
 def message_object(
     native: ChatChunk, *, model: str, id: str | None = None, omit_thinking: bool = False
-) -> dict[str, Any]:
+) -> MessageObject:
     """A final ``/api/chat`` result -> an Anthropic ``message`` (``omit_thinking``: its
     thinking block with empty text, as ``thinking.display: "omitted"`` asks)."""
     msg = native.get("message") or {}
-    content: list[dict[str, Any]] = []
+    content: list[Block] = []
     if msg.get("thinking"):
         text = "" if omit_thinking else msg["thinking"]
         content.append({"type": "thinking", "thinking": text, "signature": ""})

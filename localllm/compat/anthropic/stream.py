@@ -15,14 +15,20 @@ a call only once it is complete).
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from localllm.api.wire import ChatChunk, StreamError
 from localllm.compat.anthropic.errors import anthropic_error
 from localllm.compat.anthropic.response import stop_reason, tool_use_block, usage
+from localllm.compat.anthropic.types import (
+    Block,
+    MessageObject,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+)
 from localllm.compat.frames import failure, new_id, sse
 
-Event = tuple[str, dict[str, Any]]  # (SSE event name, data)
+Event = tuple[str, StreamEvent]  # (SSE event name, data)
 
 
 class MessageStream:
@@ -42,7 +48,7 @@ class MessageStream:
     def start(self) -> list[str]:
         # The prompt's size is known only once the runner has read it: the real
         # count comes with message_delta.
-        message: dict[str, Any] = {
+        message: MessageObject = {
             "id": self.id,
             "type": "message",
             "role": "assistant",
@@ -77,10 +83,11 @@ class MessageStream:
         msg = native.get("message") or {}
         out: list[Event] = []
         if msg.get("thinking"):
-            delta = {"type": "thinking_delta", "thinking": msg["thinking"]}
+            delta: ThinkingDelta = {"type": "thinking_delta", "thinking": msg["thinking"]}
             out += self._delta("thinking", None if self.omit_thinking else delta)
         if msg.get("content"):
-            out += self._delta("text", {"type": "text_delta", "text": msg["content"]})
+            text: TextDelta = {"type": "text_delta", "text": msg["content"]}
+            out += self._delta("text", text)
         for call in msg.get("tool_calls") or []:
             block = tool_use_block(call)
             partial = json.dumps(block["input"], ensure_ascii=False)
@@ -114,12 +121,12 @@ class MessageStream:
             out.append(("message_stop", {"type": "message_stop"}))
         return out
 
-    def _delta(self, kind: str, delta: dict[str, Any] | None) -> list[Event]:
+    def _delta(self, kind: str, delta: ThinkingDelta | TextDelta | None) -> list[Event]:
         """The block ``kind`` open (closing another), then ``delta`` in it, if any."""
         out: list[Event] = []
         if self._open != kind:
             out += self._close()
-            start = (
+            start: Block = (
                 {"type": "thinking", "thinking": "", "signature": ""}
                 if kind == "thinking"
                 else {"type": "text", "text": ""}
@@ -135,7 +142,7 @@ class MessageStream:
             )
         return out
 
-    def _begin(self, block: dict[str, Any]) -> list[Event]:
+    def _begin(self, block: Block) -> list[Event]:
         self._index += 1
         return [
             (

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
+from localllm.api.bodies import ChatMessage
 from localllm.api.thinkbudget import EFFORTS, check_budget
+from localllm.compat.anthropic.types import ContextEdit, MessagesRequest
 from localllm.errors import InvalidRequest
 
 # Anthropic's efforts -> the native think level (whose budget comes with it) and, for
@@ -43,7 +44,7 @@ class Thinking:
     ignored: list[str] = field(default_factory=list)  # what the route logs as ignored
 
 
-def _effort(body: Mapping[str, Any]) -> str | None:
+def _effort(body: MessagesRequest) -> str | None:
     config = body.get("output_config")
     if config is None:
         return None
@@ -57,7 +58,7 @@ def _effort(body: Mapping[str, Any]) -> str | None:
     return effort
 
 
-def thinking(body: Mapping[str, Any]) -> Thinking:
+def thinking(body: MessagesRequest) -> Thinking:
     """The request's thinking controls (see the module docstring)."""
     raw = body.get("thinking")
     effort = _effort(body)
@@ -82,9 +83,9 @@ def thinking(body: Mapping[str, Any]) -> Thinking:
     return out
 
 
-def _keep(edit: Mapping[str, Any], where: str) -> int | None:
+def _keep(edit: ContextEdit, where: str) -> int | None:
     """How many assistant turns keep their thinking (None: all)."""
-    keep = edit.get("keep", {"type": "thinking_turns", "value": 1})
+    keep: object = edit.get("keep", {"type": "thinking_turns", "value": 1})
     if keep == "all":
         return None
     value = keep.get("value") if isinstance(keep, Mapping) else None
@@ -101,7 +102,7 @@ def _keep(edit: Mapping[str, Any], where: str) -> int | None:
     return value
 
 
-def context_edits(body: Mapping[str, Any], messages: list[dict[str, Any]], out: Thinking) -> None:
+def context_edits(body: MessagesRequest, messages: list[ChatMessage], out: Thinking) -> None:
     """Apply ``context_management.edits`` to the native ``messages`` (in place)."""
     config = body.get("context_management")
     if config is None:

@@ -9,9 +9,8 @@ same status always reads the same to a client, whichever layer refused.
 
 from __future__ import annotations
 
-from typing import Any
-
 from localllm.compat.frames import failure
+from localllm.compat.openai.types import ErrorBody
 
 PREFIX = "/v1/"
 _TYPES = {
@@ -32,11 +31,11 @@ def error_type(status: int) -> str:
     return _TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
 
 
-def error_body(status: int, message: str, *, code: str | None = None) -> dict[str, Any]:
+def error_body(status: int, message: str, *, code: str | None = None) -> ErrorBody:
     return {"error": {"message": message, "type": error_type(status), "param": None, "code": code}}
 
 
-def error_from_exception(exc: BaseException) -> tuple[int, dict[str, Any]]:
+def error_from_exception(exc: BaseException) -> tuple[int, ErrorBody]:
     """(HTTP status, OpenAI error body) for any exception; ours keep their status."""
     status, message = failure(exc)
     return status, error_body(status, message)

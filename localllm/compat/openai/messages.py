@@ -14,7 +14,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from localllm.api.bodies import ChatMessage
+from localllm.api.wire import ToolCall
 from localllm.compat.frames import content_parts
+from localllm.compat.openai.types import ChatMessage as OpenAIMessage
 from localllm.errors import InvalidRequest
 
 _bad = InvalidRequest
@@ -47,10 +50,10 @@ def _content(content: Any) -> tuple[str, list[str]]:
     return "\n".join(texts), images
 
 
-def _tool_calls(calls: Any) -> list[dict[str, Any]]:
+def _tool_calls(calls: object) -> list[ToolCall]:
     if not isinstance(calls, list):
         raise _bad("tool_calls must be an array")
-    out = []
+    out: list[ToolCall] = []
     for i, call in enumerate(calls):
         fn = call.get("function") if isinstance(call, Mapping) else None
         if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
@@ -63,18 +66,18 @@ def _tool_calls(calls: Any) -> list[dict[str, Any]]:
                 raise _bad(f"invalid tool call arguments for {fn['name']!r}") from None
         if not isinstance(args, dict):
             raise _bad(f"tool call arguments for {fn['name']!r} must be a JSON object")
-        native: dict[str, Any] = {"function": {"index": i, "name": fn["name"], "arguments": args}}
+        native: ToolCall = {"function": {"index": i, "name": fn["name"], "arguments": args}}
         if isinstance(call.get("id"), str):
             native["id"] = call["id"]
         out.append(native)
     return out
 
 
-def messages_to_native(messages: Any) -> list[dict[str, Any]]:
+def messages_to_native(messages: list[OpenAIMessage] | None) -> list[ChatMessage]:
     """OpenAI chat messages -> Ollama messages (``image_url`` parts become ``images``)."""
     if not isinstance(messages, list):
         raise _bad("messages must be an array")
-    out: list[dict[str, Any]] = []
+    out: list[ChatMessage] = []
     call_names: dict[str, str] = {}
     for msg in messages:
         if not isinstance(msg, Mapping):
@@ -85,7 +88,7 @@ def messages_to_native(messages: Any) -> list[dict[str, Any]]:
         if role not in ("system", "user", "assistant", "tool"):
             raise _bad(f"invalid message role {msg.get('role')!r}")
         text, images = _content(msg.get("content"))
-        native: dict[str, Any] = {"role": role, "content": text}
+        native: ChatMessage = {"role": role, "content": text}
         if images:
             native["images"] = images
         reasoning = msg.get("reasoning") or msg.get("reasoning_content")

@@ -23,10 +23,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from localllm.api.bodies import ChatBody, EmbedBody, GenerateBody, Options, Tool
 from localllm.api.thinkbudget import EFFORTS, LEVELS, check_budget, check_message
+from localllm.api.wire import JSONObject
 from localllm.compat.fields import CHAT_IGNORED, CHAT_REFUSED, CHAT_USED, audit
 from localllm.compat.frames import number
 from localllm.compat.openai.messages import messages_to_native
+from localllm.compat.openai.types import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+)
 from localllm.errors import InvalidRequest
 
 MAX_N = 16
@@ -44,24 +51,25 @@ _bad = InvalidRequest
 
 
 @dataclass
-class Conversion:
-    native: dict[str, Any]  # the native request body
+class ChatConversion:
+    native: ChatBody
     n: int = 1
     stream: bool = False
     include_usage: bool = False
-
-
-@dataclass
-class ChatConversion(Conversion):  # native: an /api/chat body
     tool_choice: str = "auto"  # "auto" | "none" | "required"
     forced_tool: str | None = None
-    forced_tools: list[dict[str, Any]] | None = None  # the model must call one of these
+    forced_tools: list[Tool] | None = None  # the model must call one of these
     ignored: list[str] = field(default_factory=list)  # fields ignored, for the route's log
 
 
 @dataclass
-class CompletionConversion(Conversion):  # native: an /api/generate body
+class CompletionConversion:
+    native: GenerateBody
+    n: int = 1
+    stream: bool = False
+    include_usage: bool = False
     echo: bool = False
+    ignored: list[str] = field(default_factory=list)  # none: completions log no field table
 
 
 def _number(body: Mapping[str, Any], key: str) -> float | None:
@@ -93,9 +101,9 @@ def _stop(body: Mapping[str, Any]) -> list[str] | None:
     raise _bad("stop must be a string or an array of strings")
 
 
-def _options(body: Mapping[str, Any]) -> dict[str, Any]:
+def _options(body: Mapping[str, Any]) -> Options:
     """Sampling options: Ollama's OpenAI defaults <- the extra ``options`` <- OpenAI fields."""
-    options: dict[str, Any] = {"temperature": 1.0, "top_p": 1.0}
+    options: Options = {"temperature": 1.0, "top_p": 1.0}
     extra = body.get("options")
     if extra is not None:
         if not isinstance(extra, Mapping):
@@ -136,7 +144,7 @@ def _common(body: Mapping[str, Any]) -> tuple[str, bool, bool, int]:
     return model, stream, include_usage, n
 
 
-def _format(body: Mapping[str, Any]) -> Any:
+def _format(body: ChatCompletionRequest) -> str | JSONObject | None:
     rf = body.get("response_format")
     if rf is None:
         return None
@@ -154,7 +162,7 @@ def _format(body: Mapping[str, Any]) -> Any:
     raise _bad(f"invalid response_format type {kind!r}")
 
 
-def _tools(body: Mapping[str, Any]) -> tuple[list[Any] | None, str, str | None]:
+def _tools(body: ChatCompletionRequest) -> tuple[list[Tool] | None, str, str | None]:
     tools = body.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise _bad("tools must be an array")
@@ -183,7 +191,7 @@ def _tools(body: Mapping[str, Any]) -> tuple[list[Any] | None, str, str | None]:
     return chosen, "required", name
 
 
-def _think(body: Mapping[str, Any], options: dict[str, Any]) -> bool | str | None:
+def _think(body: Mapping[str, Any], options: Options) -> bool | str | None:
     """``think`` for the effort, whose budget (api/thinkbudget.py) the think level carries
     or, for the efforts Ollama has no level for, ``options.think_budget``; llama-server's
     budget fields set the option too.  An explicit ``options.think_budget`` wins."""
@@ -213,11 +221,11 @@ def _think(body: Mapping[str, Any], options: dict[str, Any]) -> bool | str | Non
     )
 
 
-def chat_request_to_native(body: Mapping[str, Any]) -> ChatConversion:
+def chat_request_to_native(body: ChatCompletionRequest) -> ChatConversion:
     """``/v1/chat/completions`` body -> ``/api/chat`` body plus what the route must do."""
     model, stream, include_usage, n = _common(body)
     ignored = audit(body, CHAT_USED, CHAT_IGNORED, CHAT_REFUSED)
-    native: dict[str, Any] = {
+    native: ChatBody = {
         "model": model,
         "messages": messages_to_native(body.get("messages")),
         "stream": stream,
@@ -251,15 +259,15 @@ def chat_request_to_native(body: Mapping[str, Any]) -> ChatConversion:
     )
 
 
-def completion_request_to_native(body: Mapping[str, Any]) -> CompletionConversion:
+def completion_request_to_native(body: CompletionRequest) -> CompletionConversion:
     """``/v1/completions`` body -> ``/api/generate`` body."""
     model, stream, include_usage, n = _common(body)
-    prompt = body.get("prompt", "")
+    prompt: object = body.get("prompt", "")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     if not isinstance(prompt, str):
         raise _bad("prompt must be a string")
-    native: dict[str, Any] = {
+    native: GenerateBody = {
         "model": model,
         "prompt": prompt,
         "stream": stream,
@@ -277,10 +285,10 @@ def completion_request_to_native(body: Mapping[str, Any]) -> CompletionConversio
     )
 
 
-def embedding_request_to_native(body: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+def embedding_request_to_native(body: EmbeddingRequest) -> tuple[EmbedBody, str]:
     """``/v1/embeddings`` body -> (``/api/embed`` body, encoding_format)."""
     model, _, _, _ = _common({**body, "stream": False, "n": None})
-    inputs = body.get("input")
+    inputs: object = body.get("input")
     if isinstance(inputs, str):
         inputs = [inputs]
     if not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs):
@@ -288,7 +296,7 @@ def embedding_request_to_native(body: Mapping[str, Any]) -> tuple[dict[str, Any]
     encoding = body.get("encoding_format") or "float"
     if encoding not in ("float", "base64"):
         raise _bad('encoding_format must be "float" or "base64"')
-    native: dict[str, Any] = {"model": model, "input": inputs}
+    native: EmbedBody = {"model": model, "input": inputs}
     dims = _integer(body, "dimensions", 1)
     if dims is not None:
         native["dimensions"] = dims

@@ -16,7 +16,6 @@ import struct
 import time
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 from localllm.api.wire import (
     ChatChunk,
@@ -28,11 +27,27 @@ from localllm.api.wire import (
     ToolCall,
 )
 from localllm.compat.frames import new_id
+from localllm.compat.openai.types import (
+    AssistantMessage,
+    ChatChoice,
+    ChatCompletion,
+    Embedding,
+    EmbeddingList,
+    FunctionCallOut,
+    Logprobs,
+    ModelList,
+    ModelObject,
+    TextChoice,
+    TextCompletion,
+    TokenLogprob,
+    ToolCallOut,
+    Usage,
+)
 
 FINGERPRINT = "fp_ollama"
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> Usage:
     """OpenAI's usage; ``cached_tokens``: the part of the prompt the prompt cache held."""
     return {
         "prompt_tokens": prompt_tokens,
@@ -42,7 +57,7 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) ->
     }
 
 
-def native_usage(natives: Sequence[Metrics]) -> dict[str, Any]:
+def native_usage(natives: Sequence[Metrics]) -> Usage:
     """Every choice's completion; the prompt (one for all choices) from the first."""
     prompt = int(natives[0].get("prompt_eval_count") or 0) if natives else 0
     cached = int(natives[0].get("prompt_cached_count") or 0) if natives else 0
@@ -52,48 +67,45 @@ def native_usage(natives: Sequence[Metrics]) -> dict[str, Any]:
 
 def tool_calls_to_openai(
     calls: Sequence[ToolCall], *, start: int = 0, with_index: bool = False
-) -> list[dict[str, Any]]:
-    out = []
+) -> list[ToolCallOut]:
+    out: list[ToolCallOut] = []
     for i, call in enumerate(calls, start):
         fn = call.get("function") or {}
-        args = fn.get("arguments", {})
-        item: dict[str, Any] = {
-            "id": call.get("id") or new_id("call_"),
-            "type": "function",
-            "function": {
-                "name": fn.get("name", ""),
-                "arguments": args
-                if isinstance(args, str)
-                else json.dumps(args, ensure_ascii=False),
-            },
-        }
-        if with_index:
-            item = {"index": i, **item}
+        args: object = fn.get("arguments", {})
+        text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        call_id = call.get("id") or new_id("call_")
+        function: FunctionCallOut = {"name": fn.get("name", ""), "arguments": text}
+        item: ToolCallOut = (
+            {"index": i, "id": call_id, "type": "function", "function": function}
+            if with_index
+            else {"id": call_id, "type": "function", "function": function}
+        )
         out.append(item)
     return out
 
 
-def logprobs_to_openai(entries: Sequence[Logprob] | None) -> dict[str, Any] | None:
+def logprobs_to_openai(entries: Sequence[Logprob] | None) -> Logprobs | None:
     """Ollama's ``logprobs`` list -> OpenAI's ``{"content": [...]}``; None when absent."""
     if not entries:
         return None
-    content = []
+    content: list[TokenLogprob] = []
     for e in entries:
         token = e.get("token", "")
-        item = {
-            "token": token,
-            "logprob": e.get("logprob", 0.0),
-            "bytes": e.get("bytes") or list(token.encode("utf-8")),
-            "top_logprobs": [
-                {
-                    "token": t.get("token", ""),
-                    "logprob": t.get("logprob", 0.0),
-                    "bytes": t.get("bytes") or list(t.get("token", "").encode("utf-8")),
-                }
-                for t in e.get("top_logprobs") or []
-            ],
-        }
-        content.append(item)
+        content.append(
+            {
+                "token": token,
+                "logprob": e.get("logprob", 0.0),
+                "bytes": e.get("bytes") or list(token.encode("utf-8")),
+                "top_logprobs": [
+                    {
+                        "token": t.get("token", ""),
+                        "logprob": t.get("logprob", 0.0),
+                        "bytes": t.get("bytes") or list(t.get("token", "").encode("utf-8")),
+                    }
+                    for t in e.get("top_logprobs") or []
+                ],
+            }
+        )
     return {"content": content}
 
 
@@ -106,13 +118,13 @@ def finish_reason(native: Metrics, had_tool_calls: bool) -> str:
 
 def chat_completion(
     natives: Sequence[ChatChunk], *, model: str, id: str | None = None, created: int | None = None
-) -> dict[str, Any]:
+) -> ChatCompletion:
     """Final ``/api/chat`` responses (one per choice) -> a ``chat.completion`` object."""
-    choices = []
+    choices: list[ChatChoice] = []
     for i, native in enumerate(natives):
         msg = native.get("message") or {}
         calls = msg.get("tool_calls") or []
-        message: dict[str, Any] = {"role": "assistant", "content": msg.get("content", "")}
+        message: AssistantMessage = {"role": "assistant", "content": msg.get("content", "")}
         if msg.get("thinking"):
             message["reasoning"] = msg["thinking"]
         if calls:
@@ -143,10 +155,10 @@ def text_completion(
     id: str | None = None,
     created: int | None = None,
     echo: str = "",
-) -> dict[str, Any]:
+) -> TextCompletion:
     """Final ``/api/generate`` responses (one per choice) -> a ``text_completion`` object;
     ``echo`` (the prompt, when the request asked for it) starts each choice's text."""
-    choices = [
+    choices: list[TextChoice] = [
         {
             "index": i,
             "text": echo + n.get("response", ""),
@@ -168,11 +180,11 @@ def text_completion(
 
 def embeddings_response(
     native: EmbedResponse, model: str, encoding_format: str = "float"
-) -> dict[str, Any]:
+) -> EmbeddingList:
     """``/api/embed`` response -> OpenAI's embeddings list with usage."""
-    data = []
+    data: list[Embedding] = []
     for i, vector in enumerate(native.get("embeddings") or []):
-        value: Any = vector
+        value: tuple[float, ...] | str = vector
         if encoding_format == "base64":
             value = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
         data.append({"object": "embedding", "embedding": value, "index": i})
@@ -185,7 +197,7 @@ def embeddings_response(
     }
 
 
-def _unix(timestamp: Any) -> int:
+def _unix(timestamp: object) -> int:
     if not isinstance(timestamp, str) or not timestamp:
         return 0
     text = timestamp.replace("Z", "+00:00")
@@ -199,7 +211,7 @@ def _unix(timestamp: Any) -> int:
         return 0
 
 
-def model_object(entry: TagsEntry) -> dict[str, Any]:
+def model_object(entry: TagsEntry) -> ModelObject:
     """One ``/api/tags`` entry -> an OpenAI model object (owner = namespace, else "library")."""
     name = str(entry.get("name") or entry.get("model") or "")
     base = name[: name.rfind(":")] if ":" in name.rsplit("/", 1)[-1] else name
@@ -213,5 +225,5 @@ def model_object(entry: TagsEntry) -> dict[str, Any]:
     }
 
 
-def models_list(entries: Sequence[TagsEntry]) -> dict[str, Any]:
+def models_list(entries: Sequence[TagsEntry]) -> ModelList:
     return {"object": "list", "data": [model_object(e) for e in entries]}

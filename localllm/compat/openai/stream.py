@@ -26,6 +26,7 @@ from localllm.compat.openai.response import (
     tool_calls_to_openai,
     usage,
 )
+from localllm.compat.openai.types import Chunk, Delta, DeltaChoice, TextChoice
 
 SSE_DONE = "data: [DONE]\n\n"
 C = TypeVar("C", ChatChunk, GenerateChunk)
@@ -58,7 +59,7 @@ class _Stream(Generic[C]):
         """Whether every choice has finished."""
         return all(self._finished)
 
-    def _chunk(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
+    def _chunk(self, choices: list[DeltaChoice | TextChoice]) -> Chunk:
         return {
             "id": self.id,
             "object": self.object_name,
@@ -70,10 +71,12 @@ class _Stream(Generic[C]):
 
     def usage_chunk(
         self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0
-    ) -> dict[str, Any]:
-        return {**self._chunk([]), "usage": usage(prompt_tokens, completion_tokens, cached_tokens)}
+    ) -> Chunk:
+        chunk = self._chunk([])
+        chunk["usage"] = usage(prompt_tokens, completion_tokens, cached_tokens)
+        return chunk
 
-    def _choice(self, index: int, native: C) -> list[dict[str, Any]]:
+    def _choice(self, index: int, native: C) -> list[Chunk]:
         raise NotImplementedError
 
     def start(self) -> list[str]:
@@ -117,9 +120,9 @@ class ChatStream(_Stream[ChatChunk]):
         self._sent_role = [False] * n
         self._tool_calls = [0] * n  # calls sent so far: the next call's index
 
-    def _choice(self, index: int, native: ChatChunk) -> list[dict[str, Any]]:
+    def _choice(self, index: int, native: ChatChunk) -> list[Chunk]:
         msg = native.get("message") or {}
-        delta: dict[str, Any] = {}
+        delta: Delta = {}
         if not self._sent_role[index]:
             delta["role"] = "assistant"
         if msg.get("content") or (not self._sent_role[index] and not native.get("done")):
@@ -132,7 +135,7 @@ class ChatStream(_Stream[ChatChunk]):
                 calls, start=self._tool_calls[index], with_index=True
             )
             self._tool_calls[index] += len(calls)
-        out = []
+        out: list[Chunk] = []
         if delta:
             self._sent_role[index] = True
             out.append(
@@ -163,8 +166,8 @@ class CompletionStream(_Stream[GenerateChunk]):
     object_name = "text_completion"
     id_prefix = "cmpl-"
 
-    def _choice(self, index: int, native: GenerateChunk) -> list[dict[str, Any]]:
-        out = []
+    def _choice(self, index: int, native: GenerateChunk) -> list[Chunk]:
+        out: list[Chunk] = []
         if native.get("response"):
             out.append(
                 self._chunk(

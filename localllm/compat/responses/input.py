@@ -16,15 +16,17 @@ import base64
 import binascii
 import json
 from collections.abc import Mapping
-from typing import Any
 
+from localllm.api.bodies import ChatMessage
+from localllm.api.wire import JSONObject
 from localllm.compat.frames import content_parts, string_field
+from localllm.compat.responses.types import InputItem, InputPart
 from localllm.errors import InvalidRequest
 
 _bad = InvalidRequest
 
 
-def _image(part: Mapping[str, Any]) -> str:
+def _image(part: InputPart) -> str:
     """An ``input_image`` part -> the base64 payload the native ``images`` field holds."""
     if part.get("file_id") is not None:
         raise _bad("input_image.file_id is not supported: send the image as a data: URL")
@@ -42,7 +44,7 @@ def _image(part: Mapping[str, Any]) -> str:
     return url
 
 
-def _content(content: Any, role: str) -> tuple[str, list[str]]:
+def _content(content: object, role: str) -> tuple[str, list[str]]:
     """A message's content (string or parts) -> (text, base64 images)."""
     if isinstance(content, str):
         return content, []
@@ -62,7 +64,7 @@ def _content(content: Any, role: str) -> tuple[str, list[str]]:
     return "\n".join(texts), images
 
 
-def _arguments(raw: Any, name: str) -> dict[str, Any]:
+def _arguments(raw: object, name: str) -> JSONObject:
     try:
         args = (
             raw
@@ -76,7 +78,7 @@ def _arguments(raw: Any, name: str) -> dict[str, Any]:
     return dict(args)
 
 
-def _output_text(output: Any) -> str:
+def _output_text(output: object) -> str:
     """``function_call_output.output``: a string, or input_text parts."""
     text, images = _content(output, "tool")
     if images:
@@ -88,11 +90,11 @@ class _Items:
     """Builds native messages from Responses input items, in order."""
 
     def __init__(self) -> None:
-        self.messages: list[dict[str, Any]] = []
+        self.messages: list[ChatMessage] = []
         self.call_names: dict[str, str] = {}
         self.thinking: str | None = None  # a reasoning item waiting for its assistant turn
 
-    def _assistant(self) -> dict[str, Any]:
+    def _assistant(self) -> ChatMessage:
         """The assistant message a function_call joins: the last one, unless a turn followed."""
         last = self.messages[-1] if self.messages else None
         if last is None or last["role"] != "assistant":
@@ -103,14 +105,14 @@ class _Items:
             self.thinking = None
         return last
 
-    def message(self, item: Mapping[str, Any]) -> None:
+    def message(self, item: InputItem) -> None:
         role = item.get("role")
         if role == "developer":
             role = "system"
         if role not in ("system", "user", "assistant"):
             raise _bad(f"invalid message role {item.get('role')!r}")
         text, images = _content(item.get("content"), str(role))
-        native: dict[str, Any] = {"role": role, "content": text}
+        native: ChatMessage = {"role": role, "content": text}
         if images:
             native["images"] = images
         if role == "assistant" and self.thinking is not None:
@@ -118,7 +120,7 @@ class _Items:
         self.thinking = None  # reasoning belongs to the assistant turn right after it
         self.messages.append(native)
 
-    def function_call(self, item: Mapping[str, Any]) -> None:
+    def function_call(self, item: InputItem) -> None:
         name = string_field(item.get("name"), "function_call.name")
         call_id = string_field(item.get("call_id"), "function_call.call_id")
         turn = self._assistant()
@@ -129,9 +131,9 @@ class _Items:
         )
         self.call_names[call_id] = name
 
-    def function_call_output(self, item: Mapping[str, Any]) -> None:
+    def function_call_output(self, item: InputItem) -> None:
         call_id = string_field(item.get("call_id"), "function_call_output.call_id")
-        native = {
+        native: ChatMessage = {
             "role": "tool",
             "content": _output_text(item.get("output")),
             "tool_call_id": call_id,
@@ -140,13 +142,13 @@ class _Items:
             native["tool_name"] = self.call_names[call_id]
         self.messages.append(native)
 
-    def reasoning(self, item: Mapping[str, Any]) -> None:
+    def reasoning(self, item: InputItem) -> None:
         # Sent back by clients (Codex) with the turn it preceded; it becomes that turn's thinking.
         parts = [*(item.get("summary") or []), *(item.get("content") or [])]
         texts = [p.get("text") for p in parts if isinstance(p, Mapping)]
         self.thinking = "\n".join(t for t in texts if isinstance(t, str))
 
-    def add(self, item: Any) -> None:
+    def add(self, item: InputItem) -> None:
         if not isinstance(item, Mapping):
             raise _bad("each input item must be an object")
         kind = item.get("type", "message" if "role" in item else None)
@@ -164,7 +166,7 @@ class _Items:
             raise _bad(f"input item type {kind!r} is not supported")
 
 
-def input_to_messages(value: Any, instructions: str | None = None) -> list[dict[str, Any]]:
+def input_to_messages(value: object, instructions: str | None = None) -> list[ChatMessage]:
     """``instructions`` + ``input`` (a string or items) -> native chat messages."""
     items = _Items()
     if instructions:

@@ -23,12 +23,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import cast
 
+from localllm.api.bodies import ChatBody, FunctionSpec, Tool
 from localllm.compat.fields import RESPONSES_IGNORED, RESPONSES_USED, audit
 from localllm.compat.frames import string_field
 from localllm.compat.openai.request import chat_request_to_native
+from localllm.compat.openai.types import ChatCompletionRequest, ResponseFormat
 from localllm.compat.responses.input import input_to_messages
+from localllm.compat.responses.types import Echo, FunctionTool, ResponsesRequest
 from localllm.errors import InvalidRequest
 
 # Responses efforts, passed on to the Chat Completions converter, which maps each to a
@@ -50,26 +53,26 @@ METADATA_PAIRS, METADATA_KEY, METADATA_VALUE = 16, 64, 512
 
 @dataclass
 class ResponsesConversion:
-    native: dict[str, Any]  # an /api/chat body
+    native: ChatBody
     stream: bool = False
     tool_choice: str = "auto"  # "auto" | "none" | "required"
     forced_tool: str | None = None
-    forced_tools: list[dict[str, Any]] | None = None  # the model must call one of these
-    echo: dict[str, Any] = field(default_factory=dict)  # request fields the response repeats
+    forced_tools: list[Tool] | None = None  # the model must call one of these
+    echo: Echo = field(default_factory=lambda: Echo())  # request fields the response repeats
     ignored: list[str] = field(default_factory=list)  # fields ignored, for the route's log
 
 
 _bad = InvalidRequest
 
 
-def _tools(tools: Any, ignored: list[str]) -> list[dict[str, Any]] | None:
+def _tools(tools: object, ignored: list[str]) -> list[Tool] | None:
     """Flat Responses function tools -> the nested Chat Completions shape; the others
     (hosted tools) are named in ``ignored``."""
     if tools is None:
         return None
     if not isinstance(tools, list):
         raise _bad("tools must be an array")
-    out = []
+    out: list[Tool] = []
     for tool in tools:
         if not isinstance(tool, Mapping):
             raise _bad("tools[] must be objects")
@@ -80,18 +83,37 @@ def _tools(tools: Any, ignored: list[str]) -> list[dict[str, Any]] | None:
             # the whole request would make the agent unusable, so they are left out.
             ignored.append(f"a {kind!r} tool (only function tools reach a local model)")
             continue
-        fn: dict[str, Any] = {"name": string_field(tool.get("name"), "tools[].name")}
-        if tool.get("description") is not None:
-            fn["description"] = string_field(tool["description"], "tools[].description")
+        name = string_field(tool.get("name"), "tools[].name")
+        about = tool.get("description")
+        about = None if about is None else string_field(about, "tools[].description")
         params = tool.get("parameters")
         if params is not None and not isinstance(params, Mapping):
             raise _bad("tools[].parameters must be an object")
-        fn["parameters"] = dict(params or {"type": "object", "properties": {}})
+        schema = dict(params or {"type": "object", "properties": {}})
+        fn: FunctionSpec = (
+            {"name": name, "parameters": schema}
+            if about is None
+            else {"name": name, "description": about, "parameters": schema}
+        )
         out.append({"type": "function", "function": fn})
     return out
 
 
-def _tool_choice(choice: Any) -> Any:
+def _flat(tool: Tool) -> FunctionTool:
+    """A native tool as the response repeats it: flat, as Responses tools are."""
+    fn = tool["function"]
+    if "description" in fn:
+        return {
+            "type": "function",
+            "name": fn["name"],
+            "description": fn["description"],
+            "parameters": fn["parameters"],
+        }
+    return {"type": "function", "name": fn["name"], "parameters": fn["parameters"]}
+
+
+def _tool_choice(choice: object) -> object:
+    """Responses' ``tool_choice`` in Chat Completions' words (which that converter checks)."""
     if choice is None or choice in ("auto", "none", "required"):
         return choice
     if isinstance(choice, Mapping) and choice.get("type") == "function":
@@ -99,7 +121,7 @@ def _tool_choice(choice: Any) -> Any:
     raise _bad("tool_choice must be none, auto, required or {type: function, name}")
 
 
-def _response_format(text: Any) -> dict[str, Any] | None:
+def _response_format(text: object) -> ResponseFormat | None:
     if text is not None and not isinstance(text, Mapping):
         raise _bad("text must be an object")
     fmt = text.get("format") if text is not None else None
@@ -115,7 +137,7 @@ def _response_format(text: Any) -> dict[str, Any] | None:
     raise _bad(f"invalid text.format type {kind!r}")
 
 
-def _metadata(metadata: Any) -> dict[str, str]:
+def _metadata(metadata: object) -> dict[str, str]:
     """``metadata`` checked as OpenAI does: up to 16 string pairs, keys of up to 64
     characters, values of up to 512 (it is echoed in every event of a stream)."""
     if metadata is None:
@@ -134,7 +156,7 @@ def _metadata(metadata: Any) -> dict[str, str]:
     return dict(metadata)
 
 
-def _effort(reasoning: Any) -> str | None:
+def _effort(reasoning: object) -> str | None:
     if reasoning is not None and not isinstance(reasoning, Mapping):
         raise _bad("reasoning must be an object")
     effort = reasoning.get("effort") if reasoning is not None else None
@@ -143,7 +165,7 @@ def _effort(reasoning: Any) -> str | None:
     return _EFFORT[effort] if effort is not None else None
 
 
-def responses_request_to_native(body: Any) -> ResponsesConversion:
+def responses_request_to_native(body: ResponsesRequest) -> ResponsesConversion:
     """A ``/v1/responses`` body -> an ``/api/chat`` body plus what the route must do."""
     if not isinstance(body, Mapping):
         raise _bad("request body must be a JSON object")
@@ -165,29 +187,34 @@ def responses_request_to_native(body: Any) -> ResponsesConversion:
     instructions = body.get("instructions")
     instructions = None if instructions is None else string_field(instructions, "instructions")
     ignored = audit(body, RESPONSES_USED, RESPONSES_IGNORED) + _nested_ignored(body)
-    chat: dict[str, Any] = {
+    tools = _tools(body.get("tools"), ignored)
+    chat: dict[str, object] = {
         "model": body.get("model"),
         "stream": body.get("stream", False),
         "messages": [],
         "temperature": body.get("temperature"),
         "top_p": body.get("top_p"),
         "max_completion_tokens": limit,
-        "tools": _tools(body.get("tools"), ignored),
+        "tools": tools,
         "tool_choice": _tool_choice(body.get("tool_choice")),
         "reasoning_effort": _effort(body.get("reasoning")),
         "response_format": _response_format(body.get("text")),
     }
     if body.get("options") is not None:  # our extension, as on /v1/chat/completions
         chat["options"] = body["options"]
-    conv = chat_request_to_native({k: v for k, v in chat.items() if v is not None})
+    # Absent, not null; the values are the client's, which the Chat Completions
+    # converter checks.
+    conv = chat_request_to_native(
+        cast(ChatCompletionRequest, {k: v for k, v in chat.items() if v is not None})
+    )
     conv.native["messages"] = input_to_messages(body.get("input"), instructions)
     conv.native["truncate"] = truncation == "auto"
-    echo = {
+    echo: Echo = {
         "instructions": instructions,
         "max_output_tokens": limit,
         "temperature": conv.native["options"].get("temperature"),
         "top_p": conv.native["options"].get("top_p"),
-        "tools": [{"type": "function", **t["function"]} for t in chat["tools"] or []],
+        "tools": [_flat(t) for t in tools or []],
         "tool_choice": body.get("tool_choice") or "auto",
         "parallel_tool_calls": body.get("parallel_tool_calls", True) is not False,
         "reasoning": {"effort": (body.get("reasoning") or {}).get("effort"), "summary": None},
@@ -206,7 +233,7 @@ def responses_request_to_native(body: Any) -> ResponsesConversion:
     )
 
 
-def _nested_ignored(body: Mapping[str, Any]) -> list[str]:
+def _nested_ignored(body: ResponsesRequest) -> list[str]:
     """The parts of ``reasoning`` and ``text`` that change nothing here."""
     out = []
     reasoning, text = body.get("reasoning"), body.get("text")

@@ -21,14 +21,29 @@ from __future__ import annotations
 import copy
 import json
 import time
-from collections.abc import Mapping
-from typing import Any
+from typing import Literal, Unpack, cast
 
 from localllm.api.wire import ChatChunk, Metrics, StreamError, ToolCall
 from localllm.compat.frames import failure, new_id, sse
+from localllm.compat.responses.types import (
+    Echo,
+    Event,
+    EventFields,
+    FunctionCallItem,
+    MessageItem,
+    OutputItem,
+    OutputText,
+    ReasoningItem,
+    ResponseObject,
+    ResponseUsage,
+    SummaryText,
+    Where,
+)
+
+Kind = Literal["message", "reasoning"]  # the items written a delta at a time
 
 
-def _usage(native: Metrics) -> dict[str, Any]:
+def _usage(native: Metrics) -> ResponseUsage:
     prompt = int(native.get("prompt_eval_count") or 0)
     output = int(native.get("eval_count") or 0)
     cached = int(native.get("prompt_cached_count") or 0)  # a part of input_tokens
@@ -41,7 +56,7 @@ def _usage(native: Metrics) -> dict[str, Any]:
     }
 
 
-def _text_part(text: str) -> dict[str, Any]:
+def _text_part(text: str) -> OutputText:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
@@ -51,12 +66,12 @@ class ResponsesStream:
     def __init__(
         self,
         model: str,
-        echo: Mapping[str, Any],
+        echo: Echo,
         *,
         id: str | None = None,
         created_at: int | None = None,
     ) -> None:
-        self.response: dict[str, Any] = {
+        self.response: ResponseObject = {
             "id": id or new_id("resp_"),
             "object": "response",
             "created_at": created_at if created_at is not None else int(time.time()),
@@ -70,24 +85,24 @@ class ResponsesStream:
             "tools": [],
             "tool_choice": "auto",
             "parallel_tool_calls": True,
-            **echo,
         }
+        # Echo's keys are ResponseObject's own (its base): those set above keep their place.
+        self.response.update(cast("ResponseObject", echo))
         self._seq = 0
-        self._open: dict[str, Any] | None = None  # the message or reasoning item being written
+        self._open: MessageItem | ReasoningItem | None = None  # the item being written
         self._text = ""
         self.finished = False
 
     @property
-    def output(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = self.response["output"]
-        return out
+    def output(self) -> list[OutputItem]:
+        return self.response["output"]
 
-    def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
-        event = {"type": kind, "sequence_number": self._seq, **fields}
+    def _event(self, kind: str, **fields: Unpack[EventFields]) -> Event:
+        event: Event = {"type": kind, "sequence_number": self._seq, **fields}
         self._seq += 1
         return event
 
-    def _lifecycle(self, kind: str) -> dict[str, Any]:
+    def _lifecycle(self, kind: str) -> Event:
         return self._event(kind, response=copy.deepcopy(self.response))
 
     # -- the frames (see compat.frames.FrameStream) --------------------------------------
@@ -108,7 +123,7 @@ class ResponsesStream:
 
     # -- items --------------------------------------------------------------------------
 
-    def _add(self, item: dict[str, Any]) -> list[dict[str, Any]]:
+    def _add(self, item: OutputItem) -> list[Event]:
         self.output.append(item)
         return [
             self._event(
@@ -118,11 +133,11 @@ class ResponsesStream:
             )
         ]
 
-    def _where(self) -> dict[str, Any]:
+    def _where(self) -> Where:
         assert self._open is not None
         return {"item_id": self._open["id"], "output_index": len(self.output) - 1}
 
-    def _open_item(self, kind: str) -> list[dict[str, Any]]:
+    def _open_item(self, kind: Kind) -> list[Event]:
         if self._open is not None and self._open["type"] == kind:
             return []
         events = self._close()
@@ -162,7 +177,7 @@ class ResponsesStream:
         self._text = ""
         return events
 
-    def _delta(self, kind: str, text: str) -> list[dict[str, Any]]:
+    def _delta(self, kind: Kind, text: str) -> list[Event]:
         events = self._open_item(kind)
         self._text += text
         if kind == "message":
@@ -186,7 +201,7 @@ class ResponsesStream:
             )
         return events
 
-    def _close(self, status: str = "completed") -> list[dict[str, Any]]:
+    def _close(self, status: str = "completed") -> list[Event]:
         item = self._open
         if item is None:
             return []
@@ -201,14 +216,14 @@ class ResponsesStream:
                 self._event("response.content_part.done", **where, content_index=0, part=part),
             ]
         else:
-            part = {"type": "summary_text", "text": text}
-            item["summary"] = [part]
+            summary: SummaryText = {"type": "summary_text", "text": text}
+            item["summary"] = [summary]
             events = [
                 self._event(
                     "response.reasoning_summary_text.done", **where, summary_index=0, text=text
                 ),
                 self._event(
-                    "response.reasoning_summary_part.done", **where, summary_index=0, part=part
+                    "response.reasoning_summary_part.done", **where, summary_index=0, part=summary
                 ),
             ]
         item["status"] = status
@@ -222,12 +237,12 @@ class ResponsesStream:
             ),
         ]
 
-    def _call(self, call: ToolCall) -> list[dict[str, Any]]:
+    def _call(self, call: ToolCall) -> list[Event]:
         events = self._close()
         fn = call.get("function") or {}
-        args = fn.get("arguments", {})
+        args: object = fn.get("arguments", {})
         arguments = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-        item = {
+        item: FunctionCallItem = {
             "id": new_id("fc_"),
             "type": "function_call",
             "status": "in_progress",
@@ -236,8 +251,8 @@ class ResponsesStream:
             "arguments": "",
         }
         events += self._add(item)
-        where = {"item_id": item["id"], "output_index": len(self.output) - 1}
-        item.update(arguments=arguments, status="completed")
+        where: Where = {"item_id": item["id"], "output_index": len(self.output) - 1}
+        item.update({"arguments": arguments, "status": "completed"})
         return [
             *events,
             self._event("response.function_call_arguments.delta", **where, delta=arguments),
@@ -256,12 +271,12 @@ class ResponsesStream:
 
     # -- the native stream ----------------------------------------------------------------
 
-    def events(self, native: ChatChunk | StreamError) -> list[dict[str, Any]]:
+    def events(self, native: ChatChunk | StreamError) -> list[Event]:
         """Events for one native chunk (a mid-stream ``error`` fails the response)."""
         if "error" in native:
             return self.failed(str(native["error"]))
         msg = native.get("message") or {}
-        events: list[dict[str, Any]] = []
+        events: list[Event] = []
         if msg.get("thinking"):
             events += self._delta("reasoning", msg["thinking"])
         if msg.get("content"):
@@ -272,34 +287,38 @@ class ResponsesStream:
             events += self._finish(native)
         return events
 
-    def _finish(self, native: ChatChunk) -> list[dict[str, Any]]:
+    def _finish(self, native: ChatChunk) -> list[Event]:
         cut = native.get("done_reason") == "length"
         status = "incomplete" if cut else "completed"
         events = self._close(status)
         if not self.output:  # nothing said: still answer with an (empty) message
             events += self._open_item("message") + self._close(status)
-        self.response.update(status=status, usage=_usage(native), completed_at=int(time.time()))
+        self.response.update(
+            {"status": status, "usage": _usage(native), "completed_at": int(time.time())}
+        )
         if cut:
             self.response["incomplete_details"] = {"reason": "max_output_tokens"}
         self.finished = True
         return [*events, self._lifecycle("response.incomplete" if cut else "response.completed")]
 
-    def failed(self, message: str) -> list[dict[str, Any]]:
+    def failed(self, message: str) -> list[Event]:
         """A failure after the stream began: an ``error`` event, then ``response.failed``."""
         self.finished = True
-        self.response.update(status="failed", error={"code": "server_error", "message": message})
+        self.response.update(
+            {"status": "failed", "error": {"code": "server_error", "message": message}}
+        )
         return [
             self._event("error", code="server_error", message=message, param=None),
             self._lifecycle("response.failed"),
         ]
 
 
-def final_response(folded: ChatChunk, model: str, echo: Mapping[str, Any]) -> dict[str, Any]:
+def final_response(folded: ChatChunk, model: str, echo: Echo) -> ResponseObject:
     """A folded native ``/api/chat`` answer -> the Responses API ``response`` object."""
     stream = ResponsesStream(model, echo)
     stream.events(folded)
     return stream.response
 
 
-def _frames(events: list[dict[str, Any]]) -> list[str]:
+def _frames(events: list[Event]) -> list[str]:
     return [sse(event, event["type"]) for event in events]
