@@ -333,6 +333,27 @@ def end_calls(
     return Attempt(end if end is not None and end > 0 else at, calls)
 
 
+def calls_then_close(
+    text: str,
+    got: tuple[list[RawCall], int] | Attempt | None,
+    final: bool,
+    *,
+    since: int,
+    close: str,
+    closed: bool,
+    why: str,
+) -> Attempt | None:
+    """A region of calls as ``read_calls`` read it: what it gave when that is not calls;
+    no call breaks the region from ``since`` to ``close`` (see :func:`to_close`, ``why``);
+    else the calls, then ``close`` where the region must end with it (``closed``)."""
+    if not isinstance(got, tuple):
+        return got
+    calls, at = got
+    if not calls:
+        return to_close(text, since, close, final, why)
+    return end_calls(text, at, close if closed else None, final, calls)
+
+
 def end_call(
     text: str, at: int, close: str, final: bool, call: RawCall, *, since: int, why: str
 ) -> Attempt | None:

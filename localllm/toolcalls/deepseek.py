@@ -20,7 +20,7 @@ from localllm.toolcalls.base import (
     Step,
     Syntax,
     ToolSet,
-    end_calls,
+    calls_then_close,
     expect,
     read_calls,
     read_json,
@@ -46,12 +46,15 @@ class DeepSeek(Syntax):
             lambda at: self._call(text, at, final),
             lambda why: to_close(text, start, CALLS_END if start else CALL_END, final, why),
         )
-        if not isinstance(got, tuple):
-            return got
-        calls, at = got
-        if not calls:
-            return to_close(text, start, CALLS_END, final, "no call inside the call list")
-        return end_calls(text, at, CALLS_END if start else None, final, calls)
+        return calls_then_close(
+            text,
+            got,
+            final,
+            since=start,
+            close=CALLS_END,
+            closed=bool(start),
+            why="no call inside the call list",
+        )
 
     def _call(self, text: str, at: int, final: bool) -> Step:
         begin = expect(text, at, CALL)

@@ -41,6 +41,14 @@ class _Incomplete(Exception):
     """The text ends inside the value."""
 
 
+def _skip(text: str, at: int) -> int:
+    """Where the next thing starts after whitespace; the text must not end first."""
+    at = skip_ws(text, at)
+    if at >= len(text):
+        raise _Incomplete
+    return at
+
+
 def read_value(text: str, at: int, depth: int = 0) -> tuple[Any, int]:
     """The Gemma literal at ``text[at:]`` (after whitespace) and where it ends.
 
@@ -48,9 +56,7 @@ def read_value(text: str, at: int, depth: int = 0) -> tuple[Any, int]:
     not a literal."""
     if depth > _MAX_DEPTH:
         raise ValueError("arguments nest too deeply")
-    at = skip_ws(text, at)
-    if at >= len(text):
-        raise _Incomplete
+    at = _skip(text, at)
     if text.startswith(QUOTE, at):
         end = text.find(QUOTE, at + len(QUOTE))
         if end < 0:
@@ -76,9 +82,7 @@ def read_value(text: str, at: int, depth: int = 0) -> tuple[Any, int]:
 def _object(text: str, at: int, depth: int) -> tuple[dict[str, Any], int]:
     out: dict[str, Any] = {}
     while True:
-        at = skip_ws(text, at)
-        if at >= len(text):
-            raise _Incomplete
+        at = _skip(text, at)
         if text[at] == "}":
             return out, at + 1
         colon = text.find(":", at)
@@ -98,9 +102,7 @@ def _object(text: str, at: int, depth: int) -> tuple[dict[str, Any], int]:
 def _list(text: str, at: int, depth: int) -> tuple[list[Any], int]:
     out: list[Any] = []
     while True:
-        at = skip_ws(text, at)
-        if at >= len(text):
-            raise _Incomplete
+        at = _skip(text, at)
         if text[at] == "]":
             return out, at + 1
         value, at = read_value(text, at, depth + 1)
@@ -109,9 +111,7 @@ def _list(text: str, at: int, depth: int) -> tuple[list[Any], int]:
 
 
 def _after_item(text: str, at: int, close: str) -> int:
-    at = skip_ws(text, at)
-    if at >= len(text):
-        raise _Incomplete
+    at = _skip(text, at)
     if text[at] == ",":
         return at + 1
     if text[at] == close:

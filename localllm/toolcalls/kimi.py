@@ -17,7 +17,7 @@ from localllm.toolcalls.base import (
     RawCall,
     Syntax,
     ToolSet,
-    end_calls,
+    calls_then_close,
     expect,
     read_json,
     to_close,
@@ -65,6 +65,12 @@ class Kimi(Syntax):
                 return None
             at = end if end is not None and end > 0 else at
             calls.append(RawCall(name_of(ident), data, ident or None))
-        if not calls:
-            return to_close(text, start, SECTION_END, final, "no call in the section")
-        return end_calls(text, at, SECTION_END if start else None, final, calls)
+        return calls_then_close(
+            text,
+            (calls, at),
+            final,
+            since=start,
+            close=SECTION_END,
+            closed=bool(start),
+            why="no call in the section",
+        )

@@ -29,7 +29,7 @@ from localllm.toolcalls.base import (
     Syntax,
     ToolSet,
     call_name,
-    end_calls,
+    calls_then_close,
     read_calls,
     skip_ws,
     to_close,
@@ -63,12 +63,15 @@ class MiniMaxM3(Syntax):
             lambda why: to_close(text, 1, SECTION_END if section else INVOKE_END, final, why),
             many=section,
         )
-        if not isinstance(got, tuple):
-            return got
-        calls, at = got
-        if not calls:
-            return to_close(text, 1, SECTION_END, final, "no call in the section")
-        return end_calls(text, at, SECTION_END if section else None, final, calls)
+        return calls_then_close(
+            text,
+            got,
+            final,
+            since=1,
+            close=SECTION_END,
+            closed=section,
+            why="no call in the section",
+        )
 
     def _invoke(self, text: str, at: int, tools: ToolSet | None, final: bool) -> Step:
         named = call_name(text, at, INVOKE, '">', final)

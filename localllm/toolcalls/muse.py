@@ -18,20 +18,10 @@ from __future__ import annotations
 
 from localllm.toolcalls.base import ToolCall
 from localllm.toolcalls.harmony import MESSAGE, START, HarmonyParser
-from localllm.toolcalls.tagged import Shape, Tagged
+from localllm.toolcalls.tagged import Tagged, invoke_shape
 
 EOM, EOT = "<|eom|>", "<|eot|>"
-CALLS = Shape(
-    section_open="<atem:function_calls>",
-    section_close="</atem:function_calls>",
-    call_open='<atem:invoke name="',
-    name_end='">',
-    call_close="</atem:invoke>",
-    json_args=False,
-    param_open='<atem:parameter name="',
-    key_end='">',
-    param_close="</atem:parameter>",
-)
+CALLS = invoke_shape("atem:", "function_calls")
 MARKERS = (START, MESSAGE, EOM, EOT)
 
 

@@ -22,39 +22,12 @@ from __future__ import annotations
 from localllm.toolcalls.base import Attempt, RawCall, ToolSet
 from localllm.toolcalls.jsonlist import JsonAfterMarker
 from localllm.toolcalls.jsonscan import loads
-from localllm.toolcalls.tagged import WILD, Shape, Tagged
+from localllm.toolcalls.tagged import WILD, Shape, Tagged, invoke_shape
 
-MINIMAX_M2 = Shape(
-    section_open="<minimax:tool_call>",
-    section_close="</minimax:tool_call>",
-    call_open='<invoke name="',
-    name_end='">',
-    call_close="</invoke>",
-    json_args=False,
-    param_open='<parameter name="',
-    key_end='">',
-    param_close="</parameter>",
-)
-
+MINIMAX_M2 = invoke_shape("", "minimax:tool_call")
 _DSML = "｜DSML｜"
-
-
-def _dsml(block: str) -> Shape:
-    return Shape(
-        section_open=f"<{_DSML}{block}>",
-        section_close=f"</{_DSML}{block}>",
-        call_open=f'<{_DSML}invoke name="',
-        name_end='">',
-        call_close=f"</{_DSML}invoke>",
-        json_args=False,
-        param_open=f'<{_DSML}parameter name="',
-        key_end=f'" string="{WILD}">',
-        param_close=f"</{_DSML}parameter>",
-    )
-
-
-DEEPSEEK_V3_2 = _dsml("function_calls")
-DEEPSEEK_V4 = _dsml("tool_calls")
+DEEPSEEK_V3_2 = invoke_shape(_DSML, "function_calls", key_end=f'" string="{WILD}">')
+DEEPSEEK_V4 = invoke_shape(_DSML, "tool_calls", key_end=f'" string="{WILD}">')
 
 KIMI_K3_THINK = ("<|open|>think<|sep|>", "<|close|>think<|sep|>")
 KIMI_K3 = Shape(

@@ -152,6 +152,23 @@ class Shape:
         return tuple(dict.fromkeys([*tokens, *self.extra_markers, *tags]))
 
 
+def invoke_shape(prefix: str, section: str, key_end: str = '">') -> Shape:
+    """The invoke/parameter markup of MiniMax-M2, DeepSeek's DSML and Muse, every tag name
+    behind ``prefix``: ``<{p}{section}><{p}invoke name="f"><{p}parameter name="k">v``
+    ``</{p}parameter></{p}invoke></{p}{section}>``."""
+    return Shape(
+        section_open=f"<{prefix}{section}>",
+        section_close=f"</{prefix}{section}>",
+        call_open=f'<{prefix}invoke name="',
+        name_end='">',
+        call_close=f"</{prefix}invoke>",
+        json_args=False,
+        param_open=f'<{prefix}parameter name="',
+        key_end=key_end,
+        param_close=f"</{prefix}parameter>",
+    )
+
+
 class Tagged(Syntax):
     """A :class:`~localllm.toolcalls.base.Syntax` for one :class:`Shape`."""
 

@@ -29,7 +29,7 @@ from localllm.toolcalls.base import (
     Syntax,
     ToolSet,
     call_name,
-    end_calls,
+    calls_then_close,
     expect,
     read_calls,
     to_close,
@@ -66,12 +66,15 @@ class XmlCall(Syntax):
             lambda at: self._function(text, at, tools, final),
             lambda why: to_close(text, start, self.close if start else FUNCTION_END, final, why),
         )
-        if not isinstance(got, tuple):
-            return got
-        calls, at = got
-        if not calls:
-            return to_close(text, start, self.close, final, "no <function=..> in the call")
-        return end_calls(text, at, self.close, final, calls)
+        return calls_then_close(
+            text,
+            got,
+            final,
+            since=start,
+            close=self.close,
+            closed=True,
+            why="no <function=..> in the call",
+        )
 
     def _function(self, text: str, at: int, tools: ToolSet | None, final: bool) -> Step:
         """One ``<function=..>`` block from ``at`` (see :data:`~localllm.toolcalls.base.Step`)."""
