@@ -15,8 +15,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from localllm.api.bodies import Options
+    from localllm.loadtest.protocols import Target
+    from localllm.loadtest.report import BudgetAnswer, BudgetCheck
+    from localllm.loadtest.stats import LevelSummary, RequestResult
+    from localllm.loadtest.users import PromptMaker, Workload
+
+# Runs one concurrency level (so many users) and gives its figures.
+Level = Callable[[int], Awaitable["LevelSummary"]]
 
 
 def _levels(text: str) -> list[int]:
@@ -117,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
 
         url = config.client_base_url()
         ensure_daemon(url)
-    options = {} if args.temperature is None else {"temperature": args.temperature}
+    options: Options = {} if args.temperature is None else {"temperature": args.temperature}
     key = args.api_key if args.api_key is not None else config.API_KEY.get()
     target = Target(
         url=url, model=args.model, api=args.api, mode=args.mode, api_key=key, options=options
@@ -125,9 +136,9 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_bench(args, target))
 
 
-async def _bench(args: argparse.Namespace, target: Any) -> int:
+async def _bench(args: argparse.Namespace, target: Target) -> int:
     from localllm.loadtest import report
-    from localllm.loadtest.users import PromptMaker, Workload, run_level, warm_up
+    from localllm.loadtest.users import PromptMaker, Workload, warm_up
 
     workload = Workload(
         prompt_tokens=args.prompt_tokens,
@@ -136,7 +147,6 @@ async def _bench(args: argparse.Namespace, target: Any) -> int:
         duration=args.duration,
         timeout=args.timeout,
     )
-    show = not args.quiet and sys.stderr.isatty()
     print(
         f"bench {target.model} at {target.url} ({target.api} {target.mode}): "
         f"~{workload.prompt_tokens} prompt tokens, {workload.output_tokens} output tokens",
@@ -148,8 +158,26 @@ async def _bench(args: argparse.Namespace, target: Any) -> int:
         if first.status != "ok":
             print(f"Error: warm-up request failed: {first.error}", file=sys.stderr)
             return 1
+    level = _level_runner(target, workload, prompts, show=not args.quiet and sys.stderr.isatty())
+    levels = [await level(c) for c in args.concurrency]
+    budget = None
+    if args.budget_p95 is not None:
+        budget, extra = await _budget(args, levels, level)
+        levels = sorted([*levels, *extra], key=lambda lv: lv.concurrency)
+    print()
+    print(report.table(levels))
+    if budget is not None:
+        print(budget["summary"])
+    _save(args, target, workload, levels, budget)
+    return 1 if any(lv.errors or lv.lost for lv in levels) else 0
 
-    async def level(c: int) -> Any:
+
+def _level_runner(target: Target, workload: Workload, prompts: PromptMaker, *, show: bool) -> Level:
+    """Runs one concurrency level and prints its line (a live one too, when ``show``)."""
+    from localllm.loadtest import report
+    from localllm.loadtest.users import run_level
+
+    async def level(c: int) -> LevelSummary:
         total = workload.requests_for(c)
         if workload.raised_for(c):
             print(
@@ -158,7 +186,7 @@ async def _bench(args: argparse.Namespace, target: Any) -> int:
                 flush=True,
             )
 
-        def progress(conc: int, results: list[Any], running: int, elapsed: float) -> None:
+        def progress(conc: int, results: list[RequestResult], running: int, elapsed: float) -> None:
             if show:
                 line = report.progress_line(conc, results, running, elapsed, total)
                 sys.stderr.write("\r\x1b[2K" + line)
@@ -176,15 +204,19 @@ async def _bench(args: argparse.Namespace, target: Any) -> int:
         )
         return summary
 
-    levels = [await level(c) for c in args.concurrency]
-    budget = None
-    if args.budget_p95 is not None:
-        budget, extra = await _budget(args, levels, level)
-        levels = sorted([*levels, *extra], key=lambda lv: lv.concurrency)
-    print()
-    print(report.table(levels))
-    if budget is not None:
-        print(budget["summary"])
+    return level
+
+
+def _save(
+    args: argparse.Namespace,
+    target: Target,
+    workload: Workload,
+    levels: list[LevelSummary],
+    budget: BudgetAnswer | None,
+) -> None:
+    """``--json`` and ``--plot``, where asked for."""
+    from localllm.loadtest import report
+
     if args.json:
         doc = report.document(
             {"url": target.url, "api": target.api, "mode": target.mode, "model": target.model},
@@ -205,12 +237,11 @@ async def _bench(args: argparse.Namespace, target: Any) -> int:
 
         latency_plot(levels, args.plot, args.budget_p95)
         print(f"plot written to {args.plot}")
-    return 1 if any(lv.errors or lv.lost for lv in levels) else 0
 
 
 async def _budget(
-    args: argparse.Namespace, levels: list[Any], level: Any
-) -> tuple[dict[str, Any], list[Any]]:
+    args: argparse.Namespace, levels: list[LevelSummary], level: Level
+) -> tuple[BudgetAnswer, list[LevelSummary]]:
     """Predict the user count for the budget, then measure to confirm or correct it."""
     from localllm.loadtest.budget import max_users, predict_p95, rates_from
     from localllm.loadtest.stats import finite_json
@@ -221,7 +252,7 @@ async def _budget(
     output = next((lv.mean_output_tokens for lv in levels if lv.ok), args.output_tokens)
     predicted = min(max_users(budget_s, prompt, output, rates), args.max_users)
     measured = {lv.concurrency: lv for lv in levels}
-    extra: list[Any] = []
+    extra: list[LevelSummary] = []
 
     async def p95_at(c: int) -> float:
         if c not in measured:
@@ -230,7 +261,7 @@ async def _budget(
         lv = measured[c]
         return float(lv.e2e.p95) if not (lv.errors or lv.lost) else float("inf")
 
-    checks: list[dict[str, Any]] = []
+    checks: list[BudgetCheck] = []
     answer = 0
     if predicted >= 1:
         # Confirm the prediction; when it misses, bisect down between the largest
@@ -259,18 +290,17 @@ async def _budget(
         + ", ".join(f"{r:.0f} tok/s at {c}" for c, r in rates.decode_tok_s)
         + f", tail x{rates.tail:.2f}; predicted p95 {pred_p95:.2f}s); {verdict}"
     )
-    return finite_json(
-        {
-            "budget_p95_s": budget_s,
-            "prefill_tok_s": rates.prefill_tok_s,
-            "decode_tok_s": [list(p) for p in rates.decode_tok_s],
-            "tail": rates.tail,
-            "prompt_tokens": prompt,
-            "output_tokens": output,
-            "predicted_users": predicted,
-            "predicted_p95_s": pred_p95,
-            "checks": checks,
-            "answer_users": answer,
-            "summary": summary,
-        }
-    ), extra
+    answer_doc: BudgetAnswer = {
+        "budget_p95_s": budget_s,
+        "prefill_tok_s": rates.prefill_tok_s,
+        "decode_tok_s": [list(p) for p in rates.decode_tok_s],
+        "tail": rates.tail,
+        "prompt_tokens": prompt,
+        "output_tokens": output,
+        "predicted_users": predicted,
+        "predicted_p95_s": pred_p95,
+        "checks": checks,
+        "answer_users": answer,
+        "summary": summary,
+    }
+    return finite_json(answer_doc), extra  # NaN rates are written as null

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from localllm.api import wire
+from localllm.api.bodies import Options
 from localllm.api.daemon import json_object
 
 APIS = ("ollama", "openai")
@@ -35,7 +36,7 @@ class Target:
     mode: str = "chat"
     api_key: str = ""
     # Sampling options sent with every request (temperature, seed, top_k ...).
-    options: dict[str, Any] = field(default_factory=dict)
+    options: Options = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.api not in APIS:
@@ -47,15 +48,16 @@ class Target:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
 
-def build_request(target: Target, prompt: Prompt, max_tokens: int) -> tuple[str, dict[str, Any]]:
-    """The path and JSON body of one streamed request."""
+def build_request(target: Target, prompt: Prompt, max_tokens: int) -> tuple[str, wire.JSONObject]:
+    """The path and JSON body of one streamed request (one of four APIs' shapes, with
+    the target's options passed through: JSON, not one typed body)."""
     if target.mode == "completion" and not isinstance(prompt, str):
         raise ValueError("completion mode takes a plain prompt, not messages")
     messages: Messages = (
         [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
     )
     if target.api == "ollama":
-        body: dict[str, Any] = {
+        body: wire.JSONObject = {
             "model": target.model,
             "stream": True,
             "options": {**target.options, "num_predict": max_tokens},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from localllm.loadtest.stats import Dist, LevelSummary, RequestResult, percentile
 
@@ -89,12 +89,64 @@ def progress_line(
     )
 
 
+class TargetInfo(TypedDict):
+    """The server measured, as ``--json`` names it."""
+
+    url: str
+    api: str
+    mode: str
+    model: str
+
+
+class WorkloadInfo(TypedDict):
+    """What each level sent."""
+
+    prompt_tokens: int
+    output_tokens: int
+    requests: int | None  # per level; None: by duration_s, else 4 per user
+    duration_s: float | None
+    concurrency: list[int]
+
+
+class BudgetCheck(TypedDict):
+    """One measurement made to confirm (or correct) the predicted user count."""
+
+    users: int
+    p95_s: float
+    within: bool
+
+
+class BudgetAnswer(TypedDict):
+    """``--budget-p95``'s answer: the rates it used, the prediction, the checks made."""
+
+    budget_p95_s: float
+    prefill_tok_s: float | None  # None where not finite (JSON has no NaN)
+    decode_tok_s: list[list[float]]  # [users, aggregate output tok/s] pairs
+    tail: float | None
+    prompt_tokens: float
+    output_tokens: float
+    predicted_users: int
+    predicted_p95_s: float | None
+    checks: list[BudgetCheck]
+    answer_users: int
+    summary: str
+
+
+class Document(TypedDict):
+    """The ``--json`` output."""
+
+    target: TargetInfo
+    workload: WorkloadInfo
+    levels: list[dict[str, Any]]  # LevelSummary.to_json
+    budget: BudgetAnswer | None
+
+
 def document(
-    target: dict[str, Any],
-    workload: dict[str, Any],
+    target: TargetInfo,
+    workload: WorkloadInfo,
     levels: Sequence[LevelSummary],
-    budget: dict[str, Any] | None,
-) -> dict[str, Any]:
+    budget: BudgetAnswer | None,
+) -> Document:
     """The ``--json`` output: inputs, one object per level, the budget answer if asked."""
     return {
         "target": target,
