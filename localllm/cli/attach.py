@@ -15,12 +15,15 @@ import base64
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from localllm import config
 from localllm.errors import InvalidRequest
 from localllm.format import format_file_size as _human
 from localllm.images.files import EXTENSIONS
+
+if TYPE_CHECKING:
+    from localllm.api.bodies import ChatMessage
 
 _EXT = "|".join(EXTENSIONS)
 _PATH_RE = re.compile(
@@ -48,10 +51,10 @@ def find_images(text: str) -> tuple[str, list[Path]]:
     return (cleaned if found else text), found
 
 
-def attach(text: str, *, quiet: bool = False) -> dict[str, Any]:
+def attach(text: str, *, quiet: bool = False) -> ChatMessage:
     """The user message for ``text``: its image files read, base64-encoded, reported."""
     content, paths = find_images(text)
-    message: dict[str, Any] = {"role": "user", "content": content}
+    message: ChatMessage = {"role": "user", "content": content}
     if not paths:
         return message
     images = []

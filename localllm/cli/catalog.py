@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 
 def register(sub: Any) -> None:
@@ -61,19 +61,34 @@ def register(sub: Any) -> None:
     parser.set_defaults(func=run_list, query="")
 
 
-def rows(query: str = "") -> list[dict[str, Any]]:
-    """One dict per ``name:tag`` (``latest`` first), filtered by ``query`` (a substring)."""
+# One line of ``catalog list --json`` (the functional form: ``from`` is a keyword).
+CatalogRow = TypedDict(
+    "CatalogRow",
+    {
+        "name": str,
+        "source": str,
+        "latest": bool,
+        "from": str,  # the file the tag came from: built-in, updated or user
+        "projector": NotRequired[str],
+        "verified": NotRequired[bool],  # present (false) only for unverified entries
+        "description": NotRequired[str],
+    },
+)
+
+
+def rows(query: str = "") -> list[CatalogRow]:
+    """One row per ``name:tag`` (``latest`` first), filtered by ``query`` (a substring)."""
     from localllm.store import catalog
 
     cat = catalog.load()
-    out: list[dict[str, Any]] = []
+    out: list[CatalogRow] = []
     q = query.lower()
     for fam in sorted(cat.families.values(), key=lambda f: f.name.lower()):
         for tag, entry in fam.tags.items():
             name = f"{fam.name}:{tag}"
             if q and q not in name.lower() and q not in entry.source.display.lower():
                 continue
-            row: dict[str, Any] = {
+            row: CatalogRow = {
                 "name": name,
                 "source": entry.source.display,
                 "latest": tag == fam.latest,

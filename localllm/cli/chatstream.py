@@ -15,10 +15,13 @@ import sys
 import time
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from localllm.api.wire import ChatChunk, Message, Metrics, ToolCall
 from localllm.cli.termsafe import Sanitizer
+
+if TYPE_CHECKING:
+    from localllm.api.bodies import ChatBody
 
 _DIM = "\x1b[2m"
 _RESET = "\x1b[0m"
@@ -158,7 +161,7 @@ class Turn:
     tool_calls: list[ToolCall] = field(default_factory=list)
 
 
-def stream_chat(client: Any, payload: dict[str, Any], printer: StreamPrinter) -> Turn:
+def stream_chat(client: Any, payload: ChatBody, printer: StreamPrinter) -> Turn:
     """Send ``payload`` as a chat request and print the answer as it streams."""
     turn = Turn()
     parts: dict[str, list[str]] = {"content": [], "thinking": []}

@@ -14,8 +14,6 @@ import argparse
 import sys
 from typing import Any
 
-PROGRESS_MIN = 1 << 20  # bytes: smaller blobs get no progress bar
-
 
 def register(sub: Any) -> None:
     parser = sub.add_parser(
@@ -37,7 +35,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from localllm.cli.output import PullProgress
+    from localllm.cli.output import BLOB_PROGRESS_MIN, PullProgress
     from localllm.format import format_bytes
     from localllm.store.archive_export import export_models, write_file
     from localllm.store.local import Store
@@ -45,11 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     names = [parse_name(m) for m in args.models]
     store = Store()
-    progress = PullProgress()
-
-    def update(event: dict[str, Any]) -> None:
-        if event.get("total", 0) >= PROGRESS_MIN:
-            progress.update(event)
+    progress = PullProgress(min_total=BLOB_PROGRESS_MIN)
 
     to_stdout = args.output == "-"
     if to_stdout and sys.stdout.isatty():
@@ -61,10 +55,12 @@ def run(args: argparse.Namespace) -> int:
     failed = ""
     try:
         if to_stdout:
-            report = export_models(store, names, sys.stdout.buffer, update)
+            report = export_models(store, names, sys.stdout.buffer, progress.update)
             sys.stdout.buffer.flush()
         else:
-            report = write_file(args.output, lambda fh: export_models(store, names, fh, update))
+            report = write_file(
+                args.output, lambda fh: export_models(store, names, fh, progress.update)
+            )
     except OSError as exc:  # no such folder, a full disk, the reading end of a pipe gone
         failed = f"writing {args.output}: {exc.strerror or exc}"
     finally:

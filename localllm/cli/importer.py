@@ -24,8 +24,6 @@ if TYPE_CHECKING:
     from localllm.store.archive_import import ArchiveReport
     from localllm.store.ollama_import import ImportReport
 
-PROGRESS_MIN = 1 << 20  # bytes: smaller blobs get no progress bar
-
 
 def register(sub: Any) -> None:
     parser = sub.add_parser(
@@ -83,16 +81,12 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.source != "ollama":
         return run_archive(args)
-    from localllm.cli.output import PullProgress
+    from localllm.cli.output import BLOB_PROGRESS_MIN, PullProgress
     from localllm.models.service import ModelService
     from localllm.store.local import Store
 
-    progress = PullProgress()
-
-    def update(event: dict[str, Any]) -> None:
-        # Bars for the weights only: templates and parameters take no time to link or copy.
-        if event.get("total", 0) >= PROGRESS_MIN:
-            progress.update(event)
+    # Bars for the weights only: templates and parameters take no time to link or copy.
+    progress = PullProgress(min_total=BLOB_PROGRESS_MIN)
 
     try:
         report = ModelService(Store()).import_ollama(
@@ -101,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
             copy=args.copy,
             dry_run=args.dry_run,
             force=args.force,
-            progress=update,
+            progress=progress.update,
         )
     finally:
         progress.finish()
@@ -174,7 +168,7 @@ def _blobs(report: ImportReport) -> str:
 def run_archive(args: argparse.Namespace) -> int:
     import sys
 
-    from localllm.cli.output import PullProgress
+    from localllm.cli.output import BLOB_PROGRESS_MIN, PullProgress
     from localllm.store.archive import ArchiveError
     from localllm.store.archive_import import import_archive
     from localllm.store.local import Store
@@ -185,11 +179,7 @@ def run_archive(args: argparse.Namespace) -> int:
         print(f"Error: {what} is for `import ollama`, not for an archive", file=sys.stderr)
         return 2
     names = [parse_name(m) for m in args.models]
-    progress = PullProgress()
-
-    def update(event: dict[str, Any]) -> None:
-        if event.get("total", 0) >= PROGRESS_MIN:
-            progress.update(event)
+    progress = PullProgress(min_total=BLOB_PROGRESS_MIN)
 
     where = "standard input" if args.source == "-" else args.source
     if args.source == "-" and sys.stdin.isatty():
@@ -211,7 +201,7 @@ def run_archive(args: argparse.Namespace) -> int:
             names=names,
             force=args.force,
             dry_run=args.dry_run,
-            progress=update,
+            progress=progress.update,
         )
     except OSError as exc:  # a full disk, an unreadable file: what was verified is kept
         failed = f"importing {where}: {exc.strerror or exc}"

@@ -16,6 +16,8 @@ from typing import Any, TextIO
 from localllm.cli.termsafe import clean
 from localllm.format import format_bytes, format_duration
 
+BLOB_PROGRESS_MIN = 1 << 20  # bytes: the store's smaller blobs get no progress bar
+
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], gap: int = 4) -> str:
     """Left-aligned columns separated by ``gap`` spaces, no borders.
@@ -59,10 +61,15 @@ class PullProgress:
 
     On a terminal every line is redrawn in place (cursor up + clear) at most
     ten times a second; otherwise each line is printed once, when it is done.
+    ``min_total``: events for fewer bytes than this are not shown at all (the store's
+    own copies and checks, where a bar per small blob would only be noise).
     """
 
-    def __init__(self, out: TextIO | None = None, *, interactive: bool | None = None) -> None:
+    def __init__(
+        self, out: TextIO | None = None, *, interactive: bool | None = None, min_total: int = 0
+    ) -> None:
         self.out = out if out is not None else sys.stderr
+        self.min_total = min_total
         self.tty = self.out.isatty() if interactive is None else interactive
         self.keys: list[str] = []
         self.lines: dict[str, str] = {}
@@ -73,6 +80,8 @@ class PullProgress:
         self.printed: set[str] = set()
 
     def update(self, event: Mapping[str, Any]) -> None:
+        if self.min_total and not (event.get("total") or 0) >= self.min_total:
+            return
         status = clean(str(event.get("status", "")))  # may name Hub files, quote Hub errors
         digest = event.get("digest")
         total = event.get("total")

@@ -22,6 +22,7 @@ from localllm.cli.termsafe import clean
 from localllm.errors import LocalLLMError
 
 if TYPE_CHECKING:
+    from localllm.api.bodies import ChatMessage
     from localllm.api.client import Client
 
 QUOTES = '"""'
@@ -132,7 +133,7 @@ class Repl:
             self.s.messages.pop()
             raise
         if turn.content or turn.thinking or turn.tool_calls:
-            reply: dict[str, Any] = {"role": "assistant", "content": turn.content}
+            reply: ChatMessage = {"role": "assistant", "content": turn.content}
             if turn.thinking:
                 reply["thinking"] = turn.thinking
             self.s.messages.append(reply)

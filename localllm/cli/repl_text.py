@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from localllm.api.bodies import Options
 
 HELP = """Available Commands:
   /set            Set session variables
@@ -50,7 +53,7 @@ HELP_SHORTCUTS = """Available keyboard shortcuts:
   Ctrl + d            Exit (/bye)"""
 
 
-def parameters_text(model_params: str, user: dict[str, Any]) -> str:
+def parameters_text(model_params: str, user: Options) -> str:
     lines = ["Model defined parameters:"]
     rows = [ln for ln in model_params.splitlines() if ln.strip()]
     lines += rows or ["No additional parameters were specified for this model."]

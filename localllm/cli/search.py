@@ -20,7 +20,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from localllm.api.wire import SearchModel
+    from localllm.api.wire import FitResult, SearchModel
 
 
 def register(sub: Any) -> None:
@@ -56,9 +56,11 @@ def count(n: int) -> str:
     return str(n)
 
 
-def fit_text(fit: dict[str, Any]) -> str:
+def fit_text(fit: FitResult | None) -> str:
     from localllm.format import format_bytes
 
+    if not fit:
+        return "unknown"
     status = fit.get("status")
     summary = str(fit.get("summary") or "unknown")
     if status in ("unknown", "too_big") or not fit.get("memory"):
@@ -92,7 +94,7 @@ def render(m: SearchModel) -> str:
             (
                 str(q.get("tag", "")),
                 format_bytes(int(q.get("size") or 0)),
-                fit_text(q.get("fit") or {}),
+                fit_text(q.get("fit")),
             )
             for q in quants
         ]

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 from localllm.errors import InvalidRequest
 
 if TYPE_CHECKING:
+    from localllm.api.bodies import ChatBody, ChatMessage, Options
     from localllm.api.client import Client
+    from localllm.api.wire import JSONObject
 
 THINK_LEVELS = ("low", "medium", "high", "max")
 
@@ -29,10 +31,10 @@ THINK_LEVELS = ("low", "medium", "high", "max")
 @dataclass
 class Session:
     model: str
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    options: dict[str, Any] = field(default_factory=dict)
+    messages: list[ChatMessage] = field(default_factory=list)
+    options: Options = field(default_factory=dict)
     system: str | None = None
-    format: str | dict[str, Any] | None = None  # "json" or a JSON schema
+    format: str | JSONObject | None = None  # "json" or a JSON schema
     keep_alive: str | None = None
     think: bool | str | None = None
     # --think or /set think|nothink said so: a model switch keeps it (else ``infer_think``).
@@ -49,14 +51,14 @@ class Session:
         if not self.think_set:
             self.think = True if "thinking" in capabilities else None
 
-    def payload(self, messages: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def payload(self, messages: list[ChatMessage] | None = None) -> ChatBody:
         """The chat request body for ``messages`` (the history by default)."""
         history = self.messages if messages is None else messages
         sent = list(history)
         if self.system is not None:
             # Kept out of the history so that /clear and /set system stay independent.
             sent.insert(0, {"role": "system", "content": self.system})
-        body: dict[str, Any] = {"model": self.model, "messages": sent, "stream": True}
+        body: ChatBody = {"model": self.model, "messages": sent, "stream": True}
         if self.options:
             body["options"] = dict(self.options)
         if self.format:
@@ -96,7 +98,7 @@ def parse_keepalive(text: str) -> str:
     return text
 
 
-def parse_format(text: str) -> str | dict[str, Any]:
+def parse_format(text: str) -> str | JSONObject:
     """``--format``: ``json``, or a JSON schema the answer must follow (as Ollama's flag)."""
     if text.strip() == "json":
         return "json"

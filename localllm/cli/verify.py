@@ -13,8 +13,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-PROGRESS_MIN = 1 << 20  # bytes: smaller blobs get no progress bar
-
 
 def register(sub: Any) -> None:
     parser = sub.add_parser(
@@ -33,7 +31,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from localllm.cli.output import PullProgress
+    from localllm.cli.output import BLOB_PROGRESS_MIN, PullProgress
     from localllm.format import format_bytes
     from localllm.store.local import Store
     from localllm.store.names import ModelName, parse_name
@@ -41,14 +39,10 @@ def run(args: argparse.Namespace) -> int:
     from localllm.store.verify import repair, verify
 
     store = Store()
-    progress = PullProgress()
-
-    def update(event: dict[str, Any]) -> None:
-        if event.get("total", 0) >= PROGRESS_MIN:
-            progress.update(event)
+    progress = PullProgress(min_total=BLOB_PROGRESS_MIN)
 
     try:
-        report = verify(store, [parse_name(m) for m in args.models], update)
+        report = verify(store, [parse_name(m) for m in args.models], progress.update)
     finally:
         progress.finish()
     width = max((len(m.name) for m in report.models), default=0)

@@ -13,7 +13,7 @@ from typing import Any
 
 from localllm.api.wire import Metrics
 from localllm.format import format_bytes, format_duration, format_file_size
-from localllm.tui.sessions import Attachment, Chat, StoredMessage
+from localllm.tui.sessions import Attachment, Chat, ReplyStats, StoredMessage
 
 
 def context_length(show: Mapping[str, Any]) -> int | None:
@@ -26,7 +26,7 @@ def context_length(show: Mapping[str, Any]) -> int | None:
     return int(value) if isinstance(value, int | float) else None
 
 
-def reply_stats(final: Metrics, ttft: float | None) -> dict[str, Any]:
+def reply_stats(final: Metrics, ttft: float | None) -> ReplyStats:
     """The stats kept with a reply, from the final chat chunk (durations in ns).
 
     ``ttft`` is measured by the client (request sent -> first token seen), which
@@ -43,7 +43,7 @@ def reply_stats(final: Metrics, ttft: float | None) -> dict[str, Any]:
     }
 
 
-def stats_text(stats: dict[str, Any]) -> str:
+def stats_text(stats: ReplyStats) -> str:
     """``TTFT 0.12s · 48.3 tok/s`` (parts that are unknown are left out)."""
     parts = []
     if stats.get("ttft") is not None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 from localllm.api.wire import ChatChunk, ToolCall
 from localllm.tui.format import reply_stats
+from localllm.tui.sessions import ReplyStats
 
 
 class Reply:
@@ -46,7 +46,7 @@ class Reply:
     def ttft(self) -> float | None:
         return None if self.first_token is None else self.first_token - self.started
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> ReplyStats:
         """What is saved with the message and shown in the status line."""
         if self.final is None:
             return {"ttft": self.ttft}

@@ -23,18 +23,18 @@ _REFUSED = "does not fit on this machine"
 _HOW_TO_FORCE = "; to pull it anyway"
 
 
-def as_int(value: Any) -> int:
+def as_int(value: object) -> int:
     """An integer field, 0 when missing or not a number (bools are not counts)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0
     return int(value)
 
 
-def as_dict(value: Any) -> dict[str, Any]:
+def as_dict(value: object) -> Mapping[str, object]:
     return value if isinstance(value, dict) else {}
 
 
-def as_list(value: Any) -> list[Any]:
+def as_list(value: object) -> list[object]:
     return value if isinstance(value, list) else []
 
 
@@ -63,16 +63,22 @@ def pull_name(model: Mapping[str, Any], quant: Mapping[str, Any]) -> str:
     return f"{model.get('name', '')}:{quant.get('tag', '')}"
 
 
-def fit_of(quant: Mapping[str, Any]) -> dict[str, Any]:
+# A fit is typed ``wire.FitResult``; these read it as a plain mapping because they
+# check every field's type themselves.
+Fit = Mapping[str, object]
+
+
+def fit_of(quant: Mapping[str, object]) -> Fit:
+    """The ``fit`` of a search quant or a dry run (empty when there is none)."""
     return as_dict(quant.get("fit"))
 
 
-def fit_status(fit: dict[str, Any]) -> str:
+def fit_status(fit: Fit) -> str:
     status = fit.get("status")
     return status if status in ("gpu", "partial", "cpu", "too_big") else "unknown"
 
 
-def fit_summary(fit: dict[str, Any]) -> str:
+def fit_summary(fit: Fit) -> str:
     """``all 29 layers on GPU``, ``22/29 layers on GPU``, ``CPU only``, ``too big``,
     ``unknown``: the planner's verdict as the daemon words it."""
     summary = fit.get("summary")
@@ -81,11 +87,11 @@ def fit_summary(fit: dict[str, Any]) -> str:
     return summary
 
 
-def memory_total(fit: dict[str, Any]) -> int:
+def memory_total(fit: Fit) -> int:
     return sum(as_int(v) for v in as_dict(fit.get("memory")).values())
 
 
-def memory_text(fit: dict[str, Any]) -> str:
+def memory_text(fit: Fit) -> str:
     """``1.4 GB at 4096 tokens``: what a load would take, all devices together."""
     total = memory_total(fit)
     if not total:
@@ -94,7 +100,7 @@ def memory_text(fit: dict[str, Any]) -> str:
     return f"{format_bytes(total)} at {context} tokens" if context else format_bytes(total)
 
 
-def fit_line(fit: dict[str, Any]) -> str:
+def fit_line(fit: Fit) -> str:
     """The highlighted quant's fit in full: memory per device, then the planner's reason.
 
     ``CUDA0 5.1 GB · RAM 1.2 GB at 8192 tokens — 29/29 layers on CUDA0 ...``

@@ -23,9 +23,12 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from localllm.api.wire import ToolCall
+
+if TYPE_CHECKING:
+    from localllm.api.bodies import ChatMessage, Options
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS chats (
@@ -76,7 +79,7 @@ class ChatSettings:
     seed: int | None = None
     keep_alive: str | None = None
 
-    def options(self) -> dict[str, Any]:
+    def options(self) -> Options:
         """The ``options`` object of a chat request: only what the user set."""
         pairs = {
             "temperature": self.temperature,
@@ -96,6 +99,25 @@ class ChatSettings:
         return cls(**known)
 
 
+class AttachmentJSON(TypedDict):
+    """An ``Attachment`` as its message's ``images`` column keeps it."""
+
+    name: str
+    size: int
+    data: str
+
+
+class ReplyStats(TypedDict, total=False):
+    """What is kept with an assistant message (``tui/format.reply_stats``) and shown."""
+
+    prompt_tokens: int
+    tokens: int
+    tok_s: float | None  # the daemon's decode rate
+    ttft: float | None  # seconds the user waited for the first token
+    done_reason: str
+    interrupted: str  # the reply was cut short: "stopped", or "interrupted" by an error
+
+
 @dataclass(frozen=True)
 class Attachment:
     """An image sent with a user message: its file name, size and base64 bytes."""
@@ -104,11 +126,11 @@ class Attachment:
     size: int
     data: str  # base64, as the request carries it
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> AttachmentJSON:
         return {"name": self.name, "size": self.size, "data": self.data}
 
     @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> Attachment:
+    def from_json(cls, raw: AttachmentJSON) -> Attachment:
         return cls(str(raw.get("name", "image")), int(raw.get("size", 0)), str(raw.get("data", "")))
 
 
@@ -118,15 +140,15 @@ class StoredMessage:
     content: str = ""
     thinking: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)  # as the reply carried them
-    stats: dict[str, Any] = field(default_factory=dict)
+    stats: ReplyStats = field(default_factory=lambda: ReplyStats())
     partial: bool = False
     images: list[Attachment] = field(default_factory=list)
     id: int = 0
     created_at: float = 0.0
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> ChatMessage:
         """The message as a chat request expects it in ``messages``."""
-        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        out: ChatMessage = {"role": self.role, "content": self.content}
         if self.tool_calls:
             out["tool_calls"] = self.tool_calls
         if self.images:

@@ -51,7 +51,7 @@ from localllm.tui.search_format import (
 
 if TYPE_CHECKING:
     from localllm.api.client import AsyncClient
-    from localllm.api.wire import SearchModel
+    from localllm.api.wire import SearchModel, SearchQuant
 
 LIMIT = 10  # repos per search, as `localllm search`: each costs one header read
 FIT_COLOURS = {
@@ -86,7 +86,7 @@ class SearchScreen(Screen[str | None]):
         self.local = {n.lower() for n in local}
         self.query_text = query
         self.results: list[SearchModel] = []
-        self.quants: list[dict[str, Any]] = []
+        self.quants: list[SearchQuant] = []
         self.searching = False
 
     def compose(self) -> ComposeResult:
@@ -180,8 +180,9 @@ class SearchScreen(Screen[str | None]):
         info = self.query_one("#repo-info", Label)
         table.clear()
         model = self.results[index] if index is not None and index < len(self.results) else None
-        raw = as_list(model.get("quants")) if model is not None else []
-        self.quants = [q for q in raw if isinstance(q, dict)]
+        # Read defensively, as search_format reads: an odd answer shows no quants.
+        quants = model.get("quants") if model is not None else None
+        self.quants = [q for q in quants if isinstance(q, dict)] if isinstance(quants, list) else []
         if model is None:
             info.update("")
             self._fit_line(None)
@@ -234,7 +235,7 @@ class SearchScreen(Screen[str | None]):
         if event.data_table.id == "repos" and self.quants:
             self.query_one("#quants", DataTable).focus()
 
-    def selected(self) -> tuple[SearchModel, dict[str, Any]] | None:
+    def selected(self) -> tuple[SearchModel, SearchQuant] | None:
         """The highlighted repo and quant, if there is one."""
         repos, quants = self.query_one("#repos", DataTable), self.query_one("#quants", DataTable)
         if not self.results or not self.quants:

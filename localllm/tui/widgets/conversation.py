@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -37,6 +37,7 @@ from localllm.tui.widgets.message import MessageView
 from localllm.tui.widgets.prompt import PromptInput
 
 if TYPE_CHECKING:
+    from localllm.api.bodies import ChatBody
     from localllm.api.client import AsyncClient
 
 _TITLE_CHARS = 40
@@ -135,11 +136,11 @@ class Conversation(Vertical):
     def on_images_pasted(self, event: PromptInput.ImagesPasted) -> None:
         self.pending.attach(event.paths)
 
-    def request(self) -> dict[str, Any]:
+    def request(self) -> ChatBody:
         messages = [m.wire() for m in self.history]
         if self.settings.system:
             messages.insert(0, {"role": "system", "content": self.settings.system})
-        payload: dict[str, Any] = {"model": self.model, "messages": messages}
+        payload: ChatBody = {"model": self.model, "messages": messages}
         if options := self.settings.options():
             payload["options"] = options
         if self.settings.keep_alive:
