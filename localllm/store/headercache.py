@@ -28,7 +28,7 @@ import httpx
 
 from localllm.gguf.info import ModelInfo, model_info_from_headers
 from localllm.gguf.reader import Header, read_header_from
-from localllm.store import hub, remote, tls
+from localllm.store import hub, remote
 from localllm.store.hub import HubFile
 from localllm.store.remote import RemoteHeaders, RemoteReadError
 
@@ -130,34 +130,19 @@ def read_headers(
     timeout: httpx.Timeout = remote.TIMEOUT,
 ) -> RemoteHeaders:
     """The GGUF headers of ``files`` (one file, or a split model's shards in order)."""
-    own = client is None
-    http = (
-        client
-        if client is not None
-        else httpx.Client(follow_redirects=True, timeout=timeout, verify=tls.context())
-    )
-    out: list[Header] = []
-    fetched = requests = 0
-    try:
-        for f in files:
-            w = _Witness(http)
-            rf = remote.RangeFile(
-                cast(httpx.Client, w),  # it only calls ``stream``
-                remote.file_url(repo_id, f.path),
-                f.size,
-                f"hf.co/{repo_id}/{f.path}",
-                remote.hub_headers(),
-            )
-            try:
-                out.append(_read(rf, w, f))
-            finally:
-                fetched, requests = fetched + rf.fetched, requests + rf.requests
-    except httpx.HTTPError as exc:  # anything the transport raises outside a fetch
-        raise RemoteReadError(f"cannot read hf.co/{repo_id}: {exc}", status=502) from None
-    finally:
-        if own:
-            http.close()
-    return RemoteHeaders(out, fetched, requests)
+
+    def read(http: httpx.Client, f: HubFile) -> tuple[Header, int, int]:
+        w = _Witness(http)
+        rf = remote.RangeFile(
+            cast(httpx.Client, w),  # it only calls ``stream``
+            remote.file_url(repo_id, f.path),
+            f.size,
+            f"hf.co/{repo_id}/{f.path}",
+            remote.hub_headers(),
+        )
+        return _read(rf, w, f), rf.fetched, rf.requests
+
+    return remote.read_each(repo_id, files, read, client=client, timeout=timeout)
 
 
 def _read(rf: remote.RangeFile, w: _Witness, f: HubFile) -> Header:

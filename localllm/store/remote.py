@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -236,14 +236,17 @@ def hub_headers() -> dict[str, str]:
     return dict(build_hf_headers(token=hub.token()))
 
 
-def read_headers(
+def read_each(
     repo_id: str,
     files: Sequence[HubFile],
+    read: Callable[[httpx.Client, HubFile], tuple[Header, int, int]],
     *,
     client: httpx.Client | None = None,
     timeout: httpx.Timeout = TIMEOUT,
 ) -> RemoteHeaders:
-    """The GGUF headers of ``files`` (one file, or a split model's shards in order)."""
+    """``read(client, file)`` -> (header, bytes fetched, requests) for each of ``files`` in
+    order, on ``client`` or one of our own (closed after), with what they cost summed.  A
+    transport error outside a fetch is a ``RemoteReadError`` naming the repo."""
     own = client is None
     http = (
         client
@@ -254,32 +257,45 @@ def read_headers(
     fetched = requests = 0
     try:
         for f in files:
-            key = _key(repo_id, f)
-            with _cache_lock:
-                cached = _cache.get(key)
-                if cached is not None:
-                    _cache.move_to_end(key)
-            if cached is not None:
-                out.append(cached)
-                continue
-            rf = RangeFile(
-                http, file_url(repo_id, f.path), f.size, f"hf.co/{repo_id}/{f.path}", hub_headers()
-            )
-            try:
-                header = read_header_from(rf, f.size, f.path)  # type: ignore[arg-type]
-            finally:
-                fetched, requests = fetched + rf.fetched, requests + rf.requests
-            with _cache_lock:
-                _cache[key] = header
-                while len(_cache) > CACHE_ENTRIES:
-                    _cache.popitem(last=False)
+            header, f_fetched, f_requests = read(http, f)
             out.append(header)
+            fetched, requests = fetched + f_fetched, requests + f_requests
     except httpx.HTTPError as exc:  # anything the transport raises outside a fetch
         raise RemoteReadError(f"cannot read hf.co/{repo_id}: {exc}", status=502) from None
     finally:
         if own:
             http.close()
     return RemoteHeaders(out, fetched, requests)
+
+
+def read_headers(
+    repo_id: str,
+    files: Sequence[HubFile],
+    *,
+    client: httpx.Client | None = None,
+    timeout: httpx.Timeout = TIMEOUT,
+) -> RemoteHeaders:
+    """The GGUF headers of ``files`` (one file, or a split model's shards in order)."""
+
+    def read(http: httpx.Client, f: HubFile) -> tuple[Header, int, int]:
+        key = _key(repo_id, f)
+        with _cache_lock:
+            cached = _cache.get(key)
+            if cached is not None:
+                _cache.move_to_end(key)
+        if cached is not None:
+            return cached, 0, 0
+        rf = RangeFile(
+            http, file_url(repo_id, f.path), f.size, f"hf.co/{repo_id}/{f.path}", hub_headers()
+        )
+        header = read_header_from(rf, f.size, f.path)  # type: ignore[arg-type]
+        with _cache_lock:
+            _cache[key] = header
+            while len(_cache) > CACHE_ENTRIES:
+                _cache.popitem(last=False)
+        return header, rf.fetched, rf.requests
+
+    return read_each(repo_id, files, read, client=client, timeout=timeout)
 
 
 def read_model_info(
