@@ -88,6 +88,13 @@ NOHISTORY = Setting(
     ollama="OLLAMA_NOHISTORY",
     ollama_parse=go_bool("OLLAMA_NOHISTORY"),
 )
+NO_HINTS = Setting(
+    "LOCALLLM_NO_HINTS",
+    parse_bool,
+    False,
+    "Don't print the one line (at most once a day) by which 'run', 'chat' and 'serve' "
+    "name the command that would put an unused GPU to work.",
+)
 
 # Image input limits (issue 14; the runner and daemon share them): images a request, bytes a
 # file and a request (one runner frame, under 128 MiB), width x height, a side; from headers.

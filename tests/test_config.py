@@ -40,6 +40,7 @@ CASES: dict[str, tuple[str, Any, str | None]] = {
     "LOCALLLM_DRAFT_GATE": ("false", False, "sometimes"),
     "LOCALLLM_DEBUG": ("yes", 1, "verbose"),
     "LOCALLLM_NOHISTORY": ("1", True, "maybe"),
+    "LOCALLLM_NO_HINTS": ("yes", True, "sometimes"),
     "LOCALLLM_LLM_LIBRARY": ("cuda_v12", "cuda", "opencl"),
     "LOCALLLM_CPU_REPACK": ("Off", "off", "amx"),
     "LOCALLLM_API_KEY": ("s3cret", "s3cret", None),

@@ -207,6 +207,14 @@ class TagsEntry(TypedDict):
     details: Details
 
 
+class WouldMove(TypedDict):
+    """Ours: where a reload would place a loaded model whose devices changed since it
+    loaded (a plugin installed, a worker come up: ``scheduler/moves.py``)."""
+
+    devices: dict[str, int]  # layers per GPU (RPC workers by endpoint); {}: the CPU alone
+    reason: str  # the planner's
+
+
 class PsEntry(TypedDict):
     """One loaded model of ``/api/ps``."""
 
@@ -220,6 +228,7 @@ class PsEntry(TypedDict):
     context_length: int
     num_parallel: NotRequired[int]  # ours: requests served at once, each with context_length
     devices: NotRequired[dict[str, int]]  # ours: bytes per place (a GPU, "CPU", an RPC worker)
+    would_move: NotRequired[WouldMove]  # ours: only when a reload would place it elsewhere
 
 
 class Draft(TypedDict):

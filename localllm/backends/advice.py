@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from localllm.backends.catalog import BACKENDS, Backend
 from localllm.hardware.detect import Hardware
@@ -78,8 +79,10 @@ def _label(gpu: GPUProbe) -> str:
     )
 
 
+@lru_cache(maxsize=16)
 def command_for(backend: str, ggml_version: str) -> str:
-    """``get`` when a verified pack fits this machine, else ``build``."""
+    """``get`` when a verified pack fits this machine, else ``build`` (remembered: the
+    table ships with the release, and the GPUs' architectures do not change)."""
     verb = "get" if ggml_version and verified_pack_fits(backend, ggml_version) else "build"
     return f"localllm backends {verb} {backend}"
 

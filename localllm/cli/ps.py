@@ -1,15 +1,20 @@
 """``localllm ps``: the loaded models as a table NAME, ID, SIZE, PROCESSOR, CONTEXT, SLOTS, UNTIL.
 
-SLOTS (not in Ollama's table) is how many requests the model serves at once.
+SLOTS (not in Ollama's table) is how many requests the model serves at once.  Below the
+table, a line for each model a reload would place elsewhere (devices added since it loaded:
+a plugin installed, a worker come up), with how to get there.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from localllm.format import processor, time_until
+
+if TYPE_CHECKING:
+    from localllm.api.wire import WouldMove
 
 # expires_at beyond this many seconds means "kept forever" (keep_alive < 0).
 _FOREVER_AFTER = 100 * 365 * 86400
@@ -54,4 +59,20 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     print(table(["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "SLOTS", "UNTIL"], rows))
+    for m in models:
+        if "would_move" in m:
+            print(move_line(m["name"], m["would_move"]))
     return 0
+
+
+def move_line(name: str, move: WouldMove) -> str:
+    """``tiny would move to GPU CUDA0 (29 layers) on a reload: ...``."""
+    where = (
+        "GPU " + ", ".join(f"{dev} ({n} layers)" for dev, n in move["devices"].items())
+        if move["devices"]
+        else "the CPU"
+    )
+    return (
+        f"{name} would move to {where} on a reload: 'localllm stop {name}', and the next "
+        "request loads it there."
+    )

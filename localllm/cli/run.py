@@ -124,6 +124,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from localllm.api.client import Client
+    from localllm.api.hint import show as gpu_hint
     from localllm.cli.pull import ensure_model
     from localllm.cli.pullsearch import confirm
     from localllm.cli.session import preload, session_from_args
@@ -154,8 +155,11 @@ def run(args: argparse.Namespace) -> int:
             from localllm.cli.repl import Repl
 
             preload(client, session)
+            gpu_hint(client)  # the model is loaded: the daemon knows its devices
             return Repl(client, session).run()
-        return one_shot(client, session, prompt)
+        code = one_shot(client, session, prompt)
+        gpu_hint(client)
+        return code
 
 
 def one_shot(client: Client, session: Session, prompt: str) -> int:

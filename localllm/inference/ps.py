@@ -3,7 +3,9 @@
 Sizes are what the runner holds, measured after the load: llama.cpp's buffers
 per device with the host compute reserve counted as far as it is resident
 (``runner.resident``); the planner's estimate only while no runner reported.
-``devices`` adds where the bytes are, ``num_parallel`` the model's slots.
+``devices`` adds where the bytes are, ``num_parallel`` the model's slots, and
+``would_move`` where a reload would put a model whose devices changed since it
+loaded (``scheduler/moves.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 from localllm.api.wire import PsEntry
 from localllm.models.details import rfc3339
 from localllm.runner.resident import is_host
+from localllm.scheduler.moves import move_of
 from localllm.scheduler.scheduler import Loaded
 
 
@@ -39,7 +42,7 @@ def ps_entry(model: Loaded) -> PsEntry:
     measured_vram = sum(sum(v.values()) for k, v in memory.items() if not is_host(k))
     size = measured or placement.size
     size_vram = measured_vram if measured else placement.size_vram
-    return {
+    entry: PsEntry = {
         "name": model.spec.name,
         "model": model.spec.name,
         "size": size,
@@ -55,12 +58,24 @@ def ps_entry(model: Loaded) -> PsEntry:
         # endpoint), so ps can say "60% gpu-box:50052, 40% CPU" for split models.
         "devices": _by_place(memory),
     }
+    move = move_of(model)
+    if move is not None:
+        entry["would_move"] = {
+            "devices": {_place(dev): n for dev, n in move.devices.items()},
+            "reason": move.reason,
+        }
+    return entry
 
 
 def _by_place(memory: dict[str, dict[str, int]]) -> dict[str, int]:
     out: dict[str, int] = {}
     for dev, parts in memory.items():
-        m = re.fullmatch(r"RPC\d*\[(.+)\]", dev)
-        place = m.group(1) if m else "CPU" if is_host(dev) else dev
+        place = _place(dev)
         out[place] = out.get(place, 0) + sum(parts.values())
     return out
+
+
+def _place(dev: str) -> str:
+    """An RPC device by its worker's endpoint, host buffers as "CPU", a GPU by its name."""
+    m = re.fullmatch(r"RPC\d*\[(.+)\]", dev)
+    return m.group(1) if m else "CPU" if is_host(dev) else dev

@@ -52,7 +52,14 @@ def root() -> str:
 
 @router.api_route("/api/version", methods=["GET", "HEAD"])
 def version() -> dict[str, str]:
-    return {"version": __version__}
+    from localllm.backends.advice import gpu_line
+    from localllm.hardware.detect import cached
+
+    # Ours: the line naming the command that puts an unused GPU to work (api/hint.py),
+    # once the devices are known; it never waits for the probe.
+    hw = cached()
+    line = gpu_line(hw) if hw is not None else ""
+    return {"version": __version__, **({"gpu_hint": line} if line else {})}
 
 
 @router.api_route("/api/tags", methods=["GET", "HEAD"])

@@ -23,7 +23,7 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypedDict
 
 from localllm import config, paths
 from localllm.errors import LocalLLMError
@@ -145,11 +145,15 @@ def run() -> int:
 def report_hardware() -> None:
     """Detect devices once at start (warming the cache) and log what needs attention.
 
-    A GPU without its plugin is logged with the command that builds it, once per
-    data folder (a marker file remembers), so the hint is seen but not nagged.
+    A GPU without its plugin: in a terminal, the one line that names the command
+    that fixes it, at most once a day (``api/hint.py``: ``run`` and ``chat`` share
+    the day); in the log, the longer hint, once per data folder (a marker file
+    remembers), so it is seen but not nagged.  A daemon started in the background
+    by a client has no terminal: that client shows the line.
     """
     from localllm import paths
-    from localllm.backends.advice import wanted
+    from localllm.api.hint import take
+    from localllm.backends.advice import gpu_line, wanted
     from localllm.hardware.detect import detect
 
     try:
@@ -164,12 +168,16 @@ def report_hardware() -> None:
             log.warning("backend plugin %s did not load: %s", p.get("file"), p.get("error"))
     for w in hw.workers:
         log.info("RPC worker %s: %s%s", w.endpoint, w.state, f" ({w.error})" if w.error else "")
+    line = gpu_line(hw)
+    told = bool(line) and sys.stderr.isatty() and take()
+    if told:
+        print(line, file=sys.stderr, flush=True)
     for want in wanted(hw):
         if not want.backend:
             log.warning("%s", want.hint)
             continue
         marker = paths.run_dir() / f"hinted-{want.backend.name}"
-        if marker.exists():
+        if marker.exists() or told:
             continue
         log.warning("%s", want.hint)
         with contextlib.suppress(OSError):
@@ -193,7 +201,8 @@ def _make_server(app: FastAPI, pid_path: Path) -> uvicorn.Server:
                 _force_exit(app, pid_path, sig)
 
         async def on_tick(self, counter: int) -> bool:
-            reprobe.poll()  # a SIGHUP from `localllm backends ...` (server/reprobe.py)
+            # A SIGHUP from `localllm backends ...` (server/reprobe.py).
+            reprobe.poll(getattr(app.state, "scheduler", None))
             if lifecycle.draining and not self.announced:
                 self.announced = True
                 log.info(
@@ -253,7 +262,18 @@ def _uvicorn_level(debug: int) -> str:
     return "debug" if debug == 1 else "error" if debug <= -2 else "warning"
 
 
-def uvicorn_settings() -> dict[str, Any]:
+class UvicornSettings(TypedDict):
+    """The ``uvicorn.Config`` keyword arguments the daemon sets."""
+
+    log_level: str
+    log_config: None
+    access_log: bool
+    timeout_graceful_shutdown: int
+    timeout_keep_alive: int
+    http: type
+
+
+def uvicorn_settings() -> UvicornSettings:
     """``uvicorn.Config`` keyword arguments, shared with the tests' live servers."""
     return {
         # LOCALLLM_DEBUG=2 is uvicorn's "trace": every connection event and ASGI message.

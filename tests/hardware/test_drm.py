@@ -117,6 +117,7 @@ def test_get_is_named_when_a_trusted_pack_fits(monkeypatch: pytest.MonkeyPatch) 
     table = {"a" * 64: f"cuda-ggml{ggml}-{platform_tag()}-sm80_sm90.tar.gz"}
     monkeypatch.setattr(install, "trusted_table", lambda: table)
     monkeypatch.setattr(manifest, "machine_archs", lambda backend: ["90"])
+    advice.command_for.cache_clear()  # what it remembers of the real table
     nvidia = GPUProbe("nvidia", "NVIDIA H100")
     (w,) = advice.wanted_backends([nvidia], set(), ggml)
     assert w.command == "localllm backends get cuda" and "'localllm backends get cuda'" in w.hint
@@ -124,4 +125,6 @@ def test_get_is_named_when_a_trusted_pack_fits(monkeypatch: pytest.MonkeyPatch) 
     # Another ggml version, or GPUs the pack was not built for: build.
     assert advice.wanted_backends([nvidia], set(), "0.9.5")[0].command.endswith("build cuda")
     monkeypatch.setattr(manifest, "machine_archs", lambda backend: ["75"])
+    advice.command_for.cache_clear()
     assert advice.wanted_backends([nvidia], set(), ggml)[0].command.endswith("build cuda")
+    advice.command_for.cache_clear()  # the next test asks of the real table

@@ -32,3 +32,7 @@ def isolate(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
     # xdist workers, two threads each on 2 cores, spin in ggml's barriers waiting for a
     # thread that is not running. Tests of threading set their own count.
     monkeypatch.setenv("LOCALLLM_NUM_THREAD", "1")
+    # A GPU that no plugin serves (a GPU machine running the suite) would add its hint to
+    # the output of run, chat and serve; the tests of the hint (tests/cli/test_gpu_hint.py)
+    # turn it back on.
+    monkeypatch.setenv("LOCALLLM_NO_HINTS", "1")

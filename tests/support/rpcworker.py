@@ -77,9 +77,12 @@ def worker_env(backends: Path) -> dict[str, str]:
 
 
 @contextmanager
-def start_worker(backends: Path, tmp: Path, *extra: str) -> Iterator[Worker]:
-    """A ``localllm worker`` on a free loopback port, ready when yielded, killed afterwards."""
-    port = free_port()
+def start_worker(
+    backends: Path, tmp: Path, *extra: str, port: int | None = None
+) -> Iterator[Worker]:
+    """A ``localllm worker`` on a free loopback port (or ``port``), ready when yielded,
+    killed afterwards."""
+    port = port or free_port()
     log = tmp / f"worker-{port}.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -28,7 +28,7 @@ from localllm.tui.format import export_json, export_markdown
 from localllm.tui.screens.dialogs import AskScreen, ConfirmScreen
 from localllm.tui.screens.models import ModelsScreen
 from localllm.tui.screens.settings import SettingsScreen
-from localllm.tui.sessions import Chat, ChatSettings, Sessions, StoredMessage
+from localllm.tui.sessions import Chat, ChatSettings, ReplyStats, Sessions, StoredMessage
 from localllm.tui.widgets.attachments import PendingImages
 from localllm.tui.widgets.conversation import Conversation
 from localllm.tui.widgets.message import MessageView
@@ -37,6 +37,7 @@ from localllm.tui.widgets.sidebar import ChatList
 from localllm.tui.widgets.status import StatusLine
 
 if TYPE_CHECKING:
+    from localllm.api.bodies import ChatBody
     from localllm.api.client import AsyncClient
 
 
@@ -114,7 +115,7 @@ class ChatScreen(Screen[None]):
     def message_views(self) -> list[MessageView]:
         return self.conversation.message_views()
 
-    def request(self) -> dict[str, Any]:
+    def request(self) -> ChatBody:
         return self.conversation.request()
 
     # -- the status line ------------------------------------------------------------------
@@ -126,7 +127,7 @@ class ChatScreen(Screen[None]):
         self.status.status.model = self.model
         self.status.show()
 
-    def _show_reply_stats(self, stats: dict[str, Any]) -> None:
+    def _show_reply_stats(self, stats: ReplyStats) -> None:
         status = self.status.status
         status.ttft, status.tok_s = stats.get("ttft"), stats.get("tok_s")
         if "tokens" in stats:
@@ -164,6 +165,8 @@ class ChatScreen(Screen[None]):
             return  # the app closed while ps was on its way: nothing left to update
         entry = next((m for m in running if m.get("name") == self.model), None)
         status.loaded = entry is not None
+        if running:
+            self.status.ask_hint(self.client)
         if entry is not None:
             status.size, status.size_vram = entry.get("size", 0), entry.get("size_vram", 0)
             status.num_ctx = self.settings.num_ctx or entry.get("context_length")
