@@ -13,10 +13,11 @@ is ``jsonscan.py``'s; its names are re-exported here, where the formats look.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from localllm.api.wire import JSONObject, JSONValue
 from localllm.toolcalls.jsonscan import (
     FAILED,
     JsonScan,
@@ -36,7 +37,7 @@ class ToolCall:
     """One parsed call; ``arguments`` keeps the model's key order."""
 
     name: str
-    arguments: dict[str, Any]
+    arguments: JSONObject
     index: int = 0
     id: str | None = None
 
@@ -125,13 +126,14 @@ class Syntax:
 class ToolSet:
     """The tools a request offered: names a call may use, and their parameter schemas."""
 
-    def __init__(self, tools: list[dict[str, Any]]) -> None:
-        self.params: dict[str, Mapping[str, Any]] = {}
+    def __init__(self, tools: Sequence[JSONObject]) -> None:
+        self.params: dict[str, Mapping[str, JSONValue]] = {}
         for tool in tools:
             fn = tool.get("function") if isinstance(tool, Mapping) else None
-            if isinstance(fn, Mapping) and isinstance(fn.get("name"), str):
+            name = fn.get("name") if isinstance(fn, Mapping) else None
+            if isinstance(fn, Mapping) and isinstance(name, str):
                 params = fn.get("parameters")
-                self.params[fn["name"]] = params if isinstance(params, Mapping) else {}
+                self.params[name] = params if isinstance(params, Mapping) else {}
 
     def known(self, name: str) -> bool:
         return name in self.params

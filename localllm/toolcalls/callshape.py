@@ -26,13 +26,14 @@ import json
 from dataclasses import replace
 from typing import Any
 
+from localllm.api.wire import JSONObject
 from localllm.toolcalls.diff import common_prefix, common_suffix, json_values, merge
 from localllm.toolcalls.jsonlist import JsonShape
 from localllm.toolcalls.tagged import IDENT, Shape
 
 FN1, FN2 = "alpha_fn", "beta_fn"
-ARGS1: dict[str, Any] = {"first_key": "first_value", "second_key": 42}
-ARGS2: dict[str, Any] = {"third_key": "third_value"}
+ARGS1: JSONObject = {"first_key": "first_value", "second_key": 42}
+ARGS2: JSONObject = {"third_key": "third_value"}
 ID1, ID2 = "Xq7Lm2Pz9", "Rt4Wv8Ky3"  # nine letters and digits, as Mistral's templates want
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
+from localllm.api.wire import JSONObject
 from localllm.toolcalls.base import Syntax
 from localllm.toolcalls.callshape import ARGS1, ARGS2, FN1, FN2, ID1, ID2, candidates
 from localllm.toolcalls.diff import boundary, raw_prefix_len, raw_suffix_len
@@ -33,7 +34,7 @@ ANSWER, REASON, ASK = "ANSWERTEXT", "REASONTEXT", "USERQ"
 _LAST_TAG = re.compile(r"(<[^<>\n]{1,40}>|\[[^\[\]\n]{1,40}\])\s*$")
 
 
-def _tool(name: str, props: dict[str, str]) -> dict[str, Any]:
+def _tool(name: str, props: dict[str, str]) -> JSONObject:
     return {
         "type": "function",
         "function": {
@@ -87,13 +88,13 @@ def derive(template: str) -> Derived | None:
 
 
 def _render(
-    template: str, turn: dict[str, Any], *, then: bool = True, think: bool | None = None
+    template: str, turn: JSONObject, *, then: bool = True, think: bool | None = None
 ) -> str | None:
     """The conversation with ``turn`` as the assistant's, and (``then``) a user turn
     after it, so that every variant shows how the assistant's turn ends."""
     from localllm.template.chat import render_chat
 
-    messages = [{"role": "user", "content": ASK}, turn]
+    messages: list[JSONObject] = [{"role": "user", "content": ASK}, turn]
     if then:
         messages.append({"role": "user", "content": ASK})
     try:
@@ -110,7 +111,7 @@ def _render(
         return None
 
 
-def _call(name: str, args: dict[str, Any], ident: str) -> dict[str, Any]:
+def _call(name: str, args: JSONObject, ident: str) -> JSONObject:
     return {"id": ident, "type": "function", "function": {"name": name, "arguments": args}}
 
 

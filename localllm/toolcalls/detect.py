@@ -11,11 +11,11 @@ derived from the template itself (``derive.py``) when one can be derived, else
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
 
+from localllm.api.wire import JSONObject
 from localllm.toolcalls.base import FormatParser, Syntax
 from localllm.toolcalls.command_r import THINK as COMMAND_R_THINK, command_r
 from localllm.toolcalls.deepseek import DeepSeek
@@ -107,7 +107,7 @@ class ChatFormat:
         return _SYNTAXES[self.name]()
 
     def parser(
-        self, tools: list[dict[str, Any]] | None, think: bool | None, prompt: str = ""
+        self, tools: Sequence[JSONObject] | None, think: bool | None, prompt: str = ""
     ) -> FormatParser:
         """A streaming parser for one reply.  ``think=False`` drops reasoning from the
         output; ``prompt`` (the rendered prompt) tells whether the reply starts inside

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from localllm.api.wire import JSONObject
 from localllm.toolcalls.base import (
     MAX_NAME,
     Attempt,
@@ -79,8 +80,8 @@ def read_value(text: str, at: int, depth: int = 0) -> tuple[Any, int]:
     return json_or_text(raw), end
 
 
-def _object(text: str, at: int, depth: int) -> tuple[dict[str, Any], int]:
-    out: dict[str, Any] = {}
+def _object(text: str, at: int, depth: int) -> tuple[JSONObject, int]:
+    out: JSONObject = {}
     while True:
         at = _skip(text, at)
         if text[at] == "}":

@@ -13,8 +13,7 @@ tool's JSON schema, as in Qwen3-Coder's format (``xmlcall.py``).
 
 from __future__ import annotations
 
-from typing import Any
-
+from localllm.api.wire import JSONObject
 from localllm.toolcalls.base import (
     MAX_NAME,
     Attempt,
@@ -48,7 +47,7 @@ class Glm(Syntax):
         name = text[begin : min(stops)].strip()
         if not name or len(name) > MAX_NAME or "\n" in name or "{" in name:
             return to_close(text, begin, CLOSE, final, "no function name")
-        args: dict[str, Any] = {}
+        args: JSONObject = {}
         at = min(stops)
         while True:
             key = expect(text, at, KEY)

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from collections.abc import Sequence
 
+from localllm.api.wire import JSONObject
 from localllm.toolcalls.base import Parsed, ToolCall, ToolSet, partial_tag_len
 from localllm.toolcalls.jsonscan import loads
 
@@ -44,7 +45,7 @@ class HarmonyParser:
     closers: tuple[str, ...] = (END, CALL, RETURN)  # ... and is consumed with it
     markup: tuple[str, ...] = MARKERS  # removed from shown text
 
-    def __init__(self, tools: list[dict[str, Any]] | None, think: bool | None) -> None:
+    def __init__(self, tools: Sequence[JSONObject] | None, think: bool | None) -> None:
         self.tools = ToolSet(tools) if tools else None
         self._hide_thinking = think is False
         self._buf = ""

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from localllm.api.wire import JSONObject
 from localllm.toolcalls.base import (
     MAX_NAME,
     Attempt,
@@ -78,7 +79,7 @@ class MiniMaxM3(Syntax):
         if not isinstance(named, tuple):
             return named
         name, quote = named
-        args: dict[str, Any] = {}
+        args: JSONObject = {}
         at = quote + 2
         while True:
             at = skip_ws(text, at)

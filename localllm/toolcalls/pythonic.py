@@ -19,6 +19,7 @@ import ast
 import re
 from typing import Any
 
+from localllm.api.wire import JSONObject
 from localllm.toolcalls.base import Attempt, RawCall, Syntax, ToolSet, expect, skip_ws, to_close
 from localllm.toolcalls.jsonscan import JsonScan, no_surrogates, scan_brackets
 
@@ -55,7 +56,7 @@ def read_calls(source: str) -> list[RawCall] | str:
         name = _dotted(node.func)
         if name is None:
             return "not a function name"
-        args: dict[str, Any] = {}
+        args: JSONObject = {}
         try:
             for kw in node.keywords:
                 if kw.arg is None:

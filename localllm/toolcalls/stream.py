@@ -21,8 +21,9 @@ content (markers removed), as the model wrote it.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Sequence
 
+from localllm.api.wire import JSONObject
 from localllm.toolcalls.base import (
     Attempt,
     Parsed,
@@ -44,7 +45,7 @@ class MarkupParser:
     def __init__(
         self,
         syntax: Syntax,
-        tools: list[dict[str, Any]] | None,
+        tools: Sequence[JSONObject] | None,
         think: bool | None,
         *,
         tags: tuple[str, str] | None,

@@ -25,8 +25,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
 
+from localllm.api.wire import JSONObject
 from localllm.toolcalls.base import (
     MAX_NAME,
     Attempt,
@@ -270,8 +270,8 @@ class Tagged(Syntax):
 
     def _params(
         self, text: str, at: int, tools: ToolSet | None, name: str, final: bool
-    ) -> tuple[dict[str, Any], int] | str | None:
-        args: dict[str, Any] = {}
+    ) -> tuple[JSONObject, int] | str | None:
+        args: JSONObject = {}
         while True:
             opened = self.param_open.match(text, at, final)
             if opened is None:

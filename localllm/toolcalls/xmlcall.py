@@ -20,8 +20,7 @@ they parse).  Some models leave out the opening ``<tool_call>``, so
 
 from __future__ import annotations
 
-from typing import Any
-
+from localllm.api.wire import JSONObject
 from localllm.toolcalls.base import (
     Attempt,
     RawCall,
@@ -82,7 +81,7 @@ class XmlCall(Syntax):
         if not isinstance(named, tuple):
             return named
         name, gt = named
-        args: dict[str, Any] = {}
+        args: JSONObject = {}
         at = gt + 1
         while True:
             param = expect(text, at, PARAM)
