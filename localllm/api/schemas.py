@@ -8,12 +8,13 @@ these models validate what the server receives.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    JsonValue,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -42,7 +43,7 @@ class _ModelRequest(_Request):
 class ShowRequest(_ModelRequest):
     verbose: bool = False
     system: str | None = None
-    options: dict[str, Any] | None = None
+    options: dict[str, JsonValue] | None = None
     # Not in Ollama: contexts to judge the model's fit at, on the daemon's machine
     # (``options.num_parallel`` sets the slots, else the model's own); the answer's ``fit``.
     fit_contexts: list[Annotated[int, Field(ge=1, le=10_000_000)]] | None = Field(

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictBool
 
 
 class _Request(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     model: str = ""
-    options: dict[str, Any] | None = None
+    options: dict[str, JsonValue] | None = None
     keep_alive: int | float | str | None = None
 
 

@@ -17,7 +17,6 @@ import importlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -25,12 +24,11 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from localllm import __version__, config
-from localllm.compat.anthropic.errors import anthropic_error, is_anthropic_path
-from localllm.compat.openai.errors import error_body, is_openai_path
 from localllm.errors import LocalLLMError
 from localllm.inference.service import InferenceService
 from localllm.models.service import ModelService
 from localllm.scheduler.scheduler import Scheduler
+from localllm.server.errorbody import error_doc
 from localllm.server.health import Lifecycle
 from localllm.server.looplag import LoopLag
 from localllm.server.metrics import Metrics
@@ -61,13 +59,8 @@ ROUTER_MODULES: list[str] = [
 def error_response(request: Request, status: int, message: str) -> JSONResponse:
     """The error body clients of this path expect (Ollama's, OpenAI's under /v1/,
     Anthropic's under /v1/messages)."""
-    if is_anthropic_path(request.url.path):
-        status, doc = anthropic_error(status, message)
-        return JSONResponse(doc, status_code=status)
-    body: dict[str, Any] = (
-        error_body(status, message) if is_openai_path(request.url.path) else {"error": message}
-    )
-    return JSONResponse(body, status_code=status)
+    status, doc = error_doc(request.url.path, status, message)
+    return JSONResponse(doc, status_code=status)
 
 
 async def _local_error(request: Request, exc: Exception) -> JSONResponse:

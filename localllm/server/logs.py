@@ -63,7 +63,7 @@ class TextFormatter(logging.Formatter):
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        doc: dict[str, Any] = {
+        doc: dict[str, object] = {  # values of any type: json.dumps writes the odd ones as str
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
             "level": record.levelname,
             "logger": record.name,
@@ -76,7 +76,7 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, default=str)
 
 
-def _extras(record: logging.LogRecord) -> dict[str, Any]:
+def _extras(record: logging.LogRecord) -> dict[str, object]:
     return {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}
 
 

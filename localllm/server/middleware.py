@@ -26,17 +26,15 @@ A pure ASGI middleware, so streaming responses pass through untouched.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from localllm.compat.anthropic.errors import anthropic_error, is_anthropic_path
-from localllm.compat.openai.errors import error_body, is_openai_path
 from localllm.errors import LocalLLMError
+from localllm.server.errorbody import error_doc, send_error
 from localllm.server.health import SHUTTING_DOWN, Lifecycle
 from localllm.server.logs import new_request_id, request_id
 from localllm.server.metrics import Metrics
@@ -59,6 +57,18 @@ def internal_error(rid: str | None = None) -> str:
     return (
         f"internal error (request id {rid or request_id.get()}); the daemon's log has the details"
     )
+
+
+class AccessLine(TypedDict):
+    """The fields of one access-log line (``extra`` of its record)."""
+
+    request_id: str
+    method: str
+    path: str
+    status: int
+    duration_ms: float
+    client: str
+    body: NotRequired[str]  # LOCALLLM_DEBUG only: the start of the request body
 
 
 class BodyTooLarge(LocalLLMError):
@@ -151,7 +161,7 @@ class RequestMiddleware:
         if not access_log.isEnabledFor(level):
             return
         client = scope.get("client") or ("-", 0)
-        extra: dict[str, Any] = {
+        extra: AccessLine = {
             "request_id": request_id.get(),
             "method": scope["method"],
             "path": path,
@@ -207,19 +217,11 @@ def _endpoint(scope: Scope) -> str:
 
 
 async def _refuse(send: Send, path: str, status: int, message: str, *, close: bool) -> None:
-    doc: dict[str, Any]
-    if is_anthropic_path(path):
-        status, doc = anthropic_error(status, message)
-    elif is_openai_path(path):
-        doc = error_body(status, message)
-    else:
-        doc = {"error": message}
-    body = json.dumps(doc).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    status, doc = error_doc(path, status, message)
+    headers = []
     if close:
         # The client may still be sending a body we will not read.
         headers.append((b"connection", b"close"))
     if status in (503, 529):  # 529: 503 in Anthropic's words
         headers.append((b"retry-after", b"5"))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await send_error(send, status, doc, headers)

@@ -20,6 +20,8 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
+from localllm.api.wire import JSONObject, JSONValue
+
 # (path, method) -> "module:Model" holding the body's pydantic model.
 _MODELS: dict[tuple[str, str], str] = {
     ("/api/generate", "post"): "localllm.api.schemas_infer:GenerateRequest",
@@ -44,86 +46,83 @@ _MODELS: dict[tuple[str, str], str] = {
     },
 }
 
-_MESSAGE = {
+
+def _object(required: list[str], **properties: JSONValue) -> JSONObject:
+    """A JSON schema for an object with these ``properties``, ``required`` ones first."""
+    return {"type": "object", "required": required, "properties": properties}
+
+
+_STRING: JSONObject = {"type": "string"}
+_INTEGER: JSONObject = {"type": "integer"}
+_NUMBER: JSONObject = {"type": "number"}
+_BOOLEAN: JSONObject = {"type": "boolean"}
+
+
+def _array(items: JSONValue) -> JSONObject:
+    return {"type": "array", "items": items}
+
+
+def _string_or(other: JSONValue) -> JSONObject:
+    return {"oneOf": [_STRING, other]}
+
+
+_MESSAGE: JSONObject = {
     "type": "object",
     "properties": {
         "role": {"type": "string", "enum": ["system", "user", "assistant", "tool"]},
-        "content": {"type": "string"},
+        "content": _STRING,
     },
     "required": ["role", "content"],
 }
-_SAMPLING = {
-    "model": {"type": "string"},
-    "stream": {"type": "boolean"},
-    "max_tokens": {"type": "integer"},
-    "temperature": {"type": "number"},
-    "top_p": {"type": "number"},
-    "seed": {"type": "integer"},
-    "stop": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+_SAMPLING: JSONObject = {
+    "model": _STRING,
+    "stream": _BOOLEAN,
+    "max_tokens": _INTEGER,
+    "temperature": _NUMBER,
+    "top_p": _NUMBER,
+    "seed": _INTEGER,
+    "stop": _string_or(_array(_STRING)),
 }
-_OPENAI: dict[tuple[str, str], dict[str, Any]] = {
-    ("/v1/chat/completions", "post"): {
-        "type": "object",
-        "required": ["model", "messages"],
-        "properties": {**_SAMPLING, "messages": {"type": "array", "items": _MESSAGE}},
-    },
-    ("/v1/completions", "post"): {
-        "type": "object",
-        "required": ["model", "prompt"],
-        "properties": {**_SAMPLING, "prompt": {"type": "string"}, "suffix": {"type": "string"}},
-    },
-    ("/v1/responses", "post"): {
-        "type": "object",
-        "required": ["model", "input"],
-        "properties": {
-            "model": {"type": "string"},
-            "stream": {"type": "boolean"},
-            "instructions": {"type": "string"},
-            "max_output_tokens": {"type": "integer"},
-            "temperature": {"type": "number"},
-            "top_p": {"type": "number"},
-            "input": {"oneOf": [{"type": "string"}, {"type": "array", "items": _MESSAGE}]},
-            "reasoning": {
-                "type": "object",
-                "properties": {"effort": {"type": "string", "enum": ["low", "medium", "high"]}},
-            },
-        },
-    },
-    ("/v1/messages", "post"): {
-        "type": "object",
-        "required": ["model", "max_tokens", "messages"],
-        "properties": {
-            "model": {"type": "string"},
-            "stream": {"type": "boolean"},
-            "max_tokens": {"type": "integer"},
-            "system": {"type": "string"},
-            "temperature": {"type": "number"},
-            "top_p": {"type": "number"},
-            "top_k": {"type": "integer"},
-            "stop_sequences": {"type": "array", "items": {"type": "string"}},
-            "messages": {"type": "array", "items": _MESSAGE},
-        },
-    },
-    ("/v1/messages/count_tokens", "post"): {
-        "type": "object",
-        "required": ["model", "messages"],
-        "properties": {
-            "model": {"type": "string"},
-            "system": {"type": "string"},
-            "messages": {"type": "array", "items": _MESSAGE},
-        },
-    },
-    ("/v1/embeddings", "post"): {
-        "type": "object",
-        "required": ["model", "input"],
-        "properties": {
-            "model": {"type": "string"},
-            "dimensions": {"type": "integer"},
-            "input": {
-                "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]
-            },
-        },
-    },
+_EFFORT: JSONObject = {"type": "string", "enum": ["low", "medium", "high"]}
+_OPENAI: dict[tuple[str, str], JSONObject] = {
+    ("/v1/chat/completions", "post"): _object(
+        ["model", "messages"], **_SAMPLING, messages=_array(_MESSAGE)
+    ),
+    ("/v1/completions", "post"): _object(
+        ["model", "prompt"], **_SAMPLING, prompt=_STRING, suffix=_STRING
+    ),
+    ("/v1/responses", "post"): _object(
+        ["model", "input"],
+        model=_STRING,
+        stream=_BOOLEAN,
+        instructions=_STRING,
+        max_output_tokens=_INTEGER,
+        temperature=_NUMBER,
+        top_p=_NUMBER,
+        input=_string_or(_array(_MESSAGE)),
+        reasoning={"type": "object", "properties": {"effort": _EFFORT}},
+    ),
+    ("/v1/messages", "post"): _object(
+        ["model", "max_tokens", "messages"],
+        model=_STRING,
+        stream=_BOOLEAN,
+        max_tokens=_INTEGER,
+        system=_STRING,
+        temperature=_NUMBER,
+        top_p=_NUMBER,
+        top_k=_INTEGER,
+        stop_sequences=_array(_STRING),
+        messages=_array(_MESSAGE),
+    ),
+    ("/v1/messages/count_tokens", "post"): _object(
+        ["model", "messages"], model=_STRING, system=_STRING, messages=_array(_MESSAGE)
+    ),
+    ("/v1/embeddings", "post"): _object(
+        ["model", "input"],
+        model=_STRING,
+        dimensions=_INTEGER,
+        input=_string_or(_array(_STRING)),
+    ),
 }
 
 
@@ -173,7 +172,7 @@ def add_bodies(doc: dict[str, Any]) -> None:
             _set_body(op, "application/octet-stream", {"type": "string", "format": "binary"})
 
 
-def _set_body(op: dict[str, Any], media: str, schema: dict[str, Any]) -> None:
+def _set_body(op: dict[str, object], media: str, schema: JSONObject) -> None:
     op["requestBody"] = {"required": True, "content": {media: {"schema": schema}}}
 
 

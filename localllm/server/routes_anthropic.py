@@ -19,44 +19,31 @@ fields.  Fields and tools the daemon drops are logged once per client
 
 from __future__ import annotations
 
-from typing import Any
+from functools import partial
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from pydantic import RootModel
 
-from localllm.api.schemas_infer import ChatRequest
 from localllm.api.wire import ChatChunk
 from localllm.compat.anthropic.request import MessagesConversion, messages_request_to_native
 from localllm.compat.anthropic.response import message_object
 from localllm.compat.anthropic.stream import MessageStream
-from localllm.inference.build import chat_plan
-from localllm.inference.plan import Plan
-from localllm.inference.service import InferenceService
-from localllm.server.deps import inference_service, offload, parse_json, validate
+from localllm.inference.generation import Generation
+from localllm.server import foreign
 from localllm.server.jsonout import json_result
-from localllm.server.requestlog import note_ignored
 from localllm.server.streaming import sse_response
 
 router = APIRouter()
-Body = RootModel[Any]
+# Anthropic's stop_sequence needs the stop string; a conversion that leaves no
+# message (a user turn of no blocks) goes to the planner as it always did.
+_build = partial(foreign.chat, report_stop=True, load_if_empty=True)
 
 
 async def _plan(
     request: Request, *, count_only: bool = False
-) -> tuple[Plan[ChatChunk], MessagesConversion]:
-    """The chat plan of this request's body, and its conversion (whose ignored fields are
-    logged before planning, so a request refused later still says what it sent)."""
-    body = (await parse_json(request, Body)).root
-    conv = await offload(request, messages_request_to_native, body, count_only=count_only)
-    note_ignored(request, conv.ignored)
-    return await offload(request, _build, inference_service(request), conv), conv
-
-
-def _build(svc: InferenceService, conv: MessagesConversion) -> Plan[ChatChunk]:
-    """Validate and plan (a worker thread's work: see ``deps.offload``)."""
-    req = validate(ChatRequest, conv.native)
-    return chat_plan(svc, req, forced_tools=conv.forced_tools, report_stop=True)
+) -> tuple[Generation[ChatChunk], MessagesConversion]:
+    convert = partial(messages_request_to_native, count_only=count_only)
+    return await foreign.plan_request(request, convert, _build)
 
 
 @router.post("/v1/messages")

@@ -20,14 +20,11 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from pydantic import RootModel
 
-from localllm.api.schemas_infer import ChatRequest, EmbedRequest, GenerateRequest
-from localllm.api.wire import ChatChunk, EmbedResponse, GenerateChunk
+from localllm.api.schemas_infer import EmbedRequest
+from localllm.api.wire import EmbedResponse
 from localllm.compat.frames import new_id
 from localllm.compat.openai.request import (
-    ChatConversion,
-    CompletionConversion,
     chat_request_to_native,
     completion_request_to_native,
     embedding_request_to_native,
@@ -40,49 +37,24 @@ from localllm.compat.openai.response import (
     text_completion,
 )
 from localllm.compat.openai.stream import ChatStream, CompletionStream
+from localllm.compat.openai.types import EmbeddingList, ModelList, ModelObject
 from localllm.errors import InvalidRequest, ModelNotFound
-from localllm.inference.build import chat_plan, generate_plan
 from localllm.inference.embed import embed_native
-from localllm.inference.plan import Plan
 from localllm.inference.release import dismantle
-from localllm.inference.service import InferenceService
+from localllm.server import foreign
 from localllm.server.deps import inference_service, model_service, offload, parse_json, validate
 from localllm.server.jsonout import json_response, json_result
-from localllm.server.requestlog import note_ignored
 from localllm.server.streaming import sse_response
 from localllm.store.names import parse_name
 
 router = APIRouter()
-Body = RootModel[dict[str, Any]]
-
-
-async def _body(request: Request) -> dict[str, Any]:
-    return (await parse_json(request, Body)).root
-
-
-def _chat_build(svc: InferenceService, conv: ChatConversion) -> Plan[ChatChunk]:
-    """Validate and plan (a worker thread's work: see ``deps.offload``)."""
-    if not conv.native["messages"]:
-        raise InvalidRequest("messages must be a non-empty array")
-    req = validate(ChatRequest, conv.native)
-    return chat_plan(svc, req, forced_tools=conv.forced_tools)
-
-
-def _completion_build(
-    svc: InferenceService, body: dict[str, Any]
-) -> tuple[Plan[GenerateChunk], CompletionConversion]:
-    """Convert, validate and plan (a worker thread's work: see ``deps.offload``)."""
-    conv = completion_request_to_native(body)
-    req = validate(GenerateRequest, conv.native)
-    # An empty prompt is a prompt here, not Ollama's load request.
-    return generate_plan(svc, req, load_if_empty=False), conv
 
 
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request) -> Response:
-    conv = await offload(request, chat_request_to_native, await _body(request))
-    note_ignored(request, conv.ignored)  # before planning: a refused request says it too
-    plan = await offload(request, _chat_build, inference_service(request), conv)
+    plan, conv = await foreign.plan_request(
+        request, chat_request_to_native, foreign.chat, object_only=True
+    )
     if conv.stream:
         # The chunks' id is bare hex, as it always was (whole answers say "chatcmpl-").
         stream = ChatStream(plan.model, n=conv.n, include_usage=conv.include_usage, id=new_id(""))
@@ -94,8 +66,8 @@ async def chat_completions(request: Request) -> Response:
 
 @router.post("/v1/completions")
 async def completions(request: Request) -> Response:
-    plan, conv = await offload(
-        request, _completion_build, inference_service(request), await _body(request)
+    plan, conv = await foreign.plan_request(
+        request, completion_request_to_native, foreign.completion, object_only=True
     )
     if conv.stream:
         stream = CompletionStream(
@@ -112,7 +84,8 @@ async def completions(request: Request) -> Response:
 
 @router.post("/v1/embeddings")
 async def embeddings(request: Request) -> Response:
-    native, encoding = embedding_request_to_native(await _body(request))
+    body: Any = (await parse_json(request, foreign.ObjectBody)).root  # JSON, as parsed
+    native, encoding = embedding_request_to_native(body)
     req = validate(EmbedRequest, native)
     if not req.model:
         raise InvalidRequest("model is required")
@@ -125,20 +98,20 @@ async def embeddings(request: Request) -> Response:
     )
 
 
-def _openai_embeddings(box: list[EmbedResponse], model: str, encoding: str) -> dict[str, Any]:
+def _openai_embeddings(box: list[EmbedResponse], model: str, encoding: str) -> EmbeddingList:
     native = box.pop()
     doc = embeddings_response(native, model, encoding)
     dismantle(native)  # rows packed as base64 are freed here a row at a time
     return doc
 
 
-@router.get("/v1/models")
-def list_models(request: Request) -> dict[str, Any]:
+@router.get("/v1/models", response_model=None)  # typed for mypy, not re-validated
+def list_models(request: Request) -> ModelList:
     return models_list(model_service(request).list_models())
 
 
-@router.get("/v1/models/{model:path}")
-def get_model(model: str, request: Request) -> dict[str, Any]:
+@router.get("/v1/models/{model:path}", response_model=None)
+def get_model(model: str, request: Request) -> ModelObject:
     wanted = parse_name(model).display
     for entry in model_service(request).list_models():
         if entry["name"] == wanted:

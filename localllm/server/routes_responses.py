@@ -18,40 +18,21 @@ that disconnects cancels the generation (see :mod:`localllm.server.disconnect`).
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from pydantic import RootModel
 
-from localllm.api.schemas_infer import ChatRequest
-from localllm.api.wire import ChatChunk
-from localllm.compat.responses.request import ResponsesConversion, responses_request_to_native
+from localllm.compat.responses.request import responses_request_to_native
 from localllm.compat.responses.stream import ResponsesStream, final_response
-from localllm.inference.build import chat_plan
-from localllm.inference.plan import Plan
-from localllm.inference.service import InferenceService
-from localllm.server.deps import inference_service, offload, parse_json, validate
+from localllm.server import foreign
 from localllm.server.jsonout import json_result
-from localllm.server.requestlog import note_ignored
 from localllm.server.streaming import sse_response
 
 router = APIRouter()
-Body = RootModel[Any]
-
-
-def _build(svc: InferenceService, conv: ResponsesConversion) -> Plan[ChatChunk]:
-    """Validate and plan (a worker thread's work: see ``deps.offload``)."""
-    req = validate(ChatRequest, conv.native)
-    return chat_plan(svc, req, forced_tools=conv.forced_tools)
 
 
 @router.post("/v1/responses")
 async def create_response(request: Request) -> Response:
-    body = (await parse_json(request, Body)).root
-    conv = await offload(request, responses_request_to_native, body)
-    note_ignored(request, conv.ignored)  # before planning: a refused request says it too
-    plan = await offload(request, _build, inference_service(request), conv)
+    plan, conv = await foreign.plan_request(request, responses_request_to_native, foreign.chat)
     if conv.stream:
         return await sse_response(request, plan.run(), ResponsesStream(plan.model, conv.echo))
     return await json_result(

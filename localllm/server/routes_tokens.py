@@ -24,13 +24,13 @@ tokenizer in the model's runner (``inference/tokens.py``); bad input is a 400.
 
 from __future__ import annotations
 
-from typing import Any, Literal, cast
+from functools import partial
+from typing import Any, cast
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, RootModel, StrictInt
+from pydantic import BaseModel, JsonValue, StrictInt
 
-from localllm.api.schemas_infer import ChatRequest
 from localllm.api.wire import (
     ApplyTemplateResponse,
     DetokenizeResponse,
@@ -39,32 +39,32 @@ from localllm.api.wire import (
     ServerTokenizeResponse,
     TokenizeResponse,
 )
-from localllm.compat.openai.request import ChatConversion, chat_request_to_native
-from localllm.compat.responses.request import ResponsesConversion, responses_request_to_native
+from localllm.compat.openai.request import chat_request_to_native
+from localllm.compat.responses.request import responses_request_to_native
 from localllm.errors import InvalidRequest
-from localllm.inference.build import chat_plan
-from localllm.inference.plan import Plan
-from localllm.inference.service import InferenceService, Target
-from localllm.inference.tokens import chat_target, detokenize, text_target, tokenize
-from localllm.server.deps import inference_service, offload, parse_json, validate
+from localllm.inference.service import Target
+from localllm.inference.tokens import detokenize, text_target, tokenize
+from localllm.server import foreign
+from localllm.server.deps import inference_service, offload, parse_json
 from localllm.server.jsonout import json_response, json_result
 
 router = APIRouter()
-Body = RootModel[Any]
+# The prompt a generation would be given, for a model that chats.
+_prompt = partial(foreign.chat, chats=True)
 
 
 class TokenizeRequest(BaseModel):
     model: str = ""
     text: str | None = None
     keep_alive: str | float | None = None
-    options: dict[str, Any] | None = None
+    options: dict[str, JsonValue] | None = None
 
 
 class DetokenizeRequest(BaseModel):
     model: str = ""
     tokens: list[StrictInt] | None = None
     keep_alive: str | float | None = None
-    options: dict[str, Any] | None = None
+    options: dict[str, JsonValue] | None = None
 
 
 class ServerTokenizeRequest(BaseModel):
@@ -145,51 +145,24 @@ async def server_detokenize(request: Request) -> Response:
     return await json_response(request, body)
 
 
-Kind = Literal["chat", "responses"]
-
-
-def _chat_plan(svc: InferenceService, body: Any, kind: Kind) -> Plan[Any]:
-    """A Chat Completions or Responses body planned as its generation would be (a worker
-    thread's work), for a model that chats."""
-    conv: ResponsesConversion | ChatConversion
-    if kind == "responses":
-        conv = responses_request_to_native(body)
-    elif isinstance(body, dict):
-        conv = chat_request_to_native(body)
-    else:
-        raise InvalidRequest("request body must be a JSON object")
-    native = conv.native
-    if not native.get("messages"):  # else the plan would be Ollama's load-only one
-        raise InvalidRequest("messages must be a non-empty array")
-    req = validate(ChatRequest, native)
-    if req.model:
-        chat_target(svc.target(req.model), req.model)
-    return chat_plan(svc, req, forced_tools=conv.forced_tools)
-
-
-async def _count(request: Request, kind: Kind) -> Response:
-    body = (await parse_json(request, Body)).root
-    plan = await offload(request, _chat_plan, inference_service(request), body, kind)
-
-    def shape(tokens: int) -> InputTokensResponse:
-        return {"object": "response.input_tokens", "input_tokens": tokens}
-
-    return await json_result(request, plan.count_tokens(), shape)
+def _counted(tokens: int) -> InputTokensResponse:
+    return {"object": "response.input_tokens", "input_tokens": tokens}
 
 
 @router.post("/v1/responses/input_tokens")
 async def responses_input_tokens(request: Request) -> Response:
-    return await _count(request, "responses")
+    plan, _ = await foreign.plan_request(request, responses_request_to_native, _prompt)
+    return await json_result(request, plan.count_tokens(), _counted)
 
 
 @router.post("/v1/chat/completions/input_tokens")
 async def chat_input_tokens(request: Request) -> Response:
-    return await _count(request, "chat")
+    plan, _ = await foreign.plan_request(request, chat_request_to_native, _prompt)
+    return await json_result(request, plan.count_tokens(), _counted)
 
 
 @router.post("/apply-template")
 async def apply_template(request: Request) -> Response:
-    body = (await parse_json(request, Body)).root
-    plan = await offload(request, _chat_plan, inference_service(request), body, "chat")
+    plan, _ = await foreign.plan_request(request, chat_request_to_native, _prompt)
     rendered: ApplyTemplateResponse = {"prompt": cast(str, plan.prompt)}
     return await json_response(request, rendered)

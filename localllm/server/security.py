@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-import json
 import re
 import socket
 from collections.abc import Collection, Iterable
@@ -47,8 +46,7 @@ from collections.abc import Collection, Iterable
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from localllm.compat.anthropic.errors import anthropic_error, is_anthropic_path
-from localllm.compat.openai.errors import error_body, is_openai_path
+from localllm.server.errorbody import error_doc, send_error
 
 DEFAULT_ORIGINS = (
     "http://localhost",
@@ -202,13 +200,9 @@ class SecurityMiddleware:
                 await self._preflight(send, origin, headers)
                 return
         if self.api_key and scope["path"] not in _OPEN_PATHS and not self._authorized(headers):
+            # The one refusal in the shape of the path's API: its SDK reads error.message.
             await _error(
-                send,
-                401,
-                "unauthorized: missing or wrong API key",
-                origin,
-                openai=is_openai_path(scope["path"]),
-                anthropic=is_anthropic_path(scope["path"]),
+                send, 401, "unauthorized: missing or wrong API key", origin, path=scope["path"]
             )
             return
         if origin is None:
@@ -265,25 +259,14 @@ def _cors_headers(origin: str) -> list[tuple[bytes, bytes]]:
 
 
 async def _error(
-    send: Send,
-    status: int,
-    message: str,
-    origin: str | None = None,
-    *,
-    openai: bool = False,
-    anthropic: bool = False,
+    send: Send, status: int, message: str, origin: str | None = None, *, path: str = ""
 ) -> None:
-    doc: dict[str, object] = {"error": message}
-    if anthropic:
-        doc = anthropic_error(status, message)[1]
-    elif openai:  # OpenAI's SDKs look for error.message
-        doc = error_body(status, message, code="invalid_api_key")
-    body = json.dumps(doc).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    """A refusal; in Ollama's shape unless ``path`` names one of a foreign API's."""
+    status, doc = error_doc(path, status, message, code="invalid_api_key")
+    headers = []
     if status == 401:
         headers.append((b"www-authenticate", b'Bearer realm="localllm"'))
     if origin is not None:
         # Let an allowed page read why it was refused.
         headers.extend(_cors_headers(origin))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await send_error(send, status, doc, headers)
