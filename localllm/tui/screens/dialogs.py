@@ -2,16 +2,33 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
+from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Markdown
 
+ResultT = TypeVar("ResultT")
 
-class ConfirmScreen(ModalScreen[bool]):
+
+class _Question(ModalScreen[ResultT]):
+    """A question over the screen, and the widgets that answer it."""
+
+    def __init__(self, question: str, *answers: Widget) -> None:
+        super().__init__(classes="dialog-screen")
+        self.question = question
+        self.answers = answers
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(self.question, classes="question")
+            yield from self.answers
+
+
+class ConfirmScreen(_Question[bool]):
     """Yes/no question; ``y``/Enter confirm, ``n``/Escape decline."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -20,15 +37,10 @@ class ConfirmScreen(ModalScreen[bool]):
     ]
 
     def __init__(self, question: str, yes: str = "Yes", no: str = "No") -> None:
-        super().__init__(classes="dialog-screen")
-        self.question, self.yes, self.no = question, yes, no
-
-    def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog"):
-            yield Label(self.question, classes="question")
-            with Horizontal(classes="buttons"):
-                yield Button(self.yes, variant="primary", id="yes")
-                yield Button(self.no, id="no")
+        buttons = Horizontal(
+            Button(yes, variant="primary", id="yes"), Button(no, id="no"), classes="buttons"
+        )
+        super().__init__(question, buttons)
 
     def on_mount(self) -> None:
         self.query_one("#yes", Button).focus()
@@ -40,19 +52,13 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(value)
 
 
-class AskScreen(ModalScreen[str | None]):
+class AskScreen(_Question[str | None]):
     """One line of text (a chat title, a model name); Escape cancels with ``None``."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
     def __init__(self, question: str, value: str = "", placeholder: str = "") -> None:
-        super().__init__(classes="dialog-screen")
-        self.question, self.value, self.placeholder = question, value, placeholder
-
-    def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog"):
-            yield Label(self.question, classes="question")
-            yield Input(self.value, placeholder=self.placeholder, id="answer")
+        super().__init__(question, Input(value, placeholder=placeholder, id="answer"))
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.dismiss(event.value.strip() or None)

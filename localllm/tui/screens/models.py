@@ -10,7 +10,8 @@ highlighted, one Enter away from the chat.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -168,32 +169,31 @@ class ModelsScreen(Screen[str | None]):
             self.current = name
             self.action_refresh()
 
+    @contextmanager
+    def _errors_shown(self) -> Iterator[None]:
+        """The daemon's refusal of a call, shown as a notice; the rest of the block skipped."""
+        try:
+            yield
+        except LocalLLMError as exc:
+            self.notify(str(exc), severity="error")
+
     @work(group="models-dialog")
     async def action_delete(self) -> None:
         row = self.selected()
-        if row is None:
+        if row is None or not await self.app.push_screen_wait(ConfirmScreen(f"Delete {row.name}?")):
             return
-        if not await self.app.push_screen_wait(ConfirmScreen(f"Delete {row.name}?")):
-            return
-        try:
+        with self._errors_shown():
             await self.client.delete(row.name)
-        except LocalLLMError as exc:
-            self.notify(str(exc), severity="error")
-            return
-        self.notify(f"Deleted {row.name}")
-        self.action_refresh()
+            self.notify(f"Deleted {row.name}")
+            self.action_refresh()
 
     @work(group="models-dialog")
     async def action_details(self) -> None:
         row = self.selected()
-        if row is None:
-            return
-        try:
-            info = await self.client.show(row.name)
-        except LocalLLMError as exc:
-            self.notify(str(exc), severity="error")
-            return
-        await self.app.push_screen_wait(DetailsScreen(row, info))
+        if row is not None:
+            with self._errors_shown():
+                info = await self.client.show(row.name)
+                await self.app.push_screen_wait(DetailsScreen(row, info))
 
 
 def details_markdown(row: ModelRow, info: Mapping[str, Any]) -> str:
