@@ -41,13 +41,7 @@ def register(sub: Any) -> None:
         help="model name: a library name from 'localllm catalog' (llama3.2, qwen3:8b), "
         "hf.co/user/repo[:Q4_K_M], or a name in Ollama's registry (user/model, ollama://NAME)",
     )
-    parser.add_argument("--insecure", action="store_true", help="accepted for Ollama compatibility")
-    parser.add_argument(
-        "-y",
-        "--yes",
-        action="store_true",
-        help="a name no source has: pull what the Hugging Face search offers without asking",
-    )
+    add_pull_flags(parser)
     parser.add_argument(
         "--as",
         dest="as_name",
@@ -77,6 +71,17 @@ def register(sub: Any) -> None:
         "LOCALLLM_MAX_DOWNLOAD_RATE caps all the daemon's pulls together",
     )
     parser.set_defaults(func=run_named)
+
+
+def add_pull_flags(parser: argparse.ArgumentParser) -> None:
+    """The options of a pull that ``run`` takes too, since it pulls a missing model."""
+    parser.add_argument("--insecure", action="store_true", help="accepted for Ollama compatibility")
+    parser.add_argument(
+        "-y",
+        "--yes",
+        action="store_true",
+        help="a name no source has: pull what the Hugging Face search offers without asking",
+    )
 
 
 def _rate(text: str) -> int:

@@ -55,6 +55,8 @@ class _PromptAfterFlags(argparse.ArgumentParser):
 
 
 def register(sub: Any) -> None:
+    from localllm.cli.pull import add_pull_flags
+
     parser = sub.add_parser("run", help="Run a model (one answer, or an interactive chat)")
     parser.__class__ = _PromptAfterFlags
     parser.add_argument(
@@ -106,13 +108,7 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--nowordwrap", action="store_true", help="don't wrap long lines at word boundaries"
     )
-    parser.add_argument("--insecure", action="store_true", help="accepted for Ollama compatibility")
-    parser.add_argument(
-        "-y",
-        "--yes",
-        action="store_true",
-        help="a name no source has: pull what the Hugging Face search offers without asking",
-    )
+    add_pull_flags(parser)  # a missing model is pulled first
     parser.add_argument(
         "-i",
         "--interactive",
