@@ -19,7 +19,8 @@ high 24576), with the two efforts it lacks around them.  ``think_budget_message`
 written before the end marker when the budget closes the block, e.g. "Time is up:
 answer now."; it is written as plain text, never read as control tokens.
 
-Owned here: the levels, the limits and the checks (a 400 naming the field).
+Owned here: the levels, the limits and the checks (a 400 naming the field), and the one
+parser of the ``think`` field itself (:func:`parse_think`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,21 @@ MAX_MESSAGE_CHARS = 2000  # the message is forced into the reply: a sentence, no
 LEVELS: dict[str, int] = {"low": 1024, "medium": 8192, "high": 24576, "max": UNLIMITED}
 # OpenAI's reasoning efforts -> budgets ("none" turns thinking off instead).
 EFFORTS: dict[str, int] = {"minimal": 256, **LEVELS, "xhigh": UNLIMITED}
+
+
+def parse_think(value: bool | str | None) -> bool | str | None:
+    """Ollama's ``think``, checked: None (the model's default), a bool, or a level of
+    :data:`LEVELS`; text (a flag, a Modelfile) may also say "true" or "false", in any case.
+    Every client's way of saying it (``reasoning_effort``, Anthropic's ``thinking``)
+    arrives here as one of these."""
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    if text in LEVELS:
+        return text
+    raise InvalidRequest(f'invalid think value "{value}": use true, false, low, medium or high')
 
 
 def check_budget(value: Any, name: str = "think_budget") -> int:

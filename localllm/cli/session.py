@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     from localllm.api.client import Client
     from localllm.api.wire import JSONObject
 
-THINK_LEVELS = ("low", "medium", "high", "max")
-
 
 @dataclass
 class Session:
@@ -126,14 +124,15 @@ def parse_think(value: str | None) -> bool | str | None:
     """``--think`` (on), ``--think=false``, or a level: ``low|medium|high|max``."""
     if value is None:
         return None
+    from localllm.api.thinkbudget import parse_think as parse
+
+    # A flag's own ways to say on and off; the rest is the think field's one parser.
     low = value.strip().lower()
-    if low in ("", "true", "1", "on", "yes"):
+    if low in ("", "1", "on", "yes"):
         return True
-    if low in ("false", "0", "off", "no"):
+    if low in ("0", "off", "no"):
         return False
-    if low in THINK_LEVELS:
-        return low
-    raise InvalidRequest(f'invalid think value "{value}": use true, false, low, medium or high')
+    return parse(value)
 
 
 def parse_parameter(name: str, values: list[str]) -> Any:

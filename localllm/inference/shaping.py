@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from localllm.api.thinkbudget import parse_think
 from localllm.api.wire import Logprob, ToolCall
-from localllm.errors import InvalidRequest
 from localllm.grammar.json_schema import grammar_for_format
 from localllm.inference.service import Target
 from localllm.runner.messages import Piece
@@ -37,19 +37,15 @@ def grammar_for(fmt: str | dict[str, Any] | None) -> str | None:
 
 
 def think_flag(value: bool | str | None) -> bool | None:
-    """Ollama's ``think``: bool or a level (``low|medium|high|max``, meaning on)."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return value
-    if value in ("low", "medium", "high", "max"):
-        return True
-    raise InvalidRequest(f'invalid think value "{value}": use true, false, low, medium or high')
+    """Ollama's ``think`` as on or off (a level means on); None: the model's default."""
+    think = parse_think(value)
+    return think if think is None or isinstance(think, bool) else True
 
 
 def think_level(value: bool | str | None) -> str | None:
-    """The level of a ``think`` that names one (checked by :func:`think_flag`)."""
-    return value if isinstance(value, str) else None
+    """The level of a ``think`` that names one."""
+    think = parse_think(value)
+    return think if isinstance(think, str) else None
 
 
 def chat_format(target: Target, tool_family: Family | None = None) -> ChatFormat:

@@ -13,25 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from localllm.errors import InvalidRequest
+from localllm.api.thinkbudget import parse_think
 from localllm.template.jinja import template_variables
 
-LEVELS = ("low", "medium", "high", "max")
+__all__ = ["parse_think", "think_variables"]  # parse_think: api/thinkbudget.py's, checked here
 
 # Seed-OSS counts its thinking in tokens; -1 is "no limit".
 _BUDGETS = {"low": 1024, "medium": 4096, "high": -1, "max": -1}
-
-
-def parse_think(value: bool | str | None) -> bool | str | None:
-    """Validate ``think``: a bool, a level, or None (not set); "true"/"false" as text too."""
-    if value is None or isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "false"):
-        return text == "true"
-    if text in LEVELS:
-        return text
-    raise InvalidRequest(f'invalid think value "{value}": use true, false, low, medium or high')
 
 
 def think_variables(source: str, think: bool | str | None) -> dict[str, Any]:
