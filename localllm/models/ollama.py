@@ -26,16 +26,17 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from localllm.errors import InvalidRequest, ModelNotFound
-from localllm.store import registry, tls
+from localllm.store import registry
 from localllm.store.names import DEFAULT_HOST, ModelName
 
 if TYPE_CHECKING:
-    from localllm.api.wire import DryRun, ProgressEvent
+    from localllm.api.wire import ProgressEvent
     from localllm.gguf.info import ModelInfo
     from localllm.models.remote import Machine
     from localllm.store.local import Store
     from localllm.store.ollama_store import Found
     from localllm.store.registry import Remote
+    from localllm.store.registry_pull import Preflight
 
 Progress = Callable[["ProgressEvent"], None]
 
@@ -87,70 +88,78 @@ def pull(
 ) -> None:
     """Pull ``remote`` as ``name``: checked to fit ``machine`` when given (``force``
     False: a model too big stops the pull, else it is a warning); ``max_rate``: the
-    pull's own bandwidth cap in bytes/s."""
+    pull's own bandwidth cap in bytes/s.  ``dry_run``: the same steps, stopped once the
+    header is read and planned (``plan``)."""
+    from localllm.models.remote import Planned
     from localllm.store.registry_pull import pull_from_registry
 
+    check: Preflight | None = None
     if dry_run:
         if machine is None:
             raise ValueError("a dry run needs the machine to plan on")
-        progress(plan(name, remote, why, machine, progress))
-        return
-    check = fit_check(machine, force, progress, name.display) if machine is not None else None
-    pull_from_registry(
-        store,
-        name,
-        remote,
-        progress,
-        cancel=cancel,
-        why=why,
-        preflight=check,
-        max_rate=max_rate,
-    )
+        check = plan(name, remote, machine, progress)
+    elif machine is not None:
+        check = fit_check(machine, force, progress, name.display)
+    try:
+        pull_from_registry(
+            store,
+            name,
+            remote,
+            progress,
+            cancel=cancel,
+            why=why,
+            preflight=check,
+            max_rate=max_rate,
+        )
+    except Planned:  # the dry run's stop, before any download
+        pass
 
 
 def plan(
-    name: ModelName, remote: Remote, why: str, machine: Callable[[], Machine], progress: Progress
-) -> DryRun:
-    """A dry run (``pull --dry-run``): the model's header read by range requests and its
-    load planned here; nothing is downloaded.  The last event of the pull's stream."""
-    import httpx
-
-    from localllm.models.remote import dry_run_result
+    name: ModelName, remote: Remote, machine: Callable[[], Machine], progress: Progress
+) -> Preflight:
+    """The pull's hook for a dry run (``pull --dry-run``): the model's load planned here
+    on the header the pull read by range requests, reported as the stream's last event,
+    and the pull stopped (``Planned``) before anything is downloaded."""
+    from localllm.errors import PullError
+    from localllm.models.remote import Planned, dry_run_result
     from localllm.scheduler.fit import assess
-    from localllm.store import remote as ranges
     from localllm.store.manifests import MEDIA_PROJECTOR
-    from localllm.store.registry_pull import header_info
 
-    progress({"status": "pulling manifest"})
-    progress({"status": f"{name.display} is {remote.source} ({why})"})
-    progress({"status": "reading the header with range requests (dry run: nothing is downloaded)"})
-    with httpx.Client(
-        follow_redirects=True, timeout=ranges.TIMEOUT, verify=tls.context()
-    ) as client:
-        info, spent = header_info(remote, client)
-    here = machine()
-    model, proj = remote.model, remote.manifest.first(MEDIA_PROJECTOR)
-    return dry_run_result(
-        name.display,
-        remote.source,
-        [{"file": f"model {model.digest[7:19]}", "size": model.size}],
-        {"file": f"projector {proj.digest[7:19]}", "size": proj.size} if proj else None,
-        size=sum(layer.size for layer in remote.manifest.layers),
-        info=info,
-        vision=proj is not None,
-        fit=assess(info, here.devices, here.opts),
-        header_bytes=spent,
-    )
+    def stop(source: str, info: ModelInfo | None, spent: int) -> None:
+        if info is None:
+            raise PullError(f"{source}: its header could not be read, so nothing was planned")
+        here = machine()
+        model, proj = remote.model, remote.manifest.first(MEDIA_PROJECTOR)
+        progress(
+            dry_run_result(
+                name.display,
+                source,
+                [{"file": f"model {model.digest[7:19]}", "size": model.size}],
+                {"file": f"projector {proj.digest[7:19]}", "size": proj.size} if proj else None,
+                size=sum(layer.size for layer in remote.manifest.layers),
+                info=info,
+                vision=proj is not None,
+                fit=assess(info, here.devices, here.opts),
+                header_bytes=spent,
+            )
+        )
+        raise Planned
+
+    return stop
 
 
 def fit_check(
     machine: Callable[[], Machine], force: bool | None, progress: Progress, label: str
-) -> Callable[[str, ModelInfo], None]:
-    """The planner's verdict on a model's header before its download (see the module doc)."""
+) -> Preflight:
+    """The planner's verdict on a model's header before its download (see the module doc);
+    a header that could not be read is said by the pull, which goes on."""
     from localllm.models.remote import judge
     from localllm.scheduler.fit import assess
 
-    def check(source: str, info: ModelInfo) -> None:
+    def check(source: str, info: ModelInfo | None, spent: int) -> None:
+        if info is None:
+            return
         progress({"status": "checking the model fits (reading its header)"})
         here = machine()
         judge(assess(info, here.devices, here.opts), source, force, progress, label)

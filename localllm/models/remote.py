@@ -34,6 +34,7 @@ from localllm.models.details import capabilities, model_details
 from localllm.scheduler.fit import Fit, assess, describe, reclaimed
 from localllm.scheduler.planner import LoadPlan, PlanOptions
 from localllm.store import headercache, hub
+from localllm.store.pull import Preflight
 
 Progress = Callable[[ProgressEvent], None]
 MAX_INFO_TEXT = 4096  # longer header strings stay out of a dry run's model_info
@@ -193,9 +194,6 @@ def _hub_result(name: str, plan: RemotePlan) -> DryRun:
         fit=plan.fit,
         header_bytes=plan.header_bytes,
     )
-
-
-Preflight = Callable[[str, hub.Choice, hub.HubFile | None], None]
 
 
 def dry_run(name: str, machine: Callable[[], Machine], progress: Progress) -> Preflight:

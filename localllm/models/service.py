@@ -316,7 +316,7 @@ class ModelService:
         False, else is a warning (``remote.py``, ``ollama.py``).
         """
         from localllm.models import ollama, remote
-        from localllm.store.pull import pull_model
+        from localllm.store.pull import Preflight, pull_model
 
         target = self.pull_target(model)
         if target.registry is not None:
@@ -333,7 +333,7 @@ class ModelService:
                 max_rate=max_rate,
             )
             return
-        check: remote.Preflight | None = None
+        check: Preflight | None = None
         if dry_run:
             if machine is None:
                 raise ValueError("a dry run needs the machine to plan on")

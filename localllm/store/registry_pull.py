@@ -9,7 +9,8 @@ verifying downloader), for a manifest ``store/registry.py`` has read:
    models built for Ollama's own engine), stop the pull in one line that names the
    catalogue's entry of that family when there is one.  A header that cannot be read
    is said and the pull goes on (the file is checked again once here).  Then
-   ``preflight(source, info)`` runs: the caller's fit check.
+   ``preflight(source, info, header_bytes)`` runs (``info`` None: the header was not
+   read): the caller's fit check, or a dry run that stops the pull there.
 2. Every layer (model first, then projector, adapter, template, params, system,
    license, messages) is downloaded by ``download.fetch``: redirects followed,
    resumed with ``Range``, hashed as it arrives, and named only if the sha256 matches.
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     from localllm.api.wire import Progress
 
 ProgressFn: TypeAlias = "Callable[[Progress], None]"
-Preflight = Callable[[str, ModelInfo], None]
+Preflight = Callable[[str, ModelInfo | None, int], None]
 
 
 def pull_from_registry(
@@ -70,9 +71,9 @@ def pull_from_registry(
     with httpx.Client(
         follow_redirects=True, timeout=ranges.TIMEOUT, verify=tls.context()
     ) as client:
-        info = read_info(remote, client, progress)
-        if info is not None and preflight is not None:
-            preflight(remote.source, info)
+        info, spent = read_info(remote, client, progress)
+        if preflight is not None:
+            preflight(remote.source, info, spent)
         registry_config = read_small(remote, remote.manifest.config, MAX_CONFIG_BYTES, client)
     limit = ratelimit.for_pull(max_rate)
     hold = store.hold()
@@ -105,15 +106,18 @@ def origin(remote: Remote) -> dict[str, Any]:
     }
 
 
-def read_info(remote: Remote, client: httpx.Client, progress: ProgressFn) -> ModelInfo | None:
-    """The model blob's header over range requests, its architecture checked; None (and
-    a progress line) when the registry would not answer the ranges."""
+def read_info(
+    remote: Remote, client: httpx.Client, progress: ProgressFn
+) -> tuple[ModelInfo | None, int]:
+    """The model blob's header over range requests, its architecture checked, and the
+    bytes that cost; None (and a progress line) when the registry would not answer the
+    ranges."""
     progress({"status": "reading the model's header (range requests, before downloading it)"})
     try:
-        return header_info(remote, client)[0]
+        return header_info(remote, client)
     except (ranges.RemoteReadError, httpx.HTTPError) as exc:
         progress({"status": f"could not read the header before downloading: {exc}"})
-        return None
+        return None, 0
 
 
 def header_info(remote: Remote, client: httpx.Client) -> tuple[ModelInfo, int]:
