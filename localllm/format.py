@@ -109,7 +109,10 @@ def time_until(then: float, now: float | None = None) -> str:
 
 
 def parse_timestamp(text: str) -> float:
-    """Seconds since the epoch from an RFC 3339 ``modified_at`` (0 when unreadable)."""
+    """Seconds since the epoch from RFC 3339 text (``modified_at``; 0 when unreadable).
+
+    The one reader of these times: Go's nanoseconds are cut to microseconds by the
+    parser itself (Python 3.11), and a ``Z`` reads as UTC."""
     from datetime import datetime
 
     try:

@@ -15,7 +15,7 @@ import json
 import struct
 import time
 from collections.abc import Sequence
-from datetime import datetime
+from typing import Literal
 
 from localllm.api.wire import (
     ChatChunk,
@@ -30,7 +30,7 @@ from localllm.compat.frames import new_id
 from localllm.compat.openai.types import (
     AssistantMessage,
     ChatChoice,
-    ChatCompletion,
+    Completion,
     Embedding,
     EmbeddingList,
     FunctionCallOut,
@@ -38,11 +38,11 @@ from localllm.compat.openai.types import (
     ModelList,
     ModelObject,
     TextChoice,
-    TextCompletion,
     TokenLogprob,
     ToolCallOut,
     Usage,
 )
+from localllm.format import parse_timestamp
 
 FINGERPRINT = "fp_ollama"
 
@@ -118,7 +118,7 @@ def finish_reason(native: Metrics, had_tool_calls: bool) -> str:
 
 def chat_completion(
     natives: Sequence[ChatChunk], *, model: str, id: str | None = None, created: int | None = None
-) -> ChatCompletion:
+) -> Completion:
     """Final ``/api/chat`` responses (one per choice) -> a ``chat.completion`` object."""
     choices: list[ChatChoice] = []
     for i, native in enumerate(natives):
@@ -137,15 +137,8 @@ def chat_completion(
                 "finish_reason": finish_reason(native, bool(calls)),
             }
         )
-    return {
-        "id": id or new_id("chatcmpl-"),
-        "object": "chat.completion",
-        "created": created if created is not None else int(time.time()),
-        "model": model,
-        "system_fingerprint": FINGERPRINT,
-        "choices": choices,
-        "usage": native_usage(natives),
-    }
+    cid = id or new_id("chatcmpl-")
+    return _completion("chat.completion", cid, created, model, choices, natives)
 
 
 def text_completion(
@@ -155,7 +148,7 @@ def text_completion(
     id: str | None = None,
     created: int | None = None,
     echo: str = "",
-) -> TextCompletion:
+) -> Completion:
     """Final ``/api/generate`` responses (one per choice) -> a ``text_completion`` object;
     ``echo`` (the prompt, when the request asked for it) starts each choice's text."""
     choices: list[TextChoice] = [
@@ -167,9 +160,21 @@ def text_completion(
         }
         for i, n in enumerate(natives)
     ]
+    return _completion("text_completion", id or new_id("cmpl-"), created, model, choices, natives)
+
+
+def _completion(
+    kind: Literal["chat.completion", "text_completion"],
+    id: str,
+    created: int | None,
+    model: str,
+    choices: list[ChatChoice] | list[TextChoice],
+    natives: Sequence[Metrics],
+) -> Completion:
+    """The object around the choices; ``created`` defaults to now."""
     return {
-        "id": id or new_id("cmpl-"),
-        "object": "text_completion",
+        "id": id,
+        "object": kind,
         "created": created if created is not None else int(time.time()),
         "model": model,
         "system_fingerprint": FINGERPRINT,
@@ -198,17 +203,7 @@ def embeddings_response(
 
 
 def _unix(timestamp: object) -> int:
-    if not isinstance(timestamp, str) or not timestamp:
-        return 0
-    text = timestamp.replace("Z", "+00:00")
-    head, dot, rest = text.partition(".")
-    if dot:  # Go writes nanoseconds; Python's parser takes at most microseconds
-        digits = len(rest) - len(rest.lstrip("0123456789"))
-        text = f"{head}.{rest[: min(digits, 6)]}{rest[digits:]}"
-    try:
-        return int(datetime.fromisoformat(text).timestamp())
-    except ValueError:
-        return 0
+    return int(parse_timestamp(timestamp)) if isinstance(timestamp, str) else 0
 
 
 def model_object(entry: TagsEntry) -> ModelObject:
