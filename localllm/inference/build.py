@@ -2,10 +2,11 @@
 
 :func:`chat_plan` and :func:`generate_plan` do all the CPU work a request
 needs before it runs (the model's lookup in the store, validation, template
-rendering, the grammar, the option checks), eagerly, so a bad request is a
-plain 4xx before anything streams; routes call them in a worker thread
-(``server.deps.offload``).  What they return, a :class:`~localllm.inference.plan.Plan`,
-runs the request.
+rendering, the grammar, the options resolved once), eagerly, so a bad request is
+a plain 4xx before anything streams; routes call them in a worker thread
+(``server.deps.offload``).  What they return, a
+:class:`~localllm.inference.generation.Generation`, runs the request's
+:class:`~localllm.inference.plan.Plan`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from localllm.api.wire import ChatChunk, GenerateChunk
 from localllm.errors import InvalidRequest
 from localllm.grammar.tools import forced_tool_grammar
 from localllm.inference.cachehead import shared_head
+from localllm.inference.generation import Generation
 from localllm.inference.images import (
     Images,
     chat_images,
@@ -24,7 +26,7 @@ from localllm.inference.images import (
     prompt_images,
     require_vision,
 )
-from localllm.inference.plan import Fim, Plan
+from localllm.inference.plan import Fim, LoadOnly, Output, Plan, resolve
 from localllm.inference.service import InferenceService, Target
 from localllm.inference.shaping import grammar_for, think_flag, think_level
 from localllm.toolcalls import Family
@@ -46,25 +48,17 @@ def chat_plan(
     *,
     forced_tools: list[dict[str, Any]] | None = None,
     report_stop: bool = False,
-) -> Plan[ChatChunk]:
+) -> Generation[ChatChunk]:
     """A ``/api/chat`` request as a plan (no ``messages``: a load-only one).
 
     ``forced_tools``: the model must call one of these (the converters' forced-tool
     decision); its output is constrained by a grammar when the tools' schemas allow one.
-    ``report_stop``: see :attr:`Plan.report_stop`.
+    ``report_stop``: see :attr:`~localllm.inference.plan.Output.report_stop`.
     """
     require_model(req.model)
     if not req.messages:
-        return Plan[ChatChunk](
-            svc,
-            svc.target(req.model),
-            req.model,
-            True,
-            "",
-            req.options,
-            req.keep_alive,
-            load_only=True,
-        )
+        load = LoadOnly(req.options, req.keep_alive)
+        return Generation(svc, Plan(svc.target(req.model), req.model, True, "", load))
     check_top_logprobs(req.top_logprobs)
     target = svc.target(req.model)
     think = think_flag(req.think)
@@ -86,11 +80,9 @@ def chat_plan(
         forced = forced_tool_grammar(forced_tools, target.info.chat_template or "")
         if forced is not None:
             grammar, family = forced
-    plan = Plan[ChatChunk](
+    request = resolve(
         svc,
         target,
-        req.model,
-        True,
         prompt,
         req.options,
         req.keep_alive,
@@ -98,22 +90,18 @@ def chat_plan(
         logprobs=req.logprobs,
         top_logprobs=req.top_logprobs,
         truncate=req.truncate,
-        think=think,
-        think_level=think_level(req.think),
-        tools=tools,
-        tool_family=family,
-        images=images,
         shift=req.shift,
-        report_stop=report_stop,
         cache_head=shared_head(svc, target, messages, prompt, tools=tools, think=req.think),
+        think_level=think_level(req.think),
+        tool_family=family,
     )
-    plan.check()
-    return plan
+    output = Output(think, tools, req.logprobs, family, report_stop)
+    return Generation(svc, Plan(target, req.model, True, prompt, request, output, images))
 
 
 def generate_plan(
     svc: InferenceService, req: GenerateRequest, *, load_if_empty: bool = True
-) -> Plan[GenerateChunk]:
+) -> Generation[GenerateChunk]:
     """A ``/api/generate`` request as a plan.
 
     With neither prompt, suffix nor images it is load-only, as Ollama's, unless
@@ -130,9 +118,8 @@ def generate_plan(
             "per-request Go templates are not supported; the model's own chat template is used"
         )
     if load_if_empty and not req.prompt and not req.suffix and not req.images:
-        return Plan[GenerateChunk](
-            svc, target, req.model, False, "", req.options, req.keep_alive, load_only=True
-        )
+        load = LoadOnly(req.options, req.keep_alive)
+        return Generation(svc, Plan(target, req.model, False, "", load))
     think = think_flag(req.think)
     images = Images()
     text = req.prompt
@@ -159,29 +146,25 @@ def generate_plan(
         if images:
             check_rendered(prompt, images)
         head = shared_head(svc, target, messages, prompt, think=req.think)
-    plan = Plan[GenerateChunk](
+    request = resolve(
         svc,
         target,
-        req.model,
-        False,
         prompt,
         req.options,
         req.keep_alive,
+        raw=req.raw,
         grammar=grammar_for(req.format),
         logprobs=req.logprobs,
         top_logprobs=req.top_logprobs,
         truncate=req.truncate,
-        think=think,
-        think_level=think_level(req.think),
-        raw=req.raw,
-        context=list(req.context) if req.context else None,
-        images=images,
         shift=req.shift,
-        fim=fim,
         cache_head=head,
+        think_level=think_level(req.think),
     )
-    plan.check()
-    return plan
+    context = list(req.context) if req.context else None
+    output = Output(think, logprobs=req.logprobs)
+    plan = Plan(target, req.model, False, prompt, request, output, images, fim, context)
+    return Generation(svc, plan)
 
 
 def _fim(target: Target, req: GenerateRequest) -> Fim:

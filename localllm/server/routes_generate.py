@@ -26,7 +26,7 @@ from localllm.api.schemas_infer import (
 from localllm.api.wire import Chunk
 from localllm.inference.build import chat_plan, generate_plan, require_model
 from localllm.inference.embed import embed_native
-from localllm.inference.plan import Plan
+from localllm.inference.generation import Generation
 from localllm.server.deps import inference_service, offload, parse_json
 from localllm.server.jsonout import json_response, json_result
 from localllm.server.streaming import ndjson_response
@@ -35,7 +35,7 @@ router = APIRouter()
 C = TypeVar("C", bound=Chunk)
 
 
-async def _respond(request: Request, plan: Plan[C], stream: bool) -> Response:
+async def _respond(request: Request, plan: Generation[C], stream: bool) -> Response:
     if stream:
         return await ndjson_response(plan.run(), request=request)
     return await json_result(request, plan.result())
