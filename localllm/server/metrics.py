@@ -61,47 +61,38 @@ class Metrics:
         self.in_flight = Gauge(
             "localllm_http_requests_in_flight", "Requests being handled now.", registry=reg
         )
-        self.prompt_tokens = Counter(
-            "localllm_prompt_tokens",
-            "Prompt tokens of finished generations (cached included).",
-            ["model"],
-            registry=reg,
+
+        def per_model(name: str, doc: str) -> Counter:
+            return Counter(name, doc, ["model"], registry=reg)
+
+        def timing(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(name, doc, ["model"], buckets=buckets, registry=reg)
+
+        self.prompt_tokens = per_model(
+            "localllm_prompt_tokens", "Prompt tokens of finished generations (cached included)."
         )
-        self.generated_tokens = Counter(
-            "localllm_generated_tokens", "Tokens generated.", ["model"], registry=reg
+        self.generated_tokens = per_model("localllm_generated_tokens", "Tokens generated.")
+        self.draft_tokens = per_model(
+            "localllm_draft_tokens", "Tokens drafted by speculative decoding."
         )
-        self.draft_tokens = Counter(
-            "localllm_draft_tokens",
-            "Tokens drafted by speculative decoding.",
-            ["model"],
-            registry=reg,
-        )
-        self.draft_accepted = Counter(
+        self.draft_accepted = per_model(
             "localllm_draft_accepted_tokens",
             "Drafted tokens the model agreed with (each saved a decode step).",
-            ["model"],
-            registry=reg,
         )
-        self.ttft = Histogram(
+        self.ttft = timing(
             "localllm_time_to_first_token_seconds",
             "From a generation entering the queue to its first piece of text.",
-            ["model"],
-            buckets=_LATENCY_BUCKETS,
-            registry=reg,
+            _LATENCY_BUCKETS,
         )
-        self.inter_token = Histogram(
+        self.inter_token = timing(
             "localllm_inter_token_latency_seconds",
             "Time between consecutive pieces of text.",
-            ["model"],
-            buckets=_TOKEN_BUCKETS,
-            registry=reg,
+            _TOKEN_BUCKETS,
         )
-        self.generation_seconds = Histogram(
+        self.generation_seconds = timing(
             "localllm_generation_duration_seconds",
             "From a generation entering the queue to its end (queue and load included).",
-            ["model"],
-            buckets=_LATENCY_BUCKETS,
-            registry=reg,
+            _LATENCY_BUCKETS,
         )
         if scheduler is not None:
             reg.register(SchedulerCollector(scheduler))

@@ -191,18 +191,6 @@ class ChatChoice(TypedDict):
     finish_reason: str  # stop | length | tool_calls
 
 
-class ChatCompletion(TypedDict):
-    """``/v1/chat/completions``' whole answer."""
-
-    id: str
-    object: Literal["chat.completion"]
-    created: int
-    model: str
-    system_fingerprint: str
-    choices: list[ChatChoice]
-    usage: Usage
-
-
 class TextChoice(TypedDict):
     index: int
     text: str
@@ -210,15 +198,15 @@ class TextChoice(TypedDict):
     finish_reason: str | None  # None until the choice's last chunk
 
 
-class TextCompletion(TypedDict):
-    """``/v1/completions``' whole answer."""
+class Completion(TypedDict):
+    """The whole answer of ``/v1/chat/completions`` or ``/v1/completions``."""
 
     id: str
-    object: Literal["text_completion"]
+    object: Literal["chat.completion", "text_completion"]
     created: int
     model: str
     system_fingerprint: str
-    choices: list[TextChoice]
+    choices: list[ChatChoice] | list[TextChoice]
     usage: Usage
 
 
