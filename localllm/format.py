@@ -32,6 +32,14 @@ def format_bytes(n: float, *, binary: bool = False) -> str:
     raise AssertionError("unreachable")
 
 
+def format_count(n: int) -> str:
+    """A count for people (downloads, likes): ``1234567`` -> ``1.2M``, ``5400`` -> ``5.4K``."""
+    for size, unit in ((1_000_000_000, "B"), (1_000_000, "M"), (1_000, "K")):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return str(max(n, 0))
+
+
 def format_file_size(n: int) -> str:
     """A file's size as ``run`` reports an attached image: ``812 B``, ``12.3 KiB``."""
     return format_bytes(n, binary=True)

@@ -19,6 +19,8 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
+from localllm.format import format_count as count
+
 if TYPE_CHECKING:
     from localllm.api.wire import FitResult, SearchModel
 
@@ -46,14 +48,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print("\n\n".join(render(m) for m in models))
     return 0
-
-
-def count(n: int) -> str:
-    """``1234567`` -> ``1.2M``; ``5400`` -> ``5.4K``."""
-    for size, unit in ((1_000_000_000, "B"), (1_000_000, "M"), (1_000, "K")):
-        if n >= size:
-            return f"{n / size:.1f}{unit}"
-    return str(n)
 
 
 def fit_text(fit: FitResult | None) -> str:

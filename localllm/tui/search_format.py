@@ -38,14 +38,6 @@ def as_list(value: object) -> list[object]:
     return value if isinstance(value, list) else []
 
 
-def count(n: int) -> str:
-    """``1234567`` -> ``1.2M``, ``5400`` -> ``5.4K``: downloads and likes."""
-    for size, unit in ((1_000_000_000, "B"), (1_000_000, "M"), (1_000, "K")):
-        if n >= size:
-            return f"{n / size:.1f}{unit}"
-    return str(max(n, 0))
-
-
 def updated(text: Any) -> str:
     """The day of an RFC 3339 time (``2025-05-01``): a date, unlike "3 months ago", reads
     the same tomorrow."""

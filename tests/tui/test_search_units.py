@@ -15,12 +15,12 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Label
 
+from localllm.format import format_count as count
 from localllm.tui.screens.models import ModelsScreen
 from localllm.tui.screens.pull import FAILED_HINT, REFUSED_HINT, PullScreen
 from localllm.tui.screens.search import SearchScreen
 from localllm.tui.screens.search_details import plan_rows
 from localllm.tui.search_format import (
-    count,
     fit_line,
     fit_summary,
     memory_text,

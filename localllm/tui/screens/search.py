@@ -32,14 +32,13 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Label
 
 from localllm.errors import LocalLLMError
-from localllm.format import format_bytes
+from localllm.format import format_bytes, format_count as count
 from localllm.tui.screens.pull import PullScreen
 from localllm.tui.screens.search_details import RemoteDetailsScreen
 from localllm.tui.search_format import (
     as_int,
     as_list,
     capabilities,
-    count,
     fit_line,
     fit_of,
     fit_status,
