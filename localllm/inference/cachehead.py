@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from localllm.errors import LocalLLMError
 
 if TYPE_CHECKING:
+    from localllm.api.wire import JSONObject
     from localllm.inference.service import InferenceService, Target
 
 HEAD_MIN = 256  # characters: fewer make fewer tokens than the disk cache's shortest copy
@@ -29,7 +30,7 @@ def shared_head(
     messages: list[dict[str, Any]],
     prompt: str,
     *,
-    tools: list[dict[str, Any]] | None = None,
+    tools: list[JSONObject] | None = None,
     think: bool | str | None = None,
 ) -> int:
     """How many leading characters of ``prompt`` (``messages`` rendered) a conversation

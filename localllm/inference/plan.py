@@ -15,9 +15,11 @@ Ollama's empty requests (no prompt, no messages) are plans too, with
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from localllm.api.wire import JSONObject
 from localllm.inference.images import Images
 from localllm.inference.service import InferenceService, Prepared, Target
 from localllm.inference.shaping import chat_format
@@ -39,7 +41,7 @@ class Output:
     what the last chunk adds."""
 
     think: bool | None = None
-    tools: list[dict[str, Any]] | None = None
+    tools: list[JSONObject] | None = None
     logprobs: bool = False
     tool_family: Family | None = None  # parse calls in this family whatever the template says
     # Name the stop string that ended the reply in the last chunk (not an Ollama field:
@@ -51,7 +53,7 @@ class Output:
 class LoadOnly:
     """Ollama's empty request: load the model (or, with ``keep_alive`` 0, unload it)."""
 
-    options: dict[str, Any] | None  # the request's, resolved when it runs
+    options: Mapping[str, object] | None  # the request's, resolved when it runs
     keep_alive: Any
 
 
@@ -78,7 +80,7 @@ def resolve(
     svc: InferenceService,
     target: Target,
     prompt: str | list[int],
-    options: dict[str, Any] | None,
+    options: Mapping[str, object] | None,
     keep_alive: Any,
     *,
     raw: bool = False,

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,7 +70,7 @@ def rerank_target(svc: InferenceService, model: str) -> Target:
     return target
 
 
-def rerank_load(target: Target, options: dict[str, Any] | None) -> LoadOptions:
+def rerank_load(target: Target, options: Mapping[str, object] | None) -> LoadOptions:
     """How a reranker loads (``/api/tokenize`` loads one the same way, not twice).
 
     A pair must fit in one micro-batch (``num_batch``), so a slot never holds more: its
@@ -126,7 +126,7 @@ async def rerank(
     *,
     truncate: bool = True,
     raw: bool = False,
-    options: dict[str, Any] | None = None,
+    options: Mapping[str, object] | None = None,
     keep_alive: Any = None,
 ) -> Scored:
     """Each document's score against ``query``, the pairs' tokens and the load time."""

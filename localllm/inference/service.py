@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -20,7 +20,7 @@ from typing import Any
 from localllm import config, paths
 from localllm.api.options import parse_keep_alive
 from localllm.api.speculation import require_draft
-from localllm.api.wire import PsEntry
+from localllm.api.wire import JSONObject, PsEntry
 from localllm.errors import InvalidRequest
 from localllm.gguf.info import ModelInfo, read_model_info_split
 from localllm.inference.options import ResolvedOptions, resolve_options
@@ -55,7 +55,7 @@ class Target:
     entry: Entry
     spec: ModelSpec
     info: ModelInfo
-    params: dict[str, Any]
+    params: Mapping[str, object]  # the model's PARAMETERs
     system: str | None
     template: str | None = None  # the model's TEMPLATE layer (Go, or pasted Jinja)
     history: tuple[dict[str, Any], ...] = ()  # the model's MESSAGE layer
@@ -132,7 +132,7 @@ class InferenceService:
         self,
         target: Target,
         prompt: str | list[int],
-        options: dict[str, Any] | None,
+        options: Mapping[str, object] | None,
         keep_alive: Any,
         *,
         raw_prompt: bool = False,
@@ -178,7 +178,7 @@ class InferenceService:
         target: Target,
         messages: list[dict[str, Any]],
         *,
-        tools: list[dict[str, Any]] | None = None,
+        tools: list[JSONObject] | None = None,
         think: bool | str | None = None,
     ) -> str:
         info = target.info
@@ -204,7 +204,7 @@ class InferenceService:
 
     # -- running -----------------------------------------------------------------
     async def load_only(
-        self, target: Target, options: dict[str, Any] | None, keep_alive: Any
+        self, target: Target, options: Mapping[str, object] | None, keep_alive: Any
     ) -> str:
         """Load (or, with keep_alive 0, unload) a model: Ollama's empty-prompt requests."""
         resolved = resolve_options(target.params, options)
@@ -252,7 +252,7 @@ class InferenceService:
         inputs: list[str],
         *,
         truncate: bool,
-        options: dict[str, Any] | None,
+        options: Mapping[str, object] | None,
         keep_alive: Any,
     ) -> tuple[Sequence[Sequence[float]], int, int]:
         """Pooled, L2-normalised embeddings; returns (vectors, prompt tokens, load ns)."""

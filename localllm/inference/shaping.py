@@ -10,10 +10,10 @@ formatted.  ``grammar_for`` turns a request's ``format`` into a GBNF grammar.
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from localllm.api.thinkbudget import parse_think
-from localllm.api.wire import Logprob, ToolCall
+from localllm.api.wire import JSONObject, Logprob, ToolCall
 from localllm.grammar.json_schema import grammar_for_format
 from localllm.inference.service import Target
 from localllm.runner.messages import Piece
@@ -29,7 +29,7 @@ class Parts(TypedDict, total=False):
     logprobs: list[Logprob]
 
 
-def grammar_for(fmt: str | dict[str, Any] | None) -> str | None:
+def grammar_for(fmt: str | JSONObject | None) -> str | None:
     """``"json"`` or a JSON Schema → GBNF; empty → none; anything else → 400."""
     if fmt is None or fmt == "":
         return None
@@ -63,7 +63,7 @@ class OutputShaper:
         target: Target,
         *,
         think: bool | None,
-        tools: list[dict[str, Any]] | None,
+        tools: list[JSONObject] | None,
         logprobs: bool,
         prompt: str = "",
         tool_family: Family | None = None,

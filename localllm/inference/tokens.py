@@ -17,7 +17,7 @@ embedding model (it has no chat to count).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from localllm.errors import InvalidRequest
@@ -86,7 +86,9 @@ def check_tokens(tokens: Sequence[int], n_vocab: int) -> None:
             )
 
 
-def _load(svc: InferenceService, target: Target, options: dict[str, Any] | None) -> LoadOptions:
+def _load(
+    svc: InferenceService, target: Target, options: Mapping[str, object] | None
+) -> LoadOptions:
     if target.info.rank_head:  # as /api/rerank loads it
         from localllm.inference.rerank import rerank_load
 
@@ -105,7 +107,7 @@ async def tokenize(
     *,
     add_special: bool = False,
     parse_special: bool = True,
-    options: dict[str, Any] | None = None,
+    options: Mapping[str, object] | None = None,
     keep_alive: Any = None,
 ) -> list[int]:
     """``text``'s token ids; ``add_special`` adds BOS/EOS as a prompt gets them,
@@ -123,7 +125,7 @@ async def detokenize(
     target: Target,
     tokens: Sequence[int],
     *,
-    options: dict[str, Any] | None = None,
+    options: Mapping[str, object] | None = None,
     keep_alive: Any = None,
 ) -> str:
     """The text of ``tokens``, control tokens written out (so text -> tokens -> text
