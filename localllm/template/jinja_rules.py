@@ -102,12 +102,14 @@ def check_printf(b: Budget, fmt: str | bytes, values: Any) -> None:
         if isinstance(values, tuple)
         else [values]
     )
-    if star:
-        for v in given:
-            b.check_width(v, "a * width in a % format")
-    b.check_chars(
-        len(text) + fields * (widest + _chars(b, given, "a value given to %")),
-        "the text % formatting makes",
+    _check_filled(
+        b,
+        len(text) + fields * widest,
+        fields,
+        given,
+        widths="a * width in a % format" if star else None,
+        values="a value given to %",
+        made="the text % formatting makes",
     )
 
 
@@ -129,13 +131,34 @@ def check_format(b: Budget, fmt: str, args: Args, kwargs: Mapping[Any, Any]) -> 
             widest = max(widest, _width(digits))
     b.check_width(widest, "a width or precision in a format string")
     given = [*args, *kwargs.values()]
-    if nested:
-        for v in given:
-            b.check_width(v, "a width given to a format field")
-    b.check_chars(
-        len(fmt) + fields * (widest + _chars(b, given, "a value given to format")),
-        "the text format makes",
+    _check_filled(
+        b,
+        len(fmt) + fields * widest,
+        fields,
+        given,
+        widths="a width given to a format field" if nested else None,
+        values="a value given to format",
+        made="the text format makes",
     )
+
+
+def _check_filled(
+    b: Budget,
+    fixed: int,
+    fields: int,
+    given: list[Any],
+    *,
+    widths: str | None,
+    values: str,
+    made: str,
+) -> None:
+    """The text a format makes: ``fixed`` characters (its own and its widths') plus
+    ``fields`` times the widest of ``given``; where the values include widths (``*``,
+    nested fields), each is checked as one (``widths`` says what they are)."""
+    if widths is not None:
+        for v in given:
+            b.check_width(v, widths)
+    b.check_chars(fixed + fields * _chars(b, given, values), made)
 
 
 def check_replace(b: Budget, text: str | bytes, old: Any, new: Any, count: Any) -> None:
