@@ -1,6 +1,6 @@
 """The native request bodies as written by code (``TypedDict``s): ``/api/chat``,
 ``/api/generate`` and ``/api/embed`` as the ``compat`` converters and the clients
-(CLI, TUI) build them.
+(CLI, TUI) build them, and the ``/api/show`` and ``/api/pull`` bodies of ``calls.py``.
 
 The daemon reads these bodies with the pydantic models of ``api/schemas_infer.py``,
 which check them; these types only name the keys for mypy where a body is built
@@ -57,7 +57,7 @@ class ChatBody(TypedDict):
     think: NotRequired[bool | str]  # on, off, or a level (api/thinkbudget.py)
     logprobs: NotRequired[bool]
     top_logprobs: NotRequired[int]
-    keep_alive: NotRequired[JSONValue]  # a duration: seconds or "5m"
+    keep_alive: NotRequired[JSONValue]  # a duration: seconds or "5m" (the daemon checks it)
     truncate: NotRequired[bool]  # ours: False makes a prompt over the context a 400
 
 
@@ -79,3 +79,22 @@ class EmbedBody(TypedDict):
     model: str
     input: list[str]
     dimensions: NotRequired[int]
+
+
+class ShowBody(TypedDict):
+    """An ``/api/show`` request."""
+
+    model: str
+    verbose: bool
+    fit_contexts: NotRequired[list[int]]  # ours: contexts the daemon's planner judges
+    options: NotRequired[Options]  # num_parallel, for those verdicts
+
+
+class PullBody(TypedDict):
+    """An ``/api/pull`` request."""
+
+    model: str
+    projector: NotRequired[str]  # ours: a vision projector file or precision, or "none"
+    force: NotRequired[bool]  # ours: pull a model too big for the daemon's machine
+    dry_run: NotRequired[bool]  # ours: read the header and plan, download nothing
+    max_rate: NotRequired[int]  # ours: bytes per second

@@ -10,16 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, BinaryIO
 
-JSON = dict[str, Any]
+from localllm.api.bodies import ChatBody, PullBody, ShowBody
+
 Body = Mapping[str, Any]  # a request body, as given: the call sends it as JSON
 Call = tuple[str, str, Any]  # HTTP method, path, JSON body (None: no body)
 Sent = Callable[[int], None]  # an upload's progress: bytes sent so far
 _CHUNK = 1 << 20
-
-
-def body_kwargs(payload: Any) -> dict[str, Any]:
-    """httpx's keyword for a JSON body; none for ``None``."""
-    return {"json": payload} if payload is not None else {}
 
 
 def file_pieces(fh: BinaryIO, progress: Sent | None) -> Iterator[bytes]:
@@ -46,7 +42,7 @@ class Calls:
         fit_contexts: Sequence[int] | None = None,
         num_parallel: int | None = None,
     ) -> Call:
-        body: dict[str, Any] = {"model": model, "verbose": verbose}
+        body: ShowBody = {"model": model, "verbose": verbose}
         if fit_contexts:  # ours: the daemon's planner judges these contexts
             body["fit_contexts"] = list(fit_contexts)
             if num_parallel is not None:
@@ -72,7 +68,7 @@ class Calls:
     @staticmethod
     def load(model: str, keep_alive: str | float | None) -> Call:
         # As Ollama: a chat without messages loads the model and answers at once.
-        body: JSON = {"model": model, "messages": [], "stream": False}
+        body: ChatBody = {"model": model, "messages": [], "stream": False}
         if keep_alive is not None:
             body["keep_alive"] = keep_alive
         return "POST", "/api/chat", body
@@ -101,15 +97,15 @@ class Calls:
         dry_run: bool,
         max_rate: int | None = None,
     ) -> Call:
-        body: JSON = {"model": model}
+        body: PullBody = {"model": model}
         if projector:
-            body["projector"] = projector  # a vision projector file or precision, or "none"
+            body["projector"] = projector
         if force is not None:
             body["force"] = force
         if dry_run:
             body["dry_run"] = True
         if max_rate:
-            body["max_rate"] = max_rate  # bytes per second
+            body["max_rate"] = max_rate
         return Calls.streamed("/api/pull", body)
 
     @staticmethod

@@ -21,7 +21,7 @@ from typing import Any
 
 from localllm import config
 from localllm.api._httpx import httpx
-from localllm.api.calls import Body, Calls, Sent, body_kwargs, file_pieces
+from localllm.api.calls import Body, Calls, Sent, file_pieces
 from localllm.api.daemon import (
     DaemonConnectionLost,
     DaemonTimeout,
@@ -109,11 +109,11 @@ class Client:
 
     def _request(self, method: str, path: str, payload: Any = None) -> Any:
         """Send JSON, return the decoded JSON answer (None for an empty body)."""
-        return answer(self._send(method, path, **body_kwargs(payload)))
+        return answer(self._send(method, path, json=payload))
 
     def _stream(self, method: str, path: str, payload: Any = None) -> Iterator[Any]:
         """Send JSON and yield each NDJSON object of the answer."""
-        resp = self._send(method, path, stream=True, **body_kwargs(payload))
+        resp = self._send(method, path, stream=True, json=payload)
         try:
             with transport_errors(self.base_url):
                 if resp.status_code >= 400:
@@ -239,10 +239,10 @@ class AsyncClient:
             return await self.http.send(self.http.build_request(method, path, **kw), stream=stream)
 
     async def _request(self, method: str, path: str, payload: Any = None) -> Any:
-        return answer(await self._send(method, path, **body_kwargs(payload)))
+        return answer(await self._send(method, path, json=payload))
 
     async def _stream(self, method: str, path: str, payload: Any = None) -> AsyncIterator[Any]:
-        resp = await self._send(method, path, stream=True, **body_kwargs(payload))
+        resp = await self._send(method, path, stream=True, json=payload)
         try:
             with transport_errors(self.base_url):
                 if resp.status_code >= 400:

@@ -20,11 +20,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import urlsplit
 
 from localllm import config, paths
 from localllm.api._httpx import httpx
+from localllm.api.wire import JSONObject
 from localllm.errors import (
     BlobNotFound,
     Forbidden,
@@ -58,7 +59,17 @@ class DaemonTimeout(LocalLLMError):
     status = 504
 
 
-def http_kwargs(base_url: str) -> dict[str, Any]:
+class HttpSettings(TypedDict):
+    """The ``httpx.Client``/``AsyncClient`` keyword arguments for talking to the daemon."""
+
+    base_url: str
+    timeout: httpx.Timeout | float
+    headers: dict[str, str]
+    trust_env: bool
+    verify: bool
+
+
+def http_kwargs(base_url: str) -> HttpSettings:
     """The ``httpx.Client``/``AsyncClient`` arguments for talking to the daemon."""
     key = config.API_KEY.get()
     # trust_env=False: a proxy from the environment must not carry loopback
@@ -161,7 +172,7 @@ def json_object(text: str) -> dict[str, Any]:
     return obj
 
 
-def stream_item(line: str) -> dict[str, Any] | None:
+def stream_item(line: str) -> JSONObject | None:
     """One NDJSON line of a stream (None for a blank one); an ``{"error": ...}`` line raises."""
     if not line.strip():
         return None
@@ -182,7 +193,9 @@ def is_local_url(base_url: str) -> bool:
 def daemon_alive(base_url: str | None = None, timeout: float = 1.0) -> bool:
     url = base_url or config.client_base_url()
     try:
-        with httpx.Client(**{**http_kwargs(url), "timeout": timeout}) as http:
+        settings = http_kwargs(url)
+        settings["timeout"] = timeout
+        with httpx.Client(**settings) as http:
             return http.get("/").status_code == 200
     except httpx.HTTPError:
         return False

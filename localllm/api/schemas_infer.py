@@ -63,33 +63,31 @@ class Message(BaseModel):
     tool_call_id: str | None = None
 
 
-class GenerateRequest(_Request):
+class _Generation(_Request):
+    """What ``/api/generate`` and ``/api/chat`` both take."""
+
+    stream: StrictBool = True
+    format: str | dict[str, Any] | None = None  # "json" or a JSON schema
+    think: bool | str | None = None
+    truncate: bool | None = None
+    shift: bool | None = None  # context shift when generation fills the context (default on)
+    logprobs: StrictBool = False
+    top_logprobs: int = 0
+
+
+class GenerateRequest(_Generation):
     prompt: str = ""
     suffix: str | None = None
     system: str | None = None
     template: str | None = None
     context: list[int] | None = None
-    stream: StrictBool = True
     raw: StrictBool = False
-    format: str | dict[str, Any] | None = None
     images: list[str] | None = None
-    think: bool | str | None = None
-    truncate: bool | None = None
-    shift: bool | None = None  # context shift when generation fills the context (default on)
-    logprobs: StrictBool = False
-    top_logprobs: int = 0
 
 
-class ChatRequest(_Request):
+class ChatRequest(_Generation):
     messages: list[Message] = Field(default_factory=list)
     tools: list[Tool] | None = None
-    stream: StrictBool = True
-    format: str | dict[str, Any] | None = None
-    think: bool | str | None = None
-    truncate: bool | None = None
-    shift: bool | None = None  # context shift when generation fills the context (default on)
-    logprobs: StrictBool = False
-    top_logprobs: int = 0
 
 
 class EmbedRequest(_Request):
