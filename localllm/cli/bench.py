@@ -15,19 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from localllm.api.bodies import Options
+    from localllm.loadtest.budget import Level
     from localllm.loadtest.protocols import Target
-    from localllm.loadtest.report import BudgetAnswer, BudgetCheck
+    from localllm.loadtest.report import BudgetAnswer
     from localllm.loadtest.stats import LevelSummary, RequestResult
     from localllm.loadtest.users import PromptMaker, Workload
-
-# Runs one concurrency level (so many users) and gives its figures.
-Level = Callable[[int], Awaitable["LevelSummary"]]
 
 
 def _levels(text: str) -> list[int]:
@@ -138,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
 
 async def _bench(args: argparse.Namespace, target: Target) -> int:
     from localllm.loadtest import report
+    from localllm.loadtest.budget import check_budget
     from localllm.loadtest.users import PromptMaker, Workload, warm_up
 
     workload = Workload(
@@ -162,7 +160,14 @@ async def _bench(args: argparse.Namespace, target: Target) -> int:
     levels = [await level(c) for c in args.concurrency]
     budget = None
     if args.budget_p95 is not None:
-        budget, extra = await _budget(args, levels, level)
+        budget, extra = await check_budget(
+            args.budget_p95,
+            levels,
+            level,
+            prompt_tokens=args.prompt_tokens,
+            output_tokens=args.output_tokens,
+            most_users=args.max_users,
+        )
         levels = sorted([*levels, *extra], key=lambda lv: lv.concurrency)
     print()
     print(report.table(levels))
@@ -237,70 +242,3 @@ def _save(
 
         latency_plot(levels, args.plot, args.budget_p95)
         print(f"plot written to {args.plot}")
-
-
-async def _budget(
-    args: argparse.Namespace, levels: list[LevelSummary], level: Level
-) -> tuple[BudgetAnswer, list[LevelSummary]]:
-    """Predict the user count for the budget, then measure to confirm or correct it."""
-    from localllm.loadtest.budget import max_users, predict_p95, rates_from
-    from localllm.loadtest.stats import finite_json
-
-    budget_s = args.budget_p95
-    rates = rates_from(levels)
-    prompt = next((lv.mean_prompt_tokens for lv in levels if lv.ok), args.prompt_tokens)
-    output = next((lv.mean_output_tokens for lv in levels if lv.ok), args.output_tokens)
-    predicted = min(max_users(budget_s, prompt, output, rates), args.max_users)
-    measured = {lv.concurrency: lv for lv in levels}
-    extra: list[LevelSummary] = []
-
-    async def p95_at(c: int) -> float:
-        if c not in measured:
-            measured[c] = await level(c)
-            extra.append(measured[c])
-        lv = measured[c]
-        return float(lv.e2e.p95) if not (lv.errors or lv.lost) else float("inf")
-
-    checks: list[BudgetCheck] = []
-    answer = 0
-    if predicted >= 1:
-        # Confirm the prediction; when it misses, bisect down between the largest
-        # user count already measured within budget and the prediction.
-        lo = max(
-            (c for c, lv in measured.items() if c < predicted and lv.e2e.p95 <= budget_s), default=0
-        )
-        hi = predicted
-        while hi > lo:
-            p95 = await p95_at(hi)
-            checks.append({"users": hi, "p95_s": p95, "within": p95 <= budget_s})
-            if p95 <= budget_s:
-                answer = hi
-                break
-            hi = max(lo, (lo + hi) // 2) if hi - lo > 1 else lo
-        answer = answer or lo
-    pred_p95 = predict_p95(max(predicted, 1), prompt, output, rates)
-    verdict = (
-        "confirmed by measurement"
-        if checks and checks[0]["within"]
-        else f"measurement says {answer}"
-    )
-    summary = (
-        f"budget p95 {budget_s:g}s: predicted {predicted} concurrent users "
-        f"(prefill {rates.prefill_tok_s:.0f} tok/s, decode "
-        + ", ".join(f"{r:.0f} tok/s at {c}" for c, r in rates.decode_tok_s)
-        + f", tail x{rates.tail:.2f}; predicted p95 {pred_p95:.2f}s); {verdict}"
-    )
-    answer_doc: BudgetAnswer = {
-        "budget_p95_s": budget_s,
-        "prefill_tok_s": rates.prefill_tok_s,
-        "decode_tok_s": [list(p) for p in rates.decode_tok_s],
-        "tail": rates.tail,
-        "prompt_tokens": prompt,
-        "output_tokens": output,
-        "predicted_users": predicted,
-        "predicted_p95_s": pred_p95,
-        "checks": checks,
-        "answer_users": answer,
-        "summary": summary,
-    }
-    return finite_json(answer_doc), extra  # NaN rates are written as null

@@ -13,17 +13,25 @@ the measured ratio of p95 to mean latency (queues make the tail longer than the
 average).  Between measured concurrencies ``decode_rate`` is interpolated
 linearly; beyond the largest one it is held flat, so predictions past what was
 measured are conservative.  The answer is then checked by measurement
-(``cli/bench.py``), because a model is only as good as its last check.
+(``check_budget``, with the levels ``cli/bench.py`` runs), because a model is only as
+good as its last check.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from localllm.loadtest.stats import LevelSummary
+from localllm.loadtest.stats import LevelSummary, finite_json
+
+if TYPE_CHECKING:
+    from localllm.loadtest.report import BudgetAnswer, BudgetCheck
+
+# Runs one concurrency level (so many users) and gives its figures.
+Level = Callable[[int], Awaitable[LevelSummary]]
 
 
 @dataclass(frozen=True)
@@ -91,3 +99,76 @@ def max_users(
         elif c > 2 * max(best, 1) and c > rates.decode_tok_s[-1][0]:
             break  # past the measured range the prediction only grows
     return best
+
+
+async def check_budget(
+    budget_s: float,
+    levels: Sequence[LevelSummary],
+    level: Level,
+    *,
+    prompt_tokens: int,
+    output_tokens: int,
+    most_users: int,
+) -> tuple[BudgetAnswer, list[LevelSummary]]:
+    """Predict the user count for ``budget_s`` from ``levels``, then measure (``level``) to
+    confirm or correct it: the answer, and the levels measured on the way.
+
+    ``prompt_tokens`` and ``output_tokens`` stand in for the measured means when no
+    level finished a request; ``most_users`` caps the prediction."""
+    rates = rates_from(levels)
+    prompt = next((lv.mean_prompt_tokens for lv in levels if lv.ok), prompt_tokens)
+    output = next((lv.mean_output_tokens for lv in levels if lv.ok), output_tokens)
+    predicted = min(max_users(budget_s, prompt, output, rates), most_users)
+    measured = {lv.concurrency: lv for lv in levels}
+    extra: list[LevelSummary] = []
+
+    async def p95_at(c: int) -> float:
+        if c not in measured:
+            measured[c] = await level(c)
+            extra.append(measured[c])
+        lv = measured[c]
+        return float(lv.e2e.p95) if not (lv.errors or lv.lost) else float("inf")
+
+    checks: list[BudgetCheck] = []
+    answer = 0
+    if predicted >= 1:
+        # Confirm the prediction; when it misses, bisect down between the largest
+        # user count already measured within budget and the prediction.
+        lo = max(
+            (c for c, lv in measured.items() if c < predicted and lv.e2e.p95 <= budget_s), default=0
+        )
+        hi = predicted
+        while hi > lo:
+            p95 = await p95_at(hi)
+            checks.append({"users": hi, "p95_s": p95, "within": p95 <= budget_s})
+            if p95 <= budget_s:
+                answer = hi
+                break
+            hi = max(lo, (lo + hi) // 2) if hi - lo > 1 else lo
+        answer = answer or lo
+    pred_p95 = predict_p95(max(predicted, 1), prompt, output, rates)
+    verdict = (
+        "confirmed by measurement"
+        if checks and checks[0]["within"]
+        else f"measurement says {answer}"
+    )
+    summary = (
+        f"budget p95 {budget_s:g}s: predicted {predicted} concurrent users "
+        f"(prefill {rates.prefill_tok_s:.0f} tok/s, decode "
+        + ", ".join(f"{r:.0f} tok/s at {c}" for c, r in rates.decode_tok_s)
+        + f", tail x{rates.tail:.2f}; predicted p95 {pred_p95:.2f}s); {verdict}"
+    )
+    answer_doc: BudgetAnswer = {
+        "budget_p95_s": budget_s,
+        "prefill_tok_s": rates.prefill_tok_s,
+        "decode_tok_s": [list(p) for p in rates.decode_tok_s],
+        "tail": rates.tail,
+        "prompt_tokens": prompt,
+        "output_tokens": output,
+        "predicted_users": predicted,
+        "predicted_p95_s": pred_p95,
+        "checks": checks,
+        "answer_users": answer,
+        "summary": summary,
+    }
+    return finite_json(answer_doc), extra  # NaN rates are written as null
