@@ -18,9 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +26,7 @@ from localllm import config, paths
 from localllm.errors import DigestMismatch, InvalidRequest, PullError
 from localllm.store import catalog, catalog_trust, hub
 from localllm.store.hubhttp import read_capped
+from localllm.store.tempfiles import atomic_write_bytes
 
 FILE = "catalog.toml"
 _SHA_RE = re.compile(r"^([0-9a-fA-F]{64})(?:\s+\*?(\S+))?\s*$")
@@ -82,8 +81,8 @@ def update(repo: str | None = None, file: str = FILE, sha256: str | None = None)
     target = folder / FILE
     # The signature first: a crash between the two leaves a pair that does not verify,
     # which load() ignores, rather than a copy that does with the old signature.
-    _write_atomic(folder / _SAVED[1], sig)
-    _write_atomic(target, data)
+    atomic_write_bytes(folder / _SAVED[1], sig)
+    atomic_write_bytes(target, data)
     meta = {
         "repo": repo,
         "file": file,
@@ -92,7 +91,7 @@ def update(repo: str | None = None, file: str = FILE, sha256: str | None = None)
         "fetched_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "updated": updated.isoformat() if updated else None,
     }
-    _write_atomic(folder / "source.json", json.dumps(meta, indent=2).encode() + b"\n")
+    atomic_write_bytes(folder / "source.json", json.dumps(meta, indent=2).encode() + b"\n")
     return Update(
         repo,
         file,
@@ -183,30 +182,3 @@ def _get(repo: str, file: str, limit: int, *, missing: str | None = None) -> byt
             )
     except httpx.HTTPError as exc:
         raise PullError(f"cannot reach the Hub at {hub.endpoint()}: {exc}", status=502) from None
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:  # the rename itself survives a crash only once the folder is synced
-        dfd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)
