@@ -29,9 +29,10 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from localllm.api.wire import JSONObject, JSONValue
 from localllm.errors import InvalidRequest
 from localllm.grammar.json_schema import MAX_PROPERTIES, SchemaConverter
 from localllm.grammar.rules import GrammarTooLarge, hint, literal
@@ -105,7 +106,7 @@ _XML: dict[str, tuple[str, ...]] = {
 }
 
 
-def forced_tool_grammar(tools: list[dict[str, Any]], template: str) -> tuple[str, Family] | None:
+def forced_tool_grammar(tools: Sequence[JSONObject], template: str) -> tuple[str, Family] | None:
     """(GBNF, format to parse) forcing one call of one of ``tools``; None if not expressible."""
     if len(tools) > MAX_TOOLS:
         raise GrammarTooLarge(f"tool_choice: at most {MAX_TOOLS} tools can be forced")
@@ -118,12 +119,13 @@ def forced_tool_grammar(tools: list[dict[str, Any]], template: str) -> tuple[str
         or isinstance(_shape(fmt), Shape | JsonShape)
         else "hermes"
     )
-    defs: dict[str, Any] = {}
+    defs: dict[str, JSONObject] = {}
     for tool in tools:
         params = _params(tool)
         for key in ("$defs", "definitions"):
-            if isinstance(params.get(key), Mapping):
-                defs.setdefault(key, {}).update(params[key])
+            found = params.get(key)
+            if isinstance(found, Mapping):
+                defs.setdefault(key, {}).update(found)
     conv = SchemaConverter(defs)
     conv.set("root", "")  # reserve the name
     try:
@@ -144,7 +146,7 @@ def forced_tool_grammar(tools: list[dict[str, Any]], template: str) -> tuple[str
         return None
 
 
-def _params(tool: Mapping[str, Any]) -> dict[str, Any]:
+def _params(tool: Mapping[str, JSONValue]) -> JSONObject:
     fn = tool.get("function") or {}
     params = fn.get("parameters") if isinstance(fn, Mapping) else None
     return dict(params) if isinstance(params, Mapping) else {"type": "object"}
@@ -276,14 +278,21 @@ def _params_each(
 
 
 def _listed(
-    conv: SchemaConverter, name: str, params: Mapping[str, Any], one: Callable[[str, Any, str], str]
+    conv: SchemaConverter,
+    name: str,
+    params: Mapping[str, Any],
+    sep: str,
+    value: Callable[[Any, str], str],
 ) -> str:
     """The parameters as comma-separated members (Gemma's and Python's), the optional ones
-    optional; ``one(key, schema, hint)`` writes one."""
+    optional: each its key, ``sep`` and ``value(schema, hint)``."""
     props, order, must = _ordered(conv, params)
     items = [
         (
-            conv.define(f"{hint(name, key)}-kv", one(key, props[key], hint(name, key))),
+            conv.define(
+                f"{hint(name, key)}-kv",
+                f"{conv.lit(key + sep)} {value(props[key], hint(name, key))}",
+            ),
             key in must,
             False,
         )
@@ -294,10 +303,7 @@ def _listed(
 
 def _gemma(conv: SchemaConverter, name: str, params: Mapping[str, Any]) -> str:
     args = _listed(
-        conv,
-        name,
-        params,
-        lambda key, schema, where: f"{conv.lit(key + ':')} {_gemma_value(conv, schema, where, 0)}",
+        conv, name, params, ":", lambda schema, where: _gemma_value(conv, schema, where, 0)
     )
     return f"{conv.lit('<|tool_call>call:' + name + '{')} {args} {literal('}<tool_call|>')}"
 
@@ -338,22 +344,14 @@ def _gemma_value(conv: SchemaConverter, schema: Any, where: str, depth: int) -> 
         return conv.define(where, f'"[" {ws} ({item} ("," {ws} {item})*)? "]"')
     if kind == "object" and isinstance(schema.get("properties"), Mapping) and schema["properties"]:
         members = _listed(
-            conv,
-            where,
-            schema,
-            lambda key, sub, at: f"{conv.lit(key + ':')} {_gemma_value(conv, sub, at, depth + 1)}",
+            conv, where, schema, ":", lambda sub, at: _gemma_value(conv, sub, at, depth + 1)
         )
         return conv.define(where, f'"{{" {members} "}}"')
     return "gemma-value"
 
 
 def _pythonic(conv: SchemaConverter, name: str, params: Mapping[str, Any]) -> str:
-    args = _listed(
-        conv,
-        name,
-        params,
-        lambda key, schema, where: f"{conv.lit(key + '=')} {conv.visit(schema, where)}",
-    )
+    args = _listed(conv, name, params, "=", conv.visit)
     head, tail = conv.lit("<|tool_call_start|>[" + name + "("), literal(")]<|tool_call_end|>")
     return f"{head} {args} {tail}"
 
