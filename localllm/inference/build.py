@@ -27,7 +27,7 @@ from localllm.inference.images import (
     require_vision,
 )
 from localllm.inference.plan import Fim, LoadOnly, Output, Plan, resolve
-from localllm.inference.service import InferenceService, Target
+from localllm.inference.service import InferenceService, Prepared, Target
 from localllm.inference.shaping import grammar_for, think_flag, think_level
 from localllm.toolcalls import Family
 
@@ -80,21 +80,8 @@ def chat_plan(
         forced = forced_tool_grammar(forced_tools, target.info.chat_template or "")
         if forced is not None:
             grammar, family = forced
-    request = resolve(
-        svc,
-        target,
-        prompt,
-        req.options,
-        req.keep_alive,
-        grammar=grammar,
-        logprobs=req.logprobs,
-        top_logprobs=req.top_logprobs,
-        truncate=req.truncate,
-        shift=req.shift,
-        cache_head=shared_head(svc, target, messages, prompt, tools=tools, think=req.think),
-        think_level=think_level(req.think),
-        tool_family=family,
-    )
+    head = shared_head(svc, target, messages, prompt, tools=tools, think=req.think)
+    request = _request(svc, target, prompt, req, grammar, head, tool_family=family)
     output = Output(think, tools, req.logprobs, family, report_stop)
     return Generation(svc, Plan(target, req.model, True, prompt, request, output, images))
 
@@ -146,25 +133,42 @@ def generate_plan(
         if images:
             check_rendered(prompt, images)
         head = shared_head(svc, target, messages, prompt, think=req.think)
-    request = resolve(
+    request = _request(svc, target, prompt, req, grammar_for(req.format), head, raw=req.raw)
+    context = list(req.context) if req.context else None
+    output = Output(think, logprobs=req.logprobs)
+    plan = Plan(target, req.model, False, prompt, request, output, images, fim, context)
+    return Generation(svc, plan)
+
+
+def _request(
+    svc: InferenceService,
+    target: Target,
+    prompt: str | list[int],
+    req: ChatRequest | GenerateRequest,
+    grammar: str | None,
+    cache_head: int,
+    *,
+    raw: bool = False,
+    tool_family: Family | None = None,
+) -> Prepared:
+    """The runner request of ``req``, from the fields chat and generate share (see
+    :func:`~localllm.inference.plan.resolve`)."""
+    return resolve(
         svc,
         target,
         prompt,
         req.options,
         req.keep_alive,
-        raw=req.raw,
-        grammar=grammar_for(req.format),
+        raw=raw,
+        grammar=grammar,
         logprobs=req.logprobs,
         top_logprobs=req.top_logprobs,
         truncate=req.truncate,
         shift=req.shift,
-        cache_head=head,
+        cache_head=cache_head,
         think_level=think_level(req.think),
+        tool_family=tool_family,
     )
-    context = list(req.context) if req.context else None
-    output = Output(think, logprobs=req.logprobs)
-    plan = Plan(target, req.model, False, prompt, request, output, images, fim, context)
-    return Generation(svc, plan)
 
 
 def _fim(target: Target, req: GenerateRequest) -> Fim:
