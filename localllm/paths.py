@@ -8,27 +8,40 @@ importing this module touches no disk.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 from localllm import config, ollama_env
+from localllm.config_setting import Setting
+
+
+def _folder(setting: Setting[str], default: Callable[[], Path]) -> Path:
+    """The folder ``setting`` names (``~`` expanded), else ``default()``."""
+    override = setting.get()
+    return Path(override).expanduser() if override else default()
+
+
+def _platform(kind: Literal["data", "cache", "config"]) -> Path:
+    """The platform's folder of that kind for localllm (platformdirs, imported when asked)."""
+    import platformdirs
+
+    where = {
+        "data": platformdirs.user_data_dir,
+        "cache": platformdirs.user_cache_dir,
+        "config": platformdirs.user_config_dir,
+    }[kind]
+    return Path(where("localllm", appauthor=False))
 
 
 def home() -> Path:
     """The root folder for all of localllm's data."""
-    override = config.HOME.get()
-    if override:
-        return Path(override).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("localllm", appauthor=False))
+    return _folder(config.HOME, lambda: _platform("data"))
 
 
 def models() -> Path:
     """The model store: ``blobs/`` and ``manifests/`` live here."""
-    override = config.MODELS.get()
-    if override:
-        return Path(override).expanduser()
-    return home() / "models"
+    return _folder(config.MODELS, lambda: home() / "models")
 
 
 def blobs() -> Path:
@@ -54,20 +67,12 @@ def chats_db() -> Path:
 
 def backends() -> Path:
     """Backend plugins built for this machine: ``<ggml version>/libggml-<name>.so``."""
-    override = config.BACKENDS.get()
-    if override:
-        return Path(override).expanduser()
-    return home() / "backends"
+    return _folder(config.BACKENDS, lambda: home() / "backends")
 
 
 def cache() -> Path:
     """Re-creatable downloads and build trees (the llama.cpp source, cmake builds)."""
-    override = config.CACHE.get()
-    if override:
-        return Path(override).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("localllm", appauthor=False))
+    return _folder(config.CACHE, lambda: _platform("cache"))
 
 
 def prompt_cache() -> Path:
@@ -109,9 +114,7 @@ def config_dir() -> Path:
     folder, or ``config/`` below ``LOCALLLM_HOME`` when that is set."""
     if config.HOME.get():
         return home() / "config"
-    import platformdirs
-
-    return Path(platformdirs.user_config_dir("localllm", appauthor=False))
+    return _platform("config")
 
 
 def user_catalog() -> Path:
