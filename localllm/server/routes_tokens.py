@@ -24,8 +24,9 @@ tokenizer in the model's runner (``inference/tokens.py``); bad input is a 400.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Any, cast
+from typing import TypeVar, cast
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -80,21 +81,39 @@ class ServerDetokenizeRequest(BaseModel):
     tokens: list[StrictInt] | None = None
 
 
-async def _target(request: Request, model: str) -> Target:
-    return await offload(request, text_target, inference_service(request), model)
+R = TypeVar("R", TokenizeRequest, DetokenizeRequest, ServerTokenizeRequest, ServerDetokenizeRequest)
+V = TypeVar("V")
 
 
-def _required(value: Any, name: str) -> Any:
+async def _read(
+    request: Request,
+    kind: type[R],
+    name: str,
+    field: Callable[[R], V | None],
+    check: Callable[[R], None] | None = None,
+) -> tuple[R, V, Target]:
+    """The body as ``kind``, its required field ``name`` (``field`` reads it), checked
+    further by ``check``, and the target of its model (a text model)."""
+    req = await parse_json(request, kind)
+    value = field(req)
     if value is None:
         raise InvalidRequest(f"{name} is required")
-    return value
+    if check is not None:
+        check(req)
+    target = await offload(request, text_target, inference_service(request), req.model)
+    return req, value, target
+
+
+def _no_pieces(req: ServerTokenizeRequest) -> None:
+    if req.with_pieces:
+        raise InvalidRequest(
+            "with_pieces is not supported: /detokenize a token at a time for its text"
+        )
 
 
 @router.post("/api/tokenize")
 async def api_tokenize(request: Request) -> Response:
-    req = await parse_json(request, TokenizeRequest)
-    text = _required(req.text, "text")
-    target = await _target(request, req.model)
+    req, text, target = await _read(request, TokenizeRequest, "text", lambda r: r.text)
     tokens = await tokenize(
         inference_service(request), target, text, options=req.options, keep_alive=req.keep_alive
     )
@@ -104,9 +123,7 @@ async def api_tokenize(request: Request) -> Response:
 
 @router.post("/api/detokenize")
 async def api_detokenize(request: Request) -> Response:
-    req = await parse_json(request, DetokenizeRequest)
-    tokens = _required(req.tokens, "tokens")
-    target = await _target(request, req.model)
+    req, tokens, target = await _read(request, DetokenizeRequest, "tokens", lambda r: r.tokens)
     text = await detokenize(
         inference_service(request), target, tokens, options=req.options, keep_alive=req.keep_alive
     )
@@ -116,13 +133,9 @@ async def api_detokenize(request: Request) -> Response:
 
 @router.post("/tokenize")
 async def server_tokenize(request: Request) -> Response:
-    req = await parse_json(request, ServerTokenizeRequest)
-    content = _required(req.content, "content")
-    if req.with_pieces:
-        raise InvalidRequest(
-            "with_pieces is not supported: /detokenize a token at a time for its text"
-        )
-    target = await _target(request, req.model)
+    req, content, target = await _read(
+        request, ServerTokenizeRequest, "content", lambda r: r.content, _no_pieces
+    )
     tokens = await tokenize(
         inference_service(request),
         target,
@@ -136,9 +149,7 @@ async def server_tokenize(request: Request) -> Response:
 
 @router.post("/detokenize")
 async def server_detokenize(request: Request) -> Response:
-    req = await parse_json(request, ServerDetokenizeRequest)
-    tokens = _required(req.tokens, "tokens")
-    target = await _target(request, req.model)
+    _, tokens, target = await _read(request, ServerDetokenizeRequest, "tokens", lambda r: r.tokens)
     body: ServerDetokenizeResponse = {
         "content": await detokenize(inference_service(request), target, tokens)
     }
