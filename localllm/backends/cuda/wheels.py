@@ -21,9 +21,10 @@ or ``--cuda``.  Only CUDA 13 is possible: the ``-cu12`` nvcc wheels hold
 ways out instead.  13.0 runs on every CUDA 13 driver (580 or newer) without
 leaning on minor-version compatibility, and is what an NVIDIA machine without
 ``nvidia-smi`` (a builder for others) gets.  ``install_runtime`` puts the CUDA
-runtime and cuBLAS beside the plugin (``cuda-libs/``, the plugin's runpath
-``$ORIGIN/cuda-libs``, the layout packs use), so it needs no ``LD_LIBRARY_PATH``
-and outlives a cleared cache.
+runtime and cuBLAS beside the plugin built here (``cuda-libs/``, hard links
+into the tree, the plugin's runpath ``$ORIGIN/cuda-libs``), so it needs no
+``LD_LIBRARY_PATH``; a pack of it names the runtime wheels instead
+(``runtime_wheels``).
 """
 
 from __future__ import annotations
