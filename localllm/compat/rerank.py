@@ -24,9 +24,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, JsonValue, StrictBool, StrictInt, StrictStr
 
 from localllm.api.wire import RerankDocument, RerankResult, TeiRank
 from localllm.errors import InvalidRequest, LocalLLMError
@@ -56,7 +55,7 @@ class RerankBody(BaseModel):
     raw_scores: StrictBool = False  # TEI
     truncate: StrictBool = True
     keep_alive: int | float | str | None = None
-    options: dict[str, Any] | None = None
+    options: dict[str, JsonValue] | None = None
 
 
 @dataclass(frozen=True)
