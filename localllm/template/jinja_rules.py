@@ -102,15 +102,7 @@ def check_printf(b: Budget, fmt: str | bytes, values: Any) -> None:
         if isinstance(values, tuple)
         else [values]
     )
-    _check_filled(
-        b,
-        len(text) + fields * widest,
-        fields,
-        given,
-        widths="a * width in a % format" if star else None,
-        values="a value given to %",
-        made="the text % formatting makes",
-    )
+    _check_filled(b, len(text) + fields * widest, fields, given, star, _PRINTF_SAYS)
 
 
 def check_format(b: Budget, fmt: str, args: Args, kwargs: Mapping[Any, Any]) -> None:
@@ -131,34 +123,28 @@ def check_format(b: Budget, fmt: str, args: Args, kwargs: Mapping[Any, Any]) -> 
             widest = max(widest, _width(digits))
     b.check_width(widest, "a width or precision in a format string")
     given = [*args, *kwargs.values()]
-    _check_filled(
-        b,
-        len(fmt) + fields * widest,
-        fields,
-        given,
-        widths="a width given to a format field" if nested else None,
-        values="a value given to format",
-        made="the text format makes",
-    )
+    _check_filled(b, len(fmt) + fields * widest, fields, given, nested, _FORMAT_SAYS)
+
+
+# What a refusal says of each kind of format: (a width given as a value, a value, the text).
+_PRINTF_SAYS = ("a * width in a % format", "a value given to %", "the text % formatting makes")
+_FORMAT_SAYS = (
+    "a width given to a format field",
+    "a value given to format",
+    "the text format makes",
+)
 
 
 def _check_filled(
-    b: Budget,
-    fixed: int,
-    fields: int,
-    given: list[Any],
-    *,
-    widths: str | None,
-    values: str,
-    made: str,
+    b: Budget, fixed: int, fields: int, given: list[Any], widths: bool, says: tuple[str, str, str]
 ) -> None:
     """The text a format makes: ``fixed`` characters (its own and its widths') plus
     ``fields`` times the widest of ``given``; where the values include widths (``*``,
-    nested fields), each is checked as one (``widths`` says what they are)."""
-    if widths is not None:
+    nested fields: ``widths``), each is checked as one."""
+    if widths:
         for v in given:
-            b.check_width(v, widths)
-    b.check_chars(fixed + fields * _chars(b, given, values), made)
+            b.check_width(v, says[0])
+    b.check_chars(fixed + fields * _chars(b, given, says[1]), says[2])
 
 
 def check_replace(b: Budget, text: str | bytes, old: Any, new: Any, count: Any) -> None:
