@@ -64,7 +64,26 @@ class RuntimePin:
 def _from_set(name: str, folder: str, libs: tuple[str, ...]) -> RuntimePin:
     """A runtime wheel of the CUDA 13.0 compiler set: the same pin, written once."""
     wheel = next(w for w in SETS["13.0"].wheels if w.name == name)
-    return RuntimePin(name, wheel.version, folder, libs, {m: f[0] for m, f in wheel.files.items()})
+    return RuntimePin(
+        name,
+        wheel.version,
+        folder,
+        libs,
+        {m: f[0] for m, f in wheel.files.items()},
+        {m: {n: sha for n, sha in files.items() if n in libs} for m, files in _CU13_FILES.items()},
+    )
+
+
+# The libraries' own sha256s, read from the unpacked x86-64 wheels of the set: with them a
+# pack can take the files from an environment that has the same wheels installed
+# (PyTorch's, for one), each checked.
+_CU13_FILES = {
+    "x86_64": {
+        "libcudart.so.13": "96c42e418cec19054186b9429c321603cc190bf26a18104e19408117a2a817b0",
+        "libcublasLt.so.13": "656298c804f5adbb0df930545c17911b9584ab4e5101c0eeb65d1fe881d880f8",
+        "libcublas.so.13": "e70f38efabe986acd5eb683497c62f0f1730a6176ee291d9d24c6e339d1fbf86",
+    }
+}
 
 
 # The CUDA 12 pins are the last 12.x releases: a CUDA 12 driver (525 or newer) runs them
