@@ -5,8 +5,9 @@ A daemon that sees a GPU no plugin serves puts the line that fixes it in its
 ``run`` prints it on stderr, ``chat`` shows it in the status bar, and a ``serve``
 in a terminal prints it at start.  Whichever comes first in a day shows it;
 the others stay quiet until the next day.  The time it was last shown is kept
-in ``<cache>/hints.json``, written whole or not at all (a temporary file renamed
-over it), so two commands at once cannot leave half a file.  ``LOCALLLM_NO_HINTS``
+in the data folder (``<LOCALLLM_HOME>/hints.json``, beside the store the daemon
+serves), written whole or not at all (a temporary file renamed over it), so two
+commands at once cannot leave half a file.  ``LOCALLLM_NO_HINTS``
 silences it.  Only a daemon on this machine is asked: the command the line names
 must run where the GPU is.
 """
@@ -35,7 +36,7 @@ KEY = "gpu"
 
 
 def state_file() -> Path:
-    return paths.cache() / "hints.json"
+    return paths.home() / "hints.json"
 
 
 def _last_shown() -> float:
@@ -49,7 +50,7 @@ def _last_shown() -> float:
 def _mark(now: float) -> None:
     """Remember ``now``: a temporary file in the same folder, renamed over the old one."""
     path = state_file()
-    with contextlib.suppress(OSError):  # a read-only cache means the hint shows again
+    with contextlib.suppress(OSError):  # a read-only folder means the hint shows again
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".hints-", dir=path.parent)
         try:

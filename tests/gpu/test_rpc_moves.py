@@ -70,12 +70,12 @@ def test_ps_names_the_model_a_reload_would_move(
             assert set(entry["devices"]) == {"CPU"}  # still where it loaded
             move = entry["would_move"]
             assert list(move["devices"]) == [w.endpoint] and move["devices"][w.endpoint] > 0
-            assert f"tiny would move to {w.device}" in d.log.read_text()
+            assert f"tiny:latest would move to {w.device} (" in d.log.read_text()
             ps = d.cli("ps")
             assert ps.returncode == 0, ps.stderr
             assert (
-                f"tiny would move to GPU {w.endpoint} ({move['devices'][w.endpoint]} layers) "
-                "on a reload: 'localllm stop tiny'"
+                f"tiny:latest would move to GPU {w.endpoint} ({move['devices'][w.endpoint]} "
+                "layers) on a reload: 'localllm stop tiny:latest'"
             ) in ps.stdout
             # The reload goes there, and the note goes with the old load.
             assert d.cli("stop", "tiny").returncode == 0
