@@ -177,6 +177,9 @@ def runtime_libs(plugin: Path) -> tuple[dict[str, Path], list[str]]:
     carry: dict[str, Path] = {}
     system: list[str] = []
     cache: dict[str, str] | None = None
+    # A plugin installed from a pack that named runtime wheels: the loader gives it those
+    # from the cache, before any search (runtime_wheels.preload).
+    first = {p.name: p for p in runtime_wheels.libraries_for(plugin)[0]}
     todo = [plugin]
     while todo:
         lib = todo.pop()
@@ -184,7 +187,9 @@ def runtime_libs(plugin: Path) -> tuple[dict[str, Path], list[str]]:
         for name in info.needed:
             if name in carry or name.startswith(CORE_LIBS):
                 continue
-            found = next((d / name for d in _search_dirs(lib, info) if (d / name).is_file()), None)
+            found = first.get(name) or next(
+                (d / name for d in _search_dirs(lib, info) if (d / name).is_file()), None
+            )
             if name.startswith(SYSTEM_LIBS):
                 found = None
             elif found is None and name.startswith(TOOLKIT_LIBS):

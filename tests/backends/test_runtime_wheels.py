@@ -219,6 +219,10 @@ def test_the_pack_names_the_wheels_and_the_install_fetches_them_once(
     # A second install finds them in the cache: no wheelhouse, no index needed.
     again = install.install(packed.path, core())
     assert all("already in" in line for line in again.runtime)
+    # Packed again from what the install left (no toolkit here): the same wheels named.
+    repacked = pack.make("cuda", ggml_version=VERSION, ggml_commit="abc1234", out=tmp_path / "re")
+    assert repacked.manifest["runtime"] == m["runtime"]
+    assert set(repacked.manifest["files"]) == {"libggml-cuda.so"}
 
     # A cleared cache is said, with the way back, instead of a loader error.
     shutil.rmtree(tmp_path / "cache" / "cuda-runtime")
