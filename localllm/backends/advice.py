@@ -67,9 +67,12 @@ class Wanted:
         """The one line ``run``, ``chat`` and ``serve`` print."""
         if not self.backend:
             return self.hint
+        name, vendor = self.gpu.name, _VENDOR_LABEL.get(self.gpu.vendor, self.gpu.vendor)
+        # "The NVIDIA GeForce RTX 4090", not "The NVIDIA GPU NVIDIA GeForce RTX 4090".
+        who = name if name.startswith(vendor) else f"{_label(self.gpu)} {name}".strip()
         return (
-            f"The {_label(self.gpu)} {self.gpu.name} is not used: no {self.backend.title} "
-            f"plugin is loaded. Run '{self.command}' to use it."
+            f"The {who} is not used: no {self.backend.title} plugin is loaded. "
+            f"Run '{self.command}' to use it."
         )
 
 

@@ -46,7 +46,7 @@ def test_run_names_the_command_once_a_day(tmp_path: Path, monkeypatch: pytest.Mo
     with start_daemon(tmp_path) as d:
         (line,) = hint_lines(run_once(d))
         assert line == (
-            f"The NVIDIA GPU {GPU} is not used: no NVIDIA CUDA plugin is loaded. "
+            f"The {GPU} is not used: no NVIDIA CUDA plugin is loaded. "
             "Run 'localllm backends build cuda' to use it."
         )
         version = httpx.get(d.url + "/api/version", trust_env=False).json()
@@ -88,7 +88,7 @@ def test_serve_in_a_terminal_prints_it_once_a_day(
     env = cli_env(free_port())
     with in_terminal(env, "serve") as (proc, fd):
         seen = read_fd_until(fd, LINE_END, timeout=60)
-        assert b"The NVIDIA GPU " + GPU.encode() + b" is not used" in seen
+        assert b"The " + GPU.encode() + b" is not used" in seen
         stop(proc)
     # Started again the same day: the log has the longer hint, the terminal no extra line.
     with in_terminal(env, "serve") as (proc, fd):
