@@ -185,8 +185,7 @@ def _with_tag(
 
 def describe(offer: Offer) -> str:
     """``hf.co/unsloth/X-GGUF (unsloth; 1.2M downloads; Q4_K_M 5.7 GB: fits ...)``."""
-    from localllm.cli.search import count
-    from localllm.format import format_bytes
+    from localllm.format import format_bytes, format_count as count
 
     facts = [offer.publisher, f"{count(offer.downloads)} downloads"]
     if offer.quant is not None:
