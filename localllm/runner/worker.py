@@ -39,8 +39,8 @@ from localllm.errors import LocalLLMError
 from localllm.runner import protocol as P
 from localllm.runner.attach import Floats
 from localllm.runner.engine_api import EngineAPI, EngineFactory
-from localllm.runner.frames import CompleteFrame, Frame, LoadedFrame
-from localllm.runner.messages import CACHE_FLUSH_S, Failed, Piece
+from localllm.runner.frames import Frame, LoadedFrame
+from localllm.runner.messages import CACHE_FLUSH_S, CompletionRequest, Failed, Piece
 from localllm.runner.resident import rss_bytes
 
 log = logging.getLogger("localllm.runner.worker")
@@ -254,9 +254,11 @@ class Worker:
             if msg["type"] == "complete":
                 if isinstance(msg["request"], dict):  # so a refused request fails by its id
                     req_id = str(msg["request"].get("id", ""))
-                self._complete(engine, msg)
+                req = P.parse_request(msg)
+                req_id = req.id
+                self._complete(engine, req)
             else:
-                self._call(engine, msg)
+                self._call(engine, msg, req_id)
         except ParentGone:
             raise
         except Exception as exc:
@@ -264,8 +266,7 @@ class Worker:
             log.warning("%s %s failed: %s", kind, req_id, exc)
             self.fail(req_id, exc)
 
-    def _complete(self, engine: EngineAPI, msg: CompleteFrame) -> None:
-        req = P.parse_request(msg)
+    def _complete(self, engine: EngineAPI, req: CompletionRequest) -> None:
         engine.submit(req)
         self.active.add(req.id)
         if req.adapters:
@@ -273,10 +274,11 @@ class Worker:
             if loads:
                 self.send(*(P.adapter_msg(path, ns) for path, ns in loads))
 
-    def _call(self, engine: EngineAPI, msg: Frame) -> None:
-        """Every message but ``complete``: a cancel, or a call answered at once."""
+    def _call(self, engine: EngineAPI, msg: Frame, req_id: str) -> None:
+        """Every message but ``complete``: a cancel, or a call answered under ``req_id``
+        (its id as text) at once."""
         if msg["type"] == "cancel":
-            engine.cancel(msg["id"])
+            engine.cancel(req_id)
         elif msg["type"] == "embed":
             vectors, n_tokens = engine.embed(
                 [str(s) for s in msg["inputs"]], truncate=bool(msg["truncate"])
@@ -285,7 +287,7 @@ class Worker:
             self.send(
                 {
                     "type": "embeddings",
-                    "id": msg["id"],
+                    "id": req_id,
                     "n_tokens": int(n_tokens),
                     "vectors": Floats.pack(vectors),
                 }
@@ -296,7 +298,7 @@ class Worker:
             self.send(
                 {
                     "type": "scores",
-                    "id": msg["id"],
+                    "id": req_id,
                     "n_tokens": int(n_tokens),
                     "scores": [float(s) for s in scores],
                 }
@@ -307,13 +309,13 @@ class Worker:
                 add_special=bool(msg["add_special"]),
                 parse_special=bool(msg["parse_special"]),
             )
-            self.send({"type": "tokens", "id": msg["id"], "tokens": [int(t) for t in tokens]})
+            self.send({"type": "tokens", "id": req_id, "tokens": [int(t) for t in tokens]})
         elif msg["type"] == "detokenize":
             ids = [int(t) for t in msg["tokens"]]
             text = engine.detokenize(ids, special=bool(msg.get("special")))
-            self.send({"type": "text", "id": msg["id"], "text": text})
+            self.send({"type": "text", "id": req_id, "text": text})
         elif msg["type"] == "ping":
-            self.send({"type": "pong", "id": msg["id"]})
+            self.send({"type": "pong", "id": req_id})
         else:
             raise P.ProtocolError(f"a runner does not accept {msg['type']!r} messages")
 
