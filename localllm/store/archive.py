@@ -31,9 +31,10 @@ import tarfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from localllm import __version__
+from localllm.api import wire
 from localllm.errors import InvalidName, InvalidRequest, LocalLLMError
 from localllm.store.manifests import MAX_MANIFEST_BYTES, Manifest
 from localllm.store.names import ModelName, parse_name
@@ -44,13 +45,23 @@ VERSION = 1
 MAX_TABLE_BYTES = 8 << 20
 MAX_FILES = 100_000
 _BLOB_RE = re.compile(r"^blobs/sha256-([0-9a-f]{64})$")
-Progress = Callable[[dict[str, Any]], None]
+# Each event is one of Ollama's pull progress lines (the CLI shows them as bars).
+Progress = Callable[[wire.Progress], None]
 
 
 class ArchiveError(LocalLLMError):
     """An archive that cannot be written or read: damaged, cut short, hostile or not ours."""
 
     status = 400
+
+
+class MemberJSON(TypedDict):
+    """A member as the table lists it."""
+
+    name: str
+    size: int
+    sha256: str
+    mtime_ns: NotRequired[int]
 
 
 @dataclass(frozen=True)
@@ -64,8 +75,8 @@ class Member:
     # (``list``, ``show``); nanoseconds, so it comes back exactly.
     mtime_ns: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "size": self.size, "sha256": self.sha256}
+    def to_json(self) -> MemberJSON:
+        out: MemberJSON = {"name": self.name, "size": self.size, "sha256": self.sha256}
         if self.mtime_ns is not None:
             out["mtime_ns"] = self.mtime_ns
         return out

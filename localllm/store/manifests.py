@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from localllm.errors import InvalidRequest, ModelNotFound
 from localllm.store.names import ModelName, parse_digest, parse_name
@@ -37,6 +37,15 @@ MEDIA_DRAFT = "application/vnd.localllm.draft"
 MAX_MANIFEST_BYTES = 4 << 20
 
 
+class LayerJSON(TypedDict):
+    """A layer (or the config) as a manifest file writes it, in Ollama's field names."""
+
+    mediaType: str
+    digest: str
+    size: int
+    name: NotRequired[str]
+
+
 @dataclass(frozen=True)
 class Layer:
     media_type: str
@@ -45,12 +54,8 @@ class Layer:
     # Original file name, kept for split GGUF shards and adapters.
     name: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "mediaType": self.media_type,
-            "digest": self.digest,
-            "size": self.size,
-        }
+    def to_json(self) -> LayerJSON:
+        out: LayerJSON = {"mediaType": self.media_type, "digest": self.digest, "size": self.size}
         if self.name:
             out["name"] = self.name
         return out

@@ -24,8 +24,9 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, NotRequired, TypeAlias, TypedDict
 
+from localllm.api.wire import JSONObject
 from localllm.errors import InvalidModelFile, InvalidRequest, PullError
 from localllm.gguf.info import ModelInfo, read_model_info_split
 from localllm.store import download, hub, projector as proj, ratelimit, tls
@@ -199,21 +200,39 @@ def _commit(store: Store, name: ModelName, manifest: Manifest, progress: Progres
     return entry
 
 
+class OriginFile(TypedDict):
+    """One pulled file: its path in the repo, its digest (the Hub's LFS sha256) and size."""
+
+    file: str
+    digest: str
+    size: int
+
+
+class HubOrigin(TypedDict):
+    """Where a pulled model came from (the config blob's ``origin``, which ``show`` lists)."""
+
+    source: str  # hf.co/{repo}:{quant}: pulls the same files again
+    digest: str
+    files: list[OriginFile]
+    catalog: NotRequired[str]  # the catalogue entry that led here
+    projector: NotRequired[OriginFile]
+
+
 def _origin(
     repo_id: str,
     choice: hub.Choice,
     mmproj: hub.HubFile | None,
     layers: list[Layer],
     via: str | None,
-) -> dict[str, Any]:
+) -> HubOrigin:
     """Where the model came from, as ``show`` reports it: a name that pulls the same files
     again (``hf.co/{repo}:{quant}``), the catalogue entry if one led here, and each file
     with its digest (the Hub's LFS sha256, which is also the blob's name)."""
 
-    def item(f: hub.HubFile) -> dict[str, Any]:
+    def item(f: hub.HubFile) -> OriginFile:
         return {"file": f.path, "digest": f"sha256:{f.sha256}", "size": f.size}
 
-    out: dict[str, Any] = {
+    out: HubOrigin = {
         "source": f"hf.co/{repo_id}:{choice.label}",
         "digest": f"sha256:{choice.files[0].sha256}",
         "files": [item(f) for f in choice.files],
@@ -291,7 +310,7 @@ def _extra_layers(
     layer is only written when the repo ships a ``template`` file (Go syntax).
     """
     out: list[Layer] = []
-    params: dict[str, Any] | None = None
+    params: JSONObject | None = None
     for fname, media in (
         ("template", MEDIA_TEMPLATE),
         ("system", MEDIA_SYSTEM),

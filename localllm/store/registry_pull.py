@@ -27,10 +27,11 @@ import json
 import re
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias, TypedDict
 
 import httpx
 
+from localllm.api.wire import JSONObject
 from localllm.errors import InvalidModelFile, LocalLLMError
 from localllm.gguf import archs
 from localllm.gguf.info import ModelInfo, model_info_from_headers, read_model_info
@@ -96,7 +97,17 @@ def pull_from_registry(
         hold.release()
 
 
-def origin(remote: Remote) -> dict[str, Any]:
+class RegistryOrigin(TypedDict):
+    """Where a model pulled from a registry came from: its name there, the registry, the
+    manifest's digest and the model blob's."""
+
+    source: str
+    registry: str
+    manifest: str
+    digest: str
+
+
+def origin(remote: Remote) -> RegistryOrigin:
     """Where the model came from, as ``show`` reports it and a later pull follows it."""
     return {
         "source": remote.source,
@@ -226,7 +237,7 @@ def _drop(store: Store, digest: str) -> None:
             store.blobs.remove(digest)
 
 
-def _config(data: bytes) -> dict[str, Any]:
+def _config(data: bytes) -> JSONObject:
     """The registry's config blob as JSON (Ollama's fields: family, size, renderer...)."""
     try:
         value = json.loads(data)

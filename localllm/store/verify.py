@@ -26,12 +26,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from localllm.api import wire
 from localllm.errors import LocalLLMError
 from localllm.store.blobs import CHUNK
 from localllm.store.local import Store
 from localllm.store.names import ModelName, parse_name
 
-Progress = Callable[[dict[str, Any]], None]
+# Each event is one of Ollama's pull progress lines (the CLI shows them as bars).
+Progress = Callable[[wire.Progress], None]
 PROGRESS_STEP = 8 << 20
 
 
