@@ -82,6 +82,25 @@ image_site() {
     python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'
 }
 
+# A venv over the image's packages.  The GPU image's python3 is itself a venv
+# (/opt/torch/.venv), whose packages are not the base interpreter's "system" site:
+# a .pth file adds them after the venv's own.  Without ensurepip the venv is made
+# --without-pip and the image's pip (on that path) installs into it.
+make_venv() {
+    local venv=$1 site venv_site
+    python3 -m venv --system-site-packages "$venv" > "$LOGS/step1-venv.log" 2>&1 || {
+        rm -rf "$venv"
+        python3 -m venv --system-site-packages --without-pip "$venv" >> "$LOGS/step1-venv.log" 2>&1 \
+            || die "cannot create a venv with python3 (see step1-venv.log)"
+    }
+    site=$(image_site)
+    venv_site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    if [[ "$site" != "$venv_site" ]] && ! "$venv/bin/python" -c 'import numpy' 2>/dev/null; then
+        printf '%s\n' "$site" > "$venv_site/zz-image-site.pth"
+    fi
+    "$venv/bin/python" -m pip --version > /dev/null 2>&1 || die "the venv has no pip"
+}
+
 main() {
     local dry=0 dir=""
     while [[ $# -gt 0 ]]; do
@@ -105,7 +124,7 @@ main() {
     [[ "$(sha256sum "$pack" | cut -d' ' -f1)" == "$sha" ]] \
         || { echo "gpu_check: $pack does not have the sha256 in pack.sha256" >&2; exit 2; }
     if [[ $dry == 1 ]]; then
-        echo "gpu_check: DIR $dir is complete: core $(jq -r .ggml_version "$dir/core/core.json" 2>/dev/null || echo '?'),"
+        echo "gpu_check: DIR $dir is complete: core ggml $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["ggml_version"])' "$dir/core/core.json"),"
         echo "  pack $(basename "$pack") ($(stat -c %s "$pack") bytes, sha256 $sha),"
         echo "  tools $(ls "$tools" | tr '\n' ' '), $(ls "$dir"/wheels/*.whl | wc -l) wheels"
         echo "  carried with the checkout: $(du -sh "$dir" | cut -f1)"
@@ -140,8 +159,7 @@ run() {
     step_done
 
     step "1 venv, deps, localllm on its own core"
-    python3 -m venv --system-site-packages "$venv" > "$LOGS/step1-venv.log" 2>&1 \
-        || die "python3 -m venv failed (see step1-venv.log)"
+    make_venv "$venv"
     "$PY" -m pip install -q --no-deps "$dir"/wheels/*.whl > "$LOGS/step1-deps.log" 2>&1 \
         || die "installing DIR/wheels failed (see step1-deps.log)"
     # The core localllm built on the prebuild machine, as a prefix: only the shim compiles.
