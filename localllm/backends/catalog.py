@@ -11,6 +11,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from localllm.config import LLM_LIBRARY_DEVICES
+
 SUFFIX = ".dll" if sys.platform == "win32" else ".dylib" if sys.platform == "darwin" else ".so"
 
 
@@ -20,7 +22,9 @@ class Backend:
     title: str
     cmake_flag: str  # -D<flag>=ON
     target: str  # cmake target of the plugin
-    libraries: tuple[str, ...]  # ggml device library names it brings (detect.library_of)
+    # ggml device library names it brings (detect.library_of); LOCALLLM_LLM_LIBRARY's table,
+    # so choosing a library and building its plugin name the same devices.
+    libraries: tuple[str, ...]
     needs: str  # the toolkit, for messages
 
     @property
@@ -36,7 +40,7 @@ BACKENDS: dict[str, Backend] = {
             "NVIDIA CUDA",
             "GGML_CUDA",
             "ggml-cuda",
-            ("CUDA",),
+            LLM_LIBRARY_DEVICES["cuda"],
             "the NVIDIA driver (the build uses nvcc, or fetches NVIDIA's wheels)",
         ),
         Backend(
@@ -44,7 +48,7 @@ BACKENDS: dict[str, Backend] = {
             "AMD ROCm",
             "GGML_HIP",
             "ggml-hip",
-            ("ROCm", "HIP"),
+            LLM_LIBRARY_DEVICES["rocm"],
             "ROCm (hipcc, hipBLAS, rocBLAS)",
         ),
         Backend(
@@ -52,7 +56,7 @@ BACKENDS: dict[str, Backend] = {
             "Vulkan",
             "GGML_VULKAN",
             "ggml-vulkan",
-            ("Vulkan",),
+            LLM_LIBRARY_DEVICES["vulkan"],
             "Vulkan headers (1.3.261 or newer), its loader, glslc and SPIRV-Headers",
         ),
         Backend(
