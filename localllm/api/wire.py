@@ -2,7 +2,7 @@
 
 Requests are pydantic models (``api/schemas*.py``) because the daemon must
 check them; responses are built by the daemon itself, so they only need names
-that mypy can check at both ends: the producers (``inference/plan.py``,
+that mypy can check at both ends: the producers (``inference/generation.py``,
 ``inference/fold.py``, ``inference/ps.py``, ``models/service.py``,
 ``models/remote.py``) return these, and the consumers (the compat stream
 classes, ``api/client.py`` and through it the CLI and ``tui/reply.py``,
