@@ -1,8 +1,10 @@
 """How the numbers the daemon reports read for people: sizes, durations, ages, placement.
 
-The one home of these formatters, imported by both ``cli/`` and ``tui/`` so
-neither imports the other for them.  Pure functions, standard library only,
-so commands that print a table start fast.
+The one home of these formatters (and of the one reader of RFC 3339 times),
+imported by ``cli/`` and ``tui/`` so neither imports the other for them, and by
+the planner's reasons and ``compat/``, so a size or a time reads one way
+everywhere.  Pure functions, standard library only, so commands that print a
+table start fast.
 """
 
 from __future__ import annotations
