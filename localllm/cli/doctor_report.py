@@ -14,7 +14,8 @@ import sys
 from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
-    from localllm.hardware.detect import BuildInfo, Hardware, PluginReport
+    from localllm.hardware.detect import Hardware
+    from localllm.hardware.probe_answer import BuildInfo, PluginReport
 
 
 class Python(TypedDict):

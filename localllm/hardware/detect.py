@@ -12,15 +12,20 @@ to do about them (a GPU without its plugin) is ``backends/advice.py``'s.
 
 from __future__ import annotations
 
-import json
-import signal
 import subprocess
 import threading
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal, TypedDict, cast
+from typing import Any, Literal
 
 from localllm.hardware.cpu import CPUInfo, available_ram, cpu_info
 from localllm.hardware.cpu_buffers import ExtraBuffer, parse_extra_buffers
+from localllm.hardware.probe_answer import (
+    BuildInfo,
+    PluginReport,
+    ProbeAnswer,
+    ProbeDevice,
+    parse_probe_output,
+)
 from localllm.hardware.probes import GPUProbe, probe_all
 from localllm.hardware.rpc import WorkerStatus
 
@@ -38,42 +43,6 @@ _KINDS: dict[str | int, DeviceKind] = {
 }
 # ggml device names are "<backend><index>"; a few backends use other spellings.
 _LIBRARY_ALIASES = {"MTL": "Metal", "HIP": "ROCm", "VULKAN": "Vulkan", "CANN": "CANN"}
-BuildInfo = dict[str, object]  # binding.build_info(): strings and flags, passed on as read
-
-
-class ProbeDevice(TypedDict, total=False):
-    """One device of the probe child's answer (``engine/probe_child.py``)."""
-
-    name: str
-    description: str
-    type: str | int  # "cpu" | "gpu" | "igpu" | "accel", or ggml's enum value
-    free: int
-    total: int
-    host_buffer: bool
-    registry: str
-
-
-class PluginReport(TypedDict, total=False):
-    """What the probe child made of one plugin file."""
-
-    file: str
-    path: str
-    loaded: bool
-    backend: str  # the ggml registry it brought, "" when it did not load
-    error: str
-
-
-class ProbeAnswer(TypedDict, total=False):
-    """The probe child's answer, or ``{"ok": False, "error": ...}`` when it gave none."""
-
-    ok: bool
-    error: str
-    devices: list[ProbeDevice]
-    plugins: list[PluginReport]
-    ggml_version: str
-    system_info: str
-    build_info: BuildInfo
-    cpu_buffers: list[object]  # parsed by cpu_buffers.parse_extra_buffers
 
 
 @dataclass(frozen=True)
@@ -181,25 +150,6 @@ def run_probe(timeout: float = PROBE_TIMEOUT_S, argv: list[str] | None = None) -
     except OSError as exc:
         return {"ok": False, "error": f"could not start the native probe: {exc}"}
     return parse_probe_output(out.returncode, out.stdout, out.stderr)
-
-
-def parse_probe_output(returncode: int, stdout: str, stderr: str) -> ProbeAnswer:
-    for line in reversed(stdout.strip().splitlines()):
-        try:
-            answer = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(answer, dict) and "ok" in answer:
-            return cast(ProbeAnswer, answer)  # its fields are checked where they are read
-    tail = " | ".join(stderr.strip().splitlines()[-3:])
-    if returncode < 0:
-        try:
-            what = f"crashed with {signal.Signals(-returncode).name}"
-        except ValueError:
-            what = f"crashed with signal {-returncode}"
-    else:
-        what = f"exited with status {returncode} without an answer"
-    return {"ok": False, "error": f"native probe {what}" + (f": {tail}" if tail else "")}
 
 
 def remote_devices(workers: tuple[WorkerStatus, ...]) -> tuple[Device, ...]:

@@ -14,9 +14,9 @@ from localllm.hardware.detect import (
     build_hardware,
     detect,
     library_of,
-    parse_probe_output,
     run_probe,
 )
+from localllm.hardware.probe_answer import parse_probe_output
 from localllm.hardware.probes import GPUProbe
 
 GiB = 1024**3
