@@ -63,7 +63,7 @@ def check_parameters(params: dict[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
-def check_messages(messages: Any) -> list[dict[str, Any]] | None:
+def check_messages(messages: Any) -> list[dict[str, str]] | None:
     if messages is None:
         return None
     if not isinstance(messages, list):
@@ -84,7 +84,7 @@ def check_messages(messages: Any) -> list[dict[str, Any]] | None:
     return out
 
 
-def check_template(template: str, messages: list[dict[str, Any]], system: str | None) -> None:
+def check_template(template: str, messages: list[dict[str, str]], system: str | None) -> None:
     """Render ``template`` once for a sample chat; 400 with the reason if that fails."""
     if not template.strip():
         return

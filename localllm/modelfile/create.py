@@ -75,7 +75,7 @@ class CreateSpec:
     system: str | None = None
     license: list[str] = field(default_factory=list)
     parameters: dict[str, Any] | None = None
-    messages: list[dict[str, Any]] | None = None
+    messages: list[dict[str, str]] | None = None
     quantize: str | None = None
 
 

@@ -67,11 +67,15 @@ def to_text(mf: Modelfile, *, header: list[str] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parameters_from_layer(params: Any) -> dict[str, Any]:
+# A Modelfile parameter's value: a number, a switch, text, or (stop) a list of texts.
+ParamValue = str | int | float | bool | list[str]
+
+
+def parameters_from_layer(params: Any) -> dict[str, ParamValue]:
     """A stored params layer as Modelfile parameters (stored text values stay text)."""
     if not isinstance(params, dict):
         return {}
-    out: dict[str, Any] = {}
+    out: dict[str, ParamValue] = {}
     for key, value in params.items():
         if isinstance(value, (list, tuple)):
             out[str(key)] = [str(v) for v in value]

@@ -12,13 +12,36 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import NotRequired, Protocol, TypedDict
 
+from localllm.api import wire
 from localllm.errors import InvalidRequest
 from localllm.modelfile.parser import Modelfile
 from localllm.modelfile.paths import looks_like_path, model_files, resolve_local
 
-Event = Callable[[dict[str, Any]], None]
+Event = Callable[[wire.Progress], None]  # an upload's progress, as the daemon's own lines
+
+
+# The ``/api/create`` request a Modelfile makes: local files named by digest (``{file
+# name: digest}``), anything else as written.  Functional form: ``from`` is a keyword.
+CreateBody = TypedDict(
+    "CreateBody",
+    {
+        "model": str,
+        "stream": bool,
+        "from": NotRequired[str],
+        "files": NotRequired[dict[str, str]],
+        "adapters": NotRequired[dict[str, str]],
+        "projector": NotRequired[dict[str, str]],
+        "draft": NotRequired[str | dict[str, str]],
+        "template": NotRequired[str],
+        "system": NotRequired[str],
+        "license": NotRequired[list[str]],
+        "parameters": NotRequired[dict[str, object]],
+        "messages": NotRequired[list[dict[str, str]]],
+        "quantize": NotRequired[str],
+    },
+)
 
 
 class BlobClient(Protocol):
@@ -73,9 +96,9 @@ def build_request(
     emit: Event,
     *,
     quantize: str | None = None,
-) -> dict[str, Any]:
+) -> CreateBody:
     """The ``/api/create`` body for ``mf``, uploading the local files it names."""
-    body: dict[str, Any] = {"model": model, "stream": True}
+    body: CreateBody = {"model": model, "stream": True}
     emit({"status": "gathering model components"})
     local = local_from(mf, base_dir)
     if local is not None:
