@@ -18,19 +18,27 @@ compiles the shim, then ``install()`` copies the libraries into the package
 3. builds the five targets with ninja and keeps ``include/``, ``lib/`` and ``core.json``
    in ``<cache>/core/<key>/``.
 
+On x86-64 Linux the CPU backend is built as llama.cpp's per-instruction-set variants
+(``GGML_BACKEND_DL`` + ``GGML_CPU_ALL_VARIANTS``: x64, sse42, ..., haswell, skylakex,
+icelake, zen4, alderlake, sapphirerapids), each a module that ggml scores against the
+processor and loads at run time (``ll_backend_init`` in the shim): the core does not
+depend on the machine that built it, a wheel built once runs anywhere, and a
+reproducible build (``SOURCE_DATE_EPOCH``, which turns ggml's ``GGML_NATIVE`` off) loses
+nothing.  Elsewhere (macOS with Metal in the core, arm64 Linux) it is built with
+``GGML_NATIVE`` for this machine, set outright for the same reason.
+
 The key is a hash of everything the binaries depend on: the sdist's sha256, the
-platform, the compilers, the cmake flags and the processor (the CPU backend is built
-with ``GGML_NATIVE``, for this machine's instruction set, as llama-cpp-python built
-it: a cache folder shared with another machine must not hand it over).  The flag is
-set outright, since ggml's own default turns it off under ``SOURCE_DATE_EPOCH``.  A second
+platform, the compilers, the cmake flags, and for a native build the processor (a
+cache folder shared with another machine must not hand such a core over).  A second
 install on the same machine (a new venv, pipx, a reinstall) copies the cached core
 in seconds.
 
 This runs inside pip's isolated build environment, before localllm's dependencies
 are installed: it imports only the standard library (platformdirs when present),
 and loads ``sdist.py`` by its path rather than importing the localllm package.
-``LOCALLLM_CORE_CMAKE_ARGS`` adds cmake flags (a portable build for another
-machine: ``-DGGML_NATIVE=OFF -DGGML_AVX2=ON ...``); they are part of the key.
+``LOCALLLM_CORE_CMAKE_ARGS`` adds cmake flags, after ours (a core for this machine only,
+quicker to build: ``-DGGML_BACKEND_DL=OFF -DGGML_CPU_ALL_VARIANTS=OFF -DGGML_NATIVE=ON``);
+they are part of the key.
 """
 
 from __future__ import annotations
@@ -59,7 +67,7 @@ CMAKE_ARGS_ENV = "LOCALLLM_CORE_CMAKE_ARGS"
 TARGETS = ("ggml-base", "ggml-cpu", "ggml", "llama", "mtmd")
 LIB_SUFFIX = ".dylib" if sys.platform == "darwin" else ".so"
 # Bumped when the layout of a cached core changes: older cache entries are not reused.
-LAYOUT = 2
+LAYOUT = 3
 
 
 class CoreBuildError(RuntimeError):
@@ -130,14 +138,46 @@ def cmake_args() -> list[str]:
         ]
         if arch == "x86_64":
             args += ["-DGGML_AVX=OFF", "-DGGML_AVX2=OFF", "-DGGML_FMA=OFF", "-DGGML_F16C=OFF"]
-    if not (sys.platform == "darwin" and platform.machine() == "x86_64"):
+    if variants_default():
+        # ggml's CPU backend as llama.cpp's per-instruction-set variants, each a module
+        # that ggml scores and loads at run time (``ggml_backend_load_all_from_path``): one
+        # build serves every x86-64 machine, so a wheel or a Homebrew bottle built on one
+        # machine runs on another at that machine's best, and SOURCE_DATE_EPOCH (which
+        # turns GGML_NATIVE off) changes nothing.  Ollama ships its CPU backend this way.
+        args += ["-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON", "-DGGML_NATIVE=OFF"]
+    elif not (sys.platform == "darwin" and platform.machine() == "x86_64"):
         # Said outright: ggml's default turns GGML_NATIVE off whenever SOURCE_DATE_EPOCH
         # is set (reproducible builds: Homebrew, Nix, Debian), and with no instruction set
         # named either, the CPU backend is built for bare x86-64, without even AVX: several
-        # times slower, and nothing says so.  LOCALLLM_CORE_CMAKE_ARGS comes after, so a
-        # portable build (-DGGML_NATIVE=OFF -DGGML_AVX2=ON ...) still wins.
+        # times slower, and nothing says so.
         args.append("-DGGML_NATIVE=ON")
+    # LOCALLLM_CORE_CMAKE_ARGS comes last, so a native build for this machine only
+    # (-DGGML_BACKEND_DL=OFF -DGGML_CPU_ALL_VARIANTS=OFF -DGGML_NATIVE=ON) still wins.
     return args + shlex.split(os.environ.get(CMAKE_ARGS_ENV, ""))
+
+
+def variants_default() -> bool:
+    """Whether the core's CPU backend is built as per-ISA variants by default: on x86-64
+    Linux, where llama.cpp's variant list is complete and every compiler we support
+    knows its flags.  (macOS keeps Metal in the core; arm64 Linux's list needs a compiler
+    that knows SME, which Debian 12's gcc does not.)"""
+    return sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64")
+
+
+def _flag(args: list[str], name: str) -> str:
+    """The value the last ``-D<name>=...`` in ``args`` sets (cmake keeps the last), or ""."""
+    value = ""
+    for a in args:
+        if a.startswith(f"-D{name}="):
+            value = a.split("=", 1)[1]
+    return value.upper()
+
+
+def is_variants(args: list[str]) -> bool:
+    """Whether these configure flags build the CPU backend as loadable variants."""
+    return _flag(args, "GGML_CPU_ALL_VARIANTS") in ("ON", "1", "TRUE", "YES") and _flag(
+        args, "GGML_BACKEND_DL"
+    ) in ("ON", "1", "TRUE", "YES")
 
 
 def _tool(name: str) -> str:
@@ -186,16 +226,21 @@ def _cpu() -> str:
 def key_facts() -> dict[str, object]:
     """Everything the built core depends on; its hash names the cache folder."""
     s = sdist()
-    return {
+    args = cmake_args()
+    facts: dict[str, object] = {
         "layout": LAYOUT,
         "sdist": f"{s.PACKAGE}=={s.VERSION}",
         "sdist_sha256": s.PINNED_SHA256[s.VERSION],
         "platform": f"{sys.platform}-{platform.machine()}",
         "cc": _compiler("CC", "cc"),
         "cxx": _compiler("CXX", "c++"),
-        "cmake_args": cmake_args(),
-        "cpu": _cpu(),
+        "cmake_args": args,
     }
+    if not is_variants(args):
+        # A native build is for this processor only: a cache shared with another
+        # machine must not hand it over.  The variants serve any x86-64 processor.
+        facts["cpu"] = _cpu()
+    return facts
 
 
 def key(facts: dict[str, object] | None = None) -> str:
@@ -212,6 +257,11 @@ def _load_rank(name: str) -> tuple[int, str]:
     if stem.startswith("ggml-"):
         return 1, stem
     return {"ggml": 2, "llama": 3, "mtmd": 4}.get(stem, 5), stem
+
+
+def is_cpu_variant(name: str) -> bool:
+    """``libggml-cpu-haswell.so``: one of the CPU backend's per-ISA modules."""
+    return name.startswith("libggml-cpu-") and name.endswith(LIB_SUFFIX)
 
 
 def soname_files(folder: Path) -> list[Path]:
@@ -233,8 +283,9 @@ def soname_files(folder: Path) -> list[Path]:
 
 def _complete(root: Path) -> bool:
     try:
-        libs = json.loads((root / "core.json").read_text())["libs"]
-    except (OSError, ValueError, KeyError, TypeError):
+        m = json.loads((root / "core.json").read_text())
+        libs = [*m["libs"], *m.get("modules", [])]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False
     return (root / "include" / "llama.h").is_file() and all(
         (root / "lib" / str(n)).is_file() for n in libs
@@ -336,7 +387,7 @@ def _build(
             env,
             "configure",
         )
-        _run([ninja, "-C", str(bdir), *TARGETS], log, env, "build")
+        _run([ninja, "-C", str(bdir), *_targets(ninja, bdir, facts)], log, env, "build")
         seconds = time.monotonic() - started
         log.write(f"# built in {seconds:.1f} s\n")
     _keep(tree, bdir, root, facts, k, seconds, s, commit)
@@ -347,6 +398,31 @@ def _build(
     shutil.rmtree(bdir, ignore_errors=True)
     say(f"built llama.cpp's core in {seconds:.0f} s; cached in {root}")
     return root
+
+
+def _targets(ninja: str, bdir: Path, facts: dict[str, object]) -> list[str]:
+    """What ninja builds: the five libraries, where the CPU backend is one each of
+    llama.cpp's variants (``ggml-cpu-haswell``, ...: the list is the pinned source's,
+    read from the configured build rather than written here a second time)."""
+    args = facts.get("cmake_args")
+    if not (isinstance(args, list) and is_variants([str(a) for a in args])):
+        return list(TARGETS)
+    out = subprocess.run(
+        [ninja, "-C", str(bdir), "-t", "targets", "all"], capture_output=True, text=True
+    )
+    variants = sorted(
+        {
+            line.split(":", 1)[0]
+            for line in out.stdout.splitlines()
+            if line.startswith("ggml-cpu-") and line.endswith(": phony")
+        }
+    )
+    if not variants:
+        raise CoreBuildError(
+            f"localllm's build: the configured build in {bdir} lists no CPU variants "
+            f"(ninja -t targets: exit {out.returncode})"
+        )
+    return [t for t in TARGETS if t != "ggml-cpu"] + variants
 
 
 def _pip() -> list[str]:
@@ -407,8 +483,10 @@ def _keep(
     for h in headers:
         shutil.copy2(h, tmp / "include" / h.name)
     built = bdir / "bin"
-    libs = soname_files(built)
-    for lib in libs:
+    files = soname_files(built)
+    libs = [f for f in files if not is_cpu_variant(f.name)]
+    modules = [f for f in files if is_cpu_variant(f.name)]
+    for lib in files:
         shutil.copy2(lib, tmp / "lib" / lib.name)  # follows the links: the file itself
         plain = tmp / "lib" / f"{lib.name.split('.')[0]}{LIB_SUFFIX}"
         if plain.name != lib.name:
@@ -424,6 +502,8 @@ def _keep(
         "key": k,
         "facts": facts,
         "libs": [lib.name for lib in libs],
+        # Loaded by ggml (the best one for the processor), never linked nor preloaded.
+        "modules": [m.name for m in modules],
         "build_seconds": round(seconds, 1),
     }
     (tmp / "core.json").write_text(json.dumps(manifest, indent=1) + "\n")
@@ -438,7 +518,7 @@ def install(root: Path, dest: Path) -> list[Path]:
     mapped.  Files of an older core are removed.  Returns the files written."""
     manifest = json.loads((root / "core.json").read_text())
     dest.mkdir(parents=True, exist_ok=True)
-    keep = [*manifest["libs"], "core.json"]
+    keep = [*manifest["libs"], *manifest.get("modules", []), "core.json"]
     written = []
     for name in keep:
         src = root / ("core.json" if name == "core.json" else f"lib/{name}")

@@ -86,7 +86,16 @@ struct ll_lora {
 
 /* ---- build and system ---------------------------------------------------- */
 
-void ll_backend_init(void) { llama_backend_init(); }
+void ll_backend_init(const char *backend_dir) {
+    /* A core built with GGML_BACKEND_DL has no CPU backend linked in: ggml scores each
+     * variant module in the core's folder against this processor and loads the best.
+     * A core with the CPU backend linked (a native build, a prefix) already has one. */
+    if (backend_dir && *backend_dir && ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU) == NULL) {
+        ggml_backend_load_all_from_path(backend_dir);
+    }
+    llama_backend_init();
+}
+int ll_has_cpu_backend(void) { return ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU) != NULL; }
 const char *ll_system_info(void) { return llama_print_system_info(); }
 const char *ll_llama_version(void) { return llama_version(); }
 const char *ll_build_source(void) { return LL_BUILD_SOURCE; }

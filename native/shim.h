@@ -27,7 +27,8 @@ typedef struct ll_sampler ll_sampler;
 typedef struct ll_lora ll_lora;
 
 /* ---- build and system ---------------------------------------------------- */
-void ll_backend_init(void);
+void ll_backend_init(const char *backend_dir);
+int ll_has_cpu_backend(void);
 const char *ll_system_info(void);
 const char *ll_llama_version(void);          /* the loaded libllama's own version */
 const char *ll_build_source(void);           /* where the headers/libs came from */

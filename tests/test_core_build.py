@@ -77,8 +77,14 @@ def test_only_what_localllm_loads_is_configured(
         assert f"-DLLAMA_BUILD_{off}=OFF" in args
     assert "-DLLAMA_BUILD_MTMD=ON" in args and "-DBUILD_SHARED_LIBS=ON" in args
     assert "-DLLAMA_CURL=OFF" in args
-    # For this machine's instruction set, said outright (see the next test).
-    assert [a for a in args if a.startswith("-DGGML_NATIVE")] == ["-DGGML_NATIVE=ON"]
+    native = [a for a in args if a.startswith("-DGGML_NATIVE")]
+    if cb.variants_default():
+        # Every CPU variant, loaded at run time: the core serves any x86-64 processor.
+        assert "-DGGML_BACKEND_DL=ON" in args and "-DGGML_CPU_ALL_VARIANTS=ON" in args
+        assert native == ["-DGGML_NATIVE=OFF"] and cb.is_variants(args)
+    else:
+        # For this machine's instruction set, said outright (see the reproducible build).
+        assert native == ["-DGGML_NATIVE=ON"] and not cb.is_variants(args)
     assert cb.TARGETS == ("ggml-base", "ggml-cpu", "ggml", "llama", "mtmd")
 
 
@@ -97,7 +103,12 @@ def test_the_key_changes_with_flags_compiler_and_source(
     assert cb.key() != base
     monkeypatch.delenv("CC")
     facts = cb.key_facts()
-    assert facts["sdist_sha256"] == sdist.PINNED_SHA256[sdist.VERSION] and facts["cpu"]
+    assert facts["sdist_sha256"] == sdist.PINNED_SHA256[sdist.VERSION]
+    # The processor is part of a native core's key only: the variants serve any.
+    assert ("cpu" in facts) == (not cb.variants_default())
+    native = "-DGGML_BACKEND_DL=OFF -DGGML_CPU_ALL_VARIANTS=OFF -DGGML_NATIVE=ON"
+    monkeypatch.setenv(cb.CMAKE_ARGS_ENV, native)
+    assert not cb.is_variants(cb.cmake_args()) and cb.key_facts()["cpu"]
     assert cb.key({**facts, "cpu": "another processor"}) != base
 
 
@@ -106,10 +117,12 @@ def fake_core(root: Path, cb: ModuleType, *, complete: bool = True) -> Path:
     (root / "include").mkdir(parents=True)
     (root / "include" / "llama.h").write_text("/* llama */\n")
     (root / "lib").mkdir()
-    names = [f"lib{t}{cb.LIB_SUFFIX}.0" for t in cb.TARGETS]
-    for n in names[: None if complete else -1]:
+    names = [f"lib{t}{cb.LIB_SUFFIX}.0" for t in cb.TARGETS if t != "ggml-cpu"]
+    modules = [f"libggml-cpu-{v}{cb.LIB_SUFFIX}" for v in ("x64", "haswell", "zen4")]
+    for n in [*names, *modules][: None if complete else -1]:  # incomplete: a module missing
         (root / "lib" / n).write_bytes(n.encode())
-    (root / "core.json").write_text(json.dumps({"libs": names, "version": sdist.VERSION}))
+    manifest = {"libs": names, "modules": modules, "version": sdist.VERSION}
+    (root / "core.json").write_text(json.dumps(manifest))
     return root
 
 
@@ -144,7 +157,8 @@ def test_install_copies_the_sonames_and_drops_an_older_core(cb: ModuleType, tmp_
     dest.mkdir(parents=True)
     (dest / "libllama.so.99").write_text("an older core")
     written = cb.install(root, dest)
-    names = json.loads((root / "core.json").read_text())["libs"]
+    m = json.loads((root / "core.json").read_text())
+    names = [*m["libs"], *m["modules"]]
     assert sorted(p.name for p in dest.iterdir()) == sorted([*names, "core.json"])
     assert [p.name for p in written] == [*names, "core.json"]
     assert (dest / names[0]).read_bytes() == names[0].encode()
@@ -157,10 +171,12 @@ def test_soname_files_follow_cmake_s_links(cb: ModuleType, tmp_path: Path) -> No
         (tmp_path / f"lib{t}{cb.LIB_SUFFIX}.0").symlink_to(real.name)
         (tmp_path / f"lib{t}{cb.LIB_SUFFIX}").symlink_to(f"lib{t}{cb.LIB_SUFFIX}.0")
     (tmp_path / f"libggml-metal{cb.LIB_SUFFIX}").write_text("a backend libggml links")
+    (tmp_path / f"libggml-cpu-zen4{cb.LIB_SUFFIX}").write_text("a CPU variant ggml loads")
     (tmp_path / "libvendor-hash.a").write_text("not shared")
     assert [p.name for p in cb.soname_files(tmp_path)] == [
         f"libggml-base{cb.LIB_SUFFIX}.0",
         f"libggml-cpu{cb.LIB_SUFFIX}.0",
+        f"libggml-cpu-zen4{cb.LIB_SUFFIX}",
         f"libggml-metal{cb.LIB_SUFFIX}",
         f"libggml{cb.LIB_SUFFIX}.0",
         f"libllama{cb.LIB_SUFFIX}.0",
@@ -179,7 +195,11 @@ def test_the_installed_core_is_beside_the_package_with_its_manifest() -> None:
     libs = core.libraries()
     assert [p.name for p in libs] == m["libs"] and all(p.is_file() for p in libs)
     stems = [p.name.split(".")[0] for p in libs]
-    assert [s for s in stems if s in core.LOAD_ORDER] == list(core.LOAD_ORDER), stems
+    variants = core.cpu_variants()
+    assert [p.name for p in variants] == m.get("modules", [])
+    # The CPU backend is either linked (a native build) or a set of modules ggml loads.
+    order = [s for s in core.LOAD_ORDER if not (variants and s == "libggml-cpu")]
+    assert [s for s in stems if s in core.LOAD_ORDER] == order, stems
     base = core.ggml_base()
     assert base is not None and base.name.startswith("libggml-base.")
 
@@ -188,21 +208,35 @@ def test_a_reproducible_build_still_gets_this_machines_instruction_set(
     cb: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Homebrew and Nix set SOURCE_DATE_EPOCH, and ggml's default then turns GGML_NATIVE
-    off: llama.cpp configured with our flags and that variable must say it is on."""
+    off: llama.cpp configured with our flags and that variable must still build code for
+    this machine's vector units (every CPU variant, on x86-64 Linux; else GGML_NATIVE)."""
     import shutil
     import subprocess
 
     source = cb.cache_root() / "source" / f"llama.cpp-{cb.sdist().VERSION}"
     cmake = shutil.which("cmake") or str(Path(sys.executable).with_name("cmake"))
+    ninja = shutil.which("ninja") or str(Path(sys.executable).with_name("ninja"))
     if not (source / "CMakeLists.txt").is_file() or not Path(cmake).exists():
         pytest.skip(f"no llama.cpp source at {source} or no cmake (the core build makes both)")
+    if not Path(ninja).exists():
+        pytest.skip("no ninja (the core build installs it)")
     monkeypatch.delenv(cb.CMAKE_ARGS_ENV, raising=False)
     flags = cb.cmake_args()
     env = {**os.environ, "SOURCE_DATE_EPOCH": "1700000000"}
 
-    def native(folder: Path, args: list[str]) -> str:
+    def configure(folder: Path, args: list[str]) -> tuple[str, str]:
         done = subprocess.run(
-            [cmake, "-S", str(source), "-B", str(folder), *args],
+            [
+                cmake,
+                "-S",
+                str(source),
+                "-B",
+                str(folder),
+                "-G",
+                "Ninja",
+                f"-DCMAKE_MAKE_PROGRAM={ninja}",
+                *args,
+            ],
             env=env,
             capture_output=True,
             text=True,
@@ -211,8 +245,45 @@ def test_a_reproducible_build_still_gets_this_machines_instruction_set(
         assert done.returncode == 0, done.stderr[-2000:]
         line = re.search(r"^GGML_NATIVE:BOOL=(\w+)$", (folder / "CMakeCache.txt").read_text(), re.M)
         assert line is not None
-        return line[1]
+        return line[1], (folder / "build.ninja").read_text()
 
-    assert native(tmp_path / "ours", flags) == "ON"
-    # ggml's default under that variable, which the flag is there to overrule.
-    assert native(tmp_path / "default", [a for a in flags if "GGML_NATIVE" not in a]) == "OFF"
+    native, ninja_file = configure(tmp_path / "ours", flags)
+    if cb.variants_default():
+        targets = set(re.findall(r"^build (ggml-cpu-[\w.]+): phony", ninja_file, re.M))
+        # The variants a machine with AVX2, AVX-512 or AMX runs: all built, whatever
+        # SOURCE_DATE_EPOCH says, and the plain x86-64 one for the oldest processors.
+        assert {
+            "ggml-cpu-x64",
+            "ggml-cpu-haswell",
+            "ggml-cpu-skylakex",
+            "ggml-cpu-zen4",
+            "ggml-cpu-sapphirerapids",
+        } <= targets, sorted(targets)
+        assert native == "OFF"
+    else:
+        assert native == "ON"
+        # ggml's default under that variable, which the flag is there to overrule.
+        default, _ = configure(tmp_path / "default", [a for a in flags if "GGML_NATIVE" not in a])
+        assert default == "OFF"
+
+
+def test_the_loaded_core_uses_this_machines_vector_units() -> None:
+    """The CPU backend the engine loaded (the best-scoring variant, on a variant build) has
+    the instruction sets this processor reports: a core that lost them is several times
+    slower and says nothing."""
+    from localllm.engine import binding
+
+    flags = set()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    if not flags:
+        pytest.skip("no /proc/cpuinfo flags to compare with")
+    info = binding.system_info()
+    expected = {"avx": "AVX = 1", "avx2": "AVX2 = 1", "fma": "FMA = 1", "avx512f": "AVX512 = 1"}
+    for flag, text in expected.items():
+        if flag in flags:
+            assert text in info, (flag, info)

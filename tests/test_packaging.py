@@ -74,15 +74,18 @@ def check_the_core_travels_with_it(wheel: Path, names: set[str], tmp_path: Path)
     with zipfile.ZipFile(wheel) as z:
         manifest = json.loads(z.read("localllm/_core/core.json"))
         libs = [f"localllm/_core/{n}" for n in manifest["libs"]]
+        modules = [f"localllm/_core/{n}" for n in manifest.get("modules", [])]
         assert sorted(n for n in names if n.startswith("localllm/_core/")) == sorted(
-            [*libs, "localllm/_core/core.json"]
+            [*libs, *modules, "localllm/_core/core.json"]
         )
         stems = [n.split("/")[-1].split(".")[0] for n in libs]
-        # (macOS adds the Metal and BLAS backends, which its libggml links.)
-        assert [s for s in stems if s in core.LOAD_ORDER] == list(core.LOAD_ORDER), stems
+        # (macOS adds the Metal and BLAS backends, which its libggml links.)  A variant
+        # build ships the CPU backend as modules instead of a linked library.
+        order = [s for s in core.LOAD_ORDER if not (modules and s == "libggml-cpu")]
+        assert [s for s in stems if s in core.LOAD_ORDER] == order, stems
         native = next(n for n in names if n.startswith("localllm/_native"))
         z.extract(native, tmp_path)
-        for lib in libs:
+        for lib in [*libs, *modules]:
             z.extract(lib, tmp_path)
     if not sys.platform.startswith("linux"):
         return
@@ -101,6 +104,10 @@ def check_the_core_travels_with_it(wheel: Path, names: set[str], tmp_path: Path)
         assert all(
             n in shipped for n in info.needed if n.startswith(("libllama", "libggml", "libmtmd"))
         )
+    for module_path in modules:  # loaded by ggml from _core/: they find libggml-base beside them
+        info = elf.read(tmp_path / module_path)
+        assert info.search == ["$ORIGIN"], (module_path, info)
+        assert all(n in shipped for n in info.needed if n.startswith("libggml")), info.needed
 
 
 def build_wheel(tmp_path: Path) -> Path:

@@ -1,6 +1,7 @@
 """The engine's core as installed: where its libraries are and what it was built from.
 
-The core is libllama, libmtmd, libggml, libggml-base and the CPU backend, compiled
+The core is libllama, libmtmd, libggml, libggml-base and the CPU backend (on x86-64
+Linux as per-instruction-set modules, of which ggml loads the best), compiled
 from the pinned llama.cpp source when localllm is installed (``native/core_build.py``)
 and shipped inside the package in ``localllm/_core/``, next to the native module whose
 rpath points there.  ``core.json`` beside them is the build's manifest: the sdist's
@@ -61,6 +62,18 @@ def libraries(folder: Path | None = None) -> list[Path]:
     if isinstance(named, list) and named:
         return [folder / str(n) for n in named if (folder / str(n)).exists()]
     return [folder / f"{n}{SUFFIX}" for n in LOAD_ORDER if (folder / f"{n}{SUFFIX}").exists()]
+
+
+def cpu_variants(folder: Path | None = None) -> list[Path]:
+    """The CPU backend's per-instruction-set modules (``libggml-cpu-haswell.so``, ...) of a
+    core built with ``GGML_CPU_ALL_VARIANTS``: never preloaded, since ggml loads only the
+    one that scores best on this processor.  Empty for a core with the CPU backend linked."""
+    folder = folder or lib_dir()
+    if folder == core_dir():
+        named = manifest().get("modules")
+        if isinstance(named, list):
+            return [folder / str(n) for n in named if (folder / str(n)).exists()]
+    return sorted(folder.glob(f"libggml-cpu-*{SUFFIX}"))
 
 
 def ggml_base() -> Path | None:

@@ -124,7 +124,12 @@ def native() -> tuple[Any, Any]:
     ffi, lib = _native.ffi, _native.lib
     _check(ffi, lib)
     lib.ll_log_capture(2, int(echo_log()))
-    lib.ll_backend_init()
+    lib.ll_backend_init(str(core.lib_dir()).encode())
+    if not lib.ll_has_cpu_backend():
+        raise NativeUnavailable(
+            f"no CPU backend could be loaded from {core.lib_dir()} (none of ggml's CPU "
+            f"variants there runs on this processor); {REBUILD_HINT}"
+        )
     return ffi, lib
 
 
@@ -163,7 +168,7 @@ def system_info() -> str:
     return str(ffi.string(lib.ll_system_info()).decode().strip())
 
 
-def build_info() -> dict[str, Any]:
+def build_info() -> dict[str, str | bool]:
     """What the native module was compiled against, and what is loaded."""
     ffi, lib = native()
     return {
