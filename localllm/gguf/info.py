@@ -17,7 +17,7 @@ repacked copies (scheduler/repack.py).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -123,7 +123,7 @@ _BPE_PRE_WITH_BOS = frozenset(
 )
 
 
-def tokenizer_adds_bos(kv: dict[str, Any]) -> bool:
+def tokenizer_adds_bos(kv: Mapping[str, object]) -> bool:
     """llama.cpp's ``add_bos`` for a GGUF: ``tokenizer.ggml.add_bos_token`` when present,
     else its default for the tokenizer model (SentencePiece and WordPiece add one, T5
     and RWKV do not, BPE only for some pre-tokenizers); Gemma 4 always adds one."""
@@ -141,7 +141,7 @@ def tokenizer_adds_bos(kv: dict[str, Any]) -> bool:
     return False
 
 
-def _file_type_label(kv: dict[str, Any], tensors: Iterable[tuple[str, int, int, int]]) -> str:
+def _file_type_label(kv: Mapping[str, object], tensors: Iterable[tuple[str, int, int, int]]) -> str:
     import gguf
 
     ft = kv.get("general.file_type")
