@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from localllm.api.options import OPTION_TYPES, merge_options
+from localllm.api.wire import JSONObject
 from localllm.errors import InvalidRequest
 from localllm.store.blobs import MAX_TEXT_LAYER
 
@@ -90,7 +91,8 @@ def check_template(template: str, messages: list[dict[str, str]], system: str | 
         return
     from localllm.template.select import render_prompt
 
-    sample = ([{"role": "system", "content": system}] if system else []) + list(messages)
+    sample: list[JSONObject] = [{"role": "system", "content": system}] if system else []
+    sample += [{**m} for m in messages]
     sample.append({"role": "user", "content": "Hello"})
     try:
         render_prompt(template, None, sample)

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from localllm.api.wire import JSONObject
 from localllm.template.jinja import render_jinja
 from localllm.template.levels import think_variables
 
@@ -55,7 +57,7 @@ def _normalise(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def render_plain(messages: list[dict[str, Any]]) -> str:
+def render_plain(messages: Sequence[Mapping[str, object]]) -> str:
     """A template-less model's prompt: system text, then the turns glued together.
 
     Ollama's default template renders each prompt followed by its response with
@@ -66,7 +68,7 @@ def render_plain(messages: list[dict[str, Any]]) -> str:
     return f"{system}\n\n{turns}" if system and turns else system or turns
 
 
-def _text(message: dict[str, Any]) -> str:
+def _text(message: Mapping[str, object]) -> str:
     content = message.get("content")
     if isinstance(content, list):  # OpenAI content parts: the text ones
         return "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
@@ -75,19 +77,19 @@ def _text(message: dict[str, Any]) -> str:
 
 def render_chat(
     template: str | None,
-    messages: list[dict[str, Any]],
+    messages: list[JSONObject],
     *,
-    tools: list[dict[str, Any]] | None = None,
+    tools: list[JSONObject] | None = None,
     add_generation_prompt: bool = True,
     bos_token: str = "",
     eos_token: str = "",
     think: bool | str | None = None,
-    extra: dict[str, Any] | None = None,
+    extra: Mapping[str, object] | None = None,
 ) -> str:
     """Render ``messages`` with ``template``; the plain text when the model has none."""
     if not template or not template.strip():
         return render_plain(messages)
-    variables: dict[str, Any] = {
+    variables: dict[str, object] = {
         "messages": _normalise(messages),
         # transformers always defines these two, and templates test ``is none``.
         "tools": tools or None,

@@ -24,6 +24,7 @@ import json
 from functools import lru_cache
 from typing import Any
 
+from localllm.api.wire import JSONObject
 from localllm.template.gofuncs import GoStruct, JSONMap, StructJSON
 from localllm.template.goparse import Action, Branch, Chain, Field, Pipe, Text
 from localllm.template.gotemplate import Budget, GoTemplate
@@ -208,9 +209,9 @@ def collate(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
 
 def render_go(
     source: str,
-    messages: list[dict[str, Any]],
+    messages: list[JSONObject],
     *,
-    tools: list[dict[str, Any]] | None = None,
+    tools: list[JSONObject] | None = None,
     think: bool | None = None,
     think_level: str = "",
 ) -> str:

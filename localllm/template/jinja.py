@@ -19,7 +19,7 @@ learn what a template supports (think levels, tools).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -93,7 +93,9 @@ def template_variables(source: str) -> frozenset[str]:
         return frozenset()
 
 
-def render_jinja(source: str, variables: dict[str, Any], seconds: float = RENDER_SECONDS) -> str:
+def render_jinja(
+    source: str, variables: Mapping[str, object], seconds: float = RENDER_SECONDS
+) -> str:
     """Render ``source`` with ``variables`` under the sandbox's limits."""
     require_safe_jinja()
     template = _compile(source)
@@ -141,4 +143,4 @@ def _text(exc: Exception) -> str:
     return "(a message about the template's own values)"
 
 
-RenderFn = Callable[[str, dict[str, Any]], str]
+RenderFn = Callable[[str, Mapping[str, object]], str]

@@ -11,8 +11,6 @@ a template's own default stays in force for everything the request did not say.
 
 from __future__ import annotations
 
-from typing import Any
-
 from localllm.api.thinkbudget import parse_think
 from localllm.template.jinja import template_variables
 
@@ -22,7 +20,7 @@ __all__ = ["parse_think", "think_variables"]  # parse_think: api/thinkbudget.py'
 _BUDGETS = {"low": 1024, "medium": 4096, "high": -1, "max": -1}
 
 
-def think_variables(source: str, think: bool | str | None) -> dict[str, Any]:
+def think_variables(source: str, think: bool | str | None) -> dict[str, bool | int | str]:
     """The template variables that carry ``think`` for the template ``source``."""
     think = parse_think(think)
     if think is None:
@@ -30,7 +28,7 @@ def think_variables(source: str, think: bool | str | None) -> dict[str, Any]:
     reads = template_variables(source)
     on = think is not False
     level = think if isinstance(think, str) else None
-    out: dict[str, Any] = {}
+    out: dict[str, bool | int | str] = {}
     if "enable_thinking" in reads:
         out["enable_thinking"] = on
     if "thinking" in reads:

@@ -14,7 +14,8 @@ how ``/api/create`` refuses a GGUF whose own template is hostile.
 from __future__ import annotations
 
 import re
-from typing import Any
+
+from localllm.api.wire import JSONObject
 
 _JINJA_HINTS = re.compile(
     r"\{%|\{\{-?\s*(messages|message|bos_token|eos_token|add_generation_prompt|tools)\b"
@@ -29,9 +30,9 @@ def is_jinja(template: str) -> bool:
 def render_prompt(
     go_template: str | None,
     jinja_template: str | None,
-    messages: list[dict[str, Any]],
+    messages: list[JSONObject],
     *,
-    tools: list[dict[str, Any]] | None = None,
+    tools: list[JSONObject] | None = None,
     think: bool | str | None = None,
     bos_token: str = "",
     eos_token: str = "",

@@ -21,16 +21,16 @@ A template that breaks a sandbox limit is not retried: it would break it again.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
 
+from localllm.api.wire import JSONObject
 from localllm.template.goparse import GoTemplateError
 from localllm.template.jinja_limits import TemplateError, TemplateLimitError
 
-Messages = list[dict[str, Any]]
+Messages = list[JSONObject]  # a chat's messages, as the request gave them
 
 
-def _text(message: dict[str, Any]) -> str:
+def _text(message: Mapping[str, object]) -> str:
     content = message.get("content")
     return content if isinstance(content, str) else ""
 
