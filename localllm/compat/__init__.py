@@ -11,5 +11,10 @@ their object) and ``stream`` (native chunks -> their server-sent events).
 - ``anthropic/``: Anthropic's Messages API; Anthropic's error shape.
 - ``frames``: what they share (SSE frames, ids, field checks, the stream interface).
 
+Each API's ``types.py`` names its shapes as ``TypedDict``s, in its own field names:
+the request body as read and the objects and events as written; the native bodies
+the converters write are ``api/bodies.py``'s.  The server runs every converter the
+same way (``server/foreign.py``: read, convert, log what was ignored, validate, plan).
+
 Nothing here imports ``server/`` or ``inference/`` (tests/test_import_boundary.py).
 """

@@ -2,7 +2,7 @@
 
 Thin converters, as :mod:`localllm.server.routes_openai` is:
 :mod:`localllm.compat.anthropic.request` turns the body into an ``/api/chat``
-request, :func:`localllm.inference.build.chat_plan` plans it exactly as
+request, :func:`localllm.server.foreign.chat` plans it exactly as
 ``/api/chat`` would (template, tool-call and thinking parsers, scheduler), and
 :mod:`localllm.compat.anthropic.response` / :mod:`localllm.compat.anthropic.stream`
 shape the chunks back.  Streams are Anthropic's server-sent events; the first

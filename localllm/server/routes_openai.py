@@ -2,8 +2,8 @@
 ``/v1/models`` and ``/v1/models/{model}``.
 
 Thin converters: :mod:`localllm.compat.openai.request` turns the body into a
-native request, :mod:`localllm.inference.build` plans it exactly as
-``/api/chat`` or ``/api/generate`` would (in a worker thread), the plan runs
+native request and :mod:`localllm.server.foreign` plans it exactly as
+``/api/chat`` or ``/api/generate`` would (in worker threads), the plan runs
 it (``n`` choices at once, see :mod:`localllm.inference.fanout`), and
 :mod:`localllm.compat.openai.response` / :mod:`localllm.compat.openai.stream`
 shape the chunks back.  Streams are server-sent events ending with

@@ -2,7 +2,7 @@
 
 A thin converter onto the chat path, like ``/v1/chat/completions``:
 :mod:`localllm.compat.responses.request` turns the body into an ``/api/chat``
-request, :func:`~localllm.inference.build.chat_plan` plans it (templates, tool
+request, :func:`localllm.server.foreign.chat` plans it (templates, tool
 and reasoning parsers, the scheduler), and
 :mod:`localllm.compat.responses.stream` shapes the chunks into the
 ``response`` object or its event stream.  One generation per request (the
