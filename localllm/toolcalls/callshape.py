@@ -200,14 +200,11 @@ def _outer(head: str, tail: str, between: str | None, inner: Shape) -> Shape | N
             return None
     if not (call_open.strip() or section_open.strip()):
         return None
-    return Shape(
+    # The inner shape's name and argument markup inside the markup found around it.
+    return replace(
+        inner,
         call_open=call_open,
-        name_end=inner.name_end,
         call_close=call_close,
         section_open=section_open,
         section_close=section_close,
-        json_args=inner.json_args,
-        param_open=inner.param_open,
-        key_end=inner.key_end,
-        param_close=inner.param_close,
     )
