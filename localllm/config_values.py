@@ -1,7 +1,8 @@
-"""How a ``LOCALLLM_*`` value's text becomes its value: the parsers ``config.py``'s settings
-use, and the value types requests share with them (KV cache types, flash attention, the
-LLM library, CPU repacking).  Pure functions of a string: reading the environment is
-``config.py``'s alone.
+"""How a ``LOCALLLM_*`` value's text becomes its value: the parsers the settings use
+(``config_server``, ``config_engine``, ``config_store``, ``config_paths``), and the value
+types requests share with them (KV cache types, flash attention, the LLM library, CPU
+repacking).  Pure functions of a string: reading the ``LOCALLLM_*`` variables is
+``config_setting.Setting``'s alone.
 """
 
 from __future__ import annotations
