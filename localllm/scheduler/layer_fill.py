@@ -32,14 +32,20 @@ class Fill:
         return self.weights + self.kv
 
 
+@dataclass(frozen=True)
+class Layers:
+    """The layers to place: each one's weights on a GPU (``sizes``, bottom first), the KV
+    cache each adds, how many llama.cpp is to offload (its ``n_gpu_layers`` count, the
+    output layer last) and the output layer's bytes."""
+
+    sizes: Sequence[int]
+    kv: int
+    target: int
+    out_bytes: int
+
+
 def _place(
-    caps: Sequence[int],
-    sizes: Sequence[int],
-    kv_l: int,
-    target: int,
-    forced: bool,
-    out_bytes: int,
-    reserve_out: bool,
+    caps: Sequence[int], layers: Layers, forced: bool, reserve_out: bool
 ) -> tuple[list[Fill], int]:
     """Fill from the top layer down; the first GPU takes the top layers.
 
@@ -47,6 +53,7 @@ def _place(
     first GPU.  ``forced`` (a user's ``num_gpu``) places ``target`` layers
     even where the estimate says they do not fit.
     """
+    sizes, kv_l, target, out_bytes = layers.sizes, layers.kv, layers.target, layers.out_bytes
     fills = [Fill(c) for c in caps]
     if not fills:
         return fills, 0
@@ -75,37 +82,29 @@ def _place(
     return fills, placed
 
 
-def _fill(
-    caps: Sequence[int], sizes: Sequence[int], kv_l: int, target: int, forced: bool, out_bytes: int
-) -> tuple[list[Fill], int]:
+def _fill(caps: Sequence[int], layers: Layers, forced: bool) -> tuple[list[Fill], int]:
     # First keep room for the output layer next to the top layers; if not every
     # layer fits that way, fill without it (more layers beat the output).
-    fills, placed = _place(caps, sizes, kv_l, target, forced, out_bytes, True)
-    if placed < len(sizes) + 1:
-        fills, placed = _place(caps, sizes, kv_l, target, forced, out_bytes, False)
+    fills, placed = _place(caps, layers, forced, True)
+    if placed < len(layers.sizes) + 1:
+        fills, placed = _place(caps, layers, forced, False)
     return fills, placed
 
 
 def assign(
-    caps: Sequence[int],
-    sizes: Sequence[int],
-    kv_l: int,
-    target: int,
-    forced: bool,
-    out_bytes: int,
-    shrink: Sequence[bool],
+    caps: Sequence[int], layers: Layers, forced: bool, shrink: Sequence[bool]
 ) -> tuple[list[Fill], int]:
-    """Place up to ``target`` layers (llama.cpp's count) on GPUs with ``caps`` bytes.
+    """Place up to ``layers.target`` layers on GPUs with ``caps`` bytes.
 
-    ``sizes`` are each layer's weights on a GPU, ``kv_l`` its KV cache.  The
-    first GPU takes the top layers.  ``shrink`` marks the GPUs whose room the
-    proportional split may leave unused (see ``shrinkable``).  Returns the
-    fills (with the real caps) and how many layers were placed.
+    The first GPU takes the top layers.  ``forced`` (a user's ``num_gpu``) places
+    them even where the estimate says they do not fit.  ``shrink`` marks the GPUs
+    whose room the proportional split may leave unused (see ``shrinkable``).
+    Returns the fills (with the real caps) and how many layers were placed.
     """
-    want = min(target, len(sizes) + 1)
-    fills, placed = _fill(caps, sizes, kv_l, target, False, out_bytes)
+    want = min(layers.target, len(layers.sizes) + 1)
+    fills, placed = _fill(caps, layers, False)
     if placed < want:
-        return _fill(caps, sizes, kv_l, target, True, out_bytes) if forced else (fills, placed)
+        return _fill(caps, layers, True) if forced else (fills, placed)
     if len(caps) < 2:
         return fills, placed
     # Everything wanted fits: find the smallest common share of every GPU's room
@@ -114,7 +113,7 @@ def assign(
     for _ in range(SPLIT_STEPS):
         mid = (lo + hi) / 2
         scaled = [int(max(c, 0) * mid) if sh else c for c, sh in zip(caps, shrink, strict=True)]
-        trial, n = _fill(scaled, sizes, kv_l, target, False, out_bytes)
+        trial, n = _fill(scaled, layers, False)
         if n >= want:
             hi, fills = mid, trial
         else:

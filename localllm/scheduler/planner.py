@@ -41,6 +41,7 @@ from localllm.scheduler.estimate import (
 )
 from localllm.scheduler.layer_fill import (
     Fill,
+    Layers,
     assign,
     gpu_layer_bytes,
     gpu_sets,
@@ -199,15 +200,10 @@ def _layout(r: _Request, gpus: Sequence[Device], ctx: int, n_cpu_moe: int = 0) -
     info, opts = r.info, r.opts
     s = _sizes(r, gpus, ctx, n_cpu_moe)
     target = s.n_rep + 1 if opts.num_gpu < 0 else min(opts.num_gpu, s.n_rep + 1)
-    fills, placed = assign(
-        s.caps,
-        gpu_layer_bytes(s.layers, s.experts, n_cpu_moe),
-        s.kv_layer,
-        target,
-        opts.num_gpu >= 0,
-        info.output_bytes,
-        shrinkable(gpus, opts.spread),
+    layers = Layers(
+        gpu_layer_bytes(s.layers, s.experts, n_cpu_moe), s.kv_layer, target, info.output_bytes
     )
+    fills, placed = assign(s.caps, layers, opts.num_gpu >= 0, shrinkable(gpus, opts.spread))
     gpu_uses = _gpu_uses(r, gpus, s, fills, full=placed > s.n_rep)
     # The CPU backend's repacked copies of what it keeps (AMX, CPU_REPACK...); a GPU with
     # a host buffer among the model's devices rules them out (scheduler/repack.py).
