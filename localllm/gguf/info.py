@@ -199,6 +199,43 @@ def _matrices(headers: list[Header], tied: bool) -> tuple[Matrix, ...]:
     return tuple(out)
 
 
+@dataclass
+class _Tally:
+    """A model's tensors summed by where llama.cpp places them, and its parameter count."""
+
+    layers: dict[int, int] = field(default_factory=dict)  # bytes of each blk.N
+    experts: dict[int, int] = field(default_factory=dict)  # of which expert tensors
+    params: int = 0
+    token_embd: int = 0
+    output: int = 0  # output and output_norm (token_embd's bytes too when tied)
+    other: int = 0
+    has_output: bool = False  # an output.weight of its own (else tied embeddings)
+
+
+def _tally(tensors: Iterable[tuple[str, int, int, int]]) -> _Tally:
+    t = _Tally()
+    for name, elems, nbytes, _t in tensors:
+        t.params += elems
+        m = BLK_RE.match(name)
+        if m:
+            idx = int(m.group(1))
+            if idx >= MAX_LAYERS:
+                raise InvalidModelFile(f"not a valid GGUF model: tensor {name!r} names layer {idx}")
+            t.layers[idx] = t.layers.get(idx, 0) + nbytes
+            if EXPS_RE.match(name, m.end()):
+                t.experts[idx] = t.experts.get(idx, 0) + nbytes
+        elif name.startswith("token_embd."):
+            t.token_embd += nbytes
+        elif name.startswith(("output.", "output_norm.")):
+            t.output += nbytes
+            t.has_output = t.has_output or name.startswith("output.")
+        else:
+            t.other += nbytes
+    if not t.has_output:
+        t.output += t.token_embd  # tied embeddings: the output layer reuses token_embd
+    return t
+
+
 def _build(headers: list[Header]) -> ModelInfo:
     first = headers[0]
     kv = {k: v for k, v in first.kv.items() if not k.startswith("_token.")}
@@ -209,30 +246,9 @@ def _build(headers: list[Header]) -> ModelInfo:
     def num(key: str, default: int = 0) -> int:
         return _as_max(kv.get(f"{arch}.{key}"), default)
 
-    layers: dict[int, int] = {}
-    experts: dict[int, int] = {}
-    params = token_embd = output = other = 0
-    has_output = False
     tensors = [t for h in headers for t in h.tensors]
-    for name, elems, nbytes, _t in tensors:
-        params += elems
-        m = BLK_RE.match(name)
-        if m:
-            idx = int(m.group(1))
-            if idx >= MAX_LAYERS:
-                raise InvalidModelFile(f"not a valid GGUF model: tensor {name!r} names layer {idx}")
-            layers[idx] = layers.get(idx, 0) + nbytes
-            if EXPS_RE.match(name, m.end()):
-                experts[idx] = experts.get(idx, 0) + nbytes
-        elif name.startswith("token_embd."):
-            token_embd += nbytes
-        elif name.startswith(("output.", "output_norm.")):
-            output += nbytes
-            has_output = has_output or name.startswith("output.")
-        else:
-            other += nbytes
-    if not has_output:
-        output += token_embd  # tied embeddings: the output layer reuses token_embd
+    tally = _tally(tensors)
+    layers, experts = tally.layers, tally.experts
     n_layers = num("block_count")
     if not 0 <= n_layers <= MAX_LAYERS:
         raise InvalidModelFile(f"not a valid GGUF model: block_count {n_layers}")
@@ -251,7 +267,7 @@ def _build(headers: list[Header]) -> ModelInfo:
         architecture=arch,
         name=text("general.name") or "",
         file_type=_file_type_label(kv, tensors),
-        parameter_count=params,
+        parameter_count=tally.params,
         n_layers=n_layers or count,
         n_embd=n_embd,
         n_head=n_head,
@@ -261,8 +277,8 @@ def _build(headers: list[Header]) -> ModelInfo:
         context_length=num("context_length"),
         n_vocab=tokens_len if tokens_len is not None else num("vocab_size"),
         layer_bytes=[layers.get(i, 0) for i in range(count)],
-        output_bytes=output,
-        token_embd_bytes=token_embd,
+        output_bytes=tally.output,
+        token_embd_bytes=tally.token_embd,
         file_size=sum(h.file_size for h in headers),
         chat_template=text("tokenizer.chat_template"),
         bos_token=text("_token.bos"),
@@ -271,11 +287,11 @@ def _build(headers: list[Header]) -> ModelInfo:
         is_adapter=kv.get("general.type") == "adapter",
         kv=kv,
         eot_token=text("_token.eot"),
-        other_bytes=other,
+        other_bytes=tally.other,
         array_lengths=dict(first.array_lengths),
         tensor_count=len(tensors),
         expert_bytes=[experts.get(i, 0) for i in range(count)] if experts else [],
-        matrices=_matrices(headers, not has_output),
+        matrices=_matrices(headers, not tally.has_output),
         rank_head=any(name.startswith("cls.") for name, *_ in tensors),
     )
 
