@@ -35,7 +35,8 @@ from localllm.store.names import ModelName, parse_digest, parse_name
 if TYPE_CHECKING:
     from localllm.gguf.info import ModelInfo
     from localllm.models.remote import Machine
-    from localllm.store.ollama_import import ImportReport, Progress as ImportProgress
+    from localllm.store.ollama_import import ImportReport
+    from localllm.store.progress import Progress as ImportProgress
     from localllm.store.registry import Remote
 
 log = logging.getLogger(__name__)

@@ -29,12 +29,10 @@ import json
 import re
 import tarfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict
 
 from localllm import __version__
-from localllm.api import wire
 from localllm.errors import InvalidName, InvalidRequest, LocalLLMError
 from localllm.store.manifests import MAX_MANIFEST_BYTES, Manifest
 from localllm.store.names import ModelName, parse_name
@@ -45,8 +43,6 @@ VERSION = 1
 MAX_TABLE_BYTES = 8 << 20
 MAX_FILES = 100_000
 _BLOB_RE = re.compile(r"^blobs/sha256-([0-9a-f]{64})$")
-# Each event is one of Ollama's pull progress lines (the CLI shows them as bars).
-Progress = Callable[[wire.Progress], None]
 
 
 class ArchiveError(LocalLLMError):

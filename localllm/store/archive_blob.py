@@ -18,11 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from localllm.store.archive import ArchiveError, Progress
+from localllm.store.archive import ArchiveError
 from localllm.store.blobs import CHUNK
 from localllm.store.local import Store
-
-PROGRESS_STEP = 8 << 20
+from localllm.store.progress import BlobProgress, Progress
 
 
 def copy_blob(
@@ -50,12 +49,12 @@ def copy_blob(
     have = _prefix(partial, size, h) if resume else 0
     if have:
         src.seek(have)
-    status = f"copying {digest[7:19]}"
+    report = BlobProgress(progress, f"copying {digest[7:19]}", digest, size, shown=-1)
     fd = os.open(partial, os.O_RDWR | os.O_CREAT, 0o644)
     with os.fdopen(fd, "r+b") as out:
         out.seek(have)
         out.truncate()
-        done, shown = have, -1
+        done = have
         while done < size:
             chunk = src.read(min(CHUNK, size - done))
             if not chunk:
@@ -63,9 +62,7 @@ def copy_blob(
             out.write(chunk)
             h.update(chunk)
             done += len(chunk)
-            if progress is not None and (done - shown >= PROGRESS_STEP or done == size):
-                shown = done
-                progress({"status": status, "digest": digest, "total": size, "completed": done})
+            report(done)
         out.flush()
         os.fsync(out.fileno())
     got = f"sha256:{h.hexdigest()}"

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, BinaryIO
 
-from localllm.store.archive import TABLE, ArchiveError, Member, Progress, Table, manifest_member
+from localllm.store.archive import TABLE, ArchiveError, Member, Table, manifest_member
 from localllm.store.local import Store
 from localllm.store.manifests import MAX_MANIFEST_BYTES, Entry, Manifest
 from localllm.store.names import ModelName, parse_name
+from localllm.store.progress import BlobProgress, Progress
 from localllm.store.tempfiles import atomic_write
 
 
@@ -138,25 +139,15 @@ class _Hashing:
     def __init__(self, fh: IO[bytes], member: Member, progress: Progress | None) -> None:
         self.fh, self.member, self.progress = fh, member, progress
         self.h = hashlib.sha256()
-        self.done = self.shown = 0
-        self.status = f"exporting {member.sha256[:12]}"
+        self.done = 0
+        digest = f"sha256:{member.sha256}"
+        self.report = BlobProgress(progress, f"exporting {member.sha256[:12]}", digest, member.size)
 
     def read(self, n: int = -1) -> bytes:
         chunk = self.fh.read(n)
         self.h.update(chunk)
         self.done += len(chunk)
-        if self.progress is not None and (
-            self.done - self.shown >= 8 << 20 or self.done == self.member.size
-        ):
-            self.shown = self.done
-            self.progress(
-                {
-                    "status": self.status,
-                    "digest": f"sha256:{self.member.sha256}",
-                    "total": self.member.size,
-                    "completed": self.done,
-                }
-            )
+        self.report(self.done)
         return chunk
 
 

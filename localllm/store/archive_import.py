@@ -43,7 +43,6 @@ from localllm.store.archive import (
     TABLE,
     ArchiveError,
     Member,
-    Progress,
     check_manifest,
     check_member,
     is_plain,
@@ -54,6 +53,7 @@ from localllm.store.diskspace import check_room
 from localllm.store.local import Store
 from localllm.store.manifests import Manifest
 from localllm.store.names import ModelName
+from localllm.store.progress import Progress
 
 
 class Truncated(ArchiveError):

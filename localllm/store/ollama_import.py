@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from localllm import config
-from localllm.api import wire
 from localllm.errors import DigestMismatch, InvalidRequest, LocalLLMError
 from localllm.store.blobs import CHUNK
 from localllm.store.diskspace import free_space
@@ -47,10 +46,9 @@ from localllm.store.local import Store
 from localllm.store.manifests import CONFIG_MEDIA_TYPE, MEDIA_MODEL, Layer, Manifest
 from localllm.store.names import DEFAULT_HOST, ModelName
 from localllm.store.ollama_store import Blob, Broken, Found, OllamaStore, find_store, open_regular
+from localllm.store.progress import STEP as PROGRESS_STEP, Progress
 from localllm.store.tempfiles import fsync_dir, tmp_name
 
-# Each event is one of Ollama's pull progress lines (the CLI shows them as bars).
-Progress = Callable[[wire.Progress], None]
 Check = Callable[[Found], list[str]]  # warnings about a model's template, parameters...
 # link() errors that mean "no hard link here" (another filesystem, a file of another
 # user under fs.protected_hardlinks, a filesystem without links, a full link count).
@@ -63,7 +61,6 @@ _NO_LINK = {
     errno.EOPNOTSUPP,
     errno.ENOSYS,
 }
-PROGRESS_STEP = 8 << 20  # bytes between two progress events of one blob
 
 
 @dataclass

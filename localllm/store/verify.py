@@ -26,15 +26,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from localllm.api import wire
 from localllm.errors import LocalLLMError
 from localllm.store.blobs import CHUNK
 from localllm.store.local import Store
 from localllm.store.names import ModelName, parse_name
-
-# Each event is one of Ollama's pull progress lines (the CLI shows them as bars).
-Progress = Callable[[wire.Progress], None]
-PROGRESS_STEP = 8 << 20
+from localllm.store.progress import BlobProgress, Progress
 
 
 @dataclass
@@ -104,16 +100,14 @@ def _check_blob(store: Store, digest: str, size: int, progress: Progress | None)
     if actual != size:
         return f"{actual} bytes, not {size}"
     h = hashlib.sha256()
-    done = shown = 0
-    status = f"verifying {digest[7:19]}"
+    done = 0
+    report = BlobProgress(progress, f"verifying {digest[7:19]}", digest, size)
     try:
         with open(path, "rb") as fh:
             while chunk := fh.read(CHUNK):
                 h.update(chunk)
                 done += len(chunk)
-                if progress is not None and (done - shown >= PROGRESS_STEP or done == size):
-                    shown = done
-                    progress({"status": status, "digest": digest, "total": size, "completed": done})
+                report(done)
     except OSError as exc:
         return f"unreadable ({exc.strerror or exc})"
     got = f"sha256:{h.hexdigest()}"
