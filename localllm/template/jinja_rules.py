@@ -21,8 +21,9 @@ from jinja2.utils import generate_lorem_ipsum
 
 from localllm.template.jinja_limits import MAX_INT_BITS, MAX_VALUE_ITEMS, MAX_WIDTH, Budget
 
+# A call's positional and keyword arguments, as the template gave them.
 Args = tuple[Any, ...]
-Kwargs = dict[str, Any]
+Kwargs = Mapping[str, object]
 
 _WHITESPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"
 _WIDE_WHITESPACE = (
