@@ -50,21 +50,7 @@ def copy_blob(
     if have:
         src.seek(have)
     report = BlobProgress(progress, f"copying {digest[7:19]}", digest, size, shown=-1)
-    fd = os.open(partial, os.O_RDWR | os.O_CREAT, 0o644)
-    with os.fdopen(fd, "r+b") as out:
-        out.seek(have)
-        out.truncate()
-        done = have
-        while done < size:
-            chunk = src.read(min(CHUNK, size - done))
-            if not chunk:
-                raise cut_short()
-            out.write(chunk)
-            h.update(chunk)
-            done += len(chunk)
-            report(done)
-        out.flush()
-        os.fsync(out.fileno())
+    _append(src, partial, have, size, h, report, cut_short)
     got = f"sha256:{h.hexdigest()}"
     if got != digest:
         partial.unlink(missing_ok=True)
@@ -90,6 +76,34 @@ def copy_blob(
             blobs.remove(digest)
         blobs.commit_partial(digest)
     return have
+
+
+def _append(
+    src: IO[bytes],
+    partial: Path,
+    have: int,
+    size: int,
+    h: hashlib._Hash,
+    report: BlobProgress,
+    cut_short: Callable[[], Exception],
+) -> None:
+    """Write ``src``'s bytes from ``have`` to ``size`` into ``partial`` after its first
+    ``have`` (anything beyond them cut off), hashing them into ``h``; fsynced."""
+    fd = os.open(partial, os.O_RDWR | os.O_CREAT, 0o644)
+    with os.fdopen(fd, "r+b") as out:
+        out.seek(have)
+        out.truncate()
+        done = have
+        while done < size:
+            chunk = src.read(min(CHUNK, size - done))
+            if not chunk:
+                raise cut_short()
+            out.write(chunk)
+            h.update(chunk)
+            done += len(chunk)
+            report(done)
+        out.flush()
+        os.fsync(out.fileno())
 
 
 def _prefix(partial: Path, size: int, h: hashlib._Hash) -> int:
