@@ -51,5 +51,10 @@ class BuildWithCore(build_ext):
 
 
 # cffi wraps the build_ext given here with its own, which writes the module's C source
-# and then runs this one.
-setup(cmdclass={"build_ext": BuildWithCore}, cffi_modules=["native/build_ffi.py:ffibuilder"])
+# and then runs this one.  The module uses only the limited API (``_native.abi3.so``), so
+# the wheel says so: one wheel serves CPython 3.11 and every later version.
+setup(
+    cmdclass={"build_ext": BuildWithCore},
+    cffi_modules=["native/build_ffi.py:ffibuilder"],
+    options={"bdist_wheel": {"py_limited_api": "cp311"}},
+)

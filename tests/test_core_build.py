@@ -287,3 +287,34 @@ def test_the_loaded_core_uses_this_machines_vector_units() -> None:
     for flag, text in expected.items():
         if flag in flags:
             assert text in info, (flag, info)
+
+
+def test_ggml_loads_the_best_variant_this_processor_runs(tmp_path: Path) -> None:
+    """Without the AVX-512 variants (a machine that lacks AVX-512 sees the same thing:
+    they score 0), ggml loads the AVX2 one: the choice is made at load, by the processor."""
+    import shutil
+    import subprocess
+
+    variants = core.cpu_variants()
+    if not any(p.name == "libggml-cpu-haswell.so" for p in variants):
+        pytest.skip("this core has its CPU backend linked, not as variants")
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    if " avx2" not in flags:
+        pytest.skip("this processor has no AVX2")
+    lib = tmp_path / "prefix" / "lib"
+    lib.mkdir(parents=True)
+    keep = ("x64", "sse42", "sandybridge", "haswell")
+    for p in [*core.libraries(), *variants]:
+        if p in variants and p.name.removeprefix("libggml-cpu-").removesuffix(".so") not in keep:
+            continue
+        shutil.copy2(p, lib / p.name)
+        plain = lib / f"{p.name.split('.')[0]}{core.SUFFIX}"
+        if not plain.exists():
+            plain.symlink_to(p.name)  # a prefix's libraries go by their plain names
+    code = "from localllm.engine import binding; print(binding.system_info())"
+    env = {**os.environ, "LOCALLLM_LLAMA_PREFIX": str(lib.parent)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "AVX2 = 1" in out.stdout and "AVX512 = 1" not in out.stdout, out.stdout
