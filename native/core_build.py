@@ -66,6 +66,8 @@ CMAKE_ARGS_ENV = "LOCALLLM_CORE_CMAKE_ARGS"
 # backends (libggml links every backend it was configured with).
 TARGETS = ("ggml-base", "ggml-cpu", "ggml", "llama", "mtmd")
 LIB_SUFFIX = ".dylib" if sys.platform == "darwin" else ".so"
+# What the first install says it will take (measured on a quiet 2-core machine; README).
+VARIANTS_MINUTES = "COLD_MINUTES"
 # Bumped when the layout of a cached core changes: older cache entries are not reused.
 LAYOUT = 3
 
@@ -334,10 +336,14 @@ def _build(
     bdir = cache / "build" / f"core-{k}"
     log_path = cache / "build" / f"core-{k}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    say(
-        f"building llama.cpp's core for this machine (once: about 4 minutes on 2 cores; "
-        f"the log is {log_path})"
+    args = facts.get("cmake_args")
+    variants = isinstance(args, list) and is_variants([str(a) for a in args])
+    what = (
+        f"with a CPU backend for each x86-64 instruction set (once: {VARIANTS_MINUTES}"
+        if variants
+        else "for this machine (once: about 3 minutes on 2 cores"
     )
+    say(f"building llama.cpp's core {what}; the log is {log_path})")
     with log_path.open("w") as log:
         log.write(f"# {json.dumps(facts, sort_keys=True)}\n")
         pip_log: list[str] = []
