@@ -116,6 +116,28 @@ def _columns() -> Iterator[None]:
 
 # Prose after a command's --help, for what a help line cannot say.
 NOTES = {
+    "run": """
+### MCP tools
+
+`--mcp FILE` names MCP servers in the usual `mcpServers` shape:
+
+```json
+{"mcpServers": {
+  "files": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "."]},
+  "remote": {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ..."}}
+}}
+```
+
+A `command` server is started as a child speaking MCP on stdin/stdout (`env` adds to its
+environment); a `url` server is reached over streamable HTTP. Their tools are offered
+to the model in every request. When the model calls one, `run` asks
+`Run tool NAME (SERVER) with ARGS? [y/N]` (on the terminal, even when the prompt came
+from a pipe; no terminal refuses); `--yes-tools` calls without asking. A refused call
+tells the model so. The result goes back to the model as a tool message, and the model
+goes on until it answers with text, for at most 8 rounds of calls; each call may take
+60 s. A server that fails to start, or to list its tools, stops `run` with an error
+naming it. Two servers' tools of the same name: the second is `SERVER__NAME`.
+""",
     "pull": """
 ### Where a name is pulled from
 

@@ -17,7 +17,8 @@
     ├── ShuttingDown (503)
     ├── NativeUnavailable (500)
     ├── ModelLoadError (500)
-    └── RunnerCrashed (500)
+    ├── RunnerCrashed (500)
+    └── ToolServerError (424)    an MCP server that would not start, list or answer
 
 Routes never map errors by matching message text: they read ``status``.
 """
@@ -98,6 +99,12 @@ class ModelLoadError(LocalLLMError):
 
 class RunnerCrashed(LocalLLMError):
     pass
+
+
+class ToolServerError(LocalLLMError):
+    """An MCP server failed: it did not start, list its tools or answer (OpenAI's 424)."""
+
+    status = 424
 
 
 def exit_code(exc: BaseException) -> int:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from localllm.cli.chatstream import StreamPrinter, print_stats, stream_chat
+from localllm.cli.chatstream import StreamPrinter, print_stats
+from localllm.cli.mcptools import answer
 from localllm.cli.repl_text import HELP_SET, HELP_SHOW, help_text, parameters_text
 from localllm.cli.session import Session, parse_parameter, parse_think, preload
 from localllm.cli.termsafe import clean
@@ -24,6 +25,7 @@ from localllm.errors import LocalLLMError
 if TYPE_CHECKING:
     from localllm.api.bodies import ChatMessage
     from localllm.api.client import Client
+    from localllm.cli.mcptools import ToolLoop
 
 QUOTES = '"""'
 
@@ -33,9 +35,17 @@ class _Exit(Exception):
 
 
 class Repl:
-    def __init__(self, client: Client, session: Session, *, tty: bool | None = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        session: Session,
+        *,
+        tty: bool | None = None,
+        tools: ToolLoop | None = None,
+    ) -> None:
         self.client = client
         self.s = session
+        self.tools = tools  # run --mcp: the MCP tools offered in every question
         self.tty = sys.stdin.isatty() if tty is None else tty
         self.history_file: str | None = None
         from localllm import config
@@ -125,12 +135,17 @@ class Repl:
 
         # Attached images stay in the history: later turns send the same bytes, which
         # the engine's prefix cache recognises instead of encoding the image again.
+        asked = len(self.s.messages)
         self.s.messages.append(attach(text))
-        printer = StreamPrinter(hide_thinking=self.s.hide_thinking, wordwrap=self.s.wordwrap)
+
+        def printer() -> StreamPrinter:
+            return StreamPrinter(hide_thinking=self.s.hide_thinking, wordwrap=self.s.wordwrap)
+
         try:
-            turn = stream_chat(self.client, self.s.payload(), printer)
+            # With MCP tools, rounds of calls join the history before the answer.
+            turn = answer(self.client, self.s, self.s.messages, printer, self.tools)
         except LocalLLMError:
-            self.s.messages.pop()
+            del self.s.messages[asked:]
             raise
         if turn.content or turn.thinking or turn.tool_calls:
             reply: ChatMessage = {"role": "assistant", "content": turn.content}
@@ -140,7 +155,7 @@ class Repl:
         else:
             # Nothing came back (or Ctrl-C before the first word): forget the question
             # so that the history keeps alternating user/assistant.
-            self.s.messages.pop()
+            del self.s.messages[asked:]
         print()
         if self.s.verbose:
             print_stats(turn)

@@ -19,17 +19,21 @@ schema, ``--keepalive`` for the load and every request, ``--think`` (bare, or
 ``=false``/a level; without it a model that can think does, as in Ollama),
 ``--hidethinking`` (it still thinks; the thinking is not shown),
 ``--truncate``/``--dimensions`` for embedding models.  The REPL's ``/set``
-commands change the same session values afterwards.
+commands change the same session values afterwards.  Ours: ``--mcp FILE`` offers
+the tools of the MCP servers in FILE, each call confirmed unless ``--yes-tools``
+(``cli/mcptools.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from localllm.api.client import Client
+    from localllm.cli.mcptools import ToolLoop
     from localllm.cli.session import Session
 
 
@@ -108,6 +112,17 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--nowordwrap", action="store_true", help="don't wrap long lines at word boundaries"
     )
+    parser.add_argument(
+        "--mcp",
+        metavar="FILE",
+        help='offer the tools of the MCP servers in FILE ({"mcpServers": {...}}); '
+        "each call is confirmed first",
+    )
+    parser.add_argument(
+        "--yes-tools",
+        action="store_true",
+        help="call MCP tools without asking (the servers are trusted)",
+    )
     add_pull_flags(parser)  # a missing model is pulled first
     parser.add_argument(
         "-i",
@@ -147,24 +162,47 @@ def run(args: argparse.Namespace) -> int:
                 f"localllm rerank {args.model} QUERY DOCUMENT..."
             )
         session.infer_think(capabilities)
-        if interactive:
-            from localllm.cli.repl import Repl
+        with contextlib.ExitStack() as stack:
+            tools = _tools(stack, args, piped=not interactive and not sys.stdin.isatty())
+            if interactive:
+                from localllm.cli.repl import Repl
 
-            preload(client, session)
-            gpu_hint(client)  # the model is loaded: the daemon knows its devices
-            return Repl(client, session).run()
-        code = one_shot(client, session, prompt)
+                preload(client, session)
+                gpu_hint(client)  # the model is loaded: the daemon knows its devices
+                return Repl(client, session, tools=tools).run()
+            code = one_shot(client, session, prompt, tools)
         gpu_hint(client)
         return code
 
 
-def one_shot(client: Client, session: Session, prompt: str) -> int:
-    from localllm.cli.attach import attach
-    from localllm.cli.chatstream import StreamPrinter, print_stats, stream_chat
+def _tools(stack: contextlib.ExitStack, args: argparse.Namespace, piped: bool) -> ToolLoop | None:
+    """The MCP servers of ``--mcp``, started for the run (None without the flag)."""
+    if not args.mcp:
+        return None
+    from pathlib import Path
 
-    printer = StreamPrinter(hide_thinking=session.hide_thinking, wordwrap=session.wordwrap)
+    from localllm.cli.mcptools import ToolLoop, ask_terminal
+    from localllm.mcp.blocking import open_hub
+    from localllm.mcp.hub import CALL_TIMEOUT
+    from localllm.mcp.servers import read_servers
+
+    hub = stack.enter_context(open_hub(read_servers(Path(args.mcp)), call_timeout=CALL_TIMEOUT))
+    loop = ToolLoop(hub, trusted=args.yes_tools)
+    if piped:  # stdin was the prompt: confirmations come from the terminal
+        loop.ask = ask_terminal
+    return loop
+
+
+def one_shot(client: Client, session: Session, prompt: str, tools: ToolLoop | None = None) -> int:
+    from localllm.cli.attach import attach
+    from localllm.cli.chatstream import StreamPrinter, print_stats
+    from localllm.cli.mcptools import answer
+
+    def printer() -> StreamPrinter:
+        return StreamPrinter(hide_thinking=session.hide_thinking, wordwrap=session.wordwrap)
+
     # Image files named in the prompt go along (as Ollama's CLI does).
-    turn = stream_chat(client, session.payload([attach(prompt)]), printer)
+    turn = answer(client, session, [attach(prompt)], printer, tools)
     if turn.interrupted:
         return 130
     if session.verbose:
