@@ -114,6 +114,14 @@ class SlotChains:
         self._slots[seq] = (key, chain)
         return chain
 
+    def detach(self, seq: int) -> None:
+        """Free idle slot ``seq``'s chain: its next decodes bring back raw logits (scoring
+        reads them, engine/scoring.py)."""
+        kept = self._slots.pop(seq, None)
+        if kept is not None:
+            assert not kept[1].lent, "detaching a chain a request still holds"
+            kept[1].free()
+
     def close(self) -> None:
         for _, chain in self._slots.values():
             chain.free()

@@ -239,6 +239,28 @@ class Engine:
             truncate=truncate,
         )
 
+    def score(
+        self, prompts: list[str], options: list[list[str]]
+    ) -> tuple[list[list[float]], int, int]:
+        """Each prompt's options as ``log P(option | prompt)`` (engine/scoring.py), the
+        prompts' tokens and the tokens decoded."""
+        from localllm.engine.scoring import score
+
+        if self.opts.embedding:
+            raise InvalidRequest("this model was loaded for embeddings; it cannot score")
+        self.adapters.apply(())  # the base model's probabilities
+        for s in self.slots:  # a device chain on a slot would take its rows' logits
+            if s.free:
+                self.chains.detach(s.seq)
+        out: list[list[float]] = []
+        read = decoded = 0
+        for prompt, opts in zip(prompts, options, strict=True):
+            got = score(self.ctx, self.batch, self.slots, self.n_ctx_slot, prompt, opts)
+            out.append(got.logprobs)
+            read += got.prompt_tokens
+            decoded += got.evaluated
+        return out, read, decoded
+
     def tokenize(
         self, text: str, add_special: bool = True, parse_special: bool = True
     ) -> list[int]:

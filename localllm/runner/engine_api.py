@@ -60,6 +60,13 @@ class EngineAPI(Protocol):
         """Each document's raw score against ``query``, and the tokens read."""
         ...
 
+    def score(
+        self, prompts: list[str], options: list[list[str]]
+    ) -> tuple[list[list[float]], int, int]:
+        """Each prompt's options as ``log P(option | prompt)``, the prompts' tokens and
+        the tokens decoded."""
+        ...
+
     def tokenize(
         self, text: str, add_special: bool = True, parse_special: bool = True
     ) -> list[int]: ...

@@ -61,6 +61,15 @@ class RerankFrame(RerankBody):
     id: str
 
 
+class ScoreFrame(TypedDict):
+    """Options scored after prompts (engine/scoring.py): ``options[i]`` follow ``prompts[i]``."""
+
+    type: Literal["score"]
+    prompts: list[str]
+    options: list[list[str]]
+    id: str
+
+
 class TokenizeFrame(TypedDict):
     type: Literal["tokenize"]
     text: str
@@ -131,6 +140,14 @@ class ScoresFrame(TypedDict):
     scores: list[float]
 
 
+class OptionScoresFrame(TypedDict):
+    type: Literal["option_scores"]
+    id: str
+    logprobs: list[list[float]]  # per prompt, per option: log P(option | prompt)
+    n_tokens: int  # the prompts' tokens
+    n_evaluated: int  # tokens decoded: prompts past their reused prefix, and branches
+
+
 class TokensFrame(TypedDict):
     type: Literal["tokens"]
     id: str
@@ -160,8 +177,8 @@ class BeatFrame(TypedDict):
 
 
 # What the daemon sends under a fresh id and waits on (``Traffic.call``), and the answers.
-Call = EmbedFrame | RerankFrame | TokenizeFrame | DetokenizeFrame | PingFrame
-Reply = EmbeddingsFrame | ScoresFrame | TokensFrame | TextFrame | PongFrame
+Call = EmbedFrame | RerankFrame | ScoreFrame | TokenizeFrame | DetokenizeFrame | PingFrame
+Reply = EmbeddingsFrame | ScoresFrame | OptionScoresFrame | TokensFrame | TextFrame | PongFrame
 Request = LoadFrame | CompleteFrame | CancelFrame | Call | ShutdownFrame
 Answer = LoadedFrame | PieceFrame | DoneFrame | FailedFrame | Reply | AdapterFrame | BeatFrame
 Frame = Request | Answer
@@ -173,6 +190,7 @@ FRAMES: dict[str, type[Mapping[str, object]]] = {
     "cancel": CancelFrame,
     "embed": EmbedFrame,
     "rerank": RerankFrame,
+    "score": ScoreFrame,
     "tokenize": TokenizeFrame,
     "detokenize": DetokenizeFrame,
     "ping": PingFrame,
@@ -183,6 +201,7 @@ FRAMES: dict[str, type[Mapping[str, object]]] = {
     "failed": FailedFrame,
     "embeddings": EmbeddingsFrame,
     "scores": ScoresFrame,
+    "option_scores": OptionScoresFrame,
     "tokens": TokensFrame,
     "text": TextFrame,
     "pong": PongFrame,

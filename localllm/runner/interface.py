@@ -53,6 +53,13 @@ class Runner(Protocol):
         output) and the tokens read; only for a model loaded with ``rerank``."""
         ...
 
+    async def score(
+        self, prompts: list[str], options: list[list[str]]
+    ) -> tuple[list[list[float]], int, int]:
+        """``log P(option | prompt)`` for each prompt's options, the prompts' tokens and
+        the tokens decoded (engine/scoring.py)."""
+        ...
+
     async def tokenize(
         self, text: str, add_special: bool = True, parse_special: bool = True
     ) -> list[int]: ...

@@ -240,6 +240,11 @@ class RunnerProcess:
     ) -> tuple[list[float], int]:
         return await self._traffic.rerank(query, documents, fmt, truncate)
 
+    async def score(
+        self, prompts: list[str], options: list[list[str]]
+    ) -> tuple[list[list[float]], int, int]:
+        return await self._traffic.score(prompts, options)
+
     async def tokenize(
         self, text: str, add_special: bool = True, parse_special: bool = True
     ) -> list[int]:

@@ -17,10 +17,10 @@ JSON object, an unknown type or a missing field raises ``ProtocolError``; the
 stream is then unusable and the peer is treated as broken.
 
 Messages (parent -> child): ``load``, ``complete``, ``cancel``, ``embed``,
-``rerank``, ``tokenize``, ``detokenize``, ``ping``, ``shutdown``.  (child -> parent):
-``loaded``, ``piece``, ``done``, ``failed``, ``embeddings``, ``scores``, ``tokens``,
-``text``, ``pong``, ``adapter`` (a LoRA adapter was loaded for a request:
-its path and load time), ``beat`` (the heartbeat: sent every ``heartbeat_s``
+``rerank``, ``score``, ``tokenize``, ``detokenize``, ``ping``, ``shutdown``.  (child ->
+parent): ``loaded``, ``piece``, ``done``, ``failed``, ``embeddings``, ``scores``,
+``option_scores``, ``tokens``, ``text``, ``pong``, ``adapter`` (a LoRA adapter was
+loaded for a request: its path and load time), ``beat`` (the heartbeat: sent every ``heartbeat_s``
 seconds, a ``load`` field, by a thread of the child; ``busy_ms`` is how long its
 main thread has been in the current load, step or call, 0 when idle).
 Each message's keys are its ``TypedDict`` in ``runner.frames``.
@@ -52,6 +52,7 @@ from localllm.runner.frames import (
     PieceFrame,
     RerankBody,
     RerankFrame,
+    ScoreFrame,
 )
 from localllm.runner.messages import (
     CompletionRequest,
@@ -329,6 +330,20 @@ def parse_rerank(msg: RerankFrame) -> tuple[str, list[str], PairFormat]:
     if not isinstance(fmt.template, str) or not isinstance(fmt.sep, int):
         raise ProtocolError("malformed PairFormat")
     return query, docs, fmt
+
+
+def parse_score(msg: ScoreFrame) -> tuple[list[str], list[list[str]]]:
+    """A ``score`` message's prompts and each one's options, checked for type."""
+    prompts, options = msg["prompts"], msg["options"]
+    if (
+        not isinstance(prompts, list)
+        or not isinstance(options, list)
+        or len(prompts) != len(options)
+        or not all(isinstance(p, str) for p in prompts)
+        or not all(isinstance(o, list) and all(isinstance(t, str) for t in o) for o in options)
+    ):
+        raise ProtocolError("score takes prompt strings and, for each, a list of option strings")
+    return prompts, options
 
 
 def parse_piece(msg: PieceFrame) -> Piece:

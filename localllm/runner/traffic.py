@@ -3,7 +3,7 @@
 :class:`Traffic` writes framed requests to the child's stdin (a large one framed in a
 thread), reads the frames of its stdout (each a sign of life for the watchdog) and routes
 every event to the request waiting for it: a queue per generation stream, a future per
-call (embed, rerank, tokenize, detokenize, ping).  Whether the child lives, and why it
+call (embed, rerank, score, tokenize, detokenize, ping).  Whether the child lives, and why it
 died, is :class:`~localllm.runner.process.RunnerProcess`'s: the traffic asks it through
 :class:`Peer`, and it fails what is in flight (:meth:`Traffic.fail_all`) when the child
 is gone.
@@ -31,8 +31,9 @@ from localllm.runner.watchdog import Watchdog
 log = logging.getLogger("localllm.runner")
 
 # A request's text, token ids or images can be tens of MB: these are framed in a thread.
-_BIG = ("complete", "embed", "rerank", "tokenize", "detokenize")
-_RESULTS = ("embeddings", "scores", "tokens", "text", "pong")  # the answers to calls
+_BIG = ("complete", "embed", "rerank", "score", "tokenize", "detokenize")
+# the answers to calls
+_RESULTS = ("embeddings", "scores", "option_scores", "tokens", "text", "pong")
 
 Event = Piece | Done | Failed | BaseException  # what a stream's queue holds
 
@@ -133,6 +134,22 @@ class Traffic:
         if reply["type"] != "scores":
             raise _unexpected(reply)
         return [float(s) for s in reply["scores"]], int(reply["n_tokens"])
+
+    async def score(
+        self, prompts: list[str], options: list[list[str]]
+    ) -> tuple[list[list[float]], int, int]:
+        reply = await self.call(
+            {
+                "type": "score",
+                "prompts": list(prompts),
+                "options": [list(o) for o in options],
+                "id": self._id("score"),
+            }
+        )
+        if reply["type"] != "option_scores":
+            raise _unexpected(reply)
+        logprobs = [[float(v) for v in row] for row in reply["logprobs"]]
+        return logprobs, int(reply["n_tokens"]), int(reply["n_evaluated"])
 
     async def tokenize(
         self, text: str, add_special: bool = True, parse_special: bool = True

@@ -3,8 +3,8 @@
 Lifecycle: read ``load``, build the engine, answer ``loaded`` (or ``failed`` with
 an empty id, then exit 1), then loop: while the engine has work, take whatever
 messages have arrived without blocking, run one ``engine.step()`` and forward its
-events; when idle, block on the next message.  Embeddings and tokenization run
-between steps.  The child exits on ``shutdown``, when stdin closes (the daemon
+events; when idle, block on the next message.  Embeddings, scoring and
+tokenization run between steps.  The child exits on ``shutdown``, when stdin closes (the daemon
 died, even by SIGKILL), or when it can no longer write to stdout.
 
 Heartbeat: when the ``load`` message asks for one (``heartbeat_s``), a thread of
@@ -301,6 +301,18 @@ class Worker:
                     "id": req_id,
                     "n_tokens": int(n_tokens),
                     "scores": [float(s) for s in scores],
+                }
+            )
+        elif msg["type"] == "score":
+            prompts, options = P.parse_score(msg)
+            logprobs, n_tokens, n_evaluated = engine.score(prompts, options)
+            self.send(
+                {
+                    "type": "option_scores",
+                    "id": req_id,
+                    "logprobs": [[float(v) for v in row] for row in logprobs],
+                    "n_tokens": int(n_tokens),
+                    "n_evaluated": int(n_evaluated),
                 }
             )
         elif msg["type"] == "tokenize":

@@ -58,6 +58,7 @@ def test_the_protocol_names_what_the_worker_calls() -> None:
             "info",
             "memory_report",
             "rerank",
+            "score",
             "step",
             "submit",
             "tokenize",

@@ -168,6 +168,14 @@ class FakeEngine:
         # Scores as its embeddings are made: from lengths, the query's against each document's.
         return [float(len(query) - len(d)) for d in documents], sum(map(len, documents))
 
+    def score(
+        self, prompts: list[str], options: list[list[str]]
+    ) -> tuple[list[list[float]], int, int]:
+        # Each option's logprob from its length: -1 a character, whatever the prompt.
+        logprobs = [[-float(len(o)) for o in opts] for opts in options]
+        read = sum(len(p) for p in prompts)
+        return logprobs, read, read + sum(len(o) for opts in options for o in opts)
+
     def tokenize(
         self, text: str, add_special: bool = True, parse_special: bool = True
     ) -> list[int]:
