@@ -53,6 +53,7 @@ ROUTER_MODULES: list[str] = [
     "localllm.server.routes_search",
     "localllm.server.routes_tokens",
     "localllm.server.routes_rerank",
+    "localllm.server.routes_eval",
 ]
 
 

@@ -33,6 +33,8 @@ _MODELS: dict[tuple[str, str], str] = {
     ("/api/delete", "delete"): "localllm.api.schemas:DeleteRequest",
     ("/api/copy", "post"): "localllm.api.schemas:CopyRequest",
     ("/api/create", "post"): "localllm.server.routes_create:CreateRequest",
+    ("/api/eval", "post"): "localllm.compat.systemone:SystemOneBody",
+    ("/v1/systemone", "post"): "localllm.compat.systemone:SystemOneBody",
     **{
         (path, "post"): "localllm.compat.rerank:RerankBody"
         for path in (

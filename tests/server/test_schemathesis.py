@@ -25,8 +25,8 @@ pytestmark = pytest.mark.slow  # over 10 s: started first (tests/conftest.py)
 # left out: whether the Hub answers is not the daemon's doing.
 OPERATIONS = (
     r"^/api/(tags|show|delete|copy|blobs/\{digest\}|create|version|ps|generate|chat"
-    r"|embed|embeddings|rerank)$|^/v1/(chat/completions|completions|models(/\{model\})?"
-    r"|responses|messages|messages/count_tokens|rerank)$"
+    r"|embed|embeddings|rerank|eval)$|^/v1/(chat/completions|completions|models(/\{model\})?"
+    r"|responses|messages|messages/count_tokens|rerank|systemone)$"
     r"|^/health"
 )
 

@@ -40,6 +40,13 @@ class FakeRunner:
     ) -> tuple[list[list[float]], int]:
         return [[1.0, 0.0] for _ in inputs], len(inputs)
 
+    async def score(
+        self, prompts: list[str], options: list[list[str]]
+    ) -> tuple[list[list[float]], int, int]:
+        # -1 a character of the option, as the stand-in engine scores (fake_engine.py).
+        read = sum(len(p) for p in prompts)
+        return [[-float(len(o)) for o in opts] for opts in options], read, read
+
     async def tokenize(
         self, text: str, add_special: bool = True, parse_special: bool = True
     ) -> list[int]:
