@@ -72,6 +72,7 @@ struct ll_batch {
 struct ll_sampler {
     struct llama_sampler *chain;
     struct llama_sampler *penalties; /* owned by chain; NULL when off */
+    struct llama_sampler *dry;       /* owned by chain; NULL when off */
     int32_t argmax_vocab;            /* > 0: plain greedy, sampled by argmax over logits */
     int32_t top_k;                   /* > 0: top-k is the chain's first cut (see sample) */
     int32_t n_vocab;
@@ -886,16 +887,142 @@ int ll_batch_add_seq(ll_batch *b, const int32_t *tokens, int n, int32_t pos0, in
 
 /* ---- sampler chain -------------------------------------------------------- */
 
+struct ll_sampler_extra {
+    llama_logit_bias *bias;
+    int32_t n_bias, cap_bias;
+    float dry_multiplier, dry_base;
+    int32_t dry_allowed_length, dry_penalty_last_n;
+    char **breakers;
+    int32_t n_breakers;
+    float xtc_probability, xtc_threshold;
+    float top_n_sigma;               /* <= 0: off */
+    int32_t mirostat;                /* 0 off, 1 or 2 */
+    float mirostat_tau, mirostat_eta;
+};
+
+ll_sampler_extra *ll_sampler_extra_new(void) { return calloc(1, sizeof(ll_sampler_extra)); }
+
+void ll_sampler_extra_free(ll_sampler_extra *x) {
+    if (x == NULL) return;
+    for (int32_t k = 0; k < x->n_breakers; k++) free(x->breakers[k]);
+    free(x->breakers);
+    free(x->bias);
+    free(x);
+}
+
+int ll_sampler_extra_bias(ll_sampler_extra *x, const int32_t *tokens, const float *biases,
+                          int n) {
+    if (n <= 0) return 0;
+    if (x->n_bias + n > x->cap_bias) {
+        int32_t cap = x->n_bias + n;
+        llama_logit_bias *b = realloc(x->bias, sizeof *b * (size_t)cap);
+        if (b == NULL) return -1;
+        x->bias = b;
+        x->cap_bias = cap;
+    }
+    for (int k = 0; k < n; k++) {
+        x->bias[x->n_bias].token = tokens[k];
+        x->bias[x->n_bias].bias = biases[k];
+        x->n_bias++;
+    }
+    return 0;
+}
+
+int ll_sampler_extra_dry(ll_sampler_extra *x, float multiplier, float base,
+                         int allowed_length, int penalty_last_n, const char **breakers,
+                         int n_breakers) {
+    char **copy = n_breakers > 0 ? calloc((size_t)n_breakers, sizeof *copy) : NULL;
+    if (n_breakers > 0 && copy == NULL) return -1;
+    for (int k = 0; k < n_breakers; k++) {
+        size_t len = strlen(breakers[k]);
+        copy[k] = malloc(len + 1);
+        if (copy[k] == NULL) {
+            for (int j = 0; j < k; j++) free(copy[j]);
+            free(copy);
+            return -1;
+        }
+        memcpy(copy[k], breakers[k], len + 1);
+    }
+    for (int32_t k = 0; k < x->n_breakers; k++) free(x->breakers[k]);
+    free(x->breakers);
+    x->breakers = copy;
+    x->n_breakers = n_breakers;
+    x->dry_multiplier = multiplier;
+    x->dry_base = base;
+    x->dry_allowed_length = allowed_length;
+    x->dry_penalty_last_n = penalty_last_n;
+    return 0;
+}
+
+void ll_sampler_extra_xtc(ll_sampler_extra *x, float probability, float threshold) {
+    x->xtc_probability = probability;
+    x->xtc_threshold = threshold;
+}
+
+void ll_sampler_extra_top_n_sigma(ll_sampler_extra *x, float n) { x->top_n_sigma = n; }
+
+void ll_sampler_extra_mirostat(ll_sampler_extra *x, int version, float tau, float eta) {
+    x->mirostat = version;
+    x->mirostat_tau = tau;
+    x->mirostat_eta = eta;
+}
+
 ll_sampler *ll_sampler_new(const ll_model *m, const ll_context *c, float temp, int top_k,
                            float top_p, float min_p, float typical_p, int penalty_last_n,
                            float penalty_repeat, float penalty_freq, float penalty_present,
                            uint32_t seed, const char *grammar) {
+    return ll_sampler_new_ext(m, c, temp, top_k, top_p, min_p, typical_p, penalty_last_n,
+                              penalty_repeat, penalty_freq, penalty_present, seed, grammar, NULL);
+}
+
+/* The steps before the truncation (llama.cpp's common chain order): logit bias,
+   penalties, DRY.  Returns whether any was added. */
+static int add_penalties(ll_sampler *s, const ll_model *m, const ll_context *c,
+                         int penalty_last_n, float penalty_repeat, float penalty_freq,
+                         float penalty_present, const ll_sampler_extra *x) {
+    const int32_t n_vocab = llama_vocab_n_tokens(m->vocab);
+    const int32_t n_ctx = c ? (int32_t)llama_n_ctx_seq(c->ctx) : 0;
+    int added = 0;
+    if (x->n_bias > 0) {
+        llama_sampler_chain_add(s->chain, llama_sampler_init_logit_bias(n_vocab, x->n_bias, x->bias));
+        added = 1;
+    }
+    if (penalty_last_n != 0 &&
+        (penalty_repeat != 1.0f || penalty_freq != 0.0f || penalty_present != 0.0f)) {
+        int last_n = penalty_last_n < 0 && c ? n_ctx : penalty_last_n;
+        s->penalties = llama_sampler_init_penalties(n_vocab, last_n, penalty_repeat,
+                                                    penalty_freq, penalty_present);
+        llama_sampler_chain_add(s->chain, s->penalties);
+        added = 1;
+    }
+    /* As llama.cpp's own test: DRY does something only with these. */
+    if (x->dry_multiplier != 0.0f && x->dry_base >= 1.0f && x->dry_penalty_last_n != 0) {
+        /* It allocates last_n ints: past the context it could only waste memory. */
+        int last_n = x->dry_penalty_last_n < 0 || (c && x->dry_penalty_last_n > n_ctx)
+                         ? n_ctx : x->dry_penalty_last_n;
+        s->dry = llama_sampler_init_dry(m->vocab, x->dry_multiplier, x->dry_base,
+                                        x->dry_allowed_length, last_n,
+                                        (const char **)x->breakers, (size_t)x->n_breakers);
+        llama_sampler_chain_add(s->chain, s->dry);
+        added = 1;
+    }
+    return added;
+}
+
+ll_sampler *ll_sampler_new_ext(const ll_model *m, const ll_context *c, float temp, int top_k,
+                               float top_p, float min_p, float typical_p, int penalty_last_n,
+                               float penalty_repeat, float penalty_freq,
+                               float penalty_present, uint32_t seed, const char *grammar,
+                               const ll_sampler_extra *x) {
+    static const ll_sampler_extra none;  /* all off */
+    if (x == NULL) x = &none;
     ll_sampler *s = calloc(1, sizeof *s);
     if (s == NULL) return NULL;
     struct llama_sampler_chain_params cp = llama_sampler_chain_default_params();
     cp.no_perf = true;
     s->chain = llama_sampler_chain_init(cp);
-    if (grammar != NULL && grammar[0] != '\0') {
+    const int has_grammar = grammar != NULL && grammar[0] != '\0';
+    if (has_grammar) {
         struct llama_sampler *g = llama_sampler_init_grammar(m->vocab, grammar, "root");
         if (g == NULL) { ll_sampler_free(s); return NULL; }
         scan_nul_tokens((ll_model *)m);  /* the model's one-time cache, hence the cast */
@@ -904,26 +1031,34 @@ ll_sampler *ll_sampler_new(const ll_model *m, const ll_context *c, float temp, i
                 llama_vocab_n_tokens(m->vocab), m->n_nul, m->nul_bias));
         llama_sampler_chain_add(s->chain, g);
     }
-    int pen_on = penalty_last_n != 0 &&
-                 (penalty_repeat != 1.0f || penalty_freq != 0.0f || penalty_present != 0.0f);
-    if (pen_on) {
-        int last_n = penalty_last_n < 0 && c ? (int)llama_n_ctx_seq(c->ctx) : penalty_last_n;
-        s->penalties = llama_sampler_init_penalties(llama_vocab_n_tokens(m->vocab), last_n,
-                                                    penalty_repeat, penalty_freq, penalty_present);
-        llama_sampler_chain_add(s->chain, s->penalties);
-    }
+    /* plain: nothing runs before the truncation, so the short cuts below may skip it. */
+    const int plain = !add_penalties(s, m, c, penalty_last_n, penalty_repeat, penalty_freq,
+                                     penalty_present, x) && !has_grammar;
+    /* XTC removes the likeliest tokens, so unlike the other cuts it can change a greedy pick. */
+    const int xtc = x->xtc_probability > 0.0f && x->xtc_threshold <= 0.5f;
     if (temp <= 0.0f) {
+        if (xtc) llama_sampler_chain_add(s->chain,
+                     llama_sampler_init_xtc(x->xtc_probability, x->xtc_threshold, 1, seed));
         llama_sampler_chain_add(s->chain, llama_sampler_init_greedy());
         /* Greedy with nothing before it is a stateless argmax: skip building the
            vocabulary-sized candidate array the chain would fill for every token. */
-        if (!pen_on && (grammar == NULL || grammar[0] == '\0'))
-            s->argmax_vocab = llama_vocab_n_tokens(m->vocab);
+        if (plain && !xtc) s->argmax_vocab = llama_vocab_n_tokens(m->vocab);
         return s;
     }
+    if (x->mirostat == 1 || x->mirostat == 2) {
+        llama_sampler_chain_add(s->chain, llama_sampler_init_temp(temp));
+        llama_sampler_chain_add(s->chain, x->mirostat == 1
+            ? llama_sampler_init_mirostat(llama_vocab_n_tokens(m->vocab), seed,
+                                          x->mirostat_tau, x->mirostat_eta, 100)
+            : llama_sampler_init_mirostat_v2(seed, x->mirostat_tau, x->mirostat_eta));
+        return s;
+    }
+    const int sigma = x->top_n_sigma > 0.0f;
+    if (sigma) llama_sampler_chain_add(s->chain, llama_sampler_init_top_n_sigma(x->top_n_sigma));
     if (top_k > 0) llama_sampler_chain_add(s->chain, llama_sampler_init_top_k(top_k));
     /* With nothing before top-k, the chain only ever sees the top_k likeliest tokens:
        hand it just those, found in one pass, instead of a vocabulary-sized array. */
-    if (top_k > 0 && top_k <= 256 && !pen_on && (grammar == NULL || grammar[0] == '\0')) {
+    if (top_k > 0 && top_k <= 256 && plain && !sigma) {
         s->cand = malloc(sizeof *s->cand * (size_t)top_k);
         if (s->cand != NULL) {
             s->top_k = top_k;
@@ -935,6 +1070,8 @@ ll_sampler *ll_sampler_new(const ll_model *m, const ll_context *c, float temp, i
     if (top_p > 0.0f && top_p < 1.0f)
         llama_sampler_chain_add(s->chain, llama_sampler_init_top_p(top_p, 1));
     if (min_p > 0.0f) llama_sampler_chain_add(s->chain, llama_sampler_init_min_p(min_p, 1));
+    if (xtc) llama_sampler_chain_add(s->chain,
+                 llama_sampler_init_xtc(x->xtc_probability, x->xtc_threshold, 1, seed));
     llama_sampler_chain_add(s->chain, llama_sampler_init_temp(temp));
     llama_sampler_chain_add(s->chain, llama_sampler_init_dist(seed));
     return s;
@@ -948,8 +1085,10 @@ void ll_sampler_free(ll_sampler *s) {
 }
 
 void ll_sampler_accept_prompt(ll_sampler *s, const int32_t *tokens, int n) {
-    if (s->penalties == NULL) return;
-    for (int k = 0; k < n; k++) llama_sampler_accept(s->penalties, tokens[k]);
+    for (int k = 0; k < n; k++) {
+        if (s->penalties != NULL) llama_sampler_accept(s->penalties, tokens[k]);
+        if (s->dry != NULL) llama_sampler_accept(s->dry, tokens[k]);
+    }
 }
 
 int32_t ll_sampler_sample(ll_sampler *s, ll_context *c, int32_t i) {

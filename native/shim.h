@@ -24,6 +24,7 @@ typedef struct ll_model ll_model;
 typedef struct ll_context ll_context;
 typedef struct ll_batch ll_batch;
 typedef struct ll_sampler ll_sampler;
+typedef struct ll_sampler_extra ll_sampler_extra;
 typedef struct ll_lora ll_lora;
 
 /* ---- build and system ---------------------------------------------------- */
@@ -211,10 +212,35 @@ ll_sampler *ll_sampler_new(const ll_model *m, const ll_context *c, float temp, i
                            float penalty_repeat, float penalty_freq, float penalty_present,
                            uint32_t seed, const char *grammar);
 void ll_sampler_free(ll_sampler *s);
-/* Feed prompt tokens to the penalties only (a grammar constrains output, not input). */
+/* Feed prompt tokens to the penalties and DRY only (a grammar constrains output, not
+ * input), as llama-server feeds its prompt to the chain. */
 void ll_sampler_accept_prompt(ll_sampler *s, const int32_t *tokens, int n);
 /* Sample from output i and accept the token into the whole chain. */
 int32_t ll_sampler_sample(ll_sampler *s, ll_context *c, int32_t i);
+
+/* ---- the samplers past Ollama's: built up in an ll_sampler_extra, then passed
+ * to ll_sampler_new_ext, which places each where llama.cpp's common chain does:
+ * grammar, logit bias, penalties, DRY, top-n-sigma, top-k, typical-p, top-p, min-p,
+ * XTC, temperature, then dist; or, with mirostat, grammar, logit bias, penalties,
+ * DRY, temperature and mirostat (1 or 2) in place of the truncating steps. */
+ll_sampler_extra *ll_sampler_extra_new(void);
+void ll_sampler_extra_free(ll_sampler_extra *x);
+/* Add n (token, bias) pairs; tokens must be in the vocabulary.  0 ok, -1 no memory. */
+int ll_sampler_extra_bias(ll_sampler_extra *x, const int32_t *tokens, const float *biases,
+                          int n);
+/* DRY; penalty_last_n -1 is the whole context.  The breakers are copied.  0 ok, -1 no memory. */
+int ll_sampler_extra_dry(ll_sampler_extra *x, float multiplier, float base,
+                         int allowed_length, int penalty_last_n, const char **breakers,
+                         int n_breakers);
+void ll_sampler_extra_xtc(ll_sampler_extra *x, float probability, float threshold);
+void ll_sampler_extra_top_n_sigma(ll_sampler_extra *x, float n); /* <= 0 off */
+void ll_sampler_extra_mirostat(ll_sampler_extra *x, int version, float tau, float eta);
+/* ll_sampler_new with the extra samplers (x may be NULL: the same chain). */
+ll_sampler *ll_sampler_new_ext(const ll_model *m, const ll_context *c, float temp, int top_k,
+                               float top_p, float min_p, float typical_p, int penalty_last_n,
+                               float penalty_repeat, float penalty_freq,
+                               float penalty_present, uint32_t seed, const char *grammar,
+                               const ll_sampler_extra *x);
 
 /* ---- sampling on the device (llama.cpp's backend sampling) ------------------ */
 /* A chain that runs in the decode's own graph, on the device that holds the output

@@ -28,6 +28,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from localllm.api.samplers import SAMPLER_DEFAULTS, SAMPLER_TYPES, check_samplers, coerce_bias
 from localllm.api.speculation import check_speculation
 from localllm.api.thinkbudget import check_budget_options
 from localllm.config import parse_duration
@@ -78,6 +79,9 @@ OPTION_TYPES: dict[str, str] = {
     # before the block's end marker when it is spent (api/thinkbudget.py).
     "think_budget": "integer",
     "think_budget_message": "string",
+    # llama.cpp's samplers past Ollama's (logit_bias, DRY, XTC, top_n_sigma, mirostat):
+    # api/samplers.py.
+    **SAMPLER_TYPES,
 }
 # Integer options that refuse a fraction rather than truncate it as Go does: a budget of
 # 1.5 tokens is a client's mistake worth a 400 (Anthropic's budget_tokens is one too).
@@ -89,11 +93,9 @@ WHOLE_OPTIONS = frozenset({"think_budget"})
 MODEL_ONLY_OPTIONS = frozenset({"num_parallel"})
 
 # Options Ollama removed (2025-05); requests still send them, so they are ignored quietly-ish.
+# (mirostat went too, but llama.cpp has it: api/samplers.py.)
 REMOVED_OPTIONS = frozenset(
     {
-        "mirostat",
-        "mirostat_tau",
-        "mirostat_eta",
         "tfs_z",
         "penalize_newline",
         "numa",
@@ -136,6 +138,7 @@ OLLAMA_DEFAULTS: dict[str, Any] = {
     "draft_p_min": None,
     "think_budget": None,  # None: no limit, unless the request's think level sets one
     "think_budget_message": "",
+    **SAMPLER_DEFAULTS,
 }
 
 
@@ -146,6 +149,8 @@ def _type_error(key: str, kind: str) -> InvalidRequest:
 def _coerce(key: str, value: Any, *, from_text: bool) -> Any:
     """Check one value against its wire type; ``from_text`` also accepts numeric strings."""
     kind = OPTION_TYPES[key]
+    if kind == "bias":
+        return coerce_bias(value)  # its text form is JSON, from a PARAMETER too
     if from_text and isinstance(value, str) and kind != "string":
         value = _parse_text(key, kind, value)
     if kind == "integer":
@@ -292,6 +297,7 @@ def _check_ranges(v: dict[str, Any]) -> None:
                 raise bad(key, f"must be between {-top - 1} and {top}")
     check_speculation(v)
     check_budget_options(v)
+    check_samplers(v, v["num_ctx"] or MAX_NUM_CTX)
     _clamp(v)
 
 

@@ -10,9 +10,10 @@ This module owns three choices:
 
 * which requests sample there (``on_device``): greedy, and top-k / top-p / min-p /
   temperature / seed chains; a grammar, repeat/presence/frequency penalties,
-  typical-p or logprobs keep the request on the host (``sampling.Sampler``), since
-  the device has no form of the first three and logprobs are read from the raw
-  logits, which a device-sampled row no longer brings back;
+  typical-p, the samplers past Ollama's (logit bias, DRY, XTC, top-n-sigma,
+  mirostat: ``sampling.uses_extra``) or logprobs keep the request on the host
+  (``sampling.Sampler``), since the device chain has no form of those and logprobs
+  are read from the raw logits, which a device-sampled row no longer brings back;
 * one attached chain per slot (``SlotChains``), kept after its request ends and
   reset for the next one with the same settings: every attach and detach makes the
   context plan its graph memory again at the next decode (llama-server attaches per
@@ -39,7 +40,7 @@ text is reproducible on one side, not across the two for chains without top-k.
 from __future__ import annotations
 
 from localllm.engine.model import Context, Model
-from localllm.engine.sampling import DEFAULT_SEED, DeviceChain, Sampler
+from localllm.engine.sampling import DEFAULT_SEED, DeviceChain, Sampler, uses_extra
 from localllm.runner.messages import CompletionRequest, LoadOptions, SamplingParams
 
 # llama.cpp logs this while loading when the output layer goes to a GPU (or RPC) device.
@@ -60,7 +61,7 @@ def on_device(p: SamplingParams, logprobs: int, default_seed: int = -1) -> Key |
     penalties = p.repeat_last_n != 0 and (
         p.repeat_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
     )
-    if p.grammar or penalties or 0.0 < p.typical_p < 1.0 or logprobs > 0:
+    if p.grammar or penalties or 0.0 < p.typical_p < 1.0 or logprobs > 0 or uses_extra(p):
         return None
     if p.temperature <= 0:
         return (0.0, 0, 1.0, 0.0, 0)  # greedy: every other setting is moot

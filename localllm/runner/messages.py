@@ -108,6 +108,10 @@ class LoadOptions:
     device_sampling: Literal["auto", "on", "off"] = "auto"
 
 
+# llama.cpp's default DRY sequence breakers: a repeat never extends across one.
+DRY_BREAKERS = ("\n", ":", '"', "*")
+
+
 @dataclass
 class SamplingParams:
     """Ollama's sampling options with Ollama's defaults."""
@@ -123,6 +127,20 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     seed: int = -1  # -1 = random
     grammar: str | None = None  # GBNF, root rule "root"
+    # llama.cpp's samplers past Ollama's, with llama.cpp's defaults (off); the engine
+    # places them in llama.cpp's chain order (engine/sampling.py).
+    logit_bias: list[tuple[int | str, float]] = field(default_factory=list)  # str: its tokens
+    mirostat: int = 0  # 0 off, 1 or 2
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    top_n_sigma: float = -1.0  # <= 0 off
+    xtc_probability: float = 0.0
+    xtc_threshold: float = 0.1
+    dry_multiplier: float = 0.0  # 0 off
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int = 64  # 0 off, -1 = whole context
+    dry_sequence_breakers: list[str] = field(default_factory=lambda: list(DRY_BREAKERS))
 
 
 @dataclass

@@ -74,7 +74,7 @@ def test_quotes_inside_values() -> None:
     [
         ("FROM x\nFOO bar\n", 2, 1, 'unknown instruction "FOO"'),
         ("FROM x\nPARAMETER nope 1\n", 2, 11, 'unknown parameter "nope"'),
-        ("FROM x\nPARAMETER mirostat 1\n", 2, 11, 'unknown parameter "mirostat"'),
+        ("FROM x\nPARAMETER tfs_z 1\n", 2, 11, 'unknown parameter "tfs_z"'),
         ("FROM x\nPARAMETER num_ctx lots\n", 2, 19, "must be of type integer"),
         ("FROM x\nPARAMETER temperature -1\n", 2, 23, "temperature"),
         ("FROM x\nPARAMETER use_mmap maybe\n", 2, 20, "boolean"),
