@@ -53,6 +53,7 @@ class ChatBody(TypedDict):
     stream: NotRequired[bool]  # Ollama's default: true
     options: NotRequired[Options]
     format: NotRequired[str | JSONObject]  # "json" or a JSON schema
+    grammar: NotRequired[str]  # or raw GBNF (llama-server's field)
     tools: NotRequired[list[Tool]]
     think: NotRequired[bool | str]  # on, off, or a level (api/thinkbudget.py)
     logprobs: NotRequired[bool]
@@ -69,6 +70,7 @@ class GenerateBody(TypedDict):
     stream: NotRequired[bool]
     options: NotRequired[Options]
     suffix: NotRequired[str]
+    grammar: NotRequired[str]  # raw GBNF (llama-server's field)
     logprobs: NotRequired[bool]
     top_logprobs: NotRequired[int]
 

@@ -68,6 +68,7 @@ class _Generation(_Request):
 
     stream: StrictBool = True
     format: str | dict[str, Any] | None = None  # "json" or a JSON schema
+    grammar: str | None = None  # GBNF with a "root" rule (llama-server's field), or format
     think: bool | str | None = None
     truncate: bool | None = None
     shift: bool | None = None  # context shift when generation fills the context (default on)

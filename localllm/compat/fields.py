@@ -8,8 +8,8 @@ three rules, and :func:`audit`, which applies them to a body:
   something a local daemon has no use for (billing, a hosted cache, a region) or
   does anyway (prefix reuse needs no key);
 - **refused**: a 400 naming the field, only where ignoring it would return a
-  wrong answer silently (``REFUSED``; the stateful Responses fields, for one, are
-  refused by their converter, which says what to send instead).
+  wrong answer silently (``REFUSED``; Responses' stored ``prompt``, for one, is
+  refused by its converter, which says what to send instead).
 
 A field in none of these (a client newer than this table) is ignored and
 logged as unknown: a client's new field must never be what stops an agent.
@@ -24,6 +24,27 @@ from typing import Any
 from localllm.errors import InvalidRequest
 
 _SAMPLING = ("temperature", "top_p", "stop", "seed", "frequency_penalty", "presence_penalty")
+# llama-server's sampler fields beside OpenAI's, at the top level of a Chat Completions or
+# Completions body: each becomes the native option of its name (api/options.py checks it).
+LLAMA_SAMPLING = (
+    "logit_bias",
+    "top_k",
+    "min_p",
+    "typical_p",
+    "repeat_penalty",
+    "repeat_last_n",
+    "mirostat",
+    "mirostat_tau",
+    "mirostat_eta",
+    "top_n_sigma",
+    "xtc_probability",
+    "xtc_threshold",
+    "dry_multiplier",
+    "dry_base",
+    "dry_allowed_length",
+    "dry_penalty_last_n",
+    "dry_sequence_breakers",
+)
 
 ANTHROPIC_USED = frozenset(
     {
@@ -73,7 +94,9 @@ CHAT_USED = frozenset(
         "reasoning_budget_tokens",
         "thinking_budget_tokens",
         "reasoning_budget_message",
+        "grammar",
         *_SAMPLING,
+        *LLAMA_SAMPLING,
     }
 )
 _OPENAI_IGNORED = {
@@ -82,12 +105,11 @@ _OPENAI_IGNORED = {
     "safety_identifier": "user ids are for OpenAI's abuse checks",
     "user": "user ids are for OpenAI's abuse checks",
     "service_tier": "there is one tier here",
-    "store": "the daemon stores no responses",
-    "metadata": "the daemon stores no responses to tag",
+    "store": "chat completions are not stored (responses are, on /v1/responses)",
+    "metadata": "chat completions are not stored to tag",
     "parallel_tool_calls": "the model's template decides how many calls it makes",
     "verbosity": "a local model has no verbosity dial",
     "prediction": "predicted outputs are not used for drafting yet",
-    "logit_bias": "token biases are not applied",
     "web_search_options": "no hosted web search here",
 }
 CHAT_IGNORED = {**_OPENAI_IGNORED, "modalities": "text is the only output"}
@@ -113,6 +135,8 @@ RESPONSES_USED = frozenset(
         "previous_response_id",
         "conversation",
         "prompt",
+        "store",
+        "metadata",
     }
 )
 RESPONSES_IGNORED = {

@@ -74,7 +74,7 @@ def chat_plan(
     prompt = svc.render(target, messages, tools=tools, think=req.think)
     if images:
         check_rendered(prompt, images)
-    grammar = grammar_for(req.format)
+    grammar = grammar_for(req.format, req.grammar)
     family: Family | None = None
     if forced_tools:
         forced = forced_tool_grammar(forced_tools, target.info.chat_template or "")
@@ -133,7 +133,9 @@ def generate_plan(
         if images:
             check_rendered(prompt, images)
         head = shared_head(svc, target, messages, prompt, think=req.think)
-    request = _request(svc, target, prompt, req, grammar_for(req.format), head, raw=req.raw)
+    request = _request(
+        svc, target, prompt, req, grammar_for(req.format, req.grammar), head, raw=req.raw
+    )
     context = list(req.context) if req.context else None
     output = Output(think, logprobs=req.logprobs)
     plan = Plan(target, req.model, False, prompt, request, output, images, fim, context)

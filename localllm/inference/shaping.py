@@ -5,7 +5,7 @@ parses the reply in the output format the model's chat template teaches
 (:func:`localllm.toolcalls.detect_format`): reasoning goes to ``thinking``
 whenever the model emits it (dropped when ``think`` is false), tool-call markup
 becomes ``tool_calls`` objects when the request carried tools, and logprobs are
-formatted.  ``grammar_for`` turns a request's ``format`` into a GBNF grammar.
+formatted.  ``grammar_for`` turns a request's ``format`` (or ``grammar``) into a GBNF grammar.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from typing import TypedDict
 
 from localllm.api.thinkbudget import parse_think
 from localllm.api.wire import JSONObject, Logprob, ToolCall
+from localllm.errors import InvalidRequest
 from localllm.grammar.json_schema import grammar_for_format
+from localllm.grammar.rules import MAX_GRAMMAR_BYTES
 from localllm.inference.service import Target
 from localllm.runner.messages import Piece
 from localllm.toolcalls import ChatFormat, Family, Parsed, detect_format, format_named
@@ -29,8 +31,15 @@ class Parts(TypedDict, total=False):
     logprobs: list[Logprob]
 
 
-def grammar_for(fmt: str | JSONObject | None) -> str | None:
-    """``"json"`` or a JSON Schema → GBNF; empty → none; anything else → 400."""
+def grammar_for(fmt: str | JSONObject | None, grammar: str | None = None) -> str | None:
+    """``"json"`` or a JSON Schema → GBNF; empty → none; anything else → 400.  A raw GBNF
+    ``grammar`` (llama-server's field) is used as it is; both at once are a 400."""
+    if grammar:
+        if fmt is not None and fmt != "":
+            raise InvalidRequest("format and grammar cannot both be set: send one")
+        if len(grammar.encode("utf-8")) > MAX_GRAMMAR_BYTES:  # as format's grammars
+            raise InvalidRequest(f"grammar is over {MAX_GRAMMAR_BYTES} bytes")
+        return grammar
     if fmt is None or fmt == "":
         return None
     return grammar_for_format(fmt)

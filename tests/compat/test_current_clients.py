@@ -209,7 +209,6 @@ CURRENT_CHAT_FIELDS: dict[str, Any] = {
     "verbosity": "low",
     "prediction": {"type": "content", "content": "x"},
     "modalities": ["text"],
-    "logit_bias": {"50256": -100},
     "web_search_options": {},
 }
 

@@ -3,7 +3,7 @@
 Pure converters: the ``/v1`` routes call these, run the native use case, and
 turn the result back with :mod:`localllm.compat.openai.response` (whole
 answers, errors, models) or :mod:`localllm.compat.openai.stream` (SSE).
-Behaviour follows Ollama's compatibility layer, with four additions:
+Behaviour follows Ollama's compatibility layer, with five additions:
 
 - ``options``: an extra object passed through to the native ``options`` (so an
   OpenAI client can set ``num_ctx``); the OpenAI fields win over it.
@@ -12,6 +12,9 @@ Behaviour follows Ollama's compatibility layer, with four additions:
   forces a call (:attr:`ChatConversion.forced_tools`); a named function keeps
   only that tool and forces it (:attr:`ChatConversion.forced_tool` names it),
   so the route may constrain the output with a grammar.  ``"auto"`` is the default.
+- llama-server's fields: ``grammar`` (raw GBNF), ``logit_bias`` (also OpenAI's) and
+  the samplers it names at the top level (``top_k``, ``min_p``, ``dry_*``, ``xtc_*``,
+  ``mirostat``...; compat/fields.py ``LLAMA_SAMPLING``) become native options.
 - ``reasoning_effort``: a ``think`` level and a thinking budget
   (api/thinkbudget.py), and llama-server's ``reasoning_budget_tokens`` (or
   ``thinking_budget_tokens``) and ``reasoning_budget_message`` set the budget exactly.
@@ -26,7 +29,7 @@ from typing import Any
 from localllm.api.bodies import ChatBody, EmbedBody, GenerateBody, Options, Tool
 from localllm.api.thinkbudget import EFFORTS, LEVELS, check_budget, check_message
 from localllm.api.wire import JSONObject
-from localllm.compat.fields import CHAT_IGNORED, CHAT_REFUSED, CHAT_USED, audit
+from localllm.compat.fields import CHAT_IGNORED, CHAT_REFUSED, CHAT_USED, LLAMA_SAMPLING, audit
 from localllm.compat.frames import number
 from localllm.compat.openai.messages import messages_to_native
 from localllm.compat.openai.types import (
@@ -122,7 +125,17 @@ def _options(body: Mapping[str, Any]) -> Options:
         "stop": _stop(body),
     }
     options.update({k: v for k, v in fields.items() if v is not None})
+    # llama-server's names, checked with the other options (api/options.py, api/samplers.py).
+    options.update({k: body[k] for k in LLAMA_SAMPLING if body.get(k) is not None})
     return options
+
+
+def _grammar(body: Mapping[str, Any]) -> str | None:
+    """llama-server's ``grammar``: raw GBNF, which the runner parses (a 400 if it cannot)."""
+    grammar = body.get("grammar")
+    if grammar is not None and not isinstance(grammar, str):
+        raise _bad("grammar must be a string of GBNF")
+    return grammar or None
 
 
 def _common(body: Mapping[str, Any]) -> tuple[str, bool, bool, int]:
@@ -234,6 +247,9 @@ def chat_request_to_native(body: ChatCompletionRequest) -> ChatConversion:
     fmt = _format(body)
     if fmt is not None:
         native["format"] = fmt
+    grammar = _grammar(body)
+    if grammar is not None:
+        native["grammar"] = grammar
     tools, choice, forced = _tools(body)
     if tools:
         native["tools"] = tools
@@ -276,6 +292,9 @@ def completion_request_to_native(body: CompletionRequest) -> CompletionConversio
     suffix = body.get("suffix")
     if isinstance(suffix, str) and suffix:
         native["suffix"] = suffix
+    grammar = _grammar(body)
+    if grammar is not None:
+        native["grammar"] = grammar
     logprobs = _logprob_count(body, "logprobs")
     if logprobs is not None:
         native["logprobs"] = True

@@ -96,6 +96,10 @@ class _Sampling(TypedDict, total=False):
     frequency_penalty: float
     presence_penalty: float
     options: JSONObject  # ours: native options (num_ctx...), under the OpenAI fields
+    logit_bias: JSONObject  # token id (or, as llama-server, a text) -> bias, -100..100
+    grammar: str  # llama-server's: raw GBNF, in place of response_format
+    # llama-server's samplers (top_k, min_p, dry_*, xtc_*, mirostat...) also ride at the
+    # top level under their option names (compat/fields.py LLAMA_SAMPLING).
 
 
 class ChatCompletionRequest(_Sampling, total=False):
