@@ -36,7 +36,7 @@ def _default(value: object) -> str:
     if isinstance(value, float):
         if math.isinf(value):
             return "forever"
-        return f"`{value:g}` s"
+        return f"`{value:.0f}` s" if value.is_integer() else f"`{value:g}` s"
     if value == "":
         return "(none)"
     return f"`{value}`"
@@ -92,7 +92,9 @@ one that is set:
 Durations accept seconds (`300`) or Go-style strings (`5m`, `1h30m`, `500ms`);
 a negative duration means "forever". `LOCALLLM_HOST` takes `host[:port]`
 (an `http://` prefix is allowed); clients use it too, so set it the same way for
-`localllm serve` and for the commands that talk to it.
+`localllm serve` and for the commands that talk to it. A client reaches a daemon
+that serves HTTPS (`LOCALLLM_TLS_CERT`) at `https://host:port`; see "Sharing a
+daemon on a LAN" in [the API reference](api.md#sharing-a-daemon-on-a-lan).
 
 To set variables for the background service, export them when running
 `localllm service install` (they are written into the unit or agent), or edit

@@ -56,6 +56,7 @@ from localllm.config_paths import (
 )
 from localllm.config_server import (
     API_KEY as API_KEY,
+    API_KEYS_FILE as API_KEYS_FILE,
     DEBUG as DEBUG,
     DEBUG_REQUESTS as DEBUG_REQUESTS,
     FETCH_IMAGE_URLS as FETCH_IMAGE_URLS,
@@ -68,11 +69,17 @@ from localllm.config_server import (
     MAX_IMAGES as MAX_IMAGES,
     MAX_IMAGES_BYTES as MAX_IMAGES_BYTES,
     MAX_REQUEST_PIXELS as MAX_REQUEST_PIXELS,
+    MCP_ALLOW as MCP_ALLOW,
     NO_HINTS as NO_HINTS,
     NOHISTORY as NOHISTORY,
     ORIGINS as ORIGINS,
     SHUTDOWN_GRACE as SHUTDOWN_GRACE,
+    TLS_CA as TLS_CA,
+    TLS_CERT as TLS_CERT,
+    TLS_KEY as TLS_KEY,
     client_base_url as client_base_url,
+    client_scheme as client_scheme,
+    host_says_https as host_says_https,
     log_level as log_level,
 )
 from localllm.config_setting import Setting as Setting
@@ -85,6 +92,8 @@ from localllm.config_store import (
     MODELS as MODELS,
     NOPRUNE as NOPRUNE,
     OLLAMA_REGISTRY as OLLAMA_REGISTRY,
+    RESPONSES_MAX_SIZE as RESPONSES_MAX_SIZE,
+    RESPONSES_RETENTION as RESPONSES_RETENTION,
 )
 from localllm.config_values import (  # re-exported: config.X is how callers read them
     CPU_REPACK_VALUES as CPU_REPACK_VALUES,

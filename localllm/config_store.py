@@ -1,6 +1,6 @@
 """Settings of the model store and downloads: where models live, what is kept, what may
-be read or uploaded, and where pulls and catalogue updates come from.  Read through
-``config.X``.
+be read or uploaded, and where pulls and catalogue updates come from; and how long and how
+much of the stored Responses and conversations are kept.  Read through ``config.X``.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 from localllm.config_setting import Setting
 from localllm.config_values import (
     parse_bool,
+    parse_duration,
     parse_hf_repo,
     parse_list,
     parse_registry,
@@ -71,4 +72,20 @@ OLLAMA_REGISTRY = Setting(
     "https://registry.ollama.ai",
     "Ollama's registry, which 'pull' asks for names the catalogue lacks (qwen3.5, user/model) "
     "and for ollama://NAME; off = never asked.",
+)
+RESPONSES_RETENTION = Setting(
+    "LOCALLLM_RESPONSES_RETENTION",
+    parse_duration,
+    30 * 24 * 3600.0,
+    "How long stored Responses (/v1/responses with store, the default) and conversations are "
+    "kept, e.g. 720h (30 days, as OpenAI keeps them) or 1h; a negative value keeps them "
+    "until deleted. A conversation counts from its last change.",
+)
+RESPONSES_MAX_SIZE = Setting(
+    "LOCALLLM_RESPONSES_MAX_SIZE",
+    parse_size,
+    1 << 30,
+    "Largest size of the stored Responses and conversations database (responses.sqlite3 "
+    "in the home folder), e.g. 500M: past it, a request that would store more is a 507 "
+    "until some are deleted or expire; 0 = no limit.",
 )

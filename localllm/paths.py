@@ -65,6 +65,11 @@ def chats_db() -> Path:
     return home() / "chats.sqlite3"
 
 
+def responses_db() -> Path:
+    """Stored Responses and conversations (store/responses_db.py): private, mode 0600."""
+    return home() / "responses.sqlite3"
+
+
 def backends() -> Path:
     """Backend plugins built for this machine: ``<ggml version>/libggml-<name>.so``."""
     return _folder(config.BACKENDS, lambda: home() / "backends")

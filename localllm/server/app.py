@@ -28,6 +28,7 @@ from localllm.errors import LocalLLMError
 from localllm.inference.service import InferenceService
 from localllm.models.service import ModelService
 from localllm.scheduler.scheduler import Scheduler
+from localllm.server.apikeys import KeyRing
 from localllm.server.errorbody import error_doc
 from localllm.server.health import Lifecycle
 from localllm.server.looplag import LoopLag
@@ -48,6 +49,7 @@ ROUTER_MODULES: list[str] = [
     "localllm.server.routes_generate",
     "localllm.server.routes_openai",
     "localllm.server.routes_responses",
+    "localllm.server.routes_stored",
     "localllm.server.routes_anthropic",
     "localllm.server.routes_create",
     "localllm.server.routes_search",
@@ -211,7 +213,7 @@ def create_app(
         SecurityMiddleware,
         guard_host=is_loopback_bind(host),
         origins=config.ORIGINS.get(),
-        api_key=config.API_KEY.get(),
+        keys=KeyRing(config.API_KEY.get(), config.API_KEYS_FILE.get()),
     )
     # Outermost, so refusals by the security layer are logged, counted and tagged too.
     app.add_middleware(

@@ -41,13 +41,13 @@ from localllm.api.wire import (
     TokenizeResponse,
 )
 from localllm.compat.openai.request import chat_request_to_native
-from localllm.compat.responses.request import responses_request_to_native
 from localllm.errors import InvalidRequest
 from localllm.inference.service import Target
 from localllm.inference.tokens import detokenize, text_target, tokenize
 from localllm.server import foreign
 from localllm.server.deps import inference_service, offload, parse_json
 from localllm.server.jsonout import json_response, json_result
+from localllm.server.stored import converter, responses_db
 
 router = APIRouter()
 # The prompt a generation would be given, for a model that chats.
@@ -162,7 +162,9 @@ def _counted(tokens: int) -> InputTokensResponse:
 
 @router.post("/v1/responses/input_tokens")
 async def responses_input_tokens(request: Request) -> Response:
-    plan, _ = await foreign.plan_request(request, responses_request_to_native, _prompt)
+    # The history a previous_response_id or conversation names counts too, as OpenAI's does.
+    convert = converter(responses_db(request), storing=False)
+    plan, _ = await foreign.plan_request(request, convert, _prompt)
     return await json_result(request, plan.count_tokens(), _counted)
 
 

@@ -186,8 +186,11 @@ def test_tools_choice_reasoning_and_text_format() -> None:
 @pytest.mark.parametrize(
     ("body", "words"),
     [
-        ({"previous_response_id": "resp_1"}, "stateless"),
-        ({"conversation": "conv_1"}, "stateless"),
+        ({"previous_response_id": "resp_1", "conversation": "conv_1"}, "cannot be used"),
+        ({"previous_response_id": 5}, "previous_response_id must be"),
+        ({"conversation": {"name": "x"}}, "conversation must be"),
+        ({"store": "yes"}, "store must be"),
+        ({"prompt": {"id": "pmpt_1"}}, "no stored prompts"),
         ({"background": True}, "background"),
         ({"max_output_tokens": 0}, "max_output_tokens"),
         ({"max_output_tokens": -5}, "max_output_tokens"),

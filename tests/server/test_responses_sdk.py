@@ -218,7 +218,7 @@ def test_bad_input_gets_openai_errors_and_the_daemon_keeps_serving(d: Daemon) ->
     _refused(c, "is not supported", input=[{"type": "mystery_item"}])
     _refused(c, "input must be", input=5)
     _refused(c, "role", input=[{"role": 7, "content": "x"}])
-    _refused(c, "stateless", input="hi", previous_response_id="resp_123")
+    _refused(c, "cannot be used", input="hi", previous_response_id="r", conversation="c")
     _refused(c, "max_output_tokens", input="hi", max_output_tokens=0)
     _refused(c, "max_output_tokens", input="hi", max_output_tokens=-3)
     _refused(

@@ -128,7 +128,7 @@ def test_input_token_counts_equal_the_generations_usage(daemon: Daemon) -> None:
             "object": "response.input_tokens",
             "input_tokens": done.usage.prompt_tokens,
         }
-        with pytest.raises(openai.BadRequestError, match="previous_response_id is not supported"):
+        with pytest.raises(openai.NotFoundError, match="Response with id 'resp_1' not found"):
             client.responses.input_tokens.count(
                 model="tiny", input="x", previous_response_id="resp_1"
             )

@@ -6,8 +6,10 @@ parts, and ``input_image`` as a data: URL or bare base64, which becomes the
 native ``images`` field), ``function_call`` (joins the assistant turn before
 it, as the native ``tool_calls``), ``function_call_output`` (a ``tool``
 message, named after its call) and ``reasoning`` (the next assistant turn's
-``thinking``).  Anything else is a 400: ``item_reference`` needs stored
-responses, which the stateless daemon does not keep.
+``thinking``).  Anything else is a 400 (``item_reference`` too: send the item
+itself, or continue a stored response with ``previous_response_id``).  A stored
+history (:mod:`localllm.compat.responses.stored`) goes ahead of the input, item
+by item, exactly as the request that first sent it was read.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import cast
 
 from localllm.api.bodies import ChatMessage
 from localllm.api.wire import JSONObject
@@ -142,6 +145,15 @@ class _Items:
             native["tool_name"] = self.call_names[call_id]
         self.messages.append(native)
 
+    def mcp_call(self, item: InputItem) -> None:
+        """An MCP call the daemon made earlier: the call, then what it gave (or its error)."""
+        call_id = item.get("id") or f"mcp_{len(self.messages)}"
+        self.function_call({**item, "call_id": call_id})
+        error = item.get("error")
+        output = item.get("output")
+        text = output if isinstance(output, str) else f"error: {json.dumps(error)}"
+        self.function_call_output({"call_id": call_id, "output": text})
+
     def reasoning(self, item: InputItem) -> None:
         # Sent back by clients (Codex) with the turn it preceded; it becomes that turn's thinking.
         parts = [*(item.get("summary") or []), *(item.get("content") or [])]
@@ -160,17 +172,38 @@ class _Items:
             self.function_call_output(item)
         elif kind == "reasoning":
             self.reasoning(item)
+        elif kind == "mcp_call":
+            self.mcp_call(item)
+        elif kind in ("mcp_list_tools", "mcp_approval_request", "mcp_approval_response"):
+            pass  # read by the daemon's MCP loop (server/responses_mcp.py), not the model
         elif kind == "item_reference":
-            raise _bad("item_reference is not supported: the daemon stores no responses")
+            raise _bad(
+                "item_reference is not supported: send the item itself, or continue a "
+                "stored response with previous_response_id"
+            )
         else:
             raise _bad(f"input item type {kind!r} is not supported")
 
 
-def input_to_messages(value: object, instructions: str | None = None) -> list[ChatMessage]:
-    """``instructions`` + ``input`` (a string or items) -> native chat messages."""
+def check_items(value: list[object]) -> None:
+    """A 400 unless every item of ``value`` is an input item this converter reads."""
+    items = _Items()
+    for item in value:
+        items.add(cast(InputItem, item))  # ``add`` checks it
+
+
+def input_to_messages(
+    value: object,
+    instructions: str | None = None,
+    history: Sequence[Mapping[str, object]] = (),
+) -> list[ChatMessage]:
+    """``instructions`` + ``history`` (stored items) + ``input`` (a string or items) ->
+    native chat messages."""
     items = _Items()
     if instructions:
         items.messages.append({"role": "system", "content": instructions})
+    for old in history:
+        items.add(cast(InputItem, old))  # stored as it was sent, and read then
     if isinstance(value, str):
         items.messages.append({"role": "user", "content": value})
     elif isinstance(value, list):

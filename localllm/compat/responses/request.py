@@ -10,27 +10,33 @@ checks.  ``input`` items are converted apart, by
 Completions parts cannot (``input_image`` becomes the native ``images`` field,
 which the chat path itself refuses while vision is missing).
 
-The daemon keeps no state: ``previous_response_id``, ``conversation`` and
-``item_reference`` items are refused with a 400, ``store`` is accepted and
-ignored.  Other fields follow :mod:`localllm.compat.fields`; hosted tools are
-dropped, and all that was dropped or ignored is :attr:`ResponsesConversion.ignored`,
-which the route logs once per client.  ``truncation`` defaults to ``"disabled"``
+``store`` (true unless false, as OpenAI's), ``previous_response_id`` and
+``conversation`` are read here and echoed; the stored history they name is
+looked up by the route (:mod:`localllm.server.stored`) and given to
+:func:`responses_request_to_native` as ``history``, ahead of ``input``; this
+request's own items, with their ids, are :attr:`ResponsesConversion.input_items`,
+which the route stores.  ``prompt`` (stored prompts) is refused.  Other fields
+follow :mod:`localllm.compat.fields`; hosted tools are dropped, and all that was
+dropped or ignored is :attr:`ResponsesConversion.ignored`, which the route logs
+once per client.  ``truncation`` defaults to ``"disabled"``
 as in OpenAI's API, so an input longer than the context is a 400 rather than
 silently cut.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
 from localllm.api.bodies import ChatBody, FunctionSpec, Tool
+from localllm.api.wire import JSONObject
 from localllm.compat.fields import RESPONSES_IGNORED, RESPONSES_USED, audit
 from localllm.compat.frames import string_field
 from localllm.compat.openai.request import chat_request_to_native
 from localllm.compat.openai.types import ChatCompletionRequest, ResponseFormat
 from localllm.compat.responses.input import input_to_messages
+from localllm.compat.responses.stored import conversation_ref, input_items
 from localllm.compat.responses.types import Echo, FunctionTool, ResponsesRequest
 from localllm.errors import InvalidRequest
 
@@ -44,10 +50,10 @@ _EFFORT = {
     "high": "high",
     "xhigh": "xhigh",
 }
-# Fields the daemon cannot honour without state or a hosted service: refused, not ignored.
-_STATEFUL = ("previous_response_id", "conversation", "prompt")
-# OpenAI's limits on ``metadata`` (pairs, key length, value length).  The daemon stores
-# nothing to tag, but it repeats metadata in the response and in every stream event.
+# Fields the daemon cannot honour without a hosted service: refused, not ignored.
+_STATEFUL = ("prompt",)
+# OpenAI's limits on ``metadata`` (pairs, key length, value length); it is stored with the
+# response and repeated in the response and in every stream event.
 METADATA_PAIRS, METADATA_KEY, METADATA_VALUE = 16, 64, 512
 
 
@@ -60,6 +66,7 @@ class ResponsesConversion:
     forced_tools: list[Tool] | None = None  # the model must call one of these
     echo: Echo = field(default_factory=lambda: Echo())  # request fields the response repeats
     ignored: list[str] = field(default_factory=list)  # fields ignored, for the route's log
+    input_items: list[JSONObject] = field(default_factory=list)  # this input, as stored
 
 
 _bad = InvalidRequest
@@ -137,7 +144,7 @@ def _response_format(text: object) -> ResponseFormat | None:
     raise _bad(f"invalid text.format type {kind!r}")
 
 
-def _metadata(metadata: object) -> dict[str, str]:
+def check_metadata(metadata: object) -> dict[str, str]:
     """``metadata`` checked as OpenAI does: up to 16 string pairs, keys of up to 64
     characters, values of up to 512 (it is echoed in every event of a stream)."""
     if metadata is None:
@@ -165,16 +172,16 @@ def _effort(reasoning: object) -> str | None:
     return _EFFORT[effort] if effort is not None else None
 
 
-def responses_request_to_native(body: ResponsesRequest) -> ResponsesConversion:
-    """A ``/v1/responses`` body -> an ``/api/chat`` body plus what the route must do."""
+def responses_request_to_native(
+    body: ResponsesRequest, history: Sequence[JSONObject] = ()
+) -> ResponsesConversion:
+    """A ``/v1/responses`` body -> an ``/api/chat`` body plus what the route must do;
+    ``history``: the stored items it continues (see the module docstring)."""
     if not isinstance(body, Mapping):
         raise _bad("request body must be a JSON object")
     for key in _STATEFUL:
         if body.get(key) is not None:
-            raise _bad(
-                f"{key} is not supported: the daemon is stateless and stores no "
-                "responses; send the whole conversation in input"
-            )
+            raise _bad(f"{key} is not supported: no stored prompts here; send the instructions")
     if body.get("background"):
         raise _bad("background responses are not supported")
     limit = body.get("max_output_tokens")
@@ -183,7 +190,7 @@ def responses_request_to_native(body: ResponsesRequest) -> ResponsesConversion:
     truncation = body.get("truncation") or "disabled"
     if truncation not in ("auto", "disabled"):
         raise _bad('truncation must be "auto" or "disabled"')
-    metadata = _metadata(body.get("metadata"))
+    metadata = check_metadata(body.get("metadata"))
     instructions = body.get("instructions")
     instructions = None if instructions is None else string_field(instructions, "instructions")
     ignored = audit(body, RESPONSES_USED, RESPONSES_IGNORED) + _nested_ignored(body)
@@ -207,7 +214,7 @@ def responses_request_to_native(body: ResponsesRequest) -> ResponsesConversion:
     conv = chat_request_to_native(
         cast(ChatCompletionRequest, {k: v for k, v in chat.items() if v is not None})
     )
-    conv.native["messages"] = input_to_messages(body.get("input"), instructions)
+    conv.native["messages"] = input_to_messages(body.get("input"), instructions, history)
     conv.native["truncate"] = truncation == "auto"
     echo: Echo = {
         "instructions": instructions,
@@ -221,6 +228,7 @@ def responses_request_to_native(body: ResponsesRequest) -> ResponsesConversion:
         "text": {"format": (body.get("text") or {}).get("format") or {"type": "text"}},
         "truncation": truncation,
         "metadata": metadata,
+        **stored_state(body),
     }
     return ResponsesConversion(
         conv.native,
@@ -230,7 +238,27 @@ def responses_request_to_native(body: ResponsesRequest) -> ResponsesConversion:
         forced_tools=conv.forced_tools,
         echo=echo,
         ignored=ignored,
+        input_items=input_items(body.get("input")),
     )
+
+
+def stored_state(body: ResponsesRequest) -> Echo:
+    """``store``, ``previous_response_id`` and ``conversation``, checked, as echoed (the
+    route reads them first, to find the history)."""
+    store = body.get("store", True)
+    if not isinstance(store, bool) and store is not None:
+        raise _bad("store must be a boolean")
+    previous = body.get("previous_response_id")
+    if previous is not None and (not isinstance(previous, str) or not previous):
+        raise _bad("previous_response_id must be a response id")
+    conversation = conversation_ref(body.get("conversation"))
+    if previous is not None and conversation is not None:
+        raise _bad("previous_response_id and conversation cannot be used together")
+    return {
+        "store": store is not False,
+        "previous_response_id": previous,
+        "conversation": None if conversation is None else {"id": conversation},
+    }
 
 
 def _nested_ignored(body: ResponsesRequest) -> list[str]:

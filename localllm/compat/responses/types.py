@@ -39,6 +39,13 @@ class InputItem(TypedDict, total=False):
     arguments: str | JSONObject  # function_call: JSON text
     output: str | list[InputPart]  # function_call_output
     summary: list[InputPart]  # reasoning
+    # MCP items sent back (compat/responses/mcp.py): mcp_call, mcp_list_tools,
+    # mcp_approval_request and mcp_approval_response.
+    id: str
+    server_label: str
+    error: JSONValue
+    approval_request_id: str
+    approve: bool
 
 
 class FunctionTool(TypedDict, total=False):
@@ -49,6 +56,18 @@ class FunctionTool(TypedDict, total=False):
     description: str
     parameters: JSONObject  # a JSON schema
     strict: bool
+
+
+class McpToolSpec(TypedDict, total=False):
+    """An ``mcp`` tool: a server whose tools the daemon lists and calls itself."""
+
+    type: str  # mcp
+    server_label: str
+    server_url: str
+    server_description: str
+    headers: dict[str, str]  # never echoed: they may hold credentials
+    allowed_tools: JSONValue  # names, or {tool_names}
+    require_approval: JSONValue  # always | never | {always, never}
 
 
 class FunctionChoice(TypedDict, total=False):
@@ -73,6 +92,10 @@ class TextConfig(TypedDict, total=False):
     verbosity: str
 
 
+class ConversationRef(TypedDict):
+    id: str
+
+
 class ResponsesRequest(TypedDict, total=False):
     """A ``/v1/responses`` (or ``/v1/responses/input_tokens``) body."""
 
@@ -92,8 +115,9 @@ class ResponsesRequest(TypedDict, total=False):
     metadata: dict[str, str]
     options: JSONObject  # ours: native options, as on /v1/chat/completions
     background: bool  # refused when true
-    previous_response_id: str  # refused: the daemon is stateless
-    conversation: JSONValue  # refused, as previous_response_id
+    store: bool  # keep the response (the default), for GET and previous_response_id
+    previous_response_id: str  # continue a stored response
+    conversation: str | ConversationRef  # respond within a conversation, and add to it
     prompt: JSONValue  # refused: no stored prompts
 
 
@@ -107,13 +131,16 @@ class Echo(TypedDict, total=False):
     max_output_tokens: int | None
     temperature: JSONValue
     top_p: JSONValue
-    tools: list[FunctionTool]
+    tools: list[FunctionTool | McpToolSpec]
     tool_choice: str | FunctionChoice
     parallel_tool_calls: bool
     reasoning: Reasoning
     text: TextConfig
     truncation: str
     metadata: dict[str, str]
+    store: bool
+    previous_response_id: str | None
+    conversation: ConversationRef | None
 
 
 class OutputText(TypedDict):
@@ -152,7 +179,58 @@ class FunctionCallItem(TypedDict):
     arguments: str  # JSON text
 
 
-OutputItem = MessageItem | ReasoningItem | FunctionCallItem
+class McpListedTool(TypedDict):
+    name: str
+    description: str | None
+    input_schema: JSONObject
+    annotations: JSONObject | None
+
+
+class McpListToolsItem(TypedDict):
+    id: str
+    type: Literal["mcp_list_tools"]
+    server_label: str
+    tools: list[McpListedTool]
+    error: str | None
+
+
+class McpCallError(TypedDict):
+    """OpenAI's ``mcp_protocol_error`` (code, message) or ``mcp_tool_execution_error``."""
+
+    type: str
+    code: NotRequired[int]
+    message: NotRequired[str]
+    content: NotRequired[JSONValue]
+
+
+class McpCallItem(TypedDict):
+    id: str
+    type: Literal["mcp_call"]
+    status: str  # in_progress | completed | failed
+    server_label: str
+    name: str
+    arguments: str  # JSON text
+    output: str | None
+    error: McpCallError | None
+    approval_request_id: str | None
+
+
+class McpApprovalRequestItem(TypedDict):
+    id: str
+    type: Literal["mcp_approval_request"]
+    server_label: str
+    name: str
+    arguments: str  # JSON text
+
+
+OutputItem = (
+    MessageItem
+    | ReasoningItem
+    | FunctionCallItem
+    | McpListToolsItem
+    | McpCallItem
+    | McpApprovalRequestItem
+)
 
 
 class ResponseUsage(TypedDict):
@@ -184,7 +262,6 @@ class ResponseObject(Echo):
     model: str
     output: list[OutputItem]
     usage: ResponseUsage | None
-    previous_response_id: None
     completed_at: NotRequired[int]
 
 
