@@ -20,7 +20,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from localllm.errors import InvalidRequest
@@ -43,7 +43,7 @@ SAMPLER_TYPES: dict[str, str] = {
 }
 # llama.cpp's defaults (common/common.h): all of them off.
 DRY_BREAKERS = ("\n", ":", '"', "*")
-SAMPLER_DEFAULTS: dict[str, Any] = {
+SAMPLER_DEFAULTS: dict[str, object] = {
     "logit_bias": [],
     "mirostat": 0,
     "mirostat_tau": 5.0,
@@ -111,7 +111,7 @@ def coerce_bias(value: object) -> list[tuple[BiasKey, float]]:
     return [(_bias_key(k), _bias_value(b)) for k, b in items]
 
 
-def check_samplers(v: dict[str, Any], ctx: int) -> None:
+def check_samplers(v: MutableMapping[str, Any], ctx: int) -> None:
     """Refuse what these samplers cannot do (400s naming the option); a DRY window past
     the context (``ctx`` tokens, or the most a context may hold when not chosen yet)
     becomes the whole context, as ``repeat_last_n`` does."""
