@@ -84,7 +84,9 @@ def score(
             f"{len(toks) + longest} tokens, the context holds {n_ctx_slot}"
         )
     base, row, evaluated = _prefill(ctx, batch, free, toks)
-    sums = [_logprob(ctx, row, o[0]) for o in opts]
+    # Each distinct first token once: reading one is a pass over the whole vocabulary.
+    first = {t: _logprob(ctx, row, t) for t in dict.fromkeys(o[0] for o in opts)}
+    sums = [first[o[0]] for o in opts]
     long = [i for i, o in enumerate(opts) if len(o) > 1]
     if long:
         evaluated += _branch(ctx, batch, free, base, toks, opts, long, sums)
