@@ -1,4 +1,4 @@
-"""Settings of the daemon's edge and its clients: address, access, request and image
+"""Settings of the daemon's edge and its clients: address, TLS, access, request and image
 limits, logging, and the interactive client's history.  Read through ``config.X``.
 """
 
@@ -27,7 +27,8 @@ HOST = Setting(
     "LOCALLLM_HOST",
     parse_host,
     ("127.0.0.1", DEFAULT_PORT),
-    "Address the daemon binds to and clients connect to (host[:port]).",
+    "Address the daemon binds to and clients connect to (host[:port]); clients reach an "
+    "HTTPS daemon at https://host:port.",
     ollama="OLLAMA_HOST",
 )
 ORIGINS: Setting[list[str]] = Setting(
@@ -43,6 +44,35 @@ API_KEY = Setting(
     "",
     "When set, every endpoint but / and /health needs the key, as "
     "'Authorization: Bearer <key>' or 'x-api-key: <key>'.",
+)
+API_KEYS_FILE = Setting(
+    "LOCALLLM_API_KEYS_FILE",
+    parse_str,
+    "",
+    "A file of API keys, one a line: 'label key' (the label names the key in the access log "
+    "and /metrics; never the key) or a key alone; '#' starts a comment. A change applies "
+    "within a second. The daemon refuses a file other users may read or write, or its group "
+    "may write (chmod 600 or 640). Works beside LOCALLLM_API_KEY.",
+)
+TLS_CERT = Setting(
+    "LOCALLLM_TLS_CERT",
+    parse_str,
+    "",
+    "PEM certificate (chain) of the daemon: with LOCALLLM_TLS_KEY, it serves HTTPS; clients "
+    "in the same environment then use https://.",
+)
+TLS_KEY = Setting(
+    "LOCALLLM_TLS_KEY",
+    parse_str,
+    "",
+    "PEM private key (unencrypted) of LOCALLLM_TLS_CERT.",
+)
+TLS_CA = Setting(
+    "LOCALLLM_TLS_CA",
+    parse_str,
+    "",
+    "PEM CA bundle trusted beside the usual ones, by clients reaching an HTTPS daemon "
+    "(one whose certificate your own CA signed) and by the daemon's downloads.",
 )
 SHUTDOWN_GRACE = Setting(
     "LOCALLLM_SHUTDOWN_GRACE",
@@ -95,6 +125,14 @@ NO_HINTS = Setting(
     "Don't print the one line (at most once a day) by which 'run', 'chat' and 'serve' "
     "name the command that would put an unused GPU to work.",
 )
+MCP_ALLOW: Setting[list[str]] = Setting(
+    "LOCALLLM_MCP_ALLOW",
+    parse_list,
+    [],
+    "MCP servers the daemon may call for the Responses API's mcp tool: URL prefixes, "
+    "comma-separated (e.g. http://127.0.0.1:8931/,https://mcp.example.com/); a server_url "
+    "that starts with none of them is a 400. Empty (the default): none.",
+)
 
 # Image input limits (issue 14; the runner and daemon share them): images a request, bytes a
 # file and a request (one runner frame, under 128 MiB), width x height, a side; from headers.
@@ -126,6 +164,19 @@ def log_level() -> int:
     return TRACE if level >= 2 else logging.INFO - 10 * level
 
 
+def host_says_https() -> bool:
+    """Whether LOCALLLM_HOST (or OLLAMA_HOST) is written with ``https://``."""
+    src = HOST.source()
+    return src is not None and src[1].lower().startswith("https://")
+
+
+def client_scheme() -> str:
+    """``https`` when LOCALLLM_HOST says so, or when this environment's daemon serves TLS
+    (LOCALLLM_TLS_CERT set: a daemon started from it, by ``serve`` or by a client, does);
+    else ``http``.  So a client and the daemon it starts always agree."""
+    return "https" if host_says_https() or TLS_CERT.get() else "http"
+
+
 def client_base_url() -> str:
     """The URL clients use to reach the daemon (0.0.0.0 binds are reached on loopback)."""
     host, port = HOST.get()
@@ -133,4 +184,4 @@ def client_base_url() -> str:
         host = "127.0.0.1"
     if ":" in host:
         host = f"[{host}]"
-    return f"http://{host}:{port}"
+    return f"{client_scheme()}://{host}:{port}"

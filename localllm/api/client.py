@@ -33,6 +33,7 @@ from localllm.api.daemon import (
     is_local_url,
     raise_for,
     stream_item,
+    tls_failure,
     transport_errors,
 )
 from localllm.api.wire import (
@@ -100,8 +101,9 @@ class Client:
         with transport_errors(self.base_url):
             try:
                 return self.http.send(self.http.build_request(method, path, **kw), stream=stream)
-            except httpx.ConnectError:
-                if not self.autostart:
+            except httpx.ConnectError as exc:
+                # A TLS failure means something answers: starting a daemon would not help.
+                if not self.autostart or tls_failure(exc) is not None:
                     raise
             self.autostart = False  # one attempt per client
             ensure_daemon(self.base_url)

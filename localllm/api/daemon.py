@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import ssl
 import subprocess
 import sys
 import time
@@ -66,7 +67,7 @@ class HttpSettings(TypedDict):
     timeout: httpx.Timeout | float
     headers: dict[str, str]
     trust_env: bool
-    verify: bool
+    verify: ssl.SSLContext | bool
 
 
 def http_kwargs(base_url: str) -> HttpSettings:
@@ -79,13 +80,46 @@ def http_kwargs(base_url: str) -> HttpSettings:
         "timeout": DEFAULT_TIMEOUT,
         "headers": {"Authorization": f"Bearer {key}"} if key else {},
         "trust_env": False,
-        "verify": not base_url.startswith("http://"),
+        "verify": False if base_url.startswith("http://") else _tls_context(),
     }
+
+
+def _tls_context() -> ssl.SSLContext:
+    # The process's one context (localllm/tls.py): certifi's, the system's and
+    # LOCALLLM_TLS_CA's authorities; imported here only, so plain http pays nothing.
+    from localllm import tls
+
+    return tls.context()
+
+
+def tls_failure(exc: BaseException) -> ssl.SSLError | None:
+    """The TLS error behind an httpx error (a certificate not trusted, no TLS there)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _tls_advice(base_url: str, err: ssl.SSLError) -> str:
+    if isinstance(err, ssl.SSLCertVerificationError):
+        return (
+            f"the certificate of localllm at {base_url} is not trusted "
+            f"({err.verify_message or err.reason}): set LOCALLLM_TLS_CA to the CA "
+            "certificate that signed it"
+        )
+    return (
+        f"TLS with localllm at {base_url} failed ({err.reason or err}); "
+        "does it serve HTTPS? (without LOCALLLM_TLS_CERT it serves plain http://)"
+    )
 
 
 def transport_error(base_url: str, exc: httpx.RequestError) -> LocalLLMError:
     """The user's one-line error for an httpx transport error talking to ``base_url``."""
     name = exc.__class__.__name__
+    if (tls_err := tls_failure(exc)) is not None:
+        return DaemonUnreachable(_tls_advice(base_url, tls_err))
     if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
         return DaemonUnreachable(
             f"could not connect to localllm at {base_url} ({name}); "
@@ -191,12 +225,18 @@ def is_local_url(base_url: str) -> bool:
 
 
 def daemon_alive(base_url: str | None = None, timeout: float = 1.0) -> bool:
+    """Whether a daemon answers at ``base_url``; a TLS failure raises (something answers,
+    and starting another daemon there would not help)."""
     url = base_url or config.client_base_url()
     try:
         settings = http_kwargs(url)
         settings["timeout"] = timeout
         with httpx.Client(**settings) as http:
             return http.get("/").status_code == 200
+    except httpx.RequestError as exc:
+        if tls_failure(exc) is not None:
+            raise transport_error(url, exc) from exc
+        return False
     except httpx.HTTPError:
         return False
 
@@ -252,7 +292,8 @@ def _spawn_serve(url: str, log_path: Path) -> Callable[[], bool]:
     from localllm import children
 
     # The daemon outlives the command that started it: no death signal.
-    env = {"LOCALLLM_HOST": urlsplit(url).netloc}
+    # With its scheme when https: a daemon without a certificate then says so and exits.
+    env = {"LOCALLLM_HOST": url if url.startswith("https://") else urlsplit(url).netloc}
     if sys.platform != "win32":
         pid = children.spawn_detached("localllm", "serve", env=env, log=log_path)
         return lambda: children.alive(pid)

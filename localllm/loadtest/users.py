@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from localllm import tls
 from localllm.api._httpx import httpx
 from localllm.loadtest.protocols import Prompt, Target, build_request, parse_line
 from localllm.loadtest.stats import LevelSummary, RequestResult, summarize
@@ -71,6 +72,8 @@ def make_client(target: Target, concurrency: int, timeout: float) -> httpx.Async
         limits=limits,
         timeout=httpx.Timeout(timeout, connect=10.0),
         trust_env=False,
+        # An HTTPS daemon is trusted as the other commands trust it (LOCALLLM_TLS_CA too).
+        verify=tls.context() if target.url.startswith("https://") else True,
     )
 
 

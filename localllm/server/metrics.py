@@ -5,7 +5,10 @@ one), so several apps in one process — tests — never share counters.
 
 * HTTP: requests by method, endpoint (the route's template, so ``/api/blobs/…``
   is one series whatever the digest) and status; duration by endpoint;
-  requests in flight.
+  requests in flight; requests by API key label (``server/apikeys.py``) and
+  status, a counter of its own so that the label does not multiply the
+  endpoint series: its values are ``default`` and the labels of
+  ``LOCALLLM_API_KEYS_FILE``, never a client's input.
 * Generation, per model: prompt and generated tokens, time to first token,
   inter-token latency and request duration (from entering the queue to the
   last token), fed by ``InferenceService`` through ``generation_observer``.
@@ -58,6 +61,12 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=reg,
         )
+        self.requests_by_key = Counter(
+            "localllm_http_requests_by_key",
+            "HTTP requests that carried an accepted API key, by the key's label and status.",
+            ["key_label", "status"],
+            registry=reg,
+        )
         self.in_flight = Gauge(
             "localllm_http_requests_in_flight", "Requests being handled now.", registry=reg
         )
@@ -99,9 +108,13 @@ class Metrics:
         if loop_lag is not None:
             reg.register(LoopLagCollector(loop_lag))
 
-    def observe_request(self, method: str, endpoint: str, status: int, seconds: float) -> None:
+    def observe_request(
+        self, method: str, endpoint: str, status: int, seconds: float, key_label: str = ""
+    ) -> None:
         self.requests.labels(method, endpoint, str(status)).inc()
         self.request_seconds.labels(endpoint).observe(seconds)
+        if key_label:
+            self.requests_by_key.labels(key_label, str(status)).inc()
 
     def generation_observer(self, model: str) -> Observer:
         """A callback for one generation's events; timing starts now."""

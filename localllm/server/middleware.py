@@ -12,7 +12,8 @@ For every HTTP request it
   ``Content-Length`` over the cap is refused before the route runs, a chunked
   body is cut off as soon as it passes the cap;
 * records the request in the metrics and writes one access log line (method,
-  route, status, time — never the body, unless ``LOCALLLM_DEBUG``);
+  route, status, time, the label of the API key it carried — never the key, nor
+  the body unless ``LOCALLLM_DEBUG``);
 * keeps the connection usable after a crash: Starlette re-raises an unexpected
   exception even after its 500 went out, and uvicorn answers that by closing
   the socket — a keep-alive client's next request then meets ECONNRESET.  So an
@@ -34,6 +35,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from localllm.errors import LocalLLMError
+from localllm.server.apikeys import SCOPE_KEY_LABEL
 from localllm.server.errorbody import error_doc, send_error
 from localllm.server.health import SHUTTING_DOWN, Lifecycle
 from localllm.server.logs import new_request_id, request_id
@@ -68,6 +70,7 @@ class AccessLine(TypedDict):
     status: int
     duration_ms: float
     client: str
+    key_label: NotRequired[str]  # the API key's label (apikeys.py), when one was needed
     body: NotRequired[str]  # LOCALLLM_DEBUG only: the start of the request body
 
 
@@ -151,7 +154,9 @@ class RequestMiddleware:
             # No response started means the app crashed: the server answers 500.
             code = status[0] or 500
             seconds = time.perf_counter() - start
-            self.metrics.observe_request(scope["method"], _endpoint(scope), code, seconds)
+            self.metrics.observe_request(
+                scope["method"], _endpoint(scope), code, seconds, scope.get(SCOPE_KEY_LABEL, "")
+            )
             self._log(scope, code, seconds, bytes(body_seen))
             request_id.reset(token)
 
@@ -169,6 +174,8 @@ class RequestMiddleware:
             "duration_ms": round(seconds * 1000, 1),
             "client": client[0],
         }
+        if label := scope.get(SCOPE_KEY_LABEL):
+            extra["key_label"] = label
         if body:
             # Only with LOCALLLM_DEBUG: this is where prompts would appear.
             extra["body"] = body[:_DEBUG_BODY_BYTES].decode("utf-8", "replace")

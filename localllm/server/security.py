@@ -24,9 +24,11 @@
   on every route and method it must then carry an allowed ``Origin``, else 403.
   Requests the user made themselves (``none``: a typed URL) and same-origin ones,
   and every non-browser client (no ``Sec-Fetch-*`` headers), are unaffected.
-* ``LOCALLLM_API_KEY``: when set, everything but ``/`` and ``/health`` needs
-  ``Authorization: Bearer <key>`` or ``x-api-key: <key>`` (Anthropic's clients;
-  compared in constant time).  Path matching is
+* ``LOCALLLM_API_KEY`` and the keys of ``LOCALLLM_API_KEYS_FILE`` (``apikeys.py``):
+  when either is set, everything but ``/`` and ``/health`` needs one of the keys as
+  ``Authorization: Bearer <key>`` or ``x-api-key: <key>`` (Anthropic's clients);
+  the accepted key's label goes into the request's scope for the access log and
+  the metrics (``apikeys.SCOPE_KEY_LABEL``).  Path matching is
   exact on the decoded path, so ``/health/../api/tags`` or ``//api/tags`` gain
   nothing: they are not ``/health`` and still need the key.
 * Binding beyond loopback turns the Host guard off (names are the user's
@@ -37,7 +39,6 @@ One pure ASGI middleware does all three, so streaming responses pass untouched.
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import re
 import socket
@@ -46,6 +47,7 @@ from collections.abc import Collection, Iterable
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from localllm.server.apikeys import SCOPE_KEY_LABEL, KeyRing
 from localllm.server.errorbody import error_doc, send_error
 
 DEFAULT_ORIGINS = (
@@ -170,14 +172,20 @@ class SecurityMiddleware:
     """Host guard, CORS and API key in front of the whole app."""
 
     def __init__(
-        self, app: ASGIApp, *, guard_host: bool, origins: Iterable[str], api_key: str = ""
+        self,
+        app: ASGIApp,
+        *,
+        guard_host: bool,
+        origins: Iterable[str],
+        api_key: str = "",
+        keys: KeyRing | None = None,
     ) -> None:
         self.app = app
         self.guard_host = guard_host
         origins = list(origins)
         self.origins = origin_pattern([*origins, *DEFAULT_ORIGINS])
         self.origin_hosts = origin_hosts(origins)
-        self.api_key = api_key
+        self.keys = keys if keys is not None else KeyRing(api_key)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -199,12 +207,15 @@ class SecurityMiddleware:
             if method == "OPTIONS" and "access-control-request-method" in headers:
                 await self._preflight(send, origin, headers)
                 return
-        if self.api_key and scope["path"] not in _OPEN_PATHS and not self._authorized(headers):
-            # The one refusal in the shape of the path's API: its SDK reads error.message.
-            await _error(
-                send, 401, "unauthorized: missing or wrong API key", origin, path=scope["path"]
-            )
-            return
+        if self.keys.required and scope["path"] not in _OPEN_PATHS:
+            label = self._key_label(headers)
+            if label is None:
+                # The one refusal in the shape of the path's API: its SDK reads error.message.
+                await _error(
+                    send, 401, "unauthorized: missing or wrong API key", origin, path=scope["path"]
+                )
+                return
+            scope[SCOPE_KEY_LABEL] = label
         if origin is None:
             await self.app(scope, receive, send)
             return
@@ -218,17 +229,14 @@ class SecurityMiddleware:
 
         await self.app(scope, receive, send_with_cors)
 
-    def _authorized(self, headers: Headers) -> bool:
+    def _key_label(self, headers: Headers) -> str | None:
+        """The label of the key the request carries, None when it carries none of ours."""
         scheme, _, token = headers.get("authorization", "").partition(" ")
-        # compare_digest over the whole value: the time taken says nothing about
-        # how much of a guess was right (it does reveal the key's length).
-        matches = hmac.compare_digest(token.strip().encode(), self.api_key.encode())
+        if scheme.lower() == "bearer" and (label := self.keys.label(token.strip())):
+            return label
         # Anthropic's clients send the key as x-api-key (Claude Code with
         # ANTHROPIC_API_KEY); with ANTHROPIC_AUTH_TOKEN they send a Bearer header.
-        api_key = hmac.compare_digest(
-            headers.get("x-api-key", "").strip().encode(), self.api_key.encode()
-        )
-        return (scheme.lower() == "bearer" and matches) or api_key
+        return self.keys.label(headers.get("x-api-key", "").strip())
 
     async def _preflight(self, send: Send, origin: str, headers: Headers) -> None:
         requested = headers.get("access-control-request-headers", "")

@@ -2,6 +2,9 @@
 
 The listening socket is bound here rather than by uvicorn so that "address
 already in use" becomes one clear error message instead of a log traceback.
+So are the certificate (``tls_files.py``: HTTPS with ``LOCALLLM_TLS_CERT`` and
+``LOCALLLM_TLS_KEY``) and the keys file (``apikeys.py``) checked before binding:
+a bad one stops the start with one sentence and a non-zero exit.
 
 Shutdown: the first SIGTERM/SIGINT starts a drain — the socket stays open so
 new requests get a clear 503 ``server is shutting down`` instead of a refused
@@ -27,7 +30,7 @@ from typing import IO, TYPE_CHECKING, Any, TypedDict
 
 from localllm import config, paths
 from localllm.errors import LocalLLMError
-from localllm.server import reprobe
+from localllm.server import apikeys, reprobe, tls_files
 from localllm.server.security import is_loopback_bind
 
 if TYPE_CHECKING:
@@ -79,7 +82,12 @@ def _write_pid() -> Path:
 
 def warn_if_exposed(host: str) -> bool:
     """Shout when the API is reachable from other machines with no key; True if it did."""
-    if is_loopback_bind(host) or config.API_KEY.get():
+    if is_loopback_bind(host):
+        return False
+    if config.API_KEY.get() or config.API_KEYS_FILE.get():
+        if not tls_files.configured():
+            # Keys and prompts cross the network as they are: say so, once, quietly.
+            log.warning("listening on %s over plain HTTP: API keys travel unencrypted", host)
         return False
     bar = "!" * 78
     text = (
@@ -103,6 +111,9 @@ def run() -> int:
 
     setup_logging()
     host, port = config.HOST.get()
+    tls = tls_files.check()
+    if keys_file := config.API_KEYS_FILE.get():
+        apikeys.check_file(keys_file)
     sock = _bind(host, port)
     warn_if_exposed(host)
     warn_if_unsafe_jinja()  # templates in GGUFs are untrusted: jinja2 < 3.1.6 is refused
@@ -118,7 +129,15 @@ def run() -> int:
     pid_path = _write_pid()
     reprobe.install()
     server = _make_server(app, pid_path)
-    log.info("localllm %s listening on %s:%d (models: %s)", _version(), host, port, store.root)
+    scheme = "https" if tls else "http"
+    log.info(
+        "localllm %s listening on %s://%s:%d (models: %s)",
+        _version(),
+        scheme,
+        host,
+        port,
+        store.root,
+    )
     for ours, theirs in config.ollama_fallbacks():
         log.info("%s is unset: using %s", ours, theirs)
     for theirs, why in config.ollama_ignored():
@@ -271,6 +290,9 @@ class UvicornSettings(TypedDict):
     timeout_graceful_shutdown: int
     timeout_keep_alive: int
     http: type
+    ssl_certfile: str | None
+    ssl_keyfile: str | None
+    ssl_ciphers: str
 
 
 def uvicorn_settings() -> UvicornSettings:
@@ -284,6 +306,12 @@ def uvicorn_settings() -> UvicornSettings:
         "timeout_graceful_shutdown": 2,
         "timeout_keep_alive": KEEP_ALIVE_TIMEOUT,
         "http": _h11_protocol(),
+        # HTTPS when both are set (run() checked them first: tls_files.py).
+        "ssl_certfile": tls.cert if (tls := tls_files.configured()) else None,
+        "ssl_keyfile": tls.key if tls else None,
+        # uvicorn's default list, "TLSv1", keeps only TLS 1.0's suites (CBC with SHA-1)
+        # for TLS 1.2 clients; empty leaves Python's: ECDHE with AES-GCM or ChaCha20.
+        "ssl_ciphers": "",
     }
 
 

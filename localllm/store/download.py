@@ -31,9 +31,10 @@ from typing import BinaryIO
 
 import httpx
 
+from localllm import tls
 from localllm.errors import DigestMismatch, LocalLLMError, ModelNotFound, PullError
 from localllm.format import format_bytes
-from localllm.store import ratelimit, tls
+from localllm.store import ratelimit
 from localllm.store.blobs import CHUNK, BlobStore
 
 RETRIES = 6  # failed attempts in a row, after the first, before giving up

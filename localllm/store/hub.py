@@ -23,8 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from localllm import tls
 from localllm.errors import LocalLLMError, ModelNotFound, PullError
-from localllm.store import tls
 
 if TYPE_CHECKING:
     import httpx

@@ -33,8 +33,8 @@ from typing import Any
 
 import httpx
 
+from localllm import tls
 from localllm.errors import LocalLLMError, PullError
-from localllm.store import tls
 
 log = logging.getLogger(__name__)
 

@@ -26,10 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NotRequired, TypeAlias, TypedDict
 
+from localllm import tls
 from localllm.api.wire import JSONObject
 from localllm.errors import InvalidModelFile, InvalidRequest, PullError
 from localllm.gguf.info import ModelInfo, read_model_info_split
-from localllm.store import download, hub, projector as proj, ratelimit, tls
+from localllm.store import download, hub, projector as proj, ratelimit
 from localllm.store.importer import config_for
 from localllm.store.local import Hold, Store
 from localllm.store.manifests import (

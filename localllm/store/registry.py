@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from localllm import __version__, config
+from localllm import __version__, config, tls
 from localllm.errors import (
     DigestMismatch,
     InvalidRequest,
@@ -33,7 +33,6 @@ from localllm.errors import (
     ModelNotFound,
     PullError,
 )
-from localllm.store import tls
 from localllm.store.blobs import MAX_TEXT_LAYER
 from localllm.store.manifests import (
     CONFIG_MEDIA_TYPE,

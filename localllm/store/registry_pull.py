@@ -31,12 +31,13 @@ from typing import TYPE_CHECKING, TypeAlias, TypedDict
 
 import httpx
 
+from localllm import tls
 from localllm.api.wire import JSONObject
 from localllm.errors import InvalidModelFile, LocalLLMError
 from localllm.gguf import archs
 from localllm.gguf.info import ModelInfo, model_info_from_headers, read_model_info
 from localllm.gguf.reader import read_header_from
-from localllm.store import download, ratelimit, remote as ranges, tls
+from localllm.store import download, ratelimit, remote as ranges
 from localllm.store.importer import config_for
 from localllm.store.local import Hold, Store
 from localllm.store.manifests import Entry, Layer, Manifest

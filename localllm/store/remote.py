@@ -30,10 +30,11 @@ from typing import Any
 
 import httpx
 
+from localllm import tls
 from localllm.errors import PullError
 from localllm.gguf.info import ModelInfo, model_info_from_headers
 from localllm.gguf.reader import Header, read_header_from
-from localllm.store import hub, tls
+from localllm.store import hub
 from localllm.store.hub import HubFile
 
 MAX_HEADER_BYTES = 32 << 20  # transfer allowed per file
