@@ -25,6 +25,7 @@ CASES: dict[str, tuple[str, Any, str | None]] = {
     "LOCALLLM_HOME": ("/srv/localllm", "/srv/localllm", None),
     "LOCALLLM_MODELS": ("/srv/models", "/srv/models", None),
     "LOCALLLM_ORIGINS": ("http://a.test, app://b", ["http://a.test", "app://b"], None),
+    "LOCALLLM_MCP_ALLOW": ("http://127.0.0.1:8931/", ["http://127.0.0.1:8931/"], None),
     "LOCALLLM_KEEP_ALIVE": ("1h30m", 5400.0, "5 minutes"),
     "LOCALLLM_NUM_PARALLEL": ("2", 2, "-1"),
     "LOCALLLM_MAX_LOADED_MODELS": ("5", 5, "many"),

@@ -52,7 +52,8 @@ def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
         tmp_path_factory, "run-mcp", LOCALLLM_NUM_PARALLEL="1", LOCALLLM_CONTEXT_LENGTH="512"
     ) as tmp:
         gguf = make_script_model(tmp / "gguf", SCRIPTS, eos="<|im_end|>", chat_template=TEMPLATE)
-        import_gguf(Store(paths.models()), parse_name("caller"), [gguf])
+        # Greedy: the script is followed token for token.
+        import_gguf(Store(paths.models()), parse_name("caller"), [gguf], params={"temperature": 0})
         with start_daemon(tmp) as daemon:
             yield daemon
 
