@@ -4,7 +4,7 @@ Owned here: which shape a path takes (Anthropic's under ``/v1/messages``,
 OpenAI's under the rest of ``/v1/``, Ollama's ``{"error": "..."}`` elsewhere),
 for the app's exception handlers, and how the two ASGI layers that answer before
 any route (the security guard, the request middleware) send one.  The shapes
-themselves are built in ``compat`` (``openai/errors.py``, ``anthropic/errors.py``).
+themselves are built in ``compat`` (``compat/openai/errors.py``, ``compat/anthropic/errors.py``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Behaviour follows Ollama's compatibility layer, with five additions:
 
 - ``options``: an extra object passed through to the native ``options`` (so an
   OpenAI client can set ``num_ctx``); the OpenAI fields win over it.
-- ``n``: returned as :attr:`Conversion.n`; the route runs that many generations.
+- ``n``: returned as :attr:`ChatConversion.n`; the route runs that many generations.
 - ``tool_choice``: ``"none"`` drops the tools; ``"required"`` keeps them and
   forces a call (:attr:`ChatConversion.forced_tools`); a named function keeps
   only that tool and forces it (:attr:`ChatConversion.forced_tool` names it),
