@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -71,6 +71,7 @@ from localllm.server.streaming import sse_response
 MAX_ROUNDS = 8  # rounds of MCP calls one response may take
 CALL_TIMEOUT = 60.0  # seconds one call may take
 Step = McpItem | ChatChunk
+Put = Callable[[Step], Awaitable[None]]  # hands a finished item (or the last chunk) on
 
 
 def _has_mcp(raw: bytes) -> bool:
@@ -146,18 +147,27 @@ class _Rounds:
 
     async def _call(
         self, hub: ToolHub, tool: McpTool, args: JSONObject, approval: str | None = None
-    ) -> McpItem:
-        """Make one call; the model's history gets the call and its result."""
+    ) -> tuple[McpItem, str]:
+        """Make one call: its item, and the text the model reads."""
         outcome = await hub.call(tool.name, args)
-        call_id = new_id("call_")
-        messages = self.conv.native["messages"]
-        calls: list[ToolCall] = [
-            {"id": call_id, "function": {"name": tool.name, "arguments": args}}
-        ]
-        messages.append({"role": "assistant", "content": "", "tool_calls": calls})
-        messages.append(_tool_message(call_id, tool.name, outcome.text))
         output = outcome.text if outcome.error is None else None
-        return call_item(tool.server, tool.remote, args, output, _error(outcome), approval)
+        item = call_item(tool.server, tool.remote, args, output, _error(outcome), approval)
+        return item, outcome.text
+
+    def _remember(self, content: str, made: Sequence[tuple[McpTool, JSONObject, str]]) -> None:
+        """The model's history: one assistant turn with the calls, then each one's result."""
+        if not made:
+            return
+        ids = [new_id("call_") for _ in made]
+        calls: list[ToolCall] = [
+            {"id": i, "function": {"name": tool.name, "arguments": args}}
+            for i, (tool, args, _) in zip(ids, made, strict=True)
+        ]
+        messages = self.conv.native["messages"]
+        messages.append({"role": "assistant", "content": content, "tool_calls": calls})
+        messages.extend(
+            _tool_message(i, tool.name, text) for i, (tool, _, text) in zip(ids, made, strict=True)
+        )
 
     def _answered(
         self, hub: ToolHub, answers: Sequence[Approval]
@@ -180,7 +190,7 @@ class _Rounds:
             found.append((answer, tool))
         return found
 
-    async def run(self, put: Any) -> None:
+    async def run(self, put: Put) -> None:
         servers = [HttpServer(s.label, s.url, s.headers) for s in self.servers]
         listed_before = _listed_labels(self.input)
         async with ToolHub(servers, call_timeout=CALL_TIMEOUT) as hub:
@@ -198,23 +208,17 @@ class _Rounds:
                 *(native.get("tools") or []),
                 *(t.native() for t in self.tools.values()),
             ]
+            made = []
             for answer, tool in self._answered(hub, approvals(self.input)):
+                text = "The user refused this tool call."
                 if answer.approve:
-                    await put(await self._call(hub, tool, answer.arguments, answer.request_id))
-                else:
-                    self._refused(tool, answer.arguments)
+                    item, text = await self._call(hub, tool, answer.arguments, answer.request_id)
+                    await put(item)
+                made.append((tool, answer.arguments, text))
+            self._remember("", made)
             await self._rounds(hub, put)
 
-    def _refused(self, tool: McpTool, args: JSONObject) -> None:
-        call_id = new_id("call_")
-        calls: list[ToolCall] = [
-            {"id": call_id, "function": {"name": tool.name, "arguments": args}}
-        ]
-        messages = self.conv.native["messages"]
-        messages.append({"role": "assistant", "content": "", "tool_calls": calls})
-        messages.append(_tool_message(call_id, tool.name, "The user refused this tool call."))
-
-    async def _rounds(self, hub: ToolHub, put: Any) -> None:
+    async def _rounds(self, hub: ToolHub, put: Put) -> None:
         svc = inference_service(self.request)
         for round_ in range(MAX_ROUNDS + 1):
             plan = await offload(self.request, foreign.chat, svc, self.conv)
@@ -228,23 +232,25 @@ class _Rounds:
                 rest = [c for c in message.get("tool_calls") or [] if c not in mine]
                 message = {**message, "tool_calls": rest}
                 folded = {**folded, "message": message}
-            ask = [c for c in mine if self._needs_approval(c)]
-            if not mine or ask or round_ == MAX_ROUNDS:
-                for call in ask:
-                    tool = self.tools[call["function"]["name"]]
-                    await put(
-                        approval_request_item(
-                            tool.server, tool.remote, call["function"]["arguments"]
-                        )
-                    )
+            if not mine or round_ == MAX_ROUNDS:
                 await put(folded)
                 return
+            # Calls that need no approval are made now; the others are asked about, and
+            # the response ends (the follow-up sends both back).
+            ask = [c for c in mine if self._needs_approval(c)]
+            made = []
             for call in mine:
-                await put(
-                    await self._call(
-                        hub, self.tools[call["function"]["name"]], call["function"]["arguments"]
-                    )
-                )
+                tool, args = self.tools[call["function"]["name"]], call["function"]["arguments"]
+                if call in ask:
+                    await put(approval_request_item(tool.server, tool.remote, args))
+                    continue
+                item, text = await self._call(hub, tool, args)
+                await put(item)
+                made.append((tool, args, text))
+            self._remember(message.get("content") or "", made)
+            if ask:
+                await put(folded)
+                return
 
     def _needs_approval(self, call: ToolCall) -> bool:
         tool = self.tools[call["function"]["name"]]
