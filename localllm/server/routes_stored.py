@@ -20,9 +20,9 @@ from localllm.api.wire import JSONObject
 from localllm.compat.frames import new_id
 from localllm.compat.responses.request import check_metadata
 from localllm.compat.responses.stored import (
-    Deleted,
     ItemList,
     conversation_object,
+    deleted,
     new_items,
     page,
 )
@@ -63,8 +63,7 @@ async def get_response(request: Request, response_id: str) -> Response:
 async def delete_response(request: Request, response_id: str) -> Response:
     if not await offload(request, responses_db(request).delete_response, response_id):
         raise response_not_found(response_id)
-    gone: Deleted = {"id": response_id, "object": "response", "deleted": True}
-    return await json_response(request, gone)
+    return await json_response(request, deleted(response_id, "response"))
 
 
 @router.get("/v1/responses/{response_id}/input_items")
@@ -123,8 +122,7 @@ async def update_conversation(request: Request, conv_id: str) -> Response:
 async def delete_conversation(request: Request, conv_id: str) -> Response:
     if not await offload(request, responses_db(request).delete_conversation, conv_id):
         raise conversation_not_found(conv_id)
-    gone: Deleted = {"id": conv_id, "object": "conversation.deleted", "deleted": True}
-    return await json_response(request, gone)
+    return await json_response(request, deleted(conv_id, "conversation.deleted"))
 
 
 @router.get("/v1/conversations/{conv_id}/items")
@@ -145,13 +143,8 @@ async def add_items(request: Request, conv_id: str) -> Response:
     await offload(request, db.check_room)
     if not await offload(request, db.add_items, conv_id, items):
         raise conversation_not_found(conv_id)
-    added: ItemList = {
-        "object": "list",
-        "data": items,
-        "first_id": str(items[0]["id"]) if items else None,
-        "last_id": str(items[-1]["id"]) if items else None,
-        "has_more": False,
-    }
+    # The items added, in order, as one page holding them all.
+    added = page(items, limit=max(1, len(items)), order="asc", after=None)
     return await json_response(request, added)
 
 

@@ -138,6 +138,11 @@ def conversation_object(
     return {"id": conv_id, "object": "conversation", "created_at": created_at, "metadata": metadata}
 
 
+def deleted(obj_id: str, kind: str) -> Deleted:
+    """What a delete answers: ``kind`` is ``response`` or ``conversation.deleted``."""
+    return {"id": obj_id, "object": kind, "deleted": True}
+
+
 def output_as_items(output: object) -> list[JSONObject]:
     """A response's output items, as the history that follows it holds them."""
     if not isinstance(output, list):
