@@ -139,6 +139,8 @@ tells the model so. The result goes back to the model as a tool message, and the
 goes on until it answers with text, for at most 8 rounds of calls; each call may take
 60 s. A server that fails to start, or to list its tools, stops `run` with an error
 naming it. Two servers' tools of the same name: the second is `SERVER__NAME`.
+`localllm chat --mcp FILE` (the TUI) does the same: a dialog asks before each call
+(`--yes-tools` skips it), and each call's result is shown folded under the reply.
 """,
     "pull": """
 ### Where a name is pulled from

@@ -1,7 +1,8 @@
 """``localllm chat [MODEL]`` (alias ``tui``): the Textual chat app.
 
 Textual is imported inside the handler, so other commands never pay for it.
-``--host`` points the app at any Ollama-compatible server.
+``--host`` points the app at any Ollama-compatible server; ``--mcp FILE`` (and
+``--yes-tools``) offers MCP servers' tools, as ``run`` does (``tui/mcptools.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,17 @@ def register(sub: Any) -> None:
         help="daemon address, e.g. http://127.0.0.1:11434 (default: LOCALLLM_HOST)",
     )
     parser.add_argument("--theme", help="Textual theme, e.g. textual-light, textual-dark")
+    parser.add_argument(
+        "--mcp",
+        metavar="FILE",
+        help='offer the tools of the MCP servers in FILE ({"mcpServers": {...}}); '
+        "each call is confirmed first",
+    )
+    parser.add_argument(
+        "--yes-tools",
+        action="store_true",
+        help="call MCP tools without asking (the servers are trusted)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -34,7 +46,17 @@ def host_url(host: str | None) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from localllm.mcp.servers import read_servers
     from localllm.tui.app import LocalLLMApp
 
-    LocalLLMApp(host_url(args.host), model=args.model, theme=args.theme).run()
+    servers = read_servers(Path(args.mcp)) if args.mcp else []  # a bad file fails here
+    LocalLLMApp(
+        host_url(args.host),
+        model=args.model,
+        theme=args.theme,
+        mcp_servers=servers,
+        trust_tools=args.yes_tools,
+    ).run()
     return 0

@@ -9,10 +9,11 @@ start one (local addresses only) instead of failing.  Chats are managed in
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+import os
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -27,6 +28,9 @@ from localllm.errors import LocalLLMError
 from localllm.tui.screens.chat import ChatScreen
 from localllm.tui.screens.dialogs import ConfirmScreen, HelpScreen
 from localllm.tui.sessions import Sessions
+
+if TYPE_CHECKING:
+    from localllm.mcp.servers import ServerSpec
 
 _DARK, _LIGHT = "textual-dark", "textual-light"
 
@@ -50,6 +54,8 @@ class LocalLLMApp(App[None]):
         export_dir: Path | None = None,
         starter: Callable[[str], Any] = ensure_daemon,
         theme: str | None = None,
+        mcp_servers: Sequence[ServerSpec] = (),
+        trust_tools: bool = False,
     ) -> None:
         """``transport``, ``sessions`` and ``starter`` are injectable for tests."""
         super().__init__()
@@ -62,10 +68,34 @@ class LocalLLMApp(App[None]):
         self.ready = asyncio.Event()  # set once the model is resolved (tests, the bench)
         if theme:
             self.theme = theme
+        self.mcp_servers = list(mcp_servers)
+        self.trust_tools = trust_tools
 
     def on_mount(self) -> None:
         self.push_screen(self.chat_screen)
         self.startup()
+        if self.mcp_servers:
+            self.open_tools()
+
+    @work(group="mcp")
+    async def open_tools(self) -> None:
+        """The MCP servers of ``--mcp``, open for as long as the app runs (the sessions
+        must be left by the task that opened them: this worker, cancelled at exit)."""
+        from localllm.errors import ToolServerError
+        from localllm.mcp.hub import ToolHub
+        from localllm.tui.mcptools import TuiTools
+
+        try:
+            # The servers' stderr must not draw over the app.
+            with open(os.devnull, "w", encoding="utf-8") as errlog:
+                async with ToolHub(self.mcp_servers, errlog=errlog) as hub:
+                    self.chat_screen.conversation.tools = TuiTools(hub, self.trust_tools)
+                    self.notify(f"MCP tools: {', '.join(hub.tools) or 'none'}")
+                    await asyncio.Event().wait()  # until the app's exit cancels this worker
+        except ToolServerError as exc:
+            self.notify(str(exc), title="MCP", severity="error", timeout=15)
+        finally:
+            self.chat_screen.conversation.tools = None
 
     async def on_unmount(self) -> None:
         await self.client.aclose()

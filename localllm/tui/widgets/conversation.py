@@ -30,15 +30,18 @@ from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 
 from localllm.errors import LocalLLMError
+from localllm.tui.mcptools import MAX_ROUNDS
 from localllm.tui.reply import Reply
 from localllm.tui.sessions import Chat, ChatSettings, Sessions, StoredMessage
 from localllm.tui.widgets.attachments import PendingImages
 from localllm.tui.widgets.message import MessageView
 from localllm.tui.widgets.prompt import PromptInput
+from localllm.tui.widgets.toolcall import ToolCallView
 
 if TYPE_CHECKING:
     from localllm.api.bodies import ChatBody
     from localllm.api.client import AsyncClient
+    from localllm.tui.mcptools import TuiTools
 
 _TITLE_CHARS = 40
 
@@ -70,6 +73,7 @@ class Conversation(Vertical):
         self.settings = ChatSettings()
         self.history: list[StoredMessage] = []
         self.generating = False
+        self.tools: TuiTools | None = None  # chat --mcp: the MCP tools offered (tui/mcptools.py)
 
     def compose(self) -> ComposeResult:
         yield VerticalScroll(id="log")
@@ -91,13 +95,17 @@ class Conversation(Vertical):
     def message_views(self) -> list[MessageView]:
         return list(self.query(MessageView))
 
+    def _entries(self) -> list[MessageView | ToolCallView]:
+        """The log's entries, one per message of ``history``, tool results included."""
+        return [w for w in self.log_view.children if isinstance(w, (MessageView, ToolCallView))]
+
     async def show_chat(self, chat: Chat | None, history: list[StoredMessage]) -> None:
         """Show ``chat`` (None: a new one, not saved yet); a reply on its way stops."""
         self.workers.cancel_group(self, "generate")
         self.chat = chat
         self.history = history
         await self.log_view.remove_children()
-        await self.log_view.mount_all(MessageView(m, self.model) for m in self.history)
+        await self.log_view.mount_all(_view(m, self.model) for m in self.history)
         self.log_view.scroll_end(animate=False)
 
     def ensure_chat(self, title_from: str = "") -> Chat:
@@ -145,10 +153,31 @@ class Conversation(Vertical):
             payload["options"] = options
         if self.settings.keep_alive:
             payload["keep_alive"] = self.settings.keep_alive
+        if self.tools is not None:
+            payload["tools"] = self.tools.hub.native_tools()
         return payload
 
     @work(exclusive=True, group="generate")
     async def generate(self) -> None:
+        """A reply; with MCP tools, the calls it makes and the replies after, until text."""
+        for _ in range(MAX_ROUNDS + 1):
+            kept = await self._reply()
+            if kept is None or kept.partial or not kept.tool_calls or self.tools is None:
+                return
+            await self._call_tools(kept)
+
+    async def _call_tools(self, reply: StoredMessage) -> None:
+        """Each call of ``reply``, confirmed and made; its result kept as a tool message."""
+        assert self.tools is not None
+        chat = self.ensure_chat()
+        for call in reply.tool_calls:
+            outcome = await self.tools.run(self.app, call)
+            message = self.sessions.add(chat.id, StoredMessage("tool", outcome.text))
+            self.history.append(message)
+            await self.log_view.mount(ToolCallView(message, outcome.title, outcome.arguments))
+            self.follow()
+
+    async def _reply(self) -> StoredMessage | None:
         chat = self.ensure_chat()
         self.generating = True
         self.post_message(self.ReplyStarted())
@@ -171,6 +200,7 @@ class Conversation(Vertical):
             self.generating = False
         kept = await self._finish(chat, view, message, reply, error)
         self.post_message(self.ReplyEnded(kept))
+        return kept
 
     async def _finish(
         self, chat: Chat, view: MessageView, message: StoredMessage, reply: Reply, error: str | None
@@ -248,7 +278,7 @@ class Conversation(Vertical):
         dropped = self.history[index:]
         self.sessions.truncate(self._chat_id(), self.history[index].id)
         del self.history[index:]
-        for view in self.message_views()[index:]:
+        for view in self._entries()[index:]:
             await view.remove()
         return dropped
 
@@ -277,6 +307,12 @@ class Conversation(Vertical):
         log = self.log_view
         if log.max_scroll_y - log.scroll_y <= 3:
             log.scroll_end(animate=False)
+
+
+def _view(message: StoredMessage, model: str) -> MessageView | ToolCallView:
+    if message.role == "tool":  # a tool's result, kept: folded, as when it came
+        return ToolCallView(message, "Tool result")
+    return MessageView(message, model)
 
 
 async def _close(stream: AsyncIterator[object]) -> None:
