@@ -29,7 +29,7 @@ from localllm.scheduler.placement import make_plan_fn
 from localllm.scheduler.plan_types import PlanOptions
 from localllm.scheduler.scheduler import ModelSpec, Placement
 from localllm.store.local import Store
-from localllm.store.manifests import MEDIA_MODEL, Manifest
+from localllm.store.manifests import Manifest, Media
 from localllm.store.names import parse_name
 from tests.support.shapes import ALL_SHAPES, GiB, cpu, cuda, gpu, rpc
 
@@ -225,7 +225,7 @@ def test_activity_is_read_from_proc() -> None:
 
 
 def _blob_model(store: Store, name: str, payload: bytes) -> Manifest:
-    layer = store.put_bytes(MEDIA_MODEL, payload, name="m.gguf")
+    layer = store.put_bytes(Media.MODEL, payload, name="m.gguf")
     manifest = Manifest(store.put_config({"model_format": "gguf", "w": payload.hex()}), [layer])
     store.commit(parse_name(name), manifest)
     return manifest

@@ -29,7 +29,7 @@ from localllm.models.details import model_details
 from localllm.runner.messages import CompletionRequest, Done, LoadOptions, Piece
 from localllm.scheduler.scheduler import ModelSpec, Scheduler
 from localllm.store.local import Store
-from localllm.store.manifests import MEDIA_MESSAGES, Entry
+from localllm.store.manifests import Entry, Media
 from localllm.store.names import parse_name
 from localllm.template.chat import strip_leading_bos
 from localllm.template.select import render_prompt
@@ -112,7 +112,7 @@ class InferenceService:
             draft=draft,  # and this one too
             draft_info=_model_info((draft,), (_stamp(draft),)) if draft else None,
         )
-        history = self.store.read_json_layer(entry, MEDIA_MESSAGES)
+        history = self.store.read_json_layer(entry, Media.MESSAGES)
         return Target(
             entry,
             spec,

@@ -34,20 +34,7 @@ from localllm.modelfile.paths import allowed_path, looks_like_path, model_files
 from localllm.modelfile.quantize import QUANTIZABLE, quant_type, quantize_file
 from localllm.store.importer import config_for
 from localllm.store.local import Store
-from localllm.store.manifests import (
-    MEDIA_ADAPTER,
-    MEDIA_DRAFT,
-    MEDIA_LICENSE,
-    MEDIA_MESSAGES,
-    MEDIA_MODEL,
-    MEDIA_PARAMS,
-    MEDIA_PROJECTOR,
-    MEDIA_SYSTEM,
-    MEDIA_TEMPLATE,
-    Entry,
-    Layer,
-    Manifest,
-)
+from localllm.store.manifests import Entry, Layer, Manifest, Media
 from localllm.store.names import ModelName, parse_digest, parse_name
 from localllm.store.projector import is_loadable_projector, projector_header
 from localllm.template.select import check_gguf_template
@@ -165,7 +152,7 @@ class Creator:
         plan.info = read_model_info_split(paths)
         split = len(names) > 1
         plan.model_layers = [
-            Layer(MEDIA_MODEL, parse_digest(files[f]), p.stat().st_size, f if split else None)
+            Layer(Media.MODEL, parse_digest(files[f]), p.stat().st_size, f if split else None)
             for f, p in zip(names, paths, strict=True)
         ]
 
@@ -188,7 +175,7 @@ class Creator:
         self._use_base(plan, plan.base)
 
     def _use_base(self, plan: Plan, base: Entry) -> None:
-        plan.model_layers = base.manifest.by_type(MEDIA_MODEL)
+        plan.model_layers = base.manifest.by_type(Media.MODEL)
         if not plan.model_layers:
             raise InvalidRequest(f"{base.name.display} has no model layer")
         plan.info = read_model_info_split(self.store.model_paths(base))
@@ -199,7 +186,7 @@ class Creator:
         for fname, digest in given.items():
             path = self._blob(digest, f"PROJECTOR {fname}")
             projector_header(path, f'PROJECTOR "{fname}"')  # a clip GGUF, or a 400
-            return Layer(MEDIA_PROJECTOR, parse_digest(digest), path.stat().st_size, fname)
+            return Layer(Media.PROJECTOR, parse_digest(digest), path.stat().st_size, fname)
         return found
 
     def _check_draft_vocabulary(self, plan: Plan) -> None:
@@ -273,17 +260,17 @@ class Creator:
         base = plan.base
         # A projector or draft of this create's own, else the base model's.
         for own, media in (
-            (plan.projector, MEDIA_PROJECTOR),
-            (plan.draft.layer if plan.draft else None, MEDIA_DRAFT),
+            (plan.projector, Media.PROJECTOR),
+            (plan.draft.layer if plan.draft else None, Media.DRAFT),
         ):
             if own is not None:
                 layers.append(self._existing(own, emit))
             elif base is not None:
                 layers += base.manifest.by_type(media)
         if base is not None:
-            layers += [self._existing(a, emit) for a in base.manifest.by_type(MEDIA_ADAPTER)]
+            layers += [self._existing(a, emit) for a in base.manifest.by_type(Media.ADAPTER)]
         for fname, digest, size in plan.adapters:
-            layers.append(self._existing(Layer(MEDIA_ADAPTER, digest, size, fname), emit))
+            layers.append(self._existing(Layer(Media.ADAPTER, digest, size, fname), emit))
         layers += self._text_layers(spec, base, emit)
         _check_cancel(cancel)
         config = self.store.put_config(config_for(info))
@@ -305,7 +292,7 @@ class Creator:
         else:
             emit({"status": f"creating new layer {digest}"})
             self.store.blobs.import_file(path, expected=digest)
-        return Layer(MEDIA_MODEL, digest, size, path.name if named else None)
+        return Layer(Media.MODEL, digest, size, path.name if named else None)
 
     def _quantize(
         self, layer: Layer, info: ModelInfo, ftype: str, emit: Emit, cancel: threading.Event | None
@@ -332,14 +319,14 @@ class Creator:
             self.store.blobs._commit(tmp, digest)  # a rename: the file is already hashed
         finally:
             tmp.unlink(missing_ok=True)
-        return [Layer(MEDIA_MODEL, digest, size)], new_info
+        return [Layer(Media.MODEL, digest, size)], new_info
 
     def _text_layers(self, spec: CreateSpec, base: Entry | None, emit: Emit) -> list[Layer]:
         """Template, system, params, messages and license layers: the request's, else the base's."""
         store = self.store
         inherited = {
             m: base.manifest.first(m) if base is not None else None
-            for m in (MEDIA_TEMPLATE, MEDIA_SYSTEM, MEDIA_MESSAGES)
+            for m in (Media.TEMPLATE, Media.SYSTEM, Media.MESSAGES)
         }
         out: list[Layer] = []
 
@@ -349,7 +336,7 @@ class Creator:
             emit({"status": f"{verb} layer {digest}"})
             out.append(store.put_bytes(media, data))
 
-        for media, text in ((MEDIA_TEMPLATE, spec.template), (MEDIA_SYSTEM, spec.system)):
+        for media, text in ((Media.TEMPLATE, spec.template), (Media.SYSTEM, spec.system)):
             if text is not None:
                 add(media, text.encode())
             elif (layer := inherited[media]) is not None:
@@ -357,20 +344,20 @@ class Creator:
         params = dict(store.params(base)) if base is not None else {}
         params.update(spec.parameters or {})
         if params:
-            add(MEDIA_PARAMS, _json(params))
+            add(Media.PARAMS, _json(params))
         if spec.messages is not None:
             if spec.messages:
-                add(MEDIA_MESSAGES, _json(spec.messages))
-        elif (layer := inherited[MEDIA_MESSAGES]) is not None:
+                add(Media.MESSAGES, _json(spec.messages))
+        elif (layer := inherited[Media.MESSAGES]) is not None:
             out.append(self._existing(layer, emit))
-        licenses = [ly for ly in base.manifest.by_type(MEDIA_LICENSE)] if base else []
+        licenses = [ly for ly in base.manifest.by_type(Media.LICENSE)] if base else []
         out += [self._existing(ly, emit) for ly in licenses]
         seen = {ly.digest for ly in licenses}
         for text in spec.license:
             digest = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
             if digest not in seen:
                 seen.add(digest)
-                add(MEDIA_LICENSE, text.encode())
+                add(Media.LICENSE, text.encode())
         return out
 
 

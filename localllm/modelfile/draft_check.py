@@ -26,7 +26,7 @@ from localllm.errors import InvalidRequest, ModelNotFound
 from localllm.gguf.info import read_model_info
 from localllm.gguf.reader import Header, iter_string_array, read_header
 from localllm.store.local import Store
-from localllm.store.manifests import MEDIA_DRAFT, MEDIA_MODEL, Layer
+from localllm.store.manifests import Layer, Media
 from localllm.store.names import parse_digest, parse_name
 
 TOKENS = "tokenizer.ggml.tokens"
@@ -67,7 +67,7 @@ def resolve_draft(
                 f'DRAFT model "{name}" not found: pull or create it first, '
                 "or give the path of a GGUF file"
             ) from None
-        layers = entry.manifest.by_type(MEDIA_MODEL)
+        layers = entry.manifest.by_type(Media.MODEL)
         if len(layers) != 1:
             raise InvalidRequest(
                 f'DRAFT model "{name}" is split into {len(layers)} files; '
@@ -84,7 +84,7 @@ def resolve_draft(
         label, digest = next(iter(given.items()))
         path = blob(digest, f'DRAFT "{label}"')
     _check_model_file(label, path)
-    return Draft(label, Layer(MEDIA_DRAFT, parse_digest(digest), path.stat().st_size), path)
+    return Draft(label, Layer(Media.DRAFT, parse_digest(digest), path.stat().st_size), path)
 
 
 def _check_model_file(label: str, path: Path) -> None:

@@ -13,13 +13,13 @@ from __future__ import annotations
 from localllm.modelfile.parser import Modelfile
 from localllm.modelfile.serialize import parameters_from_layer, to_text
 from localllm.store.local import Store
-from localllm.store.manifests import MEDIA_ADAPTER, MEDIA_LICENSE, MEDIA_MESSAGES, Entry
+from localllm.store.manifests import Entry, Media
 
 
 def modelfile_of(store: Store, entry: Entry) -> Modelfile:
     paths = store.model_paths(entry)
     mf = Modelfile(from_=str(paths[0]) if len(paths) == 1 else entry.name.display)
-    mf.adapters = [str(store.blobs.path(ly.digest)) for ly in entry.manifest.by_type(MEDIA_ADAPTER)]
+    mf.adapters = [str(store.blobs.path(ly.digest)) for ly in entry.manifest.by_type(Media.ADAPTER)]
     projector = store.projector_path(entry)
     mf.projector = str(projector) if projector is not None else None
     draft = store.draft_path(entry)
@@ -29,9 +29,9 @@ def modelfile_of(store: Store, entry: Entry) -> Modelfile:
     mf.parameters = parameters_from_layer(store.params(entry))
     mf.licenses = [
         store.blobs.read_bytes(ly.digest).decode("utf-8", "replace")
-        for ly in entry.manifest.by_type(MEDIA_LICENSE)
+        for ly in entry.manifest.by_type(Media.LICENSE)
     ]
-    messages = store.read_json_layer(entry, MEDIA_MESSAGES)
+    messages = store.read_json_layer(entry, Media.MESSAGES)
     if isinstance(messages, list):
         mf.messages = [
             {"role": str(m.get("role", "")), "content": str(m.get("content", ""))}

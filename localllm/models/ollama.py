@@ -124,13 +124,13 @@ def plan(
     from localllm.errors import PullError
     from localllm.models.remote import Planned, dry_run_result
     from localllm.scheduler.fit import assess
-    from localllm.store.manifests import MEDIA_PROJECTOR
+    from localllm.store.manifests import Media
 
     def stop(source: str, info: ModelInfo | None, spent: int) -> None:
         if info is None:
             raise PullError(f"{source}: its header could not be read, so nothing was planned")
         here = machine()
-        model, proj = remote.model, remote.manifest.first(MEDIA_PROJECTOR)
+        model, proj = remote.model, remote.manifest.first(Media.PROJECTOR)
         progress(
             dry_run_result(
                 name.display,

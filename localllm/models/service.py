@@ -29,7 +29,7 @@ from localllm.api.wire import (
 )
 from localllm.models.details import capabilities, model_details, rfc3339
 from localllm.store.local import PartialsReport, Store
-from localllm.store.manifests import MEDIA_DRAFT, MEDIA_LICENSE, Entry
+from localllm.store.manifests import Entry, Media
 from localllm.store.names import ModelName, parse_digest, parse_name
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ class ModelService:
         params = self.store.params(entry)
         licenses = [
             self.store.blobs.read_bytes(layer.digest).decode("utf-8", "replace")
-            for layer in entry.manifest.by_type(MEDIA_LICENSE)
+            for layer in entry.manifest.by_type(Media.LICENSE)
         ]
         projector_info = self._projector_info(entry)
         out: ShowResponse = {
@@ -195,7 +195,7 @@ class ModelService:
         from localllm.errors import InvalidModelFile
         from localllm.gguf.info import read_model_info
 
-        layer = entry.manifest.first(MEDIA_DRAFT)
+        layer = entry.manifest.first(Media.DRAFT)
         if layer is None:
             return None
         info: ModelInfo | None = None

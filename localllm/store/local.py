@@ -28,20 +28,7 @@ from typing import Any
 from localllm import config, paths
 from localllm.errors import ModelNotFound
 from localllm.store.blobs import BlobStore
-from localllm.store.manifests import (
-    CONFIG_MEDIA_TYPE,
-    MEDIA_ADAPTER,
-    MEDIA_DRAFT,
-    MEDIA_MODEL,
-    MEDIA_PARAMS,
-    MEDIA_PROJECTOR,
-    MEDIA_SYSTEM,
-    MEDIA_TEMPLATE,
-    Entry,
-    Layer,
-    Manifest,
-    ManifestStore,
-)
+from localllm.store.manifests import CONFIG_MEDIA_TYPE, Entry, Layer, Manifest, ManifestStore, Media
 from localllm.store.names import ModelName
 from localllm.store.tempfiles import open_by_live_process, pid_alive
 
@@ -125,7 +112,7 @@ class Store:
 
     def model_path(self, entry: Entry) -> Path:
         """Path of the (first) GGUF model blob of a manifest."""
-        layer = entry.manifest.first(MEDIA_MODEL)
+        layer = entry.manifest.first(Media.MODEL)
         if layer is None:
             from localllm.errors import InvalidRequest
 
@@ -134,7 +121,7 @@ class Store:
 
     def model_paths(self, entry: Entry) -> builtins.list[Path]:
         """Paths of every GGUF model layer, in order (split GGUFs have one per shard)."""
-        layers = entry.manifest.by_type(MEDIA_MODEL)
+        layers = entry.manifest.by_type(Media.MODEL)
         if not layers:
             from localllm.errors import InvalidRequest
 
@@ -143,15 +130,15 @@ class Store:
 
     def adapter_paths(self, entry: Entry) -> builtins.list[Path]:
         """Paths of the manifest's LoRA adapter layers, in order."""
-        return [self.blobs.path(layer.digest) for layer in entry.manifest.by_type(MEDIA_ADAPTER)]
+        return [self.blobs.path(layer.digest) for layer in entry.manifest.by_type(Media.ADAPTER)]
 
     def projector_path(self, entry: Entry) -> Path | None:
         """Path of the manifest's vision projector (``mmproj``) layer, if it has one."""
-        return self._first_path(entry, MEDIA_PROJECTOR)
+        return self._first_path(entry, Media.PROJECTOR)
 
     def draft_path(self, entry: Entry) -> Path | None:
         """Path of the manifest's draft model GGUF (Modelfile ``DRAFT``), if it has one."""
-        return self._first_path(entry, MEDIA_DRAFT)
+        return self._first_path(entry, Media.DRAFT)
 
     def _first_path(self, entry: Entry, media_type: str) -> Path | None:
         layer = entry.manifest.first(media_type)
@@ -170,14 +157,14 @@ class Store:
         return self.blobs.read_bytes(layer.digest).decode("utf-8", "replace")
 
     def params(self, entry: Entry) -> dict[str, Any]:
-        value = self.read_json_layer(entry, MEDIA_PARAMS)
+        value = self.read_json_layer(entry, Media.PARAMS)
         return value if isinstance(value, dict) else {}
 
     def template(self, entry: Entry) -> str | None:
-        return self.read_text_layer(entry, MEDIA_TEMPLATE)
+        return self.read_text_layer(entry, Media.TEMPLATE)
 
     def system(self, entry: Entry) -> str | None:
-        return self.read_text_layer(entry, MEDIA_SYSTEM)
+        return self.read_text_layer(entry, Media.SYSTEM)
 
     def config_json(self, entry: Entry) -> dict[str, Any]:
         try:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import Any, Final, NotRequired, TypedDict
 
 from localllm.errors import InvalidRequest, ModelNotFound
 from localllm.store.names import ModelName, parse_digest, parse_name
@@ -23,17 +23,26 @@ from localllm.store.tempfiles import atomic_write_bytes, stale_tmp
 MANIFEST_MEDIA_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
 CONFIG_MEDIA_TYPE = "application/vnd.docker.container.image.v1+json"
 _PREFIX = "application/vnd.ollama.image."
-MEDIA_MODEL = _PREFIX + "model"
-MEDIA_PROJECTOR = _PREFIX + "projector"
-MEDIA_ADAPTER = _PREFIX + "adapter"
-MEDIA_TEMPLATE = _PREFIX + "template"
-MEDIA_SYSTEM = _PREFIX + "system"
-MEDIA_PARAMS = _PREFIX + "params"
-MEDIA_LICENSE = _PREFIX + "license"
-MEDIA_MESSAGES = _PREFIX + "messages"
-# Ours (Ollama has none): a draft model for speculative decoding (Modelfile DRAFT), a GGUF
-# of the same vocabulary; the layer points at that GGUF's blob, shared with its own model.
-MEDIA_DRAFT = "application/vnd.localllm.draft"
+
+
+class Media:
+    """Layers' media types, one name for each; the strings are Ollama's, as its registry
+    and its store write them, so a manifest reads the same on either side."""
+
+    MODEL: Final = _PREFIX + "model"
+    PROJECTOR: Final = _PREFIX + "projector"
+    ADAPTER: Final = _PREFIX + "adapter"
+    TEMPLATE: Final = _PREFIX + "template"
+    SYSTEM: Final = _PREFIX + "system"
+    PARAMS: Final = _PREFIX + "params"
+    LICENSE: Final = _PREFIX + "license"
+    MESSAGES: Final = _PREFIX + "messages"
+    # Ours (Ollama has none): a draft model for speculative decoding (Modelfile DRAFT), a
+    # GGUF of the same vocabulary; the layer points at that GGUF's blob, shared with its
+    # own model.
+    DRAFT: Final = "application/vnd.localllm.draft"
+
+
 MAX_MANIFEST_BYTES = 4 << 20
 
 

@@ -43,7 +43,7 @@ from localllm.errors import DigestMismatch, InvalidRequest, LocalLLMError
 from localllm.store.blobs import CHUNK
 from localllm.store.diskspace import free_space
 from localllm.store.local import Store
-from localllm.store.manifests import CONFIG_MEDIA_TYPE, MEDIA_MODEL, Layer, Manifest
+from localllm.store.manifests import CONFIG_MEDIA_TYPE, Layer, Manifest, Media
 from localllm.store.names import DEFAULT_HOST, ModelName
 from localllm.store.ollama_store import Blob, Broken, Found, OllamaStore, find_store, open_regular
 from localllm.store.progress import STEP as PROGRESS_STEP, Progress
@@ -141,7 +141,7 @@ def with_origin(entry: Found) -> tuple[bytes, Manifest]:
     origin: dict[str, Any] = {"source": name.display, "imported": "ollama"}
     if name.host.lower() == DEFAULT_HOST:
         origin.update(source=f"ollama://{name.display}", registry=f"https://{DEFAULT_HOST}")
-    model = theirs.first(MEDIA_MODEL)
+    model = theirs.first(Media.MODEL)
     if model is not None:
         origin["digest"] = model.digest
     data = json.dumps({**entry.config, "origin": origin}, sort_keys=True).encode()

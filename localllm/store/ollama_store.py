@@ -26,21 +26,7 @@ from typing import Any, BinaryIO
 from localllm import paths
 from localllm.errors import InvalidModelFile, InvalidRequest, LocalLLMError, NotFound
 from localllm.store.blobs import MAX_TEXT_LAYER
-from localllm.store.manifests import (
-    CONFIG_MEDIA_TYPE,
-    MAX_MANIFEST_BYTES,
-    MEDIA_ADAPTER,
-    MEDIA_DRAFT,
-    MEDIA_LICENSE,
-    MEDIA_MESSAGES,
-    MEDIA_MODEL,
-    MEDIA_PARAMS,
-    MEDIA_PROJECTOR,
-    MEDIA_SYSTEM,
-    MEDIA_TEMPLATE,
-    Layer,
-    Manifest,
-)
+from localllm.store.manifests import CONFIG_MEDIA_TYPE, MAX_MANIFEST_BYTES, Layer, Manifest, Media
 from localllm.store.names import DEFAULT_HOST, DEFAULT_NAMESPACE, ModelName, parse_name
 
 _IMAGE = "application/vnd.ollama.image."
@@ -49,27 +35,27 @@ MEDIA_TYPES = {
     **{
         m: m
         for m in (
-            MEDIA_MODEL,
-            MEDIA_PROJECTOR,
-            MEDIA_ADAPTER,
-            MEDIA_TEMPLATE,
-            MEDIA_SYSTEM,
-            MEDIA_PARAMS,
-            MEDIA_LICENSE,
-            MEDIA_MESSAGES,
-            MEDIA_DRAFT,
+            Media.MODEL,
+            Media.PROJECTOR,
+            Media.ADAPTER,
+            Media.TEMPLATE,
+            Media.SYSTEM,
+            Media.PARAMS,
+            Media.LICENSE,
+            Media.MESSAGES,
+            Media.DRAFT,
         )
     },
-    _IMAGE + "prompt": MEDIA_TEMPLATE,  # the template layer's old name; Ollama reads both
-    _IMAGE + "draft": MEDIA_DRAFT,  # a draft GGUF for speculative decoding, as our DRAFT
+    _IMAGE + "prompt": Media.TEMPLATE,  # the template layer's old name; Ollama reads both
+    _IMAGE + "draft": Media.DRAFT,  # a draft GGUF for speculative decoding, as our DRAFT
 }
 # Ollama ignores this one itself (embeddings in Modelfiles, gone since 0.1.x): dropped.
 DROPPED = {_IMAGE + "embed"}
 # Safetensors stored tensor by tensor (Ollama's MLX engine): not GGUF, nothing we can load.
 TENSOR_TYPES = {_IMAGE + "tensor", _IMAGE + "json"}
-TEXT_TYPES = (MEDIA_TEMPLATE, MEDIA_SYSTEM, MEDIA_PARAMS, MEDIA_MESSAGES, MEDIA_LICENSE)
+TEXT_TYPES = (Media.TEMPLATE, Media.SYSTEM, Media.PARAMS, Media.MESSAGES, Media.LICENSE)
 # Layers Ollama keeps one of (a later one replaces an earlier one when it reads a model).
-SINGLE_TYPES = (MEDIA_TEMPLATE, MEDIA_SYSTEM, MEDIA_PARAMS, MEDIA_MESSAGES)
+SINGLE_TYPES = (Media.TEMPLATE, Media.SYSTEM, Media.PARAMS, Media.MESSAGES)
 MAX_CONFIG_BYTES = 1 << 20
 
 
@@ -243,7 +229,7 @@ class OllamaStore:
         layers = self._map_layers(found, raw)
         found.blobs = [self._blob(layer) for layer in self._unique([config, *layers])]
         found.config = self._json(config, dict, "config")
-        models = [ly for ly in layers if ly.media_type == MEDIA_MODEL]
+        models = [ly for ly in layers if ly.media_type == Media.MODEL]
         remote = found.config.get("remote_host")
         if not models and isinstance(remote, str) and remote:
             found.remote = printable(remote)
@@ -358,16 +344,16 @@ class OllamaStore:
             if media not in TEXT_TYPES:
                 continue
             key = media.removeprefix(_IMAGE)
-            if media == MEDIA_PARAMS:
+            if media == Media.PARAMS:
                 found.texts[key] = self._json(layer, dict, "params")
-            elif media == MEDIA_MESSAGES:
+            elif media == Media.MESSAGES:
                 found.texts[key] = self._json(layer, list, "messages")
             else:
                 try:
                     text = self._bytes(layer, MAX_TEXT_LAYER).decode("utf-8")
                 except UnicodeDecodeError:
                     raise Broken(f"its {key} layer is not UTF-8 text") from None
-                if media != MEDIA_LICENSE:
+                if media != Media.LICENSE:
                     found.texts[key] = text
 
     def _check_ggufs(self, layers: list[Layer]) -> None:
@@ -381,18 +367,18 @@ class OllamaStore:
         try:
             what = "model"
             info = read_model_info_split(
-                [path(ly) for ly in layers if ly.media_type == MEDIA_MODEL]
+                [path(ly) for ly in layers if ly.media_type == Media.MODEL]
             )
             if info.is_adapter:
                 raise Broken("its model layer is a LoRA adapter, not a model")
             for layer in layers:
                 what = layer.media_type.removeprefix(_IMAGE).rsplit(".", 1)[-1]
-                if layer.media_type == MEDIA_PROJECTOR:
+                if layer.media_type == Media.PROJECTOR:
                     projector_header(path(layer), "its projector")
-                elif layer.media_type == MEDIA_ADAPTER:
+                elif layer.media_type == Media.ADAPTER:
                     if not read_model_info(path(layer)).is_adapter:
                         raise Broken("its adapter layer is not a LoRA adapter")
-                elif layer.media_type == MEDIA_DRAFT:
+                elif layer.media_type == Media.DRAFT:
                     read_model_info(path(layer))
         except InvalidModelFile as exc:
             raise Broken(

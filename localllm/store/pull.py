@@ -33,16 +33,7 @@ from localllm.gguf.info import ModelInfo, read_model_info_split
 from localllm.store import download, hub, projector as proj, ratelimit
 from localllm.store.importer import config_for
 from localllm.store.local import Hold, Store
-from localllm.store.manifests import (
-    MEDIA_MODEL,
-    MEDIA_PARAMS,
-    MEDIA_PROJECTOR,
-    MEDIA_SYSTEM,
-    MEDIA_TEMPLATE,
-    Entry,
-    Layer,
-    Manifest,
-)
+from localllm.store.manifests import Entry, Layer, Manifest, Media
 from localllm.store.names import ModelName, parse_digest
 
 if TYPE_CHECKING:
@@ -94,7 +85,7 @@ def pull_model(
         )
         layers = fetcher.layers(choice, mmproj)
         progress({"status": "verifying sha256 digest"})
-        info = _model_info(store, [x for x in layers if x.media_type == MEDIA_MODEL])
+        info = _model_info(store, [x for x in layers if x.media_type == Media.MODEL])
         layers = _check_projector(store, layers, progress, explicit=bool(projector))
         layers += _extra_layers(store, repo_id, choice, headers, info, hold)
         origin = _origin(repo_id, choice, mmproj, layers, via)
@@ -156,11 +147,11 @@ class _Fetcher:
         """The model layers (a split model's shards named by file) and the projector's."""
         split = len(choice.files) > 1
         layers = [
-            Layer(MEDIA_MODEL, self.fetch(f), f.size, f.filename if split else None)
+            Layer(Media.MODEL, self.fetch(f), f.size, f.filename if split else None)
             for f in choice.files
         ]
         if mmproj is not None:
-            layers.append(Layer(MEDIA_PROJECTOR, self.fetch(mmproj), mmproj.size, mmproj.filename))
+            layers.append(Layer(Media.PROJECTOR, self.fetch(mmproj), mmproj.size, mmproj.filename))
         return layers
 
     def fetch(self, f: hub.HubFile) -> str:
@@ -240,7 +231,7 @@ def _origin(
     }
     if via:
         out["catalog"] = via
-    if mmproj is not None and any(x.media_type == MEDIA_PROJECTOR for x in layers):
+    if mmproj is not None and any(x.media_type == Media.PROJECTOR for x in layers):
         out["projector"] = item(mmproj)
     return out
 
@@ -272,7 +263,7 @@ def _check_projector(
     An automatic choice that is not one is left out (the model still works for
     text) and said so; an explicitly requested one fails the pull.
     """
-    layer = next((x for x in layers if x.media_type == MEDIA_PROJECTOR), None)
+    layer = next((x for x in layers if x.media_type == Media.PROJECTOR), None)
     if layer is None:
         return layers
     try:
@@ -313,9 +304,9 @@ def _extra_layers(
     out: list[Layer] = []
     params: JSONObject | None = None
     for fname, media in (
-        ("template", MEDIA_TEMPLATE),
-        ("system", MEDIA_SYSTEM),
-        ("params", MEDIA_PARAMS),
+        ("template", Media.TEMPLATE),
+        ("system", Media.SYSTEM),
+        ("params", Media.PARAMS),
     ):
         f = choice.extras.get(fname)
         if f is None or f.size > MAX_EXTRA_BYTES:
@@ -323,7 +314,7 @@ def _extra_layers(
         data = _small_file(repo_id, fname, headers)
         if data is None:
             continue
-        if media == MEDIA_PARAMS:
+        if media == Media.PARAMS:
             try:
                 value = json.loads(data)
             except ValueError:
@@ -336,7 +327,7 @@ def _extra_layers(
         stops = _stop_tokens(info)
         params = {"stop": stops} if stops else None
     if params:
-        out.append(store.put_json(MEDIA_PARAMS, params, hold=hold))
+        out.append(store.put_json(Media.PARAMS, params, hold=hold))
     return out
 
 

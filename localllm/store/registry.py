@@ -38,9 +38,9 @@ from localllm.store.manifests import (
     CONFIG_MEDIA_TYPE,
     MANIFEST_MEDIA_TYPE,
     MAX_MANIFEST_BYTES,
-    MEDIA_MODEL,
     Layer,
     Manifest,
+    Media,
 )
 from localllm.store.names import DEFAULT_HOST, ModelName
 from localllm.store.ollama_store import (
@@ -104,7 +104,7 @@ class Remote:
 
     @property
     def model(self) -> Layer:
-        layer = self.manifest.first(MEDIA_MODEL)
+        layer = self.manifest.first(Media.MODEL)
         assert layer is not None  # fetch_manifest refuses manifests without one
         return layer
 
@@ -186,7 +186,7 @@ def _mapped(data: bytes, name: ModelName) -> tuple[Manifest, list[str]]:
         if ours in SINGLE_TYPES:  # as Ollama reads a model: the last one of a kind wins
             layers = [x for x in layers if x.media_type != ours]
         layers.append(Layer(ours, layer.digest, layer.size, layer.name))
-    models = [x for x in layers if x.media_type == MEDIA_MODEL]
+    models = [x for x in layers if x.media_type == Media.MODEL]
     if not models:
         remote = isinstance(doc, dict) and not doc.get("layers")
         raise InvalidRequest(

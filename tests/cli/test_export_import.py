@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from localllm.store.local import Store
-from localllm.store.manifests import MEDIA_MODEL
+from localllm.store.manifests import Media
 from localllm.store.names import parse_name
 from localllm.store.pull import pull_model
 from tests.support.daemon import REPO, Daemon, cli_env, free_port, run_cli, start_daemon
@@ -177,7 +177,7 @@ def _with_a_link(data: bytes) -> bytes:
 def test_verify_and_repair_a_pulled_model(hub: HubStub, tmp_path: Path) -> None:
     name = "hf.co/someone/Tiny-GGUF:Q4_K_M"
     pull_model(Store(), parse_name(name), lambda e: None)
-    layer = Store().get(parse_name(name)).manifest.first(MEDIA_MODEL)
+    layer = Store().get(parse_name(name)).manifest.first(Media.MODEL)
     assert layer is not None
     blob = Store().blobs.path(layer.digest)
     raw = bytearray(blob.read_bytes())

@@ -22,7 +22,7 @@ from fastapi import FastAPI
 from localllm import paths
 from localllm.server.app import create_app
 from localllm.store.local import Store
-from localllm.store.manifests import MEDIA_ADAPTER, Manifest
+from localllm.store.manifests import Manifest, Media
 from localllm.store.names import parse_name
 from tests.support.tinylora import make_remap_lora
 from tests.support.tinymodel import LETTERS, make_tiny_model
@@ -132,8 +132,8 @@ async def test_mismatched_adapter_refused_at_create_and_at_load(
     good = store.get(parse_name("tuned-c")).manifest
     layers = [
         ly
-        if ly.media_type != MEDIA_ADAPTER
-        else type(ly)(MEDIA_ADAPTER, bad, bad_path.stat().st_size, "wide.gguf")
+        if ly.media_type != Media.ADAPTER
+        else type(ly)(Media.ADAPTER, bad, bad_path.stat().st_size, "wide.gguf")
         for ly in good.layers
     ]
     store.commit(parse_name("sneaked"), Manifest(good.config, layers))

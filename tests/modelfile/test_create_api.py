@@ -15,15 +15,7 @@ import pytest
 
 from localllm.modelfile.parser import parse
 from localllm.store.local import Store
-from localllm.store.manifests import (
-    MEDIA_ADAPTER,
-    MEDIA_LICENSE,
-    MEDIA_MESSAGES,
-    MEDIA_MODEL,
-    MEDIA_PARAMS,
-    MEDIA_SYSTEM,
-    MEDIA_TEMPLATE,
-)
+from localllm.store.manifests import Media
 from localllm.store.names import parse_name
 from tests.support.create_api import create, upload
 from tests.support.routes import ndjson
@@ -58,16 +50,16 @@ async def test_create_from_uploaded_file_streams_statuses_and_writes_layers(
     entry = store.get(parse_name("mine"))
     types = [ly.media_type for ly in entry.manifest.layers]
     assert types == [
-        MEDIA_MODEL,
-        MEDIA_TEMPLATE,
-        MEDIA_SYSTEM,
-        MEDIA_PARAMS,
-        MEDIA_MESSAGES,
-        MEDIA_LICENSE,
-        MEDIA_LICENSE,
+        Media.MODEL,
+        Media.TEMPLATE,
+        Media.SYSTEM,
+        Media.PARAMS,
+        Media.MESSAGES,
+        Media.LICENSE,
+        Media.LICENSE,
     ]
     assert store.params(entry) == {"temperature": 0.5, "stop": ["<|end|>", "User:"], "num_ctx": 256}
-    assert store.read_json_layer(entry, MEDIA_MESSAGES) == FULL["messages"]
+    assert store.read_json_layer(entry, Media.MESSAGES) == FULL["messages"]
     assert store.config_json(entry)["model_family"] == "llama"
 
     # Again: every layer is reused.
@@ -121,7 +113,7 @@ async def test_from_existing_model_inherits_and_overrides(
     assert store.system(child) == "Be loud."
     assert store.params(child)["temperature"] == 0.9 and store.params(child)["num_ctx"] == 256
     assert store.model_paths(child) == store.model_paths(base)
-    assert store.read_json_layer(child, MEDIA_MESSAGES) == FULL["messages"]
+    assert store.read_json_layer(child, Media.MESSAGES) == FULL["messages"]
 
 
 async def test_adapter_layer_is_stored(
@@ -139,7 +131,7 @@ async def test_adapter_layer_is_stored(
         },
     )
     assert r.status_code == 200, r.text
-    layers = store.get(parse_name("tuned")).manifest.by_type(MEDIA_ADAPTER)
+    layers = store.get(parse_name("tuned")).manifest.by_type(Media.ADAPTER)
     assert [(ly.digest, ly.name) for ly in layers] == [(lora, "lora.gguf")]
     shown = (await client.post("/api/show", json={"model": "tuned"})).json()
     assert parse(shown["modelfile"]).adapters == [str(store.blobs.path(lora))]
@@ -169,7 +161,7 @@ async def test_quantize_runs_in_a_child_with_progress(
     assert quant and quant[-1]["completed"] == quant[-1]["total"] == 12
     entry = store.get(parse_name("small"))
     assert store.config_json(entry)["file_type"] == "Q8_0"
-    assert entry.manifest.first(MEDIA_MODEL).digest != digest  # type: ignore[union-attr]
+    assert entry.manifest.first(Media.MODEL).digest != digest  # type: ignore[union-attr]
 
 
 def _manifests(store: Store) -> list[str]:
@@ -278,7 +270,7 @@ async def test_split_files_in_order(
     files = {p.name: await upload(client, p) for p in reversed(parts)}
     r = await create(client, {"model": "split", "files": files, "stream": False})
     assert r.json() == {"status": "success"}
-    layers = store.get(parse_name("split")).manifest.by_type(MEDIA_MODEL)
+    layers = store.get(parse_name("split")).manifest.by_type(Media.MODEL)
     assert [ly.name for ly in layers] == [p.name for p in parts]
 
 

@@ -11,7 +11,7 @@ import pytest
 from localllm.modelfile.parser import parse
 from localllm.modelfile.serialize import to_text
 from localllm.store.local import Store
-from localllm.store.manifests import MEDIA_MODEL, MEDIA_PROJECTOR
+from localllm.store.manifests import Media
 from localllm.store.names import parse_name
 from tests.support.create_api import create, upload
 from tests.support.hubstub import write_clip_header
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.anyio
 
 
 def projector_of(store: Store, name: str) -> list[tuple[str, str | None]]:
-    layers = store.get(parse_name(name)).manifest.by_type(MEDIA_PROJECTOR)
+    layers = store.get(parse_name(name)).manifest.by_type(Media.PROJECTOR)
     return [(ly.digest, ly.name) for ly in layers]
 
 
@@ -51,7 +51,7 @@ async def test_projector_field_files_and_inheritance(
     )
     assert r.status_code == 200, r.text
     entry = store.get(parse_name("seer2"))
-    assert [ly.digest for ly in entry.manifest.by_type(MEDIA_MODEL)] == [model]
+    assert [ly.digest for ly in entry.manifest.by_type(Media.MODEL)] == [model]
     assert projector_of(store, "seer2") == [(proj, "mmproj.gguf")]
     # FROM a model with a projector keeps it; a PROJECTOR line replaces it.
     r = await create(client, {"model": "child", "from": "seer", "stream": False})

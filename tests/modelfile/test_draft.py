@@ -14,7 +14,7 @@ from localllm.gguf.info import read_model_info
 from localllm.modelfile.parser import parse
 from localllm.modelfile.serialize import to_text
 from localllm.store.local import Store
-from localllm.store.manifests import MEDIA_DRAFT, MEDIA_MODEL
+from localllm.store.manifests import Media
 from localllm.store.names import parse_name
 from tests.support.create_api import create, upload
 from tests.support.ggufmeta import Shape, write_gguf
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.anyio
 
 
 def draft_layers(store: Store, name: str) -> list[tuple[str, int, str | None]]:
-    layers = store.get(parse_name(name)).manifest.by_type(MEDIA_DRAFT)
+    layers = store.get(parse_name(name)).manifest.by_type(Media.DRAFT)
     return [(ly.digest, ly.size, ly.name) for ly in layers]
 
 
@@ -52,7 +52,7 @@ async def test_draft_by_name_and_by_file_make_one_layer_shown_by_show(
     # The same vocabulary as tiny, other weights (so another blob).
     small = make_tiny_model(tmp_path / "small", attention=True, name="small.gguf")
     assert (await make(client, "tiny-draft", small)).status_code == 200
-    draft_blob = store.get(parse_name("tiny-draft")).manifest.by_type(MEDIA_MODEL)[0]
+    draft_blob = store.get(parse_name("tiny-draft")).manifest.by_type(Media.MODEL)[0]
 
     r = await make(client, "fast", tiny_gguf, draft="tiny-draft")
     assert r.status_code == 200, r.text

@@ -21,7 +21,7 @@ from localllm.server.logs import RequestIdFilter
 from localllm.server.serve import warn_if_exposed
 from localllm.server.streaming import Emit, events_from_thread, progress_response
 from localllm.store.local import Store
-from localllm.store.manifests import MEDIA_MODEL, Layer, Manifest
+from localllm.store.manifests import Layer, Manifest, Media
 from localllm.store.names import parse_name
 from tests.support.fake_scheduler import fake_scheduler
 
@@ -429,7 +429,7 @@ async def test_hostile_gguf_upload_and_use_is_a_clean_4xx(
     assert 400 <= r.status_code < 500, r.text
     # Planted in the store directly (as if an older version had accepted it): still 4xx.
     config = store.put_config({"model_format": "gguf"})
-    store.commit(parse_name("planted"), Manifest(config, [Layer(MEDIA_MODEL, digest, len(data))]))
+    store.commit(parse_name("planted"), Manifest(config, [Layer(Media.MODEL, digest, len(data))]))
     for path, body in (
         ("/api/generate", {"model": "planted", "prompt": "x"}),
         ("/api/chat", {"model": "planted", "messages": [{"role": "user", "content": "x"}]}),

@@ -22,7 +22,7 @@ from localllm.store.archive import TABLE, ArchiveError
 from localllm.store.archive_export import export_models, write_file
 from localllm.store.archive_import import ArchiveReport, Truncated, import_archive
 from localllm.store.local import Store
-from localllm.store.manifests import MAX_MANIFEST_BYTES, MEDIA_MODEL
+from localllm.store.manifests import MAX_MANIFEST_BYTES, Media
 from localllm.store.names import ModelName, parse_name
 from localllm.store.pull import pull_model
 from localllm.store.verify import repair, verify
@@ -310,7 +310,7 @@ def test_what_is_not_an_archive_says_so(tmp_path: Path) -> None:
         into(target, out.getvalue())
 
 
-def _damage(store: Store, name: str, media_type: str = MEDIA_MODEL) -> str:
+def _damage(store: Store, name: str, media_type: str = Media.MODEL) -> str:
     layer = store.get(parse_name(name)).manifest.first(media_type)
     assert layer is not None
     path = store.blobs.path(layer.digest)
@@ -417,7 +417,7 @@ def test_repair_of_a_model_from_another_origin_pulls_it_by_name(
     origin = {"source": "ollama://someuser/some-model:latest"}
     config = store.put_config({"model_format": "gguf", "origin": origin})
     name = parse_name("someuser/some-model")
-    store.commit(name, Manifest(config, [Layer(MEDIA_MODEL, digest, size)]))
+    store.commit(name, Manifest(config, [Layer(Media.MODEL, digest, size)]))
     _damage(store, "someuser/some-model")
     calls: list[tuple[Any, ...]] = []
 

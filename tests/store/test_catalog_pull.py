@@ -14,7 +14,7 @@ from localllm.errors import InvalidRequest, ModelNotFound
 from localllm.modelfile.create import CreateSpec, Creator
 from localllm.models.service import ModelService
 from localllm.store.local import Store
-from localllm.store.manifests import MEDIA_MODEL, MEDIA_PROJECTOR
+from localllm.store.manifests import Media
 from localllm.store.names import parse_name
 from tests.support.ggufmeta import Shape, write_gguf
 from tests.support.hubstub import HubStub, add_vision_repo
@@ -76,7 +76,7 @@ def test_a_library_name_is_stored_as_typed_and_shows_its_origin(
     }
     # The digest is the blob's: the store holds exactly the file the Hub lists.
     entry = svc.store.get(parse_name("llama3.2"))
-    assert entry.manifest.first(MEDIA_MODEL).digest == f"sha256:{sha}"  # type: ignore[union-attr]
+    assert entry.manifest.first(Media.MODEL).digest == f"sha256:{sha}"  # type: ignore[union-attr]
     # Another tag is another name; the same file is not fetched twice.
     fetched = hubstub.count("GET", "/cdn/")
     pull(svc, "llama3.2:3b")
@@ -100,7 +100,7 @@ def test_hf_pulls_record_their_origin_too(svc: ModelService) -> None:
 def test_the_catalogue_projector_choice_is_used(svc: ModelService, hubstub: HubStub) -> None:
     pull(svc, "seer")
     entry = svc.store.get(parse_name("seer:latest"))
-    layer = entry.manifest.first(MEDIA_PROJECTOR)
+    layer = entry.manifest.first(Media.PROJECTOR)
     assert layer is not None and layer.name == "mmproj-Tiny-F32.gguf"
     origin = svc.show("seer")["origin"]
     assert origin["projector"]["file"] == "mmproj-Tiny-F32.gguf"

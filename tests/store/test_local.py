@@ -8,16 +8,16 @@ import pytest
 
 from localllm.errors import BlobNotFound, InvalidRequest, ModelNotFound
 from localllm.store.local import Store
-from localllm.store.manifests import MEDIA_MODEL, MEDIA_PARAMS, Layer, Manifest
+from localllm.store.manifests import Layer, Manifest, Media
 from localllm.store.names import parse_name
 
 
 def _model(store: Store, name: str, payload: bytes, *, shards: int = 1) -> Manifest:
     layers = [
-        store.put_bytes(MEDIA_MODEL, payload + bytes([i]), name=f"m-{i}.gguf")
+        store.put_bytes(Media.MODEL, payload + bytes([i]), name=f"m-{i}.gguf")
         for i in range(shards)
     ]
-    layers.append(store.put_json(MEDIA_PARAMS, {"stop": ["<|end|>"]}))
+    layers.append(store.put_json(Media.PARAMS, {"stop": ["<|end|>"]}))
     config = store.put_config({"model_format": "gguf", "tag": name, "w": payload.hex()})
     manifest = Manifest(config, layers)
     store.commit(parse_name(name), manifest)
@@ -42,7 +42,7 @@ def test_model_paths_in_order(store: Store) -> None:
     paths = store.model_paths(entry)
     assert [p.read_bytes() for p in paths] == [b"w\x00", b"w\x01", b"w\x02"]
     assert store.model_path(entry) == paths[0]
-    assert [layer.name for layer in entry.manifest.by_type(MEDIA_MODEL)] == [
+    assert [layer.name for layer in entry.manifest.by_type(Media.MODEL)] == [
         "m-0.gguf",
         "m-1.gguf",
         "m-2.gguf",
@@ -57,7 +57,7 @@ def test_model_paths_without_model_layer(store: Store) -> None:
 
 def test_commit_refuses_missing_blobs(store: Store) -> None:
     config = store.put_config({})
-    ghost = Layer(MEDIA_MODEL, "sha256:" + "1" * 64, 10)
+    ghost = Layer(Media.MODEL, "sha256:" + "1" * 64, 10)
     with pytest.raises(BlobNotFound):
         store.commit(parse_name("ghost"), Manifest(config, [ghost]))
     assert store.list() == []
@@ -253,7 +253,7 @@ def test_a_held_blob_the_pull_commits_stays(store: Store) -> None:
 
 def test_put_bytes_holds_before_writing(store: Store) -> None:
     hold = store.hold()
-    layer = store.put_json(MEDIA_PARAMS, {"stop": ["x"]}, hold=hold)
+    layer = store.put_json(Media.PARAMS, {"stop": ["x"]}, hold=hold)
     assert layer.digest in hold.digests
     assert store.prune(grace_seconds=0) == []  # held: not garbage even past the grace period
     hold.release()

@@ -17,7 +17,7 @@ import pytest
 from localllm.errors import InvalidRequest, NotFound
 from localllm.models.service import ModelService
 from localllm.store.local import Store
-from localllm.store.manifests import MEDIA_DRAFT, MEDIA_MODEL, MEDIA_PARAMS, MEDIA_TEMPLATE
+from localllm.store.manifests import Media
 from localllm.store.names import parse_name
 from localllm.store.ollama_import import ImportReport
 from localllm.store.ollama_store import find_store
@@ -140,7 +140,7 @@ def test_a_different_model_of_the_same_name_is_kept_unless_forced(
     entry = store.get(parse_name("llama3.2"))
     assert store.template(entry) == TEMPLATE_A
     # The old template's blob went with the manifest that used it.
-    old_template = mine.manifest.first(MEDIA_TEMPLATE)
+    old_template = mine.manifest.first(Media.TEMPLATE)
     assert old_template is not None and not store.blobs.exists(old_template.digest)
     assert not forced.failed
 
@@ -356,8 +356,8 @@ def test_what_will_not_work_as_in_ollama_is_a_warning(ollama: OllamaStore, tmp_p
     assert "invalid TEMPLATE" in text
     assert 'built-in "harmony" renderer' in text
     entry = Store().get(parse_name("odd"))
-    assert entry.manifest.first(MEDIA_DRAFT) is not None  # Ollama's draft layer is our DRAFT
-    assert entry.manifest.first(MEDIA_PARAMS) is not None
+    assert entry.manifest.first(Media.DRAFT) is not None  # Ollama's draft layer is our DRAFT
+    assert entry.manifest.first(Media.PARAMS) is not None
 
 
 def test_ollamas_default_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -394,7 +394,7 @@ def test_localllms_own_store_is_not_imported_into_itself(
     assert snapshot(ollama.root) == before
     # The models are there already: Ollama's layout is ours.
     assert sorted(e.name.display for e in Store().list()) == sorted(NAMES)
-    assert Store().get(parse_name("llama3.2")).manifest.first(MEDIA_MODEL) is not None
+    assert Store().get(parse_name("llama3.2")).manifest.first(Media.MODEL) is not None
 
 
 @pytest.mark.parametrize("who", ["group-writable", "world-writable", "another account"])

@@ -11,7 +11,7 @@ from localllm.errors import InvalidModelFile, ModelNotFound
 from localllm.models.service import ModelService
 from localllm.store.hub import HubFile
 from localllm.store.local import Store
-from localllm.store.manifests import MEDIA_MODEL, MEDIA_PROJECTOR
+from localllm.store.manifests import Media
 from localllm.store.names import parse_name
 from localllm.store.projector import choose_projector, is_loadable_projector
 from localllm.store.pull import pull_model
@@ -82,8 +82,8 @@ def test_pull_takes_the_fitting_projector_and_show_says_vision(
     served = add_vision_repo(hubstub, tmp_path / "src", REPO)
     entry, statuses = _pull(store, f"hf.co/{REPO}")
     assert "using projector mmproj-Tiny-F16.gguf" in statuses
-    model = entry.manifest.by_type(MEDIA_MODEL)
-    proj = entry.manifest.by_type(MEDIA_PROJECTOR)
+    model = entry.manifest.by_type(Media.MODEL)
+    proj = entry.manifest.by_type(Media.PROJECTOR)
     assert [x.digest for x in model] == ["sha256:" + served["Tiny-Q4_K_M.gguf"].sha256]
     assert [(x.digest, x.name) for x in proj] == [
         ("sha256:" + served["mmproj-Tiny-F16.gguf"].sha256, "mmproj-Tiny-F16.gguf")
@@ -104,10 +104,10 @@ def test_pull_takes_the_fitting_projector_and_show_says_vision(
 def test_pull_override_and_none(hubstub: HubStub, store: Store, tmp_path: Path) -> None:
     served = add_vision_repo(hubstub, tmp_path / "src", REPO)
     entry, _ = _pull(store, f"hf.co/{REPO}:Q8_0", projector="mmproj-Tiny-F32.gguf")
-    proj = entry.manifest.first(MEDIA_PROJECTOR)
+    proj = entry.manifest.first(Media.PROJECTOR)
     assert proj is not None and proj.digest == "sha256:" + served["mmproj-Tiny-F32.gguf"].sha256
     entry, statuses = _pull(store, f"hf.co/{REPO}:BF16", projector="none")
-    assert entry.manifest.first(MEDIA_PROJECTOR) is None
+    assert entry.manifest.first(Media.PROJECTOR) is None
     assert not any("projector" in s for s in statuses)
     assert "vision" not in ModelService(store).show(f"hf.co/{REPO}:BF16")["capabilities"]
     cdn = hubstub.count("GET", "/cdn/")
@@ -127,7 +127,7 @@ def test_a_projector_that_is_not_clip_is_skipped_or_refused(
     )
     entry, statuses = _pull(store, f"hf.co/{REPO}")
     assert any(s.startswith("skipping projector mmproj-Tiny-F16.gguf: ") for s in statuses)
-    assert entry.manifest.first(MEDIA_PROJECTOR) is None
+    assert entry.manifest.first(Media.PROJECTOR) is None
     assert "vision" not in ModelService(store).show(f"hf.co/{REPO}")["capabilities"]
     with pytest.raises(InvalidModelFile, match="requested projector is not usable"):
         _pull(store, f"hf.co/{REPO}:Q4_K_M", projector="F16")

@@ -20,7 +20,7 @@ from localllm.errors import (
 from localllm.gguf.info import read_model_info
 from localllm.store import download
 from localllm.store.local import Store
-from localllm.store.manifests import MEDIA_MODEL, MEDIA_PARAMS, MEDIA_TEMPLATE
+from localllm.store.manifests import Media
 from localllm.store.names import parse_name
 from localllm.store.pull import pull_model
 from tests.support.ggufmeta import Shape, write_gguf, write_split_gguf
@@ -67,7 +67,7 @@ def test_default_quant_progress_and_manifest(
     assert all(e["digest"] == f"sha256:{sha}" for e in pulls)
     size = hubstub.repos[REPO]["Tiny-Q4_K_M.gguf"].size
     assert all(e["total"] == size for e in pulls) and pulls[-1]["completed"] == size
-    model = entry.manifest.by_type(MEDIA_MODEL)
+    model = entry.manifest.by_type(Media.MODEL)
     assert [layer.digest for layer in model] == [f"sha256:{sha}"]
     assert read_model_info(store.model_path(entry)).n_layers == 3
     config = store.config_json(entry)
@@ -86,7 +86,7 @@ def test_default_quant_progress_and_manifest(
     }
     assert config["model_type"].endswith("K")
     assert store.params(entry) == {"stop": ["<|im_end|>"]}
-    assert entry.manifest.first(MEDIA_TEMPLATE) is None  # the GGUF keeps its own template
+    assert entry.manifest.first(Media.TEMPLATE) is None  # the GGUF keeps its own template
     assert not [n for n in _store_files(store) if "partial" in n]
     # A second pull is a cache hit: no new download.
     cdn = hubstub.count("GET", f"/cdn/{sha}")
@@ -115,7 +115,7 @@ def test_quant_selection(
         )
     }
     entry, events = _pull(store, f"hf.co/{REPO}:{tag}")
-    assert entry.manifest.first(MEDIA_MODEL).digest == f"sha256:{shas[want]}"  # type: ignore[union-attr]
+    assert entry.manifest.first(Media.MODEL).digest == f"sha256:{shas[want]}"  # type: ignore[union-attr]
     if tag == "latest":
         assert "fallback" in events[1]["status"]
     assert entry.name.tag == tag
@@ -284,7 +284,7 @@ def test_split_gguf_becomes_ordered_layers(hubstub: HubStub, store: Store, tmp_p
     for p in reversed(shards):  # listing order must not matter
         hubstub.add_file(REPO, f"Q8_0/{p.name}", p)
     entry, _ = _pull(store, f"hf.co/{REPO}:Q8_0")
-    layers = entry.manifest.by_type(MEDIA_MODEL)
+    layers = entry.manifest.by_type(Media.MODEL)
     assert [layer.name for layer in layers] == [p.name for p in shards]
     paths = store.model_paths(entry)
     assert [p.read_bytes() for p in paths] == [p.read_bytes() for p in shards]
@@ -316,7 +316,7 @@ def test_repo_template_and_params_files_become_layers(
     entry, _ = _pull(store, f"hf.co/{REPO}")
     assert store.template(entry) == "{{ .Prompt }}"
     assert store.params(entry) == {"temperature": 0.2, "stop": ["END"]}
-    assert entry.manifest.first(MEDIA_PARAMS) is not None
+    assert entry.manifest.first(Media.PARAMS) is not None
 
 
 def test_only_hf_names_can_be_pulled(store: Store) -> None:

@@ -17,7 +17,7 @@ from localllm.errors import DigestMismatch, InvalidModelFile, InvalidRequest, Mo
 from localllm.models.service import ModelService
 from localllm.store import download
 from localllm.store.local import Store
-from localllm.store.manifests import MEDIA_MODEL
+from localllm.store.manifests import Media
 from localllm.store.names import parse_name
 from tests.support.ggufmeta import Shape, write_gguf
 from tests.support.models import import_gguf
@@ -97,7 +97,7 @@ def test_a_community_name_comes_with_every_layer(registry: RegistryStub, gguf: P
     assert shown["origin"]["registry"] == registry.url
     assert shown["details"]["family"] == "llama"
     entry = svc.store.get(parse_name("someuser/some-reranker"))
-    assert entry.manifest.first(MEDIA_MODEL).digest == digest  # type: ignore[union-attr]
+    assert entry.manifest.first(Media.MODEL).digest == digest  # type: ignore[union-attr]
     assert svc.store.blobs.path(digest).read_bytes() == gguf.read_bytes()
     # Every blob the manifest names is in the store, and nothing else is.
     assert sorted(d.replace(":", "-") for d in entry.manifest.digests()) == leftovers(svc.store)

@@ -12,17 +12,7 @@ from localllm import paths
 from localllm.gguf.info import read_model_info_split
 from localllm.store.importer import config_for
 from localllm.store.local import Store
-from localllm.store.manifests import (
-    MEDIA_LICENSE,
-    MEDIA_MODEL,
-    MEDIA_PARAMS,
-    MEDIA_PROJECTOR,
-    MEDIA_SYSTEM,
-    MEDIA_TEMPLATE,
-    Entry,
-    Layer,
-    Manifest,
-)
+from localllm.store.manifests import Entry, Layer, Manifest, Media
 from localllm.store.names import ModelName, parse_name
 from tests.support.ggufmeta import Shape, write_gguf
 from tests.support.tinymodel import make_tiny_model
@@ -52,16 +42,16 @@ def import_gguf(
     layers: list[Layer] = []
     for path in files:
         digest, size = store.blobs.import_file(Path(path))
-        layers.append(Layer(MEDIA_MODEL, digest, size, Path(path).name if split else None))
+        layers.append(Layer(Media.MODEL, digest, size, Path(path).name if split else None))
     if projector is not None:
         digest, size = store.blobs.import_file(Path(projector))
-        layers.append(Layer(MEDIA_PROJECTOR, digest, size, Path(projector).name))
+        layers.append(Layer(Media.PROJECTOR, digest, size, Path(projector).name))
     if template is not None:
-        layers.append(store.put_bytes(MEDIA_TEMPLATE, template.encode()))
+        layers.append(store.put_bytes(Media.TEMPLATE, template.encode()))
     if system is not None:
-        layers.append(store.put_bytes(MEDIA_SYSTEM, system.encode()))
+        layers.append(store.put_bytes(Media.SYSTEM, system.encode()))
     if params:
-        layers.append(store.put_json(MEDIA_PARAMS, params))
+        layers.append(store.put_json(Media.PARAMS, params))
     store.commit(name, Manifest(store.put_config(config_for(info)), layers))
     return store.get(name)
 
@@ -80,14 +70,14 @@ def add_model(
     """Put a small real GGUF model into the store; returns the manifest digest."""
     gguf = write_gguf(tmp_path / f"{name.replace('/', '_').replace(':', '_')}.gguf", shape)
     digest, size = store.blobs.import_file(gguf)
-    layers = [Layer(MEDIA_MODEL, digest, size)]
+    layers = [Layer(Media.MODEL, digest, size)]
     if template is not None:
-        layers.append(store.put_bytes(MEDIA_TEMPLATE, template.encode()))
+        layers.append(store.put_bytes(Media.TEMPLATE, template.encode()))
     if system is not None:
-        layers.append(store.put_bytes(MEDIA_SYSTEM, system.encode()))
+        layers.append(store.put_bytes(Media.SYSTEM, system.encode()))
     layers.append(
         store.put_json(
-            MEDIA_PARAMS,
+            Media.PARAMS,
             params
             if params is not None
             else {
@@ -97,7 +87,7 @@ def add_model(
         )
     )
     if license_text is not None:
-        layers.append(store.put_bytes(MEDIA_LICENSE, license_text.encode()))
+        layers.append(store.put_bytes(Media.LICENSE, license_text.encode()))
     config = store.put_config(
         {
             "model_format": "gguf",
