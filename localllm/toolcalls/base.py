@@ -6,8 +6,8 @@ Owns :class:`ToolCall` (one parsed call, with Ollama's wire shape), :class:`Pars
 ``stream.py``), :class:`ToolSet` (the request's tools: known names and the
 parameter schemas that type XML-style argument values), and small text helpers
 (:func:`read_json`, :func:`expect`, :func:`partial_tag_len`, and the steps most
-formats share: :func:`read_calls`, :func:`call_name`, :func:`end_calls`,
-:func:`end_call`).  Reading JSON itself
+formats share: :func:`read_calls`, :func:`calls_region`, :func:`call_name`,
+:func:`end_calls`, :func:`end_call`).  Reading JSON itself
 is ``jsonscan.py``'s; its names are re-exported here, where the formats look.
 """
 
@@ -310,8 +310,9 @@ def call_name(
     text: str, at: int, tag: str, stop: str, final: bool
 ) -> tuple[str, int] | int | str | None:
     """A call's ``tag`` at ``at`` (after whitespace), then its function name up to
-    ``stop``: (the name, where ``stop`` is); else as a :data:`Step`: -1 when no ``tag``
-    is there, a reason when the name is missing, None while either may still come."""
+    ``stop``: (the name, where the text after ``stop`` begins); else as a :data:`Step`:
+    -1 when no ``tag`` is there, a reason when the name is missing, None while either may
+    still come."""
     begin = expect(text, at, tag)
     if begin is None or begin == -1:
         return -1 if final else begin
@@ -321,7 +322,7 @@ def call_name(
     name = text[begin:end].strip()
     if not name or len(name) > MAX_NAME or "\n" in name:
         return "no function name"
-    return name, end
+    return name, end + len(stop)
 
 
 def end_calls(
@@ -354,6 +355,34 @@ def calls_then_close(
     if not calls:
         return to_close(text, since, close, final, why)
     return end_calls(text, at, close if closed else None, final, calls)
+
+
+def calls_region(
+    text: str,
+    at: int,
+    final: bool,
+    one: Callable[[int], Step],
+    *,
+    since: int,
+    close: str,
+    broken_close: str,
+    closed: bool,
+    why: str,
+    many: bool = True,
+) -> Attempt | None:
+    """A region of calls read by ``one`` from ``at`` (see :func:`read_calls`), then
+    closed as :func:`calls_then_close` closes it; a broken call breaks the region from
+    ``since`` up to ``broken_close`` (the region's close when it was opened, else the
+    call's)."""
+    got = read_calls(
+        text,
+        at,
+        final,
+        one,
+        lambda reason: to_close(text, since, broken_close, final, reason),
+        many=many,
+    )
+    return calls_then_close(text, got, final, since=since, close=close, closed=closed, why=why)
 
 
 def end_call(

@@ -20,11 +20,9 @@ from localllm.toolcalls.base import (
     Step,
     Syntax,
     ToolSet,
-    calls_then_close,
+    calls_region,
     expect,
-    read_calls,
     read_json,
-    to_close,
 )
 
 CALLS, CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
@@ -39,19 +37,14 @@ class DeepSeek(Syntax):
 
     def parse(self, text: str, tools: ToolSet | None, final: bool) -> Attempt | None:
         start = len(CALLS) if text.startswith(CALLS) else 0
-        got = read_calls(
+        return calls_region(
             text,
             start,
             final,
             lambda at: self._call(text, at, final),
-            lambda why: to_close(text, start, CALLS_END if start else CALL_END, final, why),
-        )
-        return calls_then_close(
-            text,
-            got,
-            final,
             since=start,
             close=CALLS_END,
+            broken_close=CALLS_END if start else CALL_END,
             closed=bool(start),
             why="no call inside the call list",
         )

@@ -30,10 +30,8 @@ from localllm.toolcalls.base import (
     Syntax,
     ToolSet,
     call_name,
-    calls_then_close,
-    read_calls,
+    calls_region,
     skip_ws,
-    to_close,
     typed_value,
 )
 from localllm.toolcalls.jsonscan import json_or_text
@@ -56,31 +54,25 @@ class MiniMaxM3(Syntax):
 
     def parse(self, text: str, tools: ToolSet | None, final: bool) -> Attempt | None:
         section = text.startswith(SECTION)
-        got = read_calls(
+        return calls_region(
             text,
             len(SECTION) if section else 0,
             final,
             lambda at: self._invoke(text, at, tools, final),
-            lambda why: to_close(text, 1, SECTION_END if section else INVOKE_END, final, why),
-            many=section,
-        )
-        return calls_then_close(
-            text,
-            got,
-            final,
             since=1,
             close=SECTION_END,
+            broken_close=SECTION_END if section else INVOKE_END,
             closed=section,
             why="no call in the section",
+            many=section,
         )
 
     def _invoke(self, text: str, at: int, tools: ToolSet | None, final: bool) -> Step:
         named = call_name(text, at, INVOKE, '">', final)
         if not isinstance(named, tuple):
             return named
-        name, quote = named
+        name, at = named
         args: JSONObject = {}
-        at = quote + 2
         while True:
             at = skip_ws(text, at)
             if text.startswith(INVOKE_END, at):

@@ -28,10 +28,8 @@ from localllm.toolcalls.base import (
     Syntax,
     ToolSet,
     call_name,
-    calls_then_close,
+    calls_region,
     expect,
-    read_calls,
-    to_close,
     typed_value,
 )
 
@@ -58,19 +56,14 @@ class XmlCall(Syntax):
 
     def parse(self, text: str, tools: ToolSet | None, final: bool) -> Attempt | None:
         start = len(self.open) if text.startswith(self.open) else 0
-        got = read_calls(
+        return calls_region(
             text,
             start,
             final,
             lambda at: self._function(text, at, tools, final),
-            lambda why: to_close(text, start, self.close if start else FUNCTION_END, final, why),
-        )
-        return calls_then_close(
-            text,
-            got,
-            final,
             since=start,
             close=self.close,
+            broken_close=self.close if start else FUNCTION_END,
             closed=True,
             why="no <function=..> in the call",
         )
@@ -80,9 +73,8 @@ class XmlCall(Syntax):
         named = call_name(text, at, FUNCTION, ">", final)
         if not isinstance(named, tuple):
             return named
-        name, gt = named
+        name, at = named
         args: JSONObject = {}
-        at = gt + 1
         while True:
             param = expect(text, at, PARAM)
             if param is None:
