@@ -12,6 +12,8 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
+    from localllm.cli.mcptools import add_mcp_flags
+
     parser = sub.add_parser("chat", aliases=["tui"], help="Chat in a terminal UI")
     parser.add_argument("model", nargs="?", help="model to start with (default: the last used)")
     parser.add_argument(
@@ -20,17 +22,7 @@ def register(sub: Any) -> None:
         help="daemon address, e.g. http://127.0.0.1:11434 (default: LOCALLLM_HOST)",
     )
     parser.add_argument("--theme", help="Textual theme, e.g. textual-light, textual-dark")
-    parser.add_argument(
-        "--mcp",
-        metavar="FILE",
-        help='offer the tools of the MCP servers in FILE ({"mcpServers": {...}}); '
-        "each call is confirmed first",
-    )
-    parser.add_argument(
-        "--yes-tools",
-        action="store_true",
-        help="call MCP tools without asking (the servers are trusted)",
-    )
+    add_mcp_flags(parser)
     parser.set_defaults(func=run)
 
 

@@ -6,7 +6,8 @@ request, and when the model calls one asks ``Run tool NAME (server) with ARGS?
 [y/N]`` unless ``--yes-tools`` said the servers are trusted.  A refused call
 still answers the model ("the user refused"), so it can say so instead of
 waiting.  The loop ends when the model answers with text, or after
-``MAX_ROUNDS`` rounds of calls.  The REPL and the one-shot answer share it.
+``MAX_ROUNDS`` rounds of calls.  The REPL and the one-shot answer share it, and
+``run`` and ``chat`` (the TUI) share its flags (:func:`add_mcp_flags`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import TYPE_CHECKING, TextIO
 from localllm.cli.chatstream import StreamPrinter, Turn, stream_chat
 
 if TYPE_CHECKING:
+    import argparse
+
     from localllm.api.bodies import ChatMessage
     from localllm.api.client import Client
     from localllm.api.wire import ToolCall
@@ -29,6 +32,21 @@ if TYPE_CHECKING:
 MAX_ROUNDS = 8  # rounds of tool calls one question may take
 REFUSED = "The user refused to run this tool call."
 Ask = Callable[[str], "str | None"]  # shows a question, returns the answer (None: no one to ask)
+
+
+def add_mcp_flags(parser: argparse.ArgumentParser) -> None:
+    """``--mcp FILE`` and ``--yes-tools``, as ``run`` and ``chat`` both take them."""
+    parser.add_argument(
+        "--mcp",
+        metavar="FILE",
+        help='offer the tools of the MCP servers in FILE ({"mcpServers": {...}}); '
+        "each call is confirmed first",
+    )
+    parser.add_argument(
+        "--yes-tools",
+        action="store_true",
+        help="call MCP tools without asking (the servers are trusted)",
+    )
 
 
 def ask_terminal(question: str) -> str | None:

@@ -59,6 +59,7 @@ class _PromptAfterFlags(argparse.ArgumentParser):
 
 
 def register(sub: Any) -> None:
+    from localllm.cli.mcptools import add_mcp_flags
     from localllm.cli.pull import add_pull_flags
 
     parser = sub.add_parser("run", help="Run a model (one answer, or an interactive chat)")
@@ -112,17 +113,7 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--nowordwrap", action="store_true", help="don't wrap long lines at word boundaries"
     )
-    parser.add_argument(
-        "--mcp",
-        metavar="FILE",
-        help='offer the tools of the MCP servers in FILE ({"mcpServers": {...}}); '
-        "each call is confirmed first",
-    )
-    parser.add_argument(
-        "--yes-tools",
-        action="store_true",
-        help="call MCP tools without asking (the servers are trusted)",
-    )
+    add_mcp_flags(parser)
     add_pull_flags(parser)  # a missing model is pulled first
     parser.add_argument(
         "-i",
