@@ -70,32 +70,61 @@ class LocalLLMApp(App[None]):
             self.theme = theme
         self.mcp_servers = list(mcp_servers)
         self.trust_tools = trust_tools
+        self.tools_file: str | None = None  # the settings' MCP file whose servers are open
 
     def on_mount(self) -> None:
         self.push_screen(self.chat_screen)
         self.startup()
         if self.mcp_servers:
-            self.open_tools()
+            self.open_tools(self.mcp_servers)
+
+    def on_chat_screen_settings_applied(self, event: ChatScreen.SettingsApplied) -> None:
+        """Without ``--mcp``, the chat's settings name the MCP file and the trust."""
+        if self.mcp_servers:
+            return
+        settings = event.settings
+        self.trust_tools = settings.trust_tools
+        tools = self.chat_screen.conversation.tools
+        if settings.mcp_file == self.tools_file:
+            if tools is not None:
+                tools.trusted = settings.trust_tools
+            return
+        self.workers.cancel_group(self, "mcp")
+        self.chat_screen.conversation.tools = None
+        self.tools_file = settings.mcp_file
+        if settings.mcp_file is None:
+            return
+        from localllm.mcp.servers import read_servers
+
+        try:  # checked when saved, but the file may have changed since
+            servers = read_servers(Path(settings.mcp_file).expanduser())
+        except LocalLLMError as exc:
+            self.notify(str(exc), title="MCP", severity="error", timeout=15)
+            return
+        self.open_tools(servers)
 
     @work(group="mcp")
-    async def open_tools(self) -> None:
-        """The MCP servers of ``--mcp``, open for as long as the app runs (the sessions
-        must be left by the task that opened them: this worker, cancelled at exit)."""
+    async def open_tools(self, servers: Sequence[ServerSpec]) -> None:
+        """MCP servers, open until the app exits or the chat's settings name others (the
+        sessions must be left by the task that opened them: this worker, cancelled)."""
         from localllm.errors import ToolServerError
         from localllm.mcp.hub import ToolHub
         from localllm.tui.mcptools import TuiTools
 
+        conversation = self.chat_screen.conversation
+        tools: TuiTools | None = None
         try:
             # The servers' stderr must not draw over the app.
             with open(os.devnull, "w", encoding="utf-8") as errlog:
-                async with ToolHub(self.mcp_servers, errlog=errlog) as hub:
-                    self.chat_screen.conversation.tools = TuiTools(hub, self.trust_tools)
+                async with ToolHub(servers, errlog=errlog) as hub:
+                    tools = conversation.tools = TuiTools(hub, self.trust_tools)
                     self.notify(f"MCP tools: {', '.join(hub.tools) or 'none'}")
-                    await asyncio.Event().wait()  # until the app's exit cancels this worker
+                    await asyncio.Event().wait()  # until cancelled: the app's exit, other tools
         except ToolServerError as exc:
             self.notify(str(exc), title="MCP", severity="error", timeout=15)
         finally:
-            self.chat_screen.conversation.tools = None
+            if conversation.tools is tools:  # not the tools of the servers opened next
+                conversation.tools = None
 
     async def on_unmount(self) -> None:
         await self.client.aclose()

@@ -78,6 +78,10 @@ class ChatSettings:
     num_ctx: int | None = None
     seed: int | None = None
     keep_alive: str | None = None
+    # MCP servers' tools (``tui/mcptools.py``) when ``chat`` has no ``--mcp``: the file
+    # and whether its calls run unasked (``--yes-tools``).
+    mcp_file: str | None = None
+    trust_tools: bool = False
 
     def options(self) -> Options:
         """The ``options`` object of a chat request: only what the user set."""

@@ -20,6 +20,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, OptionList
 
@@ -58,6 +59,14 @@ class ChatScreen(Screen[None]):
         Binding("f2", "rename", "Rename", show=False),
     ]
 
+    class SettingsApplied(Message):
+        """The shown chat's settings changed (opened, new, saved): the app offers the
+        MCP tools they name, unless ``--mcp`` chose them."""
+
+        def __init__(self, settings: ChatSettings) -> None:
+            super().__init__()
+            self.settings = settings
+
     def __init__(self, client: AsyncClient, sessions: Sessions, export_dir: Path) -> None:
         super().__init__()
         self.client = client
@@ -95,6 +104,7 @@ class ChatScreen(Screen[None]):
     @settings.setter
     def settings(self, settings: ChatSettings) -> None:
         self.conversation.settings = settings
+        self.post_message(self.SettingsApplied(settings))
 
     @property
     def history(self) -> list[StoredMessage]:
@@ -184,7 +194,7 @@ class ChatScreen(Screen[None]):
         chat = self.sessions.get(chat_id)
         conversation = self.conversation
         conversation.model = chat.model or conversation.model
-        conversation.settings = chat.settings
+        self.settings = chat.settings
         await conversation.show_chat(chat, self.sessions.messages(chat_id))
         last = next((m for m in reversed(self.history) if m.role == "assistant"), None)
         self._clear_reply_stats()
