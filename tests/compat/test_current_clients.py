@@ -238,8 +238,8 @@ def test_current_responses_fields_are_ignored_by_name() -> None:
     }
     conv = responses_request_to_native(body)
     names = [i.split(" (")[0] for i in conv.ignored]
+    # ``store`` is honoured now (stored Responses): false keeps the request stateless.
     assert names == [
-        "store",
         "include",
         "prompt_cache_key",
         "safety_identifier",
