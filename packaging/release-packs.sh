@@ -80,17 +80,20 @@ TIMEFORMAT='%R %U %S'
 
 for arch in $ARCHS; do
     say "sm_$arch: building (log: $OUT/logs/build-sm$arch.log)"
-    started=$(date +%s)
     rc=0
     # `time` counts every child the build waited for: cmake, ninja, nvcc, cicc, ptxas.
     { time "$PY" -m localllm backends build cuda --arch "$arch" "${build_args[@]}" \
         > "$OUT/logs/build-sm$arch.log" 2>&1; } 2> "$OUT/logs/time-sm$arch.txt" || rc=$?
     read -r wall user sys < "$OUT/logs/time-sm$arch.txt"
     cp "$LOG_DIR/backend-build-cuda.log" "$OUT/logs/backend-build-sm$arch.log" 2>/dev/null || true
-    plugin=$(find "$LOCALLLM_BACKENDS" -name libggml-cuda.so -newermt "@$started" | head -n 1)
-    if [[ -z "$plugin" ]]; then
-        # A machine without the NVIDIA driver cannot load the plugin; the build still
-        # exits 0 there ("no CUDA device").  No new file is a failed build.
+    # The build names what it built ("Built cuda for ggml V in S s: PATH (SIZE)"); the
+    # file's own time is no sign, since it is copied with the build folder's mtime (an
+    # incremental build of an unchanged plugin installs an old file).  A machine without
+    # the NVIDIA driver cannot load the plugin and the build still exits 0 there ("no
+    # CUDA device"): no such line is a failed build.
+    plugin=$(sed -n 's/^Built cuda for ggml .* in .* s: \(.*libggml-cuda\.so\) (.*$/\1/p' \
+        "$OUT/logs/build-sm$arch.log" | tail -n 1)
+    if [[ -z "$plugin" || ! -f "$plugin" ]]; then
         tail -n 20 "$OUT/logs/build-sm$arch.log" >&2
         say "sm_$arch: FAILED (exit $rc); see $OUT/logs/build-sm$arch.log"
         exit 1
