@@ -34,7 +34,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, s
         tmp_path_factory, "responses-mcp", LOCALLLM_NUM_PARALLEL="2", LOCALLLM_CONTEXT_LENGTH="4096"
     ) as tmp:
         gguf = make_script_model(tmp / "gguf", SCRIPTS, eos="<|im_end|>", chat_template=TEMPLATE)
-        # Greedy: the script is followed token for token.
+        # Greedy: the script is followed token for token.  (OpenAI's routes default to
+        # temperature 1, as Ollama's do, over the model's own 0: each request asks for 0.)
         import_gguf(Store(paths.models()), parse_name("caller"), [gguf], params={"temperature": 0})
         calls = tmp / "calls.txt"
         with http_server(tmp, calls) as url, pytest.MonkeyPatch.context() as mp:
@@ -68,6 +69,7 @@ def test_the_daemon_lists_calls_and_answers(d: Daemon, mcp: str, calls: Path) ->
     c = openai_client(d)
     r: Any = c.responses.create(
         model="caller",
+        temperature=0,
         input="2+3?",
         tools=[_tool(mcp, require_approval="never", allowed_tools=["add", "shout"])],
     )
@@ -88,6 +90,7 @@ def test_a_server_the_config_does_not_allow_is_a_400(d: Daemon) -> None:
     with pytest.raises(openai.BadRequestError) as err:
         c.responses.create(
             model="caller",
+            temperature=0,
             input="2+3?",
             tools=[_tool("http://127.0.0.2:9/mcp", require_approval="never")],
         )
@@ -98,7 +101,9 @@ def test_a_server_the_config_does_not_allow_is_a_400(d: Daemon) -> None:
 def test_an_allowed_server_that_fails_is_a_424_naming_it(d: Daemon, mcp: str) -> None:
     c = openai_client(d)
     with pytest.raises(openai.APIStatusError) as err:
-        c.responses.create(model="caller", input="2+3?", tools=[_tool(mcp + "-not-here")])
+        c.responses.create(
+            model="caller", temperature=0, input="2+3?", tools=[_tool(mcp + "-not-here")]
+        )
     assert err.value.status_code == 424
     assert "MCP server 'calc'" in str(err.value)
 
@@ -107,7 +112,7 @@ def test_approval_requests_then_the_follow_up_runs_or_refuses(
     d: Daemon, mcp: str, calls: Path
 ) -> None:
     c = openai_client(d)
-    first: Any = c.responses.create(model="caller", input="2+3?", tools=[_tool(mcp)])
+    first: Any = c.responses.create(model="caller", temperature=0, input="2+3?", tools=[_tool(mcp)])
     kinds = [item.type for item in first.output]
     assert kinds == ["mcp_list_tools", "mcp_approval_request"]
     asked = first.output[1]
@@ -121,6 +126,7 @@ def test_approval_requests_then_the_follow_up_runs_or_refuses(
     for approve, answer in ((False, "NONE"), (True, "FIVE")):
         reply: Any = c.responses.create(
             model="caller",
+            temperature=0,
             tools=[_tool(mcp)],
             input=[
                 *history,
@@ -146,6 +152,7 @@ def test_the_stream_has_openais_mcp_events(d: Daemon, mcp: str) -> None:
     events: list[Any] = list(
         c.responses.create(
             model="caller",
+            temperature=0,
             input="2+3?",
             stream=True,
             tools=[_tool(mcp, require_approval={"never": {"tool_names": ["add"]}})],
