@@ -28,6 +28,8 @@ if [[ "$verb" == build ]]; then
     mkdir -p "$LOCALLLM_BACKENDS/0.25.3" "$STUB_LOGS"
     printf 'plugin for %s' "$arch" > "$LOCALLLM_BACKENDS/0.25.3/libggml-cuda.so"
     echo "# build log $arch" > "$STUB_LOGS/backend-build-cuda.log"
+    # The build's own line, which the script reads the plugin's path from.
+    echo "Built cuda for ggml 0.25.3 in 1.0 s: $LOCALLLM_BACKENDS/0.25.3/libggml-cuda.so (0.0 MB)"
     echo "On this machine: no CUDA device."
     exit 0
 fi
