@@ -7,66 +7,23 @@ other (issue 39 found three here).
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
+from tests.test_architecture import circles, graph as package_graph
 
-ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("localllm.backends", "localllm.cli.backends")
 # What everything may ask without pulling anything of backends/ in.
 LEAVES = {"localllm.backends.layout", "localllm.backends.isolated", "localllm.backends.trust"}
 
 
-def modules() -> dict[str, Path]:
-    out = {}
-    for pkg in PACKAGES:
-        base = ROOT / pkg.replace(".", "/")
-        for path in base.rglob("*.py"):
-            rel = path.relative_to(ROOT).with_suffix("")
-            name = ".".join(rel.parts)
-            out[name.removesuffix(".__init__")] = path
-    return out
-
-
-def imports(path: Path, known: set[str]) -> set[str]:
-    """The modules of ``known`` that ``path`` imports (``from pkg import mod`` included)."""
-    out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            if node.module in known:
-                out.add(node.module)
-            out.update(
-                f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in known
-            )
-        elif isinstance(node, ast.Import):
-            out.update(a.name for a in node.names if a.name in known)
-    return out
-
-
 def graph() -> dict[str, set[str]]:
-    mods = modules()
-    known = set(mods)
+    """The two packages' modules and what each imports of them (tests/test_architecture.py
+    reads every import, those inside functions and under TYPE_CHECKING included)."""
+    ours = {m: d for m, d in package_graph().items() if m.startswith(PACKAGES)}
     # A package's __init__ importing its own modules is how a package is put together.
-    return {
-        m: {d for d in imports(p, known) if d != m and not d.startswith(m + ".")}
-        for m, p in mods.items()
-    }
+    return {m: {x for x in d if x in ours and not x.startswith(m + ".")} for m, d in ours.items()}
 
 
 def test_no_import_circle() -> None:
-    g = graph()
-    done: set[str] = set()
-
-    def walk(mod: str, trail: list[str]) -> None:
-        if mod in trail:
-            raise AssertionError("import circle: " + " -> ".join([*trail[trail.index(mod) :], mod]))
-        if mod in done:
-            return
-        for dep in sorted(g.get(mod, ())):
-            walk(dep, [*trail, mod])
-        done.add(mod)
-
-    for mod in sorted(g):
-        walk(mod, [])
+    assert circles(graph()) == []
 
 
 def test_the_leaves_import_nothing_of_backends() -> None:
