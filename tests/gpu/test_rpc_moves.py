@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from localllm.api.wire import PsEntry
+from tests.gpu.test_rpc_reprobe import generate
 from tests.support.daemon import Daemon, free_port, start_daemon
 from tests.support.models import add_tiny
 from tests.support.rpcworker import start_worker
@@ -24,18 +25,7 @@ pytestmark = pytest.mark.gpu
 
 
 def loaded(d: Daemon) -> PsEntry:
-    r = httpx.post(
-        d.url + "/api/generate",
-        timeout=120,
-        trust_env=False,
-        json={
-            "model": "tiny",
-            "prompt": "abc",
-            "stream": False,
-            "raw": True,
-            "options": {"temperature": 0, "num_predict": 4},
-        },
-    )
+    r = generate(d)
     assert r.status_code == 200, r.text
     assert r.json()["response"] == expected_greedy("abc", 4)
     (entry,) = httpx.get(d.url + "/api/ps", trust_env=False).json()["models"]
