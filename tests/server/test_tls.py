@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import ssl
-import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,7 +22,15 @@ from localllm.server.apikeys import default_label
 from tests.server.test_apikeys import write_keys
 from tests.server.test_metrics import parse as parse_metrics, value
 from tests.support import forkserver
-from tests.support.daemon import REPO, cli_env, free_port, module_home, run_cli, stop_pid
+from tests.support.daemon import (
+    REPO,
+    cli_env,
+    end_process,
+    free_port,
+    module_home,
+    run_cli,
+    stop_pid,
+)
 from tests.support.models import add_tiny
 from tests.support.tinymodel import GREEDY, expected_greedy
 from tests.support.variants import PLAIN_TEMPLATE
@@ -78,12 +85,7 @@ def _serving(tmp: Path, env: dict[str, str], context: ssl.SSLContext) -> Iterato
             time.sleep(0.1)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        end_process(proc)
 
 
 def _answers(url: str, context: ssl.SSLContext) -> bool:

@@ -58,6 +58,16 @@ def wait_until_up(
     raise TimeoutError(f"daemon at {url} did not come up")
 
 
+def end_process(proc: subprocess.Popen[bytes], grace: float = 10) -> None:
+    """SIGTERM, then SIGKILL after ``grace`` seconds: a child ends whatever it was doing."""
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def stop_pid(pid: int) -> None:
     try:
         os.kill(pid, signal.SIGTERM)
@@ -115,12 +125,7 @@ def start_daemon(tmp_path: Path) -> Iterator[Daemon]:
     finally:
         for client in d.clients if d is not None else []:
             client.close()
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        end_process(proc)
 
 
 @contextmanager

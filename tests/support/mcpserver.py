@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.daemon import free_port
+from tests.support.daemon import end_process, free_port
 
 SCRIPT = '''
 import os, sys
@@ -98,10 +98,5 @@ def http_server(folder: Path, calls: Path) -> Iterator[str]:
                 time.sleep(0.1)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        end_process(proc)
         log.close()
