@@ -99,7 +99,9 @@ def read_rest(lines: Iterator[str]) -> list[dict[str, Any]]:
 def test_sigterm_lets_the_stream_finish_then_exits_0(long_daemon: Daemon) -> None:
     d = long_daemon
     with ExitStack() as stack:
-        lines = open_stream(stack, d.url, 2000)
+        # Long enough to outlast the checks below: prompt lookup drafts this looping text
+        # several tokens a step, and 2,000 tokens were once done before the third request.
+        lines = open_stream(stack, d.url, 8000)
         runners = runner_pids(d.proc.pid)
         assert len(runners) == 1
         d.proc.send_signal(signal.SIGTERM)
@@ -115,7 +117,7 @@ def test_sigterm_lets_the_stream_finish_then_exits_0(long_daemon: Daemon) -> Non
         assert httpx.get(d.url + "/health", trust_env=False).status_code == 200
         rest = read_rest(lines)
     assert rest[-1]["done"] is True
-    assert rest[-1]["done_reason"] == "length" and rest[-1]["eval_count"] == 2000
+    assert rest[-1]["done_reason"] == "length" and rest[-1]["eval_count"] == 8000
     assert d.proc.wait(20) == 0
     assert wait_gone(runners, 5) == []
     assert "shutting down" in d.log.read_text()
